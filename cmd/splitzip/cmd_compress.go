@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/pipeline"
+)
+
+// compressOptions are the flags of compress.
+type compressOptions struct {
+	Output        string
+	Jobs          int
+	MinSaving     float64
+	SelfContained bool
+}
+
+func newCompressCommand(g *globals) *cobra.Command {
+	var o compressOptions
+	cmd := &cobra.Command{
+		Use:   "compress SOURCE -o CACHE",
+		Short: "Compress a safetensors checkpoint into a cache",
+		Long: `Compress a checkpoint (a .safetensors file, a directory of shards, or a
+model.safetensors.index.json) into a cache directory. BF16 tensors become
+SplitZip payloads; other dtypes, and BF16 tensors that would not save at least
+--min-saving, are recorded as raw aliases of their source slice. A cache may
+hold several checkpoints; tensors they share are stored once.`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return runCompress(cmd.Context(), g, o, a[0])
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.Output, "output", "o", "", "cache directory (created, or an existing cache to add to)")
+	f.IntVarP(&o.Jobs, "jobs", "j", 0, "tensors compressed at once (default: number of CPUs)")
+	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a BF16 tensor raw unless it shrinks by at least this fraction")
+	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
+	return cmd
+}
+
+func runCompress(ctx context.Context, g *globals, o compressOptions, src string) error {
+	if o.Output == "" {
+		return usageError{fmt.Errorf("compress needs -o CACHE")}
+	}
+	if o.Jobs < 0 || o.MinSaving < 0 || o.MinSaving >= 1 {
+		return usageError{fmt.Errorf("--jobs must be positive and --min-saving in [0, 1)")}
+	}
+	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
+		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, Progress: g.progress(),
+	})
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "compress_summary", res)
+	}
+	t := res.Totals
+	secs := res.Duration.Seconds()
+	fmt.Fprintf(g.stdout, "compressed %d tensors (%d SplitZip) from %d shards: %s -> %s (%.1f%% saved; BF16 %.3f bits/value) in %.2fs, %.2f GB/s\n",
+		t.Tensors, t.CompressedTensors, res.Shards, human(t.RawBytes), human(t.StoredBytes),
+		100*(1-ratio(t.StoredBytes, t.RawBytes)), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), secs, float64(t.RawBytes)/secs/1e9)
+	return nil
+}
+
+func ratio(a, b uint64) float64 {
+	if b == 0 {
+		return 1
+	}
+	return float64(a) / float64(b)
+}

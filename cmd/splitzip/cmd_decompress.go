@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/pipeline"
+)
+
+// decompressOptions are the flags of decompress.
+type decompressOptions struct {
+	Output string
+	Source string
+}
+
+func newDecompressCommand(g *globals) *cobra.Command {
+	var o decompressOptions
+	cmd := &cobra.Command{
+		Use:   "decompress CACHE -o DIR",
+		Short: "Rebuild the original safetensors files byte for byte",
+		Long: `Rebuild the original safetensors files (and index.json) of a cached
+checkpoint. Tensors left raw are read from the source unless the cache was
+made with --self-contained.`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return runDecompress(cmd.Context(), g, o, a[0])
+		},
+	}
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "directory for the restored files")
+	cmd.Flags().StringVar(&o.Source, "source", "", "source root to restore when the cache holds several")
+	return cmd
+}
+
+func runDecompress(ctx context.Context, g *globals, o decompressOptions, dir string) error {
+	if o.Output == "" {
+		return usageError{fmt.Errorf("decompress needs -o DIR")}
+	}
+	res, err := pipeline.Decompress(ctx, dir, pipeline.DecompressOptions{Output: o.Output, Source: o.Source, Progress: g.progress()})
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "decompress_summary", res)
+	}
+	fmt.Fprintf(g.stdout, "restored %d files (%s) of %s into %s in %.2fs\n", len(res.Files), human(res.Bytes), res.Source, res.Output, res.Duration.Seconds())
+	return nil
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/pipeline"
+)
+
+// inspectOptions are the flags of inspect.
+type inspectOptions struct {
+	Tensors bool
+}
+
+func newInspectCommand(g *globals) *cobra.Command {
+	var o inspectOptions
+	cmd := &cobra.Command{
+		Use:   "inspect CACHE",
+		Short: "Explain what a cache saves, in total and per tensor",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return runInspect(g, o, a[0])
+		},
+	}
+	cmd.Flags().BoolVar(&o.Tensors, "tensors", false, "list every tensor, largest first")
+	return cmd
+}
+
+func runInspect(g *globals, o inspectOptions, dir string) error {
+	res, err := pipeline.Inspect(dir, o.Tensors)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "inspect", res)
+	}
+	w := g.stdout
+	for _, s := range res.Sources {
+		t := s.Totals
+		fmt.Fprintf(w, "source %s: %d shards, %d tensors (%d SplitZip), %s -> %s\n",
+			s.Root, s.Shards, t.Tensors, t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes))
+	}
+	t := res.Totals
+	if o.Tensors {
+		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tcoverage\tescapes\tentropy\t")
+		for _, r := range res.Tensors {
+			stored := r.Stored
+			if r.Reason != "" {
+				stored += " (" + r.Reason + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%.5f\t%.2e\t%.3f\t\n", r.Name, r.DType, r.Values, stored,
+				r.BitsPerValue, r.Coverage, r.EscapeRate, r.ExponentEntropy)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "total: %d tensors (%d SplitZip), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %d objects, %s\n",
+		t.Tensors, t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
+		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), res.Objects, human(res.ObjectBytes))
+	return nil
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/pipeline"
+)
+
+// verifyOptions are the flags of verify.
+type verifyOptions struct {
+	Jobs int
+}
+
+func newVerifyCommand(g *globals) *cobra.Command {
+	var o verifyOptions
+	cmd := &cobra.Command{
+		Use:   "verify CACHE",
+		Short: "Check that every tensor round-trips bit for bit against its source",
+		Long: `Decode every payload and compare it with the source tensor, check every
+object's hash and size, and check that no source shard changed since it was
+compressed. Exits 1 on any mismatch.`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return runVerify(cmd.Context(), g, o, a[0])
+		},
+	}
+	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 0, "tensors checked at once (default: number of CPUs)")
+	return cmd
+}
+
+func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) error {
+	res, err := pipeline.Verify(ctx, dir, pipeline.VerifyOptions{Jobs: o.Jobs, Progress: g.progress()})
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		if err := printJSON(g.stdout, "verify_summary", res); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range res.Problems {
+			if p.Tensor != "" {
+				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s\n", p.File, p.Tensor, p.Error)
+			} else {
+				fmt.Fprintf(g.stderr, "FAIL %s: %s\n", p.File, p.Error)
+			}
+		}
+		status := "ok"
+		if !res.OK() {
+			status = fmt.Sprintf("FAILED (%d problems)", len(res.Problems))
+		}
+		fmt.Fprintf(g.stdout, "verify %s: %d tensors, %d payloads decoded (%s) and compared, %s in %.2fs\n",
+			status, res.Tensors, res.Payloads, res.Decoder, human(res.Bytes), res.Duration.Seconds())
+	}
+	if !res.OK() {
+		return errFailed
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/splitzip/splitzip/pipeline"
+)
+
+// printJSON writes v as indented JSON with a message_type field.
+func printJSON(w io.Writer, messageType string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	m["message_type"] = messageType
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", out)
+	return err
+}
+
+// progress returns a progress bar on stderr when it is a terminal and
+// output is for humans, else nothing.
+func (g *globals) progress() pipeline.Progress {
+	f, ok := g.stderr.(*os.File)
+	if g.Quiet || g.JSON || !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return &bar{w: g.stderr}
+}
+
+type bar struct {
+	w  io.Writer
+	mu sync.Mutex
+	b  *progressbar.ProgressBar
+}
+
+func (p *bar) Start(label string, total uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.b = progressbar.NewOptions64(int64(total), progressbar.OptionSetWriter(p.w),
+		progressbar.OptionSetDescription(label), progressbar.OptionShowBytes(true),
+		progressbar.OptionThrottle(100_000_000), progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetWidth(30), progressbar.OptionShowCount())
+}
+
+func (p *bar) Add(n uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.b != nil {
+		p.b.Add64(int64(n))
+	}
+}
+
+func (p *bar) Finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.b != nil {
+		p.b.Finish()
+		p.b = nil
+	}
+}
+
+// parseSize parses a byte size such as 512MiB, 2GiB, 100MB or 4096.
+func parseSize(s string) (uint64, error) {
+	units := []struct {
+		suffix string
+		mult   uint64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	t := strings.TrimSpace(s)
+	mult := uint64(1)
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("bad size %q (want a number with an optional unit such as MiB or GiB)", s)
+	}
+	return uint64(f * float64(mult)), nil
+}
+
+// human formats a byte count.
+func human(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,230 @@
+package synth
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/splitzip/splitzip/safetensors"
+)
+
+// Config describes a synthetic checkpoint.
+type Config struct {
+	Bytes  uint64 // approximate total size
+	Shards int    // number of shard files; 1 writes model.safetensors
+	Seed   uint64
+	// Progress, if set, is called with the bytes written so far.
+	Progress func(written uint64)
+}
+
+// Tensor is one planned tensor.
+type Tensor struct {
+	safetensors.TensorSpec
+	kind  string  // "weight", "norm", "f32", "i64"
+	sigma float64 // for weights
+	cols  uint64
+}
+
+// Plan returns a Llama-like tensor list of about cfg.Bytes bytes: hidden
+// size and layer count grow with the size, the vocabulary is odd so the
+// embedding has an odd length, plus one F32 and one I64 tensor.
+func Plan(cfg Config) []Tensor {
+	layerBytes := func(h uint64) uint64 {
+		kv, inter := h/4, h*43/16
+		return 2 * (2*h*h + 2*kv*h + 3*inter*h + 2*h)
+	}
+	h := uint64(64)
+	for _, c := range []uint64{4096, 2048, 1024, 512, 256, 128} {
+		if layerBytes(c)*12 <= cfg.Bytes {
+			h = c
+			break
+		}
+	}
+	vocab := uint64(32003)
+	if 4*vocab*h > cfg.Bytes/4 {
+		vocab = max(67, cfg.Bytes/(16*h)) | 1
+	}
+	layers := uint64(1)
+	if fixed := 4*vocab*h + 2*h; cfg.Bytes > fixed+layerBytes(h) {
+		layers = (cfg.Bytes - fixed) / layerBytes(h)
+	}
+	kv, inter := h/4, h*43/16
+	var ts []Tensor
+	add := func(name, kind string, sigma float64, shape ...uint64) {
+		dt, es := "BF16", uint64(2)
+		switch kind {
+		case "f32":
+			dt, es = "F32", 4
+		case "i64":
+			dt, es = "I64", 8
+		}
+		n := uint64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		ts = append(ts, Tensor{TensorSpec: safetensors.TensorSpec{Name: name, DType: dt, Shape: shape, Size: n * es},
+			kind: kind, sigma: sigma, cols: shape[len(shape)-1]})
+	}
+	resid := 0.02 / math.Sqrt(2*float64(layers))
+	add("model.embed_tokens.weight", "weight", 0.02, vocab, h)
+	add("model.rotary_emb.inv_freq", "f32", 0, h/32)
+	add("model.position_ids", "i64", 0, 1, 2048)
+	for l := range layers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add(p+"input_layernorm.weight", "norm", 0, h)
+		add(p+"self_attn.q_proj.weight", "weight", 0.02, h, h)
+		add(p+"self_attn.k_proj.weight", "weight", 0.02, kv, h)
+		add(p+"self_attn.v_proj.weight", "weight", 0.02, kv, h)
+		add(p+"self_attn.o_proj.weight", "weight", resid, h, h)
+		add(p+"post_attention_layernorm.weight", "norm", 0, h)
+		add(p+"mlp.gate_proj.weight", "weight", 0.02, inter, h)
+		add(p+"mlp.up_proj.weight", "weight", 0.02, inter, h)
+		add(p+"mlp.down_proj.weight", "weight", resid, h, inter)
+	}
+	add("model.norm.weight", "norm", 0, h)
+	add("lm_head.weight", "weight", 0.02, vocab, h)
+	return ts
+}
+
+// pieceBytes is the unit of parallel generation; each piece has its own
+// random stream, so the output does not depend on the number of workers.
+const pieceBytes = 4 << 20
+
+// fill generates bytes [off, off+len(dst)) of tensor t (off and len
+// multiples of pieceBytes, except at the end).
+func (t *Tensor) fill(dst []byte, seed, index, off uint64) {
+	rng := rand.New(rand.NewPCG(seed^index*0x9e3779b97f4a7c15, off))
+	switch t.kind {
+	case "weight":
+		FillNormal(rng, dst, t.sigma, 0.5, int(t.cols))
+	case "norm":
+		for i := 0; i+1 < len(dst); i += 2 {
+			binary.LittleEndian.PutUint16(dst[i:], BF16(float32(1+0.05*rng.NormFloat64())))
+		}
+	case "f32":
+		for i := 0; i+3 < len(dst); i += 4 {
+			k := (off + uint64(i)) / 4
+			binary.LittleEndian.PutUint32(dst[i:], math.Float32bits(float32(math.Pow(10000, -float64(2*k)/float64(2*t.cols)))))
+		}
+	case "i64":
+		for i := 0; i+7 < len(dst); i += 8 {
+			binary.LittleEndian.PutUint64(dst[i:], (off+uint64(i))/8)
+		}
+	}
+}
+
+// Write generates the checkpoint into dir, which must not exist or be
+// empty, and returns the paths it wrote.
+func Write(ctx context.Context, dir string, cfg Config) ([]string, error) {
+	if cfg.Shards < 1 {
+		return nil, fmt.Errorf("synth: need at least one shard, got %d", cfg.Shards)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ts := Plan(cfg)
+	var total uint64
+	for _, t := range ts {
+		total += t.Size
+	}
+	// Split in order into shards of about equal size.
+	groups := make([][]int, cfg.Shards)
+	var acc uint64
+	for i, t := range ts {
+		s := min(cfg.Shards-1, int(acc*uint64(cfg.Shards)/max(total, 1)))
+		groups[s] = append(groups[s], i)
+		acc += t.Size
+	}
+	var paths []string
+	weightMap := map[string]string{}
+	var written uint64
+	for s, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		name := "model.safetensors"
+		if cfg.Shards > 1 {
+			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", s+1, cfg.Shards)
+		}
+		specs := make([]safetensors.TensorSpec, len(g))
+		for k, i := range g {
+			specs[k] = ts[i].TensorSpec
+			weightMap[ts[i].Name] = name
+		}
+		head, _, err := safetensors.EncodeHeader(map[string]string{"format": "pt"}, specs)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(dir, name)
+		if err := writeShard(ctx, path, head, ts, g, cfg, &written); err != nil {
+			return nil, err
+		}
+		paths = append(paths, path)
+	}
+	if cfg.Shards > 1 {
+		ix, _ := json.MarshalIndent(map[string]any{
+			"metadata":   map[string]any{"total_size": total},
+			"weight_map": weightMap,
+		}, "", "  ")
+		path := filepath.Join(dir, safetensors.IndexFileName)
+		if err := os.WriteFile(path, append(ix, '\n'), 0o644); err != nil {
+			return nil, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+func writeShard(ctx context.Context, path string, head []byte, ts []Tensor, g []int, cfg Config, written *uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	workers := runtime.GOMAXPROCS(0)
+	const batch = 16 // pieces generated at once
+	buf := make([]byte, batch*pieceBytes)
+	for _, i := range g {
+		t := &ts[i]
+		for off := uint64(0); off < t.Size; off += uint64(len(buf)) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n := min(uint64(len(buf)), t.Size-off)
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, workers)
+			for p := uint64(0); p < n; p += pieceBytes {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					t.fill(buf[p:min(p+pieceBytes, n)], cfg.Seed, uint64(i), off+p)
+				}()
+			}
+			wg.Wait()
+			if _, err := w.Write(buf[:n]); err != nil {
+				return err
+			}
+			*written += n
+			if cfg.Progress != nil {
+				cfg.Progress(*written)
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,235 @@
+package pipeline
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/splitzip/splitzip/checkpoint"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// DecompressOptions configures Decompress.
+type DecompressOptions struct {
+	Output   string // directory for the restored files; must not hold them yet
+	Source   string // which source to restore when the cache holds several (its root)
+	Decoder  Decoder
+	Progress Progress
+}
+
+// DecompressResult reports a Decompress run.
+type DecompressResult struct {
+	Source   string        `json:"source"`
+	Output   string        `json:"output"`
+	Files    []string      `json:"files"`
+	Bytes    uint64        `json:"bytes"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// ErrAmbiguousSource reports a cache of several sources and no choice among them.
+var ErrAmbiguousSource = errors.New("the cache holds several sources; choose one")
+
+// Decompress rebuilds the original safetensors files (and index) of one
+// source, byte for byte. Tensors left raw and not copied into the cache are
+// read from the source, which must be unchanged. Each file is written to a
+// temporary name and renamed when complete.
+func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*DecompressResult, error) {
+	start := time.Now()
+	c, err := shardcache.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Decoder == nil {
+		opts.Decoder = CPUDecoder{}
+	}
+	p := orNop(opts.Progress)
+	s, err := pickSource(c, opts.Source)
+	if err != nil {
+		return nil, err
+	}
+	if checkpoint.Contains(s.Root, opts.Output) {
+		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
+	}
+	if err := os.MkdirAll(opts.Output, 0o755); err != nil {
+		return nil, err
+	}
+	res := &DecompressResult{Source: s.Root, Output: opts.Output}
+	var names []string
+	if s.Index != nil {
+		names = append(names, s.Index.Name)
+	}
+	for _, sh := range s.Shards {
+		names = append(names, sh.Name)
+	}
+	for _, n := range names {
+		if _, err := os.Lstat(filepath.Join(opts.Output, n)); !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w: refusing to overwrite", filepath.Join(opts.Output, n), fs.ErrExist)
+		}
+	}
+	var total uint64
+	for _, sh := range s.Shards {
+		total += sh.Size
+	}
+	p.Start("decompress", total)
+	defer p.Finish()
+	if s.Index != nil {
+		b, _, err := c.ReadObject(s.Index.Key)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(opts.Output, s.Index.Name)
+		if err := writeAtomic(path, func(w *bufio.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			return nil, err
+		}
+		res.Files = append(res.Files, path)
+	}
+	for i := range s.Shards {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sh := &s.Shards[i]
+		path := filepath.Join(opts.Output, sh.Name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, err
+		}
+		err := writeAtomic(path, func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p) })
+		if err != nil {
+			return nil, &TensorError{File: path, Err: err}
+		}
+		res.Files = append(res.Files, path)
+		res.Bytes += sh.Size
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+func pickSource(c *shardcache.Cache, root string) (*shardcache.Source, error) {
+	srcs := c.Index().Sources
+	if root == "" {
+		if len(srcs) == 1 {
+			return &srcs[0], nil
+		}
+		var roots []string
+		for _, s := range srcs {
+			roots = append(roots, s.Root)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrAmbiguousSource, roots)
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	for i := range srcs {
+		if srcs[i].Root == abs || srcs[i].Root == root {
+			return &srcs[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%s: source %s: %w", c.Dir(), root, shardcache.ErrNotFound)
+}
+
+// restoreShard writes a shard's regions in file order.
+func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard, dec Decoder, w *bufio.Writer, p Progress) error {
+	type region struct {
+		off, size uint64
+		t         *shardcache.Tensor
+		key       shardcache.Key
+	}
+	regs := []region{{sh.Header.Offset, sh.Header.Size, nil, sh.Header.Key}}
+	for i := range sh.Tensors {
+		t := &sh.Tensors[i]
+		regs = append(regs, region{t.Offset, t.Size, t, t.Key})
+	}
+	for _, g := range sh.Gaps {
+		regs = append(regs, region{g.Offset, g.Size, nil, g.Key})
+	}
+	sort.Slice(regs, func(i, j int) bool { return regs[i].off < regs[j].off })
+	var src *os.File
+	defer func() {
+		if src != nil {
+			src.Close()
+		}
+	}()
+	var pos uint64
+	for _, r := range regs {
+		if r.off != pos {
+			return fmt.Errorf("%w: region at %d, expected %d", shardcache.ErrIndexCorrupt, r.off, pos)
+		}
+		var b []byte
+		var err error
+		switch {
+		case r.t != nil && r.t.Stored == shardcache.StoredSplitZip:
+			var payload []byte
+			if payload, _, err = c.ReadObject(r.key); err == nil {
+				b = make([]byte, r.size)
+				if err = dec.Decode(b, payload); err == nil && shardcache.KeyOf(b) != r.key {
+					err = fmt.Errorf("%w: decoded bytes do not match the content key", shardcache.ErrObjectCorrupt)
+				}
+			}
+		case r.t != nil && !r.t.CopyStored:
+			// A raw alias: the bytes are in the source only.
+			if src == nil {
+				path := filepath.Join(s.Root, sh.Name)
+				if err := shardcache.CheckStat(sh, path); err != nil {
+					return err
+				}
+				if src, err = os.Open(path); err != nil {
+					return err
+				}
+			}
+			if b, err = readRange(src, r.off, r.size); err == nil && shardcache.KeyOf(b) != r.key {
+				err = fmt.Errorf("%w: source bytes no longer match", shardcache.ErrSourceChanged)
+			}
+		default:
+			b, _, err = c.ReadObject(r.key)
+		}
+		if err != nil {
+			if r.t != nil {
+				return fmt.Errorf("tensor %q: %w", r.t.Name, err)
+			}
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		if r.t != nil {
+			p.Add(r.size)
+		}
+		pos += r.size
+	}
+	if pos != sh.Size {
+		return fmt.Errorf("%w: regions cover %d of %d bytes", shardcache.ErrIndexCorrupt, pos, sh.Size)
+	}
+	return nil
+}
+
+// writeAtomic writes a file through a temporary name in the same directory.
+func writeAtomic(path string, fill func(*bufio.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	w := bufio.NewWriterSize(f, 1<<20)
+	if err := fill(w); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,107 @@
+package pipeline
+
+import (
+	"sort"
+
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// TensorReport describes one tensor for inspect.
+type TensorReport struct {
+	Source          string   `json:"source"`
+	Shard           string   `json:"shard"`
+	Name            string   `json:"name"`
+	DType           string   `json:"dtype"`
+	Shape           []uint64 `json:"shape"`
+	Values          uint64   `json:"values"`
+	Stored          string   `json:"stored"`
+	Reason          string   `json:"reason,omitempty"`
+	RawBytes        uint64   `json:"raw_bytes"`
+	StoredBytes     uint64   `json:"stored_bytes"`
+	BitsPerValue    float64  `json:"bits_per_value"`
+	Coverage        float64  `json:"codebook_coverage"`
+	EscapeRate      float64  `json:"escape_rate"`
+	ExponentEntropy float64  `json:"exponent_entropy"`
+	RawChunks       uint64   `json:"raw_chunks"`
+	Codebook        []int    `json:"codebook,omitempty"`
+	Key             string   `json:"key"`
+}
+
+// SourceReport sums one source.
+type SourceReport struct {
+	Root   string `json:"root"`
+	Shards int    `json:"shards"`
+	Totals Totals `json:"totals"`
+}
+
+// InspectResult is what inspect reports; docs/splitzip.md documents it as
+// the --json schema.
+type InspectResult struct {
+	Cache       string         `json:"cache"`
+	Sources     []SourceReport `json:"sources"`
+	Totals      Totals         `json:"totals"`
+	Objects     int            `json:"objects"`
+	ObjectBytes uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
+	Tensors     []TensorReport `json:"tensors,omitempty"`
+}
+
+// Inspect summarizes a cache; with tensors it lists every tensor.
+func Inspect(dir string, tensors bool) (*InspectResult, error) {
+	c, err := shardcache.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	ix := c.Index()
+	res := &InspectResult{Cache: dir, Objects: len(ix.Objects), Sources: []SourceReport{}}
+	for _, o := range ix.Objects {
+		res.ObjectBytes += o.Size
+	}
+	for _, s := range ix.Sources {
+		sr := SourceReport{Root: s.Root, Shards: len(s.Shards)}
+		for _, sh := range s.Shards {
+			for _, t := range sh.Tensors {
+				r := report(ix, &s, &sh, &t)
+				add(&sr.Totals, &r)
+				add(&res.Totals, &r)
+				if tensors {
+					res.Tensors = append(res.Tensors, r)
+				}
+			}
+		}
+		res.Sources = append(res.Sources, sr)
+	}
+	sort.SliceStable(res.Tensors, func(i, j int) bool { return res.Tensors[i].RawBytes > res.Tensors[j].RawBytes })
+	return res, nil
+}
+
+func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t *shardcache.Tensor) TensorReport {
+	r := TensorReport{Source: s.Root, Shard: sh.Name, Name: t.Name, DType: t.DType, Shape: t.Shape,
+		Stored: t.Stored, Reason: t.Reason, RawBytes: t.Size, StoredBytes: t.Size, Key: string(t.Key)}
+	r.Values = 1
+	for _, d := range t.Shape {
+		r.Values *= d
+	}
+	if o := ix.Objects[t.Key]; o != nil && o.Kind == shardcache.KindSplitZip {
+		r.StoredBytes = o.Size
+		r.Coverage, r.EscapeRate, r.ExponentEntropy = o.Coverage, o.EscapeRate, o.Entropy
+		r.RawChunks, r.Codebook = o.RawChunks, o.Codebook
+	}
+	if r.Values > 0 {
+		r.BitsPerValue = 8 * float64(r.StoredBytes) / float64(r.Values)
+	}
+	return r
+}
+
+func add(t *Totals, r *TensorReport) {
+	t.Tensors++
+	t.RawBytes += r.RawBytes
+	t.StoredBytes += r.StoredBytes
+	if r.Stored == shardcache.StoredSplitZip {
+		t.CompressedTensors++
+	}
+	if r.DType == "BF16" {
+		t.BF16Tensors++
+		t.BF16RawBytes += r.RawBytes
+		t.BF16StoredBytes += r.StoredBytes
+	}
+}

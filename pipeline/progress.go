@@ -1,0 +1,47 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Progress receives progress of a long job. Add may be called from several
+// goroutines at once.
+type Progress interface {
+	Start(label string, total uint64) // a phase of total bytes begins
+	Add(n uint64)
+	Finish()
+}
+
+type nopProgress struct{}
+
+func (nopProgress) Start(string, uint64) {}
+func (nopProgress) Add(uint64)           {}
+func (nopProgress) Finish()              {}
+
+func orNop(p Progress) Progress {
+	if p == nil {
+		return nopProgress{}
+	}
+	return p
+}
+
+// ErrMismatch reports a tensor that does not round-trip, or a source that
+// no longer matches the cache.
+var ErrMismatch = errors.New("mismatch")
+
+// TensorError names the file and tensor an error is about.
+type TensorError struct {
+	File   string
+	Tensor string
+	Err    error
+}
+
+func (e *TensorError) Error() string {
+	if e.Tensor == "" {
+		return fmt.Sprintf("%s: %v", e.File, e.Err)
+	}
+	return fmt.Sprintf("%s: tensor %q: %v", e.File, e.Tensor, e.Err)
+}
+
+func (e *TensorError) Unwrap() error { return e.Err }

@@ -1,0 +1,244 @@
+package shardcache
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Cache is an open cache, read-only.
+type Cache struct {
+	dir    string
+	ix     *Index
+	slices map[sliceKey][]SliceHit
+	byName map[string][]SliceHit
+}
+
+type sliceKey struct {
+	shard        string // file name, without directories
+	offset, size uint64
+}
+
+// SliceHit is a tensor found by its source slice or name.
+type SliceHit struct {
+	Source *Source
+	Shard  *Shard
+	Tensor *Tensor
+}
+
+// Path returns the shard file's path.
+func (h SliceHit) Path() string { return filepath.Join(h.Source.Root, h.Shard.Name) }
+
+// Open opens the cache in dir for reading and checks its index.
+func Open(dir string) (*Cache, error) {
+	path := filepath.Join(dir, IndexName)
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, derr := os.Stat(dir); derr != nil {
+			return nil, derr
+		}
+		return nil, fmt.Errorf("%s: %w: no %s", dir, ErrNotCache, IndexName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxIndexSize {
+		return nil, fmt.Errorf("%s: %w: %d bytes", path, ErrIndexCorrupt, st.Size())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := unmarshalIndex(b, path)
+	if err != nil {
+		return nil, err
+	}
+	return newCache(dir, ix), nil
+}
+
+func newCache(dir string, ix *Index) *Cache {
+	c := &Cache{dir: dir, ix: ix, slices: map[sliceKey][]SliceHit{}, byName: map[string][]SliceHit{}}
+	for si := range ix.Sources {
+		s := &ix.Sources[si]
+		for hi := range s.Shards {
+			sh := &s.Shards[hi]
+			for ti := range sh.Tensors {
+				t := &sh.Tensors[ti]
+				hit := SliceHit{s, sh, t}
+				k := sliceKey{filepath.Base(sh.Name), t.Offset, t.Size}
+				c.slices[k] = append(c.slices[k], hit)
+				c.byName[t.Name] = append(c.byName[t.Name], hit)
+			}
+		}
+	}
+	return c
+}
+
+// Dir returns the cache directory.
+func (c *Cache) Dir() string { return c.dir }
+
+// Index returns the cache's index. Callers must not modify it.
+func (c *Cache) Index() *Index { return c.ix }
+
+// Lookup returns the object stored under key.
+func (c *Cache) Lookup(key Key) (*Object, error) {
+	o, ok := c.ix.Objects[key]
+	if !ok {
+		return nil, fmt.Errorf("%s: object %s: %w", c.dir, key, ErrNotFound)
+	}
+	return o, nil
+}
+
+// LookupSlice finds the tensor compressed from bytes [offset, offset+size)
+// of the shard file shard. shard may be a bare file name or a path; when
+// several sources hold a slice of that name, a path selects among them.
+func (c *Cache) LookupSlice(shard string, offset, size uint64) (SliceHit, error) {
+	hits := c.slices[sliceKey{filepath.Base(shard), offset, size}]
+	return c.pick(hits, shard, fmt.Sprintf("slice %s[%d:+%d]", shard, offset, size))
+}
+
+// LookupName finds a tensor by name; shard, if not empty, selects among
+// sources as in LookupSlice.
+func (c *Cache) LookupName(name, shard string) (SliceHit, error) {
+	var hits []SliceHit
+	for _, h := range c.byName[name] {
+		if shard == "" || filepath.Base(shard) == filepath.Base(h.Shard.Name) {
+			hits = append(hits, h)
+		}
+	}
+	return c.pick(hits, shard, fmt.Sprintf("tensor %q", name))
+}
+
+func (c *Cache) pick(hits []SliceHit, shard, what string) (SliceHit, error) {
+	switch {
+	case len(hits) == 0:
+		return SliceHit{}, fmt.Errorf("%s: %s: %w", c.dir, what, ErrNotFound)
+	case len(hits) == 1:
+		return hits[0], nil
+	}
+	if abs, err := filepath.Abs(shard); err == nil {
+		for _, h := range hits {
+			if h.Path() == abs {
+				return h, nil
+			}
+		}
+	}
+	// Identical content under several sources is not ambiguous.
+	for _, h := range hits[1:] {
+		if h.Tensor.Key != hits[0].Tensor.Key {
+			return SliceHit{}, fmt.Errorf("%s: %s is in %d sources; name the shard by its path", c.dir, what, len(hits))
+		}
+	}
+	return hits[0], nil
+}
+
+// ObjectPath returns where the object with key is stored.
+func (c *Cache) ObjectPath(key Key) (string, error) { return objectPath(c.dir, key) }
+
+func objectPath(dir string, key Key) (string, error) {
+	h, err := key.hexPart()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "objects", h[:2], h), nil
+}
+
+// OpenObject opens the object with key and checks its size.
+func (c *Cache) OpenObject(key Key) (*os.File, *Object, error) {
+	o, err := c.Lookup(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := c.ObjectPath(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: object %s: %w", c.dir, key, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if uint64(st.Size()) != o.Size {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w: %d bytes, index says %d", p, ErrObjectCorrupt, st.Size(), o.Size)
+	}
+	return f, o, nil
+}
+
+// ReadObject reads a whole object into memory and, for raw objects,
+// checks its hash.
+func (c *Cache) ReadObject(key Key) ([]byte, *Object, error) {
+	f, o, err := c.OpenObject(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	b := make([]byte, o.Size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	if o.Kind == KindRaw && KeyOf(b) != key {
+		return nil, nil, fmt.Errorf("%s: %w: content hash mismatch", f.Name(), ErrObjectCorrupt)
+	}
+	return b, o, nil
+}
+
+// Fingerprint hashes a shard's layout: its size and the offset, size and
+// content key of every region in file order. Content keys are SHA-256
+// hashes, so this is a hash of the whole file that costs no extra pass.
+func Fingerprint(sh *Shard) string {
+	type reg struct {
+		off, size uint64
+		key       Key
+	}
+	regs := []reg{{sh.Header.Offset, sh.Header.Size, sh.Header.Key}}
+	for _, t := range sh.Tensors {
+		regs = append(regs, reg{t.Offset, t.Size, t.Key})
+	}
+	for _, g := range sh.Gaps {
+		regs = append(regs, reg{g.Offset, g.Size, g.Key})
+	}
+	sort.Slice(regs, func(i, j int) bool {
+		if regs[i].off != regs[j].off {
+			return regs[i].off < regs[j].off
+		}
+		return regs[i].size < regs[j].size
+	})
+	h := sha256.New()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], sh.Size)
+	h.Write(b[:8])
+	for _, r := range regs {
+		binary.LittleEndian.PutUint64(b[:8], r.off)
+		binary.LittleEndian.PutUint64(b[8:], r.size)
+		h.Write(b[:])
+		h.Write([]byte(r.key))
+	}
+	return fmt.Sprintf("sha256:%x", h.Sum(nil))
+}
+
+// CheckStat reports ErrSourceChanged when a shard file's size or
+// modification time differs from the recorded ones: a cheap check before
+// serving slices of it. Content changes that keep both are caught by the
+// content keys when the bytes are read.
+func CheckStat(sh *Shard, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("source shard %s: %w", path, err)
+	}
+	if uint64(st.Size()) != sh.Size || !st.ModTime().Equal(sh.ModTime) {
+		return fmt.Errorf("%s: %w (size %d, mtime %s; compressed from size %d, mtime %s)",
+			path, ErrSourceChanged, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))
+	}
+	return nil
+}

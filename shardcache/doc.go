@@ -1,0 +1,17 @@
+// Package shardcache stores compressed checkpoints: content-addressed
+// objects (SplitZip payloads and raw bytes) and an index that finds a
+// payload by content key and by the source slice it came from (shard file,
+// byte offset, byte size).
+//
+// Layout of a cache directory:
+//
+//	splitzip.json          the index, written last and atomically
+//	objects/ab/<hex>       objects, named by the SHA-256 of the raw bytes
+//	tmp/                   objects being written
+//	lock                   held while a writer is open
+//
+// Every file is written under tmp/ and renamed into place, and the index is
+// renamed last, so a crash, a kill or a full disk never leaves an index that
+// points at a missing or partial object. docs/splitzip.md specifies the
+// index format.
+package shardcache

@@ -1,0 +1,248 @@
+package shardcache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Index format constants.
+const (
+	// IndexName is the index file in a cache directory.
+	IndexName = "splitzip.json"
+	// FormatName identifies a splitzip cache index.
+	FormatName = "splitzip-cache"
+	// IndexVersion is the index format this package reads and writes.
+	IndexVersion = 1
+	// maxIndexSize bounds the index read into memory.
+	maxIndexSize = 1 << 30
+)
+
+// Object kinds.
+const (
+	KindSplitZip = "splitzip" // a SplitZip BF16 payload
+	KindRaw      = "raw"      // bytes stored as they are
+)
+
+// Errors callers test with errors.Is.
+var (
+	// ErrNotCache reports a directory that is not a splitzip cache.
+	ErrNotCache = errors.New("not a splitzip cache")
+	// ErrIndexCorrupt reports an index whose checksum or content is invalid.
+	ErrIndexCorrupt = errors.New("splitzip cache index is corrupt")
+	// ErrNotFound reports a key or slice the cache does not hold.
+	ErrNotFound = errors.New("not in the cache")
+	// ErrObjectCorrupt reports an object whose size or hash is wrong.
+	ErrObjectCorrupt = errors.New("cache object is corrupt")
+	// ErrSourceChanged reports a source shard that differs from the one compressed.
+	ErrSourceChanged = errors.New("source shard changed since compression")
+	// ErrLocked reports a cache another writer holds.
+	ErrLocked = errors.New("cache is locked by another writer")
+)
+
+// Key is a content key: "sha256:" and the hex SHA-256 of the raw bytes.
+type Key string
+
+// KeyOf returns the content key of b.
+func KeyOf(b []byte) Key { return KeyFromSum(sha256.Sum256(b)) }
+
+// KeyFromSum returns the key for a SHA-256 sum.
+func KeyFromSum(sum [32]byte) Key { return Key("sha256:" + hex.EncodeToString(sum[:])) }
+
+// hexPart returns the hex digest, or an error for a malformed key.
+func (k Key) hexPart() (string, error) {
+	const p = "sha256:"
+	s := string(k)
+	if len(s) != len(p)+64 || s[:len(p)] != p {
+		return "", fmt.Errorf("%w: malformed key %q", ErrIndexCorrupt, s)
+	}
+	if _, err := hex.DecodeString(s[len(p):]); err != nil {
+		return "", fmt.Errorf("%w: malformed key %q", ErrIndexCorrupt, s)
+	}
+	return s[len(p):], nil
+}
+
+// Object describes one stored object.
+type Object struct {
+	Kind    string `json:"kind"`
+	Size    uint64 `json:"size"`     // stored bytes
+	RawSize uint64 `json:"raw_size"` // bytes it decodes to
+	// SplitZip payloads only:
+	Values     uint64  `json:"values,omitempty"`
+	Codebook   []int   `json:"codebook,omitempty"`
+	Escapes    uint64  `json:"escapes,omitempty"`
+	RawChunks  uint64  `json:"raw_chunks,omitempty"`
+	Chunks     uint64  `json:"chunks,omitempty"`
+	Checksum   uint32  `json:"crc32c,omitempty"`
+	Coverage   float64 `json:"coverage,omitempty"`
+	Entropy    float64 `json:"exponent_entropy,omitempty"`
+	InPlace    bool    `json:"in_place,omitempty"`
+	EscapeRate float64 `json:"escape_rate,omitempty"`
+}
+
+// Stored values of Tensor.Stored.
+const (
+	StoredSplitZip = "splitzip" // compressed; Key names a SplitZip object
+	StoredRaw      = "raw"      // left to the raw path; Key names the raw bytes
+)
+
+// Tensor is one tensor of a source shard.
+type Tensor struct {
+	Name   string   `json:"name"`
+	DType  string   `json:"dtype"`
+	Shape  []uint64 `json:"shape"`
+	Offset uint64   `json:"offset"` // absolute, in the shard file
+	Size   uint64   `json:"size"`
+	Key    Key      `json:"key"`
+	Stored string   `json:"stored"`
+	Reason string   `json:"reason,omitempty"` // why a BF16 tensor stayed raw
+	// CopyStored says whether the raw bytes are in the cache as an object
+	// (always for splitzip tensors, through their payload).
+	CopyStored bool `json:"copy_stored,omitempty"`
+}
+
+// Region is a byte range of a shard that is not a tensor: the header, or a gap.
+type Region struct {
+	Offset uint64 `json:"offset"`
+	Size   uint64 `json:"size"`
+	Key    Key    `json:"key"`
+}
+
+// Shard is one source safetensors file.
+type Shard struct {
+	Name        string    `json:"name"` // file name relative to the source root
+	Size        uint64    `json:"size"`
+	ModTime     time.Time `json:"mtime"`
+	Fingerprint string    `json:"fingerprint"` // see Fingerprint
+	Header      Region    `json:"header"`
+	Tensors     []Tensor  `json:"tensors"`
+	Gaps        []Region  `json:"gaps,omitempty"`
+}
+
+// Source is one checkpoint compressed into the cache.
+type Source struct {
+	Root      string    `json:"root"` // absolute directory of the shards
+	Index     *File     `json:"index,omitempty"`
+	Shards    []Shard   `json:"shards"`
+	Created   time.Time `json:"created"`
+	MinSaving float64   `json:"min_saving"`
+}
+
+// File is a small file stored whole (a checkpoint's index.json).
+type File struct {
+	Name string `json:"name"`
+	Size uint64 `json:"size"`
+	Key  Key    `json:"key"`
+}
+
+// Index is the content of splitzip.json.
+type Index struct {
+	Sources []Source        `json:"sources"`
+	Objects map[Key]*Object `json:"objects"`
+}
+
+// envelope is the file: the body's bytes and their hash, so a flipped byte
+// anywhere in the index is detected.
+type envelope struct {
+	Format  string          `json:"format"`
+	Version int             `json:"version"`
+	SHA256  string          `json:"body_sha256"`
+	Body    json.RawMessage `json:"body"`
+}
+
+func marshalIndex(ix *Index) ([]byte, error) {
+	body, err := json.Marshal(ix)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body)
+	out, err := json.MarshalIndent(envelope{Format: FormatName, Version: IndexVersion, SHA256: hex.EncodeToString(sum[:]), Body: body}, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+func unmarshalIndex(b []byte, name string) (*Index, error) {
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
+	}
+	if env.Format != FormatName {
+		return nil, fmt.Errorf("%s: %w: format %q", name, ErrNotCache, env.Format)
+	}
+	if env.Version != IndexVersion {
+		return nil, fmt.Errorf("%s: %w: index version %d, this build reads %d", name, ErrIndexCorrupt, env.Version, IndexVersion)
+	}
+	// MarshalIndent re-indents the body; compact it back before hashing.
+	body, err := compactJSON(env.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
+	}
+	sum := sha256.Sum256(body)
+	if hex.EncodeToString(sum[:]) != env.SHA256 {
+		return nil, fmt.Errorf("%s: %w: body checksum mismatch", name, ErrIndexCorrupt)
+	}
+	var ix Index
+	if err := json.Unmarshal(body, &ix); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
+	}
+	if err := ix.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
+	}
+	return &ix, nil
+}
+
+// check verifies the index's internal references.
+func (ix *Index) check() error {
+	if ix.Objects == nil {
+		ix.Objects = map[Key]*Object{}
+	}
+	for k, o := range ix.Objects {
+		if _, err := k.hexPart(); err != nil {
+			return err
+		}
+		if o == nil || (o.Kind != KindSplitZip && o.Kind != KindRaw) {
+			return fmt.Errorf("object %s has no valid kind", k)
+		}
+	}
+	has := func(k Key) bool { _, ok := ix.Objects[k]; return ok }
+	for _, s := range ix.Sources {
+		if s.Index != nil && !has(s.Index.Key) {
+			return fmt.Errorf("source %s: index object %s missing", s.Root, s.Index.Key)
+		}
+		for _, sh := range s.Shards {
+			if !has(sh.Header.Key) {
+				return fmt.Errorf("shard %s: header object missing", sh.Name)
+			}
+			for _, t := range sh.Tensors {
+				switch {
+				case t.Stored == StoredSplitZip && (!has(t.Key) || ix.Objects[t.Key].Kind != KindSplitZip):
+					return fmt.Errorf("shard %s: tensor %q: payload %s missing", sh.Name, t.Name, t.Key)
+				case t.Stored == StoredRaw && t.CopyStored && !has(t.Key):
+					return fmt.Errorf("shard %s: tensor %q: raw object %s missing", sh.Name, t.Name, t.Key)
+				case t.Stored != StoredSplitZip && t.Stored != StoredRaw:
+					return fmt.Errorf("shard %s: tensor %q: stored as %q", sh.Name, t.Name, t.Stored)
+				}
+			}
+			for _, g := range sh.Gaps {
+				if !has(g.Key) {
+					return fmt.Errorf("shard %s: gap at %d: object missing", sh.Name, g.Offset)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func compactJSON(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

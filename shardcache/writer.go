@@ -1,0 +1,223 @@
+package shardcache
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Writer adds checkpoints to a cache. It holds the cache's lock until Close.
+// Its methods are safe for concurrent use.
+type Writer struct {
+	dir  string
+	lock *os.File
+	mu   sync.Mutex
+	ix   *Index
+}
+
+// Create opens the cache in dir for writing, making it if dir does not
+// exist or is empty. A non-empty dir that is not a cache is refused with
+// ErrNotCache; a cache another writer holds, with ErrLocked.
+func Create(dir string) (*Writer, error) {
+	ix := &Index{Objects: map[Key]*Object{}}
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, err
+	case len(ents) > 0:
+		c, err := Open(dir)
+		if errors.Is(err, ErrNotCache) {
+			return nil, fmt.Errorf("%s: %w, and not empty: refusing to write into it", dir, ErrNotCache)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ix = c.ix
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "objects"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+	}
+	return &Writer{dir: dir, lock: lock, ix: ix}, nil
+}
+
+// Dir returns the cache directory.
+func (w *Writer) Dir() string { return w.dir }
+
+// Has reports whether the object with key is stored, so it need not be
+// written again.
+func (w *Writer) Has(key Key) (*Object, bool) {
+	w.mu.Lock()
+	o, ok := w.ix.Objects[key]
+	w.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	p, err := objectPath(w.dir, key)
+	if err != nil {
+		return nil, false
+	}
+	st, err := os.Stat(p)
+	if err != nil || uint64(st.Size()) != o.Size {
+		return nil, false
+	}
+	return o, true
+}
+
+// ObjectFile is an object being written: a temporary file until Commit.
+type ObjectFile struct {
+	*os.File
+	w *Writer
+}
+
+// NewObject starts a new object in a temporary file.
+func (w *Writer) NewObject() (*ObjectFile, error) {
+	f, err := os.CreateTemp(filepath.Join(w.dir, "tmp"), "object-*")
+	if err != nil {
+		return nil, err
+	}
+	return &ObjectFile{File: f, w: w}, nil
+}
+
+// Commit moves the object into place under key and records it. The file's
+// size must equal meta.Size.
+func (o *ObjectFile) Commit(key Key, meta *Object) error {
+	defer o.Abort()
+	st, err := o.Stat()
+	if err != nil {
+		return err
+	}
+	if uint64(st.Size()) != meta.Size {
+		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", key, st.Size(), meta.Size)
+	}
+	if err := o.Close(); err != nil {
+		return err
+	}
+	p, err := objectPath(o.w.dir, key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(o.Name(), p); err != nil {
+		return err
+	}
+	o.w.mu.Lock()
+	o.w.ix.Objects[key] = meta
+	o.w.mu.Unlock()
+	return nil
+}
+
+// Abort discards an object not committed; after Commit it does nothing.
+func (o *ObjectFile) Abort() {
+	o.Close()
+	os.Remove(o.Name())
+}
+
+// PutBytes stores b as a raw object, unless it is stored already, and
+// returns its key.
+func (w *Writer) PutBytes(b []byte) (Key, error) {
+	key := KeyOf(b)
+	if _, ok := w.Has(key); ok {
+		return key, nil
+	}
+	o, err := w.NewObject()
+	if err != nil {
+		return "", err
+	}
+	if _, err := o.Write(b); err != nil {
+		o.Abort()
+		return "", err
+	}
+	return key, o.Commit(key, &Object{Kind: KindRaw, Size: uint64(len(b)), RawSize: uint64(len(b))})
+}
+
+// SetSource records a compressed checkpoint, replacing any earlier record
+// of the same root. It takes effect with Commit.
+func (w *Writer) SetSource(s Source) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.ix.Sources {
+		if w.ix.Sources[i].Root == s.Root {
+			w.ix.Sources[i] = s
+			return
+		}
+	}
+	w.ix.Sources = append(w.ix.Sources, s)
+}
+
+// Commit makes everything recorded so far durable and visible: it flushes
+// the objects to disk, then writes the index to a temporary file and
+// renames it over the old one.
+func (w *Writer) Commit() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ix.check(); err != nil {
+		return fmt.Errorf("shardcache: refusing to write an inconsistent index: %v", err)
+	}
+	b, err := marshalIndex(w.ix)
+	if err != nil {
+		return err
+	}
+	// Objects first: the index must never name bytes a crash could lose.
+	if err := unix.Syncfs(int(w.lock.Fd())); err != nil {
+		return fmt.Errorf("shardcache: syncing objects: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Join(w.dir, "tmp"), "index-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), filepath.Join(w.dir, IndexName)); err != nil {
+		return err
+	}
+	d, err := os.Open(w.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Cache returns a read view of what the writer has recorded.
+func (w *Writer) Cache() *Cache {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return newCache(w.dir, w.ix)
+}
+
+// Close releases the lock and removes leftover temporary files.
+func (w *Writer) Close() error {
+	ents, _ := os.ReadDir(filepath.Join(w.dir, "tmp"))
+	for _, e := range ents {
+		os.Remove(filepath.Join(w.dir, "tmp", e.Name()))
+	}
+	return w.lock.Close()
+}
