@@ -26,21 +26,23 @@ const maxChunkBytes = 2 * ChunkValues
 // Encoder writes one tensor as a payload. Values arrive through Write in
 // pieces that are whole chunks, except the last.
 type Encoder struct {
-	sink    Sink
-	h       Header
-	codes   [256]byte
-	opts    options
-	chunk   uint64 // next chunk to encode
-	pos     uint64 // next free payload offset
-	l1      []uint64
-	entries []entry
-	stage   []byte
-	out     []byte
-	lens    []uint64
-	escs    []uint16
-	scratch [][]escape
-	stats   Stats
-	done    bool
+	sink     Sink
+	h        Header
+	codes    [256]byte
+	opts     options
+	chunk    uint64 // next chunk to encode
+	pos      uint64 // next free payload offset
+	l1       []uint64
+	entries  []entry
+	stage    []byte
+	out      []byte
+	lens     []uint64
+	escs     []uint16
+	crcs     []uint32 // of each staged chunk
+	chunkCRC []uint32 // of every chunk's data
+	scratch  [][]escape
+	stats    Stats
+	done     bool
 }
 
 // Stats describes an encoded payload.
@@ -74,6 +76,7 @@ func NewEncoder(sink Sink, n uint64, cb Codebook, opts ...Option) (*Encoder, err
 	e.h = Header{Values: n, ChunkValues: ChunkValues, GroupChunks: groupChunksFor(n), Codebook: cb}
 	e.l1 = make([]uint64, e.h.Groups())
 	e.entries = make([]entry, e.h.Chunks())
+	e.chunkCRC = make([]uint32, e.h.Chunks())
 	e.pos = e.h.DataStart()
 	e.scratch = make([][]escape, o.workers)
 	return e, nil
@@ -114,11 +117,14 @@ func (e *Encoder) writeSegment(values []byte, k int) error {
 		e.stage = make([]byte, k*maxChunkBytes)
 		e.lens = make([]uint64, k)
 		e.escs = make([]uint16, k)
+		e.crcs = make([]uint32, k)
 	}
 	encode := func(w, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			src := values[i*2*ChunkValues : min(len(values), (i+1)*2*ChunkValues)]
-			e.lens[i], e.escs[i], e.scratch[w] = encodeChunk(e.stage[i*maxChunkBytes:(i+1)*maxChunkBytes], src, &e.codes, e.scratch[w])
+			stage := e.stage[i*maxChunkBytes : (i+1)*maxChunkBytes]
+			e.lens[i], e.escs[i], e.scratch[w] = encodeChunk(stage, src, &e.codes, e.scratch[w])
+			e.crcs[i] = crc32.Checksum(stage[:e.lens[i]], castagnoli)
 		}
 	}
 	parallel(e.opts.workers, k, encode)
@@ -134,6 +140,7 @@ func (e *Encoder) writeSegment(values []byte, k int) error {
 			end += align(EntrySize * min(G, e.h.Chunks()-c))
 		}
 		e.entries[c] = entry{Offset: end, Escapes: e.escs[i]}
+		e.chunkCRC[c] = e.crcs[i]
 		end += e.lens[i]
 	}
 	// An in-memory sink is laid out directly; others through e.out.
@@ -197,7 +204,24 @@ func (e *Encoder) Close() (Header, error) {
 		e.h.InPlace = true
 	}
 	e.stats.InPlace = e.h.InPlace
+	// The header and group table, then each group's entries and chunks,
+	// in file order, with their CRCs combined as they go.
+	head := make([]byte, e.h.DataStart())
+	e.h.put(head)
+	for g, off := range e.l1 {
+		binary.LittleEndian.PutUint64(head[HeaderSize+8*g:], off)
+	}
+	sum := crc32.Checksum(head, castagnoli)
 	G := uint64(e.h.GroupChunks)
+	lenPow := map[uint64]uint32{}
+	combine := func(crcB uint32, n uint64) {
+		p, ok := lenPow[n]
+		if !ok {
+			p = x8n(n)
+			lenPow[n] = p
+		}
+		sum = multModP(p, sum) ^ crcB
+	}
 	for g, off := range e.l1 {
 		first := uint64(g) * G
 		cnt := min(G, e.h.Chunks()-first)
@@ -208,17 +232,12 @@ func (e *Encoder) Close() (Header, error) {
 		if _, err := e.sink.WriteAt(tab, int64(off)); err != nil {
 			return e.h, err
 		}
-	}
-	head := make([]byte, e.h.DataStart())
-	e.h.put(head)
-	for g, off := range e.l1 {
-		binary.LittleEndian.PutUint64(head[HeaderSize+8*g:], off)
+		combine(crc32.Checksum(tab, castagnoli), uint64(len(tab)))
+		for c := first; c < first+cnt; c++ {
+			combine(e.chunkCRC[c], chunkLen(e.h.chunkCount(c), e.entries[c].Escapes))
+		}
 	}
 	if _, err := e.sink.WriteAt(head, 0); err != nil {
-		return e.h, err
-	}
-	sum, err := checksumOf(e.sink, e.h.Size)
-	if err != nil {
 		return e.h, err
 	}
 	e.h.Checksum = sum
@@ -232,25 +251,6 @@ func (e *Encoder) Close() (Header, error) {
 
 // Stats returns what the encoder wrote; complete after Close.
 func (e *Encoder) Stats() Stats { return e.stats }
-
-// checksumOf computes the payload checksum by reading it back; the checksum
-// field must still be zero.
-func checksumOf(r io.ReaderAt, size uint64) (uint32, error) {
-	if b, ok := r.(*Buffer); ok && uint64(len(b.b)) >= size {
-		return crc32.Checksum(b.b[:size], castagnoli), nil
-	}
-	buf := make([]byte, min(size, 1<<20))
-	var crc uint32
-	for off := uint64(0); off < size; {
-		n := min(uint64(len(buf)), size-off)
-		if _, err := r.ReadAt(buf[:n], int64(off)); err != nil {
-			return 0, fmt.Errorf("codec: reading back payload: %w", err)
-		}
-		crc = crc32.Update(crc, castagnoli, buf[:n])
-		off += n
-	}
-	return crc, nil
-}
 
 // encodeChunk encodes the values in src into dst (at least align(len(src))
 // bytes) and returns the stored length and the escape count, RawEscapes

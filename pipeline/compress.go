@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -29,6 +28,7 @@ type CompressOptions struct {
 	Jobs          int     // tensors compressed at once; 0 means GOMAXPROCS
 	MinSaving     float64 // coverage gate, a fraction in [0, 1)
 	SelfContained bool    // also copy raw tensors into the cache
+	NoSync        bool    // do not flush to disk before committing (see shardcache.Writer.SetNoSync)
 	Progress      Progress
 }
 
@@ -89,6 +89,7 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 		return nil, err
 	}
 	defer w.Close()
+	w.SetNoSync(opts.NoSync)
 
 	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards)}
 	src1 := shardcache.Source{Root: ck.Root, Created: time.Now().UTC(), MinSaving: opts.MinSaving}
@@ -107,12 +108,23 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	}
 	opts.Progress.Start("compress", total)
 	defer opts.Progress.Finish()
-	for _, s := range ck.Shards {
-		sh, err := compressShard(ctx, w, s, &opts, &res.Totals)
+	shards := make([]*shardJob, len(ck.Shards))
+	for i, s := range ck.Shards {
+		j, err := openShardJob(w, s)
 		if err != nil {
 			return nil, err
 		}
-		src1.Shards = append(src1.Shards, *sh)
+		defer j.close()
+		shards[i] = j
+	}
+	if err := compressTensors(ctx, w, shards, &opts); err != nil {
+		return nil, err
+	}
+	for _, j := range shards {
+		if err := j.finish(w, &res.Totals); err != nil {
+			return nil, err
+		}
+		src1.Shards = append(src1.Shards, *j.rec)
 	}
 	w.SetSource(src1)
 	if err := w.Commit(); err != nil {
@@ -122,21 +134,35 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	return res, nil
 }
 
-// compressShard compresses one shard's tensors with opts.Jobs workers and
-// returns its record.
-func compressShard(ctx context.Context, w *shardcache.Writer, s *checkpoint.Shard, opts *CompressOptions, tot *Totals) (*shardcache.Shard, error) {
+// shardJob is one shard being compressed.
+type shardJob struct {
+	s   *checkpoint.Shard
+	f   *os.File
+	m   *mapping
+	rec *shardcache.Shard
+}
+
+// openShardJob maps a shard and stores its header and gaps.
+func openShardJob(w *shardcache.Writer, s *checkpoint.Shard) (*shardJob, error) {
 	f, err := os.Open(s.Path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	m, err := mapFile(f, s.Size)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	j := &shardJob{s: s, f: f, m: m}
 	head := s.Header
 	hkey, err := w.PutBytes(head.Header)
 	if err != nil {
+		j.close()
 		return nil, err
 	}
-	sh := &shardcache.Shard{Name: s.Name, Size: s.Size, ModTime: s.ModTime,
-		Header: shardcache.Region{Offset: 0, Size: uint64(len(head.Header)), Key: hkey}}
+	j.rec = &shardcache.Shard{Name: s.Name, Size: s.Size, ModTime: s.ModTime,
+		Header:  shardcache.Region{Offset: 0, Size: uint64(len(head.Header)), Key: hkey},
+		Tensors: make([]shardcache.Tensor, len(head.Tensors))}
 	// Bytes not covered by the header or a tensor are kept as gaps.
 	pos := head.DataStart
 	addGap := func(end uint64) error {
@@ -151,44 +177,69 @@ func compressShard(ctx context.Context, w *shardcache.Writer, s *checkpoint.Shar
 		if err != nil {
 			return err
 		}
-		sh.Gaps = append(sh.Gaps, shardcache.Region{Offset: pos, Size: end - pos, Key: key})
+		j.rec.Gaps = append(j.rec.Gaps, shardcache.Region{Offset: pos, Size: end - pos, Key: key})
 		return nil
 	}
 	for _, t := range head.Tensors {
 		if err := addGap(t.Begin); err != nil {
+			j.close()
 			return nil, err
 		}
 		pos = max(pos, t.End)
 	}
 	if err := addGap(s.Size); err != nil {
+		j.close()
 		return nil, err
 	}
+	return j, nil
+}
 
-	sh.Tensors = make([]shardcache.Tensor, len(head.Tensors))
-	errs := make([]error, len(head.Tensors))
+func (j *shardJob) close() {
+	j.m.close()
+	j.f.Close()
+}
+
+// compressTensors runs the tensors of all shards through opts.Jobs workers.
+func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJob, opts *CompressOptions) error {
+	type task struct {
+		j *shardJob
+		i int
+	}
+	var tasks []task
+	for _, j := range shards {
+		for i := range j.s.Header.Tensors {
+			tasks = append(tasks, task{j, i})
+		}
+	}
+	errs := make([]error, len(tasks))
 	next := make(chan int)
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for range opts.Jobs {
 		wg.Go(func() {
-			tc := newTensorCompressor(w, f, opts)
-			for i := range next {
-				t := &head.Tensors[i]
-				rec, err := tc.compress(t)
+			tc := newTensorCompressor(w, opts)
+			for k := range next {
+				j, t := tasks[k].j, &tasks[k].j.s.Header.Tensors[tasks[k].i]
+				var rec *shardcache.Tensor
+				err := guard(func() (err error) {
+					rec, err = tc.compress(j.m.data[t.Begin:t.End], t)
+					return err
+				})
+				j.m.release(t.Begin, t.End)
 				if err != nil {
-					errs[i] = &TensorError{File: s.Path, Tensor: t.Name, Err: err}
+					errs[k] = &TensorError{File: j.s.Path, Tensor: t.Name, Err: err}
 					cancel()
 					continue
 				}
-				sh.Tensors[i] = *rec
+				j.rec.Tensors[tasks[k].i] = *rec
 			}
 		})
 	}
 feed:
-	for i := range head.Tensors {
+	for k := range tasks {
 		select {
-		case next <- i:
+		case next <- k:
 		case <-ctx.Done():
 			break feed
 		}
@@ -196,14 +247,17 @@ feed:
 	close(next)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	// The file must not have changed while we read it.
-	if err := shardcache.CheckStat(sh, s.Path); err != nil {
-		return nil, err
+	return ctx.Err()
+}
+
+// finish checks that the shard did not change while it was read, and
+// fingerprints and sums it.
+func (j *shardJob) finish(w *shardcache.Writer, tot *Totals) error {
+	sh := j.rec
+	if err := shardcache.CheckStat(sh, j.s.Path); err != nil {
+		return err
 	}
 	sh.Fingerprint = shardcache.Fingerprint(sh)
 	for _, t := range sh.Tensors {
@@ -222,32 +276,30 @@ feed:
 			tot.BF16StoredBytes += stored
 		}
 	}
-	return sh, nil
+	return nil
 }
 
 // tensorCompressor holds one job's buffers.
 type tensorCompressor struct {
 	w    *shardcache.Writer
-	f    *os.File
 	opts *CompressOptions
-	buf  []byte
 }
 
-func newTensorCompressor(w *shardcache.Writer, f *os.File, opts *CompressOptions) *tensorCompressor {
-	return &tensorCompressor{w: w, f: f, opts: opts, buf: make([]byte, segmentBytes)}
+func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCompressor {
+	return &tensorCompressor{w: w, opts: opts}
 }
 
 // compress records one tensor: BF16 tensors that pass the gate become
 // SplitZip payloads, everything else stays raw.
-func (tc *tensorCompressor) compress(t *safetensorsTensor) (*shardcache.Tensor, error) {
+func (tc *tensorCompressor) compress(data []byte, t *safetensorsTensor) (*shardcache.Tensor, error) {
 	rec := &shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	// Pass 1: content key, exponent histogram and a CRC to detect changes
 	// between the passes.
-	sha := sha256.New()
+	sha := shardcache.NewHasher()
 	var hist codec.Histogram
 	var crc1 uint32
 	bf16 := t.DType == "BF16" && t.Size()%2 == 0
-	err := forSegments(tc.f, t.Begin, t.Size(), tc.buf, func(seg []byte) error {
+	err := segments(data, func(seg []byte) error {
 		sha.Write(seg)
 		if bf16 {
 			hist.Add(seg)
@@ -262,7 +314,7 @@ func (tc *tensorCompressor) compress(t *safetensorsTensor) (*shardcache.Tensor, 
 	if !bf16 {
 		rec.Reason = "dtype " + t.DType
 		tc.opts.Progress.Add(t.Size())
-		return rec, tc.storeRaw(t, rec)
+		return rec, tc.storeRaw(data, rec)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
 		// Stored by an earlier tensor or checkpoint.
@@ -283,7 +335,7 @@ func (tc *tensorCompressor) compress(t *safetensorsTensor) (*shardcache.Tensor, 
 	if est := 1.5*float64(n) + 3*float64(escapes); n == 0 || est > (1-tc.opts.MinSaving)*float64(t.Size()) {
 		rec.Reason = fmt.Sprintf("exponent coverage %.2f%%: saving below %.1f%%", 100*cb.Coverage(&hist), 100*tc.opts.MinSaving)
 		tc.opts.Progress.Add(t.Size())
-		return rec, tc.storeRaw(t, rec)
+		return rec, tc.storeRaw(data, rec)
 	}
 	obj, err := tc.w.NewObject()
 	if err != nil {
@@ -295,7 +347,7 @@ func (tc *tensorCompressor) compress(t *safetensorsTensor) (*shardcache.Tensor, 
 		return nil, err
 	}
 	var crc2 uint32
-	err = forSegments(tc.f, t.Begin, t.Size(), tc.buf, func(seg []byte) error {
+	err = segments(data, func(seg []byte) error {
 		crc2 = crc32.Update(crc2, crcTable, seg)
 		tc.opts.Progress.Add(uint64(len(seg)))
 		return enc.Write(seg)
@@ -315,10 +367,10 @@ func (tc *tensorCompressor) compress(t *safetensorsTensor) (*shardcache.Tensor, 
 	switch {
 	case !st.InPlace:
 		rec.Reason = "not decodable in place: " + st.NotInPlace.Error()
-		return rec, tc.storeRaw(t, rec)
+		return rec, tc.storeRaw(data, rec)
 	case saving < tc.opts.MinSaving:
 		rec.Reason = fmt.Sprintf("saving %.2f%% below %.1f%%", 100*saving, 100*tc.opts.MinSaving)
-		return rec, tc.storeRaw(t, rec)
+		return rec, tc.storeRaw(data, rec)
 	}
 	meta := &shardcache.Object{Kind: shardcache.KindSplitZip, Size: st.Size, RawSize: t.Size(), Values: n,
 		Escapes: st.Escapes, RawChunks: st.RawChunks, Chunks: st.Chunks, Checksum: h.Checksum,
@@ -337,7 +389,7 @@ func (tc *tensorCompressor) compress(t *safetensorsTensor) (*shardcache.Tensor, 
 
 // storeRaw copies a raw tensor into the cache when the cache is to be
 // self-contained; otherwise the record is an alias of the source slice.
-func (tc *tensorCompressor) storeRaw(t *safetensorsTensor, rec *shardcache.Tensor) error {
+func (tc *tensorCompressor) storeRaw(data []byte, rec *shardcache.Tensor) error {
 	if !tc.opts.SelfContained {
 		return nil
 	}
@@ -350,17 +402,12 @@ func (tc *tensorCompressor) storeRaw(t *safetensorsTensor, rec *shardcache.Tenso
 		return err
 	}
 	defer obj.Abort()
-	sha := sha256.New()
-	err = forSegments(tc.f, t.Begin, t.Size(), tc.buf, func(seg []byte) error {
-		sha.Write(seg)
-		_, err := obj.Write(seg)
-		return err
-	})
-	if err != nil {
+	if _, err := obj.Write(data); err != nil {
 		return err
 	}
-	if shardcache.KeyFromSum([32]byte(sha.Sum(nil))) != rec.Key {
+	if shardcache.KeyOf(data) != rec.Key {
 		return fmt.Errorf("%w: the source changed while it was being compressed", ErrMismatch)
 	}
-	return obj.Commit(rec.Key, &shardcache.Object{Kind: shardcache.KindRaw, Size: t.Size(), RawSize: t.Size()})
+	size := uint64(len(data))
+	return obj.Commit(rec.Key, &shardcache.Object{Kind: shardcache.KindRaw, Size: size, RawSize: size})
 }

@@ -6,9 +6,10 @@ import (
 	"os"
 )
 
-// segmentBytes is how much of a tensor is read at a time: a multiple of
+// segmentBytes is how much of a tensor each pass handles at a time: small
+// enough that the hash, histogram and CRC sweeps find it in L2, and a multiple of
 // the chunk size, small enough to bound memory per job.
-const segmentBytes = 16 << 20
+const segmentBytes = 1 << 20
 
 // forSegments reads bytes [off, off+size) of f in segments into buf and
 // calls fn for each.

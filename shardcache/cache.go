@@ -1,7 +1,6 @@
 package shardcache
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -194,8 +193,9 @@ func (c *Cache) ReadObject(key Key) ([]byte, *Object, error) {
 }
 
 // Fingerprint hashes a shard's layout: its size and the offset, size and
-// content key of every region in file order. Content keys are SHA-256
-// hashes, so this is a hash of the whole file that costs no extra pass.
+// content key of every region in file order. Content keys are collision
+// resistant hashes, so this is a hash of the whole file that costs no
+// extra pass.
 func Fingerprint(sh *Shard) string {
 	type reg struct {
 		off, size uint64
@@ -214,7 +214,7 @@ func Fingerprint(sh *Shard) string {
 		}
 		return regs[i].size < regs[j].size
 	})
-	h := sha256.New()
+	h := NewHasher()
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:8], sh.Size)
 	h.Write(b[:8])
@@ -224,7 +224,7 @@ func Fingerprint(sh *Shard) string {
 		h.Write(b[:])
 		h.Write([]byte(r.key))
 	}
-	return fmt.Sprintf("sha256:%x", h.Sum(nil))
+	return fmt.Sprintf("%s%x", KeyPrefix, h.Sum(nil))
 }
 
 // CheckStat reports ErrSourceChanged when a shard file's size or

@@ -15,6 +15,7 @@ type compressOptions struct {
 	Jobs          int
 	MinSaving     float64
 	SelfContained bool
+	NoSync        bool
 }
 
 func newCompressCommand(g *globals) *cobra.Command {
@@ -37,6 +38,7 @@ hold several checkpoints; tensors they share are stored once.`,
 	f.IntVarP(&o.Jobs, "jobs", "j", 0, "tensors compressed at once (default: number of CPUs)")
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a BF16 tensor raw unless it shrinks by at least this fraction")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
+	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	return cmd
 }
 
@@ -48,7 +50,7 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		return usageError{fmt.Errorf("--jobs must be positive and --min-saving in [0, 1)")}
 	}
 	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
-		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, Progress: g.progress(),
+		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Progress: g.progress(),
 	})
 	if err != nil {
 		return err

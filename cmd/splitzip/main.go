@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -35,10 +36,11 @@ var errFailed = errors.New("failed")
 
 // globals are the options every command shares.
 type globals struct {
-	JSON   bool
-	Quiet  bool
-	stdout io.Writer
-	stderr io.Writer
+	JSON       bool
+	Quiet      bool
+	CPUProfile string
+	stdout     io.Writer
+	stderr     io.Writer
 }
 
 func newRootCommand(g *globals) *cobra.Command {
@@ -56,6 +58,23 @@ error), 2 usage error.`,
 	}
 	root.PersistentFlags().BoolVar(&g.JSON, "json", false, "print the result as JSON on stdout")
 	root.PersistentFlags().BoolVarP(&g.Quiet, "quiet", "q", false, "no progress bars")
+	root.PersistentFlags().StringVar(&g.CPUProfile, "cpuprofile", "", "write a CPU profile to this file")
+	_ = root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.CPUProfile == "" {
+			return nil
+		}
+		f, err := os.Create(g.CPUProfile)
+		if err != nil {
+			return err
+		}
+		return pprof.StartCPUProfile(f)
+	}
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if g.CPUProfile != "" {
+			pprof.StopCPUProfile()
+		}
+	}
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })

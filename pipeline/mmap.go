@@ -1,0 +1,78 @@
+package pipeline
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+
+	"golang.org/x/sys/unix"
+)
+
+// mapping is a read-only memory map of a whole source file. Reading through
+// it saves a copy per pass over the data. A file truncated while mapped
+// faults on access; readers run under guard, which turns that fault into
+// an error.
+type mapping struct {
+	data []byte
+}
+
+func mapFile(f *os.File, size uint64) (*mapping, error) {
+	if size == 0 {
+		return &mapping{}, nil
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("%s: mmap: %w", f.Name(), err)
+	}
+	_ = unix.Madvise(b, unix.MADV_SEQUENTIAL)
+	return &mapping{data: b}, nil
+}
+
+func (m *mapping) close() {
+	if m.data != nil {
+		unix.Munmap(m.data)
+		m.data = nil
+	}
+}
+
+// release drops the mapped pages of [begin, end) from this process, so
+// the memory a compress holds stays bounded by what it is working on; the
+// page cache keeps them.
+func (m *mapping) release(begin, end uint64) {
+	const page = 4096
+	begin = (begin + page - 1) &^ (page - 1)
+	end &^= page - 1
+	if m.data != nil && begin < end {
+		_ = unix.Madvise(m.data[begin:end], unix.MADV_DONTNEED)
+	}
+}
+
+// guard runs fn and converts a memory fault (a mapped file that shrank)
+// into an error.
+func guard(fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(interface{ Addr() uintptr }); ok {
+				_ = e
+				err = fmt.Errorf("%w: the source file shrank while it was read", ErrMismatch)
+				return
+			}
+			panic(r)
+		}
+	}()
+	return fn()
+}
+
+// segments calls fn for successive pieces of b of at most segmentBytes.
+func segments(b []byte, fn func(seg []byte) error) error {
+	for len(b) > 0 {
+		n := min(len(b), segmentBytes)
+		if err := fn(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
