@@ -42,6 +42,9 @@ func Open(dir string) (*Cache, error) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return nil, derr
 		}
+		if _, merr := os.Stat(filepath.Join(dir, MarkerName)); merr == nil {
+			return nil, fmt.Errorf("%s: %w: no committed index (was compress interrupted?)", dir, ErrNotCache)
+		}
 		return nil, fmt.Errorf("%s: %w: no %s", dir, ErrNotCache, IndexName)
 	}
 	if err != nil {

@@ -5,6 +5,7 @@
 //
 // Layout of a cache directory:
 //
+//	SPLITZIP-CACHE         marks the directory as a cache from its creation
 //	splitzip.json          the index, written last and atomically
 //	objects/ab/<hex>       objects, named by the SHA-256 of the raw bytes
 //	tmp/                   objects being written

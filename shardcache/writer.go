@@ -27,30 +27,34 @@ type Writer struct {
 // checksum, so nothing wrong is served, but the cache must be rebuilt.
 func (w *Writer) SetNoSync(b bool) { w.noSync = b }
 
+// MarkerName is the file that marks a directory as a splitzip cache from
+// its creation on, before any index is committed.
+const MarkerName = "SPLITZIP-CACHE"
+
+const markerText = "This directory is a splitzip cache. Its index is " + IndexName + ".\n"
+
 // Create opens the cache in dir for writing, making it if dir does not
 // exist or is empty. A non-empty dir that is not a cache is refused with
-// ErrNotCache; a cache another writer holds, with ErrLocked.
+// ErrNotCache; a cache another writer holds, with ErrLocked. A cache whose
+// earlier writer was interrupted before its first commit is reused.
 func Create(dir string) (*Writer, error) {
-	ix := &Index{Objects: map[Key]*Object{}}
 	ents, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return nil, err
 	case len(ents) > 0:
-		c, err := Open(dir)
-		if errors.Is(err, ErrNotCache) {
+		if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
 			return nil, fmt.Errorf("%s: %w, and not empty: refusing to write into it", dir, ErrNotCache)
 		}
-		if err != nil {
-			return nil, err
-		}
-		ix = c.ix
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "objects"), filepath.Join(dir, "tmp")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), 0o644); err != nil {
+		return nil, err
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
@@ -59,6 +63,15 @@ func Create(dir string) (*Writer, error) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+	}
+	ix := &Index{Objects: map[Key]*Object{}}
+	if _, err := os.Stat(filepath.Join(dir, IndexName)); err == nil {
+		c, err := Open(dir)
+		if err != nil {
+			lock.Close()
+			return nil, err
+		}
+		ix = c.ix
 	}
 	return &Writer{dir: dir, lock: lock, ix: ix}, nil
 }

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// splitzip runs the command line in-process and returns the exit code and
+// output.
+func splitzip(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache, rest := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "rest")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "2MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	code, out, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync")
+	if code != 0 || !strings.Contains(out, "compressed") {
+		t.Fatalf("compress: %d %q %q", code, out, e)
+	}
+	if code, out, e := splitzip(t, "verify", cache); code != 0 || !strings.Contains(out, "verify ok") {
+		t.Fatalf("verify: %d %q %q", code, out, e)
+	}
+	code, out, _ = splitzip(t, "inspect", cache, "--json", "--tensors")
+	var ins struct {
+		MessageType string `json:"message_type"`
+		Totals      map[string]float64
+		Tensors     []map[string]any
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &ins) != nil || ins.MessageType != "inspect" {
+		t.Fatalf("inspect --json: %d %q", code, out)
+	}
+	for _, k := range []string{"raw_bytes", "stored_bytes", "bf16_raw_bytes", "bf16_stored_bytes", "tensors", "compressed_tensors"} {
+		if _, ok := ins.Totals[k]; !ok {
+			t.Errorf("inspect --json lacks totals.%s", k)
+		}
+	}
+	for _, k := range []string{"dtype", "values", "codebook_coverage", "escape_rate", "exponent_entropy", "stored_bytes", "bits_per_value"} {
+		if _, ok := ins.Tensors[0][k]; !ok {
+			t.Errorf("inspect --json tensors lack %s", k)
+		}
+	}
+	if code, _, e := splitzip(t, "decompress", cache, "-o", rest); code != 0 {
+		t.Fatalf("decompress: %d %s", code, e)
+	}
+	ents, _ := os.ReadDir(ck)
+	for _, en := range ents {
+		a, _ := os.ReadFile(filepath.Join(ck, en.Name()))
+		b, _ := os.ReadFile(filepath.Join(rest, en.Name()))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs", en.Name())
+		}
+	}
+	// A changed source fails verify with exit 1, naming file and tensor.
+	shard := filepath.Join(ck, "model-00002-of-00002.safetensors")
+	b, _ := os.ReadFile(shard)
+	b[len(b)-3] ^= 0x40
+	os.WriteFile(shard, b, 0o644)
+	code, _, e = splitzip(t, "verify", cache)
+	if code != 1 || !strings.Contains(e, "model-00002-of-00002.safetensors") || !strings.Contains(e, "tensor") {
+		t.Errorf("verify of a changed source: %d %q", code, e)
+	}
+	code, out, _ = splitzip(t, "verify", cache, "--json")
+	if code != 1 || !strings.Contains(out, `"problems"`) {
+		t.Errorf("verify --json of a changed source: %d %q", code, out)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"compress"}, 2, "accepts 1 arg"},
+		{[]string{"compress", dir}, 2, "-o CACHE"},
+		{[]string{"verify", "--bogus", dir}, 2, "unknown flag"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+		{[]string{"compress", filepath.Join(dir, "nope"), "-o", filepath.Join(dir, "c")}, 1, "no such file"},
+		{[]string{"verify", dir}, 1, "not a splitzip cache"},
+		{[]string{"inspect", filepath.Join(dir, "nope")}, 1, "no such file"},
+		{[]string{"gen", filepath.Join(dir, "g"), "--size", "lots"}, 2, "bad size"},
+	} {
+		code, _, e := splitzip(t, c.args...)
+		if code != c.code || !strings.Contains(e, c.want) || strings.Contains(e, "goroutine") {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, e, c.code, c.want)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for s, want := range map[string]uint64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100MB": 100e6, "4096": 4096, "1.5KiB": 1536} {
+		if got, err := parseSize(s); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+}

@@ -1,0 +1,230 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// gen writes a small synthetic checkpoint.
+func gen(t *testing.T, dir string, size uint64, shards int, seed uint64) {
+	t.Helper()
+	if _, err := synth.Write(context.Background(), dir, synth.Config{Bytes: size, Shards: shards, Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func compress(t *testing.T, src, out string, self bool) *CompressResult {
+	t.Helper()
+	res, err := Compress(context.Background(), src, CompressOptions{Output: out, Jobs: 2, MinSaving: DefaultMinSaving, SelfContained: self, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func mustVerify(t *testing.T, cache string) *VerifyResult {
+	t.Helper()
+	res, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func sameFiles(t *testing.T, a, b string) {
+	t.Helper()
+	ents, _ := os.ReadDir(a)
+	for _, e := range ents {
+		x, _ := os.ReadFile(filepath.Join(a, e.Name()))
+		y, err := os.ReadFile(filepath.Join(b, e.Name()))
+		if err != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs after restore (%v)", e.Name(), err)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	gen(t, src, 3<<20, 3, 1)
+	res := compress(t, src, cache, false)
+	tot := res.Totals
+	if tot.CompressedTensors == 0 || tot.CompressedTensors >= tot.Tensors {
+		t.Fatalf("totals %+v: want some but not all tensors compressed (F32 and I64 stay raw)", tot)
+	}
+	if bpv := 16 * float64(tot.BF16StoredBytes) / float64(tot.BF16RawBytes); bpv > 12.2 {
+		t.Errorf("BF16 at %.3f bits per value", bpv)
+	}
+	if v := mustVerify(t, cache); !v.OK() || v.Payloads != tot.CompressedTensors {
+		t.Fatalf("verify: %+v", v)
+	}
+	ins, err := Inspect(cache, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins.Totals.StoredBytes != tot.StoredBytes || len(ins.Tensors) != tot.Tensors {
+		t.Errorf("inspect totals %+v, compress totals %+v", ins.Totals, tot)
+	}
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, src, out)
+	// Decompress never overwrites.
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out}); err == nil {
+		t.Error("decompress over existing files succeeded")
+	}
+}
+
+func TestDedupeAndSelfContained(t *testing.T) {
+	dir := t.TempDir()
+	a, b, cache := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "cache")
+	gen(t, a, 2<<20, 1, 5)
+	gen(t, b, 2<<20, 2, 5) // same tensors, other sharding
+	r1 := compress(t, a, cache, true)
+	r2 := compress(t, b, cache, true)
+	ins, err := Inspect(cache, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ins.Sources) != 2 {
+		t.Fatalf("%d sources", len(ins.Sources))
+	}
+	// Shared tensors are stored once: the cache holds about one checkpoint.
+	if ins.ObjectBytes > r1.Totals.StoredBytes+r2.Totals.StoredBytes/10 {
+		t.Errorf("cache holds %d bytes for two copies of a %d-byte checkpoint", ins.ObjectBytes, r1.Totals.StoredBytes)
+	}
+	if v := mustVerify(t, cache); !v.OK() {
+		t.Fatalf("verify: %+v", v.Problems)
+	}
+	// Several sources: decompress must be told which.
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "x")}); !errors.Is(err, ErrAmbiguousSource) {
+		t.Errorf("decompress without --source: %v", err)
+	}
+	// Self-contained: restores without the source.
+	orig, _ := os.ReadFile(filepath.Join(a, "model.safetensors"))
+	os.RemoveAll(a)
+	out := filepath.Join(dir, "out")
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out, Source: a}); err != nil {
+		t.Fatal(err)
+	}
+	restored, _ := os.ReadFile(filepath.Join(out, "model.safetensors"))
+	if len(orig) == 0 || !bytes.Equal(orig, restored) {
+		t.Fatal("self-contained restore differs from the deleted source")
+	}
+}
+
+func TestSourceChanged(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 1, 2)
+	compress(t, src, cache, false)
+	p := filepath.Join(src, "model.safetensors")
+	b, _ := os.ReadFile(p)
+	b[len(b)-5] ^= 1 // a byte of the last tensor
+	os.WriteFile(p, b, 0o644)
+	v := mustVerify(t, cache)
+	if v.OK() {
+		t.Fatal("verify accepted a changed source")
+	}
+	found := false
+	for _, pr := range v.Problems {
+		found = found || (pr.Tensor != "" && strings.Contains(pr.Error, "no longer match"))
+	}
+	if !found {
+		t.Errorf("no problem names the changed tensor: %+v", v.Problems)
+	}
+	// Raw aliases cannot be restored from a changed source.
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "out")}); err == nil {
+		t.Error("decompress from a changed source succeeded")
+	}
+}
+
+func TestCorruptCache(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 1, 3)
+	compress(t, src, cache, false)
+	// A flipped byte in a payload.
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key shardcache.Key
+	for k, o := range c.Index().Objects {
+		if o.Kind == shardcache.KindSplitZip {
+			key = k
+			break
+		}
+	}
+	op, _ := c.ObjectPath(key)
+	b, _ := os.ReadFile(op)
+	b[len(b)/2] ^= 0x10
+	os.WriteFile(op, b, 0o644)
+	if v := mustVerify(t, cache); v.OK() || !strings.Contains(v.Problems[0].Error, "checksum") {
+		t.Errorf("verify of a flipped payload: %+v", v.Problems)
+	}
+	// A flipped byte in the index.
+	ip := filepath.Join(cache, shardcache.IndexName)
+	ix, _ := os.ReadFile(ip)
+	ix[len(ix)/2] ^= 1
+	os.WriteFile(ip, ix, 0o644)
+	if _, err := Verify(context.Background(), cache, VerifyOptions{}); !errors.Is(err, shardcache.ErrIndexCorrupt) {
+		t.Errorf("verify of a flipped index: %v", err)
+	}
+}
+
+func TestBadOutputs(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "ck")
+	gen(t, src, 1<<20, 1, 4)
+	for _, out := range []string{src, filepath.Join(src, "cache")} {
+		if _, err := Compress(context.Background(), src, CompressOptions{Output: out}); !errors.Is(err, ErrOutputInSource) {
+			t.Errorf("output %s: %v", out, err)
+		}
+	}
+	other := filepath.Join(dir, "other")
+	os.MkdirAll(other, 0o755)
+	os.WriteFile(filepath.Join(other, "precious.txt"), []byte("x"), 0o644)
+	if _, err := Compress(context.Background(), src, CompressOptions{Output: other}); !errors.Is(err, shardcache.ErrNotCache) {
+		t.Errorf("non-empty output: %v", err)
+	}
+	if _, err := Compress(context.Background(), filepath.Join(dir, "missing"), CompressOptions{Output: filepath.Join(dir, "c")}); err == nil {
+		t.Error("missing source accepted")
+	}
+}
+
+func TestInterruptedCompressLeavesNoCache(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 2, 6)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Compress(ctx, src, CompressOptions{Output: cache}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled compress: %v", err)
+	}
+	if _, err := Verify(context.Background(), cache, VerifyOptions{}); !errors.Is(err, shardcache.ErrNotCache) {
+		t.Errorf("verify after an interrupted compress: %v", err)
+	}
+	// The interrupted cache is reused by the next run.
+	compress(t, src, cache, false)
+	cache = filepath.Join(dir, "cache2")
+	// A truncated shard fails compress naming the file.
+	p := filepath.Join(src, "model-00002-of-00002.safetensors")
+	st, _ := os.Stat(p)
+	os.Truncate(p, st.Size()-100)
+	_, err := Compress(context.Background(), src, CompressOptions{Output: cache})
+	if err == nil || !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") {
+		t.Errorf("compress of a truncated shard: %v", err)
+	}
+	if _, err := Verify(context.Background(), cache, VerifyOptions{}); err == nil {
+		t.Error("verify accepted the cache of a failed compress")
+	}
+}

@@ -1,0 +1,130 @@
+package shardcache
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestWriterAndLookups(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(dir); !errors.Is(err, ErrLocked) {
+		t.Errorf("second writer: %v", err)
+	}
+	hk, err := w.PutBytes([]byte("header"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := w.NewObject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Write([]byte("payload"))
+	pk := KeyOf([]byte("raw tensor bytes"))
+	if err := o.Commit(pk, &Object{Kind: KindSplitZip, Size: 7, RawSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	sh := Shard{Name: "m.safetensors", Size: 22, ModTime: time.Unix(1, 0), Header: Region{0, 6, hk},
+		Tensors: []Tensor{{Name: "w", DType: "BF16", Shape: []uint64{8}, Offset: 6, Size: 16, Key: pk, Stored: StoredSplitZip, CopyStored: true}}}
+	sh.Fingerprint = Fingerprint(&sh)
+	w.SetSource(Source{Root: "/src", Shards: []Shard{sh}})
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit, err := c.LookupSlice("/anywhere/m.safetensors", 6, 16)
+	if err != nil || hit.Tensor.Name != "w" || hit.Path() != "/src/m.safetensors" {
+		t.Fatalf("slice lookup: %+v, %v", hit, err)
+	}
+	if _, err := c.LookupSlice("m.safetensors", 6, 15); !errors.Is(err, ErrNotFound) {
+		t.Errorf("wrong size: %v", err)
+	}
+	if hit, err := c.LookupName("w", ""); err != nil || hit.Tensor.Key != pk {
+		t.Errorf("name lookup: %v", err)
+	}
+	if o, err := c.Lookup(pk); err != nil || o.Kind != KindSplitZip {
+		t.Errorf("key lookup: %v", err)
+	}
+	if b, _, err := c.ReadObject(hk); err != nil || string(b) != "header" {
+		t.Errorf("read object: %q %v", b, err)
+	}
+	// A raw object whose bytes changed is caught by its hash.
+	p, _ := c.ObjectPath(hk)
+	os.WriteFile(p, []byte("HEADER"), 0o644)
+	if _, _, err := c.ReadObject(hk); !errors.Is(err, ErrObjectCorrupt) {
+		t.Errorf("corrupt raw object: %v", err)
+	}
+	os.WriteFile(p, []byte("head"), 0o644)
+	if _, _, err := c.OpenObject(hk); !errors.Is(err, ErrObjectCorrupt) {
+		t.Errorf("truncated object: %v", err)
+	}
+}
+
+func TestIndexRejects(t *testing.T) {
+	good, err := marshalIndex(&Index{Objects: map[Key]*Object{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unmarshalIndex(good, "x"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range good {
+		b := append([]byte(nil), good...)
+		b[i] ^= 0x01
+		if _, err := unmarshalIndex(b, "x"); err == nil && string(b) != string(good) {
+			// Only whitespace flips that keep the JSON equal may pass.
+			if c, _ := compactJSON(b); string(c) != string(mustCompact(t, good)) {
+				t.Errorf("flip at %d accepted", i)
+			}
+		}
+	}
+	// References to missing objects are refused.
+	ix := &Index{Objects: map[Key]*Object{}, Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Header: Region{Key: KeyOf(nil)}}}}}}
+	if err := ix.check(); err == nil {
+		t.Error("index with a missing header object passed")
+	}
+}
+
+func mustCompact(t *testing.T, b []byte) []byte {
+	c, err := compactJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCreateRefusesForeignDir(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o644)
+	if _, err := Create(dir); !errors.Is(err, ErrNotCache) {
+		t.Errorf("non-empty dir: %v", err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrNotCache) {
+		t.Errorf("open non-cache: %v", err)
+	}
+}
+
+func TestCheckStat(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(p, []byte("abc"), 0o644)
+	st, _ := os.Stat(p)
+	sh := &Shard{Size: 3, ModTime: st.ModTime()}
+	if err := CheckStat(sh, p); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(p, []byte("abcd"), 0o644)
+	if err := CheckStat(sh, p); !errors.Is(err, ErrSourceChanged) {
+		t.Errorf("grown file: %v", err)
+	}
+}
