@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= .dev/splitzip
 DEMO    ?= demo
 
-.PHONY: help build test lint demo fuzz bench clean
+.PHONY: help build test lint demo fuzz bench clean kernels gpu-build
 
 help:
 	@echo "make demo   - generate a small checkpoint, compress, verify, inspect, restore"
@@ -11,6 +11,8 @@ help:
 	@echo "make fuzz   - run each fuzzer for FUZZTIME (default 60s)"
 	@echo "make bench  - codec benchmarks"
 	@echo "make build  - build $(BIN) (CGO_ENABLED=0)"
+	@echo "make kernels - compile gpu/decode.cu into the committed fatbin (needs nvcc)"
+	@echo "make gpu-build - build the binaries scripts/gpu-check.sh runs on a GPU machine"
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/splitzip
@@ -45,3 +47,12 @@ bench:
 
 clean:
 	rm -rf .dev $(DEMO)
+
+kernels:
+	bash scripts/build-kernels.sh
+
+# Binaries for the GPU machine, which has no Go: carry .dev there and run
+# scripts/gpu-check.sh.
+gpu-build: build
+	CGO_ENABLED=0 $(GO) test -c -o .dev/gpu.test ./gpu
+	CGO_ENABLED=0 $(GO) test -c -o .dev/cuda.test ./gpu/cuda

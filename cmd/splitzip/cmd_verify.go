@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -11,7 +12,9 @@ import (
 
 // verifyOptions are the flags of verify.
 type verifyOptions struct {
-	Jobs int
+	Jobs   int
+	GPU    bool
+	Device int
 }
 
 func newVerifyCommand(g *globals) *cobra.Command {
@@ -28,11 +31,22 @@ compressed. Exits 1 on any mismatch.`,
 		},
 	}
 	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 0, "tensors checked at once (default: number of CPUs)")
+	cmd.Flags().BoolVar(&o.GPU, "gpu", false, "decode every payload on the GPU (in place) instead of the CPU")
+	cmd.Flags().IntVar(&o.Device, "device", 0, "GPU ordinal for --gpu")
 	return cmd
 }
 
 func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) error {
-	res, err := pipeline.Verify(ctx, dir, pipeline.VerifyOptions{Jobs: o.Jobs, Progress: g.progress()})
+	opts := pipeline.VerifyOptions{Jobs: o.Jobs, Progress: g.progress()}
+	if o.GPU {
+		d, closeGPU, err := gpuDecoder(o.Device)
+		if err != nil {
+			return err
+		}
+		defer closeGPU()
+		opts.Decoder = &lockedDecoder{d: d}
+	}
+	res, err := pipeline.Verify(ctx, dir, opts)
 	if err != nil {
 		return err
 	}
@@ -60,3 +74,17 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	}
 	return nil
 }
+
+// lockedDecoder serializes a GPU decoder shared by verify's jobs.
+type lockedDecoder struct {
+	mu sync.Mutex
+	d  pipeline.Decoder
+}
+
+func (l *lockedDecoder) Decode(dst, p []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.d.Decode(dst, p)
+}
+
+func (l *lockedDecoder) Name() string { return l.d.Name() }

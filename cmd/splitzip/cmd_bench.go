@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/gpu"
+)
+
+// benchOptions are the flags of bench.
+type benchOptions struct {
+	Sizes  string
+	Runs   int
+	Device int
+}
+
+func newBenchCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure GPU decode and host-to-device bandwidth",
+	}
+	var d benchOptions
+	dec := &cobra.Command{
+		Use:   "decode",
+		Short: "Time the GPU decoder in place and out of place against the device copy rate",
+		Long: `Time the GPU decoder on N(0, 0.02) and row-scaled BF16 tensors, in place and
+out of place, with CUDA events, a warm-up round and the median of --runs
+launches, rotating buffers to exceed the L2 cache. In the same run it measures
+the device-to-device copy rate (2 GiB, bytes read plus written) and reports
+decode GB/s (raw BF16 bytes per second) as a fraction of the ceiling that rate
+implies (1.5 bytes read and 2 written per value).`,
+		Args: args(cobra.NoArgs),
+		RunE: func(*cobra.Command, []string) error { return runBenchDecode(g, d) },
+	}
+	dec.Flags().StringVar(&d.Sizes, "size", "512MiB", "tensor sizes, comma separated")
+	dec.Flags().IntVar(&d.Runs, "runs", 30, "timed launches per configuration (at least 20)")
+	dec.Flags().IntVar(&d.Device, "device", 0, "GPU ordinal")
+	var h benchOptions
+	h2d := &cobra.Command{
+		Use:   "h2d",
+		Short: "Measure pinned host-to-device copy bandwidth by copy size",
+		Args:  args(cobra.NoArgs),
+		RunE:  func(*cobra.Command, []string) error { return runBenchH2D(g, h) },
+	}
+	h2d.Flags().StringVar(&h.Sizes, "size", "1MiB,8MiB,64MiB,256MiB,1GiB", "copy sizes, comma separated")
+	h2d.Flags().IntVar(&h.Runs, "runs", 20, "timed copies per size")
+	h2d.Flags().IntVar(&h.Device, "device", 0, "GPU ordinal")
+	cmd.AddCommand(dec, h2d)
+	return cmd
+}
+
+func parseSizes(s string) ([]uint64, error) {
+	var out []uint64
+	for _, f := range strings.Split(s, ",") {
+		n, err := parseSize(f)
+		if err != nil || n < 2 {
+			return nil, usageError{fmt.Errorf("bad size %q", f)}
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func runBenchDecode(g *globals, o benchOptions) error {
+	sizes, err := parseSizes(o.Sizes)
+	if err != nil {
+		return err
+	}
+	if o.Runs < 20 {
+		return usageError{fmt.Errorf("--runs must be at least 20")}
+	}
+	ctx, err := openGPU(o.Device)
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	rep, err := gpu.BenchDecode(ctx, sizes, o.Runs)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "bench_decode", rep)
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "%s: device-to-device copy %.0f GB/s (read+write, %s) -> decode ceiling %.0f GB/s\n",
+		rep.Device, rep.CopyGBps, human(rep.CopyBytes), rep.CeilingGBps)
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%-10s %-12s %10s  median %9.1f us  min %9.1f us  %7.0f GB/s  %.3f of ceiling  (%d runs, %d buffer sets)\n",
+			r.Data, r.Mode, human(r.RawBytes), r.MedianUs, r.MinUs, r.GBps, r.OfCeiling, r.Runs, r.SetsRotate)
+	}
+	return nil
+}
+
+func runBenchH2D(g *globals, o benchOptions) error {
+	sizes, err := parseSizes(o.Sizes)
+	if err != nil {
+		return err
+	}
+	ctx, err := openGPU(o.Device)
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	res, err := gpu.BenchH2D(ctx, sizes, o.Runs)
+	if err != nil {
+		return err
+	}
+	name, _ := ctx.Name()
+	if g.JSON {
+		return printJSON(g.stdout, "bench_h2d", map[string]any{"device": name, "results": res})
+	}
+	for _, r := range res {
+		fmt.Fprintf(g.stdout, "%s: pinned host-to-device %10s  median %9.1f us  %6.1f GB/s\n", name, human(r.Bytes), r.MedianUs, r.GBps)
+	}
+	return nil
+}

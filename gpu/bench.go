@@ -1,0 +1,286 @@
+package gpu
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/synth"
+)
+
+// DecodeResult is one timed configuration of BenchDecode.
+type DecodeResult struct {
+	Data       string  `json:"data"`      // "normal" or "rowscaled"
+	Mode       string  `json:"mode"`      // "in-place" or "out-of-place"
+	RawBytes   uint64  `json:"raw_bytes"` // decoded size
+	Payload    uint64  `json:"payload_bytes"`
+	Runs       int     `json:"runs"`
+	MedianUs   float64 `json:"median_us"`
+	MinUs      float64 `json:"min_us"`
+	GBps       float64 `json:"gb_per_s"`            // raw BF16 bytes per second, 1e9
+	OfCeiling  float64 `json:"fraction_of_ceiling"` // GBps over the copy-derived ceiling
+	SetsRotate int     `json:"buffer_sets"`
+}
+
+// DecodeReport is what BenchDecode measured.
+type DecodeReport struct {
+	Device      string         `json:"device"`
+	CopyBytes   uint64         `json:"copy_bytes"`
+	CopyGBps    float64        `json:"copy_gb_per_s"`    // device-to-device, bytes read plus written
+	CeilingGBps float64        `json:"ceiling_gb_per_s"` // decode ceiling: copy rate * 2 / 3.5
+	Results     []DecodeResult `json:"results"`
+}
+
+// BenchDecode times the decoder on N(0, 0.02) and row-scaled BF16 tensors
+// of the given sizes (bytes of BF16), in place and out of place, with CUDA
+// events, one warm-up round and the median of at least runs launches, and
+// measures the device-to-device copy rate in the same run. Inputs are
+// rotated among enough buffer sets to exceed the L2 cache several times.
+func BenchDecode(ctx *cuda.Context, sizes []uint64, runs int) (*DecodeReport, error) {
+	d, err := NewDecoder(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	name, _ := ctx.Name()
+	l2, _ := ctx.Attribute(cuda.AttrL2CacheSize)
+	rep := &DecodeReport{Device: name, CopyBytes: 2 << 30}
+	s, err := ctx.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.DestroyStream(s)
+	if rep.CopyGBps, err = benchCopy(ctx, s, rep.CopyBytes, runs); err != nil {
+		return nil, err
+	}
+	rep.CeilingGBps = rep.CopyGBps * 2 / 3.5
+	rng := rand.New(rand.NewPCG(20261129, 1))
+	for _, size := range sizes {
+		for _, data := range []string{"normal", "rowscaled"} {
+			v := make([]byte, size&^1)
+			spread := 0.0
+			if data == "rowscaled" {
+				spread = 1.5
+			}
+			synth.FillNormal(rng, v, 0.02, spread, 4096)
+			p, st, err := codec.Encode(v)
+			if err != nil {
+				return nil, err
+			}
+			h, err := codec.ParseHeader(p)
+			if err != nil {
+				return nil, err
+			}
+			sets := int(max(1, (4*uint64(l2)+size-1)/size))
+			for _, inPlace := range []bool{true, false} {
+				if inPlace && !st.InPlace {
+					continue
+				}
+				r, err := benchOne(ctx, d, s, v, p, &h, inPlace, sets, runs)
+				if err != nil {
+					return nil, fmt.Errorf("%s %d bytes: %w", data, size, err)
+				}
+				r.Data = data
+				r.OfCeiling = r.GBps / rep.CeilingGBps
+				rep.Results = append(rep.Results, *r)
+			}
+		}
+	}
+	return rep, nil
+}
+
+func benchCopy(ctx *cuda.Context, s cuda.Stream, n uint64, runs int) (float64, error) {
+	a, err := ctx.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer ctx.Free(a)
+	b, err := ctx.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer ctx.Free(b)
+	ctx.MemsetD8Async(a, 0x3c, n, s)
+	times, err := timeRuns(ctx, s, runs, 1, nil, func(int) error { return ctx.CopyDtoDAsync(b, a, n, s) })
+	if err != nil {
+		return 0, err
+	}
+	return 2 * float64(n) / (median(times) * 1e-3) / 1e9, nil
+}
+
+// timeRuns runs fn over sets in rounds (a warm-up round first), calling
+// prepare before each round untimed, and returns each launch's time in ms.
+func timeRuns(ctx *cuda.Context, s cuda.Stream, runs, sets int, prepare func() error, fn func(set int) error) ([]float64, error) {
+	rounds := 1 + (runs+sets-1)/sets
+	start := make([]cuda.Event, sets)
+	end := make([]cuda.Event, sets)
+	for i := range sets {
+		start[i], _ = ctx.NewEvent(cuda.EventDefault)
+		end[i], _ = ctx.NewEvent(cuda.EventDefault)
+		defer ctx.DestroyEvent(start[i])
+		defer ctx.DestroyEvent(end[i])
+	}
+	var times []float64
+	for r := range rounds {
+		if prepare != nil {
+			if err := prepare(); err != nil {
+				return nil, err
+			}
+		}
+		for i := range sets {
+			ctx.Record(start[i], s)
+			if err := fn(i); err != nil {
+				return nil, err
+			}
+			ctx.Record(end[i], s)
+		}
+		if err := ctx.StreamSynchronize(s); err != nil {
+			return nil, err
+		}
+		if r == 0 {
+			continue // warm-up
+		}
+		for i := range sets {
+			ms, err := ctx.Elapsed(start[i], end[i])
+			if err != nil {
+				return nil, err
+			}
+			times = append(times, float64(ms))
+		}
+	}
+	return times, nil
+}
+
+func benchOne(ctx *cuda.Context, d *Decoder, s cuda.Stream, v, p []byte, h *codec.Header, inPlace bool, sets, runs int) (*DecodeResult, error) {
+	n := uint64(len(v))
+	pristine, err := ctx.Alloc(uint64(len(p)))
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Free(pristine)
+	if err := ctx.CopyHtoDAsync(pristine, p, s); err != nil {
+		return nil, err
+	}
+	bufs := make([]cuda.DevicePtr, sets)
+	for i := range bufs {
+		if bufs[i], err = ctx.Alloc(n); err != nil {
+			return nil, err
+		}
+		defer ctx.Free(bufs[i])
+	}
+	var srcs []cuda.DevicePtr
+	prepare := func() error {
+		for _, b := range bufs {
+			if err := ctx.CopyDtoDAsync(b, pristine, uint64(len(p)), s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	launch := func(i int) error { return d.LaunchInPlace(bufs[i], h, s) }
+	if !inPlace {
+		srcs = make([]cuda.DevicePtr, sets)
+		for i := range srcs {
+			if srcs[i], err = ctx.Alloc(uint64(len(p))); err != nil {
+				return nil, err
+			}
+			defer ctx.Free(srcs[i])
+			if err := ctx.CopyDtoDAsync(srcs[i], pristine, uint64(len(p)), s); err != nil {
+				return nil, err
+			}
+		}
+		prepare = nil
+		launch = func(i int) error { return d.LaunchOutOfPlace(bufs[i], srcs[i], h, s) }
+	}
+	for i := range bufs {
+		ctx.MemsetD8Async(bufs[i], 0xA5, n, s) // poison
+	}
+	times, err := timeRuns(ctx, s, runs, sets, prepare, launch)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.TakeError(s); err != nil {
+		return nil, err
+	}
+	// The last output of the timed runs must be the tensor.
+	got := make([]byte, n)
+	if err := ctx.CopyDtoHAsync(got, bufs[sets-1], s); err != nil {
+		return nil, err
+	}
+	if err := ctx.StreamSynchronize(s); err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(got, v) {
+		return nil, fmt.Errorf("benchmark output differs from the tensor")
+	}
+	mode := "in-place"
+	if !inPlace {
+		mode = "out-of-place"
+	}
+	med := median(times)
+	mn := times[0]
+	for _, t := range times {
+		mn = min(mn, t)
+	}
+	return &DecodeResult{Mode: mode, RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
+		MedianUs: med * 1e3, MinUs: mn * 1e3, GBps: float64(n) / (med * 1e-3) / 1e9, SetsRotate: sets}, nil
+}
+
+// H2DResult is one copy size of BenchH2D.
+type H2DResult struct {
+	Bytes    uint64  `json:"bytes"`
+	Runs     int     `json:"runs"`
+	MedianUs float64 `json:"median_us"`
+	GBps     float64 `json:"gb_per_s"`
+}
+
+// BenchH2D measures pinned host-to-device copy bandwidth by copy size.
+func BenchH2D(ctx *cuda.Context, sizes []uint64, runs int) ([]H2DResult, error) {
+	var maxSize uint64
+	for _, sz := range sizes {
+		maxSize = max(maxSize, sz)
+	}
+	host, err := ctx.HostAlloc(maxSize, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.FreeHost(host)
+	for i := range host {
+		host[i] = byte(i * 131)
+	}
+	dev, err := ctx.Alloc(maxSize)
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Free(dev)
+	s, err := ctx.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.DestroyStream(s)
+	var out []H2DResult
+	for _, sz := range sizes {
+		times, err := timeRuns(ctx, s, runs, 1, nil, func(int) error { return ctx.CopyHtoDAsync(dev, host[:sz], s) })
+		if err != nil {
+			return nil, err
+		}
+		med := median(times)
+		out = append(out, H2DResult{Bytes: sz, Runs: len(times), MedianUs: med * 1e3, GBps: float64(sz) / (med * 1e-3) / 1e9})
+	}
+	return out, nil
+}
+
+func median(x []float64) float64 {
+	y := append([]float64(nil), x...)
+	sort.Float64s(y)
+	if len(y) == 0 {
+		return 0
+	}
+	if len(y)%2 == 1 {
+		return y[len(y)/2]
+	}
+	return (y[len(y)/2-1] + y[len(y)/2]) / 2
+}

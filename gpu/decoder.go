@@ -1,0 +1,254 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu/cuda"
+)
+
+// Kernel constants; decode.cu defines the same.
+const (
+	threads = 256
+	// Error bits of the kernel's error flag.
+	errTable   = 1
+	errEscape  = 2
+	errReaders = 4
+)
+
+// ErrKernel reports a payload the kernel found invalid.
+var ErrKernel = errors.New("gpu decode failed")
+
+// params mirrors struct Params in decode.cu.
+type params struct {
+	Dst, Src, Size, N, Chunks, Groups, DataStart uint64
+	GroupChunks, InPlace, Epoch, Reserved        uint32
+	Codebook                                     [16]byte
+	Flags, Ctrl, Err                             uint64
+}
+
+// Decoder launches the decode kernel. Its launches must be ordered: use it
+// from one stream at a time (it owns the kernel's claim counter and
+// per-chunk flags).
+type Decoder struct {
+	ctx     *cuda.Context
+	mod     cuda.Module
+	fn      cuda.Function
+	maxGrid uint32
+	ctrl    cuda.DevicePtr // ticket, exited, error flag
+	flags   cuda.DevicePtr
+	flagCap uint64
+	epoch   uint32
+	mu      sync.Mutex
+
+	// For Decode (host in, host out).
+	stream  cuda.Stream
+	buf     cuda.DevicePtr
+	bufCap  uint64
+	payload cuda.DevicePtr
+	payCap  uint64
+}
+
+// NewDecoder loads the kernel into ctx.
+func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
+	img, err := kernelImage()
+	if err != nil {
+		return nil, err
+	}
+	d := &Decoder{ctx: ctx}
+	if d.mod, err = ctx.LoadModule(img); err != nil {
+		return nil, err
+	}
+	if d.fn, err = ctx.Function(d.mod, "splitzip_decode"); err != nil {
+		return nil, err
+	}
+	sms, err := ctx.Attribute(cuda.AttrMultiprocessorCount)
+	if err != nil {
+		return nil, err
+	}
+	per, err := ctx.MaxActiveBlocks(d.fn, threads, 0)
+	if err != nil {
+		return nil, err
+	}
+	d.maxGrid = uint32(max(1, sms*per))
+	if d.ctrl, err = ctx.Alloc(16); err != nil {
+		return nil, err
+	}
+	if d.stream, err = ctx.NewStream(); err != nil {
+		return nil, err
+	}
+	if err := ctx.MemsetD8Async(d.ctrl, 0, 16, d.stream); err != nil {
+		return nil, err
+	}
+	return d, ctx.StreamSynchronize(d.stream)
+}
+
+// Close frees the decoder's device memory and module.
+func (d *Decoder) Close() error {
+	d.ctx.StreamSynchronize(d.stream)
+	for _, p := range []cuda.DevicePtr{d.ctrl, d.flags, d.buf, d.payload} {
+		if p != 0 {
+			d.ctx.Free(p)
+		}
+	}
+	d.ctx.DestroyStream(d.stream)
+	return d.ctx.UnloadModule(d.mod)
+}
+
+// Grid returns the number of blocks a launch uses at most.
+func (d *Decoder) Grid() uint32 { return d.maxGrid }
+
+// LaunchInPlace decodes, on stream s, the payload at the start of
+// [buf, buf + 2*h.Values). h must come from codec.ParseHeader of the same
+// payload, which must have the in-place flag. Nothing outside that range is
+// written, whatever the payload holds.
+func (d *Decoder) LaunchInPlace(buf cuda.DevicePtr, h *codec.Header, s cuda.Stream) error {
+	if !h.InPlace {
+		return fmt.Errorf("%w: payload is not decodable in place", codec.ErrNotInPlace)
+	}
+	return d.launch(buf, buf, h, true, s)
+}
+
+// LaunchOutOfPlace decodes the payload at src (h.Size bytes) into
+// [dst, dst + 2*h.Values) on stream s.
+func (d *Decoder) LaunchOutOfPlace(dst, src cuda.DevicePtr, h *codec.Header, s cuda.Stream) error {
+	return d.launch(dst, src, h, false, s)
+}
+
+func (d *Decoder) launch(dst, src cuda.DevicePtr, h *codec.Header, inPlace bool, s cuda.Stream) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	N := h.Chunks()
+	if N == 0 {
+		return nil
+	}
+	if inPlace && N > d.flagCap {
+		// Flags of earlier launches may still be in use on s.
+		if err := d.ctx.StreamSynchronize(s); err != nil {
+			return err
+		}
+		if d.flags != 0 {
+			d.ctx.Free(d.flags)
+			d.flags, d.flagCap = 0, 0
+		}
+		p, err := d.ctx.Alloc(4 * N)
+		if err != nil {
+			return err
+		}
+		if err := d.ctx.MemsetD8Async(p, 0, 4*N, s); err != nil {
+			d.ctx.Free(p)
+			return err
+		}
+		d.flags, d.flagCap = p, N
+	}
+	d.epoch++
+	if d.epoch == 0 {
+		d.epoch = 1
+	}
+	pr := params{Dst: uint64(dst), Src: uint64(src), Size: h.Size, N: h.Values, Chunks: N, Groups: h.Groups(),
+		DataStart: h.DataStart(), GroupChunks: h.GroupChunks, Epoch: d.epoch, Codebook: h.Codebook,
+		Flags: uint64(d.flags), Ctrl: uint64(d.ctrl), Err: uint64(d.ctrl) + 8}
+	if inPlace {
+		pr.InPlace = 1
+	}
+	grid := uint32(min(uint64(d.maxGrid), N))
+	return d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, 0, s, unsafe.Pointer(&pr))
+}
+
+// TakeError waits for s, returns the kernel error bits reported since the
+// last call as an error (nil when none) and clears them.
+func (d *Decoder) TakeError(s cuda.Stream) error {
+	var b [4]byte
+	if err := d.ctx.CopyDtoHAsync(b[:], d.ctrl+8, s); err != nil {
+		return err
+	}
+	if err := d.ctx.StreamSynchronize(s); err != nil {
+		return err
+	}
+	bits := binary.LittleEndian.Uint32(b[:])
+	if bits == 0 {
+		return nil
+	}
+	if err := d.ctx.MemsetD8Async(d.ctrl+8, 0, 4, s); err != nil {
+		return err
+	}
+	var why []string
+	for _, f := range []struct {
+		bit  uint32
+		what string
+	}{{errTable, "bad table or entry"}, {errEscape, "bad escape position"}, {errReaders, "bad reader range"}} {
+		if bits&f.bit != 0 {
+			why = append(why, f.what)
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrKernel, why)
+}
+
+// Name returns "gpu".
+func (d *Decoder) Name() string { return "gpu" }
+
+// Decode decodes a payload held in host memory into dst on the GPU: the
+// payload is checked on the host (header and checksum), copied to the
+// start of a device buffer of the decoded size, decoded there in place
+// (out of place when the payload lacks the in-place flag), and copied back.
+func (d *Decoder) Decode(dst, payload []byte) error {
+	h, err := codec.ParseHeader(payload)
+	if err != nil {
+		return err
+	}
+	if uint64(len(payload)) != h.Size {
+		return fmt.Errorf("%w: header says %d bytes, payload has %d", codec.ErrCorrupt, h.Size, len(payload))
+	}
+	if codec.Checksum(payload) != h.Checksum {
+		return codec.ErrChecksum
+	}
+	if uint64(len(dst)) != 2*h.Values {
+		return fmt.Errorf("%w: destination of %d bytes for %d values", codec.ErrSize, len(dst), h.Values)
+	}
+	if h.Values == 0 {
+		return nil
+	}
+	if err := d.reserve(&d.buf, &d.bufCap, 2*h.Values); err != nil {
+		return err
+	}
+	if err := d.ctx.CopyHtoDAsync(d.buf, payload, d.stream); err != nil {
+		return err
+	}
+	if h.InPlace {
+		err = d.LaunchInPlace(d.buf, &h, d.stream)
+	} else {
+		if err = d.reserve(&d.payload, &d.payCap, h.Size); err == nil {
+			if err = d.ctx.CopyDtoDAsync(d.payload, d.buf, h.Size, d.stream); err == nil {
+				err = d.LaunchOutOfPlace(d.buf, d.payload, &h, d.stream)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := d.ctx.CopyDtoHAsync(dst, d.buf, d.stream); err != nil {
+		return err
+	}
+	return d.TakeError(d.stream)
+}
+
+func (d *Decoder) reserve(p *cuda.DevicePtr, capacity *uint64, n uint64) error {
+	if *capacity >= n {
+		return nil
+	}
+	if *p != 0 {
+		d.ctx.StreamSynchronize(d.stream)
+		d.ctx.Free(*p)
+		*p, *capacity = 0, 0
+	}
+	q, err := d.ctx.Alloc(n)
+	if err != nil {
+		return err
+	}
+	*p, *capacity = q, n
+	return nil
+}

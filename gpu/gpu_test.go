@@ -1,0 +1,265 @@
+package gpu
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/synth"
+)
+
+// requireGPU returns a context and decoder on device 0, or skips with the
+// reason when there is no driver or GPU.
+func requireGPU(t testing.TB) (*cuda.Context, *Decoder) {
+	t.Helper()
+	l, err := cuda.Open()
+	if errors.Is(err, cuda.ErrNoDriver) {
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := l.NewContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecoder(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(); ctx.Close() })
+	return ctx, d
+}
+
+const guard = 4096
+
+// run decodes payload p on the GPU into a poisoned buffer with guard
+// regions on both sides, in place or out of place, and returns the decoded
+// bytes and the kernel's error; it fails the test if a guard changed.
+func run(t *testing.T, ctx *cuda.Context, d *Decoder, p []byte, h *codec.Header, inPlace bool) ([]byte, error) {
+	t.Helper()
+	n := 2 * h.Values
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	total := guard + max(n, uint64(len(p))) + guard
+	buf, err := ctx.Alloc(total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(buf)
+	ctx.MemsetD8Async(buf, 0xA5, total, s)
+	var src cuda.DevicePtr
+	if inPlace {
+		ctx.CopyHtoDAsync(buf+guard, p, s)
+		err = d.LaunchInPlace(buf+guard, h, s)
+	} else {
+		src, err = ctx.Alloc(uint64(len(p)) + 2*guard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctx.Free(src)
+		ctx.MemsetD8Async(src, 0x5A, uint64(len(p))+2*guard, s)
+		ctx.CopyHtoDAsync(src+guard, p, s)
+		err = d.LaunchOutOfPlace(buf+guard, src+guard, h, s)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	kerr := d.TakeError(s)
+	host := make([]byte, total)
+	ctx.CopyDtoHAsync(host, buf, s)
+	if err := ctx.StreamSynchronize(s); err != nil {
+		t.Fatal(err)
+	}
+	end := guard + n
+	if inPlace {
+		end = guard + max(n, uint64(len(p)))
+	}
+	for i, b := range host {
+		if (i < guard || uint64(i) >= end) && b != 0xA5 {
+			t.Fatalf("byte %d outside the destination was written", i-guard)
+		}
+	}
+	return host[guard : guard+n], kerr
+}
+
+func seeded(t *testing.T) *rand.Rand {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, 9))
+}
+
+type testCase struct {
+	name   string
+	values []byte
+}
+
+func cases(rng *rand.Rand, short bool) []testCase {
+	C := codec.ChunkValues
+	var cs []testCase
+	all := make([]byte, 2*65536)
+	for i := range 65536 {
+		binary.LittleEndian.PutUint16(all[2*i:], uint16(i))
+	}
+	cs = append(cs, testCase{"all patterns in order", all})
+	shuf := bytes.Clone(all)
+	rng.Shuffle(65536, func(i, j int) {
+		a, b := shuf[2*i:2*i+2], shuf[2*j:2*j+2]
+		a[0], a[1], b[0], b[1] = b[0], b[1], a[0], a[1]
+	})
+	cs = append(cs, testCase{"all patterns shuffled", shuf})
+	if short {
+		cs = cs[1:]
+	}
+	embedded := synth.Normal(rng, 40*C, 0.02)
+	for i := range 65536 {
+		binary.LittleEndian.PutUint16(embedded[2*rng.IntN(40*C):], uint16(i))
+	}
+	cs = append(cs, testCase{"all patterns in normal data", embedded})
+	sizes := []int{0, 1, 2, 3, 17, 1001, C - 1, C, C + 1, 2*C - 1, 2*C + 1, 64*C - 1, 64*C + 1, 200*C + 4097}
+	if short {
+		sizes = sizes[:11]
+	}
+	for _, n := range sizes {
+		cs = append(cs, testCase{"normal n=" + itoa(n), synth.Normal(rng, n, 0.02)})
+	}
+	heavy := synth.Normal(rng, 30*C+7, 0.02)
+	for c := 0; c < 30; c++ {
+		rate := []float64{0, 0.001, 0.1, 0.166, 0.17, 0.5}[c%6]
+		for i := c * C; i < min((c+1)*C, 30*C+7); i++ {
+			if rng.Float64() < rate {
+				binary.LittleEndian.PutUint16(heavy[2*i:], uint16(rng.Uint32()&0x807f|0x7f00))
+			}
+		}
+	}
+	cs = append(cs, testCase{"escape-heavy with raw chunks", heavy})
+	rows := make([]byte, 2*(96*C+333))
+	synth.FillNormal(rng, rows, 0.02, 1.5, 4096)
+	cs = append(cs, testCase{"row-scaled", rows})
+	return cs
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestDecodeMatchesReference(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	for _, c := range cases(rng, testing.Short()) {
+		p, st, err := codec.Encode(c.values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := codec.ParseHeader(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		modes := []bool{false}
+		if st.InPlace {
+			modes = append(modes, true)
+		}
+		for _, inPlace := range modes {
+			got, err := run(t, ctx, d, p, &h, inPlace)
+			if err != nil {
+				t.Fatalf("%s (in place %v): %v", c.name, inPlace, err)
+			}
+			if !bytes.Equal(got, c.values) {
+				t.Fatalf("%s (in place %v): differs from the reference at byte %d", c.name, inPlace, firstDiff(got, c.values))
+			}
+		}
+		t.Logf("%s: %d values, %d raw chunks, %d escapes, in place %v: ok", c.name, h.Values, st.RawChunks, st.Escapes, st.InPlace)
+	}
+}
+
+func TestCorruptPayloads(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	C := codec.ChunkValues
+	v := synth.Normal(rng, 9*C+11, 0.02)
+	for i := 0; i < 3000; i++ {
+		binary.LittleEndian.PutUint16(v[2*rng.IntN(9*C+11):], 0x0001)
+	}
+	p, _, err := codec.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := codec.ParseHeader(p)
+	failed := 0
+	runs := 300
+	if testing.Short() {
+		runs = 40
+	}
+	for i := 0; i < runs; i++ {
+		q := bytes.Clone(p)
+		for k := 0; k <= rng.IntN(4); k++ {
+			pos := codec.HeaderSize + rng.IntN(len(q)-codec.HeaderSize)
+			q[pos] ^= byte(1 + rng.IntN(255))
+		}
+		// The header is trusted (the host parses it); everything after it
+		// is what the kernel must survive. run checks the guards.
+		_, err := run(t, ctx, d, q, &h, i%2 == 0)
+		if err != nil {
+			failed++
+		}
+	}
+	t.Logf("%d of %d corrupted payloads reported by the kernel, none wrote outside its range", failed, runs)
+}
+
+func TestDecoderInterface(t *testing.T) {
+	_, d := requireGPU(t)
+	rng := seeded(t)
+	v := synth.Normal(rng, 5*codec.ChunkValues+3, 0.02)
+	p, _, _ := codec.Encode(v)
+	out := make([]byte, len(v))
+	if err := d.Decode(out, p); err != nil || !bytes.Equal(out, v) {
+		t.Fatalf("Decode: %v", err)
+	}
+	p[len(p)/2] ^= 1
+	if err := d.Decode(out, p); !errors.Is(err, codec.ErrChecksum) {
+		t.Errorf("Decode of a corrupt payload: %v", err)
+	}
+}
+
+// TestLarge decodes a tensor of more than 2^31 values once. It needs about
+// 12 GiB of host memory and 5 GiB on the GPU; SPLITZIP_LARGE=1 enables it.
+func TestLarge(t *testing.T) {
+	if os.Getenv("SPLITZIP_LARGE") == "" {
+		t.Skip("set SPLITZIP_LARGE=1 to decode a tensor of 2^31+5 values")
+	}
+	ctx, d := requireGPU(t)
+	n := 1<<31 + 5
+	v := make([]byte, 2*n)
+	rng := rand.New(rand.NewPCG(1, 1))
+	synth.FillNormal(rng, v[:2<<20], 0.02, 0, 0)
+	for off := 2 << 20; off < len(v); off += 2 << 20 {
+		copy(v[off:], v[:2<<20])
+	}
+	binary.LittleEndian.PutUint16(v[len(v)-2:], 0x7f81) // an escape in the last chunk
+	p, st, err := codec.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := codec.ParseHeader(p)
+	got, err := run(t, ctx, d, p, &h, st.InPlace)
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("large tensor: %v, first difference at %d", err, firstDiff(got, v))
+	}
+	t.Logf("%d values (%d payload bytes) decoded in place on the GPU", n, len(p))
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

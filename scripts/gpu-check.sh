@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (no Go there): rebuilds the kernel, runs the GPU
+# tests, compute-sanitizer, verify --gpu on a generated checkpoint and the
+# benchmarks. Build the binaries first with `make gpu-build` and carry .dev.
+# Logs and JSON go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/splitzip-gpu-check}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/gpu-check.log") 2>&1
+step() { echo; echo "=== $* ($(date +%T))"; }
+status=0
+fail() { echo "FAILED: $*"; status=1; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+nvcc --version | tail -2
+
+step "kernels"
+bash scripts/build-kernels.sh || fail "kernel build"
+cp gpu/decode.fatbin gpu/kernels_gen.go "$OUT/" 2>/dev/null
+# Test with the kernel just built, whatever fatbin the binaries embed.
+export SPLITZIP_FATBIN=$PWD/gpu/decode.fatbin
+cuobjdump --list-elf gpu/decode.fatbin; cuobjdump --list-ptx gpu/decode.fatbin
+
+step "cuda binding tests"
+.dev/cuda.test -test.v -test.count=1 || fail "cuda tests"
+step "gpu tests"
+.dev/gpu.test -test.v -test.count=1 ${GPU_TEST_ARGS:-} || fail "gpu tests"
+if [ -n "${LARGE:-}" ]; then
+  step "large tensor"
+  SPLITZIP_LARGE=1 .dev/gpu.test -test.v -test.run TestLarge -test.count=1 || fail "large"
+fi
+step "compute-sanitizer memcheck"
+compute-sanitizer --tool memcheck --error-exitcode 9 .dev/gpu.test -test.short -test.run 'TestDecodeMatchesReference|TestCorruptPayloads' -test.count=1 > "$OUT/memcheck.log" 2>&1 || fail "memcheck"
+tail -5 "$OUT/memcheck.log"
+step "compute-sanitizer racecheck"
+compute-sanitizer --tool racecheck --error-exitcode 9 .dev/gpu.test -test.short -test.run 'TestDecodeMatchesReference' -test.count=1 > "$OUT/racecheck.log" 2>&1 || fail "racecheck"
+tail -5 "$OUT/racecheck.log"
+
+step "verify --gpu on a generated checkpoint"
+rm -rf /tmp/sz-ck /tmp/sz-cache
+.dev/splitzip gen /tmp/sz-ck --size ${CK_SIZE:-1GiB} --shards 4 -q &&
+  .dev/splitzip compress /tmp/sz-ck -o /tmp/sz-cache --no-sync -q &&
+  .dev/splitzip verify /tmp/sz-cache --gpu -q || fail "verify --gpu"
+
+step "bench decode"
+.dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 --json > "$OUT/bench-decode.json" || fail "bench decode"
+.dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 || fail "bench decode (text)"
+step "bench h2d"
+.dev/splitzip bench h2d --json > "$OUT/bench-h2d.json" || fail "bench h2d"
+.dev/splitzip bench h2d
+echo; echo "gpu-check status: $status"
+exit $status
