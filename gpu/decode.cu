@@ -28,8 +28,14 @@
 #define SZ_THREADS 256
 #define SZ_ITERS (SZ_CHUNK / (SZ_THREADS * 16))
 #define SZ_MAX_ESC 2725
+#define SZ_RAW_REGS 6                                   // 16-byte registers per thread for raw data
+#define SZ_RAW_STASH (2 * SZ_CHUNK - SZ_RAW_REGS * SZ_THREADS * 16) // raw bytes kept in shared memory
 #define SZ_RAW 0xFFFFu
 #define SZ_HEADER 64
+#define SZ_MAX_GROUPS 512 // the group table is at most 4096 bytes
+#ifndef SZ_MIN_BLOCKS
+#define SZ_MIN_BLOCKS 4 // resident blocks per SM the register budget must allow
+#endif
 
 // Error bits reported in *err.
 #define SZ_ERR_TABLE 1u   // a group table or entry is out of range or inconsistent
@@ -51,7 +57,7 @@ struct Params {
     uint32_t reserved;
     uint32_t codebook[4]; // 16 exponents, code 0 in the low byte of [0]
     uint64_t flags;       // uint32 per chunk: epoch once read (in place only)
-    uint64_t ctrl;        // uint32[2]: ticket counter, exited blocks
+    uint64_t ctrl;        // uint32[4]: ticket counter, exited blocks, (error flag), chunks read
     uint64_t err;         // uint32 error bits
 };
 
@@ -63,6 +69,10 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
 
 __device__ __forceinline__ void st_release(uint32_t *p, uint32_t v) {
     asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void red_release_add(uint32_t *p, uint32_t v) {
+    asm volatile("red.release.gpu.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ uint64_t align16(uint64_t x) { return (x + 15) & ~(uint64_t)15; }
@@ -79,18 +89,117 @@ __device__ __forceinline__ uint32_t pair(uint32_t w, uint32_t exps) {
     return (w & 0x007F007Fu) | ((w & 0x00800080u) << 8) | exps;
 }
 
-extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_decode(const Params p) {
+// Chunk is what thread 0 learns when it claims a chunk.
+struct Chunk {
+    long long c; // chunk index, or -1 when none is left
+    uint64_t off;
+    uint32_t esc, lo, span, bad;
+};
+
+// entry_pos returns where chunk c's entry lies, or 0 when the group table
+// entry is invalid; l1 is the group table.
+__device__ __forceinline__ uint64_t entry_pos(const Params p, const uint64_t *l1, long long c) {
+    uint64_t gof = l1[(uint64_t)c / p.group_chunks];
+    uint64_t epos = gof + 16 * ((uint64_t)c % p.group_chunks);
+    if (gof < p.data_start || (gof & 15) || gof > p.size || epos + 16 > p.size) {
+        return 0;
+    }
+    return epos;
+}
+
+// check decodes and checks chunk c's entry e (read from entry_pos).
+__device__ __forceinline__ Chunk check(const Params p, long long c, bool ok, uint4 e) {
+    Chunk k = {c, 0, 0, 0, 0, 0};
+    if (c < 0) {
+        return k;
+    }
+    if (!ok) {
+        k.bad = SZ_ERR_TABLE;
+        return k;
+    }
+    k.off = (uint64_t)e.x | ((uint64_t)e.y << 32);
+    k.lo = e.z;
+    k.esc = e.w & 0xFFFF;
+    k.span = e.w >> 16;
+    uint64_t cnt = min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
+    uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
+    uint64_t raw_len = align16(2 * cnt);
+    uint64_t len = k.esc == SZ_RAW ? raw_len : esc_off + align16(3 * (uint64_t)k.esc);
+    if ((k.off & 15) || k.off < p.data_start || k.off > p.size || len > p.size - k.off ||
+        (k.esc != SZ_RAW && (k.esc > SZ_MAX_ESC || len >= raw_len))) {
+        k.bad = SZ_ERR_TABLE;
+    } else if (p.in_place && (c == 0 ? (k.lo != 0 || k.span != 0)
+                                     : (k.span != 0 && (k.lo <= (uint64_t)c || (uint64_t)k.lo + k.span > p.chunks)))) {
+        k.bad = SZ_ERR_READERS;
+    }
+    return k;
+}
+
+// load16 reads the bytes [i, i + 16) of a buffer of len bytes, zero past len.
+__device__ __forceinline__ uint4 load16(const uint8_t *b, uint32_t i, uint32_t len) {
+    if (i + 16 <= len) {
+        return *(const uint4 *)(b + i);
+    }
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        if (i + j < len) {
+            w[j / 4] |= (uint32_t)b[i + j] << (8 * (j & 3));
+        }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// load8 reads the bytes [i, i + 8) of a buffer of len bytes, zero past len.
+__device__ __forceinline__ uint2 load8(const uint8_t *b, uint32_t i, uint32_t len) {
+    if (i + 8 <= len) {
+        return *(const uint2 *)(b + i);
+    }
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        if (i + j < len) {
+            w[j / 4] |= (uint32_t)b[i + j] << (8 * (j & 3));
+        }
+    }
+    return make_uint2(w[0], w[1]);
+}
+
+// store16 writes the bytes [i, i + 16) of a buffer of len bytes, none past len.
+__device__ __forceinline__ void store16(uint8_t *b, uint32_t i, uint32_t len, uint4 v) {
+    if (i + 16 <= len) {
+        *(uint4 *)(b + i) = v;
+        return;
+    }
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        if (i + j < len) {
+            b[i + j] = (uint8_t)(w[j / 4] >> (8 * (j & 3)));
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip_decode(const Params p) {
     __shared__ uint32_t lut[256]; // code pair byte -> exponent bits of both values
-    __shared__ uint16_t esc_pos[SZ_MAX_ESC];
-    __shared__ uint8_t esc_exp[SZ_MAX_ESC];
-    __shared__ long long s_chunk;
-    __shared__ uint64_t s_off;
-    __shared__ uint32_t s_esc, s_lo, s_span, s_bad;
+    // Escapes of a coded chunk (positions, then exponents), or the last
+    // 8 KiB of a raw chunk, which does not fit the registers.
+    __shared__ __align__(16) uint8_t stash[SZ_RAW_STASH];
+    uint16_t *esc_pos = (uint16_t *)stash;
+    uint8_t *esc_exp = stash + 2 * SZ_MAX_ESC;
+    __shared__ Chunk slot[2]; // the chunk being decoded and the next, by iteration parity
+    __shared__ uint64_t l1[SZ_MAX_GROUPS];
 
     const uint32_t tid = threadIdx.x;
     {
-        uint32_t lo = (p.codebook[(tid & 15) >> 2] >> (8 * (tid & 3))) & 0xFF;
-        uint32_t hi = (p.codebook[(tid >> 4) >> 2] >> (8 * ((tid >> 4) & 3))) & 0xFF;
+        // Select codebook words without indexing the parameter array at
+        // run time (which would copy the parameters to local memory).
+        const uint32_t c0 = p.codebook[0], c1 = p.codebook[1], c2 = p.codebook[2], c3 = p.codebook[3];
+        uint32_t a = tid & 15, b = tid >> 4;
+        uint32_t wa = a < 8 ? (a < 4 ? c0 : c1) : (a < 12 ? c2 : c3);
+        uint32_t wb = b < 8 ? (b < 4 ? c0 : c1) : (b < 12 ? c2 : c3);
+        uint32_t lo = (wa >> (8 * (a & 3))) & 0xFF;
+        uint32_t hi = (wb >> (8 * (b & 3))) & 0xFF;
         lut[tid] = (lo << 7) | (hi << 23);
     }
     uint32_t *ctrl = (uint32_t *)p.ctrl;
@@ -99,123 +208,92 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_decode(const P
     const uint8_t *src = (const uint8_t *)p.src;
     uint8_t *dst = (uint8_t *)p.dst;
 
-    for (;;) {
+    // The group table, read once. A block that reads it after chunk 0 has
+    // overwritten it finds no ticket left (chunk 0 writes only after every
+    // chunk has been claimed and read), so it never uses what it read.
+    for (uint32_t g = tid; g < p.groups; g += SZ_THREADS) {
+        l1[g] = *(const uint64_t *)(src + SZ_HEADER + 8 * g);
+    }
+    __syncthreads(); // the group table is in shared memory
+
+    for (uint32_t it = 0;; it++) {
+        // Claim the next chunk (descending) and read its entry. Claiming
+        // ahead (two chunks in flight per block) and claiming in batches
+        // were both measured slower on the H200: see docs/PERF.md.
         if (tid == 0) {
             uint32_t t = atomicAdd(&ctrl[0], 1u);
             long long c = t < p.chunks ? (long long)(p.chunks - 1 - t) : -1;
-            uint32_t bad = 0;
-            uint64_t off = 0;
-            uint32_t esc = 0, lo = 0, span = 0;
-            if (c >= 0) {
-                uint64_t g = (uint64_t)c / p.group_chunks;
-                uint64_t gof = *(const uint64_t *)(src + SZ_HEADER + 8 * g);
-                uint64_t epos = gof + 16 * ((uint64_t)c % p.group_chunks);
-                if (gof < p.data_start || (gof & 15) || gof > p.size || epos + 16 > p.size) {
-                    bad = SZ_ERR_TABLE;
-                } else {
-                    uint4 e = *(const uint4 *)(src + epos);
-                    off = (uint64_t)e.x | ((uint64_t)e.y << 32);
-                    lo = e.z;
-                    esc = e.w & 0xFFFF;
-                    span = e.w >> 16;
-                    uint64_t cnt = min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
-                    uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
-                    uint64_t raw_len = align16(2 * cnt);
-                    uint64_t len = esc == SZ_RAW ? raw_len : esc_off + align16(3 * (uint64_t)esc);
-                    if ((off & 15) || off < p.data_start || off > p.size || len > p.size - off ||
-                        (esc != SZ_RAW && (esc > SZ_MAX_ESC || len >= raw_len))) {
-                        bad = SZ_ERR_TABLE;
-                    } else if (p.in_place && (c == 0 ? (lo != 0 || span != 0)
-                                                      : (span != 0 && (lo <= (uint64_t)c || lo + (uint64_t)span > p.chunks)))) {
-                        bad = SZ_ERR_READERS;
-                    }
-                }
-            }
-            s_chunk = c;
-            s_off = off;
-            s_esc = esc;
-            s_lo = lo;
-            s_span = span;
-            s_bad = bad;
+            uint64_t pos = c >= 0 ? entry_pos(p, l1, c) : 0;
+            slot[it & 1] = check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
         }
-        __syncthreads();
-        const long long c = s_chunk;
-        if (c < 0) {
+        __syncthreads(); // slot[it & 1] is ready; the previous chunk is done with shared memory
+        const Chunk k = slot[it & 1];
+        if (k.c < 0) {
             break;
         }
-        const uint32_t bad = s_bad;
+        const long long c = k.c;
         const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
-        const uint32_t esc = s_esc;
-        const bool raw = esc == SZ_RAW;
-        const uint8_t *base = src + s_off;
+        const bool raw = k.esc == SZ_RAW;
+        const uint8_t *base = src + k.off;
 
         // Read phase: everything into registers and shared memory.
-        uint4 r[8]; // coded: r[0..3] sign-mantissa, r[4..5] codes; raw: 8 x 16 bytes
-        if (!bad) {
+        uint4 r[SZ_RAW_REGS]; // coded: r[0..3] sign-mantissa, r[4..5] codes; raw: the first 24 KiB
+        if (!k.bad) {
             if (!raw) {
                 const uint8_t *nib = base + align16(cnt);
 #pragma unroll
-                for (int k = 0; k < SZ_ITERS; k++) {
-                    uint32_t v0 = k * (SZ_THREADS * 16) + tid * 16;
-                    uint2 nb = make_uint2(0, 0);
-                    if (v0 + 16 <= cnt) {
-                        r[k] = *(const uint4 *)(base + v0);
-                        nb = *(const uint2 *)(nib + v0 / 2);
+                for (int q = 0; q < SZ_ITERS; q++) {
+                    uint32_t v0 = q * (SZ_THREADS * 16) + tid * 16;
+                    r[q] = load16(base, v0, cnt);
+                    uint2 nb = load8(nib, v0 / 2, (cnt + 1) / 2);
+                    if (q & 1) {
+                        r[4 + q / 2].z = nb.x;
+                        r[4 + q / 2].w = nb.y;
                     } else {
-                        uint8_t b[16] = {0}, q[8] = {0};
-                        for (uint32_t j = 0; v0 + j < cnt; j++) {
-                            b[j] = base[v0 + j];
-                        }
-                        for (uint32_t j = 0; v0 + 2 * j < cnt; j++) {
-                            q[j] = nib[v0 / 2 + j];
-                        }
-                        r[k] = make_uint4(pack4(b), pack4(b + 4), pack4(b + 8), pack4(b + 12));
-                        nb = make_uint2(pack4(q), pack4(q + 4));
-                    }
-                    if (k & 1) {
-                        r[4 + k / 2].z = nb.x;
-                        r[4 + k / 2].w = nb.y;
-                    } else {
-                        r[4 + k / 2].x = nb.x;
-                        r[4 + k / 2].y = nb.y;
+                        r[4 + q / 2].x = nb.x;
+                        r[4 + q / 2].y = nb.y;
                     }
                 }
                 const uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
                 const uint16_t *pos = (const uint16_t *)(base + esc_off);
-                const uint8_t *exps = base + esc_off + 2 * (uint64_t)esc;
-                for (uint32_t i = tid; i < esc; i += SZ_THREADS) {
+                const uint8_t *exps = base + esc_off + 2 * (uint64_t)k.esc;
+                for (uint32_t i = tid; i < k.esc; i += SZ_THREADS) {
                     esc_pos[i] = pos[i];
                     esc_exp[i] = exps[i];
                 }
             } else {
 #pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    uint32_t b0 = k * (SZ_THREADS * 16) + tid * 16;
-                    if (b0 + 16 <= 2 * cnt) {
-                        r[k] = *(const uint4 *)(base + b0);
-                    } else {
-                        uint8_t b[16] = {0};
-                        for (uint32_t j = 0; b0 + j < 2 * cnt; j++) {
-                            b[j] = base[b0 + j];
-                        }
-                        r[k] = make_uint4(pack4(b), pack4(b + 4), pack4(b + 8), pack4(b + 12));
-                    }
+                for (int q = 0; q < SZ_RAW_REGS; q++) {
+                    r[q] = load16(base, q * (SZ_THREADS * 16) + tid * 16, 2 * cnt);
+                }
+                const uint32_t rest = SZ_RAW_REGS * SZ_THREADS * 16;
+                for (uint32_t i = tid * 16; i < SZ_RAW_STASH; i += SZ_THREADS * 16) {
+                    *(uint4 *)(stash + i) = load16(base, rest + i, 2 * cnt);
                 }
             }
         }
         __syncthreads(); // every read of this chunk has completed
 
         if (p.in_place) {
+            // Publish: the barrier orders the block's reads before thread
+            // 0's release, which is cumulative.
             if (tid == 0) {
-                __threadfence();
                 st_release(&flags[c], p.epoch);
+                red_release_add(&ctrl[3], 1u);
             }
-            if (!bad) {
-                uint64_t lo = c == 0 ? 1 : s_lo;
-                uint64_t hi = c == 0 ? p.chunks : (uint64_t)s_lo + s_span;
-                for (uint64_t d = lo + tid; d < hi; d += SZ_THREADS) {
-                    while (ld_acquire(&flags[d]) != p.epoch) {
-                        __nanosleep(100);
+            if (!k.bad) {
+                if (c == 0) {
+                    // Chunk 0 waits for every chunk: count them.
+                    if (tid == 0) {
+                        while (ld_acquire(&ctrl[3]) < p.chunks) {
+                            __nanosleep(32);
+                        }
+                    }
+                } else {
+                    for (uint64_t d = (uint64_t)k.lo + tid; d < (uint64_t)k.lo + k.span; d += SZ_THREADS) {
+                        while (ld_acquire(&flags[d]) != p.epoch) {
+                            __nanosleep(32);
+                        }
                     }
                 }
             }
@@ -223,68 +301,56 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_decode(const P
         }
 
         // Write phase.
-        if (!bad) {
-            uint8_t *out = dst + 2 * (uint64_t)c * SZ_CHUNK;
-            if (!raw) {
-#pragma unroll
-                for (int k = 0; k < SZ_ITERS; k++) {
-                    uint32_t v0 = k * (SZ_THREADS * 16) + tid * 16;
-                    if (v0 >= cnt) {
-                        continue;
-                    }
-                    uint4 s = r[k];
-                    uint32_t n0 = (k & 1) ? r[4 + k / 2].z : r[4 + k / 2].x;
-                    uint32_t n1 = (k & 1) ? r[4 + k / 2].w : r[4 + k / 2].y;
-                    uint32_t sw[4] = {s.x, s.y, s.z, s.w};
-                    uint32_t nw[2] = {n0, n1};
-                    uint32_t o[8];
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        uint32_t w = sw[j / 2];
-                        uint32_t spread = __byte_perm(w, 0, (j & 1) ? 0x4342 : 0x4140);
-                        uint32_t code = (nw[j / 4] >> (8 * (j & 3))) & 0xFF;
-                        o[j] = pair(spread, lut[code]);
-                    }
-                    if (v0 + 16 <= cnt) {
-                        *(uint4 *)(out + 2 * v0) = make_uint4(o[0], o[1], o[2], o[3]);
-                        *(uint4 *)(out + 2 * v0 + 16) = make_uint4(o[4], o[5], o[6], o[7]);
-                    } else {
-                        uint16_t *o16 = (uint16_t *)(out + 2 * v0);
-                        for (uint32_t j = 0; v0 + j < cnt; j++) {
-                            o16[j] = (uint16_t)(o[j / 2] >> (16 * (j & 1)));
-                        }
-                    }
-                }
-                if (esc) {
-                    __syncthreads(); // the block's main output is visible to all its threads
-                    uint16_t *o16 = (uint16_t *)out;
-                    for (uint32_t i = tid; i < esc; i += SZ_THREADS) {
-                        uint32_t pos = esc_pos[i];
-                        if (pos >= cnt || (i > 0 && esc_pos[i - 1] >= pos)) {
-                            atomicOr(err, SZ_ERR_ESCAPE);
-                            continue;
-                        }
-                        o16[pos] = (uint16_t)((o16[pos] & 0x807Fu) | ((uint32_t)esc_exp[i] << 7));
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    uint32_t b0 = k * (SZ_THREADS * 16) + tid * 16;
-                    if (b0 + 16 <= 2 * cnt) {
-                        *(uint4 *)(out + b0) = r[k];
-                    } else if (b0 < 2 * cnt) {
-                        uint32_t w[4] = {r[k].x, r[k].y, r[k].z, r[k].w};
-                        for (uint32_t j = 0; b0 + j < 2 * cnt; j++) {
-                            out[b0 + j] = (uint8_t)(w[j / 4] >> (8 * (j & 3)));
-                        }
-                    }
-                }
+        if (k.bad) {
+            if (tid == 0) {
+                atomicOr(err, k.bad);
             }
-        } else if (tid == 0) {
-            atomicOr(err, bad);
+            continue;
         }
-        __syncthreads(); // before the next claim overwrites the shared state
+        uint8_t *out = dst + 2 * (uint64_t)c * SZ_CHUNK;
+        if (raw) {
+#pragma unroll
+            for (int q = 0; q < SZ_RAW_REGS; q++) {
+                store16(out, q * (SZ_THREADS * 16) + tid * 16, 2 * cnt, r[q]);
+            }
+            const uint32_t rest = SZ_RAW_REGS * SZ_THREADS * 16;
+            for (uint32_t i = tid * 16; i < SZ_RAW_STASH; i += SZ_THREADS * 16) {
+                store16(out, rest + i, 2 * cnt, *(const uint4 *)(stash + i));
+            }
+            continue;
+        }
+#pragma unroll
+        for (int q = 0; q < SZ_ITERS; q++) {
+            uint32_t v0 = q * (SZ_THREADS * 16) + tid * 16;
+            if (v0 >= cnt) {
+                continue;
+            }
+            uint32_t sw[4] = {r[q].x, r[q].y, r[q].z, r[q].w};
+            uint32_t nw[2];
+            nw[0] = (q & 1) ? r[4 + q / 2].z : r[4 + q / 2].x;
+            nw[1] = (q & 1) ? r[4 + q / 2].w : r[4 + q / 2].y;
+            uint32_t o[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                uint32_t spread = __byte_perm(sw[j / 2], 0, (j & 1) ? 0x4342 : 0x4140);
+                uint32_t code = (nw[j / 4] >> (8 * (j & 3))) & 0xFF;
+                o[j] = pair(spread, lut[code]);
+            }
+            store16(out, 2 * v0, 2 * cnt, make_uint4(o[0], o[1], o[2], o[3]));
+            store16(out, 2 * v0 + 16, 2 * cnt, make_uint4(o[4], o[5], o[6], o[7]));
+        }
+        if (k.esc) {
+            __syncthreads(); // the block's main output is visible to all its threads
+            uint16_t *o16 = (uint16_t *)out;
+            for (uint32_t i = tid; i < k.esc; i += SZ_THREADS) {
+                uint32_t pos = esc_pos[i];
+                if (pos >= cnt || (i > 0 && esc_pos[i - 1] >= pos)) {
+                    atomicOr(err, SZ_ERR_ESCAPE);
+                    continue;
+                }
+                o16[pos] = (uint16_t)((o16[pos] & 0x807Fu) | ((uint32_t)esc_exp[i] << 7));
+            }
+        }
     }
 
     // The last block to leave resets the counters for the next launch.
@@ -293,6 +359,7 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_decode(const P
         if (atomicAdd(&ctrl[1], 1u) == gridDim.x - 1) {
             ctrl[0] = 0;
             ctrl[1] = 0;
+            ctrl[3] = 0;
             __threadfence();
         }
     }

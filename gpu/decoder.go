@@ -39,7 +39,7 @@ type Decoder struct {
 	mod     cuda.Module
 	fn      cuda.Function
 	maxGrid uint32
-	ctrl    cuda.DevicePtr // ticket, exited, error flag
+	ctrl    cuda.DevicePtr // uint32 ticket, exited blocks, error flag, chunks read
 	flags   cuda.DevicePtr
 	flagCap uint64
 	epoch   uint32

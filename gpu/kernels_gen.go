@@ -4,7 +4,7 @@ package gpu
 
 // Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
 const (
-	decodeSourceSHA256 = "dba93d994439780234f672b6398fa157b1a7e719600c8a42a6b55d9c7d37d1d4"
-	decodeFatbinSHA256 = "509688e4bf5f97ba086f2dd44beca8ef87f039888378e42f1caf0dd5e9742437"
+	decodeSourceSHA256 = "2f231eb16d281f08805e016d8120dc11965fc81ec52ad8f29017d3d4c6aa6b09"
+	decodeFatbinSHA256 = "0fc30f68f038c17672fdd1570cb9ddd1e72d703977b730a90f20f8da87a180ee"
 	decodeNVCCVersion  = "13.0"
 )

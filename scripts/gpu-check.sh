@@ -22,6 +22,7 @@ cp gpu/decode.fatbin gpu/kernels_gen.go "$OUT/" 2>/dev/null
 # Test with the kernel just built, whatever fatbin the binaries embed.
 export SPLITZIP_FATBIN=$PWD/gpu/decode.fatbin
 cuobjdump --list-elf gpu/decode.fatbin; cuobjdump --list-ptx gpu/decode.fatbin
+cuobjdump --dump-sass gpu/decode.fatbin > "$OUT/decode.sass" 2>/dev/null
 
 step "cuda binding tests"
 .dev/cuda.test -test.v -test.count=1 || fail "cuda tests"
@@ -38,17 +39,28 @@ step "compute-sanitizer racecheck"
 compute-sanitizer --tool racecheck --error-exitcode 9 .dev/gpu.test -test.short -test.run 'TestDecodeMatchesReference' -test.count=1 > "$OUT/racecheck.log" 2>&1 || fail "racecheck"
 tail -5 "$OUT/racecheck.log"
 
-step "verify --gpu on a generated checkpoint"
-rm -rf /tmp/sz-ck /tmp/sz-cache
-.dev/splitzip gen /tmp/sz-ck --size ${CK_SIZE:-1GiB} --shards 4 -q &&
-  .dev/splitzip compress /tmp/sz-ck -o /tmp/sz-cache --no-sync -q &&
-  .dev/splitzip verify /tmp/sz-cache --gpu -q || fail "verify --gpu"
+if [ -z "${SKIP_VERIFY:-}" ]; then
+  step "verify --gpu on a generated checkpoint"
+  rm -rf /tmp/sz-ck /tmp/sz-cache
+  .dev/splitzip gen /tmp/sz-ck --size ${CK_SIZE:-1GiB} --shards 4 -q &&
+    .dev/splitzip compress /tmp/sz-ck -o /tmp/sz-cache --no-sync -q &&
+    .dev/splitzip verify /tmp/sz-cache --gpu -q || fail "verify --gpu"
+fi
 
 step "bench decode"
 .dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 --json > "$OUT/bench-decode.json" || fail "bench decode"
 .dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 || fail "bench decode (text)"
-step "bench h2d"
-.dev/splitzip bench h2d --json > "$OUT/bench-h2d.json" || fail "bench h2d"
-.dev/splitzip bench h2d
+if [ -z "${SKIP_H2D:-}" ]; then
+  step "bench h2d"
+  .dev/splitzip bench h2d --json > "$OUT/bench-h2d.json" || fail "bench h2d"
+  .dev/splitzip bench h2d
+fi
+if [ -n "${NCU:-}" ]; then
+  step "ncu (clock control none), one 512 MiB in-place launch"
+  ncu --clock-control none --kernel-name splitzip_decode --launch-skip 10 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    .dev/splitzip bench decode --size 512MiB --runs 20 > "$OUT/ncu.txt" 2>&1 || fail "ncu"
+  grep -E "Duration|Throughput|Achieved Occupancy|Registers|Theoretical Occupancy|Warp Cycles Per Issued|Stall|Eligible|Issued Warp|Block Limit" "$OUT/ncu.txt" | head -40
+fi
 echo; echo "gpu-check status: $status"
 exit $status
