@@ -28,14 +28,9 @@
 #define SZ_THREADS 256
 #define SZ_ITERS (SZ_CHUNK / (SZ_THREADS * 16))
 #define SZ_MAX_ESC 2725
-#define SZ_RAW_REGS 6                                   // 16-byte registers per thread for raw data
-#define SZ_RAW_STASH (2 * SZ_CHUNK - SZ_RAW_REGS * SZ_THREADS * 16) // raw bytes kept in shared memory
 #define SZ_RAW 0xFFFFu
 #define SZ_HEADER 64
 #define SZ_MAX_GROUPS 512 // the group table is at most 4096 bytes
-#ifndef SZ_MIN_BLOCKS
-#define SZ_MIN_BLOCKS 4 // resident blocks per SM the register budget must allow
-#endif
 
 // Error bits reported in *err.
 #define SZ_ERR_TABLE 1u   // a group table or entry is out of range or inconsistent
@@ -135,36 +130,6 @@ __device__ __forceinline__ Chunk check(const Params p, long long c, bool ok, uin
     return k;
 }
 
-// load16 reads the bytes [i, i + 16) of a buffer of len bytes, zero past len.
-__device__ __forceinline__ uint4 load16(const uint8_t *b, uint32_t i, uint32_t len) {
-    if (i + 16 <= len) {
-        return *(const uint4 *)(b + i);
-    }
-    uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        if (i + j < len) {
-            w[j / 4] |= (uint32_t)b[i + j] << (8 * (j & 3));
-        }
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// load8 reads the bytes [i, i + 8) of a buffer of len bytes, zero past len.
-__device__ __forceinline__ uint2 load8(const uint8_t *b, uint32_t i, uint32_t len) {
-    if (i + 8 <= len) {
-        return *(const uint2 *)(b + i);
-    }
-    uint32_t w[2] = {0, 0};
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        if (i + j < len) {
-            w[j / 4] |= (uint32_t)b[i + j] << (8 * (j & 3));
-        }
-    }
-    return make_uint2(w[0], w[1]);
-}
-
 // store16 writes the bytes [i, i + 16) of a buffer of len bytes, none past len.
 __device__ __forceinline__ void store16(uint8_t *b, uint32_t i, uint32_t len, uint4 v) {
     if (i + 16 <= len) {
@@ -180,14 +145,51 @@ __device__ __forceinline__ void store16(uint8_t *b, uint32_t i, uint32_t len, ui
     }
 }
 
+// Asynchronous 16-byte copies from global to shared memory (sm_80+):
+// a block's loads for the next chunk stay in flight, holding no registers,
+// while it waits for and writes the current one.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_prev() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// SZ_BUF is one chunk's largest stored size: 2 x 16 KiB of raw values.
+#define SZ_BUF (2 * SZ_CHUNK)
+// Dynamic shared memory per block: two chunk buffers.
+#define SZ_DYN_SMEM (2 * SZ_BUF)
+
+// claim takes the next ticket and reads the chunk's entry (thread 0).
+__device__ __forceinline__ Chunk claim(const Params p, uint32_t *ctrl, const uint64_t *l1, const uint8_t *src) {
+    uint32_t t = atomicAdd(&ctrl[0], 1u);
+    long long c = t < p.chunks ? (long long)(p.chunks - 1 - t) : -1;
+    uint64_t pos = c >= 0 ? entry_pos(p, l1, c) : 0;
+    return check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
+}
+
+// fetch starts the asynchronous copy of chunk k's stored bytes into buf.
+__device__ __forceinline__ void fetch(const Params p, const Chunk &k, const uint8_t *src, uint8_t *buf, uint32_t tid) {
+    if (k.c >= 0 && !k.bad) {
+        const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)k.c * SZ_CHUNK);
+        uint32_t len = k.esc == SZ_RAW ? (uint32_t)align16(2 * cnt)
+                                       : (uint32_t)(align16(cnt) + align16((cnt + 1) / 2) + align16(3 * k.esc));
+        for (uint32_t i = tid * 16; i < len; i += SZ_THREADS * 16) {
+            cp_async16(buf + i, src + k.off + i);
+        }
+    }
+    cp_async_commit(); // an empty group keeps the group count in step
+}
+
+#ifndef SZ_MIN_BLOCKS
+#define SZ_MIN_BLOCKS 3 // blocks per SM: shared memory allows three
+#endif
+
 extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip_decode(const Params p) {
-    __shared__ uint32_t lut[256]; // code pair byte -> exponent bits of both values
-    // Escapes of a coded chunk (positions, then exponents), or the last
-    // 8 KiB of a raw chunk, which does not fit the registers.
-    __shared__ __align__(16) uint8_t stash[SZ_RAW_STASH];
-    uint16_t *esc_pos = (uint16_t *)stash;
-    uint8_t *esc_exp = stash + 2 * SZ_MAX_ESC;
-    __shared__ Chunk slot[2]; // the chunk being decoded and the next, by iteration parity
+    extern __shared__ __align__(16) uint8_t bufs[]; // SZ_DYN_SMEM: two chunk buffers
+    __shared__ uint32_t lut[256];                    // code pair byte -> exponent bits of both values
+    __shared__ Chunk slot[2];                        // the chunk being written and the one being read
     __shared__ uint64_t l1[SZ_MAX_GROUPS];
 
     const uint32_t tid = threadIdx.x;
@@ -215,65 +217,32 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
         l1[g] = *(const uint64_t *)(src + SZ_HEADER + 8 * g);
     }
     __syncthreads(); // the group table is in shared memory
+    if (tid == 0) {
+        slot[0] = claim(p, ctrl, l1, src);
+    }
+    __syncthreads();
+    fetch(p, slot[0], src, bufs, tid);
 
+    // Iteration it writes chunk slot[it & 1] (in buffer it & 1) while chunk
+    // slot[(it + 1) & 1] is being read into the other buffer. A block thus
+    // holds one chunk it has not finished reading; it is lower than the
+    // chunk being written, and every wait is for higher chunks, so the
+    // highest chunk not yet written can always finish: no deadlock.
     for (uint32_t it = 0;; it++) {
-        // Claim the next chunk (descending) and read its entry. Claiming
-        // ahead (two chunks in flight per block) and claiming in batches
-        // were both measured slower on the H200: see docs/PERF.md.
-        if (tid == 0) {
-            uint32_t t = atomicAdd(&ctrl[0], 1u);
-            long long c = t < p.chunks ? (long long)(p.chunks - 1 - t) : -1;
-            uint64_t pos = c >= 0 ? entry_pos(p, l1, c) : 0;
-            slot[it & 1] = check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
-        }
-        __syncthreads(); // slot[it & 1] is ready; the previous chunk is done with shared memory
         const Chunk k = slot[it & 1];
         if (k.c < 0) {
             break;
         }
-        const long long c = k.c;
-        const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
-        const bool raw = k.esc == SZ_RAW;
-        const uint8_t *base = src + k.off;
-
-        // Read phase: everything into registers and shared memory.
-        uint4 r[SZ_RAW_REGS]; // coded: r[0..3] sign-mantissa, r[4..5] codes; raw: the first 24 KiB
-        if (!k.bad) {
-            if (!raw) {
-                const uint8_t *nib = base + align16(cnt);
-#pragma unroll
-                for (int q = 0; q < SZ_ITERS; q++) {
-                    uint32_t v0 = q * (SZ_THREADS * 16) + tid * 16;
-                    r[q] = load16(base, v0, cnt);
-                    uint2 nb = load8(nib, v0 / 2, (cnt + 1) / 2);
-                    if (q & 1) {
-                        r[4 + q / 2].z = nb.x;
-                        r[4 + q / 2].w = nb.y;
-                    } else {
-                        r[4 + q / 2].x = nb.x;
-                        r[4 + q / 2].y = nb.y;
-                    }
-                }
-                const uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
-                const uint16_t *pos = (const uint16_t *)(base + esc_off);
-                const uint8_t *exps = base + esc_off + 2 * (uint64_t)k.esc;
-                for (uint32_t i = tid; i < k.esc; i += SZ_THREADS) {
-                    esc_pos[i] = pos[i];
-                    esc_exp[i] = exps[i];
-                }
-            } else {
-#pragma unroll
-                for (int q = 0; q < SZ_RAW_REGS; q++) {
-                    r[q] = load16(base, q * (SZ_THREADS * 16) + tid * 16, 2 * cnt);
-                }
-                const uint32_t rest = SZ_RAW_REGS * SZ_THREADS * 16;
-                for (uint32_t i = tid * 16; i < SZ_RAW_STASH; i += SZ_THREADS * 16) {
-                    *(uint4 *)(stash + i) = load16(base, rest + i, 2 * cnt);
-                }
-            }
+        if (tid == 0) {
+            slot[(it + 1) & 1] = claim(p, ctrl, l1, src);
         }
-        __syncthreads(); // every read of this chunk has completed
+        __syncthreads(); // the next claim is visible
+        uint8_t *buf = bufs + (it & 1) * SZ_BUF;
+        fetch(p, slot[(it + 1) & 1], src, bufs + ((it + 1) & 1) * SZ_BUF, tid);
+        cp_async_wait_prev(); // this thread's copies of chunk k have landed
+        __syncthreads();      // every copy of chunk k has landed: it is read
 
+        const long long c = k.c;
         if (p.in_place) {
             // Publish: the barrier orders the block's reads before thread
             // 0's release, which is cumulative.
@@ -283,8 +252,7 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
             }
             if (!k.bad) {
                 if (c == 0) {
-                    // Chunk 0 waits for every chunk: count them.
-                    if (tid == 0) {
+                    if (tid == 0) { // chunk 0 waits for every chunk: count them
                         while (ld_acquire(&ctrl[3]) < p.chunks) {
                             __nanosleep(32);
                         }
@@ -300,35 +268,32 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
             __syncthreads();
         }
 
-        // Write phase.
         if (k.bad) {
             if (tid == 0) {
                 atomicOr(err, k.bad);
             }
             continue;
         }
+        const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
         uint8_t *out = dst + 2 * (uint64_t)c * SZ_CHUNK;
-        if (raw) {
-#pragma unroll
-            for (int q = 0; q < SZ_RAW_REGS; q++) {
-                store16(out, q * (SZ_THREADS * 16) + tid * 16, 2 * cnt, r[q]);
-            }
-            const uint32_t rest = SZ_RAW_REGS * SZ_THREADS * 16;
-            for (uint32_t i = tid * 16; i < SZ_RAW_STASH; i += SZ_THREADS * 16) {
-                store16(out, rest + i, 2 * cnt, *(const uint4 *)(stash + i));
+        if (k.esc == SZ_RAW) {
+            for (uint32_t i = tid * 16; i < 2 * cnt; i += SZ_THREADS * 16) {
+                store16(out, i, 2 * cnt, *(const uint4 *)(buf + i));
             }
             continue;
         }
+        const uint8_t *nib = buf + align16(cnt);
 #pragma unroll
         for (int q = 0; q < SZ_ITERS; q++) {
             uint32_t v0 = q * (SZ_THREADS * 16) + tid * 16;
             if (v0 >= cnt) {
                 continue;
             }
-            uint32_t sw[4] = {r[q].x, r[q].y, r[q].z, r[q].w};
-            uint32_t nw[2];
-            nw[0] = (q & 1) ? r[4 + q / 2].z : r[4 + q / 2].x;
-            nw[1] = (q & 1) ? r[4 + q / 2].w : r[4 + q / 2].y;
+            // Bytes past the chunk's end are stale; store16 drops them.
+            uint4 s = *(const uint4 *)(buf + v0);
+            uint2 n = *(const uint2 *)(nib + v0 / 2);
+            uint32_t sw[4] = {s.x, s.y, s.z, s.w};
+            uint32_t nw[2] = {n.x, n.y};
             uint32_t o[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
@@ -341,6 +306,9 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
         }
         if (k.esc) {
             __syncthreads(); // the block's main output is visible to all its threads
+            const uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
+            const uint16_t *esc_pos = (const uint16_t *)(buf + esc_off);
+            const uint8_t *esc_exp = buf + esc_off + 2 * (uint64_t)k.esc;
             uint16_t *o16 = (uint16_t *)out;
             for (uint32_t i = tid; i < k.esc; i += SZ_THREADS) {
                 uint32_t pos = esc_pos[i];
@@ -352,6 +320,7 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
             }
         }
     }
+    cp_async_wait_all();
 
     // The last block to leave resets the counters for the next launch.
     if (tid == 0) {

@@ -14,6 +14,8 @@ import (
 // Kernel constants; decode.cu defines the same.
 const (
 	threads = 256
+	// dynSmem is SZ_DYN_SMEM: two 32 KiB chunk buffers per block.
+	dynSmem = 2 * 2 * codec.ChunkValues
 	// Error bits of the kernel's error flag.
 	errTable   = 1
 	errEscape  = 2
@@ -70,7 +72,13 @@ func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	per, err := ctx.MaxActiveBlocks(d.fn, threads, 0)
+	if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrMaxDynamicSharedBytes, dynSmem); err != nil {
+		return nil, err
+	}
+	if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
+		return nil, err
+	}
+	per, err := ctx.MaxActiveBlocks(d.fn, threads, dynSmem)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +164,7 @@ func (d *Decoder) launch(dst, src cuda.DevicePtr, h *codec.Header, inPlace bool,
 		pr.InPlace = 1
 	}
 	grid := uint32(min(uint64(d.maxGrid), N))
-	return d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, 0, s, unsafe.Pointer(&pr))
+	return d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, dynSmem, s, unsafe.Pointer(&pr))
 }
 
 // TakeError waits for s, returns the kernel error bits reported since the

@@ -4,7 +4,7 @@ package gpu
 
 // Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
 const (
-	decodeSourceSHA256 = "2f231eb16d281f08805e016d8120dc11965fc81ec52ad8f29017d3d4c6aa6b09"
-	decodeFatbinSHA256 = "0fc30f68f038c17672fdd1570cb9ddd1e72d703977b730a90f20f8da87a180ee"
+	decodeSourceSHA256 = "b0872e81907ce0c44feb4e70af39ed4ddc6c1e00618af1bd660ee16cbc3d26b1"
+	decodeFatbinSHA256 = "d56793384206a47ff249557db0dc323ddfdcd5186a0c66bb4e4d78ffb1e17ebd"
 	decodeNVCCVersion  = "13.0"
 )

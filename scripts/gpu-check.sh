@@ -27,7 +27,7 @@ cuobjdump --dump-sass gpu/decode.fatbin > "$OUT/decode.sass" 2>/dev/null
 step "cuda binding tests"
 .dev/cuda.test -test.v -test.count=1 || fail "cuda tests"
 step "gpu tests"
-.dev/gpu.test -test.v -test.count=1 ${GPU_TEST_ARGS:-} || fail "gpu tests"
+(cd gpu && ../.dev/gpu.test -test.v -test.count=1 ${GPU_TEST_ARGS:-}) || fail "gpu tests"
 if [ -n "${LARGE:-}" ]; then
   step "large tensor"
   SPLITZIP_LARGE=1 .dev/gpu.test -test.v -test.run TestLarge -test.count=1 || fail "large"

@@ -39,6 +39,17 @@ func (c *Context) MaxActiveBlocks(f Function, blockSize int, dynSmem uint64) (in
 	return int(n), err
 }
 
+// Kernel attributes (CUfunction_attribute).
+const (
+	FuncAttrMaxDynamicSharedBytes = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	FuncAttrSharedCarveout        = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent
+)
+
+// SetFuncAttribute sets a kernel attribute.
+func (c *Context) SetFuncAttribute(f Function, attr, value int) error {
+	return c.call("cuFuncSetAttribute", func() Result { return c.lib.cuFuncSetAttribute(f, int32(attr), int32(value)) })
+}
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z uint32 }
 
