@@ -1,0 +1,268 @@
+package transport
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/splitzip/splitzip/codec"
+)
+
+// Hooks inject faults into the CPU engine (tests).
+type Hooks struct {
+	// Copy and Decode, if set, are called before each operation runs; an
+	// error fails the operation (as a failed DMA or launch would).
+	Copy   func(dst DevPtr, n int) error
+	Decode func(dst DevPtr, h *codec.Header) error
+	// Map, if set, is called before memory is mapped (out of memory).
+	Map func(n uint64) error
+}
+
+// CPUEngine implements Engine in host memory. Each stream is a goroutine
+// that runs its operations in order, so completion is asynchronous as on
+// a GPU and the transports' ordering is really exercised.
+type CPUEngine struct {
+	mu      sync.Mutex
+	ranges  map[DevPtr][]byte // reserved ranges by base
+	next    DevPtr
+	streams []chan func()
+	states  []*streamState
+	hooks   Hooks
+	pinned  uint64
+	closed  bool
+}
+
+// NewCPUEngine returns a CPU engine with the given number of streams.
+func NewCPUEngine(streams int, hooks Hooks) *CPUEngine {
+	e := &CPUEngine{ranges: map[DevPtr][]byte{}, next: 1 << 40, hooks: hooks}
+	for range max(streams, 1) {
+		ch := make(chan func(), 1024)
+		e.streams = append(e.streams, ch)
+		e.states = append(e.states, &streamState{})
+		go func() {
+			for op := range ch {
+				op()
+			}
+		}()
+	}
+	return e
+}
+
+// Name returns "cpu".
+func (e *CPUEngine) Name() string { return "cpu" }
+
+// Pinned allocates ordinary memory.
+func (e *CPUEngine) Pinned(n uint64) ([]byte, error) {
+	e.mu.Lock()
+	e.pinned += n
+	e.mu.Unlock()
+	return make([]byte, n), nil
+}
+
+// FreePinned forgets the memory.
+func (e *CPUEngine) FreePinned(b []byte) error {
+	e.mu.Lock()
+	e.pinned -= uint64(len(b))
+	e.mu.Unlock()
+	return nil
+}
+
+// PinnedBytes returns the pinned memory allocated and not freed.
+func (e *CPUEngine) PinnedBytes() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pinned
+}
+
+// Granularity is 64 KiB.
+func (e *CPUEngine) Granularity() uint64 { return 64 << 10 }
+
+// Reserve reserves an address range; memory comes with Map.
+func (e *CPUEngine) Reserve(size uint64) (DevPtr, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.next
+	e.next += DevPtr(size+e.Granularity()) &^ DevPtr(e.Granularity()-1)
+	e.ranges[p] = make([]byte, 0, size) // backing allocated lazily by Map
+	return p, nil
+}
+
+// Map backs [p, p+n) with memory.
+func (e *CPUEngine) Map(p DevPtr, n uint64) error {
+	if e.hooks.Map != nil {
+		if err := e.hooks.Map(n); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	base, b, err := e.find(p, n)
+	if err != nil {
+		return err
+	}
+	if end := uint64(p-base) + n; end > uint64(len(b)) {
+		e.ranges[base] = b[:end]
+	}
+	return nil
+}
+
+// Unmap is a no-op for host memory beyond bookkeeping.
+func (e *CPUEngine) Unmap(p DevPtr, n uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, _, err := e.find(p, n)
+	return err
+}
+
+// Release frees a reserved range.
+func (e *CPUEngine) Release(p DevPtr, size uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.ranges[p]; !ok {
+		return fmt.Errorf("cpu engine: release of unknown range %#x", p)
+	}
+	delete(e.ranges, p)
+	return nil
+}
+
+// find returns the range holding [p, p+n).
+func (e *CPUEngine) find(p DevPtr, n uint64) (DevPtr, []byte, error) {
+	for base, b := range e.ranges {
+		if p >= base && uint64(p-base)+n <= uint64(cap(b)) {
+			return base, b, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("cpu engine: [%#x, +%d) is outside every reserved range", p, n)
+}
+
+// mem returns the mapped host bytes of [p, p+n).
+func (e *CPUEngine) mem(p DevPtr, n uint64) ([]byte, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	base, b, err := e.find(p, n)
+	if err != nil {
+		return nil, err
+	}
+	off := uint64(p - base)
+	if off+n > uint64(len(b)) {
+		return nil, fmt.Errorf("cpu engine: [%#x, +%d) is not mapped", p, n)
+	}
+	return b[off : off+n], nil
+}
+
+// Streams returns the number of streams.
+func (e *CPUEngine) Streams() int { return len(e.streams) }
+
+// cpuEvent completes when its stream reaches it.
+type cpuEvent struct {
+	done chan struct{}
+	err  error
+}
+
+func (ev *cpuEvent) Wait() error { <-ev.done; return ev.err }
+
+func (ev *cpuEvent) Done() bool {
+	select {
+	case <-ev.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// streamState carries a stream's first error to its next event; only the
+// stream's goroutine touches it.
+type streamState struct{ err error }
+
+func (e *CPUEngine) state(s int) *streamState { return e.states[s] }
+
+func (e *CPUEngine) enqueue(s int, op func() error) error {
+	if s < 0 || s >= len(e.streams) {
+		return fmt.Errorf("cpu engine: no stream %d", s)
+	}
+	st := e.state(s)
+	e.streams[s] <- func() {
+		if st.err == nil {
+			st.err = op()
+		}
+	}
+	return nil
+}
+
+// CopyHtoD enqueues a copy.
+func (e *CPUEngine) CopyHtoD(s int, dst DevPtr, src []byte) error {
+	return e.enqueue(s, func() error {
+		if e.hooks.Copy != nil {
+			if err := e.hooks.Copy(dst, len(src)); err != nil {
+				return err
+			}
+		}
+		d, err := e.mem(dst, uint64(len(src)))
+		if err != nil {
+			return err
+		}
+		copy(d, src)
+		return nil
+	})
+}
+
+// DecodeInPlace enqueues a decode with the Go reference decoder.
+func (e *CPUEngine) DecodeInPlace(s int, dst DevPtr, h *codec.Header) error {
+	hc := *h
+	return e.enqueue(s, func() error {
+		if e.hooks.Decode != nil {
+			if err := e.hooks.Decode(dst, &hc); err != nil {
+				return err
+			}
+		}
+		d, err := e.mem(dst, 2*hc.Values)
+		if err != nil {
+			return err
+		}
+		// The reference decoder works out of place: set the payload aside.
+		payload := append([]byte(nil), d[:hc.Size]...)
+		return codec.Decode(d, payload)
+	})
+}
+
+// Record enqueues an event; it carries the stream's first error since the
+// previous event, and clears it.
+func (e *CPUEngine) Record(s int) (Event, error) {
+	ev := &cpuEvent{done: make(chan struct{})}
+	if s < 0 || s >= len(e.streams) {
+		return nil, fmt.Errorf("cpu engine: no stream %d", s)
+	}
+	st := e.state(s)
+	e.streams[s] <- func() {
+		ev.err, st.err = st.err, nil
+		close(ev.done)
+	}
+	return ev, nil
+}
+
+// WaitEvent makes stream s wait for ev.
+func (e *CPUEngine) WaitEvent(s int, ev Event) error {
+	return e.enqueue(s, func() error { ev.Wait(); return nil })
+}
+
+// ReadBack copies device memory to dst.
+func (e *CPUEngine) ReadBack(dst []byte, src DevPtr) error {
+	d, err := e.mem(src, uint64(len(dst)))
+	if err != nil {
+		return err
+	}
+	copy(dst, d)
+	return nil
+}
+
+// Close stops the streams.
+func (e *CPUEngine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		e.closed = true
+		for _, ch := range e.streams {
+			close(ch)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors callers test with errors.Is.
+var (
+	// ErrShortRead reports a source file that ends before a tensor does.
+	ErrShortRead = errors.New("short read: source file truncated")
+	// ErrTooLarge reports a payload larger than the staging buffers.
+	ErrTooLarge = errors.New("payload larger than the staging buffers")
+)
+
+// Error names the tensor an upload failed for.
+type Error struct {
+	Tensor string
+	Err    error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("tensor %q: %v", e.Tensor, e.Err) }
+
+func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// Specs returns the arena specs of every tensor of a cached source.
+func Specs(src *shardcache.Source) []vmm.Spec {
+	var out []vmm.Spec
+	for _, sh := range src.Shards {
+		for _, t := range sh.Tensors {
+			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape,
+				Shard: filepath.Join(src.Root, sh.Name), Offset: t.Offset, Size: t.Size})
+		}
+	}
+	return out
+}
+
+// LoadOptions configures Load.
+type LoadOptions struct {
+	Raw      bool // the raw transport only
+	Resident bool // keep bytes (payloads, or raw bytes with Raw) in pinned memory across repeats
+	Repeat   int  // fault everything in this many times (evicting in between)
+	Check    bool // read the arena back after the first run and compare with the source
+	Readers  int
+	// FirstGroup names the bindings whose readiness is reported as the
+	// first layer (default: names starting with "model.layers.0.").
+	FirstGroup func(name string) bool
+}
+
+// RunReport is one fault-in of every binding.
+type RunReport struct {
+	Wall       time.Duration `json:"wall_ns"`
+	GBps       float64       `json:"gb_per_s"` // raw tensor bytes per wall second, 1e9
+	FirstLayer time.Duration `json:"first_layer_ready_ns"`
+}
+
+// LoadReport is what Load measured.
+type LoadReport struct {
+	Device      string        `json:"device"`
+	Mode        string        `json:"mode"` // "raw" or "splitzip", "+resident"
+	Tensors     int           `json:"tensors"`
+	RawBytes    uint64        `json:"raw_bytes"`
+	MovedBytes  uint64        `json:"moved_bytes"` // bytes copied to the device, all runs
+	ArenaBytes  uint64        `json:"arena_bytes"`
+	PinnedBytes uint64        `json:"pinned_bytes"`
+	Read        time.Duration `json:"read_ns"`   // summed over reader goroutines
+	Verify      time.Duration `json:"verify_ns"` // payload checksums
+	Submit      time.Duration `json:"submit_ns"` // enqueueing copies and decodes
+	Checked     bool          `json:"checked"`
+	Runs        []RunReport   `json:"runs"`
+}
+
+// Load builds an arena for a cached source on eng and faults every tensor
+// in, Repeat times, through the SplitZip transport (or the raw one).
+func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
+	if opts.Repeat < 1 {
+		opts.Repeat = 1
+	}
+	if opts.FirstGroup == nil {
+		opts.FirstGroup = func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") }
+	}
+	specs := Specs(src)
+	arena, err := vmm.New(eng, specs, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer arena.Close()
+	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident})
+	if err != nil {
+		return nil, err
+	}
+	var t Transport = raw
+	mode := "raw"
+	if !opts.Raw {
+		t = NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers})
+		mode = "splitzip"
+	}
+	if opts.Resident {
+		mode += "+resident"
+	}
+	defer t.Close()
+	st := NewStore(eng, t)
+	rep := &LoadReport{Device: eng.Name(), Mode: mode, Tensors: len(specs), ArenaBytes: arena.Size()}
+	bs := arena.Bindings()
+	for _, b := range bs {
+		rep.RawBytes += b.Size
+	}
+	for run := range opts.Repeat {
+		if run > 0 {
+			st.Evict(bs...)
+		}
+		t0 := time.Now()
+		fences := st.FaultIn(bs)
+		var first time.Duration
+		for i, b := range bs { // the first layer's fences first
+			if opts.FirstGroup(b.Name) {
+				if err := fences[i].Wait(); err != nil {
+					return nil, err
+				}
+			}
+		}
+		first = time.Since(t0)
+		for _, f := range fences {
+			if err := f.Wait(); err != nil {
+				return nil, err
+			}
+		}
+		wall := time.Since(t0)
+		rep.Runs = append(rep.Runs, RunReport{Wall: wall, GBps: float64(rep.RawBytes) / wall.Seconds() / 1e9, FirstLayer: first})
+		if run == 0 && opts.Check {
+			if err := check(eng, bs); err != nil {
+				return nil, err
+			}
+			rep.Checked = true
+		}
+	}
+	s := t.Stats()
+	rep.Read, rep.Verify, rep.Submit, rep.MovedBytes = s.Read, s.Verify, s.Submit, s.Bytes
+	rep.PinnedBytes = t.PinnedBytes()
+	return rep, nil
+}
+
+// check reads every binding back and compares it with its source slice.
+func check(eng Engine, bs []*vmm.Binding) error {
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, b := range bs {
+		f, ok := files[b.Shard]
+		if !ok {
+			var err error
+			if f, err = os.Open(b.Shard); err != nil {
+				return err
+			}
+			files[b.Shard] = f
+		}
+		want := make([]byte, b.Size)
+		if _, err := f.ReadAt(want, int64(b.Offset)); err != nil {
+			return fmt.Errorf("%s: %w", b.Shard, err)
+		}
+		got := make([]byte, b.Size)
+		if err := eng.ReadBack(got, b.Addr); err != nil {
+			return &Error{Tensor: b.Name, Err: err}
+		}
+		if !bytes.Equal(got, want) {
+			return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes differ from the source")}
+		}
+	}
+	return nil
+}

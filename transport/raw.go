@@ -1,0 +1,318 @@
+package transport
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// Transport uploads bindings into their arena ranges.
+type Transport interface {
+	// UploadBatch starts uploading bs and returns one fence per binding,
+	// in order. It returns once every read has been submitted; the fences
+	// complete when the bytes are in place. A fence's error names the tensor.
+	UploadBatch(bs []*vmm.Binding) []Fence
+	// Stats returns the time spent so far.
+	Stats() Stats
+	// PinnedBytes returns the pinned host memory the transport holds.
+	PinnedBytes() uint64
+	Close() error
+}
+
+// Stats splits a transport's time (summed over its goroutines).
+type Stats struct {
+	Read   time.Duration // reading files into pinned memory
+	Verify time.Duration // payload checksums
+	Submit time.Duration // enqueueing copies and decodes
+	Bytes  uint64        // bytes moved to the device (payload bytes for SplitZip)
+}
+
+// RawOptions configures a Raw transport.
+type RawOptions struct {
+	SlotBytes uint64 // size of each pinned staging buffer (default 16 MiB)
+	Slots     int    // staging buffers (default 2 per reader)
+	Readers   int    // reader goroutines (default 4)
+	// Resident keeps every tensor's bytes in pinned memory after its first
+	// upload, so a re-fault reads no file (the offload case).
+	Resident bool
+}
+
+// Raw is the native transport: file bytes, unchanged, into the arena.
+type Raw struct {
+	eng   Engine
+	opts  RawOptions
+	slots chan *slot
+	files fileCache
+
+	mu       sync.Mutex // guards resident, stats and submission order
+	resident map[*vmm.Binding][]byte
+	stats    Stats
+	pinned   uint64
+	next     int // stream round robin
+}
+
+// slot is a pinned staging buffer and the event of the last copy from it.
+type slot struct {
+	buf []byte
+	ev  Event
+}
+
+// NewRaw allocates the staging ring.
+func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
+	if opts.SlotBytes == 0 {
+		opts.SlotBytes = 16 << 20
+	}
+	if opts.Readers <= 0 {
+		opts.Readers = 4
+	}
+	if opts.Slots <= 0 {
+		opts.Slots = 2 * opts.Readers
+	}
+	r := &Raw{eng: eng, opts: opts, slots: make(chan *slot, opts.Slots), resident: map[*vmm.Binding][]byte{}}
+	for range opts.Slots {
+		b, err := eng.Pinned(opts.SlotBytes)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.pinned += opts.SlotBytes
+		r.slots <- &slot{buf: b}
+	}
+	return r, nil
+}
+
+// piece is a part of a binding that fits a slot.
+type piece struct {
+	i      int // binding index in the batch
+	off, n uint64
+}
+
+// UploadBatch implements Transport.
+func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
+	fences := make([][]Fence, len(bs))
+	errs := make([]error, len(bs))
+	work := make(chan piece)
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	fail := func(i int, err error) {
+		emu.Lock()
+		if errs[i] == nil {
+			errs[i] = err
+		}
+		emu.Unlock()
+	}
+	for range r.opts.Readers {
+		wg.Go(func() {
+			for p := range work {
+				b := bs[p.i]
+				emu.Lock()
+				failed := errs[p.i] != nil
+				emu.Unlock()
+				if failed {
+					continue
+				}
+				f, err := r.uploadPiece(b, p)
+				if err != nil {
+					fail(p.i, err)
+					continue
+				}
+				emu.Lock()
+				fences[p.i] = append(fences[p.i], f)
+				emu.Unlock()
+			}
+		})
+	}
+	for i, b := range bs {
+		if r.opts.Resident {
+			work <- piece{i, 0, b.Size} // one piece: the resident buffer
+			continue
+		}
+		for off := uint64(0); off < b.Size || off == 0; off += r.opts.SlotBytes {
+			work <- piece{i, off, min(r.opts.SlotBytes, b.Size-off)}
+			if b.Size == 0 {
+				break
+			}
+		}
+	}
+	close(work)
+	wg.Wait()
+	out := make([]Fence, len(bs))
+	for i, b := range bs {
+		switch {
+		case errs[i] != nil:
+			out[i] = errFence{&Error{Tensor: b.Name, Err: errs[i]}}
+		default:
+			out[i] = wrapFence{allFence(fences[i]), b.Name}
+		}
+	}
+	return out
+}
+
+// uploadPiece reads a piece into a slot (or the resident buffer) and
+// submits its copy.
+func (r *Raw) uploadPiece(b *vmm.Binding, p piece) (Fence, error) {
+	if p.n == 0 {
+		return doneFence{}, nil
+	}
+	if r.opts.Resident {
+		buf, err := r.residentBytes(b)
+		if err != nil {
+			return nil, err
+		}
+		return r.submit(b.Addr, buf, nil)
+	}
+	s := <-r.slots
+	defer func() { r.slots <- s }()
+	if s.ev != nil {
+		// The copy that last read this buffer must be done before we
+		// overwrite it; its error belongs to that copy's fence.
+		s.ev.Wait()
+		s.ev = nil
+	}
+	t0 := time.Now()
+	err := r.files.readAt(b.Shard, s.buf[:p.n], b.Offset+p.off)
+	r.addTime(&r.stats.Read, t0)
+	if err != nil {
+		return nil, err
+	}
+	return r.submit(b.Addr+vmm.Ptr(p.off), s.buf[:p.n], s)
+}
+
+// submit enqueues a copy and an event after it; s, if set, records the
+// event as the slot's last use.
+func (r *Raw) submit(dst vmm.Ptr, src []byte, s *slot) (Fence, error) {
+	t0 := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stream := r.next % r.eng.Streams()
+	r.next++
+	if err := r.eng.CopyHtoD(stream, dst, src); err != nil {
+		return nil, err
+	}
+	ev, err := r.eng.Record(stream)
+	if err != nil {
+		return nil, err
+	}
+	if s != nil {
+		s.ev = ev
+	}
+	r.stats.Bytes += uint64(len(src))
+	r.stats.Submit += time.Since(t0)
+	return ev, nil
+}
+
+func (r *Raw) residentBytes(b *vmm.Binding) ([]byte, error) {
+	r.mu.Lock()
+	buf, ok := r.resident[b]
+	r.mu.Unlock()
+	if ok {
+		return buf, nil
+	}
+	buf, err := r.eng.Pinned(b.Size)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := r.files.readAt(b.Shard, buf, b.Offset); err != nil {
+		r.eng.FreePinned(buf)
+		return nil, err
+	}
+	r.addTime(&r.stats.Read, t0)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.resident[b]; ok { // another goroutine won
+		r.eng.FreePinned(buf)
+		return old, nil
+	}
+	r.resident[b] = buf
+	r.pinned += b.Size
+	return buf, nil
+}
+
+func (r *Raw) addTime(d *time.Duration, t0 time.Time) {
+	r.mu.Lock()
+	*d += time.Since(t0)
+	r.mu.Unlock()
+}
+
+// Stats implements Transport.
+func (r *Raw) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stats
+}
+
+// PinnedBytes implements Transport.
+func (r *Raw) PinnedBytes() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pinned
+}
+
+// Close waits for outstanding copies and frees the pinned memory.
+func (r *Raw) Close() error {
+	close(r.slots)
+	for s := range r.slots {
+		if s.ev != nil {
+			s.ev.Wait()
+		}
+		r.eng.FreePinned(s.buf)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for b, buf := range r.resident {
+		r.eng.FreePinned(buf)
+		delete(r.resident, b)
+	}
+	r.pinned = 0
+	return r.files.close()
+}
+
+// fileCache keeps shard files open.
+type fileCache struct {
+	mu    sync.Mutex
+	files map[string]*os.File
+}
+
+func (c *fileCache) get(path string) (*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.files[path]; ok {
+		return f, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if c.files == nil {
+		c.files = map[string]*os.File{}
+	}
+	c.files[path] = f
+	return f, nil
+}
+
+func (c *fileCache) readAt(path string, dst []byte, off uint64) error {
+	f, err := c.get(path)
+	if err != nil {
+		return err
+	}
+	n, err := f.ReadAt(dst, int64(off))
+	if err == io.EOF && n < len(dst) {
+		return fmt.Errorf("%s: %w (%d of %d bytes at offset %d)", path, ErrShortRead, n, len(dst), off)
+	}
+	return err
+}
+
+func (c *fileCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, f := range c.files {
+		f.Close()
+		delete(c.files, p)
+	}
+	return nil
+}

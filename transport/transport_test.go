@@ -1,0 +1,285 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// fixture generates and compresses a small checkpoint.
+func fixture(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
+	t.Helper()
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, &c.Index().Sources[0]
+}
+
+func TestLoadBothPaths(t *testing.T) {
+	c, src := fixture(t)
+	for _, o := range []LoadOptions{
+		{Raw: true, Check: true, Repeat: 2},
+		{Raw: true, Resident: true, Check: true, Repeat: 2},
+		{Check: true, Repeat: 2},
+		{Resident: true, Check: true, Repeat: 3},
+	} {
+		eng := NewCPUEngine(2, Hooks{})
+		rep, err := Load(eng, c, src, o)
+		if err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		if !rep.Checked || len(rep.Runs) != o.Repeat || rep.RawBytes == 0 {
+			t.Fatalf("%+v: report %+v", o, rep)
+		}
+		if !o.Raw && rep.MovedBytes >= rep.RawBytes*uint64(o.Repeat) {
+			t.Errorf("%+v: moved %d bytes for %d raw bytes in %d runs: payloads did not shrink", o, rep.MovedBytes, rep.RawBytes, o.Repeat)
+		}
+		if eng.PinnedBytes() != 0 {
+			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
+		}
+		eng.Close()
+	}
+}
+
+// setup builds an arena, a SplitZip transport over a raw one, and a store.
+func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks Hooks, resident bool) (*CPUEngine, *vmm.Arena, *Store, Transport) {
+	t.Helper()
+	eng := NewCPUEngine(2, hooks)
+	a, err := vmm.New(eng, Specs(src), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := NewRaw(eng, RawOptions{SlotBytes: 64 << 10, Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: resident, Readers: 3})
+	t.Cleanup(func() { tr.Close(); a.Close(); eng.Close() })
+	return eng, a, NewStore(eng, tr), tr
+}
+
+func waitAll(fs []Fence) []error {
+	errs := make([]error, len(fs))
+	for i, f := range fs {
+		errs[i] = f.Wait()
+	}
+	return errs
+}
+
+func TestConcurrentFaultsUploadOnce(t *testing.T) {
+	c, src := fixture(t)
+	var copies atomic.Int64
+	_, a, st, _ := setup(t, c, src, Hooks{Copy: func(DevPtr, int) error { copies.Add(1); return nil }}, true)
+	bs := a.Bindings()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i, err := range waitAll(st.FaultIn(bs)) {
+				if err != nil {
+					t.Errorf("%s: %v", bs[i].Name, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// One copy per payload tensor; raw ones in 64 KiB pieces.
+	var want int64
+	for _, b := range bs {
+		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+			want++
+		} else {
+			want += int64(max(1, (b.Size+(64<<10)-1)/(64<<10)))
+		}
+	}
+	if copies.Load() != want {
+		t.Errorf("%d copies for 8 concurrent fault-ins, want %d (one upload)", copies.Load(), want)
+	}
+	for _, b := range bs {
+		if b.State() != vmm.Resident {
+			t.Fatalf("%s is %v", b.Name, b.State())
+		}
+	}
+}
+
+// payloadBinding returns a binding served by a payload and one that is not.
+func payloadBinding(t *testing.T, c *shardcache.Cache, a *vmm.Arena) (pz, raw *vmm.Binding) {
+	for _, b := range a.Bindings() {
+		hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size)
+		if err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+			if pz == nil || b.Size > pz.Size {
+				pz = b
+			}
+		} else if raw == nil {
+			raw = b
+		}
+	}
+	if pz == nil || raw == nil {
+		t.Fatal("fixture lacks payload or raw tensors")
+	}
+	return pz, raw
+}
+
+func TestFaults(t *testing.T) {
+	c, src := fixture(t)
+	var failCopy, failDecode atomic.Uint64
+	hooks := Hooks{
+		Copy: func(dst DevPtr, n int) error {
+			if uint64(dst) == failCopy.Load() {
+				return ErrInjected
+			}
+			return nil
+		},
+		Decode: func(dst DevPtr, h *codec.Header) error {
+			if uint64(dst) == failDecode.Load() {
+				return ErrInjected
+			}
+			return nil
+		},
+	}
+	eng, a, st, tr := setup(t, c, src, hooks, false)
+	pz, raw := payloadBinding(t, c, a)
+	others := func() []*vmm.Binding {
+		var out []*vmm.Binding
+		for _, b := range a.Bindings() {
+			if b != pz && b != raw {
+				out = append(out, b)
+			}
+		}
+		return out
+	}()
+
+	expectFail := func(what string, b *vmm.Binding, target error) {
+		t.Helper()
+		err := st.FaultIn([]*vmm.Binding{b})[0].Wait()
+		var te *Error
+		if !errors.As(err, &te) || te.Tensor != b.Name || !errors.Is(err, target) {
+			t.Fatalf("%s: %v, want an error naming %q matching %v", what, err, b.Name, target)
+		}
+		if b.State() != vmm.Evicted {
+			t.Fatalf("%s: binding is %v after a failed fault", what, b.State())
+		}
+		// Other bindings still fault in.
+		for i, err := range waitAll(st.FaultIn(others)) {
+			if err != nil {
+				t.Fatalf("%s: then %s: %v", what, others[i].Name, err)
+			}
+		}
+		st.Evict(others...)
+	}
+
+	failCopy.Store(uint64(pz.Addr))
+	expectFail("failed DMA of a payload", pz, ErrInjected)
+	failCopy.Store(uint64(raw.Addr))
+	expectFail("failed DMA of a raw tensor", raw, ErrInjected)
+	failCopy.Store(0)
+	failDecode.Store(uint64(pz.Addr))
+	expectFail("failed decode", pz, ErrInjected)
+	failDecode.Store(0)
+
+	// A payload whose bytes changed on disk fails its checksum.
+	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
+	op, _ := c.ObjectPath(hit.Tensor.Key)
+	orig, _ := os.ReadFile(op)
+	bad := append([]byte(nil), orig...)
+	bad[len(bad)/2] ^= 0x08
+	os.WriteFile(op, bad, 0o644)
+	expectFail("corrupt payload", pz, codec.ErrChecksum)
+	os.WriteFile(op, orig, 0o644)
+	if err := st.FaultIn([]*vmm.Binding{pz})[0].Wait(); err != nil {
+		t.Fatalf("after repair: %v", err)
+	}
+
+	// A truncated source shard: raw tensors fail with a short read.
+	last := a.Bindings()[0]
+	for _, b := range a.Bindings() {
+		if b.Shard == raw.Shard && b.Offset > last.Offset {
+			last = b
+		}
+	}
+	if err := os.Truncate(raw.Shard, int64(last.Offset+last.Size/2)); err != nil {
+		t.Fatal(err)
+	}
+	eng2, a2, st2, _ := setup(t, c, src, Hooks{}, false)
+	_ = eng2
+	b2, _ := a2.Lookup(last.Name)
+	err := st2.FaultIn([]*vmm.Binding{b2})[0].Wait()
+	if err == nil {
+		t.Fatal("fault from a truncated shard succeeded")
+	}
+	var te *Error
+	if !errors.As(err, &te) || te.Tensor != last.Name {
+		t.Errorf("truncated shard: %v does not name %q", err, last.Name)
+	}
+	if !errors.Is(err, ErrShortRead) && !errors.Is(err, shardcache.ErrSourceChanged) {
+		t.Errorf("truncated shard: %v", err)
+	}
+	if tr.PinnedBytes() == 0 || eng.PinnedBytes() != tr.PinnedBytes() {
+		t.Errorf("pinned accounting: transport %d, engine %d", tr.PinnedBytes(), eng.PinnedBytes())
+	}
+}
+
+func TestArenaOutOfMemory(t *testing.T) {
+	_, src := fixture(t)
+	calls := 0
+	eng := NewCPUEngine(1, Hooks{Map: func(uint64) error {
+		calls++
+		if calls > 1 {
+			return ErrInjected
+		}
+		return nil
+	}})
+	defer eng.Close()
+	specs := Specs(src)
+	specs = append(specs, vmm.Spec{Name: "huge", Size: 1 << 30})
+	if _, err := vmm.New(eng, specs, 64<<10); !errors.Is(err, ErrInjected) {
+		t.Fatalf("arena out of memory: %v", err)
+	}
+	eng.mu.Lock()
+	n := len(eng.ranges)
+	eng.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d ranges left reserved after a failed arena", n)
+	}
+}
+
+func TestResidentReFaultReadsNoFile(t *testing.T) {
+	c, src := fixture(t)
+	_, a, st, _ := setup(t, c, src, Hooks{}, true)
+	bs := a.Bindings()
+	for _, err := range waitAll(st.FaultIn(bs)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Remove every payload object: re-faults must come from pinned memory.
+	pz, _ := payloadBinding(t, c, a)
+	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
+	op, _ := c.ObjectPath(hit.Tensor.Key)
+	os.Remove(op)
+	st.Evict(pz)
+	if err := st.FaultIn([]*vmm.Binding{pz})[0].Wait(); err != nil {
+		t.Fatalf("resident re-fault read a file: %v", err)
+	}
+	if err := check(st.eng, []*vmm.Binding{pz}); err != nil {
+		t.Fatal(err)
+	}
+}
