@@ -49,7 +49,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*Decom
 		opts.Decoder = CPUDecoder{}
 	}
 	p := orNop(opts.Progress)
-	s, err := pickSource(c, opts.Source)
+	s, err := PickSource(c, opts.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,9 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*Decom
 	return res, nil
 }
 
-func pickSource(c *shardcache.Cache, root string) (*shardcache.Source, error) {
+// PickSource returns the source of a cache with the given root, or the
+// only source when root is empty.
+func PickSource(c *shardcache.Cache, root string) (*shardcache.Source, error) {
 	srcs := c.Index().Sources
 	if root == "" {
 		if len(srcs) == 1 {

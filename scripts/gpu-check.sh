@@ -47,9 +47,11 @@ if [ -z "${SKIP_VERIFY:-}" ]; then
     .dev/splitzip verify /tmp/sz-cache --gpu -q || fail "verify --gpu"
 fi
 
-step "bench decode"
-.dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 --json > "$OUT/bench-decode.json" || fail "bench decode"
-.dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 || fail "bench decode (text)"
+if [ -z "${SKIP_BENCH:-}" ]; then
+  step "bench decode"
+  .dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 --json > "$OUT/bench-decode.json" || fail "bench decode"
+  .dev/splitzip bench decode --size ${BENCH_SIZES:-512MiB,64MiB,1MiB} --runs 30 || fail "bench decode (text)"
+fi
 if [ -z "${SKIP_H2D:-}" ]; then
   step "bench h2d"
   .dev/splitzip bench h2d --json > "$OUT/bench-h2d.json" || fail "bench h2d"

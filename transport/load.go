@@ -114,6 +114,11 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 				return nil, err
 			}
 		}
+		if d, ok := eng.(interface{ DecodeErrors() error }); ok {
+			if err := d.DecodeErrors(); err != nil {
+				return nil, err
+			}
+		}
 		wall := time.Since(t0)
 		rep.Runs = append(rep.Runs, RunReport{Wall: wall, GBps: float64(rep.RawBytes) / wall.Seconds() / 1e9, FirstLayer: first})
 		if run == 0 && opts.Check {

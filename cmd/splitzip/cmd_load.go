@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
+)
+
+// loadOptions are the flags of load.
+type loadOptions struct {
+	Device   string
+	Raw      bool
+	Resident bool
+	Repeat   int
+	Check    bool
+	Compare  int
+	Source   string
+	Readers  int
+	Streams  int
+}
+
+func newLoadCommand(g *globals) *cobra.Command {
+	var o loadOptions
+	cmd := &cobra.Command{
+		Use:   "load CACHE",
+		Short: "Fault a cached checkpoint into a device weight arena and time it",
+		Long: `Build a weight arena for the whole checkpoint on a device and fault every
+tensor in through the SplitZip transport (payloads read into pinned memory,
+verified, copied and decoded in place on the GPU) or, with --raw, the raw
+transport. Reports effective GB/s (raw tensor bytes per wall second), the
+time until the first layer is ready, time spent reading, verifying and
+submitting, pinned memory and arena size. --compare N alternates raw and
+SplitZip loads N times in one process and prints the ratio.`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(g, o, a[0]) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
+	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
+	f.BoolVar(&o.Resident, "resident", false, "keep payloads (raw bytes with --raw) in pinned memory: later repeats read no file")
+	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
+	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
+	f.IntVar(&o.Compare, "compare", 0, "alternate raw and SplitZip loads this many times and print the ratio")
+	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
+	f.IntVar(&o.Readers, "readers", 8, "reader goroutines per transport")
+	f.IntVar(&o.Streams, "streams", 2, "upload streams")
+	return cmd
+}
+
+func (o loadOptions) engine() (transport.Engine, error) {
+	if o.Device == "cpu" {
+		return transport.NewCPUEngine(o.Streams, transport.Hooks{}), nil
+	}
+	n, err := strconv.Atoi(o.Device)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--device must be a GPU ordinal or cpu, got %q", o.Device)}
+	}
+	if _, err := openGPU(n); err != nil {
+		return nil, err
+	}
+	return transport.NewCUDAEngine(n, o.Streams)
+}
+
+func runLoad(g *globals, o loadOptions, dir string) error {
+	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 {
+		return usageError{fmt.Errorf("--repeat, --readers and --streams must be at least 1")}
+	}
+	c, err := shardcache.Open(dir)
+	if err != nil {
+		return err
+	}
+	src, err := pipeline.PickSource(c, o.Source)
+	if err != nil {
+		return err
+	}
+	eng, err := o.engine()
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers}
+	if o.Compare == 0 {
+		rep, err := transport.Load(eng, c, src, lo)
+		if err != nil {
+			return err
+		}
+		if g.JSON {
+			return printJSON(g.stdout, "load", rep)
+		}
+		printLoad(g, rep)
+		return nil
+	}
+	var raws, zips []*transport.LoadReport
+	for range o.Compare {
+		for _, raw := range []bool{true, false} {
+			lo.Raw = raw
+			rep, err := transport.Load(eng, c, src, lo)
+			if err != nil {
+				return err
+			}
+			lo.Check = false // once per mode is enough
+			if raw {
+				raws = append(raws, rep)
+			} else {
+				zips = append(zips, rep)
+			}
+			if !g.JSON {
+				printLoad(g, rep)
+			}
+		}
+	}
+	cmp := compareLoads(raws, zips)
+	if g.JSON {
+		return printJSON(g.stdout, "load_compare", map[string]any{"raw": raws, "splitzip": zips, "summary": cmp})
+	}
+	fmt.Fprintf(g.stdout, "compare (%d rounds): first load raw %.1f GB/s, SplitZip %.1f GB/s, ratio %.3f", o.Compare, cmp.ColdRaw, cmp.ColdZip, cmp.ColdRatio)
+	if cmp.WarmRaw > 0 {
+		fmt.Fprintf(g.stdout, "; repeats raw %.1f GB/s, SplitZip %.1f GB/s, ratio %.3f", cmp.WarmRaw, cmp.WarmZip, cmp.WarmRatio)
+	}
+	fmt.Fprintln(g.stdout)
+	return nil
+}
+
+// loadComparison summarizes alternating loads by their medians.
+type loadComparison struct {
+	ColdRaw   float64 `json:"first_load_raw_gb_per_s"`
+	ColdZip   float64 `json:"first_load_splitzip_gb_per_s"`
+	ColdRatio float64 `json:"first_load_ratio"`
+	WarmRaw   float64 `json:"repeat_raw_gb_per_s,omitempty"`
+	WarmZip   float64 `json:"repeat_splitzip_gb_per_s,omitempty"`
+	WarmRatio float64 `json:"repeat_ratio,omitempty"`
+}
+
+func compareLoads(raws, zips []*transport.LoadReport) loadComparison {
+	med := func(reps []*transport.LoadReport, warm bool) float64 {
+		var x []float64
+		for _, r := range reps {
+			for i, run := range r.Runs {
+				if (i > 0) == warm {
+					x = append(x, run.GBps)
+				}
+			}
+		}
+		if len(x) == 0 {
+			return 0
+		}
+		sort.Float64s(x)
+		return x[len(x)/2]
+	}
+	c := loadComparison{ColdRaw: med(raws, false), ColdZip: med(zips, false), WarmRaw: med(raws, true), WarmZip: med(zips, true)}
+	if c.ColdRaw > 0 {
+		c.ColdRatio = c.ColdZip / c.ColdRaw
+	}
+	if c.WarmRaw > 0 {
+		c.WarmRatio = c.WarmZip / c.WarmRaw
+	}
+	return c
+}
+
+func printLoad(g *globals, r *transport.LoadReport) {
+	for i, run := range r.Runs {
+		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s; first layer ready after %v\n",
+			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps, run.FirstLayer.Round(time.Microsecond))
+	}
+	check := ""
+	if r.Checked {
+		check = "; arena matches the source bit for bit"
+	}
+	fmt.Fprintf(g.stdout, "  moved %s to the device; reading %v, verifying %v, submitting %v (summed over goroutines); pinned %s, arena %s%s\n",
+		human(r.MovedBytes), r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond),
+		human(r.PinnedBytes), human(r.ArenaBytes), check)
+}

@@ -1,0 +1,239 @@
+package transport
+
+import (
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// CUDAEngine implements Engine on an NVIDIA GPU: VMM for the arena,
+// pinned host memory, several upload streams (a copy on one overlaps a
+// decode on another) and a decoder per stream.
+type CUDAEngine struct {
+	ctx     *cuda.Context
+	streams []cuda.Stream
+	decs    []*gpu.Decoder
+	gran    uint64
+	readS   cuda.Stream
+
+	mu     sync.Mutex
+	maps   map[vmm.Ptr]cuda.MemHandle
+	events []cuda.Event
+	pinned map[*byte]uint64
+}
+
+// NewCUDAEngine opens device ordinal with the given number of upload streams.
+func NewCUDAEngine(ordinal, streams int) (*CUDAEngine, error) {
+	l, err := cuda.Open()
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := l.NewContext(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	e := &CUDAEngine{ctx: ctx, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+	if e.gran, err = ctx.Granularity(false); err != nil {
+		return nil, err
+	}
+	if e.readS, err = ctx.NewStream(); err != nil {
+		return nil, err
+	}
+	for range max(streams, 1) {
+		s, err := ctx.NewStream()
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		d, err := gpu.NewDecoder(ctx)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.streams = append(e.streams, s)
+		e.decs = append(e.decs, d)
+	}
+	return e, nil
+}
+
+// Name returns the device name.
+func (e *CUDAEngine) Name() string {
+	n, _ := e.ctx.Name()
+	return n
+}
+
+// Pinned maps anonymous memory and registers it with the driver, which
+// pins already-touched pages about ten times faster than cuMemHostAlloc.
+func (e *CUDAEngine) Pinned(n uint64) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, int(max(n, 1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("pinning %d bytes: %w", n, err)
+	}
+	if err := e.ctx.HostRegister(b, cuda.HostRegisterPortable); err != nil {
+		unix.Munmap(b)
+		return nil, err
+	}
+	e.mu.Lock()
+	e.pinned[&b[0]] = uint64(len(b))
+	e.mu.Unlock()
+	return b[:n], nil
+}
+
+// FreePinned unregisters and unmaps memory from Pinned.
+func (e *CUDAEngine) FreePinned(b []byte) error {
+	b = b[:cap(b)]
+	if len(b) == 0 {
+		return nil
+	}
+	e.mu.Lock()
+	n, ok := e.pinned[&b[0]]
+	delete(e.pinned, &b[0])
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("cuda engine: freeing memory it did not pin")
+	}
+	b = b[:n]
+	err := e.ctx.HostUnregister(b)
+	if uerr := unix.Munmap(b); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// Granularity returns the VMM allocation granularity.
+func (e *CUDAEngine) Granularity() uint64 { return e.gran }
+
+// Reserve reserves a virtual range.
+func (e *CUDAEngine) Reserve(size uint64) (vmm.Ptr, error) {
+	p, err := e.ctx.AddressReserve(size, e.gran)
+	return vmm.Ptr(p), err
+}
+
+// Map creates physical memory for [p, p+n) and maps it with access for the device.
+func (e *CUDAEngine) Map(p vmm.Ptr, n uint64) error {
+	h, err := e.ctx.MemCreate(n)
+	if err != nil {
+		return err
+	}
+	if err := e.ctx.MemMap(cuda.DevicePtr(p), n, h); err != nil {
+		e.ctx.MemRelease(h)
+		return err
+	}
+	e.mu.Lock()
+	e.maps[p] = h
+	e.mu.Unlock()
+	return nil
+}
+
+// Unmap unmaps [p, p+n) and releases its memory.
+func (e *CUDAEngine) Unmap(p vmm.Ptr, n uint64) error {
+	e.mu.Lock()
+	h, ok := e.maps[p]
+	delete(e.maps, p)
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("cuda engine: %#x is not mapped", p)
+	}
+	if err := e.ctx.MemUnmap(cuda.DevicePtr(p), n); err != nil {
+		return err
+	}
+	return e.ctx.MemRelease(h)
+}
+
+// Release frees a reserved range.
+func (e *CUDAEngine) Release(p vmm.Ptr, size uint64) error {
+	return e.ctx.AddressFree(cuda.DevicePtr(p), size)
+}
+
+// Streams returns the number of upload streams.
+func (e *CUDAEngine) Streams() int { return len(e.streams) }
+
+// CopyHtoD enqueues a copy on stream s.
+func (e *CUDAEngine) CopyHtoD(s int, dst vmm.Ptr, src []byte) error {
+	return e.ctx.CopyHtoDAsync(cuda.DevicePtr(dst), src, e.streams[s])
+}
+
+// DecodeInPlace launches the in-place decode on stream s.
+func (e *CUDAEngine) DecodeInPlace(s int, dst vmm.Ptr, h *codec.Header) error {
+	return e.decs[s].LaunchInPlace(cuda.DevicePtr(dst), h, e.streams[s])
+}
+
+type cudaEvent struct {
+	e  *CUDAEngine
+	ev cuda.Event
+}
+
+func (c cudaEvent) Wait() error { return c.e.ctx.EventSynchronize(c.ev) }
+
+func (c cudaEvent) Done() bool {
+	done, err := c.e.ctx.Query(c.ev)
+	return done || err != nil
+}
+
+// Record records an event on stream s. Events live until Close.
+func (e *CUDAEngine) Record(s int) (Event, error) {
+	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.ctx.Record(ev, e.streams[s]); err != nil {
+		e.ctx.DestroyEvent(ev)
+		return nil, err
+	}
+	e.mu.Lock()
+	e.events = append(e.events, ev)
+	e.mu.Unlock()
+	return cudaEvent{e, ev}, nil
+}
+
+// WaitEvent makes stream s wait for ev.
+func (e *CUDAEngine) WaitEvent(s int, ev Event) error {
+	c, ok := ev.(cudaEvent)
+	if !ok {
+		return ev.Wait()
+	}
+	return e.ctx.StreamWaitEvent(e.streams[s], c.ev)
+}
+
+// ReadBack copies device memory to dst and waits.
+func (e *CUDAEngine) ReadBack(dst []byte, src vmm.Ptr) error {
+	if err := e.ctx.CopyDtoHAsync(dst, cuda.DevicePtr(src), e.readS); err != nil {
+		return err
+	}
+	return e.ctx.StreamSynchronize(e.readS)
+}
+
+// DecodeErrors returns the decode kernels' error reports since the last call.
+func (e *CUDAEngine) DecodeErrors() error {
+	for i, d := range e.decs {
+		if err := d.TakeError(e.streams[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close waits for the streams and frees everything.
+func (e *CUDAEngine) Close() error {
+	for i, s := range e.streams {
+		e.ctx.StreamSynchronize(s)
+		e.decs[i].Close()
+		e.ctx.DestroyStream(s)
+	}
+	e.mu.Lock()
+	for _, ev := range e.events {
+		e.ctx.DestroyEvent(ev)
+	}
+	e.events = nil
+	e.mu.Unlock()
+	if e.readS != 0 {
+		e.ctx.DestroyStream(e.readS)
+	}
+	return e.ctx.Close()
+}
