@@ -292,3 +292,21 @@ func simulateInPlace(t *testing.T, rng *rand.Rand, name string, p, want []byte) 
 		t.Fatalf("%s: in-place result differs at byte %d", name, firstDiff(buf, want))
 	}
 }
+
+func TestPieceChecksums(t *testing.T) {
+	rng, _ := seeded(t)
+	p, _, err := Encode(synth.Normal(rng, 3*ChunkValues+9, 0.02))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, piece := range []int{1, 7, 56, 57, 60, 61, 4096, len(p)} {
+		var crc uint32
+		for off := 0; off < len(p); off += piece {
+			q := p[off:min(off+piece, len(p))]
+			crc = CombineChecksums(crc, PieceChecksum(q, uint64(off)), uint64(len(q)))
+		}
+		if crc != Checksum(p) {
+			t.Errorf("pieces of %d bytes: %08x, want %08x", piece, crc, Checksum(p))
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package codec
 
-import "sync"
+import (
+	"hash/crc32"
+	"sync"
+)
 
 // CRC-32C concatenation. The encoder computes the CRC of each chunk while
 // encoding, in parallel, and combines them in file order at Close, so no
@@ -58,4 +61,27 @@ func x8n(n uint64) uint32 {
 // and len(B).
 func crcCombine(crcA, crcB uint32, lenB uint64) uint32 {
 	return multModP(x8n(lenB), crcA) ^ crcB
+}
+
+// CombineChecksums returns the CRC-32C of A followed by B from crc(A),
+// crc(B) and len(B), so that pieces of a payload read in parallel can be
+// checked without a second pass.
+func CombineChecksums(crcA, crcB uint32, lenB uint64) uint32 { return crcCombine(crcA, crcB, lenB) }
+
+// PieceChecksum returns the CRC-32C of piece p, which starts at offset off
+// of a payload, taking the header's checksum field as zero as Checksum does.
+// Folding the pieces in order with CombineChecksums gives Checksum.
+func PieceChecksum(p []byte, off uint64) uint32 {
+	lo, hi := uint64(offChecksum), uint64(offChecksum+4)
+	end := off + uint64(len(p))
+	if end <= lo || off >= hi {
+		return crc32.Update(0, castagnoli, p)
+	}
+	var zero [4]byte
+	a := min(lo, end) - min(lo, off) // bytes before the field
+	crc := crc32.Update(0, castagnoli, p[:a])
+	zs := max(off, lo) - off
+	ze := min(end, hi) - off
+	crc = crc32.Update(crc, castagnoli, zero[:ze-zs])
+	return crc32.Update(crc, castagnoli, p[ze:])
 }

@@ -94,26 +94,30 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 	for _, b := range bs {
 		rep.RawBytes += b.Size
 	}
+	groups, firstGroup := layerGroups(bs, opts.FirstGroup)
 	for run := range opts.Repeat {
 		if run > 0 {
 			st.Evict(bs...)
 		}
+		// Fault in group by group (a loader asks layer by layer), so the
+		// first layer is ready while later ones still arrive.
 		t0 := time.Now()
-		fences := st.FaultIn(bs)
-		var first time.Duration
-		for i, b := range bs { // the first layer's fences first
-			if opts.FirstGroup(b.Name) {
-				if err := fences[i].Wait(); err != nil {
-					return nil, err
-				}
+		firstReady := make(chan time.Duration, 1)
+		var all []Fence
+		for gi, g := range groups {
+			fs := st.FaultIn(g)
+			all = append(all, fs...)
+			if gi == firstGroup {
+				go func() {
+					allFence(fs).Wait()
+					firstReady <- time.Since(t0)
+				}()
 			}
 		}
-		first = time.Since(t0)
-		for _, f := range fences {
-			if err := f.Wait(); err != nil {
-				return nil, err
-			}
+		if err := allFence(all).Wait(); err != nil {
+			return nil, err
 		}
+		first := <-firstReady
 		if d, ok := eng.(interface{ DecodeErrors() error }); ok {
 			if err := d.DecodeErrors(); err != nil {
 				return nil, err
@@ -132,6 +136,35 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 	rep.Read, rep.Verify, rep.Submit, rep.MovedBytes = s.Read, s.Verify, s.Submit, s.Bytes
 	rep.PinnedBytes = t.PinnedBytes()
 	return rep, nil
+}
+
+// layerGroups splits bindings by layer ("model.layers.N." prefixes, in
+// order of N), with the others (embeddings, final norm, head) first, and
+// returns the index of the group FirstGroup selects.
+func layerGroups(bs []*vmm.Binding, firstOf func(string) bool) ([][]*vmm.Binding, int) {
+	byLayer := map[int][]*vmm.Binding{}
+	var rest []*vmm.Binding
+	maxLayer := -1
+	for _, b := range bs {
+		var n int
+		if _, err := fmt.Sscanf(b.Name, "model.layers.%d.", &n); err == nil && strings.HasPrefix(b.Name, "model.layers.") {
+			byLayer[n] = append(byLayer[n], b)
+			maxLayer = max(maxLayer, n)
+			continue
+		}
+		rest = append(rest, b)
+	}
+	groups := [][]*vmm.Binding{rest}
+	first := 0
+	for n := 0; n <= maxLayer; n++ {
+		if g := byLayer[n]; len(g) > 0 {
+			if first == 0 && firstOf(g[0].Name) {
+				first = len(groups)
+			}
+			groups = append(groups, g)
+		}
+	}
+	return groups, first
 }
 
 // check reads every binding back and compares it with its source slice.

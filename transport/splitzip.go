@@ -1,8 +1,8 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -19,7 +19,8 @@ type SplitZipOptions struct {
 	// Slots is the number of pinned staging buffers (default 4), each as
 	// large as the largest payload of the bindings seen.
 	Slots int
-	// Readers is the number of goroutines reading payloads (default 4).
+	// Readers is the number of goroutines reading payloads (default 4);
+	// each payload is read in 8 MiB pieces by up to twice as many.
 	Readers int
 }
 
@@ -40,6 +41,7 @@ type SplitZip struct {
 	pinned   uint64
 	next     int
 	checked  map[string]error // source shards checked for changes
+	io       chan struct{}    // bounds concurrent piece reads
 }
 
 // payload is a verified payload in pinned memory.
@@ -57,7 +59,7 @@ func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts Spli
 		opts.Readers = 4
 	}
 	return &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
-		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}}
+		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}, io: make(chan struct{}, 2*opts.Readers)}
 }
 
 // target is a binding with a payload.
@@ -262,7 +264,11 @@ func (z *SplitZip) upload(t target) (Fence, error) {
 	return ev, nil
 }
 
-// read loads a payload object into buf and verifies header and checksum.
+// readPiece is the unit of parallel payload reads.
+const readPiece = 8 << 20
+
+// read loads a payload object into buf, in pieces read and checksummed in
+// parallel, and verifies header and checksum.
 func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 	t0 := time.Now()
 	f, o, err := z.cache.OpenObject(key)
@@ -274,12 +280,34 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 		return nil, ErrTooLarge
 	}
 	b := buf[:o.Size]
-	if _, err := io.ReadFull(f, b); err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	n := int((o.Size + readPiece - 1) / readPiece)
+	crcs := make([]uint32, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		z.io <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-z.io }()
+			off := uint64(i) * readPiece
+			q := b[off:min(off+readPiece, o.Size)]
+			if _, err := f.ReadAt(q, int64(off)); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", f.Name(), err)
+				return
+			}
+			crcs[i] = codec.PieceChecksum(q, off)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	t1 := time.Now()
+	var sum uint32
+	for i, c := range crcs {
+		sum = codec.CombineChecksums(sum, c, min(readPiece, o.Size-uint64(i)*readPiece))
+	}
 	h, err := codec.ParseHeader(b)
-	if err == nil && (h.Size != o.Size || codec.Checksum(b) != h.Checksum) {
+	if err == nil && (h.Size != o.Size || sum != h.Checksum) {
 		err = fmt.Errorf("%s: %w", f.Name(), codec.ErrChecksum)
 	}
 	z.mu.Lock()

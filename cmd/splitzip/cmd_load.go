@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 	"strconv"
 	"time"
@@ -49,7 +50,7 @@ SplitZip loads N times in one process and prints the ratio.`,
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
 	f.IntVar(&o.Compare, "compare", 0, "alternate raw and SplitZip loads this many times and print the ratio")
 	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
-	f.IntVar(&o.Readers, "readers", 8, "reader goroutines per transport")
+	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
 	f.IntVar(&o.Streams, "streams", 2, "upload streams")
 	return cmd
 }
