@@ -81,7 +81,14 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 	var t Transport = raw
 	mode := "raw"
 	if !opts.Raw {
-		t = NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers})
+		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers})
+		// Staging buffers are persistent: set them up before timing, as
+		// the raw transport's ring is.
+		if err := z.Prepare(); err != nil {
+			z.Close()
+			return nil, err
+		}
+		t = z
 		mode = "splitzip"
 	}
 	if opts.Resident {

@@ -16,9 +16,6 @@ type SplitZipOptions struct {
 	// Resident keeps payloads in pinned memory after their first upload,
 	// so a re-fault reads no file and verifies nothing again.
 	Resident bool
-	// Slots is the number of pinned staging buffers (default 4), each as
-	// large as the largest payload of the bindings seen.
-	Slots int
 	// Readers is the number of goroutines reading payloads (default 4);
 	// each payload is read in 8 MiB pieces by up to twice as many.
 	Readers int
@@ -34,9 +31,7 @@ type SplitZip struct {
 
 	mu       sync.Mutex
 	resident map[shardcache.Key]*payload
-	slots    chan *slot
-	slotSize uint64
-	nslots   int
+	ring     chan *slot // pinned staging pieces
 	stats    Stats
 	pinned   uint64
 	next     int
@@ -52,9 +47,6 @@ type payload struct {
 
 // NewSplitZip wraps inner with payloads from cache.
 func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts SplitZipOptions) *SplitZip {
-	if opts.Slots <= 0 {
-		opts.Slots = 4
-	}
 	if opts.Readers <= 0 {
 		opts.Readers = 4
 	}
@@ -77,7 +69,6 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 	var others []*vmm.Binding
 	var otherIdx []int
 	var targets []target
-	var maxPayload uint64
 	for i, b := range bs {
 		hit, err := z.cache.LookupSlice(b.Shard, b.Offset, b.Size)
 		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
@@ -89,25 +80,11 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 			out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 			continue
 		}
-		o, err := z.cache.Lookup(hit.Tensor.Key)
-		if err != nil {
-			out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
-			continue
-		}
-		maxPayload = max(maxPayload, o.Size)
 		targets = append(targets, target{i, b, hit})
 	}
 	if len(others) > 0 {
 		for k, f := range z.inner.UploadBatch(others) {
 			out[otherIdx[k]] = f
-		}
-	}
-	if !z.opts.Resident {
-		if err := z.ensureSlots(maxPayload); err != nil {
-			for _, t := range targets {
-				out[t.i] = errFence{&Error{Tensor: t.b.Name, Err: err}}
-			}
-			return out
 		}
 	}
 	work := make(chan target)
@@ -131,6 +108,15 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 	return out
 }
 
+// Prepare sets up the pinned staging ring, so that doing so is not part
+// of the first upload.
+func (z *SplitZip) Prepare() error {
+	if z.opts.Resident {
+		return nil
+	}
+	return z.ensureRing()
+}
+
 // checkSource fails when the shard a slice came from changed since it
 // was compressed (size or modification time), once per shard.
 func (z *SplitZip) checkSource(hit shardcache.SliceHit) error {
@@ -145,98 +131,68 @@ func (z *SplitZip) checkSource(hit shardcache.SliceHit) error {
 	return err
 }
 
-// ensureSlots sizes the staging ring for payloads of up to n bytes.
-func (z *SplitZip) ensureSlots(n uint64) error {
+// ensureRing allocates the pinned staging ring: 8 MiB pieces, two per
+// concurrent piece read.
+func (z *SplitZip) ensureRing() error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if n <= z.slotSize && z.slots != nil {
+	if z.ring != nil {
 		return nil
 	}
-	if z.slots != nil {
-		z.drainSlots()
-	}
-	z.slots = make(chan *slot, z.opts.Slots)
-	for range z.opts.Slots {
-		b, err := z.eng.Pinned(n)
+	n := cap(z.io) + 2
+	ring := make(chan *slot, n)
+	for range n {
+		b, err := z.eng.Pinned(readPiece)
 		if err != nil {
-			z.drainSlots()
+			close(ring)
+			for s := range ring {
+				z.eng.FreePinned(s.buf)
+				z.pinned -= readPiece
+			}
 			return err
 		}
-		z.pinned += n
-		z.slots <- &slot{buf: b}
+		z.pinned += readPiece
+		ring <- &slot{buf: b}
 	}
-	z.slotSize = n
+	z.ring = ring
 	return nil
-}
-
-// drainSlots frees the staging ring (z.mu held).
-func (z *SplitZip) drainSlots() {
-	close(z.slots)
-	for s := range z.slots {
-		if s.ev != nil {
-			s.ev.Wait()
-		}
-		z.eng.FreePinned(s.buf)
-		z.pinned -= uint64(len(s.buf))
-	}
-	z.slots, z.slotSize = nil, 0
 }
 
 // upload reads a payload into pinned memory (or finds it resident),
 // verifies it, and submits copy, decode and event on one stream.
 func (z *SplitZip) upload(t target) (Fence, error) {
-	key := t.hit.Tensor.Key
-	var p *payload
-	var s *slot
-	if z.opts.Resident {
-		z.mu.Lock()
-		p = z.resident[key]
-		z.mu.Unlock()
+	if !z.opts.Resident {
+		return z.stream(t)
 	}
+	key := t.hit.Tensor.Key
+	z.mu.Lock()
+	p := z.resident[key]
+	z.mu.Unlock()
 	if p == nil {
-		var buf []byte
-		if z.opts.Resident {
-			o, err := z.cache.Lookup(key)
-			if err != nil {
-				return nil, err
-			}
-			if buf, err = z.eng.Pinned(o.Size); err != nil {
-				return nil, err
-			}
-		} else {
-			z.mu.Lock()
-			slots := z.slots
-			z.mu.Unlock()
-			s = <-slots
-			defer func() { slots <- s }()
-			if s.ev != nil {
-				s.ev.Wait() // the copy that last read this buffer is done
-				s.ev = nil
-			}
-			buf = s.buf
-		}
-		var err error
-		p, err = z.read(key, buf)
+		o, err := z.cache.Lookup(key)
 		if err != nil {
-			if z.opts.Resident {
-				z.eng.FreePinned(buf)
-			}
 			return nil, err
 		}
-		if 2*p.h.Values != t.b.Size {
-			return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*p.h.Values, t.b.Size)
+		buf, err := z.eng.Pinned(o.Size)
+		if err != nil {
+			return nil, err
 		}
-		if z.opts.Resident {
-			z.mu.Lock()
-			if old, ok := z.resident[key]; ok {
-				z.eng.FreePinned(buf)
-				p = old
-			} else {
-				z.resident[key] = p
-				z.pinned += uint64(len(p.buf))
-			}
-			z.mu.Unlock()
+		if p, err = z.read(key, buf); err != nil {
+			z.eng.FreePinned(buf)
+			return nil, err
 		}
+		z.mu.Lock()
+		if old, ok := z.resident[key]; ok {
+			z.eng.FreePinned(buf)
+			p = old
+		} else {
+			z.resident[key] = p
+			z.pinned += uint64(len(p.buf))
+		}
+		z.mu.Unlock()
+	}
+	if 2*p.h.Values != t.b.Size {
+		return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*p.h.Values, t.b.Size)
 	}
 	if !p.h.InPlace {
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
@@ -256,12 +212,112 @@ func (z *SplitZip) upload(t target) (Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s != nil {
-		s.ev = ev
-	}
 	z.stats.Bytes += uint64(len(p.buf))
 	z.stats.Submit += time.Since(t0)
 	return ev, nil
+}
+
+// stream uploads a payload through the staging ring: its 8 MiB pieces are
+// read, checksummed and copied to their places in the binding's range as
+// they arrive, in parallel, all on one stream; once every piece has been
+// read and the combined checksum matches the header, the decode is
+// enqueued on that stream after the copies. A payload that fails its
+// checksum is never decoded; its range holds garbage and its binding stays
+// evicted.
+func (z *SplitZip) stream(t target) (Fence, error) {
+	if err := z.ensureRing(); err != nil {
+		return nil, err
+	}
+	key := t.hit.Tensor.Key
+	f, o, err := z.cache.OpenObject(key)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if o.Size < codec.HeaderSize {
+		return nil, fmt.Errorf("%s: %w: %d bytes", f.Name(), codec.ErrCorrupt, o.Size)
+	}
+	z.mu.Lock()
+	stream := z.next % z.eng.Streams()
+	z.next++
+	z.mu.Unlock()
+	n := int((o.Size + readPiece - 1) / readPiece)
+	crcs := make([]uint32, n)
+	errs := make([]error, n)
+	evs := make([]Fence, n, n+1)
+	var head [codec.HeaderSize]byte
+	var wg sync.WaitGroup
+	for i := range n {
+		z.io <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-z.io }()
+			s := <-z.ring
+			defer func() { z.ring <- s }()
+			if s.ev != nil {
+				s.ev.Wait() // the copy that last read this buffer is done
+				s.ev = nil
+			}
+			off := uint64(i) * readPiece
+			q := s.buf[:min(readPiece, o.Size-off)]
+			t0 := time.Now()
+			if _, err := f.ReadAt(q, int64(off)); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", f.Name(), err)
+				return
+			}
+			t1 := time.Now()
+			crcs[i] = codec.PieceChecksum(q, off)
+			if i == 0 {
+				copy(head[:], q)
+			}
+			t2 := time.Now()
+			z.mu.Lock()
+			defer z.mu.Unlock()
+			z.stats.Read += t1.Sub(t0)
+			z.stats.Verify += t2.Sub(t1)
+			if err := z.eng.CopyHtoD(stream, t.b.Addr+vmm.Ptr(off), q); err != nil {
+				errs[i] = err
+				return
+			}
+			ev, err := z.eng.Record(stream)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			s.ev, evs[i] = ev, ev
+			z.stats.Bytes += uint64(len(q))
+			z.stats.Submit += time.Since(t2)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var sum uint32
+	for i, c := range crcs {
+		sum = codec.CombineChecksums(sum, c, min(readPiece, o.Size-uint64(i)*readPiece))
+	}
+	h, err := codec.ParseHeader(head[:])
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	case h.Size != o.Size || sum != h.Checksum:
+		return nil, fmt.Errorf("%s: %w", f.Name(), codec.ErrChecksum)
+	case !h.InPlace:
+		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
+	case 2*h.Values != t.b.Size:
+		return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*h.Values, t.b.Size)
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if err := z.eng.DecodeInPlace(stream, t.b.Addr, &h); err != nil {
+		return nil, err
+	}
+	ev, err := z.eng.Record(stream)
+	if err != nil {
+		return nil, err
+	}
+	// A failed copy reports through its own event.
+	return allFence(append(evs, ev)), nil
 }
 
 // readPiece is the unit of parallel payload reads.
@@ -343,8 +399,15 @@ func (z *SplitZip) PinnedBytes() uint64 {
 // Close frees the pinned memory and closes the wrapped transport.
 func (z *SplitZip) Close() error {
 	z.mu.Lock()
-	if z.slots != nil {
-		z.drainSlots()
+	if z.ring != nil {
+		close(z.ring)
+		for s := range z.ring {
+			if s.ev != nil {
+				s.ev.Wait()
+			}
+			z.eng.FreePinned(s.buf)
+		}
+		z.ring = nil
 	}
 	for k, p := range z.resident {
 		z.eng.FreePinned(p.buf[:cap(p.buf)])
