@@ -68,6 +68,20 @@ func firstDiff(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
+// TestPureGo runs the round trips with the pure-Go decode loop, which
+// machines without AVX2 (and the noasm build tag) use.
+func TestPureGo(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("the pure-Go loop is the only one here; other tests cover it")
+	}
+	useAVX2 = false
+	defer func() { useAVX2 = true }()
+	TestAllBitPatterns(t)
+	TestLengths(t)
+	TestEscapeHeavy(t)
+	TestGolden(t)
+}
+
 func TestAllBitPatterns(t *testing.T) {
 	rng, _ := seeded(t)
 	v := allPatterns(rng)
@@ -277,7 +291,7 @@ func simulateInPlace(t *testing.T, rng *rand.Rand, name string, p, want []byte) 
 					t.Fatalf("%s: chunk %d overwrites byte %d that %d chunks still read", name, c, x, pending[x])
 				}
 			}
-			if reason := decodeChunk(buf[a:b], scratch[c], escs[c], lut, &codes); reason != "" {
+			if reason := decodeChunk(buf[a:b], scratch[c], escs[c], &h.Codebook, lut, &codes); reason != "" {
 				t.Fatalf("%s: chunk %d: %s", name, c, reason)
 			}
 			active = append(active[:k], active[k+1:]...)

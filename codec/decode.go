@@ -201,7 +201,7 @@ func decode(dst, p []byte, opts []Option) (Header, error) {
 			}
 			e := L.entries[c]
 			data := p[e.Offset : e.Offset+chunkLen(cnt, e.Escapes)]
-			if reason := decodeChunk(out, data, e.Escapes, lut, &codes); reason != "" {
+			if reason := decodeChunk(out, data, e.Escapes, &h.Codebook, lut, &codes); reason != "" {
 				errs[w] = corrupt(e.Offset, int64(c), "%s", reason)
 				return
 			}
@@ -227,7 +227,7 @@ func pairTable(cb *Codebook) *[256]uint64 {
 
 // decodeChunk decodes one stored chunk into out (2 bytes per value) and
 // returns "" or the reason the chunk is invalid.
-func decodeChunk(out, data []byte, escapes uint16, lut *[256]uint64, codes *[256]byte) string {
+func decodeChunk(out, data []byte, escapes uint16, cb *Codebook, lut *[256]uint64, codes *[256]byte) string {
 	cnt := len(out) / 2
 	if escapes == RawEscapes {
 		copy(out, data[:2*cnt])
@@ -239,7 +239,7 @@ func decodeChunk(out, data []byte, escapes uint16, lut *[256]uint64, codes *[256
 	sm := data[:cnt]
 	nibOff := nibOffset(cnt)
 	nib := data[nibOff : nibOff+uint64(cnt+1)/2]
-	i := 0
+	i := decodeGroups(out, sm, nib, cb)
 	for ; i+8 <= cnt; i += 8 {
 		nb := binary.LittleEndian.Uint32(nib[i/2:])
 		s := binary.LittleEndian.Uint64(sm[i:])

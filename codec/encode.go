@@ -29,6 +29,7 @@ type Encoder struct {
 	sink     Sink
 	h        Header
 	codes    [256]byte
+	tab      *encTables
 	opts     options
 	chunk    uint64 // next chunk to encode
 	pos      uint64 // next free payload offset
@@ -72,7 +73,7 @@ func NewEncoder(sink Sink, n uint64, cb Codebook, opts ...Option) (*Encoder, err
 	if !cb.valid() {
 		return nil, fmt.Errorf("codec: codebook entries are not distinct: %v", cb)
 	}
-	e := &Encoder{sink: sink, opts: o, codes: cb.codeTable()}
+	e := &Encoder{sink: sink, opts: o, codes: cb.codeTable(), tab: newEncTables(&cb)}
 	e.h = Header{Values: n, ChunkValues: ChunkValues, GroupChunks: groupChunksFor(n), Codebook: cb}
 	e.l1 = make([]uint64, e.h.Groups())
 	e.entries = make([]entry, e.h.Chunks())
@@ -123,7 +124,7 @@ func (e *Encoder) writeSegment(values []byte, k int) error {
 		for i := lo; i < hi; i++ {
 			src := values[i*2*ChunkValues : min(len(values), (i+1)*2*ChunkValues)]
 			stage := e.stage[i*maxChunkBytes : (i+1)*maxChunkBytes]
-			e.lens[i], e.escs[i], e.scratch[w] = encodeChunk(stage, src, &e.codes, e.scratch[w])
+			e.lens[i], e.escs[i], e.scratch[w] = encodeChunk(stage, src, &e.codes, e.tab, e.scratch[w])
 			e.crcs[i] = crc32.Checksum(stage[:e.lens[i]], castagnoli)
 		}
 	}
@@ -255,7 +256,7 @@ func (e *Encoder) Stats() Stats { return e.stats }
 // encodeChunk encodes the values in src into dst (at least align(len(src))
 // bytes) and returns the stored length and the escape count, RawEscapes
 // when the chunk is stored raw. esc is scratch space, returned for reuse.
-func encodeChunk(dst, src []byte, codes *[256]byte, esc []escape) (uint64, uint16, []escape) {
+func encodeChunk(dst, src []byte, codes *[256]byte, tab *encTables, esc []escape) (uint64, uint16, []escape) {
 	cnt := len(src) / 2
 	limit := maxCodedEscapes(cnt)
 	if limit < 0 {
@@ -266,7 +267,12 @@ func encodeChunk(dst, src []byte, codes *[256]byte, esc []escape) (uint64, uint1
 	nib := dst[nibOff : nibOff+uint64(cnt+1)/2]
 	esc = esc[:0]
 	i := 0
-	for ; i+8 <= cnt; i += 8 {
+	for i+8 <= cnt {
+		if n := encodeGroups(sm[i:], nib[i/2:], src[2*i:], tab); n > 0 {
+			i += n
+			continue
+		}
+		// A group with escapes, or the last values: eight at a time.
 		in := (*[16]byte)(src[2*i:])
 		x := binary.LittleEndian.Uint64(in[:8])
 		y := binary.LittleEndian.Uint64(in[8:])
@@ -292,6 +298,7 @@ func encodeChunk(dst, src []byte, codes *[256]byte, esc []escape) (uint64, uint1
 		}
 		binary.LittleEndian.PutUint32(nib[i/2:], uint32(c0)|uint32(c1)<<4|uint32(c2)<<8|uint32(c3)<<12|
 			uint32(c4)<<16|uint32(c5)<<20|uint32(c6)<<24|uint32(c7)<<28)
+		i += 8
 	}
 	for ; i < cnt; i++ {
 		v := binary.LittleEndian.Uint16(src[2*i:])

@@ -1,0 +1,9 @@
+//go:build !amd64 || noasm
+
+package codec
+
+// useAVX2 is false where there is no assembly.
+var useAVX2 = false
+
+// decodeGroups has no vector loop on this platform.
+func decodeGroups(out, sm, nib []byte, cb *Codebook) int { return 0 }

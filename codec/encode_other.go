@@ -1,0 +1,6 @@
+//go:build !amd64 || noasm
+
+package codec
+
+// encodeGroups has no vector loop on this platform.
+func encodeGroups(sm, nib, src []byte, tab *encTables) int { return 0 }

@@ -1,0 +1,19 @@
+package codec
+
+// encTables holds, for the vector encoder, each codebook exponent and its
+// code broadcast to 32 bytes.
+type encTables struct {
+	exps  [CodebookSize][32]byte
+	codes [CodebookSize][32]byte
+}
+
+func newEncTables(cb *Codebook) *encTables {
+	t := &encTables{}
+	for k, e := range cb {
+		for i := range 32 {
+			t.exps[k][i] = e
+			t.codes[k][i] = byte(k)
+		}
+	}
+	return t
+}
