@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/synth"
@@ -323,4 +324,32 @@ func TestPieceChecksums(t *testing.T) {
 			t.Errorf("pieces of %d bytes: %08x, want %08x", piece, crc, Checksum(p))
 		}
 	}
+}
+
+// TestLarge round-trips a tensor of more than 2^31 values (64-bit counts
+// and offsets). It needs about 12 GiB of memory; SPLITZIP_LARGE=1 enables it.
+func TestLarge(t *testing.T) {
+	if os.Getenv("SPLITZIP_LARGE") == "" {
+		t.Skip("set SPLITZIP_LARGE=1 to round-trip a tensor of 2^31+3 values")
+	}
+	n := 1<<31 + 3
+	v := make([]byte, 2*n)
+	rng := rand.New(rand.NewPCG(5, 5))
+	copy(v, synth.Normal(rng, 1<<20, 0.02))
+	for off := 2 << 20; off < len(v); off *= 2 {
+		copy(v[off:], v[:off])
+	}
+	binary.LittleEndian.PutUint16(v[len(v)-2:], 0x7f81)
+	p, st, err := Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.InPlace || st.Chunks != uint64(n+ChunkValues-1)/ChunkValues {
+		t.Fatalf("stats %+v", st)
+	}
+	out := make([]byte, len(v))
+	if err := Decode(out, p); err != nil || !bytes.Equal(out, v) {
+		t.Fatalf("large round trip: %v", err)
+	}
+	t.Logf("%d values, %d payload bytes (%.4f bits per value), in place", n, len(p), 8*float64(len(p))/float64(n))
 }
