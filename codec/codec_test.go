@@ -225,14 +225,14 @@ func simulateInPlace(t *testing.T, rng *rand.Rand, name string, p, want []byte) 
 	}
 	h := L.h
 	N := int(h.Chunks())
-	G := uint64(h.GroupChunks)
 	buf := make([]byte, 2*h.Values)
 	copy(buf, p)
 	pending := make([]int32, len(buf))
 	type span struct{ a, b uint64 }
 	reads := func(d int) []span {
 		e := L.entries[d]
-		epos := L.l1[uint64(d)/G] + EntrySize*(uint64(d)%G)
+		g, j := h.group(uint64(d))
+		epos := L.l1[g] + EntrySize*j
 		cnt := h.chunkCount(uint64(d))
 		return []span{{HeaderSize, HeaderSize + 8*h.Groups()}, {epos, epos + EntrySize}, {e.Offset, e.Offset + chunkLen(cnt, e.Escapes)}}
 	}
@@ -352,4 +352,35 @@ func TestLarge(t *testing.T) {
 		t.Fatalf("large round trip: %v", err)
 	}
 	t.Logf("%d values, %d payload bytes (%.4f bits per value), in place", n, len(p), 8*float64(len(p))/float64(n))
+}
+
+func TestGroups(t *testing.T) {
+	for _, n := range []uint64{0, 1, ChunkValues, 64 * ChunkValues, 64*ChunkValues + 1, 32768 * ChunkValues, 32769 * ChunkValues, 1<<31 + 3, MaxValues} {
+		h := Header{Values: n, ChunkValues: ChunkValues, GroupChunks: groupChunksFor(n)}
+		N, G := h.Chunks(), h.Groups()
+		if 8*G > MaxGroupTableBytes || h.GroupChunks > MaxGroupChunks {
+			t.Errorf("n=%d: %d groups of %d", n, G, h.GroupChunks)
+		}
+		// Every chunk is in exactly one group, in order.
+		var next uint64
+		for g := range G {
+			first, cnt := h.groupSpan(g)
+			if first != next || cnt == 0 {
+				t.Fatalf("n=%d: group %d spans [%d,+%d), expected first %d", n, g, first, cnt, next)
+			}
+			for _, c := range []uint64{first, first + cnt - 1} {
+				if gg, j := h.group(c); gg != g || j != c-first {
+					t.Fatalf("n=%d: chunk %d in group %d at %d", n, c, gg, j)
+				}
+			}
+			next = first + cnt
+		}
+		if next != N {
+			t.Fatalf("n=%d: groups cover %d of %d chunks", n, next, N)
+		}
+		// Header, group table and group 0's entries leave chunk 0 room.
+		if n >= ChunkValues && h.DataStart()+EntrySize*MinGroupChunks+escOffset(ChunkValues) > 2*ChunkValues {
+			t.Errorf("n=%d: chunk 0 cannot be in place", n)
+		}
+	}
 }

@@ -83,16 +83,15 @@ func parse(p []byte) (*layout, error) {
 	// Offsets are canonical: each group starts where the previous data
 	// ends, its table is followed by its chunks without gaps.
 	pos := h.DataStart()
-	G := uint64(h.GroupChunks)
 	N := h.Chunks()
 	for c := range N {
-		if c%G == 0 {
-			g := c / G
+		g, j := h.group(c)
+		if j == 0 {
 			L.l1[g] = binary.LittleEndian.Uint64(p[HeaderSize+8*g:])
 			if L.l1[g] != pos {
 				return nil, corrupt(HeaderSize+8*g, -1, "group %d at offset %d, want %d", g, L.l1[g], pos)
 			}
-			cnt := min(G, N-c)
+			_, cnt := h.groupSpan(g)
 			tab := align(EntrySize * cnt)
 			if pos+tab > h.Size {
 				return nil, corrupt(pos, -1, "group %d table runs past the payload end", g)
@@ -102,7 +101,7 @@ func parse(p []byte) (*layout, error) {
 			}
 			pos += tab
 		}
-		epos := L.l1[c/G] + EntrySize*(c%G)
+		epos := L.l1[g] + EntrySize*j
 		e := getEntry(p[epos:])
 		if e.Offset != pos {
 			return nil, corrupt(epos, int64(c), "data at offset %d, want %d", e.Offset, pos)
@@ -135,7 +134,8 @@ func parse(p []byte) (*layout, error) {
 	var escapes uint64
 	for c, e := range L.entries {
 		if e.ReadLo != lo[c] || e.ReadSpan != span[c] {
-			return nil, corrupt(L.l1[uint64(c)/G]+EntrySize*(uint64(c)%G), int64(c),
+			g, j := h.group(uint64(c))
+			return nil, corrupt(L.l1[g]+EntrySize*j, int64(c),
 				"reader range %d+%d, want %d+%d", e.ReadLo, e.ReadSpan, lo[c], span[c])
 		}
 		if e.Escapes != RawEscapes {

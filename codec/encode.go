@@ -133,12 +133,12 @@ func (e *Encoder) writeSegment(values []byte, k int) error {
 	// Lay out: a group starts with its entry table, filled in by Close.
 	start := e.pos
 	end := start
-	G := uint64(e.h.GroupChunks)
 	for i := range k {
 		c := e.chunk + uint64(i)
-		if c%G == 0 {
-			e.l1[c/G] = end
-			end += align(EntrySize * min(G, e.h.Chunks()-c))
+		if g, j := e.h.group(c); j == 0 {
+			_, cnt := e.h.groupSpan(g)
+			e.l1[g] = end
+			end += align(EntrySize * cnt)
 		}
 		e.entries[c] = entry{Offset: end, Escapes: e.escs[i]}
 		e.chunkCRC[c] = e.crcs[i]
@@ -156,8 +156,8 @@ func (e *Encoder) writeSegment(values []byte, k int) error {
 	}
 	// Entry tables are written by Close; keep their bytes deterministic.
 	for i := range k {
-		if c := e.chunk + uint64(i); c%G == 0 {
-			g := c / G
+		c := e.chunk + uint64(i)
+		if g, j := e.h.group(c); j == 0 {
 			clear(out[e.l1[g]-start : e.entries[c].Offset-start])
 		}
 	}
@@ -213,7 +213,6 @@ func (e *Encoder) Close() (Header, error) {
 		binary.LittleEndian.PutUint64(head[HeaderSize+8*g:], off)
 	}
 	sum := crc32.Checksum(head, castagnoli)
-	G := uint64(e.h.GroupChunks)
 	lenPow := map[uint64]uint32{}
 	combine := func(crcB uint32, n uint64) {
 		p, ok := lenPow[n]
@@ -224,8 +223,7 @@ func (e *Encoder) Close() (Header, error) {
 		sum = multModP(p, sum) ^ crcB
 	}
 	for g, off := range e.l1 {
-		first := uint64(g) * G
-		cnt := min(G, e.h.Chunks()-first)
+		first, cnt := e.h.groupSpan(uint64(g))
 		tab := make([]byte, align(EntrySize*cnt))
 		for i := range cnt {
 			e.entries[first+i].put(tab[i*EntrySize:])

@@ -24,7 +24,9 @@ const (
 	Align = 16
 	// RawEscapes marks a chunk stored raw in its entry's escape field.
 	RawEscapes = 0xFFFF
-	// MinGroupChunks is the smallest number of chunks per group.
+	// MinGroupChunks is the smallest number of chunks per group, and the
+	// number of chunks in group 0, whose entry table lies in front of
+	// chunk 0's data and so must stay small for in-place decoding.
 	MinGroupChunks = 64
 	// MaxGroupTableBytes bounds the group table (8 bytes per group), which
 	// must stay inside chunk 0's output range.
@@ -35,7 +37,7 @@ const (
 	// the in-place invariant and its reader ranges are filled in.
 	FlagInPlace = 1
 	// MaxValues is the largest tensor version 1 encodes (2^35 values, 64 GiB of BF16).
-	MaxValues = uint64(MaxGroupChunks) * (MaxGroupTableBytes / 8) * ChunkValues
+	MaxValues = uint64(MaxGroupChunks) * (MaxGroupTableBytes/8 - 1) * ChunkValues
 )
 
 // Header field offsets.
@@ -70,8 +72,35 @@ type Header struct {
 // Chunks returns the number of chunks.
 func (h *Header) Chunks() uint64 { return ceilDiv(h.Values, uint64(h.ChunkValues)) }
 
-// Groups returns the number of groups.
-func (h *Header) Groups() uint64 { return ceilDiv(h.Chunks(), uint64(h.GroupChunks)) }
+// Groups returns the number of groups: group 0 holds the first
+// MinGroupChunks chunks (or all, if fewer), every later group GroupChunks.
+func (h *Header) Groups() uint64 { return groupsFor(h.Chunks(), uint64(h.GroupChunks)) }
+
+func groupsFor(chunks, g uint64) uint64 {
+	if chunks <= MinGroupChunks {
+		return min(chunks, 1)
+	}
+	return 1 + ceilDiv(chunks-MinGroupChunks, g)
+}
+
+// group returns the group of chunk c and c's index in it.
+func (h *Header) group(c uint64) (g, i uint64) {
+	if c < MinGroupChunks {
+		return 0, c
+	}
+	G := uint64(h.GroupChunks)
+	return 1 + (c-MinGroupChunks)/G, (c - MinGroupChunks) % G
+}
+
+// groupSpan returns the first chunk of group g and its number of chunks.
+func (h *Header) groupSpan(g uint64) (first, count uint64) {
+	N := h.Chunks()
+	if g == 0 {
+		return 0, min(N, MinGroupChunks)
+	}
+	first = MinGroupChunks + (g-1)*uint64(h.GroupChunks)
+	return first, min(uint64(h.GroupChunks), N-first)
+}
 
 // GroupTableOffset is where the group table starts.
 func (h *Header) GroupTableOffset() uint64 { return HeaderSize }
@@ -91,7 +120,7 @@ func (h *Header) chunkCount(c uint64) int {
 func groupChunksFor(n uint64) uint32 {
 	chunks := ceilDiv(n, ChunkValues)
 	g := uint64(MinGroupChunks)
-	for ceilDiv(chunks, g)*8 > MaxGroupTableBytes {
+	for groupsFor(chunks, g)*8 > MaxGroupTableBytes {
 		g *= 2
 	}
 	return uint32(g)

@@ -26,11 +26,13 @@ func computeReaders(h *Header, l1 []uint64, ents []entry) error {
 func readers(h *Header, l1 []uint64, ents []entry) (lo []uint32, span []uint16, err error) {
 	N := uint64(len(ents))
 	C := uint64(h.ChunkValues)
-	G := uint64(h.GroupChunks)
 	dataEnd := func(d uint64) uint64 {
 		return ents[d].Offset + chunkLen(h.chunkCount(d), ents[d].Escapes)
 	}
-	entryPos := func(d uint64) uint64 { return l1[d/G] + EntrySize*(d%G) }
+	entryPos := func(d uint64) uint64 {
+		g, j := h.group(d)
+		return l1[g] + EntrySize*j
+	}
 	outEnd := func(d uint64) uint64 { return 2 * min((d+1)*C, h.Values) }
 	for d := range N {
 		if end := dataEnd(d); end > outEnd(d) {

@@ -31,6 +31,7 @@
 #define SZ_RAW 0xFFFFu
 #define SZ_HEADER 64
 #define SZ_MAX_GROUPS 512 // the group table is at most 4096 bytes
+#define SZ_FIRST_GROUP 64 // chunks in group 0
 
 // Error bits reported in *err.
 #define SZ_ERR_TABLE 1u   // a group table or entry is out of range or inconsistent
@@ -94,8 +95,14 @@ struct Chunk {
 // entry_pos returns where chunk c's entry lies, or 0 when the group table
 // entry is invalid; l1 is the group table.
 __device__ __forceinline__ uint64_t entry_pos(const Params p, const uint64_t *l1, long long c) {
-    uint64_t gof = l1[(uint64_t)c / p.group_chunks];
-    uint64_t epos = gof + 16 * ((uint64_t)c % p.group_chunks);
+    // Group 0 holds the first SZ_FIRST_GROUP chunks, later groups group_chunks each.
+    uint64_t g = 0, j = (uint64_t)c;
+    if (j >= SZ_FIRST_GROUP) {
+        g = 1 + (j - SZ_FIRST_GROUP) / p.group_chunks;
+        j = (j - SZ_FIRST_GROUP) % p.group_chunks;
+    }
+    uint64_t gof = l1[g];
+    uint64_t epos = gof + 16 * j;
     if (gof < p.data_start || (gof & 15) || gof > p.size || epos + 16 > p.size) {
         return 0;
     }

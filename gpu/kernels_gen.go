@@ -4,7 +4,7 @@ package gpu
 
 // Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
 const (
-	decodeSourceSHA256 = "b0872e81907ce0c44feb4e70af39ed4ddc6c1e00618af1bd660ee16cbc3d26b1"
-	decodeFatbinSHA256 = "d56793384206a47ff249557db0dc323ddfdcd5186a0c66bb4e4d78ffb1e17ebd"
+	decodeSourceSHA256 = "3d59adf26adab7f2fccf6dd5a4737c8234493c4595f1f000269ebe6f1ad7dc89"
+	decodeFatbinSHA256 = "155334709feb6d138a4e07f92f7a386ade1c061eacff2e8c4d3beef565545aa2"
 	decodeNVCCVersion  = "13.0"
 )
