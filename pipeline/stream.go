@@ -11,25 +11,6 @@ import (
 // the chunk size, small enough to bound memory per job.
 const segmentBytes = 1 << 20
 
-// forSegments reads bytes [off, off+size) of f in segments into buf and
-// calls fn for each.
-func forSegments(f *os.File, off, size uint64, buf []byte, fn func(seg []byte) error) error {
-	for pos := uint64(0); pos < size; {
-		n := min(uint64(len(buf)), size-pos)
-		if _, err := f.ReadAt(buf[:n], int64(off+pos)); err != nil {
-			if err == io.EOF {
-				return fmt.Errorf("short read at offset %d: file truncated", off+pos)
-			}
-			return err
-		}
-		if err := fn(buf[:n]); err != nil {
-			return err
-		}
-		pos += n
-	}
-	return nil
-}
-
 // readRange reads bytes [off, off+size) of the file at path.
 func readRange(f *os.File, off, size uint64) ([]byte, error) {
 	b := make([]byte, size)

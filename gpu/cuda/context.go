@@ -77,6 +77,12 @@ func (c *Context) Attribute(attr int) (int, error) {
 	return int(v), c.lib.check("cuDeviceGetAttribute", c.lib.cuDeviceGetAttribute(&v, int32(attr), c.dev))
 }
 
+// TotalMem returns the device's memory size.
+func (c *Context) TotalMem() (uint64, error) {
+	var n uint64
+	return n, c.lib.check("cuDeviceTotalMem", c.lib.cuDeviceTotalMem(&n, c.dev))
+}
+
 // MemInfo returns the free and total device memory.
 func (c *Context) MemInfo() (free, total uint64, err error) {
 	err = c.call("cuMemGetInfo", func() Result { return c.lib.cuMemGetInfo(&free, &total) })
