@@ -1,0 +1,58 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/safetensors"
+)
+
+func TestOpenForms(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := synth.Write(context.Background(), dir, synth.Config{Bytes: 1 << 20, Shards: 2, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, filepath.Join(dir, safetensors.IndexFileName)} {
+		ck, err := Open(p)
+		if err != nil || len(ck.Shards) != 2 || ck.Index == nil {
+			t.Fatalf("open %s: %v", p, err)
+		}
+	}
+	ck, err := Open(filepath.Join(dir, "model-00001-of-00002.safetensors"))
+	if err != nil || len(ck.Shards) != 1 || ck.Index != nil {
+		t.Fatalf("open one shard: %v", err)
+	}
+	// An index naming a tensor its shard lacks.
+	ix := filepath.Join(dir, safetensors.IndexFileName)
+	os.WriteFile(ix, []byte(`{"weight_map":{"ghost":"model-00001-of-00002.safetensors"}}`), 0o644)
+	if _, err := Open(dir); !errors.Is(err, safetensors.ErrFormat) {
+		t.Errorf("index with a missing tensor: %v", err)
+	}
+	os.Remove(ix)
+	os.Remove(filepath.Join(dir, "model-00002-of-00002.safetensors"))
+	if ck, err := Open(dir); err != nil || len(ck.Shards) != 1 {
+		t.Errorf("directory without index: %v", err)
+	}
+	if _, err := Open(t.TempDir()); !errors.Is(err, ErrNoShards) {
+		t.Errorf("empty directory: %v", err)
+	}
+}
+
+func TestContains(t *testing.T) {
+	root := t.TempDir()
+	for path, want := range map[string]bool{
+		root:                               true,
+		filepath.Join(root, "a", "b"):      true,
+		filepath.Dir(root):                 false,
+		filepath.Join(root+"x", "cache"):   false,
+		filepath.Join(root, "..", "other"): false,
+	} {
+		if got := Contains(root, path); got != want {
+			t.Errorf("Contains(%s, %s) = %v", root, path, got)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package synth
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/splitzip/splitzip/safetensors"
+)
+
+func TestBF16(t *testing.T) {
+	for _, c := range []struct {
+		f    float32
+		want uint16
+	}{{0, 0}, {1, 0x3f80}, {-2, 0xc000}, {1.00390625, 0x3f80}, {1.01171875, 0x3f82}, {float32(math.Inf(1)), 0x7f80}} {
+		if got := BF16(c.f); got != c.want {
+			t.Errorf("BF16(%v) = %#04x, want %#04x", c.f, got, c.want)
+		}
+	}
+	if v := BF16(float32(math.NaN())); v&0x7f80 != 0x7f80 || v&0x7f == 0 {
+		t.Errorf("NaN became %#04x", v)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := Write(context.Background(), dir, Config{Bytes: 4 << 20, Shards: 3, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 4 || filepath.Base(paths[3]) != safetensors.IndexFileName {
+		t.Fatalf("wrote %v", paths)
+	}
+	ix, err := safetensors.ReadIndex(paths[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	dtypes := map[string]int{}
+	for _, p := range paths[:3] {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		h, err := safetensors.Read(f, st.Size(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range h.Tensors {
+			total += tn.Size()
+			dtypes[tn.DType]++
+			if ix.WeightMap[tn.Name] != filepath.Base(p) {
+				t.Errorf("%s is in %s, the index says %s", tn.Name, filepath.Base(p), ix.WeightMap[tn.Name])
+			}
+			if tn.Name == "model.norm.weight" {
+				b := make([]byte, 2)
+				f.ReadAt(b, int64(tn.Begin))
+				if v := binary.LittleEndian.Uint16(b) >> 7; v < 120 || v > 128 {
+					t.Errorf("norm weight exponent %d, want near 1.0", v)
+				}
+			}
+		}
+		f.Close()
+	}
+	if total < 3<<20 || total > 5<<20 {
+		t.Errorf("%d tensor bytes for a 4 MiB request", total)
+	}
+	if dtypes["F32"] != 1 || dtypes["I64"] != 1 || dtypes["BF16"] < 10 {
+		t.Errorf("dtypes %v", dtypes)
+	}
+}
