@@ -61,6 +61,13 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("%s differs", en.Name())
 		}
 	}
+	// Load on the host implementation, both paths, checked bit for bit.
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--repeat", "2"); code != 0 || !strings.Contains(out, "matches the source") {
+		t.Fatalf("load --device cpu: %d %q %q", code, out, e)
+	}
+	if code, out, e := splitzip(t, "bench", "load", cache, "--device", "cpu", "--rounds", "1", "--json"); code != 0 || !strings.Contains(out, `"load_compare"`) {
+		t.Fatalf("bench load: %d %q %q", code, out, e)
+	}
 	// A changed source fails verify with exit 1, naming file and tensor.
 	shard := filepath.Join(ck, "model-00002-of-00002.safetensors")
 	b, _ := os.ReadFile(shard)

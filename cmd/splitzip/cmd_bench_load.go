@@ -1,0 +1,31 @@
+package main
+
+import (
+	"runtime"
+
+	"github.com/spf13/cobra"
+)
+
+// newBenchLoadCommand is `bench load`: raw and SplitZip loads of the same
+// cache, alternating in one process (load --compare).
+func newBenchLoadCommand(g *globals) *cobra.Command {
+	var o loadOptions
+	cmd := &cobra.Command{
+		Use:   "load CACHE",
+		Short: "Alternate raw and SplitZip loads of a cache and print the ratio",
+		Long: `Alternate raw and SplitZip loads of the same cache in one process and print
+the median rates and their ratio: first loads (from files), and with
+--resident --repeat N, re-faults from pinned-resident bytes.`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(g, o, a[0]) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
+	f.BoolVar(&o.Resident, "resident", false, "keep bytes in pinned memory: repeats read no file")
+	f.IntVar(&o.Repeat, "repeat", 2, "fault everything in this many times per load")
+	f.IntVar(&o.Compare, "rounds", 3, "alternations of raw and SplitZip")
+	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
+	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
+	f.IntVar(&o.Streams, "streams", 2, "upload streams")
+	return cmd
+}
