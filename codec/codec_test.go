@@ -384,3 +384,40 @@ func TestGroups(t *testing.T) {
 		}
 	}
 }
+
+func TestReader(t *testing.T) {
+	rng, _ := seeded(t)
+	v := synth.Normal(rng, 70*ChunkValues+123, 0.02)
+	for i := 0; i < len(v)/2; i += 5000 {
+		binary.LittleEndian.PutUint16(v[2*i:], 0x0001)
+	}
+	p, _, err := Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(p), uint64(len(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := r.Header()
+	N := h.Chunks()
+	for first := uint64(0); first < N; first += 9 {
+		k := min(9, N-first)
+		n := min((first+k)*ChunkValues, uint64(len(v)/2)) - first*ChunkValues
+		out := make([]byte, 2*n)
+		if err := r.DecodeChunks(out, first, k); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out, v[2*first*ChunkValues:2*first*ChunkValues+2*n]) {
+			t.Fatalf("chunks [%d, %d) differ", first, first+k)
+		}
+	}
+	q := bytes.Clone(p)
+	q[len(q)/2] ^= 1
+	if _, err := NewReader(bytes.NewReader(q), uint64(len(q))); !errors.Is(err, ErrChecksum) {
+		t.Errorf("flipped payload: %v", err)
+	}
+	if _, err := NewReader(bytes.NewReader(p[:len(p)-16]), uint64(len(p)-16)); err == nil {
+		t.Error("truncated payload accepted")
+	}
+}

@@ -73,10 +73,24 @@ func parse(p []byte) (*layout, error) {
 		return nil, corrupt(offSize, -1, "header says %d bytes, payload has %d", h.Size, len(p))
 	}
 	if sum := Checksum(p); sum != h.Checksum {
-		return nil, &CorruptError{Offset: offChecksum, Chunk: -1, Err: ErrChecksum,
-			Reason: fmt.Sprintf("computed %08x, header says %08x", sum, h.Checksum)}
+		return nil, checksumError(sum, h.Checksum)
 	}
-	if err := checkZero(p[HeaderSize+8*h.Groups() : h.DataStart()]); err != nil {
+	return parseTables(h, func(off, n uint64) ([]byte, error) { return p[off : off+n], nil })
+}
+
+func checksumError(got, want uint32) error {
+	return &CorruptError{Offset: offChecksum, Chunk: -1, Err: ErrChecksum,
+		Reason: fmt.Sprintf("computed %08x, header says %08x", got, want)}
+}
+
+// parseTables reads and checks the tables of a payload whose header is h,
+// through at, which returns n bytes at off (within h.Size).
+func parseTables(h Header, at func(off, n uint64) ([]byte, error)) (*layout, error) {
+	front, err := at(HeaderSize, h.DataStart()-HeaderSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkZero(front[8*h.Groups():]); err != nil {
 		return nil, corrupt(HeaderSize+8*h.Groups(), -1, "table padding is not zero")
 	}
 	L := &layout{h: h, l1: make([]uint64, h.Groups()), entries: make([]entry, h.Chunks())}
@@ -84,10 +98,11 @@ func parse(p []byte) (*layout, error) {
 	// ends, its table is followed by its chunks without gaps.
 	pos := h.DataStart()
 	N := h.Chunks()
+	var table []byte
 	for c := range N {
 		g, j := h.group(c)
 		if j == 0 {
-			L.l1[g] = binary.LittleEndian.Uint64(p[HeaderSize+8*g:])
+			L.l1[g] = binary.LittleEndian.Uint64(front[8*g:])
 			if L.l1[g] != pos {
 				return nil, corrupt(HeaderSize+8*g, -1, "group %d at offset %d, want %d", g, L.l1[g], pos)
 			}
@@ -96,13 +111,16 @@ func parse(p []byte) (*layout, error) {
 			if pos+tab > h.Size {
 				return nil, corrupt(pos, -1, "group %d table runs past the payload end", g)
 			}
-			if err := checkZero(p[pos+EntrySize*cnt : pos+tab]); err != nil {
+			if table, err = at(pos, tab); err != nil {
+				return nil, err
+			}
+			if err := checkZero(table[EntrySize*cnt:]); err != nil {
 				return nil, corrupt(pos, -1, "group %d table padding is not zero", g)
 			}
 			pos += tab
 		}
 		epos := L.l1[g] + EntrySize*j
-		e := getEntry(p[epos:])
+		e := getEntry(table[EntrySize*j:])
 		if e.Offset != pos {
 			return nil, corrupt(epos, int64(c), "data at offset %d, want %d", e.Offset, pos)
 		}
@@ -122,8 +140,8 @@ func parse(p []byte) (*layout, error) {
 	}
 	// The flag is set exactly when the invariant holds; reader ranges are
 	// filled in exactly then.
-	lo, span, err := readers(&h, L.l1, L.entries)
-	switch {
+	lo, span, rerr := readers(&h, L.l1, L.entries)
+	switch err := rerr; {
 	case err != nil && h.InPlace:
 		return nil, &CorruptError{Offset: offFlags, Chunk: -1, Reason: err.Error(), Err: ErrCorrupt}
 	case err == nil && !h.InPlace:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/checkpoint"
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -165,6 +166,13 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 		var b []byte
 		var err error
 		switch {
+		case r.t != nil && r.t.Stored == shardcache.StoredSplitZip && r.size > streamBytes && isCPU(dec):
+			if err := restoreStreaming(c, r.t, w); err != nil {
+				return fmt.Errorf("tensor %q: %w", r.t.Name, err)
+			}
+			p.Add(r.size)
+			pos += r.size
+			continue
 		case r.t != nil && r.t.Stored == shardcache.StoredSplitZip:
 			var payload []byte
 			if payload, _, err = c.ReadObject(r.key); err == nil {
@@ -206,6 +214,37 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 	}
 	if pos != sh.Size {
 		return fmt.Errorf("%w: regions cover %d of %d bytes", shardcache.ErrIndexCorrupt, pos, sh.Size)
+	}
+	return nil
+}
+
+// restoreStreaming decodes a large payload into w a segment at a time and
+// checks the result against the content key.
+func restoreStreaming(c *shardcache.Cache, t *shardcache.Tensor, w *bufio.Writer) error {
+	obj, o, err := c.OpenObject(t.Key)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	r, err := codec.NewReader(obj, o.Size)
+	if err != nil {
+		return fmt.Errorf("payload %s: %w", t.Key, err)
+	}
+	if h := r.Header(); 2*h.Values != t.Size {
+		return fmt.Errorf("payload %s decodes to %d bytes, the tensor has %d", t.Key, 2*h.Values, t.Size)
+	}
+	hash := shardcache.NewHasher()
+	var buf []byte
+	err = decodeSegments(r, func(_ uint64, seg []byte) error {
+		hash.Write(seg)
+		_, err := w.Write(seg)
+		return err
+	}, &buf)
+	if err != nil {
+		return err
+	}
+	if shardcache.KeyFromSum([32]byte(hash.Sum(nil))) != t.Key {
+		return fmt.Errorf("%w: decoded bytes do not match the content key", shardcache.ErrObjectCorrupt)
 	}
 	return nil
 }

@@ -228,3 +228,29 @@ func TestInterruptedCompressLeavesNoCache(t *testing.T) {
 		t.Error("verify accepted the cache of a failed compress")
 	}
 }
+
+// TestStreaming runs verify and decompress through the bounded-memory
+// paths (segments of two chunks) and checks they still catch changes.
+func TestStreaming(t *testing.T) {
+	defer func(b, s uint64) { streamBytes, segmentChunks = b, s }(streamBytes, segmentChunks)
+	streamBytes, segmentChunks = 1, 2
+	dir := t.TempDir()
+	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	gen(t, src, 4<<20, 2, 8)
+	compress(t, src, cache, false)
+	if v := mustVerify(t, cache); !v.OK() || v.Payloads == 0 {
+		t.Fatalf("verify: %+v", v)
+	}
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, src, out)
+	p := filepath.Join(src, "model-00001-of-00002.safetensors")
+	b, _ := os.ReadFile(p)
+	b[len(b)/2] ^= 0x20
+	os.WriteFile(p, b, 0o644)
+	v := mustVerify(t, cache)
+	if v.OK() {
+		t.Fatal("streaming verify accepted a changed source")
+	}
+}

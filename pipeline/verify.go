@@ -159,6 +159,80 @@ func verifyShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard
 	wg.Wait()
 }
 
+// streamBytes is the tensor size above which the CPU paths decode a
+// payload a segment at a time instead of whole (a variable for tests).
+var streamBytes uint64 = 64 << 20
+
+func isCPU(d Decoder) bool { _, ok := d.(CPUDecoder); return ok }
+
+// verifyStreaming compares a large payload with its source a segment at a
+// time, in bounded memory.
+func verifyStreaming(c *shardcache.Cache, f *os.File, t *shardcache.Tensor) error {
+	obj, o, err := c.OpenObject(t.Key)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	r, err := codec.NewReader(obj, o.Size)
+	if err != nil {
+		return fmt.Errorf("payload %s: %w", t.Key, err)
+	}
+	h := r.Header()
+	if 2*h.Values != t.Size {
+		return fmt.Errorf("payload %s decodes to %d bytes, the tensor has %d", t.Key, 2*h.Values, t.Size)
+	}
+	hash := shardcache.NewHasher()
+	mismatch := int64(-1)
+	var out []byte
+	err = decodeSegments(r, func(first uint64, seg []byte) error {
+		src, err := readRange(f, t.Offset+2*first*codec.ChunkValues, uint64(len(seg)))
+		if err != nil {
+			return err
+		}
+		hash.Write(src)
+		if i := firstDiff(seg, src); i >= 0 && mismatch < 0 {
+			mismatch = int64(2*first*codec.ChunkValues) + int64(i)
+		}
+		return nil
+	}, &out)
+	if err != nil {
+		return fmt.Errorf("payload %s: %w", t.Key, err)
+	}
+	if shardcache.KeyFromSum([32]byte(hash.Sum(nil))) != t.Key {
+		return fmt.Errorf("%w: source bytes no longer match the compressed tensor (%s)", shardcache.ErrSourceChanged, t.Key)
+	}
+	if mismatch >= 0 {
+		return fmt.Errorf("%w: decoded payload differs from the source at byte %d", ErrMismatch, mismatch)
+	}
+	return nil
+}
+
+// segmentChunks is how many chunks decodeSegments decodes at a time
+// (64 MiB of output; a variable for tests).
+var segmentChunks uint64 = 2048
+
+// decodeSegments decodes a payload in segments and passes each, with the
+// index of its first chunk, to fn; buf is reused between calls.
+func decodeSegments(r *codec.Reader, fn func(first uint64, seg []byte) error, buf *[]byte) error {
+	h := r.Header()
+	N := h.Chunks()
+	for first := uint64(0); first < N; first += segmentChunks {
+		k := min(segmentChunks, N-first)
+		n := 2 * (min((first+k)*codec.ChunkValues, h.Values) - first*codec.ChunkValues)
+		if uint64(cap(*buf)) < n {
+			*buf = make([]byte, n)
+		}
+		seg := (*buf)[:n]
+		if err := r.DecodeChunks(seg, first, k); err != nil {
+			return err
+		}
+		if err := fn(first, seg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // verifyTensor reads the source bytes, checks them against the content key
 // and, for a payload, decodes it and compares.
 func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Decoder) (bool, error) {
@@ -170,6 +244,8 @@ func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Dec
 		return false, fmt.Errorf("%w: source bytes no longer match the compressed tensor (%s)", shardcache.ErrSourceChanged, t.Key)
 	}
 	switch {
+	case t.Stored == shardcache.StoredSplitZip && t.Size > streamBytes && isCPU(dec):
+		return true, verifyStreaming(c, f, t)
 	case t.Stored == shardcache.StoredSplitZip:
 		payload, _, err := c.ReadObject(t.Key)
 		if err != nil {

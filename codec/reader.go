@@ -1,0 +1,102 @@
+package codec
+
+import (
+	"fmt"
+	"io"
+)
+
+// Reader decodes a payload held in a file (any io.ReaderAt) a range of
+// chunks at a time, holding only its tables in memory, so tensors of any
+// size verify and decompress in bounded memory. NewReader checks the
+// payload's checksum and tables as Validate does; chunk contents are
+// checked as they are decoded.
+type Reader struct {
+	r     io.ReaderAt
+	L     *layout
+	lut   *[256]uint64
+	codes [256]byte
+	buf   []byte
+}
+
+// readBlock is the unit of the checksum pass.
+const readBlock = 1 << 20
+
+// NewReader opens the payload of size bytes read through r.
+func NewReader(r io.ReaderAt, size uint64) (*Reader, error) {
+	at := func(off, n uint64) ([]byte, error) {
+		b := make([]byte, n)
+		if _, err := r.ReadAt(b, int64(off)); err != nil {
+			return nil, fmt.Errorf("codec: reading payload at %d: %w", off, err)
+		}
+		return b, nil
+	}
+	head, err := at(0, min(size, HeaderSize))
+	if err != nil {
+		return nil, err
+	}
+	h, err := ParseHeader(head)
+	if err != nil {
+		return nil, err
+	}
+	if h.Size != size {
+		return nil, corrupt(offSize, -1, "header says %d bytes, payload has %d", h.Size, size)
+	}
+	var sum uint32
+	buf := make([]byte, min(size, readBlock))
+	for off := uint64(0); off < size; off += readBlock {
+		b := buf[:min(readBlock, size-off)]
+		if _, err := r.ReadAt(b, int64(off)); err != nil {
+			return nil, fmt.Errorf("codec: reading payload at %d: %w", off, err)
+		}
+		sum = CombineChecksums(sum, PieceChecksum(b, off), uint64(len(b)))
+	}
+	if sum != h.Checksum {
+		return nil, checksumError(sum, h.Checksum)
+	}
+	L, err := parseTables(h, at)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{r: r, L: L, lut: pairTable(&h.Codebook), codes: h.Codebook.codeTable()}, nil
+}
+
+// Header returns the payload's header.
+func (r *Reader) Header() Header { return r.L.h }
+
+// DecodeChunks decodes chunks [first, first+k) into dst, which must hold
+// exactly their decoded bytes.
+func (r *Reader) DecodeChunks(dst []byte, first, k uint64) error {
+	h := &r.L.h
+	N := h.Chunks()
+	if first > N || k > N-first {
+		return fmt.Errorf("%w: chunks [%d, %d) of %d", ErrSize, first, first+k, N)
+	}
+	if k == 0 {
+		return nil
+	}
+	start := first * ChunkValues
+	end := min((first+k)*ChunkValues, h.Values)
+	if uint64(len(dst)) != 2*(end-start) {
+		return fmt.Errorf("%w: destination of %d bytes for %d values", ErrSize, len(dst), end-start)
+	}
+	last := first + k - 1
+	lo := r.L.entries[first].Offset
+	hi := r.L.entries[last].Offset + chunkLen(h.chunkCount(last), r.L.entries[last].Escapes)
+	if uint64(cap(r.buf)) < hi-lo {
+		r.buf = make([]byte, hi-lo)
+	}
+	data := r.buf[:hi-lo]
+	if _, err := r.r.ReadAt(data, int64(lo)); err != nil {
+		return fmt.Errorf("codec: reading chunks at %d: %w", lo, err)
+	}
+	for c := first; c <= last; c++ {
+		e := r.L.entries[c]
+		cnt := h.chunkCount(c)
+		d := data[e.Offset-lo : e.Offset-lo+chunkLen(cnt, e.Escapes)]
+		o := dst[2*(c*ChunkValues-start) : 2*(c*ChunkValues-start)+2*uint64(cnt)]
+		if reason := decodeChunk(o, d, e.Escapes, &h.Codebook, r.lut, &r.codes); reason != "" {
+			return corrupt(e.Offset, int64(c), "%s", reason)
+		}
+	}
+	return nil
+}
