@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= .dev/splitzip
 DEMO    ?= demo
 
-.PHONY: help build test lint demo fuzz bench clean kernels gpu-build
+.PHONY: help build test lint demo fuzz bench clean kernels gpu-build capi python-test
 
 help:
 	@echo "make demo   - generate a small checkpoint, compress, verify, inspect, restore"
@@ -11,6 +11,7 @@ help:
 	@echo "make fuzz   - run each fuzzer for FUZZTIME (default 60s)"
 	@echo "make bench  - codec benchmarks"
 	@echo "make build  - build $(BIN) (CGO_ENABLED=0)"
+	@echo "make capi   - build libsplitzip.so (C ABI) into python/splitzip/"
 	@echo "make kernels - compile gpu/decode.cu into the committed fatbin (needs nvcc)"
 	@echo "make gpu-build - build the binaries scripts/gpu-check.sh runs on a GPU machine"
 
@@ -23,6 +24,24 @@ lint:
 
 test: lint
 	$(GO) test -race -count=1 ./...
+	$(MAKE) python-test
+
+# libsplitzip.so (the C ABI, capi/splitzip.h) next to the Python package.
+capi:
+	$(GO) build -buildmode=c-shared -o python/splitzip/libsplitzip.so ./capi
+
+# Python binding tests on the CPU path; they need Debian's python3-numpy
+# (.ci/run installs it and sets SPLITZIP_REQUIRE_PYTHON so they cannot be
+# skipped there).
+PYTHON ?= /usr/bin/python3
+python-test: build capi
+	@if $(PYTHON) -c 'import numpy' 2>/dev/null; then \
+		$(PYTHON) -m unittest discover -s python/tests -v; \
+	elif [ -n "$$SPLITZIP_REQUIRE_PYTHON" ]; then \
+		echo "python-test: $(PYTHON) with numpy is required"; exit 1; \
+	else \
+		echo "SKIP python-test: $(PYTHON) lacks numpy (apt-get install python3-numpy)"; \
+	fi
 
 demo: build
 	rm -rf $(DEMO)

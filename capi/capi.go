@@ -1,0 +1,306 @@
+// Command capi is libsplitzip.so: the C ABI of splitzip (splitzip.h),
+// built with `go build -buildmode=c-shared`. Each exported function is a
+// thin translation to package loader: C arguments are checked and copied,
+// errors become sz_status codes plus a message kept on the handle, and a
+// panic is recovered into SZ_ERR_INTERNAL so that it never crosses into
+// the host process.
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#define SZ_NO_PROTOTYPES
+#include "splitzip.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/loader"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+func main() {}
+
+// handle is what a C handle refers to.
+type handle struct {
+	l      *loader.Loader
+	mu     sync.Mutex
+	last   string
+	closed bool
+}
+
+// handles tracks live handles so that a stale or forged value is
+// rejected instead of crashing.
+var handles sync.Map // uintptr -> *handle
+
+func lookup(h C.uintptr_t) (*handle, C.sz_status) {
+	v, ok := handles.Load(uintptr(h))
+	if !ok {
+		return nil, C.SZ_ERR_INVALID
+	}
+	return v.(*handle), C.SZ_OK
+}
+
+// status maps an error to a code.
+func status(err error) C.sz_status {
+	var ce *cuda.Error
+	switch {
+	case err == nil:
+		return C.SZ_OK
+	case errors.Is(err, loader.ErrInvalid):
+		return C.SZ_ERR_INVALID
+	case errors.Is(err, loader.ErrNotFound):
+		return C.SZ_ERR_NOT_FOUND
+	case errors.Is(err, loader.ErrTooSmall):
+		return C.SZ_ERR_TOO_SMALL
+	case errors.Is(err, shardcache.ErrSourceChanged):
+		return C.SZ_ERR_SOURCE_CHANGED
+	case errors.Is(err, codec.ErrCorrupt), errors.Is(err, codec.ErrChecksum), errors.Is(err, shardcache.ErrIndexCorrupt),
+		errors.Is(err, shardcache.ErrObjectCorrupt), errors.Is(err, shardcache.ErrNotCache):
+		return C.SZ_ERR_CORRUPT
+	case errors.Is(err, cuda.ErrNoDriver):
+		return C.SZ_ERR_NO_GPU
+	case errors.As(err, &ce):
+		return C.SZ_ERR_CUDA
+	}
+	return C.SZ_ERR_IO
+}
+
+// call runs fn for handle h, records its error on the handle and recovers
+// panics.
+func call(h C.uintptr_t, fn func(l *loader.Loader) error) (st C.sz_status) {
+	hd, st := lookup(h)
+	if st != C.SZ_OK {
+		return st
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			hd.setError(fmt.Sprintf("internal error: %v", r))
+			st = C.SZ_ERR_INTERNAL
+		}
+	}()
+	hd.mu.Lock()
+	closed := hd.closed
+	hd.mu.Unlock()
+	if closed {
+		return C.SZ_ERR_INVALID
+	}
+	err := fn(hd.l)
+	if err != nil {
+		hd.setError(err.Error())
+	}
+	return status(err)
+}
+
+func (h *handle) setError(s string) {
+	h.mu.Lock()
+	h.last = s
+	h.mu.Unlock()
+}
+
+// copyString writes s into buf (cap bytes), NUL-terminated and truncated.
+func copyString(s string, buf *C.char, capacity C.size_t) {
+	if buf == nil || capacity == 0 {
+		return
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(capacity))
+	n := copy(b[:len(b)-1], s)
+	b[n] = 0
+}
+
+//export sz_abi_version
+func sz_abi_version() C.int { return C.SPLITZIP_ABI_VERSION }
+
+//export sz_open
+func sz_open(dir, source *C.char, out *C.uintptr_t, errbuf *C.char, errcap C.size_t) (st C.sz_status) {
+	defer func() {
+		if r := recover(); r != nil {
+			copyString(fmt.Sprintf("internal error: %v", r), errbuf, errcap)
+			st = C.SZ_ERR_INTERNAL
+		}
+	}()
+	if dir == nil || out == nil {
+		copyString("sz_open: cache_dir and handle must not be NULL", errbuf, errcap)
+		return C.SZ_ERR_INVALID
+	}
+	src := ""
+	if source != nil {
+		src = C.GoString(source)
+	}
+	l, err := loader.Open(C.GoString(dir), src)
+	if err != nil {
+		copyString(err.Error(), errbuf, errcap)
+		return status(err)
+	}
+	hv := cgo.NewHandle(&handle{l: l})
+	handles.Store(uintptr(hv), hv.Value())
+	*out = C.uintptr_t(hv)
+	return C.SZ_OK
+}
+
+//export sz_close
+func sz_close(h C.uintptr_t) C.sz_status {
+	hd, st := lookup(h)
+	if st != C.SZ_OK {
+		return st
+	}
+	handles.Delete(uintptr(h))
+	hd.mu.Lock()
+	hd.closed = true
+	hd.mu.Unlock()
+	hd.l.Close()
+	cgo.Handle(h).Delete()
+	return C.SZ_OK
+}
+
+//export sz_last_error
+func sz_last_error(h C.uintptr_t, buf *C.char, capacity C.size_t) C.sz_status {
+	hd, st := lookup(h)
+	if st != C.SZ_OK {
+		return st
+	}
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	copyString(hd.last, buf, capacity)
+	return C.SZ_OK
+}
+
+//export sz_count
+func sz_count(h C.uintptr_t, n *C.uint64_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		if n == nil {
+			return fmt.Errorf("%w: NULL count", loader.ErrInvalid)
+		}
+		*n = C.uint64_t(len(l.Tensors()))
+		return nil
+	})
+}
+
+//export sz_info
+func sz_info(h C.uintptr_t, index C.uint64_t, info *C.sz_tensor, name *C.char, capacity C.size_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		t, err := l.Tensor(int(index))
+		if err != nil {
+			return err
+		}
+		if info != nil {
+			*info = C.sz_tensor{}
+			info.index = C.uint64_t(t.Index)
+			info.nbytes = C.uint64_t(t.Size)
+			info.offset = C.uint64_t(t.Offset)
+			info.stored = C.uint64_t(t.Stored)
+			info.ndim = C.uint32_t(len(t.Shape))
+			if t.Compressed {
+				info.compressed = 1
+			}
+			for i, d := range t.Shape {
+				if i < 8 {
+					info.shape[i] = C.uint64_t(d)
+				}
+			}
+			copyString(t.DType, &info.dtype[0], C.size_t(len(info.dtype)))
+		}
+		copyString(t.Name, name, capacity)
+		return nil
+	})
+}
+
+func find(h C.uintptr_t, index *C.uint64_t, fn func(l *loader.Loader) (int, error)) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		if index == nil {
+			return fmt.Errorf("%w: NULL index", loader.ErrInvalid)
+		}
+		i, err := fn(l)
+		if err == nil {
+			*index = C.uint64_t(i)
+		}
+		return err
+	})
+}
+
+func goString(s *C.char) (string, error) {
+	if s == nil {
+		return "", fmt.Errorf("%w: NULL string", loader.ErrInvalid)
+	}
+	return C.GoString(s), nil
+}
+
+//export sz_find_name
+func sz_find_name(h C.uintptr_t, name *C.char, index *C.uint64_t) C.sz_status {
+	return find(h, index, func(l *loader.Loader) (int, error) {
+		s, err := goString(name)
+		if err != nil {
+			return 0, err
+		}
+		return l.FindName(s)
+	})
+}
+
+//export sz_find_key
+func sz_find_key(h C.uintptr_t, key *C.char, index *C.uint64_t) C.sz_status {
+	return find(h, index, func(l *loader.Loader) (int, error) {
+		s, err := goString(key)
+		if err != nil {
+			return 0, err
+		}
+		return l.FindKey(s)
+	})
+}
+
+//export sz_find_slice
+func sz_find_slice(h C.uintptr_t, shard *C.char, offset, size C.uint64_t, index *C.uint64_t) C.sz_status {
+	return find(h, index, func(l *loader.Loader) (int, error) {
+		s, err := goString(shard)
+		if err != nil {
+			return 0, err
+		}
+		return l.FindSlice(s, uint64(offset), uint64(size))
+	})
+}
+
+//export sz_read_host
+func sz_read_host(h C.uintptr_t, index C.uint64_t, dst unsafe.Pointer, capacity C.uint64_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		if dst == nil && capacity > 0 {
+			return fmt.Errorf("%w: NULL destination", loader.ErrInvalid)
+		}
+		var b []byte
+		if capacity > 0 {
+			b = unsafe.Slice((*byte)(dst), uint64(capacity))
+		}
+		return l.ReadHost(int(index), b)
+	})
+}
+
+//export sz_upload
+func sz_upload(h C.uintptr_t, index C.uint64_t, device C.int, dst, capacity C.uint64_t, stream C.uintptr_t, event *C.uintptr_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		if event == nil {
+			return fmt.Errorf("%w: NULL event", loader.ErrInvalid)
+		}
+		ev, err := l.Upload(int(index), int(device), uint64(dst), uint64(capacity), uintptr(stream))
+		if err == nil {
+			*event = C.uintptr_t(ev)
+		}
+		return err
+	})
+}
+
+//export sz_event_wait
+func sz_event_wait(h C.uintptr_t, event C.uintptr_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error { return l.EventWait(uintptr(event)) })
+}
+
+//export sz_event_release
+func sz_event_release(h C.uintptr_t, event C.uintptr_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error { return l.EventRelease(uintptr(event)) })
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/checkpoint"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+)
+
+// build compiles libsplitzip.so and a C program against it.
+func build(t *testing.T, dir, program string) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc: the C ABI test needs a C compiler")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	lib := filepath.Join(dir, "libsplitzip.so")
+	if out, err := exec.Command(goBin, "build", "-buildmode=c-shared", "-o", lib, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building the library: %v\n%s", err, out)
+	}
+	exe := filepath.Join(dir, strings.TrimSuffix(filepath.Base(program), ".c"))
+	cmd := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-std=c99", "-o", exe, program, "-I.", "-L"+dir, "-lsplitzip", "-lpthread")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("compiling %s: %v\n%s", program, err, out)
+	}
+	return exe
+}
+
+func fixture(t *testing.T, dir string) (src, cache string) {
+	t.Helper()
+	src, cache = filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	return src, cache
+}
+
+func run(t *testing.T, exe, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", filepath.Base(exe), err, out)
+	}
+	return string(out)
+}
+
+// TestCLoader runs examples/c/loader.c and checks every tensor's bytes
+// against the source checkpoint.
+func TestCLoader(t *testing.T) {
+	dir := t.TempDir()
+	exe := build(t, dir, filepath.Join("..", "examples", "c", "loader.c"))
+	src, cache := fixture(t, dir)
+	out := run(t, exe, dir, cache)
+
+	want := map[string]string{}
+	ck, err := checkpoint.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compressed := 0
+	for _, s := range ck.Shards {
+		b, _ := os.ReadFile(s.Path)
+		for _, tn := range s.Header.Tensors {
+			h := fnv.New64a()
+			h.Write(b[tn.Begin:tn.End])
+			want[tn.Name] = fmt.Sprintf("%s %d %016x", tn.DType, tn.Size(), h.Sum64())
+		}
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	got := 0
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 5 {
+			t.Fatalf("bad line %q", sc.Text())
+		}
+		if w := want[f[0]]; w != strings.Join(f[1:4], " ") {
+			t.Errorf("%s: C loader read %v, source has %s", f[0], f[1:4], w)
+		}
+		if f[4] == "1" {
+			compressed++
+		}
+		got++
+	}
+	if got != len(want) || compressed == 0 {
+		t.Errorf("C loader listed %d tensors (%d compressed), the checkpoint has %d", got, compressed, len(want))
+	}
+}
+
+func TestCThreads(t *testing.T) {
+	dir := t.TempDir()
+	exe := build(t, dir, filepath.Join("testdata", "threads.c"))
+	_, cache := fixture(t, dir)
+	if out := run(t, exe, dir, cache); !strings.Contains(out, "identical") {
+		t.Errorf("threads: %s", out)
+	}
+}
+
+func TestErrorsAreCodes(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "bad.c")
+	os.WriteFile(prog, []byte(`#include <stdio.h>
+#include <string.h>
+#include "splitzip.h"
+int main(int argc, char **argv) {
+    char err[256] = {0};
+    uintptr_t h = 0;
+    (void)argc;
+    if (sz_open(argv[1], NULL, &h, err, sizeof err) != SZ_ERR_IO || strlen(err) == 0) return 1;
+    if (sz_open(NULL, NULL, &h, err, sizeof err) != SZ_ERR_INVALID) return 2;
+    if (sz_open(argv[2], "/no/such/source", &h, err, sizeof err) != SZ_ERR_NOT_FOUND) return 3;
+    if (sz_open(argv[2], NULL, &h, err, sizeof err) != SZ_OK) return 4;
+    uint64_t i;
+    if (sz_find_name(h, "no.such.tensor", &i) != SZ_ERR_NOT_FOUND) return 5;
+    if (sz_find_name(h, NULL, &i) != SZ_ERR_INVALID) return 6;
+    if (sz_find_name(h, "model.embed_tokens.weight", &i) != SZ_OK) return 7;
+    sz_tensor t;
+    sz_info(h, i, &t, NULL, 0);
+    char small[4];
+    if (sz_read_host(h, i, small, sizeof small) != SZ_ERR_TOO_SMALL) return 8;
+    if (sz_last_error(h, err, sizeof err) != SZ_OK || strstr(err, "model.embed_tokens.weight") == NULL) return 9;
+    if (sz_find_slice(h, "/any/dir/model-00001-of-00002.safetensors", t.offset, t.nbytes, &i) != SZ_OK) return 10;
+    printf("ok\n");
+    return sz_close(h) == SZ_OK ? 0 : 11;
+}
+`), 0o644)
+	exe := build(t, dir, prog)
+	_, cache := fixture(t, dir)
+	if out := run(t, exe, dir, filepath.Join(dir, "nope"), cache); !bytes.Contains([]byte(out), []byte("ok")) {
+		t.Errorf("bad-input program: %s", out)
+	}
+}

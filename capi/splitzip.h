@@ -1,0 +1,119 @@
+/*
+ * splitzip.h - C ABI of libsplitzip.so, version 1.
+ *
+ * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
+ *
+ * A loader opens a splitzip cache, finds tensors by name, by content key
+ * or by the source slice they came from (shard file, byte offset, byte
+ * size), and gets each tensor's original bytes, bit for bit, either into
+ * host memory (sz_read_host) or into a device range it owns on a CUDA
+ * stream it owns (sz_upload), in the primary context of the device (the
+ * one the CUDA runtime and PyTorch use). Tensors with a SplitZip payload
+ * are copied compressed and decoded in place on the GPU; the others are
+ * copied raw from their source shard.
+ *
+ * Errors: every function returns an sz_status; SZ_OK is 0. The message of
+ * the last failed call on a handle is returned by sz_last_error. sz_open
+ * writes its message into the caller's buffer. A Go panic never crosses
+ * this boundary: it is reported as SZ_ERR_INTERNAL.
+ *
+ * Threads: every function may be called from several threads at once.
+ *
+ * Ownership and lifetimes: a handle from sz_open is owned by the caller
+ * and freed by sz_close (after which it is invalid; using it returns
+ * SZ_ERR_INVALID). Strings passed in are copied during the call. Device
+ * memory and streams passed in stay the caller's. An event from sz_upload
+ * is owned by the library until sz_event_release; the pinned host buffer
+ * an upload reads from is reused only after that upload's work on the
+ * stream has completed, so the caller need not wait before the next call.
+ */
+#ifndef SPLITZIP_H
+#define SPLITZIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPLITZIP_ABI_VERSION 1
+
+typedef enum {
+    SZ_OK = 0,
+    SZ_ERR_INVALID = 1,        /* bad argument or handle */
+    SZ_ERR_NOT_FOUND = 2,      /* no such tensor */
+    SZ_ERR_CORRUPT = 3,        /* a payload or the cache is corrupt */
+    SZ_ERR_SOURCE_CHANGED = 4, /* a source shard changed since compression */
+    SZ_ERR_TOO_SMALL = 5,      /* the destination is smaller than the tensor */
+    SZ_ERR_NO_GPU = 6,         /* no CUDA driver or device */
+    SZ_ERR_CUDA = 7,           /* a CUDA call failed */
+    SZ_ERR_IO = 8,             /* reading a file failed */
+    SZ_ERR_INTERNAL = 9        /* a bug: please report it */
+} sz_status;
+
+/* sz_tensor describes one tensor. */
+typedef struct {
+    uint64_t index;      /* 0 .. sz_count()-1 */
+    uint64_t nbytes;     /* size of the original tensor */
+    uint64_t offset;     /* byte offset in its source shard */
+    uint64_t stored;     /* bytes stored (payload size, or nbytes when raw) */
+    uint32_t ndim;       /* at most 8 dimensions are reported */
+    uint32_t compressed; /* 1 when a SplitZip payload exists */
+    uint64_t shape[8];
+    char dtype[16];      /* safetensors dtype string, NUL-terminated */
+} sz_tensor;
+
+/* The library's own build defines SZ_NO_PROTOTYPES: cgo declares the
+ * functions itself, without const. */
+#ifndef SZ_NO_PROTOTYPES
+
+/* sz_abi_version returns SPLITZIP_ABI_VERSION of the library. */
+int sz_abi_version(void);
+
+/* sz_open opens the cache in cache_dir. source may be NULL when the cache
+ * holds one checkpoint, else the root directory of the checkpoint to
+ * serve. On failure the message is written into errbuf (errcap bytes). */
+sz_status sz_open(const char *cache_dir, const char *source, uintptr_t *handle, char *errbuf, size_t errcap);
+
+/* sz_close frees the handle, waiting for its uploads. */
+sz_status sz_close(uintptr_t handle);
+
+/* sz_last_error copies the message of the handle's last failed call. */
+sz_status sz_last_error(uintptr_t handle, char *buf, size_t cap);
+
+/* sz_count returns the number of tensors of the checkpoint. */
+sz_status sz_count(uintptr_t handle, uint64_t *count);
+
+/* sz_info describes tensor index; name (up to cap bytes, NUL-terminated)
+ * receives its name when not NULL. */
+sz_status sz_info(uintptr_t handle, uint64_t index, sz_tensor *info, char *name, size_t cap);
+
+/* Lookups return the tensor's index. */
+sz_status sz_find_name(uintptr_t handle, const char *name, uint64_t *index);
+sz_status sz_find_slice(uintptr_t handle, const char *shard, uint64_t offset, uint64_t size, uint64_t *index);
+sz_status sz_find_key(uintptr_t handle, const char *key, uint64_t *index);
+
+/* sz_read_host writes tensor index's original bytes into dst (at least
+ * nbytes), decoding on the CPU. */
+sz_status sz_read_host(uintptr_t handle, uint64_t index, void *dst, uint64_t cap);
+
+/* sz_upload enqueues on stream (a CUstream/cudaStream_t of device
+ * ordinal device; 0 is the legacy default stream) the transfer of tensor
+ * index into the device range [dst, dst + cap), cap >= nbytes, and
+ * returns an event recorded after it. The caller may make its streams wait
+ * on it (cuStreamWaitEvent/cudaStreamWaitEvent) or call sz_event_wait. */
+sz_status sz_upload(uintptr_t handle, uint64_t index, int device, uint64_t dst, uint64_t cap, uintptr_t stream, uintptr_t *event);
+
+/* sz_event_wait blocks until the upload behind event has completed. */
+sz_status sz_event_wait(uintptr_t handle, uintptr_t event);
+
+/* sz_event_release frees an event from sz_upload. */
+sz_status sz_event_release(uintptr_t handle, uintptr_t event);
+
+#endif /* SZ_NO_PROTOTYPES */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

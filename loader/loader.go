@@ -1,0 +1,202 @@
+// Package loader serves the tensors of a cached checkpoint to a loader
+// process: lookups by name, content key and source slice, and each
+// tensor's original bytes, decoded into host memory or uploaded and
+// decoded in place into a device range the caller owns, on the caller's
+// CUDA stream. It is what the C ABI (capi) and the Python package use.
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// Errors callers test with errors.Is (the C ABI maps them to codes).
+var (
+	ErrNotFound = shardcache.ErrNotFound
+	ErrTooSmall = errors.New("destination smaller than the tensor")
+	ErrInvalid  = errors.New("invalid argument")
+)
+
+// Tensor describes one tensor of the checkpoint.
+type Tensor struct {
+	Index      int
+	Name       string
+	DType      string
+	Shape      []uint64
+	Shard      string // path of the source shard
+	Offset     uint64
+	Size       uint64
+	Key        shardcache.Key
+	Compressed bool
+	Stored     uint64 // payload bytes, or Size
+	shard      *shardcache.Shard
+}
+
+// Loader serves one checkpoint of a cache. Its methods are safe for
+// concurrent use.
+type Loader struct {
+	c       *shardcache.Cache
+	src     *shardcache.Source
+	tensors []Tensor
+	byName  map[string]int
+	byKey   map[shardcache.Key]int
+	bySlice map[slice]int
+	files   sync.Map // shard path -> *os.File
+
+	gpuMu sync.Mutex
+	gpus  map[int]*gpuState
+}
+
+type slice struct {
+	shard        string // base name
+	offset, size uint64
+}
+
+// Open opens the checkpoint source (its root; "" when the cache holds one)
+// of the cache in dir.
+func Open(dir, source string) (*Loader, error) {
+	c, err := shardcache.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	src, err := pipeline.PickSource(c, source)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{c: c, src: src, byName: map[string]int{}, byKey: map[shardcache.Key]int{}, bySlice: map[slice]int{}, gpus: map[int]*gpuState{}}
+	for si := range src.Shards {
+		sh := &src.Shards[si]
+		for _, t := range sh.Tensors {
+			i := len(l.tensors)
+			tt := Tensor{Index: i, Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: filepath.Join(src.Root, sh.Name),
+				Offset: t.Offset, Size: t.Size, Key: t.Key, Stored: t.Size, shard: sh}
+			if t.Stored == shardcache.StoredSplitZip {
+				o, err := c.Lookup(t.Key)
+				if err != nil {
+					return nil, err
+				}
+				tt.Compressed, tt.Stored = true, o.Size
+			}
+			l.tensors = append(l.tensors, tt)
+			l.byName[t.Name] = i
+			if _, ok := l.byKey[t.Key]; !ok {
+				l.byKey[t.Key] = i
+			}
+			l.bySlice[slice{filepath.Base(sh.Name), t.Offset, t.Size}] = i
+		}
+	}
+	return l, nil
+}
+
+// Tensors returns every tensor, in shard order.
+func (l *Loader) Tensors() []Tensor { return l.tensors }
+
+// Tensor returns tensor i.
+func (l *Loader) Tensor(i int) (*Tensor, error) {
+	if i < 0 || i >= len(l.tensors) {
+		return nil, fmt.Errorf("%w: tensor index %d of %d", ErrInvalid, i, len(l.tensors))
+	}
+	return &l.tensors[i], nil
+}
+
+// FindName returns the index of a tensor by name.
+func (l *Loader) FindName(name string) (int, error) {
+	if i, ok := l.byName[name]; ok {
+		return i, nil
+	}
+	return -1, fmt.Errorf("tensor %q: %w", name, ErrNotFound)
+}
+
+// FindKey returns the index of a tensor by content key.
+func (l *Loader) FindKey(key string) (int, error) {
+	if i, ok := l.byKey[shardcache.Key(key)]; ok {
+		return i, nil
+	}
+	return -1, fmt.Errorf("content key %s: %w", key, ErrNotFound)
+}
+
+// FindSlice returns the index of the tensor stored at [offset, offset+size)
+// of the shard file named shard (a path or a base name).
+func (l *Loader) FindSlice(shard string, offset, size uint64) (int, error) {
+	if i, ok := l.bySlice[slice{filepath.Base(shard), offset, size}]; ok {
+		return i, nil
+	}
+	return -1, fmt.Errorf("slice %s[%d:+%d]: %w", shard, offset, size, ErrNotFound)
+}
+
+// ReadHost writes tensor i's original bytes into dst, decoding on the CPU.
+func (l *Loader) ReadHost(i int, dst []byte) error {
+	t, err := l.Tensor(i)
+	if err != nil {
+		return err
+	}
+	if uint64(len(dst)) < t.Size {
+		return fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, len(dst), t.Size)
+	}
+	dst = dst[:t.Size]
+	if t.Compressed {
+		p, _, err := l.c.ReadObject(t.Key)
+		if err != nil {
+			return fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+		if err := codec.Decode(dst, p); err != nil {
+			return fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+		return nil
+	}
+	return l.readSource(t, dst)
+}
+
+// readSource reads a raw tensor from its shard, which must not have
+// changed since compression.
+func (l *Loader) readSource(t *Tensor, dst []byte) error {
+	if err := shardcache.CheckStat(t.shard, t.Shard); err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	f, err := l.file(t.Shard)
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	if _, err := f.ReadAt(dst, int64(t.Offset)); err != nil {
+		return fmt.Errorf("tensor %q: %s: %w", t.Name, t.Shard, err)
+	}
+	return nil
+}
+
+func (l *Loader) file(path string) (*os.File, error) {
+	if f, ok := l.files.Load(path); ok {
+		return f.(*os.File), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if old, loaded := l.files.LoadOrStore(path, f); loaded {
+		f.Close()
+		return old.(*os.File), nil
+	}
+	return f, nil
+}
+
+// Close waits for uploads and frees everything.
+func (l *Loader) Close() error {
+	l.gpuMu.Lock()
+	for d, g := range l.gpus {
+		g.close()
+		delete(l.gpus, d)
+	}
+	l.gpuMu.Unlock()
+	l.files.Range(func(k, v any) bool {
+		v.(*os.File).Close()
+		l.files.Delete(k)
+		return true
+	})
+	return nil
+}

@@ -1,0 +1,18 @@
+"""splitzip: load tensors from a splitzip cache, bit for bit.
+
+Pure Python over ctypes: the work is done by libsplitzip.so (the C ABI in
+capi/splitzip.h), found through $SPLITZIP_LIB, next to this file, or in the
+repository's .dev/ directory. numpy and torch are optional: see
+splitzip.numpy and splitzip.torch.
+
+    import splitzip
+    with splitzip.Cache("llama.sz") as cache:
+        for name in cache.names():
+            info = cache.info(name)          # dtype, shape, nbytes, compressed
+            buf = bytearray(info.nbytes)
+            cache.read_into(name, buf)       # original bytes, decoded on the CPU
+"""
+
+from ._lib import Cache, Error, TensorInfo, Event
+
+__all__ = ["Cache", "Error", "TensorInfo", "Event"]

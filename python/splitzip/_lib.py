@@ -1,0 +1,212 @@
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 1)."""
+
+import ctypes
+import os
+import threading
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+ABI_VERSION = 1
+
+_STATUS = {
+    0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
+    5: "destination too small", 6: "no GPU", 7: "CUDA error", 8: "I/O error", 9: "internal error",
+}
+
+
+class Error(Exception):
+    """A failed call: status is the sz_status code, message the library's text."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"splitzip: {_STATUS.get(status, status)}: {message}")
+        self.status = status
+        self.message = message
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("index", ctypes.c_uint64), ("nbytes", ctypes.c_uint64), ("offset", ctypes.c_uint64),
+        ("stored", ctypes.c_uint64), ("ndim", ctypes.c_uint32), ("compressed", ctypes.c_uint32),
+        ("shape", ctypes.c_uint64 * 8), ("dtype", ctypes.c_char * 16),
+    ]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the cache knows of one tensor."""
+    index: int
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    nbytes: int
+    offset: int
+    stored: int
+    compressed: bool
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates() -> List[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    if os.environ.get("SPLITZIP_LIB"):
+        out.append(os.environ["SPLITZIP_LIB"])
+    out.append(os.path.join(here, "libsplitzip.so"))
+    out.append(os.path.join(here, "..", "..", ".dev", "libsplitzip.so"))
+    return out
+
+
+def lib():
+    """Load libsplitzip.so once and declare its functions."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in _candidates():
+            if os.path.exists(path):
+                l = ctypes.CDLL(os.path.abspath(path))
+                break
+            tried.append(path)
+        else:
+            raise OSError("libsplitzip.so not found (run `make capi`, or set SPLITZIP_LIB); tried " + ", ".join(tried))
+        u64, up, cp, st = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int
+        P = ctypes.POINTER
+        sig = {
+            "sz_abi_version": ([], ctypes.c_int),
+            "sz_open": ([cp, cp, P(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t], st),
+            "sz_close": ([up], st),
+            "sz_last_error": ([up, ctypes.c_char_p, ctypes.c_size_t], st),
+            "sz_count": ([up, P(u64)], st),
+            "sz_info": ([up, u64, P(_Tensor), ctypes.c_char_p, ctypes.c_size_t], st),
+            "sz_find_name": ([up, cp, P(u64)], st),
+            "sz_find_slice": ([up, cp, u64, u64, P(u64)], st),
+            "sz_find_key": ([up, cp, P(u64)], st),
+            "sz_read_host": ([up, u64, ctypes.c_void_p, u64], st),
+            "sz_upload": ([up, u64, ctypes.c_int, u64, u64, up, P(ctypes.c_size_t)], st),
+            "sz_event_wait": ([up, up], st),
+            "sz_event_release": ([up, up], st),
+        }
+        for name, (args, res) in sig.items():
+            f = getattr(l, name)
+            f.argtypes, f.restype = args, res
+        if l.sz_abi_version() != ABI_VERSION:
+            raise OSError(f"libsplitzip.so has ABI {l.sz_abi_version()}, this package needs {ABI_VERSION}")
+        _lib = l
+        return l
+
+
+class Event:
+    """An upload's completion; wait() blocks until the bytes are in place."""
+
+    def __init__(self, cache: "Cache", handle: int):
+        self._cache, self.handle = cache, handle
+
+    def wait(self) -> None:
+        self._cache._check(lib().sz_event_wait(self._cache._h, self.handle))
+
+    def release(self) -> None:
+        if self.handle:
+            self._cache._check(lib().sz_event_release(self._cache._h, self.handle))
+            self.handle = 0
+
+
+class Cache:
+    """An open splitzip cache. Safe to use from several threads."""
+
+    def __init__(self, path: str, source: Optional[str] = None):
+        l = lib()
+        h = ctypes.c_size_t()
+        err = ctypes.create_string_buffer(1024)
+        src = source.encode() if source is not None else None
+        status = l.sz_open(os.fsencode(path), src, ctypes.byref(h), err, len(err))
+        if status:
+            raise Error(status, err.value.decode(errors="replace"))
+        self._h = h.value
+        self._index = None
+
+    def close(self) -> None:
+        if self._h:
+            lib().sz_close(self._h)
+            self._h = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _check(self, status: int) -> None:
+        if status:
+            buf = ctypes.create_string_buffer(2048)
+            lib().sz_last_error(self._h, buf, len(buf))
+            raise Error(status, buf.value.decode(errors="replace"))
+
+    def __len__(self) -> int:
+        n = ctypes.c_uint64()
+        self._check(lib().sz_count(self._h, ctypes.byref(n)))
+        return n.value
+
+    def info_at(self, index: int) -> TensorInfo:
+        t = _Tensor()
+        name = ctypes.create_string_buffer(4096)
+        self._check(lib().sz_info(self._h, index, ctypes.byref(t), name, len(name)))
+        return TensorInfo(index=t.index, name=name.value.decode(), dtype=t.dtype.decode(),
+                          shape=tuple(t.shape[i] for i in range(min(t.ndim, 8))), nbytes=t.nbytes,
+                          offset=t.offset, stored=t.stored, compressed=bool(t.compressed))
+
+    def infos(self) -> List[TensorInfo]:
+        if self._index is None:
+            self._index = [self.info_at(i) for i in range(len(self))]
+        return self._index
+
+    def names(self) -> List[str]:
+        return [t.name for t in self.infos()]
+
+    def find(self, name: str) -> int:
+        i = ctypes.c_uint64()
+        self._check(lib().sz_find_name(self._h, name.encode(), ctypes.byref(i)))
+        return i.value
+
+    def find_slice(self, shard: str, offset: int, size: int) -> int:
+        i = ctypes.c_uint64()
+        self._check(lib().sz_find_slice(self._h, shard.encode(), offset, size, ctypes.byref(i)))
+        return i.value
+
+    def find_key(self, key: str) -> int:
+        i = ctypes.c_uint64()
+        self._check(lib().sz_find_key(self._h, key.encode(), ctypes.byref(i)))
+        return i.value
+
+    def info(self, name: str) -> TensorInfo:
+        return self.info_at(self.find(name))
+
+    def read_into_ptr(self, index: int, ptr: int, capacity: int) -> None:
+        """Write tensor index's bytes to host memory at ptr (capacity bytes)."""
+        self._check(lib().sz_read_host(self._h, index, ctypes.c_void_p(ptr), capacity))
+
+    def read_into(self, name: str, buf) -> None:
+        """Write a tensor's original bytes into a writable buffer."""
+        mv = memoryview(buf).cast("B")
+        if mv.readonly:
+            raise ValueError("read_into needs a writable buffer")
+        i = self.find(name)
+        if mv.nbytes == 0:
+            self.read_into_ptr(i, 0, 0)
+            return
+        c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
+        self.read_into_ptr(i, ctypes.addressof(c), mv.nbytes)
+
+    def upload(self, index: int, device_ptr: int, capacity: int, device: int = 0, stream: int = 0) -> Event:
+        """Enqueue tensor index into device memory [device_ptr, +capacity) on a CUDA stream."""
+        ev = ctypes.c_size_t()
+        self._check(lib().sz_upload(self._h, index, device, device_ptr, capacity, stream, ctypes.byref(ev)))
+        return Event(self, ev.value)

@@ -1,0 +1,35 @@
+"""Load a cached checkpoint into numpy arrays (host memory).
+
+numpy has no bfloat16: BF16 tensors come back as uint16 arrays holding the
+exact bits (view them with ml_dtypes.bfloat16 if you have it).
+"""
+
+from typing import Dict, Optional
+
+import numpy as np
+
+from ._lib import Cache
+
+DTYPES = {
+    "BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
+    "I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64,
+    "U8": np.uint8, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "BOOL": np.bool_,
+}
+
+
+def load_file(cache: str, source: Optional[str] = None) -> Dict[str, np.ndarray]:
+    """Every tensor of the checkpoint, bit for bit, as numpy arrays.
+    Unknown dtypes come back as flat uint8 arrays of their bytes."""
+    out = {}
+    with Cache(cache, source) as c:
+        for t in c.infos():
+            dt = DTYPES.get(t.dtype)
+            if dt is None:
+                a = np.empty(t.nbytes, dtype=np.uint8)
+            else:
+                a = np.empty(t.shape, dtype=dt)
+            if a.nbytes != t.nbytes:
+                raise ValueError(f"{t.name}: shape {t.shape} of {t.dtype} is {a.nbytes} bytes, tensor has {t.nbytes}")
+            c.read_into_ptr(t.index, a.ctypes.data, a.nbytes)
+            out[t.name] = a
+    return out

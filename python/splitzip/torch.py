@@ -1,0 +1,78 @@
+"""Load a cached checkpoint into torch tensors, like safetensors.torch.
+
+    from splitzip.torch import load_file
+    tensors = load_file("llama.sz", device="cuda:0")
+
+On a CUDA device each tensor is allocated by torch and filled by the
+library on the current stream: payloads are copied compressed and decoded
+in place, other tensors copied raw. The tensors are returned when all
+uploads have completed.
+
+For loaders that own their memory, upload_into fills existing tensors.
+"""
+
+from typing import Dict, Iterable, Optional, Union
+
+import torch
+
+from ._lib import Cache
+
+DTYPES = {
+    "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+    "I8": torch.int8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+    "U8": torch.uint8, "BOOL": torch.bool,
+}
+if hasattr(torch, "float8_e4m3fn"):
+    DTYPES["F8_E4M3"] = torch.float8_e4m3fn
+    DTYPES["F8_E5M2"] = torch.float8_e5m2
+
+
+def _fill(c: Cache, index: int, t: torch.Tensor, nbytes: int, events: list) -> None:
+    if t.numel() * t.element_size() != nbytes:
+        raise ValueError(f"tensor {index}: {t.numel() * t.element_size()} bytes for {nbytes}")
+    if t.device.type == "cuda":
+        dev = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        events.append(c.upload(index, t.data_ptr(), nbytes, device=dev, stream=stream))
+    elif t.device.type == "cpu":
+        c.read_into_ptr(index, t.data_ptr(), nbytes)
+    else:
+        raise ValueError(f"unsupported device {t.device}")
+
+
+def _finish(events: list) -> None:
+    for e in events:
+        e.wait()
+        e.release()
+
+
+def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source: Optional[str] = None) -> Dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint on device, equal bit for bit to
+    safetensors.torch.load_file(source, device=device)."""
+    device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    out, events = {}, []
+    with Cache(cache, source) as c:
+        for info in c.infos():
+            dt = DTYPES.get(info.dtype)
+            if dt is None:
+                raise ValueError(f"{info.name}: dtype {info.dtype} has no torch equivalent")
+            t = torch.empty(info.shape, dtype=dt, device=device)
+            _fill(c, info.index, t, info.nbytes, events)
+            out[info.name] = t
+        _finish(events)
+    return out
+
+
+def upload_into(cache: Cache, tensors: Dict[str, torch.Tensor], wait: bool = True) -> list:
+    """Fill caller-owned tensors (name -> tensor of the right size, on the
+    CPU or a CUDA device) from an open Cache. With wait False, returns the
+    events instead of waiting; work on the current stream is ordered after
+    the uploads either way."""
+    events: list = []
+    for name, t in tensors.items():
+        info = cache.info(name)
+        _fill(cache, info.index, t, info.nbytes, events)
+    if wait:
+        _finish(events)
+        return []
+    return events

@@ -1,0 +1,104 @@
+"""CPU-path tests of the Python binding, run by `make test` (python3-numpy)."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    np = None
+
+BIN = os.path.join(ROOT, ".dev", "splitzip")
+
+
+def read_safetensors(path):
+    """name -> (dtype, shape, bytes) straight from the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        out[name] = (t["dtype"], tuple(t["shape"]), data[8 + n + b:8 + n + e])
+    return out
+
+
+@unittest.skipIf(np is None, "numpy is not installed (apt-get install python3-numpy)")
+class TestNumpy(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.src = os.path.join(cls.tmp.name, "ck")
+        cls.cache = os.path.join(cls.tmp.name, "cache")
+        subprocess.run([BIN, "gen", cls.src, "--size", "3MiB", "--shards", "2", "-q"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([BIN, "compress", cls.src, "-o", cls.cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+        cls.want = {}
+        for f in sorted(os.listdir(cls.src)):
+            if f.endswith(".safetensors"):
+                cls.want.update(read_safetensors(os.path.join(cls.src, f)))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_load_file_bit_for_bit(self):
+        from splitzip.numpy import load_file
+        got = load_file(self.cache)
+        self.assertEqual(set(got), set(self.want))
+        for name, (dtype, shape, raw) in self.want.items():
+            a = got[name]
+            self.assertEqual(a.shape, shape, name)
+            self.assertEqual(a.tobytes(), raw, name)
+
+    def test_lookups_and_errors(self):
+        import splitzip
+        with splitzip.Cache(self.cache) as c:
+            info = c.info("model.embed_tokens.weight")
+            self.assertTrue(info.compressed)
+            self.assertEqual(c.find_slice("model-00001-of-00002.safetensors", info.offset, info.nbytes), info.index)
+            with self.assertRaises(splitzip.Error) as e:
+                c.info("no.such.tensor")
+            self.assertEqual(e.exception.status, 2)
+            with self.assertRaises(splitzip.Error) as e:
+                c.read_into("model.embed_tokens.weight", bytearray(3))
+            self.assertEqual(e.exception.status, 5)
+            self.assertIn("model.embed_tokens.weight", e.exception.message)
+        with self.assertRaises(splitzip.Error):
+            splitzip.Cache(os.path.join(self.tmp.name, "nope"))
+
+    def test_threads(self):
+        import splitzip
+        errors = []
+        with splitzip.Cache(self.cache) as c:
+            def work():
+                try:
+                    for name, (_, _, raw) in self.want.items():
+                        buf = bytearray(len(raw))
+                        c.read_into(name, buf)
+                        if bytes(buf) != raw:
+                            errors.append(name)
+                except Exception as e:  # pragma: no cover
+                    errors.append(repr(e))
+            ts = [threading.Thread(target=work) for _ in range(6)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        self.assertEqual(errors, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
