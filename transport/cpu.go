@@ -176,16 +176,31 @@ type streamState struct{ err error }
 func (e *CPUEngine) state(s int) *streamState { return e.states[s] }
 
 func (e *CPUEngine) enqueue(s int, op func() error) error {
-	if s < 0 || s >= len(e.streams) {
-		return fmt.Errorf("cpu engine: no stream %d", s)
+	st, err := e.stream(s)
+	if err != nil {
+		return err
 	}
-	st := e.state(s)
 	e.streams[s] <- func() {
 		if st.err == nil {
 			st.err = op()
 		}
 	}
 	return nil
+}
+
+// stream checks a stream index and that the engine is open. Sends happen
+// after the check without the lock: Close must not race with submissions
+// (callers close an engine once its transports are closed).
+func (e *CPUEngine) stream(s int) (*streamState, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, fmt.Errorf("cpu engine: closed")
+	}
+	if s < 0 || s >= len(e.streams) {
+		return nil, fmt.Errorf("cpu engine: no stream %d", s)
+	}
+	return e.state(s), nil
 }
 
 // CopyHtoD enqueues a copy.
@@ -228,10 +243,10 @@ func (e *CPUEngine) DecodeInPlace(s int, dst DevPtr, h *codec.Header) error {
 // previous event, and clears it.
 func (e *CPUEngine) Record(s int) (Event, error) {
 	ev := &cpuEvent{done: make(chan struct{})}
-	if s < 0 || s >= len(e.streams) {
-		return nil, fmt.Errorf("cpu engine: no stream %d", s)
+	st, err := e.stream(s)
+	if err != nil {
+		return nil, err
 	}
-	st := e.state(s)
 	e.streams[s] <- func() {
 		ev.err, st.err = st.err, nil
 		close(ev.done)

@@ -63,9 +63,11 @@ func (o loadOptions) engine() (transport.Engine, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--device must be a GPU ordinal or cpu, got %q", o.Device)}
 	}
-	if _, err := openGPU(n); err != nil {
+	ctx, err := openGPU(n) // for its clear error when there is no GPU
+	if err != nil {
 		return nil, err
 	}
+	ctx.Close()
 	return transport.NewCUDAEngine(n, o.Streams)
 }
 
