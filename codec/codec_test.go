@@ -69,6 +69,20 @@ func firstDiff(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
+// TestAVX2Encode runs the round trips with the AVX2 encode loop where the
+// AVX-512 one would be used.
+func TestAVX2Encode(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512 VBMI: the AVX2 loop is already the one tested")
+	}
+	useAVX512 = false
+	defer func() { useAVX512 = true }()
+	TestAllBitPatterns(t)
+	TestLengths(t)
+	TestEscapeHeavy(t)
+	TestGolden(t)
+}
+
 // TestPureGo runs the round trips with the pure-Go decode loop, which
 // machines without AVX2 (and the noasm build tag) use.
 func TestPureGo(t *testing.T) {
