@@ -16,6 +16,7 @@ func (h *Histogram) Add(src []byte) {
 	// successive increments of one bucket; blocks of 2^28 values keep the
 	// counters from overflowing.
 	const block = 1 << 29
+	src = src[h.addVector(src):]
 	for len(src) > 0 {
 		n := min(len(src), block)
 		h.add(src[:n])

@@ -435,3 +435,32 @@ func TestReader(t *testing.T) {
 		t.Error("truncated payload accepted")
 	}
 }
+
+// TestHistogram checks the vector histogram against a plain count.
+func TestHistogram(t *testing.T) {
+	rng, _ := seeded(t)
+	ref := func(v []byte) (h Histogram) {
+		for i := 0; i+1 < len(v); i += 2 {
+			h[(binary.LittleEndian.Uint16(v[i:])>>7)&0xff]++
+		}
+		return h
+	}
+	normal := synth.Normal(rng, 3<<20, 0.02)
+	outliers := bytes.Clone(normal)
+	for i := 0; i < 5000; i++ {
+		binary.LittleEndian.PutUint16(outliers[2*rng.IntN(len(outliers)/2):], uint16(rng.Uint32()))
+	}
+	uniform := make([]byte, 2<<20)
+	for i := range uniform {
+		uniform[i] = byte(rng.Uint32())
+	}
+	rows := make([]byte, 2*(1<<20)+7)
+	synth.FillNormal(rng, rows, 0.02, 1.5, 4096)
+	for name, v := range map[string][]byte{"normal": normal, "outliers": outliers, "uniform": uniform, "rowscaled odd": rows, "short": normal[:1000]} {
+		var h Histogram
+		h.Add(v)
+		if want := ref(v); h != want {
+			t.Errorf("%s: histogram differs from a plain count", name)
+		}
+	}
+}
