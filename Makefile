@@ -24,6 +24,7 @@ lint:
 
 test: lint
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -tags noasm ./codec
 	$(MAKE) python-test
 
 # libsplitzip.so (the C ABI, capi/splitzip.h) next to the Python package.
