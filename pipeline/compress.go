@@ -329,6 +329,7 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensorsTensor) (*shardc
 	}
 	n := t.Size() / 2
 	cb := codec.NewCodebook(&hist)
+	rec.Coverage, rec.Entropy = cb.Coverage(&hist), hist.Entropy()
 	escapes := hist.Total() - uint64(cb.Coverage(&hist)*float64(hist.Total())+0.5)
 	// A coded value costs 1.5 bytes, an escape 3 more: skip the second
 	// pass when even that bound cannot pass the gate.
@@ -384,6 +385,7 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensorsTensor) (*shardc
 	}
 	rec.Stored = shardcache.StoredSplitZip
 	rec.CopyStored = true
+	rec.Coverage, rec.Entropy = 0, 0 // the payload's object has them
 	return rec, nil
 }
 

@@ -81,6 +81,7 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 	for _, d := range t.Shape {
 		r.Values *= d
 	}
+	r.Coverage, r.ExponentEntropy = t.Coverage, t.Entropy
 	if o := ix.Objects[t.Key]; o != nil && o.Kind == shardcache.KindSplitZip {
 		r.StoredBytes = o.Size
 		r.Coverage, r.EscapeRate, r.ExponentEntropy = o.Coverage, o.EscapeRate, o.Entropy

@@ -73,6 +73,12 @@ func TestRoundTrip(t *testing.T) {
 	if ins.Totals.StoredBytes != tot.StoredBytes || len(ins.Tensors) != tot.Tensors {
 		t.Errorf("inspect totals %+v, compress totals %+v", ins.Totals, tot)
 	}
+	// Every BF16 tensor, compressed or left raw, has its exponent statistics.
+	for _, r := range ins.Tensors {
+		if r.DType == "BF16" && r.Values > 0 && (r.Coverage <= 0 || r.ExponentEntropy <= 0) {
+			t.Errorf("%s (%s, %s): coverage %g, entropy %g", r.Name, r.Stored, r.Reason, r.Coverage, r.ExponentEntropy)
+		}
+	}
 	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out}); err != nil {
 		t.Fatal(err)
 	}

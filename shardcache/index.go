@@ -113,6 +113,10 @@ type Tensor struct {
 	Key    Key      `json:"key"`
 	Stored string   `json:"stored"`
 	Reason string   `json:"reason,omitempty"` // why a BF16 tensor stayed raw
+	// Exponent statistics of a BF16 tensor left raw (payloads keep theirs
+	// in their object), so inspect can explain why it was not compressed.
+	Coverage float64 `json:"coverage,omitempty"`
+	Entropy  float64 `json:"exponent_entropy,omitempty"`
 	// CopyStored says whether the raw bytes are in the cache as an object
 	// (always for splitzip tensors, through their payload).
 	CopyStored bool `json:"copy_stored,omitempty"`
