@@ -12,6 +12,7 @@ import (
 
 	"github.com/splitzip/splitzip/checkpoint"
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -291,7 +292,7 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 
 // compress records one tensor: BF16 tensors that pass the gate become
 // SplitZip payloads, everything else stays raw.
-func (tc *tensorCompressor) compress(data []byte, t *safetensorsTensor) (*shardcache.Tensor, error) {
+func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shardcache.Tensor, error) {
 	rec := &shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	// Pass 1: content key, exponent histogram and a CRC to detect changes
 	// between the passes.

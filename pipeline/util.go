@@ -1,11 +1,7 @@
 package pipeline
 
-import (
-	"hash/crc32"
+import "hash/crc32"
 
-	"github.com/splitzip/splitzip/safetensors"
-)
-
-type safetensorsTensor = safetensors.Tensor
-
+// crcTable is the CRC-32C table compress uses to notice a source that
+// changes between its two passes.
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
