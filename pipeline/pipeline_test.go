@@ -260,3 +260,33 @@ func TestStreaming(t *testing.T) {
 		t.Fatal("streaming verify accepted a changed source")
 	}
 }
+
+func TestForgetAndGC(t *testing.T) {
+	dir := t.TempDir()
+	a, b, cache := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "cache")
+	gen(t, a, 2<<20, 1, 21)
+	gen(t, b, 2<<20, 1, 22) // different weights
+	compress(t, a, cache, false)
+	compress(t, b, cache, false)
+	before, _ := Inspect(cache, false)
+	w, err := shardcache.Create(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	absA, _ := filepath.Abs(a)
+	if err := w.Forget(absA); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.GC(false)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := Inspect(cache, false)
+	if len(after.Sources) != 1 || res.Objects == 0 || after.ObjectBytes >= before.ObjectBytes {
+		t.Fatalf("gc removed %+v; objects %d -> %d bytes", res, before.ObjectBytes, after.ObjectBytes)
+	}
+	if v := mustVerify(t, cache); !v.OK() {
+		t.Fatalf("verify after gc: %+v", v.Problems)
+	}
+}

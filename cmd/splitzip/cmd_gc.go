@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// gcOptions are the flags of gc.
+type gcOptions struct {
+	DryRun bool
+	Forget []string
+}
+
+func newGCCommand(g *globals) *cobra.Command {
+	var o gcOptions
+	cmd := &cobra.Command{
+		Use:   "gc CACHE",
+		Short: "Remove objects no checkpoint of the cache uses",
+		Long: `Remove objects that no source of the cache references (left when a
+checkpoint is compressed again or forgotten) and stray files left by an
+interrupted compress. --forget ROOT first drops a checkpoint's record.`,
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error { return runGC(g, o, a[0]) },
+	}
+	cmd.Flags().BoolVarP(&o.DryRun, "dry-run", "n", false, "only report what would be removed")
+	cmd.Flags().StringArrayVar(&o.Forget, "forget", nil, "drop the record of the checkpoint with this root first (repeatable)")
+	return cmd
+}
+
+func runGC(g *globals, o gcOptions, dir string) error {
+	if _, err := shardcache.Open(dir); err != nil {
+		return err
+	}
+	w, err := shardcache.Create(dir)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for _, root := range o.Forget {
+		if err := w.Forget(root); err != nil {
+			return err
+		}
+	}
+	res, err := w.GC(o.DryRun)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "gc_summary", map[string]any{"cache": dir, "dry_run": o.DryRun, "result": res})
+	}
+	verb := "removed"
+	if o.DryRun {
+		verb = "would remove"
+	}
+	fmt.Fprintf(g.stdout, "gc: %s %d objects and %d stray files, %s\n", verb, res.Objects, res.Files, human(res.Bytes))
+	return nil
+}
