@@ -44,15 +44,11 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 	}
 	t := res.Totals
 	if o.Tensors {
-		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tcoverage\tescapes\tentropy\t")
+		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tcoverage\tescapes\tentropy\twhy raw")
 		for _, r := range res.Tensors {
-			stored := r.Stored
-			if r.Reason != "" {
-				stored += " (" + r.Reason + ")"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%.5f\t%.2e\t%.3f\t\n", r.Name, r.DType, r.Values, stored,
-				r.BitsPerValue, r.Coverage, r.EscapeRate, r.ExponentEntropy)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%.5f\t%.2e\t%.3f\t%s\n", r.Name, r.DType, r.Values, r.Stored,
+				r.BitsPerValue, r.Coverage, r.EscapeRate, r.ExponentEntropy, r.Reason)
 		}
 		tw.Flush()
 	}
