@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -334,8 +335,12 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 	escapes := hist.Total() - uint64(cb.Coverage(&hist)*float64(hist.Total())+0.5)
 	// A coded value costs 1.5 bytes, an escape 3 more: skip the second
 	// pass when even that bound cannot pass the gate.
-	if est := 1.5*float64(n) + 3*float64(escapes); n == 0 || est > (1-tc.opts.MinSaving)*float64(t.Size()) {
-		rec.Reason = fmt.Sprintf("exponent coverage %.2f%%: saving below %.1f%%", 100*cb.Coverage(&hist), 100*tc.opts.MinSaving)
+	// A coded value costs 1.5 bytes, an escape 3 more, and the header,
+	// group table and a chunk entry come on top.
+	est := 1.5*float64(n) + 3*float64(escapes) + codec.HeaderSize + 16 + codec.EntrySize
+	if n == 0 || est > (1-tc.opts.MinSaving)*float64(t.Size()) {
+		rec.Reason = fmt.Sprintf("saving at most %.1f%%, below %.1f%% (exponent coverage %.2f%%)",
+			100*(1-est/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving, 100*cb.Coverage(&hist))
 		tc.opts.Progress.Add(t.Size())
 		return rec, tc.storeRaw(data, rec)
 	}
@@ -367,11 +372,11 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 	st := enc.Stats()
 	saving := 1 - float64(st.Size)/float64(t.Size())
 	switch {
-	case !st.InPlace:
-		rec.Reason = "not decodable in place: " + st.NotInPlace.Error()
-		return rec, tc.storeRaw(data, rec)
 	case saving < tc.opts.MinSaving:
-		rec.Reason = fmt.Sprintf("saving %.2f%% below %.1f%%", 100*saving, 100*tc.opts.MinSaving)
+		rec.Reason = fmt.Sprintf("saving %.2f%%, below %.1f%%", 100*saving, 100*tc.opts.MinSaving)
+		return rec, tc.storeRaw(data, rec)
+	case !st.InPlace:
+		rec.Reason = "not decodable in place (" + strings.TrimPrefix(st.NotInPlace.Error(), codec.ErrNotInPlace.Error()+": ") + ")"
 		return rec, tc.storeRaw(data, rec)
 	}
 	meta := &shardcache.Object{Kind: shardcache.KindSplitZip, Size: st.Size, RawSize: t.Size(), Values: n,
