@@ -1,0 +1,93 @@
+package transport
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// requireCUDA returns a CUDA engine on device 0, or skips with the reason.
+func requireCUDA(t *testing.T) *CUDAEngine {
+	t.Helper()
+	eng, err := NewCUDAEngine(0, 2)
+	if errors.Is(err, cuda.ErrNoDriver) {
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return eng
+}
+
+// TestCUDALoad loads through both transports into a VMM arena on the GPU
+// and reads everything back.
+func TestCUDALoad(t *testing.T) {
+	eng := requireCUDA(t)
+	c, src := fixture(t)
+	for _, o := range []LoadOptions{
+		{Raw: true, Check: true, Repeat: 2},
+		{Check: true, Repeat: 2},
+		{Resident: true, Check: true, Repeat: 3},
+	} {
+		rep, err := Load(eng, c, src, o)
+		if err != nil || !rep.Checked {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		t.Logf("%s: %d tensors, runs %+v", rep.Mode, rep.Tensors, rep.Runs)
+	}
+}
+
+// TestCUDAFaults checks on the GPU what TestFaults checks on the CPU
+// engine for the faults that can be caused from outside: a corrupt
+// payload and a truncated source.
+func TestCUDAFaults(t *testing.T) {
+	eng := requireCUDA(t)
+	c, src := fixture(t)
+	a, err := vmm.New(eng, Specs(src), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	raw, err := NewRaw(eng, RawOptions{Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewSplitZip(eng, c, raw, SplitZipOptions{Readers: 3})
+	defer tr.Close()
+	st := NewStore(eng, tr)
+	pz, rb := payloadBinding(t, c, a)
+	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
+	op, _ := c.ObjectPath(hit.Tensor.Key)
+	orig, _ := os.ReadFile(op)
+	bad := append([]byte(nil), orig...)
+	bad[len(bad)/2] ^= 0x08
+	os.WriteFile(op, bad, 0o644)
+	err = st.FaultIn([]*vmm.Binding{pz})[0].Wait()
+	var te *Error
+	if !errors.As(err, &te) || te.Tensor != pz.Name || !errors.Is(err, codec.ErrChecksum) || pz.State() != vmm.Evicted {
+		t.Fatalf("corrupt payload: %v, state %v", err, pz.State())
+	}
+	os.WriteFile(op, orig, 0o644)
+	for i, err := range waitAll(st.FaultIn(a.Bindings())) {
+		if err != nil {
+			t.Fatalf("%s after a failed fault: %v", a.Bindings()[i].Name, err)
+		}
+	}
+	if err := check(eng, a.Bindings()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(rb.Shard, int64(rb.Offset)); err != nil {
+		t.Fatal(err)
+	}
+	st.Evict(rb)
+	err = st.FaultIn([]*vmm.Binding{rb})[0].Wait()
+	if !errors.As(err, &te) || te.Tensor != rb.Name || !(errors.Is(err, ErrShortRead) || errors.Is(err, shardcache.ErrSourceChanged)) {
+		t.Fatalf("truncated source: %v", err)
+	}
+}
