@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/checkpoint"
-	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -221,18 +220,11 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 // restoreStreaming decodes a large payload into w a segment at a time and
 // checks the result against the content key.
 func restoreStreaming(c *shardcache.Cache, t *shardcache.Tensor, w *bufio.Writer) error {
-	obj, o, err := c.OpenObject(t.Key)
+	r, closeObj, err := payloadReader(c, t)
 	if err != nil {
 		return err
 	}
-	defer obj.Close()
-	r, err := codec.NewReader(obj, o.Size)
-	if err != nil {
-		return fmt.Errorf("payload %s: %w", t.Key, err)
-	}
-	if h := r.Header(); 2*h.Values != t.Size {
-		return fmt.Errorf("payload %s decodes to %d bytes, the tensor has %d", t.Key, 2*h.Values, t.Size)
-	}
+	defer closeObj()
 	hash := shardcache.NewHasher()
 	var buf []byte
 	err = decodeSegments(r, func(_ uint64, seg []byte) error {

@@ -168,19 +168,11 @@ func isCPU(d Decoder) bool { _, ok := d.(CPUDecoder); return ok }
 // verifyStreaming compares a large payload with its source a segment at a
 // time, in bounded memory.
 func verifyStreaming(c *shardcache.Cache, f *os.File, t *shardcache.Tensor) error {
-	obj, o, err := c.OpenObject(t.Key)
+	r, closeObj, err := payloadReader(c, t)
 	if err != nil {
 		return err
 	}
-	defer obj.Close()
-	r, err := codec.NewReader(obj, o.Size)
-	if err != nil {
-		return fmt.Errorf("payload %s: %w", t.Key, err)
-	}
-	h := r.Header()
-	if 2*h.Values != t.Size {
-		return fmt.Errorf("payload %s decodes to %d bytes, the tensor has %d", t.Key, 2*h.Values, t.Size)
-	}
+	defer closeObj()
 	hash := shardcache.NewHasher()
 	mismatch := int64(-1)
 	var out []byte
@@ -205,6 +197,26 @@ func verifyStreaming(c *shardcache.Cache, f *os.File, t *shardcache.Tensor) erro
 		return fmt.Errorf("%w: decoded payload differs from the source at byte %d", ErrMismatch, mismatch)
 	}
 	return nil
+}
+
+// payloadReader opens a tensor's payload for decoding by chunk ranges and
+// checks that it decodes to the tensor's size.
+func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*codec.Reader, func(), error) {
+	obj, o, err := c.OpenObject(t.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := codec.NewReader(obj, o.Size)
+	if err == nil {
+		if h := r.Header(); 2*h.Values != t.Size {
+			err = fmt.Errorf("decodes to %d bytes, the tensor has %d", 2*h.Values, t.Size)
+		}
+	}
+	if err != nil {
+		obj.Close()
+		return nil, nil, fmt.Errorf("payload %s: %w", t.Key, err)
+	}
+	return r, func() { obj.Close() }, nil
 }
 
 // segmentChunks is how many chunks decodeSegments decodes at a time
