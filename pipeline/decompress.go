@@ -41,12 +41,9 @@ var ErrAmbiguousSource = errors.New("the cache holds several sources; choose one
 // temporary name and renamed when complete.
 func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*DecompressResult, error) {
 	start := time.Now()
-	c, err := shardcache.Open(dir)
+	c, err := openCache(dir, &opts.Decoder)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Decoder == nil {
-		opts.Decoder = CPUDecoder{}
 	}
 	p := orNop(opts.Progress)
 	s, err := PickSource(c, opts.Source)

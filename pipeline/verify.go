@@ -64,12 +64,9 @@ func (r *VerifyResult) OK() bool { return len(r.Problems) == 0 }
 // for failures to run at all.
 func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult, error) {
 	start := time.Now()
-	c, err := shardcache.Open(dir)
+	c, err := openCache(dir, &opts.Decoder)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Decoder == nil {
-		opts.Decoder = CPUDecoder{}
 	}
 	if opts.Jobs <= 0 {
 		opts.Jobs = runtime.GOMAXPROCS(0)
@@ -164,6 +161,15 @@ func verifyShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard
 var streamBytes uint64 = 64 << 20
 
 func isCPU(d Decoder) bool { _, ok := d.(CPUDecoder); return ok }
+
+// openCache opens a cache for verify or decompress and defaults the
+// decoder to the CPU reference.
+func openCache(dir string, dec *Decoder) (*shardcache.Cache, error) {
+	if *dec == nil {
+		*dec = CPUDecoder{}
+	}
+	return shardcache.Open(dir)
+}
 
 // verifyStreaming compares a large payload with its source a segment at a
 // time, in bounded memory.
