@@ -23,6 +23,7 @@ import (
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/loader"
 	"github.com/splitzip/splitzip/shardcache"
@@ -64,7 +65,7 @@ func status(err error) C.sz_status {
 		return C.SZ_ERR_TOO_SMALL
 	case errors.Is(err, shardcache.ErrSourceChanged):
 		return C.SZ_ERR_SOURCE_CHANGED
-	case errors.Is(err, codec.ErrCorrupt), errors.Is(err, codec.ErrChecksum), errors.Is(err, shardcache.ErrIndexCorrupt),
+	case errors.Is(err, codec.ErrCorrupt), errors.Is(err, codec.ErrChecksum), errors.Is(err, gpu.ErrKernel), errors.Is(err, shardcache.ErrIndexCorrupt),
 		errors.Is(err, shardcache.ErrObjectCorrupt), errors.Is(err, shardcache.ErrNotCache):
 		return C.SZ_ERR_CORRUPT
 	case errors.Is(err, cuda.ErrNoDriver):
@@ -288,6 +289,41 @@ func sz_upload(h C.uintptr_t, index C.uint64_t, device C.int, dst, capacity C.ui
 			return fmt.Errorf("%w: NULL event", loader.ErrInvalid)
 		}
 		ev, err := l.Upload(int(index), int(device), uint64(dst), uint64(capacity), uintptr(stream))
+		if err == nil {
+			*event = C.uintptr_t(ev)
+		}
+		return err
+	})
+}
+
+// maxBatch bounds sz_upload_batch's n, so that a garbage count is an
+// error rather than a wild read.
+const maxBatch = 1 << 24
+
+//export sz_upload_batch
+func sz_upload_batch(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, device C.int, dsts, caps *C.uint64_t, stream C.uintptr_t, event *C.uintptr_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		switch {
+		case event == nil:
+			return fmt.Errorf("%w: NULL event", loader.ErrInvalid)
+		case n > maxBatch:
+			return fmt.Errorf("%w: %d tensors in one batch (at most %d)", loader.ErrInvalid, uint64(n), maxBatch)
+		case n > 0 && (indices == nil || dsts == nil || caps == nil):
+			return fmt.Errorf("%w: NULL array", loader.ErrInvalid)
+		}
+		idx := make([]int, n)
+		var d, c []uint64
+		if n > 0 {
+			for k, i := range unsafe.Slice((*uint64)(unsafe.Pointer(indices)), int(n)) {
+				if i > uint64(len(l.Tensors())) {
+					return fmt.Errorf("%w: tensor index %d of %d", loader.ErrInvalid, i, len(l.Tensors()))
+				}
+				idx[k] = int(i)
+			}
+			d = append([]uint64(nil), unsafe.Slice((*uint64)(unsafe.Pointer(dsts)), int(n))...)
+			c = append([]uint64(nil), unsafe.Slice((*uint64)(unsafe.Pointer(caps)), int(n))...)
+		}
+		ev, err := l.UploadBatch(idx, int(device), d, c, uintptr(stream))
 		if err == nil {
 			*event = C.uintptr_t(ev)
 		}

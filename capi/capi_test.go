@@ -137,6 +137,22 @@ int main(int argc, char **argv) {
     if (sz_read_host(h, i, small, sizeof small) != SZ_ERR_TOO_SMALL) return 8;
     if (sz_last_error(h, err, sizeof err) != SZ_OK || strstr(err, "model.embed_tokens.weight") == NULL) return 9;
     if (sz_find_slice(h, "/any/dir/model-00001-of-00002.safetensors", t.offset, t.nbytes, &i) != SZ_OK) return 10;
+    /* Batch arguments are checked before any device is touched. */
+    uintptr_t ev = 0;
+    uint64_t idx[2] = {i, 1u << 30}, dst[2] = {4096, 8192}, cap[2] = {t.nbytes, 1 << 20};
+    if (sz_upload_batch(h, 2, idx, 0, dst, cap, 0, &ev) != SZ_ERR_INVALID) return 12;
+    idx[1] = i;
+    cap[1] = t.nbytes - 1;
+    if (sz_upload_batch(h, 2, idx, 0, dst, cap, 0, &ev) != SZ_ERR_TOO_SMALL) return 13;
+    dst[1] = 0;
+    cap[1] = t.nbytes;
+    if (sz_upload_batch(h, 2, idx, 0, dst, cap, 0, &ev) != SZ_ERR_INVALID) return 14;
+    dst[1] = 8200; /* compressed tensors need 16-byte aligned destinations */
+    if (sz_upload_batch(h, 2, idx, 0, dst, cap, 0, &ev) != SZ_ERR_INVALID) return 15;
+    if (sz_upload_batch(h, 2, NULL, 0, dst, cap, 0, &ev) != SZ_ERR_INVALID) return 16;
+    if (sz_upload_batch(h, 1, idx, 0, dst, cap, 0, NULL) != SZ_ERR_INVALID) return 17;
+    if (sz_upload_batch(h, (uint64_t)1 << 40, idx, 0, dst, cap, 0, &ev) != SZ_ERR_INVALID) return 18;
+    if (sz_event_wait(h, 12345) != SZ_ERR_INVALID || sz_event_release(h, 12345) != SZ_ERR_INVALID) return 19;
     printf("ok\n");
     return sz_close(h) == SZ_OK ? 0 : 11;
 }

@@ -1,5 +1,5 @@
 /*
- * splitzip.h - C ABI of libsplitzip.so, version 1.
+ * splitzip.h - C ABI of libsplitzip.so, version 2.
  *
  * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
  *
@@ -7,10 +7,11 @@
  * or by the source slice they came from (shard file, byte offset, byte
  * size), and gets each tensor's original bytes, bit for bit, either into
  * host memory (sz_read_host) or into a device range it owns on a CUDA
- * stream it owns (sz_upload), in the primary context of the device (the
+ * stream it owns (sz_upload_batch, sz_upload), in the primary context of the device (the
  * one the CUDA runtime and PyTorch use). Tensors with a SplitZip payload
  * are copied compressed and decoded in place on the GPU; the others are
- * copied raw from their source shard.
+ * copied raw from their source shard. Small tensors (up to 256 KiB stored)
+ * are packed several to a copy and written to their ranges by one kernel.
  *
  * Errors: every function returns an sz_status; SZ_OK is 0. The message of
  * the last failed call on a handle is returned by sz_last_error. sz_open
@@ -21,11 +22,15 @@
  *
  * Ownership and lifetimes: a handle from sz_open is owned by the caller
  * and freed by sz_close (after which it is invalid; using it returns
- * SZ_ERR_INVALID). Strings passed in are copied during the call. Device
- * memory and streams passed in stay the caller's. An event from sz_upload
- * is owned by the library until sz_event_release; the pinned host buffer
- * an upload reads from is reused only after that upload's work on the
- * stream has completed, so the caller need not wait before the next call.
+ * SZ_ERR_INVALID). Strings and arrays passed in are copied during the
+ * call. Device memory and streams passed in stay the caller's; a stream
+ * must stay valid until sz_close, which synchronizes it. An event from an
+ * upload is owned by the library until sz_event_release. Uploads stage
+ * data in pinned host memory owned by the library: about 224 MiB for each
+ * (device, stream) pair used, allocated on its first upload and freed by
+ * sz_close. A staging buffer is reused only after the work on the stream
+ * that reads it has completed, so the caller need not wait before the
+ * next call.
  */
 #ifndef SPLITZIP_H
 #define SPLITZIP_H
@@ -37,7 +42,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 1
+#define SPLITZIP_ABI_VERSION 2
 
 typedef enum {
     SZ_OK = 0,
@@ -98,6 +103,22 @@ sz_status sz_find_key(uintptr_t handle, const char *key, uint64_t *index);
  * nbytes), decoding on the CPU. */
 sz_status sz_read_host(uintptr_t handle, uint64_t index, void *dst, uint64_t cap);
 
+/* sz_upload_batch enqueues on stream (a CUstream/cudaStream_t of device
+ * ordinal device; 0 is the legacy default stream) the transfer of n
+ * tensors, indices[k] into the device range [dsts[k], dsts[k] + caps[k]),
+ * and returns in *event one event recorded after all of them. Every
+ * argument is checked before anything is enqueued: indices, capacities
+ * (caps[k] >= nbytes), non-NULL destinations, 16-byte aligned
+ * destinations for compressed tensors, and that no source shard changed.
+ * Files are read by several threads. If a read fails (a payload failing
+ * its checksum, a short read), the call returns that error naming the
+ * tensor and no event, after enqueuing the rest; the failed tensor's
+ * range then holds garbage. Errors of enqueued work (a corrupt payload
+ * found by the decode kernel, a failed copy) are reported by
+ * sz_event_wait. */
+sz_status sz_upload_batch(uintptr_t handle, uint64_t n, const uint64_t *indices, int device, const uint64_t *dsts,
+                          const uint64_t *caps, uintptr_t stream, uintptr_t *event);
+
 /* sz_upload enqueues on stream (a CUstream/cudaStream_t of device
  * ordinal device; 0 is the legacy default stream) the transfer of tensor
  * index into the device range [dst, dst + cap), cap >= nbytes, and
@@ -105,10 +126,12 @@ sz_status sz_read_host(uintptr_t handle, uint64_t index, void *dst, uint64_t cap
  * on it (cuStreamWaitEvent/cudaStreamWaitEvent) or call sz_event_wait. */
 sz_status sz_upload(uintptr_t handle, uint64_t index, int device, uint64_t dst, uint64_t cap, uintptr_t stream, uintptr_t *event);
 
-/* sz_event_wait blocks until the upload behind event has completed. */
+/* sz_event_wait blocks until the upload behind event has completed (it
+ * synchronizes the upload's stream) and returns the errors of its work. */
 sz_status sz_event_wait(uintptr_t handle, uintptr_t event);
 
-/* sz_event_release frees an event from sz_upload. */
+/* sz_event_release frees an event from sz_upload or sz_upload_batch; the
+ * upload itself goes on. */
 sz_status sz_event_release(uintptr_t handle, uintptr_t event);
 
 #endif /* SZ_NO_PROTOTYPES */

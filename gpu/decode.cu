@@ -189,6 +189,68 @@ __device__ __forceinline__ void fetch(const Params p, const Chunk &k, const uint
     cp_async_commit(); // an empty group keeps the group count in step
 }
 
+// decode_chunk writes the cnt values of one chunk, whose stored bytes
+// (esc escapes, or SZ_RAW) are at buf, to out: the block's threads
+// together, none past out + 2 * cnt. buf may be in shared or global memory.
+__device__ __forceinline__ void decode_chunk(const uint8_t *buf, uint8_t *out, uint32_t cnt, uint32_t esc,
+                                             const uint32_t *lut, uint32_t *err, uint32_t tid) {
+    if (esc == SZ_RAW) {
+        for (uint32_t i = tid * 16; i < 2 * cnt; i += SZ_THREADS * 16) {
+            store16(out, i, 2 * cnt, *(const uint4 *)(buf + i));
+        }
+        return;
+    }
+    const uint8_t *nib = buf + align16(cnt);
+#pragma unroll
+    for (int q = 0; q < SZ_ITERS; q++) {
+        uint32_t v0 = q * (SZ_THREADS * 16) + tid * 16;
+        if (v0 >= cnt) {
+            continue;
+        }
+        // Bytes past the chunk's end are stale; store16 drops them.
+        uint4 s = *(const uint4 *)(buf + v0);
+        uint2 n = *(const uint2 *)(nib + v0 / 2);
+        uint32_t sw[4] = {s.x, s.y, s.z, s.w};
+        uint32_t nw[2] = {n.x, n.y};
+        uint32_t o[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t spread = __byte_perm(sw[j / 2], 0, (j & 1) ? 0x4342 : 0x4140);
+            uint32_t code = (nw[j / 4] >> (8 * (j & 3))) & 0xFF;
+            o[j] = pair(spread, lut[code]);
+        }
+        store16(out, 2 * v0, 2 * cnt, make_uint4(o[0], o[1], o[2], o[3]));
+        store16(out, 2 * v0 + 16, 2 * cnt, make_uint4(o[4], o[5], o[6], o[7]));
+    }
+    if (esc) {
+        __syncthreads(); // the block's main output is visible to all its threads
+        const uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
+        const uint16_t *esc_pos = (const uint16_t *)(buf + esc_off);
+        const uint8_t *esc_exp = buf + esc_off + 2 * (uint64_t)esc;
+        uint16_t *o16 = (uint16_t *)out;
+        for (uint32_t i = tid; i < esc; i += SZ_THREADS) {
+            uint32_t pos = esc_pos[i];
+            if (pos >= cnt || (i > 0 && esc_pos[i - 1] >= pos)) {
+                atomicOr(err, SZ_ERR_ESCAPE);
+                continue;
+            }
+            o16[pos] = (uint16_t)((o16[pos] & 0x807Fu) | ((uint32_t)esc_exp[i] << 7));
+        }
+    }
+}
+
+// build_lut fills the code pair table from a codebook (256 threads).
+__device__ __forceinline__ void build_lut(uint32_t *lut, uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t tid) {
+    // Select codebook words without indexing an array at run time (which
+    // would put the parameters in local memory).
+    uint32_t a = tid & 15, b = tid >> 4;
+    uint32_t wa = a < 8 ? (a < 4 ? c0 : c1) : (a < 12 ? c2 : c3);
+    uint32_t wb = b < 8 ? (b < 4 ? c0 : c1) : (b < 12 ? c2 : c3);
+    uint32_t lo = (wa >> (8 * (a & 3))) & 0xFF;
+    uint32_t hi = (wb >> (8 * (b & 3))) & 0xFF;
+    lut[tid] = (lo << 7) | (hi << 23);
+}
+
 #ifndef SZ_MIN_BLOCKS
 #define SZ_MIN_BLOCKS 3 // blocks per SM: shared memory allows three
 #endif
@@ -200,17 +262,7 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
     __shared__ uint64_t l1[SZ_MAX_GROUPS];
 
     const uint32_t tid = threadIdx.x;
-    {
-        // Select codebook words without indexing the parameter array at
-        // run time (which would copy the parameters to local memory).
-        const uint32_t c0 = p.codebook[0], c1 = p.codebook[1], c2 = p.codebook[2], c3 = p.codebook[3];
-        uint32_t a = tid & 15, b = tid >> 4;
-        uint32_t wa = a < 8 ? (a < 4 ? c0 : c1) : (a < 12 ? c2 : c3);
-        uint32_t wb = b < 8 ? (b < 4 ? c0 : c1) : (b < 12 ? c2 : c3);
-        uint32_t lo = (wa >> (8 * (a & 3))) & 0xFF;
-        uint32_t hi = (wb >> (8 * (b & 3))) & 0xFF;
-        lut[tid] = (lo << 7) | (hi << 23);
-    }
+    build_lut(lut, p.codebook[0], p.codebook[1], p.codebook[2], p.codebook[3], tid);
     uint32_t *ctrl = (uint32_t *)p.ctrl;
     uint32_t *flags = (uint32_t *)p.flags;
     uint32_t *err = (uint32_t *)p.err;
@@ -282,50 +334,7 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
             continue;
         }
         const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
-        uint8_t *out = dst + 2 * (uint64_t)c * SZ_CHUNK;
-        if (k.esc == SZ_RAW) {
-            for (uint32_t i = tid * 16; i < 2 * cnt; i += SZ_THREADS * 16) {
-                store16(out, i, 2 * cnt, *(const uint4 *)(buf + i));
-            }
-            continue;
-        }
-        const uint8_t *nib = buf + align16(cnt);
-#pragma unroll
-        for (int q = 0; q < SZ_ITERS; q++) {
-            uint32_t v0 = q * (SZ_THREADS * 16) + tid * 16;
-            if (v0 >= cnt) {
-                continue;
-            }
-            // Bytes past the chunk's end are stale; store16 drops them.
-            uint4 s = *(const uint4 *)(buf + v0);
-            uint2 n = *(const uint2 *)(nib + v0 / 2);
-            uint32_t sw[4] = {s.x, s.y, s.z, s.w};
-            uint32_t nw[2] = {n.x, n.y};
-            uint32_t o[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                uint32_t spread = __byte_perm(sw[j / 2], 0, (j & 1) ? 0x4342 : 0x4140);
-                uint32_t code = (nw[j / 4] >> (8 * (j & 3))) & 0xFF;
-                o[j] = pair(spread, lut[code]);
-            }
-            store16(out, 2 * v0, 2 * cnt, make_uint4(o[0], o[1], o[2], o[3]));
-            store16(out, 2 * v0 + 16, 2 * cnt, make_uint4(o[4], o[5], o[6], o[7]));
-        }
-        if (k.esc) {
-            __syncthreads(); // the block's main output is visible to all its threads
-            const uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
-            const uint16_t *esc_pos = (const uint16_t *)(buf + esc_off);
-            const uint8_t *esc_exp = buf + esc_off + 2 * (uint64_t)k.esc;
-            uint16_t *o16 = (uint16_t *)out;
-            for (uint32_t i = tid; i < k.esc; i += SZ_THREADS) {
-                uint32_t pos = esc_pos[i];
-                if (pos >= cnt || (i > 0 && esc_pos[i - 1] >= pos)) {
-                    atomicOr(err, SZ_ERR_ESCAPE);
-                    continue;
-                }
-                o16[pos] = (uint16_t)((o16[pos] & 0x807Fu) | ((uint32_t)esc_exp[i] << 7));
-            }
-        }
+        decode_chunk(buf, dst + 2 * (uint64_t)c * SZ_CHUNK, cnt, k.esc, lut, err, tid);
     }
     cp_async_wait_all();
 
@@ -337,6 +346,115 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
             ctrl[1] = 0;
             ctrl[3] = 0;
             __threadfence();
+        }
+    }
+}
+
+// Packed small tensors: one staging buffer in device memory holds a table
+// of ScatterItems and, at 16-byte aligned offsets after it, each item's
+// stored bytes (raw tensor bytes, or a SplitZip payload). One launch
+// writes every item to its own destination range: raw bytes are copied,
+// payloads decoded out of place. Blocks take items in turn.
+//
+// Safety as above: an item writes only [dst, dst + size); it reads only
+// [src, src + stored) of the staging buffer, and that range is checked
+// against the staged bytes first.
+
+// ScatterItem matches gpu.scatterItem in scatter.go (64 bytes).
+struct ScatterItem {
+    uint64_t dst;          // destination, size bytes
+    uint64_t src;          // offset of the stored bytes in the staging buffer
+    uint64_t stored;       // stored bytes
+    uint64_t size;         // bytes written at dst (2 x values for payloads)
+    uint32_t group_chunks; // payloads: chunks per later group; 0 for raw bytes
+    uint32_t data_start;   // payloads: first byte after the group table
+    uint32_t codebook[4];  // payloads: the codebook
+    uint64_t reserved;
+};
+
+// ScatterParams matches gpu.scatterParams in scatter.go.
+struct ScatterParams {
+    uint64_t base;   // staging buffer; the table is at its start
+    uint64_t staged; // bytes in the staging buffer
+    uint64_t count;  // items
+    uint64_t err;    // uint32 error bits
+};
+
+#define SZ_ERR_ITEM 8u // a scatter item is out of range
+
+// scatter_payload decodes one payload item out of place (the block's
+// threads together).
+__device__ __forceinline__ void scatter_payload(const ScatterItem &it, const uint8_t *src, uint32_t *lut, uint32_t *err,
+                                                uint32_t tid) {
+    Params p = {};
+    p.dst = it.dst;
+    p.src = (uint64_t)src;
+    p.size = it.stored;
+    p.n = it.size / 2;
+    p.chunks = (p.n + SZ_CHUNK - 1) / SZ_CHUNK;
+    p.group_chunks = it.group_chunks;
+    p.data_start = it.data_start;
+    p.groups = p.chunks <= SZ_FIRST_GROUP ? (p.chunks > 0)
+                                          : 1 + (p.chunks - SZ_FIRST_GROUP + it.group_chunks - 1) / it.group_chunks;
+    if ((it.dst & 15) || (it.size & 1) || p.data_start < SZ_HEADER + 8 * p.groups || p.data_start > p.size) {
+        if (tid == 0) {
+            atomicOr(err, SZ_ERR_ITEM);
+        }
+        return;
+    }
+    __syncthreads(); // the previous item's decode is done with lut
+    build_lut(lut, it.codebook[0], it.codebook[1], it.codebook[2], it.codebook[3], tid);
+    __syncthreads();
+    const uint64_t *l1 = (const uint64_t *)(src + SZ_HEADER);
+    for (long long c = 0; c < (long long)p.chunks; c++) {
+        const uint64_t pos = entry_pos(p, l1, c);
+        const Chunk k = check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
+        if (k.bad) {
+            if (tid == 0) {
+                atomicOr(err, k.bad);
+            }
+            continue;
+        }
+        const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
+        decode_chunk(src + k.off, (uint8_t *)it.dst + 2 * (uint64_t)c * SZ_CHUNK, cnt, k.esc, lut, err, tid);
+    }
+}
+
+// scatter_raw copies one raw item (the block's threads together).
+__device__ __forceinline__ void scatter_raw(const ScatterItem &it, const uint8_t *src, uint32_t tid) {
+    uint8_t *out = (uint8_t *)it.dst;
+    const uint64_t n = min64(it.size, it.stored);
+    if ((it.dst & 15) == 0) {
+        // src is 16-aligned and the staged bytes are padded to 16.
+        for (uint64_t j = (uint64_t)tid * 16; j < n; j += SZ_THREADS * 16) {
+            store16(out + j, 0, (uint32_t)min64(16, n - j), *(const uint4 *)(src + j));
+        }
+        return;
+    }
+    for (uint64_t j = tid; j < n; j += SZ_THREADS) {
+        out[j] = src[j];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_scatter(const ScatterParams sp) {
+    __shared__ uint32_t lut[256];
+    const uint32_t tid = threadIdx.x;
+    uint32_t *err = (uint32_t *)sp.err;
+    const uint8_t *base = (const uint8_t *)sp.base;
+    const ScatterItem *items = (const ScatterItem *)base;
+    for (uint64_t i = blockIdx.x; i < sp.count; i += gridDim.x) {
+        const ScatterItem it = items[i];
+        if (it.src < sp.count * sizeof(ScatterItem) || (it.src & 15) || it.src > sp.staged ||
+            align16(it.stored) > sp.staged - it.src || it.size > it.stored * (it.group_chunks ? 4 : 1)) {
+            if (tid == 0) {
+                atomicOr(err, SZ_ERR_ITEM);
+            }
+            continue;
+        }
+        if (it.group_chunks == 0) {
+            scatter_raw(it, base + it.src, tid);
+        } else {
+            scatter_payload(it, base + it.src, lut, err, tid);
         }
     }
 }

@@ -40,6 +40,7 @@ type Decoder struct {
 	ctx     *cuda.Context
 	mod     cuda.Module
 	fn      cuda.Function
+	scatter cuda.Function // splitzip_scatter, looked up on first use
 	maxGrid uint32
 	ctrl    cuda.DevicePtr // uint32 ticket, exited blocks, error flag, chunks read
 	flags   cuda.DevicePtr
@@ -128,6 +129,9 @@ func (d *Decoder) LaunchOutOfPlace(dst, src cuda.DevicePtr, h *codec.Header, s c
 }
 
 func (d *Decoder) launch(dst, src cuda.DevicePtr, h *codec.Header, inPlace bool, s cuda.Stream) error {
+	if dst%16 != 0 || src%16 != 0 {
+		return fmt.Errorf("%w: decode buffers must be 16-byte aligned (%#x, %#x)", ErrKernel, dst, src)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	N := h.Chunks()
@@ -188,7 +192,8 @@ func (d *Decoder) TakeError(s cuda.Stream) error {
 	for _, f := range []struct {
 		bit  uint32
 		what string
-	}{{errTable, "bad table or entry"}, {errEscape, "bad escape position"}, {errReaders, "bad reader range"}} {
+	}{{errTable, "bad table or entry"}, {errEscape, "bad escape position"}, {errReaders, "bad reader range"},
+		{errItem, "scatter item out of range"}} {
 		if bits&f.bit != 0 {
 			why = append(why, f.what)
 		}

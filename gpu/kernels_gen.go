@@ -4,7 +4,7 @@ package gpu
 
 // Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
 const (
-	decodeSourceSHA256 = "3d59adf26adab7f2fccf6dd5a4737c8234493c4595f1f000269ebe6f1ad7dc89"
-	decodeFatbinSHA256 = "155334709feb6d138a4e07f92f7a386ade1c061eacff2e8c4d3beef565545aa2"
+	decodeSourceSHA256 = "d4db566486010a49db6ff93b99de7fea82e0c20338154035ba86a3fe8d6285ed"
+	decodeFatbinSHA256 = "bccff0dff86a42e10d906129813069bed59c92ee9bb78cd1c58c6911c9992b41"
 	decodeNVCCVersion  = "13.0"
 )

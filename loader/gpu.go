@@ -1,30 +1,37 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
-	"io"
 	"sync"
 
-	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
 )
 
-// gpuState is one device's context, a decoder per caller stream, and a
-// pool of pinned buffers.
+// gpuState is one device's context and, per caller stream, the transport
+// that uploads on it.
 type gpuState struct {
-	ctx  *cuda.Context
-	mu   sync.Mutex
-	decs map[cuda.Stream]*gpu.Decoder
-	bufs []*pinned
-	evs  map[cuda.Event]cuda.Stream
+	ctx     *cuda.Context
+	mu      sync.Mutex
+	streams map[cuda.Stream]*streamTransport
+	evs     map[cuda.Event]*batch
 }
 
-// pinned is a pinned staging buffer; ev, when set, is the event after the
-// last copy from it: the buffer is free once ev has completed.
-type pinned struct {
-	b  []byte
-	ev cuda.Event
+// streamTransport is a SplitZip transport over a raw one whose engine
+// enqueues on one caller stream. Its pinned staging buffers persist until
+// the loader is closed.
+type streamTransport struct {
+	eng *transport.CUDAEngine
+	t   *transport.SplitZip
+}
+
+// batch is what an upload event covers.
+type batch struct {
+	st     *streamTransport
+	fences []transport.Fence
 }
 
 func (l *Loader) device(d int) (*gpuState, error) {
@@ -48,95 +55,104 @@ func (l *Loader) device(d int) (*gpuState, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gpuState{ctx: ctx, decs: map[cuda.Stream]*gpu.Decoder{}, evs: map[cuda.Event]cuda.Stream{}}
+	g := &gpuState{ctx: ctx, streams: map[cuda.Stream]*streamTransport{}, evs: map[cuda.Event]*batch{}}
 	l.gpus[d] = g
 	return g, nil
 }
 
-// buffer returns a free pinned buffer of at least n bytes (g.mu held).
-func (g *gpuState) buffer(n uint64) (*pinned, error) {
-	for _, p := range g.bufs {
-		if uint64(len(p.b)) < n {
-			continue
-		}
-		if p.ev != 0 {
-			if done, err := g.ctx.Query(p.ev); err != nil || !done {
-				continue
-			}
-		}
-		return p, nil
+// Staging per caller stream: the raw ring (8 x 8 MiB), the SplitZip ring
+// (10 x 8 MiB) and two packers (10 x 4 MiB each): 224 MiB pinned.
+const (
+	rawSlotBytes = 8 << 20
+	readers      = 4
+)
+
+// transportFor returns the transport of stream s, creating it on first use.
+func (l *Loader) transportFor(g *gpuState, s cuda.Stream) (*streamTransport, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st, ok := g.streams[s]; ok {
+		return st, nil
 	}
-	b, err := g.ctx.HostAlloc(max(n, 1<<20), 0)
+	eng, err := transport.NewCUDAEngineOn(g.ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	p := &pinned{b: b}
-	g.bufs = append(g.bufs, p)
-	return p, nil
+	raw, err := transport.NewRaw(eng, transport.RawOptions{SlotBytes: rawSlotBytes, Readers: readers})
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	z := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers})
+	if err := z.Prepare(); err != nil {
+		z.Close()
+		eng.Close()
+		return nil, err
+	}
+	st := &streamTransport{eng: eng, t: z}
+	g.streams[s] = st
+	return st, nil
 }
 
 // Upload enqueues on the caller's stream the transfer of tensor i into the
 // device range [dst, dst+capacity) of device d and returns an event after
-// it. Compressed tensors are copied as payloads and decoded in place.
+// it. It is UploadBatch of one tensor.
 func (l *Loader) Upload(i, d int, dst, capacity uint64, stream uintptr) (uintptr, error) {
-	t, err := l.Tensor(i)
-	if err != nil {
-		return 0, err
+	return l.UploadBatch([]int{i}, d, []uint64{dst}, []uint64{capacity}, stream)
+}
+
+// UploadBatch enqueues on the caller's stream (of device d, in its primary
+// context) the transfer of tensors idx[k] into the device ranges
+// [dsts[k], dsts[k]+caps[k]) and returns one event recorded after all of
+// them. Payloads are copied compressed and decoded in place, small tensors
+// packed several to a copy, others copied raw; reads run in parallel.
+// Everything is checked before anything is enqueued: indices, capacities,
+// destinations, and that no source shard changed since compression. An
+// error found while reading (a payload failing its checksum, a short read)
+// is returned after the rest has been enqueued, naming the tensor; the
+// event is then not returned and the failed tensor's range holds garbage.
+func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintptr) (uintptr, error) {
+	if len(dsts) != len(idx) || len(caps) != len(idx) {
+		return 0, fmt.Errorf("%w: %d indices, %d destinations, %d capacities", ErrInvalid, len(idx), len(dsts), len(caps))
 	}
-	if capacity < t.Size {
-		return 0, fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, capacity, t.Size)
+	bs := make([]*vmm.Binding, len(idx))
+	shards := map[*shardcache.Shard]string{}
+	for k, i := range idx {
+		t, err := l.Tensor(i)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case caps[k] < t.Size:
+			return 0, fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, caps[k], t.Size)
+		case dsts[k] == 0 && t.Size > 0:
+			return 0, fmt.Errorf("tensor %q: %w: null destination", t.Name, ErrInvalid)
+		case t.Compressed && dsts[k]%16 != 0:
+			return 0, fmt.Errorf("tensor %q: %w: destination %#x of a compressed tensor is not 16-byte aligned", t.Name, ErrInvalid, dsts[k])
+		}
+		shards[t.shard] = t.Shard
+		bs[k] = &vmm.Binding{Spec: vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: t.Shard, Offset: t.Offset, Size: t.Size},
+			Index: i, Addr: vmm.Ptr(dsts[k])}
 	}
-	if dst == 0 && t.Size > 0 {
-		return 0, fmt.Errorf("tensor %q: %w: null destination", t.Name, ErrInvalid)
+	for sh, path := range shards {
+		if err := shardcache.CheckStat(sh, path); err != nil {
+			return 0, err
+		}
 	}
 	g, err := l.device(d)
 	if err != nil {
 		return 0, err
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	s := cuda.Stream(stream)
-	p, err := g.buffer(t.Stored)
+	st, err := l.transportFor(g, s)
 	if err != nil {
 		return 0, err
 	}
-	data := p.b[:t.Stored]
-	var h codec.Header
-	if t.Compressed {
-		f, _, err := l.c.OpenObject(t.Key)
-		if err != nil {
-			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
-		}
-		_, err = io.ReadFull(f, data)
-		f.Close()
-		if err != nil {
-			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
-		}
-		if h, err = codec.ParseHeader(data); err == nil && codec.Checksum(data) != h.Checksum {
-			err = codec.ErrChecksum
-		}
-		if err == nil && (!h.InPlace || 2*h.Values != t.Size) {
-			err = fmt.Errorf("%w: payload does not fit the tensor", codec.ErrCorrupt)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
-		}
-	} else if err := l.readSource(t, data); err != nil {
-		return 0, err
-	}
-	if err := g.ctx.CopyHtoDAsync(cuda.DevicePtr(dst), data, s); err != nil {
-		return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
-	}
-	if t.Compressed {
-		dec, ok := g.decs[s]
-		if !ok {
-			if dec, err = gpu.NewDecoder(g.ctx); err != nil {
-				return 0, err
-			}
-			g.decs[s] = dec
-		}
-		if err := dec.LaunchInPlace(cuda.DevicePtr(dst), &h, s); err != nil {
-			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+	fences := st.t.UploadBatch(bs)
+	var failed error
+	for _, f := range fences {
+		if failed = transport.Failed(f); failed != nil {
+			break
 		}
 	}
 	ev, err := g.ctx.NewEvent(cuda.EventDisableTiming)
@@ -147,31 +163,37 @@ func (l *Loader) Upload(i, d int, dst, capacity uint64, stream uintptr) (uintptr
 		g.ctx.DestroyEvent(ev)
 		return 0, err
 	}
-	// The buffer's previous event belongs to an earlier upload's caller.
-	p.ev = ev
-	g.evs[ev] = s
+	if failed != nil {
+		// The caller gets no event; the enqueued work stays ordered on
+		// its stream.
+		g.ctx.DestroyEvent(ev)
+		return 0, failed
+	}
+	g.mu.Lock()
+	g.evs[ev] = &batch{st: st, fences: fences}
+	g.mu.Unlock()
 	return uintptr(ev), nil
 }
 
-// EventWait waits for an upload's event and reports decode errors of its stream.
+// EventWait waits for an upload's event and reports errors of its work:
+// failed copies or launches, and payloads the decode kernel found corrupt.
 func (l *Loader) EventWait(ev uintptr) error {
-	g, s, err := l.eventOwner(ev)
+	g, b, err := l.eventOwner(ev)
 	if err != nil {
 		return err
 	}
 	if err := g.ctx.EventSynchronize(cuda.Event(ev)); err != nil {
 		return err
 	}
-	g.mu.Lock()
-	dec := g.decs[s]
-	g.mu.Unlock()
-	if dec != nil {
-		return dec.TakeError(s)
+	var errs []error
+	for _, f := range b.fences {
+		errs = append(errs, f.Wait())
 	}
-	return nil
+	errs = append(errs, b.st.eng.DecodeErrors())
+	return errors.Join(errs...)
 }
 
-// EventRelease frees an upload's event.
+// EventRelease frees an upload's event; the upload may still be running.
 func (l *Loader) EventRelease(ev uintptr) error {
 	g, _, err := l.eventOwner(ev)
 	if err != nil {
@@ -179,44 +201,34 @@ func (l *Loader) EventRelease(ev uintptr) error {
 	}
 	g.mu.Lock()
 	delete(g.evs, cuda.Event(ev))
-	for _, p := range g.bufs {
-		if p.ev == cuda.Event(ev) {
-			// Releasing waits for the upload, so the buffer is free after.
-			g.ctx.EventSynchronize(p.ev)
-			p.ev = 0
-		}
-	}
 	g.mu.Unlock()
 	return g.ctx.DestroyEvent(cuda.Event(ev))
 }
 
-func (l *Loader) eventOwner(ev uintptr) (*gpuState, cuda.Stream, error) {
+func (l *Loader) eventOwner(ev uintptr) (*gpuState, *batch, error) {
 	l.gpuMu.Lock()
 	defer l.gpuMu.Unlock()
 	for _, g := range l.gpus {
 		g.mu.Lock()
-		s, ok := g.evs[cuda.Event(ev)]
+		b, ok := g.evs[cuda.Event(ev)]
 		g.mu.Unlock()
 		if ok {
-			return g, s, nil
+			return g, b, nil
 		}
 	}
-	return nil, 0, fmt.Errorf("%w: unknown event %#x", ErrInvalid, ev)
+	return nil, nil, fmt.Errorf("%w: unknown event %#x", ErrInvalid, ev)
 }
 
 func (g *gpuState) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for s, d := range g.decs {
-		g.ctx.StreamSynchronize(s)
-		d.Close()
-	}
 	for ev := range g.evs {
 		g.ctx.EventSynchronize(ev)
 		g.ctx.DestroyEvent(ev)
 	}
-	for _, p := range g.bufs {
-		g.ctx.FreeHost(p.b)
+	for _, st := range g.streams {
+		st.t.Close()
+		st.eng.Close()
 	}
 	g.ctx.Close()
 }

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
@@ -74,10 +77,9 @@ func TestReadHost(t *testing.T) {
 	}
 }
 
-// TestUpload uploads every tensor into device memory on a stream of our
-// own and reads it back. It needs a GPU.
-func TestUpload(t *testing.T) {
-	l, _ := fixture(t)
+// requireGPU returns a context on device 0 or skips.
+func requireGPU(t *testing.T) *cuda.Context {
+	t.Helper()
 	lib, err := cuda.Open()
 	if errors.Is(err, cuda.ErrNoDriver) {
 		t.Skipf("no GPU: %v", err)
@@ -89,7 +91,91 @@ func TestUpload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ctx.Close()
+	t.Cleanup(func() { ctx.Close() })
+	return ctx
+}
+
+// TestUploadBatch uploads every tensor in one batch into one allocation,
+// from four goroutines on four streams at once, and reads them back; then
+// a corrupt payload fails its batch naming the tensor. It needs a GPU.
+func TestUploadBatch(t *testing.T) {
+	l, _ := fixture(t)
+	ctx := requireGPU(t)
+	ts := l.Tensors()
+	var total uint64
+	offs := make([]uint64, len(ts))
+	for i, tn := range ts {
+		offs[i] = total
+		total += (tn.Size + 255) &^ 255
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			s, err := ctx.NewStream()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer ctx.DestroyStream(s)
+			d, err := ctx.Alloc(total)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer ctx.Free(d)
+			idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
+			for i, tn := range ts {
+				idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size
+			}
+			ev, err := l.UploadBatch(idx, 0, dsts, caps, uintptr(s))
+			if err != nil {
+				t.Errorf("goroutine %d: %v", g, err)
+				return
+			}
+			if err := l.EventWait(ev); err != nil {
+				t.Errorf("goroutine %d: %v", g, err)
+			}
+			l.EventRelease(ev)
+			host := make([]byte, total)
+			ctx.CopyDtoHAsync(host, d, s)
+			ctx.StreamSynchronize(s)
+			for i, tn := range ts {
+				if !bytes.Equal(host[offs[i]:offs[i]+tn.Size], source(t, &tn)) {
+					t.Errorf("goroutine %d: %s differs on the device", g, tn.Name)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	var victim *Tensor
+	for i := range ts {
+		if ts[i].Compressed && (victim == nil || ts[i].Size > victim.Size) {
+			victim = &ts[i]
+		}
+	}
+	op, _ := l.c.ObjectPath(victim.Key)
+	orig, _ := os.ReadFile(op)
+	bad := bytes.Clone(orig)
+	bad[len(bad)-1] ^= 1
+	os.WriteFile(op, bad, 0o644)
+	defer os.WriteFile(op, orig, 0o644)
+	d, err := ctx.Alloc(victim.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(d)
+	_, err = l.UploadBatch([]int{victim.Index}, 0, []uint64{uint64(d)}, []uint64{victim.Size}, 0)
+	if !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), victim.Name) {
+		t.Errorf("corrupt payload: %v, want a checksum error naming %s", err, victim.Name)
+	}
+}
+
+// TestUpload uploads every tensor into device memory on a stream of our
+// own and reads it back. It needs a GPU.
+func TestUpload(t *testing.T) {
+	l, _ := fixture(t)
+	ctx := requireGPU(t)
 	s, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)

@@ -36,10 +36,10 @@ if [ -n "${LARGE:-}" ]; then
   SPLITZIP_LARGE=1 .dev/gpu.test -test.v -test.run TestLarge -test.count=1 || fail "large"
 fi
 step "compute-sanitizer memcheck"
-compute-sanitizer --tool memcheck --error-exitcode 9 .dev/gpu.test -test.short -test.run 'TestDecodeMatchesReference|TestCorruptPayloads' -test.count=1 > "$OUT/memcheck.log" 2>&1 || fail "memcheck"
+compute-sanitizer --tool memcheck --error-exitcode 9 .dev/gpu.test -test.short -test.run "TestDecodeMatchesReference|TestCorruptPayloads|TestScatter" -test.count=1 > "$OUT/memcheck.log" 2>&1 || fail "memcheck"
 tail -5 "$OUT/memcheck.log"
 step "compute-sanitizer racecheck"
-compute-sanitizer --tool racecheck --error-exitcode 9 .dev/gpu.test -test.short -test.run 'TestDecodeMatchesReference' -test.count=1 > "$OUT/racecheck.log" 2>&1 || fail "racecheck"
+compute-sanitizer --tool racecheck --error-exitcode 9 .dev/gpu.test -test.short -test.run "TestDecodeMatchesReference|TestScatterMatchesReference" -test.count=1 > "$OUT/racecheck.log" 2>&1 || fail "racecheck"
 tail -5 "$OUT/racecheck.log"
 
 if [ -z "${SKIP_VERIFY:-}" ]; then

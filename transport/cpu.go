@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu"
 )
 
 // Hooks inject faults into the CPU engine (tests).
@@ -15,6 +16,8 @@ type Hooks struct {
 	Decode func(dst DevPtr, h *codec.Header) error
 	// Map, if set, is called before memory is mapped (out of memory).
 	Map func(n uint64) error
+	// Scatter, if set, is called before a packed upload of items runs.
+	Scatter func(items []gpu.ScatterItem) error
 }
 
 // CPUEngine implements Engine in host memory. Each stream is a goroutine
@@ -236,6 +239,47 @@ func (e *CPUEngine) DecodeInPlace(s int, dst DevPtr, h *codec.Header) error {
 		// The reference decoder works out of place: set the payload aside.
 		payload := append([]byte(nil), d[:hc.Size]...)
 		return codec.Decode(d, payload)
+	})
+}
+
+// Scatter checks the items, then enqueues their copies and decodes; the
+// hooks see each raw item as a copy and each payload as a decode.
+func (e *CPUEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error {
+	if err := gpu.PutScatterTable(packed, items, uint64(len(packed))); err != nil {
+		return err
+	}
+	its := append([]gpu.ScatterItem(nil), items...)
+	return e.enqueue(s, func() error {
+		if e.hooks.Scatter != nil {
+			if err := e.hooks.Scatter(its); err != nil {
+				return err
+			}
+		}
+		for _, it := range its {
+			d, err := e.mem(DevPtr(it.Dst), it.Size)
+			if err != nil {
+				return err
+			}
+			src := packed[it.Src : it.Src+it.Stored]
+			if it.Header == nil {
+				if e.hooks.Copy != nil {
+					if err := e.hooks.Copy(DevPtr(it.Dst), len(src)); err != nil {
+						return err
+					}
+				}
+				copy(d, src)
+				continue
+			}
+			if e.hooks.Decode != nil {
+				if err := e.hooks.Decode(DevPtr(it.Dst), it.Header); err != nil {
+					return err
+				}
+			}
+			if err := codec.Decode(d, src); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

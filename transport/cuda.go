@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -16,16 +17,23 @@ import (
 // pinned host memory, several upload streams (a copy on one overlaps a
 // decode on another) and a decoder per stream.
 type CUDAEngine struct {
-	ctx     *cuda.Context
-	streams []cuda.Stream
-	decs    []*gpu.Decoder
-	gran    uint64
-	readS   cuda.Stream
+	ctx      *cuda.Context
+	external bool // the context and stream belong to the caller
+	streams  []cuda.Stream
+	decs     []*gpu.Decoder
+	gran     uint64
+	readS    cuda.Stream
 
-	mu     sync.Mutex
-	maps   map[vmm.Ptr]cuda.MemHandle
-	events []cuda.Event
-	pinned map[*byte]uint64
+	// Per stream: device staging memory for Scatter (scatterMu held).
+	scatterMu sync.Mutex
+	stage     []cuda.DevicePtr
+	stageCap  []uint64
+
+	mu          sync.Mutex
+	maps        map[vmm.Ptr]cuda.MemHandle
+	events      []*cudaEvent // live events
+	reclaimNext int
+	pinned      map[*byte]uint64
 }
 
 // NewCUDAEngine opens device ordinal with the given number of upload streams.
@@ -58,6 +66,30 @@ func NewCUDAEngine(ordinal, streams int) (*CUDAEngine, error) {
 		}
 		e.streams = append(e.streams, s)
 		e.decs = append(e.decs, d)
+		e.stage = append(e.stage, 0)
+		e.stageCap = append(e.stageCap, 0)
+	}
+	return e, nil
+}
+
+// NewCUDAEngineOn returns an engine whose one upload stream is s, a
+// stream the caller owns in ctx (0 is the legacy default stream): copies,
+// decodes and events go on it in order. Close leaves s and ctx open.
+func NewCUDAEngineOn(ctx *cuda.Context, s cuda.Stream) (*CUDAEngine, error) {
+	e := &CUDAEngine{ctx: ctx, external: true, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+	var err error
+	if e.gran, err = ctx.Granularity(false); err != nil {
+		return nil, err
+	}
+	d, err := gpu.NewDecoder(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.streams, e.decs = []cuda.Stream{s}, []*gpu.Decoder{d}
+	e.stage, e.stageCap = []cuda.DevicePtr{0}, []uint64{0}
+	if e.readS, err = ctx.NewStream(); err != nil {
+		e.Close()
+		return nil, err
 	}
 	return e, nil
 }
@@ -164,19 +196,70 @@ func (e *CUDAEngine) DecodeInPlace(s int, dst vmm.Ptr, h *codec.Header) error {
 	return e.decs[s].LaunchInPlace(cuda.DevicePtr(dst), h, e.streams[s])
 }
 
-type cudaEvent struct {
-	e  *CUDAEngine
-	ev cuda.Event
+// Scatter checks the items and writes their table into packed, then
+// enqueues on stream s the copy of packed into the stream's staging memory
+// (grown as needed) and the scatter kernel.
+func (e *CUDAEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error {
+	if err := gpu.PutScatterTable(packed, items, uint64(len(packed))); err != nil {
+		return err
+	}
+	e.scatterMu.Lock()
+	defer e.scatterMu.Unlock()
+	n := uint64(len(packed))
+	if e.stageCap[s] < n {
+		// Earlier scatters on s may still read the old staging memory.
+		if err := e.ctx.StreamSynchronize(e.streams[s]); err != nil {
+			return err
+		}
+		if e.stage[s] != 0 {
+			e.ctx.Free(e.stage[s])
+			e.stage[s], e.stageCap[s] = 0, 0
+		}
+		p, err := e.ctx.Alloc(max(n, 8<<20))
+		if err != nil {
+			return err
+		}
+		e.stage[s], e.stageCap[s] = p, max(n, 8<<20)
+	}
+	if err := e.ctx.CopyHtoDAsync(e.stage[s], packed, e.streams[s]); err != nil {
+		return err
+	}
+	return e.decs[s].LaunchScatter(e.stage[s], n, len(items), e.streams[s])
 }
 
-func (c cudaEvent) Wait() error { return c.e.ctx.EventSynchronize(c.ev) }
+// cudaEvent is an engine event. Record reclaims completed events once
+// many are live, marking them dead first: a dead event has completed, so
+// waiting for it returns at once.
+type cudaEvent struct {
+	e    *CUDAEngine
+	ev   cuda.Event
+	dead atomic.Bool
+}
 
-func (c cudaEvent) Done() bool {
+func (c *cudaEvent) Wait() error {
+	if c.dead.Load() {
+		return nil
+	}
+	err := c.e.ctx.EventSynchronize(c.ev)
+	if err != nil && c.dead.Load() {
+		return nil // reclaimed while we waited: it had completed
+	}
+	return err
+}
+
+func (c *cudaEvent) Done() bool {
+	if c.dead.Load() {
+		return true
+	}
 	done, err := c.e.ctx.Query(c.ev)
 	return done || err != nil
 }
 
-// Record records an event on stream s. Events live until Close.
+// reclaimAt is the number of live events at which Record destroys the
+// completed ones.
+const reclaimAt = 4096
+
+// Record records an event on stream s.
 func (e *CUDAEngine) Record(s int) (Event, error) {
 	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
 	if err != nil {
@@ -186,19 +269,46 @@ func (e *CUDAEngine) Record(s int) (Event, error) {
 		e.ctx.DestroyEvent(ev)
 		return nil, err
 	}
+	c := &cudaEvent{e: e, ev: ev}
 	e.mu.Lock()
-	e.events = append(e.events, ev)
-	e.mu.Unlock()
-	return cudaEvent{e, ev}, nil
+	defer e.mu.Unlock()
+	if len(e.events) >= max(reclaimAt, e.reclaimNext) {
+		e.reclaim()
+		e.reclaimNext = 2 * len(e.events) // pending events: do not rescan each time
+	}
+	e.events = append(e.events, c)
+	return c, nil
+}
+
+// reclaim destroys completed events (e.mu held).
+func (e *CUDAEngine) reclaim() {
+	live := e.events[:0]
+	for _, c := range e.events {
+		if done, err := e.ctx.Query(c.ev); err == nil && !done {
+			live = append(live, c)
+			continue
+		}
+		c.dead.Store(true)
+		e.ctx.DestroyEvent(c.ev)
+	}
+	clear(e.events[len(live):])
+	e.events = live
 }
 
 // WaitEvent makes stream s wait for ev.
 func (e *CUDAEngine) WaitEvent(s int, ev Event) error {
-	c, ok := ev.(cudaEvent)
+	c, ok := ev.(*cudaEvent)
 	if !ok {
 		return ev.Wait()
 	}
-	return e.ctx.StreamWaitEvent(e.streams[s], c.ev)
+	if c.dead.Load() {
+		return nil
+	}
+	err := e.ctx.StreamWaitEvent(e.streams[s], c.ev)
+	if err != nil && c.dead.Load() {
+		return nil
+	}
+	return err
 }
 
 // ReadBack copies device memory to dst and waits.
@@ -223,17 +333,26 @@ func (e *CUDAEngine) DecodeErrors() error {
 func (e *CUDAEngine) Close() error {
 	for i, s := range e.streams {
 		e.ctx.StreamSynchronize(s)
+		if e.stage[i] != 0 {
+			e.ctx.Free(e.stage[i])
+		}
 		e.decs[i].Close()
-		e.ctx.DestroyStream(s)
+		if !e.external {
+			e.ctx.DestroyStream(s)
+		}
 	}
 	e.mu.Lock()
-	for _, ev := range e.events {
-		e.ctx.DestroyEvent(ev)
+	for _, c := range e.events {
+		c.dead.Store(true)
+		e.ctx.DestroyEvent(c.ev)
 	}
 	e.events = nil
 	e.mu.Unlock()
 	if e.readS != 0 {
 		e.ctx.DestroyStream(e.readS)
+	}
+	if e.external {
+		return nil
 	}
 	return e.ctx.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -39,6 +40,13 @@ type Engine interface {
 	// DecodeInPlace enqueues the in-place decode of the payload at dst,
 	// whose header is h, on stream s.
 	DecodeInPlace(s int, dst DevPtr, h *codec.Header) error
+	// Scatter enqueues on stream s one copy of packed to device staging
+	// memory and one pass that writes each item to its range (raw bytes
+	// copied, payloads decoded). packed starts with room for the item
+	// table (gpu.ScatterTableBytes), which Scatter fills after checking the
+	// items; its length is a multiple of 16, and it must stay unchanged
+	// until an event recorded after the pass completes.
+	Scatter(s int, packed []byte, items []gpu.ScatterItem) error
 	// Record enqueues an event on stream s.
 	Record(s int) (Event, error)
 	// WaitEvent makes later work on stream s wait for e.

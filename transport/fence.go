@@ -1,5 +1,7 @@
 package transport
 
+import "errors"
+
 // Fence completes when an upload has finished. It is an engine Event, a
 // set of them, or an error known at submission.
 type Fence = Event
@@ -52,3 +54,28 @@ func (w wrapFence) Wait() error {
 }
 
 func (w wrapFence) Done() bool { return w.f.Done() }
+
+// Failed returns, without waiting, the error of a fence that failed before
+// its work was submitted (a read, checksum or submission error), or nil.
+// Errors of submitted work surface through Wait.
+func Failed(f Fence) error {
+	switch f := f.(type) {
+	case errFence:
+		return f.err
+	case wrapFence:
+		if err := Failed(f.f); err != nil {
+			var te *Error
+			if errors.As(err, &te) {
+				return err
+			}
+			return &Error{Tensor: f.name, Err: err}
+		}
+	case allFence:
+		for _, g := range f {
+			if err := Failed(g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -31,6 +31,8 @@ type LoadOptions struct {
 	Repeat   int  // fault everything in this many times (evicting in between)
 	Check    bool // read the arena back after the first run and compare with the source
 	Readers  int
+	// SmallBytes is the packing threshold (see RawOptions.SmallBytes).
+	SmallBytes int64
 	// FirstGroup names the bindings whose readiness is reported as the
 	// first layer (default: names starting with "model.layers.0.").
 	FirstGroup func(name string) bool
@@ -74,14 +76,14 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		return nil, err
 	}
 	defer arena.Close()
-	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident})
+	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes})
 	if err != nil {
 		return nil, err
 	}
 	var t Transport = raw
 	mode := "raw"
 	if !opts.Raw {
-		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers})
+		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes})
 		// Staging buffers are persistent: set them up before timing, as
 		// the raw transport's ring is.
 		if err := z.Prepare(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -31,6 +32,27 @@ type Stats struct {
 	Bytes  uint64        // bytes moved to the device (payload bytes for SplitZip)
 }
 
+// add returns s plus o.
+func (s Stats) add(o Stats) Stats {
+	s.Read += o.Read
+	s.Verify += o.Verify
+	s.Submit += o.Submit
+	s.Bytes += o.Bytes
+	return s
+}
+
+// smallBytes resolves a SmallBytes option: 0 is the default, negative
+// disables packing, and packs must hold at least two tensors.
+func smallBytes(n int64) int64 {
+	switch {
+	case n == 0:
+		return DefaultSmallBytes
+	case n < 0:
+		return -1
+	}
+	return min(n, packBytes/2-64)
+}
+
 // RawOptions configures a Raw transport.
 type RawOptions struct {
 	SlotBytes uint64 // size of each pinned staging buffer (default 16 MiB)
@@ -39,6 +61,9 @@ type RawOptions struct {
 	// Resident keeps every tensor's bytes in pinned memory after its first
 	// upload, so a re-fault reads no file (the offload case).
 	Resident bool
+	// SmallBytes: tensors of at most this many bytes are packed, several
+	// to a copy (0: DefaultSmallBytes; negative: never).
+	SmallBytes int64
 }
 
 // Raw is the native transport: file bytes, unchanged, into the arena.
@@ -48,11 +73,13 @@ type Raw struct {
 	slots chan *slot
 	files fileCache
 
+	pack     *packer
 	mu       sync.Mutex // guards resident, stats and submission order
 	resident map[*vmm.Binding][]byte
 	stats    Stats
 	pinned   uint64
 	next     int // stream round robin
+	closed   bool
 }
 
 // slot is a pinned staging buffer and the event of the last copy from it.
@@ -72,7 +99,9 @@ func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
 	if opts.Slots <= 0 {
 		opts.Slots = 2 * opts.Readers
 	}
-	r := &Raw{eng: eng, opts: opts, slots: make(chan *slot, opts.Slots), resident: map[*vmm.Binding][]byte{}}
+	opts.SmallBytes = smallBytes(opts.SmallBytes)
+	r := &Raw{eng: eng, opts: opts, slots: make(chan *slot, opts.Slots), resident: map[*vmm.Binding][]byte{},
+		pack: newPacker(eng, 2*opts.Readers)}
 	for range opts.Slots {
 		b, err := eng.Pinned(opts.SlotBytes)
 		if err != nil {
@@ -126,7 +155,21 @@ func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
 			}
 		})
 	}
+	out := make([]Fence, len(bs))
+	var small []smallItem
+	isSmall := make([]bool, len(bs))
 	for i, b := range bs {
+		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {
+			small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: r.fill(b)})
+			isSmall[i] = true
+		}
+	}
+	var pwg sync.WaitGroup
+	pwg.Go(func() { r.pack.upload(small, out) })
+	for i, b := range bs {
+		if isSmall[i] {
+			continue
+		}
 		if r.opts.Resident {
 			work <- piece{i, 0, b.Size} // one piece: the resident buffer
 			continue
@@ -140,9 +183,10 @@ func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
 	}
 	close(work)
 	wg.Wait()
-	out := make([]Fence, len(bs))
+	pwg.Wait()
 	for i, b := range bs {
 		switch {
+		case isSmall[i]: // the packer set its fence
 		case errs[i] != nil:
 			out[i] = errFence{&Error{Tensor: b.Name, Err: errs[i]}}
 		default:
@@ -205,6 +249,21 @@ func (r *Raw) submit(dst vmm.Ptr, src []byte, s *slot) (Fence, error) {
 	return ev, nil
 }
 
+// fill returns the packer's reader of b's bytes.
+func (r *Raw) fill(b *vmm.Binding) func([]byte) (*codec.Header, error) {
+	return func(dst []byte) (*codec.Header, error) {
+		if !r.opts.Resident {
+			t0 := time.Now()
+			err := r.files.readAt(b.Shard, dst, b.Offset)
+			r.addTime(&r.stats.Read, t0)
+			return nil, err
+		}
+		buf, err := r.residentBytes(b)
+		copy(dst, buf)
+		return nil, err
+	}
+}
+
 func (r *Raw) residentBytes(b *vmm.Binding) ([]byte, error) {
 	r.mu.Lock()
 	buf, ok := r.resident[b]
@@ -243,18 +302,27 @@ func (r *Raw) addTime(d *time.Duration, t0 time.Time) {
 func (r *Raw) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stats
+	return r.stats.add(r.pack.Stats())
 }
 
 // PinnedBytes implements Transport.
 func (r *Raw) PinnedBytes() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.pinned
+	return r.pinned + r.pack.PinnedBytes()
 }
 
-// Close waits for outstanding copies and frees the pinned memory.
+// Close waits for outstanding copies and frees the pinned memory. Later
+// calls do nothing.
 func (r *Raw) Close() error {
+	r.mu.Lock()
+	closed := r.closed
+	r.closed = true
+	r.mu.Unlock()
+	if closed {
+		return nil
+	}
+	r.pack.Close()
 	close(r.slots)
 	for s := range r.slots {
 		if s.ev != nil {

@@ -19,6 +19,10 @@ type SplitZipOptions struct {
 	// Readers is the number of goroutines reading payloads (default 4);
 	// each payload is read in 8 MiB pieces by up to twice as many.
 	Readers int
+	// SmallBytes: payloads of at most this many bytes, and raw tensors as
+	// small when the wrapped transport is a *Raw, are packed several to a
+	// copy (0: DefaultSmallBytes; negative: never).
+	SmallBytes int64
 }
 
 // SplitZip uploads payloads from a cache and decodes them in place;
@@ -37,6 +41,7 @@ type SplitZip struct {
 	next     int
 	checked  map[string]error // source shards checked for changes
 	io       chan struct{}    // bounds concurrent piece reads
+	pack     *packer
 }
 
 // payload is a verified payload in pinned memory.
@@ -50,8 +55,10 @@ func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts Spli
 	if opts.Readers <= 0 {
 		opts.Readers = 4
 	}
+	opts.SmallBytes = smallBytes(opts.SmallBytes)
 	return &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
-		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}, io: make(chan struct{}, 2*opts.Readers)}
+		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}, io: make(chan struct{}, 2*opts.Readers),
+		pack: newPacker(eng, 2*opts.Readers)}
 }
 
 // target is a binding with a payload.
@@ -63,15 +70,22 @@ type target struct {
 
 // UploadBatch implements Transport. Mixed batches are split: bindings
 // whose source slice has a payload take the SplitZip path, the others go
-// to the wrapped transport in one batch.
+// to the wrapped transport in one batch. Small payloads, with small raw
+// tensors when the wrapped transport is a *Raw, are packed.
 func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 	out := make([]Fence, len(bs))
 	var others []*vmm.Binding
 	var otherIdx []int
 	var targets []target
+	var small []smallItem
+	raw, _ := z.inner.(*Raw)
 	for i, b := range bs {
 		hit, err := z.cache.LookupSlice(b.Shard, b.Offset, b.Size)
 		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
+			if raw != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
+				small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: raw.fill(b)})
+				continue
+			}
 			others = append(others, b)
 			otherIdx = append(otherIdx, i)
 			continue
@@ -80,15 +94,21 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 			out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 			continue
 		}
-		targets = append(targets, target{i, b, hit})
+		t := target{i, b, hit}
+		if o, err := z.cache.Lookup(hit.Tensor.Key); err == nil && int64(o.Size) <= z.opts.SmallBytes {
+			small = append(small, smallItem{i: i, b: b, stored: o.Size, fill: z.fill(t)})
+			continue
+		}
+		targets = append(targets, t)
 	}
+	var wg sync.WaitGroup
+	wg.Go(func() { z.pack.upload(small, out) })
 	if len(others) > 0 {
 		for k, f := range z.inner.UploadBatch(others) {
 			out[otherIdx[k]] = f
 		}
 	}
 	work := make(chan target)
-	var wg sync.WaitGroup
 	for range z.opts.Readers {
 		wg.Go(func() {
 			for t := range work {
@@ -106,6 +126,59 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 	close(work)
 	wg.Wait()
 	return out
+}
+
+// fill returns the packer's reader of a small payload: from pinned memory
+// when resident, else from its object file, checked either way.
+func (z *SplitZip) fill(t target) func([]byte) (*codec.Header, error) {
+	key := t.hit.Tensor.Key
+	return func(dst []byte) (*codec.Header, error) {
+		if z.opts.Resident {
+			p, err := z.residentPayload(key)
+			if err != nil {
+				return nil, err
+			}
+			if len(p.buf) != len(dst) || 2*p.h.Values != t.b.Size {
+				return nil, fmt.Errorf("%w: payload %s does not fit the tensor", codec.ErrSize, key)
+			}
+			copy(dst, p.buf)
+			return &p.h, nil
+		}
+		t0 := time.Now()
+		f, _, err := z.cache.OpenObject(key)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if _, err := f.ReadAt(dst, 0); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		t1 := time.Now()
+		h, err := codec.ParseHeader(dst)
+		if err == nil {
+			err = checkPayload(&h, uint64(len(dst)), codec.Checksum(dst), t.b.Size)
+		}
+		z.mu.Lock()
+		z.stats.Read += t1.Sub(t0)
+		z.stats.Verify += time.Since(t1)
+		z.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		return &h, nil
+	}
+}
+
+// checkPayload checks a parsed header against the payload's size and
+// checksum, and the size of the tensor it must decode to (0: any).
+func checkPayload(h *codec.Header, size uint64, sum uint32, tensor uint64) error {
+	switch {
+	case h.Size != size || sum != h.Checksum:
+		return codec.ErrChecksum
+	case tensor != 0 && 2*h.Values != tensor:
+		return fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*h.Values, tensor)
+	}
+	return nil
 }
 
 // Prepare sets up the pinned staging ring, so that doing so is not part
@@ -164,38 +237,15 @@ func (z *SplitZip) upload(t target) (Fence, error) {
 	if !z.opts.Resident {
 		return z.stream(t)
 	}
-	key := t.hit.Tensor.Key
-	z.mu.Lock()
-	p := z.resident[key]
-	z.mu.Unlock()
-	if p == nil {
-		o, err := z.cache.Lookup(key)
-		if err != nil {
-			return nil, err
-		}
-		buf, err := z.eng.Pinned(o.Size)
-		if err != nil {
-			return nil, err
-		}
-		if p, err = z.read(key, buf); err != nil {
-			z.eng.FreePinned(buf)
-			return nil, err
-		}
-		z.mu.Lock()
-		if old, ok := z.resident[key]; ok {
-			z.eng.FreePinned(buf)
-			p = old
-		} else {
-			z.resident[key] = p
-			z.pinned += uint64(len(p.buf))
-		}
-		z.mu.Unlock()
+	p, err := z.residentPayload(t.hit.Tensor.Key)
+	if err != nil {
+		return nil, err
 	}
 	if 2*p.h.Values != t.b.Size {
 		return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*p.h.Values, t.b.Size)
 	}
 	if !p.h.InPlace {
-		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
+		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
 	t0 := time.Now()
 	z.mu.Lock()
@@ -215,6 +265,38 @@ func (z *SplitZip) upload(t target) (Fence, error) {
 	z.stats.Bytes += uint64(len(p.buf))
 	z.stats.Submit += time.Since(t0)
 	return ev, nil
+}
+
+// residentPayload returns the payload of key in pinned memory, reading and
+// verifying it on first use.
+func (z *SplitZip) residentPayload(key shardcache.Key) (*payload, error) {
+	z.mu.Lock()
+	p := z.resident[key]
+	z.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	o, err := z.cache.Lookup(key)
+	if err != nil {
+		return nil, err
+	}
+	buf, err := z.eng.Pinned(o.Size)
+	if err != nil {
+		return nil, err
+	}
+	if p, err = z.read(key, buf); err != nil {
+		z.eng.FreePinned(buf)
+		return nil, err
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if old, ok := z.resident[key]; ok {
+		z.eng.FreePinned(buf)
+		return old, nil
+	}
+	z.resident[key] = p
+	z.pinned += uint64(len(p.buf))
+	return p, nil
 }
 
 // stream uploads a payload through the staging ring: its 8 MiB pieces are
@@ -297,15 +379,14 @@ func (z *SplitZip) stream(t target) (Fence, error) {
 		sum = codec.CombineChecksums(sum, c, min(readPiece, o.Size-uint64(i)*readPiece))
 	}
 	h, err := codec.ParseHeader(head[:])
+	if err == nil {
+		err = checkPayload(&h, o.Size, sum, t.b.Size)
+	}
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
-	case h.Size != o.Size || sum != h.Checksum:
-		return nil, fmt.Errorf("%s: %w", f.Name(), codec.ErrChecksum)
 	case !h.InPlace:
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
-	case 2*h.Values != t.b.Size:
-		return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*h.Values, t.b.Size)
 	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -363,8 +444,11 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 		sum = codec.CombineChecksums(sum, c, min(readPiece, o.Size-uint64(i)*readPiece))
 	}
 	h, err := codec.ParseHeader(b)
-	if err == nil && (h.Size != o.Size || sum != h.Checksum) {
-		err = fmt.Errorf("%s: %w", f.Name(), codec.ErrChecksum)
+	if err == nil {
+		err = checkPayload(&h, o.Size, sum, 0)
+	}
+	if err != nil {
+		err = fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	z.mu.Lock()
 	z.stats.Read += t1.Sub(t0)
@@ -378,26 +462,22 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 
 // Stats implements Transport; it includes the wrapped transport's.
 func (z *SplitZip) Stats() Stats {
-	in := z.inner.Stats()
+	in := z.inner.Stats().add(z.pack.Stats())
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	s := z.stats
-	s.Read += in.Read
-	s.Verify += in.Verify
-	s.Submit += in.Submit
-	s.Bytes += in.Bytes
-	return s
+	return z.stats.add(in)
 }
 
 // PinnedBytes implements Transport; it includes the wrapped transport's.
 func (z *SplitZip) PinnedBytes() uint64 {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	return z.pinned + z.inner.PinnedBytes()
+	return z.pinned + z.pack.PinnedBytes() + z.inner.PinnedBytes()
 }
 
 // Close frees the pinned memory and closes the wrapped transport.
 func (z *SplitZip) Close() error {
+	z.pack.Close()
 	z.mu.Lock()
 	if z.ring != nil {
 		close(z.ring)

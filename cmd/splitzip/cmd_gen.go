@@ -14,6 +14,7 @@ type genOptions struct {
 	Size   string
 	Shards int
 	Seed   uint64
+	Small  int
 }
 
 func newGenCommand(g *globals) *cobra.Command {
@@ -30,6 +31,7 @@ func newGenCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&o.Size, "size", "64MiB", "approximate checkpoint size")
 	cmd.Flags().IntVar(&o.Shards, "shards", 2, "number of shard files")
 	cmd.Flags().Uint64Var(&o.Seed, "seed", 1, "random seed")
+	cmd.Flags().IntVar(&o.Small, "small", 0, "write this many small BF16 tensors (1-64 KiB) instead; --size is ignored")
 	return cmd
 }
 
@@ -38,11 +40,17 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if o.Shards < 1 {
-		return usageError{fmt.Errorf("--shards must be at least 1")}
+	if o.Shards < 1 || o.Small < 0 {
+		return usageError{fmt.Errorf("--shards must be at least 1 and --small not negative")}
 	}
 	p := g.progress()
-	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed}
+	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small}
+	if o.Small > 0 {
+		size = 0
+		for _, t := range synth.Plan(cfg) {
+			size += t.Size
+		}
+	}
 	if p != nil {
 		p.Start("gen", size)
 		var last uint64

@@ -25,6 +25,7 @@ type loadOptions struct {
 	Source   string
 	Readers  int
 	Streams  int
+	Small    int64
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -52,6 +53,7 @@ SplitZip loads N times in one process and prints the ratio.`,
 	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
 	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
 	f.IntVar(&o.Streams, "streams", 2, "upload streams")
+	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 	return cmd
 }
 
@@ -88,7 +90,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers}
+	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small}
 	if o.Compare == 0 {
 		rep, err := transport.Load(eng, c, src, lo)
 		if err != nil {

@@ -21,6 +21,10 @@ type Config struct {
 	Bytes  uint64 // approximate total size
 	Shards int    // number of shard files; 1 writes model.safetensors
 	Seed   uint64
+	// Small, when positive, makes the checkpoint that many small BF16
+	// tensors of 1 to 64 KiB (the norms and biases case) instead of a
+	// Llama-like one; Bytes is then ignored.
+	Small int
 	// Progress, if set, is called with the bytes written so far.
 	Progress func(written uint64)
 }
@@ -37,6 +41,9 @@ type Tensor struct {
 // size and layer count grow with the size, the vocabulary is odd so the
 // embedding has an odd length, plus one F32 and one I64 tensor.
 func Plan(cfg Config) []Tensor {
+	if cfg.Small > 0 {
+		return planSmall(cfg)
+	}
 	layerBytes := func(h uint64) uint64 {
 		kv, inter := h/4, h*43/16
 		return 2 * (2*h*h + 2*kv*h + 3*inter*h + 2*h)
@@ -91,6 +98,23 @@ func Plan(cfg Config) []Tensor {
 	}
 	add("model.norm.weight", "norm", 0, h)
 	add("lm_head.weight", "weight", 0.02, vocab, h)
+	return ts
+}
+
+// planSmall returns cfg.Small BF16 tensors of 512 to 32768 values (1 to
+// 64 KiB), 100 to a layer; one in ten is a norm, the others weights.
+func planSmall(cfg Config) []Tensor {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5a11))
+	ts := make([]Tensor, cfg.Small)
+	for i := range ts {
+		n := 512 * uint64(1+rng.IntN(64))
+		t := Tensor{TensorSpec: safetensors.TensorSpec{Name: fmt.Sprintf("model.layers.%d.t%d.weight", i/100, i%100), DType: "BF16",
+			Shape: []uint64{n / 64, 64}, Size: 2 * n}, kind: "weight", sigma: 0.02, cols: 64}
+		if i%10 == 0 {
+			t.kind, t.Shape = "norm", []uint64{n}
+		}
+		ts[i] = t
+	}
 	return ts
 }
 

@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 1)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 2)."""
 
 import ctypes
 import os
@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -86,6 +86,7 @@ def lib():
             "sz_find_key": ([up, cp, P(u64)], st),
             "sz_read_host": ([up, u64, ctypes.c_void_p, u64], st),
             "sz_upload": ([up, u64, ctypes.c_int, u64, u64, up, P(ctypes.c_size_t)], st),
+            "sz_upload_batch": ([up, u64, P(u64), ctypes.c_int, P(u64), P(u64), up, P(ctypes.c_size_t)], st),
             "sz_event_wait": ([up, up], st),
             "sz_event_release": ([up, up], st),
         }
@@ -209,4 +210,19 @@ class Cache:
         """Enqueue tensor index into device memory [device_ptr, +capacity) on a CUDA stream."""
         ev = ctypes.c_size_t()
         self._check(lib().sz_upload(self._h, index, device, device_ptr, capacity, stream, ctypes.byref(ev)))
+        return Event(self, ev.value)
+
+    def upload_batch(self, indices: List[int], device_ptrs: List[int], capacities: List[int],
+                     device: int = 0, stream: int = 0) -> Event:
+        """Enqueue tensors indices[k] into device memory [device_ptrs[k], +capacities[k])
+        on a CUDA stream; one event covers them all. Reads run in parallel
+        and small tensors are packed, so this is much faster than one
+        upload() per tensor."""
+        n = len(indices)
+        if len(device_ptrs) != n or len(capacities) != n:
+            raise ValueError("indices, device_ptrs and capacities differ in length")
+        arr = ctypes.c_uint64 * n
+        ev = ctypes.c_size_t()
+        self._check(lib().sz_upload_batch(self._h, n, arr(*indices), device, arr(*device_ptrs), arr(*capacities),
+                                          stream, ctypes.byref(ev)))
         return Event(self, ev.value)

@@ -3,10 +3,11 @@
     from splitzip.torch import load_file
     tensors = load_file("llama.sz", device="cuda:0")
 
-On a CUDA device each tensor is allocated by torch and filled by the
-library on the current stream: payloads are copied compressed and decoded
-in place, other tensors copied raw. The tensors are returned when all
-uploads have completed.
+On a CUDA device each tensor is allocated by torch and all are filled by
+the library in one batch on the current stream: files are read by several
+threads, payloads copied compressed and decoded in place, small tensors
+packed several to a copy, other tensors copied raw. The tensors are
+returned when the batch has completed.
 
 For loaders that own their memory, upload_into fills existing tensors.
 """
@@ -27,39 +28,47 @@ if hasattr(torch, "float8_e4m3fn"):
     DTYPES["F8_E5M2"] = torch.float8_e5m2
 
 
-def _fill(c: Cache, index: int, t: torch.Tensor, nbytes: int, events: list) -> None:
+def _check_size(index: int, t: torch.Tensor, nbytes: int) -> None:
     if t.numel() * t.element_size() != nbytes:
         raise ValueError(f"tensor {index}: {t.numel() * t.element_size()} bytes for {nbytes}")
-    if t.device.type == "cuda":
-        dev = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if not t.is_contiguous():
+        raise ValueError(f"tensor {index}: not contiguous")
+
+
+def _fill(c: Cache, items: list) -> list:
+    """Fill (index, nbytes, tensor) items: CPU tensors now, CUDA tensors in
+    one batch per device on its current stream. Returns the events."""
+    events, batches = [], {}
+    for index, nbytes, t in items:
+        _check_size(index, t, nbytes)
+        if t.device.type == "cuda":
+            dev = t.device.index if t.device.index is not None else torch.cuda.current_device()
+            batches.setdefault(dev, []).append((index, nbytes, t))
+        elif t.device.type == "cpu":
+            c.read_into_ptr(index, t.data_ptr(), nbytes)
+        else:
+            raise ValueError(f"unsupported device {t.device}")
+    for dev, b in batches.items():
         stream = torch.cuda.current_stream(dev).cuda_stream
-        events.append(c.upload(index, t.data_ptr(), nbytes, device=dev, stream=stream))
-    elif t.device.type == "cpu":
-        c.read_into_ptr(index, t.data_ptr(), nbytes)
-    else:
-        raise ValueError(f"unsupported device {t.device}")
-
-
-def _finish(events: list) -> None:
-    for e in events:
-        e.wait()
-        e.release()
+        events.append(c.upload_batch([i for i, _, _ in b], [t.data_ptr() for _, _, t in b],
+                                     [n for _, n, _ in b], device=dev, stream=stream))
+    return events
 
 
 def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source: Optional[str] = None) -> Dict[str, torch.Tensor]:
     """Every tensor of the checkpoint on device, equal bit for bit to
     safetensors.torch.load_file(source, device=device)."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
-    out, events = {}, []
+    out, items = {}, []
     with Cache(cache, source) as c:
         for info in c.infos():
             dt = DTYPES.get(info.dtype)
             if dt is None:
                 raise ValueError(f"{info.name}: dtype {info.dtype} has no torch equivalent")
             t = torch.empty(info.shape, dtype=dt, device=device)
-            _fill(c, info.index, t, info.nbytes, events)
+            items.append((info.index, info.nbytes, t))
             out[info.name] = t
-        _finish(events)
+        _finish(_fill(c, items))
     return out
 
 
@@ -68,10 +77,11 @@ def upload_into(cache: Cache, tensors: Dict[str, torch.Tensor], wait: bool = Tru
     CPU or a CUDA device) from an open Cache. With wait False, returns the
     events instead of waiting; work on the current stream is ordered after
     the uploads either way."""
-    events: list = []
+    items = []
     for name, t in tensors.items():
         info = cache.info(name)
-        _fill(cache, info.index, t, info.nbytes, events)
+        items.append((info.index, info.nbytes, t))
+    events = _fill(cache, items)
     if wait:
         _finish(events)
         return []

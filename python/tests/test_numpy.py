@@ -79,6 +79,21 @@ class TestNumpy(unittest.TestCase):
         with self.assertRaises(splitzip.Error):
             splitzip.Cache(os.path.join(self.tmp.name, "nope"))
 
+    def test_upload_batch_checks_arguments_first(self):
+        # Checked before any device is touched, so these run without a GPU.
+        import splitzip
+        with splitzip.Cache(self.cache) as c:
+            info = c.info("model.embed_tokens.weight")
+            with self.assertRaises(splitzip.Error) as e:
+                c.upload_batch([info.index], [4096], [info.nbytes - 2])
+            self.assertEqual(e.exception.status, 5)
+            self.assertIn("model.embed_tokens.weight", e.exception.message)
+            with self.assertRaises(splitzip.Error) as e:
+                c.upload_batch([info.index], [4097], [info.nbytes])
+            self.assertEqual(e.exception.status, 1)
+            with self.assertRaises(ValueError):
+                c.upload_batch([info.index], [], [])
+
     def test_threads(self):
         import splitzip
         errors = []

@@ -1,0 +1,46 @@
+package gpu
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+)
+
+func TestPutScatterTableRejects(t *testing.T) {
+	h := codec.Header{Size: 200, Values: 100, GroupChunks: 64, ChunkValues: codec.ChunkValues}
+	ok := ScatterItem{Name: "ok", Dst: 4096, Src: 128, Stored: 10, Size: 10}
+	for _, c := range []struct {
+		name   string
+		it     ScatterItem
+		staged uint64
+	}{
+		{"unaligned source", ScatterItem{Name: "a", Dst: 1, Src: 136, Stored: 4, Size: 4}, 256},
+		{"source inside the table", ScatterItem{Name: "a", Dst: 1, Src: 64, Stored: 4, Size: 4}, 256},
+		{"past the staged bytes", ScatterItem{Name: "a", Dst: 1, Src: 240, Stored: 17, Size: 17}, 256},
+		{"source offset past the end", ScatterItem{Name: "a", Dst: 1, Src: 1 << 40, Stored: 0, Size: 0}, 256},
+		{"raw size mismatch", ScatterItem{Name: "a", Dst: 1, Src: 144, Stored: 4, Size: 6}, 256},
+		{"null destination", ScatterItem{Name: "a", Src: 144, Stored: 4, Size: 4}, 256},
+		{"payload size mismatch", ScatterItem{Name: "a", Dst: 4096, Src: 144, Stored: 100, Size: 200, Header: &h}, 512},
+		{"payload values mismatch", ScatterItem{Name: "a", Dst: 4096, Src: 144, Stored: 200, Size: 100, Header: &h}, 512},
+		{"unaligned payload destination", ScatterItem{Name: "a", Dst: 4097, Src: 144, Stored: 200, Size: 200, Header: &h}, 512},
+		{"staged not padded", ok, 250},
+	} {
+		items := []ScatterItem{ok, c.it}
+		table := make([]byte, ScatterTableBytes(2))
+		for i := range table {
+			table[i] = 0xEE
+		}
+		err := PutScatterTable(table, items, c.staged)
+		if !errors.Is(err, ErrScatter) {
+			t.Errorf("%s: %v, want ErrScatter", c.name, err)
+		}
+		if table[0] != 0xEE {
+			t.Errorf("%s: the table was written though an item is invalid", c.name)
+		}
+	}
+	good := []ScatterItem{ok, {Name: "p", Dst: 8192, Src: 144, Stored: 200, Size: 200, Header: &h}}
+	if err := PutScatterTable(make([]byte, 128), good, 352); err != nil {
+		t.Errorf("valid items: %v", err)
+	}
+}

@@ -1,0 +1,192 @@
+package gpu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/synth"
+)
+
+// packed is a staging buffer under construction: a table then stored bytes.
+type packed struct {
+	items []ScatterItem
+	blobs [][]byte
+	want  [][]byte
+	dst   uint64 // next destination offset
+}
+
+// add appends an item: payload (encoded from values) or raw bytes, at a
+// destination offset shifted by skew bytes.
+func (p *packed) add(t *testing.T, name string, values []byte, payload bool, skew uint64) {
+	t.Helper()
+	it := ScatterItem{Name: name, Dst: p.dst + skew, Size: uint64(len(values))}
+	blob := values
+	if payload {
+		b, _, err := codec.Encode(values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := codec.ParseHeader(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it.Header, blob = &h, b
+	}
+	it.Stored = uint64(len(blob))
+	p.items = append(p.items, it)
+	p.blobs = append(p.blobs, blob)
+	p.want = append(p.want, values)
+	p.dst += (skew + uint64(len(values)) + guard + 15) &^ 15
+}
+
+// stage lays the table and blobs out; destinations become absolute at base.
+func (p *packed) stage(base uint64) []byte {
+	off := ScatterTableBytes(len(p.items))
+	off = (off + 15) &^ 15
+	for i := range p.items {
+		p.items[i].Src = off
+		p.items[i].Dst += base
+		off += (p.items[i].Stored + 15) &^ 15
+	}
+	buf := make([]byte, off)
+	for i, it := range p.items {
+		copy(buf[it.Src:], p.blobs[i])
+	}
+	return buf
+}
+
+// scatter stages p, runs the kernel into a poisoned buffer and returns it
+// (all destinations and guards) with the kernel's error.
+func scatter(t *testing.T, ctx *cuda.Context, d *Decoder, p *packed, corrupt func([]byte)) ([]byte, uint64, error) {
+	t.Helper()
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	total := guard + p.dst + guard
+	out, err := ctx.Alloc(total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(out)
+	buf := p.stage(uint64(out) + guard)
+	if err := PutScatterTable(buf, p.items, uint64(len(buf))); err != nil {
+		t.Fatal(err)
+	}
+	if corrupt != nil {
+		corrupt(buf)
+	}
+	stage, err := ctx.Alloc(uint64(len(buf)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(stage)
+	ctx.MemsetD8Async(out, 0xA5, total, s)
+	ctx.CopyHtoDAsync(stage, buf, s)
+	if err := d.LaunchScatter(stage, uint64(len(buf)), len(p.items), s); err != nil {
+		t.Fatal(err)
+	}
+	kerr := d.TakeError(s)
+	host := make([]byte, total)
+	ctx.CopyDtoHAsync(host, out, s)
+	if err := ctx.StreamSynchronize(s); err != nil {
+		t.Fatal(err)
+	}
+	return host, uint64(out) + guard, kerr
+}
+
+// checkGuards fails if any byte outside the items' destinations changed.
+func checkGuards(t *testing.T, host []byte, base uint64, p *packed) {
+	t.Helper()
+	covered := make([]bool, len(host))
+	for _, it := range p.items {
+		o := guard + it.Dst - base
+		for i := o; i < o+it.Size; i++ {
+			covered[i] = true
+		}
+	}
+	for i, c := range covered {
+		if !c && host[i] != 0xA5 {
+			t.Fatalf("byte %d outside every destination was written", i)
+		}
+	}
+}
+
+func TestScatterMatchesReference(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	var p packed
+	for i, c := range cases(rng, testing.Short()) {
+		p.add(t, c.name, c.values, true, 0)
+		if i%3 == 0 { // the same values raw, at an odd destination
+			p.add(t, c.name+" raw", c.values, false, uint64(1+i%15))
+		}
+	}
+	for _, n := range []int{1, 7, 4096, 32768 + 3} {
+		p.add(t, fmt.Sprintf("small n=%d", n), synth.Normal(rng, n, 0.02), true, 0)
+		v := synth.Normal(rng, n, 0.02)
+		p.add(t, fmt.Sprintf("raw %d bytes", len(v)-1), v[:len(v)-1], false, 0)
+	}
+	host, base, err := scatter(t, ctx, d, &p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range p.items {
+		o := guard + it.Dst - base
+		if got := host[o : o+it.Size]; !bytes.Equal(got, p.want[i]) {
+			t.Fatalf("%s: differs from the reference at byte %d", it.Name, firstDiff(got, p.want[i]))
+		}
+	}
+	checkGuards(t, host, base, &p)
+	t.Logf("%d items scattered in one launch, bit exact", len(p.items))
+}
+
+func TestScatterCorrupt(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	C := codec.ChunkValues
+	runs := 200
+	if testing.Short() {
+		runs = 30
+	}
+	reported := 0
+	for r := range runs {
+
+		var p packed
+		for _, n := range []int{C + 5, 3 * C, 100} {
+			v := synth.Normal(rng, n, 0.02)
+			for i := 0; i < n/50; i++ {
+				v[2*rng.IntN(n)+1] = 0x00 // escapes
+			}
+			p.add(t, fmt.Sprint(n), v, true, 0)
+		}
+		p.add(t, "raw", synth.Normal(rng, 999, 0.02), false, 0)
+		// The table and headers are written by the host (trusted); the
+		// payload bytes after each header are what the kernel must survive.
+		host, base, err := scatter(t, ctx, d, &p, func(buf []byte) {
+			for k := 0; k <= rng.IntN(4); k++ {
+				it := p.items[rng.IntN(3)]
+				pos := it.Src + codec.HeaderSize + uint64(rng.IntN(int(it.Stored-codec.HeaderSize)))
+				buf[pos] ^= byte(1 + rng.IntN(255))
+			}
+		})
+		if err != nil {
+			if !errors.Is(err, ErrKernel) {
+				t.Fatal(err)
+			}
+			reported++
+		}
+		checkGuards(t, host, base, &p)
+		// The raw item is untouched by corruption elsewhere.
+		raw := p.items[3]
+		if o := guard + raw.Dst - base; !bytes.Equal(host[o:o+raw.Size], p.want[3]) {
+			t.Fatalf("run %d: the raw item next to corrupt payloads differs", r)
+		}
+	}
+	t.Logf("%d of %d corrupted staging buffers reported by the kernel", reported, runs)
+}

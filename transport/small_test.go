@@ -1,0 +1,148 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// smallFixture is a checkpoint of n small tensors (1-64 KiB), compressed.
+func smallFixture(t *testing.T, n int) (*shardcache.Cache, *shardcache.Source) {
+	t.Helper()
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), src, synth.Config{Small: n, Shards: 2, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, &c.Index().Sources[0]
+}
+
+func TestSmallTensorsArePacked(t *testing.T) {
+	c, src := smallFixture(t, 200)
+	for _, o := range []LoadOptions{
+		{Raw: true, Check: true, Repeat: 2},
+		{Check: true, Repeat: 2},
+		{Resident: true, Check: true, Repeat: 2},
+	} {
+		var scatters, items atomic.Int64
+		eng := NewCPUEngine(2, Hooks{Scatter: func(its []gpu.ScatterItem) error {
+			scatters.Add(1)
+			items.Add(int64(len(its)))
+			return nil
+		}})
+		rep, err := Load(eng, c, src, o)
+		if err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		// Load faults in layer by layer, 100 tensors each: a pack or
+		// two per layer, never a copy per tensor.
+		if items.Load() != int64(o.Repeat*rep.Tensors) || scatters.Load() > int64(o.Repeat*rep.Tensors/20) {
+			t.Errorf("%+v: %d tensors in %d scatters, want all %d tensors in few packs", o, items.Load(), scatters.Load(), o.Repeat*rep.Tensors)
+		}
+		eng.Close()
+		if eng.PinnedBytes() != 0 {
+			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
+		}
+	}
+}
+
+func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
+	c, src := smallFixture(t, 4)
+	var scatters atomic.Int64
+	_, a, st, _ := setup(t, c, src, Hooks{Scatter: func([]gpu.ScatterItem) error { scatters.Add(1); return nil }}, false)
+	for _, b := range a.Bindings() {
+		if err := st.FaultIn([]*vmm.Binding{b})[0].Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := check(st.eng, a.Bindings()); err != nil {
+		t.Fatal(err)
+	}
+	if scatters.Load() != 0 {
+		t.Errorf("%d scatters for single bindings, want direct copies", scatters.Load())
+	}
+}
+
+func TestSmallFaults(t *testing.T) {
+	c, src := smallFixture(t, 40)
+	var failScatter atomic.Bool
+	eng, a, st, tr := setup(t, c, src, Hooks{Scatter: func([]gpu.ScatterItem) error {
+		if failScatter.Load() {
+			return ErrInjected
+		}
+		return nil
+	}}, false)
+	bs := a.Bindings()
+
+	// A failed pack fails each of its bindings, names them, leaves them
+	// evicted; the next fault-in works.
+	failScatter.Store(true)
+	for i, err := range waitAll(st.FaultIn(bs)) {
+		var te *Error
+		if !errors.As(err, &te) || te.Tensor != bs[i].Name || !errors.Is(err, ErrInjected) {
+			t.Fatalf("failed pack: %s: %v", bs[i].Name, err)
+		}
+		if bs[i].State() != vmm.Evicted {
+			t.Fatalf("failed pack: %s is %v", bs[i].Name, bs[i].State())
+		}
+	}
+	failScatter.Store(false)
+	for _, err := range waitAll(st.FaultIn(bs)) {
+		if err != nil {
+			t.Fatalf("after a failed pack: %v", err)
+		}
+	}
+	st.Evict(bs...)
+
+	// A corrupt payload fails only its own binding; its pack mates land.
+	victim := bs[len(bs)/2]
+	hit, _ := c.LookupSlice(victim.Shard, victim.Offset, victim.Size)
+	op, _ := c.ObjectPath(hit.Tensor.Key)
+	orig, _ := os.ReadFile(op)
+	bad := append([]byte(nil), orig...)
+	bad[len(bad)-1] ^= 0x40
+	os.WriteFile(op, bad, 0o644)
+	for i, err := range waitAll(st.FaultIn(bs)) {
+		if bs[i] == victim {
+			var te *Error
+			if !errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum) {
+				t.Fatalf("corrupt small payload: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s next to a corrupt payload: %v", bs[i].Name, err)
+		}
+	}
+	if victim.State() != vmm.Evicted {
+		t.Errorf("corrupt payload's binding is %v", victim.State())
+	}
+	os.WriteFile(op, orig, 0o644)
+	if err := st.FaultIn([]*vmm.Binding{victim})[0].Wait(); err != nil {
+		t.Fatalf("after repair: %v", err)
+	}
+	if err := check(eng, bs); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	if eng.PinnedBytes() != 0 {
+		t.Errorf("%d pinned bytes leaked", eng.PinnedBytes())
+	}
+}
