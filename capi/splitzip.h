@@ -23,12 +23,17 @@
  * Ownership and lifetimes: a handle from sz_open is owned by the caller
  * and freed by sz_close (after which it is invalid; using it returns
  * SZ_ERR_INVALID). Strings and arrays passed in are copied during the
- * call. Device memory and streams passed in stay the caller's; a stream
- * must stay valid until sz_close, which synchronizes it. An event from an
+ * call. Device memory and streams passed in stay the caller's; the library
+ * touches a stream only during calls that name it, so the caller may
+ * destroy it once its uploads are done (sz_close waits for the library's
+ * own events, never for the stream). An event from an
  * upload is owned by the library until sz_event_release. Uploads stage
- * data in pinned host memory owned by the library: about 224 MiB for each
- * (device, stream) pair used, allocated on its first upload and freed by
- * sz_close. A staging buffer is reused only after the work on the stream
+ * data in pinned host memory owned by the library: up to 344 MiB for each
+ * (device, stream) pair a handle uses (less on machines with fewer than 8
+ * cores), taken on its first upload there. sz_close returns it to a
+ * process-wide pool (up to 1 GiB per device and stream) that later handles
+ * reuse, so that opening caches one after another pins memory and loads
+ * the decode kernel once; the pool lives until the process exits. A staging buffer is reused only after the work on the stream
  * that reads it has completed, so the caller need not wait before the
  * next call.
  */

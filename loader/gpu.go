@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/splitzip/splitzip/gpu/cuda"
@@ -60,33 +61,76 @@ func (l *Loader) device(d int) (*gpuState, error) {
 	return g, nil
 }
 
-// Staging per caller stream: the raw ring (8 x 8 MiB), the SplitZip ring
-// (10 x 8 MiB) and two packers (10 x 4 MiB each): 224 MiB pinned.
-const (
-	rawSlotBytes = 8 << 20
-	readers      = 4
-)
+// Staging per handle and caller stream, with 8 readers: the raw ring
+// (16 x 8 MiB), the SplitZip ring (18 x 8 MiB) and its packer (18 x 4 MiB):
+// 344 MiB pinned, returned to the stream's engine when the handle closes.
+// Fewer cores, fewer readers and less memory.
+const rawSlotBytes = 8 << 20
 
-// transportFor returns the transport of stream s, creating it on first use.
-func (l *Loader) transportFor(g *gpuState, s cuda.Stream) (*streamTransport, error) {
+func readers() int { return min(runtime.GOMAXPROCS(0), 8) }
+
+// engines are process-wide, one per (device, stream): each keeps its
+// decode kernel and the pinned staging buffers that closed handles freed,
+// so a later handle (another checkpoint, or the same one opened again)
+// neither pins memory nor loads the kernel again. They live until the
+// process exits.
+var engines = struct {
+	sync.Mutex
+	m map[engineKey]*transport.CUDAEngine
+}{m: map[engineKey]*transport.CUDAEngine{}}
+
+type engineKey struct {
+	dev int
+	s   cuda.Stream
+}
+
+// keepPinned is how much freed staging memory an engine keeps.
+const keepPinned = 1 << 30
+
+func engineFor(d int, s cuda.Stream) (*transport.CUDAEngine, error) {
+	engines.Lock()
+	defer engines.Unlock()
+	k := engineKey{d, s}
+	if e, ok := engines.m[k]; ok {
+		return e, nil
+	}
+	lib, err := cuda.Open()
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := lib.NewContext(d) // retained for the process's lifetime
+	if err != nil {
+		return nil, err
+	}
+	e, err := transport.NewCUDAEngineOn(ctx, s)
+	if err != nil {
+		ctx.Close()
+		return nil, err
+	}
+	e.KeepPinned(keepPinned)
+	engines.m[k] = e
+	return e, nil
+}
+
+// transportFor returns this loader's transport on stream s of device d,
+// creating it on first use.
+func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTransport, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if st, ok := g.streams[s]; ok {
 		return st, nil
 	}
-	eng, err := transport.NewCUDAEngineOn(g.ctx, s)
+	eng, err := engineFor(d, s)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := transport.NewRaw(eng, transport.RawOptions{SlotBytes: rawSlotBytes, Readers: readers})
+	raw, err := transport.NewRaw(eng, transport.RawOptions{SlotBytes: rawSlotBytes, Readers: readers()})
 	if err != nil {
-		eng.Close()
 		return nil, err
 	}
-	z := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers})
+	z := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers()})
 	if err := z.Prepare(); err != nil {
 		z.Close()
-		eng.Close()
 		return nil, err
 	}
 	st := &streamTransport{eng: eng, t: z}
@@ -144,7 +188,7 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 		return 0, err
 	}
 	s := cuda.Stream(stream)
-	st, err := l.transportFor(g, s)
+	st, err := l.transportFor(g, d, s)
 	if err != nil {
 		return 0, err
 	}
@@ -155,7 +199,7 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 			break
 		}
 	}
-	ev, err := g.ctx.NewEvent(cuda.EventDisableTiming)
+	ev, err := g.ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync)
 	if err != nil {
 		return 0, err
 	}
@@ -227,8 +271,7 @@ func (g *gpuState) close() {
 		g.ctx.DestroyEvent(ev)
 	}
 	for _, st := range g.streams {
-		st.t.Close()
-		st.eng.Close()
+		st.t.Close() // its staging memory goes back to the engine
 	}
 	g.ctx.Close()
 }

@@ -102,6 +102,9 @@ func (c *Cache) Lookup(key Key) (*Object, error) {
 // several sources hold a slice of that name, a path selects among them.
 func (c *Cache) LookupSlice(shard string, offset, size uint64) (SliceHit, error) {
 	hits := c.slices[sliceKey{filepath.Base(shard), offset, size}]
+	if len(hits) == 1 { // the common case, without formatting a description
+		return hits[0], nil
+	}
 	return c.pick(hits, shard, fmt.Sprintf("slice %s[%d:+%d]", shard, offset, size))
 }
 

@@ -34,6 +34,9 @@ type CUDAEngine struct {
 	events      []*cudaEvent // live events
 	reclaimNext int
 	pinned      map[*byte]uint64
+	spare       map[uint64][][]byte // freed pinned buffers kept for reuse, by size
+	kept        uint64              // bytes in spare
+	keep        uint64              // most bytes spare may hold
 }
 
 // NewCUDAEngine opens device ordinal with the given number of upload streams.
@@ -100,9 +103,31 @@ func (e *CUDAEngine) Name() string {
 	return n
 }
 
+// KeepPinned makes FreePinned keep up to limit bytes of freed buffers
+// for Pinned to hand out again (same size), so that transports created
+// and closed in turn on a long-lived engine do not pin memory each time.
+func (e *CUDAEngine) KeepPinned(limit uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.keep = limit
+	if e.spare == nil {
+		e.spare = map[uint64][][]byte{}
+	}
+}
+
 // Pinned maps anonymous memory and registers it with the driver, which
 // pins already-touched pages about ten times faster than cuMemHostAlloc.
 func (e *CUDAEngine) Pinned(n uint64) ([]byte, error) {
+	n1 := max(n, 1)
+	e.mu.Lock()
+	if l := e.spare[n1]; len(l) > 0 {
+		b := l[len(l)-1]
+		e.spare[n1] = l[:len(l)-1]
+		e.kept -= n1
+		e.mu.Unlock()
+		return b[:n], nil
+	}
+	e.mu.Unlock()
 	b, err := unix.Mmap(-1, 0, int(max(n, 1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("pinning %d bytes: %w", n, err)
@@ -125,6 +150,12 @@ func (e *CUDAEngine) FreePinned(b []byte) error {
 	}
 	e.mu.Lock()
 	n, ok := e.pinned[&b[0]]
+	if ok && e.kept+n <= e.keep {
+		e.spare[n] = append(e.spare[n], b[:n])
+		e.kept += n
+		e.mu.Unlock()
+		return nil
+	}
 	delete(e.pinned, &b[0])
 	e.mu.Unlock()
 	if !ok {
@@ -230,28 +261,39 @@ func (e *CUDAEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) erro
 // cudaEvent is an engine event. Record reclaims completed events once
 // many are live, marking them dead first: a dead event has completed, so
 // waiting for it returns at once.
+//
+// Events block rather than spin in Wait: transports wait on many at once
+// (a staging buffer's last copy, each binding's fence), and spinning
+// threads would take the cores the file readers need.
 type cudaEvent struct {
 	e    *CUDAEngine
 	ev   cuda.Event
-	dead atomic.Bool
+	dead atomic.Bool // destroyed by reclaim, after it completed
+	done atomic.Bool // seen complete without error
 }
 
 func (c *cudaEvent) Wait() error {
-	if c.dead.Load() {
+	if c.dead.Load() || c.done.Load() {
 		return nil
 	}
 	err := c.e.ctx.EventSynchronize(c.ev)
 	if err != nil && c.dead.Load() {
 		return nil // reclaimed while we waited: it had completed
 	}
+	if err == nil {
+		c.done.Store(true)
+	}
 	return err
 }
 
 func (c *cudaEvent) Done() bool {
-	if c.dead.Load() {
+	if c.dead.Load() || c.done.Load() {
 		return true
 	}
 	done, err := c.e.ctx.Query(c.ev)
+	if done && err == nil {
+		c.done.Store(true)
+	}
 	return done || err != nil
 }
 
@@ -261,7 +303,7 @@ const reclaimAt = 4096
 
 // Record records an event on stream s.
 func (e *CUDAEngine) Record(s int) (Event, error) {
-	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming)
+	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync)
 	if err != nil {
 		return nil, err
 	}
@@ -319,20 +361,34 @@ func (e *CUDAEngine) ReadBack(dst []byte, src vmm.Ptr) error {
 	return e.ctx.StreamSynchronize(e.readS)
 }
 
-// DecodeErrors returns the decode kernels' error reports since the last call.
+// DecodeErrors returns the decode kernels' error reports since the last
+// call. Call it once the events after the decodes have completed: it
+// reads the reports on a stream of its own, never touching the upload
+// streams (which, for NewCUDAEngineOn, may be gone by then).
 func (e *CUDAEngine) DecodeErrors() error {
-	for i, d := range e.decs {
-		if err := d.TakeError(e.streams[i]); err != nil {
+	for _, d := range e.decs {
+		if err := d.TakeError(e.readS); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Close waits for the streams and frees everything.
+// Close waits for the engine's work and frees everything. The caller's
+// stream of NewCUDAEngineOn is not touched (it may have been destroyed):
+// the engine waits for the events it recorded instead.
 func (e *CUDAEngine) Close() error {
+	e.mu.Lock()
+	for _, c := range e.events {
+		if e.external {
+			e.ctx.EventSynchronize(c.ev)
+		}
+	}
+	e.mu.Unlock()
 	for i, s := range e.streams {
-		e.ctx.StreamSynchronize(s)
+		if !e.external {
+			e.ctx.StreamSynchronize(s)
+		}
 		if e.stage[i] != 0 {
 			e.ctx.Free(e.stage[i])
 		}
@@ -347,7 +403,15 @@ func (e *CUDAEngine) Close() error {
 		e.ctx.DestroyEvent(c.ev)
 	}
 	e.events = nil
+	var spare [][]byte
+	for _, l := range e.spare {
+		spare = append(spare, l...)
+	}
+	e.spare, e.kept, e.keep = nil, 0, 0
 	e.mu.Unlock()
+	for _, b := range spare {
+		e.FreePinned(b)
+	}
 	if e.readS != 0 {
 		e.ctx.DestroyStream(e.readS)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/splitzip/splitzip/shardcache"
@@ -61,6 +62,9 @@ type LoadReport struct {
 	Runs        []RunReport   `json:"runs"`
 }
 
+// groupsAhead is how many layer groups Load faults in at once.
+const groupsAhead = 8
+
 // Load builds an arena for a cached source on eng and faults every tensor
 // in, Repeat times, through the SplitZip transport (or the raw one).
 func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
@@ -82,7 +86,12 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 	}
 	var t Transport = raw
 	mode := "raw"
-	if !opts.Raw {
+	if opts.Raw {
+		if err := raw.Prepare(); err != nil {
+			raw.Close()
+			return nil, err
+		}
+	} else {
 		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes})
 		// Staging buffers are persistent: set them up before timing, as
 		// the raw transport's ring is.
@@ -108,20 +117,36 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		if run > 0 {
 			st.Evict(bs...)
 		}
-		// Fault in group by group (a loader asks layer by layer), so the
-		// first layer is ready while later ones still arrive.
+		// Fault in group by group (a loader asks layer by layer, a few
+		// layers ahead), so the first layer is ready while later ones
+		// still arrive.
 		t0 := time.Now()
 		firstReady := make(chan time.Duration, 1)
+		perGroup := make([][]Fence, len(groups))
+		next := make(chan int)
+		var wg sync.WaitGroup
+		for range groupsAhead {
+			wg.Go(func() {
+				for gi := range next {
+					fs := st.FaultIn(groups[gi])
+					perGroup[gi] = fs
+					if gi == firstGroup {
+						go func() {
+							allFence(fs).Wait()
+							firstReady <- time.Since(t0)
+						}()
+					}
+				}
+			})
+		}
+		for gi := range groups {
+			next <- gi
+		}
+		close(next)
+		wg.Wait()
 		var all []Fence
-		for gi, g := range groups {
-			fs := st.FaultIn(g)
+		for _, fs := range perGroup {
 			all = append(all, fs...)
-			if gi == firstGroup {
-				go func() {
-					allFence(fs).Wait()
-					firstReady <- time.Since(t0)
-				}()
-			}
 		}
 		if err := allFence(all).Wait(); err != nil {
 			return nil, err

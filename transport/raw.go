@@ -74,6 +74,7 @@ type Raw struct {
 	files fileCache
 
 	pack     *packer
+	res      *slab // resident bytes
 	mu       sync.Mutex // guards resident, stats and submission order
 	resident map[*vmm.Binding][]byte
 	stats    Stats
@@ -101,7 +102,7 @@ func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
 	}
 	opts.SmallBytes = smallBytes(opts.SmallBytes)
 	r := &Raw{eng: eng, opts: opts, slots: make(chan *slot, opts.Slots), resident: map[*vmm.Binding][]byte{},
-		pack: newPacker(eng, 2*opts.Readers)}
+		pack: newPacker(eng, 2*opts.Readers), res: newSlab(eng)}
 	for range opts.Slots {
 		b, err := eng.Pinned(opts.SlotBytes)
 		if err != nil {
@@ -249,6 +250,10 @@ func (r *Raw) submit(dst vmm.Ptr, src []byte, s *slot) (Fence, error) {
 	return ev, nil
 }
 
+// Prepare sets up the small-tensor staging ring, so that doing so is not
+// part of the first upload.
+func (r *Raw) Prepare() error { return r.pack.ensure() }
+
 // fill returns the packer's reader of b's bytes.
 func (r *Raw) fill(b *vmm.Binding) func([]byte) (*codec.Header, error) {
 	return func(dst []byte) (*codec.Header, error) {
@@ -271,24 +276,23 @@ func (r *Raw) residentBytes(b *vmm.Binding) ([]byte, error) {
 	if ok {
 		return buf, nil
 	}
-	buf, err := r.eng.Pinned(b.Size)
+	buf, err := r.res.alloc(b.Size)
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
 	if err := r.files.readAt(b.Shard, buf, b.Offset); err != nil {
-		r.eng.FreePinned(buf)
+		r.res.release(buf)
 		return nil, err
 	}
 	r.addTime(&r.stats.Read, t0)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old, ok := r.resident[b]; ok { // another goroutine won
-		r.eng.FreePinned(buf)
+		r.res.release(buf)
 		return old, nil
 	}
 	r.resident[b] = buf
-	r.pinned += b.Size
 	return buf, nil
 }
 
@@ -309,7 +313,7 @@ func (r *Raw) Stats() Stats {
 func (r *Raw) PinnedBytes() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.pinned + r.pack.PinnedBytes()
+	return r.pinned + r.pack.PinnedBytes() + r.res.pinnedBytes()
 }
 
 // Close waits for outstanding copies and frees the pinned memory. Later
@@ -332,10 +336,8 @@ func (r *Raw) Close() error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for b, buf := range r.resident {
-		r.eng.FreePinned(buf)
-		delete(r.resident, b)
-	}
+	clear(r.resident)
+	r.res.free()
 	r.pinned = 0
 	return r.files.close()
 }

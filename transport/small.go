@@ -35,6 +35,8 @@ type packer struct {
 	eng     Engine
 	workers int
 	fills   chan struct{} // bounds concurrent item reads
+	// streamMu serializes submissions per stream.
+	streamMu []sync.Mutex
 
 	mu     sync.Mutex
 	slots  chan *slot // allocated on first use
@@ -45,7 +47,7 @@ type packer struct {
 
 func newPacker(eng Engine, workers int) *packer {
 	workers = max(workers, 1)
-	return &packer{eng: eng, workers: workers, fills: make(chan struct{}, 2*workers)}
+	return &packer{eng: eng, workers: workers, fills: make(chan struct{}, 2*workers), streamMu: make([]sync.Mutex, eng.Streams())}
 }
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -150,15 +152,21 @@ func (p *packer) send(pack []smallItem, out []Fence) {
 	if len(its) == 0 {
 		return
 	}
+	// Submissions on one stream are serialized so that an event follows
+	// exactly its pack's work; packs on other streams go in parallel.
 	t1 := time.Now()
 	p.mu.Lock()
 	stream := p.next % p.eng.Streams()
 	p.next++
+	p.mu.Unlock()
+	p.streamMu[stream].Lock()
 	err := p.submit(stream, s.buf[:off], its)
 	var ev Event
 	if err == nil {
 		ev, err = p.eng.Record(stream)
 	}
+	p.streamMu[stream].Unlock()
+	p.mu.Lock()
 	p.stats.Submit += time.Since(t1)
 	if err == nil {
 		p.stats.Bytes += off

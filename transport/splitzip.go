@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type SplitZip struct {
 	checked  map[string]error // source shards checked for changes
 	io       chan struct{}    // bounds concurrent piece reads
 	pack     *packer
+	res      *slab // resident payloads
 }
 
 // payload is a verified payload in pinned memory.
@@ -58,7 +60,7 @@ func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts Spli
 	opts.SmallBytes = smallBytes(opts.SmallBytes)
 	return &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}, io: make(chan struct{}, 2*opts.Readers),
-		pack: newPacker(eng, 2*opts.Readers)}
+		pack: newPacker(eng, 2*opts.Readers), res: newSlab(eng)}
 }
 
 // target is a binding with a payload.
@@ -144,8 +146,14 @@ func (z *SplitZip) fill(t target) func([]byte) (*codec.Header, error) {
 			copy(dst, p.buf)
 			return &p.h, nil
 		}
+		// No size check by stat: the header's size and checksum, checked
+		// below, cover a file of the wrong length.
 		t0 := time.Now()
-		f, _, err := z.cache.OpenObject(key)
+		path, err := z.cache.ObjectPath(key)
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.Open(path)
 		if err != nil {
 			return nil, err
 		}
@@ -184,8 +192,8 @@ func checkPayload(h *codec.Header, size uint64, sum uint32, tensor uint64) error
 // Prepare sets up the pinned staging ring, so that doing so is not part
 // of the first upload.
 func (z *SplitZip) Prepare() error {
-	if z.opts.Resident {
-		return nil
+	if err := z.pack.ensure(); err != nil || z.opts.Resident {
+		return err
 	}
 	return z.ensureRing()
 }
@@ -280,22 +288,21 @@ func (z *SplitZip) residentPayload(key shardcache.Key) (*payload, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf, err := z.eng.Pinned(o.Size)
+	buf, err := z.res.alloc(o.Size)
 	if err != nil {
 		return nil, err
 	}
 	if p, err = z.read(key, buf); err != nil {
-		z.eng.FreePinned(buf)
+		z.res.release(buf)
 		return nil, err
 	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if old, ok := z.resident[key]; ok {
-		z.eng.FreePinned(buf)
+		z.res.release(buf)
 		return old, nil
 	}
 	z.resident[key] = p
-	z.pinned += uint64(len(p.buf))
 	return p, nil
 }
 
@@ -472,7 +479,7 @@ func (z *SplitZip) Stats() Stats {
 func (z *SplitZip) PinnedBytes() uint64 {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	return z.pinned + z.pack.PinnedBytes() + z.inner.PinnedBytes()
+	return z.pinned + z.pack.PinnedBytes() + z.res.pinnedBytes() + z.inner.PinnedBytes()
 }
 
 // Close frees the pinned memory and closes the wrapped transport.
@@ -489,10 +496,8 @@ func (z *SplitZip) Close() error {
 		}
 		z.ring = nil
 	}
-	for k, p := range z.resident {
-		z.eng.FreePinned(p.buf[:cap(p.buf)])
-		delete(z.resident, k)
-	}
+	clear(z.resident)
+	z.res.free()
 	z.pinned = 0
 	z.mu.Unlock()
 	return z.inner.Close()

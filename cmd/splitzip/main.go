@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -39,6 +40,7 @@ type globals struct {
 	JSON       bool
 	Quiet      bool
 	CPUProfile string
+	Trace      string
 	stdout     io.Writer
 	stderr     io.Writer
 }
@@ -60,7 +62,18 @@ error), 2 usage error.`,
 	root.PersistentFlags().BoolVarP(&g.Quiet, "quiet", "q", false, "no progress bars")
 	root.PersistentFlags().StringVar(&g.CPUProfile, "cpuprofile", "", "write a CPU profile to this file")
 	_ = root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentFlags().StringVar(&g.Trace, "trace", "", "write an execution trace to this file")
+	_ = root.PersistentFlags().MarkHidden("trace")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.Trace != "" {
+			f, err := os.Create(g.Trace)
+			if err != nil {
+				return err
+			}
+			if err := trace.Start(f); err != nil {
+				return err
+			}
+		}
 		if g.CPUProfile == "" {
 			return nil
 		}
@@ -73,6 +86,9 @@ error), 2 usage error.`,
 	root.PersistentPostRun = func(*cobra.Command, []string) {
 		if g.CPUProfile != "" {
 			pprof.StopCPUProfile()
+		}
+		if g.Trace != "" {
+			trace.Stop()
 		}
 	}
 	root.SetOut(g.stdout)

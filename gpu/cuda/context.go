@@ -117,6 +117,9 @@ func (c *Context) StreamWaitEvent(s Stream, e Event) error {
 const (
 	EventDefault       = 0
 	EventDisableTiming = 2
+	// EventBlockingSync makes EventSynchronize block the calling thread
+	// instead of spinning on a CPU core.
+	EventBlockingSync = 1
 )
 
 // NewEvent creates an event.

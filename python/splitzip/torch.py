@@ -55,6 +55,12 @@ def _fill(c: Cache, items: list) -> list:
     return events
 
 
+def _finish(events: list) -> None:
+    for e in events:
+        e.wait()
+        e.release()
+
+
 def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source: Optional[str] = None) -> Dict[str, torch.Tensor]:
     """Every tensor of the checkpoint on device, equal bit for bit to
     safetensors.torch.load_file(source, device=device)."""
