@@ -34,6 +34,10 @@ type LoadOptions struct {
 	Readers  int
 	// SmallBytes is the packing threshold (see RawOptions.SmallBytes).
 	SmallBytes int64
+	// Ahead is how many layer groups are faulted in at once, as a loader
+	// prefetching layers would (default DefaultAhead). More keeps more
+	// reads in flight; fewer makes the first layer ready sooner.
+	Ahead int
 	// FirstGroup names the bindings whose readiness is reported as the
 	// first layer (default: names starting with "model.layers.0.").
 	FirstGroup func(name string) bool
@@ -62,14 +66,17 @@ type LoadReport struct {
 	Runs        []RunReport   `json:"runs"`
 }
 
-// groupsAhead is how many layer groups Load faults in at once.
-const groupsAhead = 8
+// DefaultAhead is how many layer groups Load faults in at once.
+const DefaultAhead = 4
 
 // Load builds an arena for a cached source on eng and faults every tensor
 // in, Repeat times, through the SplitZip transport (or the raw one).
 func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
 	if opts.Repeat < 1 {
 		opts.Repeat = 1
+	}
+	if opts.Ahead < 1 {
+		opts.Ahead = DefaultAhead
 	}
 	if opts.FirstGroup == nil {
 		opts.FirstGroup = func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") }
@@ -125,7 +132,7 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		perGroup := make([][]Fence, len(groups))
 		next := make(chan int)
 		var wg sync.WaitGroup
-		for range groupsAhead {
+		for range opts.Ahead {
 			wg.Go(func() {
 				for gi := range next {
 					fs := st.FaultIn(groups[gi])

@@ -74,7 +74,7 @@ type Raw struct {
 	files fileCache
 
 	pack     *packer
-	res      *slab // resident bytes
+	res      *slab      // resident bytes
 	mu       sync.Mutex // guards resident, stats and submission order
 	resident map[*vmm.Binding][]byte
 	stats    Stats

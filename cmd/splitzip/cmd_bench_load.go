@@ -1,10 +1,6 @@
 package main
 
-import (
-	"runtime"
-
-	"github.com/spf13/cobra"
-)
+import "github.com/spf13/cobra"
 
 // newBenchLoadCommand is `bench load`: raw and SplitZip loads of the same
 // cache, alternating in one process (load --compare).
@@ -20,12 +16,9 @@ the median rates and their ratio: first loads (from files), and with
 		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(g, o, a[0]) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
 	f.BoolVar(&o.Resident, "resident", false, "keep bytes in pinned memory: repeats read no file")
 	f.IntVar(&o.Repeat, "repeat", 2, "fault everything in this many times per load")
 	f.IntVar(&o.Compare, "rounds", 3, "alternations of raw and SplitZip")
-	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
-	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
-	f.IntVar(&o.Streams, "streams", 2, "upload streams")
+	o.addRuntimeFlags(f)
 	return cmd
 }

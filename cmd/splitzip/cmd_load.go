@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -26,6 +27,7 @@ type loadOptions struct {
 	Readers  int
 	Streams  int
 	Small    int64
+	Ahead    int
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -44,17 +46,23 @@ SplitZip loads N times in one process and prints the ratio.`,
 		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(g, o, a[0]) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
 	f.BoolVar(&o.Resident, "resident", false, "keep payloads (raw bytes with --raw) in pinned memory: later repeats read no file")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
 	f.IntVar(&o.Compare, "compare", 0, "alternate raw and SplitZip loads this many times and print the ratio")
+	o.addRuntimeFlags(f)
+	return cmd
+}
+
+// addRuntimeFlags adds the flags load and bench load share.
+func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
 	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
 	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
 	f.IntVar(&o.Streams, "streams", 2, "upload streams")
+	f.IntVar(&o.Ahead, "ahead", transport.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
-	return cmd
 }
 
 func (o loadOptions) engine() (transport.Engine, error) {
@@ -74,8 +82,8 @@ func (o loadOptions) engine() (transport.Engine, error) {
 }
 
 func runLoad(g *globals, o loadOptions, dir string) error {
-	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 {
-		return usageError{fmt.Errorf("--repeat, --readers and --streams must be at least 1")}
+	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
+		return usageError{fmt.Errorf("--repeat, --readers, --streams and --ahead must be at least 1")}
 	}
 	c, err := shardcache.Open(dir)
 	if err != nil {
@@ -90,7 +98,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small}
+	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead}
 	if o.Compare == 0 {
 		rep, err := transport.Load(eng, c, src, lo)
 		if err != nil {
