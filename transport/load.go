@@ -67,7 +67,7 @@ type LoadReport struct {
 }
 
 // DefaultAhead is how many layer groups Load faults in at once.
-const DefaultAhead = 4
+const DefaultAhead = 8
 
 // Load builds an arena for a cached source on eng and faults every tensor
 // in, Repeat times, through the SplitZip transport (or the raw one).

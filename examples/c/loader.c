@@ -1,8 +1,16 @@
 /*
  * A loader in C: opens a splitzip cache, looks every tensor up by name,
  * reads its original bytes into host memory and prints a line per tensor
- * (name, dtype, bytes, FNV-1a 64 of the bytes). With a CUDA device, the
- * same loop would call sz_upload into device memory it owns instead.
+ * (name, dtype, bytes, FNV-1a 64 of the bytes). With a CUDA device, a
+ * loader uploads into device memory it owns instead, all tensors at once:
+ *
+ *   uint64_t idx[N], dst[N], cap[N];  // tensor indices, device pointers, sizes
+ *   uintptr_t ev;
+ *   sz_upload_batch(h, N, idx, 0, dst, cap, (uintptr_t)stream, &ev);
+ *   cuStreamWaitEvent(compute_stream, (CUevent)ev, 0);  // or sz_event_wait
+ *   ...
+ *   sz_event_wait(h, ev);  // reports decode errors too
+ *   sz_event_release(h, ev);
  *
  *   cc -o loader loader.c -I../../capi -L../../.dev -lsplitzip
  *   LD_LIBRARY_PATH=../../.dev ./loader CACHE
