@@ -83,12 +83,6 @@ type Raw struct {
 	closed   bool
 }
 
-// slot is a pinned staging buffer and the event of the last copy from it.
-type slot struct {
-	buf []byte
-	ev  Event
-}
-
 // NewRaw allocates the staging ring.
 func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
 	if opts.SlotBytes == 0 {
@@ -101,18 +95,12 @@ func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
 		opts.Slots = 2 * opts.Readers
 	}
 	opts.SmallBytes = smallBytes(opts.SmallBytes)
-	r := &Raw{eng: eng, opts: opts, slots: make(chan *slot, opts.Slots), resident: map[*vmm.Binding][]byte{},
-		pack: newPacker(eng, 2*opts.Readers), res: newSlab(eng)}
-	for range opts.Slots {
-		b, err := eng.Pinned(opts.SlotBytes)
-		if err != nil {
-			r.Close()
-			return nil, err
-		}
-		r.pinned += opts.SlotBytes
-		r.slots <- &slot{buf: b}
+	slots, err := newRing(eng, opts.Slots, opts.SlotBytes)
+	if err != nil {
+		return nil, err
 	}
-	return r, nil
+	return &Raw{eng: eng, opts: opts, slots: slots, resident: map[*vmm.Binding][]byte{},
+		pack: newPacker(eng, 2*opts.Readers), res: newSlab(eng), pinned: uint64(opts.Slots) * opts.SlotBytes}, nil
 }
 
 // piece is a part of a binding that fits a slot.
@@ -327,13 +315,7 @@ func (r *Raw) Close() error {
 		return nil
 	}
 	r.pack.Close()
-	close(r.slots)
-	for s := range r.slots {
-		if s.ev != nil {
-			s.ev.Wait()
-		}
-		r.eng.FreePinned(s.buf)
-	}
+	freeRing(r.eng, r.slots)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.resident)

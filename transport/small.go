@@ -60,21 +60,11 @@ func (p *packer) ensure() error {
 		return nil
 	}
 	n := p.workers + 2
-	slots := make(chan *slot, n)
-	for range n {
-		b, err := p.eng.Pinned(packBytes)
-		if err != nil {
-			close(slots)
-			for s := range slots {
-				p.eng.FreePinned(s.buf)
-				p.pinned -= packBytes
-			}
-			return err
-		}
-		p.pinned += packBytes
-		slots <- &slot{buf: b}
+	slots, err := newRing(p.eng, n, packBytes)
+	if err != nil {
+		return err
 	}
-	p.slots = slots
+	p.slots, p.pinned = slots, uint64(n)*packBytes
 	return nil
 }
 
@@ -224,12 +214,6 @@ func (p *packer) Close() {
 	if p.slots == nil {
 		return
 	}
-	close(p.slots)
-	for s := range p.slots {
-		if s.ev != nil {
-			s.ev.Wait()
-		}
-		p.eng.FreePinned(s.buf)
-	}
+	freeRing(p.eng, p.slots)
 	p.slots, p.pinned = nil, 0
 }

@@ -1,37 +1,21 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/synth"
-	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
 // smallFixture is a checkpoint of n small tensors (1-64 KiB), compressed.
 func smallFixture(t *testing.T, n int) (*shardcache.Cache, *shardcache.Source) {
-	t.Helper()
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if _, err := synth.Write(context.Background(), src, synth.Config{Small: n, Shards: 2, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := shardcache.Open(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, &c.Index().Sources[0]
+	return fixtureOf(t, synth.Config{Small: n, Shards: 2, Seed: 5})
 }
 
 func TestSmallTensorsArePacked(t *testing.T) {

@@ -221,21 +221,12 @@ func (z *SplitZip) ensureRing() error {
 		return nil
 	}
 	n := cap(z.io) + 2
-	ring := make(chan *slot, n)
-	for range n {
-		b, err := z.eng.Pinned(readPiece)
-		if err != nil {
-			close(ring)
-			for s := range ring {
-				z.eng.FreePinned(s.buf)
-				z.pinned -= readPiece
-			}
-			return err
-		}
-		z.pinned += readPiece
-		ring <- &slot{buf: b}
+	ring, err := newRing(z.eng, n, readPiece)
+	if err != nil {
+		return err
 	}
 	z.ring = ring
+	z.pinned += uint64(n) * readPiece
 	return nil
 }
 
@@ -515,13 +506,7 @@ func (z *SplitZip) Close() error {
 	z.pack.Close()
 	z.mu.Lock()
 	if z.ring != nil {
-		close(z.ring)
-		for s := range z.ring {
-			if s.ev != nil {
-				s.ev.Wait()
-			}
-			z.eng.FreePinned(s.buf)
-		}
+		freeRing(z.eng, z.ring)
 		z.ring = nil
 	}
 	clear(z.resident)

@@ -18,10 +18,15 @@ import (
 
 // fixture generates and compresses a small checkpoint.
 func fixture(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
+	return fixtureOf(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11})
+}
+
+// fixtureOf generates the checkpoint cfg describes and compresses it.
+func fixtureOf(t *testing.T, cfg synth.Config) (*shardcache.Cache, *shardcache.Source) {
 	t.Helper()
 	dir := t.TempDir()
 	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11}); err != nil {
+	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true}); err != nil {

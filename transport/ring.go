@@ -1,0 +1,34 @@
+package transport
+
+// slot is a pinned staging buffer and the event of the last copy from it.
+type slot struct {
+	buf []byte
+	ev  Event
+}
+
+// newRing allocates n pinned staging buffers of size bytes; on failure it
+// frees what it allocated.
+func newRing(eng Engine, n int, size uint64) (chan *slot, error) {
+	ring := make(chan *slot, n)
+	for range n {
+		b, err := eng.Pinned(size)
+		if err != nil {
+			freeRing(eng, ring)
+			return nil, err
+		}
+		ring <- &slot{buf: b}
+	}
+	return ring, nil
+}
+
+// freeRing closes a ring whose buffers are all back in it, waits for the
+// last copy from each and frees them.
+func freeRing(eng Engine, ring chan *slot) {
+	close(ring)
+	for s := range ring {
+		if s.ev != nil {
+			s.ev.Wait()
+		}
+		eng.FreePinned(s.buf)
+	}
+}
