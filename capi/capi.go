@@ -315,7 +315,7 @@ func sz_upload_batch(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, device C.
 		var d, c []uint64
 		if n > 0 {
 			for k, i := range unsafe.Slice((*uint64)(unsafe.Pointer(indices)), int(n)) {
-				if i > uint64(len(l.Tensors())) {
+				if i >= uint64(len(l.Tensors())) {
 					return fmt.Errorf("%w: tensor index %d of %d", loader.ErrInvalid, i, len(l.Tensors()))
 				}
 				idx[k] = int(i)
