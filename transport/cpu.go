@@ -18,8 +18,6 @@ type Hooks struct {
 	Map func(n uint64) error
 	// Scatter, if set, is called before a packed upload of items runs.
 	Scatter func(items []gpu.ScatterItem) error
-	// Register, if set, is called by RegisterReadOnly; an error fails it.
-	Register func(n int) error
 }
 
 // CPUEngine implements Engine in host memory. Each stream is a goroutine
@@ -34,8 +32,6 @@ type CPUEngine struct {
 	hooks   Hooks
 	pinned  uint64
 	closed  bool
-	// registered counts RegisterReadOnly calls not undone.
-	registered int
 }
 
 // NewCPUEngine returns a CPU engine with the given number of streams.
@@ -71,34 +67,6 @@ func (e *CPUEngine) FreePinned(b []byte) error {
 	e.pinned -= uint64(len(b))
 	e.mu.Unlock()
 	return nil
-}
-
-// RegisterReadOnly counts a registration; host memory needs none.
-func (e *CPUEngine) RegisterReadOnly(b []byte) error {
-	if e.hooks.Register != nil {
-		if err := e.hooks.Register(len(b)); err != nil {
-			return err
-		}
-	}
-	e.mu.Lock()
-	e.registered++
-	e.mu.Unlock()
-	return nil
-}
-
-// Unregister counts an unregistration.
-func (e *CPUEngine) Unregister(b []byte) error {
-	e.mu.Lock()
-	e.registered--
-	e.mu.Unlock()
-	return nil
-}
-
-// Registered returns registrations not undone.
-func (e *CPUEngine) Registered() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.registered
 }
 
 // PinnedBytes returns the pinned memory allocated and not freed.

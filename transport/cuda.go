@@ -169,23 +169,6 @@ func (e *CUDAEngine) FreePinned(b []byte) error {
 	return err
 }
 
-// RegisterReadOnly page-locks memory the caller mapped, read-only for the
-// device, so that copies from it are DMA from those pages.
-func (e *CUDAEngine) RegisterReadOnly(b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	return e.ctx.HostRegister(b, cuda.HostRegisterPortable|cuda.HostRegisterReadOnly)
-}
-
-// Unregister undoes RegisterReadOnly.
-func (e *CUDAEngine) Unregister(b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	return e.ctx.HostUnregister(b)
-}
-
 // Granularity returns the VMM allocation granularity.
 func (e *CUDAEngine) Granularity() uint64 { return e.gran }
 

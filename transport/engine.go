@@ -30,11 +30,6 @@ type Engine interface {
 	// Pinned allocates page-locked host memory; FreePinned frees it.
 	Pinned(n uint64) ([]byte, error)
 	FreePinned(b []byte) error
-	// RegisterReadOnly pins memory the caller mapped (a file's page cache)
-	// so that copies read it directly; Unregister undoes it once the
-	// copies from it have completed.
-	RegisterReadOnly(b []byte) error
-	Unregister(b []byte) error
 	// Device memory for the weight arena.
 	vmm.Memory
 	// Streams returns how many upload streams the engine has.

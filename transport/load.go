@@ -34,9 +34,6 @@ type LoadOptions struct {
 	Readers  int
 	// SmallBytes is the packing threshold (see RawOptions.SmallBytes).
 	SmallBytes int64
-	// MapFiles copies payloads straight from the page cache (see
-	// SplitZipOptions.MapFiles).
-	MapFiles bool
 	// Ahead is how many layer groups are faulted in at once, as a loader
 	// prefetching layers would (default DefaultAhead). More keeps more
 	// reads in flight; fewer makes the first layer ready sooner.
@@ -102,7 +99,7 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 			return nil, err
 		}
 	} else {
-		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes, MapFiles: opts.MapFiles})
+		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes})
 		// Staging buffers are persistent: set them up before timing, as
 		// the raw transport's ring is.
 		if err := z.Prepare(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
@@ -21,11 +20,6 @@ type SplitZipOptions struct {
 	// Readers is the number of goroutines reading payloads (default 4);
 	// each payload is read in 8 MiB pieces by up to twice as many.
 	Readers int
-	// MapFiles copies payloads straight from the page cache: object files
-	// are mapped and their pages registered with the engine, so the copy
-	// engine reads them and the CPU only checksums. Engines that cannot
-	// register a mapping fall back to the staging ring.
-	MapFiles bool
 	// SmallBytes: payloads of at most this many bytes, and raw tensors as
 	// small when the wrapped transport is a *Raw, are packed several to a
 	// copy (0: DefaultSmallBytes; negative: never).
@@ -50,8 +44,6 @@ type SplitZip struct {
 	io       chan struct{}    // bounds concurrent piece reads
 	pack     *packer
 	res      *slab // resident payloads
-	cleanups sync.WaitGroup // unmapping after mapped uploads
-	noMap    atomic.Bool    // registering a mapping failed once
 }
 
 // payload is a verified payload in pinned memory.
@@ -242,13 +234,6 @@ func (z *SplitZip) ensureRing() error {
 // verifies it, and submits copy, decode and event on one stream.
 func (z *SplitZip) upload(t target) (Fence, error) {
 	if !z.opts.Resident {
-		if z.opts.MapFiles && !z.noMap.Load() {
-			f, err := z.streamMapped(t)
-			if !errors.Is(err, errRegister) {
-				return f, err
-			}
-			z.noMap.Store(true)
-		}
 		return z.stream(t)
 	}
 	p, err := z.residentPayload(t.hit.Tensor.Key)
@@ -518,7 +503,6 @@ func (z *SplitZip) PinnedBytes() uint64 {
 
 // Close frees the pinned memory and closes the wrapped transport.
 func (z *SplitZip) Close() error {
-	z.cleanups.Wait()
 	z.pack.Close()
 	z.mu.Lock()
 	if z.ring != nil {

@@ -28,7 +28,6 @@ type loadOptions struct {
 	Streams  int
 	Small    int64
 	Ahead    int
-	Map      bool
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -63,7 +62,6 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
 	f.IntVar(&o.Streams, "streams", 2, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", transport.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
-	f.BoolVar(&o.Map, "map", false, "copy payloads straight from the page cache (files mapped and registered with the driver; no CPU copy)")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 }
 
@@ -100,7 +98,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, MapFiles: o.Map}
+	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead}
 	if o.Compare == 0 {
 		rep, err := transport.Load(eng, c, src, lo)
 		if err != nil {

@@ -210,9 +210,6 @@ const (
 	HostAllocPortable      = 1
 	HostAllocWriteCombined = 4
 	HostRegisterPortable   = 1
-	// HostRegisterReadOnly registers memory the device only reads, such
-	// as a read-only mapping of a file's page cache.
-	HostRegisterReadOnly = 8
 )
 
 // HostAlloc allocates n bytes of pinned host memory, returned as a slice
