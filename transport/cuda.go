@@ -326,7 +326,9 @@ func (e *CUDAEngine) Record(s int) (Event, error) {
 func (e *CUDAEngine) reclaim() {
 	live := e.events[:0]
 	for _, c := range e.events {
-		if done, err := e.ctx.Query(c.ev); err == nil && !done {
+		// Keep what has not completed, and what failed: its Wait must
+		// still report the error.
+		if done, err := e.ctx.Query(c.ev); err != nil || !done {
 			live = append(live, c)
 			continue
 		}
