@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
@@ -32,6 +33,10 @@ type CPUEngine struct {
 	hooks   Hooks
 	pinned  uint64
 	closed  bool
+	// Timing (Timer): op spans from origin, while timing is set.
+	timing          bool
+	origin          time.Time
+	copies, decodes []interval
 }
 
 // NewCPUEngine returns a CPU engine with the given number of streams.
@@ -178,6 +183,39 @@ type streamState struct{ err error }
 
 func (e *CPUEngine) state(s int) *streamState { return e.states[s] }
 
+// StartTiming implements Timer.
+func (e *CPUEngine) StartTiming() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.timing, e.origin, e.copies, e.decodes = true, time.Now(), nil, nil
+	return nil
+}
+
+// TakeTimes implements Timer.
+func (e *CPUEngine) TakeTimes() (DeviceTimes, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.timing = false
+	return busyTimes(e.copies, e.decodes), nil
+}
+
+// timed runs op, recording its span as a copy or a decode when timing.
+func (e *CPUEngine) timed(decode bool, op func() error) error {
+	t0 := time.Now()
+	err := op()
+	e.mu.Lock()
+	if e.timing {
+		iv := interval{t0.Sub(e.origin), time.Since(e.origin)}
+		if decode {
+			e.decodes = append(e.decodes, iv)
+		} else {
+			e.copies = append(e.copies, iv)
+		}
+	}
+	e.mu.Unlock()
+	return err
+}
+
 func (e *CPUEngine) enqueue(s int, op func() error) error {
 	st, err := e.stream(s)
 	if err != nil {
@@ -189,6 +227,11 @@ func (e *CPUEngine) enqueue(s int, op func() error) error {
 		}
 	}
 	return nil
+}
+
+// enqueueTimed enqueues op, timed as a copy or a decode.
+func (e *CPUEngine) enqueueTimed(s int, decode bool, op func() error) error {
+	return e.enqueue(s, func() error { return e.timed(decode, op) })
 }
 
 // stream checks a stream index and that the engine is open. Sends happen
@@ -208,7 +251,7 @@ func (e *CPUEngine) stream(s int) (*streamState, error) {
 
 // CopyHtoD enqueues a copy.
 func (e *CPUEngine) CopyHtoD(s int, dst DevPtr, src []byte) error {
-	return e.enqueue(s, func() error {
+	return e.enqueueTimed(s, false, func() error {
 		if e.hooks.Copy != nil {
 			if err := e.hooks.Copy(dst, len(src)); err != nil {
 				return err
@@ -226,7 +269,7 @@ func (e *CPUEngine) CopyHtoD(s int, dst DevPtr, src []byte) error {
 // DecodeInPlace enqueues a decode with the Go reference decoder.
 func (e *CPUEngine) DecodeInPlace(s int, dst DevPtr, h *codec.Header) error {
 	hc := *h
-	return e.enqueue(s, func() error {
+	return e.enqueueTimed(s, true, func() error {
 		if e.hooks.Decode != nil {
 			if err := e.hooks.Decode(dst, &hc); err != nil {
 				return err
@@ -249,7 +292,7 @@ func (e *CPUEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error
 		return err
 	}
 	its := append([]gpu.ScatterItem(nil), items...)
-	return e.enqueue(s, func() error {
+	return e.enqueueTimed(s, true, func() error {
 		if e.hooks.Scatter != nil {
 			if err := e.hooks.Scatter(its); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -34,6 +35,9 @@ type CUDAEngine struct {
 	events      []*cudaEvent // live events
 	reclaimNext int
 	pinned      map[*byte]uint64
+	timing      bool       // Timer: bracket copies and decodes with timing events
+	origin      cuda.Event // Timer: time zero
+	timedOps    []timedOp
 	spare       map[uint64][][]byte // freed pinned buffers kept for reuse, by size
 	kept        uint64              // bytes in spare
 	keep        uint64              // most bytes spare may hold
@@ -219,12 +223,120 @@ func (e *CUDAEngine) Streams() int { return len(e.streams) }
 
 // CopyHtoD enqueues a copy on stream s.
 func (e *CUDAEngine) CopyHtoD(s int, dst vmm.Ptr, src []byte) error {
-	return e.ctx.CopyHtoDAsync(cuda.DevicePtr(dst), src, e.streams[s])
+	return e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(cuda.DevicePtr(dst), src, e.streams[s]) })
 }
 
 // DecodeInPlace launches the in-place decode on stream s.
 func (e *CUDAEngine) DecodeInPlace(s int, dst vmm.Ptr, h *codec.Header) error {
-	return e.decs[s].LaunchInPlace(cuda.DevicePtr(dst), h, e.streams[s])
+	return e.timed(s, true, func() error { return e.decs[s].LaunchInPlace(cuda.DevicePtr(dst), h, e.streams[s]) })
+}
+
+// timedOp is a copy or decode bracketed by timing events.
+type timedOp struct {
+	decode     bool
+	start, end cuda.Event
+}
+
+// timed enqueues op on stream s, between two timing events when timing.
+// Without its events, the op runs untimed.
+func (e *CUDAEngine) timed(s int, decode bool, op func() error) error {
+	e.mu.Lock()
+	on := e.timing
+	e.mu.Unlock()
+	if !on {
+		return op()
+	}
+	start, err := e.timingEvent(s)
+	if err != nil {
+		return op()
+	}
+	if err := op(); err != nil {
+		e.ctx.DestroyEvent(start)
+		return err
+	}
+	end, err := e.timingEvent(s)
+	if err != nil {
+		e.ctx.DestroyEvent(start)
+		return nil
+	}
+	e.mu.Lock()
+	e.timedOps = append(e.timedOps, timedOp{decode, start, end})
+	e.mu.Unlock()
+	return nil
+}
+
+// timingEvent records a new timing event on stream s.
+func (e *CUDAEngine) timingEvent(s int) (cuda.Event, error) {
+	ev, err := e.ctx.NewEvent(cuda.EventBlockingSync)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.ctx.Record(ev, e.streams[s]); err != nil {
+		e.ctx.DestroyEvent(ev)
+		return 0, err
+	}
+	return ev, nil
+}
+
+// StartTiming implements Timer: time zero is an event on stream 0.
+func (e *CUDAEngine) StartTiming() error {
+	ev, err := e.timingEvent(0)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dropTimes()
+	e.timing, e.origin = true, ev
+	return nil
+}
+
+// TakeTimes implements Timer; the timed work must have completed.
+func (e *CUDAEngine) TakeTimes() (DeviceTimes, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer e.dropTimes()
+	e.timing = false
+	if e.origin == 0 {
+		return DeviceTimes{}, nil
+	}
+	if err := e.ctx.EventSynchronize(e.origin); err != nil {
+		return DeviceTimes{}, err
+	}
+	var copies, decodes []interval
+	for _, op := range e.timedOps {
+		if err := e.ctx.EventSynchronize(op.end); err != nil {
+			return DeviceTimes{}, err
+		}
+		a, err := e.ctx.Elapsed(e.origin, op.start)
+		if err != nil {
+			return DeviceTimes{}, err
+		}
+		b, err := e.ctx.Elapsed(e.origin, op.end)
+		if err != nil {
+			return DeviceTimes{}, err
+		}
+		iv := interval{time.Duration(float64(a) * 1e6), time.Duration(float64(b) * 1e6)}
+		if op.decode {
+			decodes = append(decodes, iv)
+		} else {
+			copies = append(copies, iv)
+		}
+	}
+	return busyTimes(copies, decodes), nil
+}
+
+// dropTimes destroys the timing events (e.mu held).
+func (e *CUDAEngine) dropTimes() {
+	for _, op := range e.timedOps {
+		e.ctx.DestroyEvent(op.start)
+		e.ctx.DestroyEvent(op.end)
+	}
+	e.timedOps = nil
+	if e.origin != 0 {
+		e.ctx.DestroyEvent(e.origin)
+		e.origin = 0
+	}
 }
 
 // Scatter checks the items and writes their table into packed, then
@@ -252,10 +364,10 @@ func (e *CUDAEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) erro
 		}
 		e.stage[s], e.stageCap[s] = p, max(n, 8<<20)
 	}
-	if err := e.ctx.CopyHtoDAsync(e.stage[s], packed, e.streams[s]); err != nil {
+	if err := e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, e.streams[s]) }); err != nil {
 		return err
 	}
-	return e.decs[s].LaunchScatter(e.stage[s], n, len(items), e.streams[s])
+	return e.timed(s, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), e.streams[s]) })
 }
 
 // cudaEvent is an engine event. Record reclaims completed events once
@@ -400,6 +512,7 @@ func (e *CUDAEngine) Close() error {
 		}
 	}
 	e.mu.Lock()
+	e.dropTimes()
 	for _, c := range e.events {
 		c.dead.Store(true)
 		e.ctx.DestroyEvent(c.ev)

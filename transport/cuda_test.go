@@ -40,6 +40,15 @@ func TestCUDALoad(t *testing.T) {
 			t.Fatalf("%+v: %v", o, err)
 		}
 		t.Logf("%s: %d tensors, runs %+v", rep.Mode, rep.Tensors, rep.Runs)
+		for i, r := range rep.Runs {
+			// Device times come from CUDA events: the copies take some
+			// time, a decode too on the SplitZip path, and the busy times
+			// fit in the run.
+			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode ||
+				r.Device.Copy > r.Wall || r.Device.Decode > r.Wall {
+				t.Errorf("%s run %d: device times %+v in %v", rep.Mode, i+1, r.Device, r.Wall)
+			}
+		}
 	}
 }
 

@@ -48,6 +48,9 @@ type RunReport struct {
 	Wall       time.Duration `json:"wall_ns"`
 	GBps       float64       `json:"gb_per_s"` // raw tensor bytes per wall second, 1e9
 	FirstLayer time.Duration `json:"first_layer_ready_ns"`
+	// Device is how long copies and decodes kept the device busy (engines
+	// that time their work).
+	Device DeviceTimes `json:"device"`
 }
 
 // LoadReport is what Load measured.
@@ -124,6 +127,12 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		if run > 0 {
 			st.Evict(bs...)
 		}
+		timer, timed := eng.(Timer)
+		if timed {
+			if err := timer.StartTiming(); err != nil {
+				return nil, err
+			}
+		}
 		// Fault in group by group (a loader asks layer by layer, a few
 		// layers ahead), so the first layer is ready while later ones
 		// still arrive.
@@ -165,7 +174,13 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 			}
 		}
 		wall := time.Since(t0)
-		rep.Runs = append(rep.Runs, RunReport{Wall: wall, GBps: float64(rep.RawBytes) / wall.Seconds() / 1e9, FirstLayer: first})
+		rr := RunReport{Wall: wall, GBps: float64(rep.RawBytes) / wall.Seconds() / 1e9, FirstLayer: first}
+		if timed {
+			if rr.Device, err = timer.TakeTimes(); err != nil {
+				return nil, err
+			}
+		}
+		rep.Runs = append(rep.Runs, rr)
 		if run == 0 && opts.Check {
 			if err := check(eng, bs); err != nil {
 				return nil, err

@@ -55,6 +55,11 @@ func TestLoadBothPaths(t *testing.T) {
 		if !rep.Checked || len(rep.Runs) != o.Repeat || rep.RawBytes == 0 {
 			t.Fatalf("%+v: report %+v", o, rep)
 		}
+		for i, r := range rep.Runs {
+			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode {
+				t.Errorf("%+v: run %d: device times %+v", o, i+1, r.Device)
+			}
+		}
 		if !o.Raw && rep.MovedBytes >= rep.RawBytes*uint64(o.Repeat) {
 			t.Errorf("%+v: moved %d bytes for %d raw bytes in %d runs: payloads did not shrink", o, rep.MovedBytes, rep.RawBytes, o.Repeat)
 		}

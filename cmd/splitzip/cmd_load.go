@@ -181,6 +181,9 @@ func printLoad(g *globals, r *transport.LoadReport) {
 	for i, run := range r.Runs {
 		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s; first layer ready after %v\n",
 			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps, run.FirstLayer.Round(time.Microsecond))
+		d := run.Device
+		fmt.Fprintf(g.stdout, "  device busy: copies %v, decodes %v (%v of it with no copy running)\n",
+			d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
 	}
 	check := ""
 	if r.Checked {
