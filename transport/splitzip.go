@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -146,20 +148,16 @@ func (z *SplitZip) fill(t target) func([]byte) (*codec.Header, error) {
 			copy(dst, p.buf)
 			return &p.h, nil
 		}
-		// No size check by stat: the header's size and checksum, checked
-		// below, cover a file of the wrong length.
+		// Three system calls: no stat (the header's size and checksum,
+		// checked below, cover a file of the wrong length) and no os.File
+		// (which would add a stat of its own).
 		t0 := time.Now()
 		path, err := z.cache.ObjectPath(key)
 		if err != nil {
 			return nil, err
 		}
-		f, err := os.Open(path)
-		if err != nil {
+		if err := preadFile(path, dst); err != nil {
 			return nil, err
-		}
-		defer f.Close()
-		if _, err := f.ReadAt(dst, 0); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name(), err)
 		}
 		t1 := time.Now()
 		h, err := codec.ParseHeader(dst)
@@ -171,10 +169,32 @@ func (z *SplitZip) fill(t target) func([]byte) (*codec.Header, error) {
 		z.stats.Verify += time.Since(t1)
 		z.mu.Unlock()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		return &h, nil
 	}
+}
+
+// preadFile reads len(dst) bytes from the start of the file at path.
+func preadFile(path string, dst []byte) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	for n := 0; n < len(dst); {
+		k, err := unix.Pread(fd, dst[n:], int64(n))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return &os.PathError{Op: "read", Path: path, Err: err}
+		case k == 0:
+			return fmt.Errorf("%s: %w (%d of %d bytes)", path, ErrShortRead, n, len(dst))
+		}
+		n += k
+	}
+	return nil
 }
 
 // checkPayload checks a parsed header against the payload's size and
