@@ -35,6 +35,7 @@ func TestCUDALoad(t *testing.T) {
 		{Check: true, Repeat: 2},
 		{Resident: true, Check: true, Repeat: 3},
 	} {
+		o.DeviceTimes = true
 		rep, err := Load(eng, c, src, o)
 		if err != nil || !rep.Checked {
 			t.Fatalf("%+v: %v", o, err)

@@ -34,6 +34,9 @@ type LoadOptions struct {
 	Readers  int
 	// SmallBytes is the packing threshold (see RawOptions.SmallBytes).
 	SmallBytes int64
+	// DeviceTimes times copies and decodes on the device (engines that
+	// implement Timer), at the cost of two events per operation.
+	DeviceTimes bool
 	// Ahead is how many layer groups are faulted in at once, as a loader
 	// prefetching layers would (default DefaultAhead). More keeps more
 	// reads in flight; fewer makes the first layer ready sooner.
@@ -128,6 +131,7 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 			st.Evict(bs...)
 		}
 		timer, timed := eng.(Timer)
+		timed = timed && opts.DeviceTimes
 		if timed {
 			if err := timer.StartTiming(); err != nil {
 				return nil, err

@@ -47,6 +47,7 @@ func TestLoadBothPaths(t *testing.T) {
 		{Check: true, Repeat: 2},
 		{Resident: true, Check: true, Repeat: 3},
 	} {
+		o.DeviceTimes = true
 		eng := NewCPUEngine(2, Hooks{})
 		rep, err := Load(eng, c, src, o)
 		if err != nil {

@@ -28,6 +28,7 @@ type loadOptions struct {
 	Streams  int
 	Small    int64
 	Ahead    int
+	Times    bool
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -62,6 +63,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
 	f.IntVar(&o.Streams, "streams", 2, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", transport.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
+	f.BoolVar(&o.Times, "device-times", true, "time copies and decodes on the device with CUDA events (two events per operation)")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 }
 
@@ -98,7 +100,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead}
+	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times}
 	if o.Compare == 0 {
 		rep, err := transport.Load(eng, c, src, lo)
 		if err != nil {
@@ -181,9 +183,10 @@ func printLoad(g *globals, r *transport.LoadReport) {
 	for i, run := range r.Runs {
 		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s; first layer ready after %v\n",
 			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps, run.FirstLayer.Round(time.Microsecond))
-		d := run.Device
-		fmt.Fprintf(g.stdout, "  device busy: copies %v, decodes %v (%v of it with no copy running)\n",
-			d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
+		if d := run.Device; d != (transport.DeviceTimes{}) {
+			fmt.Fprintf(g.stdout, "  device busy: copies %v, decodes and scatters %v (%v of it with no copy running)\n",
+				d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
+		}
 	}
 	check := ""
 	if r.Checked {
