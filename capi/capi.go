@@ -22,6 +22,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
@@ -35,7 +37,7 @@ func main() {}
 type handle struct {
 	l      *loader.Loader
 	mu     sync.Mutex
-	last   string
+	last   map[int]string // last error message per calling thread
 	closed bool
 }
 
@@ -102,9 +104,11 @@ func call(h C.uintptr_t, fn func(l *loader.Loader) error) (st C.sz_status) {
 	return status(err)
 }
 
+// setError records the calling thread's last error (a C caller's thread:
+// cgo runs an exported function on the thread that called it).
 func (h *handle) setError(s string) {
 	h.mu.Lock()
-	h.last = s
+	h.last[unix.Gettid()] = s
 	h.mu.Unlock()
 }
 
@@ -142,7 +146,7 @@ func sz_open(dir, source *C.char, out *C.uintptr_t, errbuf *C.char, errcap C.siz
 		copyString(err.Error(), errbuf, errcap)
 		return status(err)
 	}
-	hv := cgo.NewHandle(&handle{l: l})
+	hv := cgo.NewHandle(&handle{l: l, last: map[int]string{}})
 	handles.Store(uintptr(hv), hv.Value())
 	*out = C.uintptr_t(hv)
 	return C.SZ_OK
@@ -171,7 +175,7 @@ func sz_last_error(h C.uintptr_t, buf *C.char, capacity C.size_t) C.sz_status {
 	}
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	copyString(hd.last, buf, capacity)
+	copyString(hd.last[unix.Gettid()], buf, capacity)
 	return C.SZ_OK
 }
 

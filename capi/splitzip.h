@@ -14,7 +14,8 @@
  * are packed several to a copy and written to their ranges by one kernel.
  *
  * Errors: every function returns an sz_status; SZ_OK is 0. The message of
- * the last failed call on a handle is returned by sz_last_error. sz_open
+ * the calling thread's last failed call on a handle is returned by
+ * sz_last_error (threads do not see each other's messages). sz_open
  * writes its message into the caller's buffer. A Go panic never crosses
  * this boundary: it is reported as SZ_ERR_INTERNAL.
  *
@@ -89,7 +90,8 @@ sz_status sz_open(const char *cache_dir, const char *source, uintptr_t *handle, 
 /* sz_close frees the handle, waiting for its uploads. */
 sz_status sz_close(uintptr_t handle);
 
-/* sz_last_error copies the message of the handle's last failed call. */
+/* sz_last_error copies the message of the calling thread's last failed
+ * call on the handle ("" if none). */
 sz_status sz_last_error(uintptr_t handle, char *buf, size_t cap);
 
 /* sz_count returns the number of tensors of the checkpoint. */

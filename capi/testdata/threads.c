@@ -1,9 +1,13 @@
 /* Reads every tensor from several threads at once through one handle and
- * checks that every thread sees the same bytes. Exit 0 on success. */
+ * checks that every thread sees the same bytes, and that each thread's
+ * sz_last_error is its own failure's, not another thread's. Exit 0 on
+ * success. */
+#define _POSIX_C_SOURCE 200112L
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "splitzip.h"
 
@@ -12,6 +16,7 @@
 static uintptr_t h;
 static uint64_t n;
 static uint64_t sums[THREADS][4096];
+static pthread_barrier_t barrier;
 
 static uint64_t fnv1a(const unsigned char *p, uint64_t len) {
     uint64_t x = 14695981039346656037ull;
@@ -33,6 +38,17 @@ static void *work(void *arg) {
         sums[id][i] = fnv1a(buf, t.nbytes);
         free(buf);
     }
+    pthread_barrier_wait(&barrier); /* all threads fail at once */
+    for (int j = 0; j < 2000; j++) {
+        char name[64], msg[512];
+        uint64_t idx;
+        snprintf(name, sizeof name, "missing.thread%d.%d", id, j);
+        if (sz_find_name(h, name, &idx) != SZ_ERR_NOT_FOUND) return (void *)1;
+        if (sz_last_error(h, msg, sizeof msg) != SZ_OK || strstr(msg, name) == NULL) {
+            fprintf(stderr, "thread %d: last error %s, want one naming %s\n", id, msg, name);
+            return (void *)1;
+        }
+    }
     return NULL;
 }
 
@@ -44,6 +60,7 @@ int main(int argc, char **argv) {
     }
     sz_count(h, &n);
     if (n > 4096) return 1;
+    pthread_barrier_init(&barrier, NULL, THREADS);
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, work, (void *)(intptr_t)i);
     for (int i = 0; i < THREADS; i++) {
