@@ -1,5 +1,6 @@
 """ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 2)."""
 
+import concurrent.futures
 import ctypes
 import os
 import threading
@@ -193,6 +194,19 @@ class Cache:
     def read_into_ptr(self, index: int, ptr: int, capacity: int) -> None:
         """Write tensor index's bytes to host memory at ptr (capacity bytes)."""
         self._check(lib().sz_read_host(self._h, index, ctypes.c_void_p(ptr), capacity))
+
+    def read_many(self, items, threads: Optional[int] = None) -> None:
+        """read_into_ptr for many (index, ptr, capacity) items, on several
+        threads (the library call releases the GIL)."""
+        items = list(items)
+        workers = threads or min(8, os.cpu_count() or 1)
+        if workers <= 1 or len(items) <= 1:
+            for i, p, n in items:
+                self.read_into_ptr(i, p, n)
+            return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+            for f in [ex.submit(self.read_into_ptr, i, p, n) for i, p, n in items]:
+                f.result()
 
     def read_into(self, name: str, buf) -> None:
         """Write a tensor's original bytes into a writable buffer."""

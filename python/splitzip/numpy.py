@@ -20,7 +20,7 @@ DTYPES = {
 def load_file(cache: str, source: Optional[str] = None) -> Dict[str, np.ndarray]:
     """Every tensor of the checkpoint, bit for bit, as numpy arrays.
     Unknown dtypes come back as flat uint8 arrays of their bytes."""
-    out = {}
+    out, items = {}, []
     with Cache(cache, source) as c:
         for t in c.infos():
             dt = DTYPES.get(t.dtype)
@@ -30,6 +30,7 @@ def load_file(cache: str, source: Optional[str] = None) -> Dict[str, np.ndarray]
                 a = np.empty(t.shape, dtype=dt)
             if a.nbytes != t.nbytes:
                 raise ValueError(f"{t.name}: shape {t.shape} of {t.dtype} is {a.nbytes} bytes, tensor has {t.nbytes}")
-            c.read_into_ptr(t.index, a.ctypes.data, a.nbytes)
+            items.append((t.index, a.ctypes.data, a.nbytes))
             out[t.name] = a
+        c.read_many(items)
     return out

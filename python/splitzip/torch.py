@@ -38,16 +38,17 @@ def _check_size(index: int, t: torch.Tensor, nbytes: int) -> None:
 def _fill(c: Cache, items: list) -> list:
     """Fill (index, nbytes, tensor) items: CPU tensors now, CUDA tensors in
     one batch per device on its current stream. Returns the events."""
-    events, batches = [], {}
+    events, batches, host = [], {}, []
     for index, nbytes, t in items:
         _check_size(index, t, nbytes)
         if t.device.type == "cuda":
             dev = t.device.index if t.device.index is not None else torch.cuda.current_device()
             batches.setdefault(dev, []).append((index, nbytes, t))
         elif t.device.type == "cpu":
-            c.read_into_ptr(index, t.data_ptr(), nbytes)
+            host.append((index, t.data_ptr(), nbytes))
         else:
             raise ValueError(f"unsupported device {t.device}")
+    c.read_many(host)
     for dev, b in batches.items():
         stream = torch.cuda.current_stream(dev).cuda_stream
         events.append(c.upload_batch([i for i, _, _ in b], [t.data_ptr() for _, _, t in b],
