@@ -445,7 +445,8 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_scatter(const 
     for (uint64_t i = blockIdx.x; i < sp.count; i += gridDim.x) {
         const ScatterItem it = items[i];
         if (it.src < sp.count * sizeof(ScatterItem) || (it.src & 15) || it.src > sp.staged ||
-            align16(it.stored) > sp.staged - it.src || it.size > it.stored * (it.group_chunks ? 4 : 1)) {
+            it.stored > sp.staged - it.src || align16(it.stored) > sp.staged - it.src ||
+            it.size > it.stored * (it.group_chunks ? 4 : 1)) {
             if (tid == 0) {
                 atomicOr(err, SZ_ERR_ITEM);
             }

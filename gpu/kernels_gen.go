@@ -4,7 +4,7 @@ package gpu
 
 // Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
 const (
-	decodeSourceSHA256 = "d4db566486010a49db6ff93b99de7fea82e0c20338154035ba86a3fe8d6285ed"
-	decodeFatbinSHA256 = "bccff0dff86a42e10d906129813069bed59c92ee9bb78cd1c58c6911c9992b41"
+	decodeSourceSHA256 = "59399f1886dffbae6dafd901aab27e6c71a81799d4e2b81036ba7c4abba7fbbb"
+	decodeFatbinSHA256 = "61c284bead197e6c52aac2a8d2ec3df12e790e03745e15e68cf134b996c7325b"
 	decodeNVCCVersion  = "13.0"
 )

@@ -58,7 +58,7 @@ func PutScatterTable(table []byte, items []ScatterItem, staged uint64) error {
 			return fmt.Errorf("tensor %q: %w: %s", it.Name, ErrScatter, why)
 		}
 		switch {
-		case it.Src%16 != 0 || it.Src < tb || it.Src > staged || (it.Stored+15)&^15 > staged-it.Src:
+		case it.Src%16 != 0 || it.Src < tb || it.Src > staged || it.Stored > staged-it.Src || (it.Stored+15)&^15 > staged-it.Src:
 			return bad(fmt.Sprintf("stored bytes [%d, +%d) outside the staged [%d, %d)", it.Src, it.Stored, tb, staged))
 		case it.Dst == 0 && it.Size > 0:
 			return bad("null destination")

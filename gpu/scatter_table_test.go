@@ -44,3 +44,24 @@ func TestPutScatterTableRejects(t *testing.T) {
 		t.Errorf("valid items: %v", err)
 	}
 }
+
+// FuzzPutScatterTable checks that whatever items it is given, the table
+// check never panics and accepts only items inside the staged bytes.
+func FuzzPutScatterTable(f *testing.F) {
+	f.Add(uint64(128), uint64(10), uint64(10), uint64(4096), uint64(256), false)
+	f.Add(uint64(128), ^uint64(0)-3, uint64(10), uint64(4096), uint64(256), false)
+	f.Add(uint64(144), uint64(200), uint64(200), uint64(4096), uint64(512), true)
+	f.Fuzz(func(t *testing.T, src, stored, size, dst, staged uint64, payload bool) {
+		it := ScatterItem{Name: "t", Dst: dst, Src: src, Stored: stored, Size: size}
+		if payload {
+			it.Header = &codec.Header{Size: stored, Values: size / 2, GroupChunks: 64, ChunkValues: codec.ChunkValues}
+		}
+		items := []ScatterItem{it}
+		if err := PutScatterTable(make([]byte, ScatterTableBytes(1)), items, staged); err != nil {
+			return
+		}
+		if src < ScatterTableBytes(1) || src+stored < src || src+stored > staged || src+(stored+15)&^15 > staged {
+			t.Fatalf("accepted an item outside the staged bytes: %+v, staged %d", it, staged)
+		}
+	})
+}
