@@ -6,9 +6,9 @@
  * A loader opens a splitzip cache, finds tensors by name, by content key
  * or by the source slice they came from (shard file, byte offset, byte
  * size), and gets each tensor's original bytes, bit for bit, either into
- * host memory (sz_read_host) or into a device range it owns on a CUDA
- * stream it owns (sz_upload_batch, sz_upload), in the primary context of the device (the
- * one the CUDA runtime and PyTorch use). Tensors with a SplitZip payload
+ * host memory (sz_read_host) or into device ranges it owns on a CUDA
+ * stream it owns (sz_upload_batch, sz_upload), in the primary context of
+ * the device (the one the CUDA runtime and PyTorch use). Tensors with a SplitZip payload
  * are copied compressed and decoded in place on the GPU; the others are
  * copied raw from their source shard. Small tensors (up to 256 KiB stored)
  * are packed several to a copy and written to their ranges by one kernel.
@@ -129,12 +129,14 @@ sz_status sz_upload_batch(uintptr_t handle, uint64_t n, const uint64_t *indices,
 /* sz_upload enqueues on stream (a CUstream/cudaStream_t of device
  * ordinal device; 0 is the legacy default stream) the transfer of tensor
  * index into the device range [dst, dst + cap), cap >= nbytes, and
- * returns an event recorded after it. The caller may make its streams wait
- * on it (cuStreamWaitEvent/cudaStreamWaitEvent) or call sz_event_wait. */
+ * returns an event recorded after it: sz_upload_batch of one tensor. The
+ * caller may make its streams wait on it (cuStreamWaitEvent or
+ * cudaStreamWaitEvent) or call sz_event_wait. */
 sz_status sz_upload(uintptr_t handle, uint64_t index, int device, uint64_t dst, uint64_t cap, uintptr_t stream, uintptr_t *event);
 
-/* sz_event_wait blocks until the upload behind event has completed (it
- * synchronizes the upload's stream) and returns the errors of its work. */
+/* sz_event_wait blocks until the upload behind event has completed and
+ * returns the errors of its work (a failed copy, a payload the decode
+ * kernel found corrupt). It waits for the event, not for the stream. */
 sz_status sz_event_wait(uintptr_t handle, uintptr_t event);
 
 /* sz_event_release frees an event from sz_upload or sz_upload_batch; the
