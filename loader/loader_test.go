@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 func fixture(t *testing.T) (*Loader, string) {
@@ -169,6 +171,9 @@ func TestUploadBatch(t *testing.T) {
 	if !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), victim.Name) {
 		t.Errorf("corrupt payload: %v, want a checksum error naming %s", err, victim.Name)
 	}
+	if _, err := l.UploadBatch([]int{0}, 99, []uint64{uint64(d)}, []uint64{victim.Size}, 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("device 99: %v, want ErrInvalid", err)
+	}
 }
 
 // TestUpload uploads every tensor into device memory on a stream of our
@@ -204,5 +209,47 @@ func TestUpload(t *testing.T) {
 	}
 	if _, err := l.Upload(0, 0, 0, 0, uintptr(s)); err == nil && l.Tensors()[0].Size > 0 {
 		t.Error("upload into a null destination accepted")
+	}
+}
+
+// TestUploadBatchChecksFirst checks the arguments of a batch that fail
+// before any device is touched, so it runs without a GPU.
+func TestUploadBatchChecksFirst(t *testing.T) {
+	l, _ := fixture(t)
+	var comp *Tensor
+	for i := range l.Tensors() {
+		if tn := &l.Tensors()[i]; tn.Compressed && tn.Size > 2 {
+			comp = tn
+		}
+	}
+	one := func(i int, dst, capacity uint64) error {
+		_, err := l.UploadBatch([]int{i}, 0, []uint64{dst}, []uint64{capacity}, 0)
+		return err
+	}
+	for _, c := range []struct {
+		what string
+		err  error
+		want error
+	}{
+		{"index out of range", one(len(l.Tensors()), 4096, 1<<30), ErrInvalid},
+		{"negative index", one(-1, 4096, 1<<30), ErrInvalid},
+		{"destination too small", one(comp.Index, 4096, comp.Size-1), ErrTooSmall},
+		{"null destination", one(comp.Index, 0, comp.Size), ErrInvalid},
+		{"unaligned destination of a compressed tensor", one(comp.Index, 4104, comp.Size), ErrInvalid},
+	} {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: %v, want %v", c.what, c.err, c.want)
+		}
+	}
+	if _, err := l.UploadBatch([]int{comp.Index}, 0, nil, nil, 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("arrays of different lengths: %v", err)
+	}
+	// A source shard touched since compression.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(comp.Shard, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := one(comp.Index, 4096, comp.Size); !errors.Is(err, shardcache.ErrSourceChanged) {
+		t.Errorf("changed source: %v, want ErrSourceChanged", err)
 	}
 }
