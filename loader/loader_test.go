@@ -171,7 +171,7 @@ func TestUploadBatch(t *testing.T) {
 	if !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), victim.Name) {
 		t.Errorf("corrupt payload: %v, want a checksum error naming %s", err, victim.Name)
 	}
-	if _, err := l.UploadBatch([]int{0}, 99, []uint64{uint64(d)}, []uint64{victim.Size}, 0); !errors.Is(err, ErrInvalid) {
+	if _, err := l.UploadBatch([]int{victim.Index}, 99, []uint64{uint64(d)}, []uint64{victim.Size}, 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("device 99: %v, want ErrInvalid", err)
 	}
 }
