@@ -35,8 +35,8 @@ type CUDAEngine struct {
 	events      []*cudaEvent // live events
 	reclaimNext int
 	pinned      map[*byte]uint64
-	timing      bool       // Timer: bracket copies and decodes with timing events
-	origin      cuda.Event // Timer: time zero
+	timing      atomic.Bool // Timer: bracket copies and decodes with timing events
+	origin      cuda.Event  // Timer: time zero
 	timedOps    []timedOp
 	spare       map[uint64][][]byte // freed pinned buffers kept for reuse, by size
 	kept        uint64              // bytes in spare
@@ -240,10 +240,7 @@ type timedOp struct {
 // timed enqueues op on stream s, between two timing events when timing.
 // Without its events, the op runs untimed.
 func (e *CUDAEngine) timed(s int, decode bool, op func() error) error {
-	e.mu.Lock()
-	on := e.timing
-	e.mu.Unlock()
-	if !on {
+	if !e.timing.Load() {
 		return op()
 	}
 	start, err := e.timingEvent(s)
@@ -287,7 +284,8 @@ func (e *CUDAEngine) StartTiming() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropTimes()
-	e.timing, e.origin = true, ev
+	e.origin = ev
+	e.timing.Store(true)
 	return nil
 }
 
@@ -296,7 +294,7 @@ func (e *CUDAEngine) TakeTimes() (DeviceTimes, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer e.dropTimes()
-	e.timing = false
+	e.timing.Store(false)
 	if e.origin == 0 {
 		return DeviceTimes{}, nil
 	}
@@ -370,9 +368,9 @@ func (e *CUDAEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) erro
 	return e.timed(s, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), e.streams[s]) })
 }
 
-// cudaEvent is an engine event. Record reclaims completed events once
-// many are live, marking them dead first: a dead event has completed, so
-// waiting for it returns at once.
+// cudaEvent is an engine event. It remembers having completed without
+// error; Record reclaims such events once many are live, marking them done
+// before destroying them, so waiting for one returns at once.
 //
 // Events block rather than spin in Wait: transports wait on many at once
 // (a staging buffer's last copy, each binding's fence), and spinning
@@ -380,16 +378,15 @@ func (e *CUDAEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) erro
 type cudaEvent struct {
 	e    *CUDAEngine
 	ev   cuda.Event
-	dead atomic.Bool // destroyed by reclaim, after it completed
-	done atomic.Bool // seen complete without error
+	done atomic.Bool // completed without error (and perhaps destroyed)
 }
 
 func (c *cudaEvent) Wait() error {
-	if c.dead.Load() || c.done.Load() {
+	if c.done.Load() {
 		return nil
 	}
 	err := c.e.ctx.EventSynchronize(c.ev)
-	if err != nil && c.dead.Load() {
+	if err != nil && c.done.Load() {
 		return nil // reclaimed while we waited: it had completed
 	}
 	if err == nil {
@@ -399,7 +396,7 @@ func (c *cudaEvent) Wait() error {
 }
 
 func (c *cudaEvent) Done() bool {
-	if c.dead.Load() || c.done.Load() {
+	if c.done.Load() {
 		return true
 	}
 	done, err := c.e.ctx.Query(c.ev)
@@ -444,7 +441,7 @@ func (e *CUDAEngine) reclaim() {
 			live = append(live, c)
 			continue
 		}
-		c.dead.Store(true)
+		c.done.Store(true)
 		e.ctx.DestroyEvent(c.ev)
 	}
 	clear(e.events[len(live):])
@@ -457,11 +454,11 @@ func (e *CUDAEngine) WaitEvent(s int, ev Event) error {
 	if !ok {
 		return ev.Wait()
 	}
-	if c.dead.Load() {
+	if c.done.Load() {
 		return nil
 	}
 	err := e.ctx.StreamWaitEvent(e.streams[s], c.ev)
-	if err != nil && c.dead.Load() {
+	if err != nil && c.done.Load() {
 		return nil
 	}
 	return err
@@ -514,7 +511,7 @@ func (e *CUDAEngine) Close() error {
 	e.mu.Lock()
 	e.dropTimes()
 	for _, c := range e.events {
-		c.dead.Store(true)
+		c.done.Store(true) // the engine is closing: nothing may wait on it now
 		e.ctx.DestroyEvent(c.ev)
 	}
 	e.events = nil

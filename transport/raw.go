@@ -123,7 +123,30 @@ func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
 		}
 		emu.Unlock()
 	}
-	for range r.opts.Readers {
+	out := make([]Fence, len(bs))
+	var small []smallItem
+	isSmall := make([]bool, len(bs))
+	for i, b := range bs {
+		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {
+			small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: r.fill(b)})
+			isSmall[i] = true
+		}
+	}
+	var pwg sync.WaitGroup
+	pwg.Go(func() { r.pack.upload(small, out) })
+	var pieces []piece
+	for i, b := range bs {
+		switch {
+		case isSmall[i]:
+		case r.opts.Resident || b.Size == 0:
+			pieces = append(pieces, piece{i, 0, b.Size}) // resident: one piece, the resident buffer
+		default:
+			for off := uint64(0); off < b.Size; off += r.opts.SlotBytes {
+				pieces = append(pieces, piece{i, off, min(r.opts.SlotBytes, b.Size-off)})
+			}
+		}
+	}
+	for range min(r.opts.Readers, len(pieces)) {
 		wg.Go(func() {
 			for p := range work {
 				b := bs[p.i]
@@ -144,31 +167,8 @@ func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
 			}
 		})
 	}
-	out := make([]Fence, len(bs))
-	var small []smallItem
-	isSmall := make([]bool, len(bs))
-	for i, b := range bs {
-		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {
-			small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: r.fill(b)})
-			isSmall[i] = true
-		}
-	}
-	var pwg sync.WaitGroup
-	pwg.Go(func() { r.pack.upload(small, out) })
-	for i, b := range bs {
-		if isSmall[i] {
-			continue
-		}
-		if r.opts.Resident {
-			work <- piece{i, 0, b.Size} // one piece: the resident buffer
-			continue
-		}
-		for off := uint64(0); off < b.Size || off == 0; off += r.opts.SlotBytes {
-			work <- piece{i, off, min(r.opts.SlotBytes, b.Size-off)}
-			if b.Size == 0 {
-				break
-			}
-		}
+	for _, p := range pieces {
+		work <- p
 	}
 	close(work)
 	wg.Wait()

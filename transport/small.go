@@ -79,25 +79,31 @@ func (p *packer) upload(items []smallItem, out []Fence) {
 		}
 		return
 	}
+	// Lay out the packs first, so that no more workers start than there
+	// are packs (a layer's small tensors often make one).
+	var packs [][]smallItem
+	start, used := 0, uint64(0)
+	for k, it := range items {
+		need := align16(it.stored)
+		if k > start && align16(gpu.ScatterTableBytes(k-start+1))+used+need > packBytes {
+			packs = append(packs, items[start:k])
+			start, used = k, 0
+		}
+		used += need
+	}
+	packs = append(packs, items[start:])
 	work := make(chan []smallItem)
 	var wg sync.WaitGroup
-	for range p.workers {
+	for range min(p.workers, len(packs)) {
 		wg.Go(func() {
 			for pack := range work {
 				p.send(pack, out)
 			}
 		})
 	}
-	start, used := 0, uint64(0)
-	for k, it := range items {
-		need := align16(it.stored)
-		if k > start && align16(gpu.ScatterTableBytes(k-start+1))+used+need > packBytes {
-			work <- items[start:k]
-			start, used = k, 0
-		}
-		used += need
+	for _, pack := range packs {
+		work <- pack
 	}
-	work <- items[start:]
 	close(work)
 	wg.Wait()
 }

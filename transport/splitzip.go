@@ -113,7 +113,7 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 		}
 	}
 	work := make(chan target)
-	for range z.opts.Readers {
+	for range min(z.opts.Readers, len(targets)) {
 		wg.Go(func() {
 			for t := range work {
 				f, err := z.upload(t)
