@@ -61,6 +61,7 @@ fuzz:
 	$(GO) test ./codec -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME)
 	$(GO) test ./codec -run XXX -fuzz FuzzRoundTrip -fuzztime $(FUZZTIME)
 	$(GO) test ./safetensors -run XXX -fuzz FuzzRead -fuzztime $(FUZZTIME)
+	$(GO) test ./safetensors -run XXX -fuzz FuzzConformance -fuzztime $(FUZZTIME)
 	$(GO) test ./gpu -run XXX -fuzz FuzzPutScatterTable -fuzztime $(FUZZTIME)
 
 bench:

@@ -48,10 +48,13 @@ type Totals struct {
 
 // CompressResult reports a Compress run.
 type CompressResult struct {
-	Source   string        `json:"source"`
-	Output   string        `json:"output"`
-	Shards   int           `json:"shards"`
-	Totals   Totals        `json:"totals"`
+	Source string `json:"source"`
+	Output string `json:"output"`
+	Shards int    `json:"shards"`
+	Totals Totals `json:"totals"`
+	// Warnings lists what the sources have that the reference
+	// safetensors implementation refuses and the cache keeps.
+	Warnings []string      `json:"warnings,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
 }
 
@@ -94,6 +97,11 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	w.SetNoSync(opts.NoSync)
 
 	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards)}
+	for _, s := range ck.Shards {
+		for _, d := range s.Header.Deviations {
+			res.Warnings = append(res.Warnings, s.Path+": "+d)
+		}
+	}
 	src1 := shardcache.Source{Root: ck.Root, Created: time.Now().UTC(), MinSaving: opts.MinSaving}
 	if ck.Index != nil {
 		key, err := w.PutBytes(ck.Index.Raw)

@@ -9,10 +9,12 @@ import (
 	"io"
 	"math/bits"
 	"sort"
+	"unicode/utf8"
 )
 
-// MaxHeaderSize bounds the JSON header, as the reference implementation does.
-const MaxHeaderSize = 100 << 20
+// MaxHeaderSize bounds the JSON header at 100,000,000 bytes, the
+// reference implementation's limit.
+const MaxHeaderSize = 100_000_000
 
 // ErrFormat reports a file that is not a valid safetensors file.
 var ErrFormat = errors.New("invalid safetensors file")
@@ -61,34 +63,62 @@ type File struct {
 	Size      uint64            // file size
 	Header    []byte            // the 8-byte length and the JSON header, as stored
 	Metadata  map[string]string // __metadata__
-	Tensors   []Tensor          // ordered by Begin, then name
+	Tensors   []Tensor          // ordered by (Begin, End), then name
 	DataStart uint64            // offset of the data section
+	// Deviations lists what this file has that the reference
+	// implementation refuses but splitzip keeps, byte for byte: holes
+	// between tensors, bytes after the last tensor, dtypes it does not
+	// know (docs/splitzip.md, "Source files").
+	Deviations []string
 }
 
-// DTypeSize returns the bytes per element of the dtypes this package
-// knows, and false for others.
-func DTypeSize(dtype string) (uint64, bool) {
-	switch dtype {
-	case "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E4M3FN", "F8_E5M2FNUZ", "F8_E4M3FNUZ", "F8_E8M0":
-		return 1, true
-	case "I16", "U16", "F16", "BF16":
-		return 2, true
-	case "I32", "U32", "F32":
-		return 4, true
-	case "I64", "U64", "F64", "C64":
-		return 8, true
+// dtypeBits holds the bits per element of every dtype of the reference
+// implementation.
+var dtypeBits = map[string]uint64{
+	"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+	"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
+	"I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+	"I32": 32, "U32": 32, "F32": 32,
+	"I64": 64, "U64": 64, "F64": 64, "C64": 64,
+}
+
+// DTypeBits returns the bits per element of the reference dtypes, and
+// false for others.
+func DTypeBits(dtype string) (uint64, bool) {
+	b, ok := dtypeBits[dtype]
+	return b, ok
+}
+
+// TensorBytes returns the bytes a tensor of a reference dtype and shape
+// occupies. It reports an error for a shape whose element or bit count
+// overflows 64 bits (checked in shape order, as the reference does) and
+// for a bit count that is not a multiple of 8; ok is false for dtypes
+// the reference does not know.
+func TensorBytes(dtype string, shape []uint64) (n uint64, ok bool, err error) {
+	b, ok := DTypeBits(dtype)
+	if !ok {
+		return 0, false, nil
 	}
-	return 0, false
-}
-
-type rawTensor struct {
-	DType       *string   `json:"dtype"`
-	Shape       *[]uint64 `json:"shape"`
-	DataOffsets *[]uint64 `json:"data_offsets"`
+	elems := uint64(1)
+	for _, d := range shape {
+		hi, lo := bits.Mul64(elems, d)
+		if hi != 0 {
+			return 0, true, fmt.Errorf("shape %v overflows", shape)
+		}
+		elems = lo
+	}
+	hi, nbits := bits.Mul64(elems, b)
+	if hi != 0 {
+		return 0, true, fmt.Errorf("shape %v of %s overflows", shape, dtype)
+	}
+	if nbits%8 != 0 {
+		return 0, true, fmt.Errorf("shape %v of %s is %d bits, not a whole number of bytes", shape, dtype, nbits)
+	}
+	return nbits / 8, true, nil
 }
 
 // Read parses and validates the header of a safetensors file of size
-// bytes. name is used in errors.
+// bytes by the reference implementation's rules. name is used in errors.
 func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 	bad := func(tensor, format string, args ...any) error {
 		return &FormatError{File: name, Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
@@ -112,49 +142,41 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		return nil, fmt.Errorf("%s: reading header: %w", name, err)
 	}
 	f := &File{Name: name, Size: uint64(size), Header: head, DataStart: 8 + hlen}
-	fields, err := objectFields(head[8:])
+	if !utf8.Valid(head[8:]) {
+		return nil, bad("", "header is not valid UTF-8")
+	}
+	fields, err := objectFields(head[8:], false)
 	if err != nil {
 		return nil, bad("", "header is not a JSON object: %v", err)
 	}
+	dataLen := uint64(size) - f.DataStart
 	for _, kv := range fields {
 		if kv.key == "__metadata__" {
-			if err := json.Unmarshal(kv.value, &f.Metadata); err != nil {
-				return nil, bad("", "__metadata__ is not a map of strings: %v", err)
+			if f.Metadata, err = parseMetadata(kv.value); err != nil {
+				return nil, bad("", "__metadata__ %v", err)
 			}
 			continue
 		}
-		var rt rawTensor
-		dec := json.NewDecoder(bytes.NewReader(kv.value))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&rt); err != nil {
+		e, err := parseEntry(kv.value)
+		if err != nil {
 			return nil, bad(kv.key, "bad entry: %v", err)
 		}
-		if rt.DType == nil || rt.Shape == nil || rt.DataOffsets == nil {
-			return nil, bad(kv.key, "entry lacks dtype, shape or data_offsets")
+		b, end := e.offsets[0], e.offsets[1]
+		if b > end {
+			return nil, bad(kv.key, "data_offsets [%d, %d] are reversed", b, end)
 		}
-		if len(*rt.DataOffsets) != 2 {
-			return nil, bad(kv.key, "data_offsets has %d values, want 2", len(*rt.DataOffsets))
+		if end > dataLen {
+			return nil, bad(kv.key, "data_offsets [%d, %d] run past the end of the file (%d data bytes)", b, end, dataLen)
 		}
-		b, e := (*rt.DataOffsets)[0], (*rt.DataOffsets)[1]
-		if b > e {
-			return nil, bad(kv.key, "data_offsets [%d, %d] are reversed", b, e)
-		}
-		if e > uint64(size)-f.DataStart {
-			return nil, bad(kv.key, "data_offsets [%d, %d] run past the end of the file (%d data bytes)", b, e, uint64(size)-f.DataStart)
-		}
-		t := Tensor{Name: kv.key, DType: *rt.DType, Shape: *rt.Shape, Begin: f.DataStart + b, End: f.DataStart + e}
-		if es, ok := DTypeSize(t.DType); ok {
-			n := es
-			for _, d := range t.Shape {
-				hi, lo := bits.Mul64(n, d)
-				if hi != 0 {
-					return nil, bad(kv.key, "shape %v overflows", t.Shape)
-				}
-				n = lo
-			}
-			if n != t.Size() {
-				return nil, bad(kv.key, "shape %v of %s needs %d bytes, data_offsets give %d", t.Shape, t.DType, n, t.Size())
-			}
+		t := Tensor{Name: kv.key, DType: e.dtype, Shape: e.shape, Begin: f.DataStart + b, End: f.DataStart + end}
+		n, known, err := TensorBytes(t.DType, t.Shape)
+		switch {
+		case err != nil:
+			return nil, bad(kv.key, "%v", err)
+		case !known:
+			f.Deviations = append(f.Deviations, fmt.Sprintf("tensor %q: dtype %q is not a safetensors dtype; kept as raw bytes", t.Name, t.DType))
+		case n != t.Size():
+			return nil, bad(kv.key, "shape %v of %s needs %d bytes, data_offsets give %d", t.Shape, t.DType, n, t.Size())
 		}
 		f.Tensors = append(f.Tensors, t)
 	}
@@ -163,24 +185,139 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		if a.Begin != b.Begin {
 			return a.Begin < b.Begin
 		}
+		if a.End != b.End {
+			return a.End < b.End
+		}
 		return a.Name < b.Name
 	})
-	for i := 1; i < len(f.Tensors); i++ {
-		if prev, t := &f.Tensors[i-1], &f.Tensors[i]; t.Begin < prev.End {
-			return nil, bad(t.Name, "bytes [%d, %d) overlap tensor %q", t.Begin, t.End, prev.Name)
+	pos := f.DataStart
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		switch {
+		case t.Begin < pos:
+			return nil, bad(t.Name, "bytes [%d, %d) overlap tensor %q", t.Begin, t.End, f.Tensors[i-1].Name)
+		case t.Begin > pos:
+			f.Deviations = append(f.Deviations, fmt.Sprintf("bytes [%d, %d) before tensor %q belong to no tensor; kept", pos, t.Begin, t.Name))
 		}
+		pos = t.End
+	}
+	if pos < f.Size {
+		f.Deviations = append(f.Deviations, fmt.Sprintf("%d bytes after the last tensor; kept", f.Size-pos))
 	}
 	return f, nil
 }
+
+// entry is a tensor's header entry.
+type entry struct {
+	dtype   string
+	shape   []uint64
+	offsets [2]uint64
+}
+
+// parseEntry reads a tensor entry: an object with dtype, shape and
+// data_offsets (other fields are ignored, as the reference ignores them;
+// a repeated field is an error), or the array [dtype, shape,
+// data_offsets], which the reference's deserializer accepts too.
+func parseEntry(v json.RawMessage) (entry, error) {
+	var e entry
+	var dt, sh, off json.RawMessage
+	switch firstByte(v) {
+	case '{':
+		fields, err := objectFields(v, false)
+		if err != nil {
+			return e, err
+		}
+		for _, f := range fields {
+			switch f.key {
+			case "dtype":
+				dt = f.value
+			case "shape":
+				sh = f.value
+			case "data_offsets":
+				off = f.value
+			}
+		}
+		if dt == nil || sh == nil || off == nil {
+			return e, errors.New("entry lacks dtype, shape or data_offsets")
+		}
+	case '[':
+		var a []json.RawMessage
+		if err := json.Unmarshal(v, &a); err != nil {
+			return e, err
+		}
+		if len(a) != 3 {
+			return e, fmt.Errorf("an array entry has %d elements, want 3", len(a))
+		}
+		dt, sh, off = a[0], a[1], a[2]
+	default:
+		return e, errors.New("entry is not an object")
+	}
+	var offs []uint64
+	for _, x := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  any
+	}{{"dtype", dt, &e.dtype}, {"shape", sh, &e.shape}, {"data_offsets", off, &offs}} {
+		if firstByte(x.raw) == 'n' {
+			return e, fmt.Errorf("%s is null", x.name)
+		}
+		if err := json.Unmarshal(x.raw, x.dst); err != nil {
+			return e, fmt.Errorf("%s: %v", x.name, err)
+		}
+	}
+	if len(offs) != 2 {
+		return e, fmt.Errorf("data_offsets has %d values, want 2", len(offs))
+	}
+	if e.shape == nil {
+		e.shape = []uint64{}
+	}
+	e.offsets = [2]uint64{offs[0], offs[1]}
+	return e, nil
+}
+
+// parseMetadata reads __metadata__: null, or an object of strings (a
+// repeated key keeps its last value, as the reference does).
+func parseMetadata(v json.RawMessage) (map[string]string, error) {
+	if firstByte(v) == 'n' {
+		return nil, nil
+	}
+	fields, err := objectFields(v, true)
+	if err != nil {
+		return nil, fmt.Errorf("is not a map of strings: %v", err)
+	}
+	m := make(map[string]string, len(fields))
+	for _, f := range fields {
+		var s string
+		if firstByte(f.value) != '"' || json.Unmarshal(f.value, &s) != nil {
+			return nil, fmt.Errorf("is not a map of strings: %q is %s", f.key, f.value)
+		}
+		m[f.key] = s
+	}
+	return m, nil
+}
+
+// firstByte returns the first byte of a JSON value, 0 for none.
+func firstByte(v json.RawMessage) byte {
+	v = bytes.TrimLeft(v, jsonSpace)
+	if len(v) == 0 {
+		return 0
+	}
+	return v[0]
+}
+
+// jsonSpace is the whitespace JSON allows between tokens, and the only
+// bytes the reference accepts after the header object.
+const jsonSpace = " \t\r\n"
 
 type field struct {
 	key   string
 	value json.RawMessage
 }
 
-// objectFields splits a JSON object into its fields, in order, rejecting
-// duplicate keys (which encoding/json would silently merge).
-func objectFields(b []byte) ([]field, error) {
+// objectFields splits a JSON object into its fields, in order. Duplicate
+// keys, which encoding/json would silently merge, are an error unless
+// dups is set.
+func objectFields(b []byte, dups bool) ([]field, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	tok, err := dec.Token()
 	if err != nil {
@@ -200,7 +337,7 @@ func objectFields(b []byte) ([]field, error) {
 		if !ok {
 			return nil, fmt.Errorf("key %v is not a string", tok)
 		}
-		if seen[key] {
+		if seen[key] && !dups {
 			return nil, fmt.Errorf("duplicate key %q", key)
 		}
 		seen[key] = true
@@ -213,9 +350,9 @@ func objectFields(b []byte) ([]field, error) {
 	if _, err := dec.Token(); err != nil {
 		return nil, err
 	}
-	// Only padding (spaces) may follow the object.
+	// Only whitespace may follow the object.
 	rest := b[dec.InputOffset():]
-	if len(bytes.TrimRight(rest, " \x00")) != 0 {
+	if len(bytes.TrimLeft(rest, jsonSpace)) != 0 {
 		return nil, fmt.Errorf("trailing bytes after the object")
 	}
 	return out, nil

@@ -42,14 +42,12 @@ func EncodeHeader(metadata map[string]string, specs []TensorSpec) ([]byte, []uin
 	var off uint64
 	rel := make([]uint64, len(specs))
 	for i, s := range specs {
-		if es, ok := DTypeSize(s.DType); ok {
-			n := es
-			for _, d := range s.Shape {
-				n *= d
-			}
-			if n != s.Size {
-				return nil, nil, fmt.Errorf("safetensors: tensor %q: shape %v of %s is %d bytes, not %d", s.Name, s.Shape, s.DType, n, s.Size)
-			}
+		n, known, err := TensorBytes(s.DType, s.Shape)
+		if err != nil {
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: %v", s.Name, err)
+		}
+		if known && n != s.Size {
+			return nil, nil, fmt.Errorf("safetensors: tensor %q: shape %v of %s is %d bytes, not %d", s.Name, s.Shape, s.DType, n, s.Size)
 		}
 		sep()
 		name, _ := json.Marshal(s.Name)

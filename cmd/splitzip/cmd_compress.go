@@ -58,6 +58,9 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if g.JSON {
 		return printJSON(g.stdout, "compress_summary", res)
 	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(g.stderr, "warning: %s (the reference safetensors loader refuses this)\n", w)
+	}
 	t := res.Totals
 	secs := res.Duration.Seconds()
 	fmt.Fprintf(g.stdout, "compressed %d tensors (%d SplitZip) from %d shards: %s -> %s (%.1f%% saved; BF16 %.3f bits/value) in %.2fs, %.2f GB/s\n",
