@@ -37,17 +37,30 @@ type Checkpoint struct {
 }
 
 // Open resolves path to a checkpoint and reads every shard's header.
+// Symlinks are followed for reading but names come from the path given:
+// in a Hugging Face hub snapshot the shards and the index are links into
+// blobs/, and the checkpoint is still model.safetensors.index.json and
+// its model-*.safetensors files.
 func Open(path string) (*Checkpoint, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
 	}
-	if abs, err = filepath.EvalSymlinks(abs); err != nil {
-		return nil, err
-	}
 	st, err := os.Stat(abs)
 	if err != nil {
 		return nil, err
+	}
+	if st.IsDir() {
+		if abs, err = filepath.EvalSymlinks(abs); err != nil {
+			return nil, err
+		}
+	} else {
+		// Resolve the directory only, and keep the file's own name.
+		dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
+		if err != nil {
+			return nil, err
+		}
+		abs = filepath.Join(dir, filepath.Base(abs))
 	}
 	ck := &Checkpoint{Root: abs}
 	var names []string
@@ -61,8 +74,10 @@ func Open(path string) (*Checkpoint, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors") {
-				names = append(names, e.Name())
+			if strings.HasSuffix(e.Name(), ".safetensors") && !e.IsDir() {
+				if fi, err := os.Stat(filepath.Join(abs, e.Name())); err == nil && fi.Mode().IsRegular() {
+					names = append(names, e.Name())
+				}
 			}
 		}
 		if len(names) == 0 {

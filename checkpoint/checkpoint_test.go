@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,5 +55,43 @@ func TestContains(t *testing.T) {
 		if got := Contains(root, path); got != want {
 			t.Errorf("Contains(%s, %s) = %v", root, path, got)
 		}
+	}
+}
+
+// TestHubSnapshot opens a checkpoint laid out as a Hugging Face hub cache
+// does: the snapshot's index and shards are symlinks into blobs/ named by
+// hash, and the names the user sees are kept.
+func TestHubSnapshot(t *testing.T) {
+	src := t.TempDir()
+	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 1 << 20, Shards: 2, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	hub := t.TempDir()
+	blobs, snap := filepath.Join(hub, "blobs"), filepath.Join(hub, "snapshots", "abc123")
+	os.MkdirAll(blobs, 0o755)
+	os.MkdirAll(snap, 0o755)
+	ents, _ := os.ReadDir(src)
+	for i, e := range ents {
+		blob := filepath.Join(blobs, fmt.Sprintf("%040x", i+1))
+		if err := os.Rename(filepath.Join(src, e.Name()), blob); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "..", "blobs", filepath.Base(blob)), filepath.Join(snap, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{snap, filepath.Join(snap, safetensors.IndexFileName)} {
+		ck, err := Open(p)
+		if err != nil {
+			t.Fatalf("open %s: %v", p, err)
+		}
+		if ck.Root != snap || ck.Index == nil || ck.IndexName != safetensors.IndexFileName || len(ck.Shards) != 2 || ck.Shards[0].Name != "model-00001-of-00002.safetensors" {
+			t.Fatalf("open %s: root %s, index %s, shards %d", p, ck.Root, ck.IndexName, len(ck.Shards))
+		}
+	}
+	one := filepath.Join(snap, "model-00002-of-00002.safetensors")
+	ck, err := Open(one)
+	if err != nil || ck.Root != snap || len(ck.Shards) != 1 || ck.Shards[0].Name != filepath.Base(one) || ck.Shards[0].Size == 0 {
+		t.Fatalf("open one linked shard: %v %+v", err, ck)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/checkpoint"
+	"github.com/splitzip/splitzip/internal/atomicfile"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -53,7 +54,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*Decom
 	if checkpoint.Contains(s.Root, opts.Output) {
 		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
 	}
-	if err := os.MkdirAll(opts.Output, 0o755); err != nil {
+	if err := os.MkdirAll(opts.Output, atomicfile.DirPerm); err != nil {
 		return nil, err
 	}
 	res := &DecompressResult{Source: s.Root, Output: opts.Output}
@@ -92,7 +93,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*Decom
 		}
 		sh := &s.Shards[i]
 		path := filepath.Join(opts.Output, sh.Name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), atomicfile.DirPerm); err != nil {
 			return nil, err
 		}
 		err := writeAtomic(path, func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p) })
@@ -240,7 +241,7 @@ func restoreStreaming(c *shardcache.Cache, t *shardcache.Tensor, w *bufio.Writer
 
 // writeAtomic writes a file through a temporary name in the same directory.
 func writeAtomic(path string, fill func(*bufio.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	f, err := atomicfile.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/synth"
@@ -232,6 +233,47 @@ func TestInterruptedCompressLeavesNoCache(t *testing.T) {
 	}
 	if _, err := Verify(context.Background(), cache, VerifyOptions{}); err == nil {
 		t.Error("verify accepted the cache of a failed compress")
+	}
+	// A failed first compress leaves no object files behind.
+	n := 0
+	filepath.WalkDir(filepath.Join(cache, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	if n != 0 {
+		t.Errorf("a failed compress left %d object files", n)
+	}
+}
+
+// TestFileModes: under umask 022 every file of the cache and of a restored
+// checkpoint is 0644 and every directory 0755, as cp makes them.
+func TestFileModes(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	gen(t, src, 1<<20, 2, 9)
+	compress(t, src, cache, true)
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{cache, out} {
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			st, _ := d.Info()
+			want := os.FileMode(0o644)
+			if d.IsDir() {
+				want = 0o755
+			}
+			if st.Mode().Perm() != want {
+				t.Errorf("%s: mode %v, want %v", p, st.Mode().Perm(), want)
+			}
+			return nil
+		})
 	}
 }
 

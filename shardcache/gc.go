@@ -1,7 +1,9 @@
 package shardcache
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -79,22 +81,33 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 		}
 	}
 	w.mu.Unlock()
-	if dryRun {
-		return res, nil
-	}
-	if err := w.Commit(); err != nil {
-		return res, err
-	}
-	err := filepath.WalkDir(filepath.Join(w.dir, "objects"), func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || known[p] {
-			return err
+	if !dryRun {
+		if err := w.Commit(); err != nil {
+			return res, err
 		}
-		if info, ierr := d.Info(); ierr == nil {
-			res.Files++
-			res.Bytes += uint64(info.Size())
+	}
+	// Files no index entry names: objects of a run that was killed, and
+	// its temporary files.
+	for _, sub := range []string{"objects", "tmp"} {
+		err := filepath.WalkDir(filepath.Join(w.dir, sub), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || known[p] {
+				return err
+			}
+			if info, ierr := d.Info(); ierr == nil {
+				res.Files++
+				res.Bytes += uint64(info.Size())
+			}
+			if dryRun {
+				return nil
+			}
+			return os.Remove(p)
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return res, err
 		}
-		return os.Remove(p)
-	})
-	res.Files = max(0, res.Files-res.Objects) // dropped objects were walked as files too
-	return res, err
+	}
+	if !dryRun {
+		res.Files = max(0, res.Files-res.Objects) // dropped objects were walked as files too
+	}
+	return res, nil
 }

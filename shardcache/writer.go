@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/splitzip/splitzip/internal/atomicfile"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -19,6 +21,10 @@ type Writer struct {
 	mu     sync.Mutex
 	ix     *Index
 	noSync bool
+	// added holds the objects moved into place since the last Commit; Close
+	// removes them when no Commit followed, so a failed run leaves nothing
+	// behind that gc would have to find.
+	added map[Key]bool
 }
 
 // SetNoSync makes Commit skip flushing objects and the index to disk. A
@@ -49,14 +55,14 @@ func Create(dir string) (*Writer, error) {
 		}
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "objects"), filepath.Join(dir, "tmp")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, atomicfile.DirPerm); err != nil {
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
 		return nil, err
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, atomicfile.Perm)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +79,7 @@ func Create(dir string) (*Writer, error) {
 		}
 		ix = c.ix
 	}
-	return &Writer{dir: dir, lock: lock, ix: ix}, nil
+	return &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}}, nil
 }
 
 // Dir returns the cache directory.
@@ -107,7 +113,7 @@ type ObjectFile struct {
 
 // NewObject starts a new object in a temporary file.
 func (w *Writer) NewObject() (*ObjectFile, error) {
-	f, err := os.CreateTemp(filepath.Join(w.dir, "tmp"), "object-*")
+	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object-")
 	if err != nil {
 		return nil, err
 	}
@@ -132,13 +138,16 @@ func (o *ObjectFile) Commit(key Key, meta *Object) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), atomicfile.DirPerm); err != nil {
 		return err
 	}
 	if err := os.Rename(o.Name(), p); err != nil {
 		return err
 	}
 	o.w.mu.Lock()
+	if _, ok := o.w.ix.Objects[key]; !ok {
+		o.w.added[key] = true
+	}
 	o.w.ix.Objects[key] = meta
 	o.w.mu.Unlock()
 	return nil
@@ -201,7 +210,7 @@ func (w *Writer) Commit() error {
 			return fmt.Errorf("shardcache: syncing objects: %w", err)
 		}
 	}
-	f, err := os.CreateTemp(filepath.Join(w.dir, "tmp"), "index-*")
+	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "index-")
 	if err != nil {
 		return err
 	}
@@ -222,6 +231,7 @@ func (w *Writer) Commit() error {
 	if err := os.Rename(f.Name(), filepath.Join(w.dir, IndexName)); err != nil {
 		return err
 	}
+	clear(w.added)
 	if w.noSync {
 		return nil
 	}
@@ -240,11 +250,33 @@ func (w *Writer) Cache() *Cache {
 	return newCache(w.dir, w.ix)
 }
 
-// Close releases the lock and removes leftover temporary files.
+// Close releases the lock and removes leftover temporary files, and the
+// objects written since the last Commit: no committed index names them.
 func (w *Writer) Close() error {
 	ents, _ := os.ReadDir(filepath.Join(w.dir, "tmp"))
 	for _, e := range ents {
 		os.Remove(filepath.Join(w.dir, "tmp", e.Name()))
 	}
+	w.mu.Lock()
+	for k := range w.added {
+		if p, err := objectPath(w.dir, k); err == nil {
+			os.Remove(p)
+		}
+		delete(w.ix.Objects, k)
+	}
+	clear(w.added)
+	w.mu.Unlock()
 	return w.lock.Close()
+}
+
+// IsCache reports whether dir is a splitzip cache: it holds the marker
+// file, even if no index was ever committed (a first compress that was
+// killed), or an index.
+func IsCache(dir string) bool {
+	for _, n := range []string{MarkerName, IndexName} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			return true
+		}
+	}
+	return false
 }

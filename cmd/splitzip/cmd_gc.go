@@ -31,8 +31,11 @@ interrupted compress. --forget ROOT first drops a checkpoint's record.`,
 }
 
 func runGC(g *globals, o gcOptions, dir string) error {
-	if _, err := shardcache.Open(dir); err != nil {
-		return err
+	if !shardcache.IsCache(dir) {
+		// Open says why: missing, not a directory, or not a cache.
+		if _, err := shardcache.Open(dir); err != nil {
+			return err
+		}
 	}
 	w, err := shardcache.Create(dir)
 	if err != nil {
