@@ -197,7 +197,13 @@ func sz_info(h C.uintptr_t, index C.uint64_t, info *C.sz_tensor, name *C.char, c
 		if err != nil {
 			return err
 		}
+		if name != nil && uint64(len(t.Name)) >= uint64(capacity) {
+			return fmt.Errorf("tensor %q: %w: its name needs %d bytes, the buffer has %d", t.Name, loader.ErrTooSmall, len(t.Name)+1, capacity)
+		}
 		if info != nil {
+			if len(t.DType) >= len(info.dtype) {
+				return fmt.Errorf("tensor %q: %w: dtype %q is longer than %d bytes", t.Name, loader.ErrTooSmall, t.DType, len(info.dtype)-1)
+			}
 			*info = C.sz_tensor{}
 			info.index = C.uint64_t(t.Index)
 			info.nbytes = C.uint64_t(t.Size)
@@ -215,6 +221,34 @@ func sz_info(h C.uintptr_t, index C.uint64_t, info *C.sz_tensor, name *C.char, c
 			copyString(t.DType, &info.dtype[0], C.size_t(len(info.dtype)))
 		}
 		copyString(t.Name, name, capacity)
+		return nil
+	})
+}
+
+//export sz_shape
+func sz_shape(h C.uintptr_t, index C.uint64_t, shape *C.uint64_t, capacity C.size_t, ndim *C.uint32_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		t, err := l.Tensor(int(index))
+		if err != nil {
+			return err
+		}
+		if ndim == nil {
+			return fmt.Errorf("%w: NULL ndim", loader.ErrInvalid)
+		}
+		*ndim = C.uint32_t(len(t.Shape))
+		if uint64(capacity) < uint64(len(t.Shape)) {
+			return fmt.Errorf("tensor %q: %w: %d dimensions, room for %d", t.Name, loader.ErrTooSmall, len(t.Shape), capacity)
+		}
+		if len(t.Shape) == 0 {
+			return nil
+		}
+		if shape == nil {
+			return fmt.Errorf("%w: NULL shape", loader.ErrInvalid)
+		}
+		out := unsafe.Slice((*C.uint64_t)(unsafe.Pointer(shape)), len(t.Shape))
+		for i, d := range t.Shape {
+			out[i] = C.uint64_t(d)
+		}
 		return nil
 	})
 }

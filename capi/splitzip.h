@@ -1,5 +1,5 @@
 /*
- * splitzip.h - C ABI of libsplitzip.so, version 2.
+ * splitzip.h - C ABI of libsplitzip.so, version 3.
  *
  * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
  *
@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 2
+#define SPLITZIP_ABI_VERSION 3
 
 typedef enum {
     SZ_OK = 0,
@@ -69,7 +69,7 @@ typedef struct {
     uint64_t nbytes;     /* size of the original tensor */
     uint64_t offset;     /* byte offset in its source shard */
     uint64_t stored;     /* bytes stored (payload size, or nbytes when raw) */
-    uint32_t ndim;       /* at most 8 dimensions are reported */
+    uint32_t ndim;       /* the tensor's rank; shape[] holds the first 8 dims, sz_shape all */
     uint32_t compressed; /* 1 when a SplitZip payload exists */
     uint64_t shape[8];
     char dtype[16];      /* safetensors dtype string, NUL-terminated */
@@ -97,9 +97,17 @@ sz_status sz_last_error(uintptr_t handle, char *buf, size_t cap);
 /* sz_count returns the number of tensors of the checkpoint. */
 sz_status sz_count(uintptr_t handle, uint64_t *count);
 
-/* sz_info describes tensor index; name (up to cap bytes, NUL-terminated)
- * receives its name when not NULL. */
+/* sz_info describes tensor index; name (cap bytes) receives its name,
+ * NUL-terminated, when not NULL. A name that does not fit in cap bytes,
+ * or a dtype of more than 15 bytes, is SZ_ERR_TOO_SMALL, never a silent
+ * truncation. A tensor of more than 8 dimensions has its true rank in
+ * ndim and its first 8 dims in shape: read them all with sz_shape. */
 sz_status sz_info(uintptr_t handle, uint64_t index, sz_tensor *info, char *name, size_t cap);
+
+/* sz_shape writes tensor index's rank into *ndim and its dims into
+ * shape[0 .. ndim-1]; when cap < ndim it writes none and returns
+ * SZ_ERR_TOO_SMALL with *ndim set, so the caller can retry. (ABI 3) */
+sz_status sz_shape(uintptr_t handle, uint64_t index, uint64_t *shape, size_t cap, uint32_t *ndim);
 
 /* Lookups return the tensor's index. */
 sz_status sz_find_name(uintptr_t handle, const char *name, uint64_t *index);

@@ -25,9 +25,9 @@ func TestWriterAndLookups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Write([]byte("payload"))
+	o.Write([]byte("payload!"))
 	pk := KeyOf([]byte("raw tensor bytes"))
-	if err := o.Commit(pk, &Object{Kind: KindSplitZip, Size: 7, RawSize: 16}); err != nil {
+	if err := o.Commit(pk, &Object{Kind: KindSplitZip, Size: 8, RawSize: 16, Values: 8}); err != nil {
 		t.Fatal(err)
 	}
 	sh := Shard{Name: "m.safetensors", Size: 22, ModTime: time.Unix(1, 0), Header: Region{0, 6, hk},
@@ -93,6 +93,38 @@ func TestIndexRejects(t *testing.T) {
 	ix := &Index{Objects: map[Key]*Object{}, Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Header: Region{Key: KeyOf(nil)}}}}}}
 	if err := ix.check(); err == nil {
 		t.Error("index with a missing header object passed")
+	}
+}
+
+// TestIndexBounds: an index whose checksum is right but whose sizes are
+// not (a tensor of 2^62 bytes) is refused before anything is allocated.
+func TestIndexBounds(t *testing.T) {
+	hk, pk := KeyOf([]byte("h")), KeyOf([]byte("t"))
+	base := func() *Index {
+		return &Index{Objects: map[Key]*Object{hk: {Kind: KindRaw, Size: 8, RawSize: 8}, pk: {Kind: KindSplitZip, Size: 100, RawSize: 64, Values: 32}},
+			Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Size: 72, Header: Region{0, 8, hk},
+				Tensors: []Tensor{{Name: "w", Offset: 8, Size: 64, Key: pk, Stored: StoredSplitZip}}}}}}}
+	}
+	if err := base().check(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(ix *Index){
+		"tensor past the shard":      func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Size = 1 << 62 },
+		"tensor offset overflows":    func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Offset = 1<<64 - 8 },
+		"payload decodes to another": func(ix *Index) { ix.Objects[pk].RawSize = 1 << 62 },
+		"values disagree":            func(ix *Index) { ix.Objects[pk].Values = 1 << 62 },
+		"header of another size":     func(ix *Index) { ix.Sources[0].Shards[0].Header.Size = 1 << 62 },
+		"raw object grows":           func(ix *Index) { ix.Objects[hk].RawSize = 1 << 62 },
+	} {
+		ix := base()
+		mut(ix)
+		b, err := marshalIndex(ix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unmarshalIndex(b, "idx"); !errors.Is(err, ErrIndexCorrupt) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 

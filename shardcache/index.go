@@ -226,29 +226,52 @@ func (ix *Index) check() error {
 		if o == nil || (o.Kind != KindSplitZip && o.Kind != KindRaw) {
 			return fmt.Errorf("object %s has no valid kind", k)
 		}
+		// A payload stores at least 12 bits a value, so it never decodes to
+		// more than twice its size; a raw object is its own bytes. Every
+		// size read from the index is bounded by the size of a file on
+		// disk before anything is allocated for it.
+		if o.Kind == KindRaw && o.RawSize != o.Size || o.Kind == KindSplitZip && o.RawSize/2 > o.Size {
+			return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
+		}
 	}
-	has := func(k Key) bool { _, ok := ix.Objects[k]; return ok }
+	obj := func(k Key) *Object { return ix.Objects[k] }
+	// within reports a byte range that does not fit a file of size bytes,
+	// without overflow.
+	within := func(off, n, size uint64) bool { return off <= size && n <= size-off }
 	for _, s := range ix.Sources {
-		if s.Index != nil && !has(s.Index.Key) {
-			return fmt.Errorf("source %s: index object %s missing", s.Root, s.Index.Key)
+		if s.Index != nil {
+			if o := obj(s.Index.Key); o == nil || o.Size != s.Index.Size {
+				return fmt.Errorf("source %s: index object %s missing or not %d bytes", s.Root, s.Index.Key, s.Index.Size)
+			}
 		}
 		for _, sh := range s.Shards {
-			if !has(sh.Header.Key) {
-				return fmt.Errorf("shard %s: header object missing", sh.Name)
-			}
-			for _, t := range sh.Tensors {
-				switch {
-				case t.Stored == StoredSplitZip && (!has(t.Key) || ix.Objects[t.Key].Kind != KindSplitZip):
-					return fmt.Errorf("shard %s: tensor %q: payload %s missing", sh.Name, t.Name, t.Key)
-				case t.Stored == StoredRaw && t.CopyStored && !has(t.Key):
-					return fmt.Errorf("shard %s: tensor %q: raw object %s missing", sh.Name, t.Name, t.Key)
-				case t.Stored != StoredSplitZip && t.Stored != StoredRaw:
-					return fmt.Errorf("shard %s: tensor %q: stored as %q", sh.Name, t.Name, t.Stored)
+			regions := append([]Region{sh.Header}, sh.Gaps...)
+			for i, r := range regions {
+				what := "header"
+				if i > 0 {
+					what = fmt.Sprintf("gap at %d", r.Offset)
+				}
+				if o := obj(r.Key); o == nil || o.Kind != KindRaw || o.Size != r.Size {
+					return fmt.Errorf("shard %s: %s: raw object %s missing or not %d bytes", sh.Name, what, r.Key, r.Size)
+				}
+				if !within(r.Offset, r.Size, sh.Size) {
+					return fmt.Errorf("shard %s: %s: bytes [%d, +%d) lie outside the %d-byte file", sh.Name, what, r.Offset, r.Size, sh.Size)
 				}
 			}
-			for _, g := range sh.Gaps {
-				if !has(g.Key) {
-					return fmt.Errorf("shard %s: gap at %d: object missing", sh.Name, g.Offset)
+			for _, t := range sh.Tensors {
+				if !within(t.Offset, t.Size, sh.Size) {
+					return fmt.Errorf("shard %s: tensor %q: bytes [%d, +%d) lie outside the %d-byte file", sh.Name, t.Name, t.Offset, t.Size, sh.Size)
+				}
+				o := obj(t.Key)
+				switch {
+				case t.Stored == StoredSplitZip && (o == nil || o.Kind != KindSplitZip):
+					return fmt.Errorf("shard %s: tensor %q: payload %s missing", sh.Name, t.Name, t.Key)
+				case t.Stored == StoredSplitZip && (o.RawSize != t.Size || o.Values > o.RawSize/2 || 2*o.Values != o.RawSize):
+					return fmt.Errorf("shard %s: tensor %q: payload %s decodes to %d bytes (%d values), the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, o.Values, t.Size)
+				case t.Stored == StoredRaw && t.CopyStored && (o == nil || o.Size != t.Size):
+					return fmt.Errorf("shard %s: tensor %q: raw object %s missing or not %d bytes", sh.Name, t.Name, t.Key, t.Size)
+				case t.Stored != StoredSplitZip && t.Stored != StoredRaw:
+					return fmt.Errorf("shard %s: tensor %q: stored as %q", sh.Name, t.Name, t.Stored)
 				}
 			}
 		}

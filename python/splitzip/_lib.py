@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 2)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 3)."""
 
 import concurrent.futures
 import ctypes
@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -82,6 +82,7 @@ def lib():
             "sz_last_error": ([up, ctypes.c_char_p, ctypes.c_size_t], st),
             "sz_count": ([up, P(u64)], st),
             "sz_info": ([up, u64, P(_Tensor), ctypes.c_char_p, ctypes.c_size_t], st),
+            "sz_shape": ([up, u64, P(u64), ctypes.c_size_t, P(ctypes.c_uint32)], st),
             "sz_find_name": ([up, cp, P(u64)], st),
             "sz_find_slice": ([up, cp, u64, u64, P(u64)], st),
             "sz_find_key": ([up, cp, P(u64)], st),
@@ -162,8 +163,16 @@ class Cache:
         name = ctypes.create_string_buffer(4096)
         self._check(lib().sz_info(self._h, index, ctypes.byref(t), name, len(name)))
         return TensorInfo(index=t.index, name=name.value.decode(), dtype=t.dtype.decode(),
-                          shape=tuple(t.shape[i] for i in range(min(t.ndim, 8))), nbytes=t.nbytes,
+                          shape=self._shape(index, t), nbytes=t.nbytes,
                           offset=t.offset, stored=t.stored, compressed=bool(t.compressed))
+
+    def _shape(self, index: int, t: "_Tensor") -> Tuple[int, ...]:
+        if t.ndim <= 8:
+            return tuple(t.shape[i] for i in range(t.ndim))
+        dims = (ctypes.c_uint64 * t.ndim)()
+        ndim = ctypes.c_uint32()
+        self._check(lib().sz_shape(self._h, index, dims, t.ndim, ctypes.byref(ndim)))
+        return tuple(dims[i] for i in range(ndim.value))
 
     def infos(self) -> List[TensorInfo]:
         if self._index is None:

@@ -63,6 +63,30 @@ class TestNumpy(unittest.TestCase):
             self.assertEqual(a.shape, shape, name)
             self.assertEqual(a.tobytes(), raw, name)
 
+    def test_high_rank(self):
+        """Tensors of 9 and 12 dimensions keep their shapes (the C struct has room for 8)."""
+        from splitzip.numpy import load_file
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "src"))
+            src, cache = os.path.join(d, "src", "m.safetensors"), os.path.join(d, "c")
+            rng = np.random.default_rng(1)
+            shapes = {"nine": (2,) * 8 + (3000,), "twelve": (1,) * 11 + (5,)}
+            blobs, header, off = [], {}, 0
+            for name, shape in shapes.items():
+                v = (rng.standard_normal(int(np.prod(shape))).astype(np.float32) * 0.02).view(np.uint32) >> 16
+                b = v.astype(np.uint16).tobytes()
+                header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + len(b)]}
+                blobs.append(b)
+                off += len(b)
+            h = json.dumps(header).encode()
+            with open(src, "wb") as f:
+                f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+            subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+            got = load_file(cache)
+            for (name, shape), b in zip(shapes.items(), blobs):
+                self.assertEqual(got[name].shape, shape)
+                self.assertEqual(got[name].tobytes(), b)
+
     def test_lookups_and_errors(self):
         import splitzip
         with splitzip.Cache(self.cache) as c:
