@@ -266,3 +266,37 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestDecodeStream decodes every test case through DecodeStream with
+// pieces of several sizes and compares with the input bit for bit; a
+// payload with a flipped byte fails its checksum.
+func TestDecodeStream(t *testing.T) {
+	_, d := requireGPU(t)
+	rng := seeded(t)
+	for _, c := range cases(rng, testing.Short()) {
+		p, st, err := codec.Encode(c.values)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, seg := range []int{2, 1000, 2 * codec.ChunkValues, 3 << 20} {
+			got := make([]byte, 0, len(c.values))
+			err := d.DecodeStream(bytes.NewReader(p), uint64(len(p)), make([]byte, seg), func(off uint64, b []byte) error {
+				if off != uint64(len(got)) || len(b) > seg {
+					t.Fatalf("%s: piece of %d bytes at %d after %d", c.name, len(b), off, len(got))
+				}
+				got = append(got, b...)
+				return nil
+			})
+			if err != nil || !bytes.Equal(got, c.values) {
+				t.Fatalf("%s (in place %v), pieces of %d: %v, first difference at %d", c.name, st.InPlace, seg, err, firstDiff(got, c.values))
+			}
+		}
+		if len(p) > codec.HeaderSize {
+			q := bytes.Clone(p)
+			q[codec.HeaderSize+rng.IntN(len(q)-codec.HeaderSize)] ^= 0x10
+			if err := d.DecodeStream(bytes.NewReader(q), uint64(len(q)), make([]byte, 1<<20), func(uint64, []byte) error { return nil }); !errors.Is(err, codec.ErrChecksum) {
+				t.Errorf("%s: corrupt payload: %v", c.name, err)
+			}
+		}
+	}
+}

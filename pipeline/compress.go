@@ -31,6 +31,7 @@ type CompressOptions struct {
 	MinSaving     float64 // coverage gate, a fraction in [0, 1)
 	SelfContained bool    // also copy raw tensors into the cache
 	NoSync        bool    // do not flush to disk before committing (see shardcache.Writer.SetNoSync)
+	Memory        uint64  // memory budget in bytes; 0 means DefaultMemory
 	Progress      Progress
 }
 
@@ -82,6 +83,10 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	mem, err := newBudget(opts.Memory)
+	if err != nil {
+		return nil, err
+	}
 	ck, err := checkpoint.Open(src)
 	if err != nil {
 		return nil, err
@@ -119,15 +124,16 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	opts.Progress.Start("compress", total)
 	defer opts.Progress.Finish()
 	shards := make([]*shardJob, len(ck.Shards))
+	gapBuf := make([]byte, segmentBytes)
 	for i, s := range ck.Shards {
-		j, err := openShardJob(w, s)
+		j, err := openShardJob(w, s, gapBuf)
 		if err != nil {
 			return nil, err
 		}
 		defer j.close()
 		shards[i] = j
 	}
-	if err := compressTensors(ctx, w, shards, &opts); err != nil {
+	if err := compressTensors(ctx, w, shards, &opts, mem); err != nil {
 		return nil, err
 	}
 	for _, j := range shards {
@@ -152,8 +158,9 @@ type shardJob struct {
 	rec *shardcache.Shard
 }
 
-// openShardJob maps a shard and stores its header and gaps.
-func openShardJob(w *shardcache.Writer, s *checkpoint.Shard) (*shardJob, error) {
+// openShardJob maps a shard and stores its header and gaps, streaming
+// them through buf.
+func openShardJob(w *shardcache.Writer, s *checkpoint.Shard, buf []byte) (*shardJob, error) {
 	f, err := os.Open(s.Path)
 	if err != nil {
 		return nil, err
@@ -179,13 +186,9 @@ func openShardJob(w *shardcache.Writer, s *checkpoint.Shard) (*shardJob, error) 
 		if end <= pos {
 			return nil
 		}
-		b, err := readRange(f, pos, end-pos)
+		key, err := w.PutFrom(f, pos, end-pos, buf)
 		if err != nil {
 			return &TensorError{File: s.Path, Err: err}
-		}
-		key, err := w.PutBytes(b)
-		if err != nil {
-			return err
 		}
 		j.rec.Gaps = append(j.rec.Gaps, shardcache.Region{Offset: pos, Size: end - pos, Key: key})
 		return nil
@@ -209,8 +212,9 @@ func (j *shardJob) close() {
 	j.f.Close()
 }
 
-// compressTensors runs the tensors of all shards through opts.Jobs workers.
-func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJob, opts *CompressOptions) error {
+// compressTensors runs the tensors of all shards through opts.Jobs
+// workers, each holding its share of the memory budget while it works.
+func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJob, opts *CompressOptions, mem *budget) error {
 	type task struct {
 		j *shardJob
 		i int
@@ -232,11 +236,15 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 			for k := range next {
 				j, t := tasks[k].j, &tasks[k].j.s.Header.Tensors[tasks[k].i]
 				var rec *shardcache.Tensor
-				err := guard(func() (err error) {
-					rec, err = tc.compress(j.m.data[t.Begin:t.End], t)
-					return err
-				})
-				j.m.release(t.Begin, t.End)
+				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size()))
+				if err == nil {
+					err = guard(func() (err error) {
+						rec, err = tc.compress(j.m, t)
+						return err
+					})
+					j.m.release(t.Begin, t.End)
+					release()
+				}
 				if err != nil {
 					errs[k] = &TensorError{File: j.s.Path, Tensor: t.Name, Err: err}
 					cancel()
@@ -299,9 +307,14 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 	return &tensorCompressor{w: w, opts: opts}
 }
 
+// compressCost is what one compress job holds besides its tables: the
+// mapped pages of a segment, the encoder's stage and output buffers.
+const compressCost = 4 * segmentBytes
+
 // compress records one tensor: BF16 tensors that pass the gate become
-// SplitZip payloads, everything else stays raw.
-func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shardcache.Tensor, error) {
+// SplitZip payloads, everything else stays raw. It reads the tensor from
+// m a segment at a time, dropping each segment's pages once read.
+func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardcache.Tensor, error) {
 	rec := &shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	// Pass 1: content key, exponent histogram and a CRC to detect changes
 	// between the passes.
@@ -309,7 +322,7 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 	var hist codec.Histogram
 	var crc1 uint32
 	bf16 := t.DType == "BF16" && t.Size()%2 == 0
-	err := segments(data, func(seg []byte) error {
+	err := m.segments(t.Begin, t.End, func(seg []byte) error {
 		sha.Write(seg)
 		if bf16 {
 			hist.Add(seg)
@@ -324,7 +337,7 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 	if !bf16 {
 		rec.Reason = "dtype " + t.DType
 		tc.opts.Progress.Add(t.Size())
-		return rec, tc.storeRaw(data, rec)
+		return rec, tc.storeRaw(m, t, rec)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
 		// Stored by an earlier tensor or checkpoint.
@@ -350,7 +363,7 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 		rec.Reason = fmt.Sprintf("saving at most %.1f%%, below %.1f%% (exponent coverage %.2f%%)",
 			100*(1-est/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving, 100*cb.Coverage(&hist))
 		tc.opts.Progress.Add(t.Size())
-		return rec, tc.storeRaw(data, rec)
+		return rec, tc.storeRaw(m, t, rec)
 	}
 	obj, err := tc.w.NewObject()
 	if err != nil {
@@ -362,7 +375,7 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 		return nil, err
 	}
 	var crc2 uint32
-	err = segments(data, func(seg []byte) error {
+	err = m.segments(t.Begin, t.End, func(seg []byte) error {
 		crc2 = crc32.Update(crc2, crcTable, seg)
 		tc.opts.Progress.Add(uint64(len(seg)))
 		return enc.Write(seg)
@@ -382,10 +395,10 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 	switch {
 	case saving < tc.opts.MinSaving:
 		rec.Reason = fmt.Sprintf("saving %.2f%%, below %.1f%%", 100*saving, 100*tc.opts.MinSaving)
-		return rec, tc.storeRaw(data, rec)
+		return rec, tc.storeRaw(m, t, rec)
 	case !st.InPlace:
 		rec.Reason = "not decodable in place (" + strings.TrimPrefix(st.NotInPlace.Error(), codec.ErrNotInPlace.Error()+": ") + ")"
-		return rec, tc.storeRaw(data, rec)
+		return rec, tc.storeRaw(m, t, rec)
 	}
 	meta := &shardcache.Object{Kind: shardcache.KindSplitZip, Size: st.Size, RawSize: t.Size(), Values: n,
 		Escapes: st.Escapes, RawChunks: st.RawChunks, Chunks: st.Chunks, Checksum: h.Checksum,
@@ -405,7 +418,7 @@ func (tc *tensorCompressor) compress(data []byte, t *safetensors.Tensor) (*shard
 
 // storeRaw copies a raw tensor into the cache when the cache is to be
 // self-contained; otherwise the record is an alias of the source slice.
-func (tc *tensorCompressor) storeRaw(data []byte, rec *shardcache.Tensor) error {
+func (tc *tensorCompressor) storeRaw(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor) error {
 	if !tc.opts.SelfContained {
 		return nil
 	}
@@ -418,12 +431,18 @@ func (tc *tensorCompressor) storeRaw(data []byte, rec *shardcache.Tensor) error 
 		return err
 	}
 	defer obj.Abort()
-	if _, err := obj.Write(data); err != nil {
+	h := shardcache.NewHasher()
+	err = m.segments(t.Begin, t.End, func(seg []byte) error {
+		h.Write(seg)
+		_, err := obj.Write(seg)
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	if shardcache.KeyOf(data) != rec.Key {
+	if shardcache.KeyFromSum([32]byte(h.Sum(nil))) != rec.Key {
 		return fmt.Errorf("%w: the source changed while it was being compressed", ErrMismatch)
 	}
-	size := uint64(len(data))
+	size := t.Size()
 	return obj.Commit(rec.Key, &shardcache.Object{Kind: shardcache.KindRaw, Size: size, RawSize: size})
 }

@@ -20,6 +20,7 @@ import (
 type DecompressOptions struct {
 	Output   string // directory for the restored files; must not hold them yet
 	Source   string // which source to restore when the cache holds several (its root)
+	Memory   uint64 // memory budget in bytes; 0 means DefaultMemory
 	Decoder  Decoder
 	Progress Progress
 }
@@ -37,12 +38,18 @@ type DecompressResult struct {
 var ErrAmbiguousSource = errors.New("the cache holds several sources; choose one")
 
 // Decompress rebuilds the original safetensors files (and index) of one
-// source, byte for byte. Tensors left raw and not copied into the cache are
-// read from the source, which must be unchanged. Each file is written to a
-// temporary name and renamed when complete.
-func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*DecompressResult, error) {
+// source, byte for byte, a piece at a time. Tensors left raw and not
+// copied into the cache are read from the source, which must be
+// unchanged. The files are written under temporary names and renamed into
+// place only when all of them are complete, so a failed run (a full
+// disk, a changed source) leaves none of them behind.
+func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *DecompressResult, err error) {
 	start := time.Now()
 	c, err := openCache(dir, &opts.Decoder)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := newBudget(opts.Memory)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +64,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*Decom
 	if err := os.MkdirAll(opts.Output, atomicfile.DirPerm); err != nil {
 		return nil, err
 	}
-	res := &DecompressResult{Source: s.Root, Output: opts.Output}
+	res = &DecompressResult{Source: s.Root, Output: opts.Output}
 	var names []string
 	if s.Index != nil {
 		names = append(names, s.Index.Name)
@@ -76,16 +83,36 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*Decom
 	}
 	p.Start("decompress", total)
 	defer p.Finish()
-	if s.Index != nil {
-		b, _, err := c.ReadObject(s.Index.Key)
+	release, err := mem.hold(ctx, pieceCost()+uint64(pieceBytes)+writeBuffer)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	buf := mem.pieces()
+	// Files written so far, under their temporary names until the end.
+	type written struct{ tmp, path string }
+	var done []written
+	defer func() {
 		if err != nil {
-			return nil, err
+			for _, w := range done {
+				os.Remove(w.tmp)
+			}
 		}
+	}()
+	if s.Index != nil {
 		path := filepath.Join(opts.Output, s.Index.Name)
-		if err := writeAtomic(path, func(w *bufio.Writer) error { _, err := w.Write(b); return err }); err != nil {
-			return nil, err
+		tmp, err := writeTemp(path, func(w *bufio.Writer) error {
+			obj, _, err := c.OpenObject(s.Index.Key)
+			if err != nil {
+				return err
+			}
+			defer obj.Close()
+			return copyChecked(w, obj, 0, s.Index.Size, s.Index.Key, buf.a, shardcache.ErrObjectCorrupt)
+		})
+		if err != nil {
+			return nil, &TensorError{File: path, Err: err}
 		}
-		res.Files = append(res.Files, path)
+		done = append(done, written{tmp, path})
 	}
 	for i := range s.Shards {
 		if err := ctx.Err(); err != nil {
@@ -96,16 +123,32 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (*Decom
 		if err := os.MkdirAll(filepath.Dir(path), atomicfile.DirPerm); err != nil {
 			return nil, err
 		}
-		err := writeAtomic(path, func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p) })
+		tmp, err := writeTemp(path, func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
 		if err != nil {
 			return nil, &TensorError{File: path, Err: err}
 		}
-		res.Files = append(res.Files, path)
+		done = append(done, written{tmp, path})
 		res.Bytes += sh.Size
+	}
+	for k, w := range done {
+		if err := os.Rename(w.tmp, w.path); err != nil {
+			for _, r := range done[:k] {
+				os.Remove(r.path)
+			}
+			return nil, err
+		}
+		res.Files = append(res.Files, w.path)
+	}
+	if d, err := os.Open(opts.Output); err == nil {
+		d.Sync()
+		d.Close()
 	}
 	res.Duration = time.Since(start)
 	return res, nil
 }
+
+// writeBuffer is the buffered writer of a restored file.
+const writeBuffer = 1 << 20
 
 // PickSource returns the source of a cache with the given root, or the
 // only source when root is empty.
@@ -133,8 +176,9 @@ func PickSource(c *shardcache.Cache, root string) (*shardcache.Source, error) {
 	return nil, fmt.Errorf("%s: source %s: %w", c.Dir(), root, shardcache.ErrNotFound)
 }
 
-// restoreShard writes a shard's regions in file order.
-func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard, dec Decoder, w *bufio.Writer, p Progress) error {
+// restoreShard writes a shard's regions in file order, each checked
+// against its content key as it is written.
+func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard, dec Decoder, w *bufio.Writer, p Progress, buf *pieces) error {
 	type region struct {
 		off, size uint64
 		t         *shardcache.Tensor
@@ -160,24 +204,10 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 		if r.off != pos {
 			return fmt.Errorf("%w: region at %d, expected %d", shardcache.ErrIndexCorrupt, r.off, pos)
 		}
-		var b []byte
 		var err error
 		switch {
-		case r.t != nil && r.t.Stored == shardcache.StoredSplitZip && r.size > streamBytes && isCPU(dec):
-			if err := restoreStreaming(c, r.t, w); err != nil {
-				return fmt.Errorf("tensor %q: %w", r.t.Name, err)
-			}
-			p.Add(r.size)
-			pos += r.size
-			continue
 		case r.t != nil && r.t.Stored == shardcache.StoredSplitZip:
-			var payload []byte
-			if payload, _, err = c.ReadObject(r.key); err == nil {
-				b = make([]byte, r.size)
-				if err = dec.Decode(b, payload); err == nil && shardcache.KeyOf(b) != r.key {
-					err = fmt.Errorf("%w: decoded bytes do not match the content key", shardcache.ErrObjectCorrupt)
-				}
-			}
+			err = restorePayload(c, r.t, dec, w, buf)
 		case r.t != nil && !r.t.CopyStored:
 			// A raw alias: the bytes are in the source only.
 			if src == nil {
@@ -189,19 +219,18 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 					return err
 				}
 			}
-			if b, err = readRange(src, r.off, r.size); err == nil && shardcache.KeyOf(b) != r.key {
-				err = fmt.Errorf("%w: source bytes no longer match", shardcache.ErrSourceChanged)
-			}
+			err = copyChecked(w, src, r.off, r.size, r.key, buf.a, shardcache.ErrSourceChanged)
 		default:
-			b, _, err = c.ReadObject(r.key)
+			var obj *os.File
+			if obj, _, err = c.OpenObject(r.key); err == nil {
+				err = copyChecked(w, obj, 0, r.size, r.key, buf.a, shardcache.ErrObjectCorrupt)
+				obj.Close()
+			}
 		}
 		if err != nil {
 			if r.t != nil {
 				return fmt.Errorf("tensor %q: %w", r.t.Name, err)
 			}
-			return err
-		}
-		if _, err := w.Write(b); err != nil {
 			return err
 		}
 		if r.t != nil {
@@ -215,21 +244,15 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 	return nil
 }
 
-// restoreStreaming decodes a large payload into w a segment at a time and
-// checks the result against the content key.
-func restoreStreaming(c *shardcache.Cache, t *shardcache.Tensor, w *bufio.Writer) error {
-	r, closeObj, err := payloadReader(c, t)
-	if err != nil {
-		return err
-	}
-	defer closeObj()
+// restorePayload decodes a payload into w a piece at a time and checks
+// the result against the content key.
+func restorePayload(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, w *bufio.Writer, buf *pieces) error {
 	hash := shardcache.NewHasher()
-	var buf []byte
-	err = decodeSegments(r, func(_ uint64, seg []byte) error {
-		hash.Write(seg)
-		_, err := w.Write(seg)
+	err := decodeTensor(c, t, dec, buf, func(_ uint64, b []byte) error {
+		hash.Write(b)
+		_, err := w.Write(b)
 		return err
-	}, &buf)
+	})
 	if err != nil {
 		return err
 	}
@@ -239,28 +262,33 @@ func restoreStreaming(c *shardcache.Cache, t *shardcache.Tensor, w *bufio.Writer
 	return nil
 }
 
-// writeAtomic writes a file through a temporary name in the same directory.
-func writeAtomic(path string, fill func(*bufio.Writer) error) error {
+// writeTemp writes a file through a temporary name in path's directory,
+// flushed to disk, and returns that name; the caller renames it.
+func writeTemp(path string, fill func(*bufio.Writer) error) (string, error) {
 	f, err := atomicfile.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer os.Remove(f.Name())
-	w := bufio.NewWriterSize(f, 1<<20)
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	w := bufio.NewWriterSize(f, writeBuffer)
 	if err := fill(w); err != nil {
-		f.Close()
-		return err
+		return "", err
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
+		return "", err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+		return "", err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return "", err
 	}
-	return os.Rename(f.Name(), path)
+	ok = true
+	return f.Name(), nil
 }

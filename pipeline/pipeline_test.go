@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -277,11 +278,11 @@ func TestFileModes(t *testing.T) {
 	}
 }
 
-// TestStreaming runs verify and decompress through the bounded-memory
-// paths (segments of two chunks) and checks they still catch changes.
+// TestStreaming runs verify and decompress with pieces of two chunks,
+// so tensors span many pieces, and checks they still catch changes.
 func TestStreaming(t *testing.T) {
-	defer func(b, s uint64) { streamBytes, segmentChunks = b, s }(streamBytes, segmentChunks)
-	streamBytes, segmentChunks = 1, 2
+	defer func(b int) { pieceBytes = b }(pieceBytes)
+	pieceBytes = 2 * 2 * codec.ChunkValues
 	dir := t.TempDir()
 	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
 	gen(t, src, 4<<20, 2, 8)

@@ -1,9 +1,9 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,25 +14,10 @@ import (
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// Decoder decodes a SplitZip payload into dst (2 bytes per value).
-// The reference is codec.Decode; the GPU decoder implements it too.
-type Decoder interface {
-	Decode(dst, payload []byte) error
-	Name() string
-}
-
-// CPUDecoder is the pure-Go reference decoder.
-type CPUDecoder struct{}
-
-// Decode decodes with codec.Decode.
-func (CPUDecoder) Decode(dst, payload []byte) error { return codec.Decode(dst, payload) }
-
-// Name returns "cpu".
-func (CPUDecoder) Name() string { return "cpu" }
-
 // VerifyOptions configures Verify.
 type VerifyOptions struct {
-	Jobs     int
+	Jobs     int     // tensors checked at once; 0 means GOMAXPROCS
+	Memory   uint64  // memory budget in bytes; 0 means DefaultMemory
 	Decoder  Decoder // nil means CPUDecoder
 	Progress Progress
 }
@@ -68,8 +53,15 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	if err != nil {
 		return nil, err
 	}
-	if opts.Jobs <= 0 {
+	if opts.Jobs < 0 {
+		return nil, fmt.Errorf("jobs must be at least 1, got %d", opts.Jobs)
+	}
+	if opts.Jobs == 0 {
 		opts.Jobs = runtime.GOMAXPROCS(0)
+	}
+	mem, err := newBudget(opts.Memory)
+	if err != nil {
+		return nil, err
 	}
 	p := orNop(opts.Progress)
 	res := &VerifyResult{Cache: dir, Decoder: opts.Decoder.Name(), Problems: []Problem{}}
@@ -93,7 +85,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 		s := &c.Index().Sources[si]
 		if s.Index != nil {
 			path := filepath.Join(s.Root, s.Index.Name)
-			if err := compareObject(c, s.Index.Key, path, 0, s.Index.Size); err != nil {
+			if err := compareFile(c, s.Index.Key, path, s.Index.Size); err != nil {
 				fail(path, "", err)
 			}
 		}
@@ -101,40 +93,82 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			verifyShard(c, s, &s.Shards[hi], opts, p, res, fail)
+			if err := verifyShard(ctx, c, s, &s.Shards[hi], opts, mem, p, res, fail); err != nil {
+				return nil, err
+			}
 		}
 	}
 	res.Duration = time.Since(start)
 	return res, nil
 }
 
-func verifyShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard, opts VerifyOptions, p Progress, res *VerifyResult, fail func(string, string, error)) {
+// openCache opens a cache for verify or decompress and defaults the
+// decoder to the CPU reference.
+func openCache(dir string, dec *Decoder) (*shardcache.Cache, error) {
+	if *dec == nil {
+		*dec = CPUDecoder{}
+	}
+	return shardcache.Open(dir)
+}
+
+// verifyShard checks one shard's regions and tensors with opts.Jobs
+// workers, each holding its share of the memory budget while it works.
+func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard, opts VerifyOptions, mem *budget, p Progress, res *VerifyResult, fail func(string, string, error)) error {
 	path := filepath.Join(s.Root, sh.Name)
 	if fp := shardcache.Fingerprint(sh); fp != sh.Fingerprint {
 		fail(path, "", fmt.Errorf("%w: index records fingerprint %s, its regions give %s", shardcache.ErrIndexCorrupt, sh.Fingerprint, fp))
 	}
 	if err := shardcache.CheckStat(sh, path); err != nil {
+		// Go on: the tensors' checks say which of them changed.
 		fail(path, "", err)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		fail(path, "", err)
-		return
+		return nil
 	}
 	defer f.Close()
-	for _, r := range append([]shardcache.Region{sh.Header}, sh.Gaps...) {
-		if err := compareRegion(c, f, r.Key, r.Offset, r.Size); err != nil {
-			fail(path, "", fmt.Errorf("bytes [%d, %d): %w", r.Offset, r.Offset+r.Size, err))
-		}
-	}
+	jobs := min(opts.Jobs, len(sh.Tensors)+1)
 	next := make(chan int)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for range opts.Jobs {
+	var runErr error
+	for range jobs {
 		wg.Go(func() {
 			for i := range next {
+				var work *pieces
+				var size uint64
+				var check func() (bool, error)
+				if i < 0 {
+					regions := append([]shardcache.Region{sh.Header}, sh.Gaps...)
+					check = func() (bool, error) {
+						for _, r := range regions {
+							if err := compareRegion(c, f, r, work); err != nil {
+								fail(path, "", fmt.Errorf("bytes [%d, %d): %w", r.Offset, r.Offset+r.Size, err))
+							}
+						}
+						return false, nil
+					}
+				} else {
+					t := &sh.Tensors[i]
+					size = t.Size
+					check = func() (bool, error) { return verifyTensor(c, f, t, opts.Decoder, work) }
+				}
+				release, err := mem.hold(ctx, pieceCost()+uint64(pieceBytes)+tableBytes(size))
+				if err != nil {
+					mu.Lock()
+					runErr = err
+					mu.Unlock()
+					continue
+				}
+				work = mem.pieces()
+				payload, err := check()
+				mem.putPieces(work)
+				release()
+				if i < 0 {
+					continue
+				}
 				t := &sh.Tensors[i]
-				payload, err := verifyTensor(c, f, t, opts.Decoder)
 				if err != nil {
 					fail(path, t.Name, err)
 				}
@@ -149,163 +183,138 @@ func verifyShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard
 			}
 		})
 	}
-	for i := range sh.Tensors {
+	// -1 is the header and the gaps.
+	for i := -1; i < len(sh.Tensors) && ctx.Err() == nil; i++ {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	if runErr != nil {
+		return runErr
+	}
+	return ctx.Err()
 }
 
-// streamBytes is the tensor size above which the CPU paths decode a
-// payload a segment at a time instead of whole (a variable for tests).
-var streamBytes uint64 = 64 << 20
-
-func isCPU(d Decoder) bool { _, ok := d.(CPUDecoder); return ok }
-
-// openCache opens a cache for verify or decompress and defaults the
-// decoder to the CPU reference.
-func openCache(dir string, dec *Decoder) (*shardcache.Cache, error) {
-	if *dec == nil {
-		*dec = CPUDecoder{}
-	}
-	return shardcache.Open(dir)
-}
-
-// verifyStreaming compares a large payload with its source a segment at a
-// time, in bounded memory.
-func verifyStreaming(c *shardcache.Cache, f *os.File, t *shardcache.Tensor) error {
-	r, closeObj, err := payloadReader(c, t)
-	if err != nil {
-		return err
-	}
-	defer closeObj()
-	hash := shardcache.NewHasher()
-	mismatch := int64(-1)
-	var out []byte
-	err = decodeSegments(r, func(first uint64, seg []byte) error {
-		src, err := readRange(f, t.Offset+2*first*codec.ChunkValues, uint64(len(seg)))
-		if err != nil {
-			return err
-		}
-		hash.Write(src)
-		if i := firstDiff(seg, src); i >= 0 && mismatch < 0 {
-			mismatch = int64(2*first*codec.ChunkValues) + int64(i)
-		}
-		return nil
-	}, &out)
-	if err != nil {
-		return fmt.Errorf("payload %s: %w", t.Key, err)
-	}
-	if shardcache.KeyFromSum([32]byte(hash.Sum(nil))) != t.Key {
-		return fmt.Errorf("%w: source bytes no longer match the compressed tensor (%s)", shardcache.ErrSourceChanged, t.Key)
-	}
-	if mismatch >= 0 {
-		return fmt.Errorf("%w: decoded payload differs from the source at byte %d", ErrMismatch, mismatch)
-	}
-	return nil
-}
-
-// payloadReader opens a tensor's payload for decoding by chunk ranges and
-// checks that it decodes to the tensor's size.
-func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*codec.Reader, func(), error) {
+// payloadReader opens a tensor's payload and checks that its index
+// record decodes to the tensor's size.
+func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*os.File, *shardcache.Object, error) {
 	obj, o, err := c.OpenObject(t.Key)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := codec.NewReader(obj, o.Size)
-	if err == nil {
-		if h := r.Header(); 2*h.Values != t.Size {
-			err = fmt.Errorf("decodes to %d bytes, the tensor has %d", 2*h.Values, t.Size)
-		}
-	}
-	if err != nil {
+	if o.RawSize != t.Size {
 		obj.Close()
-		return nil, nil, fmt.Errorf("payload %s: %w", t.Key, err)
+		return nil, nil, fmt.Errorf("payload %s: decodes to %d bytes, the tensor has %d", t.Key, o.RawSize, t.Size)
 	}
-	return r, func() { obj.Close() }, nil
+	return obj, o, nil
 }
 
-// segmentChunks is how many chunks decodeSegments decodes at a time
-// (64 MiB of output; a variable for tests).
-var segmentChunks uint64 = 2048
-
-// decodeSegments decodes a payload in segments and passes each, with the
-// index of its first chunk, to fn; buf is reused between calls.
-func decodeSegments(r *codec.Reader, fn func(first uint64, seg []byte) error, buf *[]byte) error {
-	h := r.Header()
-	N := h.Chunks()
-	for first := uint64(0); first < N; first += segmentChunks {
-		k := min(segmentChunks, N-first)
-		n := 2 * (min((first+k)*codec.ChunkValues, h.Values) - first*codec.ChunkValues)
-		if uint64(cap(*buf)) < n {
-			*buf = make([]byte, n)
+// decodeTensor decodes a tensor's payload a piece at a time into
+// p.a and passes each piece to fn; it fails when the payload does not
+// decode to exactly the tensor's size.
+func decodeTensor(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pieces, fn func(off uint64, b []byte) error) error {
+	obj, o, err := payloadReader(c, t)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	var n uint64
+	err = dec.DecodeStream(obj, o.Size, p.a, func(off uint64, b []byte) error {
+		if off != n || uint64(len(b)) > t.Size-n {
+			return fmt.Errorf("%w: decodes past the tensor's %d bytes", codec.ErrSize, t.Size)
 		}
-		seg := (*buf)[:n]
-		if err := r.DecodeChunks(seg, first, k); err != nil {
-			return err
-		}
-		if err := fn(first, seg); err != nil {
-			return err
-		}
+		n += uint64(len(b))
+		return fn(off, b)
+	})
+	if err == nil && n != t.Size {
+		err = fmt.Errorf("%w: decodes to %d bytes, the tensor has %d", codec.ErrSize, n, t.Size)
+	}
+	if err != nil {
+		return fmt.Errorf("payload %s: %w", t.Key, err)
 	}
 	return nil
 }
 
-// verifyTensor reads the source bytes, checks them against the content key
-// and, for a payload, decodes it and compares.
-func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Decoder) (bool, error) {
-	src, err := readRange(f, t.Offset, t.Size)
-	if err != nil {
-		return false, err
-	}
-	if shardcache.KeyOf(src) != t.Key {
-		return false, fmt.Errorf("%w: source bytes no longer match the compressed tensor (%s)", shardcache.ErrSourceChanged, t.Key)
-	}
+// verifyTensor checks a tensor against its source a piece at a time: the
+// source bytes against the content key and, for a payload or a raw copy,
+// the stored bytes against the source. It reports whether it decoded a
+// payload.
+func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Decoder, p *pieces) (bool, error) {
+	changed := fmt.Errorf("%w: source bytes no longer match the compressed tensor (%s)", shardcache.ErrSourceChanged, t.Key)
 	switch {
-	case t.Stored == shardcache.StoredSplitZip && t.Size > streamBytes && isCPU(dec):
-		return true, verifyStreaming(c, f, t)
 	case t.Stored == shardcache.StoredSplitZip:
-		payload, _, err := c.ReadObject(t.Key)
-		if err != nil {
-			return false, err
-		}
-		out := make([]byte, t.Size)
-		if err := dec.Decode(out, payload); err != nil {
-			return true, fmt.Errorf("payload %s: %w", t.Key, err)
-		}
-		if i := firstDiff(out, src); i >= 0 {
-			return true, fmt.Errorf("%w: decoded payload differs from the source at byte %d", ErrMismatch, i)
+		src := shardcache.NewHasher()
+		diff := int64(-1)
+		err := decodeTensor(c, t, dec, p, func(off uint64, b []byte) error {
+			s := p.b[:len(b)]
+			if err := readFull(f, s, t.Offset+off); err != nil {
+				return err
+			}
+			src.Write(s)
+			if i := firstDiff(b, s); i >= 0 && diff < 0 {
+				diff = int64(off) + int64(i)
+			}
+			return nil
+		})
+		switch {
+		case err != nil:
+			return true, err
+		case shardcache.KeyFromSum([32]byte(src.Sum(nil))) != t.Key:
+			return true, changed
+		case diff >= 0:
+			return true, fmt.Errorf("%w: decoded payload differs from the source at byte %d", ErrMismatch, diff)
 		}
 		return true, nil
 	case t.CopyStored:
-		b, _, err := c.ReadObject(t.Key)
+		obj, _, err := c.OpenObject(t.Key)
 		if err != nil {
 			return false, err
 		}
-		if !bytes.Equal(b, src) {
+		defer obj.Close()
+		objKey, srcKey, diff, err := compareRanges(obj, f, t.Offset, t.Size, p)
+		switch {
+		case err != nil:
+			return false, err
+		case srcKey != t.Key:
+			return false, changed
+		case objKey != t.Key || diff >= 0:
 			return false, fmt.Errorf("%w: raw object differs from the source", ErrMismatch)
+		}
+	default:
+		key, err := streamRange(f, t.Offset, t.Size, p.b, nil)
+		if err != nil {
+			return false, err
+		}
+		if key != t.Key {
+			return false, changed
 		}
 	}
 	return false, nil
 }
 
-// compareRegion checks that a stored raw object equals the file's bytes.
-func compareRegion(c *shardcache.Cache, f *os.File, key shardcache.Key, off, size uint64) error {
-	b, _, err := c.ReadObject(key)
+// compareRegion checks that a stored raw object (a header or a gap)
+// equals the file's bytes.
+func compareRegion(c *shardcache.Cache, f io.ReaderAt, r shardcache.Region, p *pieces) error {
+	obj, _, err := c.OpenObject(r.Key)
 	if err != nil {
 		return err
 	}
-	src, err := readRange(f, off, size)
-	if err != nil {
+	defer obj.Close()
+	objKey, _, diff, err := compareRanges(obj, f, r.Offset, r.Size, p)
+	switch {
+	case err != nil:
 		return err
-	}
-	if !bytes.Equal(b, src) {
-		return fmt.Errorf("%w: source bytes differ from the stored copy", shardcache.ErrSourceChanged)
+	case objKey != r.Key:
+		return fmt.Errorf("%s: %w: content hash mismatch", obj.Name(), shardcache.ErrObjectCorrupt)
+	case diff >= 0:
+		return fmt.Errorf("%w: source bytes differ from the stored copy at byte %d", shardcache.ErrSourceChanged, r.Offset+uint64(diff))
 	}
 	return nil
 }
 
-func compareObject(c *shardcache.Cache, key shardcache.Key, path string, off, size uint64) error {
+// compareFile checks that a file stored whole (a checkpoint's index)
+// equals the stored copy.
+func compareFile(c *shardcache.Cache, key shardcache.Key, path string, size uint64) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -318,17 +327,5 @@ func compareObject(c *shardcache.Cache, key shardcache.Key, path string, off, si
 	if uint64(st.Size()) != size {
 		return fmt.Errorf("%w: %d bytes, compressed from %d", shardcache.ErrSourceChanged, st.Size(), size)
 	}
-	return compareRegion(c, f, key, off, size)
-}
-
-func firstDiff(a, b []byte) int {
-	if bytes.Equal(a, b) {
-		return -1
-	}
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
+	return compareRegion(c, f, shardcache.Region{Offset: 0, Size: size, Key: key}, newPieces())
 }

@@ -2,6 +2,7 @@ package shardcache
 
 import (
 	"errors"
+	"io"
 	"fmt"
 	"io/fs"
 	"os"
@@ -175,6 +176,36 @@ func (w *Writer) PutBytes(b []byte) (Key, error) {
 		return "", err
 	}
 	return key, o.Commit(key, &Object{Kind: KindRaw, Size: uint64(len(b)), RawSize: uint64(len(b))})
+}
+
+// PutFrom stores bytes [off, off+n) of r as a raw object, unless it is
+// stored already, and returns its key. It streams them through buf, so
+// a region of any size costs len(buf) bytes of memory.
+func (w *Writer) PutFrom(r io.ReaderAt, off, n uint64, buf []byte) (Key, error) {
+	o, err := w.NewObject()
+	if err != nil {
+		return "", err
+	}
+	defer o.Abort()
+	h := NewHasher()
+	for pos := uint64(0); pos < n; pos += uint64(len(buf)) {
+		b := buf[:min(uint64(len(buf)), n-pos)]
+		if _, err := r.ReadAt(b, int64(off+pos)); err != nil {
+			if err == io.EOF {
+				err = fmt.Errorf("short read at offset %d: file truncated", off+pos)
+			}
+			return "", err
+		}
+		h.Write(b)
+		if _, err := o.Write(b); err != nil {
+			return "", err
+		}
+	}
+	key := KeyFromSum([32]byte(h.Sum(nil)))
+	if _, ok := w.Has(key); ok {
+		return key, nil
+	}
+	return key, o.Commit(key, &Object{Kind: KindRaw, Size: n, RawSize: n})
 }
 
 // SetSource records a compressed checkpoint, replacing any earlier record

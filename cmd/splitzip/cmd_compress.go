@@ -11,6 +11,7 @@ import (
 
 // compressOptions are the flags of compress.
 type compressOptions struct {
+	Memory        string
 	Output        string
 	Jobs          int
 	MinSaving     float64
@@ -38,6 +39,7 @@ hold several checkpoints; tensors they share are stored once.`,
 	f.IntVarP(&o.Jobs, "jobs", "j", 0, "tensors compressed at once (default: number of CPUs)")
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a BF16 tensor raw unless it shrinks by at least this fraction")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
+	addMemoryFlag(f, &o.Memory)
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	return cmd
 }
@@ -49,8 +51,12 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if o.Jobs < 0 || o.MinSaving < 0 || o.MinSaving >= 1 {
 		return usageError{fmt.Errorf("--jobs must be positive and --min-saving in [0, 1)")}
 	}
+	mem, err := memoryBudget(o.Memory)
+	if err != nil {
+		return err
+	}
 	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
-		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Progress: g.progress(),
+		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Memory: mem, Progress: g.progress(),
 	})
 	if err != nil {
 		return err

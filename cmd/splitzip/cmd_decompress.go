@@ -11,6 +11,7 @@ import (
 
 // decompressOptions are the flags of decompress.
 type decompressOptions struct {
+	Memory string
 	Output string
 	Source string
 }
@@ -30,6 +31,7 @@ made with --self-contained.`,
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "directory for the restored files")
 	cmd.Flags().StringVar(&o.Source, "source", "", "source root to restore when the cache holds several")
+	addMemoryFlag(cmd.Flags(), &o.Memory)
 	return cmd
 }
 
@@ -37,7 +39,11 @@ func runDecompress(ctx context.Context, g *globals, o decompressOptions, dir str
 	if o.Output == "" {
 		return usageError{fmt.Errorf("decompress needs -o DIR")}
 	}
-	res, err := pipeline.Decompress(ctx, dir, pipeline.DecompressOptions{Output: o.Output, Source: o.Source, Progress: g.progress()})
+	mem, err := memoryBudget(o.Memory)
+	if err != nil {
+		return err
+	}
+	res, err := pipeline.Decompress(ctx, dir, pipeline.DecompressOptions{Output: o.Output, Source: o.Source, Memory: mem, Progress: g.progress()})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ type genOptions struct {
 	Shards int
 	Seed   uint64
 	Small  int
+	Hidden uint64
 }
 
 func newGenCommand(g *globals) *cobra.Command {
@@ -31,6 +32,7 @@ func newGenCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&o.Size, "size", "64MiB", "approximate checkpoint size")
 	cmd.Flags().IntVar(&o.Shards, "shards", 2, "number of shard files")
 	cmd.Flags().Uint64Var(&o.Seed, "seed", 1, "random seed")
+	cmd.Flags().Uint64Var(&o.Hidden, "hidden", 0, "hidden size (default: chosen from --size; 4096 gives 90 MB MLP tensors)")
 	cmd.Flags().IntVar(&o.Small, "small", 0, "write this many small BF16 tensors (1-64 KiB) instead; --size is ignored")
 	return cmd
 }
@@ -44,7 +46,7 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 		return usageError{fmt.Errorf("--shards must be at least 1 and --small not negative")}
 	}
 	p := g.progress()
-	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small}
+	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Hidden: o.Hidden}
 	if o.Small > 0 {
 		size = 0
 		for _, t := range synth.Plan(cfg) {

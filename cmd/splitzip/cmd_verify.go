@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/pipeline"
 )
 
 // verifyOptions are the flags of verify.
 type verifyOptions struct {
+	Memory string
 	Jobs   int
 	GPU    bool
 	Device int
@@ -33,11 +36,19 @@ compressed. Exits 1 on any mismatch.`,
 	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 0, "tensors checked at once (default: number of CPUs)")
 	cmd.Flags().BoolVar(&o.GPU, "gpu", false, "decode every payload on the GPU (in place) instead of the CPU")
 	cmd.Flags().IntVar(&o.Device, "device", 0, "GPU ordinal for --gpu")
+	addMemoryFlag(cmd.Flags(), &o.Memory)
 	return cmd
 }
 
 func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) error {
-	opts := pipeline.VerifyOptions{Jobs: o.Jobs, Progress: g.progress()}
+	if o.Jobs < 0 {
+		return usageError{fmt.Errorf("--jobs must be positive")}
+	}
+	mem, err := memoryBudget(o.Memory)
+	if err != nil {
+		return err
+	}
+	opts := pipeline.VerifyOptions{Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
 	if o.GPU {
 		d, closeGPU, err := gpuDecoder(o.Device)
 		if err != nil {
@@ -78,13 +89,13 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 // lockedDecoder serializes a GPU decoder shared by verify's jobs.
 type lockedDecoder struct {
 	mu sync.Mutex
-	d  pipeline.Decoder
+	d  *gpu.Decoder
 }
 
-func (l *lockedDecoder) Decode(dst, p []byte) error {
+func (l *lockedDecoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(off uint64, b []byte) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.d.Decode(dst, p)
+	return l.d.DecodeStream(r, size, buf, fn)
 }
 
 func (l *lockedDecoder) Name() string { return l.d.Name() }

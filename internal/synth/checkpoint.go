@@ -20,6 +20,7 @@ import (
 type Config struct {
 	Bytes  uint64 // approximate total size
 	Shards int    // number of shard files; 1 writes model.safetensors
+	Hidden uint64 // hidden size; 0 picks one from Bytes (4096 gives Llama-7B's 90 MB MLP tensors)
 	Seed   uint64
 	// Small, when positive, makes the checkpoint that many small BF16
 	// tensors of 1 to 64 KiB (the norms and biases case) instead of a
@@ -54,6 +55,9 @@ func Plan(cfg Config) []Tensor {
 			h = c
 			break
 		}
+	}
+	if cfg.Hidden > 0 {
+		h = cfg.Hidden
 	}
 	vocab := uint64(32003)
 	if 4*vocab*h > cfg.Bytes/4 {

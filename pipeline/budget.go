@@ -1,0 +1,81 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/splitzip/splitzip/codec"
+)
+
+// DefaultMemory is the default memory budget of Compress, Verify and
+// Decompress: what their working buffers may hold at once, whatever the
+// number of jobs, the core count and the tensor sizes.
+const DefaultMemory = 512 << 20
+
+// MinMemory is the smallest budget accepted: a few jobs' working sets.
+const MinMemory = 32 << 20
+
+// pieceBytes is how much of a tensor verify and decompress hold at a
+// time: a whole number of chunks (a variable for tests).
+var pieceBytes = 128 * 2 * codec.ChunkValues
+
+// tableBytes bounds what a job holds per chunk of a payload besides its
+// pieces: the encoder's chunk entries and CRCs, the reader's tables.
+func tableBytes(size uint64) uint64 {
+	return 32 * (size/(2*codec.ChunkValues) + 1)
+}
+
+// budget is the memory a run's jobs share: each job holds its share of
+// bytes from it while it works on a tensor, so at most the budget is held
+// at once and jobs wait when it is spent.
+type budget struct {
+	sem   *semaphore.Weighted
+	total uint64
+	mu    sync.Mutex
+	free  []*pieces // pieces of jobs that finished, for the next
+}
+
+// newBudget returns a budget of memory bytes; 0 means DefaultMemory.
+func newBudget(memory uint64) (*budget, error) {
+	if memory == 0 {
+		memory = DefaultMemory
+	}
+	if memory < MinMemory {
+		return nil, fmt.Errorf("memory budget of %d bytes is below the minimum of %d MiB", memory, MinMemory>>20)
+	}
+	return &budget{sem: semaphore.NewWeighted(int64(memory)), total: memory}, nil
+}
+
+// hold takes n bytes of the budget (all of it when n is larger: such a
+// job then runs alone) and returns the function that gives them back.
+func (b *budget) hold(ctx context.Context, n uint64) (func(), error) {
+	n = min(n, b.total)
+	if err := b.sem.Acquire(ctx, int64(n)); err != nil {
+		return nil, err
+	}
+	return func() { b.sem.Release(int64(n)) }, nil
+}
+
+// pieces returns a job's buffers, reused from a finished job when one
+// is free; take them only while holding their cost (pieceCost), so no
+// more are ever allocated than the budget admits at once.
+func (b *budget) pieces() *pieces {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := len(b.free); n > 0 {
+		p := b.free[n-1]
+		b.free = b.free[:n-1]
+		return p
+	}
+	return newPieces()
+}
+
+// putPieces gives a job's buffers back.
+func (b *budget) putPieces(p *pieces) {
+	b.mu.Lock()
+	b.free = append(b.free, p)
+	b.mu.Unlock()
+}

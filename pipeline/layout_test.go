@@ -1,0 +1,110 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/safetensors"
+)
+
+// writeRaw writes a safetensors file from a JSON header and data bytes.
+func writeRaw(t *testing.T, path, header string, data []byte) {
+	t.Helper()
+	b := make([]byte, 8, 8+len(header)+len(data))
+	binary.LittleEndian.PutUint64(b, uint64(len(header)))
+	b = append(append(b, header...), data...)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnusualLayouts runs files the reference accepts (empty tensors at
+// every position, scalars, sub-byte dtypes, whitespace after the header)
+// and files it refuses but splitzip keeps (holes, trailing bytes, unknown
+// dtypes) through compress, verify and decompress, byte for byte, with
+// pieces small enough that the holes and gaps span several.
+func TestUnusualLayouts(t *testing.T) {
+	defer func(b int) { pieceBytes = b }(pieceBytes)
+	pieceBytes = 2 * 2 * 16384
+	dir := t.TempDir()
+	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := synth.Normal(rng, 70000, 0.02) // 140,000 bytes of BF16
+	hole := 300_000
+	var data []byte
+	data = append(data, w...)                                       // [0, 140000) "w"
+	data = append(data, make([]byte, hole)...)                      // a hole
+	data = append(data, 1, 2, 3, 4)                                 // "q", unknown dtype
+	data = append(data, 0x12, 0x34)                                 // "s", BF16 scalar
+	data = append(data, 0xAB)                                       // "f4", two F4 values
+	data = append(data, []byte(strings.Repeat("tail", 100_000))...) // trailing bytes
+	b := uint64(len(w))
+	header := fmt.Sprintf(`{"z":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},`+
+		`"w":{"dtype":"BF16","shape":[70000],"data_offsets":[0,%d]},"a":{"dtype":"F32","shape":[0,5],"data_offsets":[0,0]},`+
+		`"q":{"dtype":"Q4_X","shape":[9],"data_offsets":[%d,%d]},"s":{"dtype":"BF16","shape":[],"data_offsets":[%d,%d]},`+
+		`"f4":{"dtype":"F4","shape":[2],"data_offsets":[%d,%d]},"end":{"dtype":"I64","shape":[0],"data_offsets":[%d,%d]}}`+"\n\t ",
+		b, b+uint64(hole), b+uint64(hole)+4, b+uint64(hole)+4, b+uint64(hole)+6, b+uint64(hole)+6, b+uint64(hole)+7, b+uint64(hole)+7, b+uint64(hole)+7)
+	writeRaw(t, filepath.Join(src, "model.safetensors"), header, data)
+	res := compress(t, src, cache, false)
+	if res.Totals.Tensors != 7 || res.Totals.CompressedTensors != 1 || len(res.Warnings) != 3 {
+		t.Fatalf("compress: %+v, warnings %q", res.Totals, res.Warnings)
+	}
+	if v := mustVerify(t, cache); !v.OK() || v.Payloads != 1 {
+		t.Fatalf("verify: %+v", v)
+	}
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, src, out)
+	// A changed byte in the hole is found by verify.
+	p := filepath.Join(src, "model.safetensors")
+	raw, _ := os.ReadFile(p)
+	st, _ := os.Stat(p)
+	raw[len(raw)-len(data)+int(b)+hole/2] ^= 1
+	os.WriteFile(p, raw, 0o644)
+	os.Chtimes(p, st.ModTime(), st.ModTime())
+	if v := mustVerify(t, cache); v.OK() || !strings.Contains(v.Problems[0].Error, "differ") {
+		t.Fatalf("verify of a changed hole: %+v", v.Problems)
+	}
+}
+
+// TestDecompressAllOrNothing: when the second shard cannot be restored
+// (its source changed), neither the index nor the first shard is left in
+// the output, and no temporary file either.
+func TestDecompressAllOrNothing(t *testing.T) {
+	dir := t.TempDir()
+	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	gen(t, src, 2<<20, 2, 12)
+	// Make one raw alias in the second shard: a tensor left raw.
+	res, err := Compress(context.Background(), src, CompressOptions{Output: cache, MinSaving: 0.9, NoSync: true})
+	if err != nil || res.Totals.CompressedTensors != 0 {
+		t.Fatalf("compress: %v %+v", err, res)
+	}
+	p := filepath.Join(src, "model-00002-of-00002.safetensors")
+	os.Truncate(p, 100)
+	_, err = Decompress(context.Background(), cache, DecompressOptions{Output: out})
+	if err == nil {
+		t.Fatal("decompress of a changed source succeeded")
+	}
+	ents, _ := os.ReadDir(out)
+	if len(ents) != 0 {
+		t.Errorf("a failed decompress left %d files: %v", len(ents), ents[0].Name())
+	}
+	if !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") {
+		t.Errorf("error %v does not name the shard", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, safetensors.IndexFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("index left behind: %v", err)
+	}
+}
