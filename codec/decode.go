@@ -17,7 +17,7 @@ func ParseHeader(p []byte) (Header, error) {
 		return h, corrupt(offMagic, -1, "bad magic %q", p[offMagic:offMagic+4])
 	}
 	if v := binary.LittleEndian.Uint16(p[offVersion:]); v != Version {
-		return h, fmt.Errorf("%w: version %d, this build reads %d", ErrVersion, v, Version)
+		return h, fmt.Errorf("%w: version %d; this build reads version %d", ErrVersion, v, Version)
 	}
 	if hs := binary.LittleEndian.Uint16(p[offHeaderSize:]); hs != HeaderSize {
 		return h, corrupt(offHeaderSize, -1, "header size %d, want %d", hs, HeaderSize)

@@ -45,6 +45,9 @@ var (
 	ErrSourceChanged = errors.New("source shard changed since compression")
 	// ErrLocked reports a cache another writer holds.
 	ErrLocked = errors.New("cache is locked by another writer")
+	// ErrVersion reports an index of a format version this build does
+	// not read.
+	ErrVersion = errors.New("unsupported splitzip cache index version")
 )
 
 // Key is a content key: "blake3:" and the hex BLAKE3-256 hash of the raw
@@ -193,7 +196,7 @@ func unmarshalIndex(b []byte, name string) (*Index, error) {
 		return nil, fmt.Errorf("%s: %w: format %q", name, ErrNotCache, env.Format)
 	}
 	if env.Version != IndexVersion {
-		return nil, fmt.Errorf("%s: %w: index version %d, this build reads %d", name, ErrIndexCorrupt, env.Version, IndexVersion)
+		return nil, fmt.Errorf("%s: %w: version %d; this build reads version %d", name, ErrVersion, env.Version, IndexVersion)
 	}
 	// MarshalIndent re-indents the body; compact it back before hashing.
 	body, err := compactJSON(env.Body)

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// goldenVersions are the cache formats under testdata/golden, each written
+// by the release of its day (v1: index version 1, payload version 1,
+// written by the build of 2026-11-29, ca8b28c) from the source beside it.
+var goldenVersions = []string{"v1"}
+
+// copyTree copies a directory.
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(to, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relocate rewrites a copied golden cache's index so its source root is
+// newRoot, recomputing the body checksum with its own code (the cache
+// records absolute roots), and gives the copied source the recorded
+// modification times (git does not keep them).
+func relocate(t *testing.T, cache, newRoot string) {
+	t.Helper()
+	path := filepath.Join(cache, shardcache.IndexName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(b, &env); err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Sources []map[string]json.RawMessage `json:"sources"`
+	}
+	json.Unmarshal(env["body"], &body)
+	var old string
+	json.Unmarshal(body.Sources[0]["root"], &old)
+	var shards []struct {
+		Name  string `json:"name"`
+		MTime string `json:"mtime"`
+	}
+	json.Unmarshal(body.Sources[0]["shards"], &shards)
+	oldRoot, _ := json.Marshal(old)
+	nr, _ := json.Marshal(newRoot)
+	var compact bytes.Buffer
+	json.Compact(&compact, env["body"])
+	nb := bytes.ReplaceAll(compact.Bytes(), append([]byte(`"root":`), oldRoot...), append([]byte(`"root":`), nr...))
+	sum := sha256.Sum256(nb)
+	env["body"] = nb
+	env["body_sha256"], _ = json.Marshal(hex.EncodeToString(sum[:]))
+	out, _ := json.Marshal(env)
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shards {
+		mt, err := time.Parse(time.RFC3339Nano, sh.MTime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(filepath.Join(newRoot, sh.Name), mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGoldenCaches: the current build opens every committed golden cache
+// as written, verifies it, loads it on the CPU device with --check, and
+// restores its source byte for byte.
+func TestGoldenCaches(t *testing.T) {
+	for _, v := range goldenVersions {
+		t.Run(v, func(t *testing.T) {
+			golden := filepath.Join("..", "..", "testdata", "golden", v)
+			if _, err := shardcache.Open(filepath.Join(golden, "cache")); err != nil {
+				t.Fatalf("open as committed: %v", err)
+			}
+			dir := t.TempDir()
+			src, cache, out := filepath.Join(dir, "source"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+			copyTree(t, filepath.Join(golden, "source"), src)
+			copyTree(t, filepath.Join(golden, "cache"), cache)
+			relocate(t, cache, src)
+			if code, o, e := splitzip(t, "verify", cache); code != 0 || !strings.Contains(o, "verify ok") {
+				t.Fatalf("verify: %d %s %s", code, o, e)
+			}
+			if code, o, e := splitzip(t, "load", cache, "--device", "cpu", "--check"); code != 0 {
+				t.Fatalf("load --device cpu --check: %d %s %s", code, o, e)
+			}
+			if code, _, e := splitzip(t, "decompress", cache, "-o", out); code != 0 {
+				t.Fatalf("decompress: %d %s", code, e)
+			}
+			ents, _ := os.ReadDir(src)
+			for _, en := range ents {
+				a, _ := os.ReadFile(filepath.Join(src, en.Name()))
+				b, err := os.ReadFile(filepath.Join(out, en.Name()))
+				if err != nil || !bytes.Equal(a, b) {
+					t.Errorf("%s differs after restore (%v)", en.Name(), err)
+				}
+			}
+		})
+	}
+}
+
+// TestUnknownVersions: an index or a payload of a version this build does
+// not read is refused with a message naming the version found and the
+// version read.
+func TestUnknownVersions(t *testing.T) {
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	copyTree(t, filepath.Join("..", "..", "testdata", "golden", "v1", "cache"), cache)
+	path := filepath.Join(cache, shardcache.IndexName)
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, bytes.Replace(b, []byte(`"version": 1,`), []byte(`"version": 7,`), 1), 0o644)
+	_, err := shardcache.Open(cache)
+	if !errors.Is(err, shardcache.ErrVersion) || !strings.Contains(err.Error(), "version 7; this build reads version 1") {
+		t.Errorf("index version 7: %v", err)
+	}
+	code, _, e := splitzip(t, "verify", cache)
+	if code != exitFailure || !strings.Contains(e, "version 7") {
+		t.Errorf("verify of index version 7: exit %d, %q", code, e)
+	}
+	p := make([]byte, codec.HeaderSize)
+	copy(p, codec.Magic)
+	p[4] = 2
+	if _, err := codec.ParseHeader(p); !errors.Is(err, codec.ErrVersion) || !strings.Contains(err.Error(), "version 2; this build reads version 1") {
+		t.Errorf("payload version 2: %v", err)
+	}
+}
