@@ -32,18 +32,28 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 	if h.Size != size {
 		return fmt.Errorf("%w: header says %d bytes, payload has %d", codec.ErrCorrupt, h.Size, size)
 	}
-	out := 2 * h.Values
-	if err := d.reserve(&d.buf, &d.bufCap, max(out, 1)); err != nil {
-		return err
+	// Every value takes at least a byte of payload: a header claiming more
+	// would make the device buffer outgrow the file.
+	if h.Values > size {
+		return fmt.Errorf("%w: %d values in a %d-byte payload", codec.ErrCorrupt, h.Values, size)
 	}
-	target := d.buf
-	if !h.InPlace {
-		if err := d.reserve(&d.payload, &d.payCap, size); err != nil {
+	out := 2 * h.Values
+	// An empty tensor's payload is only checked; nothing goes to the device.
+	var target cuda.DevicePtr
+	if out > 0 {
+		if h.InPlace && size > out {
+			return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, size, out)
+		}
+		if err := d.reserve(&d.buf, &d.bufCap, out); err != nil {
 			return err
 		}
-		target = d.payload
-	} else if size > out {
-		return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, size, out)
+		target = d.buf
+		if !h.InPlace {
+			if err := d.reserve(&d.payload, &d.payCap, size); err != nil {
+				return err
+			}
+			target = d.payload
+		}
 	}
 	var sum uint32
 	for off := uint64(0); off < size; off += uint64(seg) {
@@ -52,6 +62,9 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 			return fmt.Errorf("codec: reading payload at %d: %w", off, err)
 		}
 		sum = codec.CombineChecksums(sum, codec.PieceChecksum(b, off), uint64(len(b)))
+		if out == 0 {
+			continue
+		}
 		if err := d.ctx.CopyHtoDAsync(target+cuda.DevicePtr(off), b, d.stream); err != nil {
 			return err
 		}
@@ -63,7 +76,7 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 	if sum != h.Checksum {
 		return codec.ErrChecksum
 	}
-	if h.Values == 0 {
+	if out == 0 {
 		return nil
 	}
 	if h.InPlace {

@@ -44,12 +44,16 @@ realweights() {
   done
 }
 
-if [ "$phase" = 1 ]; then
+gputests() {
   step "gpu tests"
   (cd gpu && "../$D/gpu.test" -test.v -test.count=1) || fail "gpu tests"
   step "compute-sanitizer memcheck: DecodeStream"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.short -test.run "TestDecodeStream|TestDecoderInterface" -test.count=1 > "$OUT/memcheck.log" 2>&1 || fail "memcheck"
   tail -4 "$OUT/memcheck.log"
+}
+
+if [ "$phase" = 1 ]; then
+  gputests
   realweights
   step "peak RSS: 90 MB tensors, --jobs 16, on $(nproc) cores"
   "$sz" gen /tmp/big90 --size 2GiB --shards 2 --hidden 4096 -q || fail "gen"
@@ -67,7 +71,14 @@ if [ "$phase" = 1 ]; then
 fi
 
 if [ "$phase" = 2 ]; then
+  gputests
   realweights
+  step "verify --gpu of a corrupted payload"
+  cache=$(ls -d /tmp/rw-cache/* | head -1)
+  obj=$(find "$cache/objects" -type f -size +1M | head -1)
+  python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=0x10; open(p,'wb').write(b)" "$obj"
+  "$sz" verify "$cache" --gpu -q; rc=$?
+  [ $rc = 1 ] && echo "verify --gpu exit 1 on a corrupted payload, as it should" || fail "verify --gpu of a corrupted payload: exit $rc"
   step "cuda binding, transport and loader GPU tests"
   "$D/cuda.test" -test.v -test.count=1 > "$OUT/cuda-tests.log" 2>&1 || fail "cuda tests"
   tail -3 "$OUT/cuda-tests.log"
