@@ -236,7 +236,7 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 			for k := range next {
 				j, t := tasks[k].j, &tasks[k].j.s.Header.Tensors[tasks[k].i]
 				var rec *shardcache.Tensor
-				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size()))
+				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size())+keptBytes(t.Size()))
 				if err == nil {
 					err = guard(func() (err error) {
 						rec, err = tc.compress(j.m, t)
@@ -311,6 +311,19 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 // mapped pages of a segment, the encoder's stage and output buffers.
 const compressCost = 4 * segmentBytes
 
+// keepBytes is the largest tensor whose pages stay mapped between the two
+// passes: faulting them in again costs about 5% of compress time, and a
+// job holds them as part of its share of the budget.
+const keepBytes = 16 << 20
+
+// keptBytes is what a tensor of size bytes keeps mapped between passes.
+func keptBytes(size uint64) uint64 {
+	if size <= keepBytes {
+		return size
+	}
+	return 0
+}
+
 // compress records one tensor: BF16 tensors that pass the gate become
 // SplitZip payloads, everything else stays raw. It reads the tensor from
 // m a segment at a time, dropping each segment's pages once read.
@@ -322,7 +335,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 	var hist codec.Histogram
 	var crc1 uint32
 	bf16 := t.DType == "BF16" && t.Size()%2 == 0
-	err := m.segments(t.Begin, t.End, func(seg []byte) error {
+	err := m.segments(t.Begin, t.End, keptBytes(t.Size()) == 0, func(seg []byte) error {
 		sha.Write(seg)
 		if bf16 {
 			hist.Add(seg)
@@ -375,7 +388,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 		return nil, err
 	}
 	var crc2 uint32
-	err = m.segments(t.Begin, t.End, func(seg []byte) error {
+	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
 		crc2 = crc32.Update(crc2, crcTable, seg)
 		tc.opts.Progress.Add(uint64(len(seg)))
 		return enc.Write(seg)
@@ -432,7 +445,7 @@ func (tc *tensorCompressor) storeRaw(m *mapping, t *safetensors.Tensor, rec *sha
 	}
 	defer obj.Abort()
 	h := shardcache.NewHasher()
-	err = m.segments(t.Begin, t.End, func(seg []byte) error {
+	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
 		h.Write(seg)
 		_, err := obj.Write(seg)
 		return err

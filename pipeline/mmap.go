@@ -66,14 +66,16 @@ func guard(fn func() error) (err error) {
 }
 
 // segments calls fn for successive pieces of at most segmentBytes of
-// bytes [begin, end) of the mapping, and drops each piece's pages from
-// this process once fn is done with it, so a job holds one segment's
-// pages whatever the tensor's size.
-func (m *mapping) segments(begin, end uint64, fn func(seg []byte) error) error {
+// bytes [begin, end) of the mapping and, with drop, drops each piece's
+// pages from this process once fn is done with it, so a job holds one
+// segment's pages whatever the tensor's size.
+func (m *mapping) segments(begin, end uint64, drop bool, fn func(seg []byte) error) error {
 	for pos := begin; pos < end; {
 		n := min(end-pos, segmentBytes)
 		err := fn(m.data[pos : pos+n])
-		m.release(pos, pos+n)
+		if drop {
+			m.release(pos, pos+n)
+		}
 		if err != nil {
 			return err
 		}
