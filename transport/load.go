@@ -87,6 +87,15 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 	if opts.FirstGroup == nil {
 		opts.FirstGroup = func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") }
 	}
+	// Sizes come from the index; a shard whose size and mtime match the
+	// index bounds every tensor range in it by a real file before the
+	// arena is sized from them.
+	for i := range src.Shards {
+		sh := &src.Shards[i]
+		if err := shardcache.CheckStat(sh, filepath.Join(src.Root, sh.Name)); err != nil {
+			return nil, err
+		}
+	}
 	specs := Specs(src)
 	arena, err := vmm.New(eng, specs, 0)
 	if err != nil {

@@ -129,6 +129,73 @@ func TestGoldenCaches(t *testing.T) {
 	}
 }
 
+// rewriteIndex edits a cache's index body with fn and recomputes its
+// checksum with its own code, as a malicious or careless tool would.
+func rewriteIndex(t *testing.T, cache string, fn func(body map[string]any)) {
+	t.Helper()
+	path := filepath.Join(cache, shardcache.IndexName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var env map[string]any
+	if err := dec.Decode(&env); err != nil {
+		t.Fatal(err)
+	}
+	body := env["body"].(map[string]any)
+	fn(body)
+	nb, _ := json.Marshal(body)
+	sum := sha256.Sum256(nb)
+	env["body"], env["body_sha256"] = json.RawMessage(nb), hex.EncodeToString(sum[:])
+	out, _ := json.Marshal(env)
+	os.WriteFile(path, out, 0o644)
+}
+
+// TestHugeSizesInIndex: an index with a correct checksum whose shard and
+// tensor sizes were set near 2^62 is refused cleanly by every command
+// that reads it, never with a panic or an allocation of that size.
+func TestHugeSizesInIndex(t *testing.T) {
+	dir := t.TempDir()
+	golden := filepath.Join("..", "..", "testdata", "golden", "v1")
+	src, cache := filepath.Join(dir, "source"), filepath.Join(dir, "cache")
+	copyTree(t, filepath.Join(golden, "source"), src)
+	copyTree(t, filepath.Join(golden, "cache"), cache)
+	relocate(t, cache, src)
+	for _, tc := range []struct {
+		name string
+		edit func(sh map[string]any)
+	}{
+		{"tensor past its shard", func(sh map[string]any) {
+			sh["tensors"].([]any)[0].(map[string]any)["size"] = json.Number("4611686018427387904")
+		}},
+		{"shard and tensor both huge", func(sh map[string]any) {
+			sh["size"] = json.Number("4611686018427387904")
+			for _, x := range sh["tensors"].([]any) {
+				if m := x.(map[string]any); m["stored"] == "raw" {
+					m["size"] = json.Number("2305843009213693952")
+					break
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := filepath.Join(t.TempDir(), "c")
+			copyTree(t, cache, c)
+			rewriteIndex(t, c, func(body map[string]any) {
+				tc.edit(body["sources"].([]any)[0].(map[string]any)["shards"].([]any)[0].(map[string]any))
+			})
+			for _, args := range [][]string{{"verify", c}, {"load", c, "--device", "cpu"}, {"decompress", c, "-o", filepath.Join(t.TempDir(), "o")}} {
+				code, _, e := splitzip(t, args...)
+				if code != exitFailure || strings.Contains(e, "internal error") || strings.Contains(e, "panic") {
+					t.Errorf("%s: exit %d, %q", args[0], code, e)
+				}
+			}
+		})
+	}
+}
+
 // TestUnknownVersions: an index or a payload of a version this build does
 // not read is refused with a message naming the version found and the
 // version read.
