@@ -117,14 +117,7 @@ func TestGoldenCaches(t *testing.T) {
 			if code, _, e := splitzip(t, "decompress", cache, "-o", out); code != 0 {
 				t.Fatalf("decompress: %d %s", code, e)
 			}
-			ents, _ := os.ReadDir(src)
-			for _, en := range ents {
-				a, _ := os.ReadFile(filepath.Join(src, en.Name()))
-				b, err := os.ReadFile(filepath.Join(out, en.Name()))
-				if err != nil || !bytes.Equal(a, b) {
-					t.Errorf("%s differs after restore (%v)", en.Name(), err)
-				}
-			}
+			sameFiles(t, src, out)
 		})
 	}
 }

@@ -9,6 +9,23 @@ import (
 	"testing"
 )
 
+// sameFiles fails the test unless every file of directory a is in b with
+// the same bytes.
+func sameFiles(t *testing.T, a, b string) {
+	t.Helper()
+	ents, err := os.ReadDir(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range ents {
+		x, _ := os.ReadFile(filepath.Join(a, en.Name()))
+		y, err := os.ReadFile(filepath.Join(b, en.Name()))
+		if err != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs after restore (%v)", en.Name(), err)
+		}
+	}
+}
+
 // splitzip runs the command line in-process and returns the exit code and
 // output.
 func splitzip(t *testing.T, args ...string) (int, string, string) {
@@ -53,14 +70,7 @@ func TestEndToEnd(t *testing.T) {
 	if code, _, e := splitzip(t, "decompress", cache, "-o", rest); code != 0 {
 		t.Fatalf("decompress: %d %s", code, e)
 	}
-	ents, _ := os.ReadDir(ck)
-	for _, en := range ents {
-		a, _ := os.ReadFile(filepath.Join(ck, en.Name()))
-		b, _ := os.ReadFile(filepath.Join(rest, en.Name()))
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs", en.Name())
-		}
-	}
+	sameFiles(t, ck, rest)
 	// Load on the host implementation, both paths, checked bit for bit.
 	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--repeat", "2"); code != 0 || !strings.Contains(out, "matches the source") {
 		t.Fatalf("load --device cpu: %d %q %q", code, out, e)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -61,14 +60,8 @@ func TestRealWeights(t *testing.T) {
 			if code, o, e := splitzip(t, "decompress", cache, "-o", out); code != 0 {
 				t.Fatalf("decompress: %d %s %s", code, o, e)
 			}
-			files, _ := os.ReadDir(src)
-			for _, f := range files {
-				a, _ := os.ReadFile(filepath.Join(src, f.Name()))
-				b, err := os.ReadFile(filepath.Join(out, f.Name()))
-				if err != nil || !bytes.Equal(a, b) {
-					t.Errorf("%s differs after restore (%v)", f.Name(), err)
-				}
-			}
+			sameFiles(t, src, out)
+
 		})
 	}
 	if models < 2 {
