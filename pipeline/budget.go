@@ -59,23 +59,27 @@ func (b *budget) hold(ctx context.Context, n uint64) (func(), error) {
 	return func() { b.sem.Release(int64(n)) }, nil
 }
 
-// pieces returns a job's buffers, reused from a finished job when one
-// is free; take them only while holding their cost (pieceCost), so no
-// more are ever allocated than the budget admits at once.
-func (b *budget) pieces() *pieces {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n := len(b.free); n > 0 {
-		p := b.free[n-1]
-		b.free = b.free[:n-1]
-		return p
+// take holds a job's share of the budget, its pieces (pieceCost) plus
+// extra bytes, and returns the pieces, reused from a finished job when one
+// is free, and the function that gives both back. No more pieces are ever
+// allocated than the budget admits at once.
+func (b *budget) take(ctx context.Context, extra uint64) (*pieces, func(), error) {
+	release, err := b.hold(ctx, pieceCost()+extra)
+	if err != nil {
+		return nil, nil, err
 	}
-	return newPieces()
-}
-
-// putPieces gives a job's buffers back.
-func (b *budget) putPieces(p *pieces) {
 	b.mu.Lock()
-	b.free = append(b.free, p)
+	var p *pieces
+	if n := len(b.free); n > 0 {
+		p, b.free = b.free[n-1], b.free[:n-1]
+	} else {
+		p = newPieces()
+	}
 	b.mu.Unlock()
+	return p, func() {
+		b.mu.Lock()
+		b.free = append(b.free, p)
+		b.mu.Unlock()
+		release()
+	}, nil
 }

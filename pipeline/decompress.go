@@ -83,12 +83,11 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	}
 	p.Start("decompress", total)
 	defer p.Finish()
-	release, err := mem.hold(ctx, pieceCost()+uint64(pieceBytes)+writeBuffer)
+	buf, release, err := mem.take(ctx, uint64(pieceBytes)+writeBuffer)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	buf := mem.pieces()
 	// Files written so far, under their temporary names until the end.
 	type written struct{ tmp, path string }
 	var done []written

@@ -136,39 +136,29 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 	for range jobs {
 		wg.Go(func() {
 			for i := range next {
-				var work *pieces
 				var size uint64
-				var check func() (bool, error)
-				if i < 0 {
-					regions := append([]shardcache.Region{sh.Header}, sh.Gaps...)
-					check = func() (bool, error) {
-						for _, r := range regions {
-							if err := compareRegion(c, f, r, work); err != nil {
-								fail(path, "", fmt.Errorf("bytes [%d, %d): %w", r.Offset, r.Offset+r.Size, err))
-							}
-						}
-						return false, nil
-					}
-				} else {
-					t := &sh.Tensors[i]
-					size = t.Size
-					check = func() (bool, error) { return verifyTensor(c, f, t, opts.Decoder, work) }
+				if i >= 0 {
+					size = sh.Tensors[i].Size
 				}
-				release, err := mem.hold(ctx, pieceCost()+uint64(pieceBytes)+tableBytes(size))
+				work, release, err := mem.take(ctx, uint64(pieceBytes)+tableBytes(size))
 				if err != nil {
 					mu.Lock()
 					runErr = err
 					mu.Unlock()
 					continue
 				}
-				work = mem.pieces()
-				payload, err := check()
-				mem.putPieces(work)
-				release()
 				if i < 0 {
+					for _, r := range append([]shardcache.Region{sh.Header}, sh.Gaps...) {
+						if err := compareRegion(c, f, r, work); err != nil {
+							fail(path, "", fmt.Errorf("bytes [%d, %d): %w", r.Offset, r.Offset+r.Size, err))
+						}
+					}
+					release()
 					continue
 				}
 				t := &sh.Tensors[i]
+				payload, err := verifyTensor(c, f, t, opts.Decoder, work)
+				release()
 				if err != nil {
 					fail(path, t.Name, err)
 				}
