@@ -312,8 +312,8 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 const compressCost = 4 * segmentBytes
 
 // keepBytes is the largest tensor whose pages stay mapped between the two
-// passes: faulting them in again costs about 5% of compress time, and a
-// job holds them as part of its share of the budget.
+// passes, so the second need not fault them in again; a job holds them as
+// part of its share of the budget.
 const keepBytes = 16 << 20
 
 // keptBytes is what a tensor of size bytes keeps mapped between passes.
