@@ -35,7 +35,7 @@ type DecompressResult struct {
 }
 
 // ErrAmbiguousSource reports a cache of several sources and no choice among them.
-var ErrAmbiguousSource = errors.New("the cache holds several sources; choose one")
+var ErrAmbiguousSource = errors.New("the cache holds several sources; choose one with --source ROOT")
 
 // Decompress rebuilds the original safetensors files (and index) of one
 // source, byte for byte, a piece at a time. Tensors left raw and not

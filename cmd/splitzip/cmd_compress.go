@@ -69,8 +69,8 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	t := res.Totals
 	secs := res.Duration.Seconds()
-	fmt.Fprintf(g.stdout, "compressed %d tensors (%d SplitZip) from %d shards: %s -> %s (%.1f%% saved; BF16 %.3f bits/value) in %.2fs, %.2f GB/s\n",
-		t.Tensors, t.CompressedTensors, res.Shards, human(t.RawBytes), human(t.StoredBytes),
+	fmt.Fprintf(g.stdout, "compressed %s (%d SplitZip) from %s: %s -> %s (%.1f%% saved; BF16 %.3f bits/value) in %.2fs, %.2f GB/s\n",
+		count(t.Tensors, "tensor"), t.CompressedTensors, count(res.Shards, "shard"), human(t.RawBytes), human(t.StoredBytes),
 		100*(1-ratio(t.StoredBytes, t.RawBytes)), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), secs, float64(t.RawBytes)/secs/1e9)
 	return nil
 }

@@ -50,6 +50,6 @@ func runDecompress(ctx context.Context, g *globals, o decompressOptions, dir str
 	if g.JSON {
 		return printJSON(g.stdout, "decompress_summary", res)
 	}
-	fmt.Fprintf(g.stdout, "restored %d files (%s) of %s into %s in %.2fs\n", len(res.Files), human(res.Bytes), res.Source, res.Output, res.Duration.Seconds())
+	fmt.Fprintf(g.stdout, "restored %s (%s) of %s into %s in %.2fs\n", count(len(res.Files), "file"), human(res.Bytes), res.Source, res.Output, res.Duration.Seconds())
 	return nil
 }

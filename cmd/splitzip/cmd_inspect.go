@@ -39,8 +39,8 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 	w := g.stdout
 	for _, s := range res.Sources {
 		t := s.Totals
-		fmt.Fprintf(w, "source %s: %d shards, %d tensors (%d SplitZip), %s -> %s\n",
-			s.Root, s.Shards, t.Tensors, t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes))
+		fmt.Fprintf(w, "source %s: %s, %s (%d SplitZip), %s -> %s\n",
+			s.Root, count(s.Shards, "shard"), count(t.Tensors, "tensor"), t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes))
 	}
 	t := res.Totals
 	if o.Tensors {
@@ -52,8 +52,8 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(w, "total: %d tensors (%d SplitZip), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %d objects, %s\n",
-		t.Tensors, t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
-		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), res.Objects, human(res.ObjectBytes))
+	fmt.Fprintf(w, "total: %s (%d SplitZip), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s\n",
+		count(t.Tensors, "tensor"), t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
+		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), count(res.Objects, "object"), human(res.ObjectBytes))
 	return nil
 }

@@ -75,10 +75,10 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		}
 		status := "ok"
 		if !res.OK() {
-			status = fmt.Sprintf("FAILED (%d problems)", len(res.Problems))
+			status = fmt.Sprintf("FAILED (%s)", count(len(res.Problems), "problem"))
 		}
-		fmt.Fprintf(g.stdout, "verify %s: %d tensors, %d payloads decoded (%s) and compared, %s in %.2fs\n",
-			status, res.Tensors, res.Payloads, res.Decoder, human(res.Bytes), res.Duration.Seconds())
+		fmt.Fprintf(g.stdout, "verify %s: %s, %s decoded (%s) and compared, %s in %.2fs\n",
+			status, count(res.Tensors, "tensor"), count(res.Payloads, "payload"), res.Decoder, human(res.Bytes), res.Duration.Seconds())
 	}
 	if !res.OK() {
 		return errFailed

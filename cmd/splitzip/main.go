@@ -2,7 +2,7 @@
 // faster to move into GPU memory, without changing a bit.
 //
 // Exit codes: 0 success, 1 failure (a mismatch, a corrupt or changed input,
-// an I/O error), 2 usage error.
+// an I/O error), 2 usage error, 130 interrupted (Ctrl-C or SIGTERM).
 package main
 
 import (
@@ -17,14 +17,25 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/shardcache"
 )
+
+// abiVersion is SPLITZIP_ABI_VERSION of capi/splitzip.h (a test checks).
+const abiVersion = 3
 
 // Exit codes.
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitInterrupted = 130 // as shells report a command ended by Ctrl-C
 )
+
+// version is the release; python/splitzip/_version.py says the same (a
+// test checks).
+const version = "0.4.0"
 
 // usageError marks errors in how the command was called.
 type usageError struct{ err error }
@@ -54,7 +65,8 @@ of SplitZip payloads (about 12 bits per value, bit-exact), verifies them,
 explains the savings and restores the original files byte for byte.
 
 Exit codes: 0 success, 1 failure (mismatch, corrupt or changed input, I/O
-error), 2 usage error.`,
+error), 2 usage error, 130 interrupted.`,
+		Version:       version,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -91,6 +103,7 @@ error), 2 usage error.`,
 			trace.Stop()
 		}
 	}
+	root.SetVersionTemplate(fmt.Sprintf("splitzip %s (payload format %d, cache index %d, C ABI %d)\n", version, codec.Version, shardcache.IndexVersion, abiVersion))
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -113,33 +126,50 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run executes the command line and returns the exit code.
-func run(argv []string, stdout, stderr io.Writer) (code int) {
+// run executes the command line and returns the exit code; Ctrl-C and
+// SIGTERM cancel it.
+func run(argv []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runContext(ctx, argv, stdout, stderr)
+}
+
+// runContext executes the command line under ctx and returns the exit
+// code: exitInterrupted when ctx ended the run.
+func runContext(ctx context.Context, argv []string, stdout, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "splitzip: internal error: %v\n", r)
 			code = exitFailure
 		}
 	}()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := newRootCommand(g)
 	root.SetArgs(argv)
 	err := root.ExecuteContext(ctx)
 	var ue usageError
+	msg := ""
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &ue) || isCobraUsage(err):
-		fmt.Fprintf(stderr, "splitzip: %v\nRun 'splitzip --help' for usage.\n", err)
-		return exitUsage
 	case errors.Is(err, errFailed):
+		// The command printed its own report.
 		return exitFailure
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		code, msg = exitInterrupted, "interrupted"
+		fmt.Fprintf(stderr, "splitzip: %s\n", msg)
+	case errors.As(err, &ue) || isCobraUsage(err):
+		code, msg = exitUsage, err.Error()
+		fmt.Fprintf(stderr, "splitzip: %v\nRun 'splitzip --help' for usage.\n", err)
 	default:
+		code, msg = exitFailure, err.Error()
 		fmt.Fprintf(stderr, "splitzip: %v\n", err)
-		return exitFailure
 	}
+	if g.JSON {
+		// Scripts read stdout: a failure is a JSON document there too.
+		printJSON(stdout, "error", map[string]any{"error": msg, "exit_code": code})
+	}
+	return code
 }
 
 // isCobraUsage recognizes cobra's own errors for unknown commands.

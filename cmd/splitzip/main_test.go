@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,5 +123,44 @@ func TestParseSize(t *testing.T) {
 		if got, err := parseSize(s); err != nil || got != want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
 		}
+	}
+}
+
+// TestCLIEdges: --version, a JSON error document, plurals, and Ctrl-C.
+func TestCLIEdges(t *testing.T) {
+	code, out, _ := splitzip(t, "--version")
+	if code != 0 || !strings.Contains(out, "splitzip "+version) || !strings.Contains(out, "C ABI 3") {
+		t.Errorf("--version: %d %q", code, out)
+	}
+	code, out, _ = splitzip(t, "verify", filepath.Join(t.TempDir(), "missing"), "--json")
+	var doc map[string]any
+	if code != exitFailure || json.Unmarshal([]byte(out), &doc) != nil || doc["message_type"] != "error" || doc["exit_code"] != float64(1) || doc["error"] == "" {
+		t.Errorf("a failing command with --json: %d %q", code, out)
+	}
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	splitzip(t, "gen", src, "--size", "1MiB", "--shards", "1")
+	if _, out, _ := splitzip(t, "compress", src, "-o", cache, "--no-sync"); !strings.Contains(out, "from 1 shard:") {
+		t.Errorf("compress summary: %q", out)
+	}
+	// An interrupted run says so and exits 130, as shells expect.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var o, e bytes.Buffer
+	if code := runContext(ctx, []string{"verify", cache}, &o, &e); code != exitInterrupted || !strings.Contains(e.String(), "interrupted") {
+		t.Errorf("interrupted verify: exit %d, %q", code, e.String())
+	}
+}
+
+// TestVersionsAgree: the CLI, the C header and the Python package name
+// the same versions.
+func TestVersionsAgree(t *testing.T) {
+	h, _ := os.ReadFile(filepath.Join("..", "..", "capi", "splitzip.h"))
+	if !strings.Contains(string(h), fmt.Sprintf("#define SPLITZIP_ABI_VERSION %d\n", abiVersion)) {
+		t.Errorf("capi/splitzip.h does not define SPLITZIP_ABI_VERSION %d", abiVersion)
+	}
+	py, _ := os.ReadFile(filepath.Join("..", "..", "python", "splitzip", "_version.py"))
+	if !strings.Contains(string(py), fmt.Sprintf("__version__ = %q", version)) {
+		t.Errorf("python/splitzip/_version.py does not say __version__ = %q", version)
 	}
 }

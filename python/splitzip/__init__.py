@@ -14,5 +14,6 @@ splitzip.numpy and splitzip.torch.
 """
 
 from ._lib import Cache, Error, TensorInfo, Event
+from ._version import __version__
 
 __all__ = ["Cache", "Error", "TensorInfo", "Event"]
