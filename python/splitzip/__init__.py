@@ -1,9 +1,9 @@
 """splitzip: load tensors from a splitzip cache, bit for bit.
 
 Pure Python over ctypes: the work is done by libsplitzip.so (the C ABI in
-capi/splitzip.h), found through $SPLITZIP_LIB, next to this file, or in the
-repository's .dev/ directory. numpy and torch are optional: see
-splitzip.numpy and splitzip.torch.
+capi/splitzip.h), found through $SPLITZIP_LIB or next to this file (the
+wheel carries it; `make capi` writes it there in a checkout). numpy and
+torch are optional: see splitzip.numpy and splitzip.torch.
 
     import splitzip
     with splitzip.Cache("llama.sz") as cache:
@@ -16,4 +16,4 @@ splitzip.numpy and splitzip.torch.
 from ._lib import Cache, Error, TensorInfo, Event
 from ._version import __version__
 
-__all__ = ["Cache", "Error", "TensorInfo", "Event"]
+__all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__"]

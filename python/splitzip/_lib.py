@@ -55,7 +55,6 @@ def _candidates() -> List[str]:
     if os.environ.get("SPLITZIP_LIB"):
         out.append(os.environ["SPLITZIP_LIB"])
     out.append(os.path.join(here, "libsplitzip.so"))
-    out.append(os.path.join(here, "..", "..", ".dev", "libsplitzip.so"))
     return out
 
 
@@ -72,7 +71,8 @@ def lib():
                 break
             tried.append(path)
         else:
-            raise OSError("libsplitzip.so not found (run `make capi`, or set SPLITZIP_LIB); tried " + ", ".join(tried))
+            raise OSError("libsplitzip.so not found (install the wheel from `make wheel`, run `make capi` in a "
+                          "checkout, or set SPLITZIP_LIB); tried " + ", ".join(tried))
         u64, up, cp, st = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int
         P = ctypes.POINTER
         sig = {

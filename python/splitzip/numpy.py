@@ -6,7 +6,10 @@ exact bits (view them with ml_dtypes.bfloat16 if you have it).
 
 from typing import Dict, Optional
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("splitzip.numpy needs numpy (pip install numpy, or apt-get install python3-numpy)") from e
 
 from ._lib import Cache
 

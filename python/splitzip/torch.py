@@ -14,7 +14,10 @@ For loaders that own their memory, upload_into fills existing tensors.
 
 from typing import Dict, Iterable, Optional, Union
 
-import torch
+try:
+    import torch
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("splitzip.torch needs PyTorch (pip install torch); splitzip.numpy works without it") from e
 
 from ._lib import Cache
 
@@ -23,6 +26,9 @@ DTYPES = {
     "I8": torch.int8, "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
     "U8": torch.uint8, "BOOL": torch.bool,
 }
+for _name, _attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")):
+    if hasattr(torch, _attr):  # torch 2.3 and later
+        DTYPES[_name] = getattr(torch, _attr)
 if hasattr(torch, "float8_e4m3fn"):
     DTYPES["F8_E4M3"] = torch.float8_e4m3fn
     DTYPES["F8_E5M2"] = torch.float8_e5m2

@@ -11,14 +11,18 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+# Against the installed package (make python-test installs the wheel into a
+# venv and sets SPLITZIP_TEST_INSTALLED), else against the source tree.
+INSTALLED = bool(os.environ.get("SPLITZIP_TEST_INSTALLED"))
+if not INSTALLED:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
 
 try:
     import numpy as np
 except ImportError:  # pragma: no cover
     np = None
 
-BIN = os.path.join(ROOT, ".dev", "splitzip")
+BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
 
 
 def read_safetensors(path):
@@ -53,6 +57,24 @@ class TestNumpy(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
+
+    def test_installed_package(self):
+        import splitzip
+        self.assertTrue(splitzip.__version__)
+        if INSTALLED:
+            src = os.path.join(ROOT, "python")
+            self.assertFalse(os.path.abspath(splitzip.__file__).startswith(src + os.sep),
+                             f"splitzip imported from the source tree ({splitzip.__file__}), not the installed wheel")
+
+    def test_torch_missing(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            with self.assertRaises(ImportError) as cm:
+                import splitzip.torch  # noqa: F401
+            self.assertIn("needs PyTorch", str(cm.exception))
+        else:
+            self.skipTest("torch is installed")
 
     def test_load_file_bit_for_bit(self):
         from splitzip.numpy import load_file
