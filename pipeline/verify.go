@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +18,9 @@ import (
 
 // VerifyOptions configures Verify.
 type VerifyOptions struct {
+	// Source selects one source (PickSource): a recorded root, or the
+	// directory a moved source is in now. Empty means every source.
+	Source   string
 	Jobs     int     // tensors checked at once; 0 means GOMAXPROCS
 	Memory   uint64  // memory budget in bytes; 0 means DefaultMemory
 	Decoder  Decoder // nil means CPUDecoder
@@ -31,12 +36,15 @@ type Problem struct {
 
 // VerifyResult reports a Verify run.
 type VerifyResult struct {
-	Cache    string        `json:"cache"`
-	Decoder  string        `json:"decoder"`
-	Tensors  int           `json:"tensors"`
-	Payloads int           `json:"payloads"` // SplitZip payloads decoded and compared
-	Bytes    uint64        `json:"bytes"`    // source bytes compared
-	Problems []Problem     `json:"problems"`
+	Cache    string    `json:"cache"`
+	Decoder  string    `json:"decoder"`
+	Tensors  int       `json:"tensors"`
+	Payloads int       `json:"payloads"` // SplitZip payloads decoded and compared
+	Bytes    uint64    `json:"bytes"`    // source bytes compared
+	Problems []Problem `json:"problems"`
+	// Absent lists source shards that are not there: their tensors were
+	// checked against their content keys alone (a self-contained cache).
+	Absent   []string      `json:"absent_sources,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
 }
 
@@ -71,8 +79,16 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 		res.Problems = append(res.Problems, Problem{File: file, Tensor: tensor, Error: err.Error()})
 		mu.Unlock()
 	}
+	sources := c.Index().Sources
+	if opts.Source != "" {
+		s, err := PickSource(c, opts.Source)
+		if err != nil {
+			return nil, err
+		}
+		sources = []shardcache.Source{*s}
+	}
 	var total uint64
-	for _, s := range c.Index().Sources {
+	for _, s := range sources {
 		for _, sh := range s.Shards {
 			for _, t := range sh.Tensors {
 				total += t.Size
@@ -81,11 +97,15 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	}
 	p.Start("verify", total)
 	defer p.Finish()
-	for si := range c.Index().Sources {
-		s := &c.Index().Sources[si]
+	for si := range sources {
+		s := &sources[si]
 		if s.Index != nil {
 			path := filepath.Join(s.Root, s.Index.Name)
-			if err := compareFile(c, s.Index.Key, path, s.Index.Size); err != nil {
+			err := compareFile(c, s.Index.Key, path, s.Index.Size)
+			if errors.Is(err, fs.ErrNotExist) && selfContained(s) {
+				err = compareRegion(c, nil, shardcache.Region{Size: s.Index.Size, Key: s.Index.Key}, newPieces())
+			}
+			if err != nil {
 				fail(path, "", err)
 			}
 		}
@@ -114,24 +134,38 @@ func openCache(dir string, dec *Decoder) (*shardcache.Cache, error) {
 // verifyShard checks one shard's regions and tensors with opts.Jobs
 // workers, each holding its share of the memory budget while it works.
 func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shard, opts VerifyOptions, mem *budget, p Progress, res *VerifyResult, fail func(string, string, error)) error {
+	var mu sync.Mutex
 	path := filepath.Join(s.Root, sh.Name)
 	if fp := shardcache.Fingerprint(sh); fp != sh.Fingerprint {
 		fail(path, "", fmt.Errorf("%w: index records fingerprint %s, its regions give %s", shardcache.ErrIndexCorrupt, sh.Fingerprint, fp))
 	}
-	if err := shardcache.CheckStat(sh, path); err != nil {
-		// Go on: the tensors' checks say which of them changed.
-		fail(path, "", err)
-	}
 	f, err := os.Open(path)
-	if err != nil {
+	// src stays a nil interface when the source is absent.
+	var src io.ReaderAt
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && selfContained(s):
+		// Every byte is in the cache: check it against the content keys.
+		f = nil
+		mu.Lock()
+		res.Absent = append(res.Absent, path)
+		mu.Unlock()
+	case err != nil:
+		if n := aliases(sh); n > 0 {
+			err = fmt.Errorf("%w (%d tensors are only in the source; compress --self-contained copies them into the cache)", err, n)
+		}
 		fail(path, "", err)
 		return nil
+	default:
+		defer f.Close()
+		src = f
+		if err := shardcache.CheckStat(sh, path); err != nil {
+			// Go on: the tensors' checks say which of them changed.
+			fail(path, "", err)
+		}
 	}
-	defer f.Close()
 	jobs := min(opts.Jobs, len(sh.Tensors)+1)
 	next := make(chan int)
 	var wg sync.WaitGroup
-	var mu sync.Mutex
 	var runErr error
 	for range jobs {
 		wg.Go(func() {
@@ -149,7 +183,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 				}
 				if i < 0 {
 					for _, r := range append([]shardcache.Region{sh.Header}, sh.Gaps...) {
-						if err := compareRegion(c, f, r, work); err != nil {
+						if err := compareRegion(c, src, r, work); err != nil {
 							fail(path, "", fmt.Errorf("bytes [%d, %d): %w", r.Offset, r.Offset+r.Size, err))
 						}
 					}
@@ -230,6 +264,9 @@ func decodeTensor(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pie
 // the stored bytes against the source. It reports whether it decoded a
 // payload.
 func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Decoder, p *pieces) (bool, error) {
+	if f == nil {
+		return verifyByKey(c, t, dec, p)
+	}
 	changed := fmt.Errorf("%w: source bytes no longer match the compressed tensor (%s)", shardcache.ErrSourceChanged, t.Key)
 	switch {
 	case t.Stored == shardcache.StoredSplitZip:
@@ -282,14 +319,70 @@ func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Dec
 	return false, nil
 }
 
+// verifyByKey checks a tensor whose source is absent: its payload
+// decodes, or its raw copy hashes, to its content key.
+func verifyByKey(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pieces) (bool, error) {
+	bad := fmt.Errorf("%w: the stored bytes do not match the content key %s", shardcache.ErrObjectCorrupt, t.Key)
+	if t.Stored == shardcache.StoredSplitZip {
+		h := shardcache.NewHasher()
+		if err := decodeTensor(c, t, dec, p, func(_ uint64, b []byte) error { h.Write(b); return nil }); err != nil {
+			return true, err
+		}
+		if shardcache.KeyFromSum([32]byte(h.Sum(nil))) != t.Key {
+			return true, bad
+		}
+		return true, nil
+	}
+	obj, _, err := c.OpenObject(t.Key)
+	if err != nil {
+		return false, err
+	}
+	defer obj.Close()
+	key, err := streamRange(obj, 0, t.Size, p.a, nil)
+	if err == nil && key != t.Key {
+		err = bad
+	}
+	return false, err
+}
+
+// selfContained reports whether every byte of a source is in the cache:
+// no tensor is an alias of its source slice.
+func selfContained(s *shardcache.Source) bool {
+	for i := range s.Shards {
+		if aliases(&s.Shards[i]) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// aliases counts a shard's tensors whose bytes are only in the source.
+func aliases(sh *shardcache.Shard) int {
+	n := 0
+	for _, t := range sh.Tensors {
+		if t.Stored != shardcache.StoredSplitZip && !t.CopyStored {
+			n++
+		}
+	}
+	return n
+}
+
 // compareRegion checks that a stored raw object (a header or a gap)
-// equals the file's bytes.
+// equals the file's bytes; with f nil (the source is absent), that it
+// hashes to its key.
 func compareRegion(c *shardcache.Cache, f io.ReaderAt, r shardcache.Region, p *pieces) error {
 	obj, _, err := c.OpenObject(r.Key)
 	if err != nil {
 		return err
 	}
 	defer obj.Close()
+	if f == nil {
+		key, err := streamRange(obj, 0, r.Size, p.a, nil)
+		if err == nil && key != r.Key {
+			err = fmt.Errorf("%s: %w: content hash mismatch", obj.Name(), shardcache.ErrObjectCorrupt)
+		}
+		return err
+	}
 	objKey, _, diff, err := compareRanges(obj, f, r.Offset, r.Size, p)
 	switch {
 	case err != nil:

@@ -22,6 +22,27 @@ func (w *Writer) Forget(root string) error {
 	return fmt.Errorf("%s: source %s: %w", w.dir, root, ErrNotFound)
 }
 
+// Relocate records that the source compressed from root is now at
+// newRoot (an absolute directory). It takes effect with Commit.
+func (w *Writer) Relocate(root, newRoot string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := -1
+	for i := range w.ix.Sources {
+		switch w.ix.Sources[i].Root {
+		case newRoot:
+			return fmt.Errorf("%s: a source is recorded at %s already", w.dir, newRoot)
+		case root:
+			at = i
+		}
+	}
+	if at < 0 {
+		return fmt.Errorf("%s: source %s: %w", w.dir, root, ErrNotFound)
+	}
+	w.ix.Sources[at].Root = newRoot
+	return nil
+}
+
 // referenced returns the keys the sources use (w.mu held).
 func (w *Writer) referenced() map[Key]bool {
 	used := map[Key]bool{}

@@ -94,7 +94,7 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 			otherIdx = append(otherIdx, i)
 			continue
 		}
-		if err := z.checkSource(hit); err != nil {
+		if err := z.checkSource(hit, b.Shard); err != nil {
 			out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 			continue
 		}
@@ -218,10 +218,10 @@ func (z *SplitZip) Prepare() error {
 	return z.ensureRing()
 }
 
-// checkSource fails when the shard a slice came from changed since it
-// was compressed (size or modification time), once per shard.
-func (z *SplitZip) checkSource(hit shardcache.SliceHit) error {
-	path := hit.Path()
+// checkSource fails when the shard a slice came from, at path (where the
+// source is now, which may not be its recorded root), changed since it was
+// compressed (size or modification time), once per shard.
+func (z *SplitZip) checkSource(hit shardcache.SliceHit, path string) error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	err, ok := z.checked[path]

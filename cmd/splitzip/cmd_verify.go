@@ -14,6 +14,7 @@ import (
 
 // verifyOptions are the flags of verify.
 type verifyOptions struct {
+	Source string
 	Memory string
 	Jobs   int
 	GPU    bool
@@ -36,6 +37,7 @@ compressed. Exits 1 on any mismatch.`,
 	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 0, "tensors checked at once (default: number of CPUs)")
 	cmd.Flags().BoolVar(&o.GPU, "gpu", false, "decode every payload on the GPU (in place) instead of the CPU")
 	cmd.Flags().IntVar(&o.Device, "device", 0, "GPU ordinal for --gpu")
+	cmd.Flags().StringVar(&o.Source, "source", "", "verify one source: its recorded root, or the directory it was moved to")
 	addMemoryFlag(cmd.Flags(), &o.Memory)
 	return cmd
 }
@@ -48,7 +50,7 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	if err != nil {
 		return err
 	}
-	opts := pipeline.VerifyOptions{Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
+	opts := pipeline.VerifyOptions{Source: o.Source, Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
 	if o.GPU {
 		d, closeGPU, err := gpuDecoder(o.Device)
 		if err != nil {
@@ -72,6 +74,9 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			} else {
 				fmt.Fprintf(g.stderr, "FAIL %s: %s\n", p.File, p.Error)
 			}
+		}
+		for _, a := range res.Absent {
+			fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
 		}
 		status := "ok"
 		if !res.OK() {

@@ -108,7 +108,7 @@ error), 2 usage error, 130 interrupted.`,
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newCompressCommand(g), newVerifyCommand(g), newInspectCommand(g),
-		newDecompressCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g))
+		newDecompressCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g), newRelocateCommand(g))
 	return root
 }
 

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPortableCaches: a cache moves freely; a moved source is used with
+// --source DIR and recorded with relocate; a self-contained cache verifies
+// and restores with no source at all.
+func TestPortableCaches(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	splitzip(t, "gen", src, "--size", "2MiB", "--shards", "2")
+	if code, _, e := splitzip(t, "compress", src, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatal(e)
+	}
+	// The cache moves: nothing changes.
+	moved := filepath.Join(dir, "elsewhere", "cache")
+	os.MkdirAll(filepath.Dir(moved), 0o755)
+	if err := os.Rename(cache, moved); err != nil {
+		t.Fatal(err)
+	}
+	if code, o, e := splitzip(t, "verify", moved); code != 0 {
+		t.Fatalf("verify of a moved cache: %s %s", o, e)
+	}
+	// The source moves: verify fails until told where it is.
+	newSrc := filepath.Join(dir, "mnt", "ck")
+	os.MkdirAll(filepath.Dir(newSrc), 0o755)
+	if err := os.Rename(src, newSrc); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := splitzip(t, "verify", moved); code != exitFailure {
+		t.Errorf("verify with the source gone: exit %d", code)
+	}
+	for _, args := range [][]string{
+		{"verify", moved, "--source", newSrc},
+		{"load", moved, "--device", "cpu", "--check", "--source", newSrc},
+		{"decompress", moved, "-o", filepath.Join(dir, "out1"), "--source", newSrc},
+	} {
+		if code, o, e := splitzip(t, args...); code != 0 {
+			t.Errorf("%s --source DIR: %d %s %s", args[0], code, o, e)
+		}
+	}
+	sameFiles(t, newSrc, filepath.Join(dir, "out1"))
+	if code, o, e := splitzip(t, "relocate", moved, newSrc); code != 0 || !strings.Contains(o, newSrc) {
+		t.Fatalf("relocate: %d %s %s", code, o, e)
+	}
+	if code, o, e := splitzip(t, "verify", moved); code != 0 {
+		t.Errorf("verify after relocate: %s %s", o, e)
+	}
+	if code, _, e := splitzip(t, "relocate", moved, t.TempDir()); code != exitFailure || !strings.Contains(e, "holds the shards of none") {
+		t.Errorf("relocate to a directory without the shards: %d %s", code, e)
+	}
+
+	// Self-contained: verify and decompress need no source.
+	self := filepath.Join(dir, "self")
+	if code, _, e := splitzip(t, "compress", newSrc, "-o", self, "--no-sync", "--self-contained"); code != 0 {
+		t.Fatal(e)
+	}
+	keep := filepath.Join(dir, "keep")
+	os.Rename(newSrc, keep)
+	code, o, e := splitzip(t, "verify", self)
+	if code != 0 || !strings.Contains(e, "is absent; its tensors were checked against their content keys") {
+		t.Errorf("verify of a self-contained cache without its source: %d %s %s", code, o, e)
+	}
+	if code, _, e := splitzip(t, "decompress", self, "-o", filepath.Join(dir, "out2")); code != 0 {
+		t.Fatalf("decompress of a self-contained cache without its source: %s", e)
+	}
+	sameFiles(t, keep, filepath.Join(dir, "out2"))
+	// A corrupted object is still found without the source.
+	var obj string
+	filepath.Walk(filepath.Join(self, "objects"), func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && info.Size() > 4096 && obj == "" {
+			obj = p
+		}
+		return nil
+	})
+	b, _ := os.ReadFile(obj)
+	b[len(b)/2] ^= 1
+	os.WriteFile(obj, b, 0o644)
+	if code, _, _ := splitzip(t, "verify", self); code != exitFailure {
+		t.Errorf("verify of a corrupted self-contained cache without its source: exit %d", code)
+	}
+}
