@@ -174,12 +174,22 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 		case t.Compressed && dsts[k]%16 != 0:
 			return 0, fmt.Errorf("tensor %q: %w: destination %#x of a compressed tensor is not 16-byte aligned", t.Name, ErrInvalid, dsts[k])
 		}
-		shards[t.shard] = t.Shard
-		bs[k] = &vmm.Binding{Spec: vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: t.Shard, Offset: t.Offset, Size: t.Size},
+		// A raw tensor is read where its bytes are: the source slice, or
+		// its copy in the cache when the source is absent.
+		path, off := t.Shard, t.Offset
+		if !t.Compressed {
+			if path, off, err = l.rawSlice(t); err != nil {
+				return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+			}
+		} else {
+			shards[t.shard] = t.Shard
+		}
+		bs[k] = &vmm.Binding{Spec: vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: path, Offset: off, Size: t.Size},
 			Index: i, Addr: vmm.Ptr(dsts[k])}
 	}
 	for sh, path := range shards {
-		if err := shardcache.CheckStat(sh, path); err != nil {
+		// An absent source is no error for payloads.
+		if _, err := shardcache.SourceState(sh, path); err != nil {
 			return 0, err
 		}
 	}

@@ -37,6 +37,7 @@ type Tensor struct {
 	Compressed bool
 	Stored     uint64 // payload bytes, or Size
 	shard      *shardcache.Shard
+	rec        *shardcache.Tensor // its record in the index
 }
 
 // Loader serves one checkpoint of a cache. Its methods are safe for
@@ -73,10 +74,10 @@ func Open(dir, source string) (*Loader, error) {
 	l := &Loader{c: c, src: src, byName: map[string]int{}, byKey: map[shardcache.Key]int{}, bySlice: map[slice]int{}, gpus: map[int]*gpuState{}}
 	for si := range src.Shards {
 		sh := &src.Shards[si]
-		for _, t := range sh.Tensors {
+		for ti, t := range sh.Tensors {
 			i := len(l.tensors)
 			tt := Tensor{Index: i, Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: filepath.Join(src.Root, sh.Name),
-				Offset: t.Offset, Size: t.Size, Key: t.Key, Stored: t.Size, shard: sh}
+				Offset: t.Offset, Size: t.Size, Key: t.Key, Stored: t.Size, shard: sh, rec: &sh.Tensors[ti]}
 			if t.Stored == shardcache.StoredSplitZip {
 				o, err := c.Lookup(t.Key)
 				if err != nil {
@@ -155,19 +156,26 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 }
 
 // readSource reads a raw tensor from its shard, which must not have
-// changed since compression.
+// changed since compression, or, when the shard is absent, from its copy
+// in the cache.
 func (l *Loader) readSource(t *Tensor, dst []byte) error {
-	if err := shardcache.CheckStat(t.shard, t.Shard); err != nil {
-		return fmt.Errorf("tensor %q: %w", t.Name, err)
-	}
-	f, err := l.file(t.Shard)
+	path, off, err := l.rawSlice(t)
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
-	if _, err := f.ReadAt(dst, int64(t.Offset)); err != nil {
-		return fmt.Errorf("tensor %q: %s: %w", t.Name, t.Shard, err)
+	f, err := l.file(path)
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	if _, err := f.ReadAt(dst, int64(off)); err != nil {
+		return fmt.Errorf("tensor %q: %s: %w", t.Name, path, err)
 	}
 	return nil
+}
+
+// rawSlice returns where a raw tensor's bytes are read (shardcache.RawSlice).
+func (l *Loader) rawSlice(t *Tensor) (string, uint64, error) {
+	return l.c.RawSlice(t.shard, t.Shard, t.rec)
 }
 
 func (l *Loader) file(path string) (*os.File, error) {

@@ -59,7 +59,7 @@ func TestCUDALoad(t *testing.T) {
 func TestCUDAFaults(t *testing.T) {
 	eng := requireCUDA(t)
 	c, src := fixture(t)
-	a, err := vmm.New(eng, Specs(src), 0)
+	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestCUDAFaults(t *testing.T) {
 			t.Fatalf("%s after a failed fault: %v", a.Bindings()[i].Name, err)
 		}
 	}
-	if err := check(eng, a.Bindings()); err != nil {
+	if err := check(eng, a.Bindings(), keysOf(src)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(rb.Shard, int64(rb.Offset)); err != nil {

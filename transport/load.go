@@ -2,7 +2,9 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,16 +15,41 @@ import (
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// Specs returns the arena specs of every tensor of a cached source.
-func Specs(src *shardcache.Source) []vmm.Spec {
+// Specs returns the arena specs of every tensor of a cached source, after
+// checking that the source is usable: a shard that is there must be
+// unchanged; a shard that is absent must have all its tensors' bytes in
+// the cache (a self-contained cache), in objects of their recorded sizes,
+// so every size from the index is bounded by a file before the arena is
+// sized from it. A payload's spec names its source slice (the SplitZip
+// transport finds the payload by it); a raw tensor's names where its bytes
+// are read, the source slice or, for an absent source, its copy in the
+// cache.
+func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 	var out []vmm.Spec
-	for _, sh := range src.Shards {
-		for _, t := range sh.Tensors {
-			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape,
-				Shard: filepath.Join(src.Root, sh.Name), Offset: t.Offset, Size: t.Size})
+	for si := range src.Shards {
+		sh := &src.Shards[si]
+		path := filepath.Join(src.Root, sh.Name)
+		present, err := shardcache.SourceState(sh, path)
+		if err != nil {
+			return nil, err
+		}
+		if !present {
+			if err := c.CheckAbsent(sh, path); err != nil {
+				return nil, err
+			}
+		}
+		for ti := range sh.Tensors {
+			t := &sh.Tensors[ti]
+			file, off := path, t.Offset
+			if t.Stored != shardcache.StoredSplitZip {
+				if file, off, err = c.RawSlice(sh, path, t); err != nil {
+					return nil, err
+				}
+			}
+			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: file, Offset: off, Size: t.Size})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // LoadOptions configures Load.
@@ -87,16 +114,10 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 	if opts.FirstGroup == nil {
 		opts.FirstGroup = func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") }
 	}
-	// Sizes come from the index; a shard whose size and mtime match the
-	// index bounds every tensor range in it by a real file before the
-	// arena is sized from them.
-	for i := range src.Shards {
-		sh := &src.Shards[i]
-		if err := shardcache.CheckStat(sh, filepath.Join(src.Root, sh.Name)); err != nil {
-			return nil, err
-		}
+	specs, err := Specs(c, src)
+	if err != nil {
+		return nil, err
 	}
-	specs := Specs(src)
 	arena, err := vmm.New(eng, specs, 0)
 	if err != nil {
 		return nil, err
@@ -195,7 +216,7 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		}
 		rep.Runs = append(rep.Runs, rr)
 		if run == 0 && opts.Check {
-			if err := check(eng, bs); err != nil {
+			if err := check(eng, bs, keysOf(src)); err != nil {
 				return nil, err
 			}
 			rep.Checked = true
@@ -237,7 +258,7 @@ func layerGroups(bs []*vmm.Binding, firstOf func(string) bool) ([][]*vmm.Binding
 }
 
 // check reads every binding back and compares it with its source slice.
-func check(eng Engine, bs []*vmm.Binding) error {
+func check(eng Engine, bs []*vmm.Binding, keys map[slice]shardcache.Key) error {
 	files := map[string]*os.File{}
 	defer func() {
 		for _, f := range files {
@@ -245,10 +266,22 @@ func check(eng Engine, bs []*vmm.Binding) error {
 		}
 	}()
 	for _, b := range bs {
+		got := make([]byte, b.Size)
+		if err := eng.ReadBack(got, b.Addr); err != nil {
+			return &Error{Tensor: b.Name, Err: err}
+		}
 		f, ok := files[b.Shard]
 		if !ok {
 			var err error
-			if f, err = os.Open(b.Shard); err != nil {
+			f, err = os.Open(b.Shard)
+			if errors.Is(err, fs.ErrNotExist) {
+				// An absent source: the content key is the reference.
+				if shardcache.KeyOf(got) != keys[slice{b.Shard, b.Offset}] {
+					return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes do not match the content key")}
+				}
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			files[b.Shard] = f
@@ -257,13 +290,26 @@ func check(eng Engine, bs []*vmm.Binding) error {
 		if _, err := f.ReadAt(want, int64(b.Offset)); err != nil {
 			return fmt.Errorf("%s: %w", b.Shard, err)
 		}
-		got := make([]byte, b.Size)
-		if err := eng.ReadBack(got, b.Addr); err != nil {
-			return &Error{Tensor: b.Name, Err: err}
-		}
 		if !bytes.Equal(got, want) {
 			return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes differ from the source")}
 		}
 	}
 	return nil
+}
+
+// slice is a tensor's source slice: shard path and offset.
+type slice struct {
+	path string
+	off  uint64
+}
+
+// keysOf maps every tensor's source slice to its content key.
+func keysOf(src *shardcache.Source) map[slice]shardcache.Key {
+	m := map[slice]shardcache.Key{}
+	for _, sh := range src.Shards {
+		for _, t := range sh.Tensors {
+			m[slice{filepath.Join(src.Root, sh.Name), t.Offset}] = t.Key
+		}
+	}
+	return m
 }

@@ -56,7 +56,7 @@ func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := check(st.eng, a.Bindings()); err != nil {
+	if err := check(st.eng, a.Bindings(), keysOf(src)); err != nil {
 		t.Fatal(err)
 	}
 	if scatters.Load() != 0 {
@@ -122,7 +122,7 @@ func TestSmallFaults(t *testing.T) {
 	if err := st.FaultIn([]*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
-	if err := check(eng, bs); err != nil {
+	if err := check(eng, bs, keysOf(src)); err != nil {
 		t.Fatal(err)
 	}
 	tr.Close()

@@ -226,7 +226,8 @@ func (z *SplitZip) checkSource(hit shardcache.SliceHit, path string) error {
 	defer z.mu.Unlock()
 	err, ok := z.checked[path]
 	if !ok {
-		err = shardcache.CheckStat(hit.Shard, path)
+		// An absent source is no error: the payload holds the bytes.
+		_, err = shardcache.SourceState(hit.Shard, path)
 		z.checked[path] = err
 	}
 	return err

@@ -71,11 +71,21 @@ func TestLoadBothPaths(t *testing.T) {
 	}
 }
 
+// mustSpecs returns the arena specs of a source or fails the test.
+func mustSpecs(t *testing.T, c *shardcache.Cache, src *shardcache.Source) []vmm.Spec {
+	t.Helper()
+	specs, err := Specs(c, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return specs
+}
+
 // setup builds an arena, a SplitZip transport over a raw one, and a store.
 func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks Hooks, resident bool) (*CPUEngine, *vmm.Arena, *Store, Transport) {
 	t.Helper()
 	eng := NewCPUEngine(2, hooks)
-	a, err := vmm.New(eng, Specs(src), 0)
+	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,11 +240,15 @@ func TestFaults(t *testing.T) {
 			last = b
 		}
 	}
+	// An arena made before the shard is truncated faults in from it after.
+	_, a2, st2, _ := setup(t, c, src, Hooks{}, false)
 	if err := os.Truncate(raw.Shard, int64(last.Offset+last.Size/2)); err != nil {
 		t.Fatal(err)
 	}
-	eng2, a2, st2, _ := setup(t, c, src, Hooks{}, false)
-	_ = eng2
+	// A new arena refuses the changed shard before it is sized from it.
+	if _, err := Specs(c, src); !errors.Is(err, shardcache.ErrSourceChanged) {
+		t.Errorf("specs of a truncated shard: %v", err)
+	}
 	b2, _ := a2.Lookup(last.Name)
 	err := st2.FaultIn([]*vmm.Binding{b2})[0].Wait()
 	if err == nil {
@@ -253,7 +267,7 @@ func TestFaults(t *testing.T) {
 }
 
 func TestArenaOutOfMemory(t *testing.T) {
-	_, src := fixture(t)
+	c, src := fixture(t)
 	calls := 0
 	eng := NewCPUEngine(1, Hooks{Map: func(uint64) error {
 		calls++
@@ -263,7 +277,7 @@ func TestArenaOutOfMemory(t *testing.T) {
 		return nil
 	}})
 	defer eng.Close()
-	specs := Specs(src)
+	specs := mustSpecs(t, c, src)
 	specs = append(specs, vmm.Spec{Name: "huge", Size: 1 << 30})
 	if _, err := vmm.New(eng, specs, 64<<10); !errors.Is(err, ErrInjected) {
 		t.Fatalf("arena out of memory: %v", err)
@@ -294,7 +308,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 	if err := st.FaultIn([]*vmm.Binding{pz})[0].Wait(); err != nil {
 		t.Fatalf("resident re-fault read a file: %v", err)
 	}
-	if err := check(st.eng, []*vmm.Binding{pz}); err != nil {
+	if err := check(st.eng, []*vmm.Binding{pz}, keysOf(src)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -66,6 +66,9 @@ func TestPortableCaches(t *testing.T) {
 	if code != 0 || !strings.Contains(e, "is absent; its tensors were checked against their content keys") {
 		t.Errorf("verify of a self-contained cache without its source: %d %s %s", code, o, e)
 	}
+	if code, o, e := splitzip(t, "load", self, "--device", "cpu", "--check"); code != 0 || !strings.Contains(o, "matches") {
+		t.Errorf("load --check of a self-contained cache without its source: %d %s %s", code, o, e)
+	}
 	if code, _, e := splitzip(t, "decompress", self, "-o", filepath.Join(dir, "out2")); code != 0 {
 		t.Fatalf("decompress of a self-contained cache without its source: %s", e)
 	}
@@ -83,5 +86,9 @@ func TestPortableCaches(t *testing.T) {
 	os.WriteFile(obj, b, 0o644)
 	if code, _, _ := splitzip(t, "verify", self); code != exitFailure {
 		t.Errorf("verify of a corrupted self-contained cache without its source: exit %d", code)
+	}
+	// A cache that is not self-contained names what is missing.
+	if code, _, e := splitzip(t, "load", moved, "--device", "cpu"); code != exitFailure || !strings.Contains(e, "only in it") {
+		t.Errorf("load of a cache whose source is gone: %d %s", code, e)
 	}
 }

@@ -109,6 +109,20 @@ class TestNumpy(unittest.TestCase):
                 self.assertEqual(got[name].shape, shape)
                 self.assertEqual(got[name].tobytes(), b)
 
+    def test_self_contained_without_source(self):
+        """A --self-contained cache loads with its source gone."""
+        import shutil
+        from splitzip.numpy import load_file
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = os.path.join(d, "ck"), os.path.join(d, "c")
+            shutil.copytree(self.src, src)
+            subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "--self-contained", "-q"], check=True, stdout=subprocess.DEVNULL)
+            shutil.rmtree(src)
+            got = load_file(cache)
+            self.assertEqual(set(got), set(self.want))
+            for name, (dtype, shape, data) in self.want.items():
+                self.assertEqual(got[name].tobytes(), data, name)
+
     def test_lookups_and_errors(self):
         import splitzip
         with splitzip.Cache(self.cache) as c:

@@ -1,0 +1,74 @@
+package shardcache
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+)
+
+// ErrSourceMissing reports a source shard that is not where it is looked
+// for, for a tensor whose bytes are only in it (not copied into the cache).
+var ErrSourceMissing = errors.New("source shard missing, and the tensor's bytes are only in it")
+
+// SourceState reports whether the shard file at path is there and, if it
+// is, ErrSourceChanged when its size or mtime differ from the record. An
+// absent shard is no error: tensors whose bytes the cache holds are served
+// from the cache.
+func SourceState(sh *Shard, path string) (present bool, err error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return true, CheckStat(sh, path)
+}
+
+// InCache reports whether the cache holds a tensor's bytes: as a payload,
+// or as a raw copy (compress --self-contained).
+func (t *Tensor) InCache() bool { return t.Stored == StoredSplitZip || t.CopyStored }
+
+// RawSlice returns where the raw bytes of tensor t of shard sh (whose file
+// is at path now) are read from: the source slice when the shard is there
+// (and unchanged), else the tensor's raw copy in the cache, at offset 0.
+// A tensor whose bytes are only in an absent source is ErrSourceMissing.
+func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
+	present, err := SourceState(sh, path)
+	switch {
+	case err != nil:
+		return "", 0, err
+	case present:
+		return path, t.Offset, nil
+	case t.Stored == StoredRaw && t.CopyStored:
+		p, err := c.ObjectPath(t.Key)
+		return p, 0, err
+	}
+	return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
+}
+
+// CheckAbsent checks that every tensor of a shard whose source file is
+// absent has its bytes in the cache, in object files of the recorded
+// sizes, so that sizes from the index are bounded by files before anything
+// is allocated for them.
+func (c *Cache) CheckAbsent(sh *Shard, path string) error {
+	for i := range sh.Tensors {
+		t := &sh.Tensors[i]
+		if !t.InCache() {
+			return fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
+		}
+		o, err := c.Lookup(t.Key)
+		if err != nil {
+			return err
+		}
+		p, err := c.ObjectPath(t.Key)
+		if err != nil {
+			return err
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+		if uint64(st.Size()) != o.Size {
+			return fmt.Errorf("%s: %w: %d bytes, index says %d", p, ErrObjectCorrupt, st.Size(), o.Size)
+		}
+	}
+	return nil
+}
