@@ -60,8 +60,8 @@ SplitZip loads N times in one process and prints the ratio.`,
 func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
 	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
-	f.IntVar(&o.Readers, "readers", runtime.GOMAXPROCS(0), "reader goroutines per transport")
-	f.IntVar(&o.Streams, "streams", 2, "upload streams")
+	f.IntVar(&o.Readers, "readers", transport.DefaultReaders(), "reader goroutines per transport (default: half the cores, 2 to 8)")
+	f.IntVar(&o.Streams, "streams", transport.DefaultStreams, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", transport.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", true, "time copies and decodes on the device with CUDA events (two events per operation)")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
@@ -106,6 +106,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 		if err != nil {
 			return err
 		}
+		rep.Settings.Streams = o.Streams
 		if g.JSON {
 			return printJSON(g.stdout, "load", rep)
 		}
@@ -120,6 +121,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 			if err != nil {
 				return err
 			}
+			rep.Settings.Streams = o.Streams
 			lo.Check = false // once per mode is enough
 			if raw {
 				raws = append(raws, rep)
@@ -179,6 +181,14 @@ func compareLoads(raws, zips []*transport.LoadReport) loadComparison {
 	return c
 }
 
+// packing describes the small-tensor packing threshold.
+func packing(n int64) string {
+	if n < 0 {
+		return "no packing"
+	}
+	return "tensors up to " + human(uint64(n)) + " packed"
+}
+
 func printLoad(g *globals, r *transport.LoadReport) {
 	for i, run := range r.Runs {
 		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s; first layer ready after %v\n",
@@ -188,6 +198,8 @@ func printLoad(g *globals, r *transport.LoadReport) {
 				d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
 		}
 	}
+	fmt.Fprintf(g.stdout, "  settings: readers %d, streams %d, ahead %d, %s (defaults from %d cores)\n",
+		r.Settings.Readers, r.Settings.Streams, r.Settings.Ahead, packing(r.Settings.SmallBytes), runtime.NumCPU())
 	check := ""
 	if r.Checked {
 		check = "; arena matches the source bit for bit"
