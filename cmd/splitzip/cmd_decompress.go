@@ -30,7 +30,7 @@ made with --self-contained.`,
 		},
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "directory for the restored files")
-	cmd.Flags().StringVar(&o.Source, "source", "", "source root to restore when the cache holds several")
+	cmd.Flags().StringVar(&o.Source, "source", "", "source to restore: a recorded root (when the cache holds several), or the directory a moved source is in now")
 	addMemoryFlag(cmd.Flags(), &o.Memory)
 	return cmd
 }

@@ -59,7 +59,7 @@ SplitZip loads N times in one process and prints the ratio.`,
 // addRuntimeFlags adds the flags load and bench load share.
 func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
-	f.StringVar(&o.Source, "source", "", "source root when the cache holds several")
+	f.StringVar(&o.Source, "source", "", "source to load: a recorded root (when the cache holds several), or the directory a moved source is in now")
 	f.IntVar(&o.Readers, "readers", transport.DefaultReaders(), "reader goroutines per transport (default: half the cores, 2 to 8)")
 	f.IntVar(&o.Streams, "streams", transport.DefaultStreams, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", transport.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
