@@ -143,6 +143,8 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 		src1.Shards = append(src1.Shards, *j.rec)
 	}
 	w.SetSource(src1)
+	// The flush to disk can take as long as the compression: say so.
+	opts.Progress.Start("flushing to disk", 0)
 	if err := w.Commit(); err != nil {
 		return nil, err
 	}

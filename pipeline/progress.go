@@ -8,7 +8,7 @@ import (
 // Progress receives progress of a long job. Add may be called from several
 // goroutines at once.
 type Progress interface {
-	Start(label string, total uint64) // a phase of total bytes begins
+	Start(label string, total uint64) // a phase of total bytes (0: of unknown length) begins
 	Add(n uint64)
 	Finish()
 }

@@ -47,19 +47,16 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	}
 	p := g.progress()
 	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Hidden: o.Hidden}
-	if o.Small > 0 {
-		size = 0
-		for _, t := range synth.Plan(cfg) {
-			size += t.Size
-		}
+	// The bar counts the tensor bytes the plan will write.
+	var total uint64
+	for _, t := range synth.Plan(cfg) {
+		total += t.Size
 	}
-	if p != nil {
-		p.Start("gen", size)
-		var last uint64
-		cfg.Progress = func(w uint64) { p.Add(w - last); last = w }
-		defer p.Finish()
-	}
+	p.Start("gen", total)
+	var last uint64
+	cfg.Progress = func(w uint64) { p.Add(w - last); last = w }
 	paths, err := synth.Write(ctx, dir, cfg)
+	p.Finish() // cleared before the summary is printed
 	if err != nil {
 		return err
 	}

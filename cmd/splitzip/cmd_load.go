@@ -95,6 +95,10 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 	if err != nil {
 		return err
 	}
+	// Opening the GPU and pinning staging memory take seconds: say so.
+	p := g.progress()
+	p.Start("opening "+o.Device, 0)
+	defer p.Finish()
 	eng, err := o.engine()
 	if err != nil {
 		return err
@@ -102,7 +106,9 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 	defer eng.Close()
 	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times}
 	if o.Compare == 0 {
+		p.Start("loading", 0)
 		rep, err := transport.Load(eng, c, src, lo)
+		p.Finish()
 		if err != nil {
 			return err
 		}
@@ -117,11 +123,13 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 	for range o.Compare {
 		for _, raw := range []bool{true, false} {
 			lo.Raw = raw
+			p.Start(fmt.Sprintf("loading (raw %v)", raw), 0)
 			rep, err := transport.Load(eng, c, src, lo)
 			if err != nil {
 				return err
 			}
 			rep.Settings.Streams = o.Streams
+			p.Finish()
 			lo.Check = false // once per mode is enough
 			if raw {
 				raws = append(raws, rep)
@@ -204,7 +212,7 @@ func printLoad(g *globals, r *transport.LoadReport) {
 	if r.Checked {
 		check = "; arena matches the source bit for bit"
 	}
-	fmt.Fprintf(g.stdout, "  moved %s to the device; reading %v, verifying %v, submitting %v (summed over goroutines); pinned %s, arena %s%s\n",
-		human(r.MovedBytes), r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond),
-		human(r.PinnedBytes), human(r.ArenaBytes), check)
+	fmt.Fprintf(g.stdout, "  moved %s to the device; pinned %s, arena %s%s\n", human(r.MovedBytes), human(r.PinnedBytes), human(r.ArenaBytes), check)
+	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
+		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
 }

@@ -35,11 +35,11 @@ func printJSON(w io.Writer, messageType string, v any) error {
 }
 
 // progress returns a progress bar on stderr when it is a terminal and
-// output is for humans, else nothing.
+// output is for humans, else a display that shows nothing.
 func (g *globals) progress() pipeline.Progress {
 	f, ok := g.stderr.(*os.File)
 	if g.Quiet || g.JSON || !ok || !term.IsTerminal(int(f.Fd())) {
-		return nil
+		return nopBar{}
 	}
 	return &bar{w: g.stderr}
 }
@@ -53,10 +53,19 @@ type bar struct {
 func (p *bar) Start(label string, total uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.b = progressbar.NewOptions64(int64(total), progressbar.OptionSetWriter(p.w),
+	if p.b != nil {
+		p.b.Finish()
+	}
+	max := int64(total)
+	if total == 0 {
+		max = -1 // a phase of unknown length: a spinner with its label
+	}
+	p.b = progressbar.NewOptions64(max, progressbar.OptionSetWriter(p.w),
 		progressbar.OptionSetDescription(label), progressbar.OptionShowBytes(true),
+		progressbar.OptionUseIECUnits(true), // MiB and GiB, as the summaries print
 		progressbar.OptionThrottle(100_000_000), progressbar.OptionClearOnFinish(),
 		progressbar.OptionSetWidth(30), progressbar.OptionShowCount())
+	p.b.RenderBlank()
 }
 
 func (p *bar) Add(n uint64) {
@@ -118,3 +127,10 @@ func count(n int, noun string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
+
+// nopBar is a progress display that shows nothing.
+type nopBar struct{}
+
+func (nopBar) Start(string, uint64) {}
+func (nopBar) Add(uint64)           {}
+func (nopBar) Finish()              {}
