@@ -1,0 +1,56 @@
+"""splitzip.torch on the CPU: run where torch is installed (the GPU machine;
+CI has no torch and skips with a message)."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+if not os.environ.get("SPLITZIP_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+@unittest.skipIf(torch is None, "torch is not installed (the GPU machine has it)")
+class TestTorch(unittest.TestCase):
+    def test_every_integer_width(self):
+        """U16, U32 and U64 tensors (torch 2.3 and later) load bit for bit, beside BF16."""
+        from splitzip.torch import DTYPES, load_file
+        dtypes = [d for d in ("U8", "U16", "U32", "U64", "I16", "I32", "I64", "BF16", "F32") if d in DTYPES]
+        self.assertTrue({"U16", "U32", "U64"} <= set(dtypes) or torch.__version__ < "2.3", torch.__version__)
+        size = {"U8": 1, "U16": 2, "U32": 4, "U64": 8, "I16": 2, "I32": 4, "I64": 8, "BF16": 2, "F32": 4}
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "src"))
+            path, cache = os.path.join(d, "src", "m.safetensors"), os.path.join(d, "c")
+            header, blobs, off = {}, [], 0
+            for i, dt in enumerate(dtypes):
+                n = 40000
+                b = bytes((j * 7 + i) & 0xFF for j in range(n * size[dt]))
+                if dt == "BF16":  # real-looking values, so it is compressed
+                    b = (torch.randn(n) * 0.02).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+                header[f"t_{dt}"] = {"dtype": dt, "shape": [n], "data_offsets": [off, off + len(b)]}
+                blobs.append(b)
+                off += len(b)
+            h = json.dumps(header).encode()
+            with open(path, "wb") as f:
+                f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+            subprocess.run([BIN, "compress", path, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+            got = load_file(cache)
+            for dt, b in zip(dtypes, blobs):
+                t = got[f"t_{dt}"]
+                self.assertEqual(t.dtype, DTYPES[dt])
+                self.assertEqual(t.contiguous().view(torch.uint8).numpy().tobytes(), b, dt)
+
+
+if __name__ == "__main__":
+    unittest.main()
