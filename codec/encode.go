@@ -10,11 +10,11 @@ import (
 )
 
 // Sink receives a payload. The encoder writes the data sections in order,
-// then the tables and the header at their places, then reads the payload
-// back once to compute its checksum.
+// then the tables and the header at their places; it computes the
+// checksum from the CRCs of the pieces as it writes them and reads
+// nothing back.
 type Sink interface {
 	io.WriterAt
-	io.ReaderAt
 }
 
 // segmentChunks is how many chunks an Encoder stages at a time at most.

@@ -7,12 +7,12 @@
 //
 //	SPLITZIP-CACHE         marks the directory as a cache from its creation
 //	splitzip.json          the index, written last and atomically
-//	objects/ab/<hex>       objects, named by the SHA-256 of the raw bytes
+//	objects/ab/<hex>       objects, named by the BLAKE3-256 of the raw bytes
 //	tmp/                   objects being written
 //	lock                   held while a writer is open
 //
 // Every file is written under tmp/ and renamed into place, and the index is
 // renamed last, so a crash, a kill or a full disk never leaves an index that
-// points at a missing or partial object. docs/splitzip.md specifies the
-// index format.
+// points at a missing or partial object; the index itself is checked by
+// the SHA-256 of its body. docs/splitzip.md specifies the index format.
 package shardcache
