@@ -116,6 +116,52 @@ const DefaultAhead = 8
 // DefaultStreams is how many upload streams a load engine uses by default.
 const DefaultStreams = 2
 
+// need is what a load stages in pinned memory at most: the bytes of the
+// raw tensors and of the payloads that are not packed, and of the packed
+// ones. Load caps each staging ring by it (one buffer more than the bytes
+// fill, for overlap), so a small checkpoint pins little; a large one gets
+// the rings' full sizes.
+type need struct {
+	raw, payload, small uint64
+}
+
+// rawSlots is the raw ring: 16 MiB slots for the raw bytes, plus one.
+func (n need) rawSlots() int { return int((n.raw+rawSlotBytes-1)/rawSlotBytes) + 1 }
+
+// payloadPieces is the SplitZip ring: 8 MiB pieces for the payload bytes,
+// plus two.
+func (n need) payloadPieces() int { return int((n.payload+readPiece-1)/readPiece) + 2 }
+
+// packSlots is the packer's ring: 4 MiB buffers for the packed bytes,
+// plus two.
+func (n need) packSlots() int { return int((n.small+packBytes-1)/packBytes) + 2 }
+
+// stagingNeed sums what a load of specs stages: through the raw path
+// only with raw, else payloads through the SplitZip path.
+func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) need {
+	var n need
+	for _, s := range specs {
+		size := s.Size
+		payload := false
+		if !raw {
+			if hit, err := c.LookupSlice(s.Shard, s.Offset, s.Size); err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
+					size, payload = o.Size, true
+				}
+			}
+		}
+		switch {
+		case small > 0 && size <= uint64(small):
+			n.small += size
+		case payload:
+			n.payload += size
+		default:
+			n.raw += size
+		}
+	}
+	return n
+}
+
 // DefaultReaders is how many goroutines read files by default: half the
 // cores, between 2 and 8. On the 16-core H200 host (2026-12-01, bench load
 // of 1.6 GB and 6 GB checkpoints from page cache, readers 2 to 32 by
@@ -148,7 +194,9 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		return nil, err
 	}
 	defer arena.Close()
-	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes})
+	need := stagingNeed(c, specs, smallBytes(opts.SmallBytes), opts.Raw)
+	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes,
+		Slots: min(2*opts.Readers, need.rawSlots()), PackSlots: need.packSlots()})
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +208,8 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 			return nil, err
 		}
 	} else {
-		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes})
+		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
+			RingPieces: need.payloadPieces(), PackSlots: need.packSlots()})
 		// Staging buffers are persistent: set them up before timing, as
 		// the raw transport's ring is.
 		if err := z.Prepare(); err != nil {

@@ -64,7 +64,13 @@ type RawOptions struct {
 	// SmallBytes: tensors of at most this many bytes are packed, several
 	// to a copy (0: DefaultSmallBytes; negative: never).
 	SmallBytes int64
+	// PackSlots caps the packer's staging buffers of 4 MiB (0: 2 per
+	// reader, plus two).
+	PackSlots int
 }
+
+// rawSlotBytes is the default size of a raw staging slot.
+const rawSlotBytes = 16 << 20
 
 // Raw is the native transport: file bytes, unchanged, into the arena.
 type Raw struct {
@@ -86,7 +92,7 @@ type Raw struct {
 // NewRaw allocates the staging ring.
 func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
 	if opts.SlotBytes == 0 {
-		opts.SlotBytes = 16 << 20
+		opts.SlotBytes = rawSlotBytes
 	}
 	if opts.Readers <= 0 {
 		opts.Readers = 4
@@ -100,7 +106,7 @@ func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
 		return nil, err
 	}
 	return &Raw{eng: eng, opts: opts, slots: slots, resident: map[*vmm.Binding][]byte{},
-		pack: newPacker(eng, 2*opts.Readers), res: newSlab(eng), pinned: uint64(opts.Slots) * opts.SlotBytes}, nil
+		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), pinned: uint64(opts.Slots) * opts.SlotBytes}, nil
 }
 
 // piece is a part of a binding that fits a slot.

@@ -32,9 +32,10 @@ type smallItem struct {
 // by one scatter pass (a single binding takes the direct path instead).
 // Payloads and raw bytes share packs.
 type packer struct {
-	eng     Engine
-	workers int
-	fills   chan struct{} // bounds concurrent item reads
+	eng      Engine
+	workers  int
+	maxSlots int           // cap on the staging ring (0: workers plus two)
+	fills    chan struct{} // bounds concurrent item reads
 	// streamMu serializes submissions per stream.
 	streamMu []sync.Mutex
 
@@ -45,9 +46,11 @@ type packer struct {
 	next   int
 }
 
-func newPacker(eng Engine, workers int) *packer {
+// newPacker returns a packer for workers fill goroutines whose staging
+// ring holds at most slots buffers (0: workers plus two).
+func newPacker(eng Engine, workers, slots int) *packer {
 	workers = max(workers, 1)
-	return &packer{eng: eng, workers: workers, fills: make(chan struct{}, 2*workers), streamMu: make([]sync.Mutex, eng.Streams())}
+	return &packer{eng: eng, workers: workers, maxSlots: slots, fills: make(chan struct{}, 2*workers), streamMu: make([]sync.Mutex, eng.Streams())}
 }
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -60,6 +63,9 @@ func (p *packer) ensure() error {
 		return nil
 	}
 	n := p.workers + 2
+	if p.maxSlots > 0 {
+		n = min(n, p.maxSlots)
+	}
 	slots, err := newRing(p.eng, n, packBytes)
 	if err != nil {
 		return err

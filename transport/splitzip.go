@@ -26,6 +26,11 @@ type SplitZipOptions struct {
 	// small when the wrapped transport is a *Raw, are packed several to a
 	// copy (0: DefaultSmallBytes; negative: never).
 	SmallBytes int64
+	// RingPieces caps the staging ring of 8 MiB payload pieces (0: two
+	// per reader, plus two); PackSlots caps the packer's 4 MiB buffers
+	// (0: two per reader, plus two). Load sizes both from the checkpoint.
+	RingPieces int
+	PackSlots  int
 }
 
 // SplitZip uploads payloads from a cache and decodes them in place;
@@ -62,7 +67,7 @@ func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts Spli
 	opts.SmallBytes = smallBytes(opts.SmallBytes)
 	return &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}, io: make(chan struct{}, 2*opts.Readers),
-		pack: newPacker(eng, 2*opts.Readers), res: newSlab(eng)}
+		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
 }
 
 // target is a binding with a payload.
@@ -242,6 +247,9 @@ func (z *SplitZip) ensureRing() error {
 		return nil
 	}
 	n := cap(z.io) + 2
+	if z.opts.RingPieces > 0 {
+		n = min(n, z.opts.RingPieces)
+	}
 	ring, err := newRing(z.eng, n, readPiece)
 	if err != nil {
 		return err

@@ -67,6 +67,13 @@ func TestLoadBothPaths(t *testing.T) {
 		if eng.PinnedBytes() != 0 {
 			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
 		}
+		// Staging is sized from the checkpoint: a few MiB of tensors pin
+		// a few buffers (raw 16 MiB slots, 8 MiB pieces, 4 MiB packs), not
+		// the 2-per-reader rings of a large checkpoint, and resident bytes
+		// on top only.
+		if limit := 64<<20 + 2*rep.RawBytes; !o.Resident && rep.PinnedBytes > limit {
+			t.Errorf("%+v: pinned %d bytes for %d bytes of tensors", o, rep.PinnedBytes, rep.RawBytes)
+		}
 		eng.Close()
 	}
 }
