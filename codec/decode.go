@@ -69,11 +69,8 @@ func parse(p []byte) (*layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	if uint64(len(p)) != h.Size {
-		return nil, corrupt(offSize, -1, "header says %d bytes, payload has %d", h.Size, len(p))
-	}
-	if sum := Checksum(p); sum != h.Checksum {
-		return nil, checksumError(sum, h.Checksum)
+	if err := CheckPayload(&h, uint64(len(p)), Checksum(p), 0); err != nil {
+		return nil, err
 	}
 	return parseTables(h, func(off, n uint64) ([]byte, error) { return p[off : off+n], nil })
 }

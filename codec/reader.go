@@ -39,19 +39,20 @@ func NewReader(r io.ReaderAt, size uint64) (*Reader, error) {
 		return nil, err
 	}
 	if h.Size != size {
-		return nil, corrupt(offSize, -1, "header says %d bytes, payload has %d", h.Size, size)
+		return nil, CheckPayload(&h, size, 0, 0)
 	}
-	var sum uint32
+	sums := NewPieceSums(size, readBlock)
 	buf := make([]byte, min(size, readBlock))
-	for off := uint64(0); off < size; off += readBlock {
-		b := buf[:min(readBlock, size-off)]
+	for i := range sums.Pieces() {
+		off, n := sums.Span(i)
+		b := buf[:n]
 		if _, err := r.ReadAt(b, int64(off)); err != nil {
 			return nil, fmt.Errorf("codec: reading payload at %d: %w", off, err)
 		}
-		sum = CombineChecksums(sum, PieceChecksum(b, off), uint64(len(b)))
+		sums.Set(i, PieceChecksum(b, off))
 	}
-	if sum != h.Checksum {
-		return nil, checksumError(sum, h.Checksum)
+	if err := sums.Check(&h, 0); err != nil {
+		return nil, err
 	}
 	L, err := parseTables(h, at)
 	if err != nil {

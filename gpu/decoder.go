@@ -213,11 +213,8 @@ func (d *Decoder) Decode(dst, payload []byte) error {
 	if err != nil {
 		return err
 	}
-	if uint64(len(payload)) != h.Size {
-		return fmt.Errorf("%w: header says %d bytes, payload has %d", codec.ErrCorrupt, h.Size, len(payload))
-	}
-	if codec.Checksum(payload) != h.Checksum {
-		return codec.ErrChecksum
+	if err := codec.CheckPayload(&h, uint64(len(payload)), codec.Checksum(payload), 0); err != nil {
+		return err
 	}
 	if uint64(len(dst)) != 2*h.Values {
 		return fmt.Errorf("%w: destination of %d bytes for %d values", codec.ErrSize, len(dst), h.Values)

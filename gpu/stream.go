@@ -30,7 +30,7 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 		return err
 	}
 	if h.Size != size {
-		return fmt.Errorf("%w: header says %d bytes, payload has %d", codec.ErrCorrupt, h.Size, size)
+		return codec.CheckPayload(&h, size, 0, 0)
 	}
 	// Every value takes at least a byte of payload: a header claiming more
 	// would make the device buffer outgrow the file.
@@ -55,13 +55,14 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 			target = d.payload
 		}
 	}
-	var sum uint32
-	for off := uint64(0); off < size; off += uint64(seg) {
-		b := buf[:min(uint64(seg), size-off)]
+	sums := codec.NewPieceSums(size, uint64(seg))
+	for i := range sums.Pieces() {
+		off, n := sums.Span(i)
+		b := buf[:n]
 		if _, err := r.ReadAt(b, int64(off)); err != nil {
 			return fmt.Errorf("codec: reading payload at %d: %w", off, err)
 		}
-		sum = codec.CombineChecksums(sum, codec.PieceChecksum(b, off), uint64(len(b)))
+		sums.Set(i, codec.PieceChecksum(b, off))
 		if out == 0 {
 			continue
 		}
@@ -73,8 +74,8 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 			return err
 		}
 	}
-	if sum != h.Checksum {
-		return codec.ErrChecksum
+	if err := sums.Check(&h, 0); err != nil {
+		return err
 	}
 	if out == 0 {
 		return nil

@@ -167,7 +167,7 @@ func (z *SplitZip) fill(t target) func([]byte) (*codec.Header, error) {
 		t1 := time.Now()
 		h, err := codec.ParseHeader(dst)
 		if err == nil {
-			err = checkPayload(&h, uint64(len(dst)), codec.Checksum(dst), t.b.Size)
+			err = codec.CheckPayload(&h, uint64(len(dst)), codec.Checksum(dst), t.b.Size/2)
 		}
 		z.mu.Lock()
 		z.stats.Read += t1.Sub(t0)
@@ -198,18 +198,6 @@ func preadFile(path string, dst []byte) error {
 			return fmt.Errorf("%s: %w (%d of %d bytes)", path, ErrShortRead, n, len(dst))
 		}
 		n += k
-	}
-	return nil
-}
-
-// checkPayload checks a parsed header against the payload's size and
-// checksum, and the size of the tensor it must decode to (0: any).
-func checkPayload(h *codec.Header, size uint64, sum uint32, tensor uint64) error {
-	switch {
-	case h.Size != size || sum != h.Checksum:
-		return codec.ErrChecksum
-	case tensor != 0 && 2*h.Values != tensor:
-		return fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*h.Values, tensor)
 	}
 	return nil
 }
@@ -350,8 +338,8 @@ func (z *SplitZip) stream(t target) (Fence, error) {
 	stream := z.next % z.eng.Streams()
 	z.next++
 	z.mu.Unlock()
-	n := int((o.Size + readPiece - 1) / readPiece)
-	crcs := make([]uint32, n)
+	sums := codec.NewPieceSums(o.Size, readPiece)
+	n := sums.Pieces()
 	errs := make([]error, n)
 	evs := make([]Fence, n, n+1)
 	var head [codec.HeaderSize]byte
@@ -366,14 +354,14 @@ func (z *SplitZip) stream(t target) (Fence, error) {
 				s.ev.Wait() // the copy that last read this buffer is done
 				s.ev = nil
 			}
-			off := uint64(i) * readPiece
-			q := s.buf[:min(readPiece, o.Size-off)]
+			off, size := sums.Span(i)
+			q := s.buf[:size]
 			sum, rd, vd, err := readChecked(f, q, off)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %w", f.Name(), err)
 				return
 			}
-			crcs[i] = sum
+			sums.Set(i, sum)
 			if i == 0 {
 				copy(head[:], q)
 			}
@@ -400,13 +388,9 @@ func (z *SplitZip) stream(t target) (Fence, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	var sum uint32
-	for i, c := range crcs {
-		sum = codec.CombineChecksums(sum, c, min(readPiece, o.Size-uint64(i)*readPiece))
-	}
 	h, err := codec.ParseHeader(head[:])
 	if err == nil {
-		err = checkPayload(&h, o.Size, sum, t.b.Size)
+		err = sums.Check(&h, t.b.Size/2)
 	}
 	switch {
 	case err != nil:
@@ -471,22 +455,21 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 		return nil, ErrTooLarge
 	}
 	b := buf[:o.Size]
-	n := int((o.Size + readPiece - 1) / readPiece)
-	crcs := make([]uint32, n)
+	sums := codec.NewPieceSums(o.Size, readPiece)
+	n := sums.Pieces()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		z.io <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-z.io }()
-			off := uint64(i) * readPiece
-			q := b[off:min(off+readPiece, o.Size)]
-			sum, _, _, err := readChecked(f, q, off)
+			off, size := sums.Span(i)
+			sum, _, _, err := readChecked(f, b[off:off+size], off)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %w", f.Name(), err)
 				return
 			}
-			crcs[i] = sum
+			sums.Set(i, sum)
 		})
 	}
 	wg.Wait()
@@ -494,13 +477,9 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 		return nil, err
 	}
 	t1 := time.Now()
-	var sum uint32
-	for i, c := range crcs {
-		sum = codec.CombineChecksums(sum, c, min(readPiece, o.Size-uint64(i)*readPiece))
-	}
 	h, err := codec.ParseHeader(b)
 	if err == nil {
-		err = checkPayload(&h, o.Size, sum, 0)
+		err = sums.Check(&h, 0)
 	}
 	if err != nil {
 		err = fmt.Errorf("%s: %w", f.Name(), err)
