@@ -38,7 +38,7 @@
 #define SZ_ERR_ESCAPE 2u  // an escape position is out of range or out of order
 #define SZ_ERR_READERS 4u // a reader range is invalid
 
-// Params is passed by value; its layout matches gpu.params in params.go.
+// Params is passed by value; its layout matches gpu.params in decoder.go.
 struct Params {
     uint64_t dst;         // output, 2n bytes
     uint64_t src;         // payload; equal to dst in place
@@ -360,7 +360,8 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
 // [src, src + stored) of the staging buffer, and that range is checked
 // against the staged bytes first.
 
-// ScatterItem matches gpu.scatterItem in scatter.go (64 bytes).
+// ScatterItem is one 64-byte entry of the table gpu.PutScatterTable writes
+// (scatter.go) at the start of a staging buffer.
 struct ScatterItem {
     uint64_t dst;          // destination, size bytes
     uint64_t src;          // offset of the stored bytes in the staging buffer

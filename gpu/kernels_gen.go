@@ -4,7 +4,7 @@ package gpu
 
 // Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
 const (
-	decodeSourceSHA256 = "59399f1886dffbae6dafd901aab27e6c71a81799d4e2b81036ba7c4abba7fbbb"
+	decodeSourceSHA256 = "09d4ecac9fcbac1a6c4552cf334e9c356031cd150d3f3373b9a747621f157810"
 	decodeFatbinSHA256 = "61c284bead197e6c52aac2a8d2ec3df12e790e03745e15e68cf134b996c7325b"
 	decodeNVCCVersion  = "13.0"
 )
