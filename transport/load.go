@@ -72,6 +72,9 @@ type LoadOptions struct {
 	// FirstGroup names the bindings whose readiness is reported as the
 	// first layer (default: names starting with "model.layers.0.").
 	FirstGroup func(name string) bool
+	// Progress, if set, is called from several goroutines with the tensor
+	// bytes of each layer group once its reads and submissions are done.
+	Progress func(n uint64)
 }
 
 // RunReport is one fault-in of every binding.
@@ -255,6 +258,13 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 				for gi := range next {
 					fs := st.FaultIn(groups[gi])
 					perGroup[gi] = fs
+					if opts.Progress != nil {
+						var n uint64
+						for _, b := range groups[gi] {
+							n += b.Size
+						}
+						opts.Progress(n)
+					}
 					if gi == firstGroup {
 						go func() {
 							allFence(fs).Wait()

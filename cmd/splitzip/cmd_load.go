@@ -104,9 +104,17 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times}
+	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
+		Progress: p.Add}
+	var total uint64
+	for _, sh := range src.Shards {
+		for _, t := range sh.Tensors {
+			total += t.Size
+		}
+	}
+	total *= uint64(o.Repeat)
 	if o.Compare == 0 {
-		p.Start("loading", 0)
+		p.Start("loading", total)
 		rep, err := transport.Load(eng, c, src, lo)
 		p.Finish()
 		if err != nil {
@@ -123,7 +131,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 	for range o.Compare {
 		for _, raw := range []bool{true, false} {
 			lo.Raw = raw
-			p.Start(fmt.Sprintf("loading (raw %v)", raw), 0)
+			p.Start(map[bool]string{true: "loading raw", false: "loading SplitZip"}[raw], total)
 			rep, err := transport.Load(eng, c, src, lo)
 			if err != nil {
 				return err
