@@ -128,7 +128,11 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	if err != nil {
 		return nil, err
 	}
-	z := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers()})
+	z, err := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers()})
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
 	if err := z.Prepare(); err != nil {
 		z.Close()
 		return nil, err

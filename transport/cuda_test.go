@@ -68,7 +68,10 @@ func TestCUDAFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := NewSplitZip(eng, c, raw, SplitZipOptions{Readers: 3})
+	tr, err := NewSplitZip(eng, c, raw, SplitZipOptions{Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer tr.Close()
 	st := NewStore(eng, tr)
 	pz, rb := payloadBinding(t, c, a)

@@ -11,7 +11,15 @@ var (
 	ErrShortRead = errors.New("short read: source file truncated")
 	// ErrTooLarge reports a payload larger than the staging buffers.
 	ErrTooLarge = errors.New("payload larger than the staging buffers")
+	// ErrOption reports an option out of its range, refused where the
+	// options are built rather than clamped.
+	ErrOption = errors.New("invalid transport option")
 )
+
+// badOption returns an ErrOption naming the option and its value.
+func badOption(name string, v any, want string) error {
+	return fmt.Errorf("%w: %s is %v, want %s", ErrOption, name, v, want)
+}
 
 // Error names the tensor an upload failed for.
 type Error struct {

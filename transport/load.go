@@ -176,13 +176,23 @@ func DefaultReaders() int { return min(8, max(2, runtime.NumCPU()/2)) }
 // Load builds an arena for a cached source on eng and faults every tensor
 // in, Repeat times, through the SplitZip transport (or the raw one).
 func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
-	if opts.Repeat < 1 {
-		opts.Repeat = 1
+	switch {
+	case opts.Repeat < 0:
+		return nil, badOption("Repeat", opts.Repeat, "0 (once) or more")
+	case opts.Ahead < 0:
+		return nil, badOption("Ahead", opts.Ahead, "0 (default) or more")
+	case opts.Readers < 0:
+		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
 	}
-	if opts.Ahead < 1 {
+	small, err := smallBytes(opts.SmallBytes)
+	if err != nil {
+		return nil, err
+	}
+	opts.Repeat = max(opts.Repeat, 1)
+	if opts.Ahead == 0 {
 		opts.Ahead = DefaultAhead
 	}
-	if opts.Readers < 1 {
+	if opts.Readers == 0 {
 		opts.Readers = DefaultReaders()
 	}
 	if opts.FirstGroup == nil {
@@ -197,7 +207,7 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		return nil, err
 	}
 	defer arena.Close()
-	need := stagingNeed(c, specs, smallBytes(opts.SmallBytes), opts.Raw)
+	need := stagingNeed(c, specs, small, opts.Raw)
 	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes,
 		Slots: min(2*opts.Readers, need.rawSlots()), PackSlots: need.packSlots()})
 	if err != nil {
@@ -211,8 +221,12 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 			return nil, err
 		}
 	} else {
-		z := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
+		z, err := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
 			RingPieces: need.payloadPieces(), PackSlots: need.packSlots()})
+		if err != nil {
+			raw.Close()
+			return nil, err
+		}
 		// Staging buffers are persistent: set them up before timing, as
 		// the raw transport's ring is.
 		if err := z.Prepare(); err != nil {
@@ -228,7 +242,7 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 	defer t.Close()
 	st := NewStore(eng, t)
 	rep := &LoadReport{Device: eng.Name(), Mode: mode, Tensors: len(specs), ArenaBytes: arena.Size(),
-		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: smallBytes(opts.SmallBytes)}}
+		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small}}
 	bs := arena.Bindings()
 	for _, b := range bs {
 		rep.RawBytes += b.Size

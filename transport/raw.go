@@ -41,16 +41,22 @@ func (s Stats) add(o Stats) Stats {
 	return s
 }
 
+// MaxSmallBytes is the largest packing threshold: a pack must hold at
+// least two tensors.
+const MaxSmallBytes = packBytes/2 - 64
+
 // smallBytes resolves a SmallBytes option: 0 is the default, negative
-// disables packing, and packs must hold at least two tensors.
-func smallBytes(n int64) int64 {
+// disables packing (-1), and more than MaxSmallBytes is an error.
+func smallBytes(n int64) (int64, error) {
 	switch {
 	case n == 0:
-		return DefaultSmallBytes
+		return DefaultSmallBytes, nil
 	case n < 0:
-		return -1
+		return -1, nil
+	case n > MaxSmallBytes:
+		return 0, badOption("SmallBytes", n, fmt.Sprintf("at most %d (packs hold two tensors or more)", MaxSmallBytes))
 	}
-	return min(n, packBytes/2-64)
+	return n, nil
 }
 
 // RawOptions configures a Raw transport.
@@ -91,16 +97,30 @@ type Raw struct {
 
 // NewRaw allocates the staging ring.
 func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
+	switch {
+	case opts.Readers < 0:
+		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
+	case opts.Slots < 0:
+		return nil, badOption("Slots", opts.Slots, "0 (default) or more")
+	case opts.PackSlots < 0:
+		return nil, badOption("PackSlots", opts.PackSlots, "0 (default) or more")
+	case opts.SlotBytes%16 != 0:
+		return nil, badOption("SlotBytes", opts.SlotBytes, "a multiple of 16")
+	}
+	small, err := smallBytes(opts.SmallBytes)
+	if err != nil {
+		return nil, err
+	}
 	if opts.SlotBytes == 0 {
 		opts.SlotBytes = rawSlotBytes
 	}
-	if opts.Readers <= 0 {
+	if opts.Readers == 0 {
 		opts.Readers = 4
 	}
-	if opts.Slots <= 0 {
+	if opts.Slots == 0 {
 		opts.Slots = 2 * opts.Readers
 	}
-	opts.SmallBytes = smallBytes(opts.SmallBytes)
+	opts.SmallBytes = small
 	slots, err := newRing(eng, opts.Slots, opts.SlotBytes)
 	if err != nil {
 		return nil, err

@@ -60,14 +60,26 @@ type payload struct {
 }
 
 // NewSplitZip wraps inner with payloads from cache.
-func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts SplitZipOptions) *SplitZip {
-	if opts.Readers <= 0 {
+func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts SplitZipOptions) (*SplitZip, error) {
+	switch {
+	case opts.Readers < 0:
+		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
+	case opts.RingPieces < 0:
+		return nil, badOption("RingPieces", opts.RingPieces, "0 (default) or more")
+	case opts.PackSlots < 0:
+		return nil, badOption("PackSlots", opts.PackSlots, "0 (default) or more")
+	}
+	small, err := smallBytes(opts.SmallBytes)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Readers == 0 {
 		opts.Readers = 4
 	}
-	opts.SmallBytes = smallBytes(opts.SmallBytes)
+	opts.SmallBytes = small
 	return &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}, io: make(chan struct{}, 2*opts.Readers),
-		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
+		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}, nil
 }
 
 // target is a binding with a payload.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
@@ -100,7 +101,10 @@ func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks Hook
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: resident, Readers: 3})
+	tr, err := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: resident, Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { tr.Close(); a.Close(); eng.Close() })
 	return eng, a, NewStore(eng, tr), tr
 }
@@ -317,5 +321,36 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 	}
 	if err := check(st.eng, []*vmm.Binding{pz}, keysOf(src)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOptionsRefused: options out of range are errors where they are
+// built, not silently clamped; zero means the default.
+func TestOptionsRefused(t *testing.T) {
+	c, src := fixture(t)
+	eng := NewCPUEngine(2, Hooks{})
+	defer eng.Close()
+	for name, o := range map[string]RawOptions{
+		"negative readers":  {Readers: -1},
+		"negative slots":    {Slots: -2},
+		"odd slot size":     {SlotBytes: 1000},
+		"too large packing": {SmallBytes: MaxSmallBytes + 1},
+	} {
+		if _, err := NewRaw(eng, o); !errors.Is(err, ErrOption) {
+			t.Errorf("NewRaw, %s: %v", name, err)
+		}
+	}
+	raw, err := NewRaw(eng, RawOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := NewSplitZip(eng, c, raw, SplitZipOptions{RingPieces: -1}); !errors.Is(err, ErrOption) {
+		t.Errorf("NewSplitZip with negative ring pieces: %v", err)
+	}
+	for name, o := range map[string]LoadOptions{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}} {
+		if _, err := Load(eng, c, src, o); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "want") {
+			t.Errorf("Load, %s: %v", name, err)
+		}
 	}
 }

@@ -87,6 +87,9 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
 		return usageError{fmt.Errorf("--repeat, --readers, --streams and --ahead must be at least 1")}
 	}
+	if o.Small > transport.MaxSmallBytes {
+		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
+	}
 	c, err := shardcache.Open(dir)
 	if err != nil {
 		return err
