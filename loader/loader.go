@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -67,7 +66,7 @@ func Open(dir, source string) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := pipeline.PickSource(c, source)
+	src, err := c.PickSource(source)
 	if err != nil {
 		return nil, err
 	}

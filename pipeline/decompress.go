@@ -34,8 +34,9 @@ type DecompressResult struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
-// ErrAmbiguousSource reports a cache of several sources and no choice among them.
-var ErrAmbiguousSource = errors.New("the cache holds several sources; choose one with --source ROOT")
+// ErrAmbiguousSource reports a cache of several sources and no choice
+// among them (shardcache.ErrAmbiguousSource).
+var ErrAmbiguousSource = shardcache.ErrAmbiguousSource
 
 // Decompress rebuilds the original safetensors files (and index) of one
 // source, byte for byte, a piece at a time. Tensors left raw and not
@@ -54,7 +55,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		return nil, err
 	}
 	p := orNop(opts.Progress)
-	s, err := PickSource(c, opts.Source)
+	s, err := c.PickSource(opts.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -148,86 +149,6 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 
 // writeBuffer is the buffered writer of a restored file.
 const writeBuffer = 1 << 20
-
-// PickSource returns the source of a cache that sel names (FindSource)
-// with Root set to the directory its shards are in now.
-func PickSource(c *shardcache.Cache, sel string) (*shardcache.Source, error) {
-	rec, dir, err := FindSource(c, sel)
-	if err != nil || rec.Root == dir {
-		return rec, err
-	}
-	moved := *rec
-	moved.Root = dir
-	return &moved, nil
-}
-
-// FindSource returns the record of the source sel names and the directory
-// its shards are in now:
-//   - sel empty: the only source, at its recorded root;
-//   - sel a recorded root: that source;
-//   - sel another directory: the one source whose every shard is there
-//     with its recorded size (a checkpoint moved, copied or mounted
-//     elsewhere), and sel. The index is not changed (Writer.Relocate
-//     records the new place).
-func FindSource(c *shardcache.Cache, sel string) (*shardcache.Source, string, error) {
-	srcs := c.Index().Sources
-	if sel == "" {
-		if len(srcs) == 1 {
-			return &srcs[0], srcs[0].Root, nil
-		}
-		var roots []string
-		for _, s := range srcs {
-			roots = append(roots, s.Root)
-		}
-		return nil, "", fmt.Errorf("%w: %v", ErrAmbiguousSource, roots)
-	}
-	abs, err := filepath.Abs(sel)
-	if err != nil {
-		return nil, "", err
-	}
-	for i := range srcs {
-		if srcs[i].Root == abs || srcs[i].Root == sel {
-			return &srcs[i], srcs[i].Root, nil
-		}
-	}
-	dir, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: source %s: %w (%w)", c.Dir(), sel, shardcache.ErrNotFound, err)
-	}
-	var found []*shardcache.Source
-	for i := range srcs {
-		if holdsShards(dir, &srcs[i]) {
-			found = append(found, &srcs[i])
-		}
-	}
-	switch len(found) {
-	case 0:
-		return nil, "", fmt.Errorf("%s: %s is no recorded source root and holds the shards of none of the cache's sources: %w", c.Dir(), sel, shardcache.ErrNotFound)
-	case 1:
-		return found[0], dir, nil
-	}
-	return nil, "", fmt.Errorf("%s: %s holds the shards of %d sources; name one by its recorded root", c.Dir(), sel, len(found))
-}
-
-// holdsShards reports whether dir has every shard of s with its recorded
-// size (and the index file, if s has one).
-func holdsShards(dir string, s *shardcache.Source) bool {
-	if len(s.Shards) == 0 {
-		return false
-	}
-	for _, sh := range s.Shards {
-		st, err := os.Stat(filepath.Join(dir, sh.Name))
-		if err != nil || uint64(st.Size()) != sh.Size {
-			return false
-		}
-	}
-	if s.Index != nil {
-		if _, err := os.Stat(filepath.Join(dir, s.Index.Name)); err != nil {
-			return false
-		}
-	}
-	return true
-}
 
 // restoreShard writes a shard's regions in file order, each checked
 // against its content key as it is written.

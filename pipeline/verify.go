@@ -18,7 +18,7 @@ import (
 
 // VerifyOptions configures Verify.
 type VerifyOptions struct {
-	// Source selects one source (PickSource): a recorded root, or the
+	// Source selects one source (Cache.PickSource): a recorded root, or the
 	// directory a moved source is in now. Empty means every source.
 	Source   string
 	Jobs     int     // tensors checked at once; 0 means GOMAXPROCS
@@ -81,7 +81,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	}
 	sources := c.Index().Sources
 	if opts.Source != "" {
-		s, err := PickSource(c, opts.Source)
+		s, err := c.PickSource(opts.Source)
 		if err != nil {
 			return nil, err
 		}

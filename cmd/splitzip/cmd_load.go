@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 )
@@ -94,7 +93,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 	if err != nil {
 		return err
 	}
-	src, err := pipeline.PickSource(c, o.Source)
+	src, err := c.PickSource(o.Source)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -48,7 +47,7 @@ func runRelocate(g *globals, o relocateOptions, cache, dir string) error {
 	if sel == "" {
 		sel = abs
 	}
-	rec, _, err := pipeline.FindSource(c, sel)
+	rec, _, err := c.FindSource(sel)
 	if err != nil {
 		return err
 	}
@@ -57,7 +56,7 @@ func runRelocate(g *globals, o relocateOptions, cache, dir string) error {
 		return fmt.Errorf("%s is where the source is recorded already", abs)
 	}
 	if o.Source != "" {
-		if at, _, err := pipeline.FindSource(c, abs); err != nil || at != rec {
+		if at, _, err := c.FindSource(abs); err != nil || at != rec {
 			return fmt.Errorf("%s does not hold the shards of source %s", abs, old)
 		}
 	}
