@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -206,7 +207,7 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 	if err != nil {
 		return 0, err
 	}
-	fences := st.t.UploadBatch(bs)
+	fences := st.t.UploadBatch(context.Background(), bs)
 	var failed error
 	for _, f := range fences {
 		if failed = transport.Failed(f); failed != nil {

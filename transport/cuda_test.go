@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"os"
 	"testing"
@@ -36,7 +37,7 @@ func TestCUDALoad(t *testing.T) {
 		{Resident: true, Check: true, Repeat: 3},
 	} {
 		o.DeviceTimes = true
-		rep, err := Load(eng, c, src, o)
+		rep, err := Load(context.Background(), eng, c, src, o)
 		if err != nil || !rep.Checked {
 			t.Fatalf("%+v: %v", o, err)
 		}
@@ -81,13 +82,13 @@ func TestCUDAFaults(t *testing.T) {
 	bad := append([]byte(nil), orig...)
 	bad[len(bad)/2] ^= 0x08
 	os.WriteFile(op, bad, 0o644)
-	err = st.FaultIn([]*vmm.Binding{pz})[0].Wait()
+	err = st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait()
 	var te *Error
 	if !errors.As(err, &te) || te.Tensor != pz.Name || !errors.Is(err, codec.ErrChecksum) || pz.State() != vmm.Evicted {
 		t.Fatalf("corrupt payload: %v, state %v", err, pz.State())
 	}
 	os.WriteFile(op, orig, 0o644)
-	for i, err := range waitAll(st.FaultIn(a.Bindings())) {
+	for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
 		if err != nil {
 			t.Fatalf("%s after a failed fault: %v", a.Bindings()[i].Name, err)
 		}
@@ -99,7 +100,7 @@ func TestCUDAFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Evict(rb)
-	err = st.FaultIn([]*vmm.Binding{rb})[0].Wait()
+	err = st.FaultIn(context.Background(), []*vmm.Binding{rb})[0].Wait()
 	if !errors.As(err, &te) || te.Tensor != rb.Name || !(errors.Is(err, ErrShortRead) || errors.Is(err, shardcache.ErrSourceChanged)) {
 		t.Fatalf("truncated source: %v", err)
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -174,8 +175,10 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 func DefaultReaders() int { return min(8, max(2, runtime.NumCPU()/2)) }
 
 // Load builds an arena for a cached source on eng and faults every tensor
-// in, Repeat times, through the SplitZip transport (or the raw one).
-func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
+// in, Repeat times, through the SplitZip transport (or the raw one). When
+// ctx ends, Load stops starting reads, waits for what was submitted, frees
+// everything and returns ctx's error.
+func Load(ctx context.Context, eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
 	switch {
 	case opts.Repeat < 0:
 		return nil, badOption("Repeat", opts.Repeat, "0 (once) or more")
@@ -270,7 +273,7 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 		for range opts.Ahead {
 			wg.Go(func() {
 				for gi := range next {
-					fs := st.FaultIn(groups[gi])
+					fs := st.FaultIn(ctx, groups[gi])
 					perGroup[gi] = fs
 					if opts.Progress != nil {
 						var n uint64
@@ -298,6 +301,9 @@ func Load(eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOpti
 			all = append(all, fs...)
 		}
 		if err := allFence(all).Wait(); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, err
 		}
 		first := <-firstReady

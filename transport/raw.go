@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,8 +16,11 @@ import (
 type Transport interface {
 	// UploadBatch starts uploading bs and returns one fence per binding,
 	// in order. It returns once every read has been submitted; the fences
-	// complete when the bytes are in place. A fence's error names the tensor.
-	UploadBatch(bs []*vmm.Binding) []Fence
+	// complete when the bytes are in place. A fence's error names the
+	// tensor. When ctx ends, reads not yet started are not started: their
+	// bindings' fences report ctx's error, and nothing is left half-read
+	// in staging.
+	UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence
 	// Stats returns the time spent so far.
 	Stats() Stats
 	// PinnedBytes returns the pinned host memory the transport holds.
@@ -136,7 +140,7 @@ type piece struct {
 }
 
 // UploadBatch implements Transport.
-func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
+func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	fences := make([][]Fence, len(bs))
 	errs := make([]error, len(bs))
 	work := make(chan piece)
@@ -159,7 +163,7 @@ func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
 		}
 	}
 	var pwg sync.WaitGroup
-	pwg.Go(func() { r.pack.upload(small, out) })
+	pwg.Go(func() { r.pack.upload(ctx, small, out) })
 	var pieces []piece
 	for i, b := range bs {
 		switch {
@@ -180,6 +184,10 @@ func (r *Raw) UploadBatch(bs []*vmm.Binding) []Fence {
 				failed := errs[p.i] != nil
 				emu.Unlock()
 				if failed {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					fail(p.i, err)
 					continue
 				}
 				f, err := r.uploadPiece(b, p)

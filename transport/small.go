@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -75,7 +76,7 @@ func (p *packer) ensure() error {
 }
 
 // upload packs items and sets their fences in out.
-func (p *packer) upload(items []smallItem, out []Fence) {
+func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	if len(items) == 0 {
 		return
 	}
@@ -103,6 +104,12 @@ func (p *packer) upload(items []smallItem, out []Fence) {
 	for range min(p.workers, len(packs)) {
 		wg.Go(func() {
 			for pack := range work {
+				if err := ctx.Err(); err != nil {
+					for _, it := range pack {
+						out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: err}}
+					}
+					continue
+				}
 				p.send(pack, out)
 			}
 		})

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"os"
 	"sync/atomic"
@@ -31,7 +32,7 @@ func TestSmallTensorsArePacked(t *testing.T) {
 			items.Add(int64(len(its)))
 			return nil
 		}})
-		rep, err := Load(eng, c, src, o)
+		rep, err := Load(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
 		}
@@ -52,7 +53,7 @@ func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 	var scatters atomic.Int64
 	_, a, st, _ := setup(t, c, src, Hooks{Scatter: func([]gpu.ScatterItem) error { scatters.Add(1); return nil }}, false)
 	for _, b := range a.Bindings() {
-		if err := st.FaultIn([]*vmm.Binding{b})[0].Wait(); err != nil {
+		if err := st.FaultIn(context.Background(), []*vmm.Binding{b})[0].Wait(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,7 +79,7 @@ func TestSmallFaults(t *testing.T) {
 	// A failed pack fails each of its bindings, names them, leaves them
 	// evicted; the next fault-in works.
 	failScatter.Store(true)
-	for i, err := range waitAll(st.FaultIn(bs)) {
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		var te *Error
 		if !errors.As(err, &te) || te.Tensor != bs[i].Name || !errors.Is(err, ErrInjected) {
 			t.Fatalf("failed pack: %s: %v", bs[i].Name, err)
@@ -88,7 +89,7 @@ func TestSmallFaults(t *testing.T) {
 		}
 	}
 	failScatter.Store(false)
-	for _, err := range waitAll(st.FaultIn(bs)) {
+	for _, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		if err != nil {
 			t.Fatalf("after a failed pack: %v", err)
 		}
@@ -103,7 +104,7 @@ func TestSmallFaults(t *testing.T) {
 	bad := append([]byte(nil), orig...)
 	bad[len(bad)-1] ^= 0x40
 	os.WriteFile(op, bad, 0o644)
-	for i, err := range waitAll(st.FaultIn(bs)) {
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		if bs[i] == victim {
 			var te *Error
 			if !errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum) {
@@ -119,7 +120,7 @@ func TestSmallFaults(t *testing.T) {
 		t.Errorf("corrupt payload's binding is %v", victim.State())
 	}
 	os.WriteFile(op, orig, 0o644)
-	if err := st.FaultIn([]*vmm.Binding{victim})[0].Wait(); err != nil {
+	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
 	if err := check(eng, bs, keysOf(src)); err != nil {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -90,7 +91,7 @@ type target struct {
 // whose source slice has a payload take the SplitZip path, the others go
 // to the wrapped transport in one batch. Small payloads, with small raw
 // tensors when the wrapped transport is a *Raw, are packed.
-func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
+func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	out := make([]Fence, len(bs))
 	var others []*vmm.Binding
 	var otherIdx []int
@@ -120,9 +121,9 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 		targets = append(targets, t)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { z.pack.upload(small, out) })
+	wg.Go(func() { z.pack.upload(ctx, small, out) })
 	if len(others) > 0 {
-		for k, f := range z.inner.UploadBatch(others) {
+		for k, f := range z.inner.UploadBatch(ctx, others) {
 			out[otherIdx[k]] = f
 		}
 	}
@@ -130,7 +131,7 @@ func (z *SplitZip) UploadBatch(bs []*vmm.Binding) []Fence {
 	for range min(z.opts.Readers, len(targets)) {
 		wg.Go(func() {
 			for t := range work {
-				f, err := z.upload(t)
+				f, err := z.upload(ctx, t)
 				if err != nil {
 					f = errFence{err}
 				}
@@ -236,9 +237,12 @@ func (z *SplitZip) ensureRing() error {
 
 // upload reads a payload into pinned memory (or finds it resident),
 // verifies it, and submits copy, decode and event on one stream.
-func (z *SplitZip) upload(t target) (Fence, error) {
+func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if !z.opts.Resident {
-		return z.stream(t)
+		return z.stream(ctx, t)
 	}
 	p, err := z.residentPayload(t.hit.Tensor.Key)
 	if err != nil {
@@ -308,7 +312,7 @@ func (z *SplitZip) residentPayload(key shardcache.Key) (*payload, error) {
 // enqueued on that stream after the copies. A payload that fails its
 // checksum is never decoded; its range holds garbage and its binding stays
 // evicted.
-func (z *SplitZip) stream(t target) (Fence, error) {
+func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 	if err := z.ensureRing(); err != nil {
 		return nil, err
 	}
@@ -340,6 +344,10 @@ func (z *SplitZip) stream(t target) (Fence, error) {
 			if s.ev != nil {
 				s.ev.Wait() // the copy that last read this buffer is done
 				s.ev = nil
+			}
+			if err := ctx.Err(); err != nil {
+				errs[i] = err
+				return
 			}
 			off, size := sums.Span(i)
 			q := s.buf[:size]

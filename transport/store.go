@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"sync"
 
 	"github.com/splitzip/splitzip/vmm"
@@ -40,8 +41,9 @@ func NewStore(eng Engine, t Transport) *Store {
 // already resident get a completed fence; bindings being uploaded by
 // another call share its fence. A failed upload leaves its binding evicted
 // and its fence returns an error naming the tensor; other bindings are
-// unaffected.
-func (s *Store) FaultIn(bs []*vmm.Binding) []Fence {
+// unaffected. When ctx ends, uploads not yet started are not started;
+// their bindings stay evicted and their fences report ctx's error.
+func (s *Store) FaultIn(ctx context.Context, bs []*vmm.Binding) []Fence {
 	out := make([]Fence, len(bs))
 	var todo []*vmm.Binding
 	var mine []*flight
@@ -66,7 +68,7 @@ func (s *Store) FaultIn(bs []*vmm.Binding) []Fence {
 	if len(todo) == 0 {
 		return out
 	}
-	fences := s.t.UploadBatch(todo)
+	fences := s.t.UploadBatch(ctx, todo)
 	go func() {
 		for k, b := range todo {
 			err := fences[k].Wait()

@@ -50,7 +50,7 @@ func TestLoadBothPaths(t *testing.T) {
 	} {
 		o.DeviceTimes = true
 		eng := NewCPUEngine(2, Hooks{})
-		rep, err := Load(eng, c, src, o)
+		rep, err := Load(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
 		}
@@ -132,7 +132,7 @@ func TestConcurrentFaultsUploadOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			for i, err := range waitAll(st.FaultIn(bs)) {
+			for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 				if err != nil {
 					t.Errorf("%s: %v", bs[i].Name, err)
 				}
@@ -205,7 +205,7 @@ func TestFaults(t *testing.T) {
 
 	expectFail := func(what string, b *vmm.Binding, target error) {
 		t.Helper()
-		err := st.FaultIn([]*vmm.Binding{b})[0].Wait()
+		err := st.FaultIn(context.Background(), []*vmm.Binding{b})[0].Wait()
 		var te *Error
 		if !errors.As(err, &te) || te.Tensor != b.Name || !errors.Is(err, target) {
 			t.Fatalf("%s: %v, want an error naming %q matching %v", what, err, b.Name, target)
@@ -214,7 +214,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("%s: binding is %v after a failed fault", what, b.State())
 		}
 		// Other bindings still fault in.
-		for i, err := range waitAll(st.FaultIn(others)) {
+		for i, err := range waitAll(st.FaultIn(context.Background(), others)) {
 			if err != nil {
 				t.Fatalf("%s: then %s: %v", what, others[i].Name, err)
 			}
@@ -240,7 +240,7 @@ func TestFaults(t *testing.T) {
 	os.WriteFile(op, bad, 0o644)
 	expectFail("corrupt payload", pz, codec.ErrChecksum)
 	os.WriteFile(op, orig, 0o644)
-	if err := st.FaultIn([]*vmm.Binding{pz})[0].Wait(); err != nil {
+	if err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
 
@@ -261,7 +261,7 @@ func TestFaults(t *testing.T) {
 		t.Errorf("specs of a truncated shard: %v", err)
 	}
 	b2, _ := a2.Lookup(last.Name)
-	err := st2.FaultIn([]*vmm.Binding{b2})[0].Wait()
+	err := st2.FaultIn(context.Background(), []*vmm.Binding{b2})[0].Wait()
 	if err == nil {
 		t.Fatal("fault from a truncated shard succeeded")
 	}
@@ -305,7 +305,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 	c, src := fixture(t)
 	_, a, st, _ := setup(t, c, src, Hooks{}, true)
 	bs := a.Bindings()
-	for _, err := range waitAll(st.FaultIn(bs)) {
+	for _, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +316,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 	op, _ := c.ObjectPath(hit.Tensor.Key)
 	os.Remove(op)
 	st.Evict(pz)
-	if err := st.FaultIn([]*vmm.Binding{pz})[0].Wait(); err != nil {
+	if err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait(); err != nil {
 		t.Fatalf("resident re-fault read a file: %v", err)
 	}
 	if err := check(st.eng, []*vmm.Binding{pz}, keysOf(src)); err != nil {
@@ -349,8 +349,91 @@ func TestOptionsRefused(t *testing.T) {
 		t.Errorf("NewSplitZip with negative ring pieces: %v", err)
 	}
 	for name, o := range map[string]LoadOptions{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}} {
-		if _, err := Load(eng, c, src, o); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "want") {
+		if _, err := Load(context.Background(), eng, c, src, o); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "want") {
 			t.Errorf("Load, %s: %v", name, err)
 		}
+	}
+}
+
+// TestCancel: a context ended in the middle of a batch stops the reads not
+// yet started; their bindings stay evicted with an error naming the tensor
+// and the context's error, staging returns to what it was, and later
+// faults work. A Load whose context has ended returns its error and frees
+// everything.
+func TestCancel(t *testing.T) {
+	c, src := fixture(t)
+	var copies atomic.Int64
+	var cancel atomic.Pointer[context.CancelFunc]
+	hooks := Hooks{Copy: func(DevPtr, int) error {
+		if copies.Add(1) == 3 {
+			if f := cancel.Load(); f != nil {
+				(*f)()
+			}
+		}
+		return nil
+	}}
+	eng, a, st, tr := setup(t, c, src, hooks, false)
+	bs := a.Bindings()
+	for _, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Evict(bs...)
+	pinned := tr.PinnedBytes()
+	// Bindings faulted one batch at a time, as a loader asks layer by
+	// layer; the context ends during the third copy, so later batches,
+	// and reads of the batch in flight not yet started, are not read.
+	ctx, stop := context.WithCancel(context.Background())
+	cancel.Store(&stop)
+	copies.Store(0)
+	failed := 0
+	for _, b := range bs {
+		err := st.FaultIn(ctx, []*vmm.Binding{b})[0].Wait()
+		if err == nil {
+			continue
+		}
+		failed++
+		var te *Error
+		if !errors.Is(err, context.Canceled) || !errors.As(err, &te) || te.Tensor != b.Name {
+			t.Errorf("%s: %v", b.Name, err)
+		}
+		if b.State() != vmm.Evicted {
+			t.Errorf("%s: state %v after a canceled fault", b.Name, b.State())
+		}
+	}
+	if failed == 0 || failed == len(bs) {
+		t.Fatalf("%d of %d bindings canceled, want some", failed, len(bs))
+	}
+	// A whole batch under an ended context reads nothing.
+	st.Evict(bs...)
+	for i, err := range waitAll(st.FaultIn(ctx, bs)) {
+		if !errors.Is(err, context.Canceled) || bs[i].State() != vmm.Evicted {
+			t.Errorf("%s under an ended context: %v, state %v", bs[i].Name, err, bs[i].State())
+		}
+	}
+	if tr.PinnedBytes() != pinned {
+		t.Errorf("pinned %d bytes after a canceled batch, %d before", tr.PinnedBytes(), pinned)
+	}
+	cancel.Store(nil)
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		if err != nil {
+			t.Fatalf("%s after a canceled batch: %v", bs[i].Name, err)
+		}
+	}
+	if err := check(eng, bs, keysOf(src)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d bindings canceled", failed, len(bs))
+
+	done, end := context.WithCancel(context.Background())
+	end()
+	eng2 := NewCPUEngine(2, Hooks{})
+	defer eng2.Close()
+	if _, err := Load(done, eng2, c, src, LoadOptions{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Load with an ended context: %v", err)
+	}
+	if eng2.PinnedBytes() != 0 {
+		t.Errorf("Load left %d bytes pinned", eng2.PinnedBytes())
 	}
 }

@@ -13,7 +13,7 @@ func newBenchLoadCommand(g *globals) *cobra.Command {
 the median rates and their ratio: first loads (from files), and with
 --resident --repeat N, re-faults from pinned-resident bytes.`,
 		Args: args(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(g, o, a[0]) },
+		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(cmd.Context(), g, o, a[0]) },
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.Resident, "resident", false, "keep bytes in pinned memory: repeats read no file")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sort"
@@ -43,7 +44,7 @@ time until the first layer is ready, time spent reading, verifying and
 submitting, pinned memory and arena size. --compare N alternates raw and
 SplitZip loads N times in one process and prints the ratio.`,
 		Args: args(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(g, o, a[0]) },
+		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(cmd.Context(), g, o, a[0]) },
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
@@ -82,7 +83,7 @@ func (o loadOptions) engine() (transport.Engine, error) {
 	return transport.NewCUDAEngine(n, o.Streams)
 }
 
-func runLoad(g *globals, o loadOptions, dir string) error {
+func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
 		return usageError{fmt.Errorf("--repeat, --readers, --streams and --ahead must be at least 1")}
 	}
@@ -117,7 +118,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 	total *= uint64(o.Repeat)
 	if o.Compare == 0 {
 		p.Start("loading", total)
-		rep, err := transport.Load(eng, c, src, lo)
+		rep, err := transport.Load(ctx, eng, c, src, lo)
 		p.Finish()
 		if err != nil {
 			return err
@@ -134,7 +135,7 @@ func runLoad(g *globals, o loadOptions, dir string) error {
 		for _, raw := range []bool{true, false} {
 			lo.Raw = raw
 			p.Start(map[bool]string{true: "loading raw", false: "loading SplitZip"}[raw], total)
-			rep, err := transport.Load(eng, c, src, lo)
+			rep, err := transport.Load(ctx, eng, c, src, lo)
 			if err != nil {
 				return err
 			}

@@ -147,8 +147,12 @@ func TestCLIEdges(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var o, e bytes.Buffer
-	if code := runContext(ctx, []string{"verify", cache}, &o, &e); code != exitInterrupted || !strings.Contains(e.String(), "interrupted") {
-		t.Errorf("interrupted verify: exit %d, %q", code, e.String())
+	for _, args := range [][]string{{"verify", cache}, {"load", cache, "--device", "cpu"}} {
+		o.Reset()
+		e.Reset()
+		if code := runContext(ctx, args, &o, &e); code != exitInterrupted || !strings.Contains(e.String(), "interrupted") {
+			t.Errorf("interrupted %s: exit %d, %q", args[0], code, e.String())
+		}
 	}
 }
 
