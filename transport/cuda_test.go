@@ -105,3 +105,43 @@ func TestCUDAFaults(t *testing.T) {
 		t.Fatalf("truncated source: %v", err)
 	}
 }
+
+// TestCUDACancel: on the GPU, a batch under an ended context reads
+// nothing, leaves its bindings evicted with the tensor named, and the same
+// bindings fault in afterwards bit for bit.
+func TestCUDACancel(t *testing.T) {
+	eng := requireCUDA(t)
+	c, src := fixture(t)
+	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	raw, err := NewRaw(eng, RawOptions{Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewSplitZip(eng, c, raw, SplitZipOptions{Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	st := NewStore(eng, tr)
+	ctx, end := context.WithCancel(context.Background())
+	end()
+	for i, err := range waitAll(st.FaultIn(ctx, a.Bindings())) {
+		b := a.Bindings()[i]
+		var te *Error
+		if !errors.Is(err, context.Canceled) || !errors.As(err, &te) || te.Tensor != b.Name || b.State() != vmm.Evicted {
+			t.Fatalf("%s under an ended context: %v, state %v", b.Name, err, b.State())
+		}
+	}
+	for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
+		if err != nil {
+			t.Fatalf("%s after cancellation: %v", a.Bindings()[i].Name, err)
+		}
+	}
+	if err := check(eng, a.Bindings(), keysOf(src)); err != nil {
+		t.Fatal(err)
+	}
+}
