@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
@@ -26,7 +27,7 @@ type gpuState struct {
 // enqueues on one caller stream. Its pinned staging buffers persist until
 // the loader is closed.
 type streamTransport struct {
-	eng *transport.CUDAEngine
+	eng *cudaengine.Engine
 	t   *transport.SplitZip
 }
 
@@ -77,8 +78,8 @@ func readers() int { return min(runtime.GOMAXPROCS(0), 8) }
 // process exits.
 var engines = struct {
 	sync.Mutex
-	m map[engineKey]*transport.CUDAEngine
-}{m: map[engineKey]*transport.CUDAEngine{}}
+	m map[engineKey]*cudaengine.Engine
+}{m: map[engineKey]*cudaengine.Engine{}}
 
 type engineKey struct {
 	dev int
@@ -88,7 +89,7 @@ type engineKey struct {
 // keepPinned is how much freed staging memory an engine keeps.
 const keepPinned = 1 << 30
 
-func engineFor(d int, s cuda.Stream) (*transport.CUDAEngine, error) {
+func engineFor(d int, s cuda.Stream) (*cudaengine.Engine, error) {
 	engines.Lock()
 	defer engines.Unlock()
 	k := engineKey{d, s}
@@ -103,7 +104,7 @@ func engineFor(d int, s cuda.Stream) (*transport.CUDAEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := transport.NewCUDAEngineOn(ctx, s)
+	e, err := cudaengine.NewOn(ctx, s)
 	if err != nil {
 		ctx.Close()
 		return nil, err

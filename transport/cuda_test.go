@@ -7,15 +7,16 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
 // requireCUDA returns a CUDA engine on device 0, or skips with the reason.
-func requireCUDA(t *testing.T) *CUDAEngine {
+func requireCUDA(t *testing.T) *cudaengine.Engine {
 	t.Helper()
-	eng, err := NewCUDAEngine(0, 2)
+	eng, err := cudaengine.New(0, 2)
 	if errors.Is(err, cuda.ErrNoDriver) {
 		t.Skipf("no GPU: %v", err)
 	}

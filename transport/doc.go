@@ -1,5 +1,5 @@
 // Package transport moves tensors from storage into their ranges of a
-// weight arena (package vmm) on a device (an Engine: CUDA, or host memory
+// weight arena (package vmm) on a device (an engine.Engine: CUDA, or host memory
 // for tests and --device cpu).
 //
 //   - Raw reads each tensor's bytes from its safetensors shard into a ring

@@ -1,10 +1,14 @@
 package transport
 
-import "errors"
+import (
+	"errors"
 
-// Fence completes when an upload has finished. It is an engine Event, a
+	"github.com/splitzip/splitzip/engine"
+)
+
+// Fence completes when an upload has finished. It is an engine.Event, a
 // set of them, or an error known at submission.
-type Fence = Event
+type Fence = engine.Event
 
 // errFence is a fence that failed before anything was submitted.
 type errFence struct{ err error }

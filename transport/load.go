@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -64,7 +65,7 @@ type LoadOptions struct {
 	// SmallBytes is the packing threshold (see RawOptions.SmallBytes).
 	SmallBytes int64
 	// DeviceTimes times copies and decodes on the device (engines that
-	// implement Timer), at the cost of two events per operation.
+	// implement engine.Timer), at the cost of two events per operation.
 	DeviceTimes bool
 	// Ahead is how many layer groups are faulted in at once, as a loader
 	// prefetching layers would (default DefaultAhead). More keeps more
@@ -85,7 +86,7 @@ type RunReport struct {
 	FirstLayer time.Duration `json:"first_layer_ready_ns"`
 	// Device is how long copies and decodes kept the device busy (engines
 	// that time their work).
-	Device DeviceTimes `json:"device"`
+	Device engine.DeviceTimes `json:"device"`
 }
 
 // LoadReport is what Load measured.
@@ -178,7 +179,7 @@ func DefaultReaders() int { return min(8, max(2, runtime.NumCPU()/2)) }
 // in, Repeat times, through the SplitZip transport (or the raw one). When
 // ctx ends, Load stops starting reads, waits for what was submitted, frees
 // everything and returns ctx's error.
-func Load(ctx context.Context, eng Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
+func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
 	switch {
 	case opts.Repeat < 0:
 		return nil, badOption("Repeat", opts.Repeat, "0 (once) or more")
@@ -255,7 +256,7 @@ func Load(ctx context.Context, eng Engine, c *shardcache.Cache, src *shardcache.
 		if run > 0 {
 			st.Evict(bs...)
 		}
-		timer, timed := eng.(Timer)
+		timer, timed := eng.(engine.Timer)
 		timed = timed && opts.DeviceTimes
 		if timed {
 			if err := timer.StartTiming(); err != nil {
@@ -363,7 +364,7 @@ func layerGroups(bs []*vmm.Binding, firstOf func(string) bool) ([][]*vmm.Binding
 }
 
 // check reads every binding back and compares it with its source slice.
-func check(eng Engine, bs []*vmm.Binding, keys map[slice]shardcache.Key) error {
+func check(eng engine.Engine, bs []*vmm.Binding, keys map[slice]shardcache.Key) error {
 	files := map[string]*os.File{}
 	defer func() {
 		for _, f := range files {

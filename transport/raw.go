@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -84,7 +85,7 @@ const rawSlotBytes = 16 << 20
 
 // Raw is the native transport: file bytes, unchanged, into the arena.
 type Raw struct {
-	eng   Engine
+	eng   engine.Engine
 	opts  RawOptions
 	slots chan *slot
 	files fileCache
@@ -100,7 +101,7 @@ type Raw struct {
 }
 
 // NewRaw allocates the staging ring.
-func NewRaw(eng Engine, opts RawOptions) (*Raw, error) {
+func NewRaw(eng engine.Engine, opts RawOptions) (*Raw, error) {
 	switch {
 	case opts.Readers < 0:
 		return nil, badOption("Readers", opts.Readers, "0 (default) or more")

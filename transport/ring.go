@@ -1,14 +1,16 @@
 package transport
 
+import "github.com/splitzip/splitzip/engine"
+
 // slot is a pinned staging buffer and the event of the last copy from it.
 type slot struct {
 	buf []byte
-	ev  Event
+	ev  engine.Event
 }
 
 // newRing allocates n pinned staging buffers of size bytes; on failure it
 // frees what it allocated.
-func newRing(eng Engine, n int, size uint64) (chan *slot, error) {
+func newRing(eng engine.Engine, n int, size uint64) (chan *slot, error) {
 	ring := make(chan *slot, n)
 	for range n {
 		b, err := eng.Pinned(size)
@@ -23,7 +25,7 @@ func newRing(eng Engine, n int, size uint64) (chan *slot, error) {
 
 // freeRing closes a ring whose buffers are all back in it, waits for the
 // last copy from each and frees them.
-func freeRing(eng Engine, ring chan *slot) {
+func freeRing(eng engine.Engine, ring chan *slot) {
 	close(ring)
 	for s := range ring {
 		if s.ev != nil {

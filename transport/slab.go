@@ -1,6 +1,10 @@
 package transport
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/splitzip/splitzip/engine"
+)
 
 // slabBlock is the size of one pinned block of a slab.
 const slabBlock = 64 << 20
@@ -12,7 +16,7 @@ const slabBlock = 64 << 20
 // own allocation. Memory is returned all at once by free, except that a
 // buffer with its own allocation can be released early.
 type slab struct {
-	eng Engine
+	eng engine.Engine
 
 	mu     sync.Mutex
 	blocks [][]byte
@@ -21,7 +25,7 @@ type slab struct {
 	bytes  uint64
 }
 
-func newSlab(eng Engine) *slab { return &slab{eng: eng, own: map[*byte]bool{}} }
+func newSlab(eng engine.Engine) *slab { return &slab{eng: eng, own: map[*byte]bool{}} }
 
 // alloc returns n bytes of pinned memory (len n, 16-byte aligned start).
 func (s *slab) alloc(n uint64) ([]byte, error) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -33,7 +33,7 @@ type smallItem struct {
 // by one scatter pass (a single binding takes the direct path instead).
 // Payloads and raw bytes share packs.
 type packer struct {
-	eng      Engine
+	eng      engine.Engine
 	workers  int
 	maxSlots int           // cap on the staging ring (0: workers plus two)
 	fills    chan struct{} // bounds concurrent item reads
@@ -49,7 +49,7 @@ type packer struct {
 
 // newPacker returns a packer for workers fill goroutines whose staging
 // ring holds at most slots buffers (0: workers plus two).
-func newPacker(eng Engine, workers, slots int) *packer {
+func newPacker(eng engine.Engine, workers, slots int) *packer {
 	workers = max(workers, 1)
 	return &packer{eng: eng, workers: workers, maxSlots: slots, fills: make(chan struct{}, 2*workers), streamMu: make([]sync.Mutex, eng.Streams())}
 }
@@ -92,7 +92,7 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	start, used := 0, uint64(0)
 	for k, it := range items {
 		need := align16(it.stored)
-		if k > start && align16(gpu.ScatterTableBytes(k-start+1))+used+need > packBytes {
+		if k > start && align16(engine.ScatterTableBytes(k-start+1))+used+need > packBytes {
 			packs = append(packs, items[start:k])
 			start, used = k, 0
 		}
@@ -132,7 +132,7 @@ func (p *packer) send(pack []smallItem, out []Fence) {
 	// Lay the pack out, then fill its items in parallel: a failed item
 	// leaves a hole and is left out of the scatter.
 	offs := make([]uint64, len(pack))
-	off := align16(gpu.ScatterTableBytes(len(pack)))
+	off := align16(engine.ScatterTableBytes(len(pack)))
 	for k, it := range pack {
 		offs[k] = off
 		off += align16(it.stored)
@@ -148,14 +148,14 @@ func (p *packer) send(pack []smallItem, out []Fence) {
 		})
 	}
 	wg.Wait()
-	its := make([]gpu.ScatterItem, 0, len(pack))
+	its := make([]engine.ScatterItem, 0, len(pack))
 	kept := make([]smallItem, 0, len(pack))
 	for k, it := range pack {
 		if errs[k] != nil {
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: errs[k]}}
 			continue
 		}
-		its = append(its, gpu.ScatterItem{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: offs[k], Stored: it.stored, Size: it.b.Size, Header: hdrs[k]})
+		its = append(its, engine.ScatterItem{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: offs[k], Stored: it.stored, Size: it.b.Size, Header: hdrs[k]})
 		kept = append(kept, it)
 	}
 	if len(its) == 0 {
@@ -170,7 +170,7 @@ func (p *packer) send(pack []smallItem, out []Fence) {
 	p.mu.Unlock()
 	p.streamMu[stream].Lock()
 	err := p.submit(stream, s.buf[:off], its)
-	var ev Event
+	var ev engine.Event
 	if err == nil {
 		ev, err = p.eng.Record(stream)
 	}
@@ -195,18 +195,18 @@ func (p *packer) send(pack []smallItem, out []Fence) {
 
 // submit enqueues a pack: a single raw binding or in-place payload is
 // copied (and decoded) directly, anything else goes through Scatter.
-func (p *packer) submit(stream int, buf []byte, its []gpu.ScatterItem) error {
+func (p *packer) submit(stream int, buf []byte, its []engine.ScatterItem) error {
 	if len(its) == 1 {
 		it := its[0]
 		src := buf[it.Src : it.Src+it.Stored]
 		switch h := it.Header; {
 		case h == nil:
-			return p.eng.CopyHtoD(stream, DevPtr(it.Dst), src)
+			return p.eng.CopyHtoD(stream, engine.DevPtr(it.Dst), src)
 		case h.InPlace:
-			if err := p.eng.CopyHtoD(stream, DevPtr(it.Dst), src); err != nil {
+			if err := p.eng.CopyHtoD(stream, engine.DevPtr(it.Dst), src); err != nil {
 				return err
 			}
-			return p.eng.DecodeInPlace(stream, DevPtr(it.Dst), h)
+			return p.eng.DecodeInPlace(stream, engine.DevPtr(it.Dst), h)
 		}
 	}
 	return p.eng.Scatter(stream, buf, its)

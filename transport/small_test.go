@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/shardcache"
@@ -27,7 +29,7 @@ func TestSmallTensorsArePacked(t *testing.T) {
 		{Resident: true, Check: true, Repeat: 2},
 	} {
 		var scatters, items atomic.Int64
-		eng := NewCPUEngine(2, Hooks{Scatter: func(its []gpu.ScatterItem) error {
+		eng := hostengine.New(2, hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
 			scatters.Add(1)
 			items.Add(int64(len(its)))
 			return nil
@@ -51,7 +53,7 @@ func TestSmallTensorsArePacked(t *testing.T) {
 func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 	c, src := smallFixture(t, 4)
 	var scatters atomic.Int64
-	_, a, st, _ := setup(t, c, src, Hooks{Scatter: func([]gpu.ScatterItem) error { scatters.Add(1); return nil }}, false)
+	_, a, st, _ := setup(t, c, src, hostengine.Hooks{Scatter: func([]gpu.ScatterItem) error { scatters.Add(1); return nil }}, false)
 	for _, b := range a.Bindings() {
 		if err := st.FaultIn(context.Background(), []*vmm.Binding{b})[0].Wait(); err != nil {
 			t.Fatal(err)
@@ -68,9 +70,9 @@ func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 func TestSmallFaults(t *testing.T) {
 	c, src := smallFixture(t, 40)
 	var failScatter atomic.Bool
-	eng, a, st, tr := setup(t, c, src, Hooks{Scatter: func([]gpu.ScatterItem) error {
+	eng, a, st, tr := setup(t, c, src, hostengine.Hooks{Scatter: func([]gpu.ScatterItem) error {
 		if failScatter.Load() {
-			return ErrInjected
+			return engine.ErrInjected
 		}
 		return nil
 	}}, false)
@@ -81,7 +83,7 @@ func TestSmallFaults(t *testing.T) {
 	failScatter.Store(true)
 	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		var te *Error
-		if !errors.As(err, &te) || te.Tensor != bs[i].Name || !errors.Is(err, ErrInjected) {
+		if !errors.As(err, &te) || te.Tensor != bs[i].Name || !errors.Is(err, engine.ErrInjected) {
 			t.Fatalf("failed pack: %s: %v", bs[i].Name, err)
 		}
 		if bs[i].State() != vmm.Evicted {

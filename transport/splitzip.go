@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -34,7 +35,7 @@ type SplitZipOptions struct {
 // SplitZip uploads payloads from a cache and decodes them in place;
 // bindings without a payload go to the wrapped transport unchanged.
 type SplitZip struct {
-	eng   Engine
+	eng   engine.Engine
 	cache *shardcache.Cache
 	inner Transport
 	opts  SplitZipOptions
@@ -58,7 +59,7 @@ type payload struct {
 }
 
 // NewSplitZip wraps inner with payloads from cache.
-func NewSplitZip(eng Engine, cache *shardcache.Cache, inner Transport, opts SplitZipOptions) (*SplitZip, error) {
+func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, opts SplitZipOptions) (*SplitZip, error) {
 	switch {
 	case opts.Readers < 0:
 		return nil, badOption("Readers", opts.Readers, "0 (default) or more")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -11,7 +12,7 @@ import (
 // binding faulted by several goroutines at once is uploaded once.
 type Store struct {
 	t        Transport
-	eng      Engine
+	eng      engine.Engine
 	mu       sync.Mutex
 	inflight map[*vmm.Binding]*flight
 }
@@ -33,7 +34,7 @@ func (f *flight) Done() bool {
 }
 
 // NewStore returns a store over t.
-func NewStore(eng Engine, t Transport) *Store {
+func NewStore(eng engine.Engine, t Transport) *Store {
 	return &Store{t: t, eng: eng, inflight: map[*vmm.Binding]*flight{}}
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -49,7 +51,7 @@ func TestLoadBothPaths(t *testing.T) {
 		{Resident: true, Check: true, Repeat: 3},
 	} {
 		o.DeviceTimes = true
-		eng := NewCPUEngine(2, Hooks{})
+		eng := hostengine.New(2, hostengine.Hooks{})
 		rep, err := Load(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
@@ -90,9 +92,9 @@ func mustSpecs(t *testing.T, c *shardcache.Cache, src *shardcache.Source) []vmm.
 }
 
 // setup builds an arena, a SplitZip transport over a raw one, and a store.
-func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks Hooks, resident bool) (*CPUEngine, *vmm.Arena, *Store, Transport) {
+func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, resident bool) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
 	t.Helper()
-	eng := NewCPUEngine(2, hooks)
+	eng := hostengine.New(2, hooks)
 	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +124,11 @@ func TestConcurrentFaultsUploadOnce(t *testing.T) {
 	// A binding's upload copies to its start once (raw) or decodes there
 	// once (payload), whether packed or not.
 	var mu sync.Mutex
-	copies, decodes := map[DevPtr]int{}, map[DevPtr]int{}
-	count := func(m map[DevPtr]int, p DevPtr) error { mu.Lock(); m[p]++; mu.Unlock(); return nil }
-	_, a, st, _ := setup(t, c, src, Hooks{
-		Copy:   func(p DevPtr, _ int) error { return count(copies, p) },
-		Decode: func(p DevPtr, _ *codec.Header) error { return count(decodes, p) },
+	copies, decodes := map[engine.DevPtr]int{}, map[engine.DevPtr]int{}
+	count := func(m map[engine.DevPtr]int, p engine.DevPtr) error { mu.Lock(); m[p]++; mu.Unlock(); return nil }
+	_, a, st, _ := setup(t, c, src, hostengine.Hooks{
+		Copy:   func(p engine.DevPtr, _ int) error { return count(copies, p) },
+		Decode: func(p engine.DevPtr, _ *codec.Header) error { return count(decodes, p) },
 	}, true)
 	bs := a.Bindings()
 	var wg sync.WaitGroup
@@ -177,16 +179,16 @@ func payloadBinding(t *testing.T, c *shardcache.Cache, a *vmm.Arena) (pz, raw *v
 func TestFaults(t *testing.T) {
 	c, src := fixture(t)
 	var failCopy, failDecode atomic.Uint64
-	hooks := Hooks{
-		Copy: func(dst DevPtr, n int) error {
+	hooks := hostengine.Hooks{
+		Copy: func(dst engine.DevPtr, n int) error {
 			if uint64(dst) == failCopy.Load() {
-				return ErrInjected
+				return engine.ErrInjected
 			}
 			return nil
 		},
-		Decode: func(dst DevPtr, h *codec.Header) error {
+		Decode: func(dst engine.DevPtr, h *codec.Header) error {
 			if uint64(dst) == failDecode.Load() {
-				return ErrInjected
+				return engine.ErrInjected
 			}
 			return nil
 		},
@@ -223,12 +225,12 @@ func TestFaults(t *testing.T) {
 	}
 
 	failCopy.Store(uint64(pz.Addr))
-	expectFail("failed DMA of a payload", pz, ErrInjected)
+	expectFail("failed DMA of a payload", pz, engine.ErrInjected)
 	failCopy.Store(uint64(raw.Addr))
-	expectFail("failed DMA of a raw tensor", raw, ErrInjected)
+	expectFail("failed DMA of a raw tensor", raw, engine.ErrInjected)
 	failCopy.Store(0)
 	failDecode.Store(uint64(pz.Addr))
-	expectFail("failed decode", pz, ErrInjected)
+	expectFail("failed decode", pz, engine.ErrInjected)
 	failDecode.Store(0)
 
 	// A payload whose bytes changed on disk fails its checksum.
@@ -252,7 +254,7 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	// An arena made before the shard is truncated faults in from it after.
-	_, a2, st2, _ := setup(t, c, src, Hooks{}, false)
+	_, a2, st2, _ := setup(t, c, src, hostengine.Hooks{}, false)
 	if err := os.Truncate(raw.Shard, int64(last.Offset+last.Size/2)); err != nil {
 		t.Fatal(err)
 	}
@@ -280,30 +282,27 @@ func TestFaults(t *testing.T) {
 func TestArenaOutOfMemory(t *testing.T) {
 	c, src := fixture(t)
 	calls := 0
-	eng := NewCPUEngine(1, Hooks{Map: func(uint64) error {
+	eng := hostengine.New(1, hostengine.Hooks{Map: func(uint64) error {
 		calls++
 		if calls > 1 {
-			return ErrInjected
+			return engine.ErrInjected
 		}
 		return nil
 	}})
 	defer eng.Close()
 	specs := mustSpecs(t, c, src)
 	specs = append(specs, vmm.Spec{Name: "huge", Size: 1 << 30})
-	if _, err := vmm.New(eng, specs, 64<<10); !errors.Is(err, ErrInjected) {
+	if _, err := vmm.New(eng, specs, 64<<10); !errors.Is(err, engine.ErrInjected) {
 		t.Fatalf("arena out of memory: %v", err)
 	}
-	eng.mu.Lock()
-	n := len(eng.ranges)
-	eng.mu.Unlock()
-	if n != 0 {
+	if n := eng.ReservedRanges(); n != 0 {
 		t.Errorf("%d ranges left reserved after a failed arena", n)
 	}
 }
 
 func TestResidentReFaultReadsNoFile(t *testing.T) {
 	c, src := fixture(t)
-	_, a, st, _ := setup(t, c, src, Hooks{}, true)
+	_, a, st, _ := setup(t, c, src, hostengine.Hooks{}, true)
 	bs := a.Bindings()
 	for _, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		if err != nil {
@@ -328,7 +327,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 // built, not silently clamped; zero means the default.
 func TestOptionsRefused(t *testing.T) {
 	c, src := fixture(t)
-	eng := NewCPUEngine(2, Hooks{})
+	eng := hostengine.New(2, hostengine.Hooks{})
 	defer eng.Close()
 	for name, o := range map[string]RawOptions{
 		"negative readers":  {Readers: -1},
@@ -364,7 +363,7 @@ func TestCancel(t *testing.T) {
 	c, src := fixture(t)
 	var copies atomic.Int64
 	var cancel atomic.Pointer[context.CancelFunc]
-	hooks := Hooks{Copy: func(DevPtr, int) error {
+	hooks := hostengine.Hooks{Copy: func(engine.DevPtr, int) error {
 		if copies.Add(1) == 3 {
 			if f := cancel.Load(); f != nil {
 				(*f)()
@@ -428,7 +427,7 @@ func TestCancel(t *testing.T) {
 
 	done, end := context.WithCancel(context.Background())
 	end()
-	eng2 := NewCPUEngine(2, Hooks{})
+	eng2 := hostengine.New(2, hostengine.Hooks{})
 	defer eng2.Close()
 	if _, err := Load(done, eng2, c, src, LoadOptions{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Load with an ended context: %v", err)

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/vmm"
 )
 
 func TestArenaLayout(t *testing.T) {
-	eng := transport.NewCPUEngine(1, transport.Hooks{})
+	eng := hostengine.New(1, hostengine.Hooks{})
 	defer eng.Close()
 	specs := []vmm.Spec{{Name: "a", Size: 3}, {Name: "b", Size: 1000}, {Name: "empty"}, {Name: "c", Size: 70000}}
 	a, err := vmm.New(eng, specs, 1)

@@ -11,6 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/cudaengine"
+	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 )
@@ -67,9 +70,9 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 }
 
-func (o loadOptions) engine() (transport.Engine, error) {
+func (o loadOptions) engine() (engine.Engine, error) {
 	if o.Device == "cpu" {
-		return transport.NewCPUEngine(o.Streams, transport.Hooks{}), nil
+		return hostengine.New(o.Streams, hostengine.Hooks{}), nil
 	}
 	n, err := strconv.Atoi(o.Device)
 	if err != nil {
@@ -80,7 +83,7 @@ func (o loadOptions) engine() (transport.Engine, error) {
 		return nil, err
 	}
 	ctx.Close()
-	return transport.NewCUDAEngine(n, o.Streams)
+	return cudaengine.New(n, o.Streams)
 }
 
 func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
@@ -212,7 +215,7 @@ func printLoad(g *globals, r *transport.LoadReport) {
 	for i, run := range r.Runs {
 		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s; first layer ready after %v\n",
 			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps, run.FirstLayer.Round(time.Microsecond))
-		if d := run.Device; d != (transport.DeviceTimes{}) {
+		if d := run.Device; d != (engine.DeviceTimes{}) {
 			fmt.Fprintf(g.stdout, "  device busy: copies %v, decodes and scatters %v (%v of it with no copy running)\n",
 				d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
 		}

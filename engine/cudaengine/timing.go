@@ -1,4 +1,4 @@
-package transport
+package cudaengine
 
 // Device times of the CUDA engine (Timer): each timed copy or decode is
 // bracketed by two events, and TakeTimes merges the spans per kind.
@@ -6,6 +6,7 @@ package transport
 import (
 	"time"
 
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu/cuda"
 )
 
@@ -16,7 +17,7 @@ type timedOp struct {
 
 // timed enqueues op on stream s, between two timing events when timing.
 // Without its events, the op runs untimed.
-func (e *CUDAEngine) timed(s int, decode bool, op func() error) error {
+func (e *Engine) timed(s int, decode bool, op func() error) error {
 	if !e.timing.Load() {
 		return op()
 	}
@@ -40,7 +41,7 @@ func (e *CUDAEngine) timed(s int, decode bool, op func() error) error {
 }
 
 // timingEvent records a new timing event on stream s.
-func (e *CUDAEngine) timingEvent(s int) (cuda.Event, error) {
+func (e *Engine) timingEvent(s int) (cuda.Event, error) {
 	ev, err := e.ctx.NewEvent(cuda.EventBlockingSync)
 	if err != nil {
 		return 0, err
@@ -53,7 +54,7 @@ func (e *CUDAEngine) timingEvent(s int) (cuda.Event, error) {
 }
 
 // StartTiming implements Timer: time zero is an event on stream 0.
-func (e *CUDAEngine) StartTiming() error {
+func (e *Engine) StartTiming() error {
 	ev, err := e.timingEvent(0)
 	if err != nil {
 		return err
@@ -67,42 +68,42 @@ func (e *CUDAEngine) StartTiming() error {
 }
 
 // TakeTimes implements Timer; the timed work must have completed.
-func (e *CUDAEngine) TakeTimes() (DeviceTimes, error) {
+func (e *Engine) TakeTimes() (engine.DeviceTimes, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	defer e.dropTimes()
 	e.timing.Store(false)
 	if e.origin == 0 {
-		return DeviceTimes{}, nil
+		return engine.DeviceTimes{}, nil
 	}
 	if err := e.ctx.EventSynchronize(e.origin); err != nil {
-		return DeviceTimes{}, err
+		return engine.DeviceTimes{}, err
 	}
-	var copies, decodes []interval
+	var copies, decodes []engine.Interval
 	for _, op := range e.timedOps {
 		if err := e.ctx.EventSynchronize(op.end); err != nil {
-			return DeviceTimes{}, err
+			return engine.DeviceTimes{}, err
 		}
 		a, err := e.ctx.Elapsed(e.origin, op.start)
 		if err != nil {
-			return DeviceTimes{}, err
+			return engine.DeviceTimes{}, err
 		}
 		b, err := e.ctx.Elapsed(e.origin, op.end)
 		if err != nil {
-			return DeviceTimes{}, err
+			return engine.DeviceTimes{}, err
 		}
-		iv := interval{time.Duration(float64(a) * 1e6), time.Duration(float64(b) * 1e6)}
+		iv := engine.Interval{Start: time.Duration(float64(a) * 1e6), End: time.Duration(float64(b) * 1e6)}
 		if op.decode {
 			decodes = append(decodes, iv)
 		} else {
 			copies = append(copies, iv)
 		}
 	}
-	return busyTimes(copies, decodes), nil
+	return engine.BusyTimes(copies, decodes), nil
 }
 
 // dropTimes destroys the timing events (e.mu held).
-func (e *CUDAEngine) dropTimes() {
+func (e *Engine) dropTimes() {
 	for _, op := range e.timedOps {
 		e.ctx.DestroyEvent(op.start)
 		e.ctx.DestroyEvent(op.end)

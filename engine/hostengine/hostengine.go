@@ -1,4 +1,9 @@
-package transport
+// Package hostengine implements engine.Engine in host memory: copies are
+// memcpy, decodes run the Go reference decoder, and streams are goroutines
+// that run their operations in order, so transports run and are tested
+// with -race on machines without a GPU (load --device cpu). Hooks inject
+// faults for tests.
+package hostengine
 
 import (
 	"fmt"
@@ -6,28 +11,32 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"
 )
 
-// Hooks inject faults into the CPU engine (tests).
+var _ engine.Engine = (*Engine)(nil)
+var _ engine.Timer = (*Engine)(nil)
+
+// Hooks inject faults into the host engine (tests).
 type Hooks struct {
 	// Copy and Decode, if set, are called before each operation runs; an
 	// error fails the operation (as a failed DMA or launch would).
-	Copy   func(dst DevPtr, n int) error
-	Decode func(dst DevPtr, h *codec.Header) error
+	Copy   func(dst engine.DevPtr, n int) error
+	Decode func(dst engine.DevPtr, h *codec.Header) error
 	// Map, if set, is called before memory is mapped (out of memory).
 	Map func(n uint64) error
 	// Scatter, if set, is called before a packed upload of items runs.
-	Scatter func(items []gpu.ScatterItem) error
+	Scatter func(items []engine.ScatterItem) error
 }
 
-// CPUEngine implements Engine in host memory. Each stream is a goroutine
+// Engine implements engine.Engine in host memory. Each stream is a goroutine
 // that runs its operations in order, so completion is asynchronous as on
 // a GPU and the transports' ordering is really exercised.
-type CPUEngine struct {
+type Engine struct {
 	mu      sync.Mutex
-	ranges  map[DevPtr][]byte // reserved ranges by base
-	next    DevPtr
+	ranges  map[engine.DevPtr][]byte // reserved ranges by base
+	next    engine.DevPtr
 	streams []chan func()
 	states  []*streamState
 	hooks   Hooks
@@ -36,12 +45,12 @@ type CPUEngine struct {
 	// Timing (Timer): op spans from origin, while timing is set.
 	timing          bool
 	origin          time.Time
-	copies, decodes []interval
+	copies, decodes []engine.Interval
 }
 
-// NewCPUEngine returns a CPU engine with the given number of streams.
-func NewCPUEngine(streams int, hooks Hooks) *CPUEngine {
-	e := &CPUEngine{ranges: map[DevPtr][]byte{}, next: 1 << 40, hooks: hooks}
+// New returns a host engine with the given number of streams.
+func New(streams int, hooks Hooks) *Engine {
+	e := &Engine{ranges: map[engine.DevPtr][]byte{}, next: 1 << 40, hooks: hooks}
 	for range max(streams, 1) {
 		ch := make(chan func(), 1024)
 		e.streams = append(e.streams, ch)
@@ -56,10 +65,10 @@ func NewCPUEngine(streams int, hooks Hooks) *CPUEngine {
 }
 
 // Name returns "cpu".
-func (e *CPUEngine) Name() string { return "cpu" }
+func (e *Engine) Name() string { return "cpu" }
 
 // Pinned allocates ordinary memory.
-func (e *CPUEngine) Pinned(n uint64) ([]byte, error) {
+func (e *Engine) Pinned(n uint64) ([]byte, error) {
 	e.mu.Lock()
 	e.pinned += n
 	e.mu.Unlock()
@@ -67,7 +76,7 @@ func (e *CPUEngine) Pinned(n uint64) ([]byte, error) {
 }
 
 // FreePinned forgets the memory.
-func (e *CPUEngine) FreePinned(b []byte) error {
+func (e *Engine) FreePinned(b []byte) error {
 	e.mu.Lock()
 	e.pinned -= uint64(len(b))
 	e.mu.Unlock()
@@ -75,27 +84,35 @@ func (e *CPUEngine) FreePinned(b []byte) error {
 }
 
 // PinnedBytes returns the pinned memory allocated and not freed.
-func (e *CPUEngine) PinnedBytes() uint64 {
+func (e *Engine) PinnedBytes() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.pinned
 }
 
+// ReservedRanges returns how many address ranges are reserved and not
+// released (leak accounting in tests).
+func (e *Engine) ReservedRanges() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.ranges)
+}
+
 // Granularity is 64 KiB.
-func (e *CPUEngine) Granularity() uint64 { return 64 << 10 }
+func (e *Engine) Granularity() uint64 { return 64 << 10 }
 
 // Reserve reserves an address range; memory comes with Map.
-func (e *CPUEngine) Reserve(size uint64) (DevPtr, error) {
+func (e *Engine) Reserve(size uint64) (engine.DevPtr, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p := e.next
-	e.next += DevPtr(size+e.Granularity()) &^ DevPtr(e.Granularity()-1)
+	e.next += engine.DevPtr(size+e.Granularity()) &^ engine.DevPtr(e.Granularity()-1)
 	e.ranges[p] = make([]byte, 0, size) // backing allocated lazily by Map
 	return p, nil
 }
 
 // Map backs [p, p+n) with memory.
-func (e *CPUEngine) Map(p DevPtr, n uint64) error {
+func (e *Engine) Map(p engine.DevPtr, n uint64) error {
 	if e.hooks.Map != nil {
 		if err := e.hooks.Map(n); err != nil {
 			return err
@@ -114,7 +131,7 @@ func (e *CPUEngine) Map(p DevPtr, n uint64) error {
 }
 
 // Unmap is a no-op for host memory beyond bookkeeping.
-func (e *CPUEngine) Unmap(p DevPtr, n uint64) error {
+func (e *Engine) Unmap(p engine.DevPtr, n uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	_, _, err := e.find(p, n)
@@ -122,7 +139,7 @@ func (e *CPUEngine) Unmap(p DevPtr, n uint64) error {
 }
 
 // Release frees a reserved range.
-func (e *CPUEngine) Release(p DevPtr, size uint64) error {
+func (e *Engine) Release(p engine.DevPtr, size uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.ranges[p]; !ok {
@@ -133,7 +150,7 @@ func (e *CPUEngine) Release(p DevPtr, size uint64) error {
 }
 
 // find returns the range holding [p, p+n).
-func (e *CPUEngine) find(p DevPtr, n uint64) (DevPtr, []byte, error) {
+func (e *Engine) find(p engine.DevPtr, n uint64) (engine.DevPtr, []byte, error) {
 	for base, b := range e.ranges {
 		if p >= base && uint64(p-base)+n <= uint64(cap(b)) {
 			return base, b, nil
@@ -143,7 +160,7 @@ func (e *CPUEngine) find(p DevPtr, n uint64) (DevPtr, []byte, error) {
 }
 
 // mem returns the mapped host bytes of [p, p+n).
-func (e *CPUEngine) mem(p DevPtr, n uint64) ([]byte, error) {
+func (e *Engine) mem(p engine.DevPtr, n uint64) ([]byte, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	base, b, err := e.find(p, n)
@@ -158,7 +175,7 @@ func (e *CPUEngine) mem(p DevPtr, n uint64) ([]byte, error) {
 }
 
 // Streams returns the number of streams.
-func (e *CPUEngine) Streams() int { return len(e.streams) }
+func (e *Engine) Streams() int { return len(e.streams) }
 
 // cpuEvent completes when its stream reaches it.
 type cpuEvent struct {
@@ -181,10 +198,10 @@ func (ev *cpuEvent) Done() bool {
 // stream's goroutine touches it.
 type streamState struct{ err error }
 
-func (e *CPUEngine) state(s int) *streamState { return e.states[s] }
+func (e *Engine) state(s int) *streamState { return e.states[s] }
 
 // StartTiming implements Timer.
-func (e *CPUEngine) StartTiming() error {
+func (e *Engine) StartTiming() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.timing, e.origin, e.copies, e.decodes = true, time.Now(), nil, nil
@@ -192,20 +209,20 @@ func (e *CPUEngine) StartTiming() error {
 }
 
 // TakeTimes implements Timer.
-func (e *CPUEngine) TakeTimes() (DeviceTimes, error) {
+func (e *Engine) TakeTimes() (engine.DeviceTimes, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.timing = false
-	return busyTimes(e.copies, e.decodes), nil
+	return engine.BusyTimes(e.copies, e.decodes), nil
 }
 
 // timed runs op, recording its span as a copy or a decode when timing.
-func (e *CPUEngine) timed(decode bool, op func() error) error {
+func (e *Engine) timed(decode bool, op func() error) error {
 	t0 := time.Now()
 	err := op()
 	e.mu.Lock()
 	if e.timing {
-		iv := interval{t0.Sub(e.origin), time.Since(e.origin)}
+		iv := engine.Interval{Start: t0.Sub(e.origin), End: time.Since(e.origin)}
 		if decode {
 			e.decodes = append(e.decodes, iv)
 		} else {
@@ -216,7 +233,7 @@ func (e *CPUEngine) timed(decode bool, op func() error) error {
 	return err
 }
 
-func (e *CPUEngine) enqueue(s int, op func() error) error {
+func (e *Engine) enqueue(s int, op func() error) error {
 	st, err := e.stream(s)
 	if err != nil {
 		return err
@@ -230,14 +247,14 @@ func (e *CPUEngine) enqueue(s int, op func() error) error {
 }
 
 // enqueueTimed enqueues op, timed as a copy or a decode.
-func (e *CPUEngine) enqueueTimed(s int, decode bool, op func() error) error {
+func (e *Engine) enqueueTimed(s int, decode bool, op func() error) error {
 	return e.enqueue(s, func() error { return e.timed(decode, op) })
 }
 
 // stream checks a stream index and that the engine is open. Sends happen
 // after the check without the lock: Close must not race with submissions
 // (callers close an engine once its transports are closed).
-func (e *CPUEngine) stream(s int) (*streamState, error) {
+func (e *Engine) stream(s int) (*streamState, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -250,7 +267,7 @@ func (e *CPUEngine) stream(s int) (*streamState, error) {
 }
 
 // CopyHtoD enqueues a copy.
-func (e *CPUEngine) CopyHtoD(s int, dst DevPtr, src []byte) error {
+func (e *Engine) CopyHtoD(s int, dst engine.DevPtr, src []byte) error {
 	return e.enqueueTimed(s, false, func() error {
 		if e.hooks.Copy != nil {
 			if err := e.hooks.Copy(dst, len(src)); err != nil {
@@ -267,7 +284,7 @@ func (e *CPUEngine) CopyHtoD(s int, dst DevPtr, src []byte) error {
 }
 
 // DecodeInPlace enqueues a decode with the Go reference decoder.
-func (e *CPUEngine) DecodeInPlace(s int, dst DevPtr, h *codec.Header) error {
+func (e *Engine) DecodeInPlace(s int, dst engine.DevPtr, h *codec.Header) error {
 	hc := *h
 	return e.enqueueTimed(s, true, func() error {
 		if e.hooks.Decode != nil {
@@ -287,11 +304,11 @@ func (e *CPUEngine) DecodeInPlace(s int, dst DevPtr, h *codec.Header) error {
 
 // Scatter checks the items, then enqueues their copies and decodes; the
 // hooks see each raw item as a copy and each payload as a decode.
-func (e *CPUEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error {
+func (e *Engine) Scatter(s int, packed []byte, items []engine.ScatterItem) error {
 	if err := gpu.PutScatterTable(packed, items, uint64(len(packed))); err != nil {
 		return err
 	}
-	its := append([]gpu.ScatterItem(nil), items...)
+	its := append([]engine.ScatterItem(nil), items...)
 	return e.enqueueTimed(s, true, func() error {
 		if e.hooks.Scatter != nil {
 			if err := e.hooks.Scatter(its); err != nil {
@@ -299,14 +316,14 @@ func (e *CPUEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error
 			}
 		}
 		for _, it := range its {
-			d, err := e.mem(DevPtr(it.Dst), it.Size)
+			d, err := e.mem(engine.DevPtr(it.Dst), it.Size)
 			if err != nil {
 				return err
 			}
 			src := packed[it.Src : it.Src+it.Stored]
 			if it.Header == nil {
 				if e.hooks.Copy != nil {
-					if err := e.hooks.Copy(DevPtr(it.Dst), len(src)); err != nil {
+					if err := e.hooks.Copy(engine.DevPtr(it.Dst), len(src)); err != nil {
 						return err
 					}
 				}
@@ -314,7 +331,7 @@ func (e *CPUEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error
 				continue
 			}
 			if e.hooks.Decode != nil {
-				if err := e.hooks.Decode(DevPtr(it.Dst), it.Header); err != nil {
+				if err := e.hooks.Decode(engine.DevPtr(it.Dst), it.Header); err != nil {
 					return err
 				}
 			}
@@ -328,7 +345,7 @@ func (e *CPUEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error
 
 // Record enqueues an event; it carries the stream's first error since the
 // previous event, and clears it.
-func (e *CPUEngine) Record(s int) (Event, error) {
+func (e *Engine) Record(s int) (engine.Event, error) {
 	ev := &cpuEvent{done: make(chan struct{})}
 	st, err := e.stream(s)
 	if err != nil {
@@ -342,12 +359,12 @@ func (e *CPUEngine) Record(s int) (Event, error) {
 }
 
 // WaitEvent makes stream s wait for ev.
-func (e *CPUEngine) WaitEvent(s int, ev Event) error {
+func (e *Engine) WaitEvent(s int, ev engine.Event) error {
 	return e.enqueue(s, func() error { ev.Wait(); return nil })
 }
 
 // ReadBack copies device memory to dst.
-func (e *CPUEngine) ReadBack(dst []byte, src DevPtr) error {
+func (e *Engine) ReadBack(dst []byte, src engine.DevPtr) error {
 	d, err := e.mem(src, uint64(len(dst)))
 	if err != nil {
 		return err
@@ -357,7 +374,7 @@ func (e *CPUEngine) ReadBack(dst []byte, src DevPtr) error {
 }
 
 // Close stops the streams.
-func (e *CPUEngine) Close() error {
+func (e *Engine) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.closed {

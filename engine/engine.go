@@ -1,4 +1,4 @@
-package transport
+package engine
 
 import (
 	"errors"
@@ -43,10 +43,10 @@ type Engine interface {
 	// Scatter enqueues on stream s one copy of packed to device staging
 	// memory and one pass that writes each item to its range (raw bytes
 	// copied, payloads decoded). packed starts with room for the item
-	// table (gpu.ScatterTableBytes), which Scatter fills after checking the
+	// table (ScatterTableBytes), which Scatter fills after checking the
 	// items; its length is a multiple of 16, and it must stay unchanged
 	// until an event recorded after the pass completes.
-	Scatter(s int, packed []byte, items []gpu.ScatterItem) error
+	Scatter(s int, packed []byte, items []ScatterItem) error
 	// Record enqueues an event on stream s.
 	Record(s int) (Event, error)
 	// WaitEvent makes later work on stream s wait for e.
@@ -58,3 +58,11 @@ type Engine interface {
 
 // ErrInjected is returned by fault hooks in tests.
 var ErrInjected = errors.New("injected fault")
+
+// ScatterItem is one tensor of a packed staging buffer (the table format
+// the scatter kernel reads is gpu's; engines and transports name it here).
+type ScatterItem = gpu.ScatterItem
+
+// ScatterTableBytes returns the bytes a table of n items takes at the
+// start of a packed staging buffer.
+func ScatterTableBytes(n int) uint64 { return gpu.ScatterTableBytes(n) }

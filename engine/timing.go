@@ -1,4 +1,4 @@
-package transport
+package engine
 
 import (
 	"sort"
@@ -25,27 +25,27 @@ type Timer interface {
 	TakeTimes() (DeviceTimes, error)
 }
 
-// interval is a span of device work, as offsets from a common origin.
-type interval struct{ start, end time.Duration }
+// Interval is a span of device work, as offsets from a common origin.
+type Interval struct{ Start, End time.Duration }
 
-// busyTimes returns the union lengths of copies and decodes and the part
+// BusyTimes returns the union lengths of copies and decodes and the part
 // of the decodes' union outside the copies'.
-func busyTimes(copies, decodes []interval) DeviceTimes {
+func BusyTimes(copies, decodes []Interval) DeviceTimes {
 	cu, du := union(copies), union(decodes)
 	return DeviceTimes{Copy: length(cu), Decode: length(du), DecodeAlone: length(du) - length(intersect(cu, du))}
 }
 
 // union merges intervals into sorted, disjoint ones.
-func union(in []interval) []interval {
-	s := append([]interval(nil), in...)
-	sort.Slice(s, func(i, j int) bool { return s[i].start < s[j].start })
-	var out []interval
+func union(in []Interval) []Interval {
+	s := append([]Interval(nil), in...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Start < s[j].Start })
+	var out []Interval
 	for _, iv := range s {
-		if iv.end <= iv.start {
+		if iv.End <= iv.Start {
 			continue
 		}
-		if n := len(out); n > 0 && iv.start <= out[n-1].end {
-			out[n-1].end = max(out[n-1].end, iv.end)
+		if n := len(out); n > 0 && iv.Start <= out[n-1].End {
+			out[n-1].End = max(out[n-1].End, iv.End)
 			continue
 		}
 		out = append(out, iv)
@@ -54,14 +54,14 @@ func union(in []interval) []interval {
 }
 
 // intersect returns the overlap of two sorted, disjoint interval lists.
-func intersect(a, b []interval) []interval {
-	var out []interval
+func intersect(a, b []Interval) []Interval {
+	var out []Interval
 	for i, j := 0, 0; i < len(a) && j < len(b); {
-		s, e := max(a[i].start, b[j].start), min(a[i].end, b[j].end)
+		s, e := max(a[i].Start, b[j].Start), min(a[i].End, b[j].End)
 		if s < e {
-			out = append(out, interval{s, e})
+			out = append(out, Interval{s, e})
 		}
-		if a[i].end < b[j].end {
+		if a[i].End < b[j].End {
 			i++
 		} else {
 			j++
@@ -70,9 +70,9 @@ func intersect(a, b []interval) []interval {
 	return out
 }
 
-func length(s []interval) (d time.Duration) {
+func length(s []Interval) (d time.Duration) {
 	for _, iv := range s {
-		d += iv.end - iv.start
+		d += iv.End - iv.Start
 	}
 	return d
 }

@@ -1,4 +1,8 @@
-package transport
+// Package cudaengine implements engine.Engine on an NVIDIA GPU through the
+// CUDA driver (package gpu/cuda, no cgo): VMM ranges for the weight arena,
+// pinned host memory, upload streams, the decode and scatter kernels of
+// package gpu, and events; it implements engine.Timer with CUDA events.
+package cudaengine
 
 import (
 	"fmt"
@@ -8,15 +12,21 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// CUDAEngine implements Engine on an NVIDIA GPU: VMM for the arena,
+var (
+	_ engine.Engine = (*Engine)(nil)
+	_ engine.Timer  = (*Engine)(nil)
+)
+
+// Engine implements engine.Engine on an NVIDIA GPU: VMM for the arena,
 // pinned host memory, several upload streams (a copy on one overlaps a
 // decode on another) and a decoder per stream.
-type CUDAEngine struct {
+type Engine struct {
 	ctx      *cuda.Context
 	external bool // the context and stream belong to the caller
 	streams  []cuda.Stream
@@ -42,8 +52,8 @@ type CUDAEngine struct {
 	keep        uint64              // most bytes spare may hold
 }
 
-// NewCUDAEngine opens device ordinal with the given number of upload streams.
-func NewCUDAEngine(ordinal, streams int) (*CUDAEngine, error) {
+// New opens device ordinal with the given number of upload streams.
+func New(ordinal, streams int) (*Engine, error) {
 	l, err := cuda.Open()
 	if err != nil {
 		return nil, err
@@ -52,7 +62,7 @@ func NewCUDAEngine(ordinal, streams int) (*CUDAEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &CUDAEngine{ctx: ctx, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+	e := &Engine{ctx: ctx, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
 	if e.gran, err = ctx.Granularity(false); err != nil {
 		return nil, err
 	}
@@ -78,11 +88,11 @@ func NewCUDAEngine(ordinal, streams int) (*CUDAEngine, error) {
 	return e, nil
 }
 
-// NewCUDAEngineOn returns an engine whose one upload stream is s, a
+// NewOn returns an engine whose one upload stream is s, a
 // stream the caller owns in ctx (0 is the legacy default stream): copies,
 // decodes and events go on it in order. Close leaves s and ctx open.
-func NewCUDAEngineOn(ctx *cuda.Context, s cuda.Stream) (*CUDAEngine, error) {
-	e := &CUDAEngine{ctx: ctx, external: true, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+func NewOn(ctx *cuda.Context, s cuda.Stream) (*Engine, error) {
+	e := &Engine{ctx: ctx, external: true, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
 	var err error
 	if e.gran, err = ctx.Granularity(false); err != nil {
 		return nil, err
@@ -101,7 +111,7 @@ func NewCUDAEngineOn(ctx *cuda.Context, s cuda.Stream) (*CUDAEngine, error) {
 }
 
 // Name returns the device name.
-func (e *CUDAEngine) Name() string {
+func (e *Engine) Name() string {
 	n, _ := e.ctx.Name()
 	return n
 }
@@ -109,7 +119,7 @@ func (e *CUDAEngine) Name() string {
 // KeepPinned makes FreePinned keep up to limit bytes of freed buffers
 // for Pinned to hand out again (same size), so that transports created
 // and closed in turn on a long-lived engine do not pin memory each time.
-func (e *CUDAEngine) KeepPinned(limit uint64) {
+func (e *Engine) KeepPinned(limit uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.keep = limit
@@ -120,7 +130,7 @@ func (e *CUDAEngine) KeepPinned(limit uint64) {
 
 // Pinned maps anonymous memory and registers it with the driver, which
 // pins already-touched pages about ten times faster than cuMemHostAlloc.
-func (e *CUDAEngine) Pinned(n uint64) ([]byte, error) {
+func (e *Engine) Pinned(n uint64) ([]byte, error) {
 	n1 := max(n, 1)
 	e.mu.Lock()
 	if l := e.spare[n1]; len(l) > 0 {
@@ -146,7 +156,7 @@ func (e *CUDAEngine) Pinned(n uint64) ([]byte, error) {
 }
 
 // FreePinned unregisters and unmaps memory from Pinned.
-func (e *CUDAEngine) FreePinned(b []byte) error {
+func (e *Engine) FreePinned(b []byte) error {
 	b = b[:cap(b)]
 	if len(b) == 0 {
 		return nil
@@ -173,16 +183,16 @@ func (e *CUDAEngine) FreePinned(b []byte) error {
 }
 
 // Granularity returns the VMM allocation granularity.
-func (e *CUDAEngine) Granularity() uint64 { return e.gran }
+func (e *Engine) Granularity() uint64 { return e.gran }
 
 // Reserve reserves a virtual range.
-func (e *CUDAEngine) Reserve(size uint64) (vmm.Ptr, error) {
+func (e *Engine) Reserve(size uint64) (vmm.Ptr, error) {
 	p, err := e.ctx.AddressReserve(size, e.gran)
 	return vmm.Ptr(p), err
 }
 
 // Map creates physical memory for [p, p+n) and maps it with access for the device.
-func (e *CUDAEngine) Map(p vmm.Ptr, n uint64) error {
+func (e *Engine) Map(p vmm.Ptr, n uint64) error {
 	h, err := e.ctx.MemCreate(n)
 	if err != nil {
 		return err
@@ -198,7 +208,7 @@ func (e *CUDAEngine) Map(p vmm.Ptr, n uint64) error {
 }
 
 // Unmap unmaps [p, p+n) and releases its memory.
-func (e *CUDAEngine) Unmap(p vmm.Ptr, n uint64) error {
+func (e *Engine) Unmap(p vmm.Ptr, n uint64) error {
 	e.mu.Lock()
 	h, ok := e.maps[p]
 	delete(e.maps, p)
@@ -213,20 +223,20 @@ func (e *CUDAEngine) Unmap(p vmm.Ptr, n uint64) error {
 }
 
 // Release frees a reserved range.
-func (e *CUDAEngine) Release(p vmm.Ptr, size uint64) error {
+func (e *Engine) Release(p vmm.Ptr, size uint64) error {
 	return e.ctx.AddressFree(cuda.DevicePtr(p), size)
 }
 
 // Streams returns the number of upload streams.
-func (e *CUDAEngine) Streams() int { return len(e.streams) }
+func (e *Engine) Streams() int { return len(e.streams) }
 
 // CopyHtoD enqueues a copy on stream s.
-func (e *CUDAEngine) CopyHtoD(s int, dst vmm.Ptr, src []byte) error {
+func (e *Engine) CopyHtoD(s int, dst vmm.Ptr, src []byte) error {
 	return e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(cuda.DevicePtr(dst), src, e.streams[s]) })
 }
 
 // DecodeInPlace launches the in-place decode on stream s.
-func (e *CUDAEngine) DecodeInPlace(s int, dst vmm.Ptr, h *codec.Header) error {
+func (e *Engine) DecodeInPlace(s int, dst vmm.Ptr, h *codec.Header) error {
 	return e.timed(s, true, func() error { return e.decs[s].LaunchInPlace(cuda.DevicePtr(dst), h, e.streams[s]) })
 }
 
@@ -234,7 +244,7 @@ func (e *CUDAEngine) DecodeInPlace(s int, dst vmm.Ptr, h *codec.Header) error {
 // Scatter checks the items and writes their table into packed, then
 // enqueues on stream s the copy of packed into the stream's staging memory
 // (grown as needed) and the scatter kernel.
-func (e *CUDAEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) error {
+func (e *Engine) Scatter(s int, packed []byte, items []engine.ScatterItem) error {
 	if err := gpu.PutScatterTable(packed, items, uint64(len(packed))); err != nil {
 		return err
 	}
@@ -270,7 +280,7 @@ func (e *CUDAEngine) Scatter(s int, packed []byte, items []gpu.ScatterItem) erro
 // (a staging buffer's last copy, each binding's fence), and spinning
 // threads would take the cores the file readers need.
 type cudaEvent struct {
-	e    *CUDAEngine
+	e    *Engine
 	ev   cuda.Event
 	done atomic.Bool // completed without error (and perhaps destroyed)
 }
@@ -305,7 +315,7 @@ func (c *cudaEvent) Done() bool {
 const reclaimAt = 4096
 
 // Record records an event on stream s.
-func (e *CUDAEngine) Record(s int) (Event, error) {
+func (e *Engine) Record(s int) (engine.Event, error) {
 	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync)
 	if err != nil {
 		return nil, err
@@ -326,7 +336,7 @@ func (e *CUDAEngine) Record(s int) (Event, error) {
 }
 
 // reclaim destroys completed events (e.mu held).
-func (e *CUDAEngine) reclaim() {
+func (e *Engine) reclaim() {
 	live := e.events[:0]
 	for _, c := range e.events {
 		// Keep what has not completed, and what failed: its Wait must
@@ -343,7 +353,7 @@ func (e *CUDAEngine) reclaim() {
 }
 
 // WaitEvent makes stream s wait for ev.
-func (e *CUDAEngine) WaitEvent(s int, ev Event) error {
+func (e *Engine) WaitEvent(s int, ev engine.Event) error {
 	c, ok := ev.(*cudaEvent)
 	if !ok {
 		return ev.Wait()
@@ -359,7 +369,7 @@ func (e *CUDAEngine) WaitEvent(s int, ev Event) error {
 }
 
 // ReadBack copies device memory to dst and waits.
-func (e *CUDAEngine) ReadBack(dst []byte, src vmm.Ptr) error {
+func (e *Engine) ReadBack(dst []byte, src vmm.Ptr) error {
 	if err := e.ctx.CopyDtoHAsync(dst, cuda.DevicePtr(src), e.readS); err != nil {
 		return err
 	}
@@ -369,8 +379,8 @@ func (e *CUDAEngine) ReadBack(dst []byte, src vmm.Ptr) error {
 // DecodeErrors returns the decode kernels' error reports since the last
 // call. Call it once the events after the decodes have completed: it
 // reads the reports on a stream of its own, never touching the upload
-// streams (which, for NewCUDAEngineOn, may be gone by then).
-func (e *CUDAEngine) DecodeErrors() error {
+// streams (which, for NewEngineOn, may be gone by then).
+func (e *Engine) DecodeErrors() error {
 	for _, d := range e.decs {
 		if err := d.TakeError(e.readS); err != nil {
 			return err
@@ -380,9 +390,9 @@ func (e *CUDAEngine) DecodeErrors() error {
 }
 
 // Close waits for the engine's work and frees everything. The caller's
-// stream of NewCUDAEngineOn is not touched (it may have been destroyed):
+// stream of NewEngineOn is not touched (it may have been destroyed):
 // the engine waits for the events it recorded instead.
-func (e *CUDAEngine) Close() error {
+func (e *Engine) Close() error {
 	e.mu.Lock()
 	for _, c := range e.events {
 		if e.external {

@@ -1,0 +1,8 @@
+// Package engine is the device side of the load runtime: the Engine
+// contract (pinned host memory, device memory with virtual address
+// ranges, streams that run copies, decodes and scatters in order, events),
+// the Timer contract for device busy times, and their busy-time
+// arithmetic. Implementations: cudaengine (an NVIDIA GPU through the CUDA
+// driver) and hostengine (host memory and the Go reference decoder, for
+// tests and machines without a GPU).
+package engine
