@@ -29,11 +29,11 @@ func TestSmallTensorsArePacked(t *testing.T) {
 		{Resident: true, Check: true, Repeat: 2},
 	} {
 		var scatters, items atomic.Int64
-		eng := hostengine.New(2, hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
+		eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
 			scatters.Add(1)
 			items.Add(int64(len(its)))
 			return nil
-		}})
+		}}))
 		rep, err := Load(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)

@@ -51,7 +51,7 @@ func TestLoadBothPaths(t *testing.T) {
 		{Resident: true, Check: true, Repeat: 3},
 	} {
 		o.DeviceTimes = true
-		eng := hostengine.New(2, hostengine.Hooks{})
+		eng := hostengine.New(2)
 		rep, err := Load(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
@@ -94,7 +94,7 @@ func mustSpecs(t *testing.T, c *shardcache.Cache, src *shardcache.Source) []vmm.
 // setup builds an arena, a SplitZip transport over a raw one, and a store.
 func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, resident bool) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
 	t.Helper()
-	eng := hostengine.New(2, hooks)
+	eng := hostengine.New(2, hostengine.WithHooks(hooks))
 	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -282,13 +282,13 @@ func TestFaults(t *testing.T) {
 func TestArenaOutOfMemory(t *testing.T) {
 	c, src := fixture(t)
 	calls := 0
-	eng := hostengine.New(1, hostengine.Hooks{Map: func(uint64) error {
+	eng := hostengine.New(1, hostengine.WithHooks(hostengine.Hooks{Map: func(uint64) error {
 		calls++
 		if calls > 1 {
 			return engine.ErrInjected
 		}
 		return nil
-	}})
+	}}))
 	defer eng.Close()
 	specs := mustSpecs(t, c, src)
 	specs = append(specs, vmm.Spec{Name: "huge", Size: 1 << 30})
@@ -327,7 +327,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 // built, not silently clamped; zero means the default.
 func TestOptionsRefused(t *testing.T) {
 	c, src := fixture(t)
-	eng := hostengine.New(2, hostengine.Hooks{})
+	eng := hostengine.New(2)
 	defer eng.Close()
 	for name, o := range map[string]RawOptions{
 		"negative readers":  {Readers: -1},
@@ -427,7 +427,7 @@ func TestCancel(t *testing.T) {
 
 	done, end := context.WithCancel(context.Background())
 	end()
-	eng2 := hostengine.New(2, hostengine.Hooks{})
+	eng2 := hostengine.New(2)
 	defer eng2.Close()
 	if _, err := Load(done, eng2, c, src, LoadOptions{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Load with an ended context: %v", err)

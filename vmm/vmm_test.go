@@ -9,7 +9,7 @@ import (
 )
 
 func TestArenaLayout(t *testing.T) {
-	eng := hostengine.New(1, hostengine.Hooks{})
+	eng := hostengine.New(1)
 	defer eng.Close()
 	specs := []vmm.Spec{{Name: "a", Size: 3}, {Name: "b", Size: 1000}, {Name: "empty"}, {Name: "c", Size: 70000}}
 	a, err := vmm.New(eng, specs, 1)

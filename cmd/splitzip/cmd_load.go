@@ -72,7 +72,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 
 func (o loadOptions) engine() (engine.Engine, error) {
 	if o.Device == "cpu" {
-		return hostengine.New(o.Streams, hostengine.Hooks{}), nil
+		return hostengine.New(o.Streams), nil
 	}
 	n, err := strconv.Atoi(o.Device)
 	if err != nil {

@@ -48,9 +48,18 @@ type Engine struct {
 	copies, decodes []engine.Interval
 }
 
-// New returns a host engine with the given number of streams.
-func New(streams int, hooks Hooks) *Engine {
-	e := &Engine{ranges: map[engine.DevPtr][]byte{}, next: 1 << 40, hooks: hooks}
+// Option configures a host engine.
+type Option func(*Engine)
+
+// WithHooks injects faults (tests).
+func WithHooks(h Hooks) Option { return func(e *Engine) { e.hooks = h } }
+
+// New returns a host engine with the given number of streams (at least 1).
+func New(streams int, opts ...Option) *Engine {
+	e := &Engine{ranges: map[engine.DevPtr][]byte{}, next: 1 << 40}
+	for _, o := range opts {
+		o(e)
+	}
 	for range max(streams, 1) {
 		ch := make(chan func(), 1024)
 		e.streams = append(e.streams, ch)

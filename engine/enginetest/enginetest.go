@@ -1,0 +1,277 @@
+// Package enginetest is the conformance suite of engine.Engine: every
+// implementation runs it (hostengine in CI, cudaengine on a GPU machine),
+// so the transports can rely on one contract. It checks memory (reserve,
+// map, pinned buffers), copies and read-back, in-place decodes against the
+// Go reference, scatters of packed raw and payload items, ordering on one
+// stream, cross-stream waits, events, and that a corrupt payload fails the
+// event after its decode while later work still runs.
+package enginetest
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/internal/synth"
+)
+
+// Run runs the suite on engines that newEngine makes with at least two
+// streams; each is closed by the suite.
+func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, engine.Engine)
+	}{
+		{"CopyAndReadBack", copyAndReadBack},
+		{"OrderOnOneStream", orderOnOneStream},
+		{"WaitAcrossStreams", waitAcrossStreams},
+		{"DecodeInPlace", decodeInPlace},
+		{"Scatter", scatter},
+		{"CorruptPayloadFailsItsEvent", corruptPayload},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t)
+			// Closed after the regions' cleanups (registered later, run first).
+			t.Cleanup(func() {
+				if err := e.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			})
+			if e.Streams() < 2 {
+				t.Fatalf("%d streams, the suite needs 2", e.Streams())
+			}
+			c.run(t, e)
+		})
+	}
+}
+
+// region is a mapped device range and a pinned buffer of the same size.
+type region struct {
+	base engine.DevPtr
+	size uint64
+	host []byte
+}
+
+func alloc(t *testing.T, e engine.Engine, n uint64) region {
+	t.Helper()
+	g := e.Granularity()
+	size := (n + g - 1) / g * g
+	base, err := e.Reserve(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Map(base, size); err != nil {
+		t.Fatal(err)
+	}
+	host, err := e.Pinned(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.FreePinned(host); err != nil {
+			t.Errorf("free pinned: %v", err)
+		}
+		if err := e.Unmap(base, size); err != nil {
+			t.Errorf("unmap: %v", err)
+		}
+		if err := e.Release(base, size); err != nil {
+			t.Errorf("release: %v", err)
+		}
+	})
+	return region{base, size, host}
+}
+
+func wait(t *testing.T, e engine.Engine, s int) {
+	t.Helper()
+	ev, err := e.Record(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !ev.Done() {
+		t.Fatal("event not done after Wait")
+	}
+}
+
+func readBack(t *testing.T, e engine.Engine, p engine.DevPtr, n int) []byte {
+	t.Helper()
+	out := make([]byte, n)
+	if err := e.ReadBack(out, p); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func copyAndReadBack(t *testing.T, e engine.Engine) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	r := alloc(t, e, 3<<20+17)
+	for i := range r.host {
+		r.host[i] = byte(rng.Uint32())
+	}
+	if err := e.CopyHtoD(0, r.base, r.host); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, e, 0)
+	if got := readBack(t, e, r.base, len(r.host)); !bytes.Equal(got, r.host) {
+		t.Fatal("read-back differs from what was copied")
+	}
+}
+
+func orderOnOneStream(t *testing.T, e engine.Engine) {
+	a := alloc(t, e, 1<<20)
+	b := alloc(t, e, 1<<20)
+	for i := range a.host {
+		a.host[i], b.host[i] = 1, 2
+	}
+	// Two copies to the same place on one stream land in order.
+	if err := e.CopyHtoD(1, a.base, a.host); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CopyHtoD(1, a.base, b.host); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, e, 1)
+	if got := readBack(t, e, a.base, len(a.host)); !bytes.Equal(got, b.host) {
+		t.Fatal("the second copy on a stream did not land last")
+	}
+}
+
+func waitAcrossStreams(t *testing.T, e engine.Engine) {
+	a := alloc(t, e, 4<<20)
+	b := alloc(t, e, 4<<20)
+	for i := range a.host {
+		a.host[i], b.host[i] = 3, 4
+	}
+	if err := e.CopyHtoD(0, a.base, a.host); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := e.Record(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stream 1 waits for stream 0's copy, then overwrites it.
+	if err := e.WaitEvent(1, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CopyHtoD(1, a.base, b.host); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, e, 1)
+	if err := ev.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBack(t, e, a.base, len(a.host)); !bytes.Equal(got, b.host) {
+		t.Fatal("a copy after WaitEvent ran before the work it waited for")
+	}
+}
+
+// payload encodes real-looking BF16 values that decode in place.
+func payload(t *testing.T, n int) ([]byte, []byte, codec.Header) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(2, uint64(n)))
+	values := synth.Normal(rng, n, 0.02)
+	p, st, err := codec.Encode(values)
+	if err != nil || !st.InPlace {
+		t.Fatalf("encode: %v, in place %v", err, st.InPlace)
+	}
+	h, err := codec.ParseHeader(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return values, p, h
+}
+
+func decodeInPlace(t *testing.T, e engine.Engine) {
+	values, p, h := payload(t, 5*codec.ChunkValues+123)
+	r := alloc(t, e, uint64(len(values)))
+	copy(r.host, p)
+	if err := e.CopyHtoD(0, r.base, r.host[:len(p)]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DecodeInPlace(0, r.base, &h); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, e, 0)
+	if got := readBack(t, e, r.base, len(values)); !bytes.Equal(got, values) {
+		t.Fatal("in-place decode differs from the reference")
+	}
+}
+
+func scatter(t *testing.T, e engine.Engine) {
+	values, p, h := payload(t, 3*codec.ChunkValues+5)
+	raw := []byte("raw bytes of a small tensor, 37 bytes")
+	dst := alloc(t, e, 1<<20)
+	table := engine.ScatterTableBytes(2)
+	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
+	offRaw := align(table)
+	offPay := align(offRaw + uint64(len(raw)))
+	packed := make([]byte, align(offPay+uint64(len(p))))
+	staged, err := e.Pinned(uint64(len(packed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.FreePinned(staged)
+	copy(staged[offRaw:], raw)
+	copy(staged[offPay:], p)
+	items := []engine.ScatterItem{
+		{Name: "raw", Dst: uint64(dst.base) + 1, Src: offRaw, Stored: uint64(len(raw)), Size: uint64(len(raw))},
+		{Name: "payload", Dst: uint64(dst.base) + 4096, Src: offPay, Stored: uint64(len(p)), Size: uint64(len(values)), Header: &h},
+	}
+	if err := e.Scatter(1, staged[:len(packed)], items); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, e, 1)
+	if got := readBack(t, e, dst.base+1, len(raw)); !bytes.Equal(got, raw) {
+		t.Errorf("scattered raw item: %q", got)
+	}
+	if got := readBack(t, e, dst.base+4096, len(values)); !bytes.Equal(got, values) {
+		t.Error("scattered payload differs from the reference")
+	}
+	// An item outside the staging buffer is refused before anything runs.
+	items[0].Src = uint64(len(packed))
+	if err := e.Scatter(1, staged[:len(packed)], items); err == nil {
+		t.Error("a scatter item outside its buffer was accepted")
+	}
+}
+
+func corruptPayload(t *testing.T, e engine.Engine) {
+	values, p, h := payload(t, 9*codec.ChunkValues)
+	bad := bytes.Clone(p)
+	// Corrupt a chunk entry table: the header stays trusted (hosts parse
+	// it) and the decode itself must find the damage.
+	for i := h.DataStart(); i < h.DataStart()+64 && i < uint64(len(bad)); i++ {
+		bad[i] = 0xFF
+	}
+	r := alloc(t, e, uint64(len(values)))
+	copy(r.host, bad)
+	if err := e.CopyHtoD(0, r.base, r.host[:len(bad)]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DecodeInPlace(0, r.base, &h); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := e.Record(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Wait(); err == nil {
+		t.Fatal("the event after a corrupt payload's decode reported no error")
+	}
+	// Later work on the engine runs.
+	good := alloc(t, e, uint64(len(values)))
+	copy(good.host, p)
+	if err := e.CopyHtoD(1, good.base, good.host[:len(p)]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DecodeInPlace(1, good.base, &h); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, e, 1)
+	if got := readBack(t, e, good.base, len(values)); !bytes.Equal(got, values) {
+		t.Fatal("a decode after a failed one differs from the reference")
+	}
+}

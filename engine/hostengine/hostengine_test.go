@@ -1,0 +1,23 @@
+package hostengine
+
+import (
+	"testing"
+
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/enginetest"
+)
+
+func TestConformance(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T) engine.Engine {
+		e := New(2)
+		t.Cleanup(func() {
+			if n := e.PinnedBytes(); n != 0 {
+				t.Errorf("%d pinned bytes not freed", n)
+			}
+			if n := e.ReservedRanges(); n != 0 {
+				t.Errorf("%d ranges not released", n)
+			}
+		})
+		return e
+	})
+}
