@@ -117,5 +117,6 @@ kernels:
 gpu-build: build
 	CGO_ENABLED=0 $(GO) test -c -o .dev/gpu.test ./gpu
 	CGO_ENABLED=0 $(GO) test -c -o .dev/cuda.test ./gpu/cuda
+	CGO_ENABLED=0 $(GO) test -c -o .dev/cudaengine.test ./engine/cudaengine
 	CGO_ENABLED=0 $(GO) test -c -o .dev/transport.test ./transport
 	CGO_ENABLED=0 $(GO) test -c -o .dev/loader.test ./loader
