@@ -56,6 +56,17 @@ type Engine interface {
 	Close() error
 }
 
+// DecodeErrorer is implemented by engines whose device reports decode
+// errors per decoder rather than per event (cudaengine: the kernel sets
+// an error flag). For them, an event after a corrupt payload's decode
+// completes without error, and DecodeErrors, called once such events have
+// completed, returns the errors found since the last call. Engines that
+// do not implement it report decode errors through the event recorded
+// after the decode (hostengine).
+type DecodeErrorer interface {
+	DecodeErrors() error
+}
+
 // ErrInjected is returned by fault hooks in tests.
 var ErrInjected = errors.New("injected fault")
 

@@ -308,7 +308,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 			return nil, err
 		}
 		first := <-firstReady
-		if d, ok := eng.(interface{ DecodeErrors() error }); ok {
+		if d, ok := eng.(engine.DecodeErrorer); ok {
 			if err := d.DecodeErrors(); err != nil {
 				return nil, err
 			}

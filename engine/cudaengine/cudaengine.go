@@ -19,8 +19,9 @@ import (
 )
 
 var (
-	_ engine.Engine = (*Engine)(nil)
-	_ engine.Timer  = (*Engine)(nil)
+	_ engine.Engine        = (*Engine)(nil)
+	_ engine.Timer         = (*Engine)(nil)
+	_ engine.DecodeErrorer = (*Engine)(nil)
 )
 
 // Engine implements engine.Engine on an NVIDIA GPU: VMM for the arena,

@@ -3,8 +3,9 @@
 // so the transports can rely on one contract. It checks memory (reserve,
 // map, pinned buffers), copies and read-back, in-place decodes against the
 // Go reference, scatters of packed raw and payload items, ordering on one
-// stream, cross-stream waits, events, and that a corrupt payload fails the
-// event after its decode while later work still runs.
+// stream, cross-stream waits, events, and that a corrupt payload is
+// reported (by the event after its decode, or by engine.DecodeErrorer)
+// while later work still runs.
 package enginetest
 
 import (
@@ -29,7 +30,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		{"WaitAcrossStreams", waitAcrossStreams},
 		{"DecodeInPlace", decodeInPlace},
 		{"Scatter", scatter},
-		{"CorruptPayloadFailsItsEvent", corruptPayload},
+		{"CorruptPayloadReported", corruptPayload},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEngine(t)
@@ -258,8 +259,12 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ev.Wait(); err == nil {
-		t.Fatal("the event after a corrupt payload's decode reported no error")
+	err = ev.Wait()
+	if de, ok := e.(engine.DecodeErrorer); ok && err == nil {
+		err = de.DecodeErrors()
+	}
+	if err == nil {
+		t.Fatal("neither the event after a corrupt payload's decode nor DecodeErrors reported an error")
 	}
 	// Later work on the engine runs.
 	good := alloc(t, e, uint64(len(values)))
@@ -271,6 +276,11 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 		t.Fatal(err)
 	}
 	wait(t, e, 1)
+	if de, ok := e.(engine.DecodeErrorer); ok {
+		if err := de.DecodeErrors(); err != nil {
+			t.Fatalf("DecodeErrors after a good decode: %v", err)
+		}
+	}
 	if got := readBack(t, e, good.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("a decode after a failed one differs from the reference")
 	}
