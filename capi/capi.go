@@ -16,7 +16,6 @@ package main
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"runtime/cgo"
 	"sync"
@@ -24,11 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/gpu"
-	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/loader"
-	"github.com/splitzip/splitzip/shardcache"
 )
 
 func main() {}
@@ -53,30 +48,23 @@ func lookup(h C.uintptr_t) (*handle, C.sz_status) {
 	return v.(*handle), C.SZ_OK
 }
 
-// status maps an error to a code.
-func status(err error) C.sz_status {
-	var ce *cuda.Error
-	switch {
-	case err == nil:
-		return C.SZ_OK
-	case errors.Is(err, loader.ErrInvalid):
-		return C.SZ_ERR_INVALID
-	case errors.Is(err, loader.ErrNotFound):
-		return C.SZ_ERR_NOT_FOUND
-	case errors.Is(err, loader.ErrTooSmall):
-		return C.SZ_ERR_TOO_SMALL
-	case errors.Is(err, shardcache.ErrSourceChanged):
-		return C.SZ_ERR_SOURCE_CHANGED
-	case errors.Is(err, codec.ErrCorrupt), errors.Is(err, codec.ErrChecksum), errors.Is(err, gpu.ErrKernel), errors.Is(err, shardcache.ErrIndexCorrupt),
-		errors.Is(err, shardcache.ErrObjectCorrupt), errors.Is(err, shardcache.ErrNotCache):
-		return C.SZ_ERR_CORRUPT
-	case errors.Is(err, cuda.ErrNoDriver):
-		return C.SZ_ERR_NO_GPU
-	case errors.As(err, &ce):
-		return C.SZ_ERR_CUDA
-	}
-	return C.SZ_ERR_IO
-}
+// status maps an error to a code (loader.StatusOf).
+func status(err error) C.sz_status { return C.sz_status(loader.StatusOf(err)) }
+
+// The codes of splitzip.h and loader.Status agree: each index below is a
+// constant that must be 0, so a mismatch does not compile.
+var (
+	_ = [1]struct{}{}[C.SZ_OK-C.sz_status(loader.StatusOK)]
+	_ = [1]struct{}{}[C.SZ_ERR_INVALID-C.sz_status(loader.StatusInvalid)]
+	_ = [1]struct{}{}[C.SZ_ERR_NOT_FOUND-C.sz_status(loader.StatusNotFound)]
+	_ = [1]struct{}{}[C.SZ_ERR_CORRUPT-C.sz_status(loader.StatusCorrupt)]
+	_ = [1]struct{}{}[C.SZ_ERR_SOURCE_CHANGED-C.sz_status(loader.StatusSourceChanged)]
+	_ = [1]struct{}{}[C.SZ_ERR_TOO_SMALL-C.sz_status(loader.StatusTooSmall)]
+	_ = [1]struct{}{}[C.SZ_ERR_NO_GPU-C.sz_status(loader.StatusNoGPU)]
+	_ = [1]struct{}{}[C.SZ_ERR_CUDA-C.sz_status(loader.StatusCUDA)]
+	_ = [1]struct{}{}[C.SZ_ERR_IO-C.sz_status(loader.StatusIO)]
+	_ = [1]struct{}{}[C.SZ_ERR_INTERNAL-C.sz_status(loader.StatusInternal)]
+)
 
 // call runs fn for handle h, records its error on the handle and recovers
 // panics.
