@@ -25,10 +25,12 @@ type gpuState struct {
 
 // streamTransport is a SplitZip transport over a raw one whose engine
 // enqueues on one caller stream. Its pinned staging buffers persist until
-// the loader is closed.
+// the loader is closed; the engine is shared (acquire, release).
 type streamTransport struct {
-	eng *cudaengine.Engine
-	t   *transport.SplitZip
+	eng    *cudaengine.Engine
+	t      *transport.SplitZip
+	dev    int
+	stream cuda.Stream
 }
 
 // batch is what an upload event covers.
@@ -71,36 +73,48 @@ const rawSlotBytes = 8 << 20
 
 func readers() int { return min(runtime.GOMAXPROCS(0), 8) }
 
-// engines are process-wide, one per (device, stream): each keeps its
-// decode kernel and the pinned staging buffers that closed handles freed,
-// so a later handle (another checkpoint, or the same one opened again)
-// neither pins memory nor loads the kernel again. They live until the
-// process exits.
+// engines are shared by the loaders of a process, one per (device,
+// stream), and reference-counted: a loader takes one with acquire when it
+// first uploads on a stream and gives it back when it closes; the last
+// loader to give an engine back closes it and its context. While shared,
+// an engine keeps its decode kernel and the pinned staging buffers that
+// closed transports freed, so handles opened while another is open (two
+// checkpoints, or one opened again) neither pin memory nor load the kernel
+// again.
 var engines = struct {
 	sync.Mutex
-	m map[engineKey]*cudaengine.Engine
-}{m: map[engineKey]*cudaengine.Engine{}}
+	m map[engineKey]*sharedEngine
+}{m: map[engineKey]*sharedEngine{}}
 
 type engineKey struct {
 	dev int
 	s   cuda.Stream
 }
 
+type sharedEngine struct {
+	e    *cudaengine.Engine
+	ctx  *cuda.Context
+	refs int
+}
+
 // keepPinned is how much freed staging memory an engine keeps.
 const keepPinned = 1 << 30
 
-func engineFor(d int, s cuda.Stream) (*cudaengine.Engine, error) {
+// acquire returns the engine of stream s of device d, making it on first
+// use, and counts a reference to it.
+func acquire(d int, s cuda.Stream) (*cudaengine.Engine, error) {
 	engines.Lock()
 	defer engines.Unlock()
 	k := engineKey{d, s}
-	if e, ok := engines.m[k]; ok {
-		return e, nil
+	if se, ok := engines.m[k]; ok {
+		se.refs++
+		return se.e, nil
 	}
 	lib, err := cuda.Open()
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := lib.NewContext(d) // retained for the process's lifetime
+	ctx, err := lib.NewContext(d)
 	if err != nil {
 		return nil, err
 	}
@@ -110,8 +124,26 @@ func engineFor(d int, s cuda.Stream) (*cudaengine.Engine, error) {
 		return nil, err
 	}
 	e.KeepPinned(keepPinned)
-	engines.m[k] = e
+	engines.m[k] = &sharedEngine{e: e, ctx: ctx, refs: 1}
 	return e, nil
+}
+
+// release gives back a reference from acquire; the last one closes the
+// engine and its context.
+func release(d int, s cuda.Stream) {
+	engines.Lock()
+	defer engines.Unlock()
+	k := engineKey{d, s}
+	se, ok := engines.m[k]
+	if !ok {
+		return
+	}
+	if se.refs--; se.refs > 0 {
+		return
+	}
+	delete(engines.m, k)
+	se.e.Close()
+	se.ctx.Close()
 }
 
 // transportFor returns this loader's transport on stream s of device d,
@@ -122,24 +154,27 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	if st, ok := g.streams[s]; ok {
 		return st, nil
 	}
-	eng, err := engineFor(d, s)
+	eng, err := acquire(d, s)
 	if err != nil {
 		return nil, err
 	}
 	raw, err := transport.NewRaw(eng, transport.RawOptions{SlotBytes: rawSlotBytes, Readers: readers()})
 	if err != nil {
+		release(d, s)
 		return nil, err
 	}
 	z, err := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers()})
 	if err != nil {
 		raw.Close()
+		release(d, s)
 		return nil, err
 	}
 	if err := z.Prepare(); err != nil {
 		z.Close()
+		release(d, s)
 		return nil, err
 	}
-	st := &streamTransport{eng: eng, t: z}
+	st := &streamTransport{eng: eng, t: z, dev: d, stream: s}
 	g.streams[s] = st
 	return st, nil
 }
@@ -288,6 +323,7 @@ func (g *gpuState) close() {
 	}
 	for _, st := range g.streams {
 		st.t.Close() // its staging memory goes back to the engine
+		release(st.dev, st.stream)
 	}
 	g.ctx.Close()
 }
