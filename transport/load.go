@@ -77,6 +77,50 @@ type LoadOptions struct {
 	// Progress, if set, is called from several goroutines with the tensor
 	// bytes of each layer group once its reads and submissions are done.
 	Progress func(n uint64)
+	// PinnedLimit caps the pinned staging buffers (not resident bytes):
+	// 0 means DefaultPinnedLimit, negative means no cap.
+	PinnedLimit int64
+}
+
+// DefaultPinnedLimit is the default cap on a load's pinned staging.
+const DefaultPinnedLimit = 256 << 20
+
+// staging is how many buffers each staging ring of a load gets.
+type staging struct {
+	rawSlots, pieces, packs int
+}
+
+// bytes returns the pinned bytes of the rings a load uses: raw slots and
+// the raw packer with raw, else raw slots, payload pieces and the SplitZip
+// packer (the raw packer is then unused).
+func (s staging) bytes() uint64 {
+	return uint64(s.rawSlots)*rawSlotBytes + uint64(s.pieces)*readPiece + uint64(s.packs)*packBytes
+}
+
+// capStaging shrinks the rings, the one holding the most bytes first, until
+// they fit limit, keeping at least one raw slot, two pieces and two pack
+// buffers; a limit below that is an error.
+func capStaging(s staging, limit uint64, raw bool) (staging, error) {
+	minPieces := 2
+	if raw {
+		s.pieces, minPieces = 0, 0
+	}
+	for s.bytes() > limit {
+		r := uint64(s.rawSlots-1) * rawSlotBytes
+		p := uint64(max(s.pieces-minPieces, 0)) * readPiece
+		k := uint64(s.packs-2) * packBytes
+		switch {
+		case r == 0 && p == 0 && k == 0:
+			return s, badOption("PinnedLimit", limit, fmt.Sprintf("at least %d bytes, the smallest staging", s.bytes()))
+		case r >= p && r >= k:
+			s.rawSlots--
+		case p >= k:
+			s.pieces--
+		default:
+			s.packs--
+		}
+	}
+	return s, nil
 }
 
 // RunReport is one fault-in of every binding.
@@ -113,6 +157,8 @@ type Settings struct {
 	Streams    int   `json:"streams,omitempty"`
 	Ahead      int   `json:"ahead"`
 	SmallBytes int64 `json:"small_bytes"` // packing threshold; negative: no packing
+	// PinnedLimit is the cap on pinned staging; negative: none.
+	PinnedLimit int64 `json:"pinned_limit"`
 }
 
 // DefaultAhead is how many layer groups Load faults in at once.
@@ -212,8 +258,20 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	}
 	defer arena.Close()
 	need := stagingNeed(c, specs, small, opts.Raw)
+	stage := staging{rawSlots: min(2*opts.Readers, need.rawSlots()), pieces: min(2*opts.Readers+2, need.payloadPieces()),
+		packs: min(2*opts.Readers+2, need.packSlots())}
+	if opts.PinnedLimit >= 0 {
+		limit := uint64(opts.PinnedLimit)
+		if limit == 0 {
+			limit = DefaultPinnedLimit
+		}
+		if stage, err = capStaging(stage, limit, opts.Raw); err != nil {
+			return nil, err
+		}
+		opts.PinnedLimit = int64(limit)
+	}
 	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes,
-		Slots: min(2*opts.Readers, need.rawSlots()), PackSlots: need.packSlots()})
+		Slots: stage.rawSlots, PackSlots: stage.packs})
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +284,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		}
 	} else {
 		z, err := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
-			RingPieces: need.payloadPieces(), PackSlots: need.packSlots()})
+			RingPieces: stage.pieces, PackSlots: stage.packs})
 		if err != nil {
 			raw.Close()
 			return nil, err
@@ -246,7 +304,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	defer t.Close()
 	st := NewStore(eng, t)
 	rep := &LoadReport{Device: eng.Name(), Mode: mode, Tensors: len(specs), ArenaBytes: arena.Size(),
-		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small}}
+		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit}}
 	bs := arena.Bindings()
 	for _, b := range bs {
 		rep.RawBytes += b.Size

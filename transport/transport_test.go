@@ -436,3 +436,34 @@ func TestCancel(t *testing.T) {
 		t.Errorf("Load left %d bytes pinned", eng2.PinnedBytes())
 	}
 }
+
+// TestPinnedLimit: the staging rings shrink, the largest first, to fit the
+// cap; a cap below the smallest staging is refused; a load stays under it.
+func TestPinnedLimit(t *testing.T) {
+	full := staging{rawSlots: 16, pieces: 18, packs: 18}
+	got, err := capStaging(full, 128<<20, false)
+	if err != nil || got.bytes() > 128<<20 || got.rawSlots < 1 || got.pieces < 2 || got.packs < 2 {
+		t.Fatalf("capped to %+v (%d bytes), %v", got, got.bytes(), err)
+	}
+	if got, _ := capStaging(full, 1<<40, false); got != full {
+		t.Errorf("a cap above the need changed the rings: %+v", got)
+	}
+	if r, err := capStaging(full, 64<<20, true); err != nil || r.pieces != 0 || r.bytes() > 64<<20 {
+		t.Errorf("raw staging under 64 MiB: %+v, %v", r, err)
+	}
+	if _, err := capStaging(full, 1<<20, false); !errors.Is(err, ErrOption) {
+		t.Errorf("a 1 MiB cap: %v", err)
+	}
+	c, src := fixture(t)
+	for _, raw := range []bool{false, true} {
+		eng := hostengine.New(2)
+		rep, err := Load(context.Background(), eng, c, src, LoadOptions{Raw: raw, Check: true, Readers: 8, PinnedLimit: 48 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.PinnedBytes > 48<<20 || rep.Settings.PinnedLimit != 48<<20 {
+			t.Errorf("raw %v: pinned %d bytes under a 48 MiB cap (settings %+v)", raw, rep.PinnedBytes, rep.Settings)
+		}
+		eng.Close()
+	}
+}

@@ -32,6 +32,7 @@ type loadOptions struct {
 	Small    int64
 	Ahead    int
 	Times    bool
+	Pinned   string
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -67,6 +68,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Streams, "streams", transport.DefaultStreams, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", transport.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", true, "time copies and decodes on the device with CUDA events (two events per operation)")
+	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 }
 
@@ -90,6 +92,14 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
 		return usageError{fmt.Errorf("--repeat, --readers, --streams and --ahead must be at least 1")}
 	}
+	pinned, err := parseSize(o.Pinned)
+	if err != nil {
+		return usageError{fmt.Errorf("--pinned-limit: %v", err)}
+	}
+	pinnedLimit := int64(pinned)
+	if pinned == 0 {
+		pinnedLimit = -1
+	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
 	}
@@ -111,7 +121,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	}
 	defer eng.Close()
 	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
-		Progress: p.Add}
+		Progress: p.Add, PinnedLimit: pinnedLimit}
 	var total uint64
 	for _, sh := range src.Shards {
 		for _, t := range sh.Tensors {
@@ -220,8 +230,12 @@ func printLoad(g *globals, r *transport.LoadReport) {
 				d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
 		}
 	}
-	fmt.Fprintf(g.stdout, "  settings: readers %d, streams %d, ahead %d, %s (defaults from %d cores)\n",
-		r.Settings.Readers, r.Settings.Streams, r.Settings.Ahead, packing(r.Settings.SmallBytes), runtime.NumCPU())
+	limit := "no pinned cap"
+	if r.Settings.PinnedLimit >= 0 {
+		limit = "pinned staging capped at " + human(uint64(r.Settings.PinnedLimit))
+	}
+	fmt.Fprintf(g.stdout, "  settings: readers %d, streams %d, ahead %d, %s, %s (defaults from %d cores)\n",
+		r.Settings.Readers, r.Settings.Streams, r.Settings.Ahead, packing(r.Settings.SmallBytes), limit, runtime.NumCPU())
 	check := ""
 	if r.Checked {
 		check = "; arena matches the source bit for bit"
