@@ -55,27 +55,35 @@ func TestCUDALoad(t *testing.T) {
 	}
 }
 
-// TestCUDAFaults checks on the GPU what TestFaults checks on the CPU
-// engine for the faults that can be caused from outside: a corrupt
-// payload and a truncated source.
-func TestCUDAFaults(t *testing.T) {
-	eng := requireCUDA(t)
-	c, src := fixture(t)
+// cudaStore builds an arena of src on eng and a store over a SplitZip
+// transport wrapping a raw one, closed when the test ends.
+func cudaStore(t *testing.T, eng *cudaengine.Engine, c *shardcache.Cache, src *shardcache.Source) (*vmm.Arena, *Store) {
+	t.Helper()
 	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	t.Cleanup(func() { a.Close() })
 	raw, err := NewRaw(eng, RawOptions{Readers: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr, err := NewSplitZip(eng, c, raw, SplitZipOptions{Readers: 3})
 	if err != nil {
+		raw.Close()
 		t.Fatal(err)
 	}
-	defer tr.Close()
-	st := NewStore(eng, tr)
+	t.Cleanup(func() { tr.Close() })
+	return a, NewStore(eng, tr)
+}
+
+// TestCUDAFaults checks on the GPU what TestFaults checks on the CPU
+// engine for the faults that can be caused from outside: a corrupt
+// payload and a truncated source.
+func TestCUDAFaults(t *testing.T) {
+	eng := requireCUDA(t)
+	c, src := fixture(t)
+	a, st := cudaStore(t, eng, c, src)
 	pz, rb := payloadBinding(t, c, a)
 	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
 	op, _ := c.ObjectPath(hit.Tensor.Key)
@@ -83,7 +91,7 @@ func TestCUDAFaults(t *testing.T) {
 	bad := append([]byte(nil), orig...)
 	bad[len(bad)/2] ^= 0x08
 	os.WriteFile(op, bad, 0o644)
-	err = st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait()
+	err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait()
 	var te *Error
 	if !errors.As(err, &te) || te.Tensor != pz.Name || !errors.Is(err, codec.ErrChecksum) || pz.State() != vmm.Evicted {
 		t.Fatalf("corrupt payload: %v, state %v", err, pz.State())
@@ -113,21 +121,7 @@ func TestCUDAFaults(t *testing.T) {
 func TestCUDACancel(t *testing.T) {
 	eng := requireCUDA(t)
 	c, src := fixture(t)
-	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	raw, err := NewRaw(eng, RawOptions{Readers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := NewSplitZip(eng, c, raw, SplitZipOptions{Readers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	st := NewStore(eng, tr)
+	a, st := cudaStore(t, eng, c, src)
 	ctx, end := context.WithCancel(context.Background())
 	end()
 	for i, err := range waitAll(st.FaultIn(ctx, a.Bindings())) {
