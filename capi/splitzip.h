@@ -31,12 +31,13 @@
  * upload is owned by the library until sz_event_release. Uploads stage
  * data in pinned host memory owned by the library: up to 344 MiB for each
  * (device, stream) pair a handle uses (less on machines with fewer than 8
- * cores), taken on its first upload there. sz_close returns it to a
- * process-wide pool (up to 1 GiB per device and stream) that later handles
- * reuse, so that opening caches one after another pins memory and loads
- * the decode kernel once; the pool lives until the process exits. A staging buffer is reused only after the work on the stream
- * that reads it has completed, so the caller need not wait before the
- * next call.
+ * cores), taken on its first upload there. sz_close returns it to a pool
+ * (up to 1 GiB per device and stream) shared by the open handles, so that
+ * a handle opened while another is open pins nothing and loads the decode
+ * kernel no more; the last handle to close frees the pool, the kernel and
+ * the context. A staging buffer is reused only after the work on the
+ * stream that reads it has completed, so the caller need not wait before
+ * the next call.
  */
 #ifndef SPLITZIP_H
 #define SPLITZIP_H
