@@ -277,6 +277,19 @@ func (r *Raw) submit(dst vmm.Ptr, src []byte, s *slot) (Fence, error) {
 // part of the first upload.
 func (r *Raw) Prepare() error { return r.pack.ensure() }
 
+// PackReader is implemented by transports whose small bindings another
+// transport may pack beside its own (SplitZip packs small raw tensors with
+// small payloads): PackRead returns the reader that fills a pack's slot
+// with b's bytes, as the transport itself would read them.
+type PackReader interface {
+	PackRead(b *vmm.Binding) func(dst []byte) (*codec.Header, error)
+}
+
+var _ PackReader = (*Raw)(nil)
+
+// PackRead implements PackReader.
+func (r *Raw) PackRead(b *vmm.Binding) func([]byte) (*codec.Header, error) { return r.fill(b) }
+
 // fill returns the packer's reader of b's bytes.
 func (r *Raw) fill(b *vmm.Binding) func([]byte) (*codec.Header, error) {
 	return func(dst []byte) (*codec.Header, error) {

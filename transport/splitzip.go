@@ -22,7 +22,7 @@ type SplitZipOptions struct {
 	// each payload is read in 8 MiB pieces by up to twice as many.
 	Readers int
 	// SmallBytes: payloads of at most this many bytes, and raw tensors as
-	// small when the wrapped transport is a *Raw, are packed several to a
+	// small when the wrapped transport is a PackReader, are packed several to a
 	// copy (0: DefaultSmallBytes; negative: never).
 	SmallBytes int64
 	// RingPieces caps the staging ring of 8 MiB payload pieces (0: two
@@ -90,20 +90,22 @@ type target struct {
 
 // UploadBatch implements Transport. Mixed batches are split: bindings
 // whose source slice has a payload take the SplitZip path, the others go
-// to the wrapped transport in one batch. Small payloads, with small raw
-// tensors when the wrapped transport is a *Raw, are packed.
+// to the wrapped transport in one batch. Small payloads, with the small
+// bindings of a wrapped transport that is a PackReader, are packed.
 func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	out := make([]Fence, len(bs))
 	var others []*vmm.Binding
 	var otherIdx []int
 	var targets []target
 	var small []smallItem
-	raw, _ := z.inner.(*Raw)
+	// The wrapped transport's small bindings are packed with the small
+	// payloads when it can read them into a pack (PackReader).
+	pr, _ := z.inner.(PackReader)
 	for i, b := range bs {
 		hit, err := z.cache.LookupSlice(b.Shard, b.Offset, b.Size)
 		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
-			if raw != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
-				small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: raw.fill(b)})
+			if pr != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
+				small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: pr.PackRead(b)})
 				continue
 			}
 			others = append(others, b)
