@@ -34,9 +34,6 @@ type DecompressResult struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
-// ErrAmbiguousSource reports a cache of several sources and no choice
-// among them (shardcache.ErrAmbiguousSource).
-var ErrAmbiguousSource = shardcache.ErrAmbiguousSource
 
 // Decompress rebuilds the original safetensors files (and index) of one
 // source, byte for byte, a piece at a time. Tensors left raw and not

@@ -113,7 +113,7 @@ func TestDedupeAndSelfContained(t *testing.T) {
 		t.Fatalf("verify: %+v", v.Problems)
 	}
 	// Several sources: decompress must be told which.
-	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "x")}); !errors.Is(err, ErrAmbiguousSource) {
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "x")}); !errors.Is(err, shardcache.ErrAmbiguousSource) {
 		t.Errorf("decompress without --source: %v", err)
 	}
 	// Self-contained: restores without the source.

@@ -1,8 +1,6 @@
 """CPU-path tests of the Python binding, run by `make test` (python3-numpy)."""
 
-import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -22,22 +20,9 @@ try:
 except ImportError:  # pragma: no cover
     np = None
 
+import stfile  # noqa: E402  (python/tests)
+
 BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
-
-
-def read_safetensors(path):
-    """name -> (dtype, shape, bytes) straight from the file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    head = json.loads(data[8:8 + n])
-    out = {}
-    for name, t in head.items():
-        if name == "__metadata__":
-            continue
-        b, e = t["data_offsets"]
-        out[name] = (t["dtype"], tuple(t["shape"]), data[8 + n + b:8 + n + e])
-    return out
 
 
 @unittest.skipIf(np is None, "numpy is not installed (apt-get install python3-numpy)")
@@ -52,7 +37,7 @@ class TestNumpy(unittest.TestCase):
         cls.want = {}
         for f in sorted(os.listdir(cls.src)):
             if f.endswith(".safetensors"):
-                cls.want.update(read_safetensors(os.path.join(cls.src, f)))
+                cls.want.update(stfile.read(os.path.join(cls.src, f)))
 
     @classmethod
     def tearDownClass(cls):
@@ -93,19 +78,14 @@ class TestNumpy(unittest.TestCase):
             src, cache = os.path.join(d, "src", "m.safetensors"), os.path.join(d, "c")
             rng = np.random.default_rng(1)
             shapes = {"nine": (2,) * 8 + (3000,), "twelve": (1,) * 11 + (5,)}
-            blobs, header, off = [], {}, 0
+            tensors = []
             for name, shape in shapes.items():
                 v = (rng.standard_normal(int(np.prod(shape))).astype(np.float32) * 0.02).view(np.uint32) >> 16
-                b = v.astype(np.uint16).tobytes()
-                header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + len(b)]}
-                blobs.append(b)
-                off += len(b)
-            h = json.dumps(header).encode()
-            with open(src, "wb") as f:
-                f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+                tensors.append((name, "BF16", shape, v.astype(np.uint16).tobytes()))
+            stfile.write(src, tensors)
             subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
             got = load_file(cache)
-            for (name, shape), b in zip(shapes.items(), blobs):
+            for name, _, shape, b in tensors:
                 self.assertEqual(got[name].shape, shape)
                 self.assertEqual(got[name].tobytes(), b)
 

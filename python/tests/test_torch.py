@@ -1,9 +1,7 @@
 """splitzip.torch on the CPU: run where torch is installed (the GPU machine;
 CI has no torch and skips with a message)."""
 
-import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -13,6 +11,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 if not os.environ.get("SPLITZIP_TEST_INSTALLED"):
     sys.path.insert(0, os.path.join(ROOT, "python"))
+import stfile  # noqa: E402  (python/tests)
+
 BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
 
 try:
@@ -32,22 +32,18 @@ class TestTorch(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             os.mkdir(os.path.join(d, "src"))
             path, cache = os.path.join(d, "src", "m.safetensors"), os.path.join(d, "c")
-            header, blobs, off = {}, [], 0
+            tensors = []
             for i, dt in enumerate(dtypes):
                 n = 40000
                 b = bytes((j * 7 + i) & 0xFF for j in range(n * size[dt]))
                 if dt == "BF16":  # real-looking values, so it is compressed
                     b = (torch.randn(n) * 0.02).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
-                header[f"t_{dt}"] = {"dtype": dt, "shape": [n], "data_offsets": [off, off + len(b)]}
-                blobs.append(b)
-                off += len(b)
-            h = json.dumps(header).encode()
-            with open(path, "wb") as f:
-                f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+                tensors.append((f"t_{dt}", dt, (n,), b))
+            stfile.write(path, tensors)
             subprocess.run([BIN, "compress", path, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
             got = load_file(cache)
-            for dt, b in zip(dtypes, blobs):
-                t = got[f"t_{dt}"]
+            for name, dt, _, b in tensors:
+                t = got[name]
                 self.assertEqual(t.dtype, DTYPES[dt])
                 self.assertEqual(t.contiguous().view(torch.uint8).numpy().tobytes(), b, dt)
 

@@ -1,0 +1,31 @@
+"""Safetensors files written and read by the Python tests themselves, so
+they need neither the library under test nor the safetensors package."""
+
+import json
+import struct
+
+
+def write(path, tensors):
+    """Write tensors, a list of (name, dtype, shape, bytes), back to back."""
+    header, off = {}, 0
+    for name, dtype, shape, b in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(t[3] for t in tensors))
+
+
+def read(path):
+    """name -> (dtype, shape, bytes) straight from the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    head = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        out[name] = (t["dtype"], tuple(t["shape"]), data[8 + n + b:8 + n + e])
+    return out
