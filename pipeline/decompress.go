@@ -34,7 +34,6 @@ type DecompressResult struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
-
 // Decompress rebuilds the original safetensors files (and index) of one
 // source, byte for byte, a piece at a time. Tensors left raw and not
 // copied into the cache are read from the source, which must be
