@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -156,12 +157,7 @@ func TestUploadBatch(t *testing.T) {
 			victim = &ts[i]
 		}
 	}
-	op, _ := l.c.ObjectPath(victim.Key)
-	orig, _ := os.ReadFile(op)
-	bad := bytes.Clone(orig)
-	bad[len(bad)-1] ^= 1
-	os.WriteFile(op, bad, 0o644)
-	defer os.WriteFile(op, orig, 0o644)
+	defer cachetest.Flip(t, l.c, victim.Key, -1, 1)()
 	d, err := ctx.Alloc(victim.Size)
 	if err != nil {
 		t.Fatal(err)

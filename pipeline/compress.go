@@ -32,7 +32,10 @@ type CompressOptions struct {
 	SelfContained bool    // also copy raw tensors into the cache
 	NoSync        bool    // do not flush to disk before committing (see shardcache.Writer.SetNoSync)
 	Memory        uint64  // memory budget in bytes; 0 means DefaultMemory
-	Progress      Progress
+	// PackMax is the stored size at or below which objects are written
+	// into pack files: 0 means shardcache.DefaultPackMax, negative none.
+	PackMax  int64
+	Progress Progress
 }
 
 // Totals sums a checkpoint's tensors.
@@ -69,6 +72,9 @@ func (o *CompressOptions) validate() error {
 	if o.Jobs == 0 {
 		o.Jobs = runtime.GOMAXPROCS(0)
 	}
+	if o.PackMax > shardcache.MaxPackMax {
+		return fmt.Errorf("pack-max must be at most %d bytes, got %d", shardcache.MaxPackMax, o.PackMax)
+	}
 	if o.MinSaving < 0 || o.MinSaving >= 1 {
 		return fmt.Errorf("min-saving must be in [0, 1), got %g", o.MinSaving)
 	}
@@ -100,6 +106,12 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	}
 	defer w.Close()
 	w.SetNoSync(opts.NoSync)
+	switch {
+	case opts.PackMax < 0:
+		w.SetPackMax(0)
+	case opts.PackMax > 0:
+		w.SetPackMax(uint64(opts.PackMax))
+	}
 
 	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards)}
 	for _, s := range ck.Shards {

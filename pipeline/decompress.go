@@ -191,7 +191,7 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 			}
 			err = copyChecked(w, src, r.off, r.size, r.key, buf.a, shardcache.ErrSourceChanged)
 		default:
-			var obj *os.File
+			var obj *shardcache.ObjectReader
 			if obj, _, err = c.OpenObject(r.key); err == nil {
 				err = copyChecked(w, obj, 0, r.size, r.key, buf.a, shardcache.ErrObjectCorrupt)
 				obj.Close()

@@ -40,9 +40,13 @@ type InspectResult struct {
 	Cache       string         `json:"cache"`
 	Sources     []SourceReport `json:"sources"`
 	Totals      Totals         `json:"totals"`
-	Objects     int            `json:"objects"`
+	Objects     int            `json:"objects"`      // stored objects, packed or not (packs are not counted)
 	ObjectBytes uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
-	Tensors     []TensorReport `json:"tensors,omitempty"`
+	// Files is how many object files the cache has: packs, and objects
+	// stored in a file of their own.
+	Files   int                  `json:"object_files"`
+	Packs   shardcache.PackStats `json:"packs"`
+	Tensors []TensorReport       `json:"tensors,omitempty"`
 }
 
 // Inspect summarizes a cache; with tensors it lists every tensor.
@@ -52,9 +56,15 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 		return nil, err
 	}
 	ix := c.Index()
-	res := &InspectResult{Cache: dir, Objects: len(ix.Objects), Sources: []SourceReport{}}
+	res := &InspectResult{Cache: dir, Sources: []SourceReport{}, Packs: ix.Packs()}
 	for _, o := range ix.Objects {
-		res.ObjectBytes += o.Size
+		if o.Kind != shardcache.KindPack {
+			res.Objects++
+		}
+		if o.Pack == "" { // a file of its own
+			res.Files++
+			res.ObjectBytes += o.Size
+		}
 	}
 	for _, s := range ix.Sources {
 		sr := SourceReport{Root: s.Root, Shards: len(s.Shards)}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -172,10 +173,8 @@ func TestCorruptCache(t *testing.T) {
 			break
 		}
 	}
-	op, _ := c.ObjectPath(key)
-	b, _ := os.ReadFile(op)
-	b[len(b)/2] ^= 0x10
-	os.WriteFile(op, b, 0o644)
+	o, _ := c.Lookup(key)
+	cachetest.Flip(t, c, key, int64(o.Size/2), 0x10)
 	if v := mustVerify(t, cache); v.OK() || !strings.Contains(v.Problems[0].Error, "checksum") {
 		t.Errorf("verify of a flipped payload: %+v", v.Problems)
 	}

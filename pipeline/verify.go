@@ -221,7 +221,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 
 // payloadReader opens a tensor's payload and checks that its index
 // record decodes to the tensor's size.
-func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*os.File, *shardcache.Object, error) {
+func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*shardcache.ObjectReader, *shardcache.Object, error) {
 	obj, o, err := c.OpenObject(t.Key)
 	if err != nil {
 		return nil, nil, err

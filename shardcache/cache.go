@@ -143,7 +143,8 @@ func (c *Cache) pick(hits []SliceHit, shard, what string) (SliceHit, error) {
 	return hits[0], nil
 }
 
-// ObjectPath returns where the object with key is stored.
+// ObjectPath returns the file of the object with key when it is stored in
+// a file of its own; Locate finds any object, packed or not.
 func (c *Cache) ObjectPath(key Key) (string, error) { return objectPath(c.dir, key) }
 
 func objectPath(dir string, key Key) (string, error) {
@@ -154,34 +155,8 @@ func objectPath(dir string, key Key) (string, error) {
 	return filepath.Join(dir, "objects", h[:2], h), nil
 }
 
-// OpenObject opens the object with key and checks its size.
-func (c *Cache) OpenObject(key Key) (*os.File, *Object, error) {
-	o, err := c.Lookup(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := c.ObjectPath(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: object %s: %w", c.dir, key, err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if uint64(st.Size()) != o.Size {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s: %w: %d bytes, index says %d", p, ErrObjectCorrupt, st.Size(), o.Size)
-	}
-	return f, o, nil
-}
-
-// ReadObject reads a whole object into memory and, for raw objects,
-// checks its hash.
+// ReadObject reads a whole object into memory and, for raw objects and
+// packs, checks its hash.
 func (c *Cache) ReadObject(key Key) ([]byte, *Object, error) {
 	f, o, err := c.OpenObject(key)
 	if err != nil {
@@ -192,7 +167,7 @@ func (c *Cache) ReadObject(key Key) ([]byte, *Object, error) {
 	if _, err := io.ReadFull(f, b); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
-	if o.Kind == KindRaw && KeyOf(b) != key {
+	if o.Kind == KindRaw && KeyOf(b) != key || o.Kind == KindPack && packKeyOf(b) != key {
 		return nil, nil, fmt.Errorf("%s: %w: content hash mismatch", f.Name(), ErrObjectCorrupt)
 	}
 	return b, o, nil

@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -60,12 +61,14 @@ func TestWriterAndLookups(t *testing.T) {
 		t.Errorf("read object: %q %v", b, err)
 	}
 	// A raw object whose bytes changed is caught by its hash.
-	p, _ := c.ObjectPath(hk)
-	os.WriteFile(p, []byte("HEADER"), 0o644)
+	loc, _, _ := c.Locate(hk)
+	p := loc.Path
+	orig, _ := os.ReadFile(p)
+	os.WriteFile(p, bytes.Replace(orig, []byte("header"), []byte("HEADER"), 1), 0o644)
 	if _, _, err := c.ReadObject(hk); !errors.Is(err, ErrObjectCorrupt) {
 		t.Errorf("corrupt raw object: %v", err)
 	}
-	os.WriteFile(p, []byte("head"), 0o644)
+	os.WriteFile(p, orig[:len(orig)-1], 0o644)
 	if _, _, err := c.OpenObject(hk); !errors.Is(err, ErrObjectCorrupt) {
 		t.Errorf("truncated object: %v", err)
 	}

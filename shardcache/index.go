@@ -19,8 +19,11 @@ const (
 	IndexName = "splitzip.json"
 	// FormatName identifies a splitzip cache index.
 	FormatName = "splitzip-cache"
-	// IndexVersion is the index format this package reads and writes.
-	IndexVersion = 1
+	// IndexVersion is the index format this package writes: 2 adds pack
+	// objects. It reads versions 1 and 2.
+	IndexVersion = 2
+	// minIndexVersion is the oldest index format this package reads.
+	minIndexVersion = 1
 	// maxIndexSize bounds the index read into memory.
 	maxIndexSize = 1 << 30
 )
@@ -98,6 +101,10 @@ type Object struct {
 	Entropy    float64 `json:"exponent_entropy,omitempty"`
 	InPlace    bool    `json:"in_place,omitempty"`
 	EscapeRate float64 `json:"escape_rate,omitempty"`
+	// Pack, for an object stored in a pack (version 2), is the pack's
+	// key; its bytes are [Offset, Offset+Size) of the pack.
+	Pack   Key    `json:"pack,omitempty"`
+	Offset uint64 `json:"offset,omitempty"`
 }
 
 // Stored values of Tensor.Stored.
@@ -195,8 +202,8 @@ func unmarshalIndex(b []byte, name string) (*Index, error) {
 	if env.Format != FormatName {
 		return nil, fmt.Errorf("%s: %w: format %q", name, ErrNotCache, env.Format)
 	}
-	if env.Version != IndexVersion {
-		return nil, fmt.Errorf("%s: %w: version %d; this build reads version %d", name, ErrVersion, env.Version, IndexVersion)
+	if env.Version < minIndexVersion || env.Version > IndexVersion {
+		return nil, fmt.Errorf("%s: %w: version %d; this build reads versions %d to %d", name, ErrVersion, env.Version, minIndexVersion, IndexVersion)
 	}
 	// MarshalIndent re-indents the body; compact it back before hashing.
 	body, err := compactJSON(env.Body)
@@ -214,6 +221,13 @@ func unmarshalIndex(b []byte, name string) (*Index, error) {
 	if err := ix.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
 	}
+	if env.Version < 2 {
+		for k, o := range ix.Objects {
+			if o.Kind == KindPack || o.Pack != "" {
+				return nil, fmt.Errorf("%s: %w: object %s: packs are version 2, the index is version %d", name, ErrIndexCorrupt, k, env.Version)
+			}
+		}
+	}
 	return &ix, nil
 }
 
@@ -226,18 +240,40 @@ func (ix *Index) check() error {
 		if _, err := k.hexPart(); err != nil {
 			return err
 		}
-		if o == nil || (o.Kind != KindSplitZip && o.Kind != KindRaw) {
+		if o == nil || (o.Kind != KindSplitZip && o.Kind != KindRaw && o.Kind != KindPack) {
 			return fmt.Errorf("object %s has no valid kind", k)
 		}
 		// A payload stores at least 12 bits a value, so it never decodes to
 		// more than twice its size; a raw object is its own bytes. Every
 		// size read from the index is bounded by the size of a file on
 		// disk before anything is allocated for it.
-		if o.Kind == KindRaw && o.RawSize != o.Size || o.Kind == KindSplitZip && o.RawSize/2 > o.Size {
+		if o.Kind != KindSplitZip && o.RawSize != o.Size || o.Kind == KindSplitZip && o.RawSize/2 > o.Size {
 			return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
 		}
+		if o.Pack == "" {
+			if o.Offset != 0 {
+				return fmt.Errorf("object %s: an offset without a pack", k)
+			}
+			continue
+		}
+		// A member lies inside its pack, aligned; packs do not nest.
+		p := ix.Objects[o.Pack]
+		switch {
+		case o.Kind == KindPack:
+			return fmt.Errorf("pack %s is a member of another pack", k)
+		case p == nil || p.Kind != KindPack:
+			return fmt.Errorf("object %s: pack %s missing", k, o.Pack)
+		case o.Offset%PackAlign != 0 || o.Offset > p.Size || o.Size > p.Size-o.Offset:
+			return fmt.Errorf("object %s: bytes [%d, +%d) do not lie aligned inside the %d-byte pack %s", k, o.Offset, o.Size, p.Size, o.Pack)
+		}
 	}
-	obj := func(k Key) *Object { return ix.Objects[k] }
+	// Sources name members and whole objects, never packs.
+	obj := func(k Key) *Object {
+		if o := ix.Objects[k]; o != nil && o.Kind != KindPack {
+			return o
+		}
+		return nil
+	}
 	// within reports a byte range that does not fit a file of size bytes,
 	// without overflow.
 	within := func(off, n, size uint64) bool { return off <= size && n <= size-off }

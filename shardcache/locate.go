@@ -28,7 +28,8 @@ func (t *Tensor) InCache() bool { return t.Stored == StoredSplitZip || t.CopySto
 
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file
 // is at path now) are read from: the source slice when the shard is there
-// (and unchanged), else the tensor's raw copy in the cache, at offset 0.
+// (and unchanged), else the tensor's raw copy in the cache (its own file,
+// or its range of a pack).
 // A tensor whose bytes are only in an absent source is ErrSourceMissing.
 func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
 	present, err := SourceState(sh, path)
@@ -38,36 +39,36 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 	case present:
 		return path, t.Offset, nil
 	case t.Stored == StoredRaw && t.CopyStored:
-		p, err := c.ObjectPath(t.Key)
-		return p, 0, err
+		loc, _, err := c.Locate(t.Key)
+		return loc.Path, loc.Offset, err
 	}
 	return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
 }
 
 // CheckAbsent checks that every tensor of a shard whose source file is
-// absent has its bytes in the cache, in object files of the recorded
-// sizes, so that sizes from the index are bounded by files before anything
-// is allocated for them.
+// absent has its bytes in the cache, in object files (or packs) of the
+// recorded sizes, so that sizes from the index are bounded by files
+// before anything is allocated for them.
 func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 	for i := range sh.Tensors {
 		t := &sh.Tensors[i]
 		if !t.InCache() {
 			return fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
 		}
-		o, err := c.Lookup(t.Key)
+		loc, o, err := c.Locate(t.Key)
 		if err != nil {
 			return err
 		}
-		p, err := c.ObjectPath(t.Key)
-		if err != nil {
-			return err
+		size := o.Size
+		if o.Pack != "" {
+			size = c.ix.Objects[o.Pack].Size
 		}
-		st, err := os.Stat(p)
+		st, err := os.Stat(loc.Path)
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		if uint64(st.Size()) != o.Size {
-			return fmt.Errorf("%s: %w: %d bytes, index says %d", p, ErrObjectCorrupt, st.Size(), o.Size)
+		if uint64(st.Size()) != size {
+			return fmt.Errorf("%s: %w: %d bytes, index says %d", loc.Path, ErrObjectCorrupt, st.Size(), size)
 		}
 	}
 	return nil

@@ -26,6 +26,11 @@ type Writer struct {
 	// removes them when no Commit followed, so a failed run leaves nothing
 	// behind that gc would have to find.
 	added map[Key]bool
+	// packMax is the stored size at or below which an object waits in
+	// pending (a file in tmp/) for Commit to write it into a pack.
+	packMax      uint64
+	pending      map[Key]pendingObject
+	pendingOrder []Key
 }
 
 // SetNoSync makes Commit skip flushing objects and the index to disk. A
@@ -80,7 +85,7 @@ func Create(dir string) (*Writer, error) {
 		}
 		ix = c.ix
 	}
-	return &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}}, nil
+	return &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}, nil
 }
 
 // Dir returns the cache directory.
@@ -90,17 +95,28 @@ func (w *Writer) Dir() string { return w.dir }
 // written again.
 func (w *Writer) Has(key Key) (*Object, bool) {
 	w.mu.Lock()
+	if p, ok := w.pending[key]; ok {
+		w.mu.Unlock()
+		return p.meta, true
+	}
 	o, ok := w.ix.Objects[key]
+	file, size := key, uint64(0)
+	if ok {
+		size = o.Size
+		if o.Pack != "" {
+			file, size = o.Pack, w.ix.Objects[o.Pack].Size
+		}
+	}
 	w.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	p, err := objectPath(w.dir, key)
+	p, err := objectPath(w.dir, file)
 	if err != nil {
 		return nil, false
 	}
 	st, err := os.Stat(p)
-	if err != nil || uint64(st.Size()) != o.Size {
+	if err != nil || uint64(st.Size()) != size {
 		return nil, false
 	}
 	return o, true
@@ -109,7 +125,8 @@ func (w *Writer) Has(key Key) (*Object, bool) {
 // ObjectFile is an object being written: a temporary file until Commit.
 type ObjectFile struct {
 	*os.File
-	w *Writer
+	w       *Writer
+	pending bool // Commit left the file in tmp/ for a pack
 }
 
 // NewObject starts a new object in a temporary file.
@@ -121,20 +138,38 @@ func (w *Writer) NewObject() (*ObjectFile, error) {
 	return &ObjectFile{File: f, w: w}, nil
 }
 
-// Commit moves the object into place under key and records it. The file's
-// size must equal meta.Size.
+// Commit moves the object into place under key and records it; an object
+// of at most the pack size (SetPackMax) waits in tmp/ for the writer's
+// Commit to put it into a pack. The file's size must equal meta.Size.
 func (o *ObjectFile) Commit(key Key, meta *Object) error {
-	defer o.Abort()
 	st, err := o.Stat()
 	if err != nil {
+		o.Abort()
 		return err
 	}
 	if uint64(st.Size()) != meta.Size {
+		o.Abort()
 		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", key, st.Size(), meta.Size)
 	}
 	if err := o.Close(); err != nil {
+		o.Abort()
 		return err
 	}
+	w := o.w
+	w.mu.Lock()
+	if meta.Size <= w.packMax && meta.Kind != KindPack {
+		defer w.mu.Unlock()
+		if _, ok := w.pending[key]; ok {
+			os.Remove(o.Name()) // put twice by concurrent writers
+			return nil
+		}
+		w.pending[key] = pendingObject{path: o.Name(), meta: meta}
+		w.pendingOrder = append(w.pendingOrder, key)
+		o.pending = true
+		return nil
+	}
+	w.mu.Unlock()
+	defer o.Abort()
 	p, err := objectPath(o.w.dir, key)
 	if err != nil {
 		return err
@@ -145,19 +180,18 @@ func (o *ObjectFile) Commit(key Key, meta *Object) error {
 	if err := os.Rename(o.Name(), p); err != nil {
 		return err
 	}
-	o.w.mu.Lock()
-	if _, ok := o.w.ix.Objects[key]; !ok {
-		o.w.added[key] = true
-	}
-	o.w.ix.Objects[key] = meta
-	o.w.mu.Unlock()
+	w.mu.Lock()
+	w.record(key, meta)
+	w.mu.Unlock()
 	return nil
 }
 
 // Abort discards an object not committed; after Commit it does nothing.
 func (o *ObjectFile) Abort() {
 	o.Close()
-	os.Remove(o.Name())
+	if !o.pending {
+		os.Remove(o.Name())
+	}
 }
 
 // PutBytes stores b as a raw object, unless it is stored already, and
@@ -228,6 +262,9 @@ func (w *Writer) SetSource(s Source) {
 func (w *Writer) Commit() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if err := w.packPending(); err != nil {
+		return fmt.Errorf("shardcache: writing packs: %w", err)
+	}
 	if err := w.ix.check(); err != nil {
 		return fmt.Errorf("shardcache: refusing to write an inconsistent index: %v", err)
 	}
@@ -291,11 +328,13 @@ func (w *Writer) Close() error {
 	w.mu.Lock()
 	for k := range w.added {
 		if p, err := objectPath(w.dir, k); err == nil {
-			os.Remove(p)
+			os.Remove(p) // nothing for a pack member
 		}
 		delete(w.ix.Objects, k)
 	}
 	clear(w.added)
+	clear(w.pending) // their files were in tmp/
+	w.pendingOrder = nil
 	w.mu.Unlock()
 	return w.lock.Close()
 }

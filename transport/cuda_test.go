@@ -9,6 +9,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -86,17 +87,14 @@ func TestCUDAFaults(t *testing.T) {
 	a, st := cudaStore(t, eng, c, src)
 	pz, rb := payloadBinding(t, c, a)
 	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
-	op, _ := c.ObjectPath(hit.Tensor.Key)
-	orig, _ := os.ReadFile(op)
-	bad := append([]byte(nil), orig...)
-	bad[len(bad)/2] ^= 0x08
-	os.WriteFile(op, bad, 0o644)
+	o, _ := c.Lookup(hit.Tensor.Key)
+	restore := cachetest.Flip(t, c, hit.Tensor.Key, int64(o.Size/2), 0x08)
 	err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait()
 	var te *Error
 	if !errors.As(err, &te) || te.Tensor != pz.Name || !errors.Is(err, codec.ErrChecksum) || pz.State() != vmm.Evicted {
 		t.Fatalf("corrupt payload: %v, state %v", err, pz.State())
 	}
-	os.WriteFile(op, orig, 0o644)
+	restore()
 	for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
 		if err != nil {
 			t.Fatalf("%s after a failed fault: %v", a.Bindings()[i].Name, err)

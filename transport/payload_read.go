@@ -1,43 +1,19 @@
 package transport
 
-// Reading payload objects: whole into a buffer (read), in pieces that are
-// checksummed where they land (readChecked), and in three system calls for
-// small ones (preadFile). The checks themselves are codec.CheckPayload's.
+// Reading payload objects: whole into a buffer (read), and in pieces that
+// are checksummed where they land (readChecked); small ones are staged by
+// the packer. The checks themselves are codec.CheckPayload's.
 
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/shardcache"
 )
-
-// preadFile reads len(dst) bytes from the start of the file at path.
-func preadFile(path string, dst []byte) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	for n := 0; n < len(dst); {
-		k, err := unix.Pread(fd, dst[n:], int64(n))
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return &os.PathError{Op: "read", Path: path, Err: err}
-		case k == 0:
-			return fmt.Errorf("%s: %w (%d of %d bytes)", path, ErrShortRead, n, len(dst))
-		}
-		n += k
-	}
-	return nil
-}
 
 // readPiece is the unit of parallel payload reads.
 const readPiece = 8 << 20
@@ -50,7 +26,7 @@ const crcStep = 512 << 10
 // readChecked reads q from f at offset off, crcStep at a time, and returns
 // the checksum of q as a piece of its payload, with the time spent reading
 // and checksumming.
-func readChecked(f *os.File, q []byte, off uint64) (sum uint32, read, verify time.Duration, err error) {
+func readChecked(f io.ReaderAt, q []byte, off uint64) (sum uint32, read, verify time.Duration, err error) {
 	for o := 0; o < len(q); o += crcStep {
 		sub := q[o:min(o+crcStep, len(q))]
 		t0 := time.Now()

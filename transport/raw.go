@@ -159,7 +159,7 @@ func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	isSmall := make([]bool, len(bs))
 	for i, b := range bs {
 		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {
-			small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: r.fill(b)})
+			small = append(small, r.packItem(i, b))
 			isSmall[i] = true
 		}
 	}
@@ -279,31 +279,46 @@ func (r *Raw) Prepare() error { return r.pack.ensure() }
 
 // PackReader is implemented by transports whose small bindings another
 // transport may pack beside its own (SplitZip packs small raw tensors with
-// small payloads): PackRead returns the reader that fills a pack's slot
-// with b's bytes, as the transport itself would read them.
+// small payloads): PackSource says where b's bytes are read from, as the
+// transport itself would read them.
 type PackReader interface {
-	PackRead(b *vmm.Binding) func(dst []byte) (*codec.Header, error)
+	PackSource(b *vmm.Binding) PackSource
+}
+
+// PackSource says how a binding's bytes are staged in a pack: bytes
+// [Offset, Offset+Size) of File, or, with File empty, written by Fill.
+type PackSource struct {
+	File   string
+	Offset uint64
+	Fill   func(dst []byte) error
 }
 
 var _ PackReader = (*Raw)(nil)
 
-// PackRead implements PackReader.
-func (r *Raw) PackRead(b *vmm.Binding) func([]byte) (*codec.Header, error) { return r.fill(b) }
-
-// fill returns the packer's reader of b's bytes.
-func (r *Raw) fill(b *vmm.Binding) func([]byte) (*codec.Header, error) {
-	return func(dst []byte) (*codec.Header, error) {
-		if !r.opts.Resident {
-			t0 := time.Now()
-			err := r.files.readAt(b.Shard, dst, b.Offset)
-			r.addTime(&r.stats.Read, t0)
-			return nil, err
-		}
+// PackSource implements PackReader: the source slice, or a copy from the
+// resident buffer.
+func (r *Raw) PackSource(b *vmm.Binding) PackSource {
+	if !r.opts.Resident {
+		return PackSource{File: b.Shard, Offset: b.Offset}
+	}
+	return PackSource{Fill: func(dst []byte) error {
 		buf, err := r.residentBytes(b)
 		copy(dst, buf)
-		return nil, err
-	}
+		return err
+	}}
 }
+
+// packItem returns the packer's item for binding i of a batch, b, whose
+// bytes come from src.
+func rawPackItem(i int, b *vmm.Binding, src PackSource) smallItem {
+	it := smallItem{i: i, b: b, stored: b.Size, file: src.File, off: src.Offset}
+	if src.File == "" {
+		it.fill = func(dst []byte) (*codec.Header, error) { return nil, src.Fill(dst) }
+	}
+	return it
+}
+
+func (r *Raw) packItem(i int, b *vmm.Binding) smallItem { return rawPackItem(i, b, r.PackSource(b)) }
 
 func (r *Raw) residentBytes(b *vmm.Binding) ([]byte, error) {
 	r.mu.Lock()

@@ -1,8 +1,12 @@
 package transport
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
@@ -18,25 +22,40 @@ const DefaultSmallBytes = 256 << 10
 // packBytes is the size of one pack's pinned staging buffer.
 const packBytes = 4 << 20
 
-// smallItem is a binding to pack.
+// smallItem is a binding to pack. Its stored bytes are either a range of
+// a file (file set: bytes [off, off+stored)), so that items lying side by
+// side in one file (the members of a pack object, or tensors of a shard)
+// are staged with one read, or written by fill.
 type smallItem struct {
 	i      int // index of the binding in its batch
 	b      *vmm.Binding
 	stored uint64
-	// fill writes the stored bytes into dst (stored bytes) and, for a
-	// payload, returns its checked header.
+	file   string
+	off    uint64
+	// check, for an item read from a file, checks its bytes once staged
+	// and, for a payload, returns its header (nil for raw bytes).
+	check func(b []byte) (*codec.Header, error)
+	// fill, for an item not read from a file, writes the stored bytes
+	// into dst and, for a payload, returns its checked header.
 	fill func(dst []byte) (*codec.Header, error)
 }
 
-// packer uploads small bindings in packs: each pack is read into one
-// pinned buffer, copied with one DMA, and written to its bindings' ranges
-// by one scatter pass (a single binding takes the direct path instead).
+// maxGap is the most bytes between two items of one file that a staged
+// read takes along rather than issuing a second read: about what a read
+// system call costs in copying time.
+const maxGap = 16 << 10
+
+// packer uploads small bindings in packs: each pack is planned so that
+// items side by side in a file arrive with one read into one pinned
+// buffer, copied with one DMA, and written to their bindings' ranges by
+// one scatter pass (a single binding takes the direct path instead).
 // Payloads and raw bytes share packs.
 type packer struct {
 	eng      engine.Engine
 	workers  int
 	maxSlots int           // cap on the staging ring (0: workers plus two)
-	fills    chan struct{} // bounds concurrent item reads
+	fills    chan struct{} // bounds concurrent reads
+	files    fileCache     // files of staged reads, kept open
 	// streamMu serializes submissions per stream.
 	streamMu []sync.Mutex
 
@@ -55,6 +74,13 @@ func newPacker(eng engine.Engine, workers, slots int) *packer {
 }
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // ensure allocates the staging ring: one buffer per worker and two spare.
 func (p *packer) ensure() error {
@@ -75,6 +101,81 @@ func (p *packer) ensure() error {
 	return nil
 }
 
+// plan is one staging buffer's layout: its items, where each lies after
+// the item table (rel, 16-byte aligned), and the reads that fill them.
+type plan struct {
+	items []smallItem
+	rel   []uint64
+	reads []stagedRead
+	end   uint64 // bytes after the table
+}
+
+// stagedRead is one read of a file range into a plan: items [first,
+// last) lie in it.
+type stagedRead struct {
+	file        string
+	off, n, rel uint64
+	first, last int
+}
+
+// bytes is the staging buffer the plan fills: the table, then the items.
+func (pl *plan) bytes() uint64 { return align16(engine.ScatterTableBytes(len(pl.items))) + pl.end }
+
+// place returns where item it would lie in the plan and whether it joins
+// the plan's last read, without changing the plan.
+func (pl *plan) place(it smallItem) (rel uint64, joins bool) {
+	if n := len(pl.reads); n > 0 && it.file != "" {
+		r := pl.reads[n-1]
+		if end := r.off + r.n; r.file == it.file && it.off >= end && it.off-end <= maxGap && (it.off-r.off)%16 == 0 {
+			return r.rel + it.off - r.off, true
+		}
+	}
+	return align16(pl.end), false
+}
+
+// add puts it into the plan at rel.
+func (pl *plan) add(it smallItem, rel uint64, joins bool) {
+	k := len(pl.items)
+	pl.items = append(pl.items, it)
+	pl.rel = append(pl.rel, rel)
+	pl.end = rel + it.stored
+	switch {
+	case joins:
+		r := &pl.reads[len(pl.reads)-1]
+		r.n = it.off + it.stored - r.off
+		r.last = k + 1
+	case it.file != "":
+		pl.reads = append(pl.reads, stagedRead{file: it.file, off: it.off, n: it.stored, rel: rel, first: k, last: k + 1})
+	}
+}
+
+// planPacks lays items out in staging buffers of packBytes: file items in
+// file order, so that neighbours in a file share a read, then the rest.
+func planPacks(items []smallItem) []*plan {
+	sorted := slices.Clone(items)
+	slices.SortStableFunc(sorted, func(a, b smallItem) int {
+		switch {
+		case a.file == "" || b.file == "":
+			return cmp.Compare(btoi(a.file == ""), btoi(b.file == ""))
+		case a.file != b.file:
+			return strings.Compare(a.file, b.file)
+		}
+		return cmp.Compare(a.off, b.off)
+	})
+	var plans []*plan
+	pl := &plan{}
+	for _, it := range sorted {
+		rel, joins := pl.place(it)
+		if len(pl.items) > 0 && align16(engine.ScatterTableBytes(len(pl.items)+1))+align16(rel+it.stored) > packBytes {
+			plans = append(plans, pl)
+			pl = &plan{}
+			rel, joins = pl.place(it)
+		}
+		pl.add(it, rel, joins)
+	}
+	return append(plans, pl)
+}
+
 // upload packs items and sets their fences in out.
 func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	if len(items) == 0 {
@@ -88,79 +189,100 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	}
 	// Lay out the packs first, so that no more workers start than there
 	// are packs (a layer's small tensors often make one).
-	var packs [][]smallItem
-	start, used := 0, uint64(0)
-	for k, it := range items {
-		need := align16(it.stored)
-		if k > start && align16(engine.ScatterTableBytes(k-start+1))+used+need > packBytes {
-			packs = append(packs, items[start:k])
-			start, used = k, 0
-		}
-		used += need
-	}
-	packs = append(packs, items[start:])
-	work := make(chan []smallItem)
+	plans := planPacks(items)
+	work := make(chan *plan)
 	var wg sync.WaitGroup
-	for range min(p.workers, len(packs)) {
+	for range min(p.workers, len(plans)) {
 		wg.Go(func() {
-			for pack := range work {
+			for pl := range work {
 				if err := ctx.Err(); err != nil {
-					for _, it := range pack {
+					for _, it := range pl.items {
 						out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: err}}
 					}
 					continue
 				}
-				p.send(pack, out)
+				p.send(pl, out)
 			}
 		})
 	}
-	for _, pack := range packs {
-		work <- pack
+	for _, pl := range plans {
+		work <- pl
 	}
 	close(work)
 	wg.Wait()
 }
 
-// send reads one pack into a staging buffer and submits it.
-func (p *packer) send(pack []smallItem, out []Fence) {
+// stage fills a staging buffer as planned: its reads and the items with
+// their own fill, in parallel, then the checks. An item that failed is
+// reported in errs and left out of the scatter.
+func (p *packer) stage(pl *plan, buf []byte, base uint64) ([]*codec.Header, []error) {
+	n := len(pl.items)
+	hdrs := make([]*codec.Header, n)
+	errs := make([]error, n)
+	var read, verify atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range pl.reads {
+		p.fills <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-p.fills }()
+			t0 := time.Now()
+			err := p.files.readAt(r.file, buf[base+r.rel:base+r.rel+r.n], r.off)
+			t1 := time.Now()
+			for k := r.first; k < r.last; k++ {
+				switch it := pl.items[k]; {
+				case err != nil:
+					errs[k] = err
+				case it.check != nil:
+					q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored]
+					hdrs[k], errs[k] = it.check(q)
+				}
+			}
+			read.Add(int64(t1.Sub(t0)))
+			verify.Add(int64(time.Since(t1)))
+		})
+	}
+	for k, it := range pl.items {
+		if it.file != "" {
+			continue
+		}
+		p.fills <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-p.fills }()
+			hdrs[k], errs[k] = it.fill(buf[base+pl.rel[k] : base+pl.rel[k]+it.stored])
+		})
+	}
+	wg.Wait()
+	p.mu.Lock()
+	p.stats.Read += time.Duration(read.Load())
+	p.stats.Verify += time.Duration(verify.Load())
+	p.mu.Unlock()
+	return hdrs, errs
+}
+
+// send stages one pack in a staging buffer and submits it.
+func (p *packer) send(pl *plan, out []Fence) {
 	s := <-p.slots
 	defer func() { p.slots <- s }()
 	if s.ev != nil {
 		s.ev.Wait() // the copy that last read this buffer is done
 		s.ev = nil
 	}
-	// Lay the pack out, then fill its items in parallel: a failed item
-	// leaves a hole and is left out of the scatter.
-	offs := make([]uint64, len(pack))
-	off := align16(engine.ScatterTableBytes(len(pack)))
-	for k, it := range pack {
-		offs[k] = off
-		off += align16(it.stored)
-	}
-	hdrs := make([]*codec.Header, len(pack))
-	errs := make([]error, len(pack))
-	var wg sync.WaitGroup
-	for k, it := range pack {
-		p.fills <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-p.fills }()
-			hdrs[k], errs[k] = it.fill(s.buf[offs[k] : offs[k]+it.stored])
-		})
-	}
-	wg.Wait()
-	its := make([]engine.ScatterItem, 0, len(pack))
-	kept := make([]smallItem, 0, len(pack))
-	for k, it := range pack {
+	base := align16(engine.ScatterTableBytes(len(pl.items)))
+	hdrs, errs := p.stage(pl, s.buf, base)
+	its := make([]engine.ScatterItem, 0, len(pl.items))
+	kept := make([]smallItem, 0, len(pl.items))
+	for k, it := range pl.items {
 		if errs[k] != nil {
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: errs[k]}}
 			continue
 		}
-		its = append(its, engine.ScatterItem{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: offs[k], Stored: it.stored, Size: it.b.Size, Header: hdrs[k]})
+		its = append(its, engine.ScatterItem{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Stored: it.stored, Size: it.b.Size, Header: hdrs[k]})
 		kept = append(kept, it)
 	}
 	if len(its) == 0 {
 		return
 	}
+	off := align16(base + pl.end)
 	// Submissions on one stream are serialized so that an event follows
 	// exactly its pack's work; packs on other streams go in parallel.
 	t1 := time.Now()
@@ -235,4 +357,5 @@ func (p *packer) Close() {
 	}
 	freeRing(p.eng, p.slots)
 	p.slots, p.pinned = nil, 0
+	p.files.close()
 }

@@ -3,7 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
-	"os"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -101,11 +103,7 @@ func TestSmallFaults(t *testing.T) {
 	// A corrupt payload fails only its own binding; its pack mates land.
 	victim := bs[len(bs)/2]
 	hit, _ := c.LookupSlice(victim.Shard, victim.Offset, victim.Size)
-	op, _ := c.ObjectPath(hit.Tensor.Key)
-	orig, _ := os.ReadFile(op)
-	bad := append([]byte(nil), orig...)
-	bad[len(bad)-1] ^= 0x40
-	os.WriteFile(op, bad, 0o644)
+	restore := cachetest.Flip(t, c, hit.Tensor.Key, -1, 0x40)
 	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		if bs[i] == victim {
 			var te *Error
@@ -121,7 +119,7 @@ func TestSmallFaults(t *testing.T) {
 	if victim.State() != vmm.Evicted {
 		t.Errorf("corrupt payload's binding is %v", victim.State())
 	}
-	os.WriteFile(op, orig, 0o644)
+	restore()
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
@@ -131,5 +129,78 @@ func TestSmallFaults(t *testing.T) {
 	tr.Close()
 	if eng.PinnedBytes() != 0 {
 		t.Errorf("%d pinned bytes leaked", eng.PinnedBytes())
+	}
+}
+
+// TestPlanPacks: items side by side in a file, at offsets 16 bytes apart
+// or a multiple of that, share one read; a misaligned neighbour, a wide
+// gap or another file starts a new one; items with their own fill are
+// staged after the reads; no plan outgrows a staging buffer.
+func TestPlanPacks(t *testing.T) {
+	b := &vmm.Binding{}
+	item := func(file string, off, n uint64) smallItem {
+		it := smallItem{b: b, stored: n, file: file, off: off}
+		if file == "" {
+			it.fill = func([]byte) (*codec.Header, error) { return nil, nil }
+		}
+		return it
+	}
+	pls := planPacks([]smallItem{
+		item("p", 4096, 100), // sorted before the next
+		item("", 0, 50),
+		item("p", 0, 1000),
+		item("p", 1008, 3000), // aligned after the first
+		item("p", 4096+112+maxGap+16, 10),
+		item("p", 4096+112+maxGap+16+24, 10), // misaligned
+		item("q", 0, 10),
+	})
+	if len(pls) != 1 {
+		t.Fatalf("%d plans", len(pls))
+	}
+	pl := pls[0]
+	var got []string
+	for _, r := range pl.reads {
+		got = append(got, fmt.Sprintf("%s@%d+%d:%d-%d", r.file, r.off, r.n, r.first, r.last))
+	}
+	want := []string{"p@0+4196:0-3", "p@20608+10:3-4", "p@20632+10:4-5", "q@0+10:5-6"}
+	if !slices.Equal(got, want) {
+		t.Errorf("reads %v, want %v", got, want)
+	}
+	for k, it := range pl.items {
+		if pl.rel[k]%16 != 0 {
+			t.Errorf("item %d at %d, not aligned", k, pl.rel[k])
+		}
+		if k > 0 && pl.rel[k] < pl.rel[k-1]+pl.items[k-1].stored {
+			t.Errorf("item %d at %d overlaps its predecessor", k, pl.rel[k])
+		}
+		if it.file != "" && k >= len(pl.items)-1 {
+			t.Errorf("a file item staged after the fill item")
+		}
+	}
+	for _, r := range pl.reads {
+		for k := r.first; k < r.last; k++ {
+			if pl.rel[k]-r.rel != pl.items[k].off-r.off {
+				t.Errorf("item %d does not lie where its read puts it", k)
+			}
+		}
+	}
+	// Many items: several plans, each within a staging buffer.
+	var many []smallItem
+	for i := range 2000 {
+		many = append(many, item("p", uint64(i)*8192, 8000))
+	}
+	pls = planPacks(many)
+	n := 0
+	for _, pl := range pls {
+		n += len(pl.items)
+		if pl.bytes() > packBytes {
+			t.Errorf("plan of %d bytes", pl.bytes())
+		}
+		if len(pl.reads) != 1 {
+			t.Errorf("plan of contiguous items in %d reads", len(pl.reads))
+		}
+	}
+	if n != 2000 || len(pls) > 2000*8192/packBytes+1 {
+		t.Errorf("%d items in %d plans", n, len(pls))
 	}
 }

@@ -105,7 +105,7 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 		hit, err := z.cache.LookupSlice(b.Shard, b.Offset, b.Size)
 		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
 			if pr != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
-				small = append(small, smallItem{i: i, b: b, stored: b.Size, fill: pr.PackRead(b)})
+				small = append(small, rawPackItem(i, b, pr.PackSource(b)))
 				continue
 			}
 			others = append(others, b)
@@ -117,8 +117,8 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			continue
 		}
 		t := target{i, b, hit}
-		if o, err := z.cache.Lookup(hit.Tensor.Key); err == nil && int64(o.Size) <= z.opts.SmallBytes {
-			small = append(small, smallItem{i: i, b: b, stored: o.Size, fill: z.fill(t)})
+		if loc, o, err := z.cache.Locate(hit.Tensor.Key); err == nil && int64(o.Size) <= z.opts.SmallBytes {
+			small = append(small, z.packItem(t, loc, o))
 			continue
 		}
 		targets = append(targets, t)
@@ -150,12 +150,14 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	return out
 }
 
-// fill returns the packer's reader of a small payload: from pinned memory
-// when resident, else from its object file, checked either way.
-func (z *SplitZip) fill(t target) func([]byte) (*codec.Header, error) {
+// packItem returns the packer's item for a small payload: read from its
+// object (its own file or its range of a pack) and checked once staged,
+// or, when resident, copied from pinned memory.
+func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Object) smallItem {
 	key := t.hit.Tensor.Key
-	return func(dst []byte) (*codec.Header, error) {
-		if z.opts.Resident {
+	it := smallItem{i: t.i, b: t.b, stored: o.Size}
+	if z.opts.Resident {
+		it.fill = func(dst []byte) (*codec.Header, error) {
 			p, err := z.residentPayload(key)
 			if err != nil {
 				return nil, err
@@ -166,31 +168,22 @@ func (z *SplitZip) fill(t target) func([]byte) (*codec.Header, error) {
 			copy(dst, p.buf)
 			return &p.h, nil
 		}
-		// Three system calls: no stat (the header's size and checksum,
-		// checked below, cover a file of the wrong length) and no os.File
-		// (which would add a stat of its own).
-		t0 := time.Now()
-		path, err := z.cache.ObjectPath(key)
-		if err != nil {
-			return nil, err
-		}
-		if err := preadFile(path, dst); err != nil {
-			return nil, err
-		}
-		t1 := time.Now()
-		h, err := codec.ParseHeader(dst)
+		return it
+	}
+	// No stat: the header's size and checksum, checked here, cover an
+	// object of the wrong length.
+	it.file, it.off = loc.Path, loc.Offset
+	it.check = func(b []byte) (*codec.Header, error) {
+		h, err := codec.ParseHeader(b)
 		if err == nil {
-			err = codec.CheckPayload(&h, uint64(len(dst)), codec.Checksum(dst), t.b.Size/2)
+			err = codec.CheckPayload(&h, uint64(len(b)), codec.Checksum(b), t.b.Size/2)
 		}
-		z.mu.Lock()
-		z.stats.Read += t1.Sub(t0)
-		z.stats.Verify += time.Since(t1)
-		z.mu.Unlock()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s (payload %s): %w", loc.Path, key, err)
 		}
 		return &h, nil
 	}
+	return it
 }
 
 // Prepare sets up the pinned staging ring, so that doing so is not part

@@ -13,6 +13,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -235,13 +236,10 @@ func TestFaults(t *testing.T) {
 
 	// A payload whose bytes changed on disk fails its checksum.
 	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
-	op, _ := c.ObjectPath(hit.Tensor.Key)
-	orig, _ := os.ReadFile(op)
-	bad := append([]byte(nil), orig...)
-	bad[len(bad)/2] ^= 0x08
-	os.WriteFile(op, bad, 0o644)
+	o, _ := c.Lookup(hit.Tensor.Key)
+	restore := cachetest.Flip(t, c, hit.Tensor.Key, int64(o.Size/2), 0x08)
 	expectFail("corrupt payload", pz, codec.ErrChecksum)
-	os.WriteFile(op, orig, 0o644)
+	restore()
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
@@ -312,8 +310,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 	// Remove every payload object: re-faults must come from pinned memory.
 	pz, _ := payloadBinding(t, c, a)
 	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
-	op, _ := c.ObjectPath(hit.Tensor.Key)
-	os.Remove(op)
+	cachetest.Remove(t, c, hit.Tensor.Key)
 	st.Evict(pz)
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait(); err != nil {
 		t.Fatalf("resident re-fault read a file: %v", err)

@@ -17,6 +17,7 @@ type compressOptions struct {
 	MinSaving     float64
 	SelfContained bool
 	NoSync        bool
+	PackMax       string
 }
 
 func newCompressCommand(g *globals) *cobra.Command {
@@ -40,6 +41,7 @@ hold several checkpoints; tensors they share are stored once.`,
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a BF16 tensor raw unless it shrinks by at least this fraction")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
 	addMemoryFlag(f, &o.Memory)
+	f.StringVar(&o.PackMax, "pack-max", "256KiB", "store objects of at most this size together in pack files (0: one file per object)")
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	return cmd
 }
@@ -55,8 +57,17 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if err != nil {
 		return err
 	}
+	packMax, err := parseSize(o.PackMax)
+	if err != nil {
+		return usageError{fmt.Errorf("--pack-max: %v", err)}
+	}
+	pm := int64(packMax)
+	if packMax == 0 {
+		pm = -1
+	}
 	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
 		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Memory: mem, Progress: g.progress(),
+		PackMax: pm,
 	})
 	if err != nil {
 		return err

@@ -52,8 +52,20 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(w, "total: %s (%d SplitZip), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s\n",
+	fmt.Fprintf(w, "total: %s (%d SplitZip), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s in %s\n",
 		count(t.Tensors, "tensor"), t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
-		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), count(res.Objects, "object"), human(res.ObjectBytes))
+		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), count(res.Objects, "object"), human(res.ObjectBytes),
+		count(res.Files, "file"))
+	if p := res.Packs; p.Packs > 0 {
+		verb := "hold"
+		if p.Packs == 1 {
+			verb = "holds"
+		}
+		fmt.Fprintf(w, "packs: %s of %s %s %s", count(p.Packs, "pack"), human(p.PackBytes), verb, count(p.Members, "small object"))
+		if p.DeadBytes > 0 {
+			fmt.Fprintf(w, "; %s in them belong to no object (gc frees them)", human(p.DeadBytes))
+		}
+		fmt.Fprintln(w)
+	}
 	return nil
 }

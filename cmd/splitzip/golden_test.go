@@ -18,9 +18,10 @@ import (
 )
 
 // goldenVersions are the cache formats under testdata/golden, each written
-// by the release of its day (v1: index version 1, payload version 1,
-// written by the build of 2026-11-29, ca8b28c) from the source beside it.
-var goldenVersions = []string{"v1"}
+// by the release of its day from the source beside it (v1: index version
+// 1, payload version 1, the build of 2026-11-29, ca8b28c; v2: index
+// version 2, with packs, the build of 2026-12-01).
+var goldenVersions = []string{"v1", "v2"}
 
 // copyTree copies a directory.
 func copyTree(t *testing.T, from, to string) {
@@ -200,7 +201,7 @@ func TestUnknownVersions(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	os.WriteFile(path, bytes.Replace(b, []byte(`"version": 1,`), []byte(`"version": 7,`), 1), 0o644)
 	_, err := shardcache.Open(cache)
-	if !errors.Is(err, shardcache.ErrVersion) || !strings.Contains(err.Error(), "version 7; this build reads version 1") {
+	if !errors.Is(err, shardcache.ErrVersion) || !strings.Contains(err.Error(), "version 7; this build reads versions 1 to 2") {
 		t.Errorf("index version 7: %v", err)
 	}
 	code, _, e := splitzip(t, "verify", cache)

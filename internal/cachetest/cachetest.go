@@ -1,0 +1,65 @@
+// Package cachetest damages cache objects for tests, wherever they are
+// stored: in a file of their own or in a pack.
+package cachetest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// Flip XORs byte at of the object with key (at < 0 counts from the
+// object's end) with mask, and returns a function that restores it.
+func Flip(t testing.TB, c *shardcache.Cache, key shardcache.Key, at int64, mask byte) (restore func()) {
+	t.Helper()
+	loc, o, err := c.Locate(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at < 0 {
+		at += int64(o.Size)
+	}
+	if at < 0 || at >= int64(o.Size) {
+		t.Fatalf("byte %d of a %d-byte object", at, o.Size)
+	}
+	f, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	off := int64(loc.Offset) + at
+	var b [1]byte
+	if _, err := f.ReadAt(b[:], off); err != nil {
+		t.Fatal(err)
+	}
+	orig := b[0]
+	b[0] ^= mask
+	if _, err := f.WriteAt(b[:], off); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		f, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte{orig}, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Remove deletes the file that holds the object with key: its own, or its
+// whole pack.
+func Remove(t testing.TB, c *shardcache.Cache, key shardcache.Key) {
+	t.Helper()
+	loc, _, err := c.Locate(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(loc.Path); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,359 @@
+package shardcache
+
+// Pack objects: small objects stored together in one file, so that a
+// checkpoint of thousands of norms, biases and small matrices is a few
+// files, each read with one open and one read (index version 2).
+
+import (
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/splitzip/splitzip/internal/atomicfile"
+
+	"lukechampine.com/blake3"
+)
+
+// KindPack is an object that holds other objects (its members) one after
+// another, each at a 16-byte aligned offset, with zero padding between.
+const KindPack = "pack"
+
+// DefaultPackMax is the stored size at or below which compress puts an
+// object into a pack: the loaders' packing threshold
+// (transport.DefaultSmallBytes), so that the tensors a loader packs into
+// one staging buffer are read from one file.
+const DefaultPackMax = 256 << 10
+
+// MaxPackMax is the largest pack size threshold (SetPackMax): half a pack,
+// so a pack holds two objects or more.
+const MaxPackMax = packTarget / 2
+
+// packTarget is the size at which a pack is closed and the next begun. A
+// pack costs one open per load of any of its members; larger packs mean
+// fewer files but keep more dead bytes when gc drops some members.
+const packTarget = 8 << 20
+
+// PackAlign is the alignment of members in a pack: the scatter kernel's,
+// so a run of members is staged with one read.
+const PackAlign = 16
+
+// packHashKey keys the hash that names packs, so that a pack's key never
+// equals the content key of bytes that happen to equal the pack's (a
+// pack of one member, or a fused tensor stored beside its parts).
+var packHashKey = blake3.Sum256([]byte("splitzip pack object, index version 2"))
+
+// newPackHasher returns the hasher of pack keys: BLAKE3-256 keyed with
+// packHashKey.
+func newPackHasher() hash.Hash { return blake3.New(32, packHashKey[:]) }
+
+// Location is where an object's bytes lie on disk.
+type Location struct {
+	Path   string // the object's own file, or its pack's
+	Offset uint64 // where its bytes start in Path
+}
+
+// Locate returns where the object with key is stored, and its record.
+func (c *Cache) Locate(key Key) (Location, *Object, error) {
+	o, err := c.Lookup(key)
+	if err != nil {
+		return Location{}, nil, err
+	}
+	if o.Pack == "" {
+		p, err := objectPath(c.dir, key)
+		return Location{Path: p}, o, err
+	}
+	p, err := objectPath(c.dir, o.Pack)
+	return Location{Path: p, Offset: o.Offset}, o, err
+}
+
+// ObjectReader reads one object's bytes, from its own file or from its
+// range of a pack.
+type ObjectReader struct {
+	*io.SectionReader
+	f    *os.File
+	name string
+}
+
+// Name describes the object's bytes for errors: its file, and for a pack
+// member its range.
+func (r *ObjectReader) Name() string { return r.name }
+
+// Close closes the file.
+func (r *ObjectReader) Close() error { return r.f.Close() }
+
+// OpenObject opens the object with key and checks the size of its file
+// (for a pack member, its pack's).
+func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
+	loc, o, err := c.Locate(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	want := o.Size
+	if o.Pack != "" {
+		want = c.ix.Objects[o.Pack].Size // check ensured the pack is there
+	}
+	f, err := os.Open(loc.Path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: object %s: %w", c.dir, key, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if uint64(st.Size()) != want {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w: %d bytes, index says %d", loc.Path, ErrObjectCorrupt, st.Size(), want)
+	}
+	name := loc.Path
+	if o.Pack != "" {
+		name = fmt.Sprintf("%s[%d:+%d]", loc.Path, loc.Offset, o.Size)
+	}
+	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: name}, o, nil
+}
+
+// SetPackMax sets the stored size at or below which committed objects go
+// into packs (0: none are packed; at most MaxPackMax). The default is
+// DefaultPackMax.
+func (w *Writer) SetPackMax(n uint64) {
+	n = min(n, MaxPackMax)
+	w.mu.Lock()
+	w.packMax = n
+	w.mu.Unlock()
+}
+
+// pendingObject is a small object written to tmp/ and waiting for Commit
+// to put it into a pack.
+type pendingObject struct {
+	path string
+	meta *Object
+}
+
+// packOrder returns the pending keys in the order their packs should hold
+// them (w.mu held): the sources' bytes in file order, so a layer's small
+// tensors lie side by side, then the rest in the order they were put.
+func (w *Writer) packOrder() []Key {
+	var order []Key
+	seen := map[Key]bool{}
+	add := func(k Key) {
+		if _, ok := w.pending[k]; ok && !seen[k] {
+			seen[k] = true
+			order = append(order, k)
+		}
+	}
+	for _, s := range w.ix.Sources {
+		if s.Index != nil {
+			add(s.Index.Key)
+		}
+		for _, sh := range s.Shards {
+			for _, r := range fileOrder(&sh) {
+				add(r.Key)
+			}
+		}
+	}
+	for _, k := range w.pendingOrder {
+		add(k)
+	}
+	return order
+}
+
+// fileOrder returns a shard's regions and tensors by offset.
+func fileOrder(sh *Shard) []Region {
+	regs := make([]Region, 0, 1+len(sh.Tensors)+len(sh.Gaps))
+	regs = append(regs, sh.Header)
+	ti, gi := 0, 0
+	for ti < len(sh.Tensors) || gi < len(sh.Gaps) {
+		if gi == len(sh.Gaps) || ti < len(sh.Tensors) && sh.Tensors[ti].Offset <= sh.Gaps[gi].Offset {
+			t := &sh.Tensors[ti]
+			regs = append(regs, Region{Offset: t.Offset, Size: t.Size, Key: t.Key})
+			ti++
+			continue
+		}
+		regs = append(regs, sh.Gaps[gi])
+		gi++
+	}
+	return regs
+}
+
+// packPending writes the pending objects into packs, moves the packs into
+// place and records them and their members (w.mu held).
+func (w *Writer) packPending() error {
+	if len(w.pending) == 0 {
+		return nil
+	}
+	order := w.packOrder()
+	var pw *packWriter
+	finish := func() error {
+		if pw == nil {
+			return nil
+		}
+		err := pw.finish(w)
+		pw = nil
+		return err
+	}
+	for _, k := range order {
+		p := w.pending[k]
+		if pw != nil && pw.size+PackAlign+p.meta.Size > packTarget {
+			if err := finish(); err != nil {
+				return err
+			}
+		}
+		if pw == nil {
+			var err error
+			if pw, err = newPackWriter(w.dir); err != nil {
+				return err
+			}
+		}
+		if err := pw.add(k, p); err != nil {
+			pw.abort()
+			return err
+		}
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	for _, p := range w.pending {
+		os.Remove(p.path)
+	}
+	clear(w.pending)
+	w.pendingOrder = w.pendingOrder[:0]
+	return nil
+}
+
+// packWriter builds one pack in a temporary file.
+type packWriter struct {
+	f       *os.File
+	h       hash.Hash
+	size    uint64
+	members []Key
+	metas   []*Object
+	buf     []byte
+}
+
+func newPackWriter(dir string) (*packWriter, error) {
+	f, err := atomicfile.CreateTemp(filepath.Join(dir, "tmp"), "pack-")
+	if err != nil {
+		return nil, err
+	}
+	return &packWriter{f: f, h: newPackHasher()}, nil
+}
+
+// add appends a pending object at the next aligned offset.
+func (pw *packWriter) add(k Key, p pendingObject) error {
+	pad := alignPack(pw.size) - pw.size
+	b, err := os.ReadFile(p.path)
+	if err != nil {
+		return err
+	}
+	if uint64(len(b)) != p.meta.Size {
+		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", k, len(b), p.meta.Size)
+	}
+	pw.buf = append(append(pw.buf[:0], make([]byte, pad)...), b...)
+	if _, err := pw.f.Write(pw.buf); err != nil {
+		return err
+	}
+	pw.h.Write(pw.buf)
+	m := *p.meta
+	m.Offset = pw.size + pad
+	pw.size += pad + p.meta.Size
+	pw.members = append(pw.members, k)
+	pw.metas = append(pw.metas, &m)
+	return nil
+}
+
+// finish moves the pack into place under its content key and records it
+// and its members.
+func (pw *packWriter) finish(w *Writer) error {
+	defer pw.abort()
+	if err := pw.f.Close(); err != nil {
+		return err
+	}
+	key := KeyFromSum([32]byte(pw.h.Sum(nil)))
+	p, err := objectPath(w.dir, key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), atomicfile.DirPerm); err != nil {
+		return err
+	}
+	if err := os.Rename(pw.f.Name(), p); err != nil {
+		return err
+	}
+	w.record(key, &Object{Kind: KindPack, Size: pw.size, RawSize: pw.size})
+	for i, k := range pw.members {
+		pw.metas[i].Pack = key
+		w.record(k, pw.metas[i])
+	}
+	return nil
+}
+
+// abort removes the temporary file of a pack not moved into place.
+func (pw *packWriter) abort() {
+	pw.f.Close()
+	os.Remove(pw.f.Name())
+}
+
+// record adds an object to the index (w.mu held), remembering it as added
+// by this run if it is new.
+func (w *Writer) record(key Key, meta *Object) {
+	if _, ok := w.ix.Objects[key]; !ok {
+		w.added[key] = true
+	}
+	w.ix.Objects[key] = meta
+}
+
+// PackStats counts a cache's packs.
+type PackStats struct {
+	Packs     int    `json:"packs"`
+	PackBytes uint64 `json:"pack_bytes"`
+	Members   int    `json:"packed_objects"`
+	// DeadBytes are bytes of packs that no recorded member covers (members
+	// gc dropped while others in the same pack are still used).
+	DeadBytes uint64 `json:"pack_dead_bytes"`
+}
+
+// Packs counts the index's packs and their members.
+func (ix *Index) Packs() PackStats {
+	var s PackStats
+	members := map[Key][]*Object{}
+	for _, o := range ix.Objects {
+		switch {
+		case o.Kind == KindPack:
+			s.Packs++
+			s.PackBytes += o.Size
+		case o.Pack != "":
+			s.Members++
+			members[o.Pack] = append(members[o.Pack], o)
+		}
+	}
+	for k, o := range ix.Objects {
+		if o.Kind != KindPack {
+			continue
+		}
+		ms := members[k]
+		sort.Slice(ms, func(i, j int) bool { return ms[i].Offset < ms[j].Offset })
+		pos := uint64(0) // end of the last live member, aligned
+		for _, m := range ms {
+			if m.Offset > pos {
+				s.DeadBytes += m.Offset - pos
+			}
+			pos = max(pos, alignPack(m.Offset+m.Size))
+		}
+		if o.Size > pos {
+			s.DeadBytes += o.Size - pos
+		}
+	}
+	return s
+}
+
+func alignPack(n uint64) uint64 { return (n + PackAlign - 1) &^ (PackAlign - 1) }
+
+// packKeyOf returns the key a pack of bytes b has.
+func packKeyOf(b []byte) Key {
+	h := newPackHasher()
+	h.Write(b)
+	return KeyFromSum([32]byte(h.Sum(nil)))
+}

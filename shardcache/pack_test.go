@@ -1,0 +1,217 @@
+package shardcache
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// packedSource writes a source of n raw tensors of the given sizes into
+// w, each tensor's bytes a raw object, and returns its record and bytes.
+func packedSource(t *testing.T, w *Writer, root string, seed byte, sizes ...int) (Source, [][]byte) {
+	t.Helper()
+	hk, err := w.PutBytes([]byte("header of " + root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := Shard{Name: "m.safetensors", ModTime: time.Unix(1, 0), Header: Region{0, uint64(len("header of " + root)), hk}}
+	off := sh.Header.Size
+	var data [][]byte
+	for i, n := range sizes {
+		b := bytes.Repeat([]byte{seed + byte(i)}, n)
+		k, err := w.PutBytes(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh.Tensors = append(sh.Tensors, Tensor{Name: fmt.Sprintf("t%d", i), DType: "U8", Shape: []uint64{uint64(n)}, Offset: off, Size: uint64(n), Key: k, Stored: StoredRaw, CopyStored: true})
+		off += uint64(n)
+		data = append(data, b)
+	}
+	sh.Size = off
+	sh.Fingerprint = Fingerprint(&sh)
+	return Source{Root: root, Shards: []Shard{sh}}, data
+}
+
+// TestPacks: small objects are written into packs in file order, aligned,
+// read back through OpenObject and ReadObject, and a large one keeps its
+// own file.
+func TestPacks(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, data := packedSource(t, w, "/a", 1, 5, 100, 17, DefaultPackMax+1, 3)
+	w.SetSource(src)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.Index().Packs()
+	if st.Packs != 1 || st.Members != 5 || st.DeadBytes != 0 {
+		t.Errorf("packs: %+v, want 1 pack of the header and 4 small tensors", st)
+	}
+	var last uint64
+	for i, tn := range src.Shards[0].Tensors {
+		loc, o, err := c.Locate(tn.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		packed := len(data[i]) <= DefaultPackMax
+		if packed != (o.Pack != "") || o.Offset%PackAlign != 0 {
+			t.Errorf("tensor %d: pack %q offset %d", i, o.Pack, o.Offset)
+		}
+		if packed {
+			if o.Offset < last {
+				t.Errorf("tensor %d at %d, before its predecessor at %d: not in file order", i, o.Offset, last)
+			}
+			last = o.Offset
+		}
+		b, _, err := c.ReadObject(tn.Key)
+		if err != nil || !bytes.Equal(b, data[i]) {
+			t.Errorf("tensor %d: read %d bytes, %v", i, len(b), err)
+		}
+		r, _, err := c.OpenObject(tn.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(data[i])+1)
+		n, _ := r.ReadAt(got, 0)
+		r.Close()
+		if n != len(data[i]) || !bytes.Equal(got[:n], data[i]) {
+			t.Errorf("tensor %d: section read %d bytes", i, n)
+		}
+		f, _ := os.ReadFile(loc.Path)
+		if !bytes.Equal(f[loc.Offset:loc.Offset+uint64(len(data[i]))], data[i]) {
+			t.Errorf("tensor %d: Locate points elsewhere", i)
+		}
+	}
+	if n := countFiles(t, filepath.Join(dir, "objects")); n != 2 {
+		t.Errorf("%d object files, want a pack and the large object", n)
+	}
+}
+
+// TestPackKeyIsNotAContentKey: a pack whose bytes equal an object's (a
+// pack of one member) has a key of its own.
+func TestPackKeyIsNotAContentKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := w.PutBytes([]byte("alone"))
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := c.Lookup(k)
+	if o.Pack == "" || o.Pack == k {
+		t.Fatalf("member of pack %q, its own key %q", o.Pack, k)
+	}
+	if _, _, err := c.ReadObject(o.Pack); err != nil {
+		t.Errorf("reading the pack: %v", err)
+	}
+}
+
+// TestPackIndexRejects: members outside or misaligned in their pack,
+// missing packs, nested packs and packs in a version 1 index are refused.
+func TestPackIndexRejects(t *testing.T) {
+	pk, mk, hk := KeyOf([]byte("p")), KeyOf([]byte("m")), KeyOf([]byte("h"))
+	base := func() *Index {
+		return &Index{Objects: map[Key]*Object{
+			pk: {Kind: KindPack, Size: 64, RawSize: 64},
+			mk: {Kind: KindRaw, Size: 16, RawSize: 16, Pack: pk, Offset: 32},
+			hk: {Kind: KindRaw, Size: 8, RawSize: 8, Pack: pk},
+		}, Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Size: 24, Header: Region{0, 8, hk},
+			Tensors: []Tensor{{Name: "w", Offset: 8, Size: 16, Key: mk, Stored: StoredRaw, CopyStored: true}}}}}}}
+	}
+	if err := base().check(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(ix *Index){
+		"member past its pack":   func(ix *Index) { ix.Objects[mk].Offset = 56 },
+		"member offset overflow": func(ix *Index) { ix.Objects[mk].Offset = 1<<64 - 16 },
+		"misaligned member":      func(ix *Index) { ix.Objects[mk].Offset = 33 },
+		"missing pack":           func(ix *Index) { delete(ix.Objects, pk) },
+		"pack in a pack":         func(ix *Index) { ix.Objects[pk].Pack = pk },
+		"offset without a pack":  func(ix *Index) { ix.Objects[mk].Pack = "" },
+		"pack grows":             func(ix *Index) { ix.Objects[pk].RawSize = 1 << 62 },
+		"tensor names a pack":    func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Key = pk },
+	} {
+		ix := base()
+		mut(ix)
+		b, err := marshalIndex(ix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unmarshalIndex(b, "idx"); !errors.Is(err, ErrIndexCorrupt) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	b, _ := marshalIndex(base())
+	v1 := bytes.Replace(b, []byte(`"version": 2,`), []byte(`"version": 1,`), 1)
+	if _, err := unmarshalIndex(v1, "idx"); !errors.Is(err, ErrIndexCorrupt) || !strings.Contains(err.Error(), "version 2") {
+		t.Errorf("packs in a version 1 index: %v", err)
+	}
+}
+
+// TestGCRepacks: when a pack's members are used by one source and not by
+// another that is forgotten, gc rewrites the pack with the used members
+// and the cache stays whole.
+func TestGCRepacks(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
+	b, bdata := packedSource(t, w, "/b", 2, 400, 500)
+	w.SetSource(a)
+	w.SetSource(b)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Forget("/a"); err != nil {
+		t.Fatal(err)
+	}
+	dry, err := w.GC(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.GC(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if res.Repacked != 1 || res.Objects != 4 || dry.Bytes != res.Bytes || res.Bytes < 600 {
+		t.Errorf("gc %+v (dry run %+v): want one pack rewritten, 4 objects and at least 600 bytes freed", res, dry)
+	}
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Index().Packs(); st.Packs != 1 || st.Members != 3 || st.DeadBytes != 0 {
+		t.Errorf("after gc: %+v", st)
+	}
+	for i, tn := range b.Shards[0].Tensors {
+		if got, _, err := c.ReadObject(tn.Key); err != nil || !bytes.Equal(got, bdata[i]) {
+			t.Errorf("tensor %d after gc: %v", i, err)
+		}
+	}
+	if n := countFiles(t, filepath.Join(dir, "objects")); n != 1 {
+		t.Errorf("%d object files after gc, want the new pack", n)
+	}
+}
