@@ -15,6 +15,9 @@ type genOptions struct {
 	Shards int
 	Seed   uint64
 	Small  int
+	Mix    int
+	MoE    int
+	Layers int
 	Hidden uint64
 }
 
@@ -34,6 +37,9 @@ func newGenCommand(g *globals) *cobra.Command {
 	cmd.Flags().Uint64Var(&o.Seed, "seed", 1, "random seed")
 	cmd.Flags().Uint64Var(&o.Hidden, "hidden", 0, "hidden size (default: chosen from --size; 4096 gives 90 MB MLP tensors)")
 	cmd.Flags().IntVar(&o.Small, "small", 0, "write this many small BF16 tensors (1-64 KiB) instead; --size is ignored")
+	cmd.Flags().IntVar(&o.Mix, "mix", 0, "write this many BF16 tensors with the size mix of real models (60% under 16 KiB, the rest up to 4 MiB) instead")
+	cmd.Flags().IntVar(&o.MoE, "moe", 0, "write a mixture of experts with this many experts per layer instead (--layers, --hidden: 48, 2048)")
+	cmd.Flags().IntVar(&o.Layers, "layers", 0, "layers of --moe (default 48)")
 	return cmd
 }
 
@@ -42,11 +48,14 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if o.Shards < 1 || o.Small < 0 {
-		return usageError{fmt.Errorf("--shards must be at least 1 and --small not negative")}
+	if o.Shards < 1 || o.Small < 0 || o.Mix < 0 || o.MoE < 0 || o.Layers < 0 {
+		return usageError{fmt.Errorf("--shards must be at least 1, and --small, --mix, --moe and --layers not negative")}
+	}
+	if btoi(o.Small > 0)+btoi(o.Mix > 0)+btoi(o.MoE > 0) > 1 {
+		return usageError{fmt.Errorf("--small, --mix and --moe each choose a shape: give one")}
 	}
 	p := g.progress()
-	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Hidden: o.Hidden}
+	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Mix: o.Mix, MoE: o.MoE, Layers: o.Layers, Hidden: o.Hidden}
 	// The bar counts the tensor bytes the plan will write.
 	var total uint64
 	for _, t := range synth.Plan(cfg) {
@@ -65,4 +74,11 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	}
 	fmt.Fprintf(g.stdout, "wrote %d files into %s\n", len(paths), dir)
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

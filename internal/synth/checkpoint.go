@@ -26,6 +26,14 @@ type Config struct {
 	// tensors of 1 to 64 KiB (the norms and biases case) instead of a
 	// Llama-like one; Bytes is then ignored.
 	Small int
+	// Mix, when positive, makes it that many BF16 tensors with the size
+	// mix of real models (60% under 16 KiB, the rest up to 4 MiB).
+	Mix int
+	// MoE, when positive, makes it a mixture of experts with that many
+	// experts per layer, Layers layers (default 48) and hidden size Hidden
+	// (default 2048).
+	MoE    int
+	Layers int
 	// Progress, if set, is called with the bytes written so far.
 	Progress func(written uint64)
 }
@@ -42,8 +50,13 @@ type Tensor struct {
 // size and layer count grow with the size, the vocabulary is odd so the
 // embedding has an odd length, plus one F32 and one I64 tensor.
 func Plan(cfg Config) []Tensor {
-	if cfg.Small > 0 {
+	switch {
+	case cfg.Small > 0:
 		return planSmall(cfg)
+	case cfg.Mix > 0:
+		return planMix(cfg)
+	case cfg.MoE > 0:
+		return planMoE(cfg)
 	}
 	layerBytes := func(h uint64) uint64 {
 		kv, inter := h/4, h*43/16
@@ -102,23 +115,6 @@ func Plan(cfg Config) []Tensor {
 	}
 	add("model.norm.weight", "norm", 0, h)
 	add("lm_head.weight", "weight", 0.02, vocab, h)
-	return ts
-}
-
-// planSmall returns cfg.Small BF16 tensors of 512 to 32768 values (1 to
-// 64 KiB), 100 to a layer; one in ten is a norm, the others weights.
-func planSmall(cfg Config) []Tensor {
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5a11))
-	ts := make([]Tensor, cfg.Small)
-	for i := range ts {
-		n := 512 * uint64(1+rng.IntN(64))
-		t := Tensor{TensorSpec: safetensors.TensorSpec{Name: fmt.Sprintf("model.layers.%d.t%d.weight", i/100, i%100), DType: "BF16",
-			Shape: []uint64{n / 64, 64}, Size: 2 * n}, kind: "weight", sigma: 0.02, cols: 64}
-		if i%10 == 0 {
-			t.kind, t.Shape = "norm", []uint64{n}
-		}
-		ts[i] = t
-	}
 	return ts
 }
 
@@ -221,35 +217,54 @@ func writeShard(ctx context.Context, path string, head []byte, ts []Tensor, g []
 	if _, err := w.Write(head); err != nil {
 		return err
 	}
+	// Pieces of consecutive tensors are generated together, so that a
+	// checkpoint of many tensors smaller than a piece uses every core.
 	workers := runtime.GOMAXPROCS(0)
 	const batch = 16 // pieces generated at once
 	buf := make([]byte, batch*pieceBytes)
+	type part struct {
+		i      int    // tensor
+		off, n uint64 // bytes of the tensor
+		at     uint64 // where in buf
+	}
+	var parts []part
+	used := uint64(0)
+	flush := func() error {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, workers)
+		for _, p := range parts {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				ts[p.i].fill(buf[p.at:p.at+p.n], cfg.Seed, uint64(p.i), p.off)
+			})
+		}
+		wg.Wait()
+		if _, err := w.Write(buf[:used]); err != nil {
+			return err
+		}
+		*written += used
+		if cfg.Progress != nil {
+			cfg.Progress(*written)
+		}
+		parts, used = parts[:0], 0
+		return ctx.Err()
+	}
 	for _, i := range g {
 		t := &ts[i]
-		for off := uint64(0); off < t.Size; off += uint64(len(buf)) {
-			if err := ctx.Err(); err != nil {
-				return err
+		for off := uint64(0); off < t.Size; off += pieceBytes {
+			n := min(pieceBytes, t.Size-off)
+			if used+n > uint64(len(buf)) {
+				if err := flush(); err != nil {
+					return err
+				}
 			}
-			n := min(uint64(len(buf)), t.Size-off)
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, workers)
-			for p := uint64(0); p < n; p += pieceBytes {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					t.fill(buf[p:min(p+pieceBytes, n)], cfg.Seed, uint64(i), off+p)
-				}()
-			}
-			wg.Wait()
-			if _, err := w.Write(buf[:n]); err != nil {
-				return err
-			}
-			*written += n
-			if cfg.Progress != nil {
-				cfg.Progress(*written)
-			}
+			parts = append(parts, part{i, off, n, used})
+			used += n
 		}
+	}
+	if err := flush(); err != nil {
+		return err
 	}
 	if err := w.Flush(); err != nil {
 		return err

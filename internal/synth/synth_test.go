@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/splitzip/splitzip/safetensors"
@@ -71,5 +72,59 @@ func TestWrite(t *testing.T) {
 	}
 	if dtypes["F32"] != 1 || dtypes["I64"] != 1 || dtypes["BF16"] < 10 {
 		t.Errorf("dtypes %v", dtypes)
+	}
+}
+
+// TestMix: the size mix has 60% of its tensors under 16 KiB and none over
+// 4 MiB.
+func TestMix(t *testing.T) {
+	ts := Plan(Config{Mix: 4000, Seed: 1})
+	under, over, total := 0, 0, uint64(0)
+	for _, tn := range ts {
+		switch {
+		case tn.Size < 16<<10:
+			under++
+		case tn.Size > 4<<20:
+			over++
+		}
+		total += tn.Size
+	}
+	if f := float64(under) / float64(len(ts)); len(ts) != 4000 || f < 0.57 || f > 0.63 || over > 0 || total < 200e6 {
+		t.Errorf("%d tensors, %d under 16 KiB, %d over 4 MiB, %d bytes", len(ts), under, over, total)
+	}
+}
+
+// TestMoE: 48 layers of 64 experts make more than 9,000 tensors, the
+// experts' matrices 1.5 to 3 MiB, over 15 GB in all.
+func TestMoE(t *testing.T) {
+	ts := Plan(Config{MoE: 64})
+	var total uint64
+	experts := 0
+	for _, tn := range ts {
+		total += tn.Size
+		if strings.Contains(tn.Name, ".experts.") {
+			experts++
+			if tn.Size < 3<<19 || tn.Size > 3<<20 {
+				t.Errorf("%s: %d bytes", tn.Name, tn.Size)
+			}
+		}
+	}
+	if len(ts) < 9000 || experts != 48*64*3 || total < 15e9 {
+		t.Errorf("%d tensors, %d expert matrices, %d bytes", len(ts), experts, total)
+	}
+	// A small one writes and reads back.
+	dir := t.TempDir()
+	if _, err := Write(context.Background(), dir, Config{MoE: 4, Layers: 2, Hidden: 256, Shards: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	h, err := safetensors.Read(f, st.Size(), f.Name())
+	if err != nil || len(h.Tensors) != 2*(7+4*3)+3 {
+		t.Fatalf("%v, %d tensors", err, len(h.Tensors))
 	}
 }
