@@ -354,11 +354,16 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
 // of ScatterItems and, at 16-byte aligned offsets after it, each item's
 // stored bytes (raw tensor bytes, or a SplitZip payload). One launch
 // writes every item to its own destination range: raw bytes are copied,
-// payloads decoded out of place. Blocks take items in turn.
+// payloads decoded out of place. The work is cut into units, a payload's
+// chunk or SZ_RAW_UNIT bytes of a raw item, numbered across the items
+// (the table gives each item its first unit and unit count); blocks take
+// units in turn, so one large item is spread over many blocks and a pack
+// of many small ones keeps every SM busy.
 //
-// Safety as above: an item writes only [dst, dst + size); it reads only
-// [src, src + stored) of the staging buffer, and that range is checked
-// against the staged bytes first.
+// Safety as above: a unit writes only inside [dst, dst + size) of its
+// item; it reads only [src, src + stored) of the staging buffer, and that
+// range is checked against the staged bytes first. Units and first units
+// come from the table and are checked against the item's own sizes.
 
 // ScatterItem is one 64-byte entry of the table gpu.PutScatterTable writes
 // (scatter.go) at the start of a staging buffer.
@@ -370,7 +375,8 @@ struct ScatterItem {
     uint32_t group_chunks; // payloads: chunks per later group; 0 for raw bytes
     uint32_t data_start;   // payloads: first byte after the group table
     uint32_t codebook[4];  // payloads: the codebook
-    uint64_t reserved;
+    uint32_t first;        // the item's first unit
+    uint32_t units;        // its units: chunks, or raw bytes / SZ_RAW_UNIT rounded up
 };
 
 // ScatterParams matches gpu.scatterParams in scatter.go.
@@ -379,14 +385,15 @@ struct ScatterParams {
     uint64_t staged; // bytes in the staging buffer
     uint64_t count;  // items
     uint64_t err;    // uint32 error bits
+    uint64_t units;  // units of all items
 };
 
-#define SZ_ERR_ITEM 8u // a scatter item is out of range
+#define SZ_ERR_ITEM 8u      // a scatter item is out of range
+#define SZ_RAW_UNIT 32768u  // bytes of a raw item one unit copies
 
-// scatter_payload decodes one payload item out of place (the block's
-// threads together).
-__device__ __forceinline__ void scatter_payload(const ScatterItem &it, const uint8_t *src, uint32_t *lut, uint32_t *err,
-                                                uint32_t tid) {
+// scatter_params returns the decode parameters of a payload item, or
+// flags it bad.
+__device__ __forceinline__ Params scatter_params(const ScatterItem &it, const uint8_t *src, bool *bad) {
     Params p = {};
     p.dst = it.dst;
     p.src = (uint64_t)src;
@@ -397,42 +404,41 @@ __device__ __forceinline__ void scatter_payload(const ScatterItem &it, const uin
     p.data_start = it.data_start;
     p.groups = p.chunks <= SZ_FIRST_GROUP ? (p.chunks > 0)
                                           : 1 + (p.chunks - SZ_FIRST_GROUP + it.group_chunks - 1) / it.group_chunks;
-    if ((it.dst & 15) || (it.size & 1) || p.data_start < SZ_HEADER + 8 * p.groups || p.data_start > p.size) {
-        if (tid == 0) {
-            atomicOr(err, SZ_ERR_ITEM);
-        }
-        return;
-    }
-    __syncthreads(); // the previous item's decode is done with lut
-    build_lut(lut, it.codebook[0], it.codebook[1], it.codebook[2], it.codebook[3], tid);
-    __syncthreads();
-    const uint64_t *l1 = (const uint64_t *)(src + SZ_HEADER);
-    for (long long c = 0; c < (long long)p.chunks; c++) {
-        const uint64_t pos = entry_pos(p, l1, c);
-        const Chunk k = check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
-        if (k.bad) {
-            if (tid == 0) {
-                atomicOr(err, k.bad);
-            }
-            continue;
-        }
-        const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
-        decode_chunk(src + k.off, (uint8_t *)it.dst + 2 * (uint64_t)c * SZ_CHUNK, cnt, k.esc, lut, err, tid);
-    }
+    *bad = (it.dst & 15) || (it.size & 1) || p.data_start < SZ_HEADER + 8 * p.groups || p.data_start > p.size ||
+           it.units != p.chunks;
+    return p;
 }
 
-// scatter_raw copies one raw item (the block's threads together).
-__device__ __forceinline__ void scatter_raw(const ScatterItem &it, const uint8_t *src, uint32_t tid) {
-    uint8_t *out = (uint8_t *)it.dst;
-    const uint64_t n = min64(it.size, it.stored);
-    if ((it.dst & 15) == 0) {
-        // src is 16-aligned and the staged bytes are padded to 16.
-        for (uint64_t j = (uint64_t)tid * 16; j < n; j += SZ_THREADS * 16) {
-            store16(out + j, 0, (uint32_t)min64(16, n - j), *(const uint4 *)(src + j));
+// scatter_chunk decodes chunk c of a payload item out of place (the
+// block's threads together; lut holds the item's codebook).
+__device__ __forceinline__ void scatter_chunk(const Params &p, const uint8_t *src, long long c, const uint32_t *lut,
+                                              uint32_t *err, uint32_t tid) {
+    const uint64_t *l1 = (const uint64_t *)(src + SZ_HEADER);
+    const uint64_t pos = entry_pos(p, l1, c);
+    const Chunk k = check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
+    if (k.bad) {
+        if (tid == 0) {
+            atomicOr(err, k.bad);
         }
         return;
     }
-    for (uint64_t j = tid; j < n; j += SZ_THREADS) {
+    const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
+    decode_chunk(src + k.off, (uint8_t *)p.dst + 2 * (uint64_t)c * SZ_CHUNK, cnt, k.esc, lut, err, tid);
+}
+
+// scatter_raw copies unit u of a raw item (the block's threads together).
+__device__ __forceinline__ void scatter_raw(const ScatterItem &it, const uint8_t *src, uint64_t u, uint32_t tid) {
+    uint8_t *out = (uint8_t *)it.dst;
+    const uint64_t n = min64(it.size, it.stored);
+    const uint64_t lo = u * SZ_RAW_UNIT, hi = min64(n, lo + SZ_RAW_UNIT);
+    if ((it.dst & 15) == 0) {
+        // src is 16-aligned and the staged bytes are padded to 16.
+        for (uint64_t j = lo + (uint64_t)tid * 16; j < hi; j += SZ_THREADS * 16) {
+            store16(out + j, 0, (uint32_t)min64(16, hi - j), *(const uint4 *)(src + j));
+        }
+        return;
+    }
+    for (uint64_t j = lo + tid; j < hi; j += SZ_THREADS) {
         out[j] = src[j];
     }
 }
@@ -443,20 +449,56 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_scatter(const 
     uint32_t *err = (uint32_t *)sp.err;
     const uint8_t *base = (const uint8_t *)sp.base;
     const ScatterItem *items = (const ScatterItem *)base;
-    for (uint64_t i = blockIdx.x; i < sp.count; i += gridDim.x) {
-        const ScatterItem it = items[i];
-        if (it.src < sp.count * sizeof(ScatterItem) || (it.src & 15) || it.src > sp.staged ||
-            it.stored > sp.staged - it.src || align16(it.stored) > sp.staged - it.src ||
+    if (sp.count == 0) {
+        return;
+    }
+    long long cur = -1; // the item whose codebook lut holds
+    for (uint64_t u = blockIdx.x; u < sp.units; u += gridDim.x) {
+        // The item of unit u: the last whose first unit is at or before it.
+        uint64_t lo = 0, hi = sp.count;
+        while (hi - lo > 1) {
+            const uint64_t mid = (lo + hi) / 2;
+            if (items[mid].first <= u) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        const ScatterItem it = items[lo];
+        const uint64_t c = u - it.first; // may wrap when first > u: then >= units
+        if (it.first > u || c >= it.units || it.src < sp.count * sizeof(ScatterItem) || (it.src & 15) ||
+            it.src > sp.staged || it.stored > sp.staged - it.src || align16(it.stored) > sp.staged - it.src ||
             it.size > it.stored * (it.group_chunks ? 4 : 1)) {
             if (tid == 0) {
                 atomicOr(err, SZ_ERR_ITEM);
             }
             continue;
         }
+        const uint8_t *src = base + it.src;
         if (it.group_chunks == 0) {
-            scatter_raw(it, base + it.src, tid);
-        } else {
-            scatter_payload(it, base + it.src, lut, err, tid);
+            if (c * SZ_RAW_UNIT >= min64(it.size, it.stored) || it.units != (min64(it.size, it.stored) + SZ_RAW_UNIT - 1) / SZ_RAW_UNIT) {
+                if (tid == 0) {
+                    atomicOr(err, SZ_ERR_ITEM);
+                }
+                continue;
+            }
+            scatter_raw(it, src, c, tid);
+            continue;
         }
+        bool bad;
+        const Params p = scatter_params(it, src, &bad);
+        if (bad) {
+            if (tid == 0) {
+                atomicOr(err, SZ_ERR_ITEM);
+            }
+            continue;
+        }
+        if (cur != (long long)lo) {
+            __syncthreads(); // the previous unit's decode is done with lut
+            build_lut(lut, it.codebook[0], it.codebook[1], it.codebook[2], it.codebook[3], tid);
+            __syncthreads();
+            cur = (long long)lo;
+        }
+        scatter_chunk(p, src, (long long)c, lut, err, tid);
     }
 }

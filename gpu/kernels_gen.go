@@ -4,7 +4,7 @@ package gpu
 
 // Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
 const (
-	decodeSourceSHA256 = "09d4ecac9fcbac1a6c4552cf334e9c356031cd150d3f3373b9a747621f157810"
-	decodeFatbinSHA256 = "61c284bead197e6c52aac2a8d2ec3df12e790e03745e15e68cf134b996c7325b"
+	decodeSourceSHA256 = "62cf288aa03bf81713ce5c503f8084fa862b694695d9572882727c174d3fe136"
+	decodeFatbinSHA256 = "dc7f40f4030b1352c171e298b1311e8ea6c32b524f84b697d53b283cd42d477c"
 	decodeNVCCVersion  = "13.0"
 )

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
@@ -33,7 +34,32 @@ type ScatterItem struct {
 
 // scatterParams mirrors struct ScatterParams in decode.cu.
 type scatterParams struct {
-	Base, Staged, Count, Err uint64
+	Base, Staged, Count, Err, Units uint64
+}
+
+// scatterRawUnit is the bytes of a raw item one unit of the scatter
+// kernel copies (SZ_RAW_UNIT in decode.cu); a payload's unit is a chunk.
+const scatterRawUnit = 32768
+
+// itemUnits returns the kernel's units of work for an item.
+func itemUnits(it *ScatterItem) uint64 {
+	if h := it.Header; h != nil && h.Values > 0 {
+		return h.Chunks()
+	}
+	if it.Header != nil {
+		return 0 // an empty payload writes nothing
+	}
+	return (it.Size + scatterRawUnit - 1) / scatterRawUnit
+}
+
+// ScatterUnits returns the units of work of a scatter over items (the
+// kernel's blocks take them in turn): LaunchScatter needs it.
+func ScatterUnits(items []ScatterItem) uint64 {
+	var n uint64
+	for i := range items {
+		n += itemUnits(&items[i])
+	}
+	return n
 }
 
 // ScatterTableBytes returns the bytes a table of n items takes at the
@@ -46,7 +72,7 @@ func ScatterTableBytes(n int) uint64 { return uint64(n) * ScatterItemBytes }
 // invalid: offsets must be 16-byte aligned, after the table and inside
 // the buffer; raw items store exactly Size bytes; payload items have a
 // parsed header of Stored bytes that decodes to Size bytes, and a
-// 16-byte aligned destination.
+// 16-byte aligned destination; the units of work number at most 2^32-1.
 func PutScatterTable(table []byte, items []ScatterItem, staged uint64) error {
 	tb := ScatterTableBytes(len(items))
 	if uint64(len(table)) < tb || staged%16 != 0 {
@@ -70,6 +96,10 @@ func PutScatterTable(table []byte, items []ScatterItem, staged uint64) error {
 			return bad("payload destination is not 16-byte aligned")
 		}
 	}
+	if u := ScatterUnits(items); u > math.MaxUint32 {
+		return fmt.Errorf("%w: %d units of work in one scatter", ErrScatter, u)
+	}
+	var first uint64
 	for i, it := range items {
 		e := table[i*ScatterItemBytes : (i+1)*ScatterItemBytes]
 		clear(e)
@@ -85,16 +115,21 @@ func PutScatterTable(table []byte, items []ScatterItem, staged uint64) error {
 			// An empty payload writes nothing: a raw item of 0 bytes.
 			binary.LittleEndian.PutUint64(e[16:], 0)
 		}
+		u := itemUnits(&items[i])
+		binary.LittleEndian.PutUint32(e[56:], uint32(first))
+		binary.LittleEndian.PutUint32(e[60:], uint32(u))
+		first += u
 	}
 	return nil
 }
 
 // LaunchScatter runs the scatter kernel on stream s over a staging buffer
 // at base (device memory, staged bytes) that starts with a table of count
-// items written by PutScatterTable. Items the kernel finds out of range are
-// skipped and reported by TakeError.
-func (d *Decoder) LaunchScatter(base cuda.DevicePtr, staged uint64, count int, s cuda.Stream) error {
-	if count == 0 {
+// items written by PutScatterTable, whose units of work ScatterUnits
+// counted. Items the kernel finds out of range are skipped and reported by
+// TakeError.
+func (d *Decoder) LaunchScatter(base cuda.DevicePtr, staged uint64, count int, units uint64, s cuda.Stream) error {
+	if count == 0 || units == 0 {
 		return nil
 	}
 	if base%16 != 0 {
@@ -109,7 +144,7 @@ func (d *Decoder) LaunchScatter(base cuda.DevicePtr, staged uint64, count int, s
 		}
 		d.scatter = fn
 	}
-	pr := scatterParams{Base: uint64(base), Staged: staged, Count: uint64(count), Err: uint64(d.ctrl) + 8}
-	grid := uint32(min(uint64(d.maxGrid), uint64(count)))
+	pr := scatterParams{Base: uint64(base), Staged: staged, Count: uint64(count), Err: uint64(d.ctrl) + 8, Units: units}
+	grid := uint32(min(uint64(d.maxGrid), units))
 	return d.ctx.Launch(d.scatter, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, 0, s, unsafe.Pointer(&pr))
 }

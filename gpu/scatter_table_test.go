@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -42,6 +43,33 @@ func TestPutScatterTableRejects(t *testing.T) {
 	good := []ScatterItem{ok, {Name: "p", Dst: 8192, Src: 144, Stored: 200, Size: 200, Header: &h}}
 	if err := PutScatterTable(make([]byte, 128), good, 352); err != nil {
 		t.Errorf("valid items: %v", err)
+	}
+}
+
+// TestScatterUnits: the table numbers the kernel's units across items: a
+// payload's chunks, a raw item's 32 KiB pieces, nothing for empty ones.
+func TestScatterUnits(t *testing.T) {
+	h := codec.Header{Size: 200, Values: 3*codec.ChunkValues + 1, GroupChunks: 64, ChunkValues: codec.ChunkValues}
+	empty := codec.Header{Size: 64, ChunkValues: codec.ChunkValues}
+	items := []ScatterItem{
+		{Name: "raw", Dst: 4096, Src: 256, Stored: 70000, Size: 70000},
+		{Name: "payload", Dst: 8192, Src: 70272, Stored: 200, Size: 2 * h.Values, Header: &h},
+		{Name: "empty", Dst: 8192, Src: 70480, Stored: 64, Size: 0, Header: &empty},
+		{Name: "one byte", Dst: 1, Src: 70544, Stored: 1, Size: 1},
+	}
+	table := make([]byte, ScatterTableBytes(len(items)))
+	if err := PutScatterTable(table, items, 70560); err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]uint32{{0, 3}, {3, 4}, {7, 0}, {7, 1}}
+	for i, w := range want {
+		e := table[i*ScatterItemBytes:]
+		if got := [2]uint32{binary.LittleEndian.Uint32(e[56:]), binary.LittleEndian.Uint32(e[60:])}; got != w {
+			t.Errorf("%s: first and units %v, want %v", items[i].Name, got, w)
+		}
+	}
+	if n := ScatterUnits(items); n != 8 {
+		t.Errorf("%d units, want 8", n)
 	}
 }
 

@@ -270,7 +270,8 @@ func (e *Engine) Scatter(s int, packed []byte, items []engine.ScatterItem) error
 	if err := e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, e.streams[s]) }); err != nil {
 		return err
 	}
-	return e.timed(s, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), e.streams[s]) })
+	units := gpu.ScatterUnits(items)
+	return e.timed(s, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), units, e.streams[s]) })
 }
 
 // cudaEvent is an engine event. It remembers having completed without
