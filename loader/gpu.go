@@ -65,12 +65,11 @@ func (l *Loader) device(d int) (*gpuState, error) {
 	return g, nil
 }
 
-// Staging per handle and caller stream, with 8 readers: the raw ring
-// (16 x 8 MiB), the SplitZip ring (18 x 8 MiB) and its packer (18 x 4 MiB):
-// 344 MiB pinned, returned to the stream's engine when the handle closes.
-// Fewer cores, fewer readers and less memory.
-const rawSlotBytes = 8 << 20
-
+// Staging per handle and caller stream is planned by Open from the
+// checkpoint (transport.PlanStaging: what its tensors need, at most two
+// buffers per reader, all within Options.PinnedLimit, default 256 MiB),
+// and returned to the stream's engine when the handle closes. readers
+// is up to 8, fewer on fewer cores.
 func readers() int { return min(runtime.GOMAXPROCS(0), 8) }
 
 // engines are shared by the loaders of a process, one per (device,
@@ -158,12 +157,13 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	if err != nil {
 		return nil, err
 	}
-	raw, err := transport.NewRaw(eng, transport.RawOptions{SlotBytes: rawSlotBytes, Readers: readers()})
+	st := l.staging
+	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: readers(), Slots: st.RawSlots, PackSlots: st.PackSlots})
 	if err != nil {
 		release(d, s)
 		return nil, err
 	}
-	z, err := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers()})
+	z, err := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers(), RingPieces: st.Pieces, PackSlots: st.PackSlots})
 	if err != nil {
 		raw.Close()
 		release(d, s)
@@ -174,9 +174,9 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 		release(d, s)
 		return nil, err
 	}
-	st := &streamTransport{eng: eng, t: z, dev: d, stream: s}
-	g.streams[s] = st
-	return st, nil
+	t := &streamTransport{eng: eng, t: z, dev: d, stream: s}
+	g.streams[s] = t
+	return t, nil
 }
 
 // Upload enqueues on the caller's stream the transfer of tensor i into the

@@ -14,6 +14,8 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
 )
 
 // Errors callers test with errors.Is (the C ABI maps them to codes).
@@ -50,8 +52,9 @@ type Loader struct {
 	bySlice map[slice]int
 	files   sync.Map // shard path -> *os.File
 
-	gpuMu sync.Mutex
-	gpus  map[int]*gpuState
+	gpuMu   sync.Mutex
+	gpus    map[int]*gpuState
+	staging transport.Staging // each upload stream's rings
 }
 
 type slice struct {
@@ -59,18 +62,33 @@ type slice struct {
 	offset, size uint64
 }
 
+// Options configures OpenWith.
+type Options struct {
+	// Source is the checkpoint's root ("" when the cache holds one).
+	Source string
+	// PinnedLimit caps the pinned staging of each upload stream the
+	// loader uses (0: transport.DefaultPinnedLimit; negative: no cap).
+	// Staging is sized from the checkpoint first, so a small one pins
+	// less.
+	PinnedLimit int64
+}
+
 // Open opens the checkpoint source (its root; "" when the cache holds one)
-// of the cache in dir.
-func Open(dir, source string) (*Loader, error) {
+// of the cache in dir, with the default options.
+func Open(dir, source string) (*Loader, error) { return OpenWith(dir, Options{Source: source}) }
+
+// OpenWith opens a checkpoint of the cache in dir.
+func OpenWith(dir string, o Options) (*Loader, error) {
 	c, err := shardcache.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	src, err := c.PickSource(source)
+	src, err := c.PickSource(o.Source)
 	if err != nil {
 		return nil, err
 	}
 	l := &Loader{c: c, src: src, byName: map[string]int{}, byKey: map[shardcache.Key]int{}, bySlice: map[slice]int{}, gpus: map[int]*gpuState{}}
+	var specs []vmm.Spec
 	for si := range src.Shards {
 		sh := &src.Shards[si]
 		for ti, t := range sh.Tensors {
@@ -90,10 +108,18 @@ func Open(dir, source string) (*Loader, error) {
 				l.byKey[t.Key] = i
 			}
 			l.bySlice[slice{filepath.Base(sh.Name), t.Offset, t.Size}] = i
+			specs = append(specs, vmm.Spec{Name: t.Name, Shard: tt.Shard, Offset: t.Offset, Size: t.Size})
 		}
+	}
+	if l.staging, err = transport.PlanStaging(c, specs, readers(), 0, false, o.PinnedLimit); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
+
+// PinnedBytes returns the pinned staging each upload stream of the loader
+// holds once used.
+func (l *Loader) PinnedBytes() uint64 { return l.staging.PinnedBytes() }
 
 // Tensors returns every tensor, in shard order.
 func (l *Loader) Tensors() []Tensor { return l.tensors }

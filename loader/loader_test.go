@@ -17,6 +17,7 @@ import (
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
 )
 
 func fixture(t *testing.T) (*Loader, string) {
@@ -247,5 +248,34 @@ func TestUploadBatchChecksFirst(t *testing.T) {
 	}
 	if err := one(comp.Index, 4096, comp.Size); !errors.Is(err, shardcache.ErrSourceChanged) {
 		t.Errorf("changed source: %v, want ErrSourceChanged", err)
+	}
+}
+
+// TestPinnedStaging: a loader's staging is sized from its checkpoint
+// (a 3 MiB one pins far less than the 256 MiB cap) and fitted to
+// Options.PinnedLimit; a limit below the smallest staging is refused.
+func TestPinnedStaging(t *testing.T) {
+	l, _ := fixture(t)
+	small := l.PinnedBytes()
+	if small == 0 || small > 64<<20 {
+		t.Errorf("%d pinned bytes per stream for a 3 MiB checkpoint", small)
+	}
+	dir := l.c.Dir()
+	for _, c := range []struct {
+		limit int64
+		ok    bool
+	}{{-1, true}, {48 << 20, true}, {1 << 20, false}} {
+		m, err := OpenWith(dir, Options{PinnedLimit: c.limit})
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("limit %d: %v", c.limit, err)
+		case !c.ok && !errors.Is(err, transport.ErrOption):
+			t.Errorf("limit %d: %v, want ErrOption", c.limit, err)
+		case err == nil && c.limit > 0 && m.PinnedBytes() > uint64(c.limit):
+			t.Errorf("limit %d: %d pinned bytes", c.limit, m.PinnedBytes())
+		}
+		if err == nil {
+			m.Close()
+		}
 	}
 }

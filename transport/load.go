@@ -82,47 +82,6 @@ type LoadOptions struct {
 	PinnedLimit int64
 }
 
-// DefaultPinnedLimit is the default cap on a load's pinned staging.
-const DefaultPinnedLimit = 256 << 20
-
-// staging is how many buffers each staging ring of a load gets.
-type staging struct {
-	rawSlots, pieces, packs int
-}
-
-// bytes returns the pinned bytes of the rings a load uses: raw slots and
-// the raw packer with raw, else raw slots, payload pieces and the SplitZip
-// packer (the raw packer is then unused).
-func (s staging) bytes() uint64 {
-	return uint64(s.rawSlots)*rawSlotBytes + uint64(s.pieces)*readPiece + uint64(s.packs)*packBytes
-}
-
-// capStaging shrinks the rings, the one holding the most bytes first, until
-// they fit limit, keeping at least one raw slot, two pieces and two pack
-// buffers; a limit below that is an error.
-func capStaging(s staging, limit uint64, raw bool) (staging, error) {
-	minPieces := 2
-	if raw {
-		s.pieces, minPieces = 0, 0
-	}
-	for s.bytes() > limit {
-		r := uint64(s.rawSlots-1) * rawSlotBytes
-		p := uint64(max(s.pieces-minPieces, 0)) * readPiece
-		k := uint64(s.packs-2) * packBytes
-		switch {
-		case r == 0 && p == 0 && k == 0:
-			return s, badOption("PinnedLimit", limit, fmt.Sprintf("at least %d bytes, the smallest staging", s.bytes()))
-		case r >= p && r >= k:
-			s.rawSlots--
-		case p >= k:
-			s.pieces--
-		default:
-			s.packs--
-		}
-	}
-	return s, nil
-}
-
 // RunReport is one fault-in of every binding.
 type RunReport struct {
 	Wall       time.Duration `json:"wall_ns"`
@@ -166,52 +125,6 @@ const DefaultAhead = 8
 
 // DefaultStreams is how many upload streams a load engine uses by default.
 const DefaultStreams = 2
-
-// need is what a load stages in pinned memory at most: the bytes of the
-// raw tensors and of the payloads that are not packed, and of the packed
-// ones. Load caps each staging ring by it (one buffer more than the bytes
-// fill, for overlap), so a small checkpoint pins little; a large one gets
-// the rings' full sizes.
-type need struct {
-	raw, payload, small uint64
-}
-
-// rawSlots is the raw ring: 16 MiB slots for the raw bytes, plus one.
-func (n need) rawSlots() int { return int((n.raw+rawSlotBytes-1)/rawSlotBytes) + 1 }
-
-// payloadPieces is the SplitZip ring: 8 MiB pieces for the payload bytes,
-// plus two.
-func (n need) payloadPieces() int { return int((n.payload+readPiece-1)/readPiece) + 2 }
-
-// packSlots is the packer's ring: 4 MiB buffers for the packed bytes,
-// plus two.
-func (n need) packSlots() int { return int((n.small+packBytes-1)/packBytes) + 2 }
-
-// stagingNeed sums what a load of specs stages: through the raw path
-// only with raw, else payloads through the SplitZip path.
-func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) need {
-	var n need
-	for _, s := range specs {
-		size := s.Size
-		payload := false
-		if !raw {
-			if hit, err := c.LookupSlice(s.Shard, s.Offset, s.Size); err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
-				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
-					size, payload = o.Size, true
-				}
-			}
-		}
-		switch {
-		case small > 0 && size <= uint64(small):
-			n.small += size
-		case payload:
-			n.payload += size
-		default:
-			n.raw += size
-		}
-	}
-	return n
-}
 
 // DefaultReaders is how many goroutines read files by default: half the
 // cores, between 2 and 8. On the 16-core H200 host (2026-12-01, bench load
@@ -257,21 +170,15 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		return nil, err
 	}
 	defer arena.Close()
-	need := stagingNeed(c, specs, small, opts.Raw)
-	stage := staging{rawSlots: min(2*opts.Readers, need.rawSlots()), pieces: min(2*opts.Readers+2, need.payloadPieces()),
-		packs: min(2*opts.Readers+2, need.packSlots())}
+	stage, err := PlanStaging(c, specs, opts.Readers, small, opts.Raw, opts.PinnedLimit)
+	if err != nil {
+		return nil, err
+	}
 	if opts.PinnedLimit >= 0 {
-		limit := uint64(opts.PinnedLimit)
-		if limit == 0 {
-			limit = DefaultPinnedLimit
-		}
-		if stage, err = capStaging(stage, limit, opts.Raw); err != nil {
-			return nil, err
-		}
-		opts.PinnedLimit = int64(limit)
+		opts.PinnedLimit = int64(stage.Limit)
 	}
 	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes,
-		Slots: stage.rawSlots, PackSlots: stage.packs})
+		Slots: stage.RawSlots, PackSlots: stage.PackSlots})
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +191,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		}
 	} else {
 		z, err := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
-			RingPieces: stage.pieces, PackSlots: stage.packs})
+			RingPieces: stage.Pieces, PackSlots: stage.PackSlots})
 		if err != nil {
 			raw.Close()
 			return nil, err

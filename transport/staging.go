@@ -1,0 +1,138 @@
+package transport
+
+// Pinned staging of a load: how many buffers each ring gets, sized from
+// what the checkpoint needs and capped by a limit.
+
+import (
+	"fmt"
+
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// DefaultPinnedLimit is the default cap on a load's pinned staging.
+const DefaultPinnedLimit = 256 << 20
+
+// staging is how many buffers each staging ring of a load gets.
+type staging struct {
+	rawSlots, pieces, packs int
+}
+
+// bytes returns the pinned bytes of the rings a load uses: raw slots and
+// the raw packer with raw, else raw slots, payload pieces and the SplitZip
+// packer (the raw packer is then unused).
+func (s staging) bytes() uint64 {
+	return uint64(s.rawSlots)*rawSlotBytes + uint64(s.pieces)*readPiece + uint64(s.packs)*packBytes
+}
+
+// capStaging shrinks the rings, the one holding the most bytes first, until
+// they fit limit, keeping at least one raw slot, two pieces and two pack
+// buffers; a limit below that is an error.
+func capStaging(s staging, limit uint64, raw bool) (staging, error) {
+	minPieces := 2
+	if raw {
+		s.pieces, minPieces = 0, 0
+	}
+	for s.bytes() > limit {
+		r := uint64(s.rawSlots-1) * rawSlotBytes
+		p := uint64(max(s.pieces-minPieces, 0)) * readPiece
+		k := uint64(s.packs-2) * packBytes
+		switch {
+		case r == 0 && p == 0 && k == 0:
+			return s, badOption("PinnedLimit", limit, fmt.Sprintf("at least %d bytes, the smallest staging", s.bytes()))
+		case r >= p && r >= k:
+			s.rawSlots--
+		case p >= k:
+			s.pieces--
+		default:
+			s.packs--
+		}
+	}
+	return s, nil
+}
+
+// need is what a load stages in pinned memory at most: the bytes of the
+// raw tensors and of the payloads that are not packed, and of the packed
+// ones. Load caps each staging ring by it (one buffer more than the bytes
+// fill, for overlap), so a small checkpoint pins little; a large one gets
+// the rings' full sizes.
+type need struct {
+	raw, payload, small uint64
+}
+
+// rawSlots is the raw ring: 16 MiB slots for the raw bytes, plus one.
+func (n need) rawSlots() int { return int((n.raw+rawSlotBytes-1)/rawSlotBytes) + 1 }
+
+// payloadPieces is the SplitZip ring: 8 MiB pieces for the payload bytes,
+// plus two.
+func (n need) payloadPieces() int { return int((n.payload+readPiece-1)/readPiece) + 2 }
+
+// packSlots is the packer's ring: 4 MiB buffers for the packed bytes,
+// plus two.
+func (n need) packSlots() int { return int((n.small+packBytes-1)/packBytes) + 2 }
+
+// stagingNeed sums what a load of specs stages: through the raw path
+// only with raw, else payloads through the SplitZip path.
+func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) need {
+	var n need
+	for _, s := range specs {
+		size := s.Size
+		payload := false
+		if !raw {
+			if hit, err := c.LookupSlice(s.Shard, s.Offset, s.Size); err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
+					size, payload = o.Size, true
+				}
+			}
+		}
+		switch {
+		case small > 0 && size <= uint64(small):
+			n.small += size
+		case payload:
+			n.payload += size
+		default:
+			n.raw += size
+		}
+	}
+	return n
+}
+
+// Staging is how many pinned buffers each staging ring of a transport
+// gets (RawOptions.Slots and PackSlots, SplitZipOptions.RingPieces and
+// PackSlots), and the cap they were fitted to.
+type Staging struct {
+	RawSlots  int    // 16 MiB raw slots
+	Pieces    int    // 8 MiB payload pieces (0 for a raw-only load)
+	PackSlots int    // 4 MiB pack buffers
+	Limit     uint64 // the cap; 0: none
+}
+
+// PinnedBytes returns the pinned bytes of the rings.
+func (s Staging) PinnedBytes() uint64 {
+	return staging{s.RawSlots, s.Pieces, s.PackSlots}.bytes()
+}
+
+// PlanStaging sizes the staging rings of a load of specs from c with
+// readers reader goroutines: each ring holds what those tensors need (one
+// buffer more than their bytes fill) up to two buffers per reader, and
+// all of them together fit limit (0: DefaultPinnedLimit; negative: no
+// cap), the largest ring shrunk first. small is the packing threshold
+// (SmallBytes, resolved); raw plans a load through the raw path only. A
+// limit below the smallest staging is an ErrOption.
+func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64, raw bool, limit int64) (Staging, error) {
+	readers = max(readers, 1)
+	n := stagingNeed(c, specs, small, raw)
+	s := staging{rawSlots: min(2*readers, n.rawSlots()), pieces: min(2*readers+2, n.payloadPieces()), packs: min(2*readers+2, n.packSlots())}
+	var capped uint64
+	if limit >= 0 {
+		capped = uint64(limit)
+		if capped == 0 {
+			capped = DefaultPinnedLimit
+		}
+		var err error
+		if s, err = capStaging(s, capped, raw); err != nil {
+			return Staging{}, err
+		}
+	}
+	return Staging{RawSlots: s.rawSlots, Pieces: s.pieces, PackSlots: s.packs, Limit: capped}, nil
+}
