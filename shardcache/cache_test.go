@@ -35,15 +35,7 @@ func TestWriterAndLookups(t *testing.T) {
 		Tensors: []Tensor{{Name: "w", DType: "BF16", Shape: []uint64{8}, Offset: 6, Size: 16, Key: pk, Stored: StoredSplitZip, CopyStored: true}}}
 	sh.Fingerprint = Fingerprint(&sh)
 	w.SetSource(Source{Root: "/src", Shards: []Shard{sh}})
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-
-	c, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := commitAndOpen(t, w, dir)
 	hit, err := c.LookupSlice("/anywhere/m.safetensors", 6, 16)
 	if err != nil || hit.Tensor.Name != "w" || hit.Path() != "/src/m.safetensors" {
 		t.Fatalf("slice lookup: %+v, %v", hit, err)
@@ -111,14 +103,21 @@ func TestIndexBounds(t *testing.T) {
 	if err := base().check(); err != nil {
 		t.Fatal(err)
 	}
-	for name, mut := range map[string]func(ix *Index){
+	rejectsAll(t, base, map[string]func(ix *Index){
 		"tensor past the shard":      func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Size = 1 << 62 },
 		"tensor offset overflows":    func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Offset = 1<<64 - 8 },
 		"payload decodes to another": func(ix *Index) { ix.Objects[pk].RawSize = 1 << 62 },
 		"values disagree":            func(ix *Index) { ix.Objects[pk].Values = 1 << 62 },
 		"header of another size":     func(ix *Index) { ix.Sources[0].Shards[0].Header.Size = 1 << 62 },
 		"raw object grows":           func(ix *Index) { ix.Objects[hk].RawSize = 1 << 62 },
-	} {
+	})
+}
+
+// rejectsAll checks that each mutation of the index base returns makes
+// the reader refuse it as corrupt.
+func rejectsAll(t *testing.T, base func() *Index, muts map[string]func(ix *Index)) {
+	t.Helper()
+	for name, mut := range muts {
 		ix := base()
 		mut(ix)
 		b, err := marshalIndex(ix)

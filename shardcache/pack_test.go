@@ -41,21 +41,10 @@ func packedSource(t *testing.T, w *Writer, root string, seed byte, sizes ...int)
 // read back through OpenObject and ReadObject, and a large one keeps its
 // own file.
 func TestPacks(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "c")
-	w, err := Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, dir := newWriter(t)
 	src, data := packedSource(t, w, "/a", 1, 5, 100, 17, DefaultPackMax+1, 3)
 	w.SetSource(src)
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	c, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := commitAndOpen(t, w, dir)
 	st := c.Index().Packs()
 	if st.Packs != 1 || st.Members != 5 || st.DeadBytes != 0 {
 		t.Errorf("packs: %+v, want 1 pack of the header and 4 small tensors", st)
@@ -103,20 +92,9 @@ func TestPacks(t *testing.T) {
 // TestPackKeyIsNotAContentKey: a pack whose bytes equal an object's (a
 // pack of one member) has a key of its own.
 func TestPackKeyIsNotAContentKey(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "c")
-	w, err := Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, dir := newWriter(t)
 	k, _ := w.PutBytes([]byte("alone"))
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	c, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := commitAndOpen(t, w, dir)
 	o, _ := c.Lookup(k)
 	if o.Pack == "" || o.Pack == k {
 		t.Fatalf("member of pack %q, its own key %q", o.Pack, k)
@@ -141,7 +119,7 @@ func TestPackIndexRejects(t *testing.T) {
 	if err := base().check(); err != nil {
 		t.Fatal(err)
 	}
-	for name, mut := range map[string]func(ix *Index){
+	rejectsAll(t, base, map[string]func(ix *Index){
 		"member past its pack":   func(ix *Index) { ix.Objects[mk].Offset = 56 },
 		"member offset overflow": func(ix *Index) { ix.Objects[mk].Offset = 1<<64 - 16 },
 		"misaligned member":      func(ix *Index) { ix.Objects[mk].Offset = 33 },
@@ -150,17 +128,7 @@ func TestPackIndexRejects(t *testing.T) {
 		"offset without a pack":  func(ix *Index) { ix.Objects[mk].Pack = "" },
 		"pack grows":             func(ix *Index) { ix.Objects[pk].RawSize = 1 << 62 },
 		"tensor names a pack":    func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Key = pk },
-	} {
-		ix := base()
-		mut(ix)
-		b, err := marshalIndex(ix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := unmarshalIndex(b, "idx"); !errors.Is(err, ErrIndexCorrupt) {
-			t.Errorf("%s: %v", name, err)
-		}
-	}
+	})
 	b, _ := marshalIndex(base())
 	v1 := bytes.Replace(b, []byte(`"version": 2,`), []byte(`"version": 1,`), 1)
 	if _, err := unmarshalIndex(v1, "idx"); !errors.Is(err, ErrIndexCorrupt) || !strings.Contains(err.Error(), "version 2") {
@@ -172,11 +140,7 @@ func TestPackIndexRejects(t *testing.T) {
 // another that is forgotten, gc rewrites the pack with the used members
 // and the cache stays whole.
 func TestGCRepacks(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "c")
-	w, err := Create(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, dir := newWriter(t)
 	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
 	b, bdata := packedSource(t, w, "/b", 2, 400, 500)
 	w.SetSource(a)
@@ -214,4 +178,29 @@ func TestGCRepacks(t *testing.T) {
 	if n := countFiles(t, filepath.Join(dir, "objects")); n != 1 {
 		t.Errorf("%d object files after gc, want the new pack", n)
 	}
+}
+
+// newWriter creates a cache in a temporary directory.
+func newWriter(t *testing.T) (*Writer, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "c")
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, dir
+}
+
+// commitAndOpen commits and closes w and opens the cache it wrote.
+func commitAndOpen(t *testing.T, w *Writer, dir string) *Cache {
+	t.Helper()
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
