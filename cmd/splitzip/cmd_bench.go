@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/internal/gpubench"
 )
 
 // benchOptions are the flags of bench.
@@ -76,7 +76,7 @@ func runBenchDecode(g *globals, o benchOptions) error {
 		return err
 	}
 	defer ctx.Close()
-	rep, err := gpu.BenchDecode(ctx, sizes, o.Runs)
+	rep, err := gpubench.BenchDecode(ctx, sizes, o.Runs)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func runBenchH2D(g *globals, o benchOptions) error {
 		return err
 	}
 	defer ctx.Close()
-	res, err := gpu.BenchH2D(ctx, sizes, o.Runs)
+	res, err := gpubench.BenchH2D(ctx, sizes, o.Runs)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,7 @@
-package gpu
+// Package gpubench times the GPU decoder and host-to-device copies for
+// `splitzip bench` (CUDA events, warm-up, medians, buffers rotated past
+// the L2 cache).
+package gpubench
 
 import (
 	"bytes"
@@ -7,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 )
@@ -40,7 +44,7 @@ type DecodeReport struct {
 // measures the device-to-device copy rate in the same run. Inputs are
 // rotated among enough buffer sets to exceed the L2 cache several times.
 func BenchDecode(ctx *cuda.Context, sizes []uint64, runs int) (*DecodeReport, error) {
-	d, err := NewDecoder(ctx)
+	d, err := gpu.NewDecoder(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +158,7 @@ func timeRuns(ctx *cuda.Context, s cuda.Stream, runs, sets int, prepare func() e
 	return times, nil
 }
 
-func benchOne(ctx *cuda.Context, d *Decoder, s cuda.Stream, v, p []byte, h *codec.Header, inPlace bool, sets, runs int) (*DecodeResult, error) {
+func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *codec.Header, inPlace bool, sets, runs int) (*DecodeResult, error) {
 	n := uint64(len(v))
 	pristine, err := ctx.Alloc(uint64(len(p)))
 	if err != nil {
