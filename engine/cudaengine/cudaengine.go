@@ -48,6 +48,7 @@ type Engine struct {
 	mu          sync.Mutex
 	maps        map[vmm.Ptr]cuda.MemHandle
 	events      []*cudaEvent // live events
+	free        []cuda.Event // completed events, recorded again by Record
 	reclaimNext int
 	pinned      map[*byte]uint64
 	timing      atomic.Bool // Timer: bracket copies and decodes with timing events
@@ -321,14 +322,23 @@ func (c *cudaEvent) Done() bool {
 	return done || err != nil
 }
 
-// reclaimAt is the number of live events at which Record destroys the
+// reclaimAt is the number of live events at which Record takes back the
 // completed ones.
 const reclaimAt = 4096
 
 // Record records an event on stream s.
 func (e *Engine) Record(s int) (engine.Event, error) {
 	e.submitMu.Lock()
-	ev, err := e.ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync)
+	var ev cuda.Event
+	var err error
+	e.mu.Lock()
+	if n := len(e.free); n > 0 {
+		ev, e.free = e.free[n-1], e.free[:n-1]
+	}
+	e.mu.Unlock()
+	if ev == 0 {
+		ev, err = e.ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync)
+	}
 	if err == nil {
 		if err = e.ctx.Record(ev, e.streams[s]); err != nil {
 			e.ctx.DestroyEvent(ev)
@@ -349,7 +359,13 @@ func (e *Engine) Record(s int) (engine.Event, error) {
 	return c, nil
 }
 
-// reclaim destroys completed events (e.mu held).
+// maxFree bounds the completed events kept for Record to use again.
+const maxFree = 8192
+
+// reclaim takes completed events back (e.mu held): their wrappers are
+// marked done, so nothing calls the driver on them again, and Record
+// records them anew (creating an event costs a driver call, and enqueues
+// are serialized, so every call saved shortens every upload).
 func (e *Engine) reclaim() {
 	live := e.events[:0]
 	for _, c := range e.events {
@@ -360,7 +376,11 @@ func (e *Engine) reclaim() {
 			continue
 		}
 		c.done.Store(true)
-		e.ctx.DestroyEvent(c.ev)
+		if len(e.free) < maxFree {
+			e.free = append(e.free, c.ev)
+		} else {
+			e.ctx.DestroyEvent(c.ev)
+		}
 	}
 	clear(e.events[len(live):])
 	e.events = live
@@ -435,6 +455,10 @@ func (e *Engine) Close() error {
 		e.ctx.DestroyEvent(c.ev)
 	}
 	e.events = nil
+	for _, ev := range e.free {
+		e.ctx.DestroyEvent(ev)
+	}
+	e.free = nil
 	var spare [][]byte
 	for _, l := range e.spare {
 		spare = append(spare, l...)
