@@ -184,6 +184,9 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	}
 	var t Transport = raw
 	mode := "raw"
+	if opts.Raw && opts.Resident {
+		raw.res.expect(stage.Resident)
+	}
 	if opts.Raw {
 		if err := raw.Prepare(); err != nil {
 			raw.Close()
@@ -195,6 +198,9 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		if err != nil {
 			raw.Close()
 			return nil, err
+		}
+		if opts.Resident {
+			z.res.expect(stage.Resident)
 		}
 		// Staging buffers are persistent: set them up before timing, as
 		// the raw transport's ring is.

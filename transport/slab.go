@@ -15,6 +15,12 @@ const slabBlock = 64 << 20
 // costs about a tenth of a millisecond per call); larger ones get their
 // own allocation. Memory is returned all at once by free, except that a
 // buffer with its own allocation can be released early.
+//
+// Told how many bytes of shared-block buffers to expect (expect), the slab
+// sizes its blocks (up to 1 GiB each) so that they hold those and no more;
+// the rest of a block too short for the next buffer is kept for later,
+// shorter ones. A resident load then pins its payload bytes plus 16-byte
+// alignment, and at most one buffer more per GiB.
 type slab struct {
 	eng engine.Engine
 
@@ -22,7 +28,33 @@ type slab struct {
 	blocks [][]byte
 	own    map[*byte]bool // buffers with their own allocation
 	cur    []byte         // what is left of the newest shared block
+	holes  [][]byte       // what was left of earlier blocks
 	bytes  uint64
+	want   uint64 // shared-block bytes still expected; 0: unknown
+}
+
+// maxHintedBlock is the largest block a slab that was told what to expect
+// pins at once.
+const maxHintedBlock = 1 << 30
+
+// minHole is the shortest remainder of a block kept for later buffers.
+const minHole = 4 << 10
+
+// expect tells the slab how many bytes the buffers it will cut from shared
+// blocks take, each rounded up to 16 (see slabBytes).
+func (s *slab) expect(n uint64) {
+	s.mu.Lock()
+	s.want = n
+	s.mu.Unlock()
+}
+
+// slabBytes is what a buffer of n bytes takes of shared blocks: n rounded
+// up to 16, or 0 for a buffer with its own allocation.
+func slabBytes(n uint64) uint64 {
+	if n == 0 || n > slabBlock/4 {
+		return 0
+	}
+	return align16(n)
 }
 
 func newSlab(eng engine.Engine) *slab { return &slab{eng: eng, own: map[*byte]bool{}} }
@@ -43,17 +75,40 @@ func (s *slab) alloc(n uint64) ([]byte, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	a := align16(n)
+	rem := s.want // expected bytes, this buffer's included
+	s.want -= min(s.want, a)
 	if uint64(len(s.cur)) < n {
-		b, err := s.eng.Pinned(slabBlock)
+		for i, h := range s.holes {
+			if uint64(len(h)) >= n {
+				s.holes[i] = h[min(a, uint64(len(h))):]
+				if len(s.holes[i]) < minHole {
+					s.holes = append(s.holes[:i], s.holes[i+1:]...)
+				}
+				return h[:n:n], nil
+			}
+		}
+		size := uint64(slabBlock)
+		if rem > 0 {
+			// What is still expected, in blocks of up to 1 GiB (a
+			// block's unused end is at most one buffer), and of at
+			// least 256 KiB, so a hint too small does not cost a
+			// registration per buffer.
+			size = min(maxHintedBlock, max(rem, a, 256<<10))
+		}
+		b, err := s.eng.Pinned(size)
 		if err != nil {
 			return nil, err
 		}
+		if uint64(len(s.cur)) >= minHole {
+			s.holes = append(s.holes, s.cur)
+		}
 		s.blocks = append(s.blocks, b)
-		s.bytes += slabBlock
+		s.bytes += size
 		s.cur = b
 	}
 	out := s.cur[:n:n]
-	s.cur = s.cur[min(align16(n), uint64(len(s.cur))):]
+	s.cur = s.cur[min(a, uint64(len(s.cur))):]
 	return out, nil
 }
 
@@ -94,6 +149,6 @@ func (s *slab) free() {
 	for _, b := range s.blocks {
 		s.eng.FreePinned(b)
 	}
-	s.blocks, s.cur, s.bytes = nil, nil, 0
+	s.blocks, s.cur, s.holes, s.bytes, s.want = nil, nil, nil, 0, 0
 	clear(s.own)
 }

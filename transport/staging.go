@@ -58,6 +58,10 @@ func capStaging(s staging, limit uint64, raw bool) (staging, error) {
 // the rings' full sizes.
 type need struct {
 	raw, payload, small uint64
+	// resident is what a resident load holds in the slab's shared
+	// blocks: its payloads (each once), or with raw its tensors, each
+	// rounded as slabBytes rounds it.
+	resident uint64
 }
 
 // rawSlots is the raw ring: 16 MiB slots for the raw bytes, plus one.
@@ -75,6 +79,7 @@ func (n need) packSlots() int { return int((n.small+packBytes-1)/packBytes) + 2 
 // only with raw, else payloads through the SplitZip path.
 func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) need {
 	var n need
+	seen := map[shardcache.Key]bool{}
 	for _, s := range specs {
 		size := s.Size
 		payload := false
@@ -82,8 +87,14 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 			if hit, err := c.LookupSlice(s.Shard, s.Offset, s.Size); err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
 				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
 					size, payload = o.Size, true
+					if !seen[hit.Tensor.Key] {
+						seen[hit.Tensor.Key] = true
+						n.resident += slabBytes(o.Size)
+					}
 				}
 			}
+		} else {
+			n.resident += slabBytes(s.Size)
 		}
 		switch {
 		case small > 0 && size <= uint64(small):
@@ -105,6 +116,10 @@ type Staging struct {
 	Pieces    int    // 8 MiB payload pieces (0 for a raw-only load)
 	PackSlots int    // 4 MiB pack buffers
 	Limit     uint64 // the cap; 0: none
+	// Resident is what a resident load keeps in shared pinned blocks
+	// (its buffers of up to 16 MiB, each rounded up to 16 bytes); larger
+	// buffers are pinned one by one. It is not staging and not capped.
+	Resident uint64
 }
 
 // PinnedBytes returns the pinned bytes of the rings.
@@ -134,5 +149,5 @@ func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64
 			return Staging{}, err
 		}
 	}
-	return Staging{RawSlots: s.rawSlots, Pieces: s.pieces, PackSlots: s.packs, Limit: capped}, nil
+	return Staging{RawSlots: s.rawSlots, Pieces: s.pieces, PackSlots: s.packs, Limit: capped, Resident: n.resident}, nil
 }
