@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/vmm"
@@ -311,7 +313,7 @@ func (r *Raw) PackSource(b *vmm.Binding) PackSource {
 // packItem returns the packer's item for binding i of a batch, b, whose
 // bytes come from src.
 func rawPackItem(i int, b *vmm.Binding, src PackSource) smallItem {
-	it := smallItem{i: i, b: b, stored: b.Size, file: src.File, off: src.Offset}
+	it := smallItem{i: i, b: b, stored: b.Size, file: src.File, off: src.Offset, shared: true}
 	if src.File == "" {
 		it.fill = func(dst []byte) (*codec.Header, error) { return nil, src.Fill(dst) }
 	}
@@ -420,6 +422,30 @@ func (c *fileCache) readAt(path string, dst []byte, off uint64) error {
 		return fmt.Errorf("%s: %w (%d of %d bytes at offset %d)", path, ErrShortRead, n, len(dst), off)
 	}
 	return err
+}
+
+// readFileAt reads len(dst) bytes at offset off of the file at path,
+// opening and closing it: three system calls (an os.File would add a
+// poller registration).
+func readFileAt(path string, dst []byte, off uint64) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	for n := 0; n < len(dst); {
+		k, err := unix.Pread(fd, dst[n:], int64(off)+int64(n))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return &os.PathError{Op: "read", Path: path, Err: err}
+		case k == 0:
+			return fmt.Errorf("%s: %w (%d of %d bytes at offset %d)", path, ErrShortRead, n, len(dst), off)
+		}
+		n += k
+	}
+	return nil
 }
 
 func (c *fileCache) close() error {

@@ -32,6 +32,10 @@ type smallItem struct {
 	stored uint64
 	file   string
 	off    uint64
+	// shared says the file holds many items (a shard, a pack), so the
+	// packer keeps it open; a payload's own file is opened per read, or
+	// a cache of loose payloads would hold a descriptor per tensor.
+	shared bool
 	// check, for an item read from a file, checks its bytes once staged
 	// and, for a payload, returns its header (nil for raw bytes).
 	check func(b []byte) (*codec.Header, error)
@@ -114,6 +118,7 @@ type plan struct {
 // last) lie in it.
 type stagedRead struct {
 	file        string
+	shared      bool
 	off, n, rel uint64
 	first, last int
 }
@@ -145,7 +150,7 @@ func (pl *plan) add(it smallItem, rel uint64, joins bool) {
 		r.n = it.off + it.stored - r.off
 		r.last = k + 1
 	case it.file != "":
-		pl.reads = append(pl.reads, stagedRead{file: it.file, off: it.off, n: it.stored, rel: rel, first: k, last: k + 1})
+		pl.reads = append(pl.reads, stagedRead{file: it.file, shared: it.shared, off: it.off, n: it.stored, rel: rel, first: k, last: k + 1})
 	}
 }
 
@@ -226,7 +231,13 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) ([]*codec.Header, []er
 		wg.Go(func() {
 			defer func() { <-p.fills }()
 			t0 := time.Now()
-			err := p.files.readAt(r.file, buf[base+r.rel:base+r.rel+r.n], r.off)
+			dst := buf[base+r.rel : base+r.rel+r.n]
+			var err error
+			if r.shared {
+				err = p.files.readAt(r.file, dst, r.off)
+			} else {
+				err = readFileAt(r.file, dst, r.off)
+			}
 			t1 := time.Now()
 			for k := r.first; k < r.last; k++ {
 				switch it := pl.items[k]; {

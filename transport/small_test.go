@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,46 @@ func TestSmallTensorsArePacked(t *testing.T) {
 			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
 		}
 	}
+}
+
+// TestSmallLoosePayloads: small payloads each in a file of their own (a
+// version 1 cache, or --pack-max 0) are packed and land bit for bit too,
+// read one file at a time, and leave no descriptor open.
+func TestSmallLoosePayloads(t *testing.T) {
+	c, src := fixtureWith(t, synth.Config{Small: 200, Shards: 2, Seed: 5}, -1)
+	if st := c.Index().Packs(); st.Packs != 0 {
+		t.Fatalf("%d packs with packing off", st.Packs)
+	}
+	eng := hostengine.New(2)
+	defer eng.Close()
+	fds := openFiles(t)
+	var most atomic.Int64
+	progress := func(uint64) {
+		if n := int64(openFiles(t)); n > most.Load() {
+			most.Store(n) // racy max, enough for a bound
+		}
+	}
+	rep, err := Load(context.Background(), eng, c, src, LoadOptions{Check: true, Repeat: 2, Progress: progress})
+	if err != nil || !rep.Checked {
+		t.Fatalf("load: %v", err)
+	}
+	// Two shard files and a few being read at once, never one per payload.
+	if m := most.Load(); m > int64(fds)+24 {
+		t.Errorf("%d descriptors open during the load of 200 loose payloads, %d before", m, fds)
+	}
+	if n := openFiles(t); n > fds {
+		t.Errorf("%d descriptors open after the load, %d before", n, fds)
+	}
+}
+
+// openFiles counts this process's open descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
 }
 
 func TestSingleSmallBindingCopiesDirectly(t *testing.T) {

@@ -172,7 +172,7 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 	}
 	// No stat: the header's size and checksum, checked here, cover an
 	// object of the wrong length.
-	it.file, it.off = loc.Path, loc.Offset
+	it.file, it.off, it.shared = loc.Path, loc.Offset, o.Pack != ""
 	it.check = func(b []byte) (*codec.Header, error) {
 		h, err := codec.ParseHeader(b)
 		if err == nil {

@@ -28,12 +28,19 @@ func fixture(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
 // fixtureOf generates the checkpoint cfg describes and compresses it.
 func fixtureOf(t *testing.T, cfg synth.Config) (*shardcache.Cache, *shardcache.Source) {
 	t.Helper()
+	return fixtureWith(t, cfg, 0)
+}
+
+// fixtureWith is fixtureOf with compress's pack threshold (negative: no
+// packs, every object in a file of its own, as in version 1 caches).
+func fixtureWith(t *testing.T, cfg synth.Config, packMax int64) (*shardcache.Cache, *shardcache.Source) {
+	t.Helper()
 	dir := t.TempDir()
 	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
 	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true}); err != nil {
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true, PackMax: packMax}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := shardcache.Open(cache)
