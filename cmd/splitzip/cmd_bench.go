@@ -47,7 +47,7 @@ implies (1.5 bytes read and 2 written per value).`,
 	h2d.Flags().StringVar(&h.Sizes, "size", "1MiB,8MiB,64MiB,256MiB,1GiB", "copy sizes, comma separated")
 	h2d.Flags().IntVar(&h.Runs, "runs", 20, "timed copies per size")
 	h2d.Flags().IntVar(&h.Device, "device", 0, "GPU ordinal")
-	cmd.AddCommand(dec, h2d, newBenchLoadCommand(g))
+	cmd.AddCommand(dec, h2d, newBenchLoadCommand(g), newBenchEntropyCommand(g))
 	return cmd
 }
 

@@ -1,0 +1,229 @@
+package entropy
+
+import (
+	"bytes"
+	"container/heap"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// huffmanBits is the total code length of an unlimited Huffman code (the
+// classic two-smallest merge), the optimum Lengths must reach when the
+// limit does not bind.
+func huffmanBits(freq []uint64) uint64 {
+	h := &u64heap{}
+	for _, f := range freq {
+		if f > 0 {
+			heap.Push(h, f)
+		}
+	}
+	if h.Len() == 1 {
+		return (*h)[0]
+	}
+	var bits uint64
+	for h.Len() > 1 {
+		a, b := heap.Pop(h).(uint64), heap.Pop(h).(uint64)
+		bits += a + b
+		heap.Push(h, a+b)
+	}
+	return bits
+}
+
+type u64heap []uint64
+
+func (h u64heap) Len() int           { return len(h) }
+func (h u64heap) Less(i, j int) bool { return h[i] < h[j] }
+func (h u64heap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *u64heap) Push(x any)        { *h = append(*h, x.(uint64)) }
+func (h *u64heap) Pop() any {
+	o := *h
+	x := o[len(o)-1]
+	*h = o[:len(o)-1]
+	return x
+}
+
+// histograms returns adversarial and random symbol frequencies.
+func histograms(rng *rand.Rand) [][]uint64 {
+	var hs [][]uint64
+	one := make([]uint64, 256)
+	one[7] = 100
+	hs = append(hs, one)
+	two := make([]uint64, 256)
+	two[0], two[255] = 1, 1<<40
+	hs = append(hs, two)
+	flat := make([]uint64, 256)
+	for i := range flat {
+		flat[i] = 5
+	}
+	hs = append(hs, flat)
+	fib := make([]uint64, 40) // Fibonacci weights: the deepest unlimited tree
+	fib[0], fib[1] = 1, 1
+	for i := 2; i < len(fib); i++ {
+		fib[i] = fib[i-1] + fib[i-2]
+	}
+	hs = append(hs, fib)
+	for range 200 {
+		h := make([]uint64, 1+rng.IntN(256))
+		for i := range h {
+			if rng.IntN(3) > 0 {
+				h[i] = uint64(rng.ExpFloat64() * 1e4 * float64(1+rng.IntN(1000)))
+			}
+		}
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+func TestLengthsOptimalAndLimited(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for k, freq := range histograms(rng) {
+		for _, limit := range []int{8, 10, 12, 24} {
+			ls, err := Lengths(freq, limit)
+			used := 0
+			for _, f := range freq {
+				if f > 0 {
+					used++
+				}
+			}
+			if used > 1<<limit {
+				if !errors.Is(err, ErrCode) {
+					t.Fatalf("hist %d: %d symbols in %d bits: %v", k, used, limit, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("hist %d limit %d: %v", k, limit, err)
+			}
+			c, err := NewCode(ls, limit)
+			if err != nil {
+				t.Fatalf("hist %d limit %d: lengths %v: %v", k, limit, ls, err)
+			}
+			for s, l := range ls {
+				if int(l) > limit || (l == 0) != (freq[s] == 0) {
+					t.Fatalf("hist %d: symbol %d (freq %d) has %d bits, limit %d", k, s, freq[s], l, limit)
+				}
+			}
+			got, opt := c.Bits(freq), huffmanBits(freq)
+			// The Fibonacci weights (hist 3) are the one case here whose
+			// unlimited tree is deeper than 24.
+			if got < opt || limit == 24 && k != 3 && got != opt {
+				t.Fatalf("hist %d limit %d: %d bits, Huffman %d", k, limit, got, opt)
+			}
+			if float64(got) < EntropyBits(freq)-1e-6 {
+				t.Fatalf("hist %d: %d bits beats the entropy bound %f", k, got, EntropyBits(freq))
+			}
+		}
+	}
+}
+
+func TestNewCodeRejects(t *testing.T) {
+	for name, ls := range map[string][]uint8{
+		"over-subscribed": {1, 1, 1},
+		"incomplete":      {1, 2},
+		"past the limit":  {1, 13, 13},
+	} {
+		if _, err := NewCode(ls, 12); !errors.Is(err, ErrCode) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestLanesRoundTrip: every length of chunk (0, 1, odd, a lane count
+// plus and minus one) with every kind of histogram decodes bit for bit.
+func TestLanesRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for k, freq := range histograms(rng) {
+		ls, err := Lengths(freq, 12)
+		if err != nil {
+			continue
+		}
+		c, err := NewCode(ls, 12)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var alphabet []byte
+		for s, f := range freq {
+			if f > 0 {
+				alphabet = append(alphabet, byte(s))
+			}
+		}
+		tab := NewTable(c)
+		for _, n := range []int{0, 1, 3, Lanes - 1, Lanes, Lanes + 1, 1001, 16384} {
+			syms := make([]byte, n)
+			for i := range syms {
+				syms[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+			data, words, err := EncodeLanes(c, syms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, n)
+			if err := DecodeLanes(tab, data, words, got); err != nil {
+				t.Fatalf("hist %d n %d: %v", k, n, err)
+			}
+			if !bytes.Equal(got, syms) {
+				t.Fatalf("hist %d n %d: decoded symbols differ", k, n)
+			}
+		}
+	}
+}
+
+// TestLanesCorrupt: flipped and truncated lanes and wrong lane lengths
+// are errors, never a panic or a read outside the data.
+func TestLanesCorrupt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	freq := make([]uint64, 256)
+	for i := 100; i < 140; i++ {
+		freq[i] = uint64(1 + rng.IntN(1000))
+	}
+	ls, _ := Lengths(freq, 12)
+	c, _ := NewCode(ls, 12)
+	tab := NewTable(c)
+	syms := make([]byte, 5000)
+	for i := range syms {
+		syms[i] = byte(100 + rng.IntN(40))
+	}
+	data, words, _ := EncodeLanes(c, syms)
+	got := make([]byte, len(syms))
+	bad := 0
+	for r := range 2000 {
+		d := bytes.Clone(data)
+		w := words
+		switch r % 3 {
+		case 0:
+			d[rng.IntN(len(d))] ^= byte(1 + rng.IntN(255))
+		case 1:
+			d = d[:rng.IntN(len(d))]
+		case 2:
+			w[rng.IntN(Lanes)] += uint32(rng.IntN(5)) - 2
+		}
+		if err := DecodeLanes(tab, d, w, got); err != nil {
+			if !errors.Is(err, ErrStream) {
+				t.Fatalf("run %d: %v", r, err)
+			}
+			bad++
+		}
+	}
+	if bad < 1000 {
+		t.Errorf("only %d of 2000 corrupted lane sets reported", bad)
+	}
+}
+
+func FuzzDecodeLanes(f *testing.F) {
+	f.Add([]byte{0x80, 0, 0, 0}, uint32(1), 3)
+	f.Fuzz(func(t *testing.T, data []byte, w0 uint32, n int) {
+		freq := make([]uint64, 256)
+		for i := range 20 {
+			freq[i] = uint64(1 + i*i)
+		}
+		ls, _ := Lengths(freq, 12)
+		c, _ := NewCode(ls, 12)
+		var words [Lanes]uint32
+		words[0] = w0
+		if n < 0 || n > 1<<16 {
+			return
+		}
+		DecodeLanes(NewTable(c), data, words, make([]byte, n))
+	})
+}

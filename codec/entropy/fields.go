@@ -1,0 +1,68 @@
+package entropy
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Field is where a float dtype's exponent lies in a little-endian value
+// of Size bytes: Bits bits starting at bit Shift (or, with Whole, the
+// entire byte of a one-byte value is the symbol).
+type Field struct {
+	DType string
+	Size  int // bytes per value
+	Shift int
+	Bits  int
+	Whole bool // FP8 coded a whole byte at a time
+}
+
+// Other returns the bits per value stored as they are, around the symbol.
+func (f Field) Other() int {
+	if f.Whole {
+		return 0
+	}
+	return 8*f.Size - f.Bits
+}
+
+// Fields are the exponent fields of the float dtypes entropy payloads
+// cover, and the whole-byte variants of FP8.
+var Fields = []Field{
+	{DType: "BF16", Size: 2, Shift: 7, Bits: 8},
+	{DType: "F16", Size: 2, Shift: 10, Bits: 5},
+	{DType: "F32", Size: 4, Shift: 23, Bits: 8},
+	{DType: "F8_E4M3", Size: 1, Shift: 3, Bits: 4},
+	{DType: "F8_E4M3", Size: 1, Bits: 8, Whole: true},
+	{DType: "F8_E5M2", Size: 1, Shift: 2, Bits: 5},
+	{DType: "F8_E5M2", Size: 1, Bits: 8, Whole: true},
+}
+
+// Symbols writes the symbol of each value of raw (len(raw)/f.Size of
+// them) into dst.
+func (f Field) Symbols(dst, raw []byte) error {
+	n := len(raw) / f.Size
+	if len(raw)%f.Size != 0 || len(dst) < n {
+		return fmt.Errorf("entropy: %d bytes of %s for %d symbols", len(raw), f.DType, len(dst))
+	}
+	mask := uint32(1)<<f.Bits - 1
+	switch f.Size {
+	case 1:
+		for i := range n {
+			if f.Whole {
+				dst[i] = raw[i]
+			} else {
+				dst[i] = byte(uint32(raw[i]) >> f.Shift & mask)
+			}
+		}
+	case 2:
+		for i := range n {
+			dst[i] = byte(uint32(binary.LittleEndian.Uint16(raw[2*i:])) >> f.Shift & mask)
+		}
+	case 4:
+		for i := range n {
+			dst[i] = byte(binary.LittleEndian.Uint32(raw[4*i:]) >> f.Shift & mask)
+		}
+	default:
+		return fmt.Errorf("entropy: values of %d bytes", f.Size)
+	}
+	return nil
+}

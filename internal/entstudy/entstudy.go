@@ -1,0 +1,216 @@
+// Package entstudy measures how small entropy payloads (issue 12) would
+// make tensors of each float dtype before the format is fixed: the
+// Shannon bound of each tensor's exponent field, a canonical length-
+// limited code in 32 interleaved lanes per chunk (codec/entropy, with its
+// padding, lane lengths and table), huff0 (klauspost/compress, the decided
+// CPU entropy coder) on the same symbols, and for BF16 the fixed-rate
+// SplitZip payload. `splitzip bench entropy` prints it.
+package entstudy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/klauspost/compress/huff0"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
+)
+
+// Chunk is the values per chunk the study codes (the fixed-rate format's).
+const Chunk = codec.ChunkValues
+
+// MaxLen is the code length limit studied: a 4,096-entry decode table of
+// 16-bit entries is 8 KiB of shared memory.
+const MaxLen = 12
+
+// huffBlock is the symbols per huff0 block (its limit is 128 KiB).
+const huffBlock = 64 << 10
+
+// Result sums the tensors of one dtype field.
+type Result struct {
+	DType   string `json:"dtype"`
+	Field   string `json:"field"` // "exponent" or "byte" (FP8 whole bytes)
+	Tensors int    `json:"tensors"`
+	Values  uint64 `json:"values"`
+	// Bits per value of the whole value, each: the other bits stored as
+	// they are plus the field coded by...
+	Bound     float64 `json:"bound_bits"`           // ...its entropy, per tensor
+	Canonical float64 `json:"canonical_bits"`       // ...the lane code, lanes padded to 32-bit words
+	Packed    float64 `json:"packed_bits"`          // ...the lane code, lanes bit-packed one after another
+	Huff0     float64 `json:"huff0_bits"`           // ...huff0 4X in 64 Ki-symbol blocks
+	Fixed     float64 `json:"fixed_bits,omitempty"` // the SplitZip BF16 payload (BF16 only)
+
+	bound, canon, packed, huff, fixed float64 // bits summed
+}
+
+// Study accumulates results per dtype field.
+type Study struct {
+	byKey map[string]*Result
+	order []string
+	syms  []byte
+}
+
+// New returns an empty study.
+func New() *Study { return &Study{byKey: map[string]*Result{}} }
+
+// Add studies one tensor of dtype (raw little-endian values) under every
+// field of that dtype; other dtypes are ignored.
+func (s *Study) Add(dtype string, raw []byte) error {
+	for _, f := range entropy.Fields {
+		if f.DType != dtype {
+			continue
+		}
+		if err := s.add(f, raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Study) add(f entropy.Field, raw []byte) error {
+	n := len(raw) / f.Size
+	if n == 0 {
+		return nil
+	}
+	key := f.DType + "/exponent"
+	name := "exponent"
+	if f.Whole {
+		key, name = f.DType+"/byte", "byte"
+	}
+	r := s.byKey[key]
+	if r == nil {
+		r = &Result{DType: f.DType, Field: name}
+		s.byKey[key] = r
+		s.order = append(s.order, key)
+	}
+	if cap(s.syms) < n {
+		s.syms = make([]byte, n)
+	}
+	syms := s.syms[:n]
+	if err := f.Symbols(syms, raw); err != nil {
+		return err
+	}
+	freq := make([]uint64, 1<<f.Bits)
+	for _, b := range syms {
+		freq[b]++
+	}
+	other := float64(f.Other()) * float64(n)
+	r.Tensors++
+	r.Values += uint64(n)
+	r.bound += other + entropy.EntropyBits(freq)
+	canon, packed, err := canonicalBits(freq, syms, f.Bits)
+	if err != nil {
+		return err
+	}
+	r.canon += other + canon
+	r.packed += other + packed
+	huff, err := huff0Bits(syms)
+	if err != nil {
+		return err
+	}
+	r.huff += other + huff
+	if f.DType == "BF16" {
+		p, _, err := codec.Encode(raw)
+		if err != nil {
+			return err
+		}
+		r.fixed += 8 * float64(len(p))
+	}
+	return nil
+}
+
+// canonicalBits is what the lane code stores for syms, with lanes padded
+// to 32-bit words and with lanes bit-packed: per tensor the code lengths
+// of the symbols from the smallest used to the largest (4 bits each, and
+// 16 bits for the range); per chunk its lanes (or the symbols raw, bits
+// each, when that is smaller) and a 16-bit length per lane. A chunk has
+// one lane per 128 symbols, at most 32, so a small tensor does not pay
+// for 32 lane lengths.
+func canonicalBits(freq []uint64, syms []byte, bits int) (padded, packed float64, err error) {
+	ls, err := entropy.Lengths(freq, MaxLen)
+	if err != nil {
+		return 0, 0, err
+	}
+	c, err := entropy.NewCode(ls, MaxLen)
+	if err != nil {
+		return 0, 0, err
+	}
+	lo, hi := len(freq), -1
+	for s, f := range freq {
+		if f > 0 {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+	}
+	table := 16 + 4*float64(max(hi-lo+1, 0))
+	padded, packed = table, table
+	for off := 0; off < len(syms); off += Chunk {
+		chunk := syms[off:min(off+Chunk, len(syms))]
+		lanes := min(entropy.Lanes, (len(chunk)+127)/128)
+		var coded uint64
+		laneBits := make([]uint64, lanes)
+		for i, b := range chunk {
+			l := uint64(c.Lengths[b])
+			coded += l
+			laneBits[i%lanes] += l
+		}
+		var words uint64
+		for _, b := range laneBits {
+			words += (b + 31) / 32
+		}
+		raw := float64(bits * len(chunk))
+		padded += min(32*float64(words), raw) + 16*float64(lanes)
+		packed += min(float64(coded), raw) + 16*float64(lanes)
+	}
+	return padded, packed, nil
+}
+
+// huff0Bits is what huff0 4X stores for syms in blocks of huffBlock
+// symbols, each with its own table (a block it cannot shrink stored raw,
+// one of a single symbol as one byte).
+func huff0Bits(syms []byte) (float64, error) {
+	var total float64
+	// Each block stands alone, as blocks decoded in parallel must.
+	sc := huff0.Scratch{Reuse: huff0.ReusePolicyNone}
+	for off := 0; off < len(syms); off += huffBlock {
+		block := syms[off:min(off+huffBlock, len(syms))]
+		out, _, err := huff0.Compress4X(block, &sc)
+		switch {
+		case errors.Is(err, huff0.ErrIncompressible), errors.Is(err, huff0.ErrTooBig):
+			total += 8 * float64(len(block))
+		case errors.Is(err, huff0.ErrUseRLE):
+			total += 8
+		case err != nil:
+			return 0, fmt.Errorf("huff0: %w", err)
+		default:
+			total += 8 * float64(len(out))
+		}
+	}
+	return total, nil
+}
+
+// Results returns the sums per dtype field, in the order first seen.
+func (s *Study) Results() []Result {
+	var out []Result
+	for _, k := range s.order {
+		r := *s.byKey[k]
+		v := float64(r.Values)
+		r.Bound, r.Canonical, r.Packed, r.Huff0 = r.bound/v, r.canon/v, r.packed/v, r.huff/v
+		if r.fixed > 0 {
+			r.Fixed = r.fixed / v
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Cast adds a BF16 tensor as it would be stored in each other float dtype
+// (rows of cols values scaled per row for FP8).
+func (s *Study) Cast(raw []byte, cols int) error {
+	for _, d := range []string{"F16", "F32", "F8_E4M3", "F8_E5M2"} {
+		if err := s.Add(d, castBF16(raw, d, cols)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
