@@ -30,7 +30,8 @@ func newBenchEntropyCommand(g *globals) *cobra.Command {
 of a synthetic 64 MiB N(0, 0.02) BF16 tensor and its casts with --synthetic,
 report bits per value: the entropy bound of each tensor's exponent field (FP8
 also as whole bytes), a canonical code of at most 12 bits in 32 interleaved
-lanes per 16,384-value chunk with everything it stores counted, huff0 4X in
+lanes per 16,384-value chunk with everything it stores counted (one code per
+tensor, and one per 65,536 values), huff0 4X in
 independent 64 Ki-symbol blocks, and for BF16 the fixed-rate SplitZip payload.
 --cast studies BF16 tensors cast to F16, F32 and FP8 (scaled per row) too.
 Memory: the largest tensor, a few times over.`,
@@ -74,14 +75,14 @@ func runBenchEntropy(g *globals, o entropyOptions, sources []string) error {
 		return printJSON(g.stdout, "entropy_study", map[string]any{"results": res})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\thuff0 4X\tfixed (SplitZip)\tbit-packed over bound")
+	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\tcode per 64Ki\thuff0 4X\tfixed (SplitZip)\tbit-packed over bound")
 	for _, r := range res {
 		fixed := "-"
 		if r.Fixed > 0 {
 			fixed = fmt.Sprintf("%.3f", r.Fixed)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%+.3f\n", r.DType, r.Field, r.Tensors, r.Values,
-			r.Bound, r.Canonical, r.Packed, r.Huff0, fixed, r.Packed-r.Bound)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%+.3f\n", r.DType, r.Field, r.Tensors, r.Values,
+			r.Bound, r.Canonical, r.Packed, r.Grouped, r.Huff0, fixed, r.Packed-r.Bound)
 	}
 	fmt.Fprintln(tw, "(bits per value of the whole value)")
 	return tw.Flush()

@@ -24,6 +24,9 @@ const Chunk = codec.ChunkValues
 // 16-bit entries is 8 KiB of shared memory.
 const MaxLen = 12
 
+// groupValues is the values that share one code in the grouped variant.
+const groupValues = 4 * Chunk
+
 // huffBlock is the symbols per huff0 block (its limit is 128 KiB).
 const huffBlock = 64 << 10
 
@@ -38,10 +41,11 @@ type Result struct {
 	Bound     float64 `json:"bound_bits"`           // ...its entropy, per tensor
 	Canonical float64 `json:"canonical_bits"`       // ...the lane code, lanes padded to 32-bit words
 	Packed    float64 `json:"packed_bits"`          // ...the lane code, lanes bit-packed one after another
+	Grouped   float64 `json:"grouped_bits"`         // ...bit-packed lanes, a code per group of 65,536 values
 	Huff0     float64 `json:"huff0_bits"`           // ...huff0 4X in 64 Ki-symbol blocks
 	Fixed     float64 `json:"fixed_bits,omitempty"` // the SplitZip BF16 payload (BF16 only)
 
-	bound, canon, packed, huff, fixed float64 // bits summed
+	bound, canon, packed, grouped, huff, fixed float64 // bits summed
 }
 
 // Study accumulates results per dtype field.
@@ -105,6 +109,20 @@ func (s *Study) add(f entropy.Field, raw []byte) error {
 	}
 	r.canon += other + canon
 	r.packed += other + packed
+	var grouped float64
+	for off := 0; off < n; off += groupValues {
+		g := syms[off:min(off+groupValues, n)]
+		gf := make([]uint64, len(freq))
+		for _, b := range g {
+			gf[b]++
+		}
+		_, p, err := canonicalBits(gf, g, f.Bits)
+		if err != nil {
+			return err
+		}
+		grouped += p
+	}
+	r.grouped += other + grouped
 	huff, err := huff0Bits(syms)
 	if err != nil {
 		return err
@@ -195,7 +213,7 @@ func (s *Study) Results() []Result {
 	for _, k := range s.order {
 		r := *s.byKey[k]
 		v := float64(r.Values)
-		r.Bound, r.Canonical, r.Packed, r.Huff0 = r.bound/v, r.canon/v, r.packed/v, r.huff/v
+		r.Bound, r.Canonical, r.Packed, r.Grouped, r.Huff0 = r.bound/v, r.canon/v, r.packed/v, r.grouped/v, r.huff/v
 		if r.fixed > 0 {
 			r.Fixed = r.fixed / v
 		}

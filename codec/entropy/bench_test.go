@@ -1,0 +1,58 @@
+package entropy
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/synth"
+)
+
+// benchChunk returns the exponent symbols of a 16,384-value chunk of
+// N(0, 0.02) BF16 and its code.
+func benchChunk(b *testing.B) (*Code, []byte) {
+	raw := synth.Normal(rand.New(rand.NewPCG(7, 8)), 16384, 0.02)
+	syms := make([]byte, 16384)
+	if err := Fields[0].Symbols(syms, raw); err != nil {
+		b.Fatal(err)
+	}
+	freq := make([]uint64, 256)
+	for _, s := range syms {
+		freq[s]++
+	}
+	ls, err := Lengths(freq, 12)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewCode(ls, 12)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, syms
+}
+
+// BenchmarkEncodeLanes codes a chunk's exponents (bytes: the raw BF16).
+func BenchmarkEncodeLanes(b *testing.B) {
+	c, syms := benchChunk(b)
+	b.SetBytes(2 * int64(len(syms)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := EncodeLanes(c, syms); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeLanes decodes them with the reference decoder.
+func BenchmarkDecodeLanes(b *testing.B) {
+	c, syms := benchChunk(b)
+	data, words, _ := EncodeLanes(c, syms)
+	t := NewTable(c)
+	out := make([]byte, len(syms))
+	b.SetBytes(2 * int64(len(syms)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := DecodeLanes(t, data, words, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
