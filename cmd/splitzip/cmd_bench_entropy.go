@@ -75,14 +75,14 @@ func runBenchEntropy(g *globals, o entropyOptions, sources []string) error {
 		return printJSON(g.stdout, "entropy_study", map[string]any{"results": res})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\tcode per 64Ki\thuff0 4X\tfixed (SplitZip)\tbit-packed over bound")
+	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\tcompact lengths\tno lengths\tcode per 64Ki\thuff0 4X\tfixed (SplitZip)\tcompact over bound")
 	for _, r := range res {
 		fixed := "-"
 		if r.Fixed > 0 {
 			fixed = fmt.Sprintf("%.3f", r.Fixed)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%+.3f\n", r.DType, r.Field, r.Tensors, r.Values,
-			r.Bound, r.Canonical, r.Packed, r.Grouped, r.Huff0, fixed, r.Packed-r.Bound)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%+.3f\n", r.DType, r.Field, r.Tensors, r.Values,
+			r.Bound, r.Canonical, r.Packed, r.Compact, r.Free, r.Grouped, r.Huff0, fixed, r.Compact-r.Bound)
 	}
 	fmt.Fprintln(tw, "(bits per value of the whole value)")
 	return tw.Flush()

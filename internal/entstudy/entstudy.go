@@ -42,10 +42,12 @@ type Result struct {
 	Canonical float64 `json:"canonical_bits"`       // ...the lane code, lanes padded to 32-bit words
 	Packed    float64 `json:"packed_bits"`          // ...the lane code, lanes bit-packed one after another
 	Grouped   float64 `json:"grouped_bits"`         // ...bit-packed lanes, a code per group of 65,536 values
+	Compact   float64 `json:"compact_bits"`         // ...bit-packed lanes whose lengths are stored as deviations from their mean
+	Free      float64 `json:"free_bits"`            // ...bit-packed lanes with no lengths stored (a floor for any framing)
 	Huff0     float64 `json:"huff0_bits"`           // ...huff0 4X in 64 Ki-symbol blocks
 	Fixed     float64 `json:"fixed_bits,omitempty"` // the SplitZip BF16 payload (BF16 only)
 
-	bound, canon, packed, grouped, huff, fixed float64 // bits summed
+	bound, canon, packed, grouped, compact, free, huff, fixed float64 // bits summed
 }
 
 // Study accumulates results per dtype field.
@@ -103,12 +105,14 @@ func (s *Study) add(f entropy.Field, raw []byte) error {
 	r.Tensors++
 	r.Values += uint64(n)
 	r.bound += other + entropy.EntropyBits(freq)
-	canon, packed, err := canonicalBits(freq, syms, f.Bits)
+	fr, err := canonicalBits(freq, syms, f.Bits)
 	if err != nil {
 		return err
 	}
-	r.canon += other + canon
-	r.packed += other + packed
+	r.canon += other + fr.padded
+	r.packed += other + fr.packed
+	r.compact += other + fr.compact
+	r.free += other + fr.free
 	var grouped float64
 	for off := 0; off < n; off += groupValues {
 		g := syms[off:min(off+groupValues, n)]
@@ -116,11 +120,11 @@ func (s *Study) add(f entropy.Field, raw []byte) error {
 		for _, b := range g {
 			gf[b]++
 		}
-		_, p, err := canonicalBits(gf, g, f.Bits)
+		gr, err := canonicalBits(gf, g, f.Bits)
 		if err != nil {
 			return err
 		}
-		grouped += p
+		grouped += gr.packed
 	}
 	r.grouped += other + grouped
 	huff, err := huff0Bits(syms)
@@ -138,21 +142,31 @@ func (s *Study) add(f entropy.Field, raw []byte) error {
 	return nil
 }
 
-// canonicalBits is what the lane code stores for syms, with lanes padded
-// to 32-bit words and with lanes bit-packed: per tensor the code lengths
-// of the symbols from the smallest used to the largest (4 bits each, and
-// 16 bits for the range); per chunk its lanes (or the symbols raw, bits
-// each, when that is smaller) and a 16-bit length per lane. A chunk has
-// one lane per 128 symbols, at most 32, so a small tensor does not pay
-// for 32 lane lengths.
-func canonicalBits(freq []uint64, syms []byte, bits int) (padded, packed float64, err error) {
+// framing is what the lane code stores for a tensor under each way of
+// storing lane boundaries.
+type framing struct {
+	padded  float64 // lanes padded to 32-bit words, a 16-bit length each
+	packed  float64 // lanes bit-packed, a 16-bit length each
+	compact float64 // lanes bit-packed; per chunk a 20-bit total, a 5-bit width w and each lane's deviation from the mean in w bits
+	free    float64 // lanes bit-packed, no lengths
+}
+
+// canonicalBits is what the lane code stores for syms: per tensor the code
+// lengths of the symbols from the smallest used to the largest (4 bits
+// each, and 16 bits for the range); per chunk its lanes (or the symbols
+// raw, bits each, when that is smaller; a chunk of one symbol, that
+// symbol) and their lengths (see framing).
+// A chunk has one lane per 128 symbols, at most 32, so a small tensor does
+// not pay for 32 lane lengths.
+func canonicalBits(freq []uint64, syms []byte, bits int) (framing, error) {
+	var fr framing
 	ls, err := entropy.Lengths(freq, MaxLen)
 	if err != nil {
-		return 0, 0, err
+		return fr, err
 	}
 	c, err := entropy.NewCode(ls, MaxLen)
 	if err != nil {
-		return 0, 0, err
+		return fr, err
 	}
 	lo, hi := len(freq), -1
 	for s, f := range freq {
@@ -161,9 +175,18 @@ func canonicalBits(freq []uint64, syms []byte, bits int) (padded, packed float64
 		}
 	}
 	table := 16 + 4*float64(max(hi-lo+1, 0))
-	padded, packed = table, table
+	fr = framing{table, table, table, table}
 	for off := 0; off < len(syms); off += Chunk {
 		chunk := syms[off:min(off+Chunk, len(syms))]
+		if constant(chunk) {
+			// A chunk of one symbol stores it and nothing else (a
+			// one-symbol code would spend a bit a value).
+			fr.padded += 8
+			fr.packed += 8
+			fr.compact += 8
+			fr.free += 8
+			continue
+		}
 		lanes := min(entropy.Lanes, (len(chunk)+127)/128)
 		var coded uint64
 		laneBits := make([]uint64, lanes)
@@ -173,14 +196,40 @@ func canonicalBits(freq []uint64, syms []byte, bits int) (padded, packed float64
 			laneBits[i%lanes] += l
 		}
 		var words uint64
+		mean := coded / uint64(lanes)
+		var dev uint64
 		for _, b := range laneBits {
 			words += (b + 31) / 32
+			dev = max(dev, max(b, mean)-min(b, mean))
 		}
+		w := 1 + bitsFor(dev) // sign and magnitude
 		raw := float64(bits * len(chunk))
-		padded += min(32*float64(words), raw) + 16*float64(lanes)
-		packed += min(float64(coded), raw) + 16*float64(lanes)
+		fr.padded += min(32*float64(words), raw) + 16*float64(lanes)
+		fr.packed += min(float64(coded), raw) + 16*float64(lanes)
+		fr.compact += min(float64(coded), raw) + 20 + 5 + float64(w*lanes)
+		fr.free += min(float64(coded), raw)
 	}
-	return padded, packed, nil
+	return fr, nil
+}
+
+// constant reports whether every symbol of b is the same.
+func constant(b []byte) bool {
+	for _, x := range b {
+		if x != b[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// bitsFor returns the bits needed to write v.
+func bitsFor(v uint64) int {
+	n := 0
+	for v > 0 {
+		n++
+		v >>= 1
+	}
+	return n
 }
 
 // huff0Bits is what huff0 4X stores for syms in blocks of huffBlock
@@ -214,6 +263,7 @@ func (s *Study) Results() []Result {
 		r := *s.byKey[k]
 		v := float64(r.Values)
 		r.Bound, r.Canonical, r.Packed, r.Grouped, r.Huff0 = r.bound/v, r.canon/v, r.packed/v, r.grouped/v, r.huff/v
+		r.Compact, r.Free = r.compact/v, r.free/v
 		if r.fixed > 0 {
 			r.Fixed = r.fixed / v
 		}
