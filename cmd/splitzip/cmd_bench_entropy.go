@@ -29,10 +29,11 @@ func newBenchEntropyCommand(g *globals) *cobra.Command {
 		Long: `For every float tensor of the sources (checkpoints as compress takes them), or
 of a synthetic 64 MiB N(0, 0.02) BF16 tensor and its casts with --synthetic,
 report bits per value: the entropy bound of each tensor's exponent field (FP8
-also as whole bytes), a canonical code of at most 12 bits in 32 interleaved
-lanes per 16,384-value chunk with everything it stores counted (one code per
-tensor, and one per 65,536 values), huff0 4X in
-independent 64 Ki-symbol blocks, and for BF16 the fixed-rate SplitZip payload.
+also as whole bytes); a canonical code of at most 12 bits in interleaved lanes
+per 16,384-value chunk with everything it stores counted, its lanes padded to
+words, bit-packed, bit-packed with compact lengths, and with no lengths (a
+floor), and with one code per 65,536 values; huff0 4X in independent
+64 Ki-symbol blocks; and for BF16 the fixed-rate SplitZip payload.
 --cast studies BF16 tensors cast to F16, F32 and FP8 (scaled per row) too.
 Memory: the largest tensor, a few times over.`,
 		Hidden: true,
