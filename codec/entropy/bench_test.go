@@ -30,28 +30,30 @@ func benchChunk(b *testing.B) (*Code, []byte) {
 	return c, syms
 }
 
-// BenchmarkEncodeLanes codes a chunk's exponents (bytes: the raw BF16).
-func BenchmarkEncodeLanes(b *testing.B) {
+// BenchmarkEncodeChunk codes a chunk's exponents (bytes: the raw BF16).
+func BenchmarkEncodeChunk(b *testing.B) {
 	c, syms := benchChunk(b)
 	b.SetBytes(2 * int64(len(syms)))
 	b.ReportAllocs()
+	var buf []byte
 	for b.Loop() {
-		if _, _, err := EncodeLanes(c, syms); err != nil {
+		var err error
+		if buf, err = EncodeChunk(buf[:0], c, syms, 8); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// BenchmarkDecodeLanes decodes them with the reference decoder.
-func BenchmarkDecodeLanes(b *testing.B) {
+// BenchmarkDecodeChunk decodes them with the reference decoder.
+func BenchmarkDecodeChunk(b *testing.B) {
 	c, syms := benchChunk(b)
-	data, words, _ := EncodeLanes(c, syms)
+	enc, _ := EncodeChunk(nil, c, syms, 8)
 	t := NewTable(c)
 	out := make([]byte, len(syms))
 	b.SetBytes(2 * int64(len(syms)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := DecodeLanes(t, data, words, out); err != nil {
+		if _, err := DecodeChunk(t, enc, 8, out); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,7 +1,6 @@
 package entropy
 
 import (
-	"bytes"
 	"container/heap"
 	"errors"
 	"math/rand/v2"
@@ -127,103 +126,4 @@ func TestNewCodeRejects(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-}
-
-// TestLanesRoundTrip: every length of chunk (0, 1, odd, a lane count
-// plus and minus one) with every kind of histogram decodes bit for bit.
-func TestLanesRoundTrip(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for k, freq := range histograms(rng) {
-		ls, err := Lengths(freq, 12)
-		if err != nil {
-			continue
-		}
-		c, err := NewCode(ls, 12)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var alphabet []byte
-		for s, f := range freq {
-			if f > 0 {
-				alphabet = append(alphabet, byte(s))
-			}
-		}
-		tab := NewTable(c)
-		for _, n := range []int{0, 1, 3, Lanes - 1, Lanes, Lanes + 1, 1001, 16384} {
-			syms := make([]byte, n)
-			for i := range syms {
-				syms[i] = alphabet[rng.IntN(len(alphabet))]
-			}
-			data, words, err := EncodeLanes(c, syms)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([]byte, n)
-			if err := DecodeLanes(tab, data, words, got); err != nil {
-				t.Fatalf("hist %d n %d: %v", k, n, err)
-			}
-			if !bytes.Equal(got, syms) {
-				t.Fatalf("hist %d n %d: decoded symbols differ", k, n)
-			}
-		}
-	}
-}
-
-// TestLanesCorrupt: flipped and truncated lanes and wrong lane lengths
-// are errors, never a panic or a read outside the data.
-func TestLanesCorrupt(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	freq := make([]uint64, 256)
-	for i := 100; i < 140; i++ {
-		freq[i] = uint64(1 + rng.IntN(1000))
-	}
-	ls, _ := Lengths(freq, 12)
-	c, _ := NewCode(ls, 12)
-	tab := NewTable(c)
-	syms := make([]byte, 5000)
-	for i := range syms {
-		syms[i] = byte(100 + rng.IntN(40))
-	}
-	data, words, _ := EncodeLanes(c, syms)
-	got := make([]byte, len(syms))
-	bad := 0
-	for r := range 2000 {
-		d := bytes.Clone(data)
-		w := words
-		switch r % 3 {
-		case 0:
-			d[rng.IntN(len(d))] ^= byte(1 + rng.IntN(255))
-		case 1:
-			d = d[:rng.IntN(len(d))]
-		case 2:
-			w[rng.IntN(Lanes)] += uint32(rng.IntN(5)) - 2
-		}
-		if err := DecodeLanes(tab, d, w, got); err != nil {
-			if !errors.Is(err, ErrStream) {
-				t.Fatalf("run %d: %v", r, err)
-			}
-			bad++
-		}
-	}
-	if bad < 1000 {
-		t.Errorf("only %d of 2000 corrupted lane sets reported", bad)
-	}
-}
-
-func FuzzDecodeLanes(f *testing.F) {
-	f.Add([]byte{0x80, 0, 0, 0}, uint32(1), 3)
-	f.Fuzz(func(t *testing.T, data []byte, w0 uint32, n int) {
-		freq := make([]uint64, 256)
-		for i := range 20 {
-			freq[i] = uint64(1 + i*i)
-		}
-		ls, _ := Lengths(freq, 12)
-		c, _ := NewCode(ls, 12)
-		var words [Lanes]uint32
-		words[0] = w0
-		if n < 0 || n > 1<<16 {
-			return
-		}
-		DecodeLanes(NewTable(c), data, words, make([]byte, n))
-	})
 }

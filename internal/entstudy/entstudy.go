@@ -147,7 +147,7 @@ func (s *Study) add(f entropy.Field, raw []byte) error {
 type framing struct {
 	padded  float64 // lanes padded to 32-bit words, a 16-bit length each
 	packed  float64 // lanes bit-packed, a 16-bit length each
-	compact float64 // lanes bit-packed; per chunk a 20-bit total, a 5-bit width w and each lane's deviation from the mean in w bits
+	compact float64 // entropy.EncodeChunk's output: lanes bit-packed, compact lengths, mode byte, byte padding
 	free    float64 // lanes bit-packed, no lengths
 }
 
@@ -176,6 +176,7 @@ func canonicalBits(freq []uint64, syms []byte, bits int) (framing, error) {
 	}
 	table := 16 + 4*float64(max(hi-lo+1, 0))
 	fr = framing{table, table, table, table}
+	var buf []byte
 	for off := 0; off < len(syms); off += Chunk {
 		chunk := syms[off:min(off+Chunk, len(syms))]
 		if constant(chunk) {
@@ -183,7 +184,7 @@ func canonicalBits(freq []uint64, syms []byte, bits int) (framing, error) {
 			// one-symbol code would spend a bit a value).
 			fr.padded += 8
 			fr.packed += 8
-			fr.compact += 8
+			fr.compact += 16 // EncodeChunk: the mode and the symbol
 			fr.free += 8
 			continue
 		}
@@ -196,17 +197,18 @@ func canonicalBits(freq []uint64, syms []byte, bits int) (framing, error) {
 			laneBits[i%lanes] += l
 		}
 		var words uint64
-		mean := coded / uint64(lanes)
-		var dev uint64
 		for _, b := range laneBits {
 			words += (b + 31) / 32
-			dev = max(dev, max(b, mean)-min(b, mean))
 		}
-		w := 1 + bitsFor(dev) // sign and magnitude
 		raw := float64(bits * len(chunk))
 		fr.padded += min(32*float64(words), raw) + 16*float64(lanes)
 		fr.packed += min(float64(coded), raw) + 16*float64(lanes)
-		fr.compact += min(float64(coded), raw) + 20 + 5 + float64(w*lanes)
+		enc, err := entropy.EncodeChunk(buf[:0], c, chunk, bits)
+		if err != nil {
+			return fr, err
+		}
+		buf = enc
+		fr.compact += 8 * float64(len(enc))
 		fr.free += min(float64(coded), raw)
 	}
 	return fr, nil
@@ -220,16 +222,6 @@ func constant(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// bitsFor returns the bits needed to write v.
-func bitsFor(v uint64) int {
-	n := 0
-	for v > 0 {
-		n++
-		v >>= 1
-	}
-	return n
 }
 
 // huff0Bits is what huff0 4X stores for syms in blocks of huffBlock

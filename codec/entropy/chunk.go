@@ -1,0 +1,296 @@
+package entropy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Lanes is the most interleaved bitstreams a chunk's symbols are coded
+// into: symbol i goes to lane i mod L, so the threads of a warp each
+// decode one lane, with no serial scan across the chunk.
+const Lanes = 32
+
+// ErrStream reports a chunk that does not decode to the symbols it
+// should: short, a bit pattern no code has, or lane lengths that do not
+// add up.
+var ErrStream = errors.New("corrupt entropy-coded chunk")
+
+// Table is a decode table of 2^MaxLen entries: entry v, for the next
+// MaxLen bits of a lane read as a number, is the symbol whose code starts
+// those bits in its low byte and the code's length above it (0: no code
+// starts so).
+type Table struct {
+	MaxLen  int
+	Entries []uint16
+}
+
+// NewTable returns c's decode table.
+func NewTable(c *Code) *Table {
+	t := &Table{MaxLen: c.MaxLen, Entries: make([]uint16, 1<<c.MaxLen)}
+	for s := range MaxSymbols {
+		l := int(c.Lengths[s])
+		if l == 0 {
+			continue
+		}
+		lo := c.Codes[s] << (c.MaxLen - l)
+		for v := lo; v < lo+1<<(c.MaxLen-l); v++ {
+			t.Entries[v] = uint16(s) | uint16(l)<<8
+		}
+	}
+	return t
+}
+
+// Chunk modes, the first byte of an encoded chunk.
+const (
+	ModeRaw      = 0 // the symbols, Bits bits each, packed
+	ModeConstant = 1 // every symbol is the next byte
+	ModeCoded    = 2 // lanes of the code (see EncodeChunk)
+)
+
+// lanesFor is the lanes of a coded chunk of n symbols: one per 128
+// symbols, at most Lanes, so a small chunk pays for few lane lengths.
+func lanesFor(n int) int { return max(1, min(Lanes, (n+127)/128)) }
+
+// EncodeChunk appends to dst the chunk of syms (symbols of bits bits each)
+// in the smallest of three modes, and returns it. A coded chunk is
+//
+//	byte   mode (ModeCoded)
+//	32 bits total: the bits of all lanes
+//	5 bits  w: the width of a lane's deviation
+//	L x w bits  each lane's bit length minus total/L, sign and magnitude
+//	the lanes, bit-packed one after another
+//
+// all packed most significant bit first and padded to a byte; symbol i
+// is in lane i mod L, L = lanesFor(len(syms)). A constant chunk is the mode
+// and the symbol; a raw chunk the mode and the symbols packed.
+func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
+	n := len(syms)
+	if n == 0 {
+		return append(dst, ModeRaw), nil
+	}
+	if constant(syms) {
+		return append(dst, ModeConstant, syms[0]), nil
+	}
+	if bits < 1 || bits > 8 {
+		return nil, fmt.Errorf("entropy: symbols of %d bits", bits)
+	}
+	L := lanesFor(n)
+	laneBits := make([]uint64, L)
+	var total uint64
+	for i, s := range syms {
+		if bits < 8 && s>>bits != 0 {
+			return nil, fmt.Errorf("entropy: symbol %d wider than %d bits", s, bits)
+		}
+		l := uint64(c.Lengths[s])
+		if l == 0 {
+			return nil, fmt.Errorf("%w: symbol %d has no code", ErrCode, s)
+		}
+		laneBits[i%L] += l
+		total += l
+	}
+	mean := total / uint64(L)
+	var dev uint64
+	for _, b := range laneBits {
+		dev = max(dev, max(b, mean)-min(b, mean))
+	}
+	w := 1 + bitLen(dev)
+	coded := 8 + 32 + 5 + uint64(w*L) + total
+	if coded >= 8+uint64(bits*n) || total >= 1<<32 || w > 31 {
+		bw := bitWriter{buf: append(dst, ModeRaw)}
+		for _, s := range syms {
+			bw.write(uint64(s), bits)
+		}
+		return bw.flush(), nil
+	}
+	bw := bitWriter{buf: append(dst, ModeCoded)}
+	bw.write(total, 32)
+	bw.write(uint64(w), 5)
+	for _, b := range laneBits {
+		if b >= mean {
+			bw.write(b-mean, w)
+		} else {
+			bw.write(1<<(w-1)|(mean-b), w)
+		}
+	}
+	for lane := range L {
+		for i := lane; i < n; i += L {
+			s := syms[i]
+			bw.write(uint64(c.Codes[s]), int(c.Lengths[s]))
+		}
+	}
+	return bw.flush(), nil
+}
+
+// DecodeChunk decodes len(dst) symbols of bits bits from the chunk at the
+// start of src and returns the bytes it took. It fails, never reading
+// past src, when the chunk does not hold them.
+func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
+	n := len(dst)
+	if len(src) == 0 {
+		return 0, fmt.Errorf("%w: no chunk", ErrStream)
+	}
+	br := bitReader{buf: src, pos: 8}
+	switch src[0] {
+	case ModeConstant:
+		if len(src) < 2 || n == 0 {
+			return 0, fmt.Errorf("%w: constant chunk of %d symbols", ErrStream, n)
+		}
+		if bits < 8 && src[1]>>bits != 0 {
+			return 0, fmt.Errorf("%w: symbol %d wider than %d bits", ErrStream, src[1], bits)
+		}
+		for i := range dst {
+			dst[i] = src[1]
+		}
+		return 2, nil
+	case ModeRaw:
+		for i := range dst {
+			v, ok := br.read(bits)
+			if !ok {
+				return 0, fmt.Errorf("%w: raw chunk short", ErrStream)
+			}
+			dst[i] = byte(v)
+		}
+		return br.end(), nil
+	case ModeCoded:
+	default:
+		return 0, fmt.Errorf("%w: mode %d", ErrStream, src[0])
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%w: coded chunk of no symbols", ErrStream)
+	}
+	total, ok1 := br.read(32)
+	w64, ok2 := br.read(5)
+	w := int(w64)
+	if !ok1 || !ok2 || w == 0 {
+		return 0, fmt.Errorf("%w: coded chunk header", ErrStream)
+	}
+	L := lanesFor(n)
+	mean := total / uint64(L)
+	lens := make([]uint64, L)
+	var sum uint64
+	for k := range lens {
+		d, ok := br.read(w)
+		if !ok {
+			return 0, fmt.Errorf("%w: lane lengths short", ErrStream)
+		}
+		mag := d &^ (1 << (w - 1))
+		if d>>(w-1) != 0 {
+			if mag > mean {
+				return 0, fmt.Errorf("%w: lane %d length below zero", ErrStream, k)
+			}
+			lens[k] = mean - mag
+		} else {
+			lens[k] = mean + mag
+		}
+		sum += lens[k]
+	}
+	if sum != total || total > uint64(8*len(src))-uint64(br.pos) {
+		return 0, fmt.Errorf("%w: lane lengths sum to %d of %d bits, %d bits left", ErrStream, sum, total, 8*len(src)-br.pos)
+	}
+	start := br.pos
+	for lane := range L {
+		lr := bitReader{buf: src, pos: start, limit: start + int(lens[lane])}
+		for i := lane; i < n; i += L {
+			v := lr.peek(t.MaxLen)
+			e := t.Entries[v]
+			cl := int(e >> 8)
+			if cl == 0 || lr.pos+cl > lr.limit {
+				return 0, fmt.Errorf("%w: lane %d, symbol %d", ErrStream, lane, i)
+			}
+			dst[i] = byte(e)
+			lr.pos += cl
+		}
+		if lr.pos != lr.limit {
+			return 0, fmt.Errorf("%w: lane %d has %d bits past its symbols", ErrStream, lane, lr.limit-lr.pos)
+		}
+		start = lr.limit
+	}
+	br.pos = start
+	return br.end(), nil
+}
+
+// bitWriter packs values most significant bit first.
+type bitWriter struct {
+	buf   []byte
+	acc   uint64
+	nbits int
+}
+
+func (w *bitWriter) write(v uint64, n int) {
+	for n > 0 {
+		k := min(n, 32)
+		n -= k
+		w.acc = w.acc<<k | (v>>n)&(1<<k-1)
+		w.nbits += k
+		for w.nbits >= 8 {
+			w.nbits -= 8
+			w.buf = append(w.buf, byte(w.acc>>w.nbits))
+		}
+		w.acc &= 1<<w.nbits - 1
+	}
+}
+
+func (w *bitWriter) flush() []byte {
+	if w.nbits > 0 {
+		w.buf = append(w.buf, byte(w.acc<<(8-w.nbits)))
+	}
+	return w.buf
+}
+
+// bitReader reads bits most significant first from buf, from bit pos, up
+// to bit limit (0: the end of buf).
+type bitReader struct {
+	buf        []byte
+	pos, limit int
+}
+
+func (r *bitReader) lim() int {
+	if r.limit > 0 {
+		return min(r.limit, 8*len(r.buf))
+	}
+	return 8 * len(r.buf)
+}
+
+// peek returns the next n bits (n <= 32), zeros past the limit.
+func (r *bitReader) peek(n int) uint64 {
+	var b [8]byte
+	i := r.pos / 8
+	copy(b[:], r.buf[min(i, len(r.buf)):])
+	v := binary.BigEndian.Uint64(b[:]) << (r.pos % 8) >> (64 - n)
+	// Bits past the limit read as zero.
+	if over := r.pos + n - r.lim(); over > 0 {
+		v &^= 1<<min(over, n) - 1
+	}
+	return v
+}
+
+func (r *bitReader) read(n int) (uint64, bool) {
+	if r.pos+n > r.lim() {
+		return 0, false
+	}
+	v := r.peek(n)
+	r.pos += n
+	return v, true
+}
+
+// end returns the bytes read, the last one partly.
+func (r *bitReader) end() int { return (r.pos + 7) / 8 }
+
+func constant(b []byte) bool {
+	for _, x := range b {
+		if x != b[0] {
+			return false
+		}
+	}
+	return true
+}
+
+func bitLen(v uint64) int {
+	n := 0
+	for v > 0 {
+		n++
+		v >>= 1
+	}
+	return n
+}
