@@ -188,25 +188,45 @@ func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
 	if sum != total || total > uint64(8*len(src))-uint64(br.pos) {
 		return 0, fmt.Errorf("%w: lane lengths sum to %d of %d bits, %d bits left", ErrStream, sum, total, 8*len(src)-br.pos)
 	}
-	start := br.pos
-	for lane := range L {
-		lr := bitReader{buf: src, pos: start, limit: start + int(lens[lane])}
-		for i := lane; i < n; i += L {
-			v := lr.peek(t.MaxLen)
-			e := t.Entries[v]
-			cl := int(e >> 8)
-			if cl == 0 || lr.pos+cl > lr.limit {
-				return 0, fmt.Errorf("%w: lane %d, symbol %d", ErrStream, lane, i)
-			}
-			dst[i] = byte(e)
-			lr.pos += cl
-		}
-		if lr.pos != lr.limit {
-			return 0, fmt.Errorf("%w: lane %d has %d bits past its symbols", ErrStream, lane, lr.limit-lr.pos)
-		}
-		start = lr.limit
+	// Lanes are decoded side by side, a symbol of each in turn: their
+	// codes are independent, so the processor overlaps them, and dst is
+	// written in order.
+	var pos, end [Lanes]int
+	p := br.pos
+	for k := range L {
+		pos[k] = p
+		p += int(lens[k])
+		end[k] = p
 	}
-	br.pos = start
+	entries := t.Entries
+	shift := 64 - t.MaxLen
+	mask := uint64(len(entries) - 1)
+	// The lanes with 8 bytes of zeros after them, so that every load of 8
+	// bytes is in bounds without a branch.
+	pad := make([]byte, p/8+1+8)
+	copy(pad, src[:min(len(src), p/8+1)])
+	for base := 0; base < n; base += L {
+		for k := range min(L, n-base) {
+			q := pos[k]
+			w := binary.BigEndian.Uint64(pad[q>>3:])
+			// The next MaxLen bits, whatever follows the lane: a code
+			// that fits the lane is found the same whatever comes after
+			// it, and one that does not fit is an error either way.
+			e := entries[(w<<(q&7))>>shift&mask]
+			cl := int(e >> 8)
+			if cl == 0 || q+cl > end[k] {
+				return 0, fmt.Errorf("%w: lane %d, symbol %d", ErrStream, k, base+k)
+			}
+			dst[base+k] = byte(e)
+			pos[k] = q + cl
+		}
+	}
+	for k := range L {
+		if pos[k] != end[k] {
+			return 0, fmt.Errorf("%w: lane %d has %d bits past its symbols", ErrStream, k, end[k]-pos[k])
+		}
+	}
+	br.pos = p
 	return br.end(), nil
 }
 
