@@ -58,3 +58,35 @@ func BenchmarkDecodeChunk(b *testing.B) {
 		}
 	}
 }
+
+// benchPayload is 16 MiB of N(0, 0.02) BF16.
+func benchPayload(b *testing.B) []byte {
+	return synth.Normal(rand.New(rand.NewPCG(9, 9)), 8<<20, 0.02)
+}
+
+// BenchmarkEncodePayload encodes a whole BF16 payload on one goroutine.
+func BenchmarkEncodePayload(b *testing.B) {
+	raw := benchPayload(b)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Encode(0, raw, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodePayload decodes it on one goroutine, checksum included.
+func BenchmarkDecodePayload(b *testing.B) {
+	raw := benchPayload(b)
+	p, _ := Encode(0, raw, 1)
+	dst := make([]byte, len(raw))
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Decode(dst, p, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(8*float64(len(p))/float64(len(raw)/2), "bits/value")
+}

@@ -49,60 +49,49 @@ func Lengths(freq []uint64, maxLen int) ([]uint8, error) {
 		}
 		return leaves[i].sym < leaves[j].sym
 	})
-	// An item is a leaf or a package of two items of the level below; it
-	// counts how often each leaf occurs in it.
+	// An item is a leaf or a package of two items of the level below
+	// (indices into that level's items).
 	type item struct {
-		w     uint64
-		count []uint16 // per leaf index
+		w    uint64
+		leaf int // index into leaves, or -1 for a package
+		a, b int
 	}
 	n := len(leaves)
-	single := func(i int) item {
-		c := make([]uint16, n)
-		c[i] = 1
-		return item{leaves[i].w, c}
-	}
-	var prev []item // the packages of the level below
-	for range maxLen - 1 {
-		// This level's items: the leaves merged with the packages made
-		// from the level below, in weight order.
-		cur := make([]item, 0, n+len(prev))
+	merge := func(prev []item) []item {
+		cur := make([]item, 0, n+len(prev)/2)
 		i, j := 0, 0
-		for i < n || j < len(prev) {
-			if j == len(prev) || i < n && leaves[i].w <= prev[j].w {
-				cur = append(cur, single(i))
+		for i < n || j+1 < len(prev) {
+			if j+1 >= len(prev) || i < n && leaves[i].w <= prev[j].w+prev[j+1].w {
+				cur = append(cur, item{w: leaves[i].w, leaf: i})
 				i++
 			} else {
-				cur = append(cur, prev[j])
-				j++
+				cur = append(cur, item{w: prev[j].w + prev[j+1].w, leaf: -1, a: j, b: j + 1})
+				j += 2
 			}
 		}
-		// Package pairs for the level above.
-		next := make([]item, 0, len(cur)/2)
-		for k := 0; k+1 < len(cur); k += 2 {
-			c := make([]uint16, n)
-			for x := range c {
-				c[x] = cur[k].count[x] + cur[k+1].count[x]
-			}
-			next = append(next, item{cur[k].w + cur[k+1].w, c})
-		}
-		prev = next
+		return cur
 	}
-	// The top level: leaves and the packages, the 2n-2 lightest items.
-	top := make([]item, 0, n+len(prev))
-	i, j := 0, 0
-	for i < n || j < len(prev) {
-		if j == len(prev) || i < n && leaves[i].w <= prev[j].w {
-			top = append(top, single(i))
-			i++
-		} else {
-			top = append(top, prev[j])
-			j++
-		}
+	// levels[0] is the deepest (leaves only); each level above merges the
+	// leaves with the packages of pairs of the level below.
+	levels := make([][]item, maxLen)
+	levels[0] = merge(nil)
+	for l := 1; l < maxLen; l++ {
+		levels[l] = merge(levels[l-1])
 	}
-	for _, it := range top[:2*n-2] {
-		for x, c := range it.count {
-			out[leaves[x].sym] += uint8(c)
+	// The 2n-2 lightest items of the top level; a leaf's code length is how
+	// often it occurs in them, packages unfolded.
+	var visit func(l, k int)
+	visit = func(l, k int) {
+		it := levels[l][k]
+		if it.leaf >= 0 {
+			out[leaves[it.leaf].sym]++
+			return
 		}
+		visit(l-1, it.a)
+		visit(l-1, it.b)
+	}
+	for k := range 2*n - 2 {
+		visit(maxLen-1, k)
 	}
 	return out, nil
 }
