@@ -282,7 +282,6 @@ func Decode(dst, p []byte, workers int) error {
 	return nil
 }
 
-
 // packOthers writes the bits of each value of raw outside f's field into
 // dst, f.Other() bits a value, most significant first.
 func packOthers(dst []byte, f Field, raw []byte) {
