@@ -267,19 +267,21 @@ func Decode(dst, p []byte, workers int) error {
 	parallel(chunks, workers, func(c int) {
 		a, b := span(c)
 		src := p[h.Symbols+a : h.Symbols+b]
-		used, err := DecodeChunk(tab, src, f.Bits, syms[c*cv:min(n, (c+1)*cv)])
+		lo, hi := c*cv, min(n, (c+1)*cv)
+		used, err := DecodeChunk(tab, src, f.Bits, syms[lo:hi])
 		if err == nil && uint64(used) != b-a {
 			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, b-a-uint64(used))
 		}
 		if err != nil {
 			errs[c] = fmt.Errorf("chunk %d: %w", c, err)
+			return
 		}
+		// The chunk's values while its symbols are in cache; a chunk's
+		// other bits start on a byte (16,384 values of any width).
+		ob := uint64(f.Other())
+		unpackValues(dst[lo*f.Size:hi*f.Size], f, p[h.Others+uint64(lo)*ob/8:h.Symbols], syms[lo:hi])
 	})
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	unpackValues(dst, f, p[h.Others:h.Symbols], syms)
-	return nil
+	return errors.Join(errs...)
 }
 
 // packOthers writes the bits of each value of raw outside f's field into
@@ -308,6 +310,18 @@ func packOthers(dst []byte, f Field, raw []byte) {
 // unpackValues rebuilds the values from their symbols and other bits.
 func unpackValues(dst []byte, f Field, others, syms []byte) {
 	ob := f.Other()
+	if f.Size == 2 && ob == 8 && !f.Whole { // BF16: a byte of other bits a value
+		hiShift, sh, lo := f.Shift+f.Bits, f.Shift, uint16(1)<<f.Shift-1
+		others = others[:len(syms)]
+		dst = dst[:2*len(syms)]
+		for i, s := range syms {
+			o := uint16(others[i])
+			v := o>>sh<<hiShift | uint16(s)<<sh | o&lo
+			dst[2*i] = byte(v)
+			dst[2*i+1] = byte(v >> 8)
+		}
+		return
+	}
 	br := bitReader{buf: others}
 	for i, s := range syms {
 		var o uint32
