@@ -76,22 +76,21 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 		return nil, fmt.Errorf("entropy: symbols of %d bits", bits)
 	}
 	L := lanesFor(n)
-	laneBits := make([]uint64, L)
+	var laneBits [Lanes]uint64
 	var total uint64
-	for i, s := range syms {
-		if bits < 8 && s>>bits != 0 {
-			return nil, fmt.Errorf("entropy: symbol %d wider than %d bits", s, bits)
+	for base := 0; base < n; base += L {
+		for k, s := range syms[base:min(n, base+L)] {
+			l := uint64(c.Lengths[s])
+			if l == 0 || bits < 8 && s>>bits != 0 {
+				return nil, fmt.Errorf("%w: symbol %d has no code of %d bits", ErrCode, s, bits)
+			}
+			laneBits[k] += l
+			total += l
 		}
-		l := uint64(c.Lengths[s])
-		if l == 0 {
-			return nil, fmt.Errorf("%w: symbol %d has no code", ErrCode, s)
-		}
-		laneBits[i%L] += l
-		total += l
 	}
 	mean := total / uint64(L)
 	var dev uint64
-	for _, b := range laneBits {
+	for _, b := range laneBits[:L] {
 		dev = max(dev, max(b, mean)-min(b, mean))
 	}
 	w := 1 + bitLen(dev)
@@ -106,7 +105,7 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	bw := bitWriter{buf: append(dst, ModeCoded)}
 	bw.write(total, 32)
 	bw.write(uint64(w), 5)
-	for _, b := range laneBits {
+	for _, b := range laneBits[:L] {
 		if b >= mean {
 			bw.write(b-mean, w)
 		} else {
@@ -116,10 +115,21 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	for lane := range L {
 		for i := lane; i < n; i += L {
 			s := syms[i]
-			bw.write(uint64(c.Codes[s]), int(c.Lengths[s]))
+			bw.writeShort(c.Codes[s], uint(c.Lengths[s]))
 		}
 	}
 	return bw.flush(), nil
+}
+
+// writeShort writes the low n bits of v, n at most 24.
+func (w *bitWriter) writeShort(v uint32, n uint) {
+	w.acc = w.acc<<n | uint64(v)
+	w.nbits += int(n)
+	if w.nbits >= 32 {
+		w.nbits -= 32
+		w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(w.acc>>w.nbits))
+		w.acc &= 1<<w.nbits - 1
+	}
 }
 
 // DecodeChunk decodes len(dst) symbols of bits bits from the chunk at the
@@ -252,6 +262,11 @@ func (w *bitWriter) write(v uint64, n int) {
 }
 
 func (w *bitWriter) flush() []byte {
+	for w.nbits >= 8 {
+		w.nbits -= 8
+		w.buf = append(w.buf, byte(w.acc>>w.nbits))
+	}
+	w.acc &= 1<<w.nbits - 1
 	if w.nbits > 0 {
 		w.buf = append(w.buf, byte(w.acc<<(8-w.nbits)))
 	}
