@@ -168,3 +168,38 @@ func TestVersionsAgree(t *testing.T) {
 		t.Errorf("python/splitzip/_version.py does not say __version__ = %q", version)
 	}
 }
+
+// TestBenchEntropy: bench entropy on a generated checkpoint reports every
+// float dtype it holds, each coder between the bound and the raw width,
+// as a table and as JSON; with neither a source nor --synthetic it is a
+// usage error.
+func TestBenchEntropy(t *testing.T) {
+	ck := filepath.Join(t.TempDir(), "ck")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "2MiB", "--shards", "1", "-q"); code != 0 {
+		t.Fatalf("gen: %s", e)
+	}
+	code, out, e := splitzip(t, "bench", "entropy", ck, "--cast")
+	if code != 0 || !strings.Contains(out, "BF16") || !strings.Contains(out, "F8_E4M3") {
+		t.Fatalf("bench entropy: exit %d, %q %q", code, out, e)
+	}
+	code, out, _ = splitzip(t, "bench", "entropy", ck, "--json")
+	var doc struct {
+		Results []struct {
+			DType  string  `json:"dtype"`
+			Bound  float64 `json:"bound_bits"`
+			Packed float64 `json:"compact_bits"`
+			Fixed  float64 `json:"fixed_bits"`
+		} `json:"results"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Results) == 0 {
+		t.Fatalf("bench entropy --json: exit %d, %q", code, out)
+	}
+	for _, r := range doc.Results {
+		if r.DType == "BF16" && (r.Bound <= 8 || r.Packed < r.Bound || r.Packed > r.Fixed) {
+			t.Errorf("BF16: bound %.3f, lane code %.3f, fixed %.3f", r.Bound, r.Packed, r.Fixed)
+		}
+	}
+	if code, _, _ := splitzip(t, "bench", "entropy"); code != exitUsage {
+		t.Errorf("bench entropy with no source: exit %d", code)
+	}
+}
