@@ -84,8 +84,11 @@ type LoadOptions struct {
 
 // RunReport is one fault-in of every binding.
 type RunReport struct {
-	Wall       time.Duration `json:"wall_ns"`
-	GBps       float64       `json:"gb_per_s"` // raw tensor bytes per wall second, 1e9
+	Wall time.Duration `json:"wall_ns"`
+	GBps float64       `json:"gb_per_s"` // raw tensor bytes per wall second, 1e9
+	// PerTensor is the wall time over the tensor count: the host cost a
+	// tensor adds when loads are bound by it (many small tensors).
+	PerTensor  time.Duration `json:"per_tensor_ns"`
 	FirstLayer time.Duration `json:"first_layer_ready_ns"`
 	// Device is how long copies and decodes kept the device busy (engines
 	// that time their work).
@@ -285,7 +288,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 			}
 		}
 		wall := time.Since(t0)
-		rr := RunReport{Wall: wall, GBps: float64(rep.RawBytes) / wall.Seconds() / 1e9, FirstLayer: first}
+		rr := RunReport{Wall: wall, GBps: float64(rep.RawBytes) / wall.Seconds() / 1e9, FirstLayer: first,
+			PerTensor: wall / time.Duration(max(len(bs), 1))}
 		if timed {
 			if rr.Device, err = timer.TakeTimes(); err != nil {
 				return nil, err

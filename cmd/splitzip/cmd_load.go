@@ -223,8 +223,9 @@ func packing(n int64) string {
 
 func printLoad(g *globals, r *transport.LoadReport) {
 	for i, run := range r.Runs {
-		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s; first layer ready after %v\n",
-			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps, run.FirstLayer.Round(time.Microsecond))
+		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s, %.1f µs a tensor; first layer ready after %v\n",
+			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,
+			float64(run.PerTensor)/1e3, run.FirstLayer.Round(time.Microsecond))
 		if d := run.Device; d != (engine.DeviceTimes{}) {
 			fmt.Fprintf(g.stdout, "  device busy: copies %v, decodes and scatters %v (%v of it with no copy running)\n",
 				d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
