@@ -93,12 +93,26 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	}
 	n := len(raw) / f.Size
 	syms := make([]byte, n)
-	if err := f.Symbols(syms, raw); err != nil {
-		return nil, err
-	}
 	freq := make([]uint64, 1<<f.Bits)
-	for _, s := range syms {
-		freq[s]++
+	var bf16Others []byte
+	if f.Size == 2 && f.Other() == 8 && !f.Whole {
+		// BF16: symbols, their counts and the other bits in one pass.
+		bf16Others = make([]byte, n)
+		raw := raw[:2*n]
+		for i := range syms {
+			v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
+			s := byte(v >> f.Shift)
+			syms[i] = s
+			freq[s]++
+			bf16Others[i] = byte(v>>(f.Shift+f.Bits)<<f.Shift | v&(1<<f.Shift-1))
+		}
+	} else {
+		if err := f.Symbols(syms, raw); err != nil {
+			return nil, err
+		}
+		for _, s := range syms {
+			freq[s]++
+		}
 	}
 	ls, err := Lengths(freq, MaxLen)
 	if err != nil {
@@ -157,7 +171,11 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 		pos += uint64(len(e))
 	}
 	binary.LittleEndian.PutUint64(p[indexOff+8*uint64(chunks):], pos)
-	packOthers(p[others:others+otherBytes], f, raw)
+	if bf16Others != nil {
+		copy(p[others:], bf16Others)
+	} else {
+		packOthers(p[others:others+otherBytes], f, raw)
+	}
 	binary.LittleEndian.PutUint32(p[offCRC:], codec.Checksum(p))
 	return p, nil
 }
