@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
@@ -206,4 +207,30 @@ func FuzzDecodePayload(f *testing.F) {
 		}
 		Decode(make([]byte, 2*n), q, 1)
 	})
+}
+
+// TestGoldenPayload: a payload written by the first build of the draft
+// format (20,000 BF16 values with NaNs, infinities, zeros and subnormals
+// among them) still decodes to its committed values. A change to the
+// format bumps PayloadVersion and adds a golden file; it does not edit
+// this one.
+func TestGoldenPayload(t *testing.T) {
+	raw, err := os.ReadFile("testdata/golden-v1-bf16.raw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := os.ReadFile("testdata/golden-v1-bf16.szen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(raw))
+	if err := Decode(got, p, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, raw) {
+		t.Fatal("the golden payload decodes to other values")
+	}
+	if again, _ := Encode(0, raw, 1); !bytes.Equal(again, p) {
+		t.Error("this build encodes the golden values differently (a format change needs a new version)")
+	}
 }
