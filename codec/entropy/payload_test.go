@@ -234,3 +234,29 @@ func TestGoldenPayload(t *testing.T) {
 		t.Error("this build encodes the golden values differently (a format change needs a new version)")
 	}
 }
+
+// TestLargePayload round-trips a BF16 tensor of 2^31+3 values (about 17
+// GB of memory at its peak), past every 32-bit count and offset.
+func TestLargePayload(t *testing.T) {
+	if os.Getenv("SPLITZIP_LARGE") == "" {
+		t.Skip("set SPLITZIP_LARGE=1 to round-trip an entropy payload of 2^31+3 values")
+	}
+	n := 1<<31 + 3
+	v := make([]byte, 2*n)
+	copy(v, synth.Normal(rand.New(rand.NewPCG(23, 24)), 1<<20, 0.02))
+	for off := 2 << 20; off < len(v); off *= 2 {
+		copy(v[off:], v[:off])
+	}
+	p, err := Encode(0, v, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d values in %d bytes: %.3f bits/value", n, len(p), 8*float64(len(p))/float64(n))
+	got := make([]byte, len(v))
+	if err := Decode(got, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, v) {
+		t.Fatal("decoded values differ")
+	}
+}
