@@ -152,23 +152,26 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 
 // packItem returns the packer's item for a small payload: read from its
 // object (its own file or its range of a pack) and checked once staged,
-// or, when resident, copied from pinned memory.
+// or, when resident, copied from pinned memory. A resident transport's
+// first fault of a payload stages it from its file like any other (so a
+// pack's members still arrive with one read) and keeps a copy.
 func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Object) smallItem {
 	key := t.hit.Tensor.Key
 	it := smallItem{i: t.i, b: t.b, stored: o.Size}
 	if z.opts.Resident {
-		it.fill = func(dst []byte) (*codec.Header, error) {
-			p, err := z.residentPayload(key)
-			if err != nil {
-				return nil, err
+		z.mu.Lock()
+		p := z.resident[key]
+		z.mu.Unlock()
+		if p != nil {
+			it.fill = func(dst []byte) (*codec.Header, error) {
+				if len(p.buf) != len(dst) || 2*p.h.Values != t.b.Size {
+					return nil, fmt.Errorf("%w: payload %s does not fit the tensor", codec.ErrSize, key)
+				}
+				copy(dst, p.buf)
+				return &p.h, nil
 			}
-			if len(p.buf) != len(dst) || 2*p.h.Values != t.b.Size {
-				return nil, fmt.Errorf("%w: payload %s does not fit the tensor", codec.ErrSize, key)
-			}
-			copy(dst, p.buf)
-			return &p.h, nil
+			return it
 		}
-		return it
 	}
 	// No stat: the header's size and checksum, checked here, cover an
 	// object of the wrong length.
@@ -181,9 +184,32 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 		if err != nil {
 			return nil, fmt.Errorf("%s (payload %s): %w", loc.Path, key, err)
 		}
+		if z.opts.Resident {
+			if err := z.keep(key, b, h); err != nil {
+				return nil, err
+			}
+		}
 		return &h, nil
 	}
 	return it
+}
+
+// keep copies a checked payload into pinned memory as the resident copy
+// of key, unless one is there already.
+func (z *SplitZip) keep(key shardcache.Key, b []byte, h codec.Header) error {
+	buf, err := z.res.alloc(uint64(len(b)))
+	if err != nil {
+		return err
+	}
+	copy(buf, b)
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if _, ok := z.resident[key]; ok {
+		z.res.release(buf)
+		return nil
+	}
+	z.resident[key] = &payload{buf: buf, h: h}
+	return nil
 }
 
 // Prepare sets up the pinned staging ring, so that doing so is not part
