@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -325,110 +324,6 @@ func (z *SplitZip) residentPayload(key shardcache.Key) (*payload, error) {
 	}
 	z.resident[key] = p
 	return p, nil
-}
-
-// stream uploads a payload through the staging ring: its 8 MiB pieces are
-// read, checksummed and copied to their places in the binding's range as
-// they arrive, in parallel, all on one stream; once every piece has been
-// read and the combined checksum matches the header, the decode is
-// enqueued on that stream after the copies. A payload that fails its
-// checksum is never decoded; its range holds garbage and its binding stays
-// evicted.
-func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
-	if err := z.ensureRing(); err != nil {
-		return nil, err
-	}
-	key := t.hit.Tensor.Key
-	f, o, err := z.cache.OpenObject(key)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if o.Size < codec.HeaderSize {
-		return nil, fmt.Errorf("%s: %w: %d bytes", f.Name(), codec.ErrCorrupt, o.Size)
-	}
-	z.mu.Lock()
-	stream := z.next % z.eng.Streams()
-	z.next++
-	z.mu.Unlock()
-	sums := codec.NewPieceSums(o.Size, readPiece)
-	n := sums.Pieces()
-	errs := make([]error, n)
-	evs := make([]Fence, n, n+1)
-	var head [codec.HeaderSize]byte
-	var wg sync.WaitGroup
-	for i := range n {
-		z.io <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-z.io }()
-			s := <-z.ring
-			defer func() { z.ring <- s }()
-			if s.ev != nil {
-				s.ev.Wait() // the copy that last read this buffer is done
-				s.ev = nil
-			}
-			if err := ctx.Err(); err != nil {
-				errs[i] = err
-				return
-			}
-			off, size := sums.Span(i)
-			q := s.buf[:size]
-			sum, rd, vd, err := readChecked(f, q, off)
-			if err != nil {
-				errs[i] = fmt.Errorf("%s: %w", f.Name(), err)
-				return
-			}
-			sums.Set(i, sum)
-			if i == 0 {
-				copy(head[:], q)
-			}
-			// No lock across the device calls: an engine's streams take
-			// work from several goroutines, and an event recorded after a
-			// copy on its stream completes after that copy whatever else
-			// was enqueued between them.
-			t2 := time.Now()
-			if err := z.eng.CopyHtoD(stream, t.b.Addr+vmm.Ptr(off), q); err != nil {
-				errs[i] = err
-				return
-			}
-			ev, err := z.eng.Record(stream)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			s.ev, evs[i] = ev, ev
-			submit := time.Since(t2)
-			z.mu.Lock()
-			z.stats.Read += rd
-			z.stats.Verify += vd
-			z.stats.Bytes += uint64(len(q))
-			z.stats.Submit += submit
-			z.mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	h, err := codec.ParseHeader(head[:])
-	if err == nil {
-		err = sums.Check(&h, t.b.Size/2)
-	}
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
-	case !h.InPlace:
-		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
-	}
-	if err := z.eng.DecodeInPlace(stream, t.b.Addr, &h); err != nil {
-		return nil, err
-	}
-	ev, err := z.eng.Record(stream)
-	if err != nil {
-		return nil, err
-	}
-	// A failed copy reports through its own event.
-	return allFence(append(evs, ev)), nil
 }
 
 // Stats implements Transport; it includes the wrapped transport's.
