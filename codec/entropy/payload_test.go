@@ -260,3 +260,67 @@ func TestLargePayload(t *testing.T) {
 		t.Fatal("decoded values differ")
 	}
 }
+
+// memWriterAt is an io.WriterAt over a growing byte slice.
+type memWriterAt struct{ b []byte }
+
+func (m *memWriterAt) WriteAt(p []byte, off int64) (int, error) {
+	if end := int(off) + len(p); end > len(m.b) {
+		m.b = append(m.b, make([]byte, end-len(m.b))...)
+	}
+	copy(m.b[off:], p)
+	return len(p), nil
+}
+
+// TestEncoderMatchesEncode: the streaming encoder, fed pieces of any size,
+// writes byte for byte what Encode writes, for every field, for lengths
+// around chunk boundaries and for no values at all.
+func TestEncoderMatchesEncode(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	C := codec.ChunkValues
+	for fi, f := range Fields {
+		for _, n := range []int{0, 1, 5, C - 1, C, C + 1, 2*C + 333} {
+			raw := make([]byte, n*f.Size)
+			bf := synth.Normal(rng, n*f.Size/2+1, 0.02)
+			copy(raw, bf)
+			want, err := Encode(fi, raw, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			freq := make([]uint64, 1<<f.Bits)
+			if err := Count(fi, freq, raw); err != nil {
+				t.Fatal(err)
+			}
+			var w memWriterAt
+			e, err := NewEncoder(&w, fi, uint64(n), freq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rest := raw; len(rest) > 0; {
+				k := min(len(rest), f.Size*(1+rng.IntN(3*C)))
+				if err := e.Write(rest[:k]); err != nil {
+					t.Fatal(err)
+				}
+				rest = rest[k:]
+			}
+			size, err := e.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size != uint64(len(want)) || !bytes.Equal(w.b, want) {
+				t.Fatalf("%s n %d: streamed %d bytes, Encode %d; equal %v", f.DType, n, size, len(want), bytes.Equal(w.b, want))
+			}
+		}
+	}
+	// Announced and written counts must agree.
+	freq := make([]uint64, 256)
+	freq[3] = 2
+	var w memWriterAt
+	e, _ := NewEncoder(&w, 0, 2, freq)
+	if _, err := e.Close(); err == nil {
+		t.Error("closed with no values written of 2")
+	}
+	if _, err := NewEncoder(&w, 0, 3, freq); err == nil {
+		t.Error("counts of 2 values accepted for 3")
+	}
+}

@@ -1,0 +1,222 @@
+package entropy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/splitzip/splitzip/codec"
+)
+
+// Encoder writes an entropy payload of a tensor given a piece at a time,
+// in memory bounded by a chunk (not the tensor): the caller counts the
+// symbols first (Count, a pass over the tensor), then writes the values in
+// order. The other bits and the chunks go to their places in w as each
+// chunk fills; Close writes the header, code lengths and chunk index and
+// the checksum. The payload is byte for byte what Encode writes.
+type Encoder struct {
+	w       io.WriterAt
+	f       Field
+	fi      int
+	n       uint64
+	code    *Code
+	lengths []uint8
+	lo, cnt int
+
+	chunk  []byte // the current chunk's values
+	index  []uint64
+	others uint64 // where the other bits start
+	symOff uint64 // where the chunks start
+	pos    uint64 // bytes of chunks written
+	done   uint64 // values written
+	obits  bitWriter
+	oPos   uint64 // bytes of other bits written
+	crcO   uint32 // of the other bits written
+	crcS   uint32 // of the chunks written
+	enc    []byte
+	syms   []byte
+}
+
+// Count adds the symbols of raw (values of field Fields[fi]) to freq, a
+// table of 1<<Fields[fi].Bits counts.
+func Count(fi int, freq []uint64, raw []byte) error {
+	f := Fields[fi]
+	syms := make([]byte, len(raw)/f.Size)
+	if err := f.Symbols(syms, raw); err != nil {
+		return err
+	}
+	for _, s := range syms {
+		freq[s]++
+	}
+	return nil
+}
+
+// NewEncoder starts the payload of n values of field Fields[fi] whose
+// symbol counts are freq, written to w from offset 0.
+func NewEncoder(w io.WriterAt, fi int, n uint64, freq []uint64) (*Encoder, error) {
+	if fi < 0 || fi >= len(Fields) {
+		return nil, fmt.Errorf("entropy: field %d", fi)
+	}
+	f := Fields[fi]
+	if len(freq) != 1<<f.Bits {
+		return nil, fmt.Errorf("entropy: %d counts for %d-bit symbols", len(freq), f.Bits)
+	}
+	var total uint64
+	for _, c := range freq {
+		total += c
+	}
+	if total != n {
+		return nil, fmt.Errorf("entropy: counts sum to %d, not the %d values", total, n)
+	}
+	ls, err := Lengths(freq, MaxLen)
+	if err != nil {
+		return nil, err
+	}
+	code, err := NewCode(ls, MaxLen)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := 0, -1
+	for s, l := range ls {
+		if l > 0 {
+			if hi < 0 {
+				lo = s
+			}
+			hi = s
+		}
+	}
+	e := &Encoder{w: w, f: f, fi: fi, n: n, code: code, lengths: ls, lo: lo, cnt: hi - lo + 1}
+	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
+	indexOff := uint64(headerSize) + uint64((e.cnt+1)/2)
+	e.others = align16(indexOff + 8*(chunks+1))
+	e.symOff = align16(e.others + (n*uint64(f.Other())+7)/8)
+	e.index = make([]uint64, 0, chunks+1)
+	e.chunk = make([]byte, 0, codec.ChunkValues*f.Size)
+	e.syms = make([]byte, codec.ChunkValues)
+	return e, nil
+}
+
+// Write adds the next values (a whole number of them).
+func (e *Encoder) Write(raw []byte) error {
+	if len(raw)%e.f.Size != 0 {
+		return fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), e.f.DType)
+	}
+	if e.done+uint64(len(raw)/e.f.Size) > e.n {
+		return fmt.Errorf("entropy: more than the %d values announced", e.n)
+	}
+	full := codec.ChunkValues * e.f.Size
+	for len(raw) > 0 {
+		k := min(len(raw), full-len(e.chunk))
+		e.chunk = append(e.chunk, raw[:k]...)
+		raw = raw[k:]
+		e.done += uint64(k / e.f.Size)
+		if len(e.chunk) == full || e.done == e.n {
+			if err := e.flushChunk(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flushChunk codes the current chunk and writes its other bits and its
+// encoding.
+func (e *Encoder) flushChunk() error {
+	v := len(e.chunk) / e.f.Size
+	syms := e.syms[:v]
+	if err := e.f.Symbols(syms, e.chunk); err != nil {
+		return err
+	}
+	var err error
+	if e.enc, err = EncodeChunk(e.enc[:0], e.code, syms, e.f.Bits); err != nil {
+		return err
+	}
+	if _, err := e.w.WriteAt(e.enc, int64(e.symOff+e.pos)); err != nil {
+		return err
+	}
+	e.index = append(e.index, e.pos)
+	e.pos += uint64(len(e.enc))
+	e.crcS = crc32.Update(e.crcS, castagnoli, e.enc)
+	// Other bits: whole bytes are written as they complete; a chunk of
+	// 16,384 values ends on a byte, so only the last chunk leaves bits.
+	e.obits.buf = e.obits.buf[:0]
+	packInto(&e.obits, e.f, e.chunk)
+	if e.done == e.n {
+		e.obits.flush()
+	}
+	out := e.obits.buf
+	if _, err := e.w.WriteAt(out, int64(e.others+e.oPos)); err != nil {
+		return err
+	}
+	e.oPos += uint64(len(out))
+	e.crcO = crc32.Update(e.crcO, castagnoli, out)
+	e.chunk = e.chunk[:0]
+	return nil
+}
+
+// Close writes the header, the code lengths and the chunk index, and
+// returns the payload's size. Every announced value must have been
+// written.
+func (e *Encoder) Close() (uint64, error) {
+	if e.done != e.n {
+		return 0, fmt.Errorf("entropy: %d of %d values written", e.done, e.n)
+	}
+	e.index = append(e.index, e.pos)
+	size := e.symOff + e.pos
+	head := make([]byte, e.others)
+	copy(head, PayloadMagic)
+	binary.LittleEndian.PutUint16(head[4:], PayloadVersion)
+	binary.LittleEndian.PutUint16(head[6:], headerSize)
+	binary.LittleEndian.PutUint64(head[8:], e.n)
+	binary.LittleEndian.PutUint32(head[16:], codec.ChunkValues)
+	head[offFields], head[offFields+1], head[offFields+2] = byte(e.fi), MaxLen, byte(e.lo)
+	binary.LittleEndian.PutUint16(head[24:], uint16(e.cnt))
+	binary.LittleEndian.PutUint64(head[offOthers:], e.others)
+	binary.LittleEndian.PutUint64(head[offSymbols:], e.symOff)
+	binary.LittleEndian.PutUint64(head[offSize:], size)
+	for k := range e.cnt {
+		head[headerSize+k/2] |= e.lengths[e.lo+k] << (4 * (1 - k%2))
+	}
+	indexOff := uint64(headerSize) + uint64((e.cnt+1)/2)
+	for c, p := range e.index {
+		binary.LittleEndian.PutUint64(head[indexOff+8*uint64(c):], p)
+	}
+	// CRC-32C of the whole payload, its field zero: the head, the other
+	// bits and their padding, the chunks, folded in order.
+	pad := make([]byte, e.symOff-e.others-e.oPos)
+	if _, err := e.w.WriteAt(pad, int64(e.others+e.oPos)); err != nil {
+		return 0, err
+	}
+	crc := crc32.Update(0, castagnoli, head)
+	crc = codec.CombineChecksums(crc, e.crcO, e.oPos)
+	crc = codec.CombineChecksums(crc, crc32.Update(0, castagnoli, pad), uint64(len(pad)))
+	crc = codec.CombineChecksums(crc, e.crcS, e.pos)
+	binary.LittleEndian.PutUint32(head[offCRC:], crc)
+	if _, err := e.w.WriteAt(head, 0); err != nil {
+		return 0, err
+	}
+	return size, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// packInto appends the other bits of raw's values to w.
+func packInto(w *bitWriter, f Field, raw []byte) {
+	ob := f.Other()
+	if ob == 0 {
+		return
+	}
+	n := len(raw) / f.Size
+	if f.Size == 2 && ob == 8 && !f.Whole {
+		for i := range n {
+			v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
+			w.buf = append(w.buf, byte(v>>(f.Shift+f.Bits)<<f.Shift|v&(1<<f.Shift-1)))
+		}
+		return
+	}
+	for i := range n {
+		v := value(f, raw, i)
+		w.write(uint64(v>>(f.Shift+f.Bits)<<f.Shift|v&(1<<f.Shift-1)), ob)
+	}
+}
