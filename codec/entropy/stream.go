@@ -220,3 +220,131 @@ func packInto(w *bitWriter, f Field, raw []byte) {
 		w.write(uint64(v>>(f.Shift+f.Bits)<<f.Shift|v&(1<<f.Shift-1)), ob)
 	}
 }
+
+// DecodeStream decodes the entropy payload of size bytes read from r a
+// chunk at a time, in memory bounded by a chunk, and passes each chunk's
+// values to fn with their byte offset in the tensor. The payload's
+// checksum is folded as the regions are read and checked at the end: fn
+// may have been given values of a payload that then fails it, and the
+// call returns that error.
+func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) error) error {
+	if size < headerSize {
+		return fmt.Errorf("%w: %d bytes", ErrPayload, size)
+	}
+	var hb [headerSize]byte
+	if err := readAt(r, hb[:], 0); err != nil {
+		return err
+	}
+	h, err := ParsePayloadHeader(hb[:])
+	if err != nil {
+		return err
+	}
+	if h.Size != size {
+		return fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, size, h.Size)
+	}
+	f := Fields[h.Field]
+	head := make([]byte, h.Others) // header, code lengths, index, padding
+	if err := readAt(r, head, 0); err != nil {
+		return err
+	}
+	ls := make([]uint8, 1<<f.Bits)
+	for k := range h.Count {
+		ls[h.Lo+k] = head[headerSize+k/2] >> (4 * (1 - k%2)) & 15
+	}
+	var tab *Table
+	if h.Values > 0 {
+		code, err := NewCode(ls, h.MaxLen)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrPayload, err)
+		}
+		tab = NewTable(code)
+	}
+	chunks := h.Chunks()
+	index := uint64(headerSize) + uint64((h.Count+1)/2)
+	at := func(c uint64) uint64 { return binary.LittleEndian.Uint64(head[index+8*c:]) }
+	symBytes := h.Size - h.Symbols
+	if chunks > 0 && at(chunks) != symBytes {
+		return fmt.Errorf("%w: chunks end at %d of %d symbol bytes", ErrPayload, at(chunks), symBytes)
+	}
+	var zero [4]byte
+	crc := crc32.Update(0, castagnoli, head[:offCRC])
+	crc = crc32.Update(crc, castagnoli, zero[:])
+	crc = crc32.Update(crc, castagnoli, head[offCRC+4:])
+	ob := uint64(f.Other())
+	otherBytes := (h.Values*ob + 7) / 8
+	var crcO, crcS uint32
+	cv := uint64(h.ChunkValues)
+	syms := make([]byte, cv)
+	vals := make([]byte, cv*uint64(f.Size))
+	var obuf, sbuf []byte
+	for c := range chunks {
+		a, b := at(c), at(c+1)
+		if a > b || b > symBytes || a != 0 && c == 0 {
+			return fmt.Errorf("%w: chunk %d at [%d, %d) of %d symbol bytes", ErrPayload, c, a, b, symBytes)
+		}
+		lo, hi := c*cv, min(h.Values, (c+1)*cv)
+		oLo, oHi := lo*ob/8, min(otherBytes, (hi*ob+7)/8)
+		if c+1 == chunks {
+			oHi = h.Symbols - h.Others // the padding is checksummed too
+		}
+		obuf = grow(obuf, oHi-oLo)
+		if err := readAt(r, obuf, h.Others+oLo); err != nil {
+			return err
+		}
+		crcO = codec.CombineChecksums(crcO, crc32.Update(0, castagnoli, obuf), uint64(len(obuf)))
+		sbuf = grow(sbuf, b-a)
+		if err := readAt(r, sbuf, h.Symbols+a); err != nil {
+			return err
+		}
+		crcS = codec.CombineChecksums(crcS, crc32.Update(0, castagnoli, sbuf), uint64(len(sbuf)))
+		s := syms[:hi-lo]
+		used, err := DecodeChunk(tab, sbuf, f.Bits, s)
+		if err == nil && uint64(used) != b-a {
+			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, b-a-uint64(used))
+		}
+		if err != nil {
+			return fmt.Errorf("chunk %d: %w", c, err)
+		}
+		v := vals[:(hi-lo)*uint64(f.Size)]
+		unpackValues(v, f, obuf, s)
+		if err := fn(lo*uint64(f.Size), v); err != nil {
+			return err
+		}
+	}
+	if chunks == 0 { // the (empty) other bits' padding
+		obuf = grow(obuf, h.Symbols-h.Others)
+		if err := readAt(r, obuf, h.Others); err != nil {
+			return err
+		}
+		crcO = crc32.Update(0, castagnoli, obuf)
+	}
+	crc = codec.CombineChecksums(crc, crcO, h.Symbols-h.Others)
+	crc = codec.CombineChecksums(crc, crcS, symBytes)
+	if crc != h.Checksum {
+		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+	}
+	return nil
+}
+
+// grow returns b resized to n bytes.
+func grow(b []byte, n uint64) []byte {
+	if uint64(cap(b)) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// readAt fills b from offset off of r; a short read is ErrPayload.
+func readAt(r io.ReaderAt, b []byte, off uint64) error {
+	if len(b) == 0 {
+		return nil
+	}
+	n, err := r.ReadAt(b, int64(off))
+	switch {
+	case n == len(b):
+		return nil
+	case err == io.EOF:
+		return fmt.Errorf("%w: %d of %d bytes at offset %d", ErrPayload, n, len(b), off)
+	}
+	return err
+}
