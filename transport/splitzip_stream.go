@@ -52,12 +52,8 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 		z.io <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-z.io }()
-			s := <-z.ring
+			s := z.takeSlot()
 			defer func() { z.ring <- s }()
-			if s.ev != nil {
-				s.ev.Wait() // the copy that last read this buffer is done
-				s.ev = nil
-			}
 			if err := ctx.Err(); err != nil {
 				errs[i] = err
 				return
@@ -130,12 +126,8 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 func (z *SplitZip) streamOne(ctx context.Context, t target, f *shardcache.ObjectReader, size uint64, stream int) (Fence, error) {
 	z.io <- struct{}{}
 	defer func() { <-z.io }()
-	s := <-z.ring
+	s := z.takeSlot()
 	defer func() { z.ring <- s }()
-	if s.ev != nil {
-		s.ev.Wait() // the copy that last read this buffer is done
-		s.ev = nil
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -179,4 +171,15 @@ func (z *SplitZip) streamOne(ctx context.Context, t target, f *shardcache.Object
 	z.stats.Submit += submit
 	z.mu.Unlock()
 	return ev, nil
+}
+
+// takeSlot takes a staging piece from the ring once the copy that last
+// read it is done; the caller puts it back.
+func (z *SplitZip) takeSlot() *slot {
+	s := <-z.ring
+	if s.ev != nil {
+		s.ev.Wait() // its error belongs to that copy's fence
+		s.ev = nil
+	}
+	return s
 }

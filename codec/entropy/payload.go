@@ -114,24 +114,11 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 			freq[s]++
 		}
 	}
-	ls, err := Lengths(freq, MaxLen)
+	pc, err := newPayloadCode(fi, uint64(n), freq)
 	if err != nil {
 		return nil, err
 	}
-	code, err := NewCode(ls, MaxLen)
-	if err != nil {
-		return nil, err
-	}
-	lo, hi := 0, -1
-	for s, l := range ls {
-		if l > 0 {
-			if hi < 0 {
-				lo = s
-			}
-			hi = s
-		}
-	}
-	count := hi - lo + 1
+	code := pc.code
 	chunkValues := codec.ChunkValues
 	chunks := (n + chunkValues - 1) / chunkValues
 	encs := make([][]byte, chunks)
@@ -142,28 +129,13 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	indexOff := uint64(headerSize) + uint64((count+1)/2)
-	others := align16(indexOff + 8*uint64(chunks+1))
-	otherBytes := (uint64(n)*uint64(f.Other()) + 7) / 8
-	symbols := align16(others + otherBytes)
+	indexOff, others, symbols := pc.indexOff, pc.others, pc.symbols
 	var total uint64
 	for _, e := range encs {
 		total += uint64(len(e))
 	}
 	p := make([]byte, symbols+total)
-	copy(p, PayloadMagic)
-	binary.LittleEndian.PutUint16(p[4:], PayloadVersion)
-	binary.LittleEndian.PutUint16(p[6:], headerSize)
-	binary.LittleEndian.PutUint64(p[8:], uint64(n))
-	binary.LittleEndian.PutUint32(p[16:], uint32(chunkValues))
-	p[offFields], p[offFields+1], p[offFields+2] = byte(fi), MaxLen, byte(lo)
-	binary.LittleEndian.PutUint16(p[24:], uint16(count))
-	binary.LittleEndian.PutUint64(p[offOthers:], others)
-	binary.LittleEndian.PutUint64(p[offSymbols:], symbols)
-	binary.LittleEndian.PutUint64(p[offSize:], uint64(len(p)))
-	for k := range count {
-		p[headerSize+k/2] |= ls[lo+k] << (4 * (1 - k%2))
-	}
+	pc.putHead(p, uint64(len(p)))
 	var pos uint64
 	for c, e := range encs {
 		binary.LittleEndian.PutUint64(p[indexOff+8*uint64(c):], pos)
@@ -174,10 +146,68 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	if bf16Others != nil {
 		copy(p[others:], bf16Others)
 	} else {
-		packOthers(p[others:others+otherBytes], f, raw)
+		packOthers(p[others:symbols], f, raw)
 	}
 	binary.LittleEndian.PutUint32(p[offCRC:], codec.Checksum(p))
 	return p, nil
+}
+
+// payloadCode is a payload's code and the layout it implies.
+type payloadCode struct {
+	fi                        int
+	n                         uint64
+	code                      *Code
+	lengths                   []uint8
+	lo, count                 int    // the symbols with code lengths
+	indexOff, others, symbols uint64 // where the sections start
+}
+
+// newPayloadCode builds the code of n values of field Fields[fi] whose
+// symbol counts are freq, and lays out the payload's sections.
+func newPayloadCode(fi int, n uint64, freq []uint64) (*payloadCode, error) {
+	f := Fields[fi]
+	ls, err := Lengths(freq, MaxLen)
+	if err != nil {
+		return nil, err
+	}
+	code, err := NewCode(ls, MaxLen)
+	if err != nil {
+		return nil, err
+	}
+	pc := &payloadCode{fi: fi, n: n, code: code, lengths: ls, count: 0}
+	hi := -1
+	for s, l := range ls {
+		if l > 0 {
+			if hi < 0 {
+				pc.lo = s
+			}
+			hi = s
+		}
+	}
+	pc.count = hi - pc.lo + 1
+	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
+	pc.indexOff = uint64(headerSize) + uint64((pc.count+1)/2)
+	pc.others = align16(pc.indexOff + 8*(chunks+1))
+	pc.symbols = align16(pc.others + (n*uint64(f.Other())+7)/8)
+	return pc, nil
+}
+
+// putHead writes the fixed header and the code lengths of a payload of
+// size bytes into p (the checksum and the chunk index are the caller's).
+func (pc *payloadCode) putHead(p []byte, size uint64) {
+	copy(p, PayloadMagic)
+	binary.LittleEndian.PutUint16(p[4:], PayloadVersion)
+	binary.LittleEndian.PutUint16(p[6:], headerSize)
+	binary.LittleEndian.PutUint64(p[8:], pc.n)
+	binary.LittleEndian.PutUint32(p[16:], codec.ChunkValues)
+	p[offFields], p[offFields+1], p[offFields+2] = byte(pc.fi), MaxLen, byte(pc.lo)
+	binary.LittleEndian.PutUint16(p[24:], uint16(pc.count))
+	binary.LittleEndian.PutUint64(p[offOthers:], pc.others)
+	binary.LittleEndian.PutUint64(p[offSymbols:], pc.symbols)
+	binary.LittleEndian.PutUint64(p[offSize:], size)
+	for k := range pc.count {
+		p[headerSize+k/2] |= pc.lengths[pc.lo+k] << (4 * (1 - k%2))
+	}
 }
 
 // MaxLen is the code length limit of entropy payloads: a decode table of

@@ -16,13 +16,11 @@ import (
 // chunk fills; Close writes the header, code lengths and chunk index and
 // the checksum. The payload is byte for byte what Encode writes.
 type Encoder struct {
-	w       io.WriterAt
-	f       Field
-	fi      int
-	n       uint64
-	code    *Code
-	lengths []uint8
-	lo, cnt int
+	w    io.WriterAt
+	f    Field
+	pc   *payloadCode
+	n    uint64
+	code *Code
 
 	chunk  []byte // the current chunk's values
 	index  []uint64
@@ -69,28 +67,12 @@ func NewEncoder(w io.WriterAt, fi int, n uint64, freq []uint64) (*Encoder, error
 	if total != n {
 		return nil, fmt.Errorf("entropy: counts sum to %d, not the %d values", total, n)
 	}
-	ls, err := Lengths(freq, MaxLen)
+	pc, err := newPayloadCode(fi, n, freq)
 	if err != nil {
 		return nil, err
 	}
-	code, err := NewCode(ls, MaxLen)
-	if err != nil {
-		return nil, err
-	}
-	lo, hi := 0, -1
-	for s, l := range ls {
-		if l > 0 {
-			if hi < 0 {
-				lo = s
-			}
-			hi = s
-		}
-	}
-	e := &Encoder{w: w, f: f, fi: fi, n: n, code: code, lengths: ls, lo: lo, cnt: hi - lo + 1}
+	e := &Encoder{w: w, f: f, pc: pc, n: n, code: pc.code, others: pc.others, symOff: pc.symbols}
 	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
-	indexOff := uint64(headerSize) + uint64((e.cnt+1)/2)
-	e.others = align16(indexOff + 8*(chunks+1))
-	e.symOff = align16(e.others + (n*uint64(f.Other())+7)/8)
 	e.index = make([]uint64, 0, chunks+1)
 	e.chunk = make([]byte, 0, codec.ChunkValues*f.Size)
 	e.syms = make([]byte, codec.ChunkValues)
@@ -165,22 +147,9 @@ func (e *Encoder) Close() (uint64, error) {
 	e.index = append(e.index, e.pos)
 	size := e.symOff + e.pos
 	head := make([]byte, e.others)
-	copy(head, PayloadMagic)
-	binary.LittleEndian.PutUint16(head[4:], PayloadVersion)
-	binary.LittleEndian.PutUint16(head[6:], headerSize)
-	binary.LittleEndian.PutUint64(head[8:], e.n)
-	binary.LittleEndian.PutUint32(head[16:], codec.ChunkValues)
-	head[offFields], head[offFields+1], head[offFields+2] = byte(e.fi), MaxLen, byte(e.lo)
-	binary.LittleEndian.PutUint16(head[24:], uint16(e.cnt))
-	binary.LittleEndian.PutUint64(head[offOthers:], e.others)
-	binary.LittleEndian.PutUint64(head[offSymbols:], e.symOff)
-	binary.LittleEndian.PutUint64(head[offSize:], size)
-	for k := range e.cnt {
-		head[headerSize+k/2] |= e.lengths[e.lo+k] << (4 * (1 - k%2))
-	}
-	indexOff := uint64(headerSize) + uint64((e.cnt+1)/2)
+	e.pc.putHead(head, size)
 	for c, p := range e.index {
-		binary.LittleEndian.PutUint64(head[indexOff+8*uint64(c):], p)
+		binary.LittleEndian.PutUint64(head[e.pc.indexOff+8*uint64(c):], p)
 	}
 	// CRC-32C of the whole payload, its field zero: the head, the other
 	// bits and their padding, the chunks, folded in order.
