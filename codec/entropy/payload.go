@@ -63,6 +63,26 @@ type PayloadHeader struct {
 	Checksum    uint32
 }
 
+// table returns the decode table of the code lengths after the header at
+// the start of head (nil for a payload of no values).
+func (h *PayloadHeader) table(head []byte) (*Table, error) {
+	if h.Values == 0 {
+		return nil, nil
+	}
+	if uint64(len(head)) < uint64(headerSize+(h.Count+1)/2) {
+		return nil, fmt.Errorf("%w: code lengths past the data", ErrPayload)
+	}
+	ls := make([]uint8, 1<<Fields[h.Field].Bits)
+	for k := range h.Count {
+		ls[h.Lo+k] = head[headerSize+k/2] >> (4 * (1 - k%2)) & 15
+	}
+	code, err := NewCode(ls, h.MaxLen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPayload, err)
+	}
+	return NewTable(code), nil
+}
+
 // Chunks returns the number of chunks.
 func (h *PayloadHeader) Chunks() uint64 {
 	return (h.Values + uint64(h.ChunkValues) - 1) / uint64(h.ChunkValues)
@@ -279,17 +299,9 @@ func Decode(dst, p []byte, workers int) error {
 	case uint64(len(dst)) != h.Values*uint64(f.Size):
 		return fmt.Errorf("%w: %d bytes for %d %s values", codec.ErrSize, len(dst), h.Values, f.DType)
 	}
-	ls := make([]uint8, 1<<f.Bits)
-	for k := range h.Count {
-		ls[h.Lo+k] = p[headerSize+k/2] >> (4 * (1 - k%2)) & 15
-	}
-	var tab *Table
-	if h.Values > 0 {
-		code, err := NewCode(ls, h.MaxLen)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrPayload, err)
-		}
-		tab = NewTable(code)
+	tab, err := h.table(p)
+	if err != nil {
+		return err
 	}
 	chunks := int(h.Chunks())
 	index := uint64(headerSize) + uint64((h.Count+1)/2)

@@ -216,17 +216,9 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	if err := readAt(r, head, 0); err != nil {
 		return err
 	}
-	ls := make([]uint8, 1<<f.Bits)
-	for k := range h.Count {
-		ls[h.Lo+k] = head[headerSize+k/2] >> (4 * (1 - k%2)) & 15
-	}
-	var tab *Table
-	if h.Values > 0 {
-		code, err := NewCode(ls, h.MaxLen)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrPayload, err)
-		}
-		tab = NewTable(code)
+	tab, err := h.table(head)
+	if err != nil {
+		return err
 	}
 	chunks := h.Chunks()
 	index := uint64(headerSize) + uint64((h.Count+1)/2)
