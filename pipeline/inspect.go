@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"sort"
+	"strings"
 
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -44,9 +45,15 @@ type InspectResult struct {
 	ObjectBytes uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
 	// Files is how many object files the cache has: packs, and objects
 	// stored in a file of their own.
-	Files   int                  `json:"object_files"`
-	Packs   shardcache.PackStats `json:"packs"`
-	Tensors []TensorReport       `json:"tensors,omitempty"`
+	Files int                  `json:"object_files"`
+	Packs shardcache.PackStats `json:"packs"`
+	// BF16BoundBits is the bits per value an ideal coder of each BF16
+	// tensor's exponents would store (8 for sign and mantissa, plus the
+	// exponents' entropy), over the BF16 tensors whose exponent statistics
+	// the cache records (all but those found stored raw before); zero
+	// when there are none.
+	BF16BoundBits float64        `json:"bf16_entropy_bound_bits"`
+	Tensors       []TensorReport `json:"tensors,omitempty"`
 }
 
 // Inspect summarizes a cache; with tensors it lists every tensor.
@@ -66,11 +73,16 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 			res.ObjectBytes += o.Size
 		}
 	}
+	var boundBits, boundValues float64
 	for _, s := range ix.Sources {
 		sr := SourceReport{Root: s.Root, Shards: len(s.Shards)}
 		for _, sh := range s.Shards {
 			for _, t := range sh.Tensors {
 				r := report(ix, &s, &sh, &t)
+				if r.DType == "BF16" && !strings.HasPrefix(r.Reason, "dtype") && r.Reason != "stored raw before" {
+					boundBits += float64(r.Values) * (8 + r.ExponentEntropy)
+					boundValues += float64(r.Values)
+				}
 				add(&sr.Totals, &r)
 				add(&res.Totals, &r)
 				if tensors {
@@ -79,6 +91,9 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 			}
 		}
 		res.Sources = append(res.Sources, sr)
+	}
+	if boundValues > 0 {
+		res.BF16BoundBits = boundBits / boundValues
 	}
 	sort.SliceStable(res.Tensors, func(i, j int) bool { return res.Tensors[i].RawBytes > res.Tensors[j].RawBytes })
 	return res, nil

@@ -77,10 +77,21 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("inspect totals %+v, compress totals %+v", ins.Totals, tot)
 	}
 	// Every BF16 tensor, compressed or left raw, has its exponent statistics.
+	var bits, values float64
 	for _, r := range ins.Tensors {
 		if r.DType == "BF16" && r.Values > 0 && (r.Coverage <= 0 || r.ExponentEntropy <= 0) {
 			t.Errorf("%s (%s, %s): coverage %g, entropy %g", r.Name, r.Stored, r.Reason, r.Coverage, r.ExponentEntropy)
 		}
+		if r.DType == "BF16" {
+			bits += float64(r.Values) * (8 + r.ExponentEntropy)
+			values += float64(r.Values)
+		}
+	}
+	// The entropy bound is those statistics weighted by values, and lies
+	// below what the fixed-rate payloads store.
+	fixed := 16 * float64(ins.Totals.BF16StoredBytes) / float64(ins.Totals.BF16RawBytes)
+	if b := ins.BF16BoundBits; b < 8 || b >= fixed || b-bits/values > 1e-9 || bits/values-b > 1e-9 {
+		t.Errorf("BF16 bound %.4f bits/value (from the tensors %.4f), fixed rate %.4f", b, bits/values, fixed)
 	}
 	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out}); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,9 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		count(t.Tensors, "tensor"), t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
 		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), count(res.Objects, "object"), human(res.ObjectBytes),
 		count(res.Files, "file"))
+	if res.BF16BoundBits > 0 {
+		fmt.Fprintf(w, "BF16 exponent-entropy bound: %.3f bits/value (what an ideal coder of each tensor's exponents would store)\n", res.BF16BoundBits)
+	}
 	if p := res.Packs; p.Packs > 0 {
 		verb := "hold"
 		if p.Packs == 1 {
