@@ -143,10 +143,6 @@ func (c *Cache) pick(hits []SliceHit, shard, what string) (SliceHit, error) {
 	return hits[0], nil
 }
 
-// ObjectPath returns the file of the object with key when it is stored in
-// a file of its own; Locate finds any object, packed or not.
-func (c *Cache) ObjectPath(key Key) (string, error) { return objectPath(c.dir, key) }
-
 func objectPath(dir string, key Key) (string, error) {
 	h, err := key.hexPart()
 	if err != nil {

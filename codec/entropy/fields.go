@@ -24,6 +24,12 @@ func (f Field) Other() int {
 	return 8*f.Size - f.Bits
 }
 
+// otherBits returns value v without its field: the bits above the field
+// moved down to meet the bits below it.
+func (f Field) otherBits(v uint32) uint32 {
+	return v>>(f.Shift+f.Bits)<<f.Shift | v&(1<<f.Shift-1)
+}
+
 // Fields are the exponent fields of the float dtypes entropy payloads
 // cover, and the whole-byte variants of FP8.
 var Fields = []Field{

@@ -124,7 +124,7 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 			s := byte(v >> f.Shift)
 			syms[i] = s
 			freq[s]++
-			bf16Others[i] = byte(v>>(f.Shift+f.Bits)<<f.Shift | v&(1<<f.Shift-1))
+			bf16Others[i] = byte(f.otherBits(uint32(v)))
 		}
 	} else {
 		if err := f.Symbols(syms, raw); err != nil {
@@ -166,7 +166,9 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	if bf16Others != nil {
 		copy(p[others:], bf16Others)
 	} else {
-		packOthers(p[others:symbols], f, raw)
+		bw := bitWriter{buf: p[others:others]}
+		packInto(&bw, f, raw)
+		bw.flush()
 	}
 	binary.LittleEndian.PutUint32(p[offCRC:], codec.Checksum(p))
 	return p, nil
@@ -342,29 +344,6 @@ func Decode(dst, p []byte, workers int) error {
 		unpackValues(dst[lo*f.Size:hi*f.Size], f, p[h.Others+uint64(lo)*ob/8:h.Symbols], syms[lo:hi])
 	})
 	return errors.Join(errs...)
-}
-
-// packOthers writes the bits of each value of raw outside f's field into
-// dst, f.Other() bits a value, most significant first.
-func packOthers(dst []byte, f Field, raw []byte) {
-	n := len(raw) / f.Size
-	ob := f.Other()
-	switch {
-	case ob == 0:
-		return
-	case f.Size == 2 && ob == 8: // BF16: sign and mantissa, a byte a value
-		for i := range n {
-			v := uint32(binary.LittleEndian.Uint16(raw[2*i:]))
-			dst[i] = byte(v>>(f.Shift+f.Bits)<<f.Shift | v&(1<<f.Shift-1))
-		}
-		return
-	}
-	bw := bitWriter{buf: dst[:0]}
-	for i := range n {
-		v := value(f, raw, i)
-		bw.write(uint64(v>>(f.Shift+f.Bits)<<f.Shift|v&(1<<f.Shift-1)), ob)
-	}
-	bw.flush()
 }
 
 // unpackValues rebuilds the values from their symbols and other bits.

@@ -179,14 +179,12 @@ func packInto(w *bitWriter, f Field, raw []byte) {
 	n := len(raw) / f.Size
 	if f.Size == 2 && ob == 8 && !f.Whole {
 		for i := range n {
-			v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
-			w.buf = append(w.buf, byte(v>>(f.Shift+f.Bits)<<f.Shift|v&(1<<f.Shift-1)))
+			w.buf = append(w.buf, byte(f.otherBits(uint32(raw[2*i])|uint32(raw[2*i+1])<<8)))
 		}
 		return
 	}
 	for i := range n {
-		v := value(f, raw, i)
-		w.write(uint64(v>>(f.Shift+f.Bits)<<f.Shift|v&(1<<f.Shift-1)), ob)
+		w.write(uint64(f.otherBits(value(f, raw, i))), ob)
 	}
 }
 
