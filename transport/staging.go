@@ -13,39 +13,27 @@ import (
 // DefaultPinnedLimit is the default cap on a load's pinned staging.
 const DefaultPinnedLimit = 256 << 20
 
-// staging is how many buffers each staging ring of a load gets.
-type staging struct {
-	rawSlots, pieces, packs int
-}
-
-// bytes returns the pinned bytes of the rings a load uses: raw slots and
-// the raw packer with raw, else raw slots, payload pieces and the SplitZip
-// packer (the raw packer is then unused).
-func (s staging) bytes() uint64 {
-	return uint64(s.rawSlots)*rawSlotBytes + uint64(s.pieces)*readPiece + uint64(s.packs)*packBytes
-}
-
 // capStaging shrinks the rings, the one holding the most bytes first, until
 // they fit limit, keeping at least one raw slot, two pieces and two pack
 // buffers; a limit below that is an error.
-func capStaging(s staging, limit uint64, raw bool) (staging, error) {
+func capStaging(s Staging, limit uint64, raw bool) (Staging, error) {
 	minPieces := 2
 	if raw {
-		s.pieces, minPieces = 0, 0
+		s.Pieces, minPieces = 0, 0
 	}
-	for s.bytes() > limit {
-		r := uint64(s.rawSlots-1) * rawSlotBytes
-		p := uint64(max(s.pieces-minPieces, 0)) * readPiece
-		k := uint64(s.packs-2) * packBytes
+	for s.PinnedBytes() > limit {
+		r := uint64(s.RawSlots-1) * rawSlotBytes
+		p := uint64(max(s.Pieces-minPieces, 0)) * readPiece
+		k := uint64(s.PackSlots-2) * packBytes
 		switch {
 		case r == 0 && p == 0 && k == 0:
-			return s, badOption("PinnedLimit", limit, fmt.Sprintf("at least %d bytes, the smallest staging", s.bytes()))
+			return s, badOption("PinnedLimit", limit, fmt.Sprintf("at least %d bytes, the smallest staging", s.PinnedBytes()))
 		case r >= p && r >= k:
-			s.rawSlots--
+			s.RawSlots--
 		case p >= k:
-			s.pieces--
+			s.Pieces--
 		default:
-			s.packs--
+			s.PackSlots--
 		}
 	}
 	return s, nil
@@ -122,9 +110,12 @@ type Staging struct {
 	Resident uint64
 }
 
-// PinnedBytes returns the pinned bytes of the rings.
+// PinnedBytes returns the pinned bytes of the rings: raw slots and, for a
+// load through the raw path only, the raw packer's buffers; else raw
+// slots, payload pieces and the SplitZip packer's (the raw packer is then
+// unused).
 func (s Staging) PinnedBytes() uint64 {
-	return staging{s.RawSlots, s.Pieces, s.PackSlots}.bytes()
+	return uint64(s.RawSlots)*rawSlotBytes + uint64(s.Pieces)*readPiece + uint64(s.PackSlots)*packBytes
 }
 
 // PlanStaging sizes the staging rings of a load of specs from c with
@@ -137,7 +128,8 @@ func (s Staging) PinnedBytes() uint64 {
 func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64, raw bool, limit int64) (Staging, error) {
 	readers = max(readers, 1)
 	n := stagingNeed(c, specs, small, raw)
-	s := staging{rawSlots: min(2*readers, n.rawSlots()), pieces: min(2*readers+2, n.payloadPieces()), packs: min(2*readers+2, n.packSlots())}
+	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(2*readers+2, n.payloadPieces()), PackSlots: min(2*readers+2, n.packSlots()),
+		Resident: n.resident}
 	var capped uint64
 	if limit >= 0 {
 		capped = uint64(limit)
@@ -149,5 +141,6 @@ func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64
 			return Staging{}, err
 		}
 	}
-	return Staging{RawSlots: s.rawSlots, Pieces: s.pieces, PackSlots: s.packs, Limit: capped, Resident: n.resident}, nil
+	s.Limit = capped
+	return s, nil
 }

@@ -444,15 +444,15 @@ func TestCancel(t *testing.T) {
 // TestPinnedLimit: the staging rings shrink, the largest first, to fit the
 // cap; a cap below the smallest staging is refused; a load stays under it.
 func TestPinnedLimit(t *testing.T) {
-	full := staging{rawSlots: 16, pieces: 18, packs: 18}
+	full := Staging{RawSlots: 16, Pieces: 18, PackSlots: 18}
 	got, err := capStaging(full, 128<<20, false)
-	if err != nil || got.bytes() > 128<<20 || got.rawSlots < 1 || got.pieces < 2 || got.packs < 2 {
-		t.Fatalf("capped to %+v (%d bytes), %v", got, got.bytes(), err)
+	if err != nil || got.PinnedBytes() > 128<<20 || got.RawSlots < 1 || got.Pieces < 2 || got.PackSlots < 2 {
+		t.Fatalf("capped to %+v (%d bytes), %v", got, got.PinnedBytes(), err)
 	}
 	if got, _ := capStaging(full, 1<<40, false); got != full {
 		t.Errorf("a cap above the need changed the rings: %+v", got)
 	}
-	if r, err := capStaging(full, 64<<20, true); err != nil || r.pieces != 0 || r.bytes() > 64<<20 {
+	if r, err := capStaging(full, 64<<20, true); err != nil || r.Pieces != 0 || r.PinnedBytes() > 64<<20 {
 		t.Errorf("raw staging under 64 MiB: %+v, %v", r, err)
 	}
 	if _, err := capStaging(full, 1<<20, false); !errors.Is(err, ErrOption) {
