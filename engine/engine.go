@@ -34,21 +34,16 @@ type Engine interface {
 	vmm.Memory
 	// Streams returns how many upload streams the engine has.
 	Streams() int
-	// CopyHtoD enqueues a copy on stream s; src must stay unchanged until
-	// an event recorded after it completes.
-	CopyHtoD(s int, dst DevPtr, src []byte) error
-	// DecodeInPlace enqueues the in-place decode of the payload at dst,
-	// whose header is h, on stream s.
-	DecodeInPlace(s int, dst DevPtr, h *codec.Header) error
-	// Scatter enqueues on stream s one copy of packed to device staging
-	// memory and one pass that writes each item to its range (raw bytes
-	// copied, payloads decoded). packed starts with room for the item
-	// table (ScatterTableBytes), which Scatter fills after checking the
-	// items; its length is a multiple of 16, and it must stay unchanged
-	// until an event recorded after the pass completes.
-	Scatter(s int, packed []byte, items []ScatterItem) error
-	// Record enqueues an event on stream s.
-	Record(s int) (Event, error)
+	// Submit enqueues w on stream s, then an event that completes once
+	// w's work has run, and returns that event: one submission, so that
+	// the event follows exactly w's work however many goroutines submit
+	// to s. Src must stay unchanged until the event completes. An error
+	// that Submit finds before enqueueing anything (a bad stream, a
+	// scatter item outside its buffer) is returned with a nil event; a
+	// failure of the work itself (a failed copy or launch, a corrupt
+	// payload on engines without DecodeErrors) is the event's error. When
+	// Submit returns an error and no event, nothing of w is running.
+	Submit(s int, w Work) (Event, error)
 	// WaitEvent makes later work on stream s wait for e.
 	WaitEvent(s int, e Event) error
 	// ReadBack copies device memory to the host synchronously.
@@ -69,6 +64,22 @@ type DecodeErrorer interface {
 
 // ErrInjected is returned by fault hooks in tests.
 var ErrInjected = errors.New("injected fault")
+
+// Work is what one Submit enqueues on a stream, in this order: the copy
+// of Src to Dst (none when Src is empty); then the in-place decode of the
+// payload at Dst whose header is Decode (none when nil). With Items, Src
+// is a packed staging buffer instead: it starts with room for the item
+// table (ScatterTableBytes), which Submit fills after checking the items,
+// its length is a multiple of 16, and it is copied to device staging
+// memory and written to the items' ranges by one pass (raw bytes copied,
+// payloads decoded); Dst and Decode are then unused. Work with neither
+// Src nor Items enqueues only the event.
+type Work struct {
+	Dst    DevPtr
+	Src    []byte
+	Decode *codec.Header
+	Items  []ScatterItem
+}
 
 // ScatterItem is one tensor of a packed staging buffer (the table format
 // the scatter kernel reads is gpu's; engines and transports name it here).

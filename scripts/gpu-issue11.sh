@@ -7,6 +7,8 @@
 #   mix    4,000 tensors with the size mix of real models
 #   moe    48 layers x 64 experts x 3 matrices (21 GB)
 #   llama  an 8 GiB Llama-shaped checkpoint
+#   quick  the conformance suite, then base against this build on the
+#          size mix and a 12-layer MoE, 3 rounds
 # Each dataset phase generates the checkpoint with this build, compresses
 # it with each build (the baseline writes index version 1, this build 2),
 # checks this build's load bit for bit, then alternates the builds for 3
@@ -81,9 +83,10 @@ tests)
   (cd transport && compute-sanitizer --tool memcheck --error-exitcode 9 "../$D/transport.test" -test.run CUDA -test.count=1 2>&1 | tail -1) || fail memcheck-transport
   ;;
 mix) dataset mix --mix 4000 --shards 4 ;;
-sweep) # runtime settings on the size mix, this build only
+sweep) # runtime settings, this build only, on the size mix or, with
+  # SWEEP_GEN set, on what those gen flags make
   shift 2
-  "$D/splitzip" gen /tmp/mix --mix 4000 --shards 4 -q && "$D/splitzip" compress /tmp/mix -o /tmp/mix.new --no-sync -q && cat /tmp/mix/* /tmp/mix.new/objects/*/* >/dev/null
+  "$D/splitzip" gen /tmp/mix ${SWEEP_GEN:---mix 4000 --shards 4} -q && "$D/splitzip" compress /tmp/mix -o /tmp/mix.new --no-sync -q && cat /tmp/mix/* /tmp/mix.new/objects/*/* >/dev/null
   for cfg in "$@"; do
     for r in 1 2; do
       for m in --raw ""; do
@@ -91,6 +94,29 @@ sweep) # runtime settings on the size mix, this build only
         echo "SWEEP [$cfg] ${m:-splitzip} round $r: $(echo "$line" | grep -o '= [0-9.]* GB/s')"
       done
     done
+  done
+  if [ -n "${SWEEP_PROFILE:-}" ]; then
+    "$D/splitzip" load /tmp/mix.new --device-times=true | grep -E "^load|device busy|summed"
+    "$D/splitzip" load /tmp/mix.new --cpuprofile "$OUT/sweep-cpu.pprof" | head -1
+  fi
+  rm -rf /tmp/mix /tmp/mix.new ;;
+quick) # conformance, then base against new on the mix and a 12-layer MoE
+  step "engine conformance (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)" || fail cudaengine
+  step "transport CUDA"; (cd transport && "../$D/transport.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
+  for ds in "mix --mix 4000 --shards 4" "moe12 --moe 64 --layers 12 --shards 4"; do
+    set -- $ds; name=$1; shift
+    "$D/splitzip" gen /tmp/$name "$@" -q || fail gen
+    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+      "$D/$bin" compress /tmp/$name -o /tmp/$name.$b --no-sync -q || fail compress; done
+    cat /tmp/$name/* /tmp/$name.*/objects/*/* >/dev/null
+    "$D/splitzip" load /tmp/$name.new --check | grep -E "matches" || fail "$name load --check"
+    for r in 1 2 3; do
+      for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+        echo "QUICK $name r$r $b first:    $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --repeat 1 --device-times=false | grep compare)"
+        echo "QUICK $name r$r $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+      done
+    done
+    rm -rf /tmp/$name /tmp/$name.*
   done ;;
 moe) dataset moe --moe 64 --shards 8; rm -rf /tmp/moe /tmp/moe.base /tmp/moe.new ;;
 llama) dataset llama --size 8GiB --shards 4 ;;

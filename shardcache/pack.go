@@ -53,6 +53,9 @@ func newPackHasher() hash.Hash { return blake3.New(32, packHashKey[:]) }
 type Location struct {
 	Path   string // the object's own file, or its pack's
 	Offset uint64 // where its bytes start in Path
+	// Name describes the object's bytes for errors: Path, and for a pack
+	// member its range.
+	Name string
 }
 
 // Locate returns where the object with key is stored, and its record.
@@ -63,10 +66,10 @@ func (c *Cache) Locate(key Key) (Location, *Object, error) {
 	}
 	if o.Pack == "" {
 		p, err := objectPath(c.dir, key)
-		return Location{Path: p}, o, err
+		return Location{Path: p, Name: p}, o, err
 	}
 	p, err := objectPath(c.dir, o.Pack)
-	return Location{Path: p, Offset: o.Offset}, o, err
+	return Location{Path: p, Offset: o.Offset, Name: fmt.Sprintf("%s[%d:+%d]", p, o.Offset, o.Size)}, o, err
 }
 
 // ObjectReader reads one object's bytes, from its own file or from its
@@ -108,11 +111,7 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("%s: %w: %d bytes, index says %d", loc.Path, ErrObjectCorrupt, st.Size(), want)
 	}
-	name := loc.Path
-	if o.Pack != "" {
-		name = fmt.Sprintf("%s[%d:+%d]", loc.Path, loc.Offset, o.Size)
-	}
-	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: name}, o, nil
+	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: loc.Name}, o, nil
 }
 
 // SetPackMax sets the stored size at or below which committed objects go

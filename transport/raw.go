@@ -3,12 +3,8 @@ package transport
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
@@ -94,11 +90,11 @@ type Raw struct {
 
 	pack     *packer
 	res      *slab      // resident bytes
-	mu       sync.Mutex // guards resident, stats and submission order
+	mu       sync.Mutex // guards resident and stats
 	resident map[*vmm.Binding][]byte
 	stats    Stats
 	pinned   uint64
-	next     int // stream round robin
+	streams  streams
 	closed   bool
 }
 
@@ -252,26 +248,21 @@ func (r *Raw) uploadPiece(b *vmm.Binding, p piece) (Fence, error) {
 	return r.submit(b.Addr+vmm.Ptr(p.off), s.buf[:p.n], s)
 }
 
-// submit enqueues a copy and an event after it; s, if set, records the
-// event as the slot's last use.
+// submit enqueues a copy and its event; s, if set, records the event as
+// the slot's last use.
 func (r *Raw) submit(dst vmm.Ptr, src []byte, s *slot) (Fence, error) {
 	t0 := time.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	stream := r.next % r.eng.Streams()
-	r.next++
-	if err := r.eng.CopyHtoD(stream, dst, src); err != nil {
-		return nil, err
-	}
-	ev, err := r.eng.Record(stream)
+	ev, err := r.eng.Submit(r.streams.pick(r.eng), engine.Work{Dst: dst, Src: src})
 	if err != nil {
 		return nil, err
 	}
 	if s != nil {
 		s.ev = ev
 	}
+	r.mu.Lock()
 	r.stats.Bytes += uint64(len(src))
 	r.stats.Submit += time.Since(t0)
+	r.mu.Unlock()
 	return ev, nil
 }
 
@@ -387,73 +378,4 @@ func (r *Raw) Close() error {
 	r.res.free()
 	r.pinned = 0
 	return r.files.close()
-}
-
-// fileCache keeps shard files open.
-type fileCache struct {
-	mu    sync.Mutex
-	files map[string]*os.File
-}
-
-func (c *fileCache) get(path string) (*os.File, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f, ok := c.files[path]; ok {
-		return f, nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	if c.files == nil {
-		c.files = map[string]*os.File{}
-	}
-	c.files[path] = f
-	return f, nil
-}
-
-func (c *fileCache) readAt(path string, dst []byte, off uint64) error {
-	f, err := c.get(path)
-	if err != nil {
-		return err
-	}
-	n, err := f.ReadAt(dst, int64(off))
-	if err == io.EOF && n < len(dst) {
-		return fmt.Errorf("%s: %w (%d of %d bytes at offset %d)", path, ErrShortRead, n, len(dst), off)
-	}
-	return err
-}
-
-// readFileAt reads len(dst) bytes at offset off of the file at path,
-// opening and closing it: three system calls (an os.File would add a
-// poller registration).
-func readFileAt(path string, dst []byte, off uint64) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	for n := 0; n < len(dst); {
-		k, err := unix.Pread(fd, dst[n:], int64(off)+int64(n))
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return &os.PathError{Op: "read", Path: path, Err: err}
-		case k == 0:
-			return fmt.Errorf("%s: %w (%d of %d bytes at offset %d)", path, ErrShortRead, n, len(dst), off)
-		}
-		n += k
-	}
-	return nil
-}
-
-func (c *fileCache) close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for p, f := range c.files {
-		f.Close()
-		delete(c.files, p)
-	}
-	return nil
 }

@@ -1,6 +1,10 @@
 package transport
 
-import "github.com/splitzip/splitzip/engine"
+import (
+	"sync/atomic"
+
+	"github.com/splitzip/splitzip/engine"
+)
 
 // slot is a pinned staging buffer and the event of the last copy from it.
 type slot struct {
@@ -33,4 +37,13 @@ func freeRing(eng engine.Engine, ring chan *slot) {
 		}
 		eng.FreePinned(s.buf)
 	}
+}
+
+// streams picks upload streams round-robin; transports share no lock to
+// do so, and none is held across a submission.
+type streams struct{ next atomic.Uint64 }
+
+// pick returns the next of eng's streams.
+func (r *streams) pick(eng engine.Engine) int {
+	return int((r.next.Add(1) - 1) % uint64(eng.Streams()))
 }

@@ -60,21 +60,19 @@ type packer struct {
 	maxSlots int           // cap on the staging ring (0: workers plus two)
 	fills    chan struct{} // bounds concurrent reads
 	files    fileCache     // files of staged reads, kept open
-	// streamMu serializes submissions per stream.
-	streamMu []sync.Mutex
+	streams  streams
 
 	mu     sync.Mutex
 	slots  chan *slot // allocated on first use
 	stats  Stats
 	pinned uint64
-	next   int
 }
 
 // newPacker returns a packer for workers fill goroutines whose staging
 // ring holds at most slots buffers (0: workers plus two).
 func newPacker(eng engine.Engine, workers, slots int) *packer {
 	workers = max(workers, 1)
-	return &packer{eng: eng, workers: workers, maxSlots: slots, fills: make(chan struct{}, 2*workers), streamMu: make([]sync.Mutex, eng.Streams())}
+	return &packer{eng: eng, workers: workers, maxSlots: slots, fills: make(chan struct{}, 2*workers)}
 }
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -294,20 +292,8 @@ func (p *packer) send(pl *plan, out []Fence) {
 		return
 	}
 	off := align16(base + pl.end)
-	// Submissions on one stream are serialized so that an event follows
-	// exactly its pack's work; packs on other streams go in parallel.
 	t1 := time.Now()
-	p.mu.Lock()
-	stream := p.next % p.eng.Streams()
-	p.next++
-	p.mu.Unlock()
-	p.streamMu[stream].Lock()
-	err := p.submit(stream, s.buf[:off], its)
-	var ev engine.Event
-	if err == nil {
-		ev, err = p.eng.Record(stream)
-	}
-	p.streamMu[stream].Unlock()
+	ev, err := p.eng.Submit(p.streams.pick(p.eng), work(s.buf[:off], its))
 	p.mu.Lock()
 	p.stats.Submit += time.Since(t1)
 	if err == nil {
@@ -326,23 +312,16 @@ func (p *packer) send(pl *plan, out []Fence) {
 	}
 }
 
-// submit enqueues a pack: a single raw binding or in-place payload is
-// copied (and decoded) directly, anything else goes through Scatter.
-func (p *packer) submit(stream int, buf []byte, its []engine.ScatterItem) error {
+// work is a pack's submission: a single raw binding or in-place payload
+// is copied (and decoded) directly, anything else is scattered.
+func work(buf []byte, its []engine.ScatterItem) engine.Work {
 	if len(its) == 1 {
 		it := its[0]
-		src := buf[it.Src : it.Src+it.Stored]
-		switch h := it.Header; {
-		case h == nil:
-			return p.eng.CopyHtoD(stream, engine.DevPtr(it.Dst), src)
-		case h.InPlace:
-			if err := p.eng.CopyHtoD(stream, engine.DevPtr(it.Dst), src); err != nil {
-				return err
-			}
-			return p.eng.DecodeInPlace(stream, engine.DevPtr(it.Dst), h)
+		if h := it.Header; h == nil || h.InPlace {
+			return engine.Work{Dst: engine.DevPtr(it.Dst), Src: buf[it.Src : it.Src+it.Stored], Decode: h}
 		}
 	}
-	return p.eng.Scatter(stream, buf, its)
+	return engine.Work{Src: buf, Items: its}
 }
 
 // Stats returns the packer's time and bytes.

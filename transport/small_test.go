@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -285,5 +286,49 @@ func TestResidentSmallFromPacks(t *testing.T) {
 	}
 	if s := tr.Stats(); s.Read == 0 {
 		t.Error("no read time recorded for the first fault")
+	}
+}
+
+// TestStreamedPackMembers: payloads too large to pack with others at load
+// time (above SmallBytes) but stored in packs (a cache written with a
+// large --pack-max) stream from their pack's range, kept open, and land
+// bit for bit; a corrupt one fails naming its range of the pack.
+func TestStreamedPackMembers(t *testing.T) {
+	c, src := fixtureWith(t, synth.Config{Mix: 80, Shards: 2, Seed: 9}, shardcache.MaxPackMax)
+	var streamed *vmm.Binding
+	_, a, st, _ := setup(t, c, src, hostengine.Hooks{}, false)
+	for _, b := range a.Bindings() {
+		hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size)
+		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
+			continue
+		}
+		if o, _ := c.Lookup(hit.Tensor.Key); o.Pack != "" && o.Size > DefaultSmallBytes {
+			streamed = b
+			break
+		}
+	}
+	if streamed == nil {
+		t.Fatal("no packed payload above the packing threshold in the fixture")
+	}
+	fds := openFiles(t)
+	eng := hostengine.New(2)
+	defer eng.Close()
+	rep, err := Load(context.Background(), eng, c, src, LoadOptions{Check: true, Repeat: 2})
+	if err != nil || !rep.Checked {
+		t.Fatalf("load: %v", err)
+	}
+	if n := openFiles(t); n > fds {
+		t.Errorf("%d descriptors open after the load, %d before", n, fds)
+	}
+	hit, _ := c.LookupSlice(streamed.Shard, streamed.Offset, streamed.Size)
+	restore := cachetest.Flip(t, c, hit.Tensor.Key, -1, 0x40)
+	err = st.FaultIn(context.Background(), []*vmm.Binding{streamed})[0].Wait()
+	loc, _, _ := c.Locate(hit.Tensor.Key)
+	if !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), loc.Name) {
+		t.Errorf("corrupt streamed pack member: %v; want a checksum error naming %s", err, loc.Name)
+	}
+	restore()
+	if err := st.FaultIn(context.Background(), []*vmm.Binding{streamed})[0].Wait(); err != nil {
+		t.Fatalf("after repair: %v", err)
 	}
 }

@@ -24,7 +24,7 @@ type SplitZipOptions struct {
 	// small when the wrapped transport is a PackReader, are packed several to a
 	// copy (0: DefaultSmallBytes; negative: never).
 	SmallBytes int64
-	// RingPieces caps the staging ring of 8 MiB payload pieces (0: two
+	// RingPieces caps the staging ring of 8 MiB payload pieces (0: four
 	// per reader, plus two); PackSlots caps the packer's 4 MiB buffers
 	// (0: two per reader, plus two). Load sizes both from the checkpoint.
 	RingPieces int
@@ -44,11 +44,12 @@ type SplitZip struct {
 	ring     chan *slot // pinned staging pieces
 	stats    Stats
 	pinned   uint64
-	next     int
+	streams  streams
 	checked  map[string]error // source shards checked for changes
 	io       chan struct{}    // bounds concurrent piece reads
 	pack     *packer
-	res      *slab // resident payloads
+	res      *slab     // resident payloads
+	files    fileCache // packs that streamed payloads are read from
 }
 
 // payload is a verified payload in pinned memory.
@@ -243,7 +244,7 @@ func (z *SplitZip) ensureRing() error {
 	if z.ring != nil {
 		return nil
 	}
-	n := cap(z.io) + 2
+	n := piecesPerReader*z.opts.Readers + 2
 	if z.opts.RingPieces > 0 {
 		n = min(n, z.opts.RingPieces)
 	}
@@ -276,22 +277,14 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
 	t0 := time.Now()
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	stream := z.next % z.eng.Streams()
-	z.next++
-	if err := z.eng.CopyHtoD(stream, t.b.Addr, p.buf); err != nil {
-		return nil, err
-	}
-	if err := z.eng.DecodeInPlace(stream, t.b.Addr, &p.h); err != nil {
-		return nil, err
-	}
-	ev, err := z.eng.Record(stream)
+	ev, err := z.eng.Submit(z.streams.pick(z.eng), engine.Work{Dst: t.b.Addr, Src: p.buf, Decode: &p.h})
 	if err != nil {
 		return nil, err
 	}
+	z.mu.Lock()
 	z.stats.Bytes += uint64(len(p.buf))
 	z.stats.Submit += time.Since(t0)
+	z.mu.Unlock()
 	return ev, nil
 }
 
@@ -353,5 +346,6 @@ func (z *SplitZip) Close() error {
 	z.res.free()
 	z.pinned = 0
 	z.mu.Unlock()
+	z.files.close()
 	return z.inner.Close()
 }

@@ -1,17 +1,18 @@
 package transport
 
 // Streaming payloads through the pinned staging ring: a payload of one
-// piece in three driver calls, larger ones in pieces read in parallel.
+// piece in one submission, larger ones in pieces read in parallel.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -27,20 +28,21 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 		return nil, err
 	}
 	key := t.hit.Tensor.Key
-	f, o, err := z.cache.OpenObject(key)
+	loc, o, err := z.cache.Locate(key)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	if o.Size < codec.HeaderSize {
-		return nil, fmt.Errorf("%s: %w: %d bytes", f.Name(), codec.ErrCorrupt, o.Size)
+		return nil, fmt.Errorf("%s: %w: %d bytes", loc.Name, codec.ErrCorrupt, o.Size)
 	}
-	z.mu.Lock()
-	stream := z.next % z.eng.Streams()
-	z.next++
-	z.mu.Unlock()
+	f, closeFile, err := objectSource(&z.files, loc, o)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFile()
+	stream := z.streams.pick(z.eng)
 	if o.Size <= readPiece {
-		return z.streamOne(ctx, t, f, o.Size, stream)
+		return z.streamOne(ctx, t, f, loc.Name, o.Size, stream)
 	}
 	sums := codec.NewPieceSums(o.Size, readPiece)
 	n := sums.Pieces()
@@ -49,6 +51,11 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 	var head [codec.HeaderSize]byte
 	var wg sync.WaitGroup
 	for i := range n {
+		// Pieces take their read tokens in order, before their goroutine
+		// starts: a payload's pieces then arrive about together, and its
+		// decode is not held up behind pieces of others (taking a slot
+		// first and the token after, as streamOne does, made an 8 GiB
+		// Llama load of 90 MB tensors 10-20% slower on the H200).
 		z.io <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-z.io }()
@@ -62,23 +69,17 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 			q := s.buf[:size]
 			sum, rd, vd, err := readChecked(f, q, off)
 			if err != nil {
-				errs[i] = fmt.Errorf("%s: %w", f.Name(), err)
+				errs[i] = fmt.Errorf("%s: %w", loc.Name, err)
 				return
 			}
 			sums.Set(i, sum)
 			if i == 0 {
 				copy(head[:], q)
 			}
-			// No lock across the device calls: an engine's streams take
-			// work from several goroutines, and an event recorded after a
-			// copy on its stream completes after that copy whatever else
-			// was enqueued between them.
+			// The pieces go on one stream, so the decode submitted after
+			// them runs after them all.
 			t2 := time.Now()
-			if err := z.eng.CopyHtoD(stream, t.b.Addr+vmm.Ptr(off), q); err != nil {
-				errs[i] = err
-				return
-			}
-			ev, err := z.eng.Record(stream)
+			ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(off), Src: q})
 			if err != nil {
 				errs[i] = err
 				return
@@ -103,14 +104,11 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 	}
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		return nil, fmt.Errorf("%s: %w", loc.Name, err)
 	case !h.InPlace:
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
 	}
-	if err := z.eng.DecodeInPlace(stream, t.b.Addr, &h); err != nil {
-		return nil, err
-	}
-	ev, err := z.eng.Record(stream)
+	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Decode: &h})
 	if err != nil {
 		return nil, err
 	}
@@ -119,22 +117,23 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 }
 
 // streamOne uploads a payload of one staging piece: read and checked whole
-// before anything is enqueued, then its copy, its decode and one event on
-// one stream. That is three driver calls where a payload of several
-// pieces takes an event per piece too; enqueues are serialized in the
-// engine, so each call saved shortens every upload.
-func (z *SplitZip) streamOne(ctx context.Context, t target, f *shardcache.ObjectReader, size uint64, stream int) (Fence, error) {
-	z.io <- struct{}{}
-	defer func() { <-z.io }()
+// before anything is enqueued, then its copy, its decode and one event in
+// one submission, where a payload of several pieces takes one per piece
+// and one for the decode.
+func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, size uint64, stream int) (Fence, error) {
+	// A slot first, then a read token: a reader waiting for a slot's
+	// last copy holds no token another could read with.
 	s := z.takeSlot()
 	defer func() { z.ring <- s }()
+	z.io <- struct{}{}
+	defer func() { <-z.io }()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	q := s.buf[:size]
 	sum, rd, vd, err := readChecked(f, q, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	h, err := codec.ParseHeader(q)
 	if err == nil {
@@ -142,23 +141,12 @@ func (z *SplitZip) streamOne(ctx context.Context, t target, f *shardcache.Object
 	}
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	case !h.InPlace:
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
 	t0 := time.Now()
-	if err := z.eng.CopyHtoD(stream, t.b.Addr, q); err != nil {
-		return nil, err
-	}
-	if err := z.eng.DecodeInPlace(stream, t.b.Addr, &h); err != nil {
-		if ev, rerr := z.eng.Record(stream); rerr == nil {
-			s.ev = ev // the buffer is not reused before the copy is done
-		}
-		return nil, err
-	}
-	// A failed copy reports through this event too: it follows the copy
-	// on the stream.
-	ev, err := z.eng.Record(stream)
+	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Src: q, Decode: &h})
 	if err != nil {
 		return nil, err
 	}

@@ -120,7 +120,8 @@ func (s Staging) PinnedBytes() uint64 {
 
 // PlanStaging sizes the staging rings of a load of specs from c with
 // readers reader goroutines: each ring holds what those tensors need (one
-// buffer more than their bytes fill) up to two buffers per reader, and
+// buffer more than their bytes fill) up to two buffers per reader (four
+// payload pieces), and
 // all of them together fit limit (0: DefaultPinnedLimit; negative: no
 // cap), the largest ring shrunk first. small is the packing threshold
 // (SmallBytes, resolved); raw plans a load through the raw path only. A
@@ -128,7 +129,7 @@ func (s Staging) PinnedBytes() uint64 {
 func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64, raw bool, limit int64) (Staging, error) {
 	readers = max(readers, 1)
 	n := stagingNeed(c, specs, small, raw)
-	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(2*readers+2, n.payloadPieces()), PackSlots: min(2*readers+2, n.packSlots()),
+	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(piecesPerReader*readers+2, n.payloadPieces()), PackSlots: min(2*readers+2, n.packSlots()),
 		Resident: n.resident}
 	var capped uint64
 	if limit >= 0 {

@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
@@ -35,13 +34,18 @@ type Engine struct {
 	gran     uint64
 	readS    cuda.Stream
 
-	// submitMu serializes what is enqueued on the streams (copies,
-	// launches, events, waits): driver calls from many threads at once
-	// contend in the driver, and on the H200 a load of 9,555 tensors
-	// spent 5.1 s of its readers' time in lock-free enqueues against 0.4 s
-	// under one lock. It also guards stage and stageCap, each stream's
-	// device staging memory for Scatter.
-	submitMu sync.Mutex
+	// The submitter (submit.go), one goroutine at a time, enqueues all
+	// work on the streams: driver calls from many threads at once contend
+	// in the driver (on the H200 a load of 9,555 tensors spent 5.1 s of
+	// its readers' time in lock-free enqueues), and a lock around them
+	// made every reader wait for the others' calls. qmu guards pending,
+	// draining and closed; only the submitter touches stage and stageCap,
+	// each stream's device staging memory for scatters, until Close.
+	qmu      sync.Mutex
+	idle     sync.Cond // draining became false
+	pending  []request
+	draining bool
+	closed   bool
 	stage    []cuda.DevicePtr
 	stageCap []uint64
 
@@ -70,6 +74,7 @@ func New(ordinal, streams int) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{ctx: ctx, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+	e.idle.L = &e.qmu
 	if e.gran, err = ctx.Granularity(false); err != nil {
 		return nil, err
 	}
@@ -100,6 +105,7 @@ func New(ordinal, streams int) (*Engine, error) {
 // decodes and events go on it in order. Close leaves s and ctx open.
 func NewOn(ctx *cuda.Context, s cuda.Stream) (*Engine, error) {
 	e := &Engine{ctx: ctx, external: true, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+	e.idle.L = &e.qmu
 	var err error
 	if e.gran, err = ctx.Granularity(false); err != nil {
 		return nil, err
@@ -237,173 +243,6 @@ func (e *Engine) Release(p vmm.Ptr, size uint64) error {
 // Streams returns the number of upload streams.
 func (e *Engine) Streams() int { return len(e.streams) }
 
-// CopyHtoD enqueues a copy on stream s.
-func (e *Engine) CopyHtoD(s int, dst vmm.Ptr, src []byte) error {
-	e.submitMu.Lock()
-	defer e.submitMu.Unlock()
-	return e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(cuda.DevicePtr(dst), src, e.streams[s]) })
-}
-
-// DecodeInPlace launches the in-place decode on stream s.
-func (e *Engine) DecodeInPlace(s int, dst vmm.Ptr, h *codec.Header) error {
-	e.submitMu.Lock()
-	defer e.submitMu.Unlock()
-	return e.timed(s, true, func() error { return e.decs[s].LaunchInPlace(cuda.DevicePtr(dst), h, e.streams[s]) })
-}
-
-// timedOp is a copy or decode bracketed by timing events.
-// Scatter checks the items and writes their table into packed, then
-// enqueues on stream s the copy of packed into the stream's staging memory
-// (grown as needed) and the scatter kernel.
-func (e *Engine) Scatter(s int, packed []byte, items []engine.ScatterItem) error {
-	if err := gpu.PutScatterTable(packed, items, uint64(len(packed))); err != nil {
-		return err
-	}
-	e.submitMu.Lock()
-	defer e.submitMu.Unlock()
-	n := uint64(len(packed))
-	if e.stageCap[s] < n {
-		// Earlier scatters on s may still read the old staging memory.
-		if err := e.ctx.StreamSynchronize(e.streams[s]); err != nil {
-			return err
-		}
-		if e.stage[s] != 0 {
-			e.ctx.Free(e.stage[s])
-			e.stage[s], e.stageCap[s] = 0, 0
-		}
-		p, err := e.ctx.Alloc(max(n, 8<<20))
-		if err != nil {
-			return err
-		}
-		e.stage[s], e.stageCap[s] = p, max(n, 8<<20)
-	}
-	if err := e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, e.streams[s]) }); err != nil {
-		return err
-	}
-	units := gpu.ScatterUnits(items)
-	return e.timed(s, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), units, e.streams[s]) })
-}
-
-// cudaEvent is an engine event. It remembers having completed without
-// error; Record reclaims such events once many are live, marking them done
-// before destroying them, so waiting for one returns at once.
-//
-// Events block rather than spin in Wait: transports wait on many at once
-// (a staging buffer's last copy, each binding's fence), and spinning
-// threads would take the cores the file readers need.
-type cudaEvent struct {
-	e    *Engine
-	ev   cuda.Event
-	done atomic.Bool // completed without error (and perhaps destroyed)
-}
-
-func (c *cudaEvent) Wait() error {
-	if c.done.Load() {
-		return nil
-	}
-	err := c.e.ctx.EventSynchronize(c.ev)
-	if err != nil && c.done.Load() {
-		return nil // reclaimed while we waited: it had completed
-	}
-	if err == nil {
-		c.done.Store(true)
-	}
-	return err
-}
-
-func (c *cudaEvent) Done() bool {
-	if c.done.Load() {
-		return true
-	}
-	done, err := c.e.ctx.Query(c.ev)
-	if done && err == nil {
-		c.done.Store(true)
-	}
-	return done || err != nil
-}
-
-// reclaimAt is the number of live events at which Record takes back the
-// completed ones.
-const reclaimAt = 4096
-
-// Record records an event on stream s.
-func (e *Engine) Record(s int) (engine.Event, error) {
-	e.submitMu.Lock()
-	var ev cuda.Event
-	var err error
-	e.mu.Lock()
-	if n := len(e.free); n > 0 {
-		ev, e.free = e.free[n-1], e.free[:n-1]
-	}
-	e.mu.Unlock()
-	if ev == 0 {
-		ev, err = e.ctx.NewEvent(cuda.EventDisableTiming | cuda.EventBlockingSync)
-	}
-	if err == nil {
-		if err = e.ctx.Record(ev, e.streams[s]); err != nil {
-			e.ctx.DestroyEvent(ev)
-		}
-	}
-	e.submitMu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	c := &cudaEvent{e: e, ev: ev}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.events) >= max(reclaimAt, e.reclaimNext) {
-		e.reclaim()
-		e.reclaimNext = 2 * len(e.events) // pending events: do not rescan each time
-	}
-	e.events = append(e.events, c)
-	return c, nil
-}
-
-// maxFree bounds the completed events kept for Record to use again.
-const maxFree = 8192
-
-// reclaim takes completed events back (e.mu held): their wrappers are
-// marked done, so nothing calls the driver on them again, and Record
-// records them anew (creating an event costs a driver call, and enqueues
-// are serialized, so every call saved shortens every upload).
-func (e *Engine) reclaim() {
-	live := e.events[:0]
-	for _, c := range e.events {
-		// Keep what has not completed, and what failed: its Wait must
-		// still report the error.
-		if done, err := e.ctx.Query(c.ev); err != nil || !done {
-			live = append(live, c)
-			continue
-		}
-		c.done.Store(true)
-		if len(e.free) < maxFree {
-			e.free = append(e.free, c.ev)
-		} else {
-			e.ctx.DestroyEvent(c.ev)
-		}
-	}
-	clear(e.events[len(live):])
-	e.events = live
-}
-
-// WaitEvent makes stream s wait for ev.
-func (e *Engine) WaitEvent(s int, ev engine.Event) error {
-	c, ok := ev.(*cudaEvent)
-	if !ok {
-		return ev.Wait()
-	}
-	if c.done.Load() {
-		return nil
-	}
-	e.submitMu.Lock()
-	err := e.ctx.StreamWaitEvent(e.streams[s], c.ev)
-	e.submitMu.Unlock()
-	if err != nil && c.done.Load() {
-		return nil
-	}
-	return err
-}
-
 // ReadBack copies device memory to dst and waits.
 func (e *Engine) ReadBack(dst []byte, src vmm.Ptr) error {
 	if err := e.ctx.CopyDtoHAsync(dst, cuda.DevicePtr(src), e.readS); err != nil {
@@ -429,6 +268,7 @@ func (e *Engine) DecodeErrors() error {
 // stream of NewEngineOn is not touched (it may have been destroyed):
 // the engine waits for the events it recorded instead.
 func (e *Engine) Close() error {
+	e.stopSubmitting()
 	e.mu.Lock()
 	for _, c := range e.events {
 		if e.external {

@@ -3,14 +3,17 @@
 // so the transports can rely on one contract. It checks memory (reserve,
 // map, pinned buffers), copies and read-back, in-place decodes against the
 // Go reference, scatters of packed raw and payload items, ordering on one
-// stream, cross-stream waits, events, and that a corrupt payload is
+// stream, cross-stream waits, events that follow exactly their own
+// submission while many goroutines submit, and that a corrupt payload is
 // reported (by the event after its decode, or by engine.DecodeErrorer)
 // while later work still runs.
 package enginetest
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
@@ -28,6 +31,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		{"CopyAndReadBack", copyAndReadBack},
 		{"OrderOnOneStream", orderOnOneStream},
 		{"WaitAcrossStreams", waitAcrossStreams},
+		{"ConcurrentSubmits", concurrentSubmits},
 		{"DecodeInPlace", decodeInPlace},
 		{"Scatter", scatter},
 		{"CorruptPayloadReported", corruptPayload},
@@ -84,12 +88,19 @@ func alloc(t *testing.T, e engine.Engine, n uint64) region {
 	return region{base, size, host}
 }
 
-func wait(t *testing.T, e engine.Engine, s int) {
+// submit submits w on stream s and returns its event.
+func submit(t *testing.T, e engine.Engine, s int, w engine.Work) engine.Event {
 	t.Helper()
-	ev, err := e.Record(s)
+	ev, err := e.Submit(s, w)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ev
+}
+
+// wait waits for ev, which must complete without error and be done.
+func wait(t *testing.T, ev engine.Event) {
+	t.Helper()
 	if err := ev.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +124,7 @@ func copyAndReadBack(t *testing.T, e engine.Engine) {
 	for i := range r.host {
 		r.host[i] = byte(rng.Uint32())
 	}
-	if err := e.CopyHtoD(0, r.base, r.host); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, e, 0)
+	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host}))
 	if got := readBack(t, e, r.base, len(r.host)); !bytes.Equal(got, r.host) {
 		t.Fatal("read-back differs from what was copied")
 	}
@@ -129,13 +137,11 @@ func orderOnOneStream(t *testing.T, e engine.Engine) {
 		a.host[i], b.host[i] = 1, 2
 	}
 	// Two copies to the same place on one stream land in order.
-	if err := e.CopyHtoD(1, a.base, a.host); err != nil {
-		t.Fatal(err)
+	first := submit(t, e, 1, engine.Work{Dst: a.base, Src: a.host})
+	wait(t, submit(t, e, 1, engine.Work{Dst: a.base, Src: b.host}))
+	if !first.Done() {
+		t.Fatal("an event is done before the one submitted earlier on its stream")
 	}
-	if err := e.CopyHtoD(1, a.base, b.host); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, e, 1)
 	if got := readBack(t, e, a.base, len(a.host)); !bytes.Equal(got, b.host) {
 		t.Fatal("the second copy on a stream did not land last")
 	}
@@ -147,27 +153,60 @@ func waitAcrossStreams(t *testing.T, e engine.Engine) {
 	for i := range a.host {
 		a.host[i], b.host[i] = 3, 4
 	}
-	if err := e.CopyHtoD(0, a.base, a.host); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := e.Record(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := submit(t, e, 0, engine.Work{Dst: a.base, Src: a.host})
 	// Stream 1 waits for stream 0's copy, then overwrites it.
 	if err := e.WaitEvent(1, ev); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.CopyHtoD(1, a.base, b.host); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, e, 1)
-	if err := ev.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	wait(t, submit(t, e, 1, engine.Work{Dst: a.base, Src: b.host}))
+	wait(t, ev)
 	if got := readBack(t, e, a.base, len(a.host)); !bytes.Equal(got, b.host) {
 		t.Fatal("a copy after WaitEvent ran before the work it waited for")
 	}
+}
+
+// concurrentSubmits has many goroutines submit to the same streams at
+// once: each event must follow its own submission's work, whatever the
+// others enqueued around it, and an empty submission is an event alone.
+func concurrentSubmits(t *testing.T, e engine.Engine) {
+	const workers, each, piece = 16, 8, 64 << 10
+	r := alloc(t, e, workers*each*piece)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for k := range each {
+				off := uint64(w*each+k) * piece
+				src := r.host[off : off+piece]
+				for i := range src {
+					src[i] = byte(w*31 + k*7 + i)
+				}
+				ev, err := e.Submit(w%2, engine.Work{Dst: r.base + engine.DevPtr(off), Src: src})
+				if err == nil {
+					err = ev.Wait()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				got := make([]byte, piece)
+				if err := e.ReadBack(got, r.base+engine.DevPtr(off)); err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, src) {
+					errs <- fmt.Errorf("worker %d piece %d: its event completed before its copy had landed", w, k)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	wait(t, submit(t, e, 1, engine.Work{}))
 }
 
 // payload encodes real-looking BF16 values that decode in place.
@@ -190,13 +229,7 @@ func decodeInPlace(t *testing.T, e engine.Engine) {
 	values, p, h := payload(t, 5*codec.ChunkValues+123)
 	r := alloc(t, e, uint64(len(values)))
 	copy(r.host, p)
-	if err := e.CopyHtoD(0, r.base, r.host[:len(p)]); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.DecodeInPlace(0, r.base, &h); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, e, 0)
+	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &h}))
 	if got := readBack(t, e, r.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("in-place decode differs from the reference")
 	}
@@ -222,10 +255,7 @@ func scatter(t *testing.T, e engine.Engine) {
 		{Name: "raw", Dst: uint64(dst.base) + 1, Src: offRaw, Stored: uint64(len(raw)), Size: uint64(len(raw))},
 		{Name: "payload", Dst: uint64(dst.base) + 4096, Src: offPay, Stored: uint64(len(p)), Size: uint64(len(values)), Header: &h},
 	}
-	if err := e.Scatter(1, staged[:len(packed)], items); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, e, 1)
+	wait(t, submit(t, e, 1, engine.Work{Src: staged[:len(packed)], Items: items}))
 	if got := readBack(t, e, dst.base+1, len(raw)); !bytes.Equal(got, raw) {
 		t.Errorf("scattered raw item: %q", got)
 	}
@@ -234,8 +264,8 @@ func scatter(t *testing.T, e engine.Engine) {
 	}
 	// An item outside the staging buffer is refused before anything runs.
 	items[0].Src = uint64(len(packed))
-	if err := e.Scatter(1, staged[:len(packed)], items); err == nil {
-		t.Error("a scatter item outside its buffer was accepted")
+	if ev, err := e.Submit(1, engine.Work{Src: staged[:len(packed)], Items: items}); err == nil || ev != nil {
+		t.Errorf("a scatter item outside its buffer: event %v, error %v; want no event and an error", ev, err)
 	}
 }
 
@@ -249,17 +279,7 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 	}
 	r := alloc(t, e, uint64(len(values)))
 	copy(r.host, bad)
-	if err := e.CopyHtoD(0, r.base, r.host[:len(bad)]); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.DecodeInPlace(0, r.base, &h); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := e.Record(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = ev.Wait()
+	err := submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(bad)], Decode: &h}).Wait()
 	if de, ok := e.(engine.DecodeErrorer); ok && err == nil {
 		err = de.DecodeErrors()
 	}
@@ -269,13 +289,7 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 	// Later work on the engine runs.
 	good := alloc(t, e, uint64(len(values)))
 	copy(good.host, p)
-	if err := e.CopyHtoD(1, good.base, good.host[:len(p)]); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.DecodeInPlace(1, good.base, &h); err != nil {
-		t.Fatal(err)
-	}
-	wait(t, e, 1)
+	wait(t, submit(t, e, 1, engine.Work{Dst: good.base, Src: good.host[:len(p)], Decode: &h}))
 	if de, ok := e.(engine.DecodeErrorer); ok {
 		if err := de.DecodeErrors(); err != nil {
 			t.Fatalf("DecodeErrors after a good decode: %v", err)

@@ -255,11 +255,6 @@ func (e *Engine) enqueue(s int, op func() error) error {
 	return nil
 }
 
-// enqueueTimed enqueues op, timed as a copy or a decode.
-func (e *Engine) enqueueTimed(s int, decode bool, op func() error) error {
-	return e.enqueue(s, func() error { return e.timed(decode, op) })
-}
-
 // stream checks a stream index and that the engine is open. Sends happen
 // after the check without the lock: Close must not race with submissions
 // (callers close an engine once its transports are closed).
@@ -275,96 +270,109 @@ func (e *Engine) stream(s int) (*streamState, error) {
 	return e.state(s), nil
 }
 
-// CopyHtoD enqueues a copy.
-func (e *Engine) CopyHtoD(s int, dst engine.DevPtr, src []byte) error {
-	return e.enqueueTimed(s, false, func() error {
-		if e.hooks.Copy != nil {
-			if err := e.hooks.Copy(dst, len(src)); err != nil {
-				return err
-			}
+// Submit implements engine.Engine: w's copy, decode or scatter and the
+// event run as one operation of stream s, so nothing another goroutine
+// submits to s comes between them. The event carries the stream's first
+// error since the previous event, and clears it.
+func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
+	var run []func() error
+	switch {
+	case w.Items != nil:
+		if err := gpu.PutScatterTable(w.Src, w.Items, uint64(len(w.Src))); err != nil {
+			return nil, err
 		}
-		d, err := e.mem(dst, uint64(len(src)))
-		if err != nil {
-			return err
+		its := append([]engine.ScatterItem(nil), w.Items...)
+		run = append(run, func() error { return e.timed(true, func() error { return e.scatter(w.Src, its) }) })
+	default:
+		if len(w.Src) > 0 {
+			run = append(run, func() error { return e.timed(false, func() error { return e.copyHtoD(w.Dst, w.Src) }) })
 		}
-		copy(d, src)
-		return nil
-	})
-}
-
-// DecodeInPlace enqueues a decode with the Go reference decoder.
-func (e *Engine) DecodeInPlace(s int, dst engine.DevPtr, h *codec.Header) error {
-	hc := *h
-	return e.enqueueTimed(s, true, func() error {
-		if e.hooks.Decode != nil {
-			if err := e.hooks.Decode(dst, &hc); err != nil {
-				return err
-			}
+		if w.Decode != nil {
+			hc := *w.Decode
+			run = append(run, func() error { return e.timed(true, func() error { return e.decodeInPlace(w.Dst, &hc) }) })
 		}
-		d, err := e.mem(dst, 2*hc.Values)
-		if err != nil {
-			return err
-		}
-		// The reference decoder works out of place: set the payload aside.
-		payload := append([]byte(nil), d[:hc.Size]...)
-		return codec.Decode(d, payload)
-	})
-}
-
-// Scatter checks the items, then enqueues their copies and decodes; the
-// hooks see each raw item as a copy and each payload as a decode.
-func (e *Engine) Scatter(s int, packed []byte, items []engine.ScatterItem) error {
-	if err := gpu.PutScatterTable(packed, items, uint64(len(packed))); err != nil {
-		return err
 	}
-	its := append([]engine.ScatterItem(nil), items...)
-	return e.enqueueTimed(s, true, func() error {
-		if e.hooks.Scatter != nil {
-			if err := e.hooks.Scatter(its); err != nil {
-				return err
-			}
-		}
-		for _, it := range its {
-			d, err := e.mem(engine.DevPtr(it.Dst), it.Size)
-			if err != nil {
-				return err
-			}
-			src := packed[it.Src : it.Src+it.Stored]
-			if it.Header == nil {
-				if e.hooks.Copy != nil {
-					if err := e.hooks.Copy(engine.DevPtr(it.Dst), len(src)); err != nil {
-						return err
-					}
-				}
-				copy(d, src)
-				continue
-			}
-			if e.hooks.Decode != nil {
-				if err := e.hooks.Decode(engine.DevPtr(it.Dst), it.Header); err != nil {
-					return err
-				}
-			}
-			if err := codec.Decode(d, src); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// Record enqueues an event; it carries the stream's first error since the
-// previous event, and clears it.
-func (e *Engine) Record(s int) (engine.Event, error) {
-	ev := &cpuEvent{done: make(chan struct{})}
 	st, err := e.stream(s)
 	if err != nil {
 		return nil, err
 	}
+	ev := &cpuEvent{done: make(chan struct{})}
 	e.streams[s] <- func() {
+		for _, op := range run {
+			if st.err == nil {
+				st.err = op()
+			}
+		}
 		ev.err, st.err = st.err, nil
 		close(ev.done)
 	}
 	return ev, nil
+}
+
+// copyHtoD runs a copy.
+func (e *Engine) copyHtoD(dst engine.DevPtr, src []byte) error {
+	if e.hooks.Copy != nil {
+		if err := e.hooks.Copy(dst, len(src)); err != nil {
+			return err
+		}
+	}
+	d, err := e.mem(dst, uint64(len(src)))
+	if err != nil {
+		return err
+	}
+	copy(d, src)
+	return nil
+}
+
+// decodeInPlace runs a decode with the Go reference decoder.
+func (e *Engine) decodeInPlace(dst engine.DevPtr, h *codec.Header) error {
+	if e.hooks.Decode != nil {
+		if err := e.hooks.Decode(dst, h); err != nil {
+			return err
+		}
+	}
+	d, err := e.mem(dst, 2*h.Values)
+	if err != nil {
+		return err
+	}
+	// The reference decoder works out of place: set the payload aside.
+	payload := append([]byte(nil), d[:h.Size]...)
+	return codec.Decode(d, payload)
+}
+
+// scatter writes checked items of packed to their ranges; the hooks see
+// each raw item as a copy and each payload as a decode.
+func (e *Engine) scatter(packed []byte, its []engine.ScatterItem) error {
+	if e.hooks.Scatter != nil {
+		if err := e.hooks.Scatter(its); err != nil {
+			return err
+		}
+	}
+	for _, it := range its {
+		d, err := e.mem(engine.DevPtr(it.Dst), it.Size)
+		if err != nil {
+			return err
+		}
+		src := packed[it.Src : it.Src+it.Stored]
+		if it.Header == nil {
+			if e.hooks.Copy != nil {
+				if err := e.hooks.Copy(engine.DevPtr(it.Dst), len(src)); err != nil {
+					return err
+				}
+			}
+			copy(d, src)
+			continue
+		}
+		if e.hooks.Decode != nil {
+			if err := e.hooks.Decode(engine.DevPtr(it.Dst), it.Header); err != nil {
+				return err
+			}
+		}
+		if err := codec.Decode(d, src); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WaitEvent makes stream s wait for ev.
