@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitzip/splitzip/checkpoint"
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -34,14 +35,33 @@ type CompressOptions struct {
 	Memory        uint64  // memory budget in bytes; 0 means DefaultMemory
 	// PackMax is the stored size at or below which objects are written
 	// into pack files: 0 means shardcache.DefaultPackMax, negative none.
-	PackMax  int64
+	PackMax int64
+	// Codec chooses the payloads: CodecFixed (""), CodecEntropy or
+	// CodecAuto.
+	Codec    string
 	Progress Progress
 }
+
+// Codecs of CompressOptions.Codec.
+const (
+	// CodecFixed stores BF16 tensors as SplitZip payloads (12 bits a
+	// value, decoded in place on the GPU) and leaves other dtypes raw.
+	CodecFixed = "fixed"
+	// CodecEntropy stores tensors of every float dtype (BF16, F16, F32,
+	// F8_E4M3, F8_E5M2) as entropy payloads: near the entropy of their
+	// exponents, decoded on the host.
+	CodecEntropy = "entropy"
+	// CodecAuto stores BF16 tensors as SplitZip payloads (as entropy ones
+	// when those fail the gate) and the other float dtypes as entropy
+	// payloads.
+	CodecAuto = "auto"
+)
 
 // Totals sums a checkpoint's tensors.
 type Totals struct {
 	Tensors           int    `json:"tensors"`
-	CompressedTensors int    `json:"compressed_tensors"`
+	CompressedTensors int    `json:"compressed_tensors"` // payloads of either codec
+	EntropyTensors    int    `json:"entropy_tensors"`
 	RawBytes          uint64 `json:"raw_bytes"`    // all tensor bytes of the source
 	StoredBytes       uint64 `json:"stored_bytes"` // payloads plus tensors left raw
 	BF16Tensors       int    `json:"bf16_tensors"`
@@ -77,6 +97,13 @@ func (o *CompressOptions) validate() error {
 	}
 	if o.MinSaving < 0 || o.MinSaving >= 1 {
 		return fmt.Errorf("min-saving must be in [0, 1), got %g", o.MinSaving)
+	}
+	switch o.Codec {
+	case "":
+		o.Codec = CodecFixed
+	case CodecFixed, CodecEntropy, CodecAuto:
+	default:
+		return fmt.Errorf("codec must be %s, %s or %s, got %q", CodecFixed, CodecEntropy, CodecAuto, o.Codec)
 	}
 	o.Progress = orNop(o.Progress)
 	return nil
@@ -296,8 +323,11 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals) error {
 		tot.Tensors++
 		tot.RawBytes += t.Size
 		stored := t.Size
-		if t.Stored == shardcache.StoredSplitZip {
+		if t.Payload() {
 			tot.CompressedTensors++
+			if t.Stored == shardcache.StoredEntropy {
+				tot.EntropyTensors++
+			}
 			o, _ := w.Has(t.Key)
 			stored = o.Size
 		}
@@ -338,21 +368,40 @@ func keptBytes(size uint64) uint64 {
 	return 0
 }
 
-// compress records one tensor: BF16 tensors that pass the gate become
-// SplitZip payloads, everything else stays raw. It reads the tensor from
-// m a segment at a time, dropping each segment's pages once read.
+// compress records one tensor: with the fixed codec, BF16 tensors that
+// pass the gate become SplitZip payloads; with entropy, float tensors of
+// every dtype entropy payloads; with auto, BF16 tensors SplitZip payloads
+// (or entropy ones when those fail the gate) and the other float dtypes
+// entropy payloads. Everything else stays raw. It reads the tensor from m
+// a segment at a time, dropping each segment's pages once read.
 func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardcache.Tensor, error) {
 	rec := &shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
-	// Pass 1: content key, exponent histogram and a CRC to detect changes
-	// between the passes.
+	codecName := tc.opts.Codec
+	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
+	var fields []int
+	if codecName == CodecEntropy || codecName == CodecAuto {
+		fields = entropyFields(t.DType, t.Size())
+	}
+	// Pass 1: content key, the exponent histogram of each candidate
+	// coding, and a CRC to detect changes between the passes.
 	sha := shardcache.NewHasher()
 	var hist codec.Histogram
+	freqs := make([][]uint64, len(fields))
+	for k, fi := range fields {
+		freqs[k] = make([]uint64, 1<<entropy.Fields[fi].Bits)
+	}
 	var crc1 uint32
-	bf16 := t.DType == "BF16" && t.Size()%2 == 0
 	err := m.segments(t.Begin, t.End, keptBytes(t.Size()) == 0, func(seg []byte) error {
 		sha.Write(seg)
-		if bf16 {
+		if fixed {
 			hist.Add(seg)
+		}
+		for k, fi := range fields {
+			if err := entropy.Count(fi, freqs[k], seg); err != nil {
+				return err
+			}
+		}
+		if fixed || len(fields) > 0 {
 			crc1 = crc32.Update(crc1, crcTable, seg)
 		}
 		return nil
@@ -361,45 +410,80 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 		return nil, err
 	}
 	rec.Key = shardcache.KeyFromSum([32]byte(sha.Sum(nil)))
-	if !bf16 {
+	if !fixed && len(fields) == 0 {
 		rec.Reason = "dtype " + t.DType
+		if codecName == CodecFixed && len(entropyFields(t.DType, t.Size())) > 0 {
+			rec.Reason += " (--codec entropy or auto codes it)"
+		}
 		tc.opts.Progress.Add(t.Size())
 		return rec, tc.storeRaw(m, t, rec)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
 		// Stored by an earlier tensor or checkpoint.
 		tc.opts.Progress.Add(t.Size())
-		if o.Kind == shardcache.KindSplitZip {
-			rec.Stored = shardcache.StoredSplitZip
-		} else {
+		switch o.Kind {
+		case shardcache.KindSplitZip:
+			rec.Stored, rec.CopyStored = shardcache.StoredSplitZip, true
+		case shardcache.KindEntropy:
+			rec.Stored, rec.CopyStored = shardcache.StoredEntropy, true
+		default:
 			rec.Reason = "stored raw before"
 			rec.CopyStored = true
 		}
 		return rec, nil
 	}
+	progress := true // no second pass has counted the tensor yet
+	if fixed {
+		ok, read, reason, err := tc.fixedPayload(m, t, rec, &hist, crc1)
+		switch {
+		case err != nil || ok:
+			return rec, err
+		case len(fields) == 0:
+			rec.Reason = reason
+			if !read {
+				tc.opts.Progress.Add(t.Size())
+			}
+			return rec, tc.storeRaw(m, t, rec)
+		}
+		// auto: the entropy payload may pass where the fixed one did not.
+		progress = !read
+		rec.Reason = reason
+	}
+	ok, reason, err := tc.entropyPayload(m, t, rec, fields, freqs, crc1, progress)
+	if err != nil || ok {
+		return rec, err
+	}
+	if rec.Reason != "" {
+		reason = "fixed: " + rec.Reason + "; entropy: " + reason
+	}
+	rec.Reason = reason
+	return rec, tc.storeRaw(m, t, rec)
+}
+
+// fixedPayload writes a BF16 tensor's SplitZip payload and records it in
+// rec, or reports why it did not pass the gate, and whether it read the
+// tensor a second time (counting it in the progress).
+func (tc *tensorCompressor) fixedPayload(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, crc1 uint32) (ok, read bool, reason string, err error) {
 	n := t.Size() / 2
-	cb := codec.NewCodebook(&hist)
-	rec.Coverage, rec.Entropy = cb.Coverage(&hist), hist.Entropy()
-	escapes := hist.Total() - uint64(cb.Coverage(&hist)*float64(hist.Total())+0.5)
-	// A coded value costs 1.5 bytes, an escape 3 more: skip the second
-	// pass when even that bound cannot pass the gate.
+	cb := codec.NewCodebook(hist)
+	rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
+	escapes := hist.Total() - uint64(cb.Coverage(hist)*float64(hist.Total())+0.5)
 	// A coded value costs 1.5 bytes, an escape 3 more, and the header,
-	// group table and a chunk entry come on top.
+	// group table and a chunk entry come on top: skip the second pass
+	// when even that bound cannot pass the gate.
 	est := 1.5*float64(n) + 3*float64(escapes) + codec.HeaderSize + 16 + codec.EntrySize
 	if n == 0 || est > (1-tc.opts.MinSaving)*float64(t.Size()) {
-		rec.Reason = fmt.Sprintf("saving at most %.1f%%, below %.1f%% (exponent coverage %.2f%%)",
-			100*(1-est/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving, 100*cb.Coverage(&hist))
-		tc.opts.Progress.Add(t.Size())
-		return rec, tc.storeRaw(m, t, rec)
+		return false, false, fmt.Sprintf("saving at most %.1f%%, below %.1f%% (exponent coverage %.2f%%)",
+			100*(1-est/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving, 100*cb.Coverage(hist)), nil
 	}
 	obj, err := tc.w.NewObject()
 	if err != nil {
-		return nil, err
+		return false, false, "", err
 	}
 	defer obj.Abort()
 	enc, err := codec.NewEncoder(obj.File, n, cb, codec.WithWorkers(1))
 	if err != nil {
-		return nil, err
+		return false, false, "", err
 	}
 	var crc2 uint32
 	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
@@ -408,39 +492,37 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 		return enc.Write(seg)
 	})
 	if err != nil {
-		return nil, err
+		return false, true, "", err
 	}
 	if crc2 != crc1 {
-		return nil, fmt.Errorf("%w: the source changed while it was being compressed", ErrMismatch)
+		return false, true, "", fmt.Errorf("%w: the source changed while it was being compressed", ErrMismatch)
 	}
 	h, err := enc.Close()
 	if err != nil {
-		return nil, err
+		return false, true, "", err
 	}
 	st := enc.Stats()
 	saving := 1 - float64(st.Size)/float64(t.Size())
 	switch {
 	case saving < tc.opts.MinSaving:
-		rec.Reason = fmt.Sprintf("saving %.2f%%, below %.1f%%", 100*saving, 100*tc.opts.MinSaving)
-		return rec, tc.storeRaw(m, t, rec)
+		return false, true, fmt.Sprintf("saving %.2f%%, below %.1f%%", 100*saving, 100*tc.opts.MinSaving), nil
 	case !st.InPlace:
-		rec.Reason = "not decodable in place (" + strings.TrimPrefix(st.NotInPlace.Error(), codec.ErrNotInPlace.Error()+": ") + ")"
-		return rec, tc.storeRaw(m, t, rec)
+		return false, true, "not decodable in place (" + strings.TrimPrefix(st.NotInPlace.Error(), codec.ErrNotInPlace.Error()+": ") + ")", nil
 	}
 	meta := &shardcache.Object{Kind: shardcache.KindSplitZip, Size: st.Size, RawSize: t.Size(), Values: n,
 		Escapes: st.Escapes, RawChunks: st.RawChunks, Chunks: st.Chunks, Checksum: h.Checksum,
-		Coverage: cb.Coverage(&hist), Entropy: hist.Entropy(), InPlace: true,
+		Coverage: cb.Coverage(hist), Entropy: hist.Entropy(), InPlace: true,
 		EscapeRate: float64(st.Escapes) / float64(max(n, 1))}
 	for _, e := range h.Codebook {
 		meta.Codebook = append(meta.Codebook, int(e))
 	}
 	if err := obj.Commit(rec.Key, meta); err != nil {
-		return nil, err
+		return false, true, "", err
 	}
 	rec.Stored = shardcache.StoredSplitZip
 	rec.CopyStored = true
 	rec.Coverage, rec.Entropy = 0, 0 // the payload's object has them
-	return rec, nil
+	return true, true, "", nil
 }
 
 // storeRaw copies a raw tensor into the cache when the cache is to be

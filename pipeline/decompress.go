@@ -176,7 +176,7 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 		}
 		var err error
 		switch {
-		case r.t != nil && r.t.Stored == shardcache.StoredSplitZip:
+		case r.t != nil && r.t.Payload():
 			err = restorePayload(c, r.t, dec, w, buf)
 		case r.t != nil && !r.t.CopyStored:
 			// A raw alias: the bytes are in the source only.

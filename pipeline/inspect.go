@@ -2,8 +2,8 @@ package pipeline
 
 import (
 	"sort"
-	"strings"
 
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -25,7 +25,29 @@ type TensorReport struct {
 	ExponentEntropy float64  `json:"exponent_entropy"`
 	RawChunks       uint64   `json:"raw_chunks"`
 	Codebook        []int    `json:"codebook,omitempty"`
-	Key             string   `json:"key"`
+	// Field is what an entropy payload codes ("BF16 exponent", "F8_E4M3
+	// byte"); BoundBits the bits per value an ideal coder of that field
+	// (or, for BF16, of the exponent) would store with the other bits
+	// kept as they are, when the cache records the statistics.
+	Field     string  `json:"field,omitempty"`
+	BoundBits float64 `json:"entropy_bound_bits,omitempty"`
+	Key       string  `json:"key"`
+}
+
+// DTypeReport sums the tensors of one dtype: what they take raw and
+// stored, and the entropy bound over those with statistics.
+type DTypeReport struct {
+	DType        string  `json:"dtype"`
+	Tensors      int     `json:"tensors"`
+	SplitZip     int     `json:"splitzip_tensors"`
+	Entropy      int     `json:"entropy_tensors"`
+	Values       uint64  `json:"values"`
+	RawBytes     uint64  `json:"raw_bytes"`
+	StoredBytes  uint64  `json:"stored_bytes"`
+	BitsPerValue float64 `json:"bits_per_value"`
+	BoundBits    float64 `json:"entropy_bound_bits,omitempty"`
+	boundBits    float64 // summed over boundValues
+	boundValues  float64
 }
 
 // SourceReport sums one source.
@@ -52,8 +74,10 @@ type InspectResult struct {
 	// exponents' entropy), over the BF16 tensors whose exponent statistics
 	// the cache records (all but those found stored raw before); zero
 	// when there are none.
-	BF16BoundBits float64        `json:"bf16_entropy_bound_bits"`
-	Tensors       []TensorReport `json:"tensors,omitempty"`
+	BF16BoundBits float64 `json:"bf16_entropy_bound_bits"`
+	// DTypes sums each dtype, the largest first.
+	DTypes  []DTypeReport  `json:"dtypes"`
+	Tensors []TensorReport `json:"tensors,omitempty"`
 }
 
 // Inspect summarizes a cache; with tensors it lists every tensor.
@@ -73,16 +97,18 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 			res.ObjectBytes += o.Size
 		}
 	}
-	var boundBits, boundValues float64
+	dtypes := map[string]*DTypeReport{}
 	for _, s := range ix.Sources {
 		sr := SourceReport{Root: s.Root, Shards: len(s.Shards)}
 		for _, sh := range s.Shards {
 			for _, t := range sh.Tensors {
 				r := report(ix, &s, &sh, &t)
-				if r.DType == "BF16" && !strings.HasPrefix(r.Reason, "dtype") && r.Reason != "stored raw before" {
-					boundBits += float64(r.Values) * (8 + r.ExponentEntropy)
-					boundValues += float64(r.Values)
+				d := dtypes[r.DType]
+				if d == nil {
+					d = &DTypeReport{DType: r.DType}
+					dtypes[r.DType] = d
 				}
+				d.add(&r)
 				add(&sr.Totals, &r)
 				add(&res.Totals, &r)
 				if tensors {
@@ -92,9 +118,23 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 		}
 		res.Sources = append(res.Sources, sr)
 	}
-	if boundValues > 0 {
-		res.BF16BoundBits = boundBits / boundValues
+	res.DTypes = []DTypeReport{}
+	for _, d := range dtypes {
+		if d.Values > 0 {
+			d.BitsPerValue = 8 * float64(d.StoredBytes) / float64(d.Values)
+		}
+		if d.boundValues > 0 {
+			d.BoundBits = d.boundBits / d.boundValues
+		}
+		if d.DType == "BF16" {
+			res.BF16BoundBits = d.BoundBits
+		}
+		res.DTypes = append(res.DTypes, *d)
 	}
+	sort.Slice(res.DTypes, func(i, j int) bool {
+		a, b := res.DTypes[i], res.DTypes[j]
+		return a.RawBytes > b.RawBytes || a.RawBytes == b.RawBytes && a.DType < b.DType
+	})
 	sort.SliceStable(res.Tensors, func(i, j int) bool { return res.Tensors[i].RawBytes > res.Tensors[j].RawBytes })
 	return res, nil
 }
@@ -107,10 +147,23 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 		r.Values *= d
 	}
 	r.Coverage, r.ExponentEntropy = t.Coverage, t.Entropy
-	if o := ix.Objects[t.Key]; o != nil && o.Kind == shardcache.KindSplitZip {
+	o := ix.Objects[t.Key]
+	switch {
+	case t.Stored == shardcache.StoredSplitZip && o != nil:
 		r.StoredBytes = o.Size
 		r.Coverage, r.EscapeRate, r.ExponentEntropy = o.Coverage, o.EscapeRate, o.Entropy
 		r.RawChunks, r.Codebook = o.RawChunks, o.Codebook
+	case t.Stored == shardcache.StoredEntropy && o != nil:
+		r.StoredBytes, r.Field, r.ExponentEntropy = o.Size, o.Field, o.Entropy
+		if f, ok := entropy.FieldNamed(o.Field); ok {
+			r.BoundBits = float64(f.Other()) + o.Entropy
+		}
+	}
+	// A BF16 tensor's exponent statistics from the fixed codec, payload or
+	// not, bound what an ideal exponent coder stores (a tensor found
+	// stored raw before, or never measured, has none).
+	if r.DType == "BF16" && r.Field == "" && r.Coverage > 0 {
+		r.BoundBits = 8 + r.ExponentEntropy
 	}
 	if r.Values > 0 {
 		r.BitsPerValue = 8 * float64(r.StoredBytes) / float64(r.Values)
@@ -118,12 +171,33 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 	return r
 }
 
+func (d *DTypeReport) add(r *TensorReport) {
+	d.Tensors++
+	d.Values += r.Values
+	d.RawBytes += r.RawBytes
+	d.StoredBytes += r.StoredBytes
+	switch r.Stored {
+	case shardcache.StoredSplitZip:
+		d.SplitZip++
+	case shardcache.StoredEntropy:
+		d.Entropy++
+	}
+	if r.BoundBits > 0 {
+		d.boundBits += r.BoundBits * float64(r.Values)
+		d.boundValues += float64(r.Values)
+	}
+}
+
 func add(t *Totals, r *TensorReport) {
 	t.Tensors++
 	t.RawBytes += r.RawBytes
 	t.StoredBytes += r.StoredBytes
-	if r.Stored == shardcache.StoredSplitZip {
+	switch r.Stored {
+	case shardcache.StoredSplitZip:
 		t.CompressedTensors++
+	case shardcache.StoredEntropy:
+		t.CompressedTensors++
+		t.EntropyTensors++
 	}
 	if r.DType == "BF16" {
 		t.BF16Tensors++

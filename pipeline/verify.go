@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -226,6 +227,10 @@ func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*shardcache.Objec
 	if err != nil {
 		return nil, nil, err
 	}
+	if want := map[string]string{shardcache.StoredSplitZip: shardcache.KindSplitZip, shardcache.StoredEntropy: shardcache.KindEntropy}[t.Stored]; o.Kind != want {
+		obj.Close()
+		return nil, nil, fmt.Errorf("payload %s: a %s object, the tensor is stored as %s", t.Key, o.Kind, t.Stored)
+	}
 	if o.RawSize != t.Size {
 		obj.Close()
 		return nil, nil, fmt.Errorf("payload %s: decodes to %d bytes, the tensor has %d", t.Key, o.RawSize, t.Size)
@@ -243,7 +248,15 @@ func decodeTensor(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pie
 	}
 	defer obj.Close()
 	var n uint64
-	err = dec.DecodeStream(obj, o.Size, p.a, func(off uint64, b []byte) error {
+	decode := dec.DecodeStream
+	if o.Kind == shardcache.KindEntropy {
+		// Entropy payloads decode on the host (package entropy), whatever
+		// dec is: no GPU decoder reads them yet.
+		decode = func(r io.ReaderAt, size uint64, _ []byte, fn func(off uint64, b []byte) error) error {
+			return entropy.DecodeStream(r, size, fn)
+		}
+	}
+	err = decode(obj, o.Size, p.a, func(off uint64, b []byte) error {
 		if off != n || uint64(len(b)) > t.Size-n {
 			return fmt.Errorf("%w: decodes past the tensor's %d bytes", codec.ErrSize, t.Size)
 		}
@@ -269,7 +282,7 @@ func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Dec
 	}
 	changed := fmt.Errorf("%w: source bytes no longer match the compressed tensor (%s)", shardcache.ErrSourceChanged, t.Key)
 	switch {
-	case t.Stored == shardcache.StoredSplitZip:
+	case t.Payload():
 		src := shardcache.NewHasher()
 		diff := int64(-1)
 		err := decodeTensor(c, t, dec, p, func(off uint64, b []byte) error {
@@ -323,7 +336,7 @@ func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Dec
 // decodes, or its raw copy hashes, to its content key.
 func verifyByKey(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pieces) (bool, error) {
 	bad := fmt.Errorf("%w: the stored bytes do not match the content key %s", shardcache.ErrObjectCorrupt, t.Key)
-	if t.Stored == shardcache.StoredSplitZip {
+	if t.Payload() {
 		h := shardcache.NewHasher()
 		if err := decodeTensor(c, t, dec, p, func(_ uint64, b []byte) error { h.Write(b); return nil }); err != nil {
 			return true, err
@@ -360,7 +373,7 @@ func selfContained(s *shardcache.Source) bool {
 func aliases(sh *shardcache.Shard) int {
 	n := 0
 	for _, t := range sh.Tensors {
-		if t.Stored != shardcache.StoredSplitZip && !t.CopyStored {
+		if !t.InCache() {
 			n++
 		}
 	}

@@ -58,7 +58,7 @@ func (w *Writer) referenced() map[Key]bool {
 				used[g.Key] = true
 			}
 			for _, t := range sh.Tensors {
-				if t.Stored == StoredSplitZip || t.CopyStored {
+				if t.InCache() {
 					used[t.Key] = true
 				}
 			}

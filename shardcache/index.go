@@ -19,9 +19,11 @@ const (
 	IndexName = "splitzip.json"
 	// FormatName identifies a splitzip cache index.
 	FormatName = "splitzip-cache"
-	// IndexVersion is the index format this package writes: 2 adds pack
-	// objects. It reads versions 1 and 2.
-	IndexVersion = 2
+	// IndexVersion is the newest index format this package writes: 2
+	// adds pack objects, 3 entropy payloads. An index is written at the
+	// oldest version that holds it (2 without entropy payloads), so older
+	// builds read what they can. It reads versions 1 to 3.
+	IndexVersion = 3
 	// minIndexVersion is the oldest index format this package reads.
 	minIndexVersion = 1
 	// maxIndexSize bounds the index read into memory.
@@ -31,6 +33,7 @@ const (
 // Object kinds.
 const (
 	KindSplitZip = "splitzip" // a SplitZip BF16 payload
+	KindEntropy  = "entropy"  // an entropy payload (codec/entropy), index version 3
 	KindRaw      = "raw"      // bytes stored as they are
 )
 
@@ -101,15 +104,24 @@ type Object struct {
 	Entropy    float64 `json:"exponent_entropy,omitempty"`
 	InPlace    bool    `json:"in_place,omitempty"`
 	EscapeRate float64 `json:"escape_rate,omitempty"`
+	// Field, for an entropy payload, is the field it codes (such as
+	// "BF16 exponent" or "F8_E4M3 byte"); Entropy is then that field's
+	// entropy in bits a value.
+	Field string `json:"field,omitempty"`
 	// Pack, for an object stored in a pack (version 2), is the pack's
 	// key; its bytes are [Offset, Offset+Size) of the pack.
 	Pack   Key    `json:"pack,omitempty"`
 	Offset uint64 `json:"offset,omitempty"`
 }
 
+// MaxEntropyRatio bounds how many raw bytes an entropy payload of one
+// byte may decode to.
+const MaxEntropyRatio = 2048
+
 // Stored values of Tensor.Stored.
 const (
 	StoredSplitZip = "splitzip" // compressed; Key names a SplitZip object
+	StoredEntropy  = "entropy"  // entropy-coded; Key names an entropy object
 	StoredRaw      = "raw"      // left to the raw path; Key names the raw bytes
 )
 
@@ -181,13 +193,24 @@ type envelope struct {
 	Body    json.RawMessage `json:"body"`
 }
 
+// version is the oldest index version that holds ix: 3 with entropy
+// payloads, else 2.
+func (ix *Index) version() int {
+	for _, o := range ix.Objects {
+		if o.Kind == KindEntropy {
+			return 3
+		}
+	}
+	return 2
+}
+
 func marshalIndex(ix *Index) ([]byte, error) {
 	body, err := json.Marshal(ix)
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(body)
-	out, err := json.MarshalIndent(envelope{Format: FormatName, Version: IndexVersion, SHA256: hex.EncodeToString(sum[:]), Body: body}, "", " ")
+	out, err := json.MarshalIndent(envelope{Format: FormatName, Version: ix.version(), SHA256: hex.EncodeToString(sum[:]), Body: body}, "", " ")
 	if err != nil {
 		return nil, err
 	}
@@ -221,11 +244,12 @@ func unmarshalIndex(b []byte, name string) (*Index, error) {
 	if err := ix.check(); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
 	}
-	if env.Version < 2 {
-		for k, o := range ix.Objects {
-			if o.Kind == KindPack || o.Pack != "" {
-				return nil, fmt.Errorf("%s: %w: object %s: packs are version 2, the index is version %d", name, ErrIndexCorrupt, k, env.Version)
-			}
+	for k, o := range ix.Objects {
+		switch {
+		case env.Version < 2 && (o.Kind == KindPack || o.Pack != ""):
+			return nil, fmt.Errorf("%s: %w: object %s: packs are version 2, the index is version %d", name, ErrIndexCorrupt, k, env.Version)
+		case env.Version < 3 && o.Kind == KindEntropy:
+			return nil, fmt.Errorf("%s: %w: object %s: entropy payloads are version 3, the index is version %d", name, ErrIndexCorrupt, k, env.Version)
 		}
 	}
 	return &ix, nil
@@ -240,15 +264,29 @@ func (ix *Index) check() error {
 		if _, err := k.hexPart(); err != nil {
 			return err
 		}
-		if o == nil || (o.Kind != KindSplitZip && o.Kind != KindRaw && o.Kind != KindPack) {
+		if o == nil || (o.Kind != KindSplitZip && o.Kind != KindEntropy && o.Kind != KindRaw && o.Kind != KindPack) {
 			return fmt.Errorf("object %s has no valid kind", k)
 		}
-		// A payload stores at least 12 bits a value, so it never decodes to
-		// more than twice its size; a raw object is its own bytes. Every
-		// size read from the index is bounded by the size of a file on
-		// disk before anything is allocated for it.
-		if o.Kind != KindSplitZip && o.RawSize != o.Size || o.Kind == KindSplitZip && o.RawSize/2 > o.Size {
-			return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
+		// A SplitZip payload stores at least 12 bits a value, so it never
+		// decodes to more than twice its size; an entropy payload at least
+		// 10 bytes a chunk of 16,384 bytes (FP8 coded whole, constant
+		// chunks), so never to more than MaxEntropyRatio times; a raw
+		// object is its own bytes. Every size read from the index is
+		// bounded by the size of a file on disk before anything is
+		// allocated for it.
+		switch o.Kind {
+		case KindSplitZip:
+			if o.RawSize/2 > o.Size {
+				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
+			}
+		case KindEntropy:
+			if o.RawSize/MaxEntropyRatio > o.Size {
+				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
+			}
+		default:
+			if o.RawSize != o.Size {
+				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
+			}
 		}
 		if o.Pack == "" {
 			if o.Offset != 0 {
@@ -307,9 +345,13 @@ func (ix *Index) check() error {
 					return fmt.Errorf("shard %s: tensor %q: payload %s missing", sh.Name, t.Name, t.Key)
 				case t.Stored == StoredSplitZip && (o.RawSize != t.Size || o.Values > o.RawSize/2 || 2*o.Values != o.RawSize):
 					return fmt.Errorf("shard %s: tensor %q: payload %s decodes to %d bytes (%d values), the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, o.Values, t.Size)
+				case t.Stored == StoredEntropy && (o == nil || o.Kind != KindEntropy):
+					return fmt.Errorf("shard %s: tensor %q: entropy payload %s missing", sh.Name, t.Name, t.Key)
+				case t.Stored == StoredEntropy && o.RawSize != t.Size:
+					return fmt.Errorf("shard %s: tensor %q: entropy payload %s decodes to %d bytes, the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, t.Size)
 				case t.Stored == StoredRaw && t.CopyStored && (o == nil || o.Size != t.Size):
 					return fmt.Errorf("shard %s: tensor %q: raw object %s missing or not %d bytes", sh.Name, t.Name, t.Key, t.Size)
-				case t.Stored != StoredSplitZip && t.Stored != StoredRaw:
+				case t.Stored != StoredSplitZip && t.Stored != StoredEntropy && t.Stored != StoredRaw:
 					return fmt.Errorf("shard %s: tensor %q: stored as %q", sh.Name, t.Name, t.Stored)
 				}
 			}

@@ -24,7 +24,11 @@ func SourceState(sh *Shard, path string) (present bool, err error) {
 
 // InCache reports whether the cache holds a tensor's bytes: as a payload,
 // or as a raw copy (compress --self-contained).
-func (t *Tensor) InCache() bool { return t.Stored == StoredSplitZip || t.CopyStored }
+func (t *Tensor) InCache() bool { return t.Payload() || t.CopyStored }
+
+// Payload reports whether a tensor is stored as a payload that decodes to
+// it (SplitZip or entropy), not as raw bytes.
+func (t *Tensor) Payload() bool { return t.Stored == StoredSplitZip || t.Stored == StoredEntropy }
 
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file
 // is at path now) are read from: the source slice when the shard is there
@@ -41,6 +45,8 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 	case t.Stored == StoredRaw && t.CopyStored:
 		loc, _, err := c.Locate(t.Key)
 		return loc.Path, loc.Offset, err
+	case t.Stored == StoredEntropy:
+		return "", 0, fmt.Errorf("%s: tensor %q: %w: it is an entropy payload, which verify and decompress decode on the host but no load path decodes yet, so loads read it from the source", path, t.Name, ErrSourceMissing)
 	}
 	return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
 }

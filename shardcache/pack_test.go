@@ -204,3 +204,45 @@ func commitAndOpen(t *testing.T, w *Writer, dir string) *Cache {
 	}
 	return c
 }
+
+// TestEntropyIndexRejects: entropy tensors whose object is missing, of
+// another kind or of another size, an entropy object that would decode to
+// more than MaxEntropyRatio times its bytes, and entropy objects in an
+// index of version 2 are refused; the index is written as version 3
+// exactly when it has entropy objects.
+func TestEntropyIndexRejects(t *testing.T) {
+	ek, hk := KeyOf([]byte("e")), KeyOf([]byte("h"))
+	base := func() *Index {
+		return &Index{Objects: map[Key]*Object{
+			ek: {Kind: KindEntropy, Size: 100, RawSize: 4096, Values: 2048, Field: "BF16 exponent"},
+			hk: {Kind: KindRaw, Size: 8, RawSize: 8},
+		}, Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Size: 8 + 4096, Header: Region{0, 8, hk},
+			Tensors: []Tensor{{Name: "w", DType: "BF16", Offset: 8, Size: 4096, Key: ek, Stored: StoredEntropy, CopyStored: true}}}}}}}
+	}
+	if err := base().check(); err != nil {
+		t.Fatal(err)
+	}
+	rejectsAll(t, base, map[string]func(ix *Index){
+		"missing payload": func(ix *Index) { delete(ix.Objects, ek) },
+		"payload of the wrong kind": func(ix *Index) {
+			ix.Objects[ek].Kind = KindSplitZip
+		},
+		"payload of another size": func(ix *Index) { ix.Objects[ek].RawSize = 2048 },
+		"decodes too large":       func(ix *Index) { ix.Objects[ek].RawSize = 100*MaxEntropyRatio + 100 },
+		"raw object as entropy":   func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Key = hk },
+	})
+	b, _ := marshalIndex(base())
+	if !bytes.Contains(b, []byte(`"version": 3,`)) {
+		t.Fatalf("an index with entropy objects is not version 3: %.80s", b)
+	}
+	v2 := bytes.Replace(b, []byte(`"version": 3,`), []byte(`"version": 2,`), 1)
+	if _, err := unmarshalIndex(v2, "idx"); !errors.Is(err, ErrIndexCorrupt) || !strings.Contains(err.Error(), "version 3") {
+		t.Errorf("entropy payloads in a version 2 index: %v", err)
+	}
+	plain := base()
+	delete(plain.Objects, ek)
+	plain.Sources = nil
+	if b, _ := marshalIndex(plain); !bytes.Contains(b, []byte(`"version": 2,`)) {
+		t.Errorf("an index without entropy objects is not version 2: %.80s", b)
+	}
+}

@@ -18,6 +18,7 @@ type compressOptions struct {
 	SelfContained bool
 	NoSync        bool
 	PackMax       string
+	Codec         string
 }
 
 func newCompressCommand(g *globals) *cobra.Command {
@@ -26,10 +27,16 @@ func newCompressCommand(g *globals) *cobra.Command {
 		Use:   "compress SOURCE -o CACHE",
 		Short: "Compress a safetensors checkpoint into a cache",
 		Long: `Compress a checkpoint (a .safetensors file, a directory of shards, or a
-model.safetensors.index.json) into a cache directory. BF16 tensors become
-SplitZip payloads; other dtypes, and BF16 tensors that would not save at least
---min-saving, are recorded as raw aliases of their source slice. A cache may
-hold several checkpoints; tensors they share are stored once.`,
+model.safetensors.index.json) into a cache directory. With --codec fixed (the
+default) BF16 tensors become SplitZip payloads (12 bits a value, decoded in
+place on the GPU at load time); with --codec entropy every float tensor (BF16,
+F16, F32, F8_E4M3, F8_E5M2) becomes an entropy payload (its exponents
+Huffman-coded, near their entropy; decoded on the host); with --codec auto
+BF16 tensors take SplitZip payloads (entropy ones where those would not pass)
+and the other float dtypes entropy payloads. Other dtypes, and tensors that
+would not save at least --min-saving, are recorded as raw aliases of their
+source slice. A cache may hold several checkpoints; tensors they share are
+stored once.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runCompress(cmd.Context(), g, o, a[0])
@@ -41,6 +48,7 @@ hold several checkpoints; tensors they share are stored once.`,
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a BF16 tensor raw unless it shrinks by at least this fraction")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
 	addMemoryFlag(f, &o.Memory)
+	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (SplitZip BF16), entropy (every float dtype) or auto")
 	f.StringVar(&o.PackMax, "pack-max", "256KiB", "store objects of at most this size together in pack files (0: one file per object)")
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	return cmd
@@ -52,6 +60,11 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	if o.Jobs < 0 || o.MinSaving < 0 || o.MinSaving >= 1 {
 		return usageError{fmt.Errorf("--jobs must be positive and --min-saving in [0, 1)")}
+	}
+	switch o.Codec {
+	case pipeline.CodecFixed, pipeline.CodecEntropy, pipeline.CodecAuto:
+	default:
+		return usageError{fmt.Errorf("--codec must be fixed, entropy or auto, got %q", o.Codec)}
 	}
 	mem, err := memoryBudget(o.Memory)
 	if err != nil {
@@ -67,7 +80,7 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
 		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Memory: mem, Progress: g.progress(),
-		PackMax: pm,
+		PackMax: pm, Codec: o.Codec,
 	})
 	if err != nil {
 		return err
@@ -80,8 +93,8 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	t := res.Totals
 	secs := res.Duration.Seconds()
-	fmt.Fprintf(g.stdout, "compressed %s (%d SplitZip) from %s: %s -> %s (%.1f%% saved; BF16 %.3f bits/value) in %.2fs, %.2f GB/s\n",
-		count(t.Tensors, "tensor"), t.CompressedTensors, count(res.Shards, "shard"), human(t.RawBytes), human(t.StoredBytes),
+	fmt.Fprintf(g.stdout, "compressed %s (%s) from %s: %s -> %s (%.1f%% saved; BF16 %.3f bits/value) in %.2fs, %.2f GB/s\n",
+		count(t.Tensors, "tensor"), payloadKinds(t), count(res.Shards, "shard"), human(t.RawBytes), human(t.StoredBytes),
 		100*(1-ratio(t.StoredBytes, t.RawBytes)), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), secs, float64(t.RawBytes)/secs/1e9)
 	return nil
 }

@@ -39,21 +39,27 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 	w := g.stdout
 	for _, s := range res.Sources {
 		t := s.Totals
-		fmt.Fprintf(w, "source %s: %s, %s (%d SplitZip), %s -> %s\n",
-			s.Root, count(s.Shards, "shard"), count(t.Tensors, "tensor"), t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes))
+		fmt.Fprintf(w, "source %s: %s, %s (%s), %s -> %s\n",
+			s.Root, count(s.Shards, "shard"), count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes))
 	}
 	t := res.Totals
 	if o.Tensors {
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tcoverage\tescapes\tentropy\twhy raw")
+		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tbound\tcoverage\tescapes\tentropy\twhy raw")
 		for _, r := range res.Tensors {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%.5f\t%.2e\t%.3f\t%s\n", r.Name, r.DType, r.Values, r.Stored,
-				r.BitsPerValue, r.Coverage, r.EscapeRate, r.ExponentEntropy, r.Reason)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%.5f\t%.2e\t%.3f\t%s\n", r.Name, r.DType, r.Values, r.Stored,
+				r.BitsPerValue, bound(r.BoundBits), r.Coverage, r.EscapeRate, r.ExponentEntropy, r.Reason)
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(w, "total: %s (%d SplitZip), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s in %s\n",
-		count(t.Tensors, "tensor"), t.CompressedTensors, human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "dtype\ttensors\tSplitZip\tentropy\traw\tstored\tbits/value\tentropy bound")
+	for _, d := range res.DTypes {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%.3f\t%s\n", d.DType, d.Tensors, d.SplitZip, d.Entropy, human(d.RawBytes), human(d.StoredBytes), d.BitsPerValue, bound(d.BoundBits))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "total: %s (%s), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s in %s\n",
+		count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
 		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), count(res.Objects, "object"), human(res.ObjectBytes),
 		count(res.Files, "file"))
 	if res.BF16BoundBits > 0 {
@@ -71,4 +77,21 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// payloadKinds says how many tensors are payloads of each codec.
+func payloadKinds(t pipeline.Totals) string {
+	s := fmt.Sprintf("%d SplitZip", t.CompressedTensors-t.EntropyTensors)
+	if t.EntropyTensors > 0 {
+		s += fmt.Sprintf(", %d entropy", t.EntropyTensors)
+	}
+	return s
+}
+
+// bound prints an entropy bound in bits a value, or "-" for none known.
+func bound(bits float64) string {
+	if bits == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", bits)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,8 +21,10 @@ import (
 // goldenVersions are the cache formats under testdata/golden, each written
 // by the release of its day from the source beside it (v1: index version
 // 1, payload version 1, the build of 2026-11-29, ca8b28c; v2: index
-// version 2, with packs, the build of 2026-12-01).
-var goldenVersions = []string{"v1", "v2"}
+// version 2, with packs, the build of 2026-12-01; v3: index version 3,
+// entropy payloads of every float dtype beside SplitZip ones, the build of
+// 2026-12-01 that added them).
+var goldenVersions = []string{"v1", "v2", "v3"}
 
 // copyTree copies a directory.
 func copyTree(t *testing.T, from, to string) {
@@ -201,7 +204,7 @@ func TestUnknownVersions(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	os.WriteFile(path, bytes.Replace(b, []byte(`"version": 1,`), []byte(`"version": 7,`), 1), 0o644)
 	_, err := shardcache.Open(cache)
-	if !errors.Is(err, shardcache.ErrVersion) || !strings.Contains(err.Error(), "version 7; this build reads versions 1 to 2") {
+	if !errors.Is(err, shardcache.ErrVersion) || !strings.Contains(err.Error(), fmt.Sprintf("version 7; this build reads versions 1 to %d", shardcache.IndexVersion)) {
 		t.Errorf("index version 7: %v", err)
 	}
 	code, _, e := splitzip(t, "verify", cache)

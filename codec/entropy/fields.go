@@ -30,6 +30,25 @@ func (f Field) otherBits(v uint32) uint32 {
 	return v>>(f.Shift+f.Bits)<<f.Shift | v&(1<<f.Shift-1)
 }
 
+// Name names the field: the dtype and "exponent", or "byte" for an FP8
+// value coded whole.
+func (f Field) Name() string {
+	if f.Whole {
+		return f.DType + " byte"
+	}
+	return f.DType + " exponent"
+}
+
+// FieldNamed returns the field of Fields that Name calls name.
+func FieldNamed(name string) (Field, bool) {
+	for _, f := range Fields {
+		if f.Name() == name {
+			return f, true
+		}
+	}
+	return Field{}, false
+}
+
 // Fields are the exponent fields of the float dtypes entropy payloads
 // cover, and the whole-byte variants of FP8.
 var Fields = []Field{

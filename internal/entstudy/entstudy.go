@@ -15,6 +15,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/internal/synth"
 )
 
 // Chunk is the values per chunk the study codes (the fixed-rate format's).
@@ -268,7 +269,7 @@ func (s *Study) Results() []Result {
 // (rows of cols values scaled per row for FP8).
 func (s *Study) Cast(raw []byte, cols int) error {
 	for _, d := range []string{"F16", "F32", "F8_E4M3", "F8_E5M2"} {
-		if err := s.Add(d, castBF16(raw, d, cols)); err != nil {
+		if err := s.Add(d, synth.Cast(raw, d, cols)); err != nil {
 			return err
 		}
 	}

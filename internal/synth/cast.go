@@ -1,4 +1,4 @@
-package entstudy
+package synth
 
 import (
 	"encoding/binary"
@@ -48,11 +48,12 @@ func (m minifloat) encode(x float64) uint32 {
 	return sign | min(code, maxCode)
 }
 
-// castBF16 converts little-endian BF16 values to dtype ("F16", "F32",
-// "F8_E4M3", "F8_E5M2"); FP8 rows of cols values are scaled so that each
-// row's largest magnitude maps to the format's largest value, as FP8
-// checkpoints scale per channel.
-func castBF16(raw []byte, dtype string, cols int) []byte {
+// Cast converts little-endian BF16 values to dtype ("F16", "F32",
+// "F8_E4M3", "F8_E5M2"), rounding to nearest even and saturating; FP8 rows
+// of cols values are scaled so that each row's largest magnitude maps to
+// the format's largest value, as FP8 checkpoints scale per channel. Any
+// other dtype returns raw unchanged.
+func Cast(raw []byte, dtype string, cols int) []byte {
 	n := len(raw) / 2
 	val := func(i int) float64 {
 		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16))
@@ -70,6 +71,9 @@ func castBF16(raw []byte, dtype string, cols int) []byte {
 			binary.LittleEndian.PutUint16(out[2*i:], uint16(f16.encode(val(i))))
 		}
 		return out
+	case "F8_E4M3", "F8_E5M2":
+	default:
+		return raw
 	}
 	m := e4m3
 	if dtype == "F8_E5M2" {

@@ -1,4 +1,4 @@
-package entstudy
+package synth
 
 import (
 	"math"
