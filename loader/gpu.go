@@ -219,7 +219,11 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 		// its copy in the cache when the source is absent.
 		path, off := t.Shard, t.Offset
 		if !t.Compressed {
-			if path, off, err = l.rawSlice(t); err != nil {
+			// An entropy payload without its source keeps its source
+			// slice: the SplitZip transport decodes it on the host.
+			if path, off, err = l.rawSlice(t); errors.Is(err, shardcache.ErrHostDecode) {
+				path, off = t.Shard, t.Offset
+			} else if err != nil {
 				return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
 			}
 		} else {

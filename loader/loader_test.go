@@ -279,3 +279,45 @@ func TestPinnedStaging(t *testing.T) {
 		}
 	}
 }
+
+// TestReadHostEntropyWithoutSource: tensors of a cache of entropy
+// payloads read on the host from their source while it is there, and
+// decoded from their payloads once it is gone, bit for bit.
+func TestReadHostEntropyWithoutSource(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true, SelfContained: true, Codec: pipeline.CodecEntropy}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(cache, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	want := map[int][]byte{}
+	for _, tn := range l.Tensors() {
+		want[tn.Index] = source(t, &tn)
+	}
+	if err := os.Rename(src, filepath.Join(dir, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	entropy := 0
+	for _, tn := range l.Tensors() {
+		got := make([]byte, tn.Size)
+		if err := l.ReadHost(tn.Index, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want[tn.Index]) {
+			t.Fatalf("%s differs from the source", tn.Name)
+		}
+		if tn.rec.Stored == shardcache.StoredEntropy {
+			entropy++
+		}
+	}
+	if entropy == 0 {
+		t.Fatal("no entropy payloads in the fixture")
+	}
+}

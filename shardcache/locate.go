@@ -11,6 +11,11 @@ import (
 // for, for a tensor whose bytes are only in it (not copied into the cache).
 var ErrSourceMissing = errors.New("source shard missing, and the tensor's bytes are only in it")
 
+// ErrHostDecode reports, from RawSlice, a tensor whose source shard is
+// absent and that the cache holds as an entropy payload: no raw bytes are
+// anywhere, and whoever reads it decodes the payload on the host.
+var ErrHostDecode = errors.New("source shard missing; the tensor is an entropy payload, to decode on the host")
+
 // SourceState reports whether the shard file at path is there and, if it
 // is, ErrSourceChanged when its size or mtime differ from the record. An
 // absent shard is no error: tensors whose bytes the cache holds are served
@@ -34,7 +39,8 @@ func (t *Tensor) Payload() bool { return t.Stored == StoredSplitZip || t.Stored 
 // is at path now) are read from: the source slice when the shard is there
 // (and unchanged), else the tensor's raw copy in the cache (its own file,
 // or its range of a pack).
-// A tensor whose bytes are only in an absent source is ErrSourceMissing.
+// A tensor whose bytes are only in an absent source is ErrSourceMissing;
+// an entropy payload's tensor with its source absent, ErrHostDecode.
 func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
 	present, err := SourceState(sh, path)
 	switch {
@@ -46,7 +52,7 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 		loc, _, err := c.Locate(t.Key)
 		return loc.Path, loc.Offset, err
 	case t.Stored == StoredEntropy:
-		return "", 0, fmt.Errorf("%s: tensor %q: %w: it is an entropy payload, which verify and decompress decode on the host but no load path decodes yet, so loads read it from the source", path, t.Name, ErrSourceMissing)
+		return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrHostDecode)
 	}
 	return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
 }

@@ -45,7 +45,12 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 			t := &sh.Tensors[ti]
 			file, off := path, t.Offset
 			if t.Stored != shardcache.StoredSplitZip {
-				if file, off, err = c.RawSlice(sh, path, t); err != nil {
+				// An entropy payload without its source keeps its source
+				// slice: the SplitZip transport finds it by it and
+				// decodes it on the host.
+				if file, off, err = c.RawSlice(sh, path, t); errors.Is(err, shardcache.ErrHostDecode) {
+					file, off = path, t.Offset
+				} else if err != nil {
 					return nil, err
 				}
 			}

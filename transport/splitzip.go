@@ -45,11 +45,17 @@ type SplitZip struct {
 	stats    Stats
 	pinned   uint64
 	streams  streams
-	checked  map[string]error // source shards checked for changes
-	io       chan struct{}    // bounds concurrent piece reads
+	present  map[string]sourceState // source shards checked for changes
+	io       chan struct{}          // bounds concurrent piece reads
 	pack     *packer
 	res      *slab     // resident payloads
 	files    fileCache // packs that streamed payloads are read from
+}
+
+// sourceState is what SourceState said of a source shard.
+type sourceState struct {
+	present bool
+	err     error
 }
 
 // payload is a verified payload in pinned memory.
@@ -77,15 +83,17 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	}
 	opts.SmallBytes = small
 	return &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
-		resident: map[shardcache.Key]*payload{}, checked: map[string]error{}, io: make(chan struct{}, 2*opts.Readers),
+		resident: map[shardcache.Key]*payload{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}, nil
 }
 
-// target is a binding with a payload.
+// target is a binding with a payload: a SplitZip one, or with host an
+// entropy one decoded on the host.
 type target struct {
-	i   int
-	b   *vmm.Binding
-	hit shardcache.SliceHit
+	i    int
+	b    *vmm.Binding
+	hit  shardcache.SliceHit
+	host bool
 }
 
 // UploadBatch implements Transport. Mixed batches are split: bindings
@@ -103,6 +111,19 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	pr, _ := z.inner.(PackReader)
 	for i, b := range bs {
 		hit, err := z.cache.LookupSlice(b.Shard, b.Offset, b.Size)
+		if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
+			// Read raw from its source when that is there (faster than
+			// decoding on the host), else decoded from its payload.
+			present, err := z.sourcePresent(hit, b.Shard)
+			switch {
+			case err != nil:
+				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
+				continue
+			case !present:
+				targets = append(targets, target{i, b, hit, true})
+				continue
+			}
+		}
 		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
 			if pr != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
 				small = append(small, rawPackItem(i, b, pr.PackSource(b)))
@@ -112,11 +133,11 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			otherIdx = append(otherIdx, i)
 			continue
 		}
-		if err := z.checkSource(hit, b.Shard); err != nil {
+		if _, err := z.sourcePresent(hit, b.Shard); err != nil {
 			out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 			continue
 		}
-		t := target{i, b, hit}
+		t := target{i, b, hit, false}
 		if loc, o, err := z.cache.Locate(hit.Tensor.Key); err == nil && int64(o.Size) <= z.opts.SmallBytes {
 			small = append(small, z.packItem(t, loc, o))
 			continue
@@ -221,19 +242,20 @@ func (z *SplitZip) Prepare() error {
 	return z.ensureRing()
 }
 
-// checkSource fails when the shard a slice came from, at path (where the
-// source is now, which may not be its recorded root), changed since it was
-// compressed (size or modification time), once per shard.
-func (z *SplitZip) checkSource(hit shardcache.SliceHit, path string) error {
+// sourcePresent reports whether the shard a slice came from is at path
+// (where the source is now, which may not be its recorded root), and
+// fails when it changed since it was compressed (size or modification
+// time), once per shard. An absent source is no error: payloads hold the
+// bytes.
+func (z *SplitZip) sourcePresent(hit shardcache.SliceHit, path string) (bool, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	err, ok := z.checked[path]
+	st, ok := z.present[path]
 	if !ok {
-		// An absent source is no error: the payload holds the bytes.
-		_, err = shardcache.SourceState(hit.Shard, path)
-		z.checked[path] = err
+		st.present, st.err = shardcache.SourceState(hit.Shard, path)
+		z.present[path] = st
 	}
-	return err
+	return st.present, st.err
 }
 
 // ensureRing allocates the pinned staging ring: 8 MiB pieces, two per
@@ -263,7 +285,11 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !z.opts.Resident {
+	switch {
+	case t.host:
+		// Not kept resident: a re-fault decodes again.
+		return z.hostDecode(ctx, t)
+	case !z.opts.Resident:
 		return z.stream(ctx, t)
 	}
 	p, err := z.residentPayload(t.hit.Tensor.Key)

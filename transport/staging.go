@@ -72,7 +72,13 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 		size := s.Size
 		payload := false
 		if !raw {
-			if hit, err := c.LookupSlice(s.Shard, s.Offset, s.Size); err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+			hit, err := c.LookupSlice(s.Shard, s.Offset, s.Size)
+			if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
+				// Read raw from its source, or, with that absent, decoded
+				// on the host into payload pieces: staged by either ring.
+				n.payload += size
+			}
+			if err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
 				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
 					size, payload = o.Size, true
 					if !seen[hit.Tensor.Key] {

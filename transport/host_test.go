@@ -1,0 +1,88 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/cachetest"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// TestEntropyPayloadsWithoutSource: a cache of entropy payloads loads
+// from its source while that is there, and from its payloads, decoded on
+// the host, once the source is gone, bit for bit, first loads and
+// re-faults, resident or not; a corrupt payload fails its own binding
+// only, which stays evicted, and a repaired one loads.
+func TestEntropyPayloadsWithoutSource(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true, SelfContained: true, Codec: pipeline.CodecEntropy}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &c.Index().Sources[0]
+	load := func(what string) {
+		t.Helper()
+		for _, o := range []LoadOptions{{Check: true, Repeat: 2}, {Check: true, Repeat: 2, Resident: true}} {
+			eng := hostengine.New(2)
+			if _, err := Load(context.Background(), eng, c, s, o); err != nil {
+				t.Fatalf("%s, %+v: %v", what, o, err)
+			}
+			eng.Close()
+			if eng.PinnedBytes() != 0 {
+				t.Errorf("%s: %d pinned bytes leaked", what, eng.PinnedBytes())
+			}
+		}
+	}
+	load("source present")
+	if err := os.Rename(src, filepath.Join(dir, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	load("source absent")
+
+	_, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
+	var victim *vmm.Binding
+	for _, b := range a.Bindings() {
+		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredEntropy && (victim == nil || b.Size > victim.Size) {
+			victim = b
+		}
+	}
+	if victim == nil {
+		t.Fatal("no entropy payload in the fixture")
+	}
+	hit, _ := c.LookupSlice(victim.Shard, victim.Offset, victim.Size)
+	restore := cachetest.Flip(t, c, hit.Tensor.Key, -1, 0x40)
+	for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
+		b := a.Bindings()[i]
+		switch {
+		case b == victim:
+			var te *Error
+			if !errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum) {
+				t.Errorf("corrupt entropy payload: %v", err)
+			}
+		case err != nil:
+			t.Errorf("%s beside a corrupt payload: %v", b.Name, err)
+		}
+	}
+	if victim.State() != vmm.Evicted {
+		t.Errorf("corrupt payload's binding is %v", victim.State())
+	}
+	restore()
+	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
+		t.Fatalf("after repair: %v", err)
+	}
+}
