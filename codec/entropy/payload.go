@@ -10,7 +10,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 )
 
-// The entropy payload (draft, issue 12; no cache stores it yet):
+// The entropy payload (docs/splitzip.md, "Entropy payloads"):
 //
 //	 0  magic "SZEN"          32  u64 offset of the other bits
 //	 4  u16 version (1)       40  u64 offset of the symbol chunks
