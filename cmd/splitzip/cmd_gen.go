@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,7 @@ type genOptions struct {
 	MoE    int
 	Layers int
 	Hidden uint64
+	DType  string
 }
 
 func newGenCommand(g *globals) *cobra.Command {
@@ -40,6 +42,7 @@ func newGenCommand(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&o.Mix, "mix", 0, "write this many BF16 tensors with the size mix of real models (60% under 16 KiB, the rest up to 4 MiB) instead")
 	cmd.Flags().IntVar(&o.MoE, "moe", 0, "write a mixture of experts with this many experts per layer instead (--layers, --hidden: 48, 2048)")
 	cmd.Flags().IntVar(&o.Layers, "layers", 0, "layers of --moe (default 48)")
+	cmd.Flags().StringVar(&o.DType, "dtype", "BF16", "dtype of the Llama-like checkpoint's weights and norms: BF16, F16, F32, F8_E4M3 or F8_E5M2 (cast from BF16; FP8 scaled per row)")
 	return cmd
 }
 
@@ -55,7 +58,17 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 		return usageError{fmt.Errorf("--small, --mix and --moe each choose a shape: give one")}
 	}
 	p := g.progress()
-	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Mix: o.Mix, MoE: o.MoE, Layers: o.Layers, Hidden: o.Hidden}
+	if !slices.Contains(synth.DTypes(), o.DType) {
+		return usageError{fmt.Errorf("--dtype must be one of %v, got %q", synth.DTypes(), o.DType)}
+	}
+	if o.DType != "BF16" && o.Small+o.Mix+o.MoE > 0 {
+		return usageError{fmt.Errorf("--dtype applies to the Llama-like checkpoint only")}
+	}
+	dt := o.DType
+	if dt == "BF16" {
+		dt = ""
+	}
+	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Mix: o.Mix, MoE: o.MoE, Layers: o.Layers, Hidden: o.Hidden, DType: dt}
 	// The bar counts the tensor bytes the plan will write.
 	var total uint64
 	for _, t := range synth.Plan(cfg) {

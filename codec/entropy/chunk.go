@@ -215,7 +215,37 @@ func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
 	// bytes is in bounds without a branch.
 	pad := make([]byte, p/8+1+8)
 	copy(pad, src[:min(len(src), p/8+1)])
-	for base := 0; base < n; base += L {
+	base := 0
+	if t.MaxLen == MaxLen && len(entries) == 1<<MaxLen {
+		// Four symbols of each lane a load: 64 bits less at most 7 of
+		// the byte hold 57, four codes at most 48. Checks per lane and
+		// group: an entry of no code (length 0) or a lane read past its
+		// end fails the chunk, whatever the symbols decoded meanwhile.
+		tab := (*[1 << MaxLen]uint16)(entries)
+		const sh = 64 - MaxLen
+		for ; base+4*L <= n; base += 4 * L {
+			out := dst[base : base+4*L]
+			for k := range L {
+				q := pos[k]
+				w := binary.BigEndian.Uint64(pad[q>>3:]) << (q & 7)
+				e0 := tab[w>>sh]
+				w <<= e0 >> 8
+				e1 := tab[w>>sh]
+				w <<= e1 >> 8
+				e2 := tab[w>>sh]
+				w <<= e2 >> 8
+				e3 := tab[w>>sh]
+				out[3*L+k], out[2*L+k], out[L+k], out[k] = byte(e3), byte(e2), byte(e1), byte(e0)
+				q += int(e0>>8 + e1>>8 + e2>>8 + e3>>8)
+				// An entry below 0x100 has no code (length 0).
+				if min(e0, e1, e2, e3) < 0x100 || q > end[k] {
+					return 0, fmt.Errorf("%w: lane %d, symbols %d to %d", ErrStream, k, base+k, base+3*L+k)
+				}
+				pos[k] = q
+			}
+		}
+	}
+	for ; base < n; base += L {
 		for k := range min(L, n-base) {
 			q := pos[k]
 			w := binary.BigEndian.Uint64(pad[q>>3:])

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -124,6 +125,34 @@ func TestNewCodeRejects(t *testing.T) {
 	} {
 		if _, err := NewCode(ls, 12); !errors.Is(err, ErrCode) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestHistogramAndSplit: the four-table histogram counts as a plain loop
+// does, and the eight-at-a-time BF16 split gives every value's exponent
+// and other bits, at every length around its steps.
+func TestHistogramAndSplit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 1000, 16384 + 5} {
+		raw := make([]byte, 2*n)
+		for i := range raw {
+			raw[i] = byte(rng.Uint32())
+		}
+		syms, others := make([]byte, n), make([]byte, n)
+		splitBF16(syms, others, raw)
+		want := make([]uint64, 256)
+		for i := range n {
+			v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
+			if syms[i] != byte(v>>7) || others[i] != byte(Fields[0].otherBits(uint32(v))) {
+				t.Fatalf("n %d: value %d (%#04x) split into %#02x, %#02x", n, i, v, syms[i], others[i])
+			}
+			want[syms[i]]++
+		}
+		got := make([]uint64, 256)
+		histogram(got, syms)
+		if !slices.Equal(got, want) {
+			t.Fatalf("n %d: histogram differs", n)
 		}
 	}
 }

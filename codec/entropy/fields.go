@@ -68,6 +68,10 @@ func (f Field) Symbols(dst, raw []byte) error {
 	if len(raw)%f.Size != 0 || len(dst) < n {
 		return fmt.Errorf("entropy: %d bytes of %s for %d symbols", len(raw), f.DType, len(dst))
 	}
+	if f.DType == "BF16" && !f.Whole {
+		splitBF16(dst[:n], nil, raw)
+		return nil
+	}
 	mask := uint32(1)<<f.Bits - 1
 	switch f.Size {
 	case 1:
@@ -90,4 +94,38 @@ func (f Field) Symbols(dst, raw []byte) error {
 		return fmt.Errorf("entropy: values of %d bytes", f.Size)
 	}
 	return nil
+}
+
+// splitBF16 writes the exponent of each BF16 value of raw to syms and,
+// unless others is nil, its other bits (sign, 7 of mantissa) to others,
+// eight values at a time in 64-bit words.
+func splitBF16(syms, others, raw []byte) {
+	n := len(syms)
+	raw = raw[:2*n]
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		a := binary.LittleEndian.Uint64(raw[2*i:])
+		b := binary.LittleEndian.Uint64(raw[2*i+8:])
+		lo := gather(a) | gather(b)<<32
+		hi := gather(a>>8) | gather(b>>8)<<32
+		binary.LittleEndian.PutUint64(syms[i:], hi<<1&0xfefefefefefefefe|lo>>7&0x0101010101010101)
+		if others != nil {
+			binary.LittleEndian.PutUint64(others[i:], hi&0x8080808080808080|lo&0x7f7f7f7f7f7f7f7f)
+		}
+	}
+	for ; i < n; i++ {
+		v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
+		syms[i] = byte(v >> 7)
+		if others != nil {
+			others[i] = byte(v>>15<<7 | v&0x7f)
+		}
+	}
+}
+
+// gather moves the low bytes of the four 16-bit lanes of x into the four
+// low bytes of the result.
+func gather(x uint64) uint64 {
+	x &= 0x00ff00ff00ff00ff
+	x = (x | x>>8) & 0x0000ffff0000ffff
+	return (x | x>>16) & 0xffffffff
 }

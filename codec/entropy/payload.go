@@ -115,25 +115,14 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	syms := make([]byte, n)
 	freq := make([]uint64, 1<<f.Bits)
 	var bf16Others []byte
-	if f.Size == 2 && f.Other() == 8 && !f.Whole {
-		// BF16: symbols, their counts and the other bits in one pass.
+	if f.DType == "BF16" && !f.Whole {
+		// BF16: symbols and the other bits in one pass.
 		bf16Others = make([]byte, n)
-		raw := raw[:2*n]
-		for i := range syms {
-			v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
-			s := byte(v >> f.Shift)
-			syms[i] = s
-			freq[s]++
-			bf16Others[i] = byte(f.otherBits(uint32(v)))
-		}
-	} else {
-		if err := f.Symbols(syms, raw); err != nil {
-			return nil, err
-		}
-		for _, s := range syms {
-			freq[s]++
-		}
+		splitBF16(syms, bf16Others, raw)
+	} else if err := f.Symbols(syms, raw); err != nil {
+		return nil, err
 	}
+	histogram(freq, syms)
 	pc, err := newPayloadCode(fi, uint64(n), freq)
 	if err != nil {
 		return nil, err
@@ -349,15 +338,24 @@ func Decode(dst, p []byte, workers int) error {
 // unpackValues rebuilds the values from their symbols and other bits.
 func unpackValues(dst []byte, f Field, others, syms []byte) {
 	ob := f.Other()
-	if f.Size == 2 && ob == 8 && !f.Whole { // BF16: a byte of other bits a value
-		hiShift, sh, lo := f.Shift+f.Bits, f.Shift, uint16(1)<<f.Shift-1
+	if f.DType == "BF16" && !f.Whole { // a byte of other bits a value: sign, 7 of mantissa
 		others = others[:len(syms)]
 		dst = dst[:2*len(syms)]
-		for i, s := range syms {
+		// Eight values at a time, bytes side by side in 64-bit words: a
+		// value's high byte is its sign and the exponent's top 7 bits,
+		// its low byte the exponent's low bit and 7 of mantissa.
+		i := 0
+		for ; i+8 <= len(syms); i += 8 {
+			sy := binary.LittleEndian.Uint64(syms[i:])
+			o := binary.LittleEndian.Uint64(others[i:])
+			hi := o&0x8080808080808080 | sy>>1&0x7f7f7f7f7f7f7f7f
+			lo := sy<<7&0x8080808080808080 | o&0x7f7f7f7f7f7f7f7f
+			binary.LittleEndian.PutUint64(dst[2*i:], spread(uint32(lo))|spread(uint32(hi))<<8)
+			binary.LittleEndian.PutUint64(dst[2*i+8:], spread(uint32(lo>>32))|spread(uint32(hi>>32))<<8)
+		}
+		for ; i < len(syms); i++ {
 			o := uint16(others[i])
-			v := o>>sh<<hiShift | uint16(s)<<sh | o&lo
-			dst[2*i] = byte(v)
-			dst[2*i+1] = byte(v >> 8)
+			binary.LittleEndian.PutUint16(dst[2*i:], o&0x80<<8|uint16(syms[i])<<7|o&0x7f)
 		}
 		return
 	}
@@ -385,6 +383,42 @@ func unpackValues(dst []byte, f Field, others, syms []byte) {
 			binary.LittleEndian.PutUint32(dst[4*i:], v)
 		}
 	}
+}
+
+// histogram adds the counts of syms to freq, a table of at most 256,
+// through four tables so that runs of one symbol do not serialize on one
+// counter; blocks of 2^30 symbols keep each table's counts in 32 bits.
+func histogram(freq []uint64, syms []byte) {
+	var t [4][256]uint32
+	for len(syms) > 0 {
+		b := syms[:min(len(syms), 1<<30)]
+		syms = syms[len(b):]
+		i := 0
+		for ; i+4 <= len(b); i += 4 {
+			t[0][b[i]]++
+			t[1][b[i+1]]++
+			t[2][b[i+2]]++
+			t[3][b[i+3]]++
+		}
+		for ; i < len(b); i++ {
+			t[0][b[i]]++
+		}
+		flushHistogram(freq, &t)
+	}
+}
+
+func flushHistogram(freq []uint64, t *[4][256]uint32) {
+	for s := range freq {
+		freq[s] += uint64(t[0][s]) + uint64(t[1][s]) + uint64(t[2][s]) + uint64(t[3][s])
+		t[0][s], t[1][s], t[2][s], t[3][s] = 0, 0, 0, 0
+	}
+}
+
+// spread moves the four bytes of x to the low bytes of four 16-bit lanes.
+func spread(x uint32) uint64 {
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000ffff0000ffff
+	return (v | v<<8) & 0x00ff00ff00ff00ff
 }
 
 // value returns value i of raw as an unsigned integer.

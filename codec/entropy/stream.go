@@ -40,12 +40,22 @@ type Encoder struct {
 // table of 1<<Fields[fi].Bits counts.
 func Count(fi int, freq []uint64, raw []byte) error {
 	f := Fields[fi]
-	syms := make([]byte, len(raw)/f.Size)
-	if err := f.Symbols(syms, raw); err != nil {
-		return err
+	if len(freq) != 1<<f.Bits {
+		return fmt.Errorf("entropy: %d counts for %d-bit symbols", len(freq), f.Bits)
 	}
-	for _, s := range syms {
-		freq[s]++
+	// A chunk of symbols at a time: memory bounded whatever len(raw).
+	var syms [codec.ChunkValues]byte
+	step := codec.ChunkValues * f.Size
+	for o := 0; o < len(raw); o += step {
+		part := raw[o:min(len(raw), o+step)]
+		s := syms[:len(part)/f.Size]
+		if err := f.Symbols(s, part); err != nil {
+			return err
+		}
+		histogram(freq, s)
+	}
+	if len(raw)%f.Size != 0 {
+		return fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
 	}
 	return nil
 }
@@ -177,9 +187,13 @@ func packInto(w *bitWriter, f Field, raw []byte) {
 		return
 	}
 	n := len(raw) / f.Size
-	if f.Size == 2 && ob == 8 && !f.Whole {
-		for i := range n {
-			w.buf = append(w.buf, byte(f.otherBits(uint32(raw[2*i])|uint32(raw[2*i+1])<<8)))
+	if f.DType == "BF16" && !f.Whole {
+		k := len(w.buf)
+		w.buf = append(w.buf, make([]byte, n)...)
+		var syms [codec.ChunkValues]byte
+		for o := 0; o < n; o += len(syms) {
+			m := min(len(syms), n-o)
+			splitBF16(syms[:m], w.buf[k+o:k+o+m], raw[2*o:2*(o+m)])
 		}
 		return
 	}

@@ -34,6 +34,10 @@ type Config struct {
 	// (default 2048).
 	MoE    int
 	Layers int
+	// DType, for the Llama-like checkpoint, is the dtype of its weights
+	// and norms: BF16 (""), or F16, F32, F8_E4M3 or F8_E5M2, cast from the
+	// BF16 values (Cast; FP8 scaled per row).
+	DType string
 	// Progress, if set, is called with the bytes written so far.
 	Progress func(written uint64)
 }
@@ -89,6 +93,10 @@ func Plan(cfg Config) []Tensor {
 			dt, es = "F32", 4
 		case "i64":
 			dt, es = "I64", 8
+		default:
+			if cfg.DType != "" {
+				dt, es = cfg.DType, dtypeSize[cfg.DType]
+			}
 		}
 		n := uint64(1)
 		for _, d := range shape {
@@ -122,10 +130,29 @@ func Plan(cfg Config) []Tensor {
 // random stream, so the output does not depend on the number of workers.
 const pieceBytes = 4 << 20
 
+// dtypeSize is the bytes a value of each float dtype Config.DType names.
+var dtypeSize = map[string]uint64{"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "F8_E5M2": 1}
+
+// DTypes are the dtypes Config.DType may name.
+func DTypes() []string { return []string{"BF16", "F16", "F32", "F8_E4M3", "F8_E5M2"} }
+
 // fill generates bytes [off, off+len(dst)) of tensor t (off and len
 // multiples of pieceBytes, except at the end).
 func (t *Tensor) fill(dst []byte, seed, index, off uint64) {
 	rng := rand.New(rand.NewPCG(seed^index*0x9e3779b97f4a7c15, off))
+	if es := dtypeSize[t.DType]; t.DType != "BF16" && es > 0 && (t.kind == "weight" || t.kind == "norm") {
+		// BF16 values of this piece, cast.
+		b := make([]byte, 2*uint64(len(dst))/es)
+		t.fillBF16(b, rng, off)
+		copy(dst, Cast(b, t.DType, int(t.cols)))
+		return
+	}
+	t.fillBF16(dst, rng, off)
+}
+
+// fillBF16 generates bytes [off, off+len(dst)) of t as BF16 for weights
+// and norms, in t's own dtype for the others.
+func (t *Tensor) fillBF16(dst []byte, rng *rand.Rand, off uint64) {
 	switch t.kind {
 	case "weight":
 		FillNormal(rng, dst, t.sigma, 0.5, int(t.cols))
