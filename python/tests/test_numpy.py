@@ -103,6 +103,26 @@ class TestNumpy(unittest.TestCase):
             for name, (dtype, shape, data) in self.want.items():
                 self.assertEqual(got[name].tobytes(), data, name)
 
+    def test_entropy_without_source(self):
+        """Entropy payloads (F16 weights, --codec entropy) load bit for bit with the source gone."""
+        import shutil
+        from splitzip.numpy import load_file
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = os.path.join(d, "ck"), os.path.join(d, "c")
+            subprocess.run([BIN, "gen", src, "--size", "2MiB", "--dtype", "F16", "-q"], check=True, stdout=subprocess.DEVNULL)
+            want = {}
+            for f in sorted(os.listdir(src)):
+                if f.endswith(".safetensors"):
+                    want.update(stfile.read(os.path.join(src, f)))
+            subprocess.run([BIN, "compress", src, "-o", cache, "--codec", "entropy", "--no-sync", "--self-contained", "-q"],
+                           check=True, stdout=subprocess.DEVNULL)
+            shutil.rmtree(src)
+            got = load_file(cache)
+            self.assertEqual(set(got), set(want))
+            for name, (dtype, shape, data) in want.items():
+                self.assertEqual(got[name].tobytes(), data, name)
+            self.assertTrue(any(dtype == "F16" for dtype, _, _ in want.values()))
+
     def test_lookups_and_errors(self):
         import splitzip
         with splitzip.Cache(self.cache) as c:
