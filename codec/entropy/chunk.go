@@ -23,6 +23,7 @@ var ErrStream = errors.New("corrupt entropy-coded chunk")
 type Table struct {
 	MaxLen  int
 	Entries []uint16
+	multi   *multiTable // for MaxLen tables: several symbols a lookup
 }
 
 // NewTable returns c's decode table.
@@ -37,6 +38,9 @@ func NewTable(c *Code) *Table {
 		for v := lo; v < lo+1<<(c.MaxLen-l); v++ {
 			t.Entries[v] = uint16(s) | uint16(l)<<8
 		}
+	}
+	if t.MaxLen == MaxLen {
+		t.multi = newMultiTable(t.Entries)
 	}
 	return t
 }
@@ -216,6 +220,13 @@ func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
 	pad := make([]byte, p/8+1+8)
 	copy(pad, src[:min(len(src), p/8+1)])
 	base := 0
+	if t.multi != nil && n == Lanes*laneSyms && L == Lanes && len(entries) == 1<<MaxLen {
+		if err := decodeLanes(t.multi, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst); err != nil {
+			return 0, err
+		}
+		br.pos = p
+		return br.end(), nil
+	}
 	if t.MaxLen == MaxLen && len(entries) == 1<<MaxLen {
 		// Four symbols of each lane a load: 64 bits less at most 7 of
 		// the byte hold 57, four codes at most 48. Checks per lane and

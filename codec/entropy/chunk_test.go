@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/splitzip/splitzip/internal/synth"
 )
 
 // codeFor builds the 12-bit code of syms' frequencies.
@@ -137,4 +139,82 @@ func FuzzDecodeChunk(f *testing.F) {
 			t.Fatalf("used %d of %d bytes", used, len(src))
 		}
 	})
+}
+
+// TestTranspose8 checks the 8x8 byte transpose against the definition.
+func TestTranspose8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var x, orig [8]uint64
+	for i := range x {
+		x[i] = rng.Uint64()
+	}
+	orig = x
+	transpose8(&x)
+	for i := range 8 {
+		for j := range 8 {
+			if byte(x[j]>>(8*i)) != byte(orig[i]>>(8*j)) {
+				t.Fatalf("byte %d of row %d went to %#x, want %#x", j, i, byte(x[j]>>(8*i)), byte(orig[i]>>(8*j)))
+			}
+		}
+	}
+}
+
+// TestMultiSymbolLanes: full chunks decode through the several-symbols
+// lookup exactly as through the one-symbol reference path, and corrupted
+// ones (bits flipped, lanes cut short) fail or decode the same on both,
+// never panicking.
+func TestMultiSymbolLanes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for trial := range 40 {
+		sigma := []float64{0.02, 0.5, 1e-3, 3}[trial%4]
+		raw := synth.Normal(rng, 16384, sigma)
+		syms := make([]byte, 16384)
+		if err := Fields[0].Symbols(syms, raw); err != nil {
+			t.Fatal(err)
+		}
+		freq := make([]uint64, 256)
+		for _, s := range syms {
+			freq[s]++
+		}
+		ls, err := Lengths(freq, MaxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewCode(ls, MaxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := EncodeChunk(nil, c, syms, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if enc[0] != ModeCoded {
+			continue
+		}
+		fast := NewTable(c)
+		slow := &Table{MaxLen: fast.MaxLen, Entries: fast.Entries}
+		for flip := range 20 {
+			src := append([]byte(nil), enc...)
+			if flip > 0 {
+				for range 1 + rng.IntN(3) {
+					i := 8 + rng.IntN(len(src)-8) // past the chunk header
+					src[i] ^= byte(1 << rng.IntN(8))
+				}
+			}
+			if flip%5 == 4 {
+				src = src[:len(src)-1-rng.IntN(len(src)/2)]
+			}
+			a, b := make([]byte, 16384), make([]byte, 16384)
+			na, ea := DecodeChunk(fast, src, 8, a)
+			nb, eb := DecodeChunk(slow, src, 8, b)
+			switch {
+			case (ea == nil) != (eb == nil):
+				t.Fatalf("trial %d flip %d: multi-symbol path %v, reference %v", trial, flip, ea, eb)
+			case ea == nil && (na != nb || !bytes.Equal(a, b)):
+				t.Fatalf("trial %d flip %d: the paths decode differently", trial, flip)
+			case flip == 0 && (ea != nil || !bytes.Equal(a, syms)):
+				t.Fatalf("trial %d: %v, or symbols differ", trial, ea)
+			}
+		}
+	}
 }
