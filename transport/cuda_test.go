@@ -8,53 +8,14 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine/cudaengine"
-	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/cachetest"
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
 // requireCUDA returns a CUDA engine on device 0, or skips with the reason.
-func requireCUDA(t *testing.T) *cudaengine.Engine {
-	t.Helper()
-	eng, err := cudaengine.New(0, 2)
-	if errors.Is(err, cuda.ErrNoDriver) {
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	return eng
-}
-
-// TestCUDALoad loads through both transports into a VMM arena on the GPU
-// and reads everything back.
-func TestCUDALoad(t *testing.T) {
-	eng := requireCUDA(t)
-	c, src := fixture(t)
-	for _, o := range []LoadOptions{
-		{Raw: true, Check: true, Repeat: 2},
-		{Check: true, Repeat: 2},
-		{Resident: true, Check: true, Repeat: 3},
-	} {
-		o.DeviceTimes = true
-		rep, err := Load(context.Background(), eng, c, src, o)
-		if err != nil || !rep.Checked {
-			t.Fatalf("%+v: %v", o, err)
-		}
-		t.Logf("%s: %d tensors, runs %+v", rep.Mode, rep.Tensors, rep.Runs)
-		for i, r := range rep.Runs {
-			// Device times come from CUDA events: the copies take some
-			// time, a decode too on the SplitZip path, and the busy times
-			// fit in the run.
-			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode ||
-				r.Device.Copy > r.Wall || r.Device.Decode > r.Wall {
-				t.Errorf("%s run %d: device times %+v in %v", rep.Mode, i+1, r.Device, r.Wall)
-			}
-		}
-	}
-}
+func requireCUDA(t *testing.T) *cudaengine.Engine { return fixture.RequireCUDA(t, 2) }
 
 // cudaStore builds an arena of src on eng and a store over a SplitZip
 // transport wrapping a raw one, closed when the test ends.
@@ -83,7 +44,7 @@ func cudaStore(t *testing.T, eng *cudaengine.Engine, c *shardcache.Cache, src *s
 // payload and a truncated source.
 func TestCUDAFaults(t *testing.T) {
 	eng := requireCUDA(t)
-	c, src := fixture(t)
+	c, src := llama(t)
 	a, st := cudaStore(t, eng, c, src)
 	pz, rb := payloadBinding(t, c, a)
 	hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
@@ -100,7 +61,7 @@ func TestCUDAFaults(t *testing.T) {
 			t.Fatalf("%s after a failed fault: %v", a.Bindings()[i].Name, err)
 		}
 	}
-	if err := check(eng, a.Bindings(), keysOf(src)); err != nil {
+	if err := CheckArena(eng, a.Bindings(), src); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(rb.Shard, int64(rb.Offset)); err != nil {
@@ -118,7 +79,7 @@ func TestCUDAFaults(t *testing.T) {
 // bindings fault in afterwards bit for bit.
 func TestCUDACancel(t *testing.T) {
 	eng := requireCUDA(t)
-	c, src := fixture(t)
+	c, src := llama(t)
 	a, st := cudaStore(t, eng, c, src)
 	ctx, end := context.WithCancel(context.Background())
 	end()
@@ -134,7 +95,7 @@ func TestCUDACancel(t *testing.T) {
 			t.Fatalf("%s after cancellation: %v", a.Bindings()[i].Name, err)
 		}
 	}
-	if err := check(eng, a.Bindings(), keysOf(src)); err != nil {
+	if err := CheckArena(eng, a.Bindings(), src); err != nil {
 		t.Fatal(err)
 	}
 }

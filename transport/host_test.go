@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,15 +38,8 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 	s := &c.Index().Sources[0]
 	load := func(what string) {
 		t.Helper()
-		for _, o := range []LoadOptions{{Check: true, Repeat: 2}, {Check: true, Repeat: 2, Resident: true}} {
-			eng := hostengine.New(2)
-			if _, err := Load(context.Background(), eng, c, s, o); err != nil {
-				t.Fatalf("%s, %+v: %v", what, o, err)
-			}
-			eng.Close()
-			if eng.PinnedBytes() != 0 {
-				t.Errorf("%s: %d pinned bytes leaked", what, eng.PinnedBytes())
-			}
+		for _, resident := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, resident %v", what, resident), func(t *testing.T) { loadAll(t, c, s, resident) })
 		}
 	}
 	load("source present")

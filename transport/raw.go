@@ -48,9 +48,10 @@ func (s Stats) add(o Stats) Stats {
 // least two tensors.
 const MaxSmallBytes = packBytes/2 - 64
 
-// smallBytes resolves a SmallBytes option: 0 is the default, negative
-// disables packing (-1), and more than MaxSmallBytes is an error.
-func smallBytes(n int64) (int64, error) {
+// ResolveSmallBytes resolves a SmallBytes option: 0 is the default,
+// negative disables packing (-1), and more than MaxSmallBytes is an
+// ErrOption.
+func ResolveSmallBytes(n int64) (int64, error) {
 	switch {
 	case n == 0:
 		return DefaultSmallBytes, nil
@@ -76,6 +77,10 @@ type RawOptions struct {
 	// PackSlots caps the packer's staging buffers of 4 MiB (0: 2 per
 	// reader, plus two).
 	PackSlots int
+	// ResidentBytes, with Resident, is what the resident copies will take
+	// (Staging.Resident): pinned in blocks of that size, so resident
+	// memory is what the tensors need (0: grown as tensors arrive).
+	ResidentBytes uint64
 }
 
 // rawSlotBytes is the default size of a raw staging slot.
@@ -110,7 +115,7 @@ func NewRaw(eng engine.Engine, opts RawOptions) (*Raw, error) {
 	case opts.SlotBytes%16 != 0:
 		return nil, badOption("SlotBytes", opts.SlotBytes, "a multiple of 16")
 	}
-	small, err := smallBytes(opts.SmallBytes)
+	small, err := ResolveSmallBytes(opts.SmallBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -128,8 +133,12 @@ func NewRaw(eng engine.Engine, opts RawOptions) (*Raw, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Raw{eng: eng, opts: opts, slots: slots, resident: map[*vmm.Binding][]byte{},
-		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), pinned: uint64(opts.Slots) * opts.SlotBytes}, nil
+	r := &Raw{eng: eng, opts: opts, slots: slots, resident: map[*vmm.Binding][]byte{},
+		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), pinned: uint64(opts.Slots) * opts.SlotBytes}
+	if opts.Resident {
+		r.res.expect(opts.ResidentBytes)
+	}
+	return r, nil
 }
 
 // piece is a part of a binding that fits a slot.

@@ -15,7 +15,9 @@ import (
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/cachetest"
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -23,75 +25,6 @@ import (
 // smallFixture is a checkpoint of n small tensors (1-64 KiB), compressed.
 func smallFixture(t *testing.T, n int) (*shardcache.Cache, *shardcache.Source) {
 	return fixtureOf(t, synth.Config{Small: n, Shards: 2, Seed: 5})
-}
-
-func TestSmallTensorsArePacked(t *testing.T) {
-	c, src := smallFixture(t, 200)
-	for _, o := range []LoadOptions{
-		{Raw: true, Check: true, Repeat: 2},
-		{Check: true, Repeat: 2},
-		{Resident: true, Check: true, Repeat: 2},
-	} {
-		var scatters, items atomic.Int64
-		eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
-			scatters.Add(1)
-			items.Add(int64(len(its)))
-			return nil
-		}}))
-		rep, err := Load(context.Background(), eng, c, src, o)
-		if err != nil {
-			t.Fatalf("%+v: %v", o, err)
-		}
-		// Load faults in layer by layer, 100 tensors each: a pack or
-		// two per layer, never a copy per tensor.
-		if items.Load() != int64(o.Repeat*rep.Tensors) || scatters.Load() > int64(o.Repeat*rep.Tensors/20) {
-			t.Errorf("%+v: %d tensors in %d scatters, want all %d tensors in few packs", o, items.Load(), scatters.Load(), o.Repeat*rep.Tensors)
-		}
-		eng.Close()
-		if eng.PinnedBytes() != 0 {
-			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
-		}
-	}
-}
-
-// TestSmallLoosePayloads: small payloads each in a file of their own (a
-// version 1 cache, or --pack-max 0) are packed and land bit for bit too,
-// read one file at a time, and leave no descriptor open.
-func TestSmallLoosePayloads(t *testing.T) {
-	c, src := fixtureWith(t, synth.Config{Small: 200, Shards: 2, Seed: 5}, -1)
-	if st := c.Index().Packs(); st.Packs != 0 {
-		t.Fatalf("%d packs with packing off", st.Packs)
-	}
-	eng := hostengine.New(2)
-	defer eng.Close()
-	fds := openFiles(t)
-	var most atomic.Int64
-	progress := func(uint64) {
-		if n := int64(openFiles(t)); n > most.Load() {
-			most.Store(n) // racy max, enough for a bound
-		}
-	}
-	rep, err := Load(context.Background(), eng, c, src, LoadOptions{Check: true, Repeat: 2, Progress: progress})
-	if err != nil || !rep.Checked {
-		t.Fatalf("load: %v", err)
-	}
-	// Two shard files and a few being read at once, never one per payload.
-	if m := most.Load(); m > int64(fds)+24 {
-		t.Errorf("%d descriptors open during the load of 200 loose payloads, %d before", m, fds)
-	}
-	if n := openFiles(t); n > fds {
-		t.Errorf("%d descriptors open after the load, %d before", n, fds)
-	}
-}
-
-// openFiles counts this process's open descriptors.
-func openFiles(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd")
-	}
-	return len(ents)
 }
 
 func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
@@ -103,7 +36,7 @@ func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := check(st.eng, a.Bindings(), keysOf(src)); err != nil {
+	if err := CheckArena(st.eng, a.Bindings(), src); err != nil {
 		t.Fatal(err)
 	}
 	if scatters.Load() != 0 {
@@ -165,7 +98,7 @@ func TestSmallFaults(t *testing.T) {
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
-	if err := check(eng, bs, keysOf(src)); err != nil {
+	if err := CheckArena(eng, bs, src); err != nil {
 		t.Fatal(err)
 	}
 	tr.Close()
@@ -281,7 +214,7 @@ func TestResidentSmallFromPacks(t *testing.T) {
 			t.Fatalf("%s re-faulted from resident memory: %v", bs[i].Name, err)
 		}
 	}
-	if err := check(eng, bs, keysOf(src)); err != nil {
+	if err := CheckArena(eng, bs, src); err != nil {
 		t.Fatal(err)
 	}
 	if s := tr.Stats(); s.Read == 0 {
@@ -294,7 +227,7 @@ func TestResidentSmallFromPacks(t *testing.T) {
 // large --pack-max) stream from their pack's range, kept open, and land
 // bit for bit; a corrupt one fails naming its range of the pack.
 func TestStreamedPackMembers(t *testing.T) {
-	c, src := fixtureWith(t, synth.Config{Mix: 80, Shards: 2, Seed: 9}, shardcache.MaxPackMax)
+	c, src := fixture.Compressed(t, synth.Config{Mix: 80, Shards: 2, Seed: 9}, pipeline.CompressOptions{PackMax: shardcache.MaxPackMax})
 	var streamed *vmm.Binding
 	_, a, st, _ := setup(t, c, src, hostengine.Hooks{}, false)
 	for _, b := range a.Bindings() {
@@ -310,19 +243,14 @@ func TestStreamedPackMembers(t *testing.T) {
 	if streamed == nil {
 		t.Fatal("no packed payload above the packing threshold in the fixture")
 	}
-	fds := openFiles(t)
-	eng := hostengine.New(2)
-	defer eng.Close()
-	rep, err := Load(context.Background(), eng, c, src, LoadOptions{Check: true, Repeat: 2})
-	if err != nil || !rep.Checked {
-		t.Fatalf("load: %v", err)
-	}
-	if n := openFiles(t); n > fds {
+	fds := fixture.OpenFiles(t)
+	loadAll(t, c, src, false)
+	if n := fixture.OpenFiles(t); n > fds {
 		t.Errorf("%d descriptors open after the load, %d before", n, fds)
 	}
 	hit, _ := c.LookupSlice(streamed.Shard, streamed.Offset, streamed.Size)
 	restore := cachetest.Flip(t, c, hit.Tensor.Key, -1, 0x40)
-	err = st.FaultIn(context.Background(), []*vmm.Binding{streamed})[0].Wait()
+	err := st.FaultIn(context.Background(), []*vmm.Binding{streamed})[0].Wait()
 	loc, _, _ := c.Locate(hit.Tensor.Key)
 	if !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), loc.Name) {
 		t.Errorf("corrupt streamed pack member: %v; want a checksum error naming %s", err, loc.Name)

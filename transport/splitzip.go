@@ -29,6 +29,10 @@ type SplitZipOptions struct {
 	// (0: two per reader, plus two). Load sizes both from the checkpoint.
 	RingPieces int
 	PackSlots  int
+	// ResidentBytes, with Resident, is what the resident payloads will
+	// take (Staging.Resident), pinned in blocks of that size (0: grown as
+	// payloads arrive).
+	ResidentBytes uint64
 }
 
 // SplitZip uploads payloads from a cache and decodes them in place;
@@ -74,7 +78,7 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	case opts.PackSlots < 0:
 		return nil, badOption("PackSlots", opts.PackSlots, "0 (default) or more")
 	}
-	small, err := smallBytes(opts.SmallBytes)
+	small, err := ResolveSmallBytes(opts.SmallBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -82,9 +86,13 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 		opts.Readers = 4
 	}
 	opts.SmallBytes = small
-	return &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
+	z := &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*payload{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
-		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}, nil
+		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
+	if opts.Resident {
+		z.res.expect(opts.ResidentBytes)
+	}
+	return z, nil
 }
 
 // target is a binding with a payload: a SplitZip one, or with host an

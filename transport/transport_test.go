@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/cachetest"
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -21,72 +20,14 @@ import (
 )
 
 // fixture generates and compresses a small checkpoint.
-func fixture(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
+func llama(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
 	return fixtureOf(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11})
 }
 
 // fixtureOf generates the checkpoint cfg describes and compresses it.
 func fixtureOf(t *testing.T, cfg synth.Config) (*shardcache.Cache, *shardcache.Source) {
 	t.Helper()
-	return fixtureWith(t, cfg, 0)
-}
-
-// fixtureWith is fixtureOf with compress's pack threshold (negative: no
-// packs, every object in a file of its own, as in version 1 caches).
-func fixtureWith(t *testing.T, cfg synth.Config, packMax int64) (*shardcache.Cache, *shardcache.Source) {
-	t.Helper()
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true, PackMax: packMax}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := shardcache.Open(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, &c.Index().Sources[0]
-}
-
-func TestLoadBothPaths(t *testing.T) {
-	c, src := fixture(t)
-	for _, o := range []LoadOptions{
-		{Raw: true, Check: true, Repeat: 2},
-		{Raw: true, Resident: true, Check: true, Repeat: 2},
-		{Check: true, Repeat: 2},
-		{Resident: true, Check: true, Repeat: 3},
-	} {
-		o.DeviceTimes = true
-		eng := hostengine.New(2)
-		rep, err := Load(context.Background(), eng, c, src, o)
-		if err != nil {
-			t.Fatalf("%+v: %v", o, err)
-		}
-		if !rep.Checked || len(rep.Runs) != o.Repeat || rep.RawBytes == 0 {
-			t.Fatalf("%+v: report %+v", o, rep)
-		}
-		for i, r := range rep.Runs {
-			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode {
-				t.Errorf("%+v: run %d: device times %+v", o, i+1, r.Device)
-			}
-		}
-		if !o.Raw && rep.MovedBytes >= rep.RawBytes*uint64(o.Repeat) {
-			t.Errorf("%+v: moved %d bytes for %d raw bytes in %d runs: payloads did not shrink", o, rep.MovedBytes, rep.RawBytes, o.Repeat)
-		}
-		if eng.PinnedBytes() != 0 {
-			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
-		}
-		// Staging is sized from the checkpoint: a few MiB of tensors pin
-		// a few buffers (raw 16 MiB slots, 8 MiB pieces, 4 MiB packs), not
-		// the 2-per-reader rings of a large checkpoint, and resident bytes
-		// on top only.
-		if limit := 64<<20 + 2*rep.RawBytes; !o.Resident && rep.PinnedBytes > limit {
-			t.Errorf("%+v: pinned %d bytes for %d bytes of tensors", o, rep.PinnedBytes, rep.RawBytes)
-		}
-		eng.Close()
-	}
+	return fixture.Compressed(t, cfg, pipeline.CompressOptions{})
 }
 
 // mustSpecs returns the arena specs of a source or fails the test.
@@ -119,6 +60,31 @@ func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks host
 	return eng, a, NewStore(eng, tr), tr
 }
 
+// loadAll faults every tensor of src in through a SplitZip transport over
+// a raw one (keeping payloads resident or not), twice with an eviction
+// between, checks the arena each time, and that closing the transports
+// frees every pinned byte.
+func loadAll(t *testing.T, c *shardcache.Cache, src *shardcache.Source, resident bool) {
+	t.Helper()
+	eng, a, st, tr := setup(t, c, src, hostengine.Hooks{}, resident)
+	bs := a.Bindings()
+	for run := range 2 {
+		for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+			if err != nil {
+				t.Fatalf("run %d: %s: %v", run+1, bs[i].Name, err)
+			}
+		}
+		if err := CheckArena(eng, bs, src); err != nil {
+			t.Fatalf("run %d: %v", run+1, err)
+		}
+		st.Evict(bs...)
+	}
+	tr.Close()
+	if eng.PinnedBytes() != 0 {
+		t.Errorf("%d pinned bytes left after closing the transports", eng.PinnedBytes())
+	}
+}
+
 func waitAll(fs []Fence) []error {
 	errs := make([]error, len(fs))
 	for i, f := range fs {
@@ -128,7 +94,7 @@ func waitAll(fs []Fence) []error {
 }
 
 func TestConcurrentFaultsUploadOnce(t *testing.T) {
-	c, src := fixture(t)
+	c, src := llama(t)
 	// A binding's upload copies to its start once (raw) or decodes there
 	// once (payload), whether packed or not.
 	var mu sync.Mutex
@@ -185,7 +151,7 @@ func payloadBinding(t *testing.T, c *shardcache.Cache, a *vmm.Arena) (pz, raw *v
 }
 
 func TestFaults(t *testing.T) {
-	c, src := fixture(t)
+	c, src := llama(t)
 	var failCopy, failDecode atomic.Uint64
 	hooks := hostengine.Hooks{
 		Copy: func(dst engine.DevPtr, n int) error {
@@ -285,7 +251,7 @@ func TestFaults(t *testing.T) {
 }
 
 func TestArenaOutOfMemory(t *testing.T) {
-	c, src := fixture(t)
+	c, src := llama(t)
 	calls := 0
 	eng := hostengine.New(1, hostengine.WithHooks(hostengine.Hooks{Map: func(uint64) error {
 		calls++
@@ -306,7 +272,7 @@ func TestArenaOutOfMemory(t *testing.T) {
 }
 
 func TestResidentReFaultReadsNoFile(t *testing.T) {
-	c, src := fixture(t)
+	c, src := llama(t)
 	_, a, st, _ := setup(t, c, src, hostengine.Hooks{}, true)
 	bs := a.Bindings()
 	for _, err := range waitAll(st.FaultIn(context.Background(), bs)) {
@@ -322,7 +288,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait(); err != nil {
 		t.Fatalf("resident re-fault read a file: %v", err)
 	}
-	if err := check(st.eng, []*vmm.Binding{pz}, keysOf(src)); err != nil {
+	if err := CheckArena(st.eng, []*vmm.Binding{pz}, src); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -330,7 +296,7 @@ func TestResidentReFaultReadsNoFile(t *testing.T) {
 // TestOptionsRefused: options out of range are errors where they are
 // built, not silently clamped; zero means the default.
 func TestOptionsRefused(t *testing.T) {
-	c, src := fixture(t)
+	c, _ := llama(t)
 	eng := hostengine.New(2)
 	defer eng.Close()
 	for name, o := range map[string]RawOptions{
@@ -351,20 +317,14 @@ func TestOptionsRefused(t *testing.T) {
 	if _, err := NewSplitZip(eng, c, raw, SplitZipOptions{RingPieces: -1}); !errors.Is(err, ErrOption) {
 		t.Errorf("NewSplitZip with negative ring pieces: %v", err)
 	}
-	for name, o := range map[string]LoadOptions{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}} {
-		if _, err := Load(context.Background(), eng, c, src, o); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), "want") {
-			t.Errorf("Load, %s: %v", name, err)
-		}
-	}
 }
 
 // TestCancel: a context ended in the middle of a batch stops the reads not
 // yet started; their bindings stay evicted with an error naming the tensor
 // and the context's error, staging returns to what it was, and later
-// faults work. A Load whose context has ended returns its error and frees
-// everything.
+// faults work.
 func TestCancel(t *testing.T) {
-	c, src := fixture(t)
+	c, src := llama(t)
 	var copies atomic.Int64
 	var cancel atomic.Pointer[context.CancelFunc]
 	hooks := hostengine.Hooks{Copy: func(engine.DevPtr, int) error {
@@ -424,25 +384,14 @@ func TestCancel(t *testing.T) {
 			t.Fatalf("%s after a canceled batch: %v", bs[i].Name, err)
 		}
 	}
-	if err := check(eng, bs, keysOf(src)); err != nil {
+	if err := CheckArena(eng, bs, src); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d of %d bindings canceled", failed, len(bs))
-
-	done, end := context.WithCancel(context.Background())
-	end()
-	eng2 := hostengine.New(2)
-	defer eng2.Close()
-	if _, err := Load(done, eng2, c, src, LoadOptions{}); !errors.Is(err, context.Canceled) {
-		t.Errorf("Load with an ended context: %v", err)
-	}
-	if eng2.PinnedBytes() != 0 {
-		t.Errorf("Load left %d bytes pinned", eng2.PinnedBytes())
-	}
 }
 
 // TestPinnedLimit: the staging rings shrink, the largest first, to fit the
-// cap; a cap below the smallest staging is refused; a load stays under it.
+// cap; a cap below the smallest staging is refused.
 func TestPinnedLimit(t *testing.T) {
 	full := Staging{RawSlots: 16, Pieces: 18, PackSlots: 18}
 	got, err := capStaging(full, 128<<20, false)
@@ -457,17 +406,5 @@ func TestPinnedLimit(t *testing.T) {
 	}
 	if _, err := capStaging(full, 1<<20, false); !errors.Is(err, ErrOption) {
 		t.Errorf("a 1 MiB cap: %v", err)
-	}
-	c, src := fixture(t)
-	for _, raw := range []bool{false, true} {
-		eng := hostengine.New(2)
-		rep, err := Load(context.Background(), eng, c, src, LoadOptions{Raw: raw, Check: true, Readers: 8, PinnedLimit: 48 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rep.PinnedBytes > 48<<20 || rep.Settings.PinnedLimit != 48<<20 {
-			t.Errorf("raw %v: pinned %d bytes under a 48 MiB cap (settings %+v)", raw, rep.PinnedBytes, rep.Settings)
-		}
-		eng.Close()
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/loadbench"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 )
@@ -66,7 +67,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Source, "source", "", "source to load: a recorded root (when the cache holds several), or the directory a moved source is in now")
 	f.IntVar(&o.Readers, "readers", transport.DefaultReaders(), "reader goroutines per transport (default: half the cores, 2 to 8)")
 	f.IntVar(&o.Streams, "streams", transport.DefaultStreams, "upload streams")
-	f.IntVar(&o.Ahead, "ahead", transport.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
+	f.IntVar(&o.Ahead, "ahead", loadbench.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
@@ -120,7 +121,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := transport.LoadOptions{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
+	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	var total uint64
 	for _, sh := range src.Shards {
@@ -131,7 +132,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	total *= uint64(o.Repeat)
 	if o.Compare == 0 {
 		p.Start("loading", total)
-		rep, err := transport.Load(ctx, eng, c, src, lo)
+		rep, err := loadbench.Load(ctx, eng, c, src, lo)
 		p.Finish()
 		if err != nil {
 			return err
@@ -143,12 +144,12 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		printLoad(g, rep)
 		return nil
 	}
-	var raws, zips []*transport.LoadReport
+	var raws, zips []*loadbench.Report
 	for range o.Compare {
 		for _, raw := range []bool{true, false} {
 			lo.Raw = raw
 			p.Start(map[bool]string{true: "loading raw", false: "loading SplitZip"}[raw], total)
-			rep, err := transport.Load(ctx, eng, c, src, lo)
+			rep, err := loadbench.Load(ctx, eng, c, src, lo)
 			if err != nil {
 				return err
 			}
@@ -187,8 +188,8 @@ type loadComparison struct {
 	WarmRatio float64 `json:"repeat_ratio,omitempty"`
 }
 
-func compareLoads(raws, zips []*transport.LoadReport) loadComparison {
-	med := func(reps []*transport.LoadReport, warm bool) float64 {
+func compareLoads(raws, zips []*loadbench.Report) loadComparison {
+	med := func(reps []*loadbench.Report, warm bool) float64 {
 		var x []float64
 		for _, r := range reps {
 			for i, run := range r.Runs {
@@ -221,7 +222,7 @@ func packing(n int64) string {
 	return "tensors up to " + human(uint64(n)) + " packed"
 }
 
-func printLoad(g *globals, r *transport.LoadReport) {
+func printLoad(g *globals, r *loadbench.Report) {
 	for i, run := range r.Runs {
 		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s, %.1f µs a tensor; first layer ready after %v\n",
 			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,

@@ -1,73 +1,33 @@
-package transport
+// Package loadbench is the load benchmark behind `splitzip load` and
+// `splitzip bench load`: it builds a weight arena for a cached checkpoint
+// on an engine and faults every tensor in through the transports, layer
+// group by layer group a few groups ahead as a loader would, and reports
+// rates, the first layer's readiness, host and device times and pinned
+// memory. Package transport holds the transports; this package only
+// drives them.
+package loadbench
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// Specs returns the arena specs of every tensor of a cached source, after
-// checking that the source is usable: a shard that is there must be
-// unchanged; a shard that is absent must have all its tensors' bytes in
-// the cache (a self-contained cache), in objects of their recorded sizes,
-// so every size from the index is bounded by a file before the arena is
-// sized from it. A payload's spec names its source slice (the SplitZip
-// transport finds the payload by it); a raw tensor's names where its bytes
-// are read, the source slice or, for an absent source, its copy in the
-// cache.
-func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
-	var out []vmm.Spec
-	for si := range src.Shards {
-		sh := &src.Shards[si]
-		path := filepath.Join(src.Root, sh.Name)
-		present, err := shardcache.SourceState(sh, path)
-		if err != nil {
-			return nil, err
-		}
-		if !present {
-			if err := c.CheckAbsent(sh, path); err != nil {
-				return nil, err
-			}
-		}
-		for ti := range sh.Tensors {
-			t := &sh.Tensors[ti]
-			file, off := path, t.Offset
-			if t.Stored != shardcache.StoredSplitZip {
-				// An entropy payload without its source keeps its source
-				// slice: the SplitZip transport finds it by it and
-				// decodes it on the host.
-				if file, off, err = c.RawSlice(sh, path, t); errors.Is(err, shardcache.ErrHostDecode) {
-					file, off = path, t.Offset
-				} else if err != nil {
-					return nil, err
-				}
-			}
-			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: file, Offset: off, Size: t.Size})
-		}
-	}
-	return out, nil
-}
-
-// LoadOptions configures Load.
-type LoadOptions struct {
+// Options configures Load.
+type Options struct {
 	Raw      bool // the raw transport only
 	Resident bool // keep bytes (payloads, or raw bytes with Raw) in pinned memory across repeats
 	Repeat   int  // fault everything in this many times (evicting in between)
 	Check    bool // read the arena back after the first run and compare with the source
 	Readers  int
-	// SmallBytes is the packing threshold (see RawOptions.SmallBytes).
+	// SmallBytes is the packing threshold (see transport.RawOptions.SmallBytes).
 	SmallBytes int64
 	// DeviceTimes times copies and decodes on the device (engines that
 	// implement engine.Timer), at the cost of two events per operation.
@@ -83,7 +43,7 @@ type LoadOptions struct {
 	// bytes of each layer group once its reads and submissions are done.
 	Progress func(n uint64)
 	// PinnedLimit caps the pinned staging buffers (not resident bytes):
-	// 0 means DefaultPinnedLimit, negative means no cap.
+	// 0 means transport.DefaultPinnedLimit, negative means no cap.
 	PinnedLimit int64
 }
 
@@ -100,8 +60,8 @@ type RunReport struct {
 	Device engine.DeviceTimes `json:"device"`
 }
 
-// LoadReport is what Load measured.
-type LoadReport struct {
+// Report is what Load measured.
+type Report struct {
 	Device      string        `json:"device"`
 	Mode        string        `json:"mode"` // "raw" or "splitzip", "+resident"
 	Tensors     int           `json:"tensors"`
@@ -131,22 +91,11 @@ type Settings struct {
 // DefaultAhead is how many layer groups Load faults in at once.
 const DefaultAhead = 8
 
-// DefaultStreams is how many upload streams a load engine uses by default.
-const DefaultStreams = 2
-
-// DefaultReaders is how many goroutines read files by default: half the
-// cores, between 2 and 8. On the 16-core H200 host (2026-12-01, bench load
-// of 1.6 GB and 6 GB checkpoints from page cache, readers 2 to 32 by
-// streams 1 to 4) 8 readers and 2 streams came within 3% of the best of
-// the sweep for raw and SplitZip loads of both, where 16 readers gave
-// 77-96%: past 8, readers compete for memory bandwidth.
-func DefaultReaders() int { return min(8, max(2, runtime.NumCPU()/2)) }
-
 // Load builds an arena for a cached source on eng and faults every tensor
 // in, Repeat times, through the SplitZip transport (or the raw one). When
 // ctx ends, Load stops starting reads, waits for what was submitted, frees
 // everything and returns ctx's error.
-func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts LoadOptions) (*LoadReport, error) {
+func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options) (*Report, error) {
 	switch {
 	case opts.Repeat < 0:
 		return nil, badOption("Repeat", opts.Repeat, "0 (once) or more")
@@ -155,7 +104,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	case opts.Readers < 0:
 		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
 	}
-	small, err := smallBytes(opts.SmallBytes)
+	small, err := transport.ResolveSmallBytes(opts.SmallBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -164,12 +113,12 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		opts.Ahead = DefaultAhead
 	}
 	if opts.Readers == 0 {
-		opts.Readers = DefaultReaders()
+		opts.Readers = transport.DefaultReaders()
 	}
 	if opts.FirstGroup == nil {
 		opts.FirstGroup = func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") }
 	}
-	specs, err := Specs(c, src)
+	specs, err := transport.Specs(c, src)
 	if err != nil {
 		return nil, err
 	}
@@ -178,37 +127,31 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		return nil, err
 	}
 	defer arena.Close()
-	stage, err := PlanStaging(c, specs, opts.Readers, small, opts.Raw, opts.PinnedLimit)
+	stage, err := transport.PlanStaging(c, specs, opts.Readers, small, opts.Raw, opts.PinnedLimit)
 	if err != nil {
 		return nil, err
 	}
 	if opts.PinnedLimit >= 0 {
 		opts.PinnedLimit = int64(stage.Limit)
 	}
-	raw, err := NewRaw(eng, RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes,
-		Slots: stage.RawSlots, PackSlots: stage.PackSlots})
+	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes,
+		Slots: stage.RawSlots, PackSlots: stage.PackSlots, ResidentBytes: stage.Resident})
 	if err != nil {
 		return nil, err
 	}
-	var t Transport = raw
+	var t transport.Transport = raw
 	mode := "raw"
-	if opts.Raw && opts.Resident {
-		raw.res.expect(stage.Resident)
-	}
 	if opts.Raw {
 		if err := raw.Prepare(); err != nil {
 			raw.Close()
 			return nil, err
 		}
 	} else {
-		z, err := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
-			RingPieces: stage.Pieces, PackSlots: stage.PackSlots})
+		z, err := transport.NewSplitZip(eng, c, raw, transport.SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
+			RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: stage.Resident})
 		if err != nil {
 			raw.Close()
 			return nil, err
-		}
-		if opts.Resident {
-			z.res.expect(stage.Resident)
 		}
 		// Staging buffers are persistent: set them up before timing, as
 		// the raw transport's ring is.
@@ -223,8 +166,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		mode += "+resident"
 	}
 	defer t.Close()
-	st := NewStore(eng, t)
-	rep := &LoadReport{Device: eng.Name(), Mode: mode, Tensors: len(specs), ArenaBytes: arena.Size(),
+	st := transport.NewStore(eng, t)
+	rep := &Report{Device: eng.Name(), Mode: mode, Tensors: len(specs), ArenaBytes: arena.Size(),
 		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit}}
 	bs := arena.Bindings()
 	for _, b := range bs {
@@ -247,7 +190,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		// still arrive.
 		t0 := time.Now()
 		firstReady := make(chan time.Duration, 1)
-		perGroup := make([][]Fence, len(groups))
+		perGroup := make([][]transport.Fence, len(groups))
 		next := make(chan int)
 		var wg sync.WaitGroup
 		for range opts.Ahead {
@@ -264,7 +207,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 					}
 					if gi == firstGroup {
 						go func() {
-							allFence(fs).Wait()
+							waitAll(fs)
 							firstReady <- time.Since(t0)
 						}()
 					}
@@ -276,11 +219,11 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		}
 		close(next)
 		wg.Wait()
-		var all []Fence
+		var all []transport.Fence
 		for _, fs := range perGroup {
 			all = append(all, fs...)
 		}
-		if err := allFence(all).Wait(); err != nil {
+		if err := waitAll(all); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -302,7 +245,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		}
 		rep.Runs = append(rep.Runs, rr)
 		if run == 0 && opts.Check {
-			if err := check(eng, bs, keysOf(src)); err != nil {
+			if err := transport.CheckArena(eng, bs, src); err != nil {
 				return nil, err
 			}
 			rep.Checked = true
@@ -343,59 +286,18 @@ func layerGroups(bs []*vmm.Binding, firstOf func(string) bool) ([][]*vmm.Binding
 	return groups, first
 }
 
-// check reads every binding back and compares it with its source slice.
-func check(eng engine.Engine, bs []*vmm.Binding, keys map[slice]shardcache.Key) error {
-	files := map[string]*os.File{}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	for _, b := range bs {
-		got := make([]byte, b.Size)
-		if err := eng.ReadBack(got, b.Addr); err != nil {
-			return &Error{Tensor: b.Name, Err: err}
-		}
-		f, ok := files[b.Shard]
-		if !ok {
-			var err error
-			f, err = os.Open(b.Shard)
-			if errors.Is(err, fs.ErrNotExist) {
-				// An absent source: the content key is the reference.
-				if shardcache.KeyOf(got) != keys[slice{b.Shard, b.Offset}] {
-					return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes do not match the content key")}
-				}
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			files[b.Shard] = f
-		}
-		want := make([]byte, b.Size)
-		if _, err := f.ReadAt(want, int64(b.Offset)); err != nil {
-			return fmt.Errorf("%s: %w", b.Shard, err)
-		}
-		if !bytes.Equal(got, want) {
-			return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes differ from the source")}
+// waitAll waits for every fence and returns the first error.
+func waitAll(fs []transport.Fence) error {
+	var first error
+	for _, f := range fs {
+		if err := f.Wait(); err != nil && first == nil {
+			first = err
 		}
 	}
-	return nil
+	return first
 }
 
-// slice is a tensor's source slice: shard path and offset.
-type slice struct {
-	path string
-	off  uint64
-}
-
-// keysOf maps every tensor's source slice to its content key.
-func keysOf(src *shardcache.Source) map[slice]shardcache.Key {
-	m := map[slice]shardcache.Key{}
-	for _, sh := range src.Shards {
-		for _, t := range sh.Tensors {
-			m[slice{filepath.Join(src.Root, sh.Name), t.Offset}] = t.Key
-		}
-	}
-	return m
+// badOption returns a transport.ErrOption naming the option and its value.
+func badOption(name string, v any, want string) error {
+	return fmt.Errorf("%w: %s is %v, want %s", transport.ErrOption, name, v, want)
 }

@@ -1,0 +1,36 @@
+package loadbench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/fixture"
+)
+
+// TestCUDALoad loads through both transports into a VMM arena on the GPU
+// and reads everything back.
+func TestCUDALoad(t *testing.T) {
+	eng := fixture.RequireCUDA(t, 2)
+	c, src := llama(t)
+	for _, o := range []Options{
+		{Raw: true, Check: true, Repeat: 2},
+		{Check: true, Repeat: 2},
+		{Resident: true, Check: true, Repeat: 3},
+	} {
+		o.DeviceTimes = true
+		rep, err := Load(context.Background(), eng, c, src, o)
+		if err != nil || !rep.Checked {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		t.Logf("%s: %d tensors, runs %+v", rep.Mode, rep.Tensors, rep.Runs)
+		for i, r := range rep.Runs {
+			// Device times come from CUDA events: the copies take some
+			// time, a decode too on the SplitZip path, and the busy times
+			// fit in the run.
+			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode ||
+				r.Device.Copy > r.Wall || r.Device.Decode > r.Wall {
+				t.Errorf("%s run %d: device times %+v in %v", rep.Mode, i+1, r.Device, r.Wall)
+			}
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package loadbench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/internal/fixture"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// llama is the small Llama-like checkpoint most tests load.
+func llama(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
+	return fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11}, pipeline.CompressOptions{})
+}
+
+func TestLoadBothPaths(t *testing.T) {
+	c, src := llama(t)
+	for _, o := range []Options{
+		{Raw: true, Check: true, Repeat: 2},
+		{Raw: true, Resident: true, Check: true, Repeat: 2},
+		{Check: true, Repeat: 2},
+		{Resident: true, Check: true, Repeat: 3},
+	} {
+		o.DeviceTimes = true
+		eng := hostengine.New(2)
+		rep, err := Load(context.Background(), eng, c, src, o)
+		if err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		if !rep.Checked || len(rep.Runs) != o.Repeat || rep.RawBytes == 0 {
+			t.Fatalf("%+v: report %+v", o, rep)
+		}
+		for i, r := range rep.Runs {
+			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode {
+				t.Errorf("%+v: run %d: device times %+v", o, i+1, r.Device)
+			}
+		}
+		if !o.Raw && rep.MovedBytes >= rep.RawBytes*uint64(o.Repeat) {
+			t.Errorf("%+v: moved %d bytes for %d raw bytes in %d runs: payloads did not shrink", o, rep.MovedBytes, rep.RawBytes, o.Repeat)
+		}
+		if eng.PinnedBytes() != 0 {
+			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
+		}
+		// Staging is sized from the checkpoint: a few MiB of tensors pin
+		// a few buffers (raw 16 MiB slots, 8 MiB pieces, 4 MiB packs), not
+		// the rings of a large checkpoint, and resident bytes on top only.
+		if limit := 64<<20 + 2*rep.RawBytes; !o.Resident && rep.PinnedBytes > limit {
+			t.Errorf("%+v: pinned %d bytes for %d bytes of tensors", o, rep.PinnedBytes, rep.RawBytes)
+		}
+		eng.Close()
+	}
+}
+
+// TestOptionsRefused: options out of range are errors, not clamps.
+func TestOptionsRefused(t *testing.T) {
+	c, src := llama(t)
+	eng := hostengine.New(2)
+	defer eng.Close()
+	for name, o := range map[string]Options{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}, "negative repeat": {Repeat: -1}} {
+		if _, err := Load(context.Background(), eng, c, src, o); !errors.Is(err, transport.ErrOption) || !strings.Contains(err.Error(), "want") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestCanceled: a Load whose context has ended returns its error and
+// frees everything.
+func TestCanceled(t *testing.T) {
+	c, src := llama(t)
+	done, end := context.WithCancel(context.Background())
+	end()
+	eng := hostengine.New(2)
+	defer eng.Close()
+	if _, err := Load(done, eng, c, src, Options{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Load with an ended context: %v", err)
+	}
+	if eng.PinnedBytes() != 0 {
+		t.Errorf("Load left %d bytes pinned", eng.PinnedBytes())
+	}
+}
+
+// TestPinnedLimit: a load stays under its staging cap.
+func TestPinnedLimit(t *testing.T) {
+	c, src := llama(t)
+	for _, raw := range []bool{false, true} {
+		eng := hostengine.New(2)
+		rep, err := Load(context.Background(), eng, c, src, Options{Raw: raw, Check: true, Readers: 8, PinnedLimit: 48 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.PinnedBytes > 48<<20 || rep.Settings.PinnedLimit != 48<<20 {
+			t.Errorf("raw %v: pinned %d bytes under a 48 MiB cap (settings %+v)", raw, rep.PinnedBytes, rep.Settings)
+		}
+		eng.Close()
+	}
+}
+
+// TestSmallTensorsArePacked: a checkpoint of small tensors loads a pack
+// or two a layer, never a copy a tensor, on every path.
+func TestSmallTensorsArePacked(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Small: 200, Shards: 2, Seed: 5}, pipeline.CompressOptions{})
+	for _, o := range []Options{
+		{Raw: true, Check: true, Repeat: 2},
+		{Check: true, Repeat: 2},
+		{Resident: true, Check: true, Repeat: 2},
+	} {
+		var scatters, items atomic.Int64
+		eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
+			scatters.Add(1)
+			items.Add(int64(len(its)))
+			return nil
+		}}))
+		rep, err := Load(context.Background(), eng, c, src, o)
+		if err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		// Load faults in layer by layer, 100 tensors each.
+		if items.Load() != int64(o.Repeat*rep.Tensors) || scatters.Load() > int64(o.Repeat*rep.Tensors/20) {
+			t.Errorf("%+v: %d tensors in %d scatters, want all %d tensors in few packs", o, items.Load(), scatters.Load(), o.Repeat*rep.Tensors)
+		}
+		eng.Close()
+		if eng.PinnedBytes() != 0 {
+			t.Errorf("%+v: %d pinned bytes leaked", o, eng.PinnedBytes())
+		}
+	}
+}
+
+// TestSmallLoosePayloads: small payloads each in a file of their own (a
+// version 1 cache, or --pack-max 0) are packed and land bit for bit too,
+// read one file at a time, and leave no descriptor open.
+func TestSmallLoosePayloads(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Small: 200, Shards: 2, Seed: 5}, pipeline.CompressOptions{PackMax: -1})
+	if st := c.Index().Packs(); st.Packs != 0 {
+		t.Fatalf("%d packs with packing off", st.Packs)
+	}
+	eng := hostengine.New(2)
+	defer eng.Close()
+	fds := fixture.OpenFiles(t)
+	var most atomic.Int64
+	progress := func(uint64) {
+		if n := int64(fixture.OpenFiles(t)); n > most.Load() {
+			most.Store(n) // racy max, enough for a bound
+		}
+	}
+	rep, err := Load(context.Background(), eng, c, src, Options{Check: true, Repeat: 2, Progress: progress})
+	if err != nil || !rep.Checked {
+		t.Fatalf("load: %v", err)
+	}
+	// Two shard files and a few being read at once, never one per payload.
+	if m := most.Load(); m > int64(fds)+24 {
+		t.Errorf("%d descriptors open during the load of 200 loose payloads, %d before", m, fds)
+	}
+	if n := fixture.OpenFiles(t); n > fds {
+		t.Errorf("%d descriptors open after the load, %d before", n, fds)
+	}
+}
+
+// TestLayerGroups: bindings split by layer in order, the others first,
+// and the group of the first layer found by name.
+func TestLayerGroups(t *testing.T) {
+	c, src := llama(t)
+	specs, err := transport.Specs(c, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := hostengine.New(2)
+	defer eng.Close()
+	arena, err := vmm.New(eng, specs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer arena.Close()
+	groups, first := layerGroups(arena.Bindings(), func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") })
+	if first != 1 || len(groups) < 3 {
+		t.Fatalf("%d groups, first layer at %d", len(groups), first)
+	}
+	for _, b := range groups[0] {
+		if strings.HasPrefix(b.Name, "model.layers.") {
+			t.Errorf("%s among the others", b.Name)
+		}
+	}
+	for i, g := range groups[1:] {
+		for _, b := range g {
+			if !strings.HasPrefix(b.Name, "model.layers.") {
+				t.Errorf("group %d holds %s", i+1, b.Name)
+			}
+		}
+	}
+}
