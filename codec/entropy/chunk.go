@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Lanes is the most interleaved bitstreams a chunk's symbols are coded
@@ -140,6 +141,21 @@ func (w *bitWriter) writeShort(v uint32, n uint) {
 // start of src and returns the bytes it took. It fails, never reading
 // past src, when the chunk does not hold them.
 func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
+	return decodeChunk(t, src, bits, dst, new(chunkScratch))
+}
+
+// chunkScratch is what decoding a chunk needs besides its input and
+// output, kept across the chunks one goroutine decodes so that none is
+// allocated or cleared a chunk.
+type chunkScratch struct {
+	pad   []byte
+	lanes [Lanes * laneStride]byte
+}
+
+// scratchPool holds chunkScratch for the payload decoders.
+var scratchPool = sync.Pool{New: func() any { return new(chunkScratch) }}
+
+func decodeChunk(t *Table, src []byte, bits int, dst []byte, sc *chunkScratch) (int, error) {
 	n := len(dst)
 	if len(src) == 0 {
 		return 0, fmt.Errorf("%w: no chunk", ErrStream)
@@ -181,7 +197,8 @@ func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
 	}
 	L := lanesFor(n)
 	mean := total / uint64(L)
-	lens := make([]uint64, L)
+	var lensA [Lanes]uint64
+	lens := lensA[:L]
 	var sum uint64
 	for k := range lens {
 		d, ok := br.read(w)
@@ -217,11 +234,16 @@ func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
 	mask := uint64(len(entries) - 1)
 	// The lanes with 8 bytes of zeros after them, so that every load of 8
 	// bytes is in bounds without a branch.
-	pad := make([]byte, p/8+1+8)
-	copy(pad, src[:min(len(src), p/8+1)])
+	need := p/8 + 1 + 8
+	if cap(sc.pad) < need {
+		sc.pad = make([]byte, need)
+	}
+	pad := sc.pad[:need]
+	k := copy(pad, src[:min(len(src), p/8+1)])
+	clear(pad[k:])
 	base := 0
 	if t.multi != nil && n == Lanes*laneSyms && L == Lanes && len(entries) == 1<<MaxLen {
-		if err := decodeLanes(t.multi, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst); err != nil {
+		if err := decodeLanes(t.multi, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes); err != nil {
 			return 0, err
 		}
 		br.pos = p

@@ -39,17 +39,21 @@ func newMultiTable(single []uint16) *multiTable {
 	return &mt
 }
 
-// laneSyms is the symbols a lane of a full chunk holds.
-const laneSyms = 16384 / Lanes
+// laneSyms is the symbols a lane of a full chunk holds; laneStride the
+// bytes a lane takes in the lane-major buffer, with room for the spare
+// bytes of its last lookups.
+const (
+	laneSyms   = 16384 / Lanes
+	laneStride = laneSyms + 16
+)
 
 // decodeLanes decodes the Lanes lanes of a full chunk (16,384 symbols;
 // lane k's bits are [pos[k], end[k]) of pad) into dst in symbol order. It
 // fails, never reading outside pad, on an entry of no code or a lane that
 // does not end exactly at its length.
-func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte) error {
+func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte) error {
 	const sh = 64 - MaxLen
-	const stride = laneSyms + 16 // room for the last lookups' spare bytes
-	var lanes [Lanes * stride]byte
+	const stride = laneStride
 	for k := range Lanes {
 		lb := lanes[k*stride : (k+1)*stride]
 		q, j := pos[k], 0
@@ -92,21 +96,58 @@ func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, e
 	dst = dst[:Lanes*laneSyms]
 	for kb := 0; kb < Lanes; kb += 8 {
 		for rb := 0; rb < laneSyms; rb += 8 {
-			var x [8]uint64
-			for i := range x {
-				x[i] = binary.LittleEndian.Uint64(lanes[(kb+i)*stride+rb:])
-			}
-			transpose8(&x)
-			for j := range x {
-				binary.LittleEndian.PutUint64(dst[(rb+j)*Lanes+kb:], x[j])
-			}
+			// An 8x8 transpose of bytes (transpose8, written out here so
+			// that it stays in registers).
+			x0 := binary.LittleEndian.Uint64(lanes[(kb+0)*stride+rb:])
+			x1 := binary.LittleEndian.Uint64(lanes[(kb+1)*stride+rb:])
+			x2 := binary.LittleEndian.Uint64(lanes[(kb+2)*stride+rb:])
+			x3 := binary.LittleEndian.Uint64(lanes[(kb+3)*stride+rb:])
+			x4 := binary.LittleEndian.Uint64(lanes[(kb+4)*stride+rb:])
+			x5 := binary.LittleEndian.Uint64(lanes[(kb+5)*stride+rb:])
+			x6 := binary.LittleEndian.Uint64(lanes[(kb+6)*stride+rb:])
+			x7 := binary.LittleEndian.Uint64(lanes[(kb+7)*stride+rb:])
+			const m1, m2, m4 = 0x00ff00ff00ff00ff, 0x0000ffff0000ffff, 0x00000000ffffffff
+			t := (x0>>8 ^ x1) & m1
+			x1, x0 = x1^t, x0^t<<8
+			t = (x2>>8 ^ x3) & m1
+			x3, x2 = x3^t, x2^t<<8
+			t = (x4>>8 ^ x5) & m1
+			x5, x4 = x5^t, x4^t<<8
+			t = (x6>>8 ^ x7) & m1
+			x7, x6 = x7^t, x6^t<<8
+			t = (x0>>16 ^ x2) & m2
+			x2, x0 = x2^t, x0^t<<16
+			t = (x1>>16 ^ x3) & m2
+			x3, x1 = x3^t, x1^t<<16
+			t = (x4>>16 ^ x6) & m2
+			x6, x4 = x6^t, x4^t<<16
+			t = (x5>>16 ^ x7) & m2
+			x7, x5 = x7^t, x5^t<<16
+			t = (x0>>32 ^ x4) & m4
+			x4, x0 = x4^t, x0^t<<32
+			t = (x1>>32 ^ x5) & m4
+			x5, x1 = x5^t, x1^t<<32
+			t = (x2>>32 ^ x6) & m4
+			x6, x2 = x6^t, x2^t<<32
+			t = (x3>>32 ^ x7) & m4
+			x7, x3 = x7^t, x3^t<<32
+			o := dst[rb*Lanes+kb:]
+			binary.LittleEndian.PutUint64(o[0*Lanes:], x0)
+			binary.LittleEndian.PutUint64(o[1*Lanes:], x1)
+			binary.LittleEndian.PutUint64(o[2*Lanes:], x2)
+			binary.LittleEndian.PutUint64(o[3*Lanes:], x3)
+			binary.LittleEndian.PutUint64(o[4*Lanes:], x4)
+			binary.LittleEndian.PutUint64(o[5*Lanes:], x5)
+			binary.LittleEndian.PutUint64(o[6*Lanes:], x6)
+			binary.LittleEndian.PutUint64(o[7*Lanes:], x7)
 		}
 	}
 	return nil
 }
 
 // transpose8 transposes an 8x8 matrix of bytes, row i in x[i] with
-// column j in byte j (little-endian), in place.
+// column j in byte j (little-endian), in place: the reference of the
+// transpose decodeLanes writes out.
 func transpose8(x *[8]uint64) {
 	for i := 0; i < 8; i += 2 {
 		t := (x[i]>>8 ^ x[i+1]) & 0x00ff00ff00ff00ff

@@ -319,7 +319,9 @@ func Decode(dst, p []byte, workers int) error {
 		a, b := span(c)
 		src := p[h.Symbols+a : h.Symbols+b]
 		lo, hi := c*cv, min(n, (c+1)*cv)
-		used, err := DecodeChunk(tab, src, f.Bits, syms[lo:hi])
+		sc := scratchPool.Get().(*chunkScratch)
+		used, err := decodeChunk(tab, src, f.Bits, syms[lo:hi], sc)
+		scratchPool.Put(sc)
 		if err == nil && uint64(used) != b-a {
 			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, b-a-uint64(used))
 		}

@@ -250,6 +250,8 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	syms := make([]byte, cv)
 	vals := make([]byte, cv*uint64(f.Size))
 	var obuf, sbuf []byte
+	sc := scratchPool.Get().(*chunkScratch)
+	defer scratchPool.Put(sc)
 	for c := range chunks {
 		a, b := at(c), at(c+1)
 		if a > b || b > symBytes || a != 0 && c == 0 {
@@ -271,7 +273,7 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 		}
 		crcS = codec.CombineChecksums(crcS, crc32.Update(0, castagnoli, sbuf), uint64(len(sbuf)))
 		s := syms[:hi-lo]
-		used, err := DecodeChunk(tab, sbuf, f.Bits, s)
+		used, err := decodeChunk(tab, sbuf, f.Bits, s, sc)
 		if err == nil && uint64(used) != b-a {
 			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, b-a-uint64(used))
 		}
