@@ -14,13 +14,14 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/cachetest"
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 )
 
-func fixture(t *testing.T) (*Loader, string) {
+func openFixture(t *testing.T) (*Loader, string) {
 	t.Helper()
 	dir := t.TempDir()
 	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
@@ -47,7 +48,7 @@ func source(t *testing.T, tn *Tensor) []byte {
 }
 
 func TestReadHost(t *testing.T) {
-	l, _ := fixture(t)
+	l, _ := openFixture(t)
 	compressed := 0
 	for _, tn := range l.Tensors() {
 		got := make([]byte, tn.Size)
@@ -103,7 +104,7 @@ func requireGPU(t *testing.T) *cuda.Context {
 // from four goroutines on four streams at once, and reads them back; then
 // a corrupt payload fails its batch naming the tensor. It needs a GPU.
 func TestUploadBatch(t *testing.T) {
-	l, _ := fixture(t)
+	l, _ := openFixture(t)
 	ctx := requireGPU(t)
 	ts := l.Tensors()
 	var total uint64
@@ -176,7 +177,7 @@ func TestUploadBatch(t *testing.T) {
 // TestUpload uploads every tensor into device memory on a stream of our
 // own and reads it back. It needs a GPU.
 func TestUpload(t *testing.T) {
-	l, _ := fixture(t)
+	l, _ := openFixture(t)
 	ctx := requireGPU(t)
 	s, err := ctx.NewStream()
 	if err != nil {
@@ -212,7 +213,7 @@ func TestUpload(t *testing.T) {
 // TestUploadBatchChecksFirst checks the arguments of a batch that fail
 // before any device is touched, so it runs without a GPU.
 func TestUploadBatchChecksFirst(t *testing.T) {
-	l, _ := fixture(t)
+	l, _ := openFixture(t)
 	var comp *Tensor
 	for i := range l.Tensors() {
 		if tn := &l.Tensors()[i]; tn.Compressed && tn.Size > 2 {
@@ -255,7 +256,7 @@ func TestUploadBatchChecksFirst(t *testing.T) {
 // (a 3 MiB one pins far less than the 256 MiB cap) and fitted to
 // Options.PinnedLimit; a limit below the smallest staging is refused.
 func TestPinnedStaging(t *testing.T) {
-	l, _ := fixture(t)
+	l, _ := openFixture(t)
 	small := l.PinnedBytes()
 	if small == 0 || small > 64<<20 {
 		t.Errorf("%d pinned bytes per stream for a 3 MiB checkpoint", small)
@@ -284,15 +285,8 @@ func TestPinnedStaging(t *testing.T) {
 // payloads read on the host from their source while it is there, and
 // decoded from their payloads once it is gone, bit for bit.
 func TestReadHostEntropyWithoutSource(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 8}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true, SelfContained: true, Codec: pipeline.CodecEntropy}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(cache, "")
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 8}, pipeline.CompressOptions{SelfContained: true, Codec: pipeline.CodecEntropy})
+	l, err := Open(c.Dir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +295,7 @@ func TestReadHostEntropyWithoutSource(t *testing.T) {
 	for _, tn := range l.Tensors() {
 		want[tn.Index] = source(t, &tn)
 	}
-	if err := os.Rename(src, filepath.Join(dir, "gone")); err != nil {
+	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
 		t.Fatal(err)
 	}
 	entropy := 0

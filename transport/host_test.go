@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/cachetest"
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -23,19 +23,7 @@ import (
 // re-faults, resident or not; a corrupt payload fails its own binding
 // only, which stays evicted, and a repaired one loads.
 func TestEntropyPayloadsWithoutSource(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.03, NoSync: true, SelfContained: true, Codec: pipeline.CodecEntropy}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := shardcache.Open(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &c.Index().Sources[0]
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}, pipeline.CompressOptions{SelfContained: true, Codec: pipeline.CodecEntropy})
 	load := func(what string) {
 		t.Helper()
 		for _, resident := range []bool{false, true} {
@@ -43,7 +31,7 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 		}
 	}
 	load("source present")
-	if err := os.Rename(src, filepath.Join(dir, "gone")); err != nil {
+	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
 		t.Fatal(err)
 	}
 	load("source absent")

@@ -18,22 +18,14 @@ import (
 // checksum is checked at its end: a payload that fails it has had some
 // pieces copied, and its binding stays evicted.
 func (z *SplitZip) hostDecode(ctx context.Context, t target) (Fence, error) {
-	if err := z.ensureRing(); err != nil {
-		return nil, err
-	}
-	key := t.hit.Tensor.Key
-	loc, o, err := z.cache.Locate(key)
-	if err != nil {
-		return nil, err
-	}
-	if o.Kind != shardcache.KindEntropy || o.RawSize != t.b.Size {
-		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.RawSize, t.b.Size)
-	}
-	r, closeFile, err := objectSource(&z.files, loc, o)
+	loc, o, r, closeFile, err := z.openPayload(t.hit.Tensor.Key)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFile()
+	if o.Kind != shardcache.KindEntropy || o.RawSize != t.b.Size {
+		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.RawSize, t.b.Size)
+	}
 	stream := z.streams.pick(z.eng)
 	var evs allFence
 	var s *slot

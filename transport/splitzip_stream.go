@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -24,22 +25,15 @@ import (
 // checksum is never decoded; its range holds garbage and its binding stays
 // evicted.
 func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
-	if err := z.ensureRing(); err != nil {
-		return nil, err
-	}
 	key := t.hit.Tensor.Key
-	loc, o, err := z.cache.Locate(key)
-	if err != nil {
-		return nil, err
-	}
-	if o.Size < codec.HeaderSize {
-		return nil, fmt.Errorf("%s: %w: %d bytes", loc.Name, codec.ErrCorrupt, o.Size)
-	}
-	f, closeFile, err := objectSource(&z.files, loc, o)
+	loc, o, f, closeFile, err := z.openPayload(key)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFile()
+	if o.Kind != shardcache.KindSplitZip || o.Size < codec.HeaderSize {
+		return nil, fmt.Errorf("%s: %w: a %s object of %d bytes", loc.Name, codec.ErrCorrupt, o.Kind, o.Size)
+	}
 	stream := z.streams.pick(z.eng)
 	if o.Size <= readPiece {
 		return z.streamOne(ctx, t, f, loc.Name, o.Size, stream)
@@ -159,6 +153,23 @@ func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 	z.stats.Submit += submit
 	z.mu.Unlock()
 	return ev, nil
+}
+
+// openPayload readies the staging ring and opens the object of key where
+// it lies (see objectSource); the caller closes it.
+func (z *SplitZip) openPayload(key shardcache.Key) (shardcache.Location, *shardcache.Object, io.ReaderAt, func() error, error) {
+	if err := z.ensureRing(); err != nil {
+		return shardcache.Location{}, nil, nil, nil, err
+	}
+	loc, o, err := z.cache.Locate(key)
+	if err != nil {
+		return loc, nil, nil, nil, err
+	}
+	r, closeFile, err := objectSource(&z.files, loc, o)
+	if err != nil {
+		return loc, nil, nil, nil, err
+	}
+	return loc, o, r, closeFile, nil
 }
 
 // takeSlot takes a staging piece from the ring once the copy that last

@@ -10,22 +10,26 @@ import (
 // benchChunk returns the exponent symbols of a 16,384-value chunk of
 // N(0, 0.02) BF16 and its code.
 func benchChunk(b *testing.B) (*Code, []byte) {
-	raw := synth.Normal(rand.New(rand.NewPCG(7, 8)), 16384, 0.02)
-	syms := make([]byte, 16384)
+	return chunkCode(b, synth.Normal(rand.New(rand.NewPCG(7, 8)), 16384, 0.02))
+}
+
+// chunkCode returns the exponent symbols of BF16 values raw and the code
+// of their counts (MaxLen bits).
+func chunkCode(tb testing.TB, raw []byte) (*Code, []byte) {
+	tb.Helper()
+	syms := make([]byte, len(raw)/2)
 	if err := Fields[0].Symbols(syms, raw); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	freq := make([]uint64, 256)
-	for _, s := range syms {
-		freq[s]++
-	}
-	ls, err := Lengths(freq, 12)
+	histogram(freq, syms)
+	ls, err := Lengths(freq, MaxLen)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	c, err := NewCode(ls, 12)
+	c, err := NewCode(ls, MaxLen)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return c, syms
 }

@@ -167,23 +167,7 @@ func TestMultiSymbolLanes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	for trial := range 40 {
 		sigma := []float64{0.02, 0.5, 1e-3, 3}[trial%4]
-		raw := synth.Normal(rng, 16384, sigma)
-		syms := make([]byte, 16384)
-		if err := Fields[0].Symbols(syms, raw); err != nil {
-			t.Fatal(err)
-		}
-		freq := make([]uint64, 256)
-		for _, s := range syms {
-			freq[s]++
-		}
-		ls, err := Lengths(freq, MaxLen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := NewCode(ls, MaxLen)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, syms := chunkCode(t, synth.Normal(rng, 16384, sigma))
 		enc, err := EncodeChunk(nil, c, syms, 8)
 		if err != nil {
 			t.Fatal(err)
