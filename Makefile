@@ -102,6 +102,10 @@ fuzz:
 	$(GO) test ./safetensors -run XXX -fuzz FuzzRead -fuzztime $(FUZZTIME)
 	$(GO) test ./safetensors -run XXX -fuzz FuzzConformance -fuzztime $(FUZZTIME)
 	$(GO) test ./gpu -run XXX -fuzz FuzzPutScatterTable -fuzztime $(FUZZTIME)
+	$(GO) test ./codec/entropy -run XXX -fuzz FuzzDecodeChunk -fuzztime $(FUZZTIME)
+	$(GO) test ./codec/entropy -run XXX -fuzz FuzzDecodePayload -fuzztime $(FUZZTIME)
+	$(GO) test ./codec/entropy -run XXX -fuzz FuzzDecodeStream -fuzztime $(FUZZTIME)
+	$(GO) test ./shardcache -run XXX -fuzz FuzzIndex -fuzztime $(FUZZTIME)
 
 bench:
 	$(GO) test ./codec -run XXX -bench . -benchtime 20x
