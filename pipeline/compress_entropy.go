@@ -116,7 +116,7 @@ func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, re
 	}
 	f := entropy.Fields[fi]
 	meta := &shardcache.Object{Kind: shardcache.KindEntropy, Size: size, RawSize: t.Size(), Values: n, Checksum: h.Checksum,
-		Chunks: h.Chunks(), Field: f.Name(), Entropy: entropy.EntropyBits(freq) / float64(n)}
+		Chunks: h.Chunks(), Field: f.Name(), Entropy: entropy.EntropyBits(freq) / float64(n), InPlace: h.InPlace}
 	if err := obj.Commit(rec.Key, meta); err != nil {
 		return false, "", err
 	}

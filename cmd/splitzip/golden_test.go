@@ -23,8 +23,9 @@ import (
 // 1, payload version 1, the build of 2026-11-29, ca8b28c; v2: index
 // version 2, with packs, the build of 2026-12-01; v3: index version 3,
 // entropy payloads of every float dtype beside SplitZip ones, the build of
-// 2026-12-01 that added them).
-var goldenVersions = []string{"v1", "v2", "v3"}
+// 2026-12-01 that added them; v3-szen2: the same with entropy payload
+// version 2, a record per chunk).
+var goldenVersions = []string{"v1", "v2", "v3", "v3-szen2"}
 
 // copyTree copies a directory.
 func copyTree(t *testing.T, from, to string) {

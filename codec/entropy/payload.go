@@ -10,41 +10,47 @@ import (
 	"github.com/splitzip/splitzip/codec"
 )
 
-// The entropy payload (docs/splitzip.md, "Entropy payloads"):
+// The entropy payload (docs/splitzip.md, "Entropy payloads"), version 2:
 //
-//	 0  magic "SZEN"          32  u64 offset of the other bits
-//	 4  u16 version (1)       40  u64 offset of the symbol chunks
+//	 0  magic "SZEN"          32  u64 offset of the chunk records
+//	 4  u16 version (2)       40  u64 reserved (0)
 //	 6  u16 header size (64)  48  u64 payload size
 //	 8  u64 values            56  u32 CRC-32C, this field zero (codec.Checksum)
-//	16  u32 values per chunk  60  u32 flags (0)
+//	16  u32 values per chunk  60  u32 flags: bit 0, decodable in place
 //	20  u8 field (index into Fields), u8 code length limit,
 //	    u8 smallest symbol coded, u8 reserved
 //	24  u16 symbols coded (from the smallest), u16 and u32 reserved
 //	64  code lengths, 4 bits each, high nibble first
-//	    chunk index: chunks+1 u64 offsets of each chunk's encoding from
-//	    the symbol chunks' start (the last is their total size)
+//	    chunk index: chunks+1 u64 offsets of each chunk's record from the
+//	    records' start (the last is their total size)
 //	    (zero padding to 16)
-//	    the other bits of every value, Field.Other() bits each, packed
-//	    most significant bit first in value order (zero padding to 16)
-//	    the symbol chunks (EncodeChunk), one after another
+//	    the chunk records, one after another: a chunk's record is the
+//	    other bits of its values, Field.Other() bits each, packed most
+//	    significant bit first in value order and padded to a byte, then
+//	    its symbol chunk (EncodeChunk)
 //
 // A value is rebuilt from its symbol and its other bits: the bits below the
-// field, the field, the bits above it.
+// field, the field, the bits above it. Version 1 (still read) kept the
+// other bits of all values in one section (at offset 32) before all the
+// symbol chunks (at offset 40), which no order of chunks decodes in place.
 
 // PayloadMagic starts every entropy payload.
 const PayloadMagic = "SZEN"
 
-// PayloadVersion is the entropy payload version this package writes.
-const PayloadVersion = 1
+// PayloadVersion is the entropy payload version this package writes; it
+// reads versions 1 and 2.
+const PayloadVersion = 2
 
 const (
 	headerSize = 64
 	offFields  = 20
-	offOthers  = 32
-	offSymbols = 40
+	offOthers  = 32 // version 1: the other bits; version 2: the records
+	offSymbols = 40 // version 1: the symbol chunks
 	offSize    = 48
 	offCRC     = 56
 	offFlags   = 60
+	// flagInPlace marks a payload that DecodeInPlace decodes (version 2).
+	flagInPlace = 1
 )
 
 // ErrPayload reports an entropy payload that is not one, or is damaged.
@@ -52,15 +58,22 @@ var ErrPayload = errors.New("corrupt entropy payload")
 
 // PayloadHeader is the decoded fixed header of an entropy payload.
 type PayloadHeader struct {
+	Version     int
 	Values      uint64
 	ChunkValues uint32
 	Field       int // index into Fields
 	MaxLen      int
 	Lo, Count   int // symbols Lo..Lo+Count-1 have code lengths
-	Others      uint64
-	Symbols     uint64
-	Size        uint64
-	Checksum    uint32
+	// Others is where the head (header, code lengths, index and padding)
+	// ends: the other bits start there in version 1, the chunk records in
+	// version 2. Symbols is where version 1's symbol chunks start.
+	Others   uint64
+	Symbols  uint64
+	Size     uint64
+	Checksum uint32
+	// InPlace is the flag of a version 2 payload the encoder found
+	// decodable in place (see DecodeInPlace).
+	InPlace bool
 }
 
 // table returns the decode table of the code lengths after the header at
@@ -138,45 +151,49 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	indexOff, others, symbols := pc.indexOff, pc.others, pc.symbols
-	var total uint64
-	for _, e := range encs {
-		total += uint64(len(e))
+	// The records: each chunk's other bits, then its symbol chunk.
+	others := make([][]byte, chunks)
+	parallel(chunks, workers, func(c int) {
+		lo, hi := c*chunkValues, min(n, (c+1)*chunkValues)
+		if bf16Others != nil {
+			others[c] = bf16Others[lo:hi]
+			return
+		}
+		var bw bitWriter
+		packInto(&bw, f, raw[lo*f.Size:hi*f.Size])
+		others[c] = bw.flush()
+	})
+	total := pc.records
+	for c := range encs {
+		total += uint64(len(others[c]) + len(encs[c]))
 	}
-	p := make([]byte, symbols+total)
-	pc.putHead(p, uint64(len(p)))
-	var pos uint64
-	for c, e := range encs {
-		binary.LittleEndian.PutUint64(p[indexOff+8*uint64(c):], pos)
-		copy(p[symbols+pos:], e)
-		pos += uint64(len(e))
+	p := make([]byte, total)
+	pc.putHead(p, total)
+	pos := uint64(0)
+	for c := range encs {
+		binary.LittleEndian.PutUint64(p[pc.indexOff+8*uint64(c):], pos)
+		pos += uint64(copy(p[pc.records+pos:], others[c]))
+		pos += uint64(copy(p[pc.records+pos:], encs[c]))
 	}
-	binary.LittleEndian.PutUint64(p[indexOff+8*uint64(chunks):], pos)
-	if bf16Others != nil {
-		copy(p[others:], bf16Others)
-	} else {
-		bw := bitWriter{buf: p[others:others]}
-		packInto(&bw, f, raw)
-		bw.flush()
-	}
+	binary.LittleEndian.PutUint64(p[pc.indexOff+8*uint64(chunks):], pos)
+	pc.putFlags(p)
 	binary.LittleEndian.PutUint32(p[offCRC:], codec.Checksum(p))
 	return p, nil
 }
 
 // payloadCode is a payload's code and the layout it implies.
 type payloadCode struct {
-	fi                        int
-	n                         uint64
-	code                      *Code
-	lengths                   []uint8
-	lo, count                 int    // the symbols with code lengths
-	indexOff, others, symbols uint64 // where the sections start
+	fi                int
+	n                 uint64
+	code              *Code
+	lengths           []uint8
+	lo, count         int    // the symbols with code lengths
+	indexOff, records uint64 // where the chunk index and the records start
 }
 
 // newPayloadCode builds the code of n values of field Fields[fi] whose
 // symbol counts are freq, and lays out the payload's sections.
 func newPayloadCode(fi int, n uint64, freq []uint64) (*payloadCode, error) {
-	f := Fields[fi]
 	ls, err := Lengths(freq, MaxLen)
 	if err != nil {
 		return nil, err
@@ -198,8 +215,7 @@ func newPayloadCode(fi int, n uint64, freq []uint64) (*payloadCode, error) {
 	pc.count = hi - pc.lo + 1
 	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
 	pc.indexOff = uint64(headerSize) + uint64((pc.count+1)/2)
-	pc.others = align16(pc.indexOff + 8*(chunks+1))
-	pc.symbols = align16(pc.others + (n*uint64(f.Other())+7)/8)
+	pc.records = align16(pc.indexOff + 8*(chunks+1))
 	return pc, nil
 }
 
@@ -213,11 +229,20 @@ func (pc *payloadCode) putHead(p []byte, size uint64) {
 	binary.LittleEndian.PutUint32(p[16:], codec.ChunkValues)
 	p[offFields], p[offFields+1], p[offFields+2] = byte(pc.fi), MaxLen, byte(pc.lo)
 	binary.LittleEndian.PutUint16(p[24:], uint16(pc.count))
-	binary.LittleEndian.PutUint64(p[offOthers:], pc.others)
-	binary.LittleEndian.PutUint64(p[offSymbols:], pc.symbols)
+	binary.LittleEndian.PutUint64(p[offOthers:], pc.records)
 	binary.LittleEndian.PutUint64(p[offSize:], size)
 	for k := range pc.count {
 		p[headerSize+k/2] |= pc.lengths[pc.lo+k] << (4 * (1 - k%2))
+	}
+}
+
+// putFlags sets the in-place flag of a payload whose head (header and
+// chunk index) is written at the start of p, when it decodes in place.
+func (pc *payloadCode) putFlags(p []byte) {
+	h := PayloadHeader{Version: PayloadVersion, Values: pc.n, ChunkValues: codec.ChunkValues, Field: pc.fi,
+		Others: pc.records, Size: binary.LittleEndian.Uint64(p[offSize:])}
+	if h.inPlace(func(c uint64) uint64 { return binary.LittleEndian.Uint64(p[pc.indexOff+8*c:]) }) {
+		binary.LittleEndian.PutUint32(p[offFlags:], flagInPlace)
 	}
 }
 
@@ -234,8 +259,9 @@ func ParsePayloadHeader(p []byte) (PayloadHeader, error) {
 	if len(p) < headerSize || string(p[:4]) != PayloadMagic {
 		return bad("no %s header", PayloadMagic)
 	}
-	if v := binary.LittleEndian.Uint16(p[4:]); v != PayloadVersion {
-		return bad("version %d; this build reads version %d", v, PayloadVersion)
+	h.Version = int(binary.LittleEndian.Uint16(p[4:]))
+	if h.Version != 1 && h.Version != 2 {
+		return bad("version %d; this build reads versions 1 and %d", h.Version, PayloadVersion)
 	}
 	h.Values = binary.LittleEndian.Uint64(p[8:])
 	h.ChunkValues = binary.LittleEndian.Uint32(p[16:])
@@ -257,7 +283,8 @@ func ParsePayloadHeader(p []byte) (PayloadHeader, error) {
 	case h.Lo+h.Count > 1<<Fields[h.Field].Bits || h.Values > 0 && h.Count == 0:
 		return bad("%d symbols from %d", h.Count, h.Lo)
 	case p[offFields+3] != 0 || binary.LittleEndian.Uint16(p[26:]) != 0 || binary.LittleEndian.Uint32(p[28:]) != 0 ||
-		binary.LittleEndian.Uint32(p[offFlags:]) != 0:
+		h.Version == 1 && binary.LittleEndian.Uint32(p[offFlags:]) != 0 ||
+		h.Version == 2 && (binary.LittleEndian.Uint32(p[offFlags:])&^flagInPlace != 0 || h.Symbols != 0):
 		return bad("reserved fields are set")
 	case h.Values > 1<<48:
 		return bad("%d values", h.Values)
@@ -265,11 +292,66 @@ func ParsePayloadHeader(p []byte) (PayloadHeader, error) {
 	f := Fields[h.Field]
 	index := uint64(headerSize) + uint64((h.Count+1)/2)
 	others := align16(index + 8*(h.Chunks()+1))
+	if h.Version == 2 {
+		h.InPlace = binary.LittleEndian.Uint32(p[offFlags:])&flagInPlace != 0
+		if h.Others != others || h.Size < h.Others {
+			return bad("records at %d of %d bytes, want %d", h.Others, h.Size, others)
+		}
+		return h, nil
+	}
 	otherBytes := (h.Values*uint64(f.Other()) + 7) / 8
 	if h.Others != others || h.Symbols != align16(others+otherBytes) || h.Size < h.Symbols {
 		return bad("sections at %d and %d of %d bytes, want %d and %d", h.Others, h.Symbols, h.Size, others, align16(others+otherBytes))
 	}
 	return h, nil
+}
+
+// chunkValues returns the values of chunk c.
+func (h *PayloadHeader) chunkValues(c uint64) uint64 {
+	cv := uint64(h.ChunkValues)
+	return min(h.Values, (c+1)*cv) - c*cv
+}
+
+// spans returns where chunk c's other bits and symbol chunk lie in the
+// payload, from the chunk index (offsets of entry c and c+1), and fails
+// when they do not lie inside it in order.
+func (h *PayloadHeader) spans(c, at, next uint64) (oLo, oHi, sLo, sHi uint64, err error) {
+	f := Fields[h.Field]
+	ob := uint64(f.Other())
+	if h.Version == 1 {
+		otherBytes := (h.Values*ob + 7) / 8
+		oLo, oHi = h.Others+c*uint64(h.ChunkValues)*ob/8, h.Others+min(otherBytes, ((c*uint64(h.ChunkValues)+h.chunkValues(c))*ob+7)/8)
+		sLo, sHi = h.Symbols+at, h.Symbols+next
+		if at > next || next > h.Size-h.Symbols {
+			err = fmt.Errorf("%w: chunk %d at [%d, %d) of %d symbol bytes", ErrPayload, c, at, next, h.Size-h.Symbols)
+		}
+		return
+	}
+	o := (h.chunkValues(c)*ob + 7) / 8
+	if at > next || next > h.Size-h.Others || next-at < o {
+		return 0, 0, 0, 0, fmt.Errorf("%w: chunk %d's record at [%d, %d) of %d record bytes, %d bytes of other bits", ErrPayload, c, at, next, h.Size-h.Others, o)
+	}
+	oLo = h.Others + at
+	return oLo, oLo + o, oLo + o, h.Others + next, nil
+}
+
+// inPlace reports whether a version 2 payload of size bytes with chunk
+// index at (entry c) decodes in place: it fits in its values, and no
+// chunk's values overlap the record of an earlier chunk (see
+// DecodeInPlace).
+func (h *PayloadHeader) inPlace(at func(c uint64) uint64) bool {
+	f := Fields[h.Field]
+	out := h.Values * uint64(f.Size)
+	if h.Version != 2 || h.Size > out {
+		return false
+	}
+	per := uint64(h.ChunkValues) * uint64(f.Size)
+	for c := uint64(1); c < h.Chunks(); c++ {
+		if h.Others+at(c) > c*per {
+			return false
+		}
+	}
+	return true
 }
 
 // Decode checks payload p (header, checksum, tables) and decodes it into
@@ -294,36 +376,23 @@ func Decode(dst, p []byte, workers int) error {
 	if err != nil {
 		return err
 	}
+	at := h.indexOf(p)
+	if err := h.checkIndex(at); err != nil {
+		return err
+	}
 	chunks := int(h.Chunks())
-	index := uint64(headerSize) + uint64((h.Count+1)/2)
-	span := func(c int) (uint64, uint64) {
-		return binary.LittleEndian.Uint64(p[index+8*uint64(c):]), binary.LittleEndian.Uint64(p[index+8*uint64(c+1):])
-	}
-	symBytes := h.Size - h.Symbols
-	for c := range chunks {
-		a, b := span(c)
-		if a > b || b > symBytes {
-			return fmt.Errorf("%w: chunk %d at [%d, %d) of %d symbol bytes", ErrPayload, c, a, b, symBytes)
-		}
-	}
-	if chunks > 0 {
-		if _, last := span(chunks - 1); last != symBytes {
-			return fmt.Errorf("%w: chunks end at %d of %d symbol bytes", ErrPayload, last, symBytes)
-		}
-	}
 	n := int(h.Values)
 	syms := make([]byte, n)
 	errs := make([]error, chunks)
 	cv := int(h.ChunkValues)
 	parallel(chunks, workers, func(c int) {
-		a, b := span(c)
-		src := p[h.Symbols+a : h.Symbols+b]
+		oLo, oHi, sLo, sHi, _ := h.spans(uint64(c), at(uint64(c)), at(uint64(c)+1)) // checked
 		lo, hi := c*cv, min(n, (c+1)*cv)
 		sc := scratchPool.Get().(*chunkScratch)
-		used, err := decodeChunk(tab, src, f.Bits, syms[lo:hi], sc)
+		used, err := decodeChunk(tab, p[sLo:sHi], f.Bits, syms[lo:hi], sc)
 		scratchPool.Put(sc)
-		if err == nil && uint64(used) != b-a {
-			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, b-a-uint64(used))
+		if err == nil && uint64(used) != sHi-sLo {
+			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, sHi-sLo-uint64(used))
 		}
 		if err != nil {
 			errs[c] = fmt.Errorf("chunk %d: %w", c, err)
@@ -331,10 +400,40 @@ func Decode(dst, p []byte, workers int) error {
 		}
 		// The chunk's values while its symbols are in cache; a chunk's
 		// other bits start on a byte (16,384 values of any width).
-		ob := uint64(f.Other())
-		unpackValues(dst[lo*f.Size:hi*f.Size], f, p[h.Others+uint64(lo)*ob/8:h.Symbols], syms[lo:hi])
+		unpackValues(dst[lo*f.Size:hi*f.Size], f, p[oLo:oHi], syms[lo:hi])
 	})
 	return errors.Join(errs...)
+}
+
+// indexOf returns entry c of the chunk index in head, the payload's
+// first h.Others bytes at least.
+func (h *PayloadHeader) indexOf(head []byte) func(c uint64) uint64 {
+	index := uint64(headerSize) + uint64((h.Count+1)/2)
+	return func(c uint64) uint64 { return binary.LittleEndian.Uint64(head[index+8*c:]) }
+}
+
+// checkIndex checks the chunk index at: the chunks' data start at the
+// start of their section and end at the payload's end, each chunk's
+// spans lie in order inside the payload, and a payload flagged in place
+// decodes in place.
+func (h *PayloadHeader) checkIndex(at func(c uint64) uint64) error {
+	chunks := h.Chunks()
+	data := h.Size - h.Others
+	if h.Version == 1 {
+		data = h.Size - h.Symbols
+	}
+	if chunks > 0 && (at(0) != 0 || at(chunks) != data) {
+		return fmt.Errorf("%w: chunks at [%d, %d), want [0, %d)", ErrPayload, at(0), at(chunks), data)
+	}
+	for c := range chunks {
+		if _, _, _, _, err := h.spans(c, at(c), at(c+1)); err != nil {
+			return err
+		}
+	}
+	if h.InPlace && !h.inPlace(at) {
+		return fmt.Errorf("%w: flagged decodable in place, and it is not", ErrPayload)
+	}
+	return nil
 }
 
 // unpackValues rebuilds the values from their symbols and other bits.

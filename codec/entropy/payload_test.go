@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
@@ -29,7 +32,44 @@ func roundTrip(t *testing.T, fi int, raw []byte) []byte {
 			t.Fatalf("%s, %d bytes: decoded differs at byte %d", Fields[fi].DType, len(raw), i)
 		}
 	}
+	checkInPlace(t, p, raw)
 	return p
+}
+
+// inPlaceSeen counts the payloads checkInPlace decoded in place and those
+// not flagged.
+var inPlaceSeen, notInPlaceSeen atomic.Int64
+
+// checkInPlace holds payload p of values raw to the in-place invariant:
+// flagged, it decodes in place to raw; not flagged, its index really
+// breaks the invariant (or it does not fit), so the flag is set exactly
+// when the invariant holds.
+func checkInPlace(t *testing.T, p, raw []byte) {
+	t.Helper()
+	h, err := ParsePayloadHeader(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := h.inPlace(h.indexOf(p))
+	if h.InPlace != holds {
+		t.Fatalf("in-place flag %v, the invariant %v", h.InPlace, holds)
+	}
+	if !h.InPlace {
+		notInPlaceSeen.Add(1)
+		if err := DecodeInPlace(append(bytes.Clone(p), make([]byte, max(0, len(raw)-len(p)))...), uint64(len(p))); !errors.Is(err, ErrNotInPlace) && len(raw) >= len(p) {
+			t.Fatalf("a payload not flagged in place: %v", err)
+		}
+		return
+	}
+	inPlaceSeen.Add(1)
+	buf := make([]byte, len(raw))
+	copy(buf, p)
+	if err := DecodeInPlace(buf, uint64(len(p))); err != nil {
+		t.Fatalf("in place: %v", err)
+	}
+	if i := firstDiff(buf, raw); i >= 0 {
+		t.Fatalf("decoded in place, it differs at byte %d", i)
+	}
 }
 
 func firstDiff(a, b []byte) int {
@@ -209,29 +249,37 @@ func FuzzDecodePayload(f *testing.F) {
 	})
 }
 
-// TestGoldenPayload: a payload written by the first build of the draft
-// format (20,000 BF16 values with NaNs, infinities, zeros and subnormals
-// among them) still decodes to its committed values. A change to the
-// format bumps PayloadVersion and adds a golden file; it does not edit
-// this one.
+// TestGoldenPayload: payloads written by the builds of each version
+// (20,000 BF16 values with NaNs, infinities, zeros and subnormals among
+// them) still decode to their committed values, and this build writes the
+// current version's byte for byte. A change to the format bumps
+// PayloadVersion and adds a golden file; it does not edit these.
 func TestGoldenPayload(t *testing.T) {
 	raw, err := os.ReadFile("testdata/golden-v1-bf16.raw")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := os.ReadFile("testdata/golden-v1-bf16.szen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(raw))
-	if err := Decode(got, p, 2); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, raw) {
-		t.Fatal("the golden payload decodes to other values")
-	}
-	if again, _ := Encode(0, raw, 1); !bytes.Equal(again, p) {
-		t.Error("this build encodes the golden values differently (a format change needs a new version)")
+	for _, v := range []int{1, 2} {
+		p, err := os.ReadFile(fmt.Sprintf("testdata/golden-v%d-bf16.szen", v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(raw))
+		if err := Decode(got, p, 2); err != nil {
+			t.Fatalf("version %d: %v", v, err)
+		}
+		if !bytes.Equal(got, raw) {
+			t.Fatalf("the golden payload of version %d decodes to other values", v)
+		}
+		var streamed []byte
+		if err := DecodeStream(bytes.NewReader(p), uint64(len(p)), func(_ uint64, b []byte) error { streamed = append(streamed, b...); return nil }); err != nil || !bytes.Equal(streamed, raw) {
+			t.Fatalf("version %d streamed: %v", v, err)
+		}
+		if v == PayloadVersion {
+			if again, _ := Encode(0, raw, 1); !bytes.Equal(again, p) {
+				t.Error("this build encodes the golden values differently (a format change needs a new version)")
+			}
+		}
 	}
 }
 
@@ -423,4 +471,58 @@ func FuzzDecodeStream(f *testing.F) {
 			t.Fatal("the decoders give different values")
 		}
 	})
+}
+
+// TestInPlace: trained-looking values of every dtype make payloads
+// flagged decodable in place, which decode in place bit for bit;
+// incompressible ones are not flagged and are refused; a payload whose
+// flag claims the invariant falsely is refused by DecodeInPlace, before
+// anything is written, and by Decode.
+func TestInPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for fi, f := range Fields {
+		for _, n := range []int{1, 16384, 3*16384 + 77} {
+			raw := synth.Normal(rng, n*f.Size, 0.02)[:n*f.Size]
+			if f.Size == 1 || f.DType == "F16" || f.DType == "F32" {
+				raw = synth.Cast(synth.Normal(rng, n, 0.02), f.DType, 256)
+			}
+			p := roundTrip(t, fi, raw)
+			if h, _ := ParsePayloadHeader(p); !h.InPlace && n > 1 {
+				t.Errorf("%s, %d values: not decodable in place (%d bytes for %d)", f.Name(), n, len(p), len(raw))
+			}
+		}
+	}
+	// One incompressible chunk first, then trained-looking ones: the
+	// payload fits in its values, but the second chunk's record starts
+	// after its values do.
+	noise := make([]byte, 2*16384, 2*4*16384)
+	for i := range noise {
+		noise[i] = byte(rng.Uint32())
+	}
+	noise = append(noise, synth.Normal(rng, 3*16384, 0.02)...)
+	p := roundTrip(t, 0, noise)
+	h, _ := ParsePayloadHeader(p)
+	if h.InPlace || len(p) >= len(noise) {
+		t.Fatalf("an incompressible first chunk: flagged in place %v, %d bytes for %d", h.InPlace, len(p), len(noise))
+	}
+	// Flag it anyway: both decoders refuse, and DecodeInPlace writes
+	// nothing.
+	bad := bytes.Clone(p)
+	binary.LittleEndian.PutUint32(bad[offFlags:], flagInPlace)
+	binary.LittleEndian.PutUint32(bad[offCRC:], codec.Checksum(bad))
+	buf := make([]byte, len(noise))
+	copy(buf, bad)
+	if err := DecodeInPlace(buf, uint64(len(bad))); !errors.Is(err, ErrPayload) || !strings.Contains(err.Error(), "in place") {
+		t.Fatalf("a false in-place flag: %v", err)
+	}
+	if !bytes.Equal(buf[:len(bad)], bad) {
+		t.Error("DecodeInPlace wrote into a payload it refused")
+	}
+	if err := Decode(make([]byte, len(noise)), bad, 1); !errors.Is(err, ErrPayload) {
+		t.Errorf("Decode of a false in-place flag: %v", err)
+	}
+	if inPlaceSeen.Load() == 0 {
+		t.Error("no payload was decoded in place")
+	}
+	t.Logf("%d payloads decoded in place, %d not flagged", inPlaceSeen.Load(), notInPlaceSeen.Load())
 }

@@ -12,9 +12,10 @@ import (
 // Encoder writes an entropy payload of a tensor given a piece at a time,
 // in memory bounded by a chunk (not the tensor): the caller counts the
 // symbols first (Count, a pass over the tensor), then writes the values in
-// order. The other bits and the chunks go to their places in w as each
-// chunk fills; Close writes the header, code lengths and chunk index and
-// the checksum. The payload is byte for byte what Encode writes.
+// order. Each chunk's record (its other bits, then its symbol chunk) goes
+// to its place in w as the chunk fills; Close writes the header, code
+// lengths and chunk index and the checksum. The payload is byte for byte
+// what Encode writes.
 type Encoder struct {
 	w    io.WriterAt
 	f    Field
@@ -22,18 +23,14 @@ type Encoder struct {
 	n    uint64
 	code *Code
 
-	chunk  []byte // the current chunk's values
-	index  []uint64
-	others uint64 // where the other bits start
-	symOff uint64 // where the chunks start
-	pos    uint64 // bytes of chunks written
-	done   uint64 // values written
-	obits  bitWriter
-	oPos   uint64 // bytes of other bits written
-	crcO   uint32 // of the other bits written
-	crcS   uint32 // of the chunks written
-	enc    []byte
-	syms   []byte
+	chunk []byte // the current chunk's values
+	index []uint64
+	pos   uint64 // bytes of records written
+	done  uint64 // values written
+	obits bitWriter
+	crc   uint32 // of the records written
+	enc   []byte
+	syms  []byte
 }
 
 // Count adds the symbols of raw (values of field Fields[fi]) to freq, a
@@ -81,7 +78,7 @@ func NewEncoder(w io.WriterAt, fi int, n uint64, freq []uint64) (*Encoder, error
 	if err != nil {
 		return nil, err
 	}
-	e := &Encoder{w: w, f: f, pc: pc, n: n, code: pc.code, others: pc.others, symOff: pc.symbols}
+	e := &Encoder{w: w, f: f, pc: pc, n: n, code: pc.code}
 	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
 	e.index = make([]uint64, 0, chunks+1)
 	e.chunk = make([]byte, 0, codec.ChunkValues*f.Size)
@@ -112,37 +109,28 @@ func (e *Encoder) Write(raw []byte) error {
 	return nil
 }
 
-// flushChunk codes the current chunk and writes its other bits and its
-// encoding.
+// flushChunk codes the current chunk and writes its record: its other
+// bits, then its symbol chunk.
 func (e *Encoder) flushChunk() error {
 	v := len(e.chunk) / e.f.Size
 	syms := e.syms[:v]
 	if err := e.f.Symbols(syms, e.chunk); err != nil {
 		return err
 	}
+	e.obits.buf = e.obits.buf[:0]
+	packInto(&e.obits, e.f, e.chunk)
+	rec := e.obits.flush()
 	var err error
-	if e.enc, err = EncodeChunk(e.enc[:0], e.code, syms, e.f.Bits); err != nil {
+	if rec, err = EncodeChunk(rec, e.code, syms, e.f.Bits); err != nil {
 		return err
 	}
-	if _, err := e.w.WriteAt(e.enc, int64(e.symOff+e.pos)); err != nil {
+	e.obits.buf = rec[:0]
+	if _, err := e.w.WriteAt(rec, int64(e.pc.records+e.pos)); err != nil {
 		return err
 	}
 	e.index = append(e.index, e.pos)
-	e.pos += uint64(len(e.enc))
-	e.crcS = crc32.Update(e.crcS, castagnoli, e.enc)
-	// Other bits: whole bytes are written as they complete; a chunk of
-	// 16,384 values ends on a byte, so only the last chunk leaves bits.
-	e.obits.buf = e.obits.buf[:0]
-	packInto(&e.obits, e.f, e.chunk)
-	if e.done == e.n {
-		e.obits.flush()
-	}
-	out := e.obits.buf
-	if _, err := e.w.WriteAt(out, int64(e.others+e.oPos)); err != nil {
-		return err
-	}
-	e.oPos += uint64(len(out))
-	e.crcO = crc32.Update(e.crcO, castagnoli, out)
+	e.pos += uint64(len(rec))
+	e.crc = crc32.Update(e.crc, castagnoli, rec)
 	e.chunk = e.chunk[:0]
 	return nil
 }
@@ -155,22 +143,16 @@ func (e *Encoder) Close() (uint64, error) {
 		return 0, fmt.Errorf("entropy: %d of %d values written", e.done, e.n)
 	}
 	e.index = append(e.index, e.pos)
-	size := e.symOff + e.pos
-	head := make([]byte, e.others)
+	size := e.pc.records + e.pos
+	head := make([]byte, e.pc.records)
 	e.pc.putHead(head, size)
 	for c, p := range e.index {
 		binary.LittleEndian.PutUint64(head[e.pc.indexOff+8*uint64(c):], p)
 	}
-	// CRC-32C of the whole payload, its field zero: the head, the other
-	// bits and their padding, the chunks, folded in order.
-	pad := make([]byte, e.symOff-e.others-e.oPos)
-	if _, err := e.w.WriteAt(pad, int64(e.others+e.oPos)); err != nil {
-		return 0, err
-	}
-	crc := crc32.Update(0, castagnoli, head)
-	crc = codec.CombineChecksums(crc, e.crcO, e.oPos)
-	crc = codec.CombineChecksums(crc, crc32.Update(0, castagnoli, pad), uint64(len(pad)))
-	crc = codec.CombineChecksums(crc, e.crcS, e.pos)
+	e.pc.putFlags(head)
+	// CRC-32C of the whole payload, its field zero: the head, then the
+	// records' CRC folded in.
+	crc := codec.CombineChecksums(crc32.Update(0, castagnoli, head), e.crc, e.pos)
 	binary.LittleEndian.PutUint32(head[offCRC:], crc)
 	if _, err := e.w.WriteAt(head, 0); err != nil {
 		return 0, err
@@ -231,6 +213,9 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	tab, err := h.table(head)
 	if err != nil {
 		return err
+	}
+	if h.Version == 2 {
+		return decodeRecords(r, &h, head, tab, fn)
 	}
 	chunks := h.Chunks()
 	index := uint64(headerSize) + uint64((h.Count+1)/2)
@@ -295,6 +280,53 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	}
 	crc = codec.CombineChecksums(crc, crcO, h.Symbols-h.Others)
 	crc = codec.CombineChecksums(crc, crcS, symBytes)
+	if crc != h.Checksum {
+		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+	}
+	return nil
+}
+
+// decodeRecords is DecodeStream of a version 2 payload, whose head (its
+// first h.Others bytes) and decode table are read: each chunk's record is
+// read with one read, checksummed as it comes, and decoded.
+func decodeRecords(r io.ReaderAt, h *PayloadHeader, head []byte, tab *Table, fn func(off uint64, vals []byte) error) error {
+	f := Fields[h.Field]
+	at := h.indexOf(head)
+	if err := h.checkIndex(at); err != nil {
+		return err
+	}
+	var zero [4]byte
+	crc := crc32.Update(0, castagnoli, head[:offCRC])
+	crc = crc32.Update(crc, castagnoli, zero[:])
+	crc = crc32.Update(crc, castagnoli, head[offCRC+4:])
+	cv := uint64(h.ChunkValues)
+	syms := make([]byte, cv)
+	vals := make([]byte, cv*uint64(f.Size))
+	var rec []byte
+	sc := scratchPool.Get().(*chunkScratch)
+	defer scratchPool.Put(sc)
+	for c := range h.Chunks() {
+		oLo, oHi, sLo, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
+		rec = grow(rec, sHi-oLo)
+		if err := readAt(r, rec, oLo); err != nil {
+			return err
+		}
+		crc = codec.CombineChecksums(crc, crc32.Update(0, castagnoli, rec), uint64(len(rec)))
+		n := h.chunkValues(c)
+		s := syms[:n]
+		used, err := decodeChunk(tab, rec[oHi-oLo:], f.Bits, s, sc)
+		if err == nil && uint64(used) != sHi-sLo {
+			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, sHi-sLo-uint64(used))
+		}
+		if err != nil {
+			return fmt.Errorf("chunk %d: %w", c, err)
+		}
+		v := vals[:n*uint64(f.Size)]
+		unpackValues(v, f, rec[:oHi-oLo], s)
+		if err := fn(c*cv*uint64(f.Size), v); err != nil {
+			return err
+		}
+	}
 	if crc != h.Checksum {
 		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
 	}

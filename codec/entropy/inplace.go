@@ -1,0 +1,80 @@
+package entropy
+
+// Decoding in place: the payload at the start of the values' own buffer.
+
+import (
+	"fmt"
+
+	"github.com/splitzip/splitzip/codec"
+)
+
+// ErrNotInPlace reports a payload without the in-place flag given to
+// DecodeInPlace.
+var ErrNotInPlace = fmt.Errorf("%w: entropy payload", codec.ErrNotInPlace)
+
+// DecodeInPlace decodes the version 2 payload at the start of buf (its
+// first size bytes) into buf, which must hold exactly its values,
+// overwriting the payload. It is the reference of the in-place invariant
+// (docs/splitzip.md, "Entropy payloads"): chunks are decoded last first,
+// each chunk's record read whole before its values are written, so a
+// chunk's values may cover its own record and those of later chunks,
+// already decoded, but never an earlier chunk's. That holds when the
+// payload fits in its values and, for every chunk c after the first, its
+// record starts no later than its values do (records' start plus index
+// entry c at most c times a chunk's bytes); the encoder sets the flag
+// then. The head (header, code lengths, chunk index) is set aside first,
+// as a GPU decoder is given it in a buffer of its own. A payload without
+// the flag, damaged, or whose index breaks the invariant is refused
+// before anything is written; a chunk that fails to decode leaves buf
+// partly decoded and the call names it.
+func DecodeInPlace(buf []byte, size uint64) error {
+	if size > uint64(len(buf)) {
+		return fmt.Errorf("%w: a payload of %d bytes in %d", ErrPayload, size, len(buf))
+	}
+	p := buf[:size]
+	h, err := ParsePayloadHeader(p)
+	if err != nil {
+		return err
+	}
+	f := Fields[h.Field]
+	switch {
+	case h.Size != size:
+		return fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, size, h.Size)
+	case !h.InPlace:
+		return ErrNotInPlace
+	case uint64(len(buf)) != h.Values*uint64(f.Size):
+		return fmt.Errorf("%w: %d bytes for %d %s values", codec.ErrSize, len(buf), h.Values, f.DType)
+	case codec.Checksum(p) != h.Checksum:
+		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+	}
+	head := append([]byte(nil), p[:h.Others]...)
+	tab, err := h.table(head)
+	if err != nil {
+		return err
+	}
+	at := h.indexOf(head)
+	if err := h.checkIndex(at); err != nil { // the invariant included
+		return err
+	}
+	cv := uint64(h.ChunkValues)
+	per := cv * uint64(f.Size)
+	syms := make([]byte, cv)
+	var rec []byte
+	sc := new(chunkScratch)
+	for c := h.Chunks(); c > 0; {
+		c--
+		oLo, oHi, sLo, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
+		rec = append(rec[:0], buf[oLo:sHi]...)
+		n := h.chunkValues(c)
+		s := syms[:n]
+		used, err := decodeChunk(tab, rec[oHi-oLo:], f.Bits, s, sc)
+		if err == nil && uint64(used) != sHi-sLo {
+			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, sHi-sLo-uint64(used))
+		}
+		if err != nil {
+			return fmt.Errorf("chunk %d: %w", c, err)
+		}
+		unpackValues(buf[c*per:c*per+n*uint64(f.Size)], f, rec[:oHi-oLo], s)
+	}
+	return nil
+}
