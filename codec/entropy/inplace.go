@@ -63,18 +63,12 @@ func DecodeInPlace(buf []byte, size uint64) error {
 	sc := new(chunkScratch)
 	for c := h.Chunks(); c > 0; {
 		c--
-		oLo, oHi, sLo, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
+		oLo, oHi, _, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
 		rec = append(rec[:0], buf[oLo:sHi]...)
 		n := h.chunkValues(c)
-		s := syms[:n]
-		used, err := decodeChunk(tab, rec[oHi-oLo:], f.Bits, s, sc)
-		if err == nil && uint64(used) != sHi-sLo {
-			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, sHi-sLo-uint64(used))
-		}
-		if err != nil {
+		if err := decodeValues(tab, f, rec[:oHi-oLo], rec[oHi-oLo:], syms[:n], buf[c*per:c*per+n*uint64(f.Size)], sc); err != nil {
 			return fmt.Errorf("chunk %d: %w", c, err)
 		}
-		unpackValues(buf[c*per:c*per+n*uint64(f.Size)], f, rec[:oHi-oLo], s)
 	}
 	return nil
 }

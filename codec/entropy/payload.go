@@ -389,18 +389,10 @@ func Decode(dst, p []byte, workers int) error {
 		oLo, oHi, sLo, sHi, _ := h.spans(uint64(c), at(uint64(c)), at(uint64(c)+1)) // checked
 		lo, hi := c*cv, min(n, (c+1)*cv)
 		sc := scratchPool.Get().(*chunkScratch)
-		used, err := decodeChunk(tab, p[sLo:sHi], f.Bits, syms[lo:hi], sc)
-		scratchPool.Put(sc)
-		if err == nil && uint64(used) != sHi-sLo {
-			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, sHi-sLo-uint64(used))
-		}
-		if err != nil {
+		if err := decodeValues(tab, f, p[oLo:oHi], p[sLo:sHi], syms[lo:hi], dst[lo*f.Size:hi*f.Size], sc); err != nil {
 			errs[c] = fmt.Errorf("chunk %d: %w", c, err)
-			return
 		}
-		// The chunk's values while its symbols are in cache; a chunk's
-		// other bits start on a byte (16,384 values of any width).
-		unpackValues(dst[lo*f.Size:hi*f.Size], f, p[oLo:oHi], syms[lo:hi])
+		scratchPool.Put(sc)
 	})
 	return errors.Join(errs...)
 }
@@ -433,6 +425,21 @@ func (h *PayloadHeader) checkIndex(at func(c uint64) uint64) error {
 	if h.InPlace && !h.inPlace(at) {
 		return fmt.Errorf("%w: flagged decodable in place, and it is not", ErrPayload)
 	}
+	return nil
+}
+
+// decodeValues decodes a chunk's values into dst (len(syms) of them) from
+// its symbol chunk, which must be all of symbols, and its other bits,
+// through syms.
+func decodeValues(tab *Table, f Field, others, symbols, syms, dst []byte, sc *chunkScratch) error {
+	used, err := decodeChunk(tab, symbols, f.Bits, syms, sc)
+	if err == nil && used != len(symbols) {
+		err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, len(symbols)-used)
+	}
+	if err != nil {
+		return err
+	}
+	unpackValues(dst, f, others, syms)
 	return nil
 }
 

@@ -257,16 +257,10 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 			return err
 		}
 		crcS = codec.CombineChecksums(crcS, crc32.Update(0, castagnoli, sbuf), uint64(len(sbuf)))
-		s := syms[:hi-lo]
-		used, err := decodeChunk(tab, sbuf, f.Bits, s, sc)
-		if err == nil && uint64(used) != b-a {
-			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, b-a-uint64(used))
-		}
-		if err != nil {
+		v := vals[:(hi-lo)*uint64(f.Size)]
+		if err := decodeValues(tab, f, obuf, sbuf, syms[:hi-lo], v, sc); err != nil {
 			return fmt.Errorf("chunk %d: %w", c, err)
 		}
-		v := vals[:(hi-lo)*uint64(f.Size)]
-		unpackValues(v, f, obuf, s)
 		if err := fn(lo*uint64(f.Size), v); err != nil {
 			return err
 		}
@@ -306,23 +300,17 @@ func decodeRecords(r io.ReaderAt, h *PayloadHeader, head []byte, tab *Table, fn 
 	sc := scratchPool.Get().(*chunkScratch)
 	defer scratchPool.Put(sc)
 	for c := range h.Chunks() {
-		oLo, oHi, sLo, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
+		oLo, oHi, _, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
 		rec = grow(rec, sHi-oLo)
 		if err := readAt(r, rec, oLo); err != nil {
 			return err
 		}
 		crc = codec.CombineChecksums(crc, crc32.Update(0, castagnoli, rec), uint64(len(rec)))
 		n := h.chunkValues(c)
-		s := syms[:n]
-		used, err := decodeChunk(tab, rec[oHi-oLo:], f.Bits, s, sc)
-		if err == nil && uint64(used) != sHi-sLo {
-			err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, sHi-sLo-uint64(used))
-		}
-		if err != nil {
+		v := vals[:n*uint64(f.Size)]
+		if err := decodeValues(tab, f, rec[:oHi-oLo], rec[oHi-oLo:], syms[:n], v, sc); err != nil {
 			return fmt.Errorf("chunk %d: %w", c, err)
 		}
-		v := vals[:n*uint64(f.Size)]
-		unpackValues(v, f, rec[:oHi-oLo], s)
 		if err := fn(c*cv*uint64(f.Size), v); err != nil {
 			return err
 		}
