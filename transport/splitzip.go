@@ -127,6 +127,9 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			case err != nil:
 				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 				continue
+			case !present && int64(b.Size) <= z.opts.SmallBytes:
+				small = append(small, z.hostItem(i, b, hit))
+				continue
 			case !present:
 				targets = append(targets, target{i, b, hit, true})
 				continue

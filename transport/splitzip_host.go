@@ -7,11 +7,32 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
+
+// hostItem is the packer's item for a small tensor stored as an entropy
+// payload whose source is absent: its raw bytes, decoded into the staging
+// buffer, packed with other small tensors.
+func (z *SplitZip) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
+	key := hit.Tensor.Key
+	return smallItem{i: i, b: b, stored: b.Size, fill: func(dst []byte) (*codec.Header, error) {
+		p, o, err := z.cache.ReadObject(key)
+		switch {
+		case err != nil:
+			return nil, err
+		case o.Kind != shardcache.KindEntropy:
+			return nil, fmt.Errorf("payload %s: a %s object, the tensor is an entropy payload", key, o.Kind)
+		}
+		if err := entropy.Decode(dst, p, 1); err != nil {
+			return nil, fmt.Errorf("payload %s: %w", key, err)
+		}
+		return nil, nil
+	}}
+}
 
 // hostDecode decodes an entropy payload a chunk at a time into staging
 // pieces and submits each full piece's copy on one stream. The payload's
