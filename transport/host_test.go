@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
@@ -13,6 +14,7 @@ import (
 	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -67,4 +69,79 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
+}
+
+// TestEntropyVersion1WithoutSource: a version 1 entropy payload (the
+// committed golden one, in a cache whose object is replaced by it) loads
+// without its source through the chunk-after-chunk host decoder, bit for
+// bit, and its corruption fails its binding.
+func TestEntropyVersion1WithoutSource(t *testing.T) {
+	raw, err := os.ReadFile("../codec/entropy/testdata/golden-v1-bf16.raw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := os.ReadFile("../codec/entropy/testdata/golden-v1-bf16.szen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "ck")
+	head, _, err := safetensors.EncodeHeader(nil, []safetensors.TensorSpec{{Name: "w", DType: "BF16", Shape: []uint64{uint64(len(raw) / 2)}, Size: uint64(len(raw))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(src, 0o755)
+	if err := os.WriteFile(filepath.Join(src, "model.safetensors"), append(head, raw...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 1, MinSaving: 0.03, NoSync: true, SelfContained: true, PackMax: -1, Codec: pipeline.CodecEntropy}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &c.Index().Sources[0]
+	key := s.Shards[0].Tensors[0].Key
+	loc, o, err := c.Locate(key)
+	if err != nil || o.Kind != shardcache.KindEntropy || o.Size != uint64(len(v1)) {
+		t.Fatalf("the object: %+v, %v (the golden version 1 payload has %d bytes)", o, err, len(v1))
+	}
+	if err := os.WriteFile(loc.Path, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(src); err != nil {
+		t.Fatal(err)
+	}
+	eng := hostengine.New(2)
+	defer eng.Close()
+	a, err := vmm.New(eng, mustSpecs(t, c, s), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	rawT, err := NewRaw(eng, RawOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := NewSplitZip(eng, c, rawT, SplitZipOptions{SmallBytes: -1}) // not packed: the streaming path
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	st := NewStore(eng, z)
+	bs := a.Bindings()
+	if err := st.FaultIn(context.Background(), bs)[0].Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckArena(eng, bs, s); err != nil {
+		t.Fatal(err)
+	}
+	st.Evict(bs...)
+	restore := cachetest.Flip(t, c, key, -1, 0x20)
+	if err := st.FaultIn(context.Background(), bs)[0].Wait(); !errors.Is(err, codec.ErrChecksum) || bs[0].State() != vmm.Evicted {
+		t.Errorf("a corrupt version 1 payload: %v, state %v", err, bs[0].State())
+	}
+	restore()
 }

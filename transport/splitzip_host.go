@@ -5,7 +5,10 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -34,10 +37,12 @@ func (z *SplitZip) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 	}}
 }
 
-// hostDecode decodes an entropy payload a chunk at a time into staging
-// pieces and submits each full piece's copy on one stream. The payload's
-// checksum is checked at its end: a payload that fails it has had some
-// pieces copied, and its binding stays evicted.
+// hostDecode decodes an entropy payload on the host into staging pieces
+// and submits their copies on one stream: the pieces of a version 2
+// payload (8 MiB of values each) decoded in parallel, a version 1
+// payload's chunk after chunk. The payload's checksum is checked once
+// every piece is decoded: a payload that fails it has had pieces copied,
+// and its binding stays evicted.
 func (z *SplitZip) hostDecode(ctx context.Context, t target) (Fence, error) {
 	loc, o, r, closeFile, err := z.openPayload(t.hit.Tensor.Key)
 	if err != nil {
@@ -47,6 +52,69 @@ func (z *SplitZip) hostDecode(ctx context.Context, t target) (Fence, error) {
 	if o.Kind != shardcache.KindEntropy || o.RawSize != t.b.Size {
 		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.RawSize, t.b.Size)
 	}
+	d, err := entropy.NewReader(r, o.Size)
+	switch {
+	case errors.Is(err, entropy.ErrNoRecords):
+		return z.hostDecodeStream(ctx, t, loc, o, r)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", loc.Name, err)
+	}
+	h := d.Header()
+	if h.Values*uint64(entropy.Fields[h.Field].Size) != t.b.Size {
+		return nil, fmt.Errorf("%s: %w: decodes to %d values, the tensor has %d bytes", loc.Name, codec.ErrSize, h.Values, t.b.Size)
+	}
+	per := d.ChunkBytes()
+	step := max(1, uint64(readPiece)/per) // chunks a piece
+	chunks := h.Chunks()
+	pieces := (chunks + step - 1) / step
+	crcs, lens := make([]uint32, pieces), make([]uint64, pieces)
+	errs := make([]error, pieces)
+	evs := make(allFence, pieces)
+	stream := z.streams.pick(z.eng)
+	var wg sync.WaitGroup
+	for i := range pieces {
+		z.io <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-z.io }()
+			s := z.takeSlot()
+			defer func() { z.ring <- s }()
+			if err := ctx.Err(); err != nil {
+				errs[i] = err
+				return
+			}
+			c0, c1 := i*step, min(chunks, (i+1)*step)
+			off := c0 * per
+			q := s.buf[:min(t.b.Size, c1*per)-off]
+			var err error
+			if crcs[i], lens[i], err = d.DecodeChunks(c0, c1, q); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", loc.Name, err)
+				return
+			}
+			ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(off), Src: q})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			s.ev, evs[i] = ev, ev
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := d.Check(crcs, lens); err != nil {
+		return nil, fmt.Errorf("%s: %w", loc.Name, err)
+	}
+	z.mu.Lock()
+	z.stats.Bytes += t.b.Size
+	z.mu.Unlock()
+	return evs, nil
+}
+
+// hostDecodeStream is hostDecode of a version 1 payload: decoded a chunk
+// at a time (entropy.DecodeStream) into staging pieces, each full piece's
+// copy submitted as it fills.
+func (z *SplitZip) hostDecodeStream(ctx context.Context, t target, loc shardcache.Location, o *shardcache.Object, r io.ReaderAt) (Fence, error) {
 	stream := z.streams.pick(z.eng)
 	var evs allFence
 	var s *slot
@@ -62,7 +130,7 @@ func (z *SplitZip) hostDecode(ctx context.Context, t target) (Fence, error) {
 		s, done, fill = nil, done+fill, 0
 		return nil
 	}
-	err = entropy.DecodeStream(r, o.Size, func(off uint64, vals []byte) error {
+	err := entropy.DecodeStream(r, o.Size, func(off uint64, vals []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/splitzip/splitzip/codec"
 )
 
 // Lanes is the most interleaved bitstreams a chunk's symbols are coded
@@ -150,6 +152,9 @@ func DecodeChunk(t *Table, src []byte, bits int, dst []byte) (int, error) {
 type chunkScratch struct {
 	pad   []byte
 	lanes [Lanes * laneStride]byte
+	// For Reader: a range's records, and a chunk's symbols.
+	rec  []byte
+	syms [codec.ChunkValues]byte
 }
 
 // scratchPool holds chunkScratch for the payload decoders.

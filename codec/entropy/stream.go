@@ -205,6 +205,9 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	if h.Size != size {
 		return fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, size, h.Size)
 	}
+	if h.Version == 2 {
+		return decodeRecords(r, size, fn)
+	}
 	f := Fields[h.Field]
 	head := make([]byte, h.Others) // header, code lengths, index, padding
 	if err := readAt(r, head, 0); err != nil {
@@ -213,9 +216,6 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	tab, err := h.table(head)
 	if err != nil {
 		return err
-	}
-	if h.Version == 2 {
-		return decodeRecords(r, &h, head, tab, fn)
 	}
 	chunks := h.Chunks()
 	index := uint64(headerSize) + uint64((h.Count+1)/2)
@@ -280,45 +280,28 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	return nil
 }
 
-// decodeRecords is DecodeStream of a version 2 payload, whose head (its
-// first h.Others bytes) and decode table are read: each chunk's record is
-// read with one read, checksummed as it comes, and decoded.
-func decodeRecords(r io.ReaderAt, h *PayloadHeader, head []byte, tab *Table, fn func(off uint64, vals []byte) error) error {
-	f := Fields[h.Field]
-	at := h.indexOf(head)
-	if err := h.checkIndex(at); err != nil {
+// decodeRecords is DecodeStream of a version 2 payload: a chunk at a
+// time through a Reader.
+func decodeRecords(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) error) error {
+	d, err := NewReader(r, size)
+	if err != nil {
 		return err
 	}
-	var zero [4]byte
-	crc := crc32.Update(0, castagnoli, head[:offCRC])
-	crc = crc32.Update(crc, castagnoli, zero[:])
-	crc = crc32.Update(crc, castagnoli, head[offCRC+4:])
-	cv := uint64(h.ChunkValues)
-	syms := make([]byte, cv)
-	vals := make([]byte, cv*uint64(f.Size))
-	var rec []byte
-	sc := scratchPool.Get().(*chunkScratch)
-	defer scratchPool.Put(sc)
+	h := d.Header()
+	vals := make([]byte, d.ChunkBytes())
+	crcs, lens := make([]uint32, 0, h.Chunks()), make([]uint64, 0, h.Chunks())
 	for c := range h.Chunks() {
-		oLo, oHi, _, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
-		rec = grow(rec, sHi-oLo)
-		if err := readAt(r, rec, oLo); err != nil {
+		v := vals[:h.chunkValues(c)*uint64(Fields[h.Field].Size)]
+		crc, n, err := d.DecodeChunks(c, c+1, v)
+		if err != nil {
 			return err
 		}
-		crc = codec.CombineChecksums(crc, crc32.Update(0, castagnoli, rec), uint64(len(rec)))
-		n := h.chunkValues(c)
-		v := vals[:n*uint64(f.Size)]
-		if err := decodeValues(tab, f, rec[:oHi-oLo], rec[oHi-oLo:], syms[:n], v, sc); err != nil {
-			return fmt.Errorf("chunk %d: %w", c, err)
-		}
-		if err := fn(c*cv*uint64(f.Size), v); err != nil {
+		crcs, lens = append(crcs, crc), append(lens, n)
+		if err := fn(c*d.ChunkBytes(), v); err != nil {
 			return err
 		}
 	}
-	if crc != h.Checksum {
-		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
-	}
-	return nil
+	return d.Check(crcs, lens)
 }
 
 // grow returns b resized to n bytes.
