@@ -9,6 +9,8 @@
 #   llama  an 8 GiB Llama-shaped checkpoint
 #   quick  the conformance suite, then base against this build on the
 #          size mix and a 12-layer MoE, 3 rounds
+#   entropy  entropy payloads loaded from the source and, with it gone,
+#          decoded on the host, beside fixed-rate payloads
 # Each dataset phase generates the checkpoint with this build, compresses
 # it with each build (the baseline writes index version 1, this build 2),
 # checks this build's load bit for bit, then alternates the builds for 3
@@ -119,6 +121,26 @@ quick) # conformance, then base against new on the mix and a 12-layer MoE
     done
     rm -rf /tmp/$name /tmp/$name.*
   done ;;
+entropy) # entropy payloads on the GPU: read from the source, and decoded
+  # on the host with the source gone, beside fixed-rate payloads and raw
+  "$D/splitzip" gen /tmp/ent --size 2GiB --shards 2 -q || fail gen
+  "$D/splitzip" compress /tmp/ent -o /tmp/ent.fixed --no-sync -q --self-contained || fail compress
+  "$D/splitzip" compress /tmp/ent -o /tmp/ent.entropy --codec entropy --no-sync -q --self-contained || fail compress
+  cat /tmp/ent/* /tmp/ent.*/objects/*/* >/dev/null
+  for r in 1 2; do
+    for c in fixed entropy; do
+      echo "ENTROPY r$r $c, source there: $("$D/splitzip" load /tmp/ent.$c | head -1 | grep -o '= [0-9.]* GB/s')"
+      echo "ENTROPY r$r $c, raw path: $("$D/splitzip" load /tmp/ent.$c --raw | head -1 | grep -o '= [0-9.]* GB/s')"
+    done
+  done
+  mv /tmp/ent /tmp/ent.gone
+  "$D/splitzip" load /tmp/ent.entropy --check | grep -E "^load|matches" || fail "entropy load without source"
+  for r in 1 2; do
+    for c in fixed entropy; do
+      echo "ENTROPY r$r $c, source gone: $("$D/splitzip" load /tmp/ent.$c | head -1 | grep -o '= [0-9.]* GB/s')"
+    done
+  done
+  rm -rf /tmp/ent.gone /tmp/ent.fixed /tmp/ent.entropy ;;
 moe) dataset moe --moe 64 --shards 8; rm -rf /tmp/moe /tmp/moe.base /tmp/moe.new ;;
 llama) dataset llama --size 8GiB --shards 4 ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
