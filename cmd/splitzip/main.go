@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -103,7 +104,7 @@ error), 2 usage error, 130 interrupted.`,
 			trace.Stop()
 		}
 	}
-	root.SetVersionTemplate(fmt.Sprintf("splitzip %s (payload format %d, cache index %d, C ABI %d)\n", version, codec.Version, shardcache.IndexVersion, abiVersion))
+	root.SetVersionTemplate(fmt.Sprintf("splitzip %s (payload format %d, entropy payload format %d, cache index %d, C ABI %d)\n", version, codec.Version, entropy.PayloadVersion, shardcache.IndexVersion, abiVersion))
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
