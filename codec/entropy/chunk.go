@@ -26,7 +26,21 @@ var ErrStream = errors.New("corrupt entropy-coded chunk")
 type Table struct {
 	MaxLen  int
 	Entries []uint16
-	multi   *multiTable // for MaxLen tables: several symbols a lookup
+	// multi, for MaxLen tables, decodes several symbols a lookup; it is
+	// built on the first full chunk (a small tensor has none).
+	multiOnce sync.Once
+	multi     *multiTable
+	single    bool // one symbol a lookup only (the reference path, tests)
+}
+
+// multiTable returns t's several-symbols table, building it once, or nil
+// for a table of another length limit.
+func (t *Table) multiTable() *multiTable {
+	if t.single || t.MaxLen != MaxLen || len(t.Entries) != 1<<MaxLen {
+		return nil
+	}
+	t.multiOnce.Do(func() { t.multi = newMultiTable(t.Entries) })
+	return t.multi
 }
 
 // NewTable returns c's decode table.
@@ -41,9 +55,6 @@ func NewTable(c *Code) *Table {
 		for v := lo; v < lo+1<<(c.MaxLen-l); v++ {
 			t.Entries[v] = uint16(s) | uint16(l)<<8
 		}
-	}
-	if t.MaxLen == MaxLen {
-		t.multi = newMultiTable(t.Entries)
 	}
 	return t
 }
@@ -247,8 +258,8 @@ func decodeChunk(t *Table, src []byte, bits int, dst []byte, sc *chunkScratch) (
 	k := copy(pad, src[:min(len(src), p/8+1)])
 	clear(pad[k:])
 	base := 0
-	if t.multi != nil && n == Lanes*laneSyms && L == Lanes && len(entries) == 1<<MaxLen {
-		if err := decodeLanes(t.multi, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes); err != nil {
+	if mt := t.multiTable(); mt != nil && n == Lanes*laneSyms && L == Lanes {
+		if err := decodeLanes(mt, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes); err != nil {
 			return 0, err
 		}
 		br.pos = p
