@@ -45,7 +45,7 @@ stored once.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.Output, "output", "o", "", "cache directory (created, or an existing cache to add to)")
 	f.IntVarP(&o.Jobs, "jobs", "j", 0, "tensors compressed at once (default: number of CPUs)")
-	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a BF16 tensor raw unless it shrinks by at least this fraction")
+	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a tensor raw unless its payload makes it at least this fraction smaller")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
 	addMemoryFlag(f, &o.Memory)
 	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (SplitZip BF16), entropy (every float dtype) or auto")
