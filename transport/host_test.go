@@ -98,19 +98,45 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 1, MinSaving: 0.03, NoSync: true, SelfContained: true, PackMax: -1, Codec: pipeline.CodecEntropy}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := shardcache.Open(cache)
+	// The same cache again, its tensor's object the version 1 payload.
+	c0, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src0 := c0.Index().Sources[0]
+	key := src0.Shards[0].Tensors[0].Key
+	o0, _ := c0.Lookup(key)
+	w, err := shardcache.Create(filepath.Join(dir, "cache1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SetPackMax(0)
+	w.SetNoSync(true)
+	if hk, err := w.PutBytes(head); err != nil || hk != src0.Shards[0].Header.Key {
+		t.Fatalf("header object %s, %v", hk, err)
+	}
+	obj, err := w.NewObject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.Write(v1); err != nil {
+		t.Fatal(err)
+	}
+	meta := *o0
+	meta.Size = uint64(len(v1))
+	if err := obj.Commit(key, &meta); err != nil {
+		t.Fatal(err)
+	}
+	w.SetSource(src0)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	c, err := shardcache.Open(filepath.Join(dir, "cache1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &c.Index().Sources[0]
-	key := s.Shards[0].Tensors[0].Key
-	loc, o, err := c.Locate(key)
-	if err != nil || o.Kind != shardcache.KindEntropy || o.Size != uint64(len(v1)) {
-		t.Fatalf("the object: %+v, %v (the golden version 1 payload has %d bytes)", o, err, len(v1))
-	}
-	if err := os.WriteFile(loc.Path, v1, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.RemoveAll(src); err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,9 @@ var ErrNotInPlace = fmt.Errorf("%w: entropy payload", codec.ErrNotInPlace)
 // payload fits in its values and, for every chunk c after the first, its
 // record starts no later than its values do (records' start plus index
 // entry c at most c times a chunk's bytes); the encoder sets the flag
-// then. The head (header, code lengths, chunk index) is set aside first,
-// as a GPU decoder is given it in a buffer of its own. A payload without
+// then. The head (header, code lengths) and the chunk index (at the end)
+// are set aside first, as a GPU decoder is given them in buffers of its
+// own. A payload without
 // the flag, damaged, or whose index breaks the invariant is refused
 // before anything is written; a chunk that fails to decode leaves buf
 // partly decoded and the call names it.
@@ -48,11 +49,12 @@ func DecodeInPlace(buf []byte, size uint64) error {
 		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
 	}
 	head := append([]byte(nil), p[:h.Others]...)
+	idx := append([]byte(nil), h.indexBytes(p)...)
 	tab, err := h.table(head)
 	if err != nil {
 		return err
 	}
-	at := h.indexOf(head)
+	at := indexAt(idx)
 	if err := h.checkIndex(at); err != nil { // the invariant included
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 // The entropy payload (docs/splitzip.md, "Entropy payloads"), version 2:
 //
 //	 0  magic "SZEN"          32  u64 offset of the chunk records
-//	 4  u16 version (2)       40  u64 reserved (0)
+//	 4  u16 version (2)       40  u64 offset of the chunk index
 //	 6  u16 header size (64)  48  u64 payload size
 //	 8  u64 values            56  u32 CRC-32C, this field zero (codec.Checksum)
 //	16  u32 values per chunk  60  u32 flags: bit 0, decodable in place
@@ -21,14 +21,16 @@ import (
 //	    u8 smallest symbol coded, u8 reserved
 //	24  u16 symbols coded (from the smallest), u16 and u32 reserved
 //	64  code lengths, 4 bits each, high nibble first
-//	    chunk index: chunks+1 u64 offsets of each chunk's record from the
-//	    records' start (the last is their total size)
 //	    (zero padding to 16)
 //	    the chunk records, one after another: a chunk's record is the
 //	    other bits of its values, Field.Other() bits each, packed most
 //	    significant bit first in value order and padded to a byte, then
 //	    its symbol chunk (EncodeChunk)
+//	    chunk index, at the end: chunks+1 u64 offsets of each chunk's
+//	    record from the records' start (the last is their total size)
 //
+// The index comes last so that the first records lie near the payload's
+// start, which decoding in place needs (DecodeInPlace).
 // A value is rebuilt from its symbol and its other bits: the bits below the
 // field, the field, the bits above it. Version 1 (still read) kept the
 // other bits of all values in one section (at offset 32) before all the
@@ -45,7 +47,7 @@ const (
 	headerSize = 64
 	offFields  = 20
 	offOthers  = 32 // version 1: the other bits; version 2: the records
-	offSymbols = 40 // version 1: the symbol chunks
+	offSymbols = 40 // version 1: the symbol chunks; version 2: the index
 	offSize    = 48
 	offCRC     = 56
 	offFlags   = 60
@@ -64,11 +66,14 @@ type PayloadHeader struct {
 	Field       int // index into Fields
 	MaxLen      int
 	Lo, Count   int // symbols Lo..Lo+Count-1 have code lengths
-	// Others is where the head (header, code lengths, index and padding)
-	// ends: the other bits start there in version 1, the chunk records in
-	// version 2. Symbols is where version 1's symbol chunks start.
+	// Others is where the head (header, code lengths, padding, and in
+	// version 1 the chunk index) ends: the other bits start there in
+	// version 1, the chunk records in version 2. Symbols is where version
+	// 1's symbol chunks start, Index where version 2's chunk index does
+	// (its last 8 x (chunks+1) bytes).
 	Others   uint64
 	Symbols  uint64
+	Index    uint64
 	Size     uint64
 	Checksum uint32
 	// InPlace is the flag of a version 2 payload the encoder found
@@ -167,16 +172,18 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	for c := range encs {
 		total += uint64(len(others[c]) + len(encs[c]))
 	}
+	index := total
+	total += 8 * uint64(chunks+1)
 	p := make([]byte, total)
-	pc.putHead(p, total)
+	pc.putHead(p, index, total)
 	pos := uint64(0)
 	for c := range encs {
-		binary.LittleEndian.PutUint64(p[pc.indexOff+8*uint64(c):], pos)
+		binary.LittleEndian.PutUint64(p[index+8*uint64(c):], pos)
 		pos += uint64(copy(p[pc.records+pos:], others[c]))
 		pos += uint64(copy(p[pc.records+pos:], encs[c]))
 	}
-	binary.LittleEndian.PutUint64(p[pc.indexOff+8*uint64(chunks):], pos)
-	pc.putFlags(p)
+	binary.LittleEndian.PutUint64(p[index+8*uint64(chunks):], pos)
+	pc.putFlags(p[:pc.records], p[index:])
 	binary.LittleEndian.PutUint32(p[offCRC:], codec.Checksum(p))
 	return p, nil
 }
@@ -187,8 +194,8 @@ type payloadCode struct {
 	n                 uint64
 	code              *Code
 	lengths           []uint8
-	lo, count         int    // the symbols with code lengths
-	indexOff, records uint64 // where the chunk index and the records start
+	lo, count int    // the symbols with code lengths
+	records   uint64 // where the records start
 }
 
 // newPayloadCode builds the code of n values of field Fields[fi] whose
@@ -213,15 +220,14 @@ func newPayloadCode(fi int, n uint64, freq []uint64) (*payloadCode, error) {
 		}
 	}
 	pc.count = hi - pc.lo + 1
-	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
-	pc.indexOff = uint64(headerSize) + uint64((pc.count+1)/2)
-	pc.records = align16(pc.indexOff + 8*(chunks+1))
+	pc.records = align16(uint64(headerSize) + uint64((pc.count+1)/2))
 	return pc, nil
 }
 
 // putHead writes the fixed header and the code lengths of a payload of
-// size bytes into p (the checksum and the chunk index are the caller's).
-func (pc *payloadCode) putHead(p []byte, size uint64) {
+// size bytes whose chunk index starts at index into p (the checksum and
+// the index are the caller's).
+func (pc *payloadCode) putHead(p []byte, index, size uint64) {
 	copy(p, PayloadMagic)
 	binary.LittleEndian.PutUint16(p[4:], PayloadVersion)
 	binary.LittleEndian.PutUint16(p[6:], headerSize)
@@ -230,19 +236,21 @@ func (pc *payloadCode) putHead(p []byte, size uint64) {
 	p[offFields], p[offFields+1], p[offFields+2] = byte(pc.fi), MaxLen, byte(pc.lo)
 	binary.LittleEndian.PutUint16(p[24:], uint16(pc.count))
 	binary.LittleEndian.PutUint64(p[offOthers:], pc.records)
+	binary.LittleEndian.PutUint64(p[offSymbols:], index)
 	binary.LittleEndian.PutUint64(p[offSize:], size)
 	for k := range pc.count {
 		p[headerSize+k/2] |= pc.lengths[pc.lo+k] << (4 * (1 - k%2))
 	}
 }
 
-// putFlags sets the in-place flag of a payload whose head (header and
-// chunk index) is written at the start of p, when it decodes in place.
-func (pc *payloadCode) putFlags(p []byte) {
+// putFlags sets the in-place flag in head, the payload's first bytes
+// (header, code lengths), when the payload with chunk index idx decodes
+// in place.
+func (pc *payloadCode) putFlags(head, idx []byte) {
 	h := PayloadHeader{Version: PayloadVersion, Values: pc.n, ChunkValues: codec.ChunkValues, Field: pc.fi,
-		Others: pc.records, Size: binary.LittleEndian.Uint64(p[offSize:])}
-	if h.inPlace(func(c uint64) uint64 { return binary.LittleEndian.Uint64(p[pc.indexOff+8*c:]) }) {
-		binary.LittleEndian.PutUint32(p[offFlags:], flagInPlace)
+		Others: pc.records, Size: binary.LittleEndian.Uint64(head[offSize:])}
+	if h.inPlace(indexAt(idx)) {
+		binary.LittleEndian.PutUint32(head[offFlags:], flagInPlace)
 	}
 }
 
@@ -284,21 +292,23 @@ func ParsePayloadHeader(p []byte) (PayloadHeader, error) {
 		return bad("%d symbols from %d", h.Count, h.Lo)
 	case p[offFields+3] != 0 || binary.LittleEndian.Uint16(p[26:]) != 0 || binary.LittleEndian.Uint32(p[28:]) != 0 ||
 		h.Version == 1 && binary.LittleEndian.Uint32(p[offFlags:]) != 0 ||
-		h.Version == 2 && (binary.LittleEndian.Uint32(p[offFlags:])&^flagInPlace != 0 || h.Symbols != 0):
+		h.Version == 2 && binary.LittleEndian.Uint32(p[offFlags:])&^flagInPlace != 0:
 		return bad("reserved fields are set")
 	case h.Values > 1<<48:
 		return bad("%d values", h.Values)
 	}
 	f := Fields[h.Field]
 	index := uint64(headerSize) + uint64((h.Count+1)/2)
-	others := align16(index + 8*(h.Chunks()+1))
 	if h.Version == 2 {
 		h.InPlace = binary.LittleEndian.Uint32(p[offFlags:])&flagInPlace != 0
-		if h.Others != others || h.Size < h.Others {
-			return bad("records at %d of %d bytes, want %d", h.Others, h.Size, others)
+		h.Index, h.Symbols = h.Symbols, 0
+		records, ix := align16(index), 8*(h.Chunks()+1)
+		if h.Others != records || h.Size < ix || h.Index != h.Size-ix || h.Index < h.Others {
+			return bad("records at %d and index at %d of %d bytes, want %d and %d", h.Others, h.Index, h.Size, records, h.Size-min(ix, h.Size))
 		}
 		return h, nil
 	}
+	others := align16(index + 8*(h.Chunks()+1))
 	otherBytes := (h.Values*uint64(f.Other()) + 7) / 8
 	if h.Others != others || h.Symbols != align16(others+otherBytes) || h.Size < h.Symbols {
 		return bad("sections at %d and %d of %d bytes, want %d and %d", h.Others, h.Symbols, h.Size, others, align16(others+otherBytes))
@@ -328,8 +338,8 @@ func (h *PayloadHeader) spans(c, at, next uint64) (oLo, oHi, sLo, sHi uint64, er
 		return
 	}
 	o := (h.chunkValues(c)*ob + 7) / 8
-	if at > next || next > h.Size-h.Others || next-at < o {
-		return 0, 0, 0, 0, fmt.Errorf("%w: chunk %d's record at [%d, %d) of %d record bytes, %d bytes of other bits", ErrPayload, c, at, next, h.Size-h.Others, o)
+	if at > next || next > h.Index-h.Others || next-at < o {
+		return 0, 0, 0, 0, fmt.Errorf("%w: chunk %d's record at [%d, %d) of %d record bytes, %d bytes of other bits", ErrPayload, c, at, next, h.Index-h.Others, o)
 	}
 	oLo = h.Others + at
 	return oLo, oLo + o, oLo + o, h.Others + next, nil
@@ -376,7 +386,7 @@ func Decode(dst, p []byte, workers int) error {
 	if err != nil {
 		return err
 	}
-	at := h.indexOf(p)
+	at := indexAt(h.indexBytes(p))
 	if err := h.checkIndex(at); err != nil {
 		return err
 	}
@@ -397,11 +407,18 @@ func Decode(dst, p []byte, workers int) error {
 	return errors.Join(errs...)
 }
 
-// indexOf returns entry c of the chunk index in head, the payload's
-// first h.Others bytes at least.
-func (h *PayloadHeader) indexOf(head []byte) func(c uint64) uint64 {
+// indexBytes returns the chunk index of the whole payload p.
+func (h *PayloadHeader) indexBytes(p []byte) []byte {
+	if h.Version == 2 {
+		return p[h.Index:h.Size]
+	}
 	index := uint64(headerSize) + uint64((h.Count+1)/2)
-	return func(c uint64) uint64 { return binary.LittleEndian.Uint64(head[index+8*c:]) }
+	return p[index : index+8*(h.Chunks()+1)]
+}
+
+// indexAt returns entry c of chunk index idx.
+func indexAt(idx []byte) func(c uint64) uint64 {
+	return func(c uint64) uint64 { return binary.LittleEndian.Uint64(idx[8*c:]) }
 }
 
 // checkIndex checks the chunk index at: the chunks' data start at the
@@ -410,7 +427,7 @@ func (h *PayloadHeader) indexOf(head []byte) func(c uint64) uint64 {
 // decodes in place.
 func (h *PayloadHeader) checkIndex(at func(c uint64) uint64) error {
 	chunks := h.Chunks()
-	data := h.Size - h.Others
+	data := h.Index - h.Others
 	if h.Version == 1 {
 		data = h.Size - h.Symbols
 	}

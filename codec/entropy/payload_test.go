@@ -50,7 +50,7 @@ func checkInPlace(t *testing.T, p, raw []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holds := h.inPlace(h.indexOf(p))
+	holds := h.inPlace(indexAt(h.indexBytes(p)))
 	if h.InPlace != holds {
 		t.Fatalf("in-place flag %v, the invariant %v", h.InPlace, holds)
 	}
@@ -284,7 +284,8 @@ func TestGoldenPayload(t *testing.T) {
 }
 
 // TestLargePayload round-trips a BF16 tensor of 2^31+3 values (about 17
-// GB of memory at its peak), past every 32-bit count and offset.
+// GB of memory at its peak), past every 32-bit count and offset, also
+// decoded in place.
 func TestLargePayload(t *testing.T) {
 	if os.Getenv("SPLITZIP_LARGE") == "" {
 		t.Skip("set SPLITZIP_LARGE=1 to round-trip an entropy payload of 2^31+3 values")
@@ -306,6 +307,14 @@ func TestLargePayload(t *testing.T) {
 	}
 	if !bytes.Equal(got, v) {
 		t.Fatal("decoded values differ")
+	}
+	clear(got)
+	copy(got, p)
+	if err := DecodeInPlace(got, uint64(len(p))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, v) {
+		t.Fatal("values decoded in place differ")
 	}
 }
 

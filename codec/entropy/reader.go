@@ -23,13 +23,14 @@ var ErrNoRecords = fmt.Errorf("%w: version 1 has no chunk records", ErrPayload)
 type Reader struct {
 	r    io.ReaderAt
 	h    PayloadHeader
-	head []byte
+	head []byte // header, code lengths, padding
+	idx  []byte // the chunk index
 	tab  *Table
 	at   func(c uint64) uint64
 }
 
-// NewReader reads the head of the payload of size bytes at r and checks
-// it (header, code lengths, chunk index). A version 1 payload is
+// NewReader reads the head and the chunk index of the payload of size
+// bytes at r and checks them (header, code lengths, index). A version 1 payload is
 // ErrNoRecords.
 func NewReader(r io.ReaderAt, size uint64) (*Reader, error) {
 	if size < headerSize {
@@ -48,14 +49,17 @@ func NewReader(r io.ReaderAt, size uint64) (*Reader, error) {
 	case h.Version != 2:
 		return nil, ErrNoRecords
 	}
-	d := &Reader{r: r, h: h, head: make([]byte, h.Others)}
+	d := &Reader{r: r, h: h, head: make([]byte, h.Others), idx: make([]byte, h.Size-h.Index)}
 	if err := readAt(r, d.head, 0); err != nil {
+		return nil, err
+	}
+	if err := readAt(r, d.idx, h.Index); err != nil {
 		return nil, err
 	}
 	if d.tab, err = h.table(d.head); err != nil {
 		return nil, err
 	}
-	d.at = h.indexOf(d.head)
+	d.at = indexAt(d.idx)
 	if err := h.checkIndex(d.at); err != nil {
 		return nil, err
 	}
@@ -122,7 +126,8 @@ func (d *Reader) Check(crcs []uint32, lens []uint64) error {
 		crc = codec.CombineChecksums(crc, crcs[i], lens[i])
 		total += lens[i]
 	}
-	if total != d.h.Size-d.h.Others || crc != d.h.Checksum {
+	crc = crc32.Update(crc, castagnoli, d.idx)
+	if total != d.h.Index-d.h.Others || crc != d.h.Checksum {
 		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
 	}
 	return nil

@@ -13,8 +13,8 @@ import (
 // in memory bounded by a chunk (not the tensor): the caller counts the
 // symbols first (Count, a pass over the tensor), then writes the values in
 // order. Each chunk's record (its other bits, then its symbol chunk) goes
-// to its place in w as the chunk fills; Close writes the header, code
-// lengths and chunk index and the checksum. The payload is byte for byte
+// to its place in w as the chunk fills; Close writes the chunk index
+// after the records, then the header, code lengths and checksum. The payload is byte for byte
 // what Encode writes.
 type Encoder struct {
 	w    io.WriterAt
@@ -143,17 +143,23 @@ func (e *Encoder) Close() (uint64, error) {
 		return 0, fmt.Errorf("entropy: %d of %d values written", e.done, e.n)
 	}
 	e.index = append(e.index, e.pos)
-	size := e.pc.records + e.pos
-	head := make([]byte, e.pc.records)
-	e.pc.putHead(head, size)
+	index := e.pc.records + e.pos
+	size := index + 8*uint64(len(e.index))
+	idx := make([]byte, 8*len(e.index))
 	for c, p := range e.index {
-		binary.LittleEndian.PutUint64(head[e.pc.indexOff+8*uint64(c):], p)
+		binary.LittleEndian.PutUint64(idx[8*c:], p)
 	}
-	e.pc.putFlags(head)
-	// CRC-32C of the whole payload, its field zero: the head, then the
-	// records' CRC folded in.
+	head := make([]byte, e.pc.records)
+	e.pc.putHead(head, index, size)
+	e.pc.putFlags(head, idx)
+	// CRC-32C of the whole payload, its field zero: the head, the
+	// records' CRC folded in, then the index.
 	crc := codec.CombineChecksums(crc32.Update(0, castagnoli, head), e.crc, e.pos)
+	crc = crc32.Update(crc, castagnoli, idx)
 	binary.LittleEndian.PutUint32(head[offCRC:], crc)
+	if _, err := e.w.WriteAt(idx, int64(index)); err != nil {
+		return 0, err
+	}
 	if _, err := e.w.WriteAt(head, 0); err != nil {
 		return 0, err
 	}
