@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -131,10 +132,20 @@ func TestEntropyCodecs(t *testing.T) {
 				return
 			}
 			o, _ := ca.Lookup(eKey)
-			cachetest.Flip(t, ca, eKey, int64(o.Size)-1, 0x01)
-			v := mustVerify(t, cache)
-			if v.OK() || !strings.Contains(v.Problems[0].Error, "checksum") {
-				t.Errorf("verify of a flipped entropy payload: %+v", v.Problems)
+			// The first record's first byte (other bits, or the chunk's
+			// mode for a field with none), then the index's last: every
+			// damage is found, by the checksum or before it.
+			pb, _, err := ca.ReadObject(eKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, at := range []int64{int64(binary.LittleEndian.Uint64(pb[32:])), int64(o.Size) - 1} {
+				restore := cachetest.Flip(t, ca, eKey, at, 0x01)
+				v := mustVerify(t, cache)
+				if v.OK() || !strings.Contains(v.Problems[0].Error, "checksum") && !strings.Contains(v.Problems[0].Error, "corrupt entropy") {
+					t.Errorf("verify with byte %d of an entropy payload flipped: %+v", at, v.Problems)
+				}
+				restore()
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/fixture"
@@ -49,23 +50,29 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 		t.Fatal("no entropy payload in the fixture")
 	}
 	hit, _ := c.LookupSlice(victim.Shard, victim.Offset, victim.Size)
-	restore := cachetest.Flip(t, c, hit.Tensor.Key, -1, 0x40)
-	for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
-		b := a.Bindings()[i]
-		switch {
-		case b == victim:
-			var te *Error
-			if !errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum) {
-				t.Errorf("corrupt entropy payload: %v", err)
+	o, _ := c.Lookup(hit.Tensor.Key)
+	// A byte of a record (other bits: caught by the checksum), and the
+	// chunk index's last byte (caught before anything is decoded).
+	for _, at := range []int64{int64(o.Size) / 4, -1} {
+		restore := cachetest.Flip(t, c, hit.Tensor.Key, at, 0x40)
+		for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
+			b := a.Bindings()[i]
+			switch {
+			case b == victim:
+				var te *Error
+				if !errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum) && !errors.Is(err, entropy.ErrPayload) && !errors.Is(err, entropy.ErrStream) {
+					t.Errorf("byte %d of a payload flipped: %v", at, err)
+				}
+			case err != nil:
+				t.Errorf("%s beside a corrupt payload: %v", b.Name, err)
 			}
-		case err != nil:
-			t.Errorf("%s beside a corrupt payload: %v", b.Name, err)
 		}
+		if victim.State() != vmm.Evicted {
+			t.Errorf("byte %d flipped: the binding is %v", at, victim.State())
+		}
+		restore()
+		st.Evict(a.Bindings()...)
 	}
-	if victim.State() != vmm.Evicted {
-		t.Errorf("corrupt payload's binding is %v", victim.State())
-	}
-	restore()
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
@@ -165,8 +172,8 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Evict(bs...)
-	restore := cachetest.Flip(t, c, key, -1, 0x20)
-	if err := st.FaultIn(context.Background(), bs)[0].Wait(); !errors.Is(err, codec.ErrChecksum) || bs[0].State() != vmm.Evicted {
+	restore := cachetest.Flip(t, c, key, -1, 0x20) // version 1: the last chunk's symbols
+	if err := st.FaultIn(context.Background(), bs)[0].Wait(); !errors.Is(err, codec.ErrChecksum) && !errors.Is(err, entropy.ErrStream) || bs[0].State() != vmm.Evicted {
 		t.Errorf("a corrupt version 1 payload: %v, state %v", err, bs[0].State())
 	}
 	restore()

@@ -190,10 +190,10 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 
 // payloadCode is a payload's code and the layout it implies.
 type payloadCode struct {
-	fi                int
-	n                 uint64
-	code              *Code
-	lengths           []uint8
+	fi        int
+	n         uint64
+	code      *Code
+	lengths   []uint8
 	lo, count int    // the symbols with code lengths
 	records   uint64 // where the records start
 }
