@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -245,4 +246,8 @@ func printLoad(g *globals, r *loadbench.Report) {
 	fmt.Fprintf(g.stdout, "  moved %s to the device; pinned %s, arena %s%s\n", human(r.MovedBytes), human(r.PinnedBytes), human(r.ArenaBytes), check)
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
+	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {
+		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: read raw from the source where it is there, decoded on the host where it is not (no GPU decoder reads them yet)\n",
+			count(r.EntropyTensors, "tensor"))
+	}
 }

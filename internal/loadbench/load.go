@@ -73,6 +73,10 @@ type Report struct {
 	Verify      time.Duration `json:"verify_ns"` // payload checksums
 	Submit      time.Duration `json:"submit_ns"` // enqueueing copies and decodes
 	Checked     bool          `json:"checked"`
+	// EntropyTensors counts the tensors stored as entropy payloads: read
+	// raw from their source, or decoded on the host without it (no GPU
+	// decoder reads them yet).
+	EntropyTensors int `json:"entropy_tensors"`
 	Settings    Settings      `json:"settings"`
 	Runs        []RunReport   `json:"runs"`
 }
@@ -172,6 +176,13 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	bs := arena.Bindings()
 	for _, b := range bs {
 		rep.RawBytes += b.Size
+	}
+	for _, sh := range src.Shards {
+		for _, t := range sh.Tensors {
+			if t.Stored == shardcache.StoredEntropy {
+				rep.EntropyTensors++
+			}
+		}
 	}
 	groups, firstGroup := layerGroups(bs, opts.FirstGroup)
 	for run := range opts.Repeat {
