@@ -76,9 +76,9 @@ type Report struct {
 	// EntropyTensors counts the tensors stored as entropy payloads: read
 	// raw from their source, or decoded on the host without it (no GPU
 	// decoder reads them yet).
-	EntropyTensors int `json:"entropy_tensors"`
-	Settings    Settings      `json:"settings"`
-	Runs        []RunReport   `json:"runs"`
+	EntropyTensors int         `json:"entropy_tensors"`
+	Settings       Settings    `json:"settings"`
+	Runs           []RunReport `json:"runs"`
 }
 
 // Settings are the runtime knobs a load ran with (Streams is the
