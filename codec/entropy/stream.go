@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 
 	"github.com/splitzip/splitzip/codec"
 )
@@ -114,12 +115,19 @@ func (e *Encoder) Write(raw []byte) error {
 func (e *Encoder) flushChunk() error {
 	v := len(e.chunk) / e.f.Size
 	syms := e.syms[:v]
-	if err := e.f.Symbols(syms, e.chunk); err != nil {
-		return err
+	var rec []byte
+	if e.f.DType == "BF16" && !e.f.Whole {
+		// Symbols and other bits in one pass: a byte of other bits a value.
+		rec = slices.Grow(e.obits.buf[:0], v)[:v]
+		splitBF16(syms, rec, e.chunk)
+	} else {
+		if err := e.f.Symbols(syms, e.chunk); err != nil {
+			return err
+		}
+		e.obits.buf = e.obits.buf[:0]
+		packInto(&e.obits, e.f, e.chunk)
+		rec = e.obits.flush()
 	}
-	e.obits.buf = e.obits.buf[:0]
-	packInto(&e.obits, e.f, e.chunk)
-	rec := e.obits.flush()
 	var err error
 	if rec, err = EncodeChunk(rec, e.code, syms, e.f.Bits); err != nil {
 		return err
