@@ -37,12 +37,15 @@ type Problem struct {
 
 // VerifyResult reports a Verify run.
 type VerifyResult struct {
-	Cache    string    `json:"cache"`
-	Decoder  string    `json:"decoder"`
-	Tensors  int       `json:"tensors"`
-	Payloads int       `json:"payloads"` // SplitZip payloads decoded and compared
-	Bytes    uint64    `json:"bytes"`    // source bytes compared
-	Problems []Problem `json:"problems"`
+	Cache    string `json:"cache"`
+	Decoder  string `json:"decoder"`
+	Tensors  int    `json:"tensors"`
+	Payloads int    `json:"payloads"` // payloads decoded and compared
+	// EntropyPayloads counts the payloads among them that are entropy
+	// payloads: decoded on the host whatever Decoder is.
+	EntropyPayloads int       `json:"entropy_payloads"`
+	Bytes           uint64    `json:"bytes"` // source bytes compared
+	Problems        []Problem `json:"problems"`
 	// Absent lists source shards that are not there: their tensors were
 	// checked against their content keys alone (a self-contained cache).
 	Absent   []string      `json:"absent_sources,omitempty"`
@@ -203,6 +206,9 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 				res.Bytes += t.Size
 				if payload {
 					res.Payloads++
+					if t.Stored == shardcache.StoredEntropy {
+						res.EntropyPayloads++
+					}
 				}
 				mu.Unlock()
 			}
