@@ -102,8 +102,8 @@ func TestEntropyCodecs(t *testing.T) {
 			if !strings.Contains(string(ix), wantVersion) {
 				t.Errorf("index is not %s", wantVersion)
 			}
-			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.entropy)+len(c.fixed) {
-				t.Fatalf("verify: %d payloads, %+v", v.Payloads, v.Problems)
+			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.entropy)+len(c.fixed) || v.EntropyPayloads != len(c.entropy) {
+				t.Fatalf("verify: %d payloads, %d entropy, %+v", v.Payloads, v.EntropyPayloads, v.Problems)
 			}
 			// gc keeps every payload the source uses.
 			w, err := shardcache.Create(cache)
