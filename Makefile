@@ -125,3 +125,4 @@ gpu-build: build
 	CGO_ENABLED=0 $(GO) test -c -o .dev/transport.test ./transport
 	CGO_ENABLED=0 $(GO) test -c -o .dev/loadbench.test ./internal/loadbench
 	CGO_ENABLED=0 $(GO) test -c -o .dev/loader.test ./loader
+	CGO_ENABLED=0 $(GO) test -c -o .dev/entropy.test ./codec/entropy

@@ -9,6 +9,7 @@
 #   llama  an 8 GiB Llama-shaped checkpoint
 #   quick  the conformance suite, then base against this build on the
 #          size mix and a 12-layer MoE, 3 rounds
+#   cpu    the entropy coder's benchmarks on the host cores (entropy.test)
 #   entropy  entropy payloads loaded from the source and, with it gone,
 #          decoded on the host, beside fixed-rate payloads
 # Each dataset phase generates the checkpoint with this build, compresses
@@ -121,6 +122,9 @@ quick) # conformance, then base against new on the mix and a 12-layer MoE
     done
     rm -rf /tmp/$name /tmp/$name.*
   done ;;
+cpu) # the entropy coder's CPU speed on the GPU machine's host cores
+  # (entropy.test from `make gpu-build`), one goroutine, 5 runs each
+  "$D/entropy.test" -test.run XXX -test.bench 'EncodePayload|DecodePayload|DecodeChunk' -test.benchtime 2s -test.count 5 -test.cpu 1 || fail entropy-bench ;;
 entropy) # entropy payloads on the GPU: read from the source, and decoded
   # on the host with the source gone, beside fixed-rate payloads and raw
   "$D/splitzip" gen /tmp/ent --size 2GiB --shards 2 -q || fail gen
