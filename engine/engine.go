@@ -66,7 +66,8 @@ type DecodeErrorer interface {
 var ErrInjected = errors.New("injected fault")
 
 // Work is what one Submit enqueues on a stream, in this order: the copy
-// of Src to Dst (none when Src is empty); then the in-place decode of the
+// of Src to Dst (none when Src is empty), or with N > 0 the copy of N
+// bytes of device memory at From to Dst; then the in-place decode of the
 // payload at Dst whose header is Decode (none when nil). With Items, Src
 // is a packed staging buffer instead: it starts with room for the item
 // table (ScatterTableBytes), which Submit fills after checking the items,
@@ -77,6 +78,8 @@ var ErrInjected = errors.New("injected fault")
 type Work struct {
 	Dst    DevPtr
 	Src    []byte
+	From   DevPtr
+	N      uint64
 	Decode *codec.Header
 	Items  []ScatterItem
 }

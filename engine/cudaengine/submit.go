@@ -229,7 +229,12 @@ func (e *Engine) enqueue(s int, w engine.Work) error {
 	if w.Items != nil {
 		return e.scatter(s, w.Src, w.Items)
 	}
-	if len(w.Src) > 0 {
+	switch {
+	case w.N > 0:
+		if err := e.timed(s, false, func() error { return e.ctx.CopyDtoDAsync(cuda.DevicePtr(w.Dst), cuda.DevicePtr(w.From), w.N, st) }); err != nil {
+			return err
+		}
+	case len(w.Src) > 0:
 		if err := e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(cuda.DevicePtr(w.Dst), w.Src, st) }); err != nil {
 			return err
 		}

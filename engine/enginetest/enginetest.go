@@ -1,12 +1,13 @@
 // Package enginetest is the conformance suite of engine.Engine: every
 // implementation runs it (hostengine in CI, cudaengine on a GPU machine),
 // so the transports can rely on one contract. It checks memory (reserve,
-// map, pinned buffers), copies and read-back, in-place decodes against the
-// Go reference, scatters of packed raw and payload items, ordering on one
-// stream, cross-stream waits, events that follow exactly their own
-// submission while many goroutines submit, and that a corrupt payload is
-// reported (by the event after its decode, or by engine.DecodeErrorer)
-// while later work still runs.
+// map, pinned buffers), copies from the host and within the device,
+// read-back, in-place decodes against the Go reference, scatters of
+// packed raw and payload items, ordering on one stream, cross-stream
+// waits, events that follow exactly their own submission while many
+// goroutines submit, and that a corrupt payload is reported (by the event
+// after its decode, or by engine.DecodeErrorer) while later work still
+// runs.
 package enginetest
 
 import (
@@ -29,6 +30,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		run  func(*testing.T, engine.Engine)
 	}{
 		{"CopyAndReadBack", copyAndReadBack},
+		{"CopyWithinDevice", copyWithinDevice},
 		{"OrderOnOneStream", orderOnOneStream},
 		{"WaitAcrossStreams", waitAcrossStreams},
 		{"ConcurrentSubmits", concurrentSubmits},
@@ -127,6 +129,24 @@ func copyAndReadBack(t *testing.T, e engine.Engine) {
 	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host}))
 	if got := readBack(t, e, r.base, len(r.host)); !bytes.Equal(got, r.host) {
 		t.Fatal("read-back differs from what was copied")
+	}
+}
+
+// copyWithinDevice copies device memory to device memory, then decodes
+// a payload copied so in place.
+func copyWithinDevice(t *testing.T, e engine.Engine) {
+	values, p, h := payload(t, 2*codec.ChunkValues+9)
+	a := alloc(t, e, uint64(len(values)))
+	b := alloc(t, e, uint64(len(values)))
+	copy(a.host, p)
+	wait(t, submit(t, e, 0, engine.Work{Dst: a.base, Src: a.host[:len(p)]}))
+	wait(t, submit(t, e, 1, engine.Work{Dst: b.base, From: a.base, N: uint64(len(p))}))
+	if got := readBack(t, e, b.base, len(p)); !bytes.Equal(got, p) {
+		t.Fatal("a copy within device memory differs")
+	}
+	wait(t, submit(t, e, 1, engine.Work{Dst: b.base, From: a.base, N: uint64(len(p)), Decode: &h}))
+	if got := readBack(t, e, b.base, len(values)); !bytes.Equal(got, values) {
+		t.Fatal("a payload copied within device memory and decoded in place differs")
 	}
 }
 

@@ -284,7 +284,10 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		its := append([]engine.ScatterItem(nil), w.Items...)
 		run = append(run, func() error { return e.timed(true, func() error { return e.scatter(w.Src, its) }) })
 	default:
-		if len(w.Src) > 0 {
+		switch {
+		case w.N > 0:
+			run = append(run, func() error { return e.timed(false, func() error { return e.copyDtoD(w.Dst, w.From, w.N) }) })
+		case len(w.Src) > 0:
 			run = append(run, func() error { return e.timed(false, func() error { return e.copyHtoD(w.Dst, w.Src) }) })
 		}
 		if w.Decode != nil {
@@ -321,6 +324,20 @@ func (e *Engine) copyHtoD(dst engine.DevPtr, src []byte) error {
 		return err
 	}
 	copy(d, src)
+	return nil
+}
+
+// copyDtoD runs a copy within device memory.
+func (e *Engine) copyDtoD(dst, src engine.DevPtr, n uint64) error {
+	from, err := e.mem(src, n)
+	if err != nil {
+		return err
+	}
+	to, err := e.mem(dst, n)
+	if err != nil {
+		return err
+	}
+	copy(to, from)
 	return nil
 }
 
