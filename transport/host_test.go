@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/fixture"
@@ -177,4 +179,81 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 		t.Errorf("a corrupt version 1 payload: %v, state %v", err, bs[0].State())
 	}
 	restore()
+}
+
+// TestDeviceResident: with the device tier, a streamed payload's
+// re-fault reads no file and copies nothing from the host (a copy within
+// the device and an in-place decode), bit for bit; small payloads come
+// back from pinned memory; a tier too small for a payload sends it the
+// usual way; the tier's memory is given back on Close.
+func TestDeviceResident(t *testing.T) {
+	c, s := llama(t)
+	specs := mustSpecs(t, c, s)
+	stage, err := PlanStaging(c, specs, 2, 0, false, 0)
+	if err != nil || stage.Device == 0 {
+		t.Fatalf("staging %+v, %v", stage, err)
+	}
+	for _, tierBytes := range []uint64{stage.Device, 1 << 16} {
+		var h2d atomic.Int64
+		eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Copy: func(_ engine.DevPtr, n int) error { h2d.Add(int64(n)); return nil }}))
+		a, err := vmm.New(eng, specs, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := NewRaw(eng, RawOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, err := NewSplitZip(eng, c, raw, SplitZipOptions{DeviceResident: true, DeviceBytes: tierBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := NewStore(eng, z)
+		bs := a.Bindings()
+		pz, _ := payloadBinding(t, c, a)
+		for run := range 3 {
+			h2d.Store(0)
+			for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+				if err != nil {
+					t.Fatalf("tier %d, run %d: %s: %v", tierBytes, run+1, bs[i].Name, err)
+				}
+			}
+			if err := CheckArena(eng, bs, s); err != nil {
+				t.Fatalf("tier %d, run %d: %v", tierBytes, run+1, err)
+			}
+			st.Evict(bs...)
+			// The largest payload alone: from the tier, nothing from the
+			// host, once it is there (and its object gone).
+			if run == 1 && tierBytes == stage.Device {
+				h2d.Store(0)
+				hit, _ := c.LookupSlice(pz.Shard, pz.Offset, pz.Size)
+				restore := cachetest.Flip(t, c, hit.Tensor.Key, 0, 0xff)
+				if err := st.FaultIn(context.Background(), []*vmm.Binding{pz})[0].Wait(); err != nil {
+					t.Fatalf("a re-fault from the tier read its object: %v", err)
+				}
+				restore()
+				if err := CheckArena(eng, []*vmm.Binding{pz}, s); err != nil {
+					t.Fatal(err)
+				}
+				if h2d.Load() != 0 {
+					t.Errorf("a re-fault from the tier copied %d bytes from the host", h2d.Load())
+				}
+				st.Evict(pz)
+			}
+		}
+		if tierBytes == stage.Device && z.DeviceBytes() == 0 {
+			t.Error("the tier holds no device memory")
+		}
+		if err := z.Close(); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		if n := eng.ReservedRanges(); n != 0 {
+			t.Errorf("tier %d: %d device ranges left after Close", tierBytes, n)
+		}
+		eng.Close()
+	}
+	if _, err := NewSplitZip(hostengine.New(1), c, nil, SplitZipOptions{DeviceResident: true}); !errors.Is(err, ErrOption) {
+		t.Errorf("a device tier of no bytes: %v", err)
+	}
 }

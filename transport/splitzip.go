@@ -33,6 +33,15 @@ type SplitZipOptions struct {
 	// take (Staging.Resident), pinned in blocks of that size (0: grown as
 	// payloads arrive).
 	ResidentBytes uint64
+	// DeviceResident keeps each streamed payload (above SmallBytes)
+	// compressed in device memory after its first upload, up to
+	// DeviceBytes (Staging.Device), so a re-fault copies it within the
+	// device and decodes it in place: no file read, no copy from the host.
+	// Payloads that do not fit take the usual path; small ones are kept
+	// in pinned memory, as with Resident, in blocks of ResidentBytes
+	// (Staging.SmallResident).
+	DeviceResident bool
+	DeviceBytes    uint64
 }
 
 // SplitZip uploads payloads from a cache and decodes them in place;
@@ -54,6 +63,7 @@ type SplitZip struct {
 	pack     *packer
 	res      *slab     // resident payloads
 	files    fileCache // packs that streamed payloads are read from
+	tier     *devTier  // DeviceResident's payloads
 }
 
 // sourceState is what SourceState said of a source shard.
@@ -77,6 +87,8 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 		return nil, badOption("RingPieces", opts.RingPieces, "0 (default) or more")
 	case opts.PackSlots < 0:
 		return nil, badOption("PackSlots", opts.PackSlots, "0 (default) or more")
+	case opts.DeviceResident && opts.DeviceBytes == 0:
+		return nil, badOption("DeviceBytes", 0, "the bytes the device tier may hold, with DeviceResident")
 	}
 	small, err := ResolveSmallBytes(opts.SmallBytes)
 	if err != nil {
@@ -89,8 +101,13 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	z := &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*payload{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
-	if opts.Resident {
+	if opts.Resident || opts.DeviceResident {
 		z.res.expect(opts.ResidentBytes)
+	}
+	if opts.DeviceResident {
+		if z.tier, err = newDevTier(eng, opts.DeviceBytes); err != nil {
+			return nil, err
+		}
 	}
 	return z, nil
 }
@@ -190,7 +207,7 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Object) smallItem {
 	key := t.hit.Tensor.Key
 	it := smallItem{i: t.i, b: t.b, stored: o.Size}
-	if z.opts.Resident {
+	if z.opts.Resident || z.opts.DeviceResident {
 		z.mu.Lock()
 		p := z.resident[key]
 		z.mu.Unlock()
@@ -216,7 +233,7 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 		if err != nil {
 			return nil, fmt.Errorf("%s (payload %s): %w", loc.Path, key, err)
 		}
-		if z.opts.Resident {
+		if z.opts.Resident || z.opts.DeviceResident {
 			if err := z.keep(key, b, h); err != nil {
 				return nil, err
 			}
@@ -300,6 +317,15 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 	case t.host:
 		// Not kept resident: a re-fault decodes again.
 		return z.hostDecode(ctx, t)
+	case z.tier != nil:
+		if p := z.tier.lookup(string(t.hit.Tensor.Key)); p != nil {
+			if 2*p.h.Values != t.b.Size {
+				return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*p.h.Values, t.b.Size)
+			}
+			// On the stream of its upload: after it, whatever else runs.
+			return z.eng.Submit(p.stream, engine.Work{Dst: t.b.Addr, From: p.ptr, N: p.h.Size, Decode: &p.h})
+		}
+		return z.stream(ctx, t)
 	case !z.opts.Resident:
 		return z.stream(ctx, t)
 	}
@@ -371,6 +397,15 @@ func (z *SplitZip) PinnedBytes() uint64 {
 	return z.pinned + z.pack.PinnedBytes() + z.res.pinnedBytes() + z.inner.PinnedBytes()
 }
 
+// DeviceBytes returns the device memory the device tier holds mapped
+// (DeviceResident).
+func (z *SplitZip) DeviceBytes() uint64 {
+	if z.tier == nil {
+		return 0
+	}
+	return z.tier.bytes()
+}
+
 // Close frees the pinned memory and closes the wrapped transport.
 func (z *SplitZip) Close() error {
 	z.pack.Close()
@@ -384,5 +419,14 @@ func (z *SplitZip) Close() error {
 	z.pinned = 0
 	z.mu.Unlock()
 	z.files.close()
+	// After the ring: every copy into the tier was from a staging piece,
+	// and freeing the ring waited for them.
+	if t := z.tier; t != nil {
+		z.tier = nil
+		if err := t.free(); err != nil {
+			z.inner.Close()
+			return err
+		}
+	}
 	return z.inner.Close()
 }

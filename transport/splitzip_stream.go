@@ -35,8 +35,21 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 		return nil, fmt.Errorf("%s: %w: a %s object of %d bytes", loc.Name, codec.ErrCorrupt, o.Kind, o.Size)
 	}
 	stream := z.streams.pick(z.eng)
+	// With the device tier, the payload's bytes go to a slot of its own,
+	// are kept there, and are copied within the device to the binding's
+	// range to be decoded; else straight to that range.
+	to, slot := t.b.Addr, vmm.Ptr(0)
+	if z.tier != nil {
+		p, ok, err := z.tier.alloc(o.Size)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			to, slot = p, p
+		}
+	}
 	if o.Size <= readPiece {
-		return z.streamOne(ctx, t, f, loc.Name, o.Size, stream)
+		return z.streamOne(ctx, t, f, loc.Name, o.Size, stream, to, slot)
 	}
 	sums := codec.NewPieceSums(o.Size, readPiece)
 	n := sums.Pieces()
@@ -73,7 +86,7 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 			// The pieces go on one stream, so the decode submitted after
 			// them runs after them all.
 			t2 := time.Now()
-			ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(off), Src: q})
+			ev, err := z.eng.Submit(stream, engine.Work{Dst: to + vmm.Ptr(off), Src: q})
 			if err != nil {
 				errs[i] = err
 				return
@@ -102,19 +115,39 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 	case !h.InPlace:
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
 	}
-	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Decode: &h})
+	ev, err := z.eng.Submit(stream, z.decodeWork(t, slot, o.Size, &h))
 	if err != nil {
 		return nil, err
 	}
+	z.keepOnDevice(key, slot, h, stream, ev)
 	// A failed copy reports through its own event.
 	return allFence(append(evs, ev)), nil
 }
 
-// streamOne uploads a payload of one staging piece: read and checked whole
-// before anything is enqueued, then its copy, its decode and one event in
-// one submission, where a payload of several pieces takes one per piece
-// and one for the decode.
-func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, size uint64, stream int) (Fence, error) {
+// decodeWork is the submission that decodes a payload whose bytes are in
+// the binding's range, or, copied there first, in slot of the device tier.
+func (z *SplitZip) decodeWork(t target, slot vmm.Ptr, size uint64, h *codec.Header) engine.Work {
+	if slot != 0 {
+		return engine.Work{Dst: t.b.Addr, From: slot, N: size, Decode: h}
+	}
+	return engine.Work{Dst: t.b.Addr, Decode: h}
+}
+
+// keepOnDevice records a payload uploaded into slot of the device tier
+// (nothing when slot is 0).
+func (z *SplitZip) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h codec.Header, stream int, ev engine.Event) {
+	if slot != 0 {
+		z.tier.keep(string(key), &devPayload{ptr: slot, h: h, stream: stream, ev: ev})
+	}
+}
+
+// streamOne uploads a payload of one staging piece to to (the binding's
+// range, or slot of the device tier): read and checked whole before
+// anything is enqueued, then its copy, its decode and one event in one
+// submission (two with the tier: the copy to the slot, then the copy
+// within the device and the decode), where a payload of several pieces
+// takes one per piece and one for the decode.
+func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, size uint64, stream int, to, slot vmm.Ptr) (Fence, error) {
 	// A slot first, then a read token: a reader waiting for a slot's
 	// last copy holds no token another could read with.
 	s := z.takeSlot()
@@ -140,11 +173,20 @@ func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
 	t0 := time.Now()
-	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Src: q, Decode: &h})
+	var ev engine.Event
+	if slot == 0 {
+		ev, err = z.eng.Submit(stream, engine.Work{Dst: to, Src: q, Decode: &h})
+	} else if ev, err = z.eng.Submit(stream, engine.Work{Dst: to, Src: q}); err == nil {
+		s.ev = ev // the copy from the staging piece
+		ev, err = z.eng.Submit(stream, z.decodeWork(t, slot, size, &h))
+	}
 	if err != nil {
 		return nil, err
 	}
-	s.ev = ev
+	if slot == 0 {
+		s.ev = ev
+	}
+	z.keepOnDevice(t.hit.Tensor.Key, slot, h, stream, ev)
 	submit := time.Since(t0)
 	z.mu.Lock()
 	z.stats.Read += rd

@@ -50,6 +50,10 @@ type need struct {
 	// blocks: its payloads (each once), or with raw its tensors, each
 	// rounded as slabBytes rounds it.
 	resident uint64
+	// device is what the device tier holds: the streamed payloads (each
+	// once), each rounded up to a binding's alignment; smallResident what
+	// the slab holds beside it, the small payloads.
+	device, smallResident uint64
 }
 
 // rawSlots is the raw ring: 16 MiB slots for the raw bytes, plus one.
@@ -84,6 +88,11 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 					if !seen[hit.Tensor.Key] {
 						seen[hit.Tensor.Key] = true
 						n.resident += slabBytes(o.Size)
+						if small <= 0 || o.Size > uint64(small) {
+							n.device += (o.Size + vmm.Align - 1) / vmm.Align * vmm.Align
+						} else {
+							n.smallResident += slabBytes(o.Size)
+						}
 					}
 				}
 			}
@@ -114,6 +123,10 @@ type Staging struct {
 	// (its buffers of up to 16 MiB, each rounded up to 16 bytes); larger
 	// buffers are pinned one by one. It is not staging and not capped.
 	Resident uint64
+	// Device is what the device tier of a load with DeviceResident holds:
+	// its streamed payloads, each once and aligned; SmallResident what
+	// such a load keeps in pinned memory beside it, its small payloads.
+	Device, SmallResident uint64
 }
 
 // PinnedBytes returns the pinned bytes of the rings: raw slots and, for a
@@ -136,7 +149,7 @@ func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64
 	readers = max(readers, 1)
 	n := stagingNeed(c, specs, small, raw)
 	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(piecesPerReader*readers+2, n.payloadPieces()), PackSlots: min(2*readers+2, n.packSlots()),
-		Resident: n.resident}
+		Resident: n.resident, Device: n.device, SmallResident: n.smallResident}
 	var capped uint64
 	if limit >= 0 {
 		capped = uint64(limit)

@@ -25,16 +25,19 @@ type loadOptions struct {
 	Device   string
 	Raw      bool
 	Resident bool
-	Repeat   int
-	Check    bool
-	Compare  int
-	Source   string
-	Readers  int
-	Streams  int
-	Small    int64
-	Ahead    int
-	Times    bool
-	Pinned   string
+	// DeviceResident keeps payloads in device memory (raw loads of a
+	// comparison keep theirs in pinned memory).
+	DeviceResident bool
+	Repeat         int
+	Check          bool
+	Compare        int
+	Source         string
+	Readers        int
+	Streams        int
+	Small          int64
+	Ahead          int
+	Times          bool
+	Pinned         string
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -55,6 +58,7 @@ SplitZip loads N times in one process and prints the ratio.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
 	f.BoolVar(&o.Resident, "resident", false, "keep payloads (raw bytes with --raw) in pinned memory: later repeats read no file")
+	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory)")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
 	f.IntVar(&o.Compare, "compare", 0, "alternate raw and SplitZip loads this many times and print the ratio")
@@ -122,7 +126,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
+	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	var total uint64
 	for _, sh := range src.Shards {
@@ -149,6 +153,11 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	for range o.Compare {
 		for _, raw := range []bool{true, false} {
 			lo.Raw = raw
+			if o.DeviceResident {
+				// Raw bytes have no device tier: their repeats come from
+				// pinned memory, as an offload runtime's would.
+				lo.Resident, lo.DeviceResident = raw, !raw
+			}
 			p.Start(map[bool]string{true: "loading raw", false: "loading SplitZip"}[raw], total)
 			rep, err := loadbench.Load(ctx, eng, c, src, lo)
 			if err != nil {
@@ -243,7 +252,11 @@ func printLoad(g *globals, r *loadbench.Report) {
 	if r.Checked {
 		check = "; arena matches the source bit for bit"
 	}
-	fmt.Fprintf(g.stdout, "  moved %s to the device; pinned %s, arena %s%s\n", human(r.MovedBytes), human(r.PinnedBytes), human(r.ArenaBytes), check)
+	tier := ""
+	if r.DeviceBytes > 0 {
+		tier = ", device tier " + human(r.DeviceBytes)
+	}
+	fmt.Fprintf(g.stdout, "  moved %s to the device; pinned %s%s, arena %s%s\n", human(r.MovedBytes), human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {

@@ -24,9 +24,13 @@ import (
 type Options struct {
 	Raw      bool // the raw transport only
 	Resident bool // keep bytes (payloads, or raw bytes with Raw) in pinned memory across repeats
-	Repeat   int  // fault everything in this many times (evicting in between)
-	Check    bool // read the arena back after the first run and compare with the source
-	Readers  int
+	// DeviceResident keeps the streamed payloads compressed in device
+	// memory across repeats (the small ones in pinned memory), so
+	// re-faults copy within the device and decode (not with Raw).
+	DeviceResident bool
+	Repeat         int  // fault everything in this many times (evicting in between)
+	Check          bool // read the arena back after the first run and compare with the source
+	Readers        int
 	// SmallBytes is the packing threshold (see transport.RawOptions.SmallBytes).
 	SmallBytes int64
 	// DeviceTimes times copies and decodes on the device (engines that
@@ -62,13 +66,16 @@ type RunReport struct {
 
 // Report is what Load measured.
 type Report struct {
-	Device      string        `json:"device"`
-	Mode        string        `json:"mode"` // "raw" or "splitzip", "+resident"
-	Tensors     int           `json:"tensors"`
-	RawBytes    uint64        `json:"raw_bytes"`
-	MovedBytes  uint64        `json:"moved_bytes"` // bytes copied to the device, all runs
-	ArenaBytes  uint64        `json:"arena_bytes"`
-	PinnedBytes uint64        `json:"pinned_bytes"`
+	Device      string `json:"device"`
+	Mode        string `json:"mode"` // "raw" or "splitzip", "+resident"
+	Tensors     int    `json:"tensors"`
+	RawBytes    uint64 `json:"raw_bytes"`
+	MovedBytes  uint64 `json:"moved_bytes"` // bytes copied to the device, all runs
+	ArenaBytes  uint64 `json:"arena_bytes"`
+	PinnedBytes uint64 `json:"pinned_bytes"`
+	// DeviceBytes is the device memory the device tier held
+	// (DeviceResident).
+	DeviceBytes uint64        `json:"device_tier_bytes,omitempty"`
 	Read        time.Duration `json:"read_ns"`   // summed over reader goroutines
 	Verify      time.Duration `json:"verify_ns"` // payload checksums
 	Submit      time.Duration `json:"submit_ns"` // enqueueing copies and decodes
@@ -107,6 +114,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		return nil, badOption("Ahead", opts.Ahead, "0 (default) or more")
 	case opts.Readers < 0:
 		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
+	case opts.DeviceResident && (opts.Raw || opts.Resident):
+		return nil, badOption("DeviceResident", true, "without Raw and Resident (the device tier holds payloads)")
 	}
 	small, err := transport.ResolveSmallBytes(opts.SmallBytes)
 	if err != nil {
@@ -151,8 +160,13 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 			return nil, err
 		}
 	} else {
+		resident := stage.Resident
+		if opts.DeviceResident {
+			resident = stage.SmallResident
+		}
 		z, err := transport.NewSplitZip(eng, c, raw, transport.SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
-			RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: stage.Resident})
+			RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
+			DeviceResident: opts.DeviceResident, DeviceBytes: stage.Device})
 		if err != nil {
 			raw.Close()
 			return nil, err
@@ -166,8 +180,11 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		t = z
 		mode = "splitzip"
 	}
-	if opts.Resident {
+	switch {
+	case opts.Resident:
 		mode += "+resident"
+	case opts.DeviceResident && !opts.Raw:
+		mode += "+device-resident"
 	}
 	defer t.Close()
 	st := transport.NewStore(eng, t)
@@ -265,6 +282,9 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	s := t.Stats()
 	rep.Read, rep.Verify, rep.Submit, rep.MovedBytes = s.Read, s.Verify, s.Submit, s.Bytes
 	rep.PinnedBytes = t.PinnedBytes()
+	if d, ok := t.(interface{ DeviceBytes() uint64 }); ok {
+		rep.DeviceBytes = d.DeviceBytes()
+	}
 	return rep, nil
 }
 

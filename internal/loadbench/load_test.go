@@ -29,6 +29,7 @@ func TestLoadBothPaths(t *testing.T) {
 		{Raw: true, Resident: true, Check: true, Repeat: 2},
 		{Check: true, Repeat: 2},
 		{Resident: true, Check: true, Repeat: 3},
+		{DeviceResident: true, Check: true, Repeat: 3},
 	} {
 		o.DeviceTimes = true
 		eng := hostengine.New(2)
@@ -43,6 +44,9 @@ func TestLoadBothPaths(t *testing.T) {
 			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode {
 				t.Errorf("%+v: run %d: device times %+v", o, i+1, r.Device)
 			}
+		}
+		if o.DeviceResident && (rep.DeviceBytes == 0 || rep.Mode != "splitzip+device-resident") {
+			t.Errorf("%+v: mode %s, device tier of %d bytes", o, rep.Mode, rep.DeviceBytes)
 		}
 		if !o.Raw && rep.MovedBytes >= rep.RawBytes*uint64(o.Repeat) {
 			t.Errorf("%+v: moved %d bytes for %d raw bytes in %d runs: payloads did not shrink", o, rep.MovedBytes, rep.RawBytes, o.Repeat)
@@ -65,7 +69,8 @@ func TestOptionsRefused(t *testing.T) {
 	c, src := llama(t)
 	eng := hostengine.New(2)
 	defer eng.Close()
-	for name, o := range map[string]Options{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}, "negative repeat": {Repeat: -1}} {
+	for name, o := range map[string]Options{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}, "negative repeat": {Repeat: -1},
+		"device tier with raw": {Raw: true, DeviceResident: true}, "both tiers": {Resident: true, DeviceResident: true}} {
 		if _, err := Load(context.Background(), eng, c, src, o); !errors.Is(err, transport.ErrOption) || !strings.Contains(err.Error(), "want") {
 			t.Errorf("%s: %v", name, err)
 		}
