@@ -9,6 +9,8 @@
 #   llama  an 8 GiB Llama-shaped checkpoint
 #   quick  the conformance suite, then base against this build on the
 #          size mix and a 12-layer MoE, 3 rounds
+#   tier   re-faults from the device tier (--device-resident) beside
+#          re-faults from pinned memory, Llama 8 GiB and a 12-layer MoE
 #   cpu    the entropy coder's benchmarks on the host cores (entropy.test)
 #   entropy  entropy payloads loaded from the source and, with it gone,
 #          decoded on the host, beside fixed-rate payloads
@@ -121,6 +123,19 @@ quick) # conformance, then base against new on the mix and a 12-layer MoE
       done
     done
     rm -rf /tmp/$name /tmp/$name.*
+  done ;;
+tier) # the device tier: SplitZip re-faults from payloads kept in device
+  # memory beside raw re-faults from pinned memory, and the resident mode
+  for ds in "llama --size 8GiB --shards 4" "moe12 --moe 64 --layers 12 --shards 4"; do
+    set -- $ds; name=$1; shift
+    "$D/splitzip" gen /tmp/$name "$@" -q && "$D/splitzip" compress /tmp/$name -o /tmp/$name.c --no-sync -q || fail gen
+    cat /tmp/$name/* /tmp/$name.c/objects/*/* >/dev/null
+    "$D/splitzip" load /tmp/$name.c --device-resident --repeat 2 --check | grep -E "run|matches|tier" || fail "$name device-resident load"
+    for r in 1 2; do
+      echo "TIER $name r$r device: $("$D/splitzip" bench load /tmp/$name.c --rounds 1 --device-resident --repeat 3 --device-times=false | grep compare)"
+      echo "TIER $name r$r pinned: $("$D/splitzip" bench load /tmp/$name.c --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+    done
+    rm -rf /tmp/$name /tmp/$name.c
   done ;;
 cpu) # the entropy coder's CPU speed on the GPU machine's host cores
   # (entropy.test from `make gpu-build`), one goroutine, 5 runs each
