@@ -105,6 +105,15 @@ func TestEntropyCodecs(t *testing.T) {
 			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.entropy)+len(c.fixed) || v.EntropyPayloads != len(c.entropy) {
 				t.Fatalf("verify: %d payloads, %d entropy, %+v", v.Payloads, v.EntropyPayloads, v.Problems)
 			}
+			ins, err := Inspect(cache, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range ins.DTypes {
+				if d.EntropyInPlace != d.Entropy || d.Entropy > 0 && d.BoundBits == 0 {
+					t.Errorf("%s: %d entropy payloads, %d decodable in place, bound %.3f", d.DType, d.Entropy, d.EntropyInPlace, d.BoundBits)
+				}
+			}
 			// gc keeps every payload the source uses.
 			w, err := shardcache.Create(cache)
 			if err != nil {

@@ -31,23 +31,26 @@ type TensorReport struct {
 	// kept as they are, when the cache records the statistics.
 	Field     string  `json:"field,omitempty"`
 	BoundBits float64 `json:"entropy_bound_bits,omitempty"`
-	Key       string  `json:"key"`
+	// InPlace says an entropy payload decodes in place (its flag).
+	InPlace bool   `json:"in_place,omitempty"`
+	Key     string `json:"key"`
 }
 
 // DTypeReport sums the tensors of one dtype: what they take raw and
 // stored, and the entropy bound over those with statistics.
 type DTypeReport struct {
-	DType        string  `json:"dtype"`
-	Tensors      int     `json:"tensors"`
-	SplitZip     int     `json:"splitzip_tensors"`
-	Entropy      int     `json:"entropy_tensors"`
-	Values       uint64  `json:"values"`
-	RawBytes     uint64  `json:"raw_bytes"`
-	StoredBytes  uint64  `json:"stored_bytes"`
-	BitsPerValue float64 `json:"bits_per_value"`
-	BoundBits    float64 `json:"entropy_bound_bits,omitempty"`
-	boundBits    float64 // summed over boundValues
-	boundValues  float64
+	DType          string  `json:"dtype"`
+	Tensors        int     `json:"tensors"`
+	SplitZip       int     `json:"splitzip_tensors"`
+	Entropy        int     `json:"entropy_tensors"`
+	EntropyInPlace int     `json:"entropy_in_place"` // of them, decodable in place
+	Values         uint64  `json:"values"`
+	RawBytes       uint64  `json:"raw_bytes"`
+	StoredBytes    uint64  `json:"stored_bytes"`
+	BitsPerValue   float64 `json:"bits_per_value"`
+	BoundBits      float64 `json:"entropy_bound_bits,omitempty"`
+	boundBits      float64 // summed over boundValues
+	boundValues    float64
 }
 
 // SourceReport sums one source.
@@ -154,7 +157,7 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 		r.Coverage, r.EscapeRate, r.ExponentEntropy = o.Coverage, o.EscapeRate, o.Entropy
 		r.RawChunks, r.Codebook = o.RawChunks, o.Codebook
 	case t.Stored == shardcache.StoredEntropy && o != nil:
-		r.StoredBytes, r.Field, r.ExponentEntropy = o.Size, o.Field, o.Entropy
+		r.StoredBytes, r.Field, r.ExponentEntropy, r.InPlace = o.Size, o.Field, o.Entropy, o.InPlace
 		if f, ok := entropy.FieldNamed(o.Field); ok {
 			r.BoundBits = float64(f.Other()) + o.Entropy
 		}
@@ -181,6 +184,9 @@ func (d *DTypeReport) add(r *TensorReport) {
 		d.SplitZip++
 	case shardcache.StoredEntropy:
 		d.Entropy++
+		if r.InPlace {
+			d.EntropyInPlace++
+		}
 	}
 	if r.BoundBits > 0 {
 		d.boundBits += r.BoundBits * float64(r.Values)

@@ -58,6 +58,13 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%.3f\t%s\n", d.DType, d.Tensors, d.SplitZip, d.Entropy, human(d.RawBytes), human(d.StoredBytes), d.BitsPerValue, bound(d.BoundBits))
 	}
 	tw.Flush()
+	var ent, inPlace int
+	for _, d := range res.DTypes {
+		ent, inPlace = ent+d.Entropy, inPlace+d.EntropyInPlace
+	}
+	if ent > 0 {
+		fmt.Fprintf(w, "entropy payloads: %d of %d decodable in place (none decoded on the GPU yet)\n", inPlace, ent)
+	}
 	fmt.Fprintf(w, "total: %s (%s), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s in %s\n",
 		count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
 		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), count(res.Objects, "object"), human(res.ObjectBytes),
