@@ -23,15 +23,21 @@ import (
 func (z *SplitZip) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
 	key := hit.Tensor.Key
 	return smallItem{i: i, b: b, stored: b.Size, fill: func(dst []byte) (*codec.Header, error) {
-		p, o, err := z.cache.ReadObject(key)
-		switch {
-		case err != nil:
+		// Its pack kept open (many small payloads share one).
+		loc, o, r, closeFile, err := z.openPayload(key)
+		if err != nil {
 			return nil, err
-		case o.Kind != shardcache.KindEntropy:
-			return nil, fmt.Errorf("payload %s: a %s object, the tensor is an entropy payload", key, o.Kind)
+		}
+		defer closeFile()
+		if o.Kind != shardcache.KindEntropy || o.Size > uint64(len(dst)) { // compress stores no payload larger than its tensor
+			return nil, fmt.Errorf("%s: a %s object of %d bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.Size, len(dst))
+		}
+		p := make([]byte, o.Size)
+		if _, err := r.ReadAt(p, 0); err != nil {
+			return nil, fmt.Errorf("%s: %w", loc.Name, err)
 		}
 		if err := entropy.Decode(dst, p, 1); err != nil {
-			return nil, fmt.Errorf("payload %s: %w", key, err)
+			return nil, fmt.Errorf("%s: %w", loc.Name, err)
 		}
 		return nil, nil
 	}}
