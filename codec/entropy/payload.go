@@ -316,6 +316,12 @@ func ParsePayloadHeader(p []byte) (PayloadHeader, error) {
 	return h, nil
 }
 
+// maxChunkOverhead bounds the bytes a chunk's encoding takes beyond its
+// symbols at one byte each: a mode byte and a raw chunk's last partial
+// byte, or a coded chunk's header and lane lengths (smaller than raw, or
+// the encoder stores it raw).
+const maxChunkOverhead = 64
+
 // chunkValues returns the values of chunk c.
 func (h *PayloadHeader) chunkValues(c uint64) uint64 {
 	cv := uint64(h.ChunkValues)
@@ -332,13 +338,16 @@ func (h *PayloadHeader) spans(c, at, next uint64) (oLo, oHi, sLo, sHi uint64, er
 		otherBytes := (h.Values*ob + 7) / 8
 		oLo, oHi = h.Others+c*uint64(h.ChunkValues)*ob/8, h.Others+min(otherBytes, ((c*uint64(h.ChunkValues)+h.chunkValues(c))*ob+7)/8)
 		sLo, sHi = h.Symbols+at, h.Symbols+next
-		if at > next || next > h.Size-h.Symbols {
+		if at > next || next > h.Size-h.Symbols || next-at > h.chunkValues(c)+maxChunkOverhead {
 			err = fmt.Errorf("%w: chunk %d at [%d, %d) of %d symbol bytes", ErrPayload, c, at, next, h.Size-h.Symbols)
 		}
 		return
 	}
 	o := (h.chunkValues(c)*ob + 7) / 8
-	if at > next || next > h.Index-h.Others || next-at < o {
+	// No record is larger than its values and a little (the encoder
+	// stores a chunk raw rather than let it grow), which bounds what a
+	// decoder reads for a chunk whatever the index says.
+	if at > next || next > h.Index-h.Others || next-at < o || next-at > h.chunkValues(c)*uint64(f.Size)+maxChunkOverhead {
 		return 0, 0, 0, 0, fmt.Errorf("%w: chunk %d's record at [%d, %d) of %d record bytes, %d bytes of other bits", ErrPayload, c, at, next, h.Index-h.Others, o)
 	}
 	oLo = h.Others + at

@@ -253,7 +253,7 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	defer scratchPool.Put(sc)
 	for c := range chunks {
 		a, b := at(c), at(c+1)
-		if a > b || b > symBytes || a != 0 && c == 0 {
+		if a > b || b > symBytes || a != 0 && c == 0 || b-a > h.chunkValues(c)+maxChunkOverhead {
 			return fmt.Errorf("%w: chunk %d at [%d, %d) of %d symbol bytes", ErrPayload, c, a, b, symBytes)
 		}
 		lo, hi := c*cv, min(h.Values, (c+1)*cv)
