@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -74,38 +73,24 @@ func (z *SplitZip) hostDecode(ctx context.Context, t target) (Fence, error) {
 	chunks := h.Chunks()
 	pieces := (chunks + step - 1) / step
 	crcs, lens := make([]uint32, pieces), make([]uint64, pieces)
-	errs := make([]error, pieces)
 	evs := make(allFence, pieces)
 	stream := z.streams.pick(z.eng)
-	var wg sync.WaitGroup
-	for i := range pieces {
-		z.io <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-z.io }()
-			s := z.takeSlot()
-			defer func() { z.ring <- s }()
-			if err := ctx.Err(); err != nil {
-				errs[i] = err
-				return
-			}
-			c0, c1 := i*step, min(chunks, (i+1)*step)
-			off := c0 * per
-			q := s.buf[:min(t.b.Size, c1*per)-off]
-			var err error
-			if crcs[i], lens[i], err = d.DecodeChunks(c0, c1, q); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", loc.Name, err)
-				return
-			}
-			ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(off), Src: q})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			s.ev, evs[i] = ev, ev
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = z.eachPiece(ctx, int(pieces), func(i int, s *slot) error {
+		c0, c1 := uint64(i)*step, min(chunks, uint64(i+1)*step)
+		off := c0 * per
+		q := s.buf[:min(t.b.Size, c1*per)-off]
+		var err error
+		if crcs[i], lens[i], err = d.DecodeChunks(c0, c1, q); err != nil {
+			return fmt.Errorf("%s: %w", loc.Name, err)
+		}
+		ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(off), Src: q})
+		if err != nil {
+			return err
+		}
+		s.ev, evs[i] = ev, ev
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	if err := d.Check(crcs, lens); err != nil {
