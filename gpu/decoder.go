@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu/cuda"
 )
 
@@ -54,6 +55,12 @@ type Decoder struct {
 	bufCap  uint64
 	payload cuda.DevicePtr
 	payCap  uint64
+
+	// The entropy decoder, loaded on first use, and the copy of an
+	// in-place entropy payload's chunk index.
+	ent    *entropyKernel
+	idx    cuda.DevicePtr
+	idxCap uint64
 }
 
 // NewDecoder loads the kernel into ctx.
@@ -99,12 +106,15 @@ func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
 // Close frees the decoder's device memory and module.
 func (d *Decoder) Close() error {
 	d.ctx.StreamSynchronize(d.stream)
-	for _, p := range []cuda.DevicePtr{d.ctrl, d.flags, d.buf, d.payload} {
+	for _, p := range []cuda.DevicePtr{d.ctrl, d.flags, d.buf, d.payload, d.idx} {
 		if p != 0 {
 			d.ctx.Free(p)
 		}
 	}
 	d.ctx.DestroyStream(d.stream)
+	if d.ent != nil {
+		d.ctx.UnloadModule(d.ent.mod)
+	}
 	return d.ctx.UnloadModule(d.mod)
 }
 
@@ -138,24 +148,10 @@ func (d *Decoder) launch(dst, src cuda.DevicePtr, h *codec.Header, inPlace bool,
 	if N == 0 {
 		return nil
 	}
-	if inPlace && N > d.flagCap {
-		// Flags of earlier launches may still be in use on s.
-		if err := d.ctx.StreamSynchronize(s); err != nil {
+	if inPlace {
+		if err := d.growFlags(N, s); err != nil {
 			return err
 		}
-		if d.flags != 0 {
-			d.ctx.Free(d.flags)
-			d.flags, d.flagCap = 0, 0
-		}
-		p, err := d.ctx.Alloc(4 * N)
-		if err != nil {
-			return err
-		}
-		if err := d.ctx.MemsetD8Async(p, 0, 4*N, s); err != nil {
-			d.ctx.Free(p)
-			return err
-		}
-		d.flags, d.flagCap = p, N
 	}
 	d.epoch++
 	if d.epoch == 0 {
@@ -169,6 +165,31 @@ func (d *Decoder) launch(dst, src cuda.DevicePtr, h *codec.Header, inPlace bool,
 	}
 	grid := uint32(min(uint64(d.maxGrid), N))
 	return d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, dynSmem, s, unsafe.Pointer(&pr))
+}
+
+// growFlags makes room for the in-place flags of N chunks (d.mu held).
+func (d *Decoder) growFlags(N uint64, s cuda.Stream) error {
+	if N <= d.flagCap {
+		return nil
+	}
+	// Flags of earlier launches may still be in use on s.
+	if err := d.ctx.StreamSynchronize(s); err != nil {
+		return err
+	}
+	if d.flags != 0 {
+		d.ctx.Free(d.flags)
+		d.flags, d.flagCap = 0, 0
+	}
+	p, err := d.ctx.Alloc(4 * N)
+	if err != nil {
+		return err
+	}
+	if err := d.ctx.MemsetD8Async(p, 0, 4*N, s); err != nil {
+		d.ctx.Free(p)
+		return err
+	}
+	d.flags, d.flagCap = p, N
+	return nil
 }
 
 // TakeError waits for s, returns the kernel error bits reported since the
@@ -193,7 +214,8 @@ func (d *Decoder) TakeError(s cuda.Stream) error {
 		bit  uint32
 		what string
 	}{{errTable, "bad table or entry"}, {errEscape, "bad escape position"}, {errReaders, "bad reader range"},
-		{errItem, "scatter item out of range"}} {
+		{errItem, "scatter item out of range"}, {errEntropyIndex, "bad entropy chunk index"},
+		{errEntropyStream, "corrupt entropy-coded chunk"}} {
 		if bits&f.bit != 0 {
 			why = append(why, f.what)
 		}
@@ -205,10 +227,15 @@ func (d *Decoder) TakeError(s cuda.Stream) error {
 func (d *Decoder) Name() string { return "gpu" }
 
 // Decode decodes a payload held in host memory into dst on the GPU: the
-// payload is checked on the host (header and checksum), copied to the
-// start of a device buffer of the decoded size, decoded there in place
-// (out of place when the payload lacks the in-place flag), and copied back.
+// payload is checked on the host (header and checksum; for an entropy
+// payload its code and chunk index too), copied to the start of a device
+// buffer of the decoded size, decoded there in place (out of place when
+// the payload lacks the in-place flag), and copied back. It takes SplitZip
+// and entropy (version 2) payloads.
 func (d *Decoder) Decode(dst, payload []byte) error {
+	if len(payload) >= 4 && string(payload[:4]) == entropy.PayloadMagic {
+		return d.decodeEntropy(dst, payload)
+	}
 	h, err := codec.ParseHeader(payload)
 	if err != nil {
 		return err

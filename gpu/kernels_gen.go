@@ -2,9 +2,12 @@
 
 package gpu
 
-// Stamp of decode.fatbin: built by nvcc 13.0 from decode.cu.
+// Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
+// decode.cu and entropy.cu.
 const (
-	decodeSourceSHA256 = "62cf288aa03bf81713ce5c503f8084fa862b694695d9572882727c174d3fe136"
-	decodeFatbinSHA256 = "dc7f40f4030b1352c171e298b1311e8ea6c32b524f84b697d53b283cd42d477c"
-	decodeNVCCVersion  = "13.0"
+	decodeSourceSHA256  = "62cf288aa03bf81713ce5c503f8084fa862b694695d9572882727c174d3fe136"
+	decodeFatbinSHA256  = "dc7f40f4030b1352c171e298b1311e8ea6c32b524f84b697d53b283cd42d477c"
+	entropySourceSHA256 = "75b5335b947c21821c3a6da321d2b591f4749454a5d09941dae29df889a13ac5"
+	entropyFatbinSHA256 = "659f45ab65c5fdc41db52c54ef88e4436872a1e996b197055bda3f65c7458df2"
+	kernelsNVCCVersion  = "13.0"
 )

@@ -7,22 +7,30 @@ import (
 	"testing"
 )
 
-// TestKernelStamp fails when decode.cu changed without `make kernels`, or
-// when decode.fatbin is not the file the stamp was made for, so a stale
-// kernel binary cannot land.
+// TestKernelStamp fails when a kernel source changed without `make
+// kernels`, or when a fatbin is not the file its stamp was made for, so a
+// stale kernel binary cannot land.
 func TestKernelStamp(t *testing.T) {
-	src, err := os.ReadFile("decode.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := sum(src); got != decodeSourceSHA256 {
-		t.Errorf("decode.cu has SHA-256 %s, the fatbin was built from %s: run make kernels on a machine with nvcc", got, decodeSourceSHA256)
-	}
-	if got := sum(decodeFatbin); got != decodeFatbinSHA256 {
-		t.Errorf("decode.fatbin has SHA-256 %s, kernels_gen.go stamps %s", got, decodeFatbinSHA256)
-	}
-	if len(decodeFatbin) < 1024 {
-		t.Errorf("decode.fatbin is %d bytes: not a built kernel", len(decodeFatbin))
+	for _, k := range []struct {
+		src, srcSum, binSum string
+		bin                 []byte
+	}{
+		{"decode.cu", decodeSourceSHA256, decodeFatbinSHA256, decodeFatbin},
+		{"entropy.cu", entropySourceSHA256, entropyFatbinSHA256, entropyFatbin},
+	} {
+		src, err := os.ReadFile(k.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sum(src); got != k.srcSum {
+			t.Errorf("%s has SHA-256 %s, its fatbin was built from %s: run make kernels on a machine with nvcc", k.src, got, k.srcSum)
+		}
+		if got := sum(k.bin); got != k.binSum {
+			t.Errorf("the fatbin of %s has SHA-256 %s, kernels_gen.go stamps %s", k.src, got, k.binSum)
+		}
+		if len(k.bin) < 1024 {
+			t.Errorf("the fatbin of %s is %d bytes: not a built kernel", k.src, len(k.bin))
+		}
 	}
 }
 

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/gpubench"
 )
 
@@ -14,6 +16,8 @@ type benchOptions struct {
 	Sizes  string
 	Runs   int
 	Device int
+	Codec  string // decode: fixed or entropy
+	DTypes string // decode --codec entropy: dtypes, comma separated
 }
 
 func newBenchCommand(g *globals) *cobra.Command {
@@ -30,13 +34,21 @@ out of place, with CUDA events, a warm-up round and the median of --runs
 launches, rotating buffers to exceed the L2 cache. In the same run it measures
 the device-to-device copy rate (2 GiB, bytes read plus written) and reports
 decode GB/s (raw BF16 bytes per second) as a fraction of the ceiling that rate
-implies (1.5 bytes read and 2 written per value).`,
+implies (1.5 bytes read and 2 written per value).
+
+With --codec entropy it times the entropy decoder instead, on trained-looking
+tensors of each --dtype (N(0, 0.02) BF16, rounded to F16, F32 with full
+mantissas, cast to FP8 with per-row scales; FP8 both as exponents and as
+whole bytes), reporting raw bytes per second against the ceiling the copy
+rate implies for the payload read and the values written.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error { return runBenchDecode(g, d) },
 	}
 	dec.Flags().StringVar(&d.Sizes, "size", "512MiB", "tensor sizes, comma separated")
 	dec.Flags().IntVar(&d.Runs, "runs", 30, "timed launches per configuration (at least 20)")
 	dec.Flags().IntVar(&d.Device, "device", 0, "GPU ordinal")
+	dec.Flags().StringVar(&d.Codec, "codec", "fixed", "payloads to time: fixed (SplitZip) or entropy")
+	dec.Flags().StringVar(&d.DTypes, "dtype", "BF16", "with --codec entropy: dtypes, comma separated (BF16, F16, F32, F8_E4M3, F8_E5M2)")
 	var h benchOptions
 	h2d := &cobra.Command{
 		Use:   "h2d",
@@ -71,11 +83,27 @@ func runBenchDecode(g *globals, o benchOptions) error {
 	if o.Runs < 20 {
 		return usageError{fmt.Errorf("--runs must be at least 20")}
 	}
+	var dtypes []string
+	switch o.Codec {
+	case "fixed":
+	case "entropy":
+		for _, dt := range strings.Split(o.DTypes, ",") {
+			if !slices.Contains(gpubench.EntropyDTypes, dt) {
+				return usageError{fmt.Errorf("--dtype %q: want some of %s", dt, strings.Join(gpubench.EntropyDTypes, ", "))}
+			}
+			dtypes = append(dtypes, dt)
+		}
+	default:
+		return usageError{fmt.Errorf("--codec %q: want fixed or entropy", o.Codec)}
+	}
 	ctx, err := openGPU(o.Device)
 	if err != nil {
 		return err
 	}
 	defer ctx.Close()
+	if o.Codec == "entropy" {
+		return benchDecodeEntropy(g, ctx, dtypes, sizes, o.Runs)
+	}
 	rep, err := gpubench.BenchDecode(ctx, sizes, o.Runs)
 	if err != nil {
 		return err
@@ -89,6 +117,23 @@ func runBenchDecode(g *globals, o benchOptions) error {
 	for _, r := range rep.Results {
 		fmt.Fprintf(w, "%-10s %-12s %10s  median %9.1f us  min %9.1f us  %7.0f GB/s  %.3f of ceiling  (%d runs, %d buffer sets)\n",
 			r.Data, r.Mode, human(r.RawBytes), r.MedianUs, r.MinUs, r.GBps, r.OfCeiling, r.Runs, r.SetsRotate)
+	}
+	return nil
+}
+
+func benchDecodeEntropy(g *globals, ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) error {
+	rep, err := gpubench.BenchEntropy(ctx, dtypes, sizes, runs)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "bench_decode_entropy", rep)
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "%s: device-to-device copy %.0f GB/s (read+write, %s)\n", rep.Device, rep.CopyGBps, human(rep.CopyBytes))
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%-16s %-12s %10s  %6.3f bits/value  median %9.1f us  min %9.1f us  %7.0f GB/s  ceiling %5.0f  %.3f of it  (%d runs, %d buffer sets)\n",
+			r.Field, r.Mode, human(r.RawBytes), r.BitsValue, r.MedianUs, r.MinUs, r.GBps, r.CeilingGBps, r.OfCeiling, r.Runs, r.SetsRotate)
 	}
 	return nil
 }

@@ -15,6 +15,9 @@ const (
 	AttrClockRate            = 13
 	AttrMemoryClockRate      = 36
 	AttrGlobalMemoryBusWidth = 37
+	// AttrMaxSharedPerBlockOptin is the shared memory a block may use
+	// after opting in (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).
+	AttrMaxSharedPerBlockOptin = 97
 )
 
 // Context is a device's primary context, the one the CUDA runtime (and so

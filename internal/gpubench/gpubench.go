@@ -6,6 +6,7 @@ package gpubench
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 
@@ -159,6 +160,33 @@ func timeRuns(ctx *cuda.Context, s cuda.Stream, runs, sets int, prepare func() e
 }
 
 func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *codec.Header, inPlace bool, sets, runs int) (*DecodeResult, error) {
+	l := launcher{
+		inPlace: func(b cuda.DevicePtr) error { return d.LaunchInPlace(b, h, s) },
+		out:     func(dst, src cuda.DevicePtr) error { return d.LaunchOutOfPlace(dst, src, h, s) },
+		errs:    func() error { return d.TakeError(s) },
+	}
+	times, err := timeDecode(ctx, s, v, p, inPlace, sets, runs, l)
+	if err != nil {
+		return nil, err
+	}
+	n := uint64(len(v))
+	med, mn := median(times), minimum(times)
+	return &DecodeResult{Mode: modeName(inPlace), RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
+		MedianUs: med * 1e3, MinUs: mn * 1e3, GBps: float64(n) / (med * 1e-3) / 1e9, SetsRotate: sets}, nil
+}
+
+// launcher is a decoder's launches for timeDecode.
+type launcher struct {
+	inPlace func(buf cuda.DevicePtr) error
+	out     func(dst, src cuda.DevicePtr) error
+	errs    func() error // the kernel's errors, once the stream is done
+}
+
+// timeDecode times the decode of payload p into the values v, in place
+// or out of place, rotating among sets of buffers (in place, the payload
+// is copied back into each before every round, untimed), and checks that
+// the last output is v.
+func timeDecode(ctx *cuda.Context, s cuda.Stream, v, p []byte, inPlace bool, sets, runs int, l launcher) ([]float64, error) {
 	n := uint64(len(v))
 	pristine, err := ctx.Alloc(uint64(len(p)))
 	if err != nil {
@@ -175,7 +203,6 @@ func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *
 		}
 		defer ctx.Free(bufs[i])
 	}
-	var srcs []cuda.DevicePtr
 	prepare := func() error {
 		for _, b := range bufs {
 			if err := ctx.CopyDtoDAsync(b, pristine, uint64(len(p)), s); err != nil {
@@ -184,9 +211,9 @@ func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *
 		}
 		return nil
 	}
-	launch := func(i int) error { return d.LaunchInPlace(bufs[i], h, s) }
+	launch := func(i int) error { return l.inPlace(bufs[i]) }
 	if !inPlace {
-		srcs = make([]cuda.DevicePtr, sets)
+		srcs := make([]cuda.DevicePtr, sets)
 		for i := range srcs {
 			if srcs[i], err = ctx.Alloc(uint64(len(p))); err != nil {
 				return nil, err
@@ -197,7 +224,7 @@ func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *
 			}
 		}
 		prepare = nil
-		launch = func(i int) error { return d.LaunchOutOfPlace(bufs[i], srcs[i], h, s) }
+		launch = func(i int) error { return l.out(bufs[i], srcs[i]) }
 	}
 	for i := range bufs {
 		ctx.MemsetD8Async(bufs[i], 0xA5, n, s) // poison
@@ -206,7 +233,7 @@ func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *
 	if err != nil {
 		return nil, err
 	}
-	if err := d.TakeError(s); err != nil {
+	if err := l.errs(); err != nil {
 		return nil, err
 	}
 	// The last output of the timed runs must be the tensor.
@@ -220,17 +247,22 @@ func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *
 	if !bytes.Equal(got, v) {
 		return nil, fmt.Errorf("benchmark output differs from the tensor")
 	}
-	mode := "in-place"
-	if !inPlace {
-		mode = "out-of-place"
+	return times, nil
+}
+
+func modeName(inPlace bool) string {
+	if inPlace {
+		return "in-place"
 	}
-	med := median(times)
-	mn := times[0]
-	for _, t := range times {
-		mn = min(mn, t)
+	return "out-of-place"
+}
+
+func minimum(x []float64) float64 {
+	m := math.Inf(1)
+	for _, t := range x {
+		m = min(m, t)
 	}
-	return &DecodeResult{Mode: mode, RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
-		MedianUs: med * 1e3, MinUs: mn * 1e3, GBps: float64(n) / (med * 1e-3) / 1e9, SetsRotate: sets}, nil
+	return m
 }
 
 // H2DResult is one copy size of BenchH2D.

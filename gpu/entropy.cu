@@ -1,0 +1,424 @@
+// Entropy payload decoder, payload version 2 (docs/splitzip.md, section 11).
+//
+// One kernel, two modes, as decode.cu: in place (the payload at the start
+// of [dst, dst + n * vsize), overwritten by the values) and out of place.
+// The host parses the head (header and code lengths) and passes the code
+// lengths as a kernel argument; the chunk index is read from `index`, which
+// for an in-place launch is a copy the host made before the launch (the
+// index lies at the payload's end, inside the values of the last chunks).
+//
+// Each warp decodes one chunk at a time: lane 0 claims chunks in descending
+// order from an atomic ticket counter; the warp copies the chunk's record
+// (its other bits, then its symbol chunk) into the warp's shared buffer,
+// publishes "read" for the chunk, waits until the chunks whose records lie
+// in the chunk's values have published theirs, and writes the values: lane
+// t decodes symbol lane t (symbols t, t + L, ...), so each step the warp
+// writes L consecutive values. The in-place invariant (every chunk's record
+// starts no later than its values) makes every chunk waited for a higher
+// one, claimed earlier, so waits never form a cycle, with any number of
+// resident warps.
+//
+// Safety: output addresses depend only on the chunk index and the value
+// count; every record span read from the index is checked against the
+// records' size before it is read, bit reads stay inside the warp's
+// buffer, and problems are reported as bits in *err. Rebuild with `make
+// kernels` after any change: the committed fatbin is stamped with this
+// file's SHA-256 and a test fails when they differ.
+
+#include <stdint.h>
+
+#define EZ_CHUNK 16384
+#define EZ_LANES 32
+#define EZ_MAXLEN 12
+#define EZ_OVERHEAD 64 // a record is at most its values' bytes plus this
+#define EZ_MAX_THREADS 512 // 16 warps; shared memory allows at most 13
+
+// Error bits reported in *err (decode.cu uses 1, 2, 4 and 8).
+#define EZ_ERR_INDEX 16u  // a record span is out of range, or breaks the in-place invariant
+#define EZ_ERR_STREAM 32u // a chunk does not decode to its values
+
+// EParams is passed by value; its layout matches gpu.entropyParams.
+struct EParams {
+    uint64_t dst;       // output, n * vsize bytes
+    uint64_t src;       // payload; equal to dst in place
+    uint64_t index;     // chunks + 1 u64 record offsets (a copy in place)
+    uint64_t n;         // values
+    uint64_t chunks;    // ceil(n / EZ_CHUNK)
+    uint64_t records;   // where the records start in the payload
+    uint64_t rec_bytes; // their size: the index starts at records + rec_bytes
+    uint64_t flags;     // uint32 per chunk: epoch once read (in place only)
+    uint64_t ctrl;      // uint32[2]: ticket counter, exited blocks
+    uint64_t err;       // uint32 error bits
+    uint32_t field;     // the kernel's field variant (see the switch below)
+    uint32_t in_place;
+    uint32_t epoch;     // nonzero, new for every in-place launch
+    uint32_t buf_bytes; // shared buffer per warp, a multiple of 16
+    uint8_t lengths[256]; // code length of each symbol, 0 for none
+};
+
+__device__ __forceinline__ uint32_t ez_ld_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void ez_st_release(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// ez_cp16 copies the first n (at most 16) of 16 bytes from global to
+// shared memory and zero-fills the rest; nothing is read when n is 0.
+__device__ __forceinline__ void ez_cp16(void *smem, const void *gmem, uint32_t n) {
+    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ uint64_t ez_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+__device__ __forceinline__ uint32_t ez_bswap(uint32_t x) { return __byte_perm(x, 0, 0x0123); }
+
+// ez_bits returns the n bits (1..32) at bit pos of the big-endian bit
+// string in w (words of the warp's buffer, nw of them); bits past the
+// buffer read as zero.
+__device__ __forceinline__ uint32_t ez_bits(const uint32_t *w, uint32_t nw, uint64_t pos, uint32_t n) {
+    uint64_t i = pos >> 5;
+    uint64_t a = i < nw ? ez_bswap(w[i]) : 0, b = i + 1 < nw ? ez_bswap(w[i + 1]) : 0;
+    uint64_t x = (a << 32 | b) << (pos & 31);
+    return (uint32_t)(x >> (64 - n));
+}
+
+// Field variants: bytes a value, where the symbol lies, other bits.
+template <int VS, int SHIFT, int BITS, bool WHOLE> struct EzField {
+    static constexpr int other = WHOLE ? 0 : 8 * VS - BITS;
+};
+
+// ez_value rebuilds value i of a chunk from its symbol and its other bits,
+// which start at bit `obase` of the buffer.
+template <int VS, int SHIFT, int BITS, bool WHOLE>
+__device__ __forceinline__ uint32_t ez_value(const uint32_t *w, uint32_t nw, const uint8_t *b, uint64_t obase, uint32_t i,
+                                             uint32_t s) {
+    if (WHOLE) {
+        return s;
+    }
+    constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
+    uint32_t o;
+    if (OB == 8) {
+        o = b[(obase >> 3) + i];
+    } else {
+        o = ez_bits(w, nw, obase + (uint64_t)i * OB, OB);
+    }
+    return (o >> SHIFT) << (SHIFT + BITS) | s << SHIFT | (o & ((1u << SHIFT) - 1));
+}
+
+template <int VS> __device__ __forceinline__ void ez_store(uint8_t *out, uint32_t i, uint32_t v) {
+    if (VS == 1) {
+        out[i] = (uint8_t)v;
+    } else if (VS == 2) {
+        ((uint16_t *)out)[i] = (uint16_t)v;
+    } else {
+        ((uint32_t *)out)[i] = v;
+    }
+}
+
+// ez_chunk decodes one chunk's record, held in the warp's buffer b (words
+// w, nw of them) from byte skew, span bytes long, into the cnt values at
+// out, and returns its error bits. All lanes of the warp call it.
+template <int VS, int SHIFT, int BITS, bool WHOLE>
+__device__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, uint32_t skew, uint32_t span, uint32_t cnt,
+                             const uint16_t *tab, uint8_t *out, uint32_t lane) {
+    constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
+    const uint32_t obytes = (uint32_t)(((uint64_t)cnt * OB + 7) / 8);
+    const uint64_t obase = 8 * (uint64_t)skew;
+    const uint32_t cs = span - obytes;       // the symbol chunk's bytes (span >= obytes: checked)
+    const uint64_t cbase = obase + 8 * (uint64_t)obytes; // its first bit
+    if (cs == 0) {
+        return EZ_ERR_STREAM;
+    }
+    const uint32_t mode = b[cbase >> 3];
+    if (mode == 1) { // constant
+        const uint32_t s = b[(cbase >> 3) + 1];
+        if (cs != 2 || (BITS < 8 && (s >> BITS) != 0)) {
+            return EZ_ERR_STREAM;
+        }
+        for (uint32_t i = lane; i < cnt; i += EZ_LANES) {
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, obase, i, s));
+        }
+        return 0;
+    }
+    if (mode == 0) { // raw
+        if ((uint64_t)cs != (8 + (uint64_t)cnt * BITS + 7) / 8) {
+            return EZ_ERR_STREAM;
+        }
+        for (uint32_t i = lane; i < cnt; i += EZ_LANES) {
+            const uint32_t s = ez_bits(w, nw, cbase + 8 + (uint64_t)i * BITS, BITS);
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, obase, i, s));
+        }
+        return 0;
+    }
+    if (mode != 2) {
+        return EZ_ERR_STREAM;
+    }
+    // Coded: 32 bits total, 5 bits width, L lane deviations, the lanes.
+    const uint32_t L = (cnt + 127) / 128 < EZ_LANES ? (cnt + 127) / 128 : EZ_LANES; // cnt >= 1
+    const uint64_t limit = 8 * (uint64_t)cs; // bits of the symbol chunk
+    if (limit < 8 + 37) {
+        return EZ_ERR_STREAM;
+    }
+    const uint32_t total = ez_bits(w, nw, cbase + 8, 32);
+    const uint32_t wd = ez_bits(w, nw, cbase + 40, 5);
+    const uint64_t lanes0 = 45 + (uint64_t)L * wd; // first lane bit, from the chunk's start
+    if (wd == 0 || lanes0 > limit) {
+        return EZ_ERR_STREAM;
+    }
+    const uint64_t mean = total / L;
+    uint64_t len = 0;
+    uint32_t bad = 0;
+    if (lane < L) {
+        const uint32_t d = ez_bits(w, nw, cbase + 45 + (uint64_t)lane * wd, wd); // wd <= 31
+        const uint64_t mag = d & ((1u << (wd - 1)) - 1);
+        const bool neg = (d >> (wd - 1)) & 1;
+        if (neg && mag > mean) {
+            bad = 1;
+        }
+        len = neg ? mean - mag : mean + mag;
+    }
+    // The lanes' starts: an exclusive scan of their lengths (64-bit sums,
+    // so no wrap hides a length that does not add up).
+    uint64_t start = len;
+#pragma unroll
+    for (int o = 1; o < EZ_LANES; o <<= 1) {
+        const uint64_t v = __shfl_up_sync(0xFFFFFFFFu, start, o);
+        if ((int)lane >= o) {
+            start += v;
+        }
+    }
+    const uint64_t sum = __shfl_sync(0xFFFFFFFFu, start, EZ_LANES - 1);
+    start -= len;
+    if (__any_sync(0xFFFFFFFFu, bad) || sum != total || (lanes0 + total + 7) / 8 != cs) {
+        return EZ_ERR_STREAM;
+    }
+    if (lane < L) {
+        const uint64_t q = cbase + lanes0 + start; // the lane's first bit in the buffer
+        uint64_t wi = q >> 5;
+        uint64_t acc = (uint64_t)(wi < nw ? ez_bswap(w[wi]) : 0) << 32 | (wi + 1 < nw ? ez_bswap(w[wi + 1]) : 0);
+        acc <<= q & 31;
+        int avail = 64 - (int)(q & 31);
+        wi += 2;
+        uint64_t used = 0;
+        uint32_t zero = 0;
+        for (uint32_t i = lane; i < cnt; i += L) {
+            if (avail < 32) {
+                acc |= (uint64_t)(wi < nw ? ez_bswap(w[wi]) : 0) << (32 - avail);
+                wi++;
+                avail += 32;
+            }
+            const uint32_t e = tab[acc >> (64 - EZ_MAXLEN)];
+            const uint32_t cl = e >> 8;
+            zero |= cl == 0;
+            used += cl;
+            acc <<= cl;
+            avail -= (int)cl;
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, obase, i, e & 0xFF));
+        }
+        bad = zero || used != len;
+    }
+    return __any_sync(0xFFFFFFFFu, bad) ? EZ_ERR_STREAM : 0;
+}
+
+// ez_table fills the decode table (1 << EZ_MAXLEN entries: symbol in the
+// low byte, code length above it, 0 where no code starts) from the code
+// lengths: canonical codes in (length, symbol) order, as package entropy
+// assigns them. Lengths that break the Kraft sum give a table whose every
+// entry still names a symbol of that length, so the kernel stays in
+// bounds; the host refuses such payloads before launching.
+__device__ void ez_table(const EParams &p, uint16_t *tab, uint8_t *len, uint8_t *sorted, uint32_t *cnt,
+                         uint32_t *first, uint32_t *offs) {
+    const uint32_t tid = threadIdx.x, nt = blockDim.x;
+    for (uint32_t s = tid; s < 256; s += nt) {
+        len[s] = p.lengths[s] <= EZ_MAXLEN ? p.lengths[s] : 0;
+    }
+    __syncthreads();
+    if (tid <= EZ_MAXLEN) {
+        uint32_t c = 0;
+        for (int s = 0; s < 256; s++) {
+            c += tid > 0 && len[s] == tid;
+        }
+        cnt[tid] = c;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        uint32_t code = 0, off = 0;
+        first[0] = 0;
+        offs[0] = 0;
+        for (int l = 1; l <= EZ_MAXLEN; l++) {
+            code = (code + cnt[l - 1]) << 1;
+            first[l] = code;
+            offs[l] = off;
+            off += cnt[l];
+        }
+    }
+    __syncthreads();
+    for (uint32_t s = tid; s < 256; s += nt) {
+        const uint32_t l = len[s];
+        if (l) {
+            uint32_t r = 0;
+            for (uint32_t t = 0; t < s; t++) {
+                r += len[t] == l;
+            }
+            sorted[offs[l] + r] = (uint8_t)s;
+        }
+    }
+    __syncthreads();
+    for (uint32_t v = tid; v < (1u << EZ_MAXLEN); v += nt) {
+        uint32_t e = 0;
+        for (int l = 1; l <= EZ_MAXLEN; l++) {
+            const uint32_t c = v >> (EZ_MAXLEN - l);
+            if (cnt[l] && c >= first[l] && c < first[l] + cnt[l]) {
+                e = sorted[offs[l] + c - first[l]] | (uint32_t)l << 8;
+                break;
+            }
+        }
+        tab[v] = (uint16_t)e;
+    }
+    __syncthreads();
+}
+
+// ez_search returns the smallest d in [lo, hi) for which pred(d) holds,
+// or hi: pred must be false then true along the range (with a corrupt
+// index it need not be; the answer then still lies in [lo, hi]). The
+// warp's lanes probe 32 points a round.
+template <typename P> __device__ __forceinline__ uint64_t ez_search(uint64_t lo, uint64_t hi, uint32_t lane, P pred) {
+    while (lo < hi) {
+        const uint64_t n = hi - lo;
+        if (n <= EZ_LANES) {
+            const uint32_t m = __ballot_sync(0xFFFFFFFFu, lane < n && pred(lo + lane));
+            return m ? lo + __ffs(m) - 1 : hi;
+        }
+        const uint32_t m = __ballot_sync(0xFFFFFFFFu, pred(lo + n * lane / EZ_LANES)); // lane 0 probes lo
+        if (m & 1u) {
+            return lo;
+        }
+        // The first lane that said yes bounds the answer from above; the
+        // one before it, which said no, from below.
+        const uint32_t f = m ? __ffs(m) - 1 : EZ_LANES;
+        const uint64_t nhi = f < EZ_LANES ? lo + n * f / EZ_LANES : hi;
+        lo = lo + n * (f - 1) / EZ_LANES + 1;
+        hi = nhi;
+    }
+    return hi;
+}
+
+template <int VS, int SHIFT, int BITS, bool WHOLE>
+__device__ void ez_run(const EParams &p, const uint16_t *tab, uint8_t *buf) {
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t *w = (const uint32_t *)buf;
+    const uint32_t nw = p.buf_bytes / 4;
+    uint32_t *ctrl = (uint32_t *)p.ctrl;
+    uint32_t *flags = (uint32_t *)p.flags;
+    const uint64_t *index = (const uint64_t *)p.index;
+    const uint8_t *src = (const uint8_t *)p.src;
+    const uint64_t per = (uint64_t)EZ_CHUNK * VS;
+    const uint64_t lim = p.records + p.rec_bytes; // no record byte lies past it
+    for (;;) {
+        uint32_t t = 0;
+        if (lane == 0) {
+            t = atomicAdd(&ctrl[0], 1u);
+        }
+        t = __shfl_sync(0xFFFFFFFFu, t, 0);
+        if (t >= p.chunks) {
+            break;
+        }
+        const uint64_t c = p.chunks - 1 - t;
+        const uint32_t cnt = (uint32_t)ez_min(EZ_CHUNK, p.n - c * EZ_CHUNK);
+        const uint64_t at = index[c], next = index[c + 1];
+        constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
+        const uint64_t obytes = ((uint64_t)cnt * OB + 7) / 8;
+        uint32_t bad = 0;
+        if (at > next || next > p.rec_bytes || next - at < obytes || next - at > (uint64_t)cnt * VS + EZ_OVERHEAD ||
+            (c == 0 && at != 0) || (c == p.chunks - 1 && next != p.rec_bytes) ||
+            (p.in_place && c > 0 && p.records + at > c * per)) {
+            bad = EZ_ERR_INDEX;
+        }
+        const uint64_t a = p.records + at, a0 = a & ~(uint64_t)15;
+        const uint32_t skew = (uint32_t)(a - a0), span = (uint32_t)(next - at);
+        if (!bad) {
+            const uint32_t nb = (skew + span + 15) & ~15u; // fits buf_bytes: span is bounded above
+            for (uint32_t off = lane * 16; off < nb; off += EZ_LANES * 16) {
+                const uint64_t g = a0 + off;
+                ez_cp16(buf + off, src + g, (uint32_t)ez_min(16, lim > g ? lim - g : 0));
+            }
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncwarp();
+        if (p.in_place) {
+            if (lane == 0) {
+                ez_st_release(&flags[c], p.epoch); // the warp has read the chunk
+            }
+            if (!bad) {
+                // The chunks whose records lie in this chunk's values
+                // [c * per, c * per + cnt * VS): those after c whose record
+                // ends past the values' start and starts before their end.
+                const uint64_t o0 = c * per, o1 = o0 + (uint64_t)cnt * VS;
+                const uint64_t hi = ez_search(c + 1, p.chunks, lane, [&](uint64_t d) { return p.records + index[d] >= o1; });
+                const uint64_t lo = ez_search(c + 1, hi, lane, [&](uint64_t d) { return p.records + index[d + 1] > o0; });
+                for (uint64_t d = lo + lane; d < hi; d += EZ_LANES) {
+                    while (ez_ld_acquire(&flags[d]) != p.epoch) {
+                        __nanosleep(32);
+                    }
+                }
+            }
+            __syncwarp();
+        }
+        if (!bad) {
+            bad = ez_chunk<VS, SHIFT, BITS, WHOLE>(buf, w, nw, skew, span, cnt, tab, (uint8_t *)p.dst + c * per, lane);
+        }
+        if (bad && lane == 0) {
+            atomicOr((uint32_t *)p.err, bad);
+        }
+        __syncwarp(); // the buffer is free for the next chunk
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode(const EParams p) {
+    extern __shared__ __align__(16) uint8_t ez_bufs[]; // buf_bytes per warp
+    __shared__ uint16_t tab[1 << EZ_MAXLEN];
+    __shared__ uint8_t len[256], sorted[256];
+    __shared__ uint32_t cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
+    ez_table(p, tab, len, sorted, cnt, first, offs);
+    uint8_t *buf = ez_bufs + (threadIdx.x / 32) * (uint64_t)p.buf_bytes;
+    switch (p.field) { // the index into entropy.Fields
+    case 0:
+        ez_run<2, 7, 8, false>(p, tab, buf); // BF16
+        break;
+    case 1:
+        ez_run<2, 10, 5, false>(p, tab, buf); // F16
+        break;
+    case 2:
+        ez_run<4, 23, 8, false>(p, tab, buf); // F32
+        break;
+    case 3:
+        ez_run<1, 3, 4, false>(p, tab, buf); // F8_E4M3 exponent
+        break;
+    case 5:
+        ez_run<1, 2, 5, false>(p, tab, buf); // F8_E5M2 exponent
+        break;
+    case 4:
+    case 6:
+        ez_run<1, 0, 8, true>(p, tab, buf); // FP8 whole bytes
+        break;
+    default: // the host passes only the fields above
+        if (threadIdx.x == 0) {
+            atomicOr((uint32_t *)p.err, EZ_ERR_INDEX);
+        }
+    }
+    // The last block to leave resets the counters for the next launch.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(&((uint32_t *)p.ctrl)[1], 1u) == gridDim.x - 1) {
+            ((uint32_t *)p.ctrl)[0] = 0;
+            ((uint32_t *)p.ctrl)[1] = 0;
+            __threadfence();
+        }
+    }
+}

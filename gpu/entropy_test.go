@@ -1,0 +1,291 @@
+package gpu
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/synth"
+)
+
+// runEntropy decodes entropy payload p (head h, trusted as the host
+// parsed it) on the GPU into a poisoned buffer with guard regions on both
+// sides, in place or out of place, and returns the decoded bytes and the
+// kernel's error; it fails the test if a guard changed.
+func runEntropy(t *testing.T, ctx *cuda.Context, d *Decoder, p []byte, h *entropy.Head, inPlace bool) ([]byte, error) {
+	t.Helper()
+	n := h.ValueBytes()
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	total := guard + max(n, uint64(len(p))) + guard
+	buf, err := ctx.Alloc(total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(buf)
+	ctx.MemsetD8Async(buf, 0xA5, total, s)
+	if inPlace {
+		ctx.CopyHtoDAsync(buf+guard, p, s)
+		err = d.LaunchEntropyInPlace(buf+guard, h, s)
+	} else {
+		src, aerr := ctx.Alloc(uint64(len(p)) + 2*guard)
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		defer ctx.Free(src)
+		ctx.MemsetD8Async(src, 0x5A, uint64(len(p))+2*guard, s)
+		ctx.CopyHtoDAsync(src+guard, p, s)
+		err = d.LaunchEntropyOutOfPlace(buf+guard, src+guard, h, s)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	kerr := d.TakeError(s)
+	host := make([]byte, total)
+	ctx.CopyDtoHAsync(host, buf, s)
+	if err := ctx.StreamSynchronize(s); err != nil {
+		t.Fatal(err)
+	}
+	end := guard + n
+	if inPlace {
+		end = guard + max(n, uint64(len(p)))
+	}
+	for i, b := range host {
+		if (i < guard || uint64(i) >= end) && b != 0xA5 {
+			t.Fatalf("byte %d outside the destination was written", i-guard)
+		}
+	}
+	return host[guard : guard+n], kerr
+}
+
+// entropyCases returns test tensors for field f: every bit pattern in
+// order and shuffled, lengths around the chunk size, trained-looking
+// values cast to the dtype, incompressible and constant chunks (the raw
+// and constant chunk modes), and a mix of all three.
+func entropyCases(rng *rand.Rand, f entropy.Field, short bool) []testCase {
+	C := codec.ChunkValues
+	var patterns []byte
+	switch f.Size {
+	case 1:
+		patterns = make([]byte, 256*40)
+		for i := range patterns {
+			patterns[i] = byte(i)
+		}
+	case 2:
+		patterns = make([]byte, 2<<16)
+		for v := range 1 << 16 {
+			binary.LittleEndian.PutUint16(patterns[2*v:], uint16(v))
+		}
+	case 4: // every exponent, both signs, random mantissas
+		patterns = make([]byte, 4*256*64)
+		for i := range 256 * 64 {
+			binary.LittleEndian.PutUint32(patterns[4*i:], uint32(i%2)<<31|uint32(i/64)<<23|rng.Uint32()&(1<<23-1))
+		}
+	}
+	shuffled := bytes.Clone(patterns)
+	n := len(shuffled) / f.Size
+	for i := n - 1; i > 0; i-- {
+		j := rng.IntN(i + 1)
+		for k := range f.Size {
+			shuffled[i*f.Size+k], shuffled[j*f.Size+k] = shuffled[j*f.Size+k], shuffled[i*f.Size+k]
+		}
+	}
+	trained := func(n int) []byte {
+		bf := synth.Normal(rng, n, 0.02)
+		if f.DType == "BF16" {
+			return bf
+		}
+		return synth.Cast(bf, f.DType, 256)
+	}
+	cs := []testCase{{"all patterns in order", patterns}, {"all patterns shuffled", shuffled}}
+	sizes := []int{1, 2, 3, 127, 128, 129, 1001, C - 1, C, C + 1, 2*C - 1, 2*C + 1, 3*C + 7, 64*C + 1, 130*C + 4097}
+	if short {
+		sizes = sizes[:12]
+	}
+	for _, n := range sizes {
+		cs = append(cs, testCase{"trained n=" + itoa(n), trained(n)})
+	}
+	noise := make([]byte, 5*C*f.Size+3*f.Size)
+	for i := range noise {
+		noise[i] = byte(rng.Uint32())
+	}
+	cs = append(cs, testCase{"incompressible", noise})
+	cs = append(cs, testCase{"constant", make([]byte, (4*C+9)*f.Size)})
+	var mix []byte
+	for c := range 24 {
+		switch c % 4 {
+		case 0, 3:
+			mix = append(mix, trained(C)...)
+		case 1:
+			mix = append(mix, make([]byte, C*f.Size)...)
+		case 2:
+			b := make([]byte, C*f.Size)
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			mix = append(mix, b...)
+		}
+	}
+	return append(cs, testCase{"trained, constant and incompressible chunks", mix})
+}
+
+// TestEntropyMatchesReference decodes every test tensor of every field on
+// the GPU, out of place and (when flagged) in place, and compares with
+// the tensor and with the Go reference decoder bit for bit.
+func TestEntropyMatchesReference(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	for fi, f := range entropy.Fields {
+		inPlace := 0
+		for _, c := range entropyCases(rng, f, testing.Short()) {
+			p, err := entropy.Encode(fi, c.values, 0)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", f.Name(), c.name, err)
+			}
+			h, err := entropy.Check(p)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", f.Name(), c.name, err)
+			}
+			ref := make([]byte, len(c.values))
+			if err := entropy.Decode(ref, p, 0); err != nil || !bytes.Equal(ref, c.values) {
+				t.Fatalf("%s, %s: the reference decoder: %v", f.Name(), c.name, err)
+			}
+			modes := []bool{false}
+			if h.InPlace {
+				modes = append(modes, true)
+				inPlace++
+			}
+			for _, ip := range modes {
+				got, err := runEntropy(t, ctx, d, p, h, ip)
+				if err != nil {
+					t.Fatalf("%s, %s (in place %v): %v", f.Name(), c.name, ip, err)
+				}
+				if !bytes.Equal(got, c.values) {
+					t.Fatalf("%s, %s (in place %v): differs from the reference at byte %d", f.Name(), c.name, ip, firstDiff(got, c.values))
+				}
+			}
+		}
+		if inPlace == 0 {
+			t.Errorf("%s: no payload was decoded in place", f.Name())
+		}
+		t.Logf("%s: every case bit for bit, %d of them also in place", f.Name(), inPlace)
+	}
+}
+
+// TestEntropyCorruptPayloads launches hundreds of payloads with flipped
+// bytes in the records and the chunk index (the head is what the host
+// parses and checks; flipped code lengths are tried too, bypassing that
+// check), in place and out of place: the kernel must report or decode
+// them, never write outside the destination (runEntropy checks the
+// guards) or hang. Run under compute-sanitizer it must stay clean.
+func TestEntropyCorruptPayloads(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	C := codec.ChunkValues
+	runs := 300
+	if testing.Short() {
+		runs = 60
+	}
+	reported := 0
+	for fi, f := range entropy.Fields {
+		raw := synth.Normal(rng, 9*C+11, 0.02)
+		if f.DType != "BF16" {
+			raw = synth.Cast(raw, f.DType, 256)
+		}
+		p, err := entropy.Encode(fi, raw, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := entropy.Check(p)
+		if err != nil || !h.InPlace {
+			t.Fatalf("%s: %v, in place %v", f.Name(), err, h != nil && h.InPlace)
+		}
+		for i := range runs / len(entropy.Fields) {
+			q := bytes.Clone(p)
+			hh := *h
+			switch i % 5 {
+			case 0: // the chunk index
+				for k := 0; k <= rng.IntN(3); k++ {
+					q[h.Index+uint64(rng.IntN(int(h.Size-h.Index)))] ^= byte(1 + rng.IntN(255))
+				}
+			case 1: // the code lengths
+				s := rng.IntN(1 << f.Bits)
+				hh.Lengths[s] = uint8(rng.IntN(13))
+			default: // the records
+				for k := 0; k <= rng.IntN(4); k++ {
+					q[h.Others+uint64(rng.IntN(int(h.Index-h.Others)))] ^= byte(1 + rng.IntN(255))
+				}
+			}
+			if _, err := runEntropy(t, ctx, d, q, &hh, i%2 == 0); err != nil {
+				if !errors.Is(err, ErrKernel) {
+					t.Fatalf("%s: %v", f.Name(), err)
+				}
+				reported++
+			}
+		}
+	}
+	t.Logf("%d of %d corrupted payloads reported by the kernel, none wrote outside its range", reported, runs/len(entropy.Fields)*len(entropy.Fields))
+	if reported == 0 {
+		t.Error("no corrupted payload was reported")
+	}
+}
+
+// TestEntropyDecode: Decoder.Decode takes entropy payloads, and refuses a
+// corrupt one on the host.
+func TestEntropyDecode(t *testing.T) {
+	_, d := requireGPU(t)
+	rng := seeded(t)
+	v := synth.Cast(synth.Normal(rng, 5*codec.ChunkValues+3, 0.02), "F32", 256)
+	p, err := entropy.Encode(2, v, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(v))
+	if err := d.Decode(out, p); err != nil || !bytes.Equal(out, v) {
+		t.Fatalf("Decode: %v", err)
+	}
+	p[len(p)/2] ^= 1
+	if err := d.Decode(out, p); !errors.Is(err, codec.ErrChecksum) {
+		t.Errorf("Decode of a corrupt payload: %v", err)
+	}
+}
+
+// TestEntropyLarge decodes a BF16 tensor of more than 2^31 values in place
+// once. It needs about 14 GiB of host memory and 5 GiB on the GPU;
+// SPLITZIP_LARGE=1 enables it.
+func TestEntropyLarge(t *testing.T) {
+	if os.Getenv("SPLITZIP_LARGE") == "" {
+		t.Skip("set SPLITZIP_LARGE=1 to decode a tensor of 2^31+3 values")
+	}
+	ctx, d := requireGPU(t)
+	n := 1<<31 + 3
+	v := make([]byte, 2*n)
+	rng := rand.New(rand.NewPCG(1, 1))
+	synth.FillNormal(rng, v[:2<<20], 0.02, 0, 0)
+	for off := 2 << 20; off < len(v); off += 2 << 20 {
+		copy(v[off:], v[:2<<20])
+	}
+	binary.LittleEndian.PutUint16(v[len(v)-2:], 0x7f81)
+	p, err := entropy.Encode(0, v, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := entropy.Check(p)
+	if err != nil || !h.InPlace {
+		t.Fatalf("a %d-value tensor: %v, in place %v", n, err, h != nil && h.InPlace)
+	}
+	got, err := runEntropy(t, ctx, d, p, h, true)
+	if err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("large tensor: %v, first difference at %d", err, firstDiff(got, v))
+	}
+	t.Logf("%d values (%d payload bytes) decoded in place on the GPU", n, len(p))
+}

@@ -1,0 +1,143 @@
+package gpubench
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/synth"
+)
+
+// EntropyResult is one timed configuration of BenchEntropy.
+type EntropyResult struct {
+	DType     string  `json:"dtype"`
+	Field     string  `json:"field"` // the coded field
+	Mode      string  `json:"mode"`  // "in-place" or "out-of-place"
+	RawBytes  uint64  `json:"raw_bytes"`
+	Payload   uint64  `json:"payload_bytes"`
+	BitsValue float64 `json:"bits_per_value"`
+	Runs      int     `json:"runs"`
+	MedianUs  float64 `json:"median_us"`
+	MinUs     float64 `json:"min_us"`
+	GBps      float64 `json:"gb_per_s"` // raw bytes per second, 1e9
+	// CeilingGBps is the rate the device copy rate allows for the bytes
+	// this decode reads (the payload) and writes (the values).
+	CeilingGBps float64 `json:"ceiling_gb_per_s"`
+	OfCeiling   float64 `json:"fraction_of_ceiling"`
+	SetsRotate  int     `json:"buffer_sets"`
+}
+
+// EntropyReport is what BenchEntropy measured.
+type EntropyReport struct {
+	Device    string          `json:"device"`
+	CopyBytes uint64          `json:"copy_bytes"`
+	CopyGBps  float64         `json:"copy_gb_per_s"` // device-to-device, bytes read plus written
+	Results   []EntropyResult `json:"results"`
+}
+
+// EntropyDTypes are the dtypes EntropyValues makes.
+var EntropyDTypes = []string{"BF16", "F16", "F32", "F8_E4M3", "F8_E5M2"}
+
+// EntropyValues returns n bytes of trained-looking values of dtype:
+// N(0, 0.02) BF16, rounded to F16, F32 with full mantissas, or cast to
+// FP8 with per-row scales of 4096 values.
+func EntropyValues(rng *rand.Rand, dtype string, n uint64) ([]byte, error) {
+	switch dtype {
+	case "BF16":
+		v := make([]byte, n&^1)
+		synth.FillNormal(rng, v, 0.02, 0, 0)
+		return v, nil
+	case "F32":
+		v := make([]byte, n&^3)
+		for i := 0; i+4 <= len(v); i += 4 {
+			binary.LittleEndian.PutUint32(v[i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
+		}
+		return v, nil
+	case "F16":
+		return synth.Cast(synth.Normal(rng, int(n/2), 0.02), dtype, 4096), nil
+	case "F8_E4M3", "F8_E5M2":
+		return synth.Cast(synth.Normal(rng, int(n), 0.02), dtype, 4096), nil
+	}
+	return nil, fmt.Errorf("no entropy payloads for %s", dtype)
+}
+
+// BenchEntropy times the entropy decoder on trained-looking tensors of
+// each dtype and size (raw bytes), in place and out of place, as
+// BenchDecode times the SplitZip decoder, and measures the device copy
+// rate in the same run.
+func BenchEntropy(ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) (*EntropyReport, error) {
+	d, err := gpu.NewDecoder(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	name, _ := ctx.Name()
+	l2, _ := ctx.Attribute(cuda.AttrL2CacheSize)
+	rep := &EntropyReport{Device: name, CopyBytes: 2 << 30}
+	s, err := ctx.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.DestroyStream(s)
+	if rep.CopyGBps, err = benchCopy(ctx, s, rep.CopyBytes, runs); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(20261201, 1))
+	for _, dt := range dtypes {
+		for _, size := range sizes {
+			v, err := EntropyValues(rng, dt, size)
+			if err != nil {
+				return nil, err
+			}
+			for fi, f := range entropy.Fields {
+				if f.DType != dt {
+					continue
+				}
+				p, err := entropy.Encode(fi, v, 0)
+				if err != nil {
+					return nil, err
+				}
+				h, err := entropy.Check(p)
+				if err != nil {
+					return nil, err
+				}
+				sets := int(max(1, (4*uint64(l2)+size-1)/size))
+				for _, inPlace := range []bool{true, false} {
+					if inPlace && !h.InPlace {
+						continue
+					}
+					r, err := benchEntropyOne(ctx, d, s, v, p, h, inPlace, sets, runs)
+					if err != nil {
+						return nil, fmt.Errorf("%s %d bytes: %w", f.Name(), size, err)
+					}
+					r.DType, r.Field = dt, f.Name()
+					r.BitsValue = 8 * float64(len(p)) / float64(h.Values)
+					r.CeilingGBps = rep.CopyGBps * float64(len(v)) / float64(len(v)+len(p))
+					r.OfCeiling = r.GBps / r.CeilingGBps
+					rep.Results = append(rep.Results, *r)
+				}
+			}
+		}
+	}
+	return rep, nil
+}
+
+func benchEntropyOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *entropy.Head, inPlace bool, sets, runs int) (*EntropyResult, error) {
+	l := launcher{
+		inPlace: func(b cuda.DevicePtr) error { return d.LaunchEntropyInPlace(b, h, s) },
+		out:     func(dst, src cuda.DevicePtr) error { return d.LaunchEntropyOutOfPlace(dst, src, h, s) },
+		errs:    func() error { return d.TakeError(s) },
+	}
+	times, err := timeDecode(ctx, s, v, p, inPlace, sets, runs, l)
+	if err != nil {
+		return nil, err
+	}
+	n := uint64(len(v))
+	med, mn := median(times), minimum(times)
+	return &EntropyResult{Mode: modeName(inPlace), RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
+		MedianUs: med * 1e3, MinUs: mn * 1e3, GBps: float64(n) / (med * 1e-3) / 1e9, SetsRotate: sets}, nil
+}
