@@ -31,7 +31,11 @@
 #define EZ_LANES 32
 #define EZ_MAXLEN 12
 #define EZ_OVERHEAD 64 // a record is at most its values' bytes plus this
-#define EZ_MAX_THREADS 512 // 16 warps; shared memory allows at most 13
+#define EZ_MAX_THREADS 1024 // 32 warps a block
+#define EZ_RING 2048        // a warp's ring of decoded symbols
+#define EZ_RING_MASK (EZ_RING - 1)
+#define EZ_STEPS 16 // table lookups between rebuilds, a multiple of 4
+#define EZ_AHEAD 48 // rows a lane runs ahead: 32 x (48 + 2) < EZ_RING
 
 // Error bits reported in *err (decode.cu uses 1, 2, 4 and 8).
 #define EZ_ERR_INDEX 16u  // a record span is out of range, or breaks the in-place invariant
@@ -52,7 +56,9 @@ struct EParams {
     uint32_t field;     // the kernel's field variant (see the switch below)
     uint32_t in_place;
     uint32_t epoch;     // nonzero, new for every in-place launch
-    uint32_t buf_bytes; // shared buffer per warp, a multiple of 16
+    uint32_t buf_bytes; // shared buffer per warp, a multiple of 16: a record, then the ring
+    uint32_t max_span;  // the longest record the buffer holds
+    uint32_t reserved;
     uint8_t lengths[256]; // code length of each symbol, 0 for none
 };
 
@@ -93,9 +99,9 @@ template <int VS, int SHIFT, int BITS, bool WHOLE> struct EzField {
 };
 
 // ez_value rebuilds value i of a chunk from its symbol and its other bits,
-// which start at bit `obase` of the buffer.
+// which start at byte ob of the buffer.
 template <int VS, int SHIFT, int BITS, bool WHOLE>
-__device__ __forceinline__ uint32_t ez_value(const uint32_t *w, uint32_t nw, const uint8_t *b, uint64_t obase, uint32_t i,
+__device__ __forceinline__ uint32_t ez_value(const uint32_t *w, uint32_t nw, const uint8_t *b, uint32_t ob, uint32_t i,
                                              uint32_t s) {
     if (WHOLE) {
         return s;
@@ -103,9 +109,9 @@ __device__ __forceinline__ uint32_t ez_value(const uint32_t *w, uint32_t nw, con
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
     uint32_t o;
     if (OB == 8) {
-        o = b[(obase >> 3) + i];
+        o = b[ob + i];
     } else {
-        o = ez_bits(w, nw, obase + (uint64_t)i * OB, OB);
+        o = ez_bits(w, nw, 8 * ob + i * OB, OB);
     }
     return (o >> SHIFT) << (SHIFT + BITS) | s << SHIFT | (o & ((1u << SHIFT) - 1));
 }
@@ -120,17 +126,51 @@ template <int VS> __device__ __forceinline__ void ez_store(uint8_t *out, uint32_
     }
 }
 
+// ez_rebuild writes values [i0, i1) of a chunk from their symbols in the
+// ring and their other bits in the record (from byte skew), the warp's
+// lanes together. With vec (i0 a multiple of 32, i1 too or the chunk's
+// end), BF16 and FP8 whole bytes take four values a lane at a time.
+template <int VS, int SHIFT, int BITS, bool WHOLE>
+__device__ __forceinline__ void ez_rebuild(const uint32_t *w, uint32_t nw, const uint8_t *b, uint32_t skew,
+                                           const uint8_t *ring, uint8_t *out, uint32_t i0, uint32_t i1, bool vec,
+                                           uint32_t lane) {
+    constexpr bool BF16 = VS == 2 && SHIFT == 7 && BITS == 8 && !WHOLE;
+    if ((BF16 || WHOLE) && vec) {
+        uint32_t i = i0 + 4 * lane;
+        for (; i + 4 <= i1; i += 4 * EZ_LANES) {
+            const uint32_t s4 = *(const uint32_t *)(ring + (i & EZ_RING_MASK));
+            if (WHOLE) {
+                *(uint32_t *)(out + i) = s4;
+                continue;
+            }
+            const uint32_t ob = skew + i; // four other-bits bytes, unaligned
+            const uint32_t o4 = __funnelshift_r(w[min(ob >> 2, nw - 1)], w[min((ob >> 2) + 1, nw - 1)], 8 * (ob & 3));
+            const uint32_t hb = (o4 & 0x80808080u) | ((s4 >> 1) & 0x7F7F7F7Fu); // high bytes
+            const uint32_t lb = ((s4 << 7) & 0x80808080u) | (o4 & 0x7F7F7F7Fu); // low bytes
+            *(uint2 *)(out + 2 * i) = make_uint2(__byte_perm(lb, hb, 0x5140), __byte_perm(lb, hb, 0x7362));
+        }
+        for (; i < i1; i++) { // the chunk's last values
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, ring[i & EZ_RING_MASK]));
+        }
+        return;
+    }
+#pragma unroll 4
+    for (uint32_t i = i0 + lane; i < i1; i += EZ_LANES) {
+        ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, ring[i & EZ_RING_MASK]));
+    }
+}
+
 // ez_chunk decodes one chunk's record, held in the warp's buffer b (words
 // w, nw of them) from byte skew, span bytes long, into the cnt values at
 // out, and returns its error bits. All lanes of the warp call it.
 template <int VS, int SHIFT, int BITS, bool WHOLE>
-__device__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, uint32_t skew, uint32_t span, uint32_t cnt,
-                             const uint16_t *tab, uint8_t *out, uint32_t lane) {
+__device__ __forceinline__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, uint32_t skew,
+                                              uint32_t span, uint32_t cnt, const uint32_t *tab2, uint8_t *ring,
+                                              uint8_t *out, uint32_t lane) {
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
     const uint32_t obytes = (uint32_t)(((uint64_t)cnt * OB + 7) / 8);
-    const uint64_t obase = 8 * (uint64_t)skew;
     const uint32_t cs = span - obytes;       // the symbol chunk's bytes (span >= obytes: checked)
-    const uint64_t cbase = obase + 8 * (uint64_t)obytes; // its first bit
+    const uint32_t cbase = 8 * (skew + obytes); // its first bit in the buffer
     if (cs == 0) {
         return EZ_ERR_STREAM;
     }
@@ -141,7 +181,7 @@ __device__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, u
             return EZ_ERR_STREAM;
         }
         for (uint32_t i = lane; i < cnt; i += EZ_LANES) {
-            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, obase, i, s));
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, s));
         }
         return 0;
     }
@@ -151,7 +191,7 @@ __device__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, u
         }
         for (uint32_t i = lane; i < cnt; i += EZ_LANES) {
             const uint32_t s = ez_bits(w, nw, cbase + 8 + (uint64_t)i * BITS, BITS);
-            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, obase, i, s));
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, s));
         }
         return 0;
     }
@@ -171,7 +211,7 @@ __device__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, u
         return EZ_ERR_STREAM;
     }
     const uint64_t mean = total / L;
-    uint64_t len = 0;
+    uint64_t len = 0; // lane `lane`'s bits
     uint32_t bad = 0;
     if (lane < L) {
         const uint32_t d = ez_bits(w, nw, cbase + 45 + (uint64_t)lane * wd, wd); // wd <= 31
@@ -197,42 +237,73 @@ __device__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, u
     if (__any_sync(0xFFFFFFFFu, bad) || sum != total || (lanes0 + total + 7) / 8 != cs) {
         return EZ_ERR_STREAM;
     }
-    if (lane < L) {
-        const uint64_t q = cbase + lanes0 + start; // the lane's first bit in the buffer
-        uint64_t wi = q >> 5;
-        uint64_t acc = (uint64_t)(wi < nw ? ez_bswap(w[wi]) : 0) << 32 | (wi + 1 < nw ? ez_bswap(w[wi + 1]) : 0);
-        acc <<= q & 31;
-        int avail = 64 - (int)(q & 31);
-        wi += 2;
-        uint64_t used = 0;
-        uint32_t zero = 0;
-        for (uint32_t i = lane; i < cnt; i += L) {
-            if (avail < 32) {
-                acc |= (uint64_t)(wi < nw ? ez_bswap(w[wi]) : 0) << (32 - avail);
-                wi++;
-                avail += 32;
+    // Lane t decodes coded lane t into the warp's ring, up to two symbols
+    // a table lookup, four lookups from each 64 bits it loads; every
+    // EZ_STEPS lookups the warp rebuilds the values of the positions that
+    // every lane has passed, together: rows of L positions, consecutive in
+    // memory. A lane runs at most EZ_AHEAD rows ahead of the slowest,
+    // which bounds the ring.
+    const bool dec = lane < L;
+    const uint32_t nt = dec ? (cnt - lane + L - 1) / L : 0; // the lane's symbols
+    const uint32_t endp = lane + L * nt;                    // past the lane's last position
+    uint32_t q = dec ? (uint32_t)(cbase + lanes0 + start) : 0; // the lane's next bit in the buffer
+    uint32_t k = 0, pos = lane, used = 0, zero = 0;
+    const uint32_t rows = (cnt + L - 1) / L;
+    uint32_t done = 0, kmin = 0; // rows rebuilt; the slowest lane's symbols
+    while (done < rows) {
+        const uint32_t lim = min(endp, lane + L * (kmin + EZ_AHEAD));
+        for (int st = 0; st < EZ_STEPS / 4; st++) {
+            const uint32_t wa = q >> 5, sh = q & 31;
+            const uint32_t x = ez_bswap(w[min(wa, nw - 1)]), y = ez_bswap(w[min(wa + 1, nw - 1)]),
+                           z = ez_bswap(w[min(wa + 2, nw - 1)]);
+            uint32_t hi = __funnelshift_l(y, x, sh), lo = __funnelshift_l(z, y, sh), got = 0;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const bool act = pos < lim;
+                const uint32_t e = tab2[hi >> (32 - EZ_MAXLEN)];
+                const bool two = (e >> 24) && pos + L < endp;
+                if (act) {
+                    ring[pos & EZ_RING_MASK] = (uint8_t)e;
+                    if (two) {
+                        ring[(pos + L) & EZ_RING_MASK] = (uint8_t)(e >> 8);
+                    }
+                    zero |= e == 0;
+                    k += 1 + two;
+                    pos += two ? 2 * L : L;
+                }
+                const uint32_t l = act ? (e >> (two ? 20 : 16)) & 15 : 0;
+                hi = __funnelshift_l(lo, hi, l);
+                lo <<= l;
+                got += l;
             }
-            const uint32_t e = tab[acc >> (64 - EZ_MAXLEN)];
-            const uint32_t cl = e >> 8;
-            zero |= cl == 0;
-            used += cl;
-            acc <<= cl;
-            avail -= (int)cl;
-            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, obase, i, e & 0xFF));
+            q += got;
+            used += got;
         }
-        bad = zero || used != len;
+        // Rows below kmin are decoded (a lane done with its symbols holds
+        // none back): positions [done * L, upto * L).
+        kmin = __reduce_min_sync(0xFFFFFFFFu, pos < endp ? k : 0xFFFFFFFFu);
+        const uint32_t upto = min(rows, kmin);
+        __syncwarp();
+        ez_rebuild<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, ring, out, done * L, min(cnt, upto * L), L == EZ_LANES, lane);
+        __syncwarp(); // the ring positions are free again
+        done = upto;
     }
+    bad = dec && (zero || used != len);
     return __any_sync(0xFFFFFFFFu, bad) ? EZ_ERR_STREAM : 0;
 }
 
-// ez_table fills the decode table (1 << EZ_MAXLEN entries: symbol in the
-// low byte, code length above it, 0 where no code starts) from the code
-// lengths: canonical codes in (length, symbol) order, as package entropy
-// assigns them. Lengths that break the Kraft sum give a table whose every
-// entry still names a symbol of that length, so the kernel stays in
-// bounds; the host refuses such payloads before launching.
-__device__ void ez_table(const EParams &p, uint16_t *tab, uint8_t *len, uint8_t *sorted, uint32_t *cnt,
-                         uint32_t *first, uint32_t *offs) {
+// ez_table fills the decode table tab2 (1 << EZ_MAXLEN entries, for the
+// next EZ_MAXLEN bits of a lane: the first symbol in bits 0-7, a second
+// in bits 8-15 when its code fits in the same bits too, the first code's
+// length in bits 16-19, both codes' in bits 20-23, bit 24 set for two
+// symbols; 0 where no code starts) from the code lengths: canonical codes
+// in (length, symbol) order, as package entropy assigns them, through
+// tab (one symbol a lookup) in scratch shared memory. Lengths that break
+// the Kraft sum give a table whose every entry still names a symbol of
+// that length, so the kernel stays in bounds; the host refuses such
+// payloads before launching.
+__device__ __forceinline__ void ez_table(const EParams &p, uint32_t *tab2, uint16_t *tab, uint8_t *len, uint8_t *sorted,
+                                         uint32_t *cnt, uint32_t *first, uint32_t *offs) {
     const uint32_t tid = threadIdx.x, nt = blockDim.x;
     for (uint32_t s = tid; s < 256; s += nt) {
         len[s] = p.lengths[s] <= EZ_MAXLEN ? p.lengths[s] : 0;
@@ -281,6 +352,15 @@ __device__ void ez_table(const EParams &p, uint16_t *tab, uint8_t *len, uint8_t 
         tab[v] = (uint16_t)e;
     }
     __syncthreads();
+    for (uint32_t v = tid; v < (1u << EZ_MAXLEN); v += nt) {
+        const uint32_t e0 = tab[v], l0 = e0 >> 8;
+        const uint32_t e1 = tab[(v << l0) & ((1u << EZ_MAXLEN) - 1)], l1 = e1 >> 8;
+        const bool two = l0 && l1 && l0 + l1 <= EZ_MAXLEN;
+        tab2[v] = l0 == 0 ? 0u
+                          : (e0 & 0xFF) | (two ? (e1 & 0xFF) << 8 : 0) | l0 << 16 | (two ? l0 + l1 : l0) << 20 |
+                                (uint32_t)two << 24;
+    }
+    __syncthreads();
 }
 
 // ez_search returns the smallest d in [lo, hi) for which pred(d) holds,
@@ -308,11 +388,15 @@ template <typename P> __device__ __forceinline__ uint64_t ez_search(uint64_t lo,
     return hi;
 }
 
+// ez_run is a warp decoding chunks until none is left: lane 0 claims a
+// chunk, the warp copies its record into the warp's buffer, publishes and
+// waits (in place), and decodes it.
 template <int VS, int SHIFT, int BITS, bool WHOLE>
-__device__ void ez_run(const EParams &p, const uint16_t *tab, uint8_t *buf) {
+__device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, uint8_t *buf) {
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t *w = (const uint32_t *)buf;
-    const uint32_t nw = p.buf_bytes / 4;
+    const uint32_t nw = (p.buf_bytes - EZ_RING) / 4;
+    uint8_t *ring = buf + (p.buf_bytes - EZ_RING);
     uint32_t *ctrl = (uint32_t *)p.ctrl;
     uint32_t *flags = (uint32_t *)p.flags;
     const uint64_t *index = (const uint64_t *)p.index;
@@ -335,14 +419,14 @@ __device__ void ez_run(const EParams &p, const uint16_t *tab, uint8_t *buf) {
         const uint64_t obytes = ((uint64_t)cnt * OB + 7) / 8;
         uint32_t bad = 0;
         if (at > next || next > p.rec_bytes || next - at < obytes || next - at > (uint64_t)cnt * VS + EZ_OVERHEAD ||
-            (c == 0 && at != 0) || (c == p.chunks - 1 && next != p.rec_bytes) ||
+            (c == 0 && at != 0) || (c == p.chunks - 1 && next != p.rec_bytes) || next - at > p.max_span ||
             (p.in_place && c > 0 && p.records + at > c * per)) {
             bad = EZ_ERR_INDEX;
         }
         const uint64_t a = p.records + at, a0 = a & ~(uint64_t)15;
         const uint32_t skew = (uint32_t)(a - a0), span = (uint32_t)(next - at);
         if (!bad) {
-            const uint32_t nb = (skew + span + 15) & ~15u; // fits buf_bytes: span is bounded above
+            const uint32_t nb = (skew + span + 15) & ~15u; // fits: span <= max_span
             for (uint32_t off = lane * 16; off < nb; off += EZ_LANES * 16) {
                 const uint64_t g = a0 + off;
                 ez_cp16(buf + off, src + g, (uint32_t)ez_min(16, lim > g ? lim - g : 0));
@@ -370,7 +454,8 @@ __device__ void ez_run(const EParams &p, const uint16_t *tab, uint8_t *buf) {
             __syncwarp();
         }
         if (!bad) {
-            bad = ez_chunk<VS, SHIFT, BITS, WHOLE>(buf, w, nw, skew, span, cnt, tab, (uint8_t *)p.dst + c * per, lane);
+            bad = ez_chunk<VS, SHIFT, BITS, WHOLE>(buf, w, nw, skew, span, cnt, tab2, ring, (uint8_t *)p.dst + c * per,
+                                                   lane);
         }
         if (bad && lane == 0) {
             atomicOr((uint32_t *)p.err, bad);
@@ -380,31 +465,31 @@ __device__ void ez_run(const EParams &p, const uint16_t *tab, uint8_t *buf) {
 }
 
 extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode(const EParams p) {
-    extern __shared__ __align__(16) uint8_t ez_bufs[]; // buf_bytes per warp
-    __shared__ uint16_t tab[1 << EZ_MAXLEN];
+    extern __shared__ __align__(16) uint8_t ez_bufs[]; // buf_bytes a warp, at least 8 KiB in all
+    __shared__ uint32_t tab2[1 << EZ_MAXLEN];
     __shared__ uint8_t len[256], sorted[256];
     __shared__ uint32_t cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
-    ez_table(p, tab, len, sorted, cnt, first, offs);
-    uint8_t *buf = ez_bufs + (threadIdx.x / 32) * (uint64_t)p.buf_bytes;
+    ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, cnt, first, offs); // the buffers are free until then
+    uint8_t *buf = ez_bufs + (threadIdx.x >> 5) * (uint64_t)p.buf_bytes;
     switch (p.field) { // the index into entropy.Fields
     case 0:
-        ez_run<2, 7, 8, false>(p, tab, buf); // BF16
+        ez_run<2, 7, 8, false>(p, tab2, buf); // BF16
         break;
     case 1:
-        ez_run<2, 10, 5, false>(p, tab, buf); // F16
+        ez_run<2, 10, 5, false>(p, tab2, buf); // F16
         break;
     case 2:
-        ez_run<4, 23, 8, false>(p, tab, buf); // F32
+        ez_run<4, 23, 8, false>(p, tab2, buf); // F32
         break;
     case 3:
-        ez_run<1, 3, 4, false>(p, tab, buf); // F8_E4M3 exponent
+        ez_run<1, 3, 4, false>(p, tab2, buf); // F8_E4M3 exponent
         break;
     case 5:
-        ez_run<1, 2, 5, false>(p, tab, buf); // F8_E5M2 exponent
+        ez_run<1, 2, 5, false>(p, tab2, buf); // F8_E5M2 exponent
         break;
     case 4:
     case 6:
-        ez_run<1, 0, 8, true>(p, tab, buf); // FP8 whole bytes
+        ez_run<1, 0, 8, true>(p, tab2, buf); // FP8 whole bytes
         break;
     default: // the host passes only the fields above
         if (threadIdx.x == 0) {

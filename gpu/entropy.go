@@ -22,15 +22,22 @@ const (
 	errEntropyIndex  = 16 // a record span is out of range or breaks the in-place invariant
 	errEntropyStream = 32 // a chunk does not decode to its values
 	// entropyStatic bounds the kernel's static shared memory (the decode
-	// table and its build scratch, about 9 KiB).
-	entropyStatic   = 10 << 10
-	entropyMaxWarps = 16
+	// table and its build scratch, about 17 KiB).
+	entropyStatic = 18 << 10
+	// entropyMaxWarps is the most warps a block has (EZ_MAX_THREADS / 32),
+	// each decoding a chunk at a time.
+	entropyMaxWarps = 32
+	// entropyRing is EZ_RING, a warp's ring of decoded symbols.
+	entropyRing = 2048
+	// entropyOverhead is EZ_OVERHEAD: a record is at most its values'
+	// bytes and this.
+	entropyOverhead = 64
 )
 
 // entropyParams mirrors struct EParams in entropy.cu.
 type entropyParams struct {
 	Dst, Src, Index, N, Chunks, Records, RecBytes, Flags, Ctrl, Err uint64
-	Field, InPlace, Epoch, BufBytes                                 uint32
+	Field, InPlace, Epoch, BufBytes, MaxSpan, Reserved              uint32
 	Lengths                                                         [entropy.MaxSymbols]uint8
 }
 
@@ -41,7 +48,7 @@ type entropyKernel struct {
 	fn     cuda.Function
 	optin  int // shared memory a block may opt in to
 	sms    int
-	shapes map[int]entropyShape
+	shapes map[uint64]entropyShape // by the longest record
 }
 
 // entropyShape is a launch shape: warps a block (each with a buffer of
@@ -75,7 +82,7 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &entropyKernel{shapes: map[int]entropyShape{}}
+	k := &entropyKernel{shapes: map[uint64]entropyShape{}}
 	if k.mod, err = d.ctx.LoadModule(img); err != nil {
 		return nil, err
 	}
@@ -102,19 +109,19 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	return k, nil
 }
 
-// shape returns the launch shape for values of vs bytes: as many warps a
-// block as shared memory holds buffers for, each buffer the largest
-// record (a chunk's values and EZ_OVERHEAD) and 16 bytes of alignment.
-func (k *entropyKernel) shape(ctx *cuda.Context, vs int) (entropyShape, error) {
-	if s, ok := k.shapes[vs]; ok {
+// shape returns the launch shape for records of at most span bytes: as
+// many warps a block as shared memory holds buffers for, each buffer a
+// record with 16 bytes of alignment either side and the ring.
+func (k *entropyKernel) shape(ctx *cuda.Context, span uint64) (entropyShape, error) {
+	if s, ok := k.shapes[span]; ok {
 		return s, nil
 	}
-	buf := (codec.ChunkValues*vs + 64 + 16 + 15) &^ 15
+	buf := int((span+15+15)&^15) + 16 + entropyRing
 	warps := min(entropyMaxWarps, (k.optin-entropyStatic)/buf)
 	if warps < 1 {
 		return entropyShape{}, fmt.Errorf("gpu: %d bytes of shared memory a block hold no %d-byte chunk buffer", k.optin, buf)
 	}
-	per, err := ctx.MaxActiveBlocks(k.fn, 32*warps, uint64(warps*buf))
+	per, err := ctx.MaxActiveBlocks(k.fn, 32*warps, uint64(dynBytes(warps, buf)))
 	if err != nil {
 		return entropyShape{}, err
 	}
@@ -122,9 +129,15 @@ func (k *entropyKernel) shape(ctx *cuda.Context, vs int) (entropyShape, error) {
 		return entropyShape{}, fmt.Errorf("gpu: the entropy kernel does not fit a multiprocessor with %d warps", warps)
 	}
 	s := entropyShape{warps: warps, buf: buf, grid: k.sms * per}
-	k.shapes[vs] = s
+	if len(k.shapes) < 64 {
+		k.shapes[span] = s
+	}
 	return s, nil
 }
+
+// dynBytes is a launch's dynamic shared memory: the warps' buffers, at
+// least the 8 KiB the decode table is built in.
+func dynBytes(warps, buf int) int { return max(warps*buf, 8<<10) }
 
 // LaunchEntropyInPlace decodes, on stream s, the entropy payload at the
 // start of [buf, buf + h.ValueBytes()). h must come from entropy.ParseHead
@@ -163,8 +176,13 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	if err != nil {
 		return err
 	}
-	f := entropy.Fields[h.Field]
-	sh, err := k.shape(d.ctx, f.Size)
+	// The longest record: from the checked index, or the most a record
+	// may hold.
+	span := uint64(codec.ChunkValues*entropy.Fields[h.Field].Size + entropyOverhead)
+	if h.MaxRecord > 0 {
+		span = min(span, h.MaxRecord)
+	}
+	sh, err := k.shape(d.ctx, span)
 	if err != nil {
 		return err
 	}
@@ -197,12 +215,12 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	}
 	pr := entropyParams{Dst: uint64(dst), Src: uint64(src), Index: uint64(d.idx), N: h.Values, Chunks: N,
 		Records: h.Others, RecBytes: h.Index - h.Others, Flags: uint64(d.flags), Ctrl: uint64(d.ctrl),
-		Err: uint64(d.ctrl) + 8, Field: uint32(h.Field), Epoch: d.epoch, BufBytes: uint32(sh.buf), Lengths: h.Lengths}
+		Err: uint64(d.ctrl) + 8, Field: uint32(h.Field), Epoch: d.epoch, BufBytes: uint32(sh.buf), MaxSpan: uint32(span), Lengths: h.Lengths}
 	if inPlace {
 		pr.InPlace = 1
 	}
 	grid := uint32(min(uint64(sh.grid), (N+uint64(sh.warps)-1)/uint64(sh.warps)))
-	return d.ctx.Launch(k.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: uint32(32 * sh.warps)}, uint32(sh.warps*sh.buf), s, unsafe.Pointer(&pr))
+	return d.ctx.Launch(k.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: uint32(32 * sh.warps)}, uint32(dynBytes(sh.warps, sh.buf)), s, unsafe.Pointer(&pr))
 }
 
 // decodeEntropy is Decode for an entropy payload.

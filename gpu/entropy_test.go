@@ -165,7 +165,11 @@ func TestEntropyMatchesReference(t *testing.T) {
 				inPlace++
 			}
 			for _, ip := range modes {
-				got, err := runEntropy(t, ctx, d, p, h, ip)
+				hh := *h
+				if !ip {
+					hh.MaxRecord = 0 // buffers for the longest record a chunk may have
+				}
+				got, err := runEntropy(t, ctx, d, p, &hh, ip)
 				if err != nil {
 					t.Fatalf("%s, %s (in place %v): %v", f.Name(), c.name, ip, err)
 				}

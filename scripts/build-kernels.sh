@@ -14,7 +14,7 @@ ver=$("$NVCC" --version | grep -o 'release [0-9.]*' | head -1)
 ver=${ver#release }
 consts=""
 for k in decode entropy; do
-  "$NVCC" -O3 -std=c++17 --fatbin -Xptxas -v \
+  "$NVCC" -O3 -std=c++17 --fatbin -Xptxas -v ${NVCC_EXTRA:-} \
     -gencode arch=compute_80,code=sm_80 \
     -gencode arch=compute_90,code=sm_90 \
     -gencode arch=compute_100,code=sm_100 \

@@ -17,6 +17,9 @@ type Head struct {
 	// Lengths is the code length of each symbol (0: none); the code they
 	// make is complete and at most MaxLen bits long.
 	Lengths [MaxSymbols]uint8
+	// MaxRecord is the longest chunk record, once the chunk index has been
+	// checked (Check, CheckIndex); 0 until then.
+	MaxRecord uint64
 }
 
 // ParseHead parses and checks the head of a version 2 payload: its
@@ -68,10 +71,19 @@ func Check(p []byte) (*Head, error) {
 
 // CheckIndex checks a version 2 payload's chunk index, the last
 // 8 x (chunks+1) bytes of the payload: every record's span lies inside
-// the records, and a payload flagged in place decodes in place.
-func (h *PayloadHeader) CheckIndex(idx []byte) error {
-	if h.Version != 2 || uint64(len(idx)) != h.Size-h.Index {
-		return fmt.Errorf("%w: an index of %d bytes, want %d", ErrPayload, len(idx), h.Size-h.Index)
+// the records, and a payload flagged in place decodes in place. It sets
+// MaxRecord.
+func (e *Head) CheckIndex(idx []byte) error {
+	if e.Version != 2 || uint64(len(idx)) != e.Size-e.Index {
+		return fmt.Errorf("%w: an index of %d bytes, want %d", ErrPayload, len(idx), e.Size-e.Index)
 	}
-	return h.checkIndex(indexAt(idx))
+	at := indexAt(idx)
+	if err := e.checkIndex(at); err != nil {
+		return err
+	}
+	e.MaxRecord = 0
+	for c := range e.Chunks() {
+		e.MaxRecord = max(e.MaxRecord, at(c+1)-at(c))
+	}
+	return nil
 }
