@@ -34,7 +34,12 @@
 #define EZ_MAX_THREADS 1024 // 32 warps a block
 #define EZ_RING 2048        // a warp's ring of decoded symbols
 #define EZ_RING_MASK (EZ_RING - 1)
-#define EZ_STEPS 16 // table lookups between rebuilds, a multiple of 4
+#ifndef EZ_LOOKUPS
+#define EZ_LOOKUPS 5 // table lookups from each 64 bits a lane loads: at most 64 / EZ_MAXLEN
+#endif
+#ifndef EZ_STEPS
+#define EZ_STEPS 20 // table lookups between rebuilds, a multiple of EZ_LOOKUPS
+#endif
 #define EZ_AHEAD 48 // rows a lane runs ahead: 32 x (48 + 2) < EZ_RING
 
 // Error bits reported in *err (decode.cu uses 1, 2, 4 and 8).
@@ -238,7 +243,7 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w
         return EZ_ERR_STREAM;
     }
     // Lane t decodes coded lane t into the warp's ring, up to two symbols
-    // a table lookup, four lookups from each 64 bits it loads; every
+    // a table lookup, EZ_LOOKUPS lookups from each 64 bits it loads; every
     // EZ_STEPS lookups the warp rebuilds the values of the positions that
     // every lane has passed, together: rows of L positions, consecutive in
     // memory. A lane runs at most EZ_AHEAD rows ahead of the slowest,
@@ -252,13 +257,13 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w
     uint32_t done = 0, kmin = 0; // rows rebuilt; the slowest lane's symbols
     while (done < rows) {
         const uint32_t lim = min(endp, lane + L * (kmin + EZ_AHEAD));
-        for (int st = 0; st < EZ_STEPS / 4; st++) {
+        for (int st = 0; st < EZ_STEPS / EZ_LOOKUPS; st++) {
             const uint32_t wa = q >> 5, sh = q & 31;
             const uint32_t x = ez_bswap(w[min(wa, nw - 1)]), y = ez_bswap(w[min(wa + 1, nw - 1)]),
                            z = ez_bswap(w[min(wa + 2, nw - 1)]);
             uint32_t hi = __funnelshift_l(y, x, sh), lo = __funnelshift_l(z, y, sh), got = 0;
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < EZ_LOOKUPS; u++) {
                 const bool act = pos < lim;
                 const uint32_t e = tab2[hi >> (32 - EZ_MAXLEN)];
                 const bool two = (e >> 24) && pos + L < endp;

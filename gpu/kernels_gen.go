@@ -7,7 +7,7 @@ package gpu
 const (
 	decodeSourceSHA256  = "62cf288aa03bf81713ce5c503f8084fa862b694695d9572882727c174d3fe136"
 	decodeFatbinSHA256  = "dc7f40f4030b1352c171e298b1311e8ea6c32b524f84b697d53b283cd42d477c"
-	entropySourceSHA256 = "6d4428f64b29dfa13dd6a61df9464f05a2ae540ad504559faf25ac976715ad31"
-	entropyFatbinSHA256 = "e144d1cdb74c667d60146228ac9357acbdc7da29fd4b30286c25d74c077b1d51"
+	entropySourceSHA256 = "e273a2eac2094c57d0c0e51dee09e4b5b854b82eba138389def1d8c58870d768"
+	entropyFatbinSHA256 = "801b2960ea4c86b613b4c5158ed451ab8dac9f8400eb29d60dcfa535f8ce36d6"
 	kernelsNVCCVersion  = "13.0"
 )
