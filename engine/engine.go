@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -68,7 +69,8 @@ var ErrInjected = errors.New("injected fault")
 // Work is what one Submit enqueues on a stream, in this order: the copy
 // of Src to Dst (none when Src is empty), or with N > 0 the copy of N
 // bytes of device memory at From to Dst; then the in-place decode of the
-// payload at Dst whose header is Decode (none when nil). With Items, Src
+// payload at Dst whose header is Decode, or of the entropy payload at Dst
+// whose head is Entropy (none when both are nil; never both). With Items, Src
 // is a packed staging buffer instead: it starts with room for the item
 // table (ScatterTableBytes), which Submit fills after checking the items,
 // its length is a multiple of 16, and it is copied to device staging
@@ -81,7 +83,10 @@ type Work struct {
 	From   DevPtr
 	N      uint64
 	Decode *codec.Header
-	Items  []ScatterItem
+	// Entropy is the checked head of an entropy payload (its chunk index
+	// checked too, so MaxRecord is set) flagged decodable in place.
+	Entropy *entropy.Head
+	Items   []ScatterItem
 }
 
 // ScatterItem is one tensor of a packed staging buffer (the table format

@@ -1,12 +1,18 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu/cuda"
 )
+
+// headRead is how much of a payload DecodeStream reads first: a SplitZip
+// header, or an entropy payload's header and code lengths.
+const headRead = 256
 
 // DecodeStream decodes the payload of size bytes read through r on the
 // GPU and passes the decoded tensor to fn in order, in pieces of at most
@@ -15,15 +21,20 @@ import (
 // place, or out of place when the payload lacks the in-place flag) and
 // copied back a piece at a time. Host memory is bounded by buf whatever
 // the tensor's size; device memory holds the tensor. len(buf) must be
-// positive and even. Like Decode, it is for one goroutine at a time.
+// positive and even. It takes SplitZip payloads and entropy payloads
+// (version 1 ones are decoded on the host, entropy.DecodeStream). Like
+// Decode, it is for one goroutine at a time.
 func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(off uint64, b []byte) error) error {
 	seg := len(buf)
 	if seg <= 0 || seg%2 != 0 {
 		return fmt.Errorf("gpu: piece buffer of %d bytes, want a positive even size", seg)
 	}
-	head := make([]byte, min(size, codec.HeaderSize))
+	head := make([]byte, min(size, headRead))
 	if _, err := r.ReadAt(head, 0); err != nil {
 		return fmt.Errorf("codec: reading payload header: %w", err)
+	}
+	if len(head) >= 4 && string(head[:4]) == entropy.PayloadMagic {
+		return d.entropyStream(r, size, buf, head, fn)
 	}
 	h, err := codec.ParseHeader(head)
 	if err != nil {
@@ -38,47 +49,19 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 		return fmt.Errorf("%w: %d values in a %d-byte payload", codec.ErrCorrupt, h.Values, size)
 	}
 	out := 2 * h.Values
-	// An empty tensor's payload is only checked; nothing goes to the device.
-	var target cuda.DevicePtr
-	if out > 0 {
-		if h.InPlace && size > out {
-			return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, size, out)
-		}
-		if err := d.reserve(&d.buf, &d.bufCap, out); err != nil {
-			return err
-		}
-		target = d.buf
-		if !h.InPlace {
-			if err := d.reserve(&d.payload, &d.payCap, size); err != nil {
-				return err
-			}
-			target = d.payload
-		}
+	if h.InPlace && size > out && out > 0 {
+		return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, size, out)
 	}
-	sums := codec.NewPieceSums(size, uint64(seg))
-	for i := range sums.Pieces() {
-		off, n := sums.Span(i)
-		b := buf[:n]
-		if _, err := r.ReadAt(b, int64(off)); err != nil {
-			return fmt.Errorf("codec: reading payload at %d: %w", off, err)
-		}
-		sums.Set(i, codec.PieceChecksum(b, off))
-		if out == 0 {
-			continue
-		}
-		if err := d.ctx.CopyHtoDAsync(target+cuda.DevicePtr(off), b, d.stream); err != nil {
-			return err
-		}
-		// The host buffer is reused for the next piece.
-		if err := d.ctx.StreamSynchronize(d.stream); err != nil {
-			return err
-		}
-	}
-	if err := sums.Check(&h, 0); err != nil {
+	target, err := d.targets(out, size, h.InPlace)
+	if err != nil {
 		return err
 	}
-	if out == 0 {
-		return nil
+	sums, err := d.upload(r, size, buf, target, nil)
+	if err != nil {
+		return err
+	}
+	if err := sums.Check(&h, 0); err != nil || out == 0 {
+		return err
 	}
 	if h.InPlace {
 		err = d.LaunchInPlace(d.buf, &h, d.stream)
@@ -88,11 +71,114 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 	if err != nil {
 		return err
 	}
+	return d.download(out, buf, fn)
+}
+
+// entropyStream is DecodeStream of an entropy payload whose first bytes
+// are head: the chunk index is gathered from the pieces as they are read
+// and checked on the host before the launch.
+func (d *Decoder) entropyStream(r io.ReaderAt, size uint64, buf, head []byte, fn func(off uint64, b []byte) error) error {
+	h, err := entropy.ParseHead(head)
+	switch {
+	case errors.Is(err, entropy.ErrNoRecords):
+		return entropy.DecodeStream(r, size, fn)
+	case err != nil:
+		return err
+	case h.Size != size:
+		return fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, size, h.Size)
+	}
+	out := h.ValueBytes()
+	if h.InPlace && size > out {
+		return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d values", entropy.ErrPayload, size, out)
+	}
+	target, err := d.targets(out, size, h.InPlace)
+	if err != nil {
+		return err
+	}
+	idx := make([]byte, h.Size-h.Index)
+	sums, err := d.upload(r, size, buf, target, func(off uint64, b []byte) {
+		if end := off + uint64(len(b)); end > h.Index {
+			lo := max(off, h.Index)
+			copy(idx[lo-h.Index:], b[lo-off:])
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if sums.Sum() != h.Checksum {
+		return fmt.Errorf("%w: entropy payload checksum mismatch", codec.ErrChecksum)
+	}
+	if err := h.CheckIndex(idx); err != nil || out == 0 {
+		return err
+	}
+	if h.InPlace {
+		err = d.LaunchEntropyInPlace(d.buf, h, d.stream)
+	} else {
+		err = d.LaunchEntropyOutOfPlace(d.buf, d.payload, h, d.stream)
+	}
+	if err != nil {
+		return err
+	}
+	return d.download(out, buf, fn)
+}
+
+// targets reserves the device buffers of a decode of size payload bytes
+// into out bytes, and returns where the payload goes: the start of the
+// output buffer in place, a buffer of its own else (none for no output).
+func (d *Decoder) targets(out, size uint64, inPlace bool) (cuda.DevicePtr, error) {
+	if out == 0 {
+		return 0, nil
+	}
+	if err := d.reserve(&d.buf, &d.bufCap, out); err != nil {
+		return 0, err
+	}
+	if inPlace {
+		return d.buf, nil
+	}
+	if err := d.reserve(&d.payload, &d.payCap, size); err != nil {
+		return 0, err
+	}
+	return d.payload, nil
+}
+
+// upload reads the payload of size bytes through buf, a piece at a time,
+// into device memory at target (nothing is copied when target is 0),
+// giving each piece to saw (when set), and returns the pieces' checksums.
+func (d *Decoder) upload(r io.ReaderAt, size uint64, buf []byte, target cuda.DevicePtr, saw func(off uint64, b []byte)) (*codec.PieceSums, error) {
+	sums := codec.NewPieceSums(size, uint64(len(buf)))
+	for i := range sums.Pieces() {
+		off, n := sums.Span(i)
+		b := buf[:n]
+		if _, err := r.ReadAt(b, int64(off)); err != nil {
+			return nil, fmt.Errorf("codec: reading payload at %d: %w", off, err)
+		}
+		sums.Set(i, codec.PieceChecksum(b, off))
+		if saw != nil {
+			saw(off, b)
+		}
+		if target == 0 {
+			continue
+		}
+		if err := d.ctx.CopyHtoDAsync(target+cuda.DevicePtr(off), b, d.stream); err != nil {
+			return nil, err
+		}
+		// The host buffer is reused for the next piece.
+		if err := d.ctx.StreamSynchronize(d.stream); err != nil {
+			return nil, err
+		}
+	}
+	return sums, nil
+}
+
+// download waits for the decode, takes its errors, and passes the out
+// decoded bytes to fn in pieces copied back through buf.
+func (d *Decoder) download(out uint64, buf []byte, fn func(off uint64, b []byte) error) error {
 	if err := d.TakeError(d.stream); err != nil {
 		return err
 	}
-	for off := uint64(0); off < out; off += uint64(seg) {
-		b := buf[:min(uint64(seg), out-off)]
+	seg := uint64(len(buf))
+	for off := uint64(0); off < out; off += seg {
+		b := buf[:min(seg, out-off)]
 		if err := d.ctx.CopyDtoHAsync(b, d.buf+cuda.DevicePtr(off), d.stream); err != nil {
 			return err
 		}

@@ -5,10 +5,12 @@ import (
 	"io"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 )
 
-// Decoder decodes SplitZip payloads for Verify and Decompress. The
-// reference is CPUDecoder; the GPU decoder implements it too.
+// Decoder decodes SplitZip and entropy payloads for Verify and
+// Decompress. The reference is CPUDecoder; the GPU decoder implements it
+// too.
 type Decoder interface {
 	// DecodeStream decodes the payload of size bytes read through r and
 	// passes the decoded tensor to fn in order, in pieces held in buf
@@ -23,8 +25,19 @@ type CPUDecoder struct{}
 
 var _ Decoder = CPUDecoder{}
 
-// DecodeStream decodes with codec.Reader, whole chunks at a time.
+// DecodeStream decodes with codec.Reader, whole chunks at a time, or an
+// entropy payload with entropy.DecodeStream (a chunk at a time, its
+// memory its own, not buf).
 func (CPUDecoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(off uint64, b []byte) error) error {
+	var magic [4]byte
+	if size >= 4 {
+		if _, err := r.ReadAt(magic[:], 0); err != nil {
+			return fmt.Errorf("codec: reading payload header: %w", err)
+		}
+		if string(magic[:]) == entropy.PayloadMagic {
+			return entropy.DecodeStream(r, size, fn)
+		}
+	}
 	k := uint64(len(buf)) / (2 * codec.ChunkValues)
 	if k == 0 || uint64(len(buf))%(2*codec.ChunkValues) != 0 {
 		return fmt.Errorf("codec: piece buffer of %d bytes is not a whole number of chunks", len(buf))

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -254,15 +253,7 @@ func decodeTensor(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pie
 	}
 	defer obj.Close()
 	var n uint64
-	decode := dec.DecodeStream
-	if o.Kind == shardcache.KindEntropy {
-		// Entropy payloads decode on the host (package entropy), whatever
-		// dec is: no GPU decoder reads them yet.
-		decode = func(r io.ReaderAt, size uint64, _ []byte, fn func(off uint64, b []byte) error) error {
-			return entropy.DecodeStream(r, size, fn)
-		}
-	}
-	err = decode(obj, o.Size, p.a, func(off uint64, b []byte) error {
+	err = dec.DecodeStream(obj, o.Size, p.a, func(off uint64, b []byte) error {
 		if off != n || uint64(len(b)) > t.Size-n {
 			return fmt.Errorf("%w: decodes past the tensor's %d bytes", codec.ErrSize, t.Size)
 		}

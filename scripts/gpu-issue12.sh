@@ -9,6 +9,16 @@
 #            the 2^31-value tests, memcheck and racecheck
 #   bench    bench decode --codec entropy for every dtype at 64 and 512
 #            MiB beside the fixed-rate decoder, same run
+#   final    build the kernels into $OUT/kernels, then with them: every
+#            GPU test of gpu (2^31 values too), the engine conformance
+#            suite on the CUDA engine, transport's and loadbench's CUDA
+#            tests, memcheck and racecheck, and the bench phase
+#   loads    a 4 GiB Llama-shaped checkpoint compressed fixed and entropy:
+#            raw and fixed loads with the source there, entropy loads
+#            (decoded on the device, and on the host) with it gone; from
+#            page cache, pinned-resident re-faults and cold (page cache
+#            dropped). D also holds cudaengine.test, transport.test and
+#            loadbench.test for final.
 # With K set (a directory holding entropy.fatbin built on this machine),
 # tests use that kernel instead of the embedded one.
 set -uo pipefail
@@ -60,6 +70,62 @@ tests)
   ;;
 bench)
   bench 64MiB,512MiB
+  ;;
+final)
+  step "nvcc"
+  K=$OUT/kernels
+  OUTDIR=$K bash scripts/build-kernels.sh 2>&1 | grep -E "built|error|registers|spill" || fail nvcc
+  export SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
+  step "gpu tests (2^31 values too)"
+  SPLITZIP_LARGE=1 timeout 300 "$D/gpu.test" -test.v -test.count 1 -test.skip TestKernelStamp 2>&1 | grep -E "^(---|ok|FAIL|PASS)|entropy_test.go:[0-9]+: [A-Z0-9]|[0-9]+ of [0-9]+ corrupt|values .* decoded" | tail -40 || fail "gpu tests"
+  step "conformance suite, CUDA engine"
+  timeout 120 "$D/cudaengine.test" -test.v -test.count 1 2>&1 | grep -E "^(--- |ok|FAIL|PASS)|    --- " | tail -30 || fail cudaengine
+  step "transport and loadbench CUDA tests"
+  timeout 120 "$D/transport.test" -test.run CUDA -test.v -test.count 1 2>&1 | grep -E "^(--- |ok|FAIL|PASS)" | tail -20 || fail transport
+  timeout 120 "$D/loadbench.test" -test.run CUDA -test.v -test.count 1 2>&1 | grep -E "^(--- |ok|FAIL|PASS)|load_test|cuda_test" | tail -20 || fail loadbench
+  step "memcheck"
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.run 'Entropy' -test.short -test.count 1 -test.skip 'TestKernelStamp|Large' 2>&1 | tail -4 || fail memcheck
+  step "racecheck"
+  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestEntropyMatchesReference|TestEntropyCorrupt' -test.short -test.count 1 -test.skip TestKernelStamp 2>&1 | tail -4 || fail racecheck
+  bench 64MiB,512MiB
+  ;;
+loads)
+  S=/tmp/ent
+  rm -rf $S $S.gone $S.fixed $S.entropy
+  step "gen and compress"
+  "$D/splitzip" gen $S --size 4GiB --shards 4 -q || fail gen
+  "$D/splitzip" compress $S -o $S.fixed --no-sync -q --self-contained || fail compress
+  "$D/splitzip" compress $S -o $S.entropy --codec entropy --no-sync -q --self-contained || fail compress
+  "$D/splitzip" inspect $S.entropy | tail -4
+  du -sb $S $S.fixed/objects $S.entropy/objects
+  rate() { python3 -c 'import json,sys; r=json.load(sys.stdin); g=[x["gb_per_s"] for x in r["runs"]]; print("first %.1f GB/s, re-faults %s" % (g[0], " ".join("%.1f" % v for v in g[1:])))'; }
+  first() { "$D/splitzip" load "$@" --json | rate; }
+  warm() { cat $S/* $S.fixed/objects/*/* $S.entropy/objects/*/* > /dev/null 2>&1; }
+  warm
+  for r in 1 2 3; do
+    echo "r$r raw:     $(first $S.fixed --raw)"
+    echo "r$r fixed:   $(first $S.fixed)"
+    echo "r$r raw res: $(first $S.fixed --raw --resident --repeat 4)"
+    echo "r$r fix res: $(first $S.fixed --resident --repeat 4)"
+  done
+  step "cold, source there"
+  for c in raw fixed; do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    if [ $c = raw ]; then echo "cold raw:   $(first $S.fixed --raw)"; else echo "cold fixed: $(first $S.fixed)"; fi
+  done
+  mv $S $S.gone
+  warm() { cat $S.entropy/objects/*/* > /dev/null 2>&1; }
+  warm
+  step "entropy, source gone"
+  "$D/splitzip" load $S.entropy --check | grep -E "^load|matches|entropy" || fail "entropy load --check"
+  for r in 1 2 3; do
+    echo "r$r entropy device: $(first $S.entropy)"
+    echo "r$r entropy host:   $(first $S.entropy --entropy-on-host)"
+    echo "r$r entropy res:    $(first $S.entropy --resident --repeat 4)"
+  done
+  sync; echo 3 > /proc/sys/vm/drop_caches
+  echo "cold entropy device: $(first $S.entropy)"
+  rm -rf $S.gone $S.fixed $S.entropy
   ;;
 *)
   echo "unknown phase $PHASE"; exit 2 ;;

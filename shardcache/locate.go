@@ -14,7 +14,7 @@ var ErrSourceMissing = errors.New("source shard missing, and the tensor's bytes 
 // ErrHostDecode reports, from RawSlice, a tensor whose source shard is
 // absent and that the cache holds as an entropy payload: no raw bytes are
 // anywhere, and whoever reads it decodes the payload on the host.
-var ErrHostDecode = errors.New("source shard missing; the tensor is an entropy payload, to decode on the host")
+var ErrHostDecode = errors.New("source shard missing; the tensor is an entropy payload, to decode from its payload")
 
 // SourceState reports whether the shard file at path is there and, if it
 // is, ErrSourceChanged when its size or mtime differ from the record. An

@@ -23,23 +23,38 @@ import (
 )
 
 // TestEntropyPayloadsWithoutSource: a cache of entropy payloads loads
-// from its source while that is there, and from its payloads, decoded on
-// the host, once the source is gone, bit for bit, first loads and
+// from its source while that is there, and from its payloads once the
+// source is gone, decoded on the device (the engine's in-place entropy
+// decode) or, with HostEntropy, on the host, bit for bit, first loads and
 // re-faults, resident or not; a corrupt payload fails its own binding
 // only, which stays evicted, and a repaired one loads.
 func TestEntropyPayloadsWithoutSource(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}, pipeline.CompressOptions{SelfContained: true, Codec: pipeline.CodecEntropy})
-	load := func(what string) {
+	load := func(what string, absent bool) {
 		t.Helper()
 		for _, resident := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s, resident %v", what, resident), func(t *testing.T) { loadAll(t, c, s, resident) })
+			for _, onHost := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s, resident %v, on the host %v", what, resident, onHost), func(t *testing.T) {
+					var device atomic.Int64 // entropy decodes the engine ran
+					hooks := hostengine.Hooks{Decode: func(_ engine.DevPtr, h *codec.Header) error {
+						if h == nil {
+							device.Add(1)
+						}
+						return nil
+					}}
+					loadAllWith(t, c, s, hooks, SplitZipOptions{Resident: resident, Readers: 3, HostEntropy: onHost, SmallBytes: 4 << 10})
+					if n := device.Load(); (n > 0) != (absent && !onHost) {
+						t.Errorf("%d entropy payloads decoded by the engine", n)
+					}
+				})
+			}
 		}
 	}
-	load("source present")
+	load("source present", false)
 	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
 		t.Fatal(err)
 	}
-	load("source absent")
+	load("source absent", true)
 
 	_, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
 	var victim *vmm.Binding

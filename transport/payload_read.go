@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -89,9 +90,11 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 		return nil, err
 	}
 	t1 := time.Now()
-	h, err := codec.ParseHeader(b)
-	if err == nil {
-		err = sums.Check(&h, 0)
+	p := &payload{buf: b}
+	if o.Kind == shardcache.KindEntropy {
+		p.e, err = checkEntropy(b, sums.Sum())
+	} else if p.h, err = codec.ParseHeader(b); err == nil {
+		err = sums.Check(&p.h, 0)
 	}
 	if err != nil {
 		err = fmt.Errorf("%s: %w", f.Name(), err)
@@ -103,5 +106,21 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &payload{buf: b, h: h}, nil
+	return p, nil
+}
+
+// checkEntropy checks a whole entropy payload b whose checksum, computed
+// as it was read, is sum: its head, size, checksum and chunk index.
+func checkEntropy(b []byte, sum uint32) (*entropy.Head, error) {
+	e, err := entropy.ParseHead(b)
+	if err != nil {
+		return nil, err
+	}
+	if e.Size != uint64(len(b)) {
+		return nil, fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, len(b), e.Size)
+	}
+	if sum != e.Checksum {
+		return nil, fmt.Errorf("%w: entropy payload checksum mismatch", codec.ErrChecksum)
+	}
+	return e, e.CheckIndex(b[e.Index:])
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -42,6 +43,11 @@ type SplitZipOptions struct {
 	// (Staging.SmallResident).
 	DeviceResident bool
 	DeviceBytes    uint64
+	// HostEntropy decodes entropy payloads whose source is absent on the
+	// host, into the staging ring, rather than on the device after their
+	// upload (what version 1 payloads, and those not decodable in place,
+	// always take).
+	HostEntropy bool
 }
 
 // SplitZip uploads payloads from a cache and decodes them in place;
@@ -76,6 +82,7 @@ type sourceState struct {
 type payload struct {
 	buf []byte
 	h   codec.Header
+	e   *entropy.Head // an entropy payload's head, its index checked; h is then zero
 }
 
 // NewSplitZip wraps inner with payloads from cache.
@@ -315,8 +322,7 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 	}
 	switch {
 	case t.host:
-		// Not kept resident: a re-fault decodes again.
-		return z.hostDecode(ctx, t)
+		return z.entropyUpload(ctx, t)
 	case z.tier != nil:
 		if p := z.tier.lookup(string(t.hit.Tensor.Key)); p != nil {
 			if 2*p.h.Values != t.b.Size {

@@ -1,7 +1,9 @@
 package transport
 
-// Entropy payloads whose source is absent: no GPU decoder reads them yet,
-// so they are decoded on the host into the staging ring and copied raw.
+// Entropy payloads whose source is absent, decoded on the host: small
+// ones into the packer's buffers, version 1 payloads, those not decodable
+// in place, and every one with HostEntropy into the staging ring, copied
+// raw (the others are decoded on the device, splitzip_entropy.go).
 
 import (
 	"context"

@@ -51,37 +51,11 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 	if o.Size <= readPiece {
 		return z.streamOne(ctx, t, f, loc.Name, o.Size, stream, to, tierSlot)
 	}
-	sums := codec.NewPieceSums(o.Size, readPiece)
-	n := sums.Pieces()
-	evs := make([]Fence, n, n+1)
 	var head [codec.HeaderSize]byte
-	err = z.eachPiece(ctx, n, func(i int, s *slot) error {
-		off, size := sums.Span(i)
-		q := s.buf[:size]
-		sum, rd, vd, err := readChecked(f, q, off)
-		if err != nil {
-			return fmt.Errorf("%s: %w", loc.Name, err)
-		}
-		sums.Set(i, sum)
-		if i == 0 {
+	evs, sums, err := z.copyPieces(ctx, f, loc.Name, o.Size, stream, to, func(off uint64, q []byte) {
+		if off == 0 {
 			copy(head[:], q)
 		}
-		// The pieces go on one stream, so the decode submitted after
-		// them runs after them all.
-		t2 := time.Now()
-		ev, err := z.eng.Submit(stream, engine.Work{Dst: to + vmm.Ptr(off), Src: q})
-		if err != nil {
-			return err
-		}
-		s.ev, evs[i] = ev, ev
-		submit := time.Since(t2)
-		z.mu.Lock()
-		z.stats.Read += rd
-		z.stats.Verify += vd
-		z.stats.Bytes += uint64(len(q))
-		z.stats.Submit += submit
-		z.mu.Unlock()
-		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -103,6 +77,46 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 	z.keepOnDevice(key, tierSlot, h, stream, ev)
 	// A failed copy reports through its own event.
 	return allFence(append(evs, ev)), nil
+}
+
+// copyPieces reads a payload of size bytes from f in staging pieces, in
+// parallel, checksums each and submits its copy to its place at to, all
+// on one stream, and returns the copies' events and the pieces'
+// checksums. saw, if set, is given each piece (from its goroutine) before
+// its copy is submitted.
+func (z *SplitZip) copyPieces(ctx context.Context, f io.ReaderAt, name string, size uint64, stream int, to vmm.Ptr, saw func(off uint64, q []byte)) ([]Fence, *codec.PieceSums, error) {
+	sums := codec.NewPieceSums(size, readPiece)
+	n := sums.Pieces()
+	evs := make([]Fence, n, n+1)
+	err := z.eachPiece(ctx, n, func(i int, s *slot) error {
+		off, size := sums.Span(i)
+		q := s.buf[:size]
+		sum, rd, vd, err := readChecked(f, q, off)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		sums.Set(i, sum)
+		if saw != nil {
+			saw(off, q)
+		}
+		// The pieces go on one stream, so a decode submitted after them
+		// runs after them all.
+		t2 := time.Now()
+		ev, err := z.eng.Submit(stream, engine.Work{Dst: to + vmm.Ptr(off), Src: q})
+		if err != nil {
+			return err
+		}
+		s.ev, evs[i] = ev, ev
+		submit := time.Since(t2)
+		z.mu.Lock()
+		z.stats.Read += rd
+		z.stats.Verify += vd
+		z.stats.Bytes += uint64(len(q))
+		z.stats.Submit += submit
+		z.mu.Unlock()
+		return nil
+	})
+	return evs, sums, err
 }
 
 // decodeWork is the submission that decodes a payload whose bytes are in

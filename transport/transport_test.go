@@ -43,6 +43,12 @@ func mustSpecs(t *testing.T, c *shardcache.Cache, src *shardcache.Source) []vmm.
 // setup builds an arena, a SplitZip transport over a raw one, and a store.
 func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, resident bool) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
 	t.Helper()
+	return setupWith(t, c, src, hooks, SplitZipOptions{Resident: resident, Readers: 3})
+}
+
+// setupWith is setup with the SplitZip transport's options.
+func setupWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, opts SplitZipOptions) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
+	t.Helper()
 	eng := hostengine.New(2, hostengine.WithHooks(hooks))
 	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
 	if err != nil {
@@ -52,7 +58,7 @@ func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks host
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewSplitZip(eng, c, raw, SplitZipOptions{Resident: resident, Readers: 3})
+	tr, err := NewSplitZip(eng, c, raw, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +72,14 @@ func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks host
 // frees every pinned byte.
 func loadAll(t *testing.T, c *shardcache.Cache, src *shardcache.Source, resident bool) {
 	t.Helper()
-	eng, a, st, tr := setup(t, c, src, hostengine.Hooks{}, resident)
+	loadAllWith(t, c, src, hostengine.Hooks{}, SplitZipOptions{Resident: resident, Readers: 3})
+}
+
+// loadAllWith is loadAll with the engine's hooks and the SplitZip
+// transport's options.
+func loadAllWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, opts SplitZipOptions) {
+	t.Helper()
+	eng, a, st, tr := setupWith(t, c, src, hooks, opts)
 	bs := a.Bindings()
 	for run := range 2 {
 		for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {

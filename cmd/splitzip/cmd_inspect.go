@@ -63,7 +63,7 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		ent, inPlace = ent+d.Entropy, inPlace+d.EntropyInPlace
 	}
 	if ent > 0 {
-		fmt.Fprintf(w, "entropy payloads: %d of %d decodable in place (none decoded on the GPU yet)\n", inPlace, ent)
+		fmt.Fprintf(w, "entropy payloads: %d of %d decodable in place (a GPU decodes those where they land; the others on the host)\n", inPlace, ent)
 	}
 	fmt.Fprintf(w, "total: %s (%s), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s in %s\n",
 		count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),

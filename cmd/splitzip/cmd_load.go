@@ -38,6 +38,7 @@ type loadOptions struct {
 	Ahead          int
 	Times          bool
 	Pinned         string
+	EntropyOnHost  bool
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -76,6 +77,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
+	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads whose source is absent on the host, not on the device after their upload")
 }
 
 func (o loadOptions) engine() (engine.Engine, error) {
@@ -126,7 +128,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
+	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	var total uint64
 	for _, sh := range src.Shards {
@@ -260,7 +262,11 @@ func printLoad(g *globals, r *loadbench.Report) {
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {
-		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: read raw from the source where it is there, decoded on the host where it is not (no GPU decoder reads them yet)\n",
-			count(r.EntropyTensors, "tensor"))
+		where := "decoded on the device after their upload where it is not (on the host: payloads of version 1, small ones packed with others, and with --entropy-on-host)"
+		if r.Settings.EntropyOnHost {
+			where = "decoded on the host where it is not"
+		}
+		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: read raw from the source where it is there, %s\n",
+			count(r.EntropyTensors, "tensor"), where)
 	}
 }

@@ -97,9 +97,16 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 			return nil, err
 		}
 	}
+	if w.Decode != nil && w.Entropy != nil {
+		return nil, fmt.Errorf("cuda engine: a decode and an entropy decode in one submission")
+	}
 	if w.Decode != nil {
 		h := *w.Decode
 		w.Decode = &h
+	}
+	if w.Entropy != nil {
+		h := *w.Entropy
+		w.Entropy = &h
 	}
 	c := &cudaEvent{e: e, ready: make(chan struct{})}
 	if err := e.send(request{s: s, w: w, ev: c}); err != nil {
@@ -241,6 +248,9 @@ func (e *Engine) enqueue(s int, w engine.Work) error {
 	}
 	if w.Decode != nil {
 		return e.timed(s, true, func() error { return e.decs[s].LaunchInPlace(cuda.DevicePtr(w.Dst), w.Decode, st) })
+	}
+	if w.Entropy != nil {
+		return e.timed(s, true, func() error { return e.decs[s].LaunchEntropyInPlace(cuda.DevicePtr(w.Dst), w.Entropy, st) })
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/internal/synth"
 )
@@ -35,6 +36,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		{"WaitAcrossStreams", waitAcrossStreams},
 		{"ConcurrentSubmits", concurrentSubmits},
 		{"DecodeInPlace", decodeInPlace},
+		{"EntropyDecodeInPlace", entropyDecodeInPlace},
 		{"Scatter", scatter},
 		{"CorruptPayloadReported", corruptPayload},
 	} {
@@ -252,6 +254,51 @@ func decodeInPlace(t *testing.T, e engine.Engine) {
 	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &h}))
 	if got := readBack(t, e, r.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("in-place decode differs from the reference")
+	}
+}
+
+// entropyDecodeInPlace decodes entropy payloads of BF16 and FP8 (whole
+// bytes) values in place, and reports one whose records are damaged.
+func entropyDecodeInPlace(t *testing.T, e engine.Engine) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	bf := synth.Normal(rng, 7*codec.ChunkValues+77, 0.02)
+	for _, c := range []struct {
+		field  int
+		values []byte
+	}{{0, bf}, {4, synth.Cast(bf, "F8_E4M3", 4096)}} {
+		p, err := entropy.Encode(c.field, c.values, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := entropy.Check(p)
+		if err != nil || !h.InPlace {
+			t.Fatalf("%s: %v, in place %v", entropy.Fields[c.field].Name(), err, h != nil && h.InPlace)
+		}
+		r := alloc(t, e, uint64(len(c.values)))
+		copy(r.host, p)
+		wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Entropy: h}))
+		if got := readBack(t, e, r.base, len(c.values)); !bytes.Equal(got, c.values) {
+			t.Fatalf("%s: in-place entropy decode differs from the reference", entropy.Fields[c.field].Name())
+		}
+		// A damaged symbol chunk (its mode byte and header), the head
+		// trusted: an error on the event or from DecodeErrors, and the
+		// engine goes on.
+		bad := bytes.Clone(p)
+		sym := h.Others + uint64(codec.ChunkValues*entropy.Fields[c.field].Other()/8) // chunk 0's symbols
+		for i := sym; i < sym+8; i++ {
+			bad[i] ^= 0xFF
+		}
+		copy(r.host, bad)
+		err = submit(t, e, 1, engine.Work{Dst: r.base, Src: r.host[:len(bad)], Entropy: h}).Wait()
+		if de, ok := e.(engine.DecodeErrorer); ok && err == nil {
+			err = de.DecodeErrors()
+		}
+		if err == nil {
+			t.Errorf("%s: a damaged entropy payload decoded without an error", entropy.Fields[c.field].Name())
+		}
+	}
+	if _, err := e.Submit(0, engine.Work{Decode: &codec.Header{}, Entropy: &entropy.Head{}}); err == nil {
+		t.Error("a submission with both decodes was taken")
 	}
 }
 

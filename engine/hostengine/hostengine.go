@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"
 )
@@ -21,7 +22,8 @@ var _ engine.Timer = (*Engine)(nil)
 // Hooks inject faults into the host engine (tests).
 type Hooks struct {
 	// Copy and Decode, if set, are called before each operation runs; an
-	// error fails the operation (as a failed DMA or launch would).
+	// error fails the operation (as a failed DMA or launch would). Decode
+	// sees an entropy payload's decode with a nil header.
 	Copy   func(dst engine.DevPtr, n int) error
 	Decode func(dst engine.DevPtr, h *codec.Header) error
 	// Map, if set, is called before memory is mapped (out of memory).
@@ -275,6 +277,9 @@ func (e *Engine) stream(s int) (*streamState, error) {
 // submits to s comes between them. The event carries the stream's first
 // error since the previous event, and clears it.
 func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
+	if w.Decode != nil && w.Entropy != nil {
+		return nil, fmt.Errorf("cpu engine: a decode and an entropy decode in one submission")
+	}
 	var run []func() error
 	switch {
 	case w.Items != nil:
@@ -293,6 +298,10 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		if w.Decode != nil {
 			hc := *w.Decode
 			run = append(run, func() error { return e.timed(true, func() error { return e.decodeInPlace(w.Dst, &hc) }) })
+		}
+		if w.Entropy != nil {
+			hc := *w.Entropy
+			run = append(run, func() error { return e.timed(true, func() error { return e.decodeEntropyInPlace(w.Dst, &hc) }) })
 		}
 	}
 	st, err := e.stream(s)
@@ -355,6 +364,22 @@ func (e *Engine) decodeInPlace(dst engine.DevPtr, h *codec.Header) error {
 	// The reference decoder works out of place: set the payload aside.
 	payload := append([]byte(nil), d[:h.Size]...)
 	return codec.Decode(d, payload)
+}
+
+// decodeEntropyInPlace runs an entropy payload's decode in place with the
+// Go reference (entropy.DecodeInPlace); the Decode hook sees it with a
+// nil header.
+func (e *Engine) decodeEntropyInPlace(dst engine.DevPtr, h *entropy.Head) error {
+	if e.hooks.Decode != nil {
+		if err := e.hooks.Decode(dst, nil); err != nil {
+			return err
+		}
+	}
+	d, err := e.mem(dst, h.ValueBytes())
+	if err != nil {
+		return err
+	}
+	return entropy.DecodeInPlace(d, h.Size)
 }
 
 // scatter writes checked items of packed to their ranges; the hooks see

@@ -28,9 +28,12 @@ type Options struct {
 	// memory across repeats (the small ones in pinned memory), so
 	// re-faults copy within the device and decode (not with Raw).
 	DeviceResident bool
-	Repeat         int  // fault everything in this many times (evicting in between)
-	Check          bool // read the arena back after the first run and compare with the source
-	Readers        int
+	// EntropyOnHost decodes entropy payloads whose source is absent on
+	// the host (transport.SplitZipOptions.HostEntropy).
+	EntropyOnHost bool
+	Repeat        int  // fault everything in this many times (evicting in between)
+	Check         bool // read the arena back after the first run and compare with the source
+	Readers       int
 	// SmallBytes is the packing threshold (see transport.RawOptions.SmallBytes).
 	SmallBytes int64
 	// DeviceTimes times copies and decodes on the device (engines that
@@ -81,8 +84,8 @@ type Report struct {
 	Submit      time.Duration `json:"submit_ns"` // enqueueing copies and decodes
 	Checked     bool          `json:"checked"`
 	// EntropyTensors counts the tensors stored as entropy payloads: read
-	// raw from their source, or decoded on the host without it (no GPU
-	// decoder reads them yet).
+	// raw from their source, or without it decoded from their payloads
+	// (on the device, or on the host: see transport.SplitZipOptions).
 	EntropyTensors int         `json:"entropy_tensors"`
 	Settings       Settings    `json:"settings"`
 	Runs           []RunReport `json:"runs"`
@@ -97,6 +100,9 @@ type Settings struct {
 	SmallBytes int64 `json:"small_bytes"` // packing threshold; negative: no packing
 	// PinnedLimit is the cap on pinned staging; negative: none.
 	PinnedLimit int64 `json:"pinned_limit"`
+	// EntropyOnHost: entropy payloads without their source were decoded
+	// on the host (Options.EntropyOnHost).
+	EntropyOnHost bool `json:"entropy_on_host,omitempty"`
 }
 
 // DefaultAhead is how many layer groups Load faults in at once.
@@ -166,7 +172,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		}
 		z, err := transport.NewSplitZip(eng, c, raw, transport.SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
 			RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
-			DeviceResident: opts.DeviceResident, DeviceBytes: stage.Device})
+			DeviceResident: opts.DeviceResident, DeviceBytes: stage.Device, HostEntropy: opts.EntropyOnHost})
 		if err != nil {
 			raw.Close()
 			return nil, err
@@ -189,7 +195,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	defer t.Close()
 	st := transport.NewStore(eng, t)
 	rep := &Report{Device: eng.Name(), Mode: mode, Tensors: len(specs), ArenaBytes: arena.Size(),
-		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit}}
+		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
+			EntropyOnHost: opts.EntropyOnHost}}
 	bs := arena.Bindings()
 	for _, b := range bs {
 		rep.RawBytes += b.Size
