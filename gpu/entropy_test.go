@@ -293,3 +293,46 @@ func TestEntropyLarge(t *testing.T) {
 	}
 	t.Logf("%d values (%d payload bytes) decoded in place on the GPU", n, len(p))
 }
+
+// TestEntropyDecodeStream decodes entropy payloads of each field through
+// DecodeStream with pieces of several sizes (the chunk index then spans
+// pieces) bit for bit; a flipped byte fails the checksum.
+func TestEntropyDecodeStream(t *testing.T) {
+	_, d := requireGPU(t)
+	rng := seeded(t)
+	C := codec.ChunkValues
+	for fi, f := range entropy.Fields {
+		raw := synth.Normal(rng, 37*C+5, 0.02)
+		if f.DType != "BF16" {
+			raw = synth.Cast(raw, f.DType, 256)
+		}
+		noise := make([]byte, 2*C*f.Size) // not decodable in place: out of place
+		for i := range noise {
+			noise[i] = byte(rng.Uint32())
+		}
+		for _, v := range [][]byte{raw, append(noise, raw...)} {
+			p, err := entropy.Encode(fi, v, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, seg := range []int{1000, 2 * C, 3 << 20} {
+				got := make([]byte, 0, len(v))
+				err := d.DecodeStream(bytes.NewReader(p), uint64(len(p)), make([]byte, seg), func(off uint64, b []byte) error {
+					if off != uint64(len(got)) || len(b) > seg {
+						t.Fatalf("%s: piece of %d bytes at %d after %d", f.Name(), len(b), off, len(got))
+					}
+					got = append(got, b...)
+					return nil
+				})
+				if err != nil || !bytes.Equal(got, v) {
+					t.Fatalf("%s, pieces of %d: %v, first difference at %d", f.Name(), seg, err, firstDiff(got, v))
+				}
+			}
+			q := bytes.Clone(p)
+			q[len(q)/2] ^= 0x10
+			if err := d.DecodeStream(bytes.NewReader(q), uint64(len(q)), make([]byte, 1<<20), func(uint64, []byte) error { return nil }); !errors.Is(err, codec.ErrChecksum) {
+				t.Errorf("%s: corrupt payload: %v", f.Name(), err)
+			}
+		}
+	}
+}

@@ -315,3 +315,60 @@ func TestReadHostEntropyWithoutSource(t *testing.T) {
 		t.Fatal("no entropy payloads in the fixture")
 	}
 }
+
+// TestUploadBatchEntropyWithoutSource uploads every tensor of a cache of
+// entropy payloads, its source gone, into device memory in one batch:
+// the payloads are decoded there, bit for bit. It needs a GPU.
+func TestUploadBatchEntropyWithoutSource(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 6 << 20, Shards: 2, Seed: 9}, pipeline.CompressOptions{SelfContained: true, Codec: pipeline.CodecEntropy})
+	ctx := requireGPU(t)
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ts := l.Tensors()
+	want := map[int][]byte{}
+	var total uint64
+	offs := make([]uint64, len(ts))
+	idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
+	for i, tn := range ts {
+		want[tn.Index] = source(t, &tn)
+		offs[i] = total
+		total += (tn.Size + 255) &^ 255
+	}
+	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := ctx.Alloc(total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(d)
+	for i, tn := range ts {
+		idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size
+	}
+	ev, err := l.UploadBatch(idx, 0, dsts, caps, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.EventWait(ev); err != nil {
+		t.Fatal(err)
+	}
+	l.EventRelease(ev)
+	host := make([]byte, total)
+	s0, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s0)
+	ctx.CopyDtoHAsync(host, d, s0)
+	if err := ctx.StreamSynchronize(s0); err != nil {
+		t.Fatal(err)
+	}
+	for i, tn := range ts {
+		if !bytes.Equal(host[offs[i]:offs[i]+tn.Size], want[tn.Index]) {
+			t.Errorf("%s differs on the device", tn.Name)
+		}
+	}
+}

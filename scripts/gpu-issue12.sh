@@ -89,6 +89,17 @@ final)
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestEntropyMatchesReference|TestEntropyCorrupt' -test.short -test.count 1 -test.skip TestKernelStamp 2>&1 | tail -4 || fail racecheck
   bench 64MiB,512MiB
   ;;
+verify) # the embedded kernels: their stamp, DecodeStream of entropy
+  # payloads, the loader's GPU tests, and verify --gpu of an entropy cache
+  step "gpu tests, embedded kernels"
+  timeout 120 "$D/gpu.test" -test.run 'TestKernelStamp|TestEntropyDecodeStream|TestEntropyMatchesReference' -test.short -test.v -test.count 1 2>&1 | grep -E "^(---|ok|FAIL|PASS)" || fail "gpu tests"
+  step "loader tests"
+  timeout 120 "$D/loader.test" -test.count 1 2>&1 | tail -3 || fail loader
+  step "verify --gpu"
+  rm -rf /tmp/v /tmp/v.c; "$D/splitzip" gen /tmp/v --size 256MiB -q && "$D/splitzip" compress /tmp/v -o /tmp/v.c --codec entropy --no-sync -q || fail gen
+  "$D/splitzip" verify /tmp/v.c --gpu || fail "verify --gpu"
+  "$D/splitzip" verify /tmp/v.c || fail "verify"
+  ;;
 loads)
   S=/tmp/ent
   rm -rf $S $S.gone $S.fixed $S.entropy

@@ -83,8 +83,8 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			status = fmt.Sprintf("FAILED (%s)", count(len(res.Problems), "problem"))
 		}
 		where := res.Decoder
-		if res.EntropyPayloads > 0 && res.Decoder != (pipeline.CPUDecoder{}).Name() {
-			where += fmt.Sprintf("; %d entropy payloads on the cpu", res.EntropyPayloads)
+		if res.EntropyPayloads > 0 {
+			where += fmt.Sprintf("; %d of them entropy payloads", res.EntropyPayloads)
 		}
 		fmt.Fprintf(g.stdout, "verify %s: %s, %s decoded (%s) and compared, %s in %.2fs\n",
 			status, count(res.Tensors, "tensor"), count(res.Payloads, "payload"), where, human(res.Bytes), res.Duration.Seconds())
