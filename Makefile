@@ -15,7 +15,7 @@ help:
 	@echo "make build  - build $(BIN) (CGO_ENABLED=0)"
 	@echo "make capi   - build libsplitzip.so (C ABI) into python/splitzip/"
 	@echo "make wheel  - build dist/splitzip-*.whl (the Python package with libsplitzip.so)"
-	@echo "make kernels - compile gpu/decode.cu into the committed fatbin (needs nvcc)"
+	@echo "make kernels - compile gpu/decode.cu and gpu/entropy.cu into the committed fatbins (needs nvcc)"
 	@echo "make gpu-build - build the binaries scripts/gpu-check.sh runs on a GPU machine"
 
 build:
