@@ -1,0 +1,84 @@
+"""splitzip.transformers.from_pretrained against transformers' own, on a
+GPU: run where torch, transformers, accelerate and a GPU are (the GPU
+machine; CI has none of them and skips with a message)."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+if not os.environ.get("SPLITZIP_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+
+BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
+
+try:
+    import torch
+    import transformers  # noqa: F401
+    import accelerate  # noqa: F401
+    missing = None if torch.cuda.is_available() else "no CUDA device"
+except ImportError as e:  # pragma: no cover
+    missing = f"{e.name} is not installed (the GPU machine has it)"
+
+
+def llama(tied: bool):
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                       num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512,
+                       tie_word_embeddings=tied, torch_dtype="bfloat16")
+
+
+@unittest.skipIf(missing is not None, missing or "")
+class TestFromPretrained(unittest.TestCase):
+    def check(self, tied: bool, codec: str):
+        from transformers import AutoModelForCausalLM
+        from splitzip.transformers import from_pretrained
+        torch.manual_seed(7)
+        cfg = llama(tied)
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = os.path.join(d, "model"), os.path.join(d, "c")
+            AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(src)
+            subprocess.run([BIN, "compress", src, "-o", cache, "--codec", codec, "--no-sync", "-q"], check=True,
+                           stdout=subprocess.DEVNULL)
+            ref = AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0", dtype=torch.bfloat16).eval()
+            t0 = time.perf_counter()
+            got = from_pretrained(cache, src, device="cuda:0")
+            torch.cuda.synchronize()
+            took = time.perf_counter() - t0
+            if tied:
+                self.assertEqual(got.lm_head.weight.data_ptr(), got.model.embed_tokens.weight.data_ptr(), "untied")
+            for name, t in got.state_dict().items():
+                self.assertEqual(t.device.type, "cuda", name)
+            ids = torch.randint(0, cfg.vocab_size, (2, 64), device="cuda:0")
+            with torch.no_grad():
+                a, b = ref(ids).logits, got(ids).logits
+            self.assertTrue(torch.equal(a, b), f"logits differ by up to {(a.float() - b.float()).abs().max().item()}")
+            print(f"tied {tied}, codec {codec}: logits equal; loaded in {took * 1e3:.1f} ms", file=sys.stderr)
+
+    def test_untied_fixed(self):
+        self.check(False, "fixed")
+
+    def test_tied_entropy(self):
+        self.check(True, "entropy")
+
+    def test_missing_weight(self):
+        """A parameter absent from the cache is an error naming it."""
+        from transformers import AutoModelForCausalLM
+        from splitzip.transformers import from_pretrained
+        cfg = llama(False)
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = os.path.join(d, "model"), os.path.join(d, "c")
+            AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(src)
+            bigger = llama(False)
+            bigger.num_hidden_layers = 5
+            subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+            with self.assertRaisesRegex(ValueError, "model.layers.4"):
+                from_pretrained(cache, bigger, device="cuda:0")
+
+
+if __name__ == "__main__":
+    unittest.main()
