@@ -34,12 +34,14 @@ def _owner(model: "torch.nn.Module", name: str):
 
 
 def from_pretrained(cache: str, config: Union[str, "PretrainedConfig"], device: Union[str, int, "torch.device"] = "cuda:0",
-                    source: Optional[str] = None, model_class=None) -> "torch.nn.Module":
+                    source: Optional[str] = None, model_class=None, skip=None) -> "torch.nn.Module":
     """The model of config (a directory with config.json, or a config)
     with its weights from cache on device, in eval mode. model_class
     defaults to AutoModelForCausalLM. Every parameter must be in the
     cache, except those tied to one that is; a tensor of the cache of
-    another shape is an error naming it."""
+    another shape is an error naming it. skip (for splitzip.offload), a
+    function of the model returning a name prefix, leaves the parameters
+    under that prefix on the meta device."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if not isinstance(config, PretrainedConfig):
         config = AutoConfig.from_pretrained(config)
@@ -47,11 +49,13 @@ def from_pretrained(cache: str, config: Union[str, "PretrainedConfig"], device: 
     with init_empty_weights(include_buffers=False):
         model = cls.from_config(config)
     persistent = set(model.state_dict().keys())
+    prefix = skip(model) if skip else None
     with Cache(cache, source) as c:
         known = set(c.names())
         items, missing = [], []
         # Parameters once each (tied ones share one), then persistent buffers.
-        named = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n in persistent]
+        named = [(n, p) for n, p in model.named_parameters() if not (prefix and n.startswith(prefix))]
+        named += [(n, b) for n, b in model.named_buffers() if n in persistent]
         for name, old in named:
             if name not in known:
                 missing.append(name)

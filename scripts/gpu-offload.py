@@ -1,0 +1,86 @@
+"""Offload timings on the GPU machine (issue 13): a 128-token forward of a
+0.9 B-parameter Llama-shaped model (hidden 2048, 16 layers, random init,
+BF16, tied embeddings) fully resident, offloaded through splitzip (fixed,
+entropy and raw caches; window and prefetch as given), and through
+accelerate's cpu_offload, same run; median of repeated forwards after a
+warm-up, torch.cuda.synchronize around each. Logits are compared with the
+resident model's. Usage: python3 scripts/gpu-offload.py BIN WORKDIR."""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from splitzip.offload import offload  # noqa: E402
+from splitzip.transformers import from_pretrained  # noqa: E402
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+src = os.path.join(WORK, "model")
+cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                  num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=2048,
+                  tie_word_embeddings=True, torch_dtype="bfloat16")
+if not os.path.exists(os.path.join(src, "config.json")):
+    torch.manual_seed(3)
+    AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(src)
+caches = {}
+for codec, extra in (("fixed", []), ("entropy", ["--codec", "entropy"]), ("raw", ["--min-saving", "0.99"])):
+    c = os.path.join(WORK, codec)
+    if not os.path.exists(c):
+        subprocess.run([BIN, "compress", src, "-o", c, "--no-sync", "-q"] + extra, check=True, stdout=subprocess.DEVNULL)
+    caches[codec] = c
+for root, _, files in os.walk(WORK):  # page cache
+    for f in files:
+        with open(os.path.join(root, f), "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+ids = torch.randint(0, 32000, (1, 128), device="cuda:0")
+step = ids[:, :1]
+
+
+def timed(m, x, n):
+    with torch.no_grad():
+        out = m(x).logits
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            m(x)
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3, out
+
+
+nparams = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).parameters())
+print(f"model: {nparams / 1e9:.3f} B parameters, {2 * nparams / 1e9:.2f} GB BF16; caches: " +
+      ", ".join(f"{k} {sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(v) for f in fs) / 1e9:.2f} GB"
+                for k, v in caches.items()))
+resident = from_pretrained(caches["fixed"], src)
+ms, want = timed(resident, ids, 20)
+ms1, _ = timed(resident, step, 20)
+print(f"resident: 128 tokens {ms:.2f} ms, 1 token {ms1:.2f} ms")
+del resident
+torch.cuda.empty_cache()
+for codec in ("fixed", "entropy", "raw"):
+    for window, prefetch in ((4, 2), (4, 3), (2, 1)):
+        m = offload(caches[codec], src, window=window, prefetch=prefetch)
+        ms, got = timed(m, ids, 10)
+        ms1, _ = timed(m, step, 10)
+        st = m.splitzip_offload.stats
+        same = torch.equal(got, want)
+        print(f"splitzip offload {codec}, window {window} of 16 layers, prefetch {prefetch}: 128 tokens {ms:.2f} ms, "
+              f"1 token {ms1:.2f} ms; logits equal {same}; {st.uploads} uploads, {st.bytes / 1e9:.2f} GB, "
+              f"host waited {st.waited_s * 1e3:.0f} ms")
+        m.splitzip_offload.close()
+        del m
+        torch.cuda.empty_cache()
+from accelerate import cpu_offload  # noqa: E402
+cpu = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).eval()
+cpu_offload(cpu, execution_device=torch.device("cuda:0"))
+ms, got = timed(cpu, ids, 5)
+ms1, _ = timed(cpu, step, 5)
+print(f"accelerate cpu_offload: 128 tokens {ms:.2f} ms, 1 token {ms1:.2f} ms; logits equal {torch.equal(got, want)}")
