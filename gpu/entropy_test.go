@@ -15,56 +15,15 @@ import (
 )
 
 // runEntropy decodes entropy payload p (head h, trusted as the host
-// parsed it) on the GPU into a poisoned buffer with guard regions on both
-// sides, in place or out of place, and returns the decoded bytes and the
-// kernel's error; it fails the test if a guard changed.
+// parsed it) on the GPU as run does a SplitZip payload.
 func runEntropy(t *testing.T, ctx *cuda.Context, d *Decoder, p []byte, h *entropy.Head, inPlace bool) ([]byte, error) {
 	t.Helper()
-	n := h.ValueBytes()
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.DestroyStream(s)
-	total := guard + max(n, uint64(len(p))) + guard
-	buf, err := ctx.Alloc(total)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Free(buf)
-	ctx.MemsetD8Async(buf, 0xA5, total, s)
-	if inPlace {
-		ctx.CopyHtoDAsync(buf+guard, p, s)
-		err = d.LaunchEntropyInPlace(buf+guard, h, s)
-	} else {
-		src, aerr := ctx.Alloc(uint64(len(p)) + 2*guard)
-		if aerr != nil {
-			t.Fatal(aerr)
+	return guarded(t, ctx, d, p, h.ValueBytes(), inPlace, func(dst, src cuda.DevicePtr, s cuda.Stream) error {
+		if inPlace {
+			return d.LaunchEntropyInPlace(dst, h, s)
 		}
-		defer ctx.Free(src)
-		ctx.MemsetD8Async(src, 0x5A, uint64(len(p))+2*guard, s)
-		ctx.CopyHtoDAsync(src+guard, p, s)
-		err = d.LaunchEntropyOutOfPlace(buf+guard, src+guard, h, s)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	kerr := d.TakeError(s)
-	host := make([]byte, total)
-	ctx.CopyDtoHAsync(host, buf, s)
-	if err := ctx.StreamSynchronize(s); err != nil {
-		t.Fatal(err)
-	}
-	end := guard + n
-	if inPlace {
-		end = guard + max(n, uint64(len(p)))
-	}
-	for i, b := range host {
-		if (i < guard || uint64(i) >= end) && b != 0xA5 {
-			t.Fatalf("byte %d outside the destination was written", i-guard)
-		}
-	}
-	return host[guard : guard+n], kerr
+		return d.LaunchEntropyOutOfPlace(dst, src, h, s)
+	})
 }
 
 // entropyCases returns test tensors for field f: every bit pattern in

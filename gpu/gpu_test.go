@@ -44,7 +44,20 @@ const guard = 4096
 // bytes and the kernel's error; it fails the test if a guard changed.
 func run(t *testing.T, ctx *cuda.Context, d *Decoder, p []byte, h *codec.Header, inPlace bool) ([]byte, error) {
 	t.Helper()
-	n := 2 * h.Values
+	return guarded(t, ctx, d, p, 2*h.Values, inPlace, func(dst, src cuda.DevicePtr, s cuda.Stream) error {
+		if inPlace {
+			return d.LaunchInPlace(dst, h, s)
+		}
+		return d.LaunchOutOfPlace(dst, src, h, s)
+	})
+}
+
+// guarded runs launch(dst, src, s), which decodes payload p into n bytes
+// at dst (in place: p copied to dst first; else from src), in buffers
+// poisoned with guard regions on both sides, and returns the decoded bytes
+// and the kernel's error; it fails the test if a guard changed.
+func guarded(t *testing.T, ctx *cuda.Context, d *Decoder, p []byte, n uint64, inPlace bool, launch func(dst, src cuda.DevicePtr, s cuda.Stream) error) ([]byte, error) {
+	t.Helper()
 	s, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +73,6 @@ func run(t *testing.T, ctx *cuda.Context, d *Decoder, p []byte, h *codec.Header,
 	var src cuda.DevicePtr
 	if inPlace {
 		ctx.CopyHtoDAsync(buf+guard, p, s)
-		err = d.LaunchInPlace(buf+guard, h, s)
 	} else {
 		src, err = ctx.Alloc(uint64(len(p)) + 2*guard)
 		if err != nil {
@@ -69,9 +81,9 @@ func run(t *testing.T, ctx *cuda.Context, d *Decoder, p []byte, h *codec.Header,
 		defer ctx.Free(src)
 		ctx.MemsetD8Async(src, 0x5A, uint64(len(p))+2*guard, s)
 		ctx.CopyHtoDAsync(src+guard, p, s)
-		err = d.LaunchOutOfPlace(buf+guard, src+guard, h, s)
+		src += guard
 	}
-	if err != nil {
+	if err := launch(buf+guard, src, s); err != nil {
 		t.Fatal(err)
 	}
 	kerr := d.TakeError(s)

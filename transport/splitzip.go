@@ -345,13 +345,19 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 	if !p.h.InPlace {
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
+	return z.submitResident(engine.Work{Dst: t.b.Addr, Src: p.buf, Decode: &p.h})
+}
+
+// submitResident submits the copy and decode w of a resident payload (its
+// bytes w.Src) on the next stream.
+func (z *SplitZip) submitResident(w engine.Work) (Fence, error) {
 	t0 := time.Now()
-	ev, err := z.eng.Submit(z.streams.pick(z.eng), engine.Work{Dst: t.b.Addr, Src: p.buf, Decode: &p.h})
+	ev, err := z.eng.Submit(z.streams.pick(z.eng), w)
 	if err != nil {
 		return nil, err
 	}
 	z.mu.Lock()
-	z.stats.Bytes += uint64(len(p.buf))
+	z.stats.Bytes += uint64(len(w.Src))
 	z.stats.Submit += time.Since(t0)
 	z.mu.Unlock()
 	return ev, nil

@@ -42,16 +42,7 @@ func (z *SplitZip) entropyUpload(ctx context.Context, t target) (Fence, error) {
 		case !p.e.InPlace:
 			return z.hostDecode(ctx, t)
 		}
-		t0 := time.Now()
-		ev, err := z.eng.Submit(z.streams.pick(z.eng), engine.Work{Dst: t.b.Addr, Src: p.buf, Entropy: p.e})
-		if err != nil {
-			return nil, err
-		}
-		z.mu.Lock()
-		z.stats.Bytes += uint64(len(p.buf))
-		z.stats.Submit += time.Since(t0)
-		z.mu.Unlock()
-		return ev, nil
+		return z.submitResident(engine.Work{Dst: t.b.Addr, Src: p.buf, Entropy: p.e})
 	}
 	loc, o, f, closeFile, err := z.openPayload(t.hit.Tensor.Key)
 	if err != nil {

@@ -16,19 +16,12 @@ import (
 type EntropyResult struct {
 	DType     string  `json:"dtype"`
 	Field     string  `json:"field"` // the coded field
-	Mode      string  `json:"mode"`  // "in-place" or "out-of-place"
-	RawBytes  uint64  `json:"raw_bytes"`
-	Payload   uint64  `json:"payload_bytes"`
 	BitsValue float64 `json:"bits_per_value"`
-	Runs      int     `json:"runs"`
-	MedianUs  float64 `json:"median_us"`
-	MinUs     float64 `json:"min_us"`
-	GBps      float64 `json:"gb_per_s"` // raw bytes per second, 1e9
+	Timing
 	// CeilingGBps is the rate the device copy rate allows for the bytes
 	// this decode reads (the payload) and writes (the values).
 	CeilingGBps float64 `json:"ceiling_gb_per_s"`
 	OfCeiling   float64 `json:"fraction_of_ceiling"`
-	SetsRotate  int     `json:"buffer_sets"`
 }
 
 // EntropyReport is what BenchEntropy measured.
@@ -127,17 +120,13 @@ func BenchEntropy(ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) 
 }
 
 func benchEntropyOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *entropy.Head, inPlace bool, sets, runs int) (*EntropyResult, error) {
-	l := launcher{
+	tm, err := timed(ctx, s, v, p, inPlace, sets, runs, launcher{
 		inPlace: func(b cuda.DevicePtr) error { return d.LaunchEntropyInPlace(b, h, s) },
 		out:     func(dst, src cuda.DevicePtr) error { return d.LaunchEntropyOutOfPlace(dst, src, h, s) },
 		errs:    func() error { return d.TakeError(s) },
-	}
-	times, err := timeDecode(ctx, s, v, p, inPlace, sets, runs, l)
+	})
 	if err != nil {
 		return nil, err
 	}
-	n := uint64(len(v))
-	med, mn := median(times), minimum(times)
-	return &EntropyResult{Mode: modeName(inPlace), RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
-		MedianUs: med * 1e3, MinUs: mn * 1e3, GBps: float64(n) / (med * 1e-3) / 1e9, SetsRotate: sets}, nil
+	return &EntropyResult{Timing: tm}, nil
 }

@@ -18,15 +18,21 @@ import (
 
 // DecodeResult is one timed configuration of BenchDecode.
 type DecodeResult struct {
-	Data       string  `json:"data"`      // "normal" or "rowscaled"
+	Data string `json:"data"` // "normal" or "rowscaled"
+	Timing
+	OfCeiling float64 `json:"fraction_of_ceiling"` // GBps over the copy-derived ceiling
+}
+
+// Timing is one timed decode configuration: its launches' median and
+// fastest times and the raw bytes a second of the median.
+type Timing struct {
 	Mode       string  `json:"mode"`      // "in-place" or "out-of-place"
 	RawBytes   uint64  `json:"raw_bytes"` // decoded size
 	Payload    uint64  `json:"payload_bytes"`
 	Runs       int     `json:"runs"`
 	MedianUs   float64 `json:"median_us"`
 	MinUs      float64 `json:"min_us"`
-	GBps       float64 `json:"gb_per_s"`            // raw BF16 bytes per second, 1e9
-	OfCeiling  float64 `json:"fraction_of_ceiling"` // GBps over the copy-derived ceiling
+	GBps       float64 `json:"gb_per_s"` // raw bytes per second, 1e9
 	SetsRotate int     `json:"buffer_sets"`
 }
 
@@ -160,18 +166,26 @@ func timeRuns(ctx *cuda.Context, s cuda.Stream, runs, sets int, prepare func() e
 }
 
 func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *codec.Header, inPlace bool, sets, runs int) (*DecodeResult, error) {
-	l := launcher{
+	tm, err := timed(ctx, s, v, p, inPlace, sets, runs, launcher{
 		inPlace: func(b cuda.DevicePtr) error { return d.LaunchInPlace(b, h, s) },
 		out:     func(dst, src cuda.DevicePtr) error { return d.LaunchOutOfPlace(dst, src, h, s) },
 		errs:    func() error { return d.TakeError(s) },
-	}
-	times, err := timeDecode(ctx, s, v, p, inPlace, sets, runs, l)
+	})
 	if err != nil {
 		return nil, err
 	}
+	return &DecodeResult{Timing: tm}, nil
+}
+
+// timed is timeDecode's times summed up.
+func timed(ctx *cuda.Context, s cuda.Stream, v, p []byte, inPlace bool, sets, runs int, l launcher) (Timing, error) {
+	times, err := timeDecode(ctx, s, v, p, inPlace, sets, runs, l)
+	if err != nil {
+		return Timing{}, err
+	}
 	n := uint64(len(v))
 	med, mn := median(times), minimum(times)
-	return &DecodeResult{Mode: modeName(inPlace), RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
+	return Timing{Mode: modeName(inPlace), RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
 		MedianUs: med * 1e3, MinUs: mn * 1e3, GBps: float64(n) / (med * 1e-3) / 1e9, SetsRotate: sets}, nil
 }
 

@@ -2,18 +2,13 @@
 
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-# Against the installed package (make python-test installs the wheel into a
-# venv and sets SPLITZIP_TEST_INSTALLED), else against the source tree.
-INSTALLED = bool(os.environ.get("SPLITZIP_TEST_INSTALLED"))
-if not INSTALLED:
-    sys.path.insert(0, os.path.join(ROOT, "python"))
+import testenv  # noqa: E402  (python/tests; before splitzip)
+
+ROOT, INSTALLED = testenv.ROOT, testenv.INSTALLED
 
 try:
     import numpy as np
@@ -22,7 +17,7 @@ except ImportError:  # pragma: no cover
 
 import stfile  # noqa: E402  (python/tests)
 
-BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
+BIN = testenv.BIN
 
 
 @unittest.skipIf(np is None, "numpy is not installed (apt-get install python3-numpy)")

@@ -9,20 +9,12 @@ import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-if not os.environ.get("SPLITZIP_TEST_INSTALLED"):
-    sys.path.insert(0, os.path.join(ROOT, "python"))
+import testenv  # noqa: E402  (python/tests; before splitzip)
 
-BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
-
-try:
+BIN = testenv.BIN
+missing = testenv.gpu_stack_missing()
+if missing is None:
     import torch
-    import transformers  # noqa: F401
-    import accelerate  # noqa: F401
-    missing = None if torch.cuda.is_available() else "no CUDA device"
-except ImportError as e:  # pragma: no cover
-    missing = f"{e.name} is not installed (the GPU machine has it)"
 
 
 @unittest.skipIf(missing is not None, missing or "")

@@ -3,17 +3,13 @@ CI has no torch and skips with a message)."""
 
 import os
 import subprocess
-import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-if not os.environ.get("SPLITZIP_TEST_INSTALLED"):
-    sys.path.insert(0, os.path.join(ROOT, "python"))
+import testenv  # noqa: E402  (python/tests; before splitzip)
 import stfile  # noqa: E402  (python/tests)
 
-BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
+BIN = testenv.BIN
 
 try:
     import torch
