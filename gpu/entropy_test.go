@@ -202,26 +202,6 @@ func TestEntropyCorruptPayloads(t *testing.T) {
 	}
 }
 
-// TestEntropyDecode: Decoder.Decode takes entropy payloads, and refuses a
-// corrupt one on the host.
-func TestEntropyDecode(t *testing.T) {
-	_, d := requireGPU(t)
-	rng := seeded(t)
-	v := synth.Cast(synth.Normal(rng, 5*codec.ChunkValues+3, 0.02), "F32", 256)
-	p, err := entropy.Encode(2, v, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]byte, len(v))
-	if err := d.Decode(out, p); err != nil || !bytes.Equal(out, v) {
-		t.Fatalf("Decode: %v", err)
-	}
-	p[len(p)/2] ^= 1
-	if err := d.Decode(out, p); !errors.Is(err, codec.ErrChecksum) {
-		t.Errorf("Decode of a corrupt payload: %v", err)
-	}
-}
-
 // TestEntropyLarge decodes a BF16 tensor of more than 2^31 values in place
 // once. It needs about 14 GiB of host memory and 5 GiB on the GPU;
 // SPLITZIP_LARGE=1 enables it.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 )
@@ -225,18 +226,27 @@ func TestCorruptPayloads(t *testing.T) {
 	t.Logf("%d of %d corrupted payloads reported by the kernel, none wrote outside its range", failed, runs)
 }
 
+// TestDecoderInterface: Decoder.Decode takes SplitZip and entropy
+// payloads, and refuses a corrupt one on the host.
 func TestDecoderInterface(t *testing.T) {
 	_, d := requireGPU(t)
 	rng := seeded(t)
 	v := synth.Normal(rng, 5*codec.ChunkValues+3, 0.02)
 	p, _, _ := codec.Encode(v)
-	out := make([]byte, len(v))
-	if err := d.Decode(out, p); err != nil || !bytes.Equal(out, v) {
-		t.Fatalf("Decode: %v", err)
+	f32 := synth.Cast(v, "F32", 256)
+	pe, err := entropy.Encode(2, f32, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	p[len(p)/2] ^= 1
-	if err := d.Decode(out, p); !errors.Is(err, codec.ErrChecksum) {
-		t.Errorf("Decode of a corrupt payload: %v", err)
+	for _, c := range []struct{ values, payload []byte }{{v, p}, {f32, pe}} {
+		out := make([]byte, len(c.values))
+		if err := d.Decode(out, c.payload); err != nil || !bytes.Equal(out, c.values) {
+			t.Fatalf("Decode: %v", err)
+		}
+		c.payload[len(c.payload)/2] ^= 1
+		if err := d.Decode(out, c.payload); !errors.Is(err, codec.ErrChecksum) {
+			t.Errorf("Decode of a corrupt payload: %v", err)
+		}
 	}
 }
 

@@ -63,22 +63,13 @@ func EntropyValues(rng *rand.Rand, dtype string, n uint64) ([]byte, error) {
 // BenchDecode times the SplitZip decoder, and measures the device copy
 // rate in the same run.
 func BenchEntropy(ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) (*EntropyReport, error) {
-	d, err := gpu.NewDecoder(ctx)
+	b, err := newBench(ctx, runs)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Close()
-	name, _ := ctx.Name()
-	l2, _ := ctx.Attribute(cuda.AttrL2CacheSize)
-	rep := &EntropyReport{Device: name, CopyBytes: 2 << 30}
-	s, err := ctx.NewStream()
-	if err != nil {
-		return nil, err
-	}
-	defer ctx.DestroyStream(s)
-	if rep.CopyGBps, err = benchCopy(ctx, s, rep.CopyBytes, runs); err != nil {
-		return nil, err
-	}
+	defer b.close()
+	d, s, l2 := b.d, b.s, b.l2
+	rep := &EntropyReport{Device: b.name, CopyBytes: copyBytes, CopyGBps: b.copyGBps}
 	rng := rand.New(rand.NewPCG(20261201, 1))
 	for _, dt := range dtypes {
 		for _, size := range sizes {

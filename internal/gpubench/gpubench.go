@@ -51,22 +51,13 @@ type DecodeReport struct {
 // measures the device-to-device copy rate in the same run. Inputs are
 // rotated among enough buffer sets to exceed the L2 cache several times.
 func BenchDecode(ctx *cuda.Context, sizes []uint64, runs int) (*DecodeReport, error) {
-	d, err := gpu.NewDecoder(ctx)
+	b, err := newBench(ctx, runs)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Close()
-	name, _ := ctx.Name()
-	l2, _ := ctx.Attribute(cuda.AttrL2CacheSize)
-	rep := &DecodeReport{Device: name, CopyBytes: 2 << 30}
-	s, err := ctx.NewStream()
-	if err != nil {
-		return nil, err
-	}
-	defer ctx.DestroyStream(s)
-	if rep.CopyGBps, err = benchCopy(ctx, s, rep.CopyBytes, runs); err != nil {
-		return nil, err
-	}
+	defer b.close()
+	d, s, l2 := b.d, b.s, b.l2
+	rep := &DecodeReport{Device: b.name, CopyBytes: copyBytes, CopyGBps: b.copyGBps}
 	rep.CeilingGBps = rep.CopyGBps * 2 / 3.5
 	rng := rand.New(rand.NewPCG(20261129, 1))
 	for _, size := range sizes {
@@ -101,6 +92,44 @@ func BenchDecode(ctx *cuda.Context, sizes []uint64, runs int) (*DecodeReport, er
 		}
 	}
 	return rep, nil
+}
+
+// copyBytes is what the device copy rate is measured with.
+const copyBytes = 2 << 30
+
+// bench is what a decode benchmark holds: a decoder, a stream, the
+// device's name and L2 size, and its copy rate, measured first.
+type bench struct {
+	ctx      *cuda.Context
+	d        *gpu.Decoder
+	s        cuda.Stream
+	name     string
+	l2       int
+	copyGBps float64
+}
+
+func newBench(ctx *cuda.Context, runs int) (*bench, error) {
+	d, err := gpu.NewDecoder(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{ctx: ctx, d: d}
+	b.name, _ = ctx.Name()
+	b.l2, _ = ctx.Attribute(cuda.AttrL2CacheSize)
+	if b.s, err = ctx.NewStream(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if b.copyGBps, err = benchCopy(ctx, b.s, copyBytes, runs); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) close() {
+	b.ctx.DestroyStream(b.s)
+	b.d.Close()
 }
 
 func benchCopy(ctx *cuda.Context, s cuda.Stream, n uint64, runs int) (float64, error) {
