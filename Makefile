@@ -27,7 +27,7 @@ lint:
 
 test: lint
 	$(GO) test -race -count=1 ./...
-	$(GO) test -count=1 -tags noasm ./codec
+	$(GO) test -count=1 -tags noasm ./codec ./codec/entropy
 	$(MAKE) python-test
 	$(MAKE) real-weights-test
 	@echo; echo "== what ran"; cat .dev/status/*

@@ -52,44 +52,30 @@ const (
 // fails, never reading outside pad, on an entry of no code or a lane that
 // does not end exactly at its length.
 func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte) error {
-	const sh = 64 - MaxLen
 	const stride = laneStride
-	for k := range Lanes {
-		lb := lanes[k*stride : (k+1)*stride]
-		q, j := pos[k], 0
-		// Four lookups a load (57 bits in reach, four of at most 12),
-		// while even twelve more symbols stay inside the lane's count.
-		for j+12 <= laneSyms {
-			if q > end[k] {
-				return fmt.Errorf("%w: lane %d past its end", ErrStream, k)
-			}
-			w := binary.BigEndian.Uint64(pad[q>>3:]) << (q & 7)
-			for range 4 {
-				e := mt[w>>sh]
-				if e == 0 {
-					return fmt.Errorf("%w: lane %d, symbol %d", ErrStream, k, j*Lanes+k)
-				}
-				binary.LittleEndian.PutUint32(lb[j:], e)
-				j += int(e >> 24 & 3)
-				b := e >> 26
-				w <<= b
-				q += int(b)
-			}
+	// Four lanes side by side while each has room for twelve more symbols
+	// (their chains of lookups are independent, so the processor overlaps
+	// them), then each lane to its end on its own.
+	for k := 0; k < Lanes; k += 4 {
+		l0, l1, l2, l3 := lanes[k*stride:(k+1)*stride], lanes[(k+1)*stride:(k+2)*stride], lanes[(k+2)*stride:(k+3)*stride], lanes[(k+3)*stride:(k+4)*stride]
+		q0, q1, q2, q3 := pos[k], pos[k+1], pos[k+2], pos[k+3]
+		var j0, j1, j2, j3 int
+		var bad uint32 = 1
+		for bad != 0 && max(j0, j1, j2, j3)+12 <= laneSyms && q0 <= end[k] && q1 <= end[k+1] && q2 <= end[k+2] && q3 <= end[k+3] {
+			var b0, b1, b2, b3 uint32
+			q0, j0, b0 = laneStep(mt, pad, l0, q0, j0)
+			q1, j1, b1 = laneStep(mt, pad, l1, q1, j1)
+			q2, j2, b2 = laneStep(mt, pad, l2, q2, j2)
+			q3, j3, b3 = laneStep(mt, pad, l3, q3, j3)
+			bad = min(bad, b0, b1, b2, b3)
 		}
-		for j < laneSyms {
-			if q > end[k] {
-				return fmt.Errorf("%w: lane %d past its end", ErrStream, k)
-			}
-			e := single[binary.BigEndian.Uint64(pad[q>>3:])<<(q&7)>>sh]
-			if e>>8 == 0 {
-				return fmt.Errorf("%w: lane %d, symbol %d", ErrStream, k, j*Lanes+k)
-			}
-			lb[j] = byte(e)
-			j++
-			q += int(e >> 8)
+		if bad == 0 {
+			return fmt.Errorf("%w: lanes %d to %d: a bit pattern no code has", ErrStream, k, k+3)
 		}
-		if q != end[k] {
-			return fmt.Errorf("%w: lane %d ends %d bits from its length", ErrStream, k, q-end[k])
+		for i, st := range [4]struct{ q, j int }{{q0, j0}, {q1, j1}, {q2, j2}, {q3, j3}} {
+			if err := laneTail(mt, single, pad, lanes[(k+i)*stride:(k+i+1)*stride], st.q, st.j, end[k+i], k+i); err != nil {
+				return err
+			}
 		}
 	}
 	// Transpose: symbol r*Lanes+k is lane k's symbol r.
@@ -141,6 +127,65 @@ func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, e
 			binary.LittleEndian.PutUint64(o[6*Lanes:], x6)
 			binary.LittleEndian.PutUint64(o[7*Lanes:], x7)
 		}
+	}
+	return nil
+}
+
+// laneStep makes four lookups from the 64 bits of pad at bit q into lane
+// buffer lb from symbol j, and returns the new q and j and the smallest
+// entry's nonzero-ness (0: an entry of no code was met). q must be in
+// pad's reach (at most its lane's end).
+func laneStep(mt *multiTable, pad, lb []byte, q, j int) (int, int, uint32) {
+	const sh = 64 - MaxLen
+	w := binary.BigEndian.Uint64(pad[q>>3:]) << (q & 7)
+	e0 := mt[w>>sh]
+	w <<= e0 >> 26
+	e1 := mt[w>>sh]
+	w <<= e1 >> 26
+	e2 := mt[w>>sh]
+	w <<= e2 >> 26
+	e3 := mt[w>>sh]
+	binary.LittleEndian.PutUint32(lb[j:], e0)
+	j += int(e0 >> 24 & 3)
+	binary.LittleEndian.PutUint32(lb[j:], e1)
+	j += int(e1 >> 24 & 3)
+	binary.LittleEndian.PutUint32(lb[j:], e2)
+	j += int(e2 >> 24 & 3)
+	binary.LittleEndian.PutUint32(lb[j:], e3)
+	j += int(e3 >> 24 & 3)
+	q += int(e0>>26 + e1>>26 + e2>>26 + e3>>26)
+	return q, j, min(e0, e1, e2, e3)
+}
+
+// laneTail decodes lane k (buffer lb) from bit q and symbol j to its
+// end: four lookups a load while twelve more symbols fit, then one
+// symbol a lookup; it fails on an entry of no code, a lane read past its
+// end, or one that does not end exactly at its length.
+func laneTail(mt *multiTable, single *[1 << MaxLen]uint16, pad, lb []byte, q, j, end, k int) error {
+	const sh = 64 - MaxLen
+	for j+12 <= laneSyms {
+		if q > end {
+			return fmt.Errorf("%w: lane %d past its end", ErrStream, k)
+		}
+		var b uint32
+		if q, j, b = laneStep(mt, pad, lb, q, j); b == 0 {
+			return fmt.Errorf("%w: lane %d, symbol %d", ErrStream, k, j*Lanes+k)
+		}
+	}
+	for j < laneSyms {
+		if q > end {
+			return fmt.Errorf("%w: lane %d past its end", ErrStream, k)
+		}
+		e := single[binary.BigEndian.Uint64(pad[q>>3:])<<(q&7)>>sh]
+		if e>>8 == 0 {
+			return fmt.Errorf("%w: lane %d, symbol %d", ErrStream, k, j*Lanes+k)
+		}
+		lb[j] = byte(e)
+		j++
+		q += int(e >> 8)
+	}
+	if q != end {
+		return fmt.Errorf("%w: lane %d ends %d bits from its length", ErrStream, k, q-end)
 	}
 	return nil
 }

@@ -401,14 +401,14 @@ func Decode(dst, p []byte, workers int) error {
 	}
 	chunks := int(h.Chunks())
 	n := int(h.Values)
-	syms := make([]byte, n)
 	errs := make([]error, chunks)
 	cv := int(h.ChunkValues)
 	parallel(chunks, workers, func(c int) {
 		oLo, oHi, sLo, sHi, _ := h.spans(uint64(c), at(uint64(c)), at(uint64(c)+1)) // checked
 		lo, hi := c*cv, min(n, (c+1)*cv)
 		sc := scratchPool.Get().(*chunkScratch)
-		if err := decodeValues(tab, f, p[oLo:oHi], p[sLo:sHi], syms[lo:hi], dst[lo*f.Size:hi*f.Size], sc); err != nil {
+		// A chunk's symbols in the scratch's buffer (cv of them).
+		if err := decodeValues(tab, f, p[oLo:oHi], p[sLo:sHi], sc.syms[:hi-lo], dst[lo*f.Size:hi*f.Size], sc); err != nil {
 			errs[c] = fmt.Errorf("chunk %d: %w", c, err)
 		}
 		scratchPool.Put(sc)
@@ -475,10 +475,11 @@ func unpackValues(dst []byte, f Field, others, syms []byte) {
 	if f.DType == "BF16" && !f.Whole { // a byte of other bits a value: sign, 7 of mantissa
 		others = others[:len(syms)]
 		dst = dst[:2*len(syms)]
-		// Eight values at a time, bytes side by side in 64-bit words: a
+		// Sixteen values at a time with vector instructions where there
+		// are, then eight at a time, bytes side by side in 64-bit words: a
 		// value's high byte is its sign and the exponent's top 7 bits,
 		// its low byte the exponent's low bit and 7 of mantissa.
-		i := 0
+		i := rebuildBF16(dst, syms, others)
 		for ; i+8 <= len(syms); i += 8 {
 			sy := binary.LittleEndian.Uint64(syms[i:])
 			o := binary.LittleEndian.Uint64(others[i:])

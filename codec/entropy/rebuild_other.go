@@ -1,0 +1,10 @@
+//go:build !amd64 || noasm
+
+package entropy
+
+// useAVX2 is false where there is no assembly.
+var useAVX2 = false
+
+// rebuildBF16 does nothing where there is no assembly: the caller's Go
+// loop rebuilds every value.
+func rebuildBF16(dst, syms, others []byte) int { return 0 }
