@@ -12,7 +12,8 @@ decoder layers (the longest nn.ModuleList of modules of one class) share
 `window` slots, each a set of GPU tensors shaped like one layer's
 parameters: layer i runs in slot i mod window. A forward pre-hook makes
 the compute stream wait (on the device, not the host) for layer i's upload
-and starts the uploads of the next `prefetch` layers on an upload stream
+and starts the uploads of the next `prefetch` layers (the plan of
+splitzip.offload_plan, tested without a GPU) on an upload stream
 of the runtime's, from a thread of its own: payloads are read from the
 cache (page cache or disk), copied compressed and decoded in place in the
 slot. An upload into a slot waits, on the upload stream, for the layer
@@ -31,6 +32,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.offload needs PyTorch") from e
 
 from ._lib import Cache
+from .offload_plan import Plan
 from .torch import DTYPES
 from .transformers import _owner, from_pretrained
 
@@ -65,11 +67,10 @@ class Offload:
     the slots and the cache."""
 
     def __init__(self, model, cache: Cache, device: "torch.device", window: int, prefetch: int):
-        if window < 1 or prefetch < 0 or prefetch >= window:
-            raise ValueError(f"window {window}, prefetch {prefetch}: want window >= 1 and 0 <= prefetch < window")
         self.model, self.cache, self.device = model, cache, device
         self.window, self.prefetch = window, prefetch
         self.prefix, self.layers = _decoder_layers(model)
+        self.plan = Plan(len(self.layers), window, prefetch)  # checks window and prefetch
         self.stats = Stats()
         # Per layer: (module, leaf) of each parameter and its cache index.
         self.params: List[List[tuple]] = []
@@ -88,7 +89,6 @@ class Offload:
             raise ValueError("decoder layers differ in their parameters")
         self.slots = [{r: torch.nn.Parameter(torch.empty(s, dtype=d, device=device), requires_grad=False)
                        for r, s, d in shapes[0]} for _ in range(window)]
-        self.held = [-1] * window           # the layer each slot holds (or is receiving)
         self.used: List[Optional[torch.cuda.Event]] = [None] * window  # after the slot's last compute
         self.ready: Dict[int, torch.cuda.Event] = {}
         self.pending: Dict[int, concurrent.futures.Future] = {}
@@ -104,7 +104,7 @@ class Offload:
 
     def _upload(self, i: int) -> None:
         """Upload layer i into its slot on the upload stream (worker thread)."""
-        s = i % self.window
+        s = self.plan.slot(i)
         with torch.cuda.stream(self.stream):
             if self.used[s] is not None:
                 self.stream.wait_event(self.used[s])
@@ -121,47 +121,40 @@ class Offload:
             self.stats.bytes += sum(p[4] for p in ps)
             self.stats.layers[i] = self.stats.layers.get(i, 0) + 1
 
-    def _start(self, i: int) -> None:
-        """Start layer i's upload unless its slot holds it or receives it."""
-        if i >= len(self.layers):
-            return
-        s = i % self.window
-        if self.held[s] == i:
-            return
-        self.held[s] = i
-        self.ready.pop(i, None)
-        self.pending[i] = self.pool.submit(self._upload, i)
+    def _start(self, starts: List[int]) -> None:
+        """Start the uploads the plan asks for, in order."""
+        for j in starts:
+            self.ready.pop(j, None)
+            self.pending[j] = self.pool.submit(self._upload, j)
 
     def _pre(self, i: int):
         def hook(module, args):
-            s = i % self.window
-            if self.held[s] == i and i not in self.pending:
-                self.stats.hits += 1
-            self._start(i)
-            f = self.pending.pop(i, None)
+            hits = self.plan.hits
+            _, starts = self.plan.before(i)
+            self.stats.hits += self.plan.hits - hits
+            self._start(starts)
+            f = self.pending.pop(i, None)  # an upload of i outstanding
             if f is not None:
                 t0 = time.perf_counter()
                 f.result()  # raises the upload's error, naming the tensor
                 self.stats.waited_s += time.perf_counter() - t0
             torch.cuda.current_stream(self.device).wait_event(self.ready[i])
+            s = self.plan.slot(i)
             for rel, mod, leaf, *_ in self.params[i]:
                 mod._parameters[leaf] = self.slots[s][rel]
-            for j in range(i + 1, i + 1 + self.prefetch):
-                self._start(j)
         return hook
 
     def _post(self, i: int):
         def hook(module, args, output):
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(self.device))
-            self.used[i % self.window] = ev
+            self.used[self.plan.slot(i)] = ev
         return hook
 
     def _finish(self) -> None:
         """At the forward's end: prefetch the first layers for the next
         forward, and check the finished uploads (decode errors)."""
-        for j in range(min(self.prefetch, len(self.layers))):
-            self._start(j)
+        self._start(self.plan.end())
         with self.lock:
             evs, self.events = self.events, []
         for ev in evs:
