@@ -137,6 +137,8 @@ int main(int argc, char **argv) {
     if (sz_read_host(h, i, small, sizeof small) != SZ_ERR_TOO_SMALL) return 8;
     if (sz_last_error(h, err, sizeof err) != SZ_OK || strstr(err, "model.embed_tokens.weight") == NULL) return 9;
     if (sz_find_slice(h, "/any/dir/model-00001-of-00002.safetensors", t.offset, t.nbytes, &i) != SZ_OK) return 10;
+    if (sz_set_resident(h, 1) != SZ_OK) return 30;
+    if (sz_set_resident(0, 1) != SZ_ERR_INVALID) return 31;
     /* Batch arguments are checked before any device is touched. */
     uintptr_t ev = 0;
     uint64_t idx[2] = {i, 1u << 30}, dst[2] = {4096, 8192}, cap[2] = {t.nbytes, 1 << 20};

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 3
+#define SPLITZIP_ABI_VERSION 4
 
 typedef enum {
     SZ_OK = 0,
@@ -142,6 +142,15 @@ sz_status sz_upload_batch(uintptr_t handle, uint64_t n, const uint64_t *indices,
  * caller may make its streams wait on it (cuStreamWaitEvent or
  * cudaStreamWaitEvent) or call sz_event_wait. */
 sz_status sz_upload(uintptr_t handle, uint64_t index, int device, uint64_t dst, uint64_t cap, uintptr_t stream, uintptr_t *event);
+
+/* sz_set_resident (ABI 4), with on nonzero, makes the handle's uploads
+ * keep what they read (payloads and raw tensor bytes) in pinned host
+ * memory, once per upload stream, so that a later upload of the same
+ * tensor on that stream reads no file and checks nothing again: the
+ * pinned-host tier of an offload runtime. Pinned memory grows to the
+ * bytes uploaded. Call it before the first upload (after it:
+ * SZ_ERR_INVALID). */
+sz_status sz_set_resident(uintptr_t handle, int on);
 
 /* sz_event_wait blocks until the upload behind event has completed and
  * returns the errors of its work (a failed copy, a payload the decode

@@ -145,6 +145,20 @@ func release(d int, s cuda.Stream) {
 	se.ctx.Close()
 }
 
+// SetResident makes the loader's uploads keep what they read in pinned
+// memory, payloads and raw tensor bytes, once per upload stream: a later
+// upload of the same tensor on that stream reads no file and checks
+// nothing again (the pinned-host tier of an offload runtime). Pinned
+// memory then grows to the bytes uploaded. It must be called before the
+// first upload; after, it is ErrInvalid.
+func (l *Loader) SetResident(on bool) error {
+	if l.uploading.Load() {
+		return fmt.Errorf("%w: residency is set before the first upload", ErrInvalid)
+	}
+	l.resident.Store(on)
+	return nil
+}
+
 // transportFor returns this loader's transport on stream s of device d,
 // creating it on first use.
 func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTransport, error) {
@@ -158,12 +172,14 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 		return nil, err
 	}
 	st := l.staging
-	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: readers(), Slots: st.RawSlots, PackSlots: st.PackSlots})
+	l.uploading.Store(true)
+	resident := l.resident.Load()
+	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: readers(), Slots: st.RawSlots, PackSlots: st.PackSlots, Resident: resident})
 	if err != nil {
 		release(d, s)
 		return nil, err
 	}
-	z, err := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers(), RingPieces: st.Pieces, PackSlots: st.PackSlots})
+	z, err := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers(), RingPieces: st.Pieces, PackSlots: st.PackSlots, Resident: resident})
 	if err != nil {
 		raw.Close()
 		release(d, s)

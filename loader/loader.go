@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -56,6 +57,9 @@ type Loader struct {
 	gpuMu   sync.Mutex
 	gpus    map[int]*gpuState
 	staging transport.Staging // each upload stream's rings
+	// resident: uploads keep what they read in pinned memory
+	// (SetResident); uploading: a transport has been made.
+	resident, uploading atomic.Bool
 }
 
 type slice struct {

@@ -372,3 +372,15 @@ func TestUploadBatchEntropyWithoutSource(t *testing.T) {
 		}
 	}
 }
+
+// TestSetResident: residency is taken before the first upload.
+func TestSetResident(t *testing.T) {
+	l, _ := openFixture(t)
+	if err := l.SetResident(true); err != nil || !l.resident.Load() {
+		t.Fatalf("SetResident: %v", err)
+	}
+	l.uploading.Store(true) // as the first upload's transport does
+	if err := l.SetResident(false); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetResident after an upload: %v, want ErrInvalid", err)
+	}
+}

@@ -1,7 +1,8 @@
 """Offload timings on the GPU machine (issue 13): a 128-token forward of a
 0.9 B-parameter Llama-shaped model (hidden 2048, 16 layers, random init,
 BF16, tied embeddings) fully resident, offloaded through splitzip (fixed,
-entropy and raw caches; window and prefetch as given), and through
+entropy and raw caches, read from page cache or kept in pinned memory;
+windows and prefetch depths), and through
 accelerate's cpu_offload, same run; median of repeated forwards after a
 warm-up, torch.cuda.synchronize around each. Logits are compared with the
 resident model's. Usage: python3 scripts/gpu-offload.py BIN WORKDIR."""
@@ -65,14 +66,15 @@ ms1, _ = timed(resident, step, 20)
 print(f"resident: 128 tokens {ms:.2f} ms, 1 token {ms1:.2f} ms")
 del resident
 torch.cuda.empty_cache()
-for codec in ("fixed", "entropy", "raw"):
+for codec, resident in (("fixed", False), ("fixed", True), ("entropy", False), ("entropy", True), ("raw", False),
+                        ("raw", True)):
     for window, prefetch in ((4, 2), (4, 3), (2, 1)):
-        m = offload(caches[codec], src, window=window, prefetch=prefetch)
+        m = offload(caches[codec], src, window=window, prefetch=prefetch, resident=resident)
         ms, got = timed(m, ids, 10)
         ms1, _ = timed(m, step, 10)
         st = m.splitzip_offload.stats
         same = torch.equal(got, want)
-        print(f"splitzip offload {codec}, window {window} of 16 layers, prefetch {prefetch}: 128 tokens {ms:.2f} ms, "
+        print(f"splitzip offload {codec}{', resident' if resident else ''}, window {window} of 16 layers, prefetch {prefetch}: 128 tokens {ms:.2f} ms, "
               f"1 token {ms1:.2f} ms; logits equal {same}; {st.uploads} uploads, {st.bytes / 1e9:.2f} GB, "
               f"host waited {st.waited_s * 1e3:.0f} ms")
         m.splitzip_offload.close()

@@ -24,7 +24,7 @@ import (
 )
 
 // abiVersion is SPLITZIP_ABI_VERSION of capi/splitzip.h (a test checks).
-const abiVersion = 3
+const abiVersion = 4
 
 // Exit codes.
 const (

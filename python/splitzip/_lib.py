@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 3)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 4)."""
 
 import concurrent.futures
 import ctypes
@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -91,6 +91,7 @@ def lib():
             "sz_upload_batch": ([up, u64, P(u64), ctypes.c_int, P(u64), P(u64), up, P(ctypes.c_size_t)], st),
             "sz_event_wait": ([up, up], st),
             "sz_event_release": ([up, up], st),
+            "sz_set_resident": ([up, ctypes.c_int], st),
         }
         for name, (args, res) in sig.items():
             f = getattr(l, name)
@@ -117,9 +118,12 @@ class Event:
 
 
 class Cache:
-    """An open splitzip cache. Safe to use from several threads."""
+    """An open splitzip cache. Safe to use from several threads. With
+    resident, uploads keep what they read in pinned host memory (per
+    upload stream), so uploading a tensor again reads no file: the
+    pinned-host tier of splitzip.offload."""
 
-    def __init__(self, path: str, source: Optional[str] = None):
+    def __init__(self, path: str, source: Optional[str] = None, resident: bool = False):
         l = lib()
         h = ctypes.c_size_t()
         err = ctypes.create_string_buffer(1024)
@@ -129,6 +133,12 @@ class Cache:
             raise Error(status, err.value.decode(errors="replace"))
         self._h = h.value
         self._index = None
+        if resident:
+            try:
+                self._check(l.sz_set_resident(self._h, 1))
+            except Exception:
+                self.close()
+                raise
 
     def close(self) -> None:
         if self._h:

@@ -178,18 +178,20 @@ class Offload:
 
 
 def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:0", window: int = 2,
-            prefetch: int = 1, source: Optional[str] = None, model_class=None):
+            prefetch: int = 1, source: Optional[str] = None, model_class=None, resident: bool = False):
     """The model of config (a directory with config.json, or a config)
     with its decoder layers offloaded: window layers' weights in GPU
-    memory at a time, the next prefetch layers uploaded ahead. Returns the
-    model (eval mode); model.splitzip_offload is the Offload (stats,
-    close())."""
+    memory at a time, the next prefetch layers uploaded ahead. With
+    resident, the layers' payloads stay in pinned host memory after
+    their first upload (Cache(resident=True)): later forwards read no
+    file. Returns the model (eval mode); model.splitzip_offload is the
+    Offload (stats, close())."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     model = from_pretrained(cache, config, device=device, source=source, model_class=model_class,
                             skip=lambda m: _decoder_layers(m)[0] + ".")
-    c = Cache(cache, source)
+    c = Cache(cache, source, resident=resident)
     try:
         o = Offload(model, c, device, window, prefetch)
     except Exception:

@@ -46,6 +46,16 @@ class TestNumpy(unittest.TestCase):
             self.assertFalse(os.path.abspath(splitzip.__file__).startswith(src + os.sep),
                              f"splitzip imported from the source tree ({splitzip.__file__}), not the installed wheel")
 
+    def test_resident(self):
+        """A cache opened resident reads on the host as any other."""
+        import splitzip
+        with splitzip.Cache(self.cache, resident=True) as c:
+            name = c.names()[0]
+            info = c.info(name)
+            buf = bytearray(info.nbytes)
+            c.read_into(name, buf)
+            self.assertEqual(bytes(buf), self.want[name][2])
+
     def test_torch_missing(self):
         try:
             import torch  # noqa: F401

@@ -44,9 +44,9 @@ class TestOffload(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def check(self, codec, window, prefetch):
+    def check(self, codec, window, prefetch, resident=False):
         from splitzip.offload import offload
-        m = offload(self.caches[codec], self.src, window=window, prefetch=prefetch)
+        m = offload(self.caches[codec], self.src, window=window, prefetch=prefetch, resident=resident)
         try:
             for rep in range(2):
                 for x, want in zip(self.inputs, self.want):
@@ -69,6 +69,7 @@ class TestOffload(unittest.TestCase):
         for codec in ("fixed", "entropy"):
             for window, prefetch in ((1, 0), (2, 1), (3, 2), (4, 1), (6, 2)):
                 self.check(codec, window, prefetch)
+            self.check(codec, 2, 1, resident=True)
 
     def test_bad_window(self):
         from splitzip.offload import offload
