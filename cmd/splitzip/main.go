@@ -109,7 +109,8 @@ error), 2 usage error, 130 interrupted.`,
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newCompressCommand(g), newVerifyCommand(g), newInspectCommand(g),
-		newDecompressCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g), newRelocateCommand(g))
+		newDecompressCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g), newRelocateCommand(g),
+		newPlanCommand(g))
 	return root
 }
 

@@ -203,3 +203,45 @@ func TestBenchEntropy(t *testing.T) {
 		t.Errorf("bench entropy with no source: exit %d", code)
 	}
 }
+
+// TestPlan: plan prints a table of every rank, --json the plan whose
+// reads sum to the node's, and an indivisible placement is a usage error
+// naming the tensor.
+func TestPlan(t *testing.T) {
+	d := t.TempDir()
+	ck, cache := filepath.Join(d, "ck"), filepath.Join(d, "c")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "4MiB", "--shards", "2", "-q"); code != 0 {
+		t.Fatalf("gen: %s", e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "-q"); code != 0 {
+		t.Fatalf("compress: %s", e)
+	}
+	tp := "*embed*=replicate,*lm_head*=replicate,*.weight=shard:0"
+	code, out, e := splitzip(t, "plan", cache, "--ranks", "4", "--tp", tp)
+	if code != 0 || !strings.Contains(out, "onto 4 ranks") || strings.Count(out, "\n") != 6 {
+		t.Fatalf("plan: exit %d, %q %q", code, out, e)
+	}
+	code, out, _ = splitzip(t, "plan", cache, "--ranks", "4", "--tp", tp, "--json")
+	var doc struct {
+		Read    uint64 `json:"read_bytes"`
+		PerRank []struct {
+			Read uint64 `json:"read_bytes"`
+		} `json:"per_rank"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || len(doc.PerRank) != 4 {
+		t.Fatalf("plan --json: exit %d, %q", code, out)
+	}
+	var sum uint64
+	for _, r := range doc.PerRank {
+		sum += r.Read
+	}
+	if sum != doc.Read || sum == 0 {
+		t.Errorf("plan --json: ranks read %d, the node %d", sum, doc.Read)
+	}
+	if code, _, e := splitzip(t, "plan", cache, "--ranks", "3", "--tp", "*.weight=shard:0"); code != 2 || !strings.Contains(e, "does not split") {
+		t.Errorf("an indivisible placement: exit %d, %q", code, e)
+	}
+	if code, _, _ := splitzip(t, "plan", cache, "--tp", "*=copy"); code != 2 {
+		t.Errorf("a bad rule: exit %d", code)
+	}
+}

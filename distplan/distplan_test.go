@@ -1,0 +1,142 @@
+package distplan
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/internal/fixture"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+func plan(t *testing.T, ranks int, rules string) (*Plan, *shardcache.Source) {
+	t.Helper()
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 6 << 20, Shards: 2, Seed: 31}, pipeline.CompressOptions{})
+	rs, err := ParseRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(c, s, ranks, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, s
+}
+
+// TestReadsOncePerNode: every object is read by one rank, the reads are
+// balanced within the largest object, and a replicated load leaves every
+// rank with every tensor, receiving what others read.
+func TestReadsOncePerNode(t *testing.T) {
+	for _, ranks := range []int{1, 2, 4, 8} {
+		p, _ := plan(t, ranks, "")
+		var read, largest, raw uint64
+		for _, tn := range p.Tensors {
+			raw += tn.Size
+			largest = max(largest, tn.Object)
+			if len(tn.Parts) != ranks {
+				t.Fatalf("%s: %d parts for %d ranks", tn.Name, len(tn.Parts), ranks)
+			}
+		}
+		for r, st := range p.PerRank {
+			read += st.Read
+			if st.Read > p.Read/uint64(ranks)+largest {
+				t.Errorf("%d ranks: rank %d reads %d of %d bytes (largest object %d)", ranks, r, st.Read, p.Read, largest)
+			}
+			if st.Bytes != raw {
+				t.Errorf("%d ranks: rank %d ends with %d raw bytes, want %d", ranks, r, st.Bytes, raw)
+			}
+			if st.Received != p.Read-st.Read && ranks > 1 {
+				t.Errorf("%d ranks: rank %d receives %d bytes, others read %d", ranks, r, st.Received, p.Read-st.Read)
+			}
+		}
+		if read != p.Read {
+			t.Errorf("%d ranks: reads sum to %d of %d", ranks, read, p.Read)
+		}
+	}
+}
+
+// TestShardDim0: sharded along dimension 0, the ranks' value ranges
+// partition each tensor in order and their chunk ranges cover them.
+func TestShardDim0(t *testing.T) {
+	p, _ := plan(t, 4, "*embed*=replicate,*lm_head*=replicate,*.weight=shard:0")
+	payloads := 0
+	for _, tn := range p.Tensors {
+		if !tn.Placement.Shard {
+			continue
+		}
+		var next, bytes uint64
+		for r, pt := range tn.Parts {
+			if pt.Rank != r || pt.Values[0] != next || pt.Values[1] < pt.Values[0] {
+				t.Fatalf("%s: part %d is %+v after value %d", tn.Name, r, pt, next)
+			}
+			next = pt.Values[1]
+			bytes += pt.Bytes
+			if tn.Stored == shardcache.StoredSplitZip {
+				if pt.Chunks[0]*codec.ChunkValues > pt.Values[0] || pt.Chunks[1]*codec.ChunkValues < pt.Values[1] {
+					t.Errorf("%s: chunks %v do not cover values %v", tn.Name, pt.Chunks, pt.Values)
+				}
+				if pt.Rank == tn.Reader && pt.Wire != 0 || pt.Rank != tn.Reader && pt.Wire > tn.Object {
+					t.Errorf("%s: part %d receives %d of %d stored bytes", tn.Name, r, pt.Wire, tn.Object)
+				}
+			}
+		}
+		if bytes != tn.Size || next != tn.Size/2 && tn.DType == "BF16" {
+			t.Errorf("%s: parts of %d bytes ending at value %d, the tensor has %d bytes", tn.Name, bytes, next, tn.Size)
+		}
+		if tn.Stored == shardcache.StoredSplitZip {
+			payloads++
+		}
+	}
+	if payloads == 0 {
+		t.Fatal("no payloads in the fixture")
+	}
+}
+
+// TestShardOtherDim: along another dimension a payload's part is the
+// whole payload, its index range one part of the dimension.
+func TestShardOtherDim(t *testing.T) {
+	p, _ := plan(t, 2, "*norm*=replicate,*.weight=shard:1,*=replicate")
+	found := false
+	for _, tn := range p.Tensors {
+		if !tn.Placement.Shard {
+			continue
+		}
+		found = true
+		for _, pt := range tn.Parts {
+			if pt.Index[1]-pt.Index[0] != tn.Shape[1]/2 || (tn.Stored == shardcache.StoredSplitZip) != pt.Whole {
+				t.Errorf("%s: part %+v of shape %v", tn.Name, pt, tn.Shape)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no tensor sharded")
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 1, Seed: 32}, pipeline.CompressOptions{})
+	for _, rules := range []string{"*=shard:3", "*=shard:0"} {
+		rs, err := ParseRules(rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranks := 2
+		if rules == "*=shard:0" {
+			ranks = 7 // no dimension of the fixture splits into 7
+		}
+		if _, err := New(c, s, ranks, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "model.") {
+			t.Errorf("%s on %d ranks: %v, want ErrPlan naming the tensor", rules, ranks, err)
+		}
+	}
+	for _, bad := range []string{"x", "=shard:0", "*=shard:x", "*=shard:-1", "*=copy", "[=replicate"} {
+		if _, err := ParseRules(bad); !errors.Is(err, ErrPlan) {
+			t.Errorf("rules %q: %v, want ErrPlan", bad, err)
+		}
+	}
+	if _, err := New(c, s, 0, nil); !errors.Is(err, ErrPlan) {
+		t.Errorf("0 ranks: %v", err)
+	}
+}
