@@ -308,6 +308,82 @@ func sz_read_host(h C.uintptr_t, index C.uint64_t, dst unsafe.Pointer, capacity 
 	})
 }
 
+// hostBytes is the caller's buffer [p, p+n) (nil for n 0), or an error
+// for a NULL pointer with room.
+func hostBytes(p unsafe.Pointer, n C.uint64_t, what string) ([]byte, error) {
+	if p == nil && n > 0 {
+		return nil, fmt.Errorf("%w: NULL %s", loader.ErrInvalid, what)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return unsafe.Slice((*byte)(p), uint64(n)), nil
+}
+
+//export sz_stored_size
+func sz_stored_size(h C.uintptr_t, index C.uint64_t, size *C.uint64_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		if size == nil {
+			return fmt.Errorf("%w: NULL size", loader.ErrInvalid)
+		}
+		n, err := l.StoredSize(int(index))
+		*size = C.uint64_t(n)
+		return err
+	})
+}
+
+//export sz_read_stored
+func sz_read_stored(h C.uintptr_t, index C.uint64_t, dst unsafe.Pointer, capacity C.uint64_t, size *C.uint64_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		b, err := hostBytes(dst, capacity, "destination")
+		if err != nil {
+			return err
+		}
+		n, err := l.ReadStored(int(index), b)
+		if size != nil {
+			*size = C.uint64_t(n)
+		}
+		return err
+	})
+}
+
+//export sz_decode_host
+func sz_decode_host(h C.uintptr_t, index C.uint64_t, src unsafe.Pointer, srclen C.uint64_t, dst unsafe.Pointer, capacity C.uint64_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		in, err := hostBytes(src, srclen, "source")
+		if err != nil {
+			return err
+		}
+		out, err := hostBytes(dst, capacity, "destination")
+		if err != nil {
+			return err
+		}
+		return l.DecodeHost(int(index), in, out)
+	})
+}
+
+//export sz_plan
+func sz_plan(h C.uintptr_t, ranks C.int, rules *C.char, buf *C.char, capacity C.size_t, size *C.size_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		r := ""
+		if rules != nil {
+			r = C.GoString(rules)
+		}
+		js, err := l.Plan(int(ranks), r)
+		if err != nil {
+			return err
+		}
+		if size != nil {
+			*size = C.size_t(len(js) + 1)
+		}
+		if buf == nil || uint64(capacity) < uint64(len(js))+1 {
+			return fmt.Errorf("%w: the plan takes %d bytes", loader.ErrTooSmall, len(js)+1)
+		}
+		copyString(string(js), buf, capacity)
+		return nil
+	})
+}
+
 //export sz_upload
 func sz_upload(h C.uintptr_t, index C.uint64_t, device C.int, dst, capacity C.uint64_t, stream C.uintptr_t, event *C.uintptr_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error {

@@ -143,6 +143,23 @@ sz_status sz_upload_batch(uintptr_t handle, uint64_t n, const uint64_t *indices,
  * cudaStreamWaitEvent) or call sz_event_wait. */
 sz_status sz_upload(uintptr_t handle, uint64_t index, int device, uint64_t dst, uint64_t cap, uintptr_t stream, uintptr_t *event);
 
+/* Spreading one read per node over several ranks (ABI 4): a tensor's
+ * stored bytes (a payload, checked whole, or the raw bytes) are read by
+ * one rank, sent to the others, and decoded by each.
+ * sz_stored_size gives their size; sz_read_stored writes them into dst
+ * (cap bytes; *size, when not NULL, receives their size, also with
+ * SZ_ERR_TOO_SMALL); sz_decode_host decodes srclen stored bytes of
+ * tensor index from src into dst (cap >= nbytes), checking them.
+ * sz_plan writes, NUL-terminated, the JSON plan of a load onto ranks
+ * ranks under rules ("PATTERN=replicate|shard:DIM,...", NULL for all
+ * replicated): each tensor's reader rank and parts (docs/splitzip.md,
+ * section 13); *size receives the bytes it takes, also with
+ * SZ_ERR_TOO_SMALL. */
+sz_status sz_stored_size(uintptr_t handle, uint64_t index, uint64_t *size);
+sz_status sz_read_stored(uintptr_t handle, uint64_t index, void *dst, uint64_t cap, uint64_t *size);
+sz_status sz_decode_host(uintptr_t handle, uint64_t index, const void *src, uint64_t srclen, void *dst, uint64_t cap);
+sz_status sz_plan(uintptr_t handle, int ranks, const char *rules, char *buf, size_t cap, size_t *size);
+
 /* sz_set_resident (ABI 4), with on nonzero, makes the handle's uploads
  * keep what they read (payloads and raw tensor bytes) in pinned host
  * memory, once per upload stream, so that a later upload of the same

@@ -92,6 +92,10 @@ def lib():
             "sz_event_wait": ([up, up], st),
             "sz_event_release": ([up, up], st),
             "sz_set_resident": ([up, ctypes.c_int], st),
+            "sz_stored_size": ([up, u64, P(u64)], st),
+            "sz_read_stored": ([up, u64, ctypes.c_void_p, u64, P(u64)], st),
+            "sz_decode_host": ([up, u64, ctypes.c_void_p, u64, ctypes.c_void_p, u64], st),
+            "sz_plan": ([up, ctypes.c_int, cp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
         }
         for name, (args, res) in sig.items():
             f = getattr(l, name)
@@ -213,6 +217,40 @@ class Cache:
     def read_into_ptr(self, index: int, ptr: int, capacity: int) -> None:
         """Write tensor index's bytes to host memory at ptr (capacity bytes)."""
         self._check(lib().sz_read_host(self._h, index, ctypes.c_void_p(ptr), capacity))
+
+    def stored_size(self, index: int) -> int:
+        """The bytes read_stored_into_ptr writes for tensor index: its
+        payload's, or its raw size."""
+        n = ctypes.c_uint64()
+        self._check(lib().sz_stored_size(self._h, index, ctypes.byref(n)))
+        return n.value
+
+    def read_stored_into_ptr(self, index: int, ptr: int, capacity: int) -> int:
+        """Write tensor index's stored bytes (a payload, checked whole, or
+        the raw bytes) to host memory at ptr; returns their number."""
+        n = ctypes.c_uint64()
+        self._check(lib().sz_read_stored(self._h, index, ctypes.c_void_p(ptr), capacity, ctypes.byref(n)))
+        return n.value
+
+    def decode_host_ptr(self, index: int, src: int, srclen: int, dst: int, capacity: int) -> None:
+        """Decode srclen stored bytes of tensor index at src (as
+        read_stored_into_ptr gives them, perhaps on another rank) into
+        host memory at dst (capacity >= nbytes), checking them."""
+        self._check(lib().sz_decode_host(self._h, index, ctypes.c_void_p(src), srclen, ctypes.c_void_p(dst), capacity))
+
+    def plan(self, ranks: int, rules: str = "") -> dict:
+        """The plan of a load onto ranks ranks under placement rules
+        ("PATTERN=replicate|shard:DIM,..."): each tensor's reader and
+        parts, each rank's sums (docs/splitzip.md, section 13)."""
+        import json
+        n = ctypes.c_size_t()
+        rb = rules.encode()
+        status = lib().sz_plan(self._h, ranks, rb, None, 0, ctypes.byref(n))
+        if status not in (0, 5):  # 5: too small, with the size
+            self._check(status)
+        buf = ctypes.create_string_buffer(n.value)
+        self._check(lib().sz_plan(self._h, ranks, rb, buf, len(buf), ctypes.byref(n)))
+        return json.loads(buf.value.decode())
 
     def read_many(self, items, threads: Optional[int] = None) -> None:
         """read_into_ptr for many (index, ptr, capacity) items, on several

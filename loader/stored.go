@@ -1,0 +1,122 @@
+package loader
+
+// A tensor's stored bytes (a payload, or the raw bytes), read on one rank
+// and decoded on another: what a loader spreading one read per node over
+// several ranks moves between them (splitzip.distributed).
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/distplan"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// StoredSize returns the bytes ReadStored writes for tensor i: its
+// payload's (SplitZip or entropy), or its raw size.
+func (l *Loader) StoredSize(i int) (uint64, error) {
+	t, err := l.Tensor(i)
+	if err != nil {
+		return 0, err
+	}
+	if k := t.rec.Stored; k == shardcache.StoredSplitZip || k == shardcache.StoredEntropy {
+		o, err := l.c.Lookup(t.Key)
+		if err != nil {
+			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+		return o.Size, nil
+	}
+	return t.Size, nil
+}
+
+// ReadStored writes tensor i's stored bytes into dst and returns their
+// number: a payload checked whole (header, size, checksum), or the raw
+// bytes from the source (or the cache's copy).
+func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
+	t, err := l.Tensor(i)
+	if err != nil {
+		return 0, err
+	}
+	n, err := l.StoredSize(i)
+	if err != nil {
+		return 0, err
+	}
+	if uint64(len(dst)) < n {
+		return n, fmt.Errorf("tensor %q: %w: %d bytes for %d stored", t.Name, ErrTooSmall, len(dst), n)
+	}
+	k := t.rec.Stored
+	if k != shardcache.StoredSplitZip && k != shardcache.StoredEntropy {
+		return n, l.readSource(t, dst[:n])
+	}
+	p, _, err := l.c.ReadObject(t.Key)
+	if err == nil {
+		err = checkStored(k, p, t.Size)
+	}
+	if err != nil {
+		return n, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	return uint64(copy(dst, p)), nil
+}
+
+// checkStored checks a whole payload of kind (shardcache.Stored*) that
+// decodes to size bytes.
+func checkStored(kind string, p []byte, size uint64) error {
+	if kind == shardcache.StoredEntropy {
+		h, err := entropy.Check(p)
+		if err == nil && h.ValueBytes() != size {
+			err = fmt.Errorf("%w: decodes to %d bytes, the tensor has %d", codec.ErrSize, h.ValueBytes(), size)
+		}
+		return err
+	}
+	h, err := codec.ParseHeader(p)
+	if err != nil {
+		return err
+	}
+	return codec.CheckPayload(&h, uint64(len(p)), codec.Checksum(p), size/2)
+}
+
+// DecodeHost decodes src, tensor i's stored bytes as ReadStored gives
+// them (read here or on another rank), into dst (at least its size),
+// checking them as ReadStored does.
+func (l *Loader) DecodeHost(i int, src, dst []byte) error {
+	t, err := l.Tensor(i)
+	if err != nil {
+		return err
+	}
+	if uint64(len(dst)) < t.Size {
+		return fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, len(dst), t.Size)
+	}
+	dst = dst[:t.Size]
+	switch t.rec.Stored {
+	case shardcache.StoredSplitZip:
+		err = codec.Decode(dst, src)
+	case shardcache.StoredEntropy:
+		err = entropy.Decode(dst, src, 0)
+	default:
+		if uint64(len(src)) != t.Size {
+			err = fmt.Errorf("%w: %d raw bytes, the tensor has %d", codec.ErrSize, len(src), t.Size)
+		} else {
+			copy(dst, src)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	return nil
+}
+
+// Plan returns, as JSON, the plan of loading this checkpoint onto ranks
+// ranks under placement rules (distplan.ParseRules).
+func (l *Loader) Plan(ranks int, rules string) ([]byte, error) {
+	rs, err := distplan.ParseRules(rules)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	p, err := distplan.New(l.c, l.src, ranks, rs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return json.Marshal(p)
+}

@@ -1,0 +1,122 @@
+"""splitzip.distributed with the gloo backend on the CPU, several processes
+(run where torch is installed: CI installs Debian's python3-torch): every
+rank's tensors equal the source's values or its part of them, bit for bit,
+replicated and sharded along dimension 0 and 1; a corrupt payload makes
+every rank raise an error naming the tensor."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import testenv  # noqa: E402  (python/tests; before splitzip)
+import stfile  # noqa: E402  (python/tests)
+
+BIN = testenv.BIN
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError:  # pragma: no cover
+    torch = None
+
+DT = {"BF16": "bfloat16", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32"}
+
+
+def _worker(rank, world, pg, cache, rules, src_dir, result):
+    dist.init_process_group("gloo", init_method=f"file://{pg}", rank=rank, world_size=world)
+    try:
+        from splitzip.distributed import load
+        try:
+            got = load(cache, rules=rules)
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            with open(f"{result}.{rank}", "w") as f:
+                f.write(f"error: {e}")
+            return
+        want = {}
+        for name in sorted(os.listdir(src_dir)):
+            if name.endswith(".safetensors"):
+                want.update(stfile.read(os.path.join(src_dir, name)))
+        bad = []
+        import fnmatch
+        for name, (dtype, shape, b) in want.items():
+            t = torch.frombuffer(bytearray(b), dtype=getattr(torch, DT[dtype])).reshape(shape) if b else None
+            dim = None
+            for r in [x for x in rules.split(",") if x]:
+                pat, what = r.split("=")
+                if fnmatch.fnmatchcase(name, pat):
+                    dim = int(what.split(":")[1]) if what.startswith("shard:") else None
+                    break
+            if t is not None and dim is not None:
+                t = torch.chunk(t, world, dim=dim)[rank].contiguous()
+            g = got.get(name)
+            if g is None or (t is not None and not torch.equal(g.view(torch.uint8) if g.dtype == torch.bfloat16 else g,
+                                                               t.view(torch.uint8) if t.dtype == torch.bfloat16 else t)):
+                bad.append(name)
+        with open(f"{result}.{rank}", "w") as f:
+            f.write("ok" if not bad else "differ: " + ", ".join(bad[:5]))
+    finally:
+        dist.destroy_process_group()
+
+
+@unittest.skipIf(torch is None, "torch is not installed (CI installs python3-torch)")
+class TestDistributed(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.src = os.path.join(cls.tmp.name, "ck")
+        cls.cache = os.path.join(cls.tmp.name, "cache")
+        subprocess.run([BIN, "gen", cls.src, "--size", "3MiB", "--shards", "2", "-q"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([BIN, "compress", cls.src, "-o", cls.cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_ranks(self, world, rules, cache=None):
+        d = tempfile.mkdtemp(dir=self.tmp.name)
+        result = os.path.join(d, "result")
+        mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, self.src, result),
+                 nprocs=world, join=True)
+        out = []
+        for r in range(world):
+            with open(f"{result}.{r}") as f:
+                out.append(f.read())
+        return out
+
+    def test_replicated(self):
+        for world in (1, 3):
+            self.assertEqual(self.run_ranks(world, ""), ["ok"] * world)
+
+    def test_sharded(self):
+        rules = "*embed*=replicate,*lm_head*=replicate,*norm*=replicate,*.weight=shard:0"
+        self.assertEqual(self.run_ranks(2, rules), ["ok"] * 2)
+        rules = "*_proj.weight=shard:1"
+        self.assertEqual(self.run_ranks(2, rules), ["ok"] * 2)
+
+    def test_corrupt_payload(self):
+        bad = os.path.join(self.tmp.name, "bad")
+        shutil.copytree(self.cache, bad)
+        objs = []
+        for root, _, files in os.walk(os.path.join(bad, "objects")):
+            objs += [os.path.join(root, f) for f in files]
+        victim = max(objs, key=os.path.getsize)  # a payload of its own file
+        with open(victim, "r+b") as f:
+            f.seek(os.path.getsize(victim) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))
+        got = self.run_ranks(2, "", cache=bad)
+        for r in got:
+            self.assertTrue(r.startswith("error:") and "tensor" in r, got)
+
+    def test_bad_rules(self):
+        got = self.run_ranks(2, "*=shard:7")
+        for r in got:
+            self.assertTrue(r.startswith("error:") and "cannot plan" in r, got)
+
+
+if __name__ == "__main__":
+    unittest.main()
