@@ -6,7 +6,6 @@ every rank raise an error naming the tensor."""
 
 import os
 import shutil
-import subprocess
 import tempfile
 import unittest
 
@@ -66,10 +65,7 @@ class TestDistributed(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.src = os.path.join(cls.tmp.name, "ck")
-        cls.cache = os.path.join(cls.tmp.name, "cache")
-        subprocess.run([BIN, "gen", cls.src, "--size", "3MiB", "--shards", "2", "-q"], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run([BIN, "compress", cls.src, "-o", cls.cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+        cls.src, cls.cache = testenv.generated(cls.tmp.name)
 
     @classmethod
     def tearDownClass(cls):

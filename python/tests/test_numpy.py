@@ -25,10 +25,7 @@ class TestNumpy(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.src = os.path.join(cls.tmp.name, "ck")
-        cls.cache = os.path.join(cls.tmp.name, "cache")
-        subprocess.run([BIN, "gen", cls.src, "--size", "3MiB", "--shards", "2", "-q"], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run([BIN, "compress", cls.src, "-o", cls.cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+        cls.src, cls.cache = testenv.generated(cls.tmp.name)
         cls.want = {}
         for f in sorted(os.listdir(cls.src)):
             if f.endswith(".safetensors"):

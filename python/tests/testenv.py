@@ -4,6 +4,7 @@ wheel when SPLITZIP_TEST_INSTALLED is set, as make python-test sets it,
 else the source tree). Import it before splitzip."""
 
 import os
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,3 +25,12 @@ def gpu_stack_missing():
     except ImportError as e:
         return f"{e.name} is not installed (the GPU machine has it)"
     return None if torch.cuda.is_available() else "no CUDA device"
+
+
+def generated(tmp: str, size: str = "3MiB", shards: int = 2):
+    """A generated checkpoint in tmp/ck compressed into tmp/cache with the
+    splitzip binary: returns (source dir, cache dir)."""
+    src, cache = os.path.join(tmp, "ck"), os.path.join(tmp, "cache")
+    subprocess.run([BIN, "gen", src, "--size", size, "--shards", str(shards), "-q"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+    return src, cache
