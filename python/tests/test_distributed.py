@@ -24,12 +24,12 @@ except ImportError:  # pragma: no cover
 DT = {"BF16": "bfloat16", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32"}
 
 
-def _worker(rank, world, pg, cache, rules, src_dir, result):
+def _worker(rank, world, pg, cache, rules, src_dir, result, batch):
     dist.init_process_group("gloo", init_method=f"file://{pg}", rank=rank, world_size=world)
     try:
         from splitzip.distributed import load
         try:
-            got = load(cache, rules=rules)
+            got = load(cache, rules=rules, batch_bytes=batch)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             with open(f"{result}.{rank}", "w") as f:
                 f.write(f"error: {e}")
@@ -71,10 +71,10 @@ class TestDistributed(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def run_ranks(self, world, rules, cache=None):
+    def run_ranks(self, world, rules, cache=None, batch=64 << 20):
         d = tempfile.mkdtemp(dir=self.tmp.name)
         result = os.path.join(d, "result")
-        mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, self.src, result),
+        mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, self.src, result, batch),
                  nprocs=world, join=True)
         out = []
         for r in range(world):
@@ -85,6 +85,8 @@ class TestDistributed(unittest.TestCase):
     def test_replicated(self):
         for world in (1, 3):
             self.assertEqual(self.run_ranks(world, ""), ["ok"] * world)
+        # Batches of one tensor each (every one larger than a byte).
+        self.assertEqual(self.run_ranks(2, "", batch=1), ["ok"] * 2)
 
     def test_sharded(self):
         rules = "*embed*=replicate,*lm_head*=replicate,*norm*=replicate,*.weight=shard:0"
