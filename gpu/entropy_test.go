@@ -211,13 +211,7 @@ func TestEntropyLarge(t *testing.T) {
 	}
 	ctx, d := requireGPU(t)
 	n := 1<<31 + 3
-	v := make([]byte, 2*n)
-	rng := rand.New(rand.NewPCG(1, 1))
-	synth.FillNormal(rng, v[:2<<20], 0.02, 0, 0)
-	for off := 2 << 20; off < len(v); off += 2 << 20 {
-		copy(v[off:], v[:2<<20])
-	}
-	binary.LittleEndian.PutUint16(v[len(v)-2:], 0x7f81)
+	v := largeBF16(n)
 	p, err := entropy.Encode(0, v, 0)
 	if err != nil {
 		t.Fatal(err)

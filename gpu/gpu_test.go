@@ -258,13 +258,7 @@ func TestLarge(t *testing.T) {
 	}
 	ctx, d := requireGPU(t)
 	n := 1<<31 + 5
-	v := make([]byte, 2*n)
-	rng := rand.New(rand.NewPCG(1, 1))
-	synth.FillNormal(rng, v[:2<<20], 0.02, 0, 0)
-	for off := 2 << 20; off < len(v); off += 2 << 20 {
-		copy(v[off:], v[:2<<20])
-	}
-	binary.LittleEndian.PutUint16(v[len(v)-2:], 0x7f81) // an escape in the last chunk
+	v := largeBF16(n)
 	p, st, err := codec.Encode(v)
 	if err != nil {
 		t.Fatal(err)
@@ -278,6 +272,19 @@ func TestLarge(t *testing.T) {
 		t.Fatalf("large tensor: %v, first difference at %d", err, firstDiff(got, v))
 	}
 	t.Logf("%d values (%d payload bytes) decoded in place on the GPU", n, len(p))
+}
+
+// largeBF16 returns n BF16 values: 1 Mi N(0, 0.02) values repeated, the
+// last one an exponent the fixed-rate codebook escapes.
+func largeBF16(n int) []byte {
+	v := make([]byte, 2*n)
+	rng := rand.New(rand.NewPCG(1, 1))
+	synth.FillNormal(rng, v[:2<<20], 0.02, 0, 0)
+	for off := 2 << 20; off < len(v); off += 2 << 20 {
+		copy(v[off:], v[:2<<20])
+	}
+	binary.LittleEndian.PutUint16(v[len(v)-2:], 0x7f81)
+	return v
 }
 
 func firstDiff(a, b []byte) int {

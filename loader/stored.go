@@ -7,6 +7,7 @@ package loader
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -50,14 +51,20 @@ func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
 	if k != shardcache.StoredSplitZip && k != shardcache.StoredEntropy {
 		return n, l.readSource(t, dst[:n])
 	}
-	p, _, err := l.c.ReadObject(t.Key)
-	if err == nil {
-		err = checkStored(k, p, t.Size)
-	}
+	// Read straight into dst, then checked there.
+	f, _, err := l.c.OpenObject(t.Key)
 	if err != nil {
 		return n, fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
-	return uint64(copy(dst, p)), nil
+	defer f.Close()
+	p := dst[:n]
+	if _, err := io.ReadFull(f, p); err != nil {
+		return n, fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+	}
+	if err := checkStored(k, p, t.Size); err != nil {
+		return n, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	return n, nil
 }
 
 // checkStored checks a whole payload of kind (shardcache.Stored*) that
