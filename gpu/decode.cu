@@ -26,7 +26,7 @@
 
 #define SZ_CHUNK 16384
 #define SZ_THREADS 256
-#define SZ_ITERS (SZ_CHUNK / (SZ_THREADS * 16))
+#define SZ_GROUPS (SZ_CHUNK / (SZ_THREADS * 8)) // groups of 8 values a thread decodes per chunk
 #define SZ_MAX_ESC 2725
 #define SZ_RAW 0xFFFFu
 #define SZ_HEADER 64
@@ -200,27 +200,35 @@ __device__ __forceinline__ void decode_chunk(const uint8_t *buf, uint8_t *out, u
         }
         return;
     }
+    // Thread tid decodes the groups of 8 values that start at g * 2048 +
+    // 8 * tid: a warp's stores of a group are 512 contiguous bytes, whole
+    // 32-byte sectors. Every load of the chunk is issued before the first
+    // store, so a chunk read from global memory (the scatter kernel) has
+    // all its loads in flight at once.
     const uint8_t *nib = buf + align16(cnt);
+    uint2 sv[SZ_GROUPS];
+    uint32_t nv[SZ_GROUPS];
 #pragma unroll
-    for (int q = 0; q < SZ_ITERS; q++) {
-        uint32_t v0 = q * (SZ_THREADS * 16) + tid * 16;
-        if (v0 >= cnt) {
+    for (int g = 0; g < SZ_GROUPS; g++) {
+        const uint32_t v = g * (SZ_THREADS * 8) + tid * 8;
+        if (v < cnt) { // bytes past the chunk's end are stale; store16 drops them
+            sv[g] = *(const uint2 *)(buf + v);
+            nv[g] = *(const uint32_t *)(nib + v / 2);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < SZ_GROUPS; g++) {
+        const uint32_t v = g * (SZ_THREADS * 8) + tid * 8;
+        if (v >= cnt) {
             continue;
         }
-        // Bytes past the chunk's end are stale; store16 drops them.
-        uint4 s = *(const uint4 *)(buf + v0);
-        uint2 n = *(const uint2 *)(nib + v0 / 2);
-        uint32_t sw[4] = {s.x, s.y, s.z, s.w};
-        uint32_t nw[2] = {n.x, n.y};
-        uint32_t o[8];
+        uint32_t o[4];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            uint32_t spread = __byte_perm(sw[j / 2], 0, (j & 1) ? 0x4342 : 0x4140);
-            uint32_t code = (nw[j / 4] >> (8 * (j & 3))) & 0xFF;
-            o[j] = pair(spread, lut[code]);
+        for (int j = 0; j < 4; j++) {
+            uint32_t spread = __byte_perm(j < 2 ? sv[g].x : sv[g].y, 0, (j & 1) ? 0x4342 : 0x4140);
+            o[j] = pair(spread, lut[(nv[g] >> (8 * j)) & 0xFF]);
         }
-        store16(out, 2 * v0, 2 * cnt, make_uint4(o[0], o[1], o[2], o[3]));
-        store16(out, 2 * v0 + 16, 2 * cnt, make_uint4(o[4], o[5], o[6], o[7]));
+        store16(out, 2 * v, 2 * cnt, make_uint4(o[0], o[1], o[2], o[3]));
     }
     if (esc) {
         __syncthreads(); // the block's main output is visible to all its threads
@@ -409,96 +417,167 @@ __device__ __forceinline__ Params scatter_params(const ScatterItem &it, const ui
     return p;
 }
 
-// scatter_chunk decodes chunk c of a payload item out of place (the
-// block's threads together; lut holds the item's codebook).
-__device__ __forceinline__ void scatter_chunk(const Params &p, const uint8_t *src, long long c, const uint32_t *lut,
-                                              uint32_t *err, uint32_t tid) {
-    const uint64_t *l1 = (const uint64_t *)(src + SZ_HEADER);
-    const uint64_t pos = entry_pos(p, l1, c);
-    const Chunk k = check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
+// Task is a unit of scatter work, resolved by thread 0 and read by the
+// block from shared memory: what to fetch and where to write it.
+struct Task {
+    uint64_t dst;   // first byte written
+    uint64_t src;   // first byte fetched (16-byte aligned)
+    uint32_t len;   // bytes fetched, a multiple of 16, at most SZ_BUF
+    uint32_t cnt;   // values of a chunk, bytes of a raw unit
+    uint32_t esc;   // a chunk's escapes or SZ_RAW; a bad task's error bits
+    uint32_t kind;  // SZ_TASK_*
+    int32_t item;   // the item, for its codebook
+    uint32_t codebook[4];
+};
+
+#define SZ_TASK_NONE 0u // no unit left
+#define SZ_TASK_CHUNK 1u
+#define SZ_TASK_RAW 2u
+#define SZ_TASK_BAD 3u
+#define SZ_SMEM_ITEMS 1024 // items whose first units are searched in shared memory
+
+// resolve returns the task of unit u (thread 0). first holds the items'
+// first units when there are at most SZ_SMEM_ITEMS of them.
+__device__ Task resolve(const ScatterParams &sp, const ScatterItem *items, const uint32_t *first, uint64_t u) {
+    Task t = {};
+    if (u >= sp.units) {
+        return t; // SZ_TASK_NONE
+    }
+    t.kind = SZ_TASK_BAD;
+    t.esc = SZ_ERR_ITEM;
+    // The item of unit u: the last whose first unit is at or before it.
+    uint64_t lo = 0, hi = sp.count;
+    const bool shared = sp.count <= SZ_SMEM_ITEMS;
+    while (hi - lo > 1) {
+        const uint64_t mid = (lo + hi) / 2;
+        if ((shared ? first[mid] : items[mid].first) <= u) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    const ScatterItem it = items[lo];
+    const uint64_t c = u - it.first; // may wrap when first > u: then >= units
+    if (it.first > u || c >= it.units || it.src < sp.count * sizeof(ScatterItem) || (it.src & 15) ||
+        it.src > sp.staged || it.stored > sp.staged - it.src || align16(it.stored) > sp.staged - it.src ||
+        it.size > it.stored * (it.group_chunks ? 4 : 1)) {
+        return t;
+    }
+    const uint8_t *src = (const uint8_t *)sp.base + it.src;
+    if (it.group_chunks == 0) {
+        const uint64_t n = min64(it.size, it.stored);
+        if (c * SZ_RAW_UNIT >= n || it.units != (n + SZ_RAW_UNIT - 1) / SZ_RAW_UNIT) {
+            return t;
+        }
+        const uint64_t off = c * SZ_RAW_UNIT;
+        t.kind = SZ_TASK_RAW;
+        t.dst = it.dst + off;
+        t.src = (uint64_t)(src + off);
+        t.cnt = (uint32_t)min64(SZ_RAW_UNIT, n - off);
+        t.len = (uint32_t)align16(t.cnt); // the staged bytes are padded to 16
+        return t;
+    }
+    bool bad;
+    const Params p = scatter_params(it, src, &bad);
+    if (bad) {
+        return t;
+    }
+    const uint64_t pos = entry_pos(p, (const uint64_t *)(src + SZ_HEADER), (long long)c);
+    const Chunk k = check(p, (long long)c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
     if (k.bad) {
-        if (tid == 0) {
-            atomicOr(err, k.bad);
-        }
-        return;
+        t.esc = k.bad;
+        return t;
     }
-    const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
-    decode_chunk(src + k.off, (uint8_t *)p.dst + 2 * (uint64_t)c * SZ_CHUNK, cnt, k.esc, lut, err, tid);
+    t.kind = SZ_TASK_CHUNK;
+    t.cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - c * SZ_CHUNK);
+    t.esc = k.esc;
+    t.len = k.esc == SZ_RAW ? (uint32_t)align16(2 * t.cnt)
+                            : (uint32_t)(align16(t.cnt) + align16((t.cnt + 1) / 2) + align16(3 * k.esc));
+    t.dst = p.dst + 2 * c * SZ_CHUNK;
+    t.src = (uint64_t)(src + k.off);
+    t.item = (int32_t)lo;
+    for (int j = 0; j < 4; j++) {
+        t.codebook[j] = it.codebook[j];
+    }
+    return t;
 }
 
-// scatter_raw copies unit u of a raw item (the block's threads together).
-__device__ __forceinline__ void scatter_raw(const ScatterItem &it, const uint8_t *src, uint64_t u, uint32_t tid) {
-    uint8_t *out = (uint8_t *)it.dst;
-    const uint64_t n = min64(it.size, it.stored);
-    const uint64_t lo = u * SZ_RAW_UNIT, hi = min64(n, lo + SZ_RAW_UNIT);
-    if ((it.dst & 15) == 0) {
-        // src is 16-aligned and the staged bytes are padded to 16.
-        for (uint64_t j = lo + (uint64_t)tid * 16; j < hi; j += SZ_THREADS * 16) {
-            store16(out + j, 0, (uint32_t)min64(16, hi - j), *(const uint4 *)(src + j));
+// fetch_task starts the asynchronous copy of a task's bytes into buf.
+__device__ __forceinline__ void fetch_task(const Task &t, uint8_t *buf, uint32_t tid) {
+    if (t.kind == SZ_TASK_CHUNK || t.kind == SZ_TASK_RAW) {
+        for (uint32_t i = tid * 16; i < t.len; i += SZ_THREADS * 16) {
+            cp_async16(buf + i, (const uint8_t *)t.src + i);
         }
-        return;
     }
-    for (uint64_t j = lo + tid; j < hi; j += SZ_THREADS) {
-        out[j] = src[j];
-    }
+    cp_async_commit(); // an empty group keeps the group count in step
 }
 
-extern "C" __global__ void __launch_bounds__(SZ_THREADS) splitzip_scatter(const ScatterParams sp) {
+// The scatter kernel is persistent like splitzip_decode: block b takes
+// units b, b + grid, b + 2 grid, ... (no counter, so launches on several
+// streams, or replayed from a CUDA graph, need nothing reset), and while
+// it writes one unit from shared memory the next one's bytes are in
+// flight into its other buffer.
+extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip_scatter(const ScatterParams sp) {
+    extern __shared__ __align__(16) uint8_t bufs[]; // SZ_DYN_SMEM: two unit buffers
     __shared__ uint32_t lut[256];
+    __shared__ uint32_t first[SZ_SMEM_ITEMS];
+    __shared__ Task slot[2];
     const uint32_t tid = threadIdx.x;
     uint32_t *err = (uint32_t *)sp.err;
-    const uint8_t *base = (const uint8_t *)sp.base;
-    const ScatterItem *items = (const ScatterItem *)base;
+    const ScatterItem *items = (const ScatterItem *)sp.base;
     if (sp.count == 0) {
         return;
     }
-    long long cur = -1; // the item whose codebook lut holds
-    for (uint64_t u = blockIdx.x; u < sp.units; u += gridDim.x) {
-        // The item of unit u: the last whose first unit is at or before it.
-        uint64_t lo = 0, hi = sp.count;
-        while (hi - lo > 1) {
-            const uint64_t mid = (lo + hi) / 2;
-            if (items[mid].first <= u) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
+    if (sp.count <= SZ_SMEM_ITEMS) {
+        for (uint32_t i = tid; i < sp.count; i += SZ_THREADS) {
+            first[i] = items[i].first;
         }
-        const ScatterItem it = items[lo];
-        const uint64_t c = u - it.first; // may wrap when first > u: then >= units
-        if (it.first > u || c >= it.units || it.src < sp.count * sizeof(ScatterItem) || (it.src & 15) ||
-            it.src > sp.staged || it.stored > sp.staged - it.src || align16(it.stored) > sp.staged - it.src ||
-            it.size > it.stored * (it.group_chunks ? 4 : 1)) {
-            if (tid == 0) {
-                atomicOr(err, SZ_ERR_ITEM);
-            }
-            continue;
-        }
-        const uint8_t *src = base + it.src;
-        if (it.group_chunks == 0) {
-            if (c * SZ_RAW_UNIT >= min64(it.size, it.stored) || it.units != (min64(it.size, it.stored) + SZ_RAW_UNIT - 1) / SZ_RAW_UNIT) {
-                if (tid == 0) {
-                    atomicOr(err, SZ_ERR_ITEM);
-                }
-                continue;
-            }
-            scatter_raw(it, src, c, tid);
-            continue;
-        }
-        bool bad;
-        const Params p = scatter_params(it, src, &bad);
-        if (bad) {
-            if (tid == 0) {
-                atomicOr(err, SZ_ERR_ITEM);
-            }
-            continue;
-        }
-        if (cur != (long long)lo) {
-            __syncthreads(); // the previous unit's decode is done with lut
-            build_lut(lut, it.codebook[0], it.codebook[1], it.codebook[2], it.codebook[3], tid);
-            __syncthreads();
-            cur = (long long)lo;
-        }
-        scatter_chunk(p, src, (long long)c, lut, err, tid);
     }
+    __syncthreads();
+    if (tid == 0) {
+        slot[0] = resolve(sp, items, first, blockIdx.x);
+    }
+    __syncthreads();
+    fetch_task(slot[0], bufs, tid);
+    int32_t cur = -1; // the item whose codebook lut holds
+    for (uint32_t it = 0;; it++) {
+        const Task t = slot[it & 1];
+        if (t.kind == SZ_TASK_NONE) {
+            break;
+        }
+        if (tid == 0) {
+            slot[(it + 1) & 1] = resolve(sp, items, first, blockIdx.x + (uint64_t)(it + 1) * gridDim.x);
+        }
+        __syncthreads(); // the next task is visible; every thread is done with the other buffer
+        uint8_t *buf = bufs + (it & 1) * SZ_BUF;
+        fetch_task(slot[(it + 1) & 1], bufs + ((it + 1) & 1) * SZ_BUF, tid);
+        cp_async_wait_prev(); // this thread's copies of task t have landed
+        __syncthreads();      // all of them have
+        if (t.kind == SZ_TASK_BAD) {
+            if (tid == 0) {
+                atomicOr(err, t.esc);
+            }
+            continue;
+        }
+        uint8_t *out = (uint8_t *)t.dst;
+        if (t.kind == SZ_TASK_RAW) {
+            if ((t.dst & 15) == 0) {
+                for (uint32_t j = tid * 16; j < t.cnt; j += SZ_THREADS * 16) {
+                    store16(out, j, t.cnt, *(const uint4 *)(buf + j));
+                }
+            } else {
+                for (uint32_t j = tid; j < t.cnt; j += SZ_THREADS) {
+                    out[j] = buf[j];
+                }
+            }
+            continue;
+        }
+        if (cur != t.item) {
+            build_lut(lut, t.codebook[0], t.codebook[1], t.codebook[2], t.codebook[3], tid);
+            __syncthreads();
+            cur = t.item;
+        }
+        decode_chunk(buf, out, t.cnt, t.esc, lut, err, tid);
+    }
+    cp_async_wait_all();
 }

@@ -42,12 +42,14 @@ type Decoder struct {
 	mod     cuda.Module
 	fn      cuda.Function
 	scatter cuda.Function // splitzip_scatter, looked up on first use
-	maxGrid uint32
-	ctrl    cuda.DevicePtr // uint32 ticket, exited blocks, error flag, chunks read
-	flags   cuda.DevicePtr
-	flagCap uint64
-	epoch   uint32
-	mu      sync.Mutex
+	// scatterGrid is the most blocks of splitzip_scatter resident at once.
+	scatterGrid uint32
+	maxGrid     uint32
+	ctrl        cuda.DevicePtr // uint32 ticket, exited blocks, error flag, chunks read
+	flags       cuda.DevicePtr
+	flagCap     uint64
+	epoch       uint32
+	mu          sync.Mutex
 
 	// For Decode (host in, host out).
 	stream  cuda.Stream

@@ -142,9 +142,23 @@ func (d *Decoder) LaunchScatter(base cuda.DevicePtr, staged uint64, count int, u
 		if err != nil {
 			return err
 		}
-		d.scatter = fn
+		if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrMaxDynamicSharedBytes, dynSmem); err != nil {
+			return err
+		}
+		if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
+			return err
+		}
+		per, err := d.ctx.MaxActiveBlocks(fn, threads, dynSmem)
+		if err != nil {
+			return err
+		}
+		sms, err := d.ctx.Attribute(cuda.AttrMultiprocessorCount)
+		if err != nil {
+			return err
+		}
+		d.scatter, d.scatterGrid = fn, uint32(max(1, sms*per))
 	}
 	pr := scatterParams{Base: uint64(base), Staged: staged, Count: uint64(count), Err: uint64(d.ctrl) + 8, Units: units}
-	grid := uint32(min(uint64(d.maxGrid), units))
-	return d.ctx.Launch(d.scatter, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, 0, s, unsafe.Pointer(&pr))
+	grid := uint32(min(uint64(d.scatterGrid), units))
+	return d.ctx.Launch(d.scatter, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, dynSmem, s, unsafe.Pointer(&pr))
 }

@@ -18,6 +18,7 @@ type benchOptions struct {
 	Device int
 	Codec  string // decode: fixed or entropy
 	DTypes string // decode --codec entropy: dtypes, comma separated
+	Layer  bool   // decode: a decoder layer's payloads from one device buffer
 }
 
 func newBenchCommand(g *globals) *cobra.Command {
@@ -40,7 +41,13 @@ With --codec entropy it times the entropy decoder instead, on trained-looking
 tensors of each --dtype (N(0, 0.02) BF16, rounded to F16, F32 with full
 mantissas, cast to FP8 with per-row scales; FP8 both as exponents and as
 whole bytes), reporting raw bytes per second against the ceiling the copy
-rate implies for the payload read and the values written.`,
+rate implies for the payload read and the values written.
+
+With --layer it times a Llama-3-8B-shaped decoder layer (seven BF16 matrices,
+436 MB) stored as fixed-rate payloads in one device buffer, the layout of an
+offload runtime's GPU-memory tier: decoded out of place into their
+destinations by one scatter launch from a table in device memory, and by one
+decode launch per tensor.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error { return runBenchDecode(g, d) },
 	}
@@ -48,6 +55,7 @@ rate implies for the payload read and the values written.`,
 	dec.Flags().IntVar(&d.Runs, "runs", 30, "timed launches per configuration (at least 20)")
 	dec.Flags().IntVar(&d.Device, "device", 0, "GPU ordinal")
 	dec.Flags().StringVar(&d.Codec, "codec", "fixed", "payloads to time: fixed (SplitZip) or entropy")
+	dec.Flags().BoolVar(&d.Layer, "layer", false, "time a decoder layer's payloads decoded from one device buffer (--size is ignored)")
 	dec.Flags().StringVar(&d.DTypes, "dtype", "BF16", "with --codec entropy: dtypes, comma separated (BF16, F16, F32, F8_E4M3, F8_E5M2)")
 	var h benchOptions
 	h2d := &cobra.Command{
@@ -101,6 +109,9 @@ func runBenchDecode(g *globals, o benchOptions) error {
 		return err
 	}
 	defer ctx.Close()
+	if o.Layer {
+		return benchDecodeLayer(g, ctx, o.Runs)
+	}
 	if o.Codec == "entropy" {
 		return benchDecodeEntropy(g, ctx, dtypes, sizes, o.Runs)
 	}
@@ -134,6 +145,27 @@ func benchDecodeEntropy(g *globals, ctx *cuda.Context, dtypes []string, sizes []
 	for _, r := range rep.Results {
 		fmt.Fprintf(w, "%-16s %-12s %10s  %6.3f bits/value  median %9.1f us  min %9.1f us  %7.0f GB/s  ceiling %5.0f  %.3f of it  (%d runs, %d buffer sets)\n",
 			r.Field, r.Mode, human(r.RawBytes), r.BitsValue, r.MedianUs, r.MinUs, r.GBps, r.CeilingGBps, r.OfCeiling, r.Runs, r.SetsRotate)
+	}
+	return nil
+}
+
+func benchDecodeLayer(g *globals, ctx *cuda.Context, runs int) error {
+	rep, err := gpubench.BenchLayer(ctx, gpubench.Llama8BLayer, runs)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "bench_decode_layer", rep)
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "%s: device-to-device copy %.0f GB/s (read+write) -> decode ceiling %.0f GB/s\n", rep.Device, rep.CopyGBps, rep.CeilingGBps)
+	fmt.Fprintf(w, "layer of %d tensors, %s raw, %s payloads\n", len(rep.Tensors), human(rep.RawBytes), human(rep.Payload))
+	for _, r := range []struct {
+		name string
+		t    gpubench.Timing
+	}{{"one scatter launch", rep.Scatter}, {"a launch per tensor", rep.PerTensor}} {
+		fmt.Fprintf(w, "%-20s median %9.1f us  min %9.1f us  %7.0f GB/s  %.3f of ceiling  (%d runs)\n",
+			r.name, r.t.MedianUs, r.t.MinUs, r.t.GBps, r.t.GBps/rep.CeilingGBps, r.t.Runs)
 	}
 	return nil
 }

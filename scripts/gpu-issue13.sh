@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 13 on the H200, one phase a call:  scripts/gpu-issue13.sh D PHASE
+# D holds splitzip and gpu.test built here (`make gpu-build` or
+# CGO_ENABLED=0 go build / go test -c).
+#   kernel   build both kernels with nvcc into $OUT/kernels (ptxas
+#            registers and spills in the log); with them, every fixed-rate
+#            decode and scatter test of package gpu (2^31 values too),
+#            memcheck and racecheck on the short ones; then the embedded
+#            kernel (today's main) and the new one alternating, two rounds:
+#            bench decode at 512 and 64 MiB and bench decode --layer
+#   python   the Python offload tests (tiers, windows, graph replay,
+#            faults) with python/splitzip/libsplitzip.so built here
+#   offload  scripts/gpu-offload.py: forwards of a 0.9 B Llama for each
+#            tier against resident and accelerate's cpu_offload
+set -uo pipefail
+cd "$(dirname "$0")/.."
+D=$1 PHASE=$2
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/issue13-$PHASE.log") 2>&1
+status=0
+fail() { echo "FAILED: $*"; status=1; }
+step() { echo; echo "=== $* ($(date +%T))"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+
+case $PHASE in
+kernel)
+  step "nvcc"
+  K=$OUT/kernels
+  OUTDIR=$K bash scripts/build-kernels.sh 2>&1 | grep -E "built|error|warning|registers|spill|Compiling entry" | grep -B1 -A1 "sm_90'" || true
+  [ -s $K/decode.fatbin ] || { echo "FAILED: no decode.fatbin"; exit 1; }
+  step "gpu tests with the new kernel"
+  SPLITZIP_FATBIN=$K/decode.fatbin timeout 300 "$D/gpu.test" -test.run 'TestDecode|TestCorrupt|TestScatter|TestLarge$' -test.v -test.count 1 2>&1 | grep -vE "^=== RUN" | tail -30 || fail tests
+  step "memcheck"
+  SPLITZIP_FATBIN=$K/decode.fatbin timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestCorruptPayloads|TestScatter' -test.short -test.count 1 2>&1 | grep -vE "^=== RUN|Host Frame|^=========\s*$" | tail -12 || fail memcheck
+  step "racecheck"
+  SPLITZIP_FATBIN=$K/decode.fatbin timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestScatterMatchesReference' -test.short -test.count 1 2>&1 | tail -6 || fail racecheck
+  for t in transport:transport loadbench:internal/loadbench loader:loader cudaengine:engine/cudaengine; do
+    n=${t%%:*} dir=${t#*:}
+    [ -x "$D/$n.test" ] || continue
+    step "$n tests with the new kernel"
+    # From the package's directory: tests read their testdata relative to it.
+    (cd "$dir" && SPLITZIP_FATBIN=$K/decode.fatbin timeout 200 "$OLDPWD/$D/$n.test" -test.count 1 2>&1 | tail -5) || fail "$n tests"
+  done
+  for round in 1 2; do
+    for which in embedded new; do
+      if [ $which = new ]; then export SPLITZIP_FATBIN=$K/decode.fatbin; else unset SPLITZIP_FATBIN; fi
+      step "round $round, $which kernel: bench decode"
+      "$D/splitzip" bench decode --size 512MiB,64MiB --runs 30 || fail "bench $which"
+      step "round $round, $which kernel: bench decode --layer"
+      "$D/splitzip" bench decode --layer --runs 30 || fail "bench layer $which"
+    done
+  done
+  unset SPLITZIP_FATBIN
+  ;;
+python)
+  step "python offload tests"
+  (cd python/tests && SPLITZIP_BIN=$PWD/../../$D/splitzip timeout 500 python3 -m unittest -v test_offload test_transformers 2>&1 | tail -40) || fail python
+  ;;
+offload)
+  step "offload forwards"
+  timeout 500 python3 scripts/gpu-offload.py "$D/splitzip" /tmp/offload-work 2>&1 | tail -60 || fail offload
+  ;;
+*)
+  echo "unknown phase $PHASE"; exit 2
+  ;;
+esac
+echo; echo "status $status"
+exit $status
