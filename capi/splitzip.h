@@ -1,5 +1,5 @@
 /*
- * splitzip.h - C ABI of libsplitzip.so, version 3.
+ * splitzip.h - C ABI of libsplitzip.so, version 5.
  *
  * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
  *
@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 4
+#define SPLITZIP_ABI_VERSION 5
 
 typedef enum {
     SZ_OK = 0,
@@ -75,6 +75,13 @@ typedef struct {
     uint64_t shape[8];
     char dtype[16];      /* safetensors dtype string, NUL-terminated */
 } sz_tensor;
+
+/* sz_pack_info describes a pack sz_pack wrote (ABI 5). */
+typedef struct {
+    uint64_t staged; /* bytes of the pack */
+    uint64_t count;  /* tensors */
+    uint64_t units;  /* the scatter kernel's units of work */
+} sz_pack_info;
 
 /* The library's own build defines SZ_NO_PROTOTYPES: cgo declares the
  * functions itself, without const. */
@@ -168,6 +175,27 @@ sz_status sz_plan(uintptr_t handle, int ranks, const char *rules, char *buf, siz
  * bytes uploaded. Call it before the first upload (after it:
  * SZ_ERR_INVALID). */
 sz_status sz_set_resident(uintptr_t handle, int on);
+
+/* Layer packs (ABI 5): the stored bytes of n tensors (fixed-rate
+ * payloads, checked whole, and raw tensors; an entropy payload is
+ * SZ_ERR_INVALID) behind a table that sends each, decoded, to its device
+ * range [dsts[k], dsts[k] + caps[k]), in one buffer the caller keeps
+ * where it likes: pinned host memory, copied to the device before each
+ * use, or device memory. sz_scatter then writes every tensor of a pack
+ * in device memory at base to its range with one kernel launch on the
+ * caller's stream, and only enqueues: with sz_gpu_prepare called once
+ * before, it can be captured in a CUDA graph and replayed. The kernel
+ * reads the table from device memory and checks every entry there: an
+ * invalid one writes nothing and is reported by sz_scatter_check, which
+ * waits for the stream and clears what it reports.
+ * sz_pack_size gives the buffer's size; sz_pack fills it (cap bytes) and
+ * *info. Payload destinations must be 16-byte aligned. */
+sz_status sz_pack_size(uintptr_t handle, uint64_t n, const uint64_t *indices, uint64_t *size);
+sz_status sz_pack(uintptr_t handle, uint64_t n, const uint64_t *indices, const uint64_t *dsts, const uint64_t *caps,
+                  void *buf, uint64_t cap, sz_pack_info *info);
+sz_status sz_gpu_prepare(uintptr_t handle, int device);
+sz_status sz_scatter(uintptr_t handle, int device, uint64_t base, const sz_pack_info *info, uintptr_t stream);
+sz_status sz_scatter_check(uintptr_t handle, int device, uintptr_t stream);
 
 /* sz_event_wait blocks until the upload behind event has completed and
  * returns the errors of its work (a failed copy, a payload the decode

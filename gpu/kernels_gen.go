@@ -5,9 +5,9 @@ package gpu
 // Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
 // decode.cu and entropy.cu.
 const (
-	decodeSourceSHA256 = "64b36750fc7059ac985eb32863488396f1ba90fc6eec91282228402b2bec27d6"
-	decodeFatbinSHA256 = "126b00a538b8f70c45e7633debf5d9976f50fe14f5124675f026bc83879fb921"
+	decodeSourceSHA256  = "64b36750fc7059ac985eb32863488396f1ba90fc6eec91282228402b2bec27d6"
+	decodeFatbinSHA256  = "126b00a538b8f70c45e7633debf5d9976f50fe14f5124675f026bc83879fb921"
 	entropySourceSHA256 = "e273a2eac2094c57d0c0e51dee09e4b5b854b82eba138389def1d8c58870d768"
 	entropyFatbinSHA256 = "801b2960ea4c86b613b4c5158ed451ab8dac9f8400eb29d60dcfa535f8ce36d6"
-	kernelsNVCCVersion = "13.0"
+	kernelsNVCCVersion  = "13.0"
 )

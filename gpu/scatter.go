@@ -137,28 +137,46 @@ func (d *Decoder) LaunchScatter(base cuda.DevicePtr, staged uint64, count int, u
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.scatter == 0 {
-		fn, err := d.ctx.Function(d.mod, "splitzip_scatter")
-		if err != nil {
-			return err
-		}
-		if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrMaxDynamicSharedBytes, dynSmem); err != nil {
-			return err
-		}
-		if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
-			return err
-		}
-		per, err := d.ctx.MaxActiveBlocks(fn, threads, dynSmem)
-		if err != nil {
-			return err
-		}
-		sms, err := d.ctx.Attribute(cuda.AttrMultiprocessorCount)
-		if err != nil {
-			return err
-		}
-		d.scatter, d.scatterGrid = fn, uint32(max(1, sms*per))
+	if err := d.loadScatter(); err != nil {
+		return err
 	}
 	pr := scatterParams{Base: uint64(base), Staged: staged, Count: uint64(count), Err: uint64(d.ctrl) + 8, Units: units}
 	grid := uint32(min(uint64(d.scatterGrid), units))
 	return d.ctx.Launch(d.scatter, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, dynSmem, s, unsafe.Pointer(&pr))
+}
+
+// PrepareScatter loads the scatter kernel and sets its attributes, which
+// LaunchScatter otherwise does on first use: after it, a launch makes one
+// driver call, which a CUDA graph capture can record.
+func (d *Decoder) PrepareScatter() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.loadScatter()
+}
+
+// loadScatter looks splitzip_scatter up once (d.mu held).
+func (d *Decoder) loadScatter() error {
+	if d.scatter != 0 {
+		return nil
+	}
+	fn, err := d.ctx.Function(d.mod, "splitzip_scatter")
+	if err != nil {
+		return err
+	}
+	if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrMaxDynamicSharedBytes, dynSmem); err != nil {
+		return err
+	}
+	if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
+		return err
+	}
+	per, err := d.ctx.MaxActiveBlocks(fn, threads, dynSmem)
+	if err != nil {
+		return err
+	}
+	sms, err := d.ctx.Attribute(cuda.AttrMultiprocessorCount)
+	if err != nil {
+		return err
+	}
+	d.scatter, d.scatterGrid = fn, uint32(max(1, sms*per))
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/splitzip/splitzip/engine/cudaengine"
+	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
@@ -21,6 +22,7 @@ type gpuState struct {
 	mu      sync.Mutex
 	streams map[cuda.Stream]*streamTransport
 	evs     map[cuda.Event]*batch
+	dec     *gpu.Decoder // for Scatter, loaded on first use
 }
 
 // streamTransport is a SplitZip transport over a raw one whose engine
@@ -344,6 +346,9 @@ func (g *gpuState) close() {
 	for _, st := range g.streams {
 		st.t.Close() // its staging memory goes back to the engine
 		release(st.dev, st.stream)
+	}
+	if g.dec != nil {
+		g.dec.Close()
 	}
 	g.ctx.Close()
 }

@@ -54,8 +54,10 @@ kernel)
   unset SPLITZIP_FATBIN
   ;;
 python)
+  step "loader pack tests"
+  (cd loader && timeout 120 "$OLDPWD/$D/loader.test" -test.run 'TestScatterPack|TestPack' -test.v -test.count 1 2>&1 | tail -8) || fail "loader pack"
   step "python offload tests"
-  (cd python/tests && SPLITZIP_BIN=$PWD/../../$D/splitzip timeout 500 python3 -m unittest -v test_offload test_transformers 2>&1 | tail -40) || fail python
+  (cd python/tests && SPLITZIP_BIN=$PWD/../../$D/splitzip timeout 500 python3 -m unittest -v ${TESTS:-test_offload test_transformers} > "$OUT/python-tests.log" 2>&1; rc=$?; grep -E '^test_|ok$|FAIL|ERROR|Error|equal|corrupt|faults' "$OUT/python-tests.log" | grep -v Writing | tail -70; exit $rc) || fail python
   ;;
 offload)
   step "offload forwards"

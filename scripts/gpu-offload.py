@@ -1,11 +1,12 @@
 """Offload timings on the GPU machine (issue 13): a 128-token forward of a
 0.9 B-parameter Llama-shaped model (hidden 2048, 16 layers, random init,
 BF16, tied embeddings) fully resident, offloaded through splitzip (fixed,
-entropy and raw caches, read from page cache or kept in pinned memory;
-windows and prefetch depths), and through
-accelerate's cpu_offload, same run; median of repeated forwards after a
-warm-up, torch.cuda.synchronize around each. Logits are compared with the
-resident model's. Usage: python3 scripts/gpu-offload.py BIN WORKDIR."""
+entropy and raw caches; tiers cache, pinned and gpu; windows and prefetch
+depths), and through accelerate's cpu_offload, same run; median of
+repeated forwards after a warm-up, torch.cuda.synchronize around each;
+the pinned and gpu tiers and the resident model also replayed from a
+CUDA graph. Logits are compared with the resident model's. Usage:
+python3 scripts/gpu-offload.py BIN WORKDIR."""
 
 import os
 import statistics
@@ -56,29 +57,74 @@ def timed(m, x, n):
     return statistics.median(ts) * 1e3, out
 
 
+def graph_timed(m, x, n):
+    """Median ms of n replays of a CUDA graph of m's forward of x, and
+    its logits (None and the error when it cannot be captured)."""
+    try:
+        static = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(2):
+                m(static, use_cache=False)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(g):
+            out = m(static, use_cache=False).logits
+        g.replay()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            g.replay()
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts) * 1e3, out.clone()
+    except Exception as e:  # noqa: BLE001 - reported
+        return None, e
+
+
 nparams = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).parameters())
 print(f"model: {nparams / 1e9:.3f} B parameters, {2 * nparams / 1e9:.2f} GB BF16; caches: " +
       ", ".join(f"{k} {sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(v) for f in fs) / 1e9:.2f} GB"
                 for k, v in caches.items()))
 resident = from_pretrained(caches["fixed"], src)
 ms, want = timed(resident, ids, 20)
-ms1, _ = timed(resident, step, 20)
-print(f"resident: 128 tokens {ms:.2f} ms, 1 token {ms1:.2f} ms")
+ms1, want1 = timed(resident, step, 20)
+gms, gout = graph_timed(resident, ids, 20)
+gms1, _ = graph_timed(resident, step, 20)
+print(f"resident: 128 tokens {ms:.2f} ms, 1 token {ms1:.2f} ms; graph replay: 128 tokens {gms} ms, 1 token {gms1} ms")
+want_nc = gout if gms is not None else None
 del resident
 torch.cuda.empty_cache()
-for codec, resident in (("fixed", False), ("fixed", True), ("entropy", False), ("entropy", True), ("raw", False),
-                        ("raw", True)):
+for codec, tier in (("fixed", "cache"), ("fixed", "pinned"), ("fixed", "gpu"), ("raw", "cache"), ("raw", "pinned"),
+                    ("raw", "gpu"), ("entropy", "cache")):
     for window, prefetch in ((4, 2), (4, 3), (2, 1)):
-        m = offload(caches[codec], src, window=window, prefetch=prefetch, resident=resident)
+        if tier == "gpu" and window != 4:
+            continue
+        t0 = time.perf_counter()
+        m = offload(caches[codec], src, window=window, prefetch=prefetch, tier=tier)
+        setup = time.perf_counter() - t0
         ms, got = timed(m, ids, 10)
         ms1, _ = timed(m, step, 10)
-        st = m.splitzip_offload.stats
+        o = m.splitzip_offload
+        st = o.stats
         same = torch.equal(got, want)
-        print(f"splitzip offload {codec}{', resident' if resident else ''}, window {window} of 16 layers, prefetch {prefetch}: 128 tokens {ms:.2f} ms, "
-              f"1 token {ms1:.2f} ms; logits equal {same}; {st.uploads} uploads, {st.bytes / 1e9:.2f} GB, "
-              f"host waited {st.waited_s * 1e3:.0f} ms")
-        m.splitzip_offload.close()
-        del m
+        held = {k: round(v.held / 1e9, 3) for k, v in st.tiers.items() if v.layers}
+        line = (f"splitzip offload {codec}, tier {tier}, window {window} of 16 layers, prefetch {prefetch}: "
+                f"128 tokens {ms:.2f} ms, 1 token {ms1:.2f} ms; logits equal {same}; {st.uploads} faults, "
+                f"{st.bytes / 1e9:.2f} GB, host waited {st.waited_s * 1e3:.0f} ms; held GB {held}; setup {setup:.2f} s")
+        if tier != "cache" and prefetch == 2:
+            gms, gout = graph_timed(m, ids, 10)
+            gms1, _ = graph_timed(m, step, 10)
+            if gms is None:
+                line += f"; graph: {gout!r}"
+            else:
+                line += (f"; graph replay 128 tokens {gms:.2f} ms (logits equal {torch.equal(gout, want_nc) if want_nc is not None else '?'}), "
+                         f"1 token {gms1:.2f} ms")
+        print(line, flush=True)
+        o.close()
+        del m, o
         torch.cuda.empty_cache()
 from accelerate import cpu_offload  # noqa: E402
 cpu = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).eval()

@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 4)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 5)."""
 
 import concurrent.futures
 import ctypes
@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -30,6 +30,12 @@ class _Tensor(ctypes.Structure):
         ("stored", ctypes.c_uint64), ("ndim", ctypes.c_uint32), ("compressed", ctypes.c_uint32),
         ("shape", ctypes.c_uint64 * 8), ("dtype", ctypes.c_char * 16),
     ]
+
+
+class PackInfo(ctypes.Structure):
+    """What Cache.pack_into_ptr wrote: the pack's bytes (staged), its
+    tensors (count) and the scatter kernel's units of work."""
+    _fields_ = [("staged", ctypes.c_uint64), ("count", ctypes.c_uint64), ("units", ctypes.c_uint64)]
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,11 @@ def lib():
             "sz_read_stored": ([up, u64, ctypes.c_void_p, u64, P(u64)], st),
             "sz_decode_host": ([up, u64, ctypes.c_void_p, u64, ctypes.c_void_p, u64], st),
             "sz_plan": ([up, ctypes.c_int, cp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
+            "sz_pack_size": ([up, u64, P(u64), P(u64)], st),
+            "sz_pack": ([up, u64, P(u64), P(u64), P(u64), ctypes.c_void_p, u64, P(PackInfo)], st),
+            "sz_gpu_prepare": ([up, ctypes.c_int], st),
+            "sz_scatter": ([up, ctypes.c_int, u64, P(PackInfo), up], st),
+            "sz_scatter_check": ([up, ctypes.c_int, up], st),
         }
         for name, (args, res) in sig.items():
             f = getattr(l, name)
@@ -297,3 +308,42 @@ class Cache:
         self._check(lib().sz_upload_batch(self._h, n, arr(*indices), device, arr(*device_ptrs), arr(*capacities),
                                           stream, ctypes.byref(ev)))
         return Event(self, ev.value)
+
+    def pack_size(self, indices: List[int]) -> int:
+        """The bytes of the pack of tensors indices (pack_into_ptr)."""
+        arr = (ctypes.c_uint64 * len(indices))(*indices)
+        n = ctypes.c_uint64()
+        self._check(lib().sz_pack_size(self._h, len(indices), arr, ctypes.byref(n)))
+        return n.value
+
+    def pack_into_ptr(self, indices: List[int], device_ptrs: List[int], capacities: List[int],
+                      ptr: int, capacity: int) -> PackInfo:
+        """Write into host memory at ptr (capacity bytes) the pack of
+        tensors indices bound for device memory [device_ptrs[k],
+        +capacities[k]): their stored bytes, checked, behind the table
+        scatter() follows. Fixed-rate payloads and raw tensors pack; an
+        entropy payload is an Error (invalid argument)."""
+        n = len(indices)
+        if len(device_ptrs) != n or len(capacities) != n:
+            raise ValueError("indices, device_ptrs and capacities differ in length")
+        arr = ctypes.c_uint64 * n
+        info = PackInfo()
+        self._check(lib().sz_pack(self._h, n, arr(*indices), arr(*device_ptrs), arr(*capacities),
+                                  ctypes.c_void_p(ptr), capacity, ctypes.byref(info)))
+        return info
+
+    def gpu_prepare(self, device: int = 0) -> None:
+        """Load the scatter kernel on device, so that scatter() later only
+        enqueues (and can be captured in a CUDA graph)."""
+        self._check(lib().sz_gpu_prepare(self._h, device))
+
+    def scatter(self, device: int, base: int, info: PackInfo, stream: int = 0) -> None:
+        """Enqueue on stream one kernel that writes every tensor of the
+        pack in device memory at base to its range. Entries the kernel
+        finds invalid write nothing; scatter_check reports them."""
+        self._check(lib().sz_scatter(self._h, device, base, ctypes.byref(info), stream))
+
+    def scatter_check(self, device: int = 0, stream: int = 0) -> None:
+        """Wait for stream and raise Error (corrupt) if a scatter on
+        device found an invalid entry since the last check."""
+        self._check(lib().sz_scatter_check(self._h, device, stream))

@@ -1,9 +1,10 @@
 """Run a transformers decoder model whose layers do not all fit in GPU
-memory: the layers' weights stay in the cache and are uploaded into a
-window of slots in GPU memory just before each layer runs.
+memory: the layers' weights stay compressed outside the GPU's working
+set and are written into a window of slots in GPU memory just before
+each layer runs.
 
     from splitzip.offload import offload
-    model = offload("llama.sz", "path/to/model", window=4, prefetch=2)
+    model = offload("llama.sz", "path/to/model", window=4, prefetch=2, tier="pinned")
     logits = model(input_ids).logits
 
 Everything but the decoder layers (embeddings, final norm, head, buffers)
@@ -11,13 +12,32 @@ is loaded resident, as splitzip.transformers.from_pretrained loads it. The
 decoder layers (the longest nn.ModuleList of modules of one class) share
 `window` slots, each a set of GPU tensors shaped like one layer's
 parameters: layer i runs in slot i mod window. A forward pre-hook makes
-the compute stream wait (on the device, not the host) for layer i's upload
-and starts the uploads of the next `prefetch` layers (the plan of
-splitzip.offload_plan, tested without a GPU) on an upload stream
-of the runtime's, from a thread of its own: payloads are read from the
-cache (page cache or disk), copied compressed and decoded in place in the
-slot. An upload into a slot waits, on the upload stream, for the layer
-that last used the slot to finish. Statistics: Offload.stats.
+the compute stream wait (on the device, not the host) for layer i's
+fault-in and starts those of the next `prefetch` layers (the plan of
+splitzip.offload_plan, tested without a GPU) on an upload stream.
+
+Where a layer's bytes live between its runs, its tier:
+- "cache": in the cache (page cache or disk). A fault reads the payload
+  files on a worker thread, copies them compressed and decodes them in
+  place in the slot (Cache.upload_batch). Holds nothing; not capturable.
+- "pinned": the layer's pack (its payloads and raw tensors behind a
+  scatter table, built and checked once, Cache.pack_into_ptr) in pinned
+  host memory. A fault copies the pack over PCIe into the slot's staging
+  buffer and launches one kernel that decodes every tensor into the slot.
+- "gpu": the pack in GPU memory (a compressed tier, about 75% of the
+  layer's raw bytes for BF16). A fault is that one kernel, no PCIe.
+  Layers past the `gpu_bytes` budget are pinned instead.
+Pinned and gpu faults only enqueue work on the upload stream, with fixed
+arguments, so an offloaded forward can be captured in a CUDA graph and
+replayed (torch.cuda.graph). The kernel checks every table entry on the
+device; what it finds is raised at the forward's end (or by
+Offload.check() after graph replays), naming the tensor.
+
+A forward that ends in an exception (a corrupt payload, KeyboardInterrupt)
+leaves the runtime consistent: the next forward waits for what was
+enqueued, forgets what the slots held, and faults layers in anew.
+Nothing is allocated per forward, so nothing leaks. Statistics:
+Offload.stats, per tier.
 """
 
 import concurrent.futures
@@ -31,22 +51,37 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.offload needs PyTorch") from e
 
-from ._lib import Cache
+from ._lib import Cache, Error
 from .offload_plan import Plan
 from .torch import DTYPES
 from .transformers import _owner, from_pretrained
 
+TIERS = ("cache", "pinned", "gpu")
+
+
+@dataclass
+class TierStats:
+    """One tier's share of an Offload: layers it holds, the bytes it
+    holds them in (packs; 0 for the cache), faults served from it and
+    the raw bytes those wrote into the window."""
+    layers: int = 0
+    held: int = 0
+    faults: int = 0
+    bytes: int = 0
+
 
 @dataclass
 class Stats:
-    """What an Offload did: layer uploads, the bytes they moved into the
-    window (raw bytes), layers found in their slot already (hits), and the
-    host time the forward spent waiting for uploads to be enqueued."""
+    """What an Offload did: layer faults, the raw bytes they wrote into
+    the window, layers found in their slot already (hits), the host time
+    forwards spent waiting for faults to be enqueued, faults per layer,
+    and the same per tier."""
     uploads: int = 0
     bytes: int = 0
     hits: int = 0
     waited_s: float = 0.0
-    layers: Dict[int, int] = field(default_factory=dict)  # uploads per layer
+    layers: Dict[int, int] = field(default_factory=dict)
+    tiers: Dict[str, TierStats] = field(default_factory=lambda: {t: TierStats() for t in TIERS})
 
 
 def _decoder_layers(model: "torch.nn.Module"):
@@ -62,17 +97,25 @@ def _decoder_layers(model: "torch.nn.Module"):
     return best
 
 
-class Offload:
-    """The runtime behind offload(): slots, streams, hooks. close() frees
-    the slots and the cache."""
+def _capturing() -> bool:
+    return torch.cuda.is_current_stream_capturing()
 
-    def __init__(self, model, cache: Cache, device: "torch.device", window: int, prefetch: int):
+
+class Offload:
+    """The runtime behind offload(): slots, packs, streams, hooks.
+    close() frees them and the cache."""
+
+    def __init__(self, model, cache: Cache, device: "torch.device", window: int, prefetch: int,
+                 tier: str = "cache", gpu_bytes: Optional[int] = None):
+        if tier not in TIERS:
+            raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
         self.model, self.cache, self.device = model, cache, device
-        self.window, self.prefetch = window, prefetch
+        self.dev = device.index or 0
+        self.window, self.prefetch, self.tier = window, prefetch, tier
         self.prefix, self.layers = _decoder_layers(model)
         self.plan = Plan(len(self.layers), window, prefetch)  # checks window and prefetch
         self.stats = Stats()
-        # Per layer: (module, leaf) of each parameter and its cache index.
+        # Per layer: (rel, module, leaf, cache index, bytes, dtype, shape) of each parameter.
         self.params: List[List[tuple]] = []
         for i, layer in enumerate(self.layers):
             ps = []
@@ -89,43 +132,206 @@ class Offload:
             raise ValueError("decoder layers differ in their parameters")
         self.slots = [{r: torch.nn.Parameter(torch.empty(s, dtype=d, device=device), requires_grad=False)
                        for r, s, d in shapes[0]} for _ in range(window)]
-        self.used: List[Optional[torch.cuda.Event]] = [None] * window  # after the slot's last compute
+        self.stream = torch.cuda.Stream(device)
+        self.used: List[Optional[torch.cuda.Event]] = [None] * window  # cache tier: after the slot's last compute
         self.ready: Dict[int, torch.cuda.Event] = {}
         self.pending: Dict[int, concurrent.futures.Future] = {}
-        self.events = []                   # library events to check at the forward's end
-        self.stream = torch.cuda.Stream(device)
-        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="splitzip-offload")
+        self.events = []                   # cache tier: library events to check at the forward's end
+        self.faulted: List[int] = []       # pack tiers: layers faulted since the last check
         self.lock = threading.Lock()
-        self.hooks = []
+        self.in_forward = False
+        self.where: List[str] = ["cache"] * len(self.layers)
+        self.packs: List[Optional[tuple]] = [None] * len(self.layers)  # (tensor, PackInfo)
+        self.staging: List[Optional["torch.Tensor"]] = []
+        self.pool = None
+        if tier == "cache":
+            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="splitzip-offload")
+        else:
+            self._build_packs(gpu_bytes)
+        for i in range(len(self.layers)):
+            t = self.stats.tiers[self.where[i]]
+            t.layers += 1
+            t.held += self.packs[i][1].staged if self.packs[i] else 0
+        self.hooks = [model.register_forward_pre_hook(lambda *a: self._begin())]
         for i, layer in enumerate(self.layers):
             self.hooks.append(layer.register_forward_pre_hook(self._pre(i)))
             self.hooks.append(layer.register_forward_hook(self._post(i)))
         self.hooks.append(model.register_forward_hook(lambda *a: self._finish()))
 
+    # Packs.
+
+    def _pack_args(self, i: int):
+        ps, slot = self.params[i], self.slots[self.plan.slot(i)]
+        return [p[3] for p in ps], [slot[p[0]].data_ptr() for p in ps], [p[4] for p in ps]
+
+    def _pack_into(self, i: int, buf: "torch.Tensor"):
+        idx, dsts, caps = self._pack_args(i)
+        return self.cache.pack_into_ptr(idx, dsts, caps, buf.data_ptr(), buf.numel())
+
+    def _build_packs(self, gpu_bytes: Optional[int]) -> None:
+        """Each layer's pack, checked: in GPU memory while gpu_bytes
+        allows (tier gpu), else in pinned host memory, plus one staging
+        buffer per slot for pinned layers' copies."""
+        sizes = [self.cache.pack_size(self._pack_args(i)[0]) for i in range(len(self.layers))]
+        budget = (sum(sizes) if gpu_bytes is None else gpu_bytes) if self.tier == "gpu" else 0
+        scratch = None
+        for i, n in enumerate(sizes):
+            if n <= budget:
+                budget -= n
+                if scratch is None:
+                    scratch = torch.empty(max(sizes), dtype=torch.uint8, pin_memory=True)
+                info = self._pack_into(i, scratch)
+                dev = torch.empty(n, dtype=torch.uint8, device=self.device)
+                dev.copy_(scratch[:n])
+                torch.cuda.synchronize(self.device)  # scratch is reused
+                self.packs[i], self.where[i] = (dev, info), "gpu"
+            else:
+                buf = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+                self.packs[i], self.where[i] = (buf, self._pack_into(i, buf)), "pinned"
+        pinned = [n for i, n in enumerate(sizes) if self.where[i] == "pinned"]
+        if pinned:
+            self.staging = [torch.empty(max(pinned), dtype=torch.uint8, device=self.device)
+                            for _ in range(self.window)]
+        self.cache.gpu_prepare(self.dev)
+
+    def _check_packs(self) -> None:
+        """Raise what the scatter kernel found since the last check, naming
+        the tensor whose pack bytes differ from a fresh pack (which then
+        replaces it, so that the next forward works)."""
+        faulted, self.faulted = self.faulted, []
+        try:
+            self.cache.scatter_check(self.dev, self.stream.cuda_stream)
+        except Error as e:
+            names = self._repair(sorted(set(faulted)))
+            raise Error(e.status, f"{e.message}: a layer pack failed on the device"
+                        f"{' (' + ', '.join(names) + ')' if names else ''}") from None
+
+    def _repair(self, layers: List[int]) -> List[str]:
+        """Rebuild the packs of layers that differ from what the cache
+        gives now; returns the tensors whose bytes differed."""
+        torch.cuda.synchronize(self.device)
+        names = []
+        for i in layers:
+            held, _ = self.packs[i]
+            fresh = torch.empty(held.numel(), dtype=torch.uint8, pin_memory=True)
+            info = self._pack_into(i, fresh)
+            diff = (held.cpu() != fresh).nonzero()
+            if diff.numel() == 0:
+                continue
+            names.append(self._owner_of(i, int(diff[0]), info))
+            held.copy_(fresh)
+            self.packs[i] = (held, info)
+        torch.cuda.synchronize(self.device)
+        return names
+
+    def _owner_of(self, i: int, off: int, info) -> str:
+        """The tensor of layer i's pack whose entry or stored bytes hold
+        byte off."""
+        ps = self.params[i]
+        if off < 64 * len(ps):
+            return f"{self.prefix}.{i}.{ps[off // 64][0]}"
+        pos = (64 * len(ps) + 15) & ~15
+        for rel, _, _, index, *_ in ps:
+            pos += (self.cache.stored_size(index) + 15) & ~15
+            if off < pos:
+                return f"{self.prefix}.{i}.{rel}"
+        return f"layer {i}"
+
+    # Faults.
+
+    def _fault(self, i: int) -> None:
+        """Enqueue layer i's fault-in from its pack on the upload stream
+        (the hook's thread; it only enqueues)."""
+        s = self.plan.slot(i)
+        buf, info = self.packs[i]
+        with torch.cuda.stream(self.stream):
+            # The slot's last layer ran before this point of the compute
+            # stream; waiting on it also joins a graph capture.
+            self.stream.wait_stream(self._compute)
+            base = buf.data_ptr()
+            if self.where[i] == "pinned":
+                stage = self.staging[s]
+                stage[:buf.numel()].copy_(buf, non_blocking=True)
+                base = stage.data_ptr()
+            self.cache.scatter(self.dev, base, info, self.stream.cuda_stream)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        self.ready[i] = done
+        self.faulted.append(i)
+
     def _upload(self, i: int) -> None:
-        """Upload layer i into its slot on the upload stream (worker thread)."""
+        """Upload layer i from the cache into its slot on the upload
+        stream (the worker thread)."""
         s = self.plan.slot(i)
         with torch.cuda.stream(self.stream):
             if self.used[s] is not None:
                 self.stream.wait_event(self.used[s])
-            ps, slot = self.params[i], self.slots[s]
-            ev = self.cache.upload_batch([p[3] for p in ps], [slot[p[0]].data_ptr() for p in ps],
-                                         [p[4] for p in ps], device=self.device.index or 0,
-                                         stream=self.stream.cuda_stream)
+            idx, dsts, caps = self._pack_args(i)
+            ev = self.cache.upload_batch(idx, dsts, caps, device=self.dev, stream=self.stream.cuda_stream)
             done = torch.cuda.Event()
             done.record(self.stream)
         with self.lock:
             self.ready[i] = done
             self.events.append(ev)
-            self.stats.uploads += 1
-            self.stats.bytes += sum(p[4] for p in ps)
-            self.stats.layers[i] = self.stats.layers.get(i, 0) + 1
+
+    def _count(self, i: int) -> None:
+        """Count layer i's fault, when it is started."""
+        n = sum(p[4] for p in self.params[i])
+        st, t = self.stats, self.stats.tiers[self.where[i]]
+        st.uploads += 1
+        st.bytes += n
+        st.layers[i] = st.layers.get(i, 0) + 1
+        t.faults += 1
+        t.bytes += n
 
     def _start(self, starts: List[int]) -> None:
-        """Start the uploads the plan asks for, in order."""
+        """Start the faults the plan asks for, in order."""
         for j in starts:
             self.ready.pop(j, None)
-            self.pending[j] = self.pool.submit(self._upload, j)
+            self._count(j)
+            if self.packs[j] is not None:
+                self._fault(j)
+            else:
+                self.pending[j] = self.pool.submit(self._upload, j)
+
+    # Hooks.
+
+    def _begin(self) -> None:
+        if self.in_forward:
+            self._recover()
+        self.in_forward = True
+        self._compute = torch.cuda.current_stream(self.device)
+        if self.pool is not None and _capturing():
+            raise RuntimeError("splitzip.offload: tier 'cache' reads files during the forward and cannot be "
+                               "captured in a CUDA graph; use tier='pinned' or tier='gpu'")
+
+    def _recover(self) -> None:
+        """The last forward ended in an exception: wait for what it
+        enqueued, drop its events, and start from empty slots."""
+        for f in list(self.pending.values()):
+            try:
+                f.result()
+            except Exception:  # noqa: BLE001 - its error was raised, or is moot now
+                pass
+        self.pending.clear()
+        self.stream.synchronize()
+        with self.lock:
+            evs, self.events = self.events, []
+        for ev in evs:
+            try:
+                ev.wait()
+            except Exception:  # noqa: BLE001
+                pass
+            ev.release()
+        if self.pool is None:
+            try:
+                self._check_packs()
+            except Error:
+                pass
+        self.faulted = []
+        self.ready.clear()
+        self.used = [None] * self.window
+        self.plan = Plan(len(self.layers), self.window, self.prefetch)
 
     def _pre(self, i: int):
         def hook(module, args):
@@ -138,7 +344,9 @@ class Offload:
                 t0 = time.perf_counter()
                 f.result()  # raises the upload's error, naming the tensor
                 self.stats.waited_s += time.perf_counter() - t0
-            torch.cuda.current_stream(self.device).wait_event(self.ready[i])
+            ev = self.ready.get(i)
+            if ev is not None:
+                torch.cuda.current_stream(self.device).wait_event(ev)
             s = self.plan.slot(i)
             for rel, mod, leaf, *_ in self.params[i]:
                 mod._parameters[leaf] = self.slots[s][rel]
@@ -146,20 +354,36 @@ class Offload:
 
     def _post(self, i: int):
         def hook(module, args, output):
-            ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(self.device))
-            self.used[self.plan.slot(i)] = ev
+            if self.pool is not None:
+                ev = torch.cuda.Event()
+                ev.record(torch.cuda.current_stream(self.device))
+                self.used[self.plan.slot(i)] = ev
         return hook
 
     def _finish(self) -> None:
-        """At the forward's end: prefetch the first layers for the next
-        forward, and check the finished uploads (decode errors)."""
+        """At the forward's end: start the next forward's first faults and
+        check this one's (decode errors)."""
         self._start(self.plan.end())
-        with self.lock:
-            evs, self.events = self.events, []
-        for ev in evs:
-            ev.wait()
-            ev.release()
+        if self.pool is None:
+            # The compute stream waits for those faults: the next forward
+            # (or graph replay) is ordered after them, and a capture joins.
+            self._compute.wait_stream(self.stream)
+            self.ready.clear()
+            if not _capturing():
+                self._check_packs()
+        else:
+            with self.lock:
+                evs, self.events = self.events, []
+            for ev in evs:
+                ev.wait()
+                ev.release()
+        self.in_forward = False
+
+    def check(self) -> None:
+        """Raise what the device found in the faults since the last check
+        (for forwards replayed from a CUDA graph, whose hooks do not run)."""
+        if self.pool is None:
+            self._check_packs()
 
     def close(self) -> None:
         for h in self.hooks:
@@ -169,31 +393,37 @@ class Offload:
                 f.result()
             except Exception:  # noqa: BLE001 - closing anyway
                 pass
-        self.pool.shutdown()
+        if self.pool is not None:
+            self.pool.shutdown()
+        self.stream.synchronize()
         for ev in self.events:
             ev.release()
         self.events = []
-        self.slots = []
+        self.slots, self.packs, self.staging = [], [], []
         self.cache.close()
 
 
 def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:0", window: int = 2,
-            prefetch: int = 1, source: Optional[str] = None, model_class=None, resident: bool = False):
+            prefetch: int = 1, source: Optional[str] = None, model_class=None, tier: str = "cache",
+            gpu_bytes: Optional[int] = None):
     """The model of config (a directory with config.json, or a config)
     with its decoder layers offloaded: window layers' weights in GPU
-    memory at a time, the next prefetch layers uploaded ahead. With
-    resident, the layers' payloads stay in pinned host memory after
-    their first upload (Cache(resident=True)): later forwards read no
-    file. Returns the model (eval mode); model.splitzip_offload is the
-    Offload (stats, close())."""
+    memory at a time, the next prefetch layers faulted in ahead, each
+    from its tier: "cache" (read from the cache's files every time),
+    "pinned" (packs in pinned host memory) or "gpu" (packs in GPU memory,
+    at most gpu_bytes of them, default all; the rest pinned). Returns the
+    model (eval mode); model.splitzip_offload is the Offload (stats,
+    check(), close())."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    if tier not in TIERS:
+        raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
     model = from_pretrained(cache, config, device=device, source=source, model_class=model_class,
                             skip=lambda m: _decoder_layers(m)[0] + ".")
-    c = Cache(cache, source, resident=resident)
+    c = Cache(cache, source)
     try:
-        o = Offload(model, c, device, window, prefetch)
+        o = Offload(model, c, device, window, prefetch, tier=tier, gpu_bytes=gpu_bytes)
     except Exception:
         c.close()
         raise

@@ -1,7 +1,9 @@
 """splitzip.offload on a GPU: offloaded logits equal the resident model's
-bit for bit for several windows and prefetch depths, over forwards with
-different inputs. Run where torch, transformers, accelerate and a GPU are
-(the GPU machine; CI skips with a message)."""
+bit for bit for each tier, window size and prefetch depth, over forwards
+with different inputs, and under CUDA graph replay; a corrupt payload or
+pack raises an error naming the tensor and the next forward works; an
+interrupted forward leaks nothing. Run where torch, transformers,
+accelerate and a GPU are (the GPU machine; CI skips with a message)."""
 
 import os
 import subprocess
@@ -16,6 +18,8 @@ missing = testenv.gpu_stack_missing()
 if missing is None:
     import torch
 
+LAYERS = 6
+
 
 @unittest.skipIf(missing is not None, missing or "")
 class TestOffload(unittest.TestCase):
@@ -24,7 +28,7 @@ class TestOffload(unittest.TestCase):
         from transformers import AutoModelForCausalLM, LlamaConfig
         cls.tmp = tempfile.TemporaryDirectory()
         cls.src = os.path.join(cls.tmp.name, "model")
-        cls.cfg = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=6,
+        cls.cfg = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=LAYERS,
                               num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512,
                               tie_word_embeddings=False, torch_dtype="bfloat16")
         torch.manual_seed(11)
@@ -36,45 +40,209 @@ class TestOffload(unittest.TestCase):
                            stdout=subprocess.DEVNULL)
             cls.caches[codec] = c
         cls.ref = AutoModelForCausalLM.from_pretrained(cls.src, device_map="cuda:0", dtype=torch.bfloat16).eval()
-        cls.inputs = [torch.randint(0, 1000, (2, n), device="cuda:0", generator=None) for n in (64, 17, 128)]
+        cls.inputs = [torch.randint(0, 1000, (2, n), device="cuda:0") for n in (64, 17, 128)]
+        cls.same_shape = [torch.randint(0, 1000, (2, 32), device="cuda:0") for _ in range(3)]
         with torch.no_grad():
             cls.want = [cls.ref(x).logits for x in cls.inputs]
+            cls.want_same = [cls.ref(x, use_cache=False).logits for x in cls.same_shape]
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def check(self, codec, window, prefetch, resident=False):
+    def model(self, codec="fixed", **kw):
         from splitzip.offload import offload
-        m = offload(self.caches[codec], self.src, window=window, prefetch=prefetch, resident=resident)
+        return offload(self.caches[codec], self.src, **kw)
+
+    def forward_equal(self, m, what, inputs=None, wants=None):
+        for x, want in zip(inputs or self.inputs, wants or self.want):
+            with torch.no_grad():
+                got = m(x).logits
+            self.assertTrue(torch.equal(got, want),
+                            f"{what}: logits differ by {(got.float() - want.float()).abs().max().item()}")
+
+    def check(self, codec, window, prefetch, tier):
+        m = self.model(codec, window=window, prefetch=prefetch, tier=tier)
+        what = f"{codec}, tier {tier}, window {window}, prefetch {prefetch}"
         try:
             for rep in range(2):
-                for x, want in zip(self.inputs, self.want):
-                    with torch.no_grad():
-                        got = m(x).logits
-                    self.assertTrue(torch.equal(got, want), f"{codec}, window {window}, prefetch {prefetch}, "
-                                    f"repeat {rep}: logits differ by {(got.float() - want.float()).abs().max().item()}")
+                self.forward_equal(m, f"{what}, repeat {rep}")
             st = m.splitzip_offload.stats
-            # A layer alone in its slot (i mod window) is uploaded once and
-            # then found there; the others once a forward (6 forwards).
-            alone = [sum(1 for j in range(6) if j % window == i % window) == 1 for i in range(6)]
-            self.assertEqual(st.uploads, sum(1 if a else 6 for a in alone), st)
+            # A layer alone in its slot (i mod window) is faulted once and
+            # then found there; the others once a forward (6 forwards),
+            # and the first prefetch ones once more, at the last forward's
+            # end, for the next.
+            alone = [sum(1 for j in range(LAYERS) if j % window == i % window) == 1 for i in range(LAYERS)]
+            again = sum(1 for j in range(prefetch) if not alone[j])
+            self.assertEqual(st.uploads, sum(1 if a else 6 for a in alone) + again, st)
             self.assertEqual(st.hits, sum(5 for a in alone if a), st)
-            print(f"{codec}, window {window}, prefetch {prefetch}: {st.uploads} uploads, {st.hits} hits, "
-                  f"{st.bytes / 1e6:.1f} MB, waited {st.waited_s * 1e3:.1f} ms", file=sys.stderr)
+            self.assertEqual(st.tiers[tier].faults, st.uploads, st)
+            self.assertEqual(st.tiers[tier].layers, LAYERS, st)
+            print(f"{what}: {st.uploads} faults, {st.hits} hits, {st.bytes / 1e6:.1f} MB, "
+                  f"held {st.tiers[tier].held / 1e6:.1f} MB, waited {st.waited_s * 1e3:.1f} ms", file=sys.stderr)
         finally:
             m.splitzip_offload.close()
 
     def test_windows(self):
-        for codec in ("fixed", "entropy"):
-            for window, prefetch in ((1, 0), (2, 1), (3, 2), (4, 1), (6, 2)):
-                self.check(codec, window, prefetch)
-            self.check(codec, 2, 1, resident=True)
+        for window, prefetch in ((1, 0), (2, 1), (3, 2), (4, 1), (6, 2)):
+            for tier in ("cache", "pinned", "gpu"):
+                self.check("fixed", window, prefetch, tier)
+            self.check("entropy", window, prefetch, "cache")
 
-    def test_bad_window(self):
-        from splitzip.offload import offload
+    def test_gpu_budget(self):
+        from splitzip._lib import Cache
+        with Cache(self.caches["fixed"]) as c:
+            names = [n for n in c.names() if n.startswith("model.layers.0.")]
+            per_layer = sum(c.info(n).stored for n in names)
+        m = self.model(window=2, prefetch=1, tier="gpu", gpu_bytes=int(per_layer * 3.5))
+        try:
+            o = m.splitzip_offload
+            self.assertEqual(o.where.count("gpu"), 3, o.where)
+            self.assertEqual(o.where.count("pinned"), LAYERS - 3, o.where)
+            self.forward_equal(m, "gpu budget of 3 layers")
+            # Each forward faults every layer but 0, which the one before
+            # prefetched at its end (the first forward faults it itself).
+            n = len(self.inputs)
+            self.assertEqual(o.stats.tiers["gpu"].faults, 3 * n + 1, o.stats)
+            self.assertEqual(o.stats.tiers["pinned"].faults, (LAYERS - 3) * n, o.stats)
+        finally:
+            m.splitzip_offload.close()
+
+    def test_entropy_pack_rejected(self):
+        from splitzip._lib import Error
+        with self.assertRaisesRegex(Error, "entropy"):
+            self.model("entropy", window=2, prefetch=1, tier="pinned")
+
+    def test_graph_replay(self):
+        for tier in ("pinned", "gpu"):
+            for window, prefetch in ((2, 1), (3, 2)):
+                m = self.model(window=window, prefetch=prefetch, tier=tier)
+                try:
+                    static = self.same_shape[0].clone()
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.no_grad(), torch.cuda.stream(side):
+                        for _ in range(2):
+                            m(static, use_cache=False)
+                    torch.cuda.current_stream().wait_stream(side)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.no_grad(), torch.cuda.graph(g):
+                        out = m(static, use_cache=False).logits
+                    for rep in range(2):
+                        for x, want in zip(self.same_shape, self.want_same):
+                            static.copy_(x)
+                            g.replay()
+                            torch.cuda.synchronize()
+                            self.assertTrue(torch.equal(out, want), f"tier {tier}, window {window}, replay {rep}: "
+                                            f"logits differ by {(out.float() - want.float()).abs().max().item()}")
+                    m.splitzip_offload.check()
+                    print(f"graph replay, tier {tier}, window {window}, prefetch {prefetch}: "
+                          f"{2 * len(self.same_shape)} replays equal", file=sys.stderr)
+                finally:
+                    m.splitzip_offload.close()
+
+    def test_graph_capture_cache_tier_refused(self):
+        m = self.model(window=2, prefetch=1, tier="cache")
+        try:
+            static = self.same_shape[0].clone()
+            with torch.no_grad():
+                m(static, use_cache=False)
+            g = torch.cuda.CUDAGraph()
+            with self.assertRaisesRegex(RuntimeError, "cannot be captured"):
+                with torch.no_grad(), torch.cuda.graph(g):
+                    m(static, use_cache=False)
+        finally:
+            m.splitzip_offload.close()
+
+    def test_corrupt_payload(self):
+        """A payload corrupted in the cache after offload() (cache tier):
+        the forward raises an error naming the tensor; once repaired, the
+        next forward is exact."""
+        from splitzip._lib import Cache, Error
+        with Cache(self.caches["fixed"]) as c:
+            stored = c.info("model.layers.2.mlp.gate_proj.weight").stored
+        objs = os.path.join(self.caches["fixed"], "objects")
+        victims = [os.path.join(r, f) for r, _, fs in os.walk(objs) for f in fs
+                   if os.path.getsize(os.path.join(r, f)) == stored]
+        self.assertTrue(victims)
+        m = self.model(window=2, prefetch=1, tier="cache")
+        saved = {}
+        try:
+            self.forward_equal(m, "before the corruption")
+            for v in victims:
+                with open(v, "rb") as f:
+                    saved[v] = f.read()
+                os.chmod(v, 0o644)
+                with open(v, "r+b") as f:
+                    f.seek(stored // 2)
+                    f.write(bytes([saved[v][stored // 2] ^ 0x10]))
+            with self.assertRaisesRegex(Error, r"model\.layers\.\d+\.") as cm:
+                self.forward_equal(m, "corrupt")
+            print(f"corrupt payload: {cm.exception}", file=sys.stderr)
+        finally:
+            for v, b in saved.items():
+                with open(v, "wb") as f:
+                    f.write(b)
+        try:
+            self.forward_equal(m, "after the repair")
+        finally:
+            m.splitzip_offload.close()
+
+    def test_corrupt_device_pack(self):
+        """A GPU-tier pack corrupted in device memory: the kernel writes
+        nothing for the bad entry, the forward raises an error naming the
+        tensor, the pack is rebuilt, and the next forward is exact."""
+        from splitzip._lib import Error
+        m = self.model(window=2, prefetch=1, tier="gpu")
+        try:
+            o = m.splitzip_offload
+            self.forward_equal(m, "before the corruption")
+            pack, _ = o.packs[3]
+            pack[64 + 16:64 + 24] = 0xFF  # entry 1's stored size
+            first = [p[0] for p in o.params[3]][1]
+            with self.assertRaisesRegex(Error, f"model.layers.3.{first}") as cm:
+                self.forward_equal(m, "corrupt")
+            print(f"corrupt pack: {cm.exception}", file=sys.stderr)
+            self.forward_equal(m, "after the repair")
+        finally:
+            m.splitzip_offload.close()
+
+    def test_interrupt(self):
+        """KeyboardInterrupt in the middle of a forward: the next forward
+        is exact and GPU memory is where it was."""
+        for tier in ("cache", "gpu"):
+            m = self.model(window=2, prefetch=1, tier=tier)
+            try:
+                self.forward_equal(m, f"{tier}: before")
+                torch.cuda.synchronize()
+                before = torch.cuda.memory_allocated()
+                fired = []
+
+                def boom(module, args):
+                    if not fired:
+                        fired.append(1)
+                        raise KeyboardInterrupt
+
+                h = m.model.layers[3].register_forward_pre_hook(boom)
+                with self.assertRaises(KeyboardInterrupt):
+                    with torch.no_grad():
+                        m(self.inputs[0])
+                h.remove()
+                self.forward_equal(m, f"{tier}: after the interrupt")
+                torch.cuda.synchronize()
+                self.assertEqual(torch.cuda.memory_allocated(), before, tier)
+                # At most the next forward's prefetch is outstanding.
+                o = m.splitzip_offload
+                self.assertLessEqual(len(o.events), 1, tier)
+                self.assertLessEqual(len(o.pending), 1, tier)
+            finally:
+                m.splitzip_offload.close()
+
+    def test_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "prefetch"):
-            offload(self.caches["fixed"], self.src, window=2, prefetch=2)
+            self.model(window=2, prefetch=2)
+        with self.assertRaisesRegex(ValueError, "tier"):
+            self.model(window=2, prefetch=1, tier="disk")
 
 
 if __name__ == "__main__":
