@@ -12,6 +12,7 @@
 #            faults) with python/splitzip/libsplitzip.so built here
 #   offload  scripts/gpu-offload.py: forwards of a 0.9 B Llama for each
 #            tier against resident and accelerate's cpu_offload
+#   offload8b  scripts/gpu-offload-8b.py: the same for a Llama-3-8B shape
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1 PHASE=$2
@@ -62,6 +63,10 @@ python)
 offload)
   step "offload forwards"
   timeout 500 python3 scripts/gpu-offload.py "$D/splitzip" /tmp/offload-work 2>&1 | tail -60 || fail offload
+  ;;
+offload8b)
+  step "offload forwards, 8 B parameters"
+  timeout 560 python3 scripts/gpu-offload-8b.py "$D/splitzip" /tmp/offload8b 2>&1 | grep -v "it/s" | tail -40 || fail offload8b
   ;;
 *)
   echo "unknown phase $PHASE"; exit 2

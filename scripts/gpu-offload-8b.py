@@ -1,0 +1,157 @@
+"""Offload of an 8 B-parameter Llama on the GPU machine (issue 13): the
+Llama-3-8B shape (hidden 4096, 32 layers, intermediate 14336, 8 key-value
+heads, vocab 128256, untied head; random N(0, 0.02) BF16 weights written
+straight to safetensors shards, 16 GB), compressed fixed-rate, then
+forwards of 128 tokens and of 1 token (batch 1) resident, offloaded
+through each tier with a window of 4 of its 32 layers, and through
+accelerate's cpu_offload; eager and, for the pinned and gpu tiers and the
+resident model, replayed from a CUDA graph. Median of a few forwards
+after a warm-up; logits compared with the resident model's. Usage:
+python3 scripts/gpu-offload-8b.py BIN WORKDIR."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from splitzip.offload import offload  # noqa: E402
+from splitzip.transformers import from_pretrained  # noqa: E402
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+src, cache = os.path.join(WORK, "model"), os.path.join(WORK, "fixed")
+cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                  rope_theta=500000.0, tie_word_embeddings=False, torch_dtype="bfloat16")
+t0 = time.perf_counter()
+if not os.path.exists(os.path.join(src, "model.safetensors.index.json")):
+    os.makedirs(src, exist_ok=True)
+    cfg.save_pretrained(src)
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+    g = torch.Generator().manual_seed(8)
+    shard, nbytes, n, wmap = {}, 0, 0, {}
+
+    def flush():
+        global shard, nbytes, n
+        name = f"model-{n:05d}.safetensors"
+        save_file(shard, os.path.join(src, name), metadata={"format": "pt"})
+        wmap.update({k: name for k in shard})
+        shard, nbytes, n = {}, 0, n + 1
+
+    for k, s in shapes.items():
+        t = torch.empty(s, dtype=torch.float32)
+        if k.endswith("norm.weight"):
+            t.fill_(1.0)
+        else:
+            t.normal_(0, 0.02, generator=g)
+        shard[k] = t.to(torch.bfloat16)
+        nbytes += shard[k].numel() * 2
+        if nbytes >= 5 << 30:
+            flush()
+    if shard:
+        flush()
+    with open(os.path.join(src, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(s.numel() * 2 for s in shapes.values())}, "weight_map": wmap}, f)
+print(f"generated in {time.perf_counter() - t0:.1f} s", flush=True)
+if not os.path.exists(cache):
+    t0 = time.perf_counter()
+    subprocess.run([BIN, "compress", os.path.join(src, "model.safetensors.index.json"), "-o", cache, "--no-sync", "-q"],
+                   check=True, stdout=subprocess.DEVNULL)
+    print(f"compressed in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def size(d):
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
+
+
+print(f"model {size(src) / 1e9:.2f} GB, cache {size(cache) / 1e9:.2f} GB", flush=True)
+ids = torch.randint(0, 128256, (1, 128), device="cuda:0")
+step = ids[:, :1]
+
+
+def timed(m, x, n):
+    with torch.no_grad():
+        out = m(x, use_cache=False).logits
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            m(x, use_cache=False)
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3, out
+
+
+def graph_timed(m, x, n):
+    try:
+        static = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(2):
+                m(static, use_cache=False)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(g):
+            out = m(static, use_cache=False).logits
+        g.replay()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            g.replay()
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+        ms = statistics.median(ts) * 1e3
+        del g
+        return ms, out.clone()
+    except Exception as e:  # noqa: BLE001 - reported
+        return None, e
+
+
+def report(name, m, graph, want=None, n=5):
+    ms, got = timed(m, ids, n)
+    ms1, _ = timed(m, step, n)
+    line = f"{name}: 128 tokens {ms:.1f} ms ({128e3 / ms:.0f} tokens/s), 1 token {ms1:.1f} ms ({1e3 / ms1:.1f} tokens/s)"
+    if want is not None:
+        line += f"; logits equal {torch.equal(got, want)}"
+    if graph:
+        gms, gout = graph_timed(m, ids, n)
+        gms1, _ = graph_timed(m, step, n)
+        line += (f"; graph: {gout!r}" if gms is None else
+                 f"; graph replay 128 tokens {gms:.1f} ms, 1 token {gms1:.1f} ms ({1e3 / gms1:.1f} tokens/s)")
+    print(line, flush=True)
+    return got
+
+
+t0 = time.perf_counter()
+res = from_pretrained(cache, src)
+print(f"resident load {time.perf_counter() - t0:.2f} s", flush=True)
+want = report("resident", res, True)
+del res
+torch.cuda.empty_cache()
+for tier in ("gpu", "pinned", "cache"):
+    t0 = time.perf_counter()
+    m = offload(cache, src, window=4, prefetch=2, tier=tier)
+    o = m.splitzip_offload
+    held = {k: round(v.held / 1e9, 2) for k, v in o.stats.tiers.items() if v.layers}
+    print(f"tier {tier}: setup {time.perf_counter() - t0:.1f} s, held GB {held}", flush=True)
+    report(f"splitzip offload tier {tier}, window 4 of 32 layers, prefetch 2", m, tier != "cache", want)
+    print(f"  faults {o.stats.uploads}, {o.stats.bytes / 1e9:.1f} GB, host waited {o.stats.waited_s:.2f} s", flush=True)
+    o.close()
+    del m, o
+    torch.cuda.empty_cache()
+from accelerate import cpu_offload  # noqa: E402
+t0 = time.perf_counter()
+cpu = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).eval()
+cpu_offload(cpu, execution_device=torch.device("cuda:0"))
+print(f"accelerate: load {time.perf_counter() - t0:.1f} s", flush=True)
+report("accelerate cpu_offload", cpu, False, want, n=2)
