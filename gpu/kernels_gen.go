@@ -5,9 +5,9 @@ package gpu
 // Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
 // decode.cu and entropy.cu.
 const (
-	decodeSourceSHA256  = "64b36750fc7059ac985eb32863488396f1ba90fc6eec91282228402b2bec27d6"
-	decodeFatbinSHA256  = "126b00a538b8f70c45e7633debf5d9976f50fe14f5124675f026bc83879fb921"
-	entropySourceSHA256 = "e273a2eac2094c57d0c0e51dee09e4b5b854b82eba138389def1d8c58870d768"
-	entropyFatbinSHA256 = "801b2960ea4c86b613b4c5158ed451ab8dac9f8400eb29d60dcfa535f8ce36d6"
+	decodeSourceSHA256  = "8bd3230656bc848338893fc9b43d4c988210234b0378df2af37bdae29177d616"
+	decodeFatbinSHA256  = "37abd8d67c46eaa1c1809d4dd56be446918053084228339d168df5540144ca96"
+	entropySourceSHA256 = "9b8d6994d153d9d852a5470ab63923b9f64bc1d0e5bf7198c0b0d47d9210be20"
+	entropyFatbinSHA256 = "25efd3f4842801046c3d6da3771bdf619817f43e422c168943cf61dab9d2355e"
 	kernelsNVCCVersion  = "13.0"
 )

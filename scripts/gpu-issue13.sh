@@ -3,11 +3,12 @@
 # D holds splitzip and gpu.test built here (`make gpu-build` or
 # CGO_ENABLED=0 go build / go test -c).
 #   kernel   build both kernels with nvcc into $OUT/kernels (ptxas
-#            registers and spills in the log); with them, every fixed-rate
-#            decode and scatter test of package gpu (2^31 values too),
-#            memcheck and racecheck on the short ones; then the embedded
-#            kernel (today's main) and the new one alternating, two rounds:
-#            bench decode at 512 and 64 MiB and bench decode --layer
+#            registers and spills in the log); with them, every GPU test
+#            of package gpu (2^31 values too), memcheck and racecheck on
+#            the short ones, the transport, loadbench, loader and
+#            cudaengine tests; then the embedded kernels and the new ones
+#            alternating, two rounds: bench decode at 512 and 64 MiB,
+#            bench decode --layer, and --codec entropy for BF16 and FP8
 #   python   the Python offload tests (tiers, windows, graph replay,
 #            faults) with python/splitzip/libsplitzip.so built here
 #   offload  scripts/gpu-offload.py: forwards of a 0.9 B Llama for each
@@ -30,29 +31,37 @@ kernel)
   K=$OUT/kernels
   OUTDIR=$K bash scripts/build-kernels.sh 2>&1 | grep -E "built|error|warning|registers|spill|Compiling entry" | grep -B1 -A1 "sm_90'" || true
   [ -s $K/decode.fatbin ] || { echo "FAILED: no decode.fatbin"; exit 1; }
-  step "gpu tests with the new kernel"
-  SPLITZIP_FATBIN=$K/decode.fatbin timeout 300 "$D/gpu.test" -test.run 'TestDecode|TestCorrupt|TestScatter|TestLarge$' -test.v -test.count 1 2>&1 | grep -vE "^=== RUN" | tail -30 || fail tests
+  export SPLITZIP_FATBIN=$K/decode.fatbin SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
+  step "gpu tests with the new kernels (2^31 values too)"
+  SPLITZIP_LARGE=1 timeout 400 "$D/gpu.test" -test.skip TestKernelStamp -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|corrupt|values" | tail -40 || fail tests
   step "memcheck"
-  SPLITZIP_FATBIN=$K/decode.fatbin timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestCorruptPayloads|TestScatter' -test.short -test.count 1 2>&1 | grep -vE "^=== RUN|Host Frame|^=========\s*$" | tail -12 || fail memcheck
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestCorruptPayloads|TestScatter|TestEntropyMatchesReference|TestEntropyCorrupt' -test.short -test.count 1 2>&1 | grep -vE "^=== RUN|Host Frame|^=========\s*$" | tail -12 || fail memcheck
   step "racecheck"
-  SPLITZIP_FATBIN=$K/decode.fatbin timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestScatterMatchesReference' -test.short -test.count 1 2>&1 | tail -6 || fail racecheck
+  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestScatterMatchesReference|TestEntropyMatchesReference' -test.short -test.count 1 2>&1 | tail -6 || fail racecheck
+  unset SPLITZIP_FATBIN SPLITZIP_ENTROPY_FATBIN
   for t in transport:transport loadbench:internal/loadbench loader:loader cudaengine:engine/cudaengine; do
     n=${t%%:*} dir=${t#*:}
     [ -x "$D/$n.test" ] || continue
     step "$n tests with the new kernel"
     # From the package's directory: tests read their testdata relative to it.
-    (cd "$dir" && SPLITZIP_FATBIN=$K/decode.fatbin timeout 200 "$OLDPWD/$D/$n.test" -test.count 1 2>&1 | tail -5) || fail "$n tests"
+    (cd "$dir" && SPLITZIP_FATBIN=$K/decode.fatbin SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin timeout 200 "$OLDPWD/$D/$n.test" -test.count 1 2>&1 | tail -5) || fail "$n tests"
   done
   for round in 1 2; do
     for which in embedded new; do
-      if [ $which = new ]; then export SPLITZIP_FATBIN=$K/decode.fatbin; else unset SPLITZIP_FATBIN; fi
+      if [ $which = new ]; then
+        export SPLITZIP_FATBIN=$K/decode.fatbin SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
+      else
+        unset SPLITZIP_FATBIN SPLITZIP_ENTROPY_FATBIN
+      fi
       step "round $round, $which kernel: bench decode"
-      "$D/splitzip" bench decode --size 512MiB,64MiB --runs 30 || fail "bench $which"
+      "$D/splitzip" bench decode --size 512MiB,64MiB --runs 30 | grep normal | cut -c1-125 || fail "bench $which"
       step "round $round, $which kernel: bench decode --layer"
-      "$D/splitzip" bench decode --layer --runs 30 || fail "bench layer $which"
+      "$D/splitzip" bench decode --layer --runs 30 | grep -v copy || fail "bench layer $which"
+      step "round $round, $which kernel: bench decode --codec entropy"
+      "$D/splitzip" bench decode --codec entropy --dtype BF16,F8_E4M3,F8_E5M2 --size 512MiB,64MiB --runs 30 | grep in-place | cut -c1-150 || fail "bench entropy $which"
     done
   done
-  unset SPLITZIP_FATBIN
+  unset SPLITZIP_FATBIN SPLITZIP_ENTROPY_FATBIN
   ;;
 python)
   step "loader pack tests"
