@@ -174,16 +174,24 @@ func TestUploadBatch(t *testing.T) {
 	}
 }
 
-// TestUpload uploads every tensor into device memory on a stream of our
-// own and reads it back. It needs a GPU.
-func TestUpload(t *testing.T) {
-	l, _ := openFixture(t)
+// gpuStream returns a context on device 0 and a stream of its own,
+// destroyed when the test ends, or skips.
+func gpuStream(t *testing.T) (*cuda.Context, cuda.Stream) {
+	t.Helper()
 	ctx := requireGPU(t)
 	s, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ctx.DestroyStream(s)
+	t.Cleanup(func() { ctx.DestroyStream(s) })
+	return ctx, s
+}
+
+// TestUpload uploads every tensor into device memory on a stream of our
+// own and reads it back. It needs a GPU.
+func TestUpload(t *testing.T) {
+	l, _ := openFixture(t)
+	ctx, s := gpuStream(t)
 	for _, tn := range l.Tensors() {
 		d, err := ctx.Alloc(tn.Size + 64)
 		if err != nil {

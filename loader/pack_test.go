@@ -11,7 +11,6 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
-	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -133,24 +132,17 @@ func TestPackRejects(t *testing.T) {
 // and ScatterCheck reports it. It needs a GPU.
 func TestScatterPack(t *testing.T) {
 	l, _ := openFixture(t)
-	ctx := requireGPU(t)
-	s, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.DestroyStream(s)
+	ctx, s := gpuStream(t)
 	if err := l.PrepareScatter(0); err != nil {
 		t.Fatal(err)
 	}
-	var dst cuda.DevicePtr
-	buf, info, offs, total := func() ([]byte, PackInfo, []uint64, uint64) {
-		// Destinations are known only once allocated: size first.
-		_, _, _, total := packAll(t, l, 1<<40)
-		if dst, err = ctx.Alloc(total); err != nil {
-			t.Fatal(err)
-		}
-		return packAll(t, l, uint64(dst))
-	}()
+	// Destinations are known only once allocated: size first.
+	_, _, _, total := packAll(t, l, 1<<40)
+	dst, err := ctx.Alloc(total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, info, offs, _ := packAll(t, l, uint64(dst))
 	defer ctx.Free(dst)
 	dev, err := ctx.Alloc(info.Staged)
 	if err != nil {

@@ -11,7 +11,6 @@ python3 scripts/gpu-offload-8b.py BIN WORKDIR."""
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -21,9 +20,9 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
+from offloadbench import graph_timed, timed  # noqa: E402
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 src, cache = os.path.join(WORK, "model"), os.path.join(WORK, "fixed")
@@ -77,49 +76,9 @@ ids = torch.randint(0, 128256, (1, 128), device="cuda:0")
 step = ids[:, :1]
 
 
-def timed(m, x, n):
-    with torch.no_grad():
-        out = m(x, use_cache=False).logits
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            m(x, use_cache=False)
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3, out
-
-
-def graph_timed(m, x, n):
-    try:
-        static = x.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(side):
-            for _ in range(2):
-                m(static, use_cache=False)
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(g):
-            out = m(static, use_cache=False).logits
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            g.replay()
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-        ms = statistics.median(ts) * 1e3
-        del g
-        return ms, out.clone()
-    except Exception as e:  # noqa: BLE001 - reported
-        return None, e
-
-
 def report(name, m, graph, want=None, n=5):
-    ms, got = timed(m, ids, n)
-    ms1, _ = timed(m, step, n)
+    ms, got = timed(m, ids, n, use_cache=False)
+    ms1, _ = timed(m, step, n, use_cache=False)
     line = f"{name}: 128 tokens {ms:.1f} ms ({128e3 / ms:.0f} tokens/s), 1 token {ms1:.1f} ms ({1e3 / ms1:.1f} tokens/s)"
     if want is not None:
         line += f"; logits equal {torch.equal(got, want)}"

@@ -9,7 +9,6 @@ CUDA graph. Logits are compared with the resident model's. Usage:
 python3 scripts/gpu-offload.py BIN WORKDIR."""
 
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
+from offloadbench import graph_timed, timed  # noqa: E402
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 src = os.path.join(WORK, "model")
@@ -42,46 +42,6 @@ for root, _, files in os.walk(WORK):  # page cache
                 pass
 ids = torch.randint(0, 32000, (1, 128), device="cuda:0")
 step = ids[:, :1]
-
-
-def timed(m, x, n):
-    with torch.no_grad():
-        out = m(x).logits
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            m(x)
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3, out
-
-
-def graph_timed(m, x, n):
-    """Median ms of n replays of a CUDA graph of m's forward of x, and
-    its logits (None and the error when it cannot be captured)."""
-    try:
-        static = x.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(side):
-            for _ in range(2):
-                m(static, use_cache=False)
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(g):
-            out = m(static, use_cache=False).logits
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            g.replay()
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e3, out.clone()
-    except Exception as e:  # noqa: BLE001 - reported
-        return None, e
 
 
 nparams = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).parameters())

@@ -403,6 +403,29 @@ class Offload:
         self.cache.close()
 
 
+def capture(model, example: "torch.Tensor", warmup: int = 2, **kwargs):
+    """Capture the forward of model (a transformers causal LM, offloaded
+    with tier "pinned" or "gpu", or resident) on input ids like example
+    in a CUDA graph, after warmup eager forwards on a side stream as
+    torch.cuda.graph wants; kwargs go to the forward (use_cache=False
+    keeps it free of a growing cache). Returns (graph, static_input,
+    static_logits): copy new input ids of the same shape into
+    static_input, call graph.replay(), read static_logits. For an
+    offloaded model, model.splitzip_offload.check() after replays raises
+    what the device found in the faults."""
+    static = example.clone()
+    side = torch.cuda.Stream(example.device)
+    side.wait_stream(torch.cuda.current_stream(example.device))
+    with torch.no_grad(), torch.cuda.stream(side):
+        for _ in range(warmup):
+            model(static, **kwargs)
+    torch.cuda.current_stream(example.device).wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        out = model(static, **kwargs).logits
+    return g, static, out
+
+
 def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:0", window: int = 2,
             prefetch: int = 1, source: Optional[str] = None, model_class=None, tier: str = "cache",
             gpu_bytes: Optional[int] = None):

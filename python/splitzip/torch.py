@@ -12,7 +12,7 @@ returned when the batch has completed.
 For loaders that own their memory, upload_into fills existing tensors.
 """
 
-from typing import Dict, Iterable, Optional, Union
+from typing import Dict, Optional, Union
 
 try:
     import torch

@@ -114,20 +114,12 @@ class TestOffload(unittest.TestCase):
             self.model("entropy", window=2, prefetch=1, tier="pinned")
 
     def test_graph_replay(self):
+        from splitzip.offload import capture
         for tier in ("pinned", "gpu"):
             for window, prefetch in ((2, 1), (3, 2)):
                 m = self.model(window=window, prefetch=prefetch, tier=tier)
                 try:
-                    static = self.same_shape[0].clone()
-                    side = torch.cuda.Stream()
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.no_grad(), torch.cuda.stream(side):
-                        for _ in range(2):
-                            m(static, use_cache=False)
-                    torch.cuda.current_stream().wait_stream(side)
-                    g = torch.cuda.CUDAGraph()
-                    with torch.no_grad(), torch.cuda.graph(g):
-                        out = m(static, use_cache=False).logits
+                    g, static, out = capture(m, self.same_shape[0], use_cache=False)
                     for rep in range(2):
                         for x, want in zip(self.same_shape, self.want_same):
                             static.copy_(x)
