@@ -24,7 +24,7 @@ import (
 )
 
 // abiVersion is SPLITZIP_ABI_VERSION of capi/splitzip.h (a test checks).
-const abiVersion = 4
+const abiVersion = 5
 
 // Exit codes.
 const (
