@@ -129,7 +129,7 @@ func TestParseSize(t *testing.T) {
 // TestCLIEdges: --version, a JSON error document, plurals, and Ctrl-C.
 func TestCLIEdges(t *testing.T) {
 	code, out, _ := splitzip(t, "--version")
-	if code != 0 || !strings.Contains(out, "splitzip "+version) || !strings.Contains(out, "C ABI 4") {
+	if code != 0 || !strings.Contains(out, "splitzip "+version) || !strings.Contains(out, fmt.Sprintf("C ABI %d", abiVersion)) {
 		t.Errorf("--version: %d %q", code, out)
 	}
 	code, out, _ = splitzip(t, "verify", filepath.Join(t.TempDir(), "missing"), "--json")
