@@ -362,6 +362,47 @@ func sz_decode_host(h C.uintptr_t, index C.uint64_t, src unsafe.Pointer, srclen 
 	})
 }
 
+//export sz_part
+func sz_part(h C.uintptr_t, index C.uint64_t, src unsafe.Pointer, srclen, lo, hi C.uint64_t, dst unsafe.Pointer, capacity C.uint64_t, size *C.uint64_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		in, err := hostBytes(src, srclen, "source")
+		if err != nil {
+			return err
+		}
+		part, err := l.PartOf(int(index), in, uint64(lo), uint64(hi))
+		if err != nil {
+			return err
+		}
+		if size != nil {
+			*size = C.uint64_t(len(part))
+		}
+		out, err := hostBytes(dst, capacity, "destination")
+		if err != nil {
+			return err
+		}
+		if len(out) < len(part) {
+			return fmt.Errorf("%w: the part takes %d bytes, %d given", loader.ErrTooSmall, len(part), len(out))
+		}
+		copy(out, part)
+		return nil
+	})
+}
+
+//export sz_decode_part
+func sz_decode_part(h C.uintptr_t, index C.uint64_t, part unsafe.Pointer, partlen, lo, hi C.uint64_t, dst unsafe.Pointer, capacity C.uint64_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		in, err := hostBytes(part, partlen, "part")
+		if err != nil {
+			return err
+		}
+		out, err := hostBytes(dst, capacity, "destination")
+		if err != nil {
+			return err
+		}
+		return l.DecodePart(int(index), in, uint64(lo), uint64(hi), out)
+	})
+}
+
 //export sz_plan
 func sz_plan(h C.uintptr_t, ranks C.int, rules *C.char, buf *C.char, capacity C.size_t, size *C.size_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error {

@@ -167,6 +167,21 @@ sz_status sz_read_stored(uintptr_t handle, uint64_t index, void *dst, uint64_t c
 sz_status sz_decode_host(uintptr_t handle, uint64_t index, const void *src, uint64_t srclen, void *dst, uint64_t cap);
 sz_status sz_plan(uintptr_t handle, int ranks, const char *rules, char *buf, size_t cap, size_t *size);
 
+/* Row parts (ABI 5): a rank whose share of a tensor is its bytes [lo,
+ * hi) (a shard along the first dimension) needs only the payload chunks
+ * covering them. sz_part cuts that part from srclen stored bytes of
+ * tensor index (as sz_read_stored gives them) into dst (cap bytes; *size,
+ * when not NULL, receives its size, also with SZ_ERR_TOO_SMALL; cap =
+ * srclen + 128 + 16 * (nbytes / 32768 + 2) always suffices): the chunks
+ * with a checksum of their own for a fixed-rate payload, the bytes for a
+ * raw tensor; an entropy payload has no parts (SZ_ERR_INVALID).
+ * sz_decode_part writes the tensor's bytes [lo, hi) into dst (cap >= hi -
+ * lo) from such a part, checking it. For payloads lo and hi are even. */
+sz_status sz_part(uintptr_t handle, uint64_t index, const void *src, uint64_t srclen, uint64_t lo, uint64_t hi,
+                  void *dst, uint64_t cap, uint64_t *size);
+sz_status sz_decode_part(uintptr_t handle, uint64_t index, const void *part, uint64_t partlen, uint64_t lo,
+                         uint64_t hi, void *dst, uint64_t cap);
+
 /* sz_set_resident (ABI 4), with on nonzero, makes the handle's uploads
  * keep what they read (payloads and raw tensor bytes) in pinned host
  * memory, once per upload stream, so that a later upload of the same

@@ -102,6 +102,8 @@ def lib():
             "sz_read_stored": ([up, u64, ctypes.c_void_p, u64, P(u64)], st),
             "sz_decode_host": ([up, u64, ctypes.c_void_p, u64, ctypes.c_void_p, u64], st),
             "sz_plan": ([up, ctypes.c_int, cp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
+            "sz_part": ([up, u64, ctypes.c_void_p, u64, u64, u64, ctypes.c_void_p, u64, P(u64)], st),
+            "sz_decode_part": ([up, u64, ctypes.c_void_p, u64, u64, u64, ctypes.c_void_p, u64], st),
             "sz_pack_size": ([up, u64, P(u64), P(u64)], st),
             "sz_pack": ([up, u64, P(u64), P(u64), P(u64), ctypes.c_void_p, u64, P(PackInfo)], st),
             "sz_gpu_prepare": ([up, ctypes.c_int], st),
@@ -248,6 +250,29 @@ class Cache:
         read_stored_into_ptr gives them, perhaps on another rank) into
         host memory at dst (capacity >= nbytes), checking them."""
         self._check(lib().sz_decode_host(self._h, index, ctypes.c_void_p(src), srclen, ctypes.c_void_p(dst), capacity))
+
+    @staticmethod
+    def part_bound(stored: int, nbytes: int) -> int:
+        """Bytes enough for any part of a tensor of nbytes with stored
+        bytes of that size (part_into_ptr)."""
+        return stored + 128 + 16 * (nbytes // 32768 + 2)
+
+    def part_into_ptr(self, index: int, src: int, srclen: int, lo: int, hi: int, dst: int, capacity: int) -> int:
+        """Cut from srclen stored bytes of tensor index at src (as
+        read_stored_into_ptr gives them) the part that rebuilds its bytes
+        [lo, hi) into host memory at dst; returns its size. A fixed-rate
+        payload's part is the chunks covering the range, checksummed; a
+        raw tensor's, the bytes; an entropy payload has none (Error)."""
+        n = ctypes.c_uint64()
+        self._check(lib().sz_part(self._h, index, ctypes.c_void_p(src), srclen, lo, hi, ctypes.c_void_p(dst), capacity,
+                                  ctypes.byref(n)))
+        return n.value
+
+    def decode_part_ptr(self, index: int, part: int, partlen: int, lo: int, hi: int, dst: int, capacity: int) -> None:
+        """Write tensor index's bytes [lo, hi) into host memory at dst from
+        a part (part_into_ptr, perhaps on another rank), checking it."""
+        self._check(lib().sz_decode_part(self._h, index, ctypes.c_void_p(part), partlen, lo, hi, ctypes.c_void_p(dst),
+                                         capacity))
 
     def plan(self, ranks: int, rules: str = "") -> dict:
         """The plan of a load onto ranks ranks under placement rules

@@ -8,14 +8,18 @@ group, each stored object read from disk once per node.
 
 Every rank calls load with the same arguments. The plan (splitzip plan,
 docs/splitzip.md section 13) gives each tensor a reader rank, which reads
-its stored bytes (a payload, checked whole, or the raw bytes) and
-broadcasts them, compressed, to the others, a batch of tensors a
-broadcast; every rank decodes them on its
-host and keeps its part: the whole tensor when replicated, its equal part
-along the dimension when sharded (what torch.chunk gives rank r). A rank
-that fails to read a tensor tells the others before the bytes would be
-sent, so every rank raises an error naming the tensor and none waits; a
-rank that dies is the process group's timeout.
+its stored bytes (a payload, checked whole, or the raw bytes). A tensor
+sharded along its first dimension (a fixed-rate payload or raw bytes) is
+a byte range a rank: the reader cuts each rank's part (the payload chunks
+covering its range, with a checksum of their own, or its raw bytes) and
+scatters the parts, so each rank receives about 1/N of the tensor; every
+other tensor goes whole, compressed, to every rank in one broadcast a
+batch. Every rank decodes on its host and keeps its part: the whole
+tensor when replicated, its equal part along the dimension when sharded
+(what torch.chunk gives rank r). Entropy payloads have no parts yet and
+are broadcast whole. A rank that fails to read a tensor tells the others
+before the bytes would be sent, so every rank raises an error naming the
+tensor and none waits; a rank that dies is the process group's timeout.
 
 With the NCCL backend the bytes travel in CUDA memory (the current device)
 and are decoded on the host; decoding on the GPU where they land is not
@@ -36,16 +40,22 @@ from .torch import DTYPES
 
 
 def load(cache: str, rules: str = "", group=None, device=None, source: Optional[str] = None,
-         batch_bytes: int = 64 << 20) -> Dict[str, "torch.Tensor"]:
+         batch_bytes: int = 64 << 20, stats: Optional[dict] = None) -> Dict[str, "torch.Tensor"]:
     """This rank's tensors of the checkpoint (name -> tensor on device:
     the CPU for gloo, the current CUDA device for NCCL, unless given),
     equal bit for bit to the source's values or this rank's part of them.
     Each reader sends its tensors in batches of about batch_bytes stored
-    bytes, one broadcast a batch (a tensor larger than that alone)."""
+    bytes, a broadcast and a scatter a batch (a tensor larger than that
+    alone). With stats (a dict), adds to it this rank's "read_bytes"
+    (stored bytes read from disk) and "received_bytes" (bytes received
+    from other ranks)."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     comm = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
     device = torch.device(device) if device is not None else comm
     out = {}
+    st = stats if stats is not None else {}
+    st.setdefault("read_bytes", 0)
+    st.setdefault("received_bytes", 0)
     with Cache(cache, source) as c:
         try:
             plan = c.plan(world, rules)
@@ -68,49 +78,127 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
             if cur:
                 batches.append((reader, cur))
         for reader, items in batches:
-            _batch(c, reader, items, rank, world, group, comm, device, out)
+            _batch(c, reader, items, rank, world, group, comm, device, out, st)
     return out
 
 
-def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, comm, device, out: dict) -> None:
-    """One batch: the reader reads the stored bytes of items into one
-    buffer and broadcasts whether that worked (0, or 1 + the item that
-    failed), then the buffer; every rank decodes each item and keeps its
-    part."""
-    offs, total = [], 0
-    for _, _, _, n in items:
-        offs.append(total)
-        total += n
-    buf = torch.empty(total, dtype=torch.uint8)
-    status = torch.zeros(1, dtype=torch.int64)
-    failure = None
+def _rows(t: dict, info) -> bool:
+    """Whether a tensor's parts are byte ranges: sharded along dimension
+    0, stored fixed-rate or raw, not empty."""
+    p = t["placement"]
+    return bool(p.get("shard")) and p.get("dim", 0) == 0 and t["stored"] != "entropy" and info.nbytes > 0
+
+
+def _byte_range(t: dict, info, r: int):
+    """Rank r's bytes [lo, hi) of a tensor sharded along dimension 0."""
+    v0, v1 = t["parts"][r]["values"]
+    n = 1
+    for d in info.shape:
+        n *= d
+    size = info.nbytes // n
+    return v0 * size, v1 * size
+
+
+def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, comm, device, out: dict,
+           st: dict) -> None:
+    """One batch: the reader reads the stored bytes of items, cuts the
+    parts of the row-sharded ones, and broadcasts whether that worked (0,
+    or 1 + the item that failed) with every part's size; then it
+    broadcasts the other items' stored bytes in one buffer and scatters
+    each rank's parts in another; every rank decodes its items."""
+    rows = [k for k, (t, _, info, _) in enumerate(items) if _rows(t, info)]
+    whole = [k for k in range(len(items)) if k not in set(rows)]
+    status = torch.zeros(1 + world * len(rows), dtype=torch.int64)
+    stored, parts, failure = {}, [[] for _ in range(world)], None
     if rank == reader:
-        for k, (t, index, _, n) in enumerate(items):
+        j = 0
+        for k, (t, index, info, n) in enumerate(items):
             try:
+                b = torch.empty(n, dtype=torch.uint8)
                 if n:
-                    c.read_stored_into_ptr(index, buf.data_ptr() + offs[k], n)
+                    c.read_stored_into_ptr(index, b.data_ptr(), n)
+                st["read_bytes"] += n
+                stored[k] = b
+                if j < len(rows) and rows[j] == k:
+                    for r in range(world):
+                        lo, hi = _byte_range(t, info, r)
+                        pb = torch.empty(c.part_bound(n, info.nbytes), dtype=torch.uint8)
+                        m = c.part_into_ptr(index, b.data_ptr(), n, lo, hi, pb.data_ptr(), pb.numel())
+                        parts[r].append(pb[:m])
+                        status[1 + r * len(rows) + j] = m
+                    j += 1
             except Exception as e:  # told to every rank, then raised
                 failure, status[0] = e, k + 1
                 break
     status = status.to(comm)
     dist.broadcast(status, src=reader, group=group)
+    status = status.cpu()
     bad = int(status[0])
     if bad:
         if failure is not None:
             raise failure
         raise RuntimeError(f"splitzip: rank {reader} failed to read tensor {items[bad - 1][0]['name']}")
-    if total:
-        wire = buf.to(comm)
-        dist.broadcast(wire, src=reader, group=group)
-        buf = wire.cpu()
-    for k, (t, index, info, n) in enumerate(items):
-        dt = DTYPES.get(info.dtype)
-        if dt is None:
-            raise ValueError(f"{t['name']}: dtype {info.dtype} has no torch equivalent")
-        raw = torch.empty(info.nbytes, dtype=torch.uint8)
-        c.decode_host_ptr(index, buf.data_ptr() + offs[k], n, raw.data_ptr(), info.nbytes)
-        full = raw.view(dt).reshape(info.shape) if info.nbytes else torch.empty(info.shape, dtype=dt)
-        p = t["placement"]
-        if p.get("shard"):
-            full = torch.chunk(full, world, dim=p.get("dim", 0))[rank].contiguous()
-        out[t["name"]] = full.to(device)
+    if whole:
+        offs, total = [], 0
+        for k in whole:
+            offs.append(total)
+            total += items[k][3]
+        buf = torch.empty(total, dtype=torch.uint8)
+        if rank == reader:
+            for k, o in zip(whole, offs):
+                buf[o:o + items[k][3]] = stored[k]
+        if total:
+            wire = buf.to(comm)
+            dist.broadcast(wire, src=reader, group=group)
+            buf = wire.cpu()
+            if rank != reader:
+                st["received_bytes"] += total
+        for k, o in zip(whole, offs):
+            _keep_whole(c, items[k], buf.data_ptr() + o, rank, world, device, out)
+    if rows:
+        sizes = status[1:].view(world, len(rows))
+        width = int(sizes.sum(1).max())
+        if width:
+            recv = torch.empty(width, dtype=torch.uint8, device=comm)
+            send = None
+            if rank == reader:
+                send = []
+                for r in range(world):
+                    b = torch.zeros(width, dtype=torch.uint8)
+                    if parts[r]:
+                        cat = torch.cat(parts[r])
+                        b[:cat.numel()] = cat
+                    send.append(b.to(comm))
+            dist.scatter(recv, send, src=reader, group=group)
+            recv = recv.cpu()
+            if rank != reader:
+                st["received_bytes"] += int(sizes[rank].sum())
+        off = 0
+        for j, k in enumerate(rows):
+            t, index, info, _ = items[k]
+            m, (lo, hi) = int(sizes[rank, j]), _byte_range(t, info, rank)
+            raw = torch.empty(hi - lo, dtype=torch.uint8)
+            c.decode_part_ptr(index, recv.data_ptr() + off, m, lo, hi, raw.data_ptr(), hi - lo)
+            off += m
+            shape = (info.shape[0] // world,) + tuple(info.shape[1:])
+            out[t["name"]] = raw.view(_dtype(t, info)).reshape(shape).to(device)
+
+
+def _dtype(t: dict, info) -> "torch.dtype":
+    dt = DTYPES.get(info.dtype)
+    if dt is None:
+        raise ValueError(f"{t['name']}: dtype {info.dtype} has no torch equivalent")
+    return dt
+
+
+def _keep_whole(c: Cache, item: tuple, src: int, rank: int, world: int, device, out: dict) -> None:
+    """Decode a tensor sent whole and keep this rank's part of it."""
+    t, index, info, n = item
+    dt = _dtype(t, info)
+    raw = torch.empty(info.nbytes, dtype=torch.uint8)
+    c.decode_host_ptr(index, src, n, raw.data_ptr(), info.nbytes)
+    full = raw.view(dt).reshape(info.shape) if info.nbytes else torch.empty(info.shape, dtype=dt)
+    p = t["placement"]
+    if p.get("shard"):
+        full = torch.chunk(full, world, dim=p.get("dim", 0))[rank].contiguous()
+    out[t["name"]] = full.to(device)

@@ -2,10 +2,12 @@
 (run where torch is installed: CI installs Debian's python3-torch): every
 rank's tensors equal the source's values or its part of them, bit for bit,
 replicated and sharded along dimension 0 and 1; a corrupt payload makes
-every rank raise an error naming the tensor."""
+every rank raise an error naming the tensor; a rank receives only the
+payload chunks covering its rows of a tensor sharded along dimension 0."""
 
 import os
 import shutil
+import sys
 import tempfile
 import unittest
 
@@ -28,8 +30,9 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch):
     dist.init_process_group("gloo", init_method=f"file://{pg}", rank=rank, world_size=world)
     try:
         from splitzip.distributed import load
+        stats = {}
         try:
-            got = load(cache, rules=rules, batch_bytes=batch)
+            got = load(cache, rules=rules, batch_bytes=batch, stats=stats)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             with open(f"{result}.{rank}", "w") as f:
                 f.write(f"error: {e}")
@@ -56,6 +59,8 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch):
                 bad.append(name)
         with open(f"{result}.{rank}", "w") as f:
             f.write("ok" if not bad else "differ: " + ", ".join(bad[:5]))
+        with open(f"{result}.{rank}.received", "w") as f:
+            f.write(str(stats["received_bytes"]))
     finally:
         dist.destroy_process_group()
 
@@ -66,20 +71,27 @@ class TestDistributed(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.src, cls.cache = testenv.generated(cls.tmp.name)
+        big = os.path.join(cls.tmp.name, "big")
+        os.mkdir(big)
+        cls.big_src, cls.big = testenv.generated(big, size="32MiB")  # tensors of several chunks
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def run_ranks(self, world, rules, cache=None, batch=64 << 20):
+    def run_ranks(self, world, rules, cache=None, batch=64 << 20, src=None):
         d = tempfile.mkdtemp(dir=self.tmp.name)
         result = os.path.join(d, "result")
-        mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, self.src, result, batch),
+        mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, src or self.src, result, batch),
                  nprocs=world, join=True)
         out = []
+        self.received = 0
         for r in range(world):
             with open(f"{result}.{r}") as f:
                 out.append(f.read())
+            if os.path.exists(f"{result}.{r}.received"):
+                with open(f"{result}.{r}.received") as f:
+                    self.received += int(f.read())
         return out
 
     def test_replicated(self):
@@ -91,6 +103,15 @@ class TestDistributed(unittest.TestCase):
     def test_sharded(self):
         rules = "*embed*=replicate,*lm_head*=replicate,*norm*=replicate,*.weight=shard:0"
         self.assertEqual(self.run_ranks(2, rules), ["ok"] * 2)
+        self.assertEqual(self.run_ranks(4, rules, batch=1), ["ok"] * 4)
+        # Row shards travel as the chunks covering each rank's rows: on
+        # tensors of several chunks, about half of what the replicated
+        # load sends, two ranks.
+        self.assertEqual(self.run_ranks(2, "", cache=self.big, src=self.big_src), ["ok"] * 2)
+        replicated = self.received
+        self.assertEqual(self.run_ranks(2, rules, cache=self.big, src=self.big_src), ["ok"] * 2)
+        self.assertLess(self.received, 0.7 * replicated, (self.received, replicated))
+        print(f"received {self.received} bytes sharded, {replicated} replicated", file=sys.stderr)
         rules = "*_proj.weight=shard:1"
         self.assertEqual(self.run_ranks(2, rules), ["ok"] * 2)
 
