@@ -97,8 +97,9 @@ demo: build
 
 FUZZTIME ?= 60s
 fuzz:
-	$(GO) test ./codec -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME)
+	$(GO) test ./codec -run XXX -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./codec -run XXX -fuzz FuzzRoundTrip -fuzztime $(FUZZTIME)
+	$(GO) test ./codec -run XXX -fuzz FuzzDecodePart -fuzztime $(FUZZTIME)
 	$(GO) test ./safetensors -run XXX -fuzz FuzzRead -fuzztime $(FUZZTIME)
 	$(GO) test ./safetensors -run XXX -fuzz FuzzConformance -fuzztime $(FUZZTIME)
 	$(GO) test ./gpu -run XXX -fuzz FuzzPutScatterTable -fuzztime $(FUZZTIME)
