@@ -173,10 +173,11 @@ sz_status sz_plan(uintptr_t handle, int ranks, const char *rules, char *buf, siz
  * tensor index (as sz_read_stored gives them) into dst (cap bytes; *size,
  * when not NULL, receives its size, also with SZ_ERR_TOO_SMALL; cap =
  * srclen + 128 + 16 * (nbytes / 32768 + 2) always suffices): the chunks
- * with a checksum of their own for a fixed-rate payload, the bytes for a
- * raw tensor; an entropy payload has no parts (SZ_ERR_INVALID).
+ * with a checksum of their own for a payload (the whole payload for an
+ * entropy payload of version 1), the bytes for a raw tensor.
  * sz_decode_part writes the tensor's bytes [lo, hi) into dst (cap >= hi -
- * lo) from such a part, checking it. For payloads lo and hi are even. */
+ * lo) from such a part, checking it. For payloads lo and hi fall on
+ * value boundaries (SZ_ERR_INVALID otherwise). */
 sz_status sz_part(uintptr_t handle, uint64_t index, const void *src, uint64_t srclen, uint64_t lo, uint64_t hi,
                   void *dst, uint64_t cap, uint64_t *size);
 sz_status sz_decode_part(uintptr_t handle, uint64_t index, const void *part, uint64_t partlen, uint64_t lo,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -18,9 +20,35 @@ import (
 // ranges (row shards among them) and rebuilds exactly those bytes.
 func TestParts(t *testing.T) {
 	l, _ := openFixture(t)
+	if checkParts(t, l) == 0 {
+		t.Fatal("no payloads in the fixture")
+	}
+}
+
+// TestPartsEntropy does the same for a cache of entropy payloads.
+func TestPartsEntropy(t *testing.T) {
+	c, _ := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 1, Seed: 15}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy, MinSaving: 0.03})
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if checkParts(t, l) == 0 {
+		t.Fatal("no payloads in the fixture")
+	}
+}
+
+// checkParts checks parts of every tensor of l and returns how many
+// tensors are payloads.
+func checkParts(t *testing.T, l *Loader) int {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(14, 1))
 	payloads := 0
 	for _, tn := range l.Tensors() {
+		size := uint64(1)
+		if bits, ok := safetensors.DTypeBits(tn.DType); ok && bits >= 8 {
+			size = bits / 8
+		}
 		n, err := l.StoredSize(tn.Index)
 		if err != nil {
 			t.Fatal(err)
@@ -30,10 +58,11 @@ func TestParts(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := source(t, &tn)
-		ranges := [][2]uint64{{0, tn.Size}, {0, 0}, {tn.Size / 2 &^ 1, tn.Size}}
+		vals := tn.Size / size
+		ranges := [][2]uint64{{0, tn.Size}, {0, 0}, {vals / 2 * size, tn.Size}}
 		for range 4 {
-			lo := rng.Uint64N(tn.Size/2+1) * 2
-			ranges = append(ranges, [2]uint64{lo, lo + rng.Uint64N((tn.Size-lo)/2+1)*2})
+			lo := rng.Uint64N(vals + 1)
+			ranges = append(ranges, [2]uint64{lo * size, (lo + rng.Uint64N(vals-lo+1)) * size})
 		}
 		for _, r := range ranges {
 			part, err := l.PartOf(tn.Index, stored, r[0], r[1])
@@ -48,42 +77,37 @@ func TestParts(t *testing.T) {
 				t.Fatalf("%s %v: the part rebuilds other bytes", tn.Name, r)
 			}
 		}
-		if tn.Compressed {
-			payloads++
-			half := tn.Size / 2 &^ 1
-			part, _ := l.PartOf(tn.Index, stored, 0, half)
-			if err := l.DecodePart(tn.Index, part, half, tn.Size, make([]byte, tn.Size)); tn.Size > 4*codec.ChunkValues && !errors.Is(err, codec.ErrSize) {
-				t.Errorf("%s: a part of the first half for the second: %v", tn.Name, err)
-			}
-			part[len(part)-1] ^= 1
-			if err := l.DecodePart(tn.Index, part, 0, half, make([]byte, half)); !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), tn.Name) {
-				t.Errorf("%s: damaged part: %v", tn.Name, err)
-			}
-			if _, err := l.PartOf(tn.Index, stored, 1, 3); !errors.Is(err, ErrInvalid) {
-				t.Errorf("%s: odd range: %v", tn.Name, err)
-			}
+		if tn.rec.Stored == shardcache.StoredRaw {
+			continue
+		}
+		payloads++
+		half := vals / 2 * size
+		part, _ := l.PartOf(tn.Index, stored, 0, half)
+		if err := l.DecodePart(tn.Index, part, half, tn.Size, make([]byte, tn.Size)); tn.Size > 4*codec.ChunkValues*size && !errors.Is(err, codec.ErrSize) {
+			t.Errorf("%s: a part of the first half for the second: %v", tn.Name, err)
+		}
+		part[len(part)-1] ^= 1
+		if err := l.DecodePart(tn.Index, part, 0, half, make([]byte, half)); !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), tn.Name) {
+			t.Errorf("%s: damaged part: %v", tn.Name, err)
+		}
+		if _, err := l.PartOf(tn.Index, stored, 1, 3); size > 1 && !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: a range splitting values: %v", tn.Name, err)
 		}
 	}
-	if payloads == 0 {
-		t.Fatal("no payloads in the fixture")
-	}
+	return payloads
 }
 
-// TestPartsEntropy: entropy payloads have no parts yet.
-func TestPartsEntropy(t *testing.T) {
-	c, _ := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 1, Seed: 15}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
-	l, err := Open(c.Dir(), "")
+// TestPartsEntropyVersion1: the golden cache of index version 3 holds
+// version 1 entropy payloads, which have no chunk records: their parts
+// are the whole payload, and still rebuild exactly the bytes asked for.
+func TestPartsEntropyVersion1(t *testing.T) {
+	golden := filepath.Join("..", "testdata", "golden", "v3")
+	l, err := Open(filepath.Join(golden, "cache"), filepath.Join(golden, "source"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for _, tn := range l.Tensors() {
-		if tn.rec.Stored == shardcache.StoredEntropy {
-			if _, err := l.PartOf(tn.Index, nil, 0, 2); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "entropy") {
-				t.Errorf("%s: %v", tn.Name, err)
-			}
-			return
-		}
+	if checkParts(t, l) == 0 {
+		t.Fatal("no payloads in the golden cache")
 	}
-	t.Fatal("no entropy payload")
 }

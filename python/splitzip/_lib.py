@@ -260,9 +260,9 @@ class Cache:
     def part_into_ptr(self, index: int, src: int, srclen: int, lo: int, hi: int, dst: int, capacity: int) -> int:
         """Cut from srclen stored bytes of tensor index at src (as
         read_stored_into_ptr gives them) the part that rebuilds its bytes
-        [lo, hi) into host memory at dst; returns its size. A fixed-rate
-        payload's part is the chunks covering the range, checksummed; a
-        raw tensor's, the bytes; an entropy payload has none (Error)."""
+        [lo, hi) into host memory at dst; returns its size. A payload's
+        part is the chunks covering the range, checksummed (a version 1
+        entropy payload's, the payload); a raw tensor's, the bytes."""
         n = ctypes.c_uint64()
         self._check(lib().sz_part(self._h, index, ctypes.c_void_p(src), srclen, lo, hi, ctypes.c_void_p(dst), capacity,
                                   ctypes.byref(n)))

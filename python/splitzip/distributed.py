@@ -9,15 +9,15 @@ group, each stored object read from disk once per node.
 Every rank calls load with the same arguments. The plan (splitzip plan,
 docs/splitzip.md section 13) gives each tensor a reader rank, which reads
 its stored bytes (a payload, checked whole, or the raw bytes). A tensor
-sharded along its first dimension (a fixed-rate payload or raw bytes) is
-a byte range a rank: the reader cuts each rank's part (the payload chunks
-covering its range, with a checksum of their own, or its raw bytes) and
-scatters the parts, so each rank receives about 1/N of the tensor; every
-other tensor goes whole, compressed, to every rank in one broadcast a
-batch. Every rank decodes on its host and keeps its part: the whole
-tensor when replicated, its equal part along the dimension when sharded
-(what torch.chunk gives rank r). Entropy payloads have no parts yet and
-are broadcast whole. A rank that fails to read a tensor tells the others
+sharded along its first dimension is a byte range a rank: the reader
+cuts each rank's part (the payload chunks covering its range, with a
+checksum of their own, or its raw bytes; a version 1 entropy payload,
+which has no chunk records, whole) and scatters the parts, so each rank
+receives about 1/N of the tensor; every other tensor goes whole,
+compressed, to every rank in one broadcast a batch. Every rank decodes
+on its host and keeps its part: the whole tensor when replicated, its
+equal part along the dimension when sharded (what torch.chunk gives rank
+r). A rank that fails to read a tensor tells the others
 before the bytes would be sent, so every rank raises an error naming the
 tensor and none waits; a rank that dies is the process group's timeout.
 
@@ -84,9 +84,9 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
 
 def _rows(t: dict, info) -> bool:
     """Whether a tensor's parts are byte ranges: sharded along dimension
-    0, stored fixed-rate or raw, not empty."""
+    0, not empty."""
     p = t["placement"]
-    return bool(p.get("shard")) and p.get("dim", 0) == 0 and t["stored"] != "entropy" and info.nbytes > 0
+    return bool(p.get("shard")) and p.get("dim", 0) == 0 and info.nbytes > 0
 
 
 def _byte_range(t: dict, info, r: int):

@@ -7,6 +7,7 @@ payload chunks covering its rows of a tensor sharded along dimension 0."""
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -74,6 +75,9 @@ class TestDistributed(unittest.TestCase):
         big = os.path.join(cls.tmp.name, "big")
         os.mkdir(big)
         cls.big_src, cls.big = testenv.generated(big, size="32MiB")  # tensors of several chunks
+        cls.big_entropy = os.path.join(big, "entropy")
+        subprocess.run([BIN, "compress", cls.big_src, "-o", cls.big_entropy, "--codec", "entropy", "--no-sync", "-q"],
+                       check=True, stdout=subprocess.DEVNULL)
 
     @classmethod
     def tearDownClass(cls):
@@ -111,7 +115,13 @@ class TestDistributed(unittest.TestCase):
         replicated = self.received
         self.assertEqual(self.run_ranks(2, rules, cache=self.big, src=self.big_src), ["ok"] * 2)
         self.assertLess(self.received, 0.7 * replicated, (self.received, replicated))
-        print(f"received {self.received} bytes sharded, {replicated} replicated", file=sys.stderr)
+        print(f"fixed-rate: received {self.received} bytes sharded, {replicated} replicated", file=sys.stderr)
+        self.assertEqual(self.run_ranks(2, "", cache=self.big_entropy, src=self.big_src), ["ok"] * 2)
+        replicated = self.received
+        self.assertEqual(self.run_ranks(4, rules, cache=self.big_entropy, src=self.big_src), ["ok"] * 4)
+        self.assertEqual(self.run_ranks(2, rules, cache=self.big_entropy, src=self.big_src), ["ok"] * 2)
+        self.assertLess(self.received, 0.7 * replicated, (self.received, replicated))
+        print(f"entropy: received {self.received} bytes sharded, {replicated} replicated", file=sys.stderr)
         rules = "*_proj.weight=shard:1"
         self.assertEqual(self.run_ranks(2, rules), ["ok"] * 2)
 
