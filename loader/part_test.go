@@ -20,7 +20,7 @@ import (
 // ranges (row shards among them) and rebuilds exactly those bytes.
 func TestParts(t *testing.T) {
 	l, _ := openFixture(t)
-	if checkParts(t, l) == 0 {
+	if checkParts(t, l, false) == 0 {
 		t.Fatal("no payloads in the fixture")
 	}
 }
@@ -33,18 +33,21 @@ func TestPartsEntropy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if checkParts(t, l) == 0 {
+	if checkParts(t, l, false) == 0 {
 		t.Fatal("no payloads in the fixture")
 	}
 }
 
-// checkParts checks parts of every tensor of l and returns how many
-// tensors are payloads.
-func checkParts(t *testing.T, l *Loader) int {
+// checkParts checks parts of every tensor of l (of every payload with
+// payloadsOnly) and returns how many tensors are payloads.
+func checkParts(t *testing.T, l *Loader, payloadsOnly bool) int {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(14, 1))
 	payloads := 0
 	for _, tn := range l.Tensors() {
+		if payloadsOnly && tn.rec.Stored == shardcache.StoredRaw {
+			continue
+		}
 		size := uint64(1)
 		if bits, ok := safetensors.DTypeBits(tn.DType); ok && bits >= 8 {
 			size = bits / 8
@@ -100,6 +103,8 @@ func checkParts(t *testing.T, l *Loader) int {
 // TestPartsEntropyVersion1: the golden cache of index version 3 holds
 // version 1 entropy payloads, which have no chunk records: their parts
 // are the whole payload, and still rebuild exactly the bytes asked for.
+// (Raw tensors are left out: a checkout gives the golden source a new
+// modification time, which the source check refuses.)
 func TestPartsEntropyVersion1(t *testing.T) {
 	golden := filepath.Join("..", "testdata", "golden", "v3")
 	l, err := Open(filepath.Join(golden, "cache"), filepath.Join(golden, "source"))
@@ -107,7 +112,7 @@ func TestPartsEntropyVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if checkParts(t, l) == 0 {
+	if checkParts(t, l, true) == 0 {
 		t.Fatal("no payloads in the golden cache")
 	}
 }
