@@ -52,12 +52,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.offload needs PyTorch") from e
 
 from ._lib import Cache, Error
-from .offload_plan import Plan
+from .offload_plan import TIERS, Plan, tiers
 from .torch import DTYPES
 from .transformers import _owner, from_pretrained
-
-TIERS = ("cache", "pinned", "gpu")
-
 
 @dataclass
 class TierStats:
@@ -107,8 +104,7 @@ class Offload:
 
     def __init__(self, model, cache: Cache, device: "torch.device", window: int, prefetch: int,
                  tier: str = "cache", gpu_bytes: Optional[int] = None):
-        if tier not in TIERS:
-            raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
+        tiers([], tier, gpu_bytes)  # checks them
         self.model, self.cache, self.device = model, cache, device
         self.dev = device.index or 0
         self.window, self.prefetch, self.tier = window, prefetch, tier
@@ -173,11 +169,9 @@ class Offload:
         allows (tier gpu), else in pinned host memory, plus one staging
         buffer per slot for pinned layers' copies."""
         sizes = [self.cache.pack_size(self._pack_args(i)[0]) for i in range(len(self.layers))]
-        budget = (sum(sizes) if gpu_bytes is None else gpu_bytes) if self.tier == "gpu" else 0
         scratch = None
-        for i, n in enumerate(sizes):
-            if n <= budget:
-                budget -= n
+        for i, (n, where) in enumerate(zip(sizes, tiers(sizes, self.tier, gpu_bytes))):
+            if where == "gpu":
                 if scratch is None:
                     scratch = torch.empty(max(sizes), dtype=torch.uint8, pin_memory=True)
                 info = self._pack_into(i, scratch)
@@ -440,8 +434,7 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    if tier not in TIERS:
-        raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
+    tiers([], tier, gpu_bytes)  # checks tier and gpu_bytes before anything loads
     model = from_pretrained(cache, config, device=device, source=source, model_class=model_class,
                             skip=lambda m: _decoder_layers(m)[0] + ".")
     c = Cache(cache, source)

@@ -12,7 +12,31 @@ prefetch < window, a started upload only ever replaces a layer that has
 already run in this forward (or, at the end, in the last one).
 """
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
+
+TIERS = ("cache", "pinned", "gpu")
+
+
+def tiers(sizes: List[int], tier: str, gpu_bytes: Optional[int] = None) -> List[str]:
+    """The tier of each layer, whose packs are sizes[i] bytes: every
+    layer in tier "cache" or "pinned"; for "gpu", layers in order while
+    their packs fit in gpu_bytes (None: all of them), the others pinned.
+    A layer that does not fit does not stop later, smaller ones."""
+    if tier not in TIERS:
+        raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
+    if gpu_bytes is not None and gpu_bytes < 0:
+        raise ValueError(f"gpu_bytes {gpu_bytes}: want a byte count >= 0")
+    if tier != "gpu":
+        return [tier] * len(sizes)
+    budget = sum(sizes) if gpu_bytes is None else gpu_bytes
+    out = []
+    for n in sizes:
+        if n <= budget:
+            budget -= n
+            out.append("gpu")
+        else:
+            out.append("pinned")
+    return out
 
 
 class Plan:

@@ -8,7 +8,7 @@ last forward's end), so no upload replaces a layer before it has run."""
 import unittest
 
 import testenv  # noqa: F401  (python/tests; before splitzip)
-from splitzip.offload_plan import Plan
+from splitzip.offload_plan import Plan, tiers
 
 
 def simulate(layers, window, prefetch, forwards):
@@ -25,6 +25,22 @@ def simulate(layers, window, prefetch, forwards):
         for j in p.end():
             slots[p.slot(j)] = j
     return p, events
+
+
+class TestTiers(unittest.TestCase):
+    def test_gpu_budget(self):
+        self.assertEqual(tiers([10, 10, 10], "gpu"), ["gpu"] * 3)
+        self.assertEqual(tiers([10, 10, 10], "gpu", 25), ["gpu", "gpu", "pinned"])
+        self.assertEqual(tiers([10, 30, 10], "gpu", 25), ["gpu", "pinned", "gpu"])
+        self.assertEqual(tiers([10, 10], "gpu", 0), ["pinned", "pinned"])
+        self.assertEqual(tiers([10, 10], "pinned", 100), ["pinned", "pinned"])
+        self.assertEqual(tiers([10], "cache"), ["cache"])
+
+    def test_bad(self):
+        with self.assertRaisesRegex(ValueError, "tier"):
+            tiers([1], "disk")
+        with self.assertRaisesRegex(ValueError, "gpu_bytes"):
+            tiers([1], "gpu", -1)
 
 
 class TestPlan(unittest.TestCase):
