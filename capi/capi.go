@@ -446,13 +446,10 @@ const maxBatch = 1 << 24
 //export sz_upload_batch
 func sz_upload_batch(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, device C.int, dsts, caps *C.uint64_t, stream C.uintptr_t, event *C.uintptr_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error {
-		switch {
-		case event == nil:
+		if event == nil {
 			return fmt.Errorf("%w: NULL event", loader.ErrInvalid)
-		case n > 0 && (dsts == nil || caps == nil):
-			return fmt.Errorf("%w: NULL array", loader.ErrInvalid)
 		}
-		idx, d, c, err := batchArgs(l, n, indices, dsts, caps)
+		idx, d, c, err := batchArgs(l, n, indices, dsts, caps, true)
 		if err != nil {
 			return err
 		}
@@ -464,13 +461,13 @@ func sz_upload_batch(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, device C.
 	})
 }
 
-// batchArgs copies and checks the arrays of a batch of n tensors; dsts
-// and caps may be nil (then d and c are).
-func batchArgs(l *loader.Loader, n C.uint64_t, indices *C.uint64_t, dsts, caps *C.uint64_t) (idx []int, d, c []uint64, err error) {
+// batchArgs copies and checks the arrays of a batch of n tensors: the
+// indices, and with withDsts the destinations and capacities (else nil).
+func batchArgs(l *loader.Loader, n C.uint64_t, indices *C.uint64_t, dsts, caps *C.uint64_t, withDsts bool) (idx []int, d, c []uint64, err error) {
 	switch {
 	case n > maxBatch:
 		return nil, nil, nil, fmt.Errorf("%w: %d tensors in one batch (at most %d)", loader.ErrInvalid, uint64(n), maxBatch)
-	case n > 0 && indices == nil:
+	case n > 0 && (indices == nil || withDsts && (dsts == nil || caps == nil)):
 		return nil, nil, nil, fmt.Errorf("%w: NULL array", loader.ErrInvalid)
 	}
 	idx = make([]int, n)
@@ -483,13 +480,9 @@ func batchArgs(l *loader.Loader, n C.uint64_t, indices *C.uint64_t, dsts, caps *
 		}
 		idx[k] = int(i)
 	}
-	for _, a := range []struct {
-		p   *C.uint64_t
-		out *[]uint64
-	}{{dsts, &d}, {caps, &c}} {
-		if a.p != nil {
-			*a.out = append([]uint64(nil), unsafe.Slice((*uint64)(unsafe.Pointer(a.p)), int(n))...)
-		}
+	if withDsts {
+		d = append([]uint64(nil), unsafe.Slice((*uint64)(unsafe.Pointer(dsts)), int(n))...)
+		c = append([]uint64(nil), unsafe.Slice((*uint64)(unsafe.Pointer(caps)), int(n))...)
 	}
 	return idx, d, c, nil
 }
@@ -500,7 +493,7 @@ func sz_pack_size(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, size *C.uint
 		if size == nil {
 			return fmt.Errorf("%w: NULL size", loader.ErrInvalid)
 		}
-		idx, _, _, err := batchArgs(l, n, indices, nil, nil)
+		idx, _, _, err := batchArgs(l, n, indices, nil, nil, false)
 		if err != nil {
 			return err
 		}
@@ -516,10 +509,7 @@ func sz_pack(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, dsts, caps *C.uin
 		if info == nil {
 			return fmt.Errorf("%w: NULL info", loader.ErrInvalid)
 		}
-		if n > 0 && (dsts == nil || caps == nil) {
-			return fmt.Errorf("%w: NULL array", loader.ErrInvalid)
-		}
-		idx, d, c, err := batchArgs(l, n, indices, dsts, caps)
+		idx, d, c, err := batchArgs(l, n, indices, dsts, caps, true)
 		if err != nil {
 			return err
 		}

@@ -113,6 +113,18 @@ func TestCThreads(t *testing.T) {
 	}
 }
 
+// TestCParts: row parts and layer packs through the C ABI (no GPU).
+func TestCParts(t *testing.T) {
+	dir := t.TempDir()
+	exe := build(t, dir, filepath.Join("testdata", "parts.c"))
+	_, cache := fixture(t, dir)
+	out := run(t, exe, dir, cache)
+	if !strings.HasPrefix(out, "ok") {
+		t.Errorf("parts: %s", out)
+	}
+	t.Log(strings.TrimSpace(out))
+}
+
 func TestErrorsAreCodes(t *testing.T) {
 	dir := t.TempDir()
 	prog := filepath.Join(dir, "bad.c")
