@@ -48,11 +48,16 @@ func ParseHeader(p []byte) (Header, error) {
 }
 
 // Checksum returns the CRC-32C of a payload with its checksum field taken as zero.
-func Checksum(p []byte) uint32 {
+func Checksum(p []byte) uint32 { return ChecksumWithout(p, offChecksum) }
+
+// ChecksumWithout returns the CRC-32C of b with the 4 bytes at offset at
+// (a checksum field, inside b) taken as zero: the checksum of every
+// format here that holds its own.
+func ChecksumWithout(b []byte, at int) uint32 {
 	var zero [4]byte
-	crc := crc32.Update(0, castagnoli, p[:offChecksum])
+	crc := crc32.Update(0, castagnoli, b[:at])
 	crc = crc32.Update(crc, castagnoli, zero[:])
-	return crc32.Update(crc, castagnoli, p[offChecksum+4:])
+	return crc32.Update(crc, castagnoli, b[at+4:])
 }
 
 // layout is a parsed payload whose tables have been checked.

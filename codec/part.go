@@ -3,7 +3,6 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 )
 
 // A part is the chunks [First, First+Chunks) of a payload, packed on their
@@ -90,12 +89,7 @@ func Part(p []byte, first, k uint64) ([]byte, error) {
 	return out, nil
 }
 
-func partChecksum(part []byte) uint32 {
-	var zero [4]byte
-	c := crc32.Update(0, castagnoli, part[:32])
-	c = crc32.Update(c, castagnoli, zero[:])
-	return crc32.Update(c, castagnoli, part[36:])
-}
+func partChecksum(part []byte) uint32 { return ChecksumWithout(part, 32) }
 
 func partError(format string, args ...any) error {
 	return fmt.Errorf("%w: part: %s", ErrCorrupt, fmt.Sprintf(format, args...))

@@ -3,7 +3,6 @@ package entropy
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/splitzip/splitzip/codec"
 )
@@ -95,12 +94,7 @@ func Part(p []byte, first, k uint64) ([]byte, error) {
 	return out, nil
 }
 
-func partChecksum(part []byte) uint32 {
-	var zero [4]byte
-	c := crc32.Update(0, castagnoli, part[:48])
-	c = crc32.Update(c, castagnoli, zero[:])
-	return crc32.Update(c, castagnoli, part[52:])
-}
+func partChecksum(part []byte) uint32 { return codec.ChecksumWithout(part, 48) }
 
 // sparse is the bytes of a payload a part holds, at their offsets in the
 // payload: reading anything else is an error.

@@ -117,10 +117,7 @@ func (d *Reader) DecodeChunks(c0, c1 uint64, dst []byte) (crc uint32, n uint64, 
 // cover every chunk, in order, into the payload's checksum and compares
 // it with the header's.
 func (d *Reader) Check(crcs []uint32, lens []uint64) error {
-	var zero [4]byte
-	crc := crc32.Update(0, castagnoli, d.head[:offCRC])
-	crc = crc32.Update(crc, castagnoli, zero[:])
-	crc = crc32.Update(crc, castagnoli, d.head[offCRC+4:])
+	crc := codec.ChecksumWithout(d.head, offCRC)
 	var total uint64
 	for i := range crcs {
 		crc = codec.CombineChecksums(crc, crcs[i], lens[i])

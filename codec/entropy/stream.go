@@ -238,10 +238,7 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	if chunks > 0 && at(chunks) != symBytes {
 		return fmt.Errorf("%w: chunks end at %d of %d symbol bytes", ErrPayload, at(chunks), symBytes)
 	}
-	var zero [4]byte
-	crc := crc32.Update(0, castagnoli, head[:offCRC])
-	crc = crc32.Update(crc, castagnoli, zero[:])
-	crc = crc32.Update(crc, castagnoli, head[offCRC+4:])
+	crc := codec.ChecksumWithout(head, offCRC)
 	ob := uint64(f.Other())
 	otherBytes := (h.Values*ob + 7) / 8
 	var crcO, crcS uint32
