@@ -193,8 +193,9 @@ sz_status sz_decode_part(uintptr_t handle, uint64_t index, const void *part, uin
 sz_status sz_set_resident(uintptr_t handle, int on);
 
 /* Layer packs (ABI 5): the stored bytes of n tensors (fixed-rate
- * payloads, checked whole, and raw tensors; an entropy payload is
- * SZ_ERR_INVALID) behind a table that sends each, decoded, to its device
+ * payloads, checked whole, and raw tensors; an entropy payload decoded,
+ * as a fixed-rate payload for BF16 when that is smaller, else raw)
+ * behind a table that sends each, decoded, to its device
  * range [dsts[k], dsts[k] + caps[k]), in one buffer the caller keeps
  * where it likes: pinned host memory, copied to the device before each
  * use, or device memory. sz_scatter then writes every tensor of a pack
@@ -204,8 +205,9 @@ sz_status sz_set_resident(uintptr_t handle, int on);
  * reads the table from device memory and checks every entry there: an
  * invalid one writes nothing and is reported by sz_scatter_check, which
  * waits for the stream and clears what it reports.
- * sz_pack_size gives the buffer's size; sz_pack fills it (cap bytes) and
- * *info. Payload destinations must be 16-byte aligned. */
+ * sz_pack_size gives the buffer's size (a bound when entropy payloads
+ * are packed); sz_pack fills it (cap bytes) and *info (info->staged: the
+ * bytes the pack took). Payload destinations must be 16-byte aligned. */
 sz_status sz_pack_size(uintptr_t handle, uint64_t n, const uint64_t *indices, uint64_t *size);
 sz_status sz_pack(uintptr_t handle, uint64_t n, const uint64_t *indices, const uint64_t *dsts, const uint64_t *caps,
                   void *buf, uint64_t cap, sz_pack_info *info);

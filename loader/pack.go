@@ -28,78 +28,110 @@ type PackInfo struct {
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
 
-// packLayout returns where each tensor's stored bytes go in the pack of
-// idx and the pack's size.
-func (l *Loader) packLayout(idx []int) (offs, sizes []uint64, staged uint64, err error) {
-	offs, sizes = make([]uint64, len(idx)), make([]uint64, len(idx))
-	staged = align16(gpu.ScatterTableBytes(len(idx)))
-	for k, i := range idx {
+// packBound returns the bytes a tensor's stored form takes in a pack at
+// most: its payload, or its raw size (an entropy payload is packed
+// decoded, as a fixed-rate payload when that is smaller, else raw).
+func (l *Loader) packBound(t *Tensor) (uint64, error) {
+	if t.rec.Stored == shardcache.StoredEntropy {
+		return t.Size, nil
+	}
+	return l.StoredSize(t.Index)
+}
+
+// PackSize returns the bytes Pack needs for the pack of tensors idx (the
+// pack itself may take fewer: PackInfo.Staged).
+func (l *Loader) PackSize(idx []int) (uint64, error) {
+	n := align16(gpu.ScatterTableBytes(len(idx)))
+	for _, i := range idx {
 		t, err := l.Tensor(i)
 		if err != nil {
-			return nil, nil, 0, err
+			return 0, err
 		}
-		if t.rec.Stored == shardcache.StoredEntropy {
-			return nil, nil, 0, fmt.Errorf("tensor %q: %w: an entropy payload has no packed form (compress with --codec fixed)", t.Name, ErrInvalid)
+		b, err := l.packBound(t)
+		if err != nil {
+			return 0, err
 		}
-		if sizes[k], err = l.StoredSize(i); err != nil {
-			return nil, nil, 0, err
-		}
-		offs[k] = staged
-		staged += align16(sizes[k])
+		n += align16(b)
 	}
-	return offs, sizes, staged, nil
+	return n, nil
 }
 
-// PackSize returns the bytes of the pack of tensors idx (Pack's buffer).
-func (l *Loader) PackSize(idx []int) (uint64, error) {
-	_, _, staged, err := l.packLayout(idx)
-	return staged, err
-}
-
-// Pack writes into buf the pack of tensors idx whose destinations are
-// the device ranges [dsts[k], dsts[k]+caps[k]): their stored bytes, each
-// payload checked whole as ReadStored checks it, behind the scatter table
-// that sends them there. Fixed-rate payloads and raw tensors pack; an
-// entropy payload is ErrInvalid. A payload's destination must be 16-byte
-// aligned (as tensors of an arena or of torch's allocator are).
+// Pack writes into buf (PackSize bytes) the pack of tensors idx whose
+// destinations are the device ranges [dsts[k], dsts[k]+caps[k]): their
+// stored bytes, each payload checked whole as ReadStored checks it,
+// behind the scatter table that sends them there. Fixed-rate payloads
+// and raw tensors pack as they are stored. The scatter kernel decodes
+// fixed-rate payloads only, so an entropy payload is decoded here and
+// packed as a fixed-rate payload (BF16, when that is smaller) or as raw
+// bytes. A payload's destination must be 16-byte aligned (as tensors of
+// an arena or of torch's allocator are).
 func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, error) {
 	if len(dsts) != len(idx) || len(caps) != len(idx) {
 		return PackInfo{}, fmt.Errorf("%w: %d tensors, %d destinations, %d capacities", ErrInvalid, len(idx), len(dsts), len(caps))
 	}
-	offs, sizes, staged, err := l.packLayout(idx)
+	bound, err := l.PackSize(idx)
 	if err != nil {
 		return PackInfo{}, err
 	}
-	if uint64(len(buf)) < staged {
-		return PackInfo{}, fmt.Errorf("%w: a pack of %d bytes in a buffer of %d", ErrTooSmall, staged, len(buf))
+	if uint64(len(buf)) < bound {
+		return PackInfo{}, fmt.Errorf("%w: a pack of up to %d bytes in a buffer of %d", ErrTooSmall, bound, len(buf))
 	}
-	buf = buf[:staged]
 	items := make([]gpu.ScatterItem, len(idx))
 	heads := make([]codec.Header, len(idx))
+	tb := gpu.ScatterTableBytes(len(idx))
+	pos := align16(tb)
+	clear(buf[tb:pos])
 	for k, i := range idx {
 		t, _ := l.Tensor(i)
 		if caps[k] < t.Size {
 			return PackInfo{}, fmt.Errorf("tensor %q: %w: %d bytes at %#x for %d", t.Name, ErrTooSmall, caps[k], dsts[k], t.Size)
 		}
-		p := buf[offs[k] : offs[k]+sizes[k]]
-		if _, err := l.ReadStored(i, p); err != nil {
+		b, _ := l.packBound(t)
+		n, payload, err := l.packItem(t, buf[pos:pos+b])
+		if err != nil {
 			return PackInfo{}, err
 		}
-		clear(buf[offs[k]+sizes[k] : offs[k]+align16(sizes[k])])
-		items[k] = gpu.ScatterItem{Name: t.Name, Dst: dsts[k], Src: offs[k], Stored: sizes[k], Size: t.Size}
-		if t.rec.Stored == shardcache.StoredSplitZip {
-			if heads[k], err = codec.ParseHeader(p); err != nil {
+		clear(buf[pos+n : pos+align16(n)])
+		items[k] = gpu.ScatterItem{Name: t.Name, Dst: dsts[k], Src: pos, Stored: n, Size: t.Size}
+		if payload {
+			if heads[k], err = codec.ParseHeader(buf[pos : pos+n]); err != nil {
 				return PackInfo{}, fmt.Errorf("tensor %q: %w", t.Name, err)
 			}
 			items[k].Header = &heads[k]
 		}
+		pos += align16(n)
 	}
-	tb := gpu.ScatterTableBytes(len(idx))
-	clear(buf[tb:align16(tb)])
-	if err := gpu.PutScatterTable(buf, items, staged); err != nil {
+	if err := gpu.PutScatterTable(buf, items, pos); err != nil {
 		return PackInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return PackInfo{Staged: staged, Count: len(idx), Units: gpu.ScatterUnits(items)}, nil
+	return PackInfo{Staged: pos, Count: len(idx), Units: gpu.ScatterUnits(items)}, nil
+}
+
+// packItem writes tensor t's packed form into dst (its packBound bytes)
+// and returns its size and whether it is a fixed-rate payload.
+func (l *Loader) packItem(t *Tensor, dst []byte) (uint64, bool, error) {
+	if t.rec.Stored != shardcache.StoredEntropy {
+		n, err := l.ReadStored(t.Index, dst)
+		return n, t.rec.Stored == shardcache.StoredSplitZip, err
+	}
+	n, err := l.StoredSize(t.Index)
+	if err != nil {
+		return 0, false, err
+	}
+	stored := make([]byte, n)
+	if _, err := l.ReadStored(t.Index, stored); err != nil {
+		return 0, false, err
+	}
+	raw := dst[:t.Size]
+	if err := l.DecodeHost(t.Index, stored, raw); err != nil {
+		return 0, false, err
+	}
+	if t.DType == "BF16" {
+		if p, _, err := codec.Encode(raw); err == nil && len(p) < len(raw) {
+			return uint64(copy(dst, p)), true, nil
+		}
+	}
+	return t.Size, false, nil
 }
 
 // decoder returns device d's decoder, loading it on first use.

@@ -335,7 +335,7 @@ class Cache:
         return Event(self, ev.value)
 
     def pack_size(self, indices: List[int]) -> int:
-        """The bytes of the pack of tensors indices (pack_into_ptr)."""
+        """The bytes pack_into_ptr needs for the pack of tensors indices."""
         arr = (ctypes.c_uint64 * len(indices))(*indices)
         n = ctypes.c_uint64()
         self._check(lib().sz_pack_size(self._h, len(indices), arr, ctypes.byref(n)))
@@ -346,8 +346,9 @@ class Cache:
         """Write into host memory at ptr (capacity bytes) the pack of
         tensors indices bound for device memory [device_ptrs[k],
         +capacities[k]): their stored bytes, checked, behind the table
-        scatter() follows. Fixed-rate payloads and raw tensors pack; an
-        entropy payload is an Error (invalid argument)."""
+        scatter() follows; an entropy payload is packed decoded (BF16 as
+        a fixed-rate payload, others raw). pack_size() bounds the pack;
+        the returned info.staged is what it took."""
         n = len(indices)
         if len(device_ptrs) != n or len(capacities) != n:
             raise ValueError("indices, device_ptrs and capacities differ in length")

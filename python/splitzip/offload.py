@@ -167,22 +167,22 @@ class Offload:
     def _build_packs(self, gpu_bytes: Optional[int]) -> None:
         """Each layer's pack, checked: in GPU memory while gpu_bytes
         allows (tier gpu), else in pinned host memory, plus one staging
-        buffer per slot for pinned layers' copies."""
-        sizes = [self.cache.pack_size(self._pack_args(i)[0]) for i in range(len(self.layers))]
-        scratch = None
-        for i, (n, where) in enumerate(zip(sizes, tiers(sizes, self.tier, gpu_bytes))):
+        buffer per slot for pinned layers' copies. A pack is built in a
+        pinned scratch buffer of the size the library bounds it by, and
+        kept in one of the size it took (smaller for entropy payloads,
+        which are packed decoded)."""
+        bounds = [self.cache.pack_size(self._pack_args(i)[0]) for i in range(len(self.layers))]
+        scratch = torch.empty(max(bounds), dtype=torch.uint8, pin_memory=True)
+        for i, where in enumerate(tiers(bounds, self.tier, gpu_bytes)):
+            info = self._pack_into(i, scratch)
             if where == "gpu":
-                if scratch is None:
-                    scratch = torch.empty(max(sizes), dtype=torch.uint8, pin_memory=True)
-                info = self._pack_into(i, scratch)
-                dev = torch.empty(n, dtype=torch.uint8, device=self.device)
-                dev.copy_(scratch[:n])
-                torch.cuda.synchronize(self.device)  # scratch is reused
-                self.packs[i], self.where[i] = (dev, info), "gpu"
+                held = torch.empty(info.staged, dtype=torch.uint8, device=self.device)
             else:
-                buf = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-                self.packs[i], self.where[i] = (buf, self._pack_into(i, buf)), "pinned"
-        pinned = [n for i, n in enumerate(sizes) if self.where[i] == "pinned"]
+                held = torch.empty(info.staged, dtype=torch.uint8, pin_memory=True)
+            held.copy_(scratch[:info.staged])
+            torch.cuda.synchronize(self.device)  # scratch is reused
+            self.packs[i], self.where[i] = (held, info), where
+        pinned = [self.packs[i][1].staged for i in range(len(self.layers)) if self.where[i] == "pinned"]
         if pinned:
             self.staging = [torch.empty(max(pinned), dtype=torch.uint8, device=self.device)
                             for _ in range(self.window)]
@@ -207,27 +207,29 @@ class Offload:
         names = []
         for i in layers:
             held, _ = self.packs[i]
-            fresh = torch.empty(held.numel(), dtype=torch.uint8, pin_memory=True)
+            fresh = torch.empty(self.cache.pack_size(self._pack_args(i)[0]), dtype=torch.uint8, pin_memory=True)
             info = self._pack_into(i, fresh)
+            fresh = fresh[:info.staged]
             diff = (held.cpu() != fresh).nonzero()
             if diff.numel() == 0:
                 continue
-            names.append(self._owner_of(i, int(diff[0]), info))
+            names.append(self._owner_of(i, int(diff[0]), fresh))
             held.copy_(fresh)
             self.packs[i] = (held, info)
         torch.cuda.synchronize(self.device)
         return names
 
-    def _owner_of(self, i: int, off: int, info) -> str:
-        """The tensor of layer i's pack whose entry or stored bytes hold
-        byte off."""
+    def _owner_of(self, i: int, off: int, pack: "torch.Tensor") -> str:
+        """The tensor of layer i's pack whose table entry or stored bytes
+        hold byte off (the pack's table: 64 bytes a tensor, in order,
+        each with the offset and size of its stored bytes)."""
         ps = self.params[i]
         if off < 64 * len(ps):
             return f"{self.prefix}.{i}.{ps[off // 64][0]}"
-        pos = (64 * len(ps) + 15) & ~15
-        for rel, _, _, index, *_ in ps:
-            pos += (self.cache.stored_size(index) + 15) & ~15
-            if off < pos:
+        table = pack[:64 * len(ps)].view(torch.int64).view(len(ps), 8)
+        for k, (rel, *_) in enumerate(ps):
+            src, stored = int(table[k, 1]), int(table[k, 2])
+            if src <= off < src + ((stored + 15) & ~15):
                 return f"{self.prefix}.{i}.{rel}"
         return f"layer {i}"
 

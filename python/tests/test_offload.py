@@ -108,10 +108,16 @@ class TestOffload(unittest.TestCase):
         finally:
             m.splitzip_offload.close()
 
-    def test_entropy_pack_rejected(self):
-        from splitzip._lib import Error
-        with self.assertRaisesRegex(Error, "entropy"):
-            self.model("entropy", window=2, prefetch=1, tier="pinned")
+    def test_entropy_packs(self):
+        """An entropy cache's layers pack decoded (BF16 as fixed-rate
+        payloads) for the pinned and gpu tiers, exact."""
+        for tier in ("pinned", "gpu"):
+            m = self.model("entropy", window=2, prefetch=1, tier=tier)
+            try:
+                self.forward_equal(m, f"entropy, tier {tier}")
+                self.assertGreater(m.splitzip_offload.stats.tiers[tier].held, 0)
+            finally:
+                m.splitzip_offload.close()
 
     def test_graph_replay(self):
         from splitzip.offload import capture
