@@ -9,6 +9,8 @@
 #   llama  an 8 GiB Llama-shaped checkpoint
 #   quick  the conformance suite, then base against this build on the
 #          size mix and a 12-layer MoE, 3 rounds
+#   packsweep  load-time pack thresholds (--small-bytes) on the mix and a
+#          12-layer MoE, this build only
 #   tier   re-faults from the device tier (--device-resident) beside
 #          re-faults from pinned memory, Llama 8 GiB and a 12-layer MoE
 #   cpu    the entropy coder's benchmarks on the host cores (entropy.test)
@@ -122,6 +124,22 @@ quick) # conformance, then base against new on the mix and a 12-layer MoE
         echo "QUICK $name r$r $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
       done
     done
+    rm -rf /tmp/$name /tmp/$name.*
+  done ;;
+packsweep) # the pack threshold at load time (--small-bytes) on the mix
+  # and a 12-layer MoE, now that the scatter kernel is persistent and
+  # pipelined (2026-12-01, fifth session): this build only, 3 rounds
+  for ds in "mix --mix 4000 --shards 4" "moe12 --moe 64 --layers 12 --shards 4"; do
+    set -- $ds; name=$1; shift
+    "$D/splitzip" gen /tmp/$name "$@" -q || fail gen
+    "$D/splitzip" compress /tmp/$name -o /tmp/$name.new --no-sync -q || fail compress
+    cat /tmp/$name/* /tmp/$name.new/objects/*/* >/dev/null
+    for r in 1 2 3; do
+      for sb in 0 524288 1048576 2097088; do
+        echo "PACK $name r$r small-bytes $sb: $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --repeat 1 --small-bytes $sb --device-times=false | grep compare)"
+      done
+    done
+    "$D/splitzip" load /tmp/$name.new --check --small-bytes 2097088 | grep -E "matches" || fail "$name load --check"
     rm -rf /tmp/$name /tmp/$name.*
   done ;;
 tier) # the device tier: SplitZip re-faults from payloads kept in device
