@@ -19,7 +19,10 @@ on its host and keeps its part: the whole tensor when replicated, its
 equal part along the dimension when sharded (what torch.chunk gives rank
 r). A rank that fails to read a tensor tells the others
 before the bytes would be sent, so every rank raises an error naming the
-tensor and none waits; a rank that dies is the process group's timeout.
+tensor and none waits; a rank that fails to decode (a part damaged on
+the wire) is known to all at the batch's end, and every rank raises an
+error naming the tensor; a rank that dies is the process group's
+timeout.
 
 With the NCCL backend the bytes travel in CUDA memory (the current device)
 and are decoded on the host; decoding on the GPU where they land is not
@@ -105,7 +108,9 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
     parts of the row-sharded ones, and broadcasts whether that worked (0,
     or 1 + the item that failed) with every part's size; then it
     broadcasts the other items' stored bytes in one buffer and scatters
-    each rank's parts in another; every rank decodes its items."""
+    each rank's parts in another; every rank decodes its items, and an
+    all-reduce of what failed (0, or 1 + the item) makes every rank raise
+    when one did."""
     rows = [k for k, (t, _, info, _) in enumerate(items) if _rows(t, info)]
     whole = [k for k in range(len(items)) if k not in set(rows)]
     status = torch.zeros(1 + world * len(rows), dtype=torch.int64)
@@ -138,8 +143,12 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
         if failure is not None:
             raise failure
         raise RuntimeError(f"splitzip: rank {reader} failed to read tensor {items[bad - 1][0]['name']}")
+    # The collectives first, every rank in the same order; then decoding,
+    # and one all-reduce that makes every rank raise when one failed.
+    buf, recv, sizes = None, None, None
+    offs = []
     if whole:
-        offs, total = [], 0
+        total = 0
         for k in whole:
             offs.append(total)
             total += items[k][3]
@@ -153,13 +162,12 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
             buf = wire.cpu()
             if rank != reader:
                 st["received_bytes"] += total
-        for k, o in zip(whole, offs):
-            _keep_whole(c, items[k], buf.data_ptr() + o, rank, world, device, out)
     if rows:
         sizes = status[1:].view(world, len(rows))
         width = int(sizes.sum(1).max())
+        recv = torch.empty(width, dtype=torch.uint8)
         if width:
-            recv = torch.empty(width, dtype=torch.uint8, device=comm)
+            got = torch.empty(width, dtype=torch.uint8, device=comm)
             send = None
             if rank == reader:
                 send = []
@@ -169,12 +177,18 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                         cat = torch.cat(parts[r])
                         b[:cat.numel()] = cat
                     send.append(b.to(comm))
-            dist.scatter(recv, send, src=reader, group=group)
-            recv = recv.cpu()
+            dist.scatter(got, send, src=reader, group=group)
+            recv = got.cpu()
             if rank != reader:
                 st["received_bytes"] += int(sizes[rank].sum())
+    failed, error = 0, None
+    try:
+        for k, o in zip(whole, offs):
+            failed = k + 1
+            _keep_whole(c, items[k], buf.data_ptr() + o, rank, world, device, out)
         off = 0
         for j, k in enumerate(rows):
+            failed = k + 1
             t, index, info, _ = items[k]
             m, (lo, hi) = int(sizes[rank, j]), _byte_range(t, info, rank)
             raw = torch.empty(hi - lo, dtype=torch.uint8)
@@ -182,6 +196,16 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
             off += m
             shape = (info.shape[0] // world,) + tuple(info.shape[1:])
             out[t["name"]] = raw.view(_dtype(t, info)).reshape(shape).to(device)
+        failed = 0
+    except Exception as e:  # agreed on with the other ranks, then raised
+        error = e
+    flag = torch.tensor([failed], dtype=torch.int64).to(comm)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    bad = int(flag.cpu()[0])
+    if bad:
+        if error is not None:
+            raise error
+        raise RuntimeError(f"splitzip: another rank failed to decode tensor {items[bad - 1][0]['name']}")
 
 
 def _dtype(t: dict, info) -> "torch.dtype":

@@ -27,10 +27,21 @@ except ImportError:  # pragma: no cover
 DT = {"BF16": "bfloat16", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32"}
 
 
-def _worker(rank, world, pg, cache, rules, src_dir, result, batch):
+def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=-1):
     dist.init_process_group("gloo", init_method=f"file://{pg}", rank=rank, world_size=world)
     try:
         from splitzip.distributed import load
+        if rank == corrupt_rank:  # a part damaged on the wire, on this rank only
+            import ctypes
+            from splitzip._lib import Cache
+            decode = Cache.decode_part_ptr
+
+            def damaged(self, index, part, partlen, lo, hi, dst, capacity):
+                if partlen:
+                    b = ctypes.c_uint8.from_address(part + partlen - 1)
+                    b.value ^= 1
+                return decode(self, index, part, partlen, lo, hi, dst, capacity)
+            Cache.decode_part_ptr = damaged
         stats = {}
         try:
             got = load(cache, rules=rules, batch_bytes=batch, stats=stats)
@@ -83,10 +94,11 @@ class TestDistributed(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def run_ranks(self, world, rules, cache=None, batch=64 << 20, src=None):
+    def run_ranks(self, world, rules, cache=None, batch=64 << 20, src=None, corrupt_rank=-1):
         d = tempfile.mkdtemp(dir=self.tmp.name)
         result = os.path.join(d, "result")
-        mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, src or self.src, result, batch),
+        mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, src or self.src, result, batch,
+                                corrupt_rank),
                  nprocs=world, join=True)
         out = []
         self.received = 0
@@ -140,6 +152,14 @@ class TestDistributed(unittest.TestCase):
         got = self.run_ranks(2, "", cache=bad)
         for r in got:
             self.assertTrue(r.startswith("error:") and "tensor" in r, got)
+
+    def test_damaged_part(self):
+        """A part damaged on the wire on one rank: every rank raises an
+        error naming a tensor, none waits."""
+        rules = "*embed*=replicate,*lm_head*=replicate,*norm*=replicate,*.weight=shard:0"
+        got = self.run_ranks(2, rules, cache=self.big, src=self.big_src, corrupt_rank=1)
+        self.assertTrue(got[1].startswith("error:") and "tensor" in got[1] and "checksum" in got[1], got)
+        self.assertTrue(got[0].startswith("error:") and "another rank failed to decode tensor" in got[0], got)
 
     def test_bad_rules(self):
         got = self.run_ranks(2, "*=shard:7")
