@@ -332,3 +332,46 @@ func TestDecodeStream(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeFewBlocks decodes, with grids of a few blocks each taking
+// many chunks (in place, one block waits only on itself), data whose
+// chunks' stored sizes vary from chunk to chunk (few escapes, many, raw),
+// so that a block's two buffers hold chunks of every size pair.
+func TestDecodeFewBlocks(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	C := codec.ChunkValues
+	n := 97*C + 123
+	v := synth.Normal(rng, n, 0.02)
+	for c := 0; c*C < n; c++ {
+		rate := []float64{0, 0.001, 0.1, 0.166, 0.17, 0.5, 0, 0.05}[rng.IntN(8)]
+		for i := c * C; i < min((c+1)*C, n); i++ {
+			if rng.Float64() < rate {
+				binary.LittleEndian.PutUint16(v[2*i:], uint16(rng.Uint32()&0x807f|0x7f00))
+			}
+		}
+	}
+	p, st, err := codec.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := codec.ParseHeader(p)
+	full := d.maxGrid
+	defer func() { d.maxGrid = full }()
+	for _, grid := range []uint32{1, 2, 3, 7, full} {
+		d.maxGrid = grid
+		for _, inPlace := range []bool{false, true} {
+			if inPlace && !st.InPlace {
+				continue
+			}
+			got, err := run(t, ctx, d, p, &h, inPlace)
+			if err != nil {
+				t.Fatalf("grid %d, in place %v: %v", grid, inPlace, err)
+			}
+			if !bytes.Equal(got, v) {
+				t.Fatalf("grid %d, in place %v: differs from the reference at byte %d", grid, inPlace, firstDiff(got, v))
+			}
+		}
+	}
+	t.Logf("%d chunks (%d raw, %d escapes), in place %v: ok", h.Chunks(), st.RawChunks, st.Escapes, st.InPlace)
+}

@@ -18,7 +18,7 @@ for round in 1 2; do
     K=$OUT/v-$name
     if [ ! -s $K/decode.fatbin ]; then
       NVCC_EXTRA="$flags" OUTDIR=$K bash scripts/build-kernels.sh 2>&1 | grep -A1 "splitzip_decode' for 'sm_90" | tail -1
-      SPLITZIP_FATBIN=$K/decode.fatbin timeout 120 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestCorruptPayloads|TestScatterMatchesReference' -test.count 1 2>&1 | tail -1
+      SPLITZIP_FATBIN=$K/decode.fatbin timeout 120 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestDecodeFewBlocks|TestCorruptPayloads|TestScatterMatchesReference' -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL)" | tail -8
     fi
     echo "== round $round: $name ($flags)"
     SPLITZIP_FATBIN=$K/decode.fatbin "$D/splitzip" bench decode --size "${SZ:-512MiB,64MiB}" --runs 30 | grep normal | cut -c1-125

@@ -9,11 +9,19 @@
 #            cudaengine tests; then the embedded kernels and the new ones
 #            alternating, two rounds: bench decode at 512 and 64 MiB,
 #            bench decode --layer, and --codec entropy for BF16 and FP8
+#            (BENCH_ENTROPY=0 leaves those out)
 #   python   the Python offload tests (tiers, windows, graph replay,
 #            faults) with python/splitzip/libsplitzip.so built here
 #   offload  scripts/gpu-offload.py: forwards of a 0.9 B Llama for each
 #            tier against resident and accelerate's cpu_offload
 #   offload8b  scripts/gpu-offload-8b.py: the same for a Llama-3-8B shape
+#   ncu      Nsight Compute (--set full) of one in-place and one
+#            out-of-place fixed-rate decode and one in-place BF16 entropy
+#            decode at 512 MiB (bench decode's launches), reports in $OUT
+#   pinned   scripts/gpu-offload-pinned.py: the pinned tier against raw
+#            pinned packs, alternating rounds, eager and graph replays
+#   timeline  scripts/gpu-offload-timeline.py: per-layer copy, scatter,
+#            compute and host times of eager pinned-tier forwards
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1 PHASE=$2
@@ -35,9 +43,9 @@ kernel)
   step "gpu tests with the new kernels (2^31 values too)"
   SPLITZIP_LARGE=1 timeout 400 "$D/gpu.test" -test.skip TestKernelStamp -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|corrupt|values" | tail -40 || fail tests
   step "memcheck"
-  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestCorruptPayloads|TestScatter|TestEntropyMatchesReference|TestEntropyCorrupt' -test.short -test.count 1 2>&1 | grep -vE "^=== RUN|Host Frame|^=========\s*$" | tail -12 || fail memcheck
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestDecodeFewBlocks|TestCorruptPayloads|TestScatter|TestEntropyMatchesReference|TestEntropyCorrupt' -test.short -test.count 1 2>&1 | grep -vE "^=== RUN|Host Frame|^=========\s*$" | tail -12 || fail memcheck
   step "racecheck"
-  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestScatterMatchesReference|TestEntropyMatchesReference' -test.short -test.count 1 2>&1 | tail -6 || fail racecheck
+  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestDecodeFewBlocks|TestScatterMatchesReference|TestEntropyMatchesReference' -test.short -test.count 1 2>&1 | tail -6 || fail racecheck
   unset SPLITZIP_FATBIN SPLITZIP_ENTROPY_FATBIN
   for t in transport:transport loadbench:internal/loadbench loader:loader cudaengine:engine/cudaengine; do
     n=${t%%:*} dir=${t#*:}
@@ -57,6 +65,7 @@ kernel)
       "$D/splitzip" bench decode --size 512MiB,64MiB --runs 30 | grep normal | cut -c1-125 || fail "bench $which"
       step "round $round, $which kernel: bench decode --layer"
       "$D/splitzip" bench decode --layer --runs 30 | grep -v copy || fail "bench layer $which"
+      [ "${BENCH_ENTROPY:-1}" = 1 ] || continue
       step "round $round, $which kernel: bench decode --codec entropy"
       "$D/splitzip" bench decode --codec entropy --dtype BF16,F8_E4M3,F8_E5M2 --size 512MiB,64MiB --runs 30 | grep in-place | cut -c1-150 || fail "bench entropy $which"
     done
@@ -76,6 +85,25 @@ offload)
 offload8b)
   step "offload forwards, 8 B parameters"
   timeout 560 python3 scripts/gpu-offload-8b.py "$D/splitzip" /tmp/offload8b 2>&1 | grep -v "it/s" | tail -40 || fail offload8b
+  ;;
+ncu)
+  for what in "in-place:splitzip_decode:5:--codec fixed" "out-of-place:splitzip_decode:26:--codec fixed" \
+              "entropy-in-place:splitzip_entropy_decode:5:--codec entropy --dtype BF16"; do
+    IFS=: read -r name kernel skip flags <<<"$what"
+    step "ncu: $name ($kernel, launch $skip)"
+    timeout 250 ncu --clock-control none --set full --kernel-name "$kernel" --launch-skip "$skip" --launch-count 1 -o "$OUT/ncu-$name" \
+      "$D/splitzip" bench decode --size 512MiB --runs 20 $flags >/dev/null 2>"$OUT/ncu-$name.err" || fail "ncu $name"
+    ncu --import "$OUT/ncu-$name.ncu-rep" --page details --print-units base 2>&1 |
+      grep -E "DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth|Stall|Theoretical Occ|Eligible|Active Warps" | head -40
+  done
+  ;;
+pinned)
+  step "pinned tier against raw pinned packs"
+  timeout 400 python3 scripts/gpu-offload-pinned.py "$D/splitzip" /tmp/offload-work 3 2>&1 | grep -v "it/s" | tail -20 || fail pinned
+  ;;
+timeline)
+  step "eager pinned-tier timelines"
+  timeout 300 python3 scripts/gpu-offload-timeline.py "$D/splitzip" /tmp/offload-work ${WP:-4 2 2 1 4 3} 2>&1 | tail -150 || fail timeline
   ;;
 *)
   echo "unknown phase $PHASE"; exit 2

@@ -9,37 +9,19 @@ CUDA graph. Logits are compared with the resident model's. Usage:
 python3 scripts/gpu-offload.py BIN WORKDIR."""
 
 import os
-import subprocess
 import sys
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
-from offloadbench import graph_timed, timed  # noqa: E402
+from offloadbench import graph_timed, small_llama, timed  # noqa: E402
 
 BIN, WORK = sys.argv[1], sys.argv[2]
-src = os.path.join(WORK, "model")
-cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
-                  num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=2048,
-                  tie_word_embeddings=True, torch_dtype="bfloat16")
-if not os.path.exists(os.path.join(src, "config.json")):
-    torch.manual_seed(3)
-    AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(src)
-caches = {}
-for codec, extra in (("fixed", []), ("entropy", ["--codec", "entropy"]), ("raw", ["--min-saving", "0.99"])):
-    c = os.path.join(WORK, codec)
-    if not os.path.exists(c):
-        subprocess.run([BIN, "compress", src, "-o", c, "--no-sync", "-q"] + extra, check=True, stdout=subprocess.DEVNULL)
-    caches[codec] = c
-for root, _, files in os.walk(WORK):  # page cache
-    for f in files:
-        with open(os.path.join(root, f), "rb") as fh:
-            while fh.read(1 << 24):
-                pass
+src, caches, cfg = small_llama(BIN, WORK)
 ids = torch.randint(0, 32000, (1, 128), device="cuda:0")
 step = ids[:, :1]
 

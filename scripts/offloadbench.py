@@ -1,9 +1,11 @@
-"""Timing helpers of scripts/gpu-offload.py and scripts/gpu-offload-8b.py
-(the GPU machine): eager forwards and CUDA graph replays of a model,
-median of n after a warm-up, torch.cuda.synchronize() around each."""
+"""Helpers of scripts/gpu-offload*.py (the GPU machine): the 0.9 B
+Llama and its caches, and timings of eager forwards and CUDA graph
+replays of a model, median of n after a warm-up,
+torch.cuda.synchronize() around each."""
 
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -11,6 +13,36 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from splitzip.offload import capture  # noqa: E402
+
+
+def small_llama(bin_, work, codecs=("fixed", "entropy", "raw")):
+    """A 0.888 B-parameter Llama (hidden 2048, 16 layers, intermediate
+    5632, tied embeddings, random init, seed 3, BF16) saved under
+    work/model, compressed with bin_ into work/<codec> for each codec
+    (fixed, entropy, raw = every tensor raw), everything read once into
+    the page cache. Returns (model dir, {codec: cache dir}, config)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    src = os.path.join(work, "model")
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=2048,
+                      tie_word_embeddings=True, torch_dtype="bfloat16")
+    if not os.path.exists(os.path.join(src, "config.json")):
+        torch.manual_seed(3)
+        AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(src)
+    extra = {"fixed": [], "entropy": ["--codec", "entropy"], "raw": ["--min-saving", "0.99"]}
+    caches = {}
+    for codec in codecs:
+        c = os.path.join(work, codec)
+        if not os.path.exists(c):
+            subprocess.run([bin_, "compress", src, "-o", c, "--no-sync", "-q"] + extra[codec], check=True,
+                           stdout=subprocess.DEVNULL)
+        caches[codec] = c
+    for root, _, files in os.walk(work):  # page cache
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+    return src, caches, cfg
 
 
 def timed(m, x, n, **kw):

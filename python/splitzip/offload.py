@@ -357,17 +357,21 @@ class Offload:
         return hook
 
     def _finish(self) -> None:
-        """At the forward's end: start the next forward's first faults and
-        check this one's (decode errors)."""
-        self._start(self.plan.end())
+        """At the forward's end: check this one's faults (decode errors),
+        then start the next forward's first faults."""
         if self.pool is None:
+            # Checked before the next faults start, so that the host waits
+            # only for this forward's faults (all of them enqueued before
+            # its last layer ran), not for the next forward's copies.
+            if not _capturing():
+                self._check_packs()
+            self._start(self.plan.end())
             # The compute stream waits for those faults: the next forward
             # (or graph replay) is ordered after them, and a capture joins.
             self._compute.wait_stream(self.stream)
             self.ready.clear()
-            if not _capturing():
-                self._check_packs()
         else:
+            self._start(self.plan.end())
             with self.lock:
                 evs, self.events = self.events, []
             for ev in evs:
