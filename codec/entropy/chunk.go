@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/splitzip/splitzip/codec"
@@ -93,18 +94,28 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	if bits < 1 || bits > 8 {
 		return nil, fmt.Errorf("entropy: symbols of %d bits", bits)
 	}
+	// Each symbol's code and length in one word: code<<5 | length, 0 for
+	// a symbol with no code (or wider than bits).
+	var tab [MaxSymbols]uint32
+	for sym := range 1 << bits {
+		if l := c.Lengths[sym]; l > 0 {
+			tab[sym] = c.Codes[sym]<<5 | uint32(l)
+		}
+	}
 	L := lanesFor(n)
 	var laneBits [Lanes]uint64
 	var total uint64
 	for base := 0; base < n; base += L {
-		for k, s := range syms[base:min(n, base+L)] {
-			l := uint64(c.Lengths[s])
-			if l == 0 || bits < 8 && s>>bits != 0 {
-				return nil, fmt.Errorf("%w: symbol %d has no code of %d bits", ErrCode, s, bits)
+		for k, sym := range syms[base:min(n, base+L)] {
+			e := tab[sym]
+			if e == 0 {
+				return nil, fmt.Errorf("%w: symbol %d has no code of %d bits", ErrCode, sym, bits)
 			}
-			laneBits[k] += l
-			total += l
+			laneBits[k&(Lanes-1)] += uint64(e & 31)
 		}
+	}
+	for _, b := range laneBits[:L] {
+		total += b
 	}
 	mean := total / uint64(L)
 	var dev uint64
@@ -130,24 +141,39 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 			bw.write(1<<(w-1)|(mean-b), w)
 		}
 	}
-	for lane := range L {
-		for i := lane; i < n; i += L {
-			s := syms[i]
-			bw.writeShort(c.Codes[s], uint(c.Lengths[s]))
-		}
-	}
-	return bw.flush(), nil
+	return encodeLanes(bw, &tab, syms, L, len(dst)+int((coded+7)/8)), nil
 }
 
-// writeShort writes the low n bits of v, n at most 24.
-func (w *bitWriter) writeShort(v uint32, n uint) {
-	w.acc = w.acc<<n | uint64(v)
-	w.nbits += int(n)
-	if w.nbits >= 32 {
-		w.nbits -= 32
-		w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(w.acc>>w.nbits))
-		w.acc &= 1<<w.nbits - 1
+// encodeLanes appends lanes 0..L-1 of syms (symbol i in lane i mod L),
+// each code from tab, to the chunk's first bits in bw, and returns the
+// chunk, which ends at byte size of the slice: the output grows once and
+// is written a 32-bit word at a time.
+func encodeLanes(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size int) []byte {
+	out := slices.Grow(bw.buf, size-len(bw.buf))[:size]
+	pos := len(bw.buf)
+	// acc's bits above the nb pending ones are never written.
+	acc, nb := bw.acc, uint(bw.nbits)
+	for lane := range L {
+		for i := lane; i < len(syms); i += L {
+			e := tab[syms[i]]
+			acc = acc<<(e&31) | uint64(e>>5)
+			nb += uint(e & 31)
+			if nb >= 32 {
+				nb -= 32
+				binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
+				pos += 4
+			}
+		}
 	}
+	for nb >= 8 {
+		nb -= 8
+		out[pos] = byte(acc >> nb)
+		pos++
+	}
+	if nb > 0 {
+		out[pos] = byte(acc << (8 - nb))
+	}
+	return out
 }
 
 // DecodeChunk decodes len(dst) symbols of bits bits from the chunk at the

@@ -1,6 +1,7 @@
 package entropy
 
 import (
+	"bytes"
 	"container/heap"
 	"errors"
 	"math/rand/v2"
@@ -153,6 +154,16 @@ func TestHistogramAndSplit(t *testing.T) {
 		histogram(got, syms)
 		if !slices.Equal(got, want) {
 			t.Fatalf("n %d: histogram differs", n)
+		}
+		fused := make([]uint64, 256)
+		histogramBF16(fused, raw)
+		if !slices.Equal(fused, want) {
+			t.Fatalf("n %d: the BF16 histogram differs", n)
+		}
+		only := make([]byte, n)
+		splitBF16(nil, only, raw)
+		if !bytes.Equal(only, others) {
+			t.Fatalf("n %d: other bits alone differ", n)
 		}
 	}
 }

@@ -96,31 +96,46 @@ func (f Field) Symbols(dst, raw []byte) error {
 	return nil
 }
 
-// splitBF16 writes the exponent of each BF16 value of raw to syms and,
-// unless others is nil, its other bits (sign, 7 of mantissa) to others,
+// splitBF16 writes the exponent of each BF16 value of raw to syms and its
+// other bits (sign, 7 of mantissa) to others, either of which may be nil,
 // eight values at a time in 64-bit words.
 func splitBF16(syms, others, raw []byte) {
-	n := len(syms)
-	raw = raw[:2*n]
+	n := len(raw) / 2
+	if syms != nil {
+		syms = syms[:n]
+	}
+	if others != nil {
+		others = others[:n]
+	}
 	i := 0
 	for ; i+8 <= n; i += 8 {
 		a := binary.LittleEndian.Uint64(raw[2*i:])
 		b := binary.LittleEndian.Uint64(raw[2*i+8:])
-		lo := gather(a) | gather(b)<<32
-		hi := gather(a>>8) | gather(b>>8)<<32
-		binary.LittleEndian.PutUint64(syms[i:], hi<<1&0xfefefefefefefefe|lo>>7&0x0101010101010101)
+		if syms != nil {
+			binary.LittleEndian.PutUint64(syms[i:], exponents8(a, b))
+		}
 		if others != nil {
-			binary.LittleEndian.PutUint64(others[i:], hi&0x8080808080808080|lo&0x7f7f7f7f7f7f7f7f)
+			binary.LittleEndian.PutUint64(others[i:], gather(otherBits4(a))|gather(otherBits4(b))<<32)
 		}
 	}
 	for ; i < n; i++ {
 		v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
-		syms[i] = byte(v >> 7)
+		if syms != nil {
+			syms[i] = byte(v >> 7)
+		}
 		if others != nil {
 			others[i] = byte(v>>15<<7 | v&0x7f)
 		}
 	}
 }
+
+// exponents8 returns the exponents of the eight BF16 values in a and b
+// (little-endian words of four), one a byte.
+func exponents8(a, b uint64) uint64 { return gather(a>>7) | gather(b>>7)<<32 }
+
+// otherBits4 moves the other bits of the four BF16 values of x (sign,
+// then 7 of mantissa) into the low bytes of its 16-bit lanes.
+func otherBits4(x uint64) uint64 { return x>>8&0x0080008000800080 | x&0x007f007f007f007f }
 
 // gather moves the low bytes of the four 16-bit lanes of x into the four
 // low bytes of the result.

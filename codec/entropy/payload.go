@@ -130,17 +130,20 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 		return nil, fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
 	}
 	n := len(raw) / f.Size
-	syms := make([]byte, n)
 	freq := make([]uint64, 1<<f.Bits)
-	var bf16Others []byte
-	if f.DType == "BF16" && !f.Whole {
-		// BF16: symbols and the other bits in one pass.
-		bf16Others = make([]byte, n)
-		splitBF16(syms, bf16Others, raw)
-	} else if err := f.Symbols(syms, raw); err != nil {
-		return nil, err
+	// BF16 exponents are counted, and later split off a chunk at a time,
+	// straight from raw: no copy of the symbols or other bits is kept.
+	bf16 := f.DType == "BF16" && !f.Whole
+	var syms []byte
+	if bf16 {
+		histogramBF16(freq, raw)
+	} else {
+		syms = make([]byte, n)
+		if err := f.Symbols(syms, raw); err != nil {
+			return nil, err
+		}
+		histogram(freq, syms)
 	}
-	histogram(freq, syms)
 	pc, err := newPayloadCode(fi, uint64(n), freq)
 	if err != nil {
 		return nil, err
@@ -148,40 +151,59 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	code := pc.code
 	chunkValues := codec.ChunkValues
 	chunks := (n + chunkValues - 1) / chunkValues
+	span := func(c int) (int, int) { return c * chunkValues, min(n, (c+1)*chunkValues) }
 	encs := make([][]byte, chunks)
+	others := make([][]byte, chunks) // other bits of chunks not BF16
 	errs := make([]error, chunks)
 	parallel(chunks, workers, func(c int) {
-		encs[c], errs[c] = EncodeChunk(nil, code, syms[c*chunkValues:min(n, (c+1)*chunkValues)], f.Bits)
+		lo, hi := span(c)
+		if !bf16 {
+			encs[c], errs[c] = EncodeChunk(nil, code, syms[lo:hi], f.Bits)
+			var bw bitWriter
+			packInto(&bw, f, raw[lo*f.Size:hi*f.Size])
+			others[c] = bw.flush()
+			return
+		}
+		buf := chunkSyms.Get().(*[codec.ChunkValues]byte)
+		s := buf[:hi-lo]
+		splitBF16(s, nil, raw[2*lo:2*hi])
+		encs[c], errs[c] = EncodeChunk(nil, code, s, f.Bits)
+		chunkSyms.Put(buf)
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	// The records: each chunk's other bits, then its symbol chunk.
-	others := make([][]byte, chunks)
-	parallel(chunks, workers, func(c int) {
-		lo, hi := c*chunkValues, min(n, (c+1)*chunkValues)
-		if bf16Others != nil {
-			others[c] = bf16Others[lo:hi]
-			return
-		}
-		var bw bitWriter
-		packInto(&bw, f, raw[lo*f.Size:hi*f.Size])
-		others[c] = bw.flush()
-	})
-	total := pc.records
+	// The records: each chunk's other bits (BF16: a byte a value), then
+	// its symbol chunk.
+	at := make([]uint64, chunks+1)
 	for c := range encs {
-		total += uint64(len(others[c]) + len(encs[c]))
+		lo, hi := span(c)
+		olen := uint64(len(others[c]))
+		if bf16 {
+			olen = uint64(hi - lo)
+		}
+		at[c+1] = at[c] + olen + uint64(len(encs[c]))
 	}
-	index := total
-	total += 8 * uint64(chunks+1)
+	index := pc.records + at[chunks]
+	total := index + 8*uint64(chunks+1)
 	p := make([]byte, total)
 	pc.putHead(p, index, total)
-	pos := uint64(0)
-	for c := range encs {
-		binary.LittleEndian.PutUint64(p[index+8*uint64(c):], pos)
-		pos += uint64(copy(p[pc.records+pos:], others[c]))
-		pos += uint64(copy(p[pc.records+pos:], encs[c]))
+	parallel(chunks, workers, func(c int) {
+		lo, hi := span(c)
+		rec := p[pc.records+at[c] : pc.records+at[c+1]]
+		k := len(others[c])
+		if bf16 {
+			k = hi - lo
+			splitBF16(nil, rec[:k], raw[2*lo:2*hi])
+		} else {
+			copy(rec, others[c])
+		}
+		copy(rec[k:], encs[c])
+	})
+	for c := range chunks {
+		binary.LittleEndian.PutUint64(p[index+8*uint64(c):], at[c])
 	}
+	pos := at[chunks]
 	binary.LittleEndian.PutUint64(p[index+8*uint64(chunks):], pos)
 	pc.putFlags(p[:pc.records], p[index:])
 	binary.LittleEndian.PutUint32(p[offCRC:], codec.Checksum(p))
@@ -371,6 +393,38 @@ func (h *PayloadHeader) inPlace(at func(c uint64) uint64) bool {
 		}
 	}
 	return true
+}
+
+// chunkSyms holds the symbols of one chunk while Encode codes it.
+var chunkSyms = sync.Pool{New: func() any { return new([codec.ChunkValues]byte) }}
+
+// histogramBF16 adds the counts of the exponents of the BF16 values of raw
+// to freq (256 counts), eight values at a time, as histogram does.
+func histogramBF16(freq []uint64, raw []byte) {
+	var t [4][256]uint32
+	var syms [8]byte
+	for len(raw) >= 2 {
+		b := raw[:min(len(raw)&^1, 2<<29)] // 2^29 values: each table's counts fit in 32 bits
+		raw = raw[len(b):]
+		i := 0
+		for ; i+16 <= len(b); i += 16 {
+			x := exponents8(binary.LittleEndian.Uint64(b[i:]), binary.LittleEndian.Uint64(b[i+8:]))
+			t[0][byte(x)]++
+			t[1][byte(x>>8)]++
+			t[2][byte(x>>16)]++
+			t[3][byte(x>>24)]++
+			t[0][byte(x>>32)]++
+			t[1][byte(x>>40)]++
+			t[2][byte(x>>48)]++
+			t[3][byte(x>>56)]++
+		}
+		m := (len(b) - i) / 2
+		splitBF16(syms[:m], nil, b[i:])
+		for _, x := range syms[:m] {
+			t[0][x]++
+		}
+		flushHistogram(freq, &t)
+	}
 }
 
 // histogram adds the counts of syms to freq, a table of at most 256,

@@ -41,6 +41,13 @@ func Count(fi int, freq []uint64, raw []byte) error {
 	if len(freq) != 1<<f.Bits {
 		return fmt.Errorf("entropy: %d counts for %d-bit symbols", len(freq), f.Bits)
 	}
+	if len(raw)%f.Size != 0 {
+		return fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
+	}
+	if f.DType == "BF16" && !f.Whole {
+		histogramBF16(freq, raw)
+		return nil
+	}
 	// A chunk of symbols at a time: memory bounded whatever len(raw).
 	var syms [codec.ChunkValues]byte
 	step := codec.ChunkValues * f.Size
@@ -51,9 +58,6 @@ func Count(fi int, freq []uint64, raw []byte) error {
 			return err
 		}
 		histogram(freq, s)
-	}
-	if len(raw)%f.Size != 0 {
-		return fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
 	}
 	return nil
 }
