@@ -24,10 +24,17 @@ the wire) is known to all at the batch's end, and every rank raises an
 error naming the tensor; a rank that dies is the process group's
 timeout.
 
-With the NCCL backend the bytes travel in CUDA memory (the current device)
-and are decoded on the host; decoding on the GPU where they land is not
-built yet. Tested with the gloo backend on the CPU
-(python/tests/test_distributed.py).
+With the NCCL backend the bytes travel in CUDA memory (the current device).
+Tensors sent whole then go as one pack a batch (the stored bytes behind a
+scatter table, as splitzip.offload's packs, built by the reader with
+placeholder destinations): each rank writes its own tensors' addresses
+and sizes into the table it received and decodes the whole batch in
+place with one scatter kernel launch, so nothing is decoded on the host;
+a damaged pack is named by the tensor whose bytes differ from the pack
+the rank builds from its own copy of the cache. Row parts (tensors
+sharded along dimension 0) are decoded on the host. Tested with the gloo
+backend on the CPU, several processes, and with NCCL at world size 1 on
+one GPU (python/tests/test_distributed.py).
 """
 
 from typing import Dict, Optional
@@ -38,7 +45,8 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.distributed needs PyTorch") from e
 
-from ._lib import Cache
+from ._lib import Cache, Error, PackInfo
+from ._packs import ENTRY, owner
 from .torch import DTYPES
 
 
@@ -59,7 +67,14 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
     st = stats if stats is not None else {}
     st.setdefault("read_bytes", 0)
     st.setdefault("received_bytes", 0)
+    # Whole tensors are decoded where they land when that is the GPU they
+    # are kept on.
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    gpu = comm.type == "cuda" and device == comm
     with Cache(cache, source) as c:
+        if gpu:
+            c.gpu_prepare(comm.index)
         try:
             plan = c.plan(world, rules)
         except Exception as e:
@@ -81,7 +96,7 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
             if cur:
                 batches.append((reader, cur))
         for reader, items in batches:
-            _batch(c, reader, items, rank, world, group, comm, device, out, st)
+            _batch(c, reader, items, rank, world, group, comm, device, out, st, gpu)
     return out
 
 
@@ -102,22 +117,40 @@ def _byte_range(t: dict, info, r: int):
     return v0 * size, v1 * size
 
 
+# Placeholder destination of a pack's entries until a rank writes its own
+# (non-null and 16-byte aligned, as the pack's table wants).
+_PLACEHOLDER = 16
+
+
 def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, comm, device, out: dict,
-           st: dict) -> None:
-    """One batch: the reader reads the stored bytes of items, cuts the
-    parts of the row-sharded ones, and broadcasts whether that worked (0,
-    or 1 + the item that failed) with every part's size; then it
-    broadcasts the other items' stored bytes in one buffer and scatters
-    each rank's parts in another; every rank decodes its items, and an
-    all-reduce of what failed (0, or 1 + the item) makes every rank raise
-    when one did."""
+           st: dict, gpu: bool) -> None:
+    """One batch: the reader reads the stored bytes of items (with gpu,
+    those sent whole as one pack), cuts the parts of the row-sharded ones,
+    and broadcasts whether that worked (0, or 1 + the item that failed)
+    with the pack's size and units of work and every part's size; then it
+    broadcasts the items sent whole in one buffer and scatters each rank's
+    parts in another; every rank decodes its items, and an all-reduce of
+    what failed (0, or 1 + the item) makes every rank raise when one
+    did."""
     rows = [k for k, (t, _, info, _) in enumerate(items) if _rows(t, info)]
     whole = [k for k in range(len(items)) if k not in set(rows)]
-    status = torch.zeros(1 + world * len(rows), dtype=torch.int64)
-    stored, parts, failure = {}, [[] for _ in range(world)], None
-    if rank == reader:
+    packed = gpu and bool(whole)
+    # failed, pack bytes, pack units, pack sum, part sizes
+    status = torch.zeros(4 + world * len(rows), dtype=torch.int64)
+    stored, parts, failure, wire = {}, [[] for _ in range(world)], None, None
+    if rank == reader and packed:
+        try:
+            pack, info = _pack(c, [items[k] for k in whole])
+            st["read_bytes"] += sum(items[k][3] for k in whole)
+            wire = pack[:info.staged].to(comm)
+            status[1], status[2], status[3] = info.staged, info.units, _sum(wire)
+        except Exception as e:  # told to every rank, then raised
+            failure, status[0] = e, 1 + whole[_unreadable(c, [items[k] for k in whole])]
+    if rank == reader and failure is None:
         j = 0
         for k, (t, index, info, n) in enumerate(items):
+            if packed and k not in rows:
+                continue
             try:
                 b = torch.empty(n, dtype=torch.uint8)
                 if n:
@@ -130,7 +163,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                         pb = torch.empty(c.part_bound(n, info.nbytes), dtype=torch.uint8)
                         m = c.part_into_ptr(index, b.data_ptr(), n, lo, hi, pb.data_ptr(), pb.numel())
                         parts[r].append(pb[:m])
-                        status[1 + r * len(rows) + j] = m
+                        status[4 + r * len(rows) + j] = m
                     j += 1
             except Exception as e:  # told to every rank, then raised
                 failure, status[0] = e, k + 1
@@ -147,7 +180,13 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
     # and one all-reduce that makes every rank raise when one failed.
     buf, recv, sizes = None, None, None
     offs = []
-    if whole:
+    if packed:
+        staged = int(status[1])
+        buf = wire if rank == reader else torch.empty(staged, dtype=torch.uint8, device=comm)
+        dist.broadcast(buf, src=reader, group=group)
+        if rank != reader:
+            st["received_bytes"] += staged
+    elif whole:
         total = 0
         for k in whole:
             offs.append(total)
@@ -163,7 +202,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
             if rank != reader:
                 st["received_bytes"] += total
     if rows:
-        sizes = status[1:].view(world, len(rows))
+        sizes = status[4:].view(world, len(rows))
         width = int(sizes.sum(1).max())
         recv = torch.empty(width, dtype=torch.uint8)
         if width:
@@ -183,7 +222,18 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                 st["received_bytes"] += int(sizes[rank].sum())
     failed, error = 0, None
     try:
-        for k, o in zip(whole, offs):
+        if packed:
+            failed = whole[0] + 1
+            k = _scatter_whole(c, [items[k] for k in whole], buf, int(status[2]), int(status[3]), rank, world,
+                               comm, out)
+            if k is not None and k >= 0:
+                failed = whole[k] + 1
+                raise RuntimeError(f"splitzip: tensor {items[whole[k]][0]['name']}: its bytes arrived damaged "
+                                   f"(they differ from this rank's copy of the cache)")
+            if k is not None:
+                raise RuntimeError(f"splitzip: the pack of {len(whole)} tensors from {items[whole[0]][0]['name']} "
+                                   f"failed on the device, and equals this rank's copy of the cache")
+        for k, o in zip(whole, offs):  # none when packed
             failed = k + 1
             _keep_whole(c, items[k], buf.data_ptr() + o, rank, world, device, out)
         off = 0
@@ -226,3 +276,85 @@ def _keep_whole(c: Cache, item: tuple, src: int, rank: int, world: int, device, 
     if p.get("shard"):
         full = torch.chunk(full, world, dim=p.get("dim", 0))[rank].contiguous()
     out[t["name"]] = full.to(device)
+
+
+def _pack(c: Cache, items: list):
+    """The pack of items (tensors sent whole) in host memory, with
+    placeholder destinations, and its PackInfo."""
+    idx = [index for _, index, _, _ in items]
+    buf = torch.empty(c.pack_size(idx), dtype=torch.uint8)
+    info = c.pack_into_ptr(idx, [_PLACEHOLDER] * len(idx), [info.nbytes for _, _, info, _ in items],
+                           buf.data_ptr(), buf.numel())
+    return buf, info
+
+
+def _unreadable(c: Cache, items: list) -> int:
+    """The first of items whose stored bytes do not read (the one a
+    failed pack stopped at); 0 when all read now."""
+    for k, (_, index, _, n) in enumerate(items):
+        try:
+            b = torch.empty(n, dtype=torch.uint8)
+            if n:
+                c.read_stored_into_ptr(index, b.data_ptr(), n)
+        except Exception:  # noqa: BLE001 - that one
+            return k
+    return 0
+
+
+def _sum(buf: "torch.Tensor") -> int:
+    """A checksum of a pack in CUDA memory (a multiple of 16 bytes): the
+    sum of its 32-bit words, computed where it lies."""
+    return int(buf.view(torch.int32).sum(dtype=torch.int64))
+
+
+def _scatter_whole(c: Cache, items: list, buf: "torch.Tensor", units: int, want: int, rank: int, world: int,
+                   comm, out: dict):
+    """Decode the pack buf (CUDA memory, as broadcast) of items in place
+    on the GPU into this rank's tensors, after checking it against the
+    reader's sum (want); the tensors' addresses and sizes are written into
+    the pack's table first, so that a damaged table cannot send a write
+    elsewhere. Returns None, or, when the sum differs or the kernel found
+    an invalid entry, the item whose bytes differ from the pack this rank
+    builds from the cache (-1 when none does)."""
+    n = len(items)
+    table = buf[:ENTRY * n].view(torch.int64).view(n, ENTRY // 8)
+    if _sum(buf) != want:
+        return _damaged(c, items, buf, None)
+    full = []
+    for t, _, info, _ in items:
+        full.append(torch.empty(info.shape, dtype=_dtype(t, info), device=comm))
+    table[:, 0] = torch.tensor([x.data_ptr() for x in full], dtype=torch.int64).to(comm)
+    table[:, 3] = torch.tensor([info.nbytes for _, _, info, _ in items], dtype=torch.int64).to(comm)
+    stream = torch.cuda.current_stream(comm)
+    info = PackInfo(buf.numel(), n, units)
+    c.scatter(comm.index, buf.data_ptr(), info, stream.cuda_stream)
+    try:
+        c.scatter_check(comm.index, stream.cuda_stream)
+    except Error:
+        return _damaged(c, items, buf, table)
+    for (t, _, _, _), x in zip(items, full):
+        p = t["placement"]
+        if p.get("shard"):
+            x = torch.chunk(x, world, dim=p.get("dim", 0))[rank].contiguous()
+        out[t["name"]] = x
+    return None
+
+
+def _damaged(c: Cache, items: list, buf: "torch.Tensor", table) -> int:
+    """The item of a pack that arrived damaged: where it first differs
+    from the pack built here (with the table fields this rank wrote, if it
+    did); -1 when nothing differs."""
+    fresh, _ = _pack(c, items)
+    fresh = fresh[:buf.numel()]
+    got = buf.cpu()
+    n = len(items)
+    if table is not None:
+        ft = fresh[:ENTRY * n].view(torch.int64).view(n, ENTRY // 8)
+        ft[:, 0], ft[:, 3] = table[:, 0].cpu(), table[:, 3].cpu()
+    if got.numel() != fresh.numel():
+        return 0  # the broadcast's size came from the reader's status: its first tensor
+    diff = (got != fresh).nonzero()
+    if diff.numel() == 0:
+        return -1
+    k = owner(fresh[:ENTRY * n].numpy().tobytes(), n, int(diff[0]))
+    return k if k is not None else -1

@@ -52,6 +52,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.offload needs PyTorch") from e
 
 from ._lib import Cache, Error
+from ._packs import ENTRY, owner
 from .offload_plan import TIERS, Plan, tiers
 from .torch import DTYPES
 from .transformers import _owner, from_pretrained
@@ -221,17 +222,10 @@ class Offload:
 
     def _owner_of(self, i: int, off: int, pack: "torch.Tensor") -> str:
         """The tensor of layer i's pack whose table entry or stored bytes
-        hold byte off (the pack's table: 64 bytes a tensor, in order,
-        each with the offset and size of its stored bytes)."""
+        hold byte off."""
         ps = self.params[i]
-        if off < 64 * len(ps):
-            return f"{self.prefix}.{i}.{ps[off // 64][0]}"
-        table = pack[:64 * len(ps)].view(torch.int64).view(len(ps), 8)
-        for k, (rel, *_) in enumerate(ps):
-            src, stored = int(table[k, 1]), int(table[k, 2])
-            if src <= off < src + ((stored + 15) & ~15):
-                return f"{self.prefix}.{i}.{rel}"
-        return f"layer {i}"
+        k = owner(pack[:ENTRY * len(ps)].numpy().tobytes(), len(ps), off)
+        return f"{self.prefix}.{i}.{ps[k][0]}" if k is not None else f"layer {i}"
 
     # Faults.
 

@@ -27,11 +27,21 @@ except ImportError:  # pragma: no cover
 DT = {"BF16": "bfloat16", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32"}
 
 
-def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=-1):
-    dist.init_process_group("gloo", init_method=f"file://{pg}", rank=rank, world_size=world)
+def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=-1, backend="gloo"):
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{pg}", rank=rank, world_size=world)
     try:
+        import splitzip.distributed as sd
         from splitzip.distributed import load
-        if rank == corrupt_rank:  # a part damaged on the wire, on this rank only
+        if rank == corrupt_rank and backend == "nccl":  # a pack damaged on the wire, on this rank only
+            scatter_whole = sd._scatter_whole
+
+            def damaged_pack(c, items, buf, *args):
+                buf[buf.numel() - 16 * (buf.numel() // 32)] ^= 1  # inside the stored bytes
+                return scatter_whole(c, items, buf, *args)
+            sd._scatter_whole = damaged_pack
+        elif rank == corrupt_rank:  # a part damaged on the wire, on this rank only
             import ctypes
             from splitzip._lib import Cache
             decode = Cache.decode_part_ptr
@@ -66,6 +76,10 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
             if t is not None and dim is not None:
                 t = torch.chunk(t, world, dim=dim)[rank].contiguous()
             g = got.get(name)
+            if g is not None and backend == "nccl":
+                if g.device.type != "cuda":
+                    bad.append(name + " (not on the GPU)")
+                g = g.cpu()
             if g is None or (t is not None and not torch.equal(g.view(torch.uint8) if g.dtype == torch.bfloat16 else g,
                                                                t.view(torch.uint8) if t.dtype == torch.bfloat16 else t)):
                 bad.append(name)
@@ -94,11 +108,13 @@ class TestDistributed(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    backend = "gloo"
+
     def run_ranks(self, world, rules, cache=None, batch=64 << 20, src=None, corrupt_rank=-1):
         d = tempfile.mkdtemp(dir=self.tmp.name)
         result = os.path.join(d, "result")
         mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, src or self.src, result, batch,
-                                corrupt_rank),
+                                corrupt_rank, self.backend),
                  nprocs=world, join=True)
         out = []
         self.received = 0
@@ -165,6 +181,41 @@ class TestDistributed(unittest.TestCase):
         got = self.run_ranks(2, "*=shard:7")
         for r in got:
             self.assertTrue(r.startswith("error:") and "cannot plan" in r, got)
+
+
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+
+
+@unittest.skipIf(_gpus() == 0 or not dist.is_nccl_available(), "needs a CUDA GPU and NCCL (the GPU machine)")
+class TestDistributedNCCL(TestDistributed):
+    """The same loads over NCCL, one rank a GPU (as many ranks as there
+    are GPUs, up to the world each test asks for): tensors sent whole
+    travel as a pack and are decoded on the GPU by one scatter a batch."""
+    backend = "nccl"
+
+    def run_ranks(self, world, rules, **kw):
+        world = min(world, _gpus())
+        if kw.get("corrupt_rank", -1) >= world:
+            kw["corrupt_rank"] = world - 1
+        return super().run_ranks(world, rules, **kw)
+
+    def test_replicated(self):
+        self.assertEqual(self.run_ranks(3, ""), ["ok"] * min(3, _gpus()))
+        self.assertEqual(self.run_ranks(2, "", batch=1), ["ok"] * min(2, _gpus()))  # a batch a tensor
+        self.assertEqual(self.run_ranks(2, "", cache=self.big_entropy, src=self.big_src), ["ok"] * min(2, _gpus()))
+
+    def test_sharded(self):
+        rules = "*embed*=replicate,*lm_head*=replicate,*norm*=replicate,*.weight=shard:0"
+        for cache, src in ((self.cache, self.src), (self.big, self.big_src), (self.big_entropy, self.big_src)):
+            self.assertEqual(self.run_ranks(2, rules, cache=cache, src=src), ["ok"] * min(2, _gpus()))
+        self.assertEqual(self.run_ranks(2, "*_proj.weight=shard:1"), ["ok"] * min(2, _gpus()))
+
+    def test_damaged_part(self):
+        """A pack damaged on the wire (after the broadcast, before the
+        scatter): the rank raises an error naming the tensor."""
+        got = self.run_ranks(2, "", cache=self.big, src=self.big_src, corrupt_rank=1)
+        self.assertTrue(got[-1].startswith("error:") and "arrived damaged" in got[-1], got)
 
 
 if __name__ == "__main__":
