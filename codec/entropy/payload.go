@@ -399,31 +399,12 @@ func (h *PayloadHeader) inPlace(at func(c uint64) uint64) bool {
 var chunkSyms = sync.Pool{New: func() any { return new([codec.ChunkValues]byte) }}
 
 // histogramBF16 adds the counts of the exponents of the BF16 values of raw
-// to freq (256 counts), eight values at a time, as histogram does.
+// to freq (256 counts): codec's exponent histogram.
 func histogramBF16(freq []uint64, raw []byte) {
-	var t [4][256]uint32
-	var syms [8]byte
-	for len(raw) >= 2 {
-		b := raw[:min(len(raw)&^1, 2<<29)] // 2^29 values: each table's counts fit in 32 bits
-		raw = raw[len(b):]
-		i := 0
-		for ; i+16 <= len(b); i += 16 {
-			x := exponents8(binary.LittleEndian.Uint64(b[i:]), binary.LittleEndian.Uint64(b[i+8:]))
-			t[0][byte(x)]++
-			t[1][byte(x>>8)]++
-			t[2][byte(x>>16)]++
-			t[3][byte(x>>24)]++
-			t[0][byte(x>>32)]++
-			t[1][byte(x>>40)]++
-			t[2][byte(x>>48)]++
-			t[3][byte(x>>56)]++
-		}
-		m := (len(b) - i) / 2
-		splitBF16(syms[:m], nil, b[i:])
-		for _, x := range syms[:m] {
-			t[0][x]++
-		}
-		flushHistogram(freq, &t)
+	var h codec.Histogram
+	h.Add(raw)
+	for e, n := range h {
+		freq[e] += n
 	}
 }
 
