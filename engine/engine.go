@@ -63,6 +63,16 @@ type DecodeErrorer interface {
 	DecodeErrors() error
 }
 
+// Peered is implemented by engines that copy from the device memory of
+// other engines of their kind (Work.Peer): on the GPU, peer copies
+// between devices, whose memory must be mapped for each other's access,
+// so AllowPeers is called with every engine a load copies between before
+// any memory is mapped. It fails, naming the devices, when a pair cannot
+// access each other's memory.
+type Peered interface {
+	AllowPeers(peers []Engine) error
+}
+
 // ErrInjected is returned by fault hooks in tests.
 var ErrInjected = errors.New("injected fault")
 
@@ -78,10 +88,14 @@ var ErrInjected = errors.New("injected fault")
 // payloads decoded); Dst and Decode are then unused. Work with neither
 // Src nor Items enqueues only the event.
 type Work struct {
-	Dst    DevPtr
-	Src    []byte
-	From   DevPtr
-	N      uint64
+	Dst  DevPtr
+	Src  []byte
+	From DevPtr
+	N    uint64
+	// Peer, when set with N > 0, is the engine whose device memory From is
+	// in: the copy is a peer copy from another device (engines that
+	// implement Peered, after AllowPeers named Peer).
+	Peer   Engine
 	Decode *codec.Header
 	// Entropy is the checked head of an entropy payload (its chunk index
 	// checked too, so MaxRecord is set) flagged decodable in place.

@@ -21,6 +21,7 @@ var (
 	_ engine.Engine        = (*Engine)(nil)
 	_ engine.Timer         = (*Engine)(nil)
 	_ engine.DecodeErrorer = (*Engine)(nil)
+	_ engine.Peered        = (*Engine)(nil)
 )
 
 // Engine implements engine.Engine on an NVIDIA GPU: VMM for the arena,
@@ -48,6 +49,10 @@ type Engine struct {
 	closed   bool
 	stage    []cuda.DevicePtr
 	stageCap []uint64
+
+	// peers are the contexts of the engines AllowPeers named: Map grants
+	// their devices access, and peer copies may read from them.
+	peers []*cuda.Context
 
 	mu          sync.Mutex
 	maps        map[vmm.Ptr]cuda.MemHandle
@@ -204,19 +209,55 @@ func (e *Engine) Reserve(size uint64) (vmm.Ptr, error) {
 	return vmm.Ptr(p), err
 }
 
-// Map creates physical memory for [p, p+n) and maps it with access for the device.
+// Map creates physical memory for [p, p+n) and maps it with access for
+// the device and its peers (AllowPeers).
 func (e *Engine) Map(p vmm.Ptr, n uint64) error {
 	h, err := e.ctx.MemCreate(n)
 	if err != nil {
 		return err
 	}
-	if err := e.ctx.MemMap(cuda.DevicePtr(p), n, h); err != nil {
+	if err := e.ctx.MemMap(cuda.DevicePtr(p), n, h, e.peers...); err != nil {
 		e.ctx.MemRelease(h)
 		return err
 	}
 	e.mu.Lock()
 	e.maps[p] = h
 	e.mu.Unlock()
+	return nil
+}
+
+// AllowPeers implements engine.Peered: peers are CUDA engines (of other
+// devices, or of this one) that this one copies from or that copy from
+// it. Call it before Map: memory mapped later grants their devices
+// access. It fails when a peer is not a CUDA engine or its device cannot
+// access this one's memory.
+func (e *Engine) AllowPeers(peers []engine.Engine) error {
+	var ctxs []*cuda.Context
+	for _, p := range peers {
+		o, ok := p.(*Engine)
+		if !ok {
+			return fmt.Errorf("cuda engine: peer %s is not a CUDA engine", p.Name())
+		}
+		if o == e {
+			continue
+		}
+		for _, pair := range [][2]*cuda.Context{{e.ctx, o.ctx}, {o.ctx, e.ctx}} {
+			ok, err := pair[0].CanAccessPeer(pair[1])
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("cuda engine: %s and %s cannot access each other's memory (no peer access)", e.Name(), o.Name())
+			}
+		}
+		ctxs = append(ctxs, o.ctx)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.maps) > 0 {
+		return fmt.Errorf("cuda engine: AllowPeers after memory was mapped")
+	}
+	e.peers = ctxs
 	return nil
 }
 

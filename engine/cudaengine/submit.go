@@ -237,6 +237,16 @@ func (e *Engine) enqueue(s int, w engine.Work) error {
 		return e.scatter(s, w.Src, w.Items)
 	}
 	switch {
+	case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):
+		p, ok := w.Peer.(*Engine)
+		if !ok {
+			return fmt.Errorf("cuda engine: a peer copy from %s, not a CUDA engine", w.Peer.Name())
+		}
+		if err := e.timed(s, false, func() error {
+			return e.ctx.CopyPeerAsync(cuda.DevicePtr(w.Dst), cuda.DevicePtr(w.From), p.ctx, w.N, st)
+		}); err != nil {
+			return err
+		}
 	case w.N > 0:
 		if err := e.timed(s, false, func() error { return e.ctx.CopyDtoDAsync(cuda.DevicePtr(w.Dst), cuda.DevicePtr(w.From), w.N, st) }); err != nil {
 			return err

@@ -5,9 +5,9 @@
 // read-back, in-place decodes against the Go reference, scatters of
 // packed raw and payload items, ordering on one stream, cross-stream
 // waits, events that follow exactly their own submission while many
-// goroutines submit, and that a corrupt payload is reported (by the event
+// goroutines submit, that a corrupt payload is reported (by the event
 // after its decode, or by engine.DecodeErrorer) while later work still
-// runs.
+// runs, and copies from another engine's memory (engine.Peered).
 package enginetest
 
 import (
@@ -53,6 +53,45 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 			}
 			c.run(t, e)
 		})
+	}
+	t.Run("PeerCopy", func(t *testing.T) {
+		a, b := newEngine(t), newEngine(t)
+		t.Cleanup(func() {
+			for _, e := range []engine.Engine{a, b} {
+				if err := e.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			}
+		})
+		peerCopy(t, a, b)
+	})
+}
+
+// peerCopy copies a payload from one engine's memory to another's (a
+// peer copy), plain and then decoded in place where it lands.
+func peerCopy(t *testing.T, a, b engine.Engine) {
+	pa, ok1 := a.(engine.Peered)
+	pb, ok2 := b.(engine.Peered)
+	if !ok1 || !ok2 {
+		t.Skipf("%s does not copy between engines", a.Name())
+	}
+	for _, p := range []engine.Peered{pa, pb} {
+		if err := p.AllowPeers([]engine.Engine{a, b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	values, p, h := payload(t, 3*codec.ChunkValues+5)
+	src := alloc(t, a, uint64(len(values)))
+	dst := alloc(t, b, uint64(len(values)))
+	copy(src.host, p)
+	wait(t, submit(t, a, 0, engine.Work{Dst: src.base, Src: src.host[:len(p)]}))
+	wait(t, submit(t, b, 1, engine.Work{Dst: dst.base, From: src.base, N: uint64(len(p)), Peer: a}))
+	if got := readBack(t, b, dst.base, len(p)); !bytes.Equal(got, p) {
+		t.Fatal("a peer copy differs")
+	}
+	wait(t, submit(t, b, 0, engine.Work{Dst: dst.base, From: src.base, N: uint64(len(p)), Peer: a, Decode: &h}))
+	if got := readBack(t, b, dst.base, len(values)); !bytes.Equal(got, values) {
+		t.Fatal("a payload copied from a peer and decoded in place differs")
 	}
 }
 

@@ -16,8 +16,11 @@ import (
 	"github.com/splitzip/splitzip/gpu"
 )
 
-var _ engine.Engine = (*Engine)(nil)
-var _ engine.Timer = (*Engine)(nil)
+var (
+	_ engine.Engine = (*Engine)(nil)
+	_ engine.Timer  = (*Engine)(nil)
+	_ engine.Peered = (*Engine)(nil)
+)
 
 // Hooks inject faults into the host engine (tests).
 type Hooks struct {
@@ -290,6 +293,12 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		run = append(run, func() error { return e.timed(true, func() error { return e.scatter(w.Src, its) }) })
 	default:
 		switch {
+		case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):
+			p, ok := w.Peer.(*Engine)
+			if !ok {
+				return nil, fmt.Errorf("cpu engine: a peer copy from %s, not a cpu engine", w.Peer.Name())
+			}
+			run = append(run, func() error { return e.timed(false, func() error { return e.copyPeer(w.Dst, p, w.From, w.N) }) })
 		case w.N > 0:
 			run = append(run, func() error { return e.timed(false, func() error { return e.copyDtoD(w.Dst, w.From, w.N) }) })
 		case len(w.Src) > 0:
@@ -347,6 +356,36 @@ func (e *Engine) copyDtoD(dst, src engine.DevPtr, n uint64) error {
 		return err
 	}
 	copy(to, from)
+	return nil
+}
+
+// copyPeer copies n bytes at src in p's memory to dst.
+func (e *Engine) copyPeer(dst engine.DevPtr, p *Engine, src engine.DevPtr, n uint64) error {
+	if e.hooks.Copy != nil {
+		if err := e.hooks.Copy(dst, int(n)); err != nil {
+			return err
+		}
+	}
+	from, err := p.mem(src, n)
+	if err != nil {
+		return err
+	}
+	to, err := e.mem(dst, n)
+	if err != nil {
+		return err
+	}
+	copy(to, from)
+	return nil
+}
+
+// AllowPeers implements engine.Peered: host engines copy from each
+// other's memory without setup; peers must be host engines.
+func (e *Engine) AllowPeers(peers []engine.Engine) error {
+	for _, p := range peers {
+		if _, ok := p.(*Engine); !ok {
+			return fmt.Errorf("cpu engine: peer %s is not a cpu engine", p.Name())
+		}
+	}
 	return nil
 }
 

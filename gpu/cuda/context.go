@@ -208,6 +208,23 @@ func (c *Context) CopyDtoDAsync(dst, src DevicePtr, n uint64, s Stream) error {
 	return c.call("cuMemcpyDtoDAsync", func() Result { return c.lib.cuMemcpyDtoDAsync(dst, src, n, s) })
 }
 
+// CopyPeerAsync copies n bytes on s from src, memory of from's device,
+// to dst, memory of c's device (a peer copy; from may be c).
+func (c *Context) CopyPeerAsync(dst DevicePtr, src DevicePtr, from *Context, n uint64, s Stream) error {
+	return c.call("cuMemcpyPeerAsync", func() Result { return c.lib.cuMemcpyPeerAsync(dst, c.ctx, src, from.ctx, n, s) })
+}
+
+// CanAccessPeer reports whether c's device can map memory of o's device
+// (true for the same device).
+func (c *Context) CanAccessPeer(o *Context) (bool, error) {
+	if o.dev == c.dev {
+		return true, nil
+	}
+	var v int32
+	err := c.lib.check("cuDeviceCanAccessPeer", c.lib.cuDeviceCanAccessPeer(&v, c.dev, o.dev))
+	return v != 0, err
+}
+
 // Host allocation flags.
 const (
 	HostAllocPortable      = 1

@@ -31,15 +31,16 @@ type (
 type Library struct {
 	handle uintptr
 
-	cuGetErrorName       func(Result, **byte) Result
-	cuGetErrorString     func(Result, **byte) Result
-	cuInit               func(uint32) Result
-	cuDriverGetVersion   func(*int32) Result
-	cuDeviceGetCount     func(*int32) Result
-	cuDeviceGet          func(*Device, int32) Result
-	cuDeviceGetName      func(*byte, int32, Device) Result
-	cuDeviceGetAttribute func(*int32, int32, Device) Result
-	cuDeviceTotalMem     func(*uint64, Device) Result `cuda:"cuDeviceTotalMem_v2"`
+	cuGetErrorName        func(Result, **byte) Result
+	cuGetErrorString      func(Result, **byte) Result
+	cuInit                func(uint32) Result
+	cuDriverGetVersion    func(*int32) Result
+	cuDeviceGetCount      func(*int32) Result
+	cuDeviceGet           func(*Device, int32) Result
+	cuDeviceGetName       func(*byte, int32, Device) Result
+	cuDeviceGetAttribute  func(*int32, int32, Device) Result
+	cuDeviceTotalMem      func(*uint64, Device) Result `cuda:"cuDeviceTotalMem_v2"`
+	cuDeviceCanAccessPeer func(*int32, Device, Device) Result
 
 	cuDevicePrimaryCtxRetain  func(*Ctx, Device) Result
 	cuDevicePrimaryCtxRelease func(Device) Result `cuda:"cuDevicePrimaryCtxRelease_v2"`
@@ -65,6 +66,7 @@ type Library struct {
 	cuMemcpyHtoDAsync   func(DevicePtr, unsafe.Pointer, uint64, Stream) Result `cuda:"cuMemcpyHtoDAsync_v2"`
 	cuMemcpyDtoHAsync   func(unsafe.Pointer, DevicePtr, uint64, Stream) Result `cuda:"cuMemcpyDtoHAsync_v2"`
 	cuMemcpyDtoDAsync   func(DevicePtr, DevicePtr, uint64, Stream) Result      `cuda:"cuMemcpyDtoDAsync_v2"`
+	cuMemcpyPeerAsync   func(DevicePtr, Ctx, DevicePtr, Ctx, uint64, Stream) Result
 	cuMemHostAlloc      func(*unsafe.Pointer, uint64, uint32) Result
 	cuMemFreeHost       func(unsafe.Pointer) Result
 	cuMemHostRegister   func(unsafe.Pointer, uint64, uint32) Result `cuda:"cuMemHostRegister_v2"`

@@ -62,13 +62,21 @@ func (c *Context) MemRelease(h MemHandle) error {
 	return c.call("cuMemRelease", func() Result { return c.lib.cuMemRelease(h) })
 }
 
-// MemMap maps h at p and grants the device read and write access.
-func (c *Context) MemMap(p DevicePtr, size uint64, h MemHandle) error {
+// MemMap maps h at p and grants read and write access to the device and
+// to the devices of peers (other contexts that copy from or to it).
+func (c *Context) MemMap(p DevicePtr, size uint64, h MemHandle, peers ...*Context) error {
 	if err := c.call("cuMemMap", func() Result { return c.lib.cuMemMap(p, size, 0, h, 0) }); err != nil {
 		return err
 	}
-	d := &accessDesc{LocationType: 1, LocationID: int32(c.dev), Flags: 3}
-	return c.call("cuMemSetAccess", func() Result { return c.lib.cuMemSetAccess(p, size, unsafe.Pointer(d), 1) })
+	ds := []accessDesc{{LocationType: 1, LocationID: int32(c.dev), Flags: 3}}
+	for _, o := range peers {
+		if o.dev != c.dev {
+			ds = append(ds, accessDesc{LocationType: 1, LocationID: int32(o.dev), Flags: 3})
+		}
+	}
+	return c.call("cuMemSetAccess", func() Result {
+		return c.lib.cuMemSetAccess(p, size, unsafe.Pointer(&ds[0]), uint64(len(ds)))
+	})
 }
 
 // MemUnmap unmaps a range.
