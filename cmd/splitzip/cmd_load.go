@@ -39,6 +39,9 @@ type loadOptions struct {
 	Times          bool
 	Pinned         string
 	EntropyOnHost  bool
+	// Devices and Peer: load onto several devices (cmd_load_devices.go).
+	Devices string
+	Peer    bool
 }
 
 func newLoadCommand(g *globals) *cobra.Command {
@@ -63,6 +66,8 @@ SplitZip loads N times in one process and prints the ratio.`,
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
 	f.IntVar(&o.Compare, "compare", 0, "alternate raw and SplitZip loads this many times and print the ratio")
+	f.StringVar(&o.Devices, "devices", "", "load onto every one of these GPU ordinals (comma separated; cpu for host engines) instead of --device")
+	f.BoolVar(&o.Peer, "peer", true, "with --devices: each device loads a part and copies the others from their devices (peer copies); false: each loads everything over its own link")
 	o.addRuntimeFlags(f)
 	return cmd
 }
@@ -80,13 +85,17 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads whose source is absent on the host, not on the device after their upload")
 }
 
-func (o loadOptions) engine() (engine.Engine, error) {
-	if o.Device == "cpu" {
+func (o loadOptions) engine() (engine.Engine, error) { return o.engineFor("--device", o.Device) }
+
+// engineFor opens the engine of device dev (a GPU ordinal, or cpu), named
+// by flag in errors.
+func (o loadOptions) engineFor(flag, dev string) (engine.Engine, error) {
+	if dev == "cpu" {
 		return hostengine.New(o.Streams), nil
 	}
-	n, err := strconv.Atoi(o.Device)
+	n, err := strconv.Atoi(dev)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--device must be a GPU ordinal or cpu, got %q", o.Device)}
+		return nil, usageError{fmt.Errorf("%s must be a GPU ordinal or cpu, got %q", flag, dev)}
 	}
 	ctx, err := openGPU(n) // for its clear error when there is no GPU
 	if err != nil {
@@ -118,6 +127,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	src, err := c.PickSource(o.Source)
 	if err != nil {
 		return err
+	}
+	if o.Devices != "" {
+		return runLoadDevices(ctx, g, o, c, src, pinnedLimit)
 	}
 	// Opening the GPU and pinning staging memory take seconds: say so.
 	p := g.progress()

@@ -80,6 +80,16 @@ func TestEndToEnd(t *testing.T) {
 	if code, out, e := splitzip(t, "bench", "load", cache, "--device", "cpu", "--rounds", "1", "--json"); code != 0 || !strings.Contains(out, `"load_compare"`) {
 		t.Fatalf("bench load: %d %q %q", code, out, e)
 	}
+	// Onto several devices (host engines), by parts and peer copies, and
+	// each device loading everything.
+	for _, peer := range []string{"--peer=true", "--peer=false"} {
+		if code, out, e := splitzip(t, "load", cache, "--devices", "cpu,cpu,cpu", peer, "--check"); code != 0 || !strings.Contains(out, "every device's arena matches the source") {
+			t.Fatalf("load --devices cpu,cpu,cpu %s: %d %q %q", peer, code, out, e)
+		}
+	}
+	if code, _, e := splitzip(t, "load", cache, "--devices", "cpu,cpu", "--repeat", "2"); code != 2 || !strings.Contains(e, "loads once") {
+		t.Fatalf("load --devices --repeat 2: %d %q", code, e)
+	}
 	// A changed source fails verify with exit 1, naming file and tensor.
 	shard := filepath.Join(ck, "model-00002-of-00002.safetensors")
 	b, _ := os.ReadFile(shard)

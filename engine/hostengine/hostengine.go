@@ -346,26 +346,21 @@ func (e *Engine) copyHtoD(dst engine.DevPtr, src []byte) error {
 }
 
 // copyDtoD runs a copy within device memory.
-func (e *Engine) copyDtoD(dst, src engine.DevPtr, n uint64) error {
-	from, err := e.mem(src, n)
-	if err != nil {
-		return err
-	}
-	to, err := e.mem(dst, n)
-	if err != nil {
-		return err
-	}
-	copy(to, from)
-	return nil
-}
+func (e *Engine) copyDtoD(dst, src engine.DevPtr, n uint64) error { return e.copyFrom(e, dst, src, n) }
 
-// copyPeer copies n bytes at src in p's memory to dst.
+// copyPeer runs a copy of n bytes at src in p's memory to dst (a copy
+// from another device, which fault hooks see as a copy).
 func (e *Engine) copyPeer(dst engine.DevPtr, p *Engine, src engine.DevPtr, n uint64) error {
 	if e.hooks.Copy != nil {
 		if err := e.hooks.Copy(dst, int(n)); err != nil {
 			return err
 		}
 	}
+	return e.copyFrom(p, dst, src, n)
+}
+
+// copyFrom copies n bytes at src in p's memory to dst in e's.
+func (e *Engine) copyFrom(p *Engine, dst, src engine.DevPtr, n uint64) error {
 	from, err := p.mem(src, n)
 	if err != nil {
 		return err

@@ -52,6 +52,14 @@ type Options struct {
 	// PinnedLimit caps the pinned staging buffers (not resident bytes):
 	// 0 means transport.DefaultPinnedLimit, negative means no cap.
 	PinnedLimit int64
+
+	// For LoadDevices (devices.go): only, when set, selects the bindings
+	// faulted in (and checked); ready is called once everything is set
+	// up, before the timed runs, and may block; after is called with the
+	// arena once the runs are done, before anything is freed.
+	only  func(b *vmm.Binding) bool
+	ready func() error
+	after func(arena *vmm.Arena) error
 }
 
 // RunReport is one fault-in of every binding.
@@ -198,6 +206,16 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
 			EntropyOnHost: opts.EntropyOnHost}}
 	bs := arena.Bindings()
+	if opts.only != nil {
+		var mine []*vmm.Binding
+		for _, b := range bs {
+			if opts.only(b) {
+				mine = append(mine, b)
+			}
+		}
+		bs = mine
+		rep.Tensors = len(bs)
+	}
 	for _, b := range bs {
 		rep.RawBytes += b.Size
 	}
@@ -209,6 +227,11 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		}
 	}
 	groups, firstGroup := layerGroups(bs, opts.FirstGroup)
+	if opts.ready != nil {
+		if err := opts.ready(); err != nil {
+			return nil, err
+		}
+	}
 	for run := range opts.Repeat {
 		if run > 0 {
 			st.Evict(bs...)
@@ -284,6 +307,11 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 				return nil, err
 			}
 			rep.Checked = true
+		}
+	}
+	if opts.after != nil {
+		if err := opts.after(arena); err != nil {
+			return nil, err
 		}
 	}
 	s := t.Stats()

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/internal/loadbench"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// runLoadDevices is load --devices: the checkpoint placed on every
+// device named (loadbench.LoadDevices).
+func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcache.Cache, src *shardcache.Source, pinnedLimit int64) error {
+	switch {
+	case o.Repeat > 1 || o.Compare > 0 || o.Resident || o.DeviceResident:
+		return usageError{errors.New("--devices loads once: it takes neither --repeat, --compare, --resident nor --device-resident")}
+	case o.Peer && strings.Contains(o.Devices, "cpu") && strings.Trim(strings.ReplaceAll(o.Devices, "cpu", ""), ",") != "":
+		return usageError{fmt.Errorf("--devices %s: host engines and GPUs cannot copy from each other (use --peer=false)", o.Devices)}
+	}
+	names := strings.Split(o.Devices, ",")
+	p := g.progress()
+	p.Start("opening "+o.Devices, 0)
+	var engs []engine.Engine
+	defer func() {
+		for _, e := range engs {
+			e.Close()
+		}
+	}()
+	for _, d := range names {
+		e, err := o.engineFor("--devices", strings.TrimSpace(d))
+		if err != nil {
+			p.Finish()
+			return err
+		}
+		engs = append(engs, e)
+	}
+	var total uint64
+	for _, sh := range src.Shards {
+		for _, t := range sh.Tensors {
+			total += t.Size
+		}
+	}
+	if !o.Peer {
+		total *= uint64(len(engs))
+	}
+	p.Start("loading onto "+o.Devices, total)
+	lo := loadbench.Options{Raw: o.Raw, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
+		EntropyOnHost: o.EntropyOnHost, Progress: p.Add, PinnedLimit: pinnedLimit}
+	rep, err := loadbench.LoadDevices(ctx, engs, c, src, lo, o.Peer)
+	p.Finish()
+	if err != nil {
+		return err
+	}
+	for _, r := range rep.Parts {
+		r.Settings.Streams = o.Streams
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "load_devices", rep)
+	}
+	how := "each device loaded everything over its own link"
+	if rep.Peer {
+		how = fmt.Sprintf("each device loaded a part, then copied the others from their devices (%s of peer copies)", human(rep.PeerBytes))
+	}
+	fmt.Fprintf(g.stdout, "load %s onto %d devices (%s): %d tensors, %s each, placed in %v = %.1f GB/s of bytes placed; %s\n",
+		rep.Mode, len(rep.Devices), o.Devices, rep.Tensors, human(rep.RawBytes), rep.Wall.Round(time.Microsecond), rep.GBps, how)
+	for d, r := range rep.Parts {
+		run := r.Runs[0]
+		fmt.Fprintf(g.stdout, "  device %s (%s): %d tensors, %s in %v = %.1f GB/s; moved %s to it from the host, pinned %s\n",
+			strings.TrimSpace(names[d]), r.Device, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,
+			human(r.MovedBytes), human(r.PinnedBytes))
+	}
+	if rep.Checked {
+		fmt.Fprintln(g.stdout, "  every device's arena matches the source bit for bit")
+	}
+	return nil
+}
