@@ -45,7 +45,8 @@ multi)
     t0=$(date +%s.%N)
     for d in $(seq 0 $((N - 1))); do "$D/splitzip" load /tmp/big.sz --raw --device $d > "$OUT/raw-$r-$d.log" 2>&1 & done
     wait
-    echo "wall $(echo "$(date +%s.%N) - $t0" | bc) s (process start to the last done)"
+    echo "wall $(echo "$(date +%s.%N) - $t0" | bc) s (process start to the last done, setup included)"
+    grep -h "^load" "$OUT"/raw-$r-*.log # each process's own load wall, setup excluded
     for raw in "" "--raw"; do
       for peer in true false; do
         step "round $r: load --devices $DEVS --peer=$peer $raw"
