@@ -124,8 +124,8 @@ func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache,
 					return err
 				}
 				if peer {
-					n, err := copyParts(e, d, engs, arenas, part)
-					copied[d] = n
+					moved, err := copyParts(e, d, engs, arenas, part)
+					copied[d] = moved
 					if err != nil {
 						return err
 					}
