@@ -83,31 +83,40 @@ func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache,
 		rep.Devices = append(rep.Devices, e.Name())
 	}
 
-	// Three barriers: every device set up (the clock starts), every part
-	// in (peer copies start), every copy done (arenas may close; the
-	// clock stops). A device that fails releases the others through
-	// abort, as does ctx.
+	// Two barriers: every device set up (the clock starts), and every
+	// device done copying (the clock stops). In between, device d's part
+	// is in once in[d] is closed: the others copy it from then on, while
+	// later parts still load. A device that fails releases the others
+	// from waiting through abort, as does ctx; but no arena closes before
+	// every device is done reading the others' (placed is waited for
+	// whatever happened, and every device arrives at it once).
 	var (
 		abort     = make(chan struct{})
 		abortOnce sync.Once
 		errs      = make([]error, n)
 		arenas    = make([]*vmm.Arena, n)
+		in        = make([]chan struct{}, n)
 		copied    = make([]uint64, n)
 		setUp     = newBarrier(n)
-		loaded    = newBarrier(n)
 		placed    = newBarrier(n)
 	)
+	for d := range in {
+		in[d] = make(chan struct{})
+	}
 	fail := func() { abortOnce.Do(func() { close(abort) }) }
-	wait := func(b *barrier) error {
-		b.arrive()
+	until := func(c <-chan struct{}) error {
 		select {
-		case <-b.all:
+		case <-c:
 			return nil
 		case <-abort:
 			return errAborted
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	wait := func(b *barrier) error {
+		b.arrive()
+		return until(b.all)
 	}
 	var wg sync.WaitGroup
 	for d, e := range engs {
@@ -118,19 +127,18 @@ func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache,
 				o.only = func(b *vmm.Binding) bool { return part[b.Index] == d }
 			}
 			o.ready = func() error { return wait(setUp) }
+			arrived := false
 			o.after = func(a *vmm.Arena) error {
 				arenas[d] = a
-				if err := wait(loaded); err != nil {
-					return err
-				}
+				close(in[d])
+				var err error
 				if peer {
-					moved, err := copyParts(e, d, engs, arenas, part)
-					copied[d] = moved
-					if err != nil {
-						return err
-					}
+					copied[d], err = copyParts(e, d, engs, arenas, part, until, in)
 				}
-				if err := wait(placed); err != nil {
+				arrived = true
+				placed.arrive()
+				<-placed.all // no device reads this arena any more
+				if err != nil {
 					return err
 				}
 				if peer && opts.Check {
@@ -139,6 +147,9 @@ func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache,
 				return nil
 			}
 			r, err := Load(ctx, e, c, src, o)
+			if !arrived { // failed before its part was in: it reads no arena
+				placed.arrive()
+			}
 			if err != nil {
 				errs[d] = fmt.Errorf("device %d (%s): %w", d, e.Name(), err)
 				fail()
@@ -191,16 +202,54 @@ var errAborted = errors.New("another device failed")
 
 // copyParts copies into device d's arena every other device's part, from
 // that device's arena (the same layout), one peer copy a part spread over
-// d's streams, and waits for them; it returns the bytes copied.
-func copyParts(e engine.Engine, d int, engs []engine.Engine, arenas []*vmm.Arena, part []int) (uint64, error) {
+// d's streams, each as soon as until(in[j]) says part j is in, and waits
+// for them; it returns the bytes copied.
+func copyParts(e engine.Engine, d int, engs []engine.Engine, arenas []*vmm.Arena, part []int,
+	until func(<-chan struct{}) error, in []chan struct{}) (uint64, error) {
 	var evs []engine.Event
 	var bytes uint64
 	mine := arenas[d]
 	bs := mine.Bindings()
-	for j, peer := range engs {
-		if j == d {
-			continue
+	wait := func() error {
+		var errs []error
+		for _, ev := range evs {
+			errs = append(errs, ev.Wait())
 		}
+		return errors.Join(errs...)
+	}
+	// The parts in the order they come in.
+	left := map[int]bool{}
+	for j := range engs {
+		if j != d {
+			left[j] = true
+		}
+	}
+	for len(left) > 0 {
+		j := -1
+		for k := range left {
+			select {
+			case <-in[k]:
+				j = k
+			default:
+			}
+			if j >= 0 {
+				break
+			}
+		}
+		if j < 0 { // none in yet: wait for the lowest
+			k := -1
+			for x := range left {
+				if k < 0 || x < k {
+					k = x
+				}
+			}
+			if err := until(in[k]); err != nil {
+				return bytes, errors.Join(err, wait())
+			}
+			j = k
+		}
+		delete(left, j)
+		peer := engs[j]
 		lo, hi := -1, -1
 		for i := range bs {
 			if part[i] == j {
@@ -220,14 +269,10 @@ func copyParts(e engine.Engine, d int, engs []engine.Engine, arenas []*vmm.Arena
 		}
 		ev, err := e.Submit(j%e.Streams(), engine.Work{Dst: mine.Base() + vmm.Ptr(off), From: arenas[j].Base() + vmm.Ptr(off), N: size, Peer: peer})
 		if err != nil {
-			return bytes, err
+			return bytes, errors.Join(err, wait())
 		}
 		evs = append(evs, ev)
 		bytes += size
 	}
-	var errs []error
-	for _, ev := range evs {
-		errs = append(errs, ev.Wait())
-	}
-	return bytes, errors.Join(errs...)
+	return bytes, wait()
 }
