@@ -37,9 +37,9 @@ type DevicesReport struct {
 // engs, in an arena of the same layout on each. With peer, the arena's
 // tensors are cut into len(engs) contiguous parts of about equal bytes:
 // engine d faults part d in through its own transport (its own link from
-// the host), and once every part is in, each engine copies the other
-// parts from their engines (a peer copy a part, engine.Peered), so every
-// byte crosses a host link once. Without peer, every engine faults in
+// the host), and as each part is in, every other engine copies it from
+// that engine (a peer copy a part, engine.Peered), so every byte crosses
+// a host link once. Without peer, every engine faults in
 // everything itself: the baseline of one loader a device. opts are each
 // device's (Repeat must be 1); with Check every device's whole arena is
 // compared with the source at the end.
