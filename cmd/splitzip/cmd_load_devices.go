@@ -63,7 +63,7 @@ func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcach
 	}
 	how := "each device loaded everything over its own link"
 	if rep.Peer {
-		how = fmt.Sprintf("each device loaded a part, then copied the others from their devices (%s of peer copies)", human(rep.PeerBytes))
+		how = fmt.Sprintf("each device loaded a part and copied the others from their devices as they came in (%s of peer copies)", human(rep.PeerBytes))
 	}
 	fmt.Fprintf(g.stdout, "load %s onto %d devices (%s): %d tensors, %s each, placed in %v = %.1f GB/s of bytes placed; %s\n",
 		rep.Mode, len(rep.Devices), o.Devices, rep.Tensors, human(rep.RawBytes), rep.Wall.Round(time.Microsecond), rep.GBps, how)
