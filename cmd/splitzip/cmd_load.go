@@ -142,13 +142,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	defer eng.Close()
 	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
-	var total uint64
-	for _, sh := range src.Shards {
-		for _, t := range sh.Tensors {
-			total += t.Size
-		}
-	}
-	total *= uint64(o.Repeat)
+	total := sourceBytes(src) * uint64(o.Repeat)
 	if o.Compare == 0 {
 		p.Start("loading", total)
 		rep, err := loadbench.Load(ctx, eng, c, src, lo)
@@ -281,4 +275,15 @@ func printLoad(g *globals, r *loadbench.Report) {
 		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: read raw from the source where it is there, %s\n",
 			count(r.EntropyTensors, "tensor"), where)
 	}
+}
+
+// sourceBytes returns the raw bytes of a source's tensors.
+func sourceBytes(src *shardcache.Source) uint64 {
+	var n uint64
+	for _, sh := range src.Shards {
+		for _, t := range sh.Tensors {
+			n += t.Size
+		}
+	}
+	return n
 }

@@ -15,13 +15,20 @@ import (
 // runLoadDevices is load --devices: the checkpoint placed on every
 // device named (loadbench.LoadDevices).
 func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcache.Cache, src *shardcache.Source, pinnedLimit int64) error {
+	names := strings.Split(o.Devices, ",")
+	cpus := 0
+	for i, d := range names {
+		names[i] = strings.TrimSpace(d)
+		if names[i] == "cpu" {
+			cpus++
+		}
+	}
 	switch {
 	case o.Repeat > 1 || o.Compare > 0 || o.Resident || o.DeviceResident:
 		return usageError{errors.New("--devices loads once: it takes neither --repeat, --compare, --resident nor --device-resident")}
-	case o.Peer && strings.Contains(o.Devices, "cpu") && strings.Trim(strings.ReplaceAll(o.Devices, "cpu", ""), ",") != "":
+	case o.Peer && cpus > 0 && cpus < len(names):
 		return usageError{fmt.Errorf("--devices %s: host engines and GPUs cannot copy from each other (use --peer=false)", o.Devices)}
 	}
-	names := strings.Split(o.Devices, ",")
 	p := g.progress()
 	p.Start("opening "+o.Devices, 0)
 	var engs []engine.Engine
@@ -31,19 +38,14 @@ func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcach
 		}
 	}()
 	for _, d := range names {
-		e, err := o.engineFor("--devices", strings.TrimSpace(d))
+		e, err := o.engineFor("--devices", d)
 		if err != nil {
 			p.Finish()
 			return err
 		}
 		engs = append(engs, e)
 	}
-	var total uint64
-	for _, sh := range src.Shards {
-		for _, t := range sh.Tensors {
-			total += t.Size
-		}
-	}
+	total := sourceBytes(src)
 	if !o.Peer {
 		total *= uint64(len(engs))
 	}
@@ -63,14 +65,14 @@ func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcach
 	}
 	how := "each device loaded everything over its own link"
 	if rep.Peer {
-		how = fmt.Sprintf("each device loaded a part and copied the others from their devices as they came in (%s of peer copies)", human(rep.PeerBytes))
+		how = fmt.Sprintf("each device loaded a part and copied the others from their devices as each came in (%s of peer copies)", human(rep.PeerBytes))
 	}
 	fmt.Fprintf(g.stdout, "load %s onto %d devices (%s): %d tensors, %s each, placed in %v = %.1f GB/s of bytes placed; %s\n",
 		rep.Mode, len(rep.Devices), o.Devices, rep.Tensors, human(rep.RawBytes), rep.Wall.Round(time.Microsecond), rep.GBps, how)
 	for d, r := range rep.Parts {
 		run := r.Runs[0]
 		fmt.Fprintf(g.stdout, "  device %s (%s): %d tensors, %s in %v = %.1f GB/s; moved %s to it from the host, pinned %s\n",
-			strings.TrimSpace(names[d]), r.Device, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,
+			names[d], r.Device, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,
 			human(r.MovedBytes), human(r.PinnedBytes))
 	}
 	if rep.Checked {

@@ -202,8 +202,9 @@ var errAborted = errors.New("another device failed")
 
 // copyParts copies into device d's arena every other device's part, from
 // that device's arena (the same layout), one peer copy a part spread over
-// d's streams, each as soon as until(in[j]) says part j is in, and waits
-// for them; it returns the bytes copied.
+// d's streams, each once until(in[j]) says part j is in, and waits for
+// them; it returns the bytes copied. Device d takes the parts of d+1, d+2,
+// ... in turn, so that the devices do not all read one device at once.
 func copyParts(e engine.Engine, d int, engs []engine.Engine, arenas []*vmm.Arena, part []int,
 	until func(<-chan struct{}) error, in []chan struct{}) (uint64, error) {
 	var evs []engine.Event
@@ -217,38 +218,11 @@ func copyParts(e engine.Engine, d int, engs []engine.Engine, arenas []*vmm.Arena
 		}
 		return errors.Join(errs...)
 	}
-	// The parts in the order they come in.
-	left := map[int]bool{}
-	for j := range engs {
-		if j != d {
-			left[j] = true
+	for k := 1; k < len(engs); k++ {
+		j := (d + k) % len(engs)
+		if err := until(in[j]); err != nil {
+			return bytes, errors.Join(err, wait())
 		}
-	}
-	for len(left) > 0 {
-		j := -1
-		for k := range left {
-			select {
-			case <-in[k]:
-				j = k
-			default:
-			}
-			if j >= 0 {
-				break
-			}
-		}
-		if j < 0 { // none in yet: wait for the lowest
-			k := -1
-			for x := range left {
-				if k < 0 || x < k {
-					k = x
-				}
-			}
-			if err := until(in[k]); err != nil {
-				return bytes, errors.Join(err, wait())
-			}
-			j = k
-		}
-		delete(left, j)
 		peer := engs[j]
 		lo, hi := -1, -1
 		for i := range bs {
