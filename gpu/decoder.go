@@ -63,6 +63,9 @@ type Decoder struct {
 	ent    *entropyKernel
 	idx    cuda.DevicePtr
 	idxCap uint64
+	// The in-place entropy decoder's scratch: a slot a warp.
+	scratch    cuda.DevicePtr
+	scratchCap uint64
 }
 
 // NewDecoder loads the kernel into ctx.
@@ -108,7 +111,7 @@ func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
 // Close frees the decoder's device memory and module.
 func (d *Decoder) Close() error {
 	d.ctx.StreamSynchronize(d.stream)
-	for _, p := range []cuda.DevicePtr{d.ctrl, d.flags, d.buf, d.payload, d.idx} {
+	for _, p := range []cuda.DevicePtr{d.ctrl, d.flags, d.buf, d.payload, d.idx, d.scratch} {
 		if p != 0 {
 			d.ctx.Free(p)
 		}

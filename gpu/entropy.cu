@@ -8,22 +8,29 @@
 // index lies at the payload's end, inside the values of the last chunks).
 //
 // Each warp decodes one chunk at a time: lane 0 claims chunks in descending
-// order from an atomic ticket counter; the warp copies the chunk's record
-// (its other bits, then its symbol chunk) into the warp's shared buffer,
-// publishes "read" for the chunk, waits until the chunks whose records lie
-// in the chunk's values have published theirs, and writes the values: lane
-// t decodes symbol lane t (symbols t, t + L, ...), so each step the warp
-// writes L consecutive values. The in-place invariant (every chunk's record
-// starts no later than its values) makes every chunk waited for a higher
-// one, claimed earlier, so waits never form a cycle, with any number of
+// order from an atomic ticket counter; the warp copies the chunk's symbol
+// chunk into the warp's shared buffer. Its other bits are read from global
+// memory as the values are rebuilt: out of place from the payload itself,
+// in place from the warp's slot of a scratch buffer the warp copies them
+// into first (in place the record may be overwritten by a lower chunk's
+// values as soon as the chunk is published). Only the symbols in shared
+// memory keep many warps resident: the other bits are most of a record
+// (a byte a value of BF16's 1.3). In place the warp then publishes "read"
+// for the chunk, waits until the chunks whose records lie in the chunk's
+// values have published theirs, and writes the values: lane t decodes
+// symbol lane t (symbols t, t + L, ...), so each step the warp writes L
+// consecutive values. The in-place invariant (every chunk's record starts
+// no later than its values) makes every chunk waited for a higher one,
+// claimed earlier, so waits never form a cycle, with any number of
 // resident warps.
 //
 // Safety: output addresses depend only on the chunk index and the value
 // count; every record span read from the index is checked against the
 // records' size before it is read, bit reads stay inside the warp's
-// buffer, and problems are reported as bits in *err. Rebuild with `make
-// kernels` after any change: the committed fatbin is stamped with this
-// file's SHA-256 and a test fails when they differ.
+// buffer, its scratch slot or the record, and problems are reported as
+// bits in *err. Rebuild with `make kernels` after any change: the
+// committed fatbin is stamped with this file's SHA-256 and a test fails
+// when they differ.
 
 #include <stdint.h>
 
@@ -31,7 +38,9 @@
 #define EZ_LANES 32
 #define EZ_MAXLEN 12
 #define EZ_OVERHEAD 64 // a record is at most its values' bytes plus this
-#define EZ_MAX_THREADS 1024 // 32 warps a block
+#ifndef EZ_MAX_THREADS
+#define EZ_MAX_THREADS 512 // 16 warps a block (the host reads it from the image): faster than 24 or 32 (docs/PERF.md)
+#endif
 #define EZ_RING 2048        // a warp's ring of decoded symbols
 #define EZ_RING_MASK (EZ_RING - 1)
 #ifndef EZ_LOOKUPS
@@ -41,6 +50,11 @@
 #define EZ_STEPS 20 // table lookups between rebuilds, a multiple of EZ_LOOKUPS
 #endif
 #define EZ_AHEAD 48 // rows a lane runs ahead: 32 x (48 + 2) < EZ_RING
+// Rows one rebuild writes at most: the slowest lane gains at most two
+// symbols a lookup, and when it runs out of symbols the others are at
+// most one row past it. The other bits of this many rows are fetched,
+// into the warp's other-bits ring, before each rebuild.
+#define EZ_BATCH_ROWS (2 * EZ_STEPS + 2)
 
 // Error bits reported in *err (decode.cu uses 1, 2, 4 and 8).
 #define EZ_ERR_INDEX 16u  // a record span is out of range, or breaks the in-place invariant
@@ -58,12 +72,13 @@ struct EParams {
     uint64_t flags;     // uint32 per chunk: epoch once read (in place only)
     uint64_t ctrl;      // uint32[2]: ticket counter, exited blocks
     uint64_t err;       // uint32 error bits
+    uint64_t scratch;   // in place: slot_bytes a warp of the grid, for its chunk's other bits
     uint32_t field;     // the kernel's field variant (see the switch below)
     uint32_t in_place;
     uint32_t epoch;     // nonzero, new for every in-place launch
-    uint32_t buf_bytes; // shared buffer per warp, a multiple of 16: a record, then the ring
-    uint32_t max_span;  // the longest record the buffer holds
-    uint32_t reserved;
+    uint32_t buf_bytes; // shared buffer per warp, a multiple of 16: a symbol chunk, then the ring
+    uint32_t max_sym;   // the longest symbol chunk the buffer holds
+    uint32_t slot_bytes; // a multiple of 16, at least a full chunk's other bits and 32
     uint8_t lengths[256]; // code length of each symbol, 0 for none
 };
 
@@ -110,22 +125,69 @@ template <int VS, int SHIFT, int BITS, bool WHOLE> struct EzField {
     static constexpr int other = WHOLE ? 0 : 8 * VS - BITS;
 };
 
-// ez_value rebuilds value i of a chunk from its symbol and its other bits,
-// which start at byte ob of the buffer.
+// ez_oring is the bytes of a warp's other-bits ring for OB other bits a
+// value: a power of two holding EZ_BATCH_ROWS full rows and the 16-byte
+// pieces either side (0 without other bits). The host computes the same
+// (gpu.entropyORing).
+__host__ __device__ constexpr uint32_t ez_oring(int OB) {
+    uint32_t need = EZ_BATCH_ROWS * EZ_LANES * (uint32_t)OB / 8 + 32, r = 16;
+    while (r < need) {
+        r <<= 1;
+    }
+    return OB == 0 ? 0 : r;
+}
+
+// EzOther is a chunk's other bits as a warp reads them: from its
+// other-bits ring in shared memory (w, its words; bytes at offset x of
+// the other bits' 16-byte aligned source lie at x mod ez_oring), starting
+// at byte skew; src is that source in global memory (the record, or in
+// place the warp's scratch slot from the second fill on), end the byte
+// offset the other bits end at.
+struct EzOther {
+    uint32_t *w;
+    const uint8_t *src;
+    uint32_t skew, end;
+};
+
+// ez_fill starts the copy of the other bits of values [v0, v1) into the
+// ring, in 16-byte pieces (whole pieces of the source: at most 15 bytes
+// before and after, inside the record or the slot).
+template <int OB> __device__ __forceinline__ void ez_fill(const EzOther &o, uint32_t v0, uint32_t v1, uint32_t lane) {
+    if (OB == 0 || v0 >= v1) {
+        return;
+    }
+    constexpr uint32_t M = ez_oring(OB) - 1;
+    const uint32_t b0 = (o.skew + v0 * OB / 8) & ~15u;
+    const uint32_t b1 = (min(o.skew + (v1 * OB + 7) / 8, o.end) + 15) & ~15u;
+    for (uint32_t off = b0 + 16 * lane; off < b1; off += 16 * EZ_LANES) {
+        ez_cp16((uint8_t *)o.w + (off & M), o.src + off, 16);
+    }
+}
+
+// ez_obits returns the n bits (1..32) at bit pos of the other bits (big
+// endian within each byte, as ez_bits), from the ring.
+template <int OB> __device__ __forceinline__ uint32_t ez_obits(const uint32_t *w, uint32_t pos, uint32_t n) {
+    constexpr uint32_t WM = ez_oring(OB) / 4 - 1;
+    const uint32_t i = pos >> 5;
+    const uint64_t x = ((uint64_t)ez_bswap(w[i & WM]) << 32 | ez_bswap(w[(i + 1) & WM])) << (pos & 31);
+    return (uint32_t)(x >> (64 - n));
+}
+
+// ez_value rebuilds value i of a chunk from its symbol s and its other
+// bits, from the ring.
 template <int VS, int SHIFT, int BITS, bool WHOLE>
-__device__ __forceinline__ uint32_t ez_value(const uint32_t *w, uint32_t nw, const uint8_t *b, uint32_t ob, uint32_t i,
-                                             uint32_t s) {
+__device__ __forceinline__ uint32_t ez_value(const EzOther &o, uint32_t i, uint32_t s) {
     if (WHOLE) {
         return s;
     }
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
-    uint32_t o;
+    uint32_t v;
     if (OB == 8) {
-        o = b[ob + i];
+        v = ((const uint8_t *)o.w)[(o.skew + i) & (ez_oring(OB) - 1)];
     } else {
-        o = ez_bits(w, nw, 8 * ob + i * OB, OB);
+        v = ez_obits<OB>(o.w, 8 * o.skew + i * OB, OB);
     }
-    return (o >> SHIFT) << (SHIFT + BITS) | s << SHIFT | (o & ((1u << SHIFT) - 1));
+    return (v >> SHIFT) << (SHIFT + BITS) | s << SHIFT | (v & ((1u << SHIFT) - 1));
 }
 
 template <int VS> __device__ __forceinline__ void ez_store(uint8_t *out, uint32_t i, uint32_t v) {
@@ -139,15 +201,15 @@ template <int VS> __device__ __forceinline__ void ez_store(uint8_t *out, uint32_
 }
 
 // ez_rebuild writes values [i0, i1) of a chunk from their symbols in the
-// ring and their other bits in the record (from byte skew), the warp's
-// lanes together. With vec (i0 a multiple of 32, i1 too or the chunk's
-// end), BF16 and FP8 whole bytes take four values a lane at a time.
+// ring and their other bits in the other-bits ring, the warp's lanes
+// together. With vec (i0 a multiple of 32, i1 too or the chunk's end),
+// BF16 and FP8 whole bytes take four values a lane at a time.
 template <int VS, int SHIFT, int BITS, bool WHOLE>
-__device__ __forceinline__ void ez_rebuild(const uint32_t *w, uint32_t nw, const uint8_t *b, uint32_t skew,
-                                           const uint8_t *ring, uint8_t *out, uint32_t i0, uint32_t i1, bool vec,
-                                           uint32_t lane) {
+__device__ __forceinline__ void ez_rebuild(const EzOther &o, const uint8_t *ring, uint8_t *out, uint32_t i0,
+                                           uint32_t i1, bool vec, uint32_t lane) {
     constexpr bool BF16 = VS == 2 && SHIFT == 7 && BITS == 8 && !WHOLE;
     if ((BF16 || WHOLE) && vec) {
+        constexpr uint32_t WM = BF16 ? ez_oring(8) / 4 - 1 : 0;
         uint32_t i = i0 + 4 * lane;
         for (; i + 4 <= i1; i += 4 * EZ_LANES) {
             const uint32_t s4 = *(const uint32_t *)(ring + (i & EZ_RING_MASK));
@@ -155,55 +217,61 @@ __device__ __forceinline__ void ez_rebuild(const uint32_t *w, uint32_t nw, const
                 *(uint32_t *)(out + i) = s4;
                 continue;
             }
-            const uint32_t ob = skew + i; // four other-bits bytes, unaligned
-            const uint32_t o4 = __funnelshift_r(w[min(ob >> 2, nw - 1)], w[min((ob >> 2) + 1, nw - 1)], 8 * (ob & 3));
+            const uint32_t ob = o.skew + i; // four other-bits bytes, unaligned
+            const uint32_t o4 = __funnelshift_r(o.w[(ob >> 2) & WM], o.w[((ob >> 2) + 1) & WM], 8 * (ob & 3));
             const uint32_t hb = (o4 & 0x80808080u) | ((s4 >> 1) & 0x7F7F7F7Fu); // high bytes
             const uint32_t lb = ((s4 << 7) & 0x80808080u) | (o4 & 0x7F7F7F7Fu); // low bytes
             *(uint2 *)(out + 2 * i) = make_uint2(__byte_perm(lb, hb, 0x5140), __byte_perm(lb, hb, 0x7362));
         }
         for (; i < i1; i++) { // the chunk's last values
-            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, ring[i & EZ_RING_MASK]));
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(o, i, ring[i & EZ_RING_MASK]));
         }
         return;
     }
 #pragma unroll 4
     for (uint32_t i = i0 + lane; i < i1; i += EZ_LANES) {
-        ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, ring[i & EZ_RING_MASK]));
+        ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(o, i, ring[i & EZ_RING_MASK]));
     }
 }
 
-// ez_chunk decodes one chunk's record, held in the warp's buffer b (words
-// w, nw of them) from byte skew, span bytes long, into the cnt values at
-// out, and returns its error bits. All lanes of the warp call it.
+// ez_landed waits for the warp's copies in flight (a fill of the
+// other-bits ring holds the other bits of the values the warp writes next).
+__device__ __forceinline__ void ez_landed() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncwarp();
+}
+
+// ez_chunk decodes one chunk into the cnt values at out, from its symbol
+// chunk (cs bytes from byte sskew of the warp's buffer sw, snw words) and
+// its other bits o, whose first L * EZ_BATCH_ROWS values' fill is in
+// flight, and returns its error bits. All lanes of the warp call it.
 template <int VS, int SHIFT, int BITS, bool WHOLE>
-__device__ __forceinline__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w, uint32_t nw, uint32_t skew,
-                                              uint32_t span, uint32_t cnt, const uint32_t *tab2, uint8_t *ring,
-                                              uint8_t *out, uint32_t lane) {
+__device__ __forceinline__ uint32_t ez_chunk(const uint32_t *sw, uint32_t snw, uint32_t sskew, uint32_t cs,
+                                              const EzOther o, uint32_t cnt, uint32_t L, const uint32_t *tab2,
+                                              uint8_t *ring, uint8_t *out, uint32_t lane) {
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
-    const uint32_t obytes = (uint32_t)(((uint64_t)cnt * OB + 7) / 8);
-    const uint32_t cs = span - obytes;       // the symbol chunk's bytes (span >= obytes: checked)
-    const uint32_t cbase = 8 * (skew + obytes); // its first bit in the buffer
+    const uint8_t *b = (const uint8_t *)sw;
+    const uint32_t *w = sw, nw = snw;
+    const uint32_t cbase = 8 * sskew; // the symbol chunk's first bit in the buffer
+    const uint32_t bv = L * EZ_BATCH_ROWS; // values a fill covers
     if (cs == 0) {
         return EZ_ERR_STREAM;
     }
     const uint32_t mode = b[cbase >> 3];
-    if (mode == 1) { // constant
-        const uint32_t s = b[(cbase >> 3) + 1];
-        if (cs != 2 || (BITS < 8 && (s >> BITS) != 0)) {
+    if (mode == 0 || mode == 1) { // raw or constant: a batch of values a fill
+        const uint32_t s1 = b[(cbase >> 3) + 1];
+        if (mode == 1 ? cs != 2 || (BITS < 8 && (s1 >> BITS) != 0) : (uint64_t)cs != (8 + (uint64_t)cnt * BITS + 7) / 8) {
             return EZ_ERR_STREAM;
         }
-        for (uint32_t i = lane; i < cnt; i += EZ_LANES) {
-            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, s));
-        }
-        return 0;
-    }
-    if (mode == 0) { // raw
-        if ((uint64_t)cs != (8 + (uint64_t)cnt * BITS + 7) / 8) {
-            return EZ_ERR_STREAM;
-        }
-        for (uint32_t i = lane; i < cnt; i += EZ_LANES) {
-            const uint32_t s = ez_bits(w, nw, cbase + 8 + (uint64_t)i * BITS, BITS);
-            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, i, s));
+        for (uint32_t v0 = 0; v0 < cnt; v0 += bv) {
+            const uint32_t v1 = min(cnt, v0 + bv);
+            ez_landed();
+            for (uint32_t i = v0 + lane; i < v1; i += EZ_LANES) {
+                const uint32_t s = mode == 1 ? s1 : ez_bits(w, nw, cbase + 8 + (uint64_t)i * BITS, BITS);
+                ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(o, i, s));
+            }
+            __syncwarp(); // the ring's bytes are read
+            ez_fill<OB>(o, v1, min(cnt, v1 + bv), lane);
         }
         return 0;
     }
@@ -211,7 +279,6 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w
         return EZ_ERR_STREAM;
     }
     // Coded: 32 bits total, 5 bits width, L lane deviations, the lanes.
-    const uint32_t L = (cnt + 127) / 128 < EZ_LANES ? (cnt + 127) / 128 : EZ_LANES; // cnt >= 1
     const uint64_t limit = 8 * (uint64_t)cs; // bits of the symbol chunk
     if (limit < 8 + 37) {
         return EZ_ERR_STREAM;
@@ -294,10 +361,11 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint8_t *b, const uint32_t *w
         // Rows below kmin are decoded (a lane done with its symbols holds
         // none back): positions [done * L, upto * L).
         kmin = __reduce_min_sync(0xFFFFFFFFu, pos < endp ? k : 0xFFFFFFFFu);
-        const uint32_t upto = min(rows, kmin);
-        __syncwarp();
-        ez_rebuild<VS, SHIFT, BITS, WHOLE>(w, nw, b, skew, ring, out, done * L, min(cnt, upto * L), L == EZ_LANES, lane);
+        const uint32_t upto = min(rows, kmin); // at most done + EZ_BATCH_ROWS
+        ez_landed(); // the other bits of rows [done, done + EZ_BATCH_ROWS); the symbols
+        ez_rebuild<VS, SHIFT, BITS, WHOLE>(o, ring, out, done * L, min(cnt, upto * L), L == EZ_LANES, lane);
         __syncwarp(); // the ring positions are free again
+        ez_fill<OB>(o, upto * L, min(cnt, (upto + EZ_BATCH_ROWS) * L), lane);
         done = upto;
     }
     bad = dec && (zero || used != len);
@@ -401,20 +469,33 @@ template <typename P> __device__ __forceinline__ uint64_t ez_search(uint64_t lo,
 }
 
 // ez_run is a warp decoding chunks until none is left: lane 0 claims a
-// chunk, the warp copies its record into the warp's buffer, publishes and
-// waits (in place), and decodes it.
+// chunk, the warp copies its symbol chunk into the warp's buffer, starts
+// the copy of the first other bits into its other-bits ring (and in place
+// copies all of them into the warp's scratch slot), publishes and waits
+// (in place), and decodes it. The warp's buffer is the symbol chunk, the
+// ring of symbols (EZ_RING bytes), then the other-bits ring.
 template <int VS, int SHIFT, int BITS, bool WHOLE>
 __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, uint8_t *buf) {
+    constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t *w = (const uint32_t *)buf;
-    const uint32_t nw = (p.buf_bytes - EZ_RING) / 4;
-    uint8_t *ring = buf + (p.buf_bytes - EZ_RING);
+    const uint32_t sym_bytes = p.buf_bytes - EZ_RING - ez_oring(OB); // at least 32: checked below
+    const uint32_t nw = sym_bytes / 4;
+    uint8_t *ring = buf + sym_bytes;
+    uint32_t *oring = (uint32_t *)(ring + EZ_RING);
     uint32_t *ctrl = (uint32_t *)p.ctrl;
     uint32_t *flags = (uint32_t *)p.flags;
     const uint64_t *index = (const uint64_t *)p.index;
     const uint8_t *src = (const uint8_t *)p.src;
     const uint64_t per = (uint64_t)EZ_CHUNK * VS;
-    const uint64_t lim = p.records + p.rec_bytes; // no record byte lies past it
+    const uint64_t lim = p.records + p.rec_bytes; // no record byte lies past it; the index follows
+    uint4 *slot = (uint4 *)(p.scratch + ((uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * p.slot_bytes);
+    if (p.buf_bytes < EZ_RING + ez_oring(OB) + 32) { // no room for a symbol chunk: decode nothing
+        if (lane == 0) {
+            atomicOr((uint32_t *)p.err, EZ_ERR_INDEX);
+        }
+        return;
+    }
     for (;;) {
         uint32_t t = 0;
         if (lane == 0) {
@@ -427,23 +508,61 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, u
         const uint64_t c = p.chunks - 1 - t;
         const uint32_t cnt = (uint32_t)ez_min(EZ_CHUNK, p.n - c * EZ_CHUNK);
         const uint64_t at = index[c], next = index[c + 1];
-        constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
         const uint64_t obytes = ((uint64_t)cnt * OB + 7) / 8;
+        const uint64_t a = p.records + at, a0 = a & ~(uint64_t)15;
+        const uint32_t skew = (uint32_t)(a - a0);
+        const uint32_t nbo = (uint32_t)((skew + obytes + 15) & ~(uint64_t)15); // bytes of other bits staged in place
         uint32_t bad = 0;
         if (at > next || next > p.rec_bytes || next - at < obytes || next - at > (uint64_t)cnt * VS + EZ_OVERHEAD ||
-            (c == 0 && at != 0) || (c == p.chunks - 1 && next != p.rec_bytes) || next - at > p.max_span ||
-            (p.in_place && c > 0 && p.records + at > c * per)) {
+            (c == 0 && at != 0) || (c == p.chunks - 1 && next != p.rec_bytes) || next - at - obytes > p.max_sym ||
+            (p.in_place && ((c > 0 && a > c * per) || (OB > 0 && nbo > p.slot_bytes)))) {
             bad = EZ_ERR_INDEX;
         }
-        const uint64_t a = p.records + at, a0 = a & ~(uint64_t)15;
-        const uint32_t skew = (uint32_t)(a - a0), span = (uint32_t)(next - at);
+        // The symbol chunk [a + obytes, p.records + next), from a 16-byte
+        // boundary at or before it.
+        const uint64_t sa = a + obytes, s0 = sa & ~(uint64_t)15;
+        const uint32_t sskew = (uint32_t)(sa - s0), cs = (uint32_t)(next - at - obytes);
+        const uint32_t nb = (uint32_t)ez_min((sskew + (uint64_t)cs + 15) & ~(uint64_t)15, 0xFFFFFFFFu);
+        if (!bad && nb > sym_bytes) {
+            bad = EZ_ERR_INDEX; // the host sized the buffers from max_sym
+        }
+        const uint32_t L = (cnt + 127) / 128 < EZ_LANES ? (cnt + 127) / 128 : EZ_LANES;
+        // Other bits: in place from the slot, out of place from the record
+        // (the last piece may run up to 15 bytes into the symbols or the
+        // index, which follows the records); the first fill from the record.
+        const EzOther o = {oring, p.in_place ? (const uint8_t *)slot : src + a0, skew, skew + (uint32_t)obytes};
         if (!bad) {
-            const uint32_t nb = (skew + span + 15) & ~15u; // fits: span <= max_span
+            ez_fill<OB>(EzOther{oring, src + a0, skew, o.end}, 0, min(cnt, L * EZ_BATCH_ROWS), lane);
             for (uint32_t off = lane * 16; off < nb; off += EZ_LANES * 16) {
-                const uint64_t g = a0 + off;
+                const uint64_t g = s0 + off;
                 ez_cp16(buf + off, src + g, (uint32_t)ez_min(16, lim > g ? lim - g : 0));
             }
+            if (p.in_place && OB > 0) {
+                // The other bits [a, a + obytes), 16-byte pieces from a0 (the
+                // last may run up to 15 bytes into the index, which follows
+                // the records), into the slot: eight pieces a lane in flight.
+                const uint4 *g = (const uint4 *)(src + a0);
+                for (uint32_t q0 = 0; q0 < nbo / 16; q0 += 8 * EZ_LANES) {
+                    uint4 v[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const uint32_t q = q0 + j * EZ_LANES + lane;
+                        if (q < nbo / 16) {
+                            v[j] = __ldcg(g + q);
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const uint32_t q = q0 + j * EZ_LANES + lane;
+                        if (q < nbo / 16) {
+                            slot[q] = v[j];
+                        }
+                    }
+                }
+            }
         }
+        // Every load of the chunk's record has returned its data (the
+        // copies have landed; the slot's stores took the loaded values).
         asm volatile("cp.async.wait_all;" ::: "memory");
         __syncwarp();
         if (p.in_place) {
@@ -466,13 +585,13 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, u
             __syncwarp();
         }
         if (!bad) {
-            bad = ez_chunk<VS, SHIFT, BITS, WHOLE>(buf, w, nw, skew, span, cnt, tab2, ring, (uint8_t *)p.dst + c * per,
+            bad = ez_chunk<VS, SHIFT, BITS, WHOLE>(w, nw, sskew, cs, o, cnt, L, tab2, ring, (uint8_t *)p.dst + c * per,
                                                    lane);
         }
         if (bad && lane == 0) {
             atomicOr((uint32_t *)p.err, bad);
         }
-        __syncwarp(); // the buffer is free for the next chunk
+        ez_landed(); // no fill is in flight: the buffers and the slot are free for the next chunk
     }
 }
 

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
+	"strconv"
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
@@ -24,31 +25,48 @@ const (
 	// entropyStatic bounds the kernel's static shared memory (the decode
 	// table and its build scratch, about 17 KiB).
 	entropyStatic = 18 << 10
-	// entropyMaxWarps is the most warps a block has (EZ_MAX_THREADS / 32),
-	// each decoding a chunk at a time.
-	entropyMaxWarps = 32
 	// entropyRing is EZ_RING, a warp's ring of decoded symbols.
 	entropyRing = 2048
+	// entropyBatchRows is EZ_BATCH_ROWS, the rows of values whose other
+	// bits a warp's other-bits ring holds at a time.
+	entropyBatchRows = 42
 	// entropyOverhead is EZ_OVERHEAD: a record is at most its values'
 	// bytes and this.
 	entropyOverhead = 64
+	// entropyScratch bounds an in-place launch's scratch: a slot a warp
+	// for the other bits of the chunk it decodes. With more than fits,
+	// fewer warps run (SPLITZIP_ENTROPY_SCRATCH overrides it, in bytes,
+	// for kernel experiments).
+	entropyScratch = 64 << 20
 )
 
 // entropyParams mirrors struct EParams in entropy.cu.
 type entropyParams struct {
-	Dst, Src, Index, N, Chunks, Records, RecBytes, Flags, Ctrl, Err uint64
-	Field, InPlace, Epoch, BufBytes, MaxSpan, Reserved              uint32
-	Lengths                                                         [entropy.MaxSymbols]uint8
+	Dst, Src, Index, N, Chunks, Records, RecBytes, Flags, Ctrl, Err, Scratch uint64
+	Field, InPlace, Epoch, BufBytes, MaxSym, SlotBytes                       uint32
+	Lengths                                                                  [entropy.MaxSymbols]uint8
 }
 
 // entropyKernel is the loaded entropy decoder and its launch shape per
 // value size.
 type entropyKernel struct {
-	mod    cuda.Module
-	fn     cuda.Function
-	optin  int // shared memory a block may opt in to
-	sms    int
-	shapes map[uint64]entropyShape // by the longest record
+	mod   cuda.Module
+	fn    cuda.Function
+	optin int // shared memory a block may opt in to
+	sms   int
+	// maxWarps is the most warps a block has (the kernel's launch bound,
+	// EZ_MAX_THREADS / 32), each decoding a chunk at a time.
+	maxWarps int
+	// scratch bounds an in-place launch's scratch bytes.
+	scratch int
+	shapes  map[shapeKey]entropyShape
+}
+
+// shapeKey is what a launch shape depends on: the field, the longest
+// symbol chunk and the scratch slot (0 out of place).
+type shapeKey struct {
+	field     int
+	sym, slot uint64
 }
 
 // entropyShape is a launch shape: warps a block (each with a buffer of
@@ -82,7 +100,14 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &entropyKernel{shapes: map[uint64]entropyShape{}}
+	k := &entropyKernel{shapes: map[shapeKey]entropyShape{}, scratch: entropyScratch}
+	if v := os.Getenv("SPLITZIP_ENTROPY_SCRATCH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("gpu: SPLITZIP_ENTROPY_SCRATCH=%q: want a positive number of bytes", v)
+		}
+		k.scratch = n
+	}
 	if k.mod, err = d.ctx.LoadModule(img); err != nil {
 		return nil, err
 	}
@@ -99,6 +124,13 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	if k.sms, err = d.ctx.Attribute(cuda.AttrMultiprocessorCount); err != nil {
 		return fail(err)
 	}
+	threads, err := d.ctx.FuncAttribute(k.fn, cuda.FuncAttrMaxThreadsPerBlock)
+	if err != nil {
+		return fail(err)
+	}
+	if k.maxWarps = threads / 32; k.maxWarps < 1 {
+		return fail(fmt.Errorf("gpu: the entropy kernel allows %d threads a block", threads))
+	}
 	if err := d.ctx.SetFuncAttribute(k.fn, cuda.FuncAttrMaxDynamicSharedBytes, k.optin-entropyStatic); err != nil {
 		return fail(err)
 	}
@@ -109,17 +141,23 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	return k, nil
 }
 
-// shape returns the launch shape for records of at most span bytes: as
-// many warps a block as shared memory holds buffers for, each buffer a
-// record with 16 bytes of alignment either side and the ring.
-func (k *entropyKernel) shape(ctx *cuda.Context, span uint64) (entropyShape, error) {
-	if s, ok := k.shapes[span]; ok {
+// shape returns the launch shape for field fi, symbol chunks of at most
+// sym bytes and, in place, scratch slots of slot bytes: as many warps a
+// block as shared memory holds buffers for (each a symbol chunk with 16
+// bytes of alignment either side, the ring and the other-bits ring) and,
+// in place, as the scratch bound holds slots for on every multiprocessor.
+func (k *entropyKernel) shape(ctx *cuda.Context, fi int, sym, slot uint64) (entropyShape, error) {
+	key := shapeKey{fi, sym, slot}
+	if s, ok := k.shapes[key]; ok {
 		return s, nil
 	}
-	buf := int((span+15+15)&^15) + 16 + entropyRing
-	warps := min(entropyMaxWarps, (k.optin-entropyStatic)/buf)
+	buf := int((sym+15+15)&^15) + 16 + entropyRing + entropyORing(fi)
+	warps := min(k.maxWarps, (k.optin-entropyStatic)/buf)
 	if warps < 1 {
 		return entropyShape{}, fmt.Errorf("gpu: %d bytes of shared memory a block hold no %d-byte chunk buffer", k.optin, buf)
+	}
+	if slot > 0 {
+		warps = max(1, min(warps, k.scratch/(k.sms*int(slot))))
 	}
 	per, err := ctx.MaxActiveBlocks(k.fn, 32*warps, uint64(dynBytes(warps, buf)))
 	if err != nil {
@@ -128,11 +166,41 @@ func (k *entropyKernel) shape(ctx *cuda.Context, span uint64) (entropyShape, err
 	if per < 1 {
 		return entropyShape{}, fmt.Errorf("gpu: the entropy kernel does not fit a multiprocessor with %d warps", warps)
 	}
-	s := entropyShape{warps: warps, buf: buf, grid: k.sms * per}
+	grid := k.sms * per
+	if slot > 0 {
+		grid = max(k.sms, min(grid, k.scratch/(warps*int(slot))))
+	}
+	s := entropyShape{warps: warps, buf: buf, grid: grid}
 	if len(k.shapes) < 64 {
-		k.shapes[span] = s
+		k.shapes[key] = s
 	}
 	return s, nil
+}
+
+// entropyORing is ez_oring: a warp's other-bits ring for field fi, a
+// power of two holding entropyBatchRows rows of 32 values' other bits and
+// 32 bytes (0 when the field has none).
+func entropyORing(fi int) int {
+	ob := entropy.Fields[fi].Other()
+	if ob == 0 {
+		return 0
+	}
+	need, r := entropyBatchRows*32*ob/8+32, 16
+	for r < need {
+		r <<= 1
+	}
+	return r
+}
+
+// entropySlot is an in-place launch's scratch slot for field fi: a full
+// chunk's other bits from a 16-byte boundary, rounded up to 16 bytes, and
+// 16 more for the word reads past them (0 when the field has none).
+func entropySlot(fi int) uint64 {
+	ob := uint64(entropy.Fields[fi].Other())
+	if ob == 0 {
+		return 0
+	}
+	return (15+(codec.ChunkValues*ob+7)/8+15)&^15 + 16
 }
 
 // dynBytes is a launch's dynamic shared memory: the warps' buffers, at
@@ -176,22 +244,38 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	if err != nil {
 		return err
 	}
-	// The longest record: from the checked index, or the most a record
-	// may hold.
-	span := uint64(codec.ChunkValues*entropy.Fields[h.Field].Size + entropyOverhead)
+	// The longest symbol chunk: from the checked index, or the most a
+	// record may hold (a chunk's other bits may be as few as none).
+	sym := uint64(codec.ChunkValues*entropy.Fields[h.Field].Size + entropyOverhead)
 	if h.MaxRecord > 0 {
-		span = min(span, h.MaxRecord)
+		sym = min(sym, h.MaxSymbols)
 	}
-	sh, err := k.shape(d.ctx, span)
+	var slot uint64
+	if inPlace {
+		slot = entropySlot(int(h.Field))
+	}
+	sh, err := k.shape(d.ctx, int(h.Field), sym, slot)
 	if err != nil {
 		return err
 	}
+	// A launch of fewer chunks than the grid's warps spreads them over
+	// every multiprocessor.
+	grid := min(uint64(sh.grid), N)
+	warps := min(uint64(sh.warps), (N+grid-1)/grid)
 	if inPlace {
 		if h.Size > h.ValueBytes() {
 			return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d values", ErrKernel, h.Size, h.ValueBytes())
 		}
 		if err := d.growFlags(N, s); err != nil {
 			return err
+		}
+		if need := grid * warps * slot; d.scratchCap < need {
+			if err := d.ctx.StreamSynchronize(s); err != nil { // an earlier launch may still use it
+				return err
+			}
+			if err := d.reserve(&d.scratch, &d.scratchCap, need); err != nil {
+				return err
+			}
 		}
 	}
 	// The kernel reads the index from a copy of the decoder's: in place,
@@ -215,12 +299,11 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	}
 	pr := entropyParams{Dst: uint64(dst), Src: uint64(src), Index: uint64(d.idx), N: h.Values, Chunks: N,
 		Records: h.Others, RecBytes: h.Index - h.Others, Flags: uint64(d.flags), Ctrl: uint64(d.ctrl),
-		Err: uint64(d.ctrl) + 8, Field: uint32(h.Field), Epoch: d.epoch, BufBytes: uint32(sh.buf), MaxSpan: uint32(span), Lengths: h.Lengths}
+		Err: uint64(d.ctrl) + 8, Field: uint32(h.Field), Epoch: d.epoch, BufBytes: uint32(sh.buf), MaxSym: uint32(sym), Lengths: h.Lengths}
 	if inPlace {
-		pr.InPlace = 1
+		pr.InPlace, pr.Scratch, pr.SlotBytes = 1, uint64(d.scratch), uint32(slot)
 	}
-	grid := uint32(min(uint64(sh.grid), (N+uint64(sh.warps)-1)/uint64(sh.warps)))
-	return d.ctx.Launch(k.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: uint32(32 * sh.warps)}, uint32(dynBytes(sh.warps, sh.buf)), s, unsafe.Pointer(&pr))
+	return d.ctx.Launch(k.fn, cuda.Dim3{X: uint32(grid)}, cuda.Dim3{X: uint32(32 * warps)}, uint32(dynBytes(int(warps), sh.buf)), s, unsafe.Pointer(&pr))
 }
 
 // decodeEntropy is Decode for an entropy payload.

@@ -126,7 +126,7 @@ func TestEntropyMatchesReference(t *testing.T) {
 			for _, ip := range modes {
 				hh := *h
 				if !ip {
-					hh.MaxRecord = 0 // buffers for the longest record a chunk may have
+					hh.MaxRecord, hh.MaxSymbols = 0, 0 // buffers for the longest symbol chunk a chunk may have
 				}
 				got, err := runEntropy(t, ctx, d, p, &hh, ip)
 				if err != nil {

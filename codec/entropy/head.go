@@ -20,6 +20,9 @@ type Head struct {
 	// MaxRecord is the longest chunk record, once the chunk index has been
 	// checked (Check, CheckIndex); 0 until then.
 	MaxRecord uint64
+	// MaxSymbols is the longest symbol chunk (a record without its other
+	// bits), set with MaxRecord.
+	MaxSymbols uint64
 }
 
 // ParseHead parses and checks the head of a version 2 payload: its
@@ -72,7 +75,7 @@ func Check(p []byte) (*Head, error) {
 // CheckIndex checks a version 2 payload's chunk index, the last
 // 8 x (chunks+1) bytes of the payload: every record's span lies inside
 // the records, and a payload flagged in place decodes in place. It sets
-// MaxRecord.
+// MaxRecord and MaxSymbols.
 func (e *Head) CheckIndex(idx []byte) error {
 	if e.Version != 2 || uint64(len(idx)) != e.Size-e.Index {
 		return fmt.Errorf("%w: an index of %d bytes, want %d", ErrPayload, len(idx), e.Size-e.Index)
@@ -81,9 +84,12 @@ func (e *Head) CheckIndex(idx []byte) error {
 	if err := e.checkIndex(at); err != nil {
 		return err
 	}
-	e.MaxRecord = 0
+	e.MaxRecord, e.MaxSymbols = 0, 0
+	ob := uint64(Fields[e.Field].Other())
 	for c := range e.Chunks() {
-		e.MaxRecord = max(e.MaxRecord, at(c+1)-at(c))
+		span := at(c+1) - at(c) // at least the chunk's other bits: checked
+		e.MaxRecord = max(e.MaxRecord, span)
+		e.MaxSymbols = max(e.MaxSymbols, span-(e.chunkValues(c)*ob+7)/8)
 	}
 	return nil
 }

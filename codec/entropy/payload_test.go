@@ -535,3 +535,50 @@ func TestInPlace(t *testing.T) {
 	}
 	t.Logf("%d payloads decoded in place, %d not flagged", inPlaceSeen.Load(), notInPlaceSeen.Load())
 }
+
+// TestCheckLongest: Check sets MaxRecord and MaxSymbols (what a GPU
+// sizes its buffers from) to the longest record and the longest record
+// less its chunk's other bits, found here from the spans on their own.
+func TestCheckLongest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	C := codec.ChunkValues
+	raw := synth.Normal(rng, 3*C+5, 0.02)
+	copy(raw[2*C:4*C], randomBytes(rng, 2*C)) // an incompressible chunk: its record is its longest
+	for _, fi := range []int{0, 2} {
+		in := raw
+		if fi == 2 { // F32 from the same bytes
+			in = raw[:len(raw)/4*4]
+		}
+		p, err := Encode(fi, in, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := Check(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := indexAt(h.indexBytes(p))
+		var rec, sym uint64
+		for c := range h.Chunks() {
+			oLo, oHi, sLo, sHi, err := h.spans(c, at(c), at(c+1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, sym = max(rec, sHi-oLo), max(sym, sHi-sLo)
+			if oHi != sLo {
+				t.Fatalf("chunk %d: other bits end at %d, symbols start at %d", c, oHi, sLo)
+			}
+		}
+		if h.MaxRecord != rec || h.MaxSymbols != sym || sym >= rec {
+			t.Errorf("%s: MaxRecord %d, MaxSymbols %d; want %d and %d", Fields[fi].Name(), h.MaxRecord, h.MaxSymbols, rec, sym)
+		}
+	}
+}
+
+func randomBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}

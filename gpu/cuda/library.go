@@ -78,6 +78,7 @@ type Library struct {
 	cuLaunchKernel                              func(Function, uint32, uint32, uint32, uint32, uint32, uint32, uint32, Stream, unsafe.Pointer, unsafe.Pointer) Result
 	cuOccupancyMaxActiveBlocksPerMultiprocessor func(*int32, Function, int32, uint64) Result
 	cuFuncSetAttribute                          func(Function, int32, int32) Result
+	cuFuncGetAttribute                          func(*int32, int32, Function) Result
 
 	cuMemAddressReserve           func(*DevicePtr, uint64, uint64, DevicePtr, uint64) Result
 	cuMemAddressFree              func(DevicePtr, uint64) Result

@@ -41,9 +41,19 @@ func (c *Context) MaxActiveBlocks(f Function, blockSize int, dynSmem uint64) (in
 
 // Kernel attributes (CUfunction_attribute).
 const (
+	FuncAttrMaxThreadsPerBlock    = 0 // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: the kernel's launch bound
+	FuncAttrLocalBytes            = 3 // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: spills and stack a thread
+	FuncAttrNumRegs               = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
 	FuncAttrMaxDynamicSharedBytes = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 	FuncAttrSharedCarveout        = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent
 )
+
+// FuncAttribute returns a kernel attribute.
+func (c *Context) FuncAttribute(f Function, attr int) (int, error) {
+	var v int32
+	err := c.call("cuFuncGetAttribute", func() Result { return c.lib.cuFuncGetAttribute(&v, int32(attr), f) })
+	return int(v), err
+}
 
 // SetFuncAttribute sets a kernel attribute.
 func (c *Context) SetFuncAttribute(f Function, attr, value int) error {

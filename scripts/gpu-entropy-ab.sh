@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Entropy kernel changes on the H200, against a baseline binary, in one
+# call: scripts/gpu-entropy-ab.sh D BASE PHASES..., with D holding
+# splitzip and gpu.test built from the working tree and BASE a splitzip
+# built from the baseline commit (its embedded kernels).
+#   build   nvcc the working tree's kernels into $OUT/kernels (registers
+#           and spills in the log); later phases use its entropy.fatbin
+#   check   the entropy GPU tests with it, then memcheck and racecheck
+#           on the reference and corrupt-payload tests (short)
+#   ab      bench decode --codec entropy, ROUNDS (default 2) rounds
+#           alternating BASE and the new kernel, DT (default
+#           BF16,F8_E4M3,F32,F16) at SZ (default 64MiB,512MiB)
+#   scratch the new kernel with SPLITZIP_ENTROPY_SCRATCH at each of
+#           CAPS (default 16 and 32 MiB), BF16
+#   suites  with it: the entropy test of 2^31+3 values, the engine
+#           conformance suite, the transport CUDA tests and the loader
+#   variants each of VARIANTS (name:nvcc-flags, space-separated, e.g.
+#           "t1024:-DEZ_MAX_THREADS=1024") built into $OUT/v-name, its
+#           registers logged, checked by the reference test and timed for
+#           DT (default BF16) beside the new kernel
+set -uo pipefail
+cd "$(dirname "$0")/.."
+D=$1 BASE=$2
+shift 2
+OUT=${OUT:-/tmp/out}
+K=$OUT/kernels
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/entropy-ab.log") 2>&1
+status=0
+fail() { echo "FAILED: $*"; status=1; }
+step() { echo; echo "=== $* ($(date +%T))"; }
+bench() { "$@" bench decode --codec entropy --dtype "${DT:-BF16,F8_E4M3,F32,F16}" --size "${SZ:-64MiB,512MiB}" --runs 30 | grep -E "place|copy"; }
+for phase in "$@"; do
+  case $phase in
+  build)
+    step "nvcc"
+    OUTDIR=$K bash scripts/build-kernels.sh 2>&1 | grep -E -A2 "entropy_decode' for 'sm_90|^built" || fail nvcc
+    ;;
+  check)
+    export SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
+    step "entropy GPU tests"
+    (cd gpu && timeout 300 "../$D/gpu.test" -test.run 'Entropy|DecodeStream' -test.skip TestKernelStamp -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|entropy_test.go:[0-9]+: " | tail -30) || fail tests
+    for tool in memcheck racecheck; do
+      step "compute-sanitizer $tool"
+      (cd gpu && timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "../$D/gpu.test" -test.run 'TestEntropyMatchesReference|TestEntropyCorruptPayloads' -test.short -test.count 1 2>&1 | tail -4) || fail $tool
+    done
+    unset SPLITZIP_ENTROPY_FATBIN
+    ;;
+  ab)
+    for r in $(seq 1 "${ROUNDS:-2}"); do
+      step "round $r: baseline"
+      bench "$BASE"
+      step "round $r: new"
+      SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin bench "$D/splitzip"
+    done
+    ;;
+  scratch)
+    for cap in ${CAPS:-16777216 33554432}; do
+      step "scratch cap $cap"
+      SPLITZIP_ENTROPY_SCRATCH=$cap SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin DT=BF16 bench "$D/splitzip"
+    done
+    ;;
+  suites)
+    export SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
+    step "TestEntropyLarge"
+    (cd gpu && SPLITZIP_LARGE=1 timeout 300 "../$D/gpu.test" -test.run 'TestEntropyLarge' -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|entropy_test.go:[0-9]+: " | tail -5) || fail large
+    for t in cudaengine transport loader; do
+      step "$t suite"
+      [ -x "$D/$t.test" ] || { fail "no $t.test"; continue; }
+      (cd ${t/cudaengine/engine\/cudaengine} && timeout 200 "$OLDPWD/$D/$t.test" -test.count 1 2>&1 | tail -3) || fail $t
+    done
+    unset SPLITZIP_ENTROPY_FATBIN
+    ;;
+  variants)
+    for v in ${VARIANTS:-}; do
+      name=${v%%:*} flags=${v#*:}
+      V=$OUT/v-$name
+      step "variant $name ($flags)"
+      NVCC_EXTRA="${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh 2>&1 | grep -A1 "entropy_decode' for 'sm_90" | tail -1 || { fail "nvcc $name"; continue; }
+      (cd gpu && SPLITZIP_ENTROPY_FATBIN=$V/entropy.fatbin timeout 120 "../$D/gpu.test" -test.run 'TestEntropyMatchesReference' -test.short -test.count 1 2>&1 | tail -1) || fail "test $name"
+      SPLITZIP_ENTROPY_FATBIN=$V/entropy.fatbin DT=${DT:-BF16} bench "$D/splitzip"
+      step "new kernel"
+      SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin DT=${DT:-BF16} bench "$D/splitzip"
+    done
+    ;;
+  *)
+    echo "unknown phase $phase"; status=2
+    ;;
+  esac
+done
+echo; echo "status $status"
+exit $status
