@@ -105,13 +105,22 @@ func TestEntropyCodecs(t *testing.T) {
 			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.entropy)+len(c.fixed) || v.EntropyPayloads != len(c.entropy) {
 				t.Fatalf("verify: %d payloads, %d entropy, %+v", v.Payloads, v.EntropyPayloads, v.Problems)
 			}
-			ins, err := Inspect(cache, false)
+			ins, err := Inspect(cache, InspectOptions{Bits: true, Tensors: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, d := range ins.DTypes {
 				if d.EntropyInPlace != d.Entropy || d.Entropy > 0 && d.BoundBits == 0 {
 					t.Errorf("%s: %d entropy payloads, %d decodable in place, bound %.3f", d.DType, d.Entropy, d.EntropyInPlace, d.BoundBits)
+				}
+				// Where the entropy payloads' bits go: every stored bit of
+				// them, at or above their bound.
+				e := d.EntropyBits
+				if (e != nil) != (d.Entropy > 0) {
+					t.Fatalf("%s: %d entropy payloads, bits %+v", d.DType, d.Entropy, e)
+				}
+				if e != nil && (e.Bits != 8*entropyStored(ins, d.DType) || float64(e.Bits)/float64(e.Values) < e.BoundBits || e.Kept < uint64(e.OtherBits*float64(e.Values))) {
+					t.Errorf("%s: %d bits of %d stored bytes, bound %.3f: %+v", d.DType, e.Bits, entropyStored(ins, d.DType), e.BoundBits, e)
 				}
 			}
 			// gc keeps every payload the source uses.
@@ -158,4 +167,16 @@ func TestEntropyCodecs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// entropyStored sums the stored bytes of dtype's entropy payloads, a
+// tensor at a time (Inspect's tensors are listed).
+func entropyStored(ins *InspectResult, dtype string) uint64 {
+	var n uint64
+	for _, r := range ins.Tensors {
+		if r.DType == dtype && r.Stored == shardcache.StoredEntropy {
+			n += r.StoredBytes
+		}
+	}
+	return n
 }

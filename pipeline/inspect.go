@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -49,8 +50,34 @@ type DTypeReport struct {
 	StoredBytes    uint64  `json:"stored_bytes"`
 	BitsPerValue   float64 `json:"bits_per_value"`
 	BoundBits      float64 `json:"entropy_bound_bits,omitempty"`
-	boundBits      float64 // summed over boundValues
-	boundValues    float64
+	// EntropyBits is where the bits of the dtype's entropy payloads go
+	// (InspectOptions.Bits).
+	EntropyBits *EntropyBits `json:"entropy_bits,omitempty"`
+	boundBits   float64      // summed over boundValues
+	boundValues float64
+}
+
+// EntropyBits is where the bits of entropy payloads go, in bits (see
+// entropy.Breakdown), beside the entropy bound of the same tensors.
+type EntropyBits struct {
+	entropy.Breakdown
+	// BoundBits is the entropy bound of these tensors' values, in bits a
+	// value: the field's entropy and the bits kept as they are.
+	BoundBits float64 `json:"entropy_bound_bits"`
+	// OtherBits is the bits a value the format keeps as they are (the
+	// least Kept can be), averaged over the values.
+	OtherBits float64 `json:"other_bits_per_value"`
+	bound     float64
+	other     float64
+}
+
+// InspectOptions says what Inspect reports beyond the totals.
+type InspectOptions struct {
+	// Tensors lists every tensor.
+	Tensors bool
+	// Bits reads every entropy payload's head, chunk index and chunk
+	// headers to say where its bits go (DTypeReport.EntropyBits).
+	Bits bool
 }
 
 // SourceReport sums one source.
@@ -83,8 +110,8 @@ type InspectResult struct {
 	Tensors []TensorReport `json:"tensors,omitempty"`
 }
 
-// Inspect summarizes a cache; with tensors it lists every tensor.
-func Inspect(dir string, tensors bool) (*InspectResult, error) {
+// Inspect summarizes a cache, and reports what opt asks for.
+func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	c, err := shardcache.Open(dir)
 	if err != nil {
 		return nil, err
@@ -101,6 +128,7 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 		}
 	}
 	dtypes := map[string]*DTypeReport{}
+	explained := map[shardcache.Key]entropy.Breakdown{}
 	for _, s := range ix.Sources {
 		sr := SourceReport{Root: s.Root, Shards: len(s.Shards)}
 		for _, sh := range s.Shards {
@@ -112,9 +140,14 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 					dtypes[r.DType] = d
 				}
 				d.add(&r)
+				if opt.Bits && t.Stored == shardcache.StoredEntropy {
+					if err := d.explain(c, t.Key, &r, explained); err != nil {
+						return nil, fmt.Errorf("%s: tensor %q of %s: %w", dir, t.Name, sh.Name, err)
+					}
+				}
 				add(&sr.Totals, &r)
 				add(&res.Totals, &r)
-				if tensors {
+				if opt.Tensors {
 					res.Tensors = append(res.Tensors, r)
 				}
 			}
@@ -128,6 +161,9 @@ func Inspect(dir string, tensors bool) (*InspectResult, error) {
 		}
 		if d.boundValues > 0 {
 			d.BoundBits = d.boundBits / d.boundValues
+		}
+		if e := d.EntropyBits; e != nil && e.Values > 0 {
+			e.BoundBits, e.OtherBits = e.bound/float64(e.Values), e.other/float64(e.Values)
 		}
 		if d.DType == "BF16" {
 			res.BF16BoundBits = d.BoundBits
@@ -172,6 +208,34 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 		r.BitsPerValue = 8 * float64(r.StoredBytes) / float64(r.Values)
 	}
 	return r
+}
+
+// explain adds where the bits of tensor r's entropy payload (object key)
+// go to d, reading the payload once for all the tensors that share it.
+func (d *DTypeReport) explain(c *shardcache.Cache, key shardcache.Key, r *TensorReport, done map[shardcache.Key]entropy.Breakdown) error {
+	b, ok := done[key]
+	if !ok {
+		f, o, err := c.OpenObject(key)
+		if err != nil {
+			return err
+		}
+		b, err = entropy.Explain(f, o.Size)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		done[key] = b
+	}
+	if d.EntropyBits == nil {
+		d.EntropyBits = &EntropyBits{}
+	}
+	e := d.EntropyBits
+	e.Add(b)
+	e.bound += r.BoundBits * float64(b.Values)
+	if f, ok := entropy.FieldNamed(r.Field); ok {
+		e.other += float64(f.Other()) * float64(b.Values)
+	}
+	return nil
 }
 
 func (d *DTypeReport) add(r *TensorReport) {

@@ -69,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 	if v := mustVerify(t, cache); !v.OK() || v.Payloads != tot.CompressedTensors {
 		t.Fatalf("verify: %+v", v)
 	}
-	ins, err := Inspect(cache, true)
+	ins, err := Inspect(cache, InspectOptions{Tensors: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestDedupeAndSelfContained(t *testing.T) {
 	gen(t, b, 2<<20, 2, 5) // same tensors, other sharding
 	r1 := compress(t, a, cache, true)
 	r2 := compress(t, b, cache, true)
-	ins, err := Inspect(cache, false)
+	ins, err := Inspect(cache, InspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestForgetAndGC(t *testing.T) {
 	gen(t, b, 2<<20, 1, 22) // different weights
 	compress(t, a, cache, false)
 	compress(t, b, cache, false)
-	before, _ := Inspect(cache, false)
+	before, _ := Inspect(cache, InspectOptions{})
 	w, err := shardcache.Create(cache)
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +335,7 @@ func TestForgetAndGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := Inspect(cache, false)
+	after, _ := Inspect(cache, InspectOptions{})
 	if len(after.Sources) != 1 || res.Objects == 0 || after.ObjectBytes >= before.ObjectBytes {
 		t.Fatalf("gc removed %+v; objects %d -> %d bytes", res, before.ObjectBytes, after.ObjectBytes)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 // inspectOptions are the flags of inspect.
 type inspectOptions struct {
 	Tensors bool
+	Bits    bool
 }
 
 func newInspectCommand(g *globals) *cobra.Command {
@@ -25,11 +27,12 @@ func newInspectCommand(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&o.Tensors, "tensors", false, "list every tensor, largest first")
+	cmd.Flags().BoolVar(&o.Bits, "bits", false, "say where entropy payloads' bits go (reads each one's head, chunk index and chunk headers)")
 	return cmd
 }
 
 func runInspect(g *globals, o inspectOptions, dir string) error {
-	res, err := pipeline.Inspect(dir, o.Tensors)
+	res, err := pipeline.Inspect(dir, pipeline.InspectOptions{Tensors: o.Tensors, Bits: o.Bits})
 	if err != nil {
 		return err
 	}
@@ -72,6 +75,9 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 	if res.BF16BoundBits > 0 {
 		fmt.Fprintf(w, "BF16 exponent-entropy bound: %.3f bits/value (what an ideal coder of each tensor's exponents would store)\n", res.BF16BoundBits)
 	}
+	if o.Bits {
+		printEntropyBits(w, res.DTypes)
+	}
 	if p := res.Packs; p.Packs > 0 {
 		verb := "hold"
 		if p.Packs == 1 {
@@ -84,6 +90,33 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// printEntropyBits prints, per dtype, where the bits of its entropy
+// payloads go, in bits a value, beside their entropy bound: the gap is
+// the kept bits above the format's, the code words (and raw and constant
+// chunks) above the coded field's entropy, and the rest.
+func printEntropyBits(w io.Writer, dtypes []pipeline.DTypeReport) {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "where entropy payloads' bits go, in bits a value:")
+	fmt.Fprintln(tw, "dtype\tvalues\tstored\tkept\tcodes\traw/constant\tlane tables\tchunk index\theads\tpadding\tbound\tgap\tcodes above entropy\t")
+	any := false
+	for _, d := range dtypes {
+		e := d.EntropyBits
+		if e == nil || e.Values == 0 {
+			continue
+		}
+		any = true
+		v := float64(e.Values)
+		per := func(bits uint64) string { return fmt.Sprintf("%.4f", float64(bits)/v) }
+		excess := float64(e.Codes+e.Plain)/v - (e.BoundBits - e.OtherBits)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t\n", d.DType, e.Values, per(e.Bits), per(e.Kept), per(e.Codes),
+			per(e.Plain), per(e.Lanes), per(e.Index), per(e.Head), per(e.Padding), e.BoundBits, float64(e.Bits)/v-e.BoundBits, excess)
+	}
+	if !any {
+		fmt.Fprintln(tw, "(no entropy payloads)\t")
+	}
+	tw.Flush()
 }
 
 // payloadKinds says how many tensors are payloads of each codec.

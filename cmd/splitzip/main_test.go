@@ -214,6 +214,48 @@ func TestBenchEntropy(t *testing.T) {
 	}
 }
 
+// TestInspectBits: inspect --bits says where an entropy cache's bits go,
+// in a table and under --json, and a fixed-rate cache has none to explain.
+func TestInspectBits(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache, fixed := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "fixed")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "2MiB", "--shards", "1", "-q"); code != 0 {
+		t.Fatalf("gen: %s", e)
+	}
+	for _, c := range [][]string{{cache, "entropy"}, {fixed, "fixed"}} {
+		if code, _, e := splitzip(t, "compress", ck, "-o", c[0], "--codec", c[1], "--no-sync", "-q"); code != 0 {
+			t.Fatalf("compress --codec %s: %s", c[1], e)
+		}
+	}
+	code, out, e := splitzip(t, "inspect", cache, "--bits")
+	if code != 0 || !strings.Contains(out, "where entropy payloads' bits go") || !strings.Contains(out, "lane tables") {
+		t.Fatalf("inspect --bits: exit %d, %q %q", code, out, e)
+	}
+	code, out, _ = splitzip(t, "inspect", cache, "--bits", "--json")
+	var doc struct {
+		DTypes []struct {
+			DType string `json:"dtype"`
+			Bits  *struct {
+				Values uint64  `json:"values"`
+				Bits   uint64  `json:"bits"`
+				Codes  uint64  `json:"code_bits"`
+				Bound  float64 `json:"entropy_bound_bits"`
+			} `json:"entropy_bits"`
+		} `json:"dtypes"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || len(doc.DTypes) == 0 {
+		t.Fatalf("inspect --bits --json: exit %d, %q", code, out)
+	}
+	for _, d := range doc.DTypes {
+		if d.DType == "BF16" && (d.Bits == nil || d.Bits.Codes == 0 || float64(d.Bits.Bits)/float64(d.Bits.Values) < d.Bits.Bound) {
+			t.Errorf("BF16: %+v", d.Bits)
+		}
+	}
+	if code, out, _ := splitzip(t, "inspect", fixed, "--bits"); code != 0 || !strings.Contains(out, "(no entropy payloads)") {
+		t.Errorf("inspect --bits of a fixed-rate cache: exit %d, %q", code, out)
+	}
+}
+
 // TestPlan: plan prints a table of every rank, --json the plan whose
 // reads sum to the node's, and an indivisible placement is a usage error
 // naming the tensor.
