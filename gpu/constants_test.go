@@ -1,0 +1,80 @@
+package gpu
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
+)
+
+// TestKernelConstants: the constants the launchers mirror have the values
+// the kernel sources define, so a change on one side that the other
+// misses fails here, without a GPU, rather than as wrong buffers on one.
+func TestKernelConstants(t *testing.T) {
+	defs := func(file string) map[string]string {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, d := range regexp.MustCompile(`(?m)^#define (\w+) ([^/\n]*?)\s*(?://.*)?$`).FindAllStringSubmatch(string(src), -1) {
+			m[d[1]] = d[2]
+		}
+		return m
+	}
+	num := func(m map[string]string, name string) int {
+		t.Helper()
+		v, err := strconv.ParseUint(regexp.MustCompile(`u$`).ReplaceAllString(m[name], ""), 0, 32)
+		if err != nil {
+			t.Fatalf("#define %s %q: %v", name, m[name], err)
+		}
+		return int(v)
+	}
+	ez := defs("entropy.cu")
+	for _, c := range []struct {
+		name string
+		want int
+	}{
+		{"EZ_CHUNK", codec.ChunkValues}, {"EZ_MAXLEN", entropy.MaxLen}, {"EZ_OVERHEAD", entropyOverhead},
+		{"EZ_RING", entropyRing}, {"EZ_ERR_INDEX", errEntropyIndex}, {"EZ_ERR_STREAM", errEntropyStream},
+	} {
+		if got := num(ez, c.name); got != c.want {
+			t.Errorf("entropy.cu: %s is %d, the launcher's %d", c.name, got, c.want)
+		}
+	}
+	if ez["EZ_BATCH_ROWS"] != "(2 * EZ_STEPS + 2)" || 2*num(ez, "EZ_STEPS")+2 != entropyBatchRows {
+		t.Errorf("entropy.cu: EZ_BATCH_ROWS %q with EZ_STEPS %s, the launcher's %d", ez["EZ_BATCH_ROWS"], ez["EZ_STEPS"], entropyBatchRows)
+	}
+	// ez_oring, as entropy.cu computes it.
+	for fi, f := range entropy.Fields {
+		ob := f.Other()
+		need, r := num(ez, "EZ_LANES")*entropyBatchRows*ob/8+32, 16
+		for r < need {
+			r <<= 1
+		}
+		if ob == 0 {
+			r = 0
+		}
+		if got := entropyORing(fi); got != r || r&(r-1) != 0 {
+			t.Errorf("%s: other-bits ring %d, the kernel's %d", f.Name(), got, r)
+		}
+		if s := entropySlot(fi); ob > 0 && (s%16 != 0 || s < uint64(codec.ChunkValues*ob/8)+32) {
+			t.Errorf("%s: a slot of %d bytes", f.Name(), s)
+		}
+	}
+	sz := defs("decode.cu")
+	for _, c := range []struct {
+		name string
+		want int
+	}{
+		{"SZ_CHUNK", codec.ChunkValues}, {"SZ_THREADS", threads}, {"SZ_ERR_TABLE", errTable}, {"SZ_ERR_ESCAPE", errEscape},
+		{"SZ_ERR_READERS", errReaders}, {"SZ_ERR_ITEM", errItem}, {"SZ_RAW_UNIT", scatterRawUnit},
+	} {
+		if got := num(sz, c.name); got != c.want {
+			t.Errorf("decode.cu: %s is %d, the launcher's %d", c.name, got, c.want)
+		}
+	}
+}
