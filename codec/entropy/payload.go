@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/splitzip/splitzip/codec"
 )
@@ -455,23 +456,27 @@ func value(f Field, raw []byte, i int) uint32 {
 	return binary.LittleEndian.Uint32(raw[4*i:])
 }
 
-// parallel runs fn(0..n-1) on up to workers goroutines (0: GOMAXPROCS).
+// parallel runs fn(0..n-1) on up to workers goroutines (0: GOMAXPROCS),
+// each taking the next index from a counter (no hand-off a call); with
+// one worker, or one call, on the caller's goroutine.
 func parallel(n, workers int, fn func(int)) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	next := make(chan int)
+	if workers = min(workers, n); workers <= 1 {
+		for c := range n {
+			fn(c)
+		}
+		return
+	}
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(workers, n) {
+	for range workers {
 		wg.Go(func() {
-			for c := range next {
+			for c := int(next.Add(1) - 1); c < n; c = int(next.Add(1) - 1) {
 				fn(c)
 			}
 		})
 	}
-	for c := range n {
-		next <- c
-	}
-	close(next)
 	wg.Wait()
 }
