@@ -32,7 +32,9 @@ report bits per value: the entropy bound of each tensor's exponent field (FP8
 also as whole bytes); a canonical code of at most 12 bits in interleaved lanes
 per 16,384-value chunk with everything it stores counted, its lanes padded to
 words, bit-packed, bit-packed with compact lengths, and with no lengths (a
-floor), and with one code per 65,536 values; huff0 4X in independent
+floor), and with one code per 65,536 values; the same code with compact
+lengths over pairs of adjacent fields where a tensor has at most 256 pairs
+and that is smaller (its table of pairs counted); huff0 4X in independent
 64 Ki-symbol blocks; and for BF16 the fixed-rate SplitZip payload.
 --cast studies BF16 tensors cast to F16, F32 and FP8 (scaled per row) too.
 Memory: the largest tensor, a few times over.`,
@@ -76,14 +78,14 @@ func runBenchEntropy(g *globals, o entropyOptions, sources []string) error {
 		return printJSON(g.stdout, "entropy_study", map[string]any{"results": res})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\tcompact lengths\tno lengths\tcode per 64Ki\thuff0 4X\tfixed (SplitZip)\tcompact over bound")
+	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\tcompact lengths\tno lengths\tcode per 64Ki\tpairs (tensors)\thuff0 4X\tfixed (SplitZip)\tcompact over bound\tpairs over bound")
 	for _, r := range res {
 		fixed := "-"
 		if r.Fixed > 0 {
 			fixed = fmt.Sprintf("%.3f", r.Fixed)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%+.3f\n", r.DType, r.Field, r.Tensors, r.Values,
-			r.Bound, r.Canonical, r.Packed, r.Compact, r.Free, r.Grouped, r.Huff0, fixed, r.Compact-r.Bound)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f (%d)\t%.3f\t%s\t%+.3f\t%+.3f\n", r.DType, r.Field, r.Tensors, r.Values,
+			r.Bound, r.Canonical, r.Packed, r.Compact, r.Free, r.Grouped, r.Pairs, r.PairTensors, r.Huff0, fixed, r.Compact-r.Bound, r.Pairs-r.Bound)
 	}
 	fmt.Fprintln(tw, "(bits per value of the whole value)")
 	return tw.Flush()

@@ -47,8 +47,14 @@ type Result struct {
 	Free      float64 `json:"free_bits"`            // ...bit-packed lanes with no lengths stored (a floor for any framing)
 	Huff0     float64 `json:"huff0_bits"`           // ...huff0 4X in 64 Ki-symbol blocks
 	Fixed     float64 `json:"fixed_bits,omitempty"` // the SplitZip BF16 payload (BF16 only)
+	// Pairs is compact lengths over symbols that are pairs of adjacent
+	// fields, where a tensor's pairs are at most 256 and that is smaller
+	// (its table of pairs counted), else Compact; PairTensors the tensors
+	// coded so.
+	Pairs       float64 `json:"pairs_bits"`
+	PairTensors int     `json:"pair_tensors"`
 
-	bound, canon, packed, grouped, compact, free, huff, fixed float64 // bits summed
+	bound, canon, packed, grouped, compact, free, huff, fixed, pairs float64 // bits summed
 }
 
 // Study accumulates results per dtype field.
@@ -114,6 +120,16 @@ func (s *Study) add(f entropy.Field, raw []byte) error {
 	r.packed += other + fr.packed
 	r.compact += other + fr.compact
 	r.free += other + fr.free
+	pb, ok, err := pairBits(syms, f.Bits)
+	if err != nil {
+		return err
+	}
+	if ok && pb < fr.compact {
+		r.pairs += other + pb
+		r.PairTensors++
+	} else {
+		r.pairs += other + fr.compact
+	}
 	var grouped float64
 	for off := 0; off < n; off += groupValues {
 		g := syms[off:min(off+groupValues, n)]
@@ -215,6 +231,58 @@ func canonicalBits(freq []uint64, syms []byte, bits int) (framing, error) {
 	return fr, nil
 }
 
+// pairBits is what the lane code with compact lengths stores for syms
+// coded as pairs (symbols 2i and 2i+1 as one symbol; an odd last symbol
+// paired with itself), when they make at most 256 pairs: per tensor the
+// pairs (two fields each) with their code lengths (4 bits each) and a
+// 16-bit count, per chunk of Chunk values entropy.EncodeChunk's output
+// over the pairs' ids. ok is false for more than 256 pairs.
+func pairBits(syms []byte, bits int) (total float64, ok bool, err error) {
+	n := (len(syms) + 1) / 2
+	pair := func(i int) uint16 {
+		a := syms[2*i]
+		b := a
+		if 2*i+1 < len(syms) {
+			b = syms[2*i+1]
+		}
+		return uint16(a)<<8 | uint16(b)
+	}
+	id := map[uint16]byte{}
+	var freq []uint64
+	ids := make([]byte, n)
+	for i := range n {
+		p := pair(i)
+		k, seen := id[p]
+		if !seen {
+			if len(freq) == 256 {
+				return 0, false, nil
+			}
+			k = byte(len(freq))
+			id[p] = k
+			freq = append(freq, 0)
+		}
+		freq[k]++
+		ids[i] = k
+	}
+	ls, err := entropy.Lengths(freq, MaxLen)
+	if err != nil {
+		return 0, false, err
+	}
+	c, err := entropy.NewCode(append(ls, make([]uint8, 256-len(ls))...), MaxLen)
+	if err != nil {
+		return 0, false, err
+	}
+	total = 16 + float64(len(freq))*float64(2*bits+4)
+	var buf []byte
+	for off := 0; off < n; off += Chunk / 2 {
+		if buf, err = entropy.EncodeChunk(buf[:0], c, ids[off:min(off+Chunk/2, n)], 8); err != nil {
+			return 0, false, err
+		}
+		total += 8 * float64(len(buf))
+	}
+	return total, true, nil
+}
+
 // constant reports whether every symbol of b is the same.
 func constant(b []byte) bool {
 	for _, x := range b {
@@ -256,7 +324,7 @@ func (s *Study) Results() []Result {
 		r := *s.byKey[k]
 		v := float64(r.Values)
 		r.Bound, r.Canonical, r.Packed, r.Grouped, r.Huff0 = r.bound/v, r.canon/v, r.packed/v, r.grouped/v, r.huff/v
-		r.Compact, r.Free = r.compact/v, r.free/v
+		r.Compact, r.Free, r.Pairs = r.compact/v, r.free/v, r.pairs/v
 		if r.fixed > 0 {
 			r.Fixed = r.fixed / v
 		}

@@ -32,8 +32,44 @@ func TestStudy(t *testing.T) {
 			r.Canonical > width[r.DType] || r.Packed-r.Bound > 0.2 {
 			t.Errorf("%+v", r)
 		}
+		if r.Pairs > r.Compact || r.PairTensors > r.Tensors {
+			t.Errorf("%s %s: pairs %.3f over compact %.3f (%d of %d tensors)", r.DType, r.Field, r.Pairs, r.Compact, r.PairTensors, r.Tensors)
+		}
 		if r.DType == "BF16" && (r.Fixed < 11.9 || r.Fixed > 12.2) {
 			t.Errorf("fixed-rate BF16 at %.3f bits/value", r.Fixed)
 		}
+	}
+}
+
+// TestPairs: exponents that come in pairs (every even value's exponent
+// decides the next one's) code smaller as pairs than one at a time, and a
+// tensor of more than 256 pairs is not coded so.
+func TestPairs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	syms := make([]byte, 1<<16)
+	for i := 0; i < len(syms); i += 2 {
+		syms[i] = byte(120 + rng.IntN(6))
+		syms[i+1] = syms[i] + 1
+	}
+	pb, ok, err := pairBits(syms, 8)
+	if err != nil || !ok {
+		t.Fatalf("pairBits: %v, %v", ok, err)
+	}
+	freq := make([]uint64, 256)
+	for _, b := range syms {
+		freq[b]++
+	}
+	fr, err := canonicalBits(freq, syms, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pb >= 0.7*fr.compact {
+		t.Errorf("pairs %.0f bits, one at a time %.0f", pb, fr.compact)
+	}
+	for i := range syms {
+		syms[i] = byte(rng.Uint32())
+	}
+	if _, ok, err := pairBits(syms, 8); ok || err != nil {
+		t.Errorf("random bytes as pairs: %v, %v", ok, err)
 	}
 }
