@@ -78,19 +78,16 @@ func Explain(r io.ReaderAt, size uint64) (Breakdown, error) {
 	if h.Size != size {
 		return b, fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, size, h.Size)
 	}
-	b.Values, b.Bits = h.Values, 8*size
+	b.Values, b.Bits, b.Head = h.Values, 8*size, 8*h.Others
 	chunks := h.Chunks()
-	var idx []byte
-	switch h.Version {
-	case 2:
-		b.Head, b.Index = 8*h.Others, 8*(h.Size-h.Index)
-		idx = make([]byte, h.Size-h.Index)
-		_, err = r.ReadAt(idx, int64(h.Index))
-	default:
-		b.Head = 8 * h.Others
-		idx = make([]byte, 8*(chunks+1))
-		_, err = r.ReadAt(idx, int64(headerSize+(h.Count+1)/2))
+	// The chunk index: at the end in version 2, after the code lengths
+	// (inside the head) in version 1.
+	idx, at0 := make([]byte, 8*(chunks+1)), int64(headerSize+(h.Count+1)/2)
+	if h.Version == 2 {
+		b.Index = 8 * (h.Size - h.Index)
+		idx, at0 = make([]byte, h.Size-h.Index), int64(h.Index)
 	}
+	_, err = r.ReadAt(idx, at0)
 	if err != nil {
 		return b, err
 	}
