@@ -82,12 +82,13 @@ func Explain(r io.ReaderAt, size uint64) (Breakdown, error) {
 	chunks := h.Chunks()
 	// The chunk index: at the end in version 2, after the code lengths
 	// (inside the head) in version 1.
-	idx, at0 := make([]byte, 8*(chunks+1)), int64(headerSize+(h.Count+1)/2)
+	n, at0 := 8*(chunks+1), uint64(headerSize+(h.Count+1)/2)
 	if h.Version == 2 {
-		b.Index = 8 * (h.Size - h.Index)
-		idx, at0 = make([]byte, h.Size-h.Index), int64(h.Index)
+		n, at0 = h.Size-h.Index, h.Index
+		b.Index = 8 * n
 	}
-	_, err = r.ReadAt(idx, at0)
+	idx := make([]byte, n) // ParsePayloadHeader bounded it by the payload's size
+	_, err = r.ReadAt(idx, int64(at0))
 	if err != nil {
 		return b, err
 	}
