@@ -72,9 +72,16 @@ func TestKernelConstants(t *testing.T) {
 	}{
 		{"SZ_CHUNK", codec.ChunkValues}, {"SZ_THREADS", threads}, {"SZ_ERR_TABLE", errTable}, {"SZ_ERR_ESCAPE", errEscape},
 		{"SZ_ERR_READERS", errReaders}, {"SZ_ERR_ITEM", errItem}, {"SZ_RAW_UNIT", scatterRawUnit},
+		{"SZ_MAX_STAGES", maxStages},
 	} {
 		if got := num(sz, c.name); got != c.want {
 			t.Errorf("decode.cu: %s is %d, the launcher's %d", c.name, got, c.want)
 		}
+	}
+	if sz["SZ_BUF"] != "(2 * SZ_CHUNK)" || stageBytes != 2*codec.ChunkValues {
+		t.Errorf("decode.cu: SZ_BUF %q, the launcher's stage of %d bytes", sz["SZ_BUF"], stageBytes)
+	}
+	if sz["SZ_DYN_SMEM"] != "(2 * SZ_BUF)" || dynSmem != 2*stageBytes {
+		t.Errorf("decode.cu: SZ_DYN_SMEM %q, the launcher's %d", sz["SZ_DYN_SMEM"], dynSmem)
 	}
 }

@@ -6,14 +6,15 @@
 //   out of place: payload and destination are separate buffers.
 //
 // Blocks take chunks in descending order from an atomic ticket counter (a
-// persistent grid). A block reads everything its chunk needs (its table
-// entry, its data and escapes) into registers and shared memory, publishes
-// "read done" for the chunk, waits until the chunks named by the chunk's
-// reader range (all chunks, for chunk 0) have published theirs, and only
-// then writes its output. The format's in-place invariant makes every chunk
-// waited for a higher one, claimed earlier, so no wait can form a cycle
-// whatever the hardware's block scheduling, with any number of resident
-// blocks.
+// persistent grid). A block's producer warp claims a chunk and copies
+// everything it needs (its data and escapes) into a stage of a ring in
+// shared memory; its consumer warps, each on its own, wait for the stage,
+// publish "read done" for the chunk (the first warp there), wait until the
+// chunks named by the chunk's reader range (all chunks, for chunk 0) have
+// published theirs, and only then write their share of the output. The
+// format's in-place invariant makes every chunk waited for a higher one,
+// claimed earlier, so no wait can form a cycle whatever the hardware's
+// block scheduling, with any number of resident blocks and stages.
 //
 // Safety: output addresses depend only on the chunk index and the value
 // count, never on payload contents, so a corrupt payload cannot make the
@@ -64,9 +65,9 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
 }
 
 // Publishing a chunk as read is a relaxed store (and a relaxed add to the
-// read counter), issued by thread 0 after every copy of the chunk has
-// landed in shared memory (cp.async.wait_group, then a block barrier):
-// the loads have returned their data before the store is issued, so no
+// read counter), issued by one consumer thread once its wait on the
+// chunk's stage barrier has seen every byte of the chunk land in shared
+// memory: the loads have returned their data before the store is issued, so no
 // write made after another block sees the flag can change what was read.
 // A release here would be a GPU-scope fence that also waits for the
 // block's earlier output stores to complete; it cost 11% of the in-place
@@ -177,32 +178,114 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Dynamic shared memory per block: two chunk buffers.
 #define SZ_DYN_SMEM (2 * SZ_BUF)
 
-// claim takes the next ticket and reads the chunk's entry (thread 0).
-__device__ __forceinline__ Chunk claim(const Params p, uint32_t *ctrl, const uint64_t *l1, const uint8_t *src) {
-    uint32_t t = atomicAdd(&ctrl[0], 1u);
+// claim_ticket reads and checks the entry of ticket t's chunk.
+__device__ __forceinline__ Chunk claim_ticket(const Params p, uint32_t t, const uint64_t *l1, const uint8_t *src) {
     long long c = t < p.chunks ? (long long)(p.chunks - 1 - t) : -1;
     uint64_t pos = c >= 0 ? entry_pos(p, l1, c) : 0;
     return check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
 }
 
-// fetch starts the asynchronous copy of chunk k's stored bytes into buf.
-__device__ __forceinline__ void fetch(const Params p, const Chunk &k, const uint8_t *src, uint8_t *buf, uint32_t tid) {
-    if (k.c >= 0 && !k.bad) {
-        const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)k.c * SZ_CHUNK);
-        uint32_t len = k.esc == SZ_RAW ? (uint32_t)align16(2 * cnt)
-                                       : (uint32_t)(align16(cnt) + align16((cnt + 1) / 2) + align16(3 * k.esc));
-        for (uint32_t i = tid * 16; i < len; i += SZ_THREADS * 16) {
-            cp_async16(buf + i, src + k.off + i);
-        }
-    }
-    cp_async_commit(); // an empty group keeps the group count in step
+// claim takes the next ticket and reads the chunk's entry (one thread).
+__device__ __forceinline__ Chunk claim(const Params p, uint32_t *ctrl, const uint64_t *l1, const uint8_t *src) {
+    return claim_ticket(p, atomicAdd(&ctrl[0], 1u), l1, src);
 }
 
-// decode_chunk writes the cnt values of one chunk, whose stored bytes
-// (esc escapes, or SZ_RAW) are at buf, to out: the block's threads
-// together, none past out + 2 * cnt. buf may be in shared or global memory.
-__device__ __forceinline__ void decode_chunk(const uint8_t *buf, uint8_t *out, uint32_t cnt, uint32_t esc,
-                                             const uint32_t *lut, uint32_t *err, uint32_t tid) {
+// stored_len is the number of bytes a checked chunk k stores, a multiple
+// of 16 and at most SZ_BUF.
+__device__ __forceinline__ uint32_t stored_len(const Params p, const Chunk &k) {
+    const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)k.c * SZ_CHUNK);
+    return k.esc == SZ_RAW ? (uint32_t)align16(2 * cnt)
+                           : (uint32_t)(align16(cnt) + align16((cnt + 1) / 2) + align16(3 * k.esc));
+}
+
+// SZ_BULK: from sm_90 a chunk is copied by one bulk copy (the copy
+// engine of the SM tracks its bytes on the stage's barrier); before it,
+// or with -DSZ_NO_BULK (to test that path on sm_90), by the producer
+// warp's cp.async copies of 16 bytes.
+#if __CUDA_ARCH__ >= 900 && !defined(SZ_NO_BULK)
+#define SZ_BULK 1
+#else
+#define SZ_BULK 0
+#endif
+
+// Shared-memory barriers (mbarrier, sm_80+): a 64-bit word counting the
+// arrivals (and, from sm_90, the bytes of bulk copies) of its current
+// phase; waiting names the parity of the phase to see complete.
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.shared.b64 st, [%0];\n\t}" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+#if SZ_BULK
+    asm volatile("{\n\t.reg .pred p;\n\tWAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra WAIT;\n\t}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+#else
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+
+// SZ_FULL_ARRIVALS is how many arrivals complete a stage's "full"
+// barrier: from sm_90 the producer's lane 0 (with the bulk copy's bytes
+// expected), before it every producer lane once its copies have landed
+// plus lane 0 once the stage's chunk is written.
+#if SZ_BULK
+#define SZ_FULL_ARRIVALS 1
+#else
+#define SZ_FULL_ARRIVALS 33
+#endif
+
+// fetch_stage starts the copy of chunk k's stored bytes (len, none when 0)
+// into buf; the stage's full barrier completes when they have landed and
+// the producer's lane 0 has arrived. Called by every lane of the producer
+// warp after lane 0 has written the stage's chunk.
+__device__ __forceinline__ void fetch_stage(const uint8_t *from, uint32_t len, uint8_t *buf, uint64_t *full,
+                                            uint32_t lane) {
+#if SZ_BULK
+    if (lane == 0) {
+        asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(
+                         smem_addr(full)),
+                     "r"(len)
+                     : "memory");
+        if (len) {
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                             smem_addr(buf)),
+                         "l"(from), "r"(len), "r"(smem_addr(full))
+                         : "memory");
+        }
+    }
+#else
+    for (uint32_t i = lane * 16; i < len; i += 32 * 16) {
+        cp_async16(buf + i, from + i);
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_addr(full)) : "memory");
+    if (lane == 0) {
+        mbar_arrive(full);
+    }
+#endif
+}
+
+// decode_values writes the cnt values of one chunk, whose stored bytes
+// (esc escapes, or SZ_RAW) are at buf, to out, escapes not yet applied:
+// thread tid (of SZ_THREADS) its share, none past out + 2 * cnt. buf may
+// be in shared or global memory.
+__device__ __forceinline__ void decode_values(const uint8_t *buf, uint8_t *out, uint32_t cnt, uint32_t esc,
+                                              const uint32_t *lut, uint32_t tid) {
     if (esc == SZ_RAW) {
         for (uint32_t i = tid * 16; i < 2 * cnt; i += SZ_THREADS * 16) {
             store16(out, i, 2 * cnt, *(const uint4 *)(buf + i));
@@ -211,9 +294,10 @@ __device__ __forceinline__ void decode_chunk(const uint8_t *buf, uint8_t *out, u
     }
     // Thread tid decodes the groups of 8 values that start at g * 2048 +
     // 8 * tid: a warp's stores of a group are 512 contiguous bytes, whole
-    // 32-byte sectors. Every load of the chunk is issued before the first
-    // store, so a chunk read from global memory (the scatter kernel) has
-    // all its loads in flight at once.
+    // 32-byte sectors, and warp w owns the values whose index has w in
+    // bits 8-10 (SZ_OWNER). Every load of the chunk is issued before the
+    // first store, so a chunk read from global memory (the scatter kernel)
+    // has all its loads in flight at once.
     const uint8_t *nib = buf + align16(cnt);
     uint2 sv[SZ_GROUPS];
     uint32_t nv[SZ_GROUPS];
@@ -239,20 +323,44 @@ __device__ __forceinline__ void decode_chunk(const uint8_t *buf, uint8_t *out, u
         }
         store16(out, 2 * v, 2 * cnt, make_uint4(o[0], o[1], o[2], o[3]));
     }
-    if (esc) {
-        __syncthreads(); // the block's main output is visible to all its threads
-        const uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
-        const uint16_t *esc_pos = (const uint16_t *)(buf + esc_off);
-        const uint8_t *esc_exp = buf + esc_off + 2 * (uint64_t)esc;
-        uint16_t *o16 = (uint16_t *)out;
-        for (uint32_t i = tid; i < esc; i += SZ_THREADS) {
-            uint32_t pos = esc_pos[i];
-            if (pos >= cnt || (i > 0 && esc_pos[i - 1] >= pos)) {
+}
+
+// SZ_OWNER is the warp of a block of SZ_THREADS that decode_values has
+// write value pos of a chunk.
+#define SZ_OWNER(pos) (((pos) >> 8) & (SZ_THREADS / 32 - 1))
+
+// patch_escapes applies a decoded chunk's escapes at out: entries i0,
+// i0 + step, ..., those of warp owner only when owner >= 0 (every one
+// when it is -1). The values patched must have been written and be
+// visible to the caller. Bad positions are reported when report is set.
+__device__ __forceinline__ void patch_escapes(const uint8_t *buf, uint8_t *out, uint32_t cnt, uint32_t esc,
+                                              uint32_t *err, uint32_t i0, uint32_t step, int owner, bool report) {
+    const uint64_t esc_off = align16(cnt) + align16((cnt + 1) / 2);
+    const uint16_t *esc_pos = (const uint16_t *)(buf + esc_off);
+    const uint8_t *esc_exp = buf + esc_off + 2 * (uint64_t)esc;
+    uint16_t *o16 = (uint16_t *)out;
+    for (uint32_t i = i0; i < esc; i += step) {
+        uint32_t pos = esc_pos[i];
+        if (pos >= cnt || (i > 0 && esc_pos[i - 1] >= pos)) {
+            if (report) {
                 atomicOr(err, SZ_ERR_ESCAPE);
-                continue;
             }
+            continue;
+        }
+        if (owner < 0 || SZ_OWNER(pos) == (uint32_t)owner) {
             o16[pos] = (uint16_t)((o16[pos] & 0x807Fu) | ((uint32_t)esc_exp[i] << 7));
         }
+    }
+}
+
+// decode_chunk is decode_values and patch_escapes by the block's threads
+// together (the scatter kernel).
+__device__ __forceinline__ void decode_chunk(const uint8_t *buf, uint8_t *out, uint32_t cnt, uint32_t esc,
+                                             const uint32_t *lut, uint32_t *err, uint32_t tid) {
+    decode_values(buf, out, cnt, esc, lut, tid);
+    if (esc && esc != SZ_RAW) {
+        __syncthreads(); // the block's main output is visible to all its threads
+        patch_escapes(buf, out, cnt, esc, err, tid, SZ_THREADS, -1, true);
     }
 }
 
@@ -269,17 +377,43 @@ __device__ __forceinline__ void build_lut(uint32_t *lut, uint32_t c0, uint32_t c
 }
 
 #ifndef SZ_MIN_BLOCKS
-#define SZ_MIN_BLOCKS 3 // blocks per SM: shared memory allows three
+#define SZ_MIN_BLOCKS 3 // scatter blocks per SM: shared memory allows three
 #endif
 
-extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip_decode(const Params p) {
-    extern __shared__ __align__(16) uint8_t bufs[]; // SZ_DYN_SMEM: two chunk buffers
-    __shared__ uint32_t lut[256];                    // code pair byte -> exponent bits of both values
-    __shared__ Chunk slot[2];                        // the chunk being written and the one being read
+// The decode kernel's blocks: SZ_THREADS consumer threads (warps 0-7)
+// and one producer warp (warp 8).
+#define SZ_DECODE_THREADS (SZ_THREADS + 32)
+#define SZ_MAX_STAGES 6 // 6 x 32 KiB and the static arrays fit the 227 KiB a block may have
+#ifndef SZ_DECODE_MIN_BLOCKS
+#define SZ_DECODE_MIN_BLOCKS 2
+#endif
+
+// splitzip_decode: the producer warp claims chunks and copies each one's
+// stored bytes into a stage of a ring in shared memory (as many stages as
+// the launch's dynamic shared memory holds chunk buffers, at most
+// SZ_MAX_STAGES); the consumer warps take the stages in order, each warp
+// waiting on the stage's barrier by itself and decoding its own share of
+// the chunk. No barrier of the whole block is passed per chunk, so a warp
+// waits only for the bytes it decodes (and, in place, for the chunk's
+// readers), not for the slowest warp.
+extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BLOCKS) splitzip_decode(const Params p) {
+    extern __shared__ __align__(128) uint8_t bufs[]; // stages x SZ_BUF
+    __shared__ uint32_t lut[256];                     // code pair byte -> exponent bits of both values
+    __shared__ Chunk slot[SZ_MAX_STAGES];             // each stage's chunk, written by the producer
+    __shared__ uint32_t pub[SZ_MAX_STAGES];           // consumer warps that reached the stage's chunk
+    __shared__ __align__(8) uint64_t full[SZ_MAX_STAGES], empty[SZ_MAX_STAGES];
     __shared__ uint64_t l1[SZ_MAX_GROUPS];
 
-    const uint32_t tid = threadIdx.x;
-    build_lut(lut, p.codebook[0], p.codebook[1], p.codebook[2], p.codebook[3], tid);
+    const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    uint32_t dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const uint32_t stages = min(dyn / SZ_BUF, (uint32_t)SZ_MAX_STAGES);
+    if (stages == 0) {
+        return; // the host always gives at least one stage
+    }
+    if (tid < 256) {
+        build_lut(lut, p.codebook[0], p.codebook[1], p.codebook[2], p.codebook[3], tid);
+    }
     uint32_t *ctrl = (uint32_t *)p.ctrl;
     uint32_t *flags = (uint32_t *)p.flags;
     uint32_t *err = (uint32_t *)p.err;
@@ -289,72 +423,120 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
     // The group table, read once. A block that reads it after chunk 0 has
     // overwritten it finds no ticket left (chunk 0 writes only after every
     // chunk has been claimed and read), so it never uses what it read.
-    for (uint32_t g = tid; g < p.groups; g += SZ_THREADS) {
+    // The producer takes its first ticket while the table loads.
+    uint32_t first = 0;
+    if (tid == SZ_THREADS) {
+        first = atomicAdd(&ctrl[0], 1u);
+    }
+    for (uint32_t g = tid; g < p.groups; g += SZ_DECODE_THREADS) {
         l1[g] = *(const uint64_t *)(src + SZ_HEADER + 8 * g);
     }
-    __syncthreads(); // the group table is in shared memory
-    if (tid == 0) {
-        slot[0] = claim(p, ctrl, l1, src);
+    if (tid < stages) {
+        mbar_init(&full[tid], SZ_FULL_ARRIVALS);
+        mbar_init(&empty[tid], SZ_THREADS);
     }
-    __syncthreads();
-    fetch(p, slot[0], src, bufs, tid);
+#if SZ_BULK
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+    __syncthreads(); // the table, lut and barriers are ready
 
-    // Iteration it writes chunk slot[it & 1] (in buffer it & 1) while chunk
-    // slot[(it + 1) & 1] is being read into the other buffer. A block thus
-    // holds one chunk it has not finished reading; it is lower than the
-    // chunk being written, and every wait is for higher chunks, so the
-    // highest chunk not yet written can always finish: no deadlock.
-    for (uint32_t it = 0;; it++) {
-        const Chunk k = slot[it & 1];
-        if (k.c < 0) {
-            break;
-        }
-        if (tid == 0) {
-            slot[(it + 1) & 1] = claim(p, ctrl, l1, src);
-        }
-        __syncthreads(); // the next claim is visible
-        uint8_t *buf = bufs + (it & 1) * SZ_BUF;
-        fetch(p, slot[(it + 1) & 1], src, bufs + ((it + 1) & 1) * SZ_BUF, tid);
-        cp_async_wait_prev(); // this thread's copies of chunk k have landed
-        __syncthreads();      // every copy of chunk k has landed: it is read
-
-        const long long c = k.c;
-        if (p.in_place) {
-            // Publish: the barrier above follows every copy's landing.
-            if (tid == 0) {
-                st_publish(&flags[c], p.epoch);
-                red_publish_add(&ctrl[3], 1u);
+    if (warp == SZ_THREADS / 32) {
+        // Producer. A stage is refilled once every consumer thread has left
+        // it (its empty barrier), so a block holds at most `stages` chunks
+        // claimed and not yet written. Every chunk it holds was claimed
+        // after the ones before it, so is lower: the highest chunk not yet
+        // written anywhere has all its earlier stages written and all its
+        // readers (higher chunks) read, and can finish; no wait forms a
+        // cycle whatever the scheduling of blocks.
+        for (uint32_t s = 0, ph = 0, it = 0;; it++) {
+            mbar_wait(&empty[s], ph ^ 1);
+            if (lane == 0) {
+                slot[s] = it == 0 ? claim_ticket(p, first, l1, src) : claim(p, ctrl, l1, src);
+                pub[s] = 0;
             }
-            if (!k.bad) {
-                if (c == 0) {
-                    if (tid == 0) { // chunk 0 waits for every chunk: count them
-                        while (ld_acquire(&ctrl[3]) < p.chunks) {
-                            __nanosleep(32);
+            __syncwarp();
+            const Chunk k = slot[s];
+            const bool data = k.c >= 0 && !k.bad;
+            fetch_stage(src + k.off, data ? stored_len(p, k) : 0, bufs + s * SZ_BUF, &full[s], lane);
+            if (k.c < 0) {
+                break;
+            }
+            if (++s == stages) {
+                s = 0;
+                ph ^= 1;
+            }
+        }
+    } else {
+        for (uint32_t s = 0, ph = 0;;) {
+            mbar_wait(&full[s], ph); // the chunk and its bytes are in stage s
+            // Lane 0 reads the chunk and hands it to the warp.
+            Chunk k;
+            if (lane == 0) {
+                k = slot[s];
+            }
+            k.c = __shfl_sync(0xFFFFFFFFu, k.c, 0);
+            k.off = __shfl_sync(0xFFFFFFFFu, k.off, 0);
+            k.esc = __shfl_sync(0xFFFFFFFFu, k.esc, 0);
+            k.lo = __shfl_sync(0xFFFFFFFFu, k.lo, 0);
+            k.span = __shfl_sync(0xFFFFFFFFu, k.span, 0);
+            k.bad = __shfl_sync(0xFFFFFFFFu, k.bad, 0);
+            if (k.c < 0) {
+                break;
+            }
+            const long long c = k.c;
+            if (p.in_place) {
+                // Publish once a block: the barrier wait above follows
+                // the landing of every byte of the chunk.
+                if (lane == 0 && atomicAdd(&pub[s], 1u) == 0) {
+                    st_publish(&flags[c], p.epoch);
+                    red_publish_add(&ctrl[3], 1u);
+                }
+                if (!k.bad) {
+                    if (c == 0) {
+                        if (lane == 0) { // chunk 0 waits for every chunk: count them
+                            while (ld_acquire(&ctrl[3]) < p.chunks) {
+                                __nanosleep(32);
+                            }
+                        }
+                    } else {
+                        for (uint64_t d = (uint64_t)k.lo + lane; d < (uint64_t)k.lo + k.span; d += 32) {
+                            while (ld_acquire(&flags[d]) != p.epoch) {
+                                __nanosleep(32);
+                            }
                         }
                     }
-                } else {
-                    for (uint64_t d = (uint64_t)k.lo + tid; d < (uint64_t)k.lo + k.span; d += SZ_THREADS) {
-                        while (ld_acquire(&flags[d]) != p.epoch) {
-                            __nanosleep(32);
-                        }
-                    }
+                    __syncwarp(); // the whole warp writes after the readers are seen
                 }
             }
-            __syncthreads();
-        }
-
-        if (k.bad) {
-            if (tid == 0) {
-                atomicOr(err, k.bad);
+            const uint8_t *buf = bufs + s * SZ_BUF;
+            if (k.bad) {
+                if (tid == 0) {
+                    atomicOr(err, k.bad);
+                }
+            } else {
+                const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
+                uint8_t *out = dst + 2 * (uint64_t)c * SZ_CHUNK;
+                decode_values(buf, out, cnt, k.esc, lut, tid);
+                if (k.esc && k.esc != SZ_RAW) {
+                    __syncwarp(); // the warp's own values are written and visible to it
+                    patch_escapes(buf, out, cnt, k.esc, err, lane, 32, (int)warp, warp == 0);
+                }
             }
-            continue;
+            // Every consumer thread leaves the stage itself, so each read
+            // of its bytes is ordered before the producer's next copy into
+            // it by that thread's own arrival (one arrival a warp after
+            // __syncwarp is as fast, measured, but racecheck cannot see
+            // that order).
+            mbar_arrive(&empty[s]);
+            if (++s == stages) {
+                s = 0;
+                ph ^= 1;
+            }
         }
-        const uint32_t cnt = (uint32_t)min64((uint64_t)SZ_CHUNK, p.n - (uint64_t)c * SZ_CHUNK);
-        decode_chunk(buf, dst + 2 * (uint64_t)c * SZ_CHUNK, cnt, k.esc, lut, err, tid);
     }
-    cp_async_wait_all();
 
     // The last block to leave resets the counters for the next launch.
+    __syncthreads();
     if (tid == 0) {
         __threadfence();
         if (atomicAdd(&ctrl[1], 1u) == gridDim.x - 1) {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -15,8 +17,17 @@ import (
 // Kernel constants; decode.cu defines the same.
 const (
 	threads = 256
-	// dynSmem is SZ_DYN_SMEM: two 32 KiB chunk buffers per block.
-	dynSmem = 2 * 2 * codec.ChunkValues
+	// dynSmem is SZ_DYN_SMEM: the scatter kernel's two 32 KiB unit
+	// buffers per block.
+	dynSmem = 2 * stageBytes
+	// stageBytes is SZ_BUF, one chunk's largest stored size.
+	stageBytes = 2 * codec.ChunkValues
+	// decodeStages is how many chunk buffers a block of splitzip_decode
+	// gets in shared memory (the kernel counts them from its dynamic
+	// shared memory; SPLITZIP_DECODE_STAGES overrides it for kernel
+	// experiments). Three stages let two blocks share an SM.
+	decodeStages = 3
+	maxStages    = 6 // SZ_MAX_STAGES
 	// Error bits of the kernel's error flag.
 	errTable   = 1
 	errEscape  = 2
@@ -45,6 +56,8 @@ type Decoder struct {
 	// scatterGrid is the most blocks of splitzip_scatter resident at once.
 	scatterGrid uint32
 	maxGrid     uint32
+	threads     int            // splitzip_decode's block
+	smem        uint32         // its dynamic shared memory: stages x stageBytes
 	ctrl        cuda.DevicePtr // uint32 ticket, exited blocks, error flag, chunks read
 	flags       cuda.DevicePtr
 	flagCap     uint64
@@ -85,13 +98,25 @@ func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrMaxDynamicSharedBytes, dynSmem); err != nil {
+	stages := decodeStages
+	if v := os.Getenv("SPLITZIP_DECODE_STAGES"); v != "" {
+		if stages, err = strconv.Atoi(v); err != nil || stages < 1 || stages > maxStages {
+			return nil, fmt.Errorf("gpu: SPLITZIP_DECODE_STAGES=%q: want 1 to %d", v, maxStages)
+		}
+	}
+	d.smem = uint32(stages * stageBytes)
+	// The block size is the kernel's launch bound: a producer warp and
+	// the consumers.
+	if d.threads, err = ctx.FuncAttribute(d.fn, cuda.FuncAttrMaxThreadsPerBlock); err != nil {
+		return nil, err
+	}
+	if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrMaxDynamicSharedBytes, int(d.smem)); err != nil {
 		return nil, err
 	}
 	if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
 		return nil, err
 	}
-	per, err := ctx.MaxActiveBlocks(d.fn, threads, dynSmem)
+	per, err := ctx.MaxActiveBlocks(d.fn, d.threads, uint64(d.smem))
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +194,7 @@ func (d *Decoder) launch(dst, src cuda.DevicePtr, h *codec.Header, inPlace bool,
 		pr.InPlace = 1
 	}
 	grid := uint32(min(uint64(d.maxGrid), N))
-	return d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, dynSmem, s, unsafe.Pointer(&pr))
+	return d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: uint32(d.threads)}, d.smem, s, unsafe.Pointer(&pr))
 }
 
 // growFlags makes room for the in-place flags of N chunks (d.mu held).

@@ -9,13 +9,15 @@
 //
 // Each warp decodes one chunk at a time: lane 0 claims chunks in descending
 // order from an atomic ticket counter; the warp copies the chunk's symbol
-// chunk into the warp's shared buffer. Its other bits are read from global
-// memory as the values are rebuilt: out of place from the payload itself,
-// in place from the warp's slot of a scratch buffer the warp copies them
-// into first (in place the record may be overwritten by a lower chunk's
-// values as soon as the chunk is published). Only the symbols in shared
-// memory keep many warps resident: the other bits are most of a record
-// (a byte a value of BF16's 1.3). In place the warp then publishes "read"
+// chunk into the warp's shared buffer. Its other bits pass through a small
+// per-warp ring in shared memory, filled with cp.async one batch of rows
+// ahead of the rebuild that uses them: out of place from the payload
+// itself, in place from the warp's slot of a scratch buffer the warp
+// copies them into first (in place the record may be overwritten by a
+// lower chunk's values as soon as the chunk is published). Only the
+// symbols and the ring in shared memory keep many warps resident: the
+// other bits are most of a record (a byte a value of BF16's 1.3). In
+// place the warp then publishes "read"
 // for the chunk, waits until the chunks whose records lie in the chunk's
 // values have published theirs, and writes the values: lane t decodes
 // symbol lane t (symbols t, t + L, ...), so each step the warp writes L

@@ -334,9 +334,10 @@ func TestDecodeStream(t *testing.T) {
 }
 
 // TestDecodeFewBlocks decodes, with grids of a few blocks each taking
-// many chunks (in place, one block waits only on itself), data whose
-// chunks' stored sizes vary from chunk to chunk (few escapes, many, raw),
-// so that a block's two buffers hold chunks of every size pair.
+// many chunks (in place, one block waits only on itself) and rings of 1
+// to SZ_MAX_STAGES stages, data whose chunks' stored sizes vary from
+// chunk to chunk (few escapes, many, raw), so that a block's stages hold
+// chunks of every size pair.
 func TestDecodeFewBlocks(t *testing.T) {
 	ctx, d := requireGPU(t)
 	rng := seeded(t)
@@ -356,20 +357,28 @@ func TestDecodeFewBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := codec.ParseHeader(p)
-	full := d.maxGrid
-	defer func() { d.maxGrid = full }()
-	for _, grid := range []uint32{1, 2, 3, 7, full} {
-		d.maxGrid = grid
-		for _, inPlace := range []bool{false, true} {
-			if inPlace && !st.InPlace {
-				continue
-			}
-			got, err := run(t, ctx, d, p, &h, inPlace)
-			if err != nil {
-				t.Fatalf("grid %d, in place %v: %v", grid, inPlace, err)
-			}
-			if !bytes.Equal(got, v) {
-				t.Fatalf("grid %d, in place %v: differs from the reference at byte %d", grid, inPlace, firstDiff(got, v))
+	full, smem := d.maxGrid, d.smem
+	defer func() { d.maxGrid, d.smem = full, smem }()
+	for _, stages := range []uint32{1, 2, uint32(decodeStages), maxStages} {
+		// Fewer stages than the launcher's fit in the shared memory it
+		// allowed; more need their own allowance.
+		if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrMaxDynamicSharedBytes, int(max(stages*stageBytes, smem))); err != nil {
+			t.Fatal(err)
+		}
+		d.smem = stages * stageBytes
+		for _, grid := range []uint32{1, 2, 3, 7, full} {
+			d.maxGrid = grid
+			for _, inPlace := range []bool{false, true} {
+				if inPlace && !st.InPlace {
+					continue
+				}
+				got, err := run(t, ctx, d, p, &h, inPlace)
+				if err != nil {
+					t.Fatalf("%d stages, grid %d, in place %v: %v", stages, grid, inPlace, err)
+				}
+				if !bytes.Equal(got, v) {
+					t.Fatalf("%d stages, grid %d, in place %v: differs from the reference at byte %d", stages, grid, inPlace, firstDiff(got, v))
+				}
 			}
 		}
 	}

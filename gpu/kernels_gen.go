@@ -5,9 +5,9 @@ package gpu
 // Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
 // decode.cu and entropy.cu.
 const (
-	decodeSourceSHA256  = "8bd3230656bc848338893fc9b43d4c988210234b0378df2af37bdae29177d616"
-	decodeFatbinSHA256  = "37abd8d67c46eaa1c1809d4dd56be446918053084228339d168df5540144ca96"
-	entropySourceSHA256 = "87733a8d66c18132952442ac792d375e39a36ee7d4266041a397e9dd899d3710"
+	decodeSourceSHA256  = "633b1a846885611e2fa56048d65440b1c55f27c354ac4744484718d861547bc5"
+	decodeFatbinSHA256  = "2cfe40ff0e7ad2288d1d5977d41f42fcd8b578edcca56659dd1258a541e452ad"
+	entropySourceSHA256 = "f9175d79f2858057ac6c145acaac17c695814ecfb98a33469286d537be129549"
 	entropyFatbinSHA256 = "a4d7bcc45ecbd52e65128af67bcf6c5d153c589f7a98e2455ecdd253a1e40a08"
 	kernelsNVCCVersion  = "13.0"
 )
