@@ -9,7 +9,8 @@
 #            and racecheck on the reference, few-blocks and corrupt tests
 #   ab       ROUNDS (default 2) rounds alternating BASE and the new kernel:
 #            bench decode at SZ (default 512MiB,64MiB) and --layer; with
-#            PREV (a decode.fatbin) that kernel too, after the new one
+#            PREV (a decode.fatbin) that kernel too, after the new one;
+#            NEWSTAGES sets SPLITZIP_DECODE_STAGES for the new one
 #   stages   the new kernel with SPLITZIP_DECODE_STAGES at each of STAGES
 #            (default 2 3 4 6), 512 MiB and 64 MiB
 #   variants each of VARIANTS (name:nvcc-flags, flags comma-separated)
@@ -59,7 +60,7 @@ for phase in "$@"; do
       step "round $r: baseline"
       bench "$BASE"
       step "round $r: new"
-      SPLITZIP_FATBIN=$K/decode.fatbin bench "$D/splitzip"
+      SPLITZIP_DECODE_STAGES=${NEWSTAGES:-} SPLITZIP_FATBIN=$K/decode.fatbin bench "$D/splitzip"
       if [ -n "${PREV:-}" ]; then
         step "round $r: $PREV"
         SPLITZIP_FATBIN=$PREV NOLAYER=1 bench "$D/splitzip"
