@@ -97,8 +97,9 @@ func (f Field) Symbols(dst, raw []byte) error {
 }
 
 // splitBF16 writes the exponent of each BF16 value of raw to syms and its
-// other bits (sign, 7 of mantissa) to others, either of which may be nil,
-// eight values at a time in 64-bit words.
+// other bits (sign, 7 of mantissa) to others, either of which may be nil:
+// 32 values at a time with vector instructions where there are, then
+// eight at a time in 64-bit words.
 func splitBF16(syms, others, raw []byte) {
 	n := len(raw) / 2
 	if syms != nil {
@@ -107,7 +108,7 @@ func splitBF16(syms, others, raw []byte) {
 	if others != nil {
 		others = others[:n]
 	}
-	i := 0
+	i := splitBF16Vec(syms, others, raw[:2*n])
 	for ; i+8 <= n; i += 8 {
 		a := binary.LittleEndian.Uint64(raw[2*i:])
 		b := binary.LittleEndian.Uint64(raw[2*i+8:])

@@ -4,8 +4,8 @@ package entropy
 
 import "golang.org/x/sys/cpu"
 
-// useAVX2 selects the vector rebuild of BF16 values; tests turn it off to
-// check the pure-Go loop too.
+// useAVX2 selects the vector rebuild and split of BF16 values; tests
+// turn it off to check the pure-Go loops too.
 var useAVX2 = cpu.X86.HasAVX2
 
 // rebuildBF16AVX2 rebuilds groups of 16 BF16 values from 16 exponent
@@ -25,4 +25,37 @@ func rebuildBF16(dst, syms, others []byte) int {
 	}
 	rebuildBF16AVX2(&dst[0], &syms[0], &others[0], n)
 	return 16 * n
+}
+
+// splitExponentsAVX2 and splitOthersAVX2 split groups of 32 BF16 values
+// (64 bytes of raw a group) into their 32 exponent symbols or their 32
+// sign-and-mantissa bytes.
+//
+//go:noescape
+func splitExponentsAVX2(dst, raw *byte, groups int)
+
+//go:noescape
+func splitOthersAVX2(dst, raw *byte, groups int)
+
+// splitBF16Vec splits as many whole groups of 32 values of raw as the
+// vector loops take into syms and others (either may be nil; each holds
+// a byte a value) and returns the values done.
+func splitBF16Vec(syms, others, raw []byte) int {
+	n := len(raw) / 64
+	if syms != nil {
+		n = min(n, len(syms)/32)
+	}
+	if others != nil {
+		n = min(n, len(others)/32)
+	}
+	if !useAVX2 || n == 0 {
+		return 0
+	}
+	if syms != nil {
+		splitExponentsAVX2(&syms[0], &raw[0], n)
+	}
+	if others != nil {
+		splitOthersAVX2(&others[0], &raw[0], n)
+	}
+	return 32 * n
 }

@@ -44,3 +44,89 @@ loop:
 
 done:
 	RET
+
+// func splitExponentsAVX2(dst, raw *byte, groups int)
+//
+// Per group of 32 BF16 values (64 bytes of raw, low byte first): with lo
+// and hi the values' low and high bytes, the exponent (hi << 1) | (lo >> 7)
+// of each into 32 bytes of dst. VPACKUSWB packs within 128-bit halves, so
+// the quadwords come out as values 0-7, 16-23, 8-15, 24-31 and VPERMQ puts
+// them in order.
+TEXT ·splitExponentsAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ raw+8(FP), SI
+	MOVQ groups+16(FP), CX
+	MOVQ $0x00FF00FF00FF00FF, R8
+	MOVQ R8, X10
+	VPBROADCASTQ X10, Y10
+	MOVQ $0x0101010101010101, R8
+	MOVQ R8, X11
+	VPBROADCASTQ X11, Y11
+
+eloop:
+	TESTQ CX, CX
+	JZ edone
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	VPAND Y10, Y0, Y2
+	VPAND Y10, Y1, Y3
+	VPACKUSWB Y3, Y2, Y4
+	VPSRLW $8, Y0, Y5
+	VPSRLW $8, Y1, Y6
+	VPACKUSWB Y6, Y5, Y7
+	VPADDB Y7, Y7, Y8
+	VPSRLW $7, Y4, Y9
+	VPAND Y11, Y9, Y9
+	VPOR Y9, Y8, Y8
+	VPERMQ $0xD8, Y8, Y8
+	VMOVDQU Y8, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP eloop
+
+edone:
+	VZEROUPPER
+	RET
+
+// func splitOthersAVX2(dst, raw *byte, groups int)
+//
+// As splitExponentsAVX2, the other bits (hi & 0x80) | (lo & 0x7F) of each
+// value: its sign and 7 bits of mantissa.
+TEXT ·splitOthersAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ raw+8(FP), SI
+	MOVQ groups+16(FP), CX
+	MOVQ $0x00FF00FF00FF00FF, R8
+	MOVQ R8, X10
+	VPBROADCASTQ X10, Y10
+	MOVQ $0x7F7F7F7F7F7F7F7F, R8
+	MOVQ R8, X11
+	VPBROADCASTQ X11, Y11
+	VPCMPEQB Y12, Y12, Y12
+	VPXOR Y11, Y12, Y12
+
+oloop:
+	TESTQ CX, CX
+	JZ odone
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	VPAND Y10, Y0, Y2
+	VPAND Y10, Y1, Y3
+	VPACKUSWB Y3, Y2, Y4
+	VPSRLW $8, Y0, Y5
+	VPSRLW $8, Y1, Y6
+	VPACKUSWB Y6, Y5, Y7
+	VPAND Y12, Y7, Y8
+	VPAND Y11, Y4, Y9
+	VPOR Y9, Y8, Y8
+	VPERMQ $0xD8, Y8, Y8
+	VMOVDQU Y8, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	DECQ CX
+	JMP oloop
+
+odone:
+	VZEROUPPER
+	RET

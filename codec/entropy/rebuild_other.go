@@ -8,3 +8,6 @@ var useAVX2 = false
 // rebuildBF16 does nothing where there is no assembly: the caller's Go
 // loop rebuilds every value.
 func rebuildBF16(dst, syms, others []byte) int { return 0 }
+
+// splitBF16Vec does nothing where there is no assembly.
+func splitBF16Vec(syms, others, raw []byte) int { return 0 }

@@ -35,3 +35,40 @@ func TestRebuildBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitBF16 splits random BF16 values into exponents and other bits,
+// each alone and both at once, with and without the vector loops, at
+// lengths around their group of 32, against the bit fields one value at a
+// time.
+func TestSplitBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, n := range []int{0, 1, 7, 8, 31, 32, 33, 63, 64, 65, 100, 16383, 16384} {
+		raw := make([]byte, 2*n)
+		for i := range raw {
+			raw[i] = byte(rng.Uint32())
+		}
+		wantS, wantO := make([]byte, n), make([]byte, n)
+		for i := range n {
+			v := binary.LittleEndian.Uint16(raw[2*i:])
+			wantS[i], wantO[i] = byte(v>>7), byte(v>>15<<7|v&0x7f)
+		}
+		for _, vec := range []bool{true, false} {
+			saved := useAVX2
+			useAVX2 = useAVX2 && vec
+			s, o := make([]byte, n), make([]byte, n)
+			splitBF16(s, o, raw)
+			s1, o1 := make([]byte, n), make([]byte, n)
+			splitBF16(s1, nil, raw)
+			splitBF16(nil, o1, raw)
+			useAVX2 = saved
+			for _, c := range []struct {
+				what      string
+				got, want []byte
+			}{{"exponents", s, wantS}, {"other bits", o, wantO}, {"exponents alone", s1, wantS}, {"other bits alone", o1, wantO}} {
+				if !bytes.Equal(c.got, c.want) {
+					t.Fatalf("%d values, vector loop %v: %s differ at byte %d", n, vec && useAVX2, c.what, firstDiff(c.got, c.want))
+				}
+			}
+		}
+	}
+}
