@@ -160,9 +160,10 @@ func TestTranspose8(t *testing.T) {
 }
 
 // TestMultiSymbolLanes: full chunks decode through the several-symbols
-// lookup exactly as through the one-symbol reference path, and corrupted
-// ones (bits flipped, lanes cut short) fail or decode the same on both,
-// never panicking.
+// lookup (its assembly loop where there is one, and its Go loop) exactly
+// as through the one-symbol reference path, and corrupted ones (bits
+// flipped, lanes cut short) fail or decode the same on all, never
+// panicking.
 func TestMultiSymbolLanes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	for trial := range 40 {
@@ -188,13 +189,17 @@ func TestMultiSymbolLanes(t *testing.T) {
 			if flip%5 == 4 {
 				src = src[:len(src)-1-rng.IntN(len(src)/2)]
 			}
-			a, b := make([]byte, 16384), make([]byte, 16384)
+			a, b, g := make([]byte, 16384), make([]byte, 16384), make([]byte, 16384)
 			na, ea := DecodeChunk(fast, src, 8, a)
 			nb, eb := DecodeChunk(slow, src, 8, b)
+			saved := useLaneAsm
+			useLaneAsm = false
+			ng, eg := DecodeChunk(fast, src, 8, g)
+			useLaneAsm = saved
 			switch {
-			case (ea == nil) != (eb == nil):
-				t.Fatalf("trial %d flip %d: multi-symbol path %v, reference %v", trial, flip, ea, eb)
-			case ea == nil && (na != nb || !bytes.Equal(a, b)):
+			case (ea == nil) != (eb == nil) || (eg == nil) != (eb == nil):
+				t.Fatalf("trial %d flip %d: multi-symbol path %v (its Go loop %v), reference %v", trial, flip, ea, eg, eb)
+			case ea == nil && (na != nb || ng != nb || !bytes.Equal(a, b) || !bytes.Equal(g, b)):
 				t.Fatalf("trial %d flip %d: the paths decode differently", trial, flip)
 			case flip == 0 && (ea != nil || !bytes.Equal(a, syms)):
 				t.Fatalf("trial %d: %v, or symbols differ", trial, ea)

@@ -53,27 +53,17 @@ const (
 // does not end exactly at its length.
 func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte) error {
 	const stride = laneStride
-	// Four lanes side by side while each has room for twelve more symbols
-	// (their chains of lookups are independent, so the processor overlaps
-	// them), then each lane to its end on its own.
+	// Four lanes side by side while each has room for twelve more symbols,
+	// then each lane to its end on its own.
 	for k := 0; k < Lanes; k += 4 {
-		l0, l1, l2, l3 := lanes[k*stride:(k+1)*stride], lanes[(k+1)*stride:(k+2)*stride], lanes[(k+2)*stride:(k+3)*stride], lanes[(k+3)*stride:(k+4)*stride]
-		q0, q1, q2, q3 := pos[k], pos[k+1], pos[k+2], pos[k+3]
-		var j0, j1, j2, j3 int
-		var bad uint32 = 1
-		for bad != 0 && max(j0, j1, j2, j3)+12 <= laneSyms && q0 <= end[k] && q1 <= end[k+1] && q2 <= end[k+2] && q3 <= end[k+3] {
-			var b0, b1, b2, b3 uint32
-			q0, j0, b0 = laneStep(mt, pad, l0, q0, j0)
-			q1, j1, b1 = laneStep(mt, pad, l1, q1, j1)
-			q2, j2, b2 = laneStep(mt, pad, l2, q2, j2)
-			q3, j3, b3 = laneStep(mt, pad, l3, q3, j3)
-			bad = min(bad, b0, b1, b2, b3)
-		}
-		if bad == 0 {
+		var s laneQuad
+		copy(s.q[:], pos[k:k+4])
+		copy(s.end[:], end[k:k+4])
+		if !laneSteps4(mt, pad, lanes[k*stride:(k+4)*stride], &s) {
 			return fmt.Errorf("%w: lanes %d to %d: a bit pattern no code has", ErrStream, k, k+3)
 		}
-		for i, st := range [4]struct{ q, j int }{{q0, j0}, {q1, j1}, {q2, j2}, {q3, j3}} {
-			if err := laneTail(mt, single, pad, lanes[(k+i)*stride:(k+i+1)*stride], st.q, st.j, end[k+i], k+i); err != nil {
+		for i := range 4 {
+			if err := laneTail(mt, single, pad, lanes[(k+i)*stride:(k+i+1)*stride], s.q[i], s.j[i], end[k+i], k+i); err != nil {
 				return err
 			}
 		}
@@ -129,6 +119,37 @@ func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, e
 		}
 	}
 	return nil
+}
+
+// laneQuad is four lanes' state while they are decoded side by side:
+// lane i's next bit q[i], the symbols it has decoded j[i], and the bit
+// where it ends. The assembly of laneSteps4 reads and writes it at fixed
+// offsets: q at 0, j at 32, end at 64.
+type laneQuad struct {
+	q, j, end [4]int
+}
+
+// laneSteps4Go decodes the four lanes of s, whose buffers are lanes
+// (laneStride bytes each), side by side while each has room for twelve
+// more symbols and has not passed its end: their chains of lookups are
+// independent, so the processor overlaps them. It returns false at an
+// entry of no code.
+func laneSteps4Go(mt *multiTable, pad, lanes []byte, s *laneQuad) bool {
+	const stride = laneStride
+	l0, l1, l2, l3 := lanes[:stride], lanes[stride:2*stride], lanes[2*stride:3*stride], lanes[3*stride:4*stride]
+	q0, q1, q2, q3 := s.q[0], s.q[1], s.q[2], s.q[3]
+	j0, j1, j2, j3 := s.j[0], s.j[1], s.j[2], s.j[3]
+	var bad uint32 = 1
+	for bad != 0 && max(j0, j1, j2, j3)+12 <= laneSyms && q0 <= s.end[0] && q1 <= s.end[1] && q2 <= s.end[2] && q3 <= s.end[3] {
+		var b0, b1, b2, b3 uint32
+		q0, j0, b0 = laneStep(mt, pad, l0, q0, j0)
+		q1, j1, b1 = laneStep(mt, pad, l1, q1, j1)
+		q2, j2, b2 = laneStep(mt, pad, l2, q2, j2)
+		q3, j3, b3 = laneStep(mt, pad, l3, q3, j3)
+		bad = min(bad, b0, b1, b2, b3)
+	}
+	s.q, s.j = [4]int{q0, q1, q2, q3}, [4]int{j0, j1, j2, j3}
+	return bad != 0
 }
 
 // laneStep makes four lookups from the 64 bits of pad at bit q into lane

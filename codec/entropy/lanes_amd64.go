@@ -1,0 +1,28 @@
+//go:build amd64 && !noasm
+
+package entropy
+
+// useLaneAsm selects the assembly loop of laneSteps4; tests turn it off
+// to check the Go loop too.
+var useLaneAsm = true
+
+// laneSteps4Asm is laneSteps4's loop in assembly (lanes_amd64.s), with
+// laneStride 528 and laneSyms 512 written into it.
+//
+//go:noescape
+func laneSteps4Asm(mt *multiTable, pad, lanes *byte, s *laneQuad) bool
+
+// The assembly's layout of laneQuad and its lane constants.
+const (
+	_ = uint(laneStride-528) + uint(528-laneStride)
+	_ = uint(laneSyms-512) + uint(512-laneSyms)
+)
+
+// laneSteps4 decodes four lanes side by side, as laneSteps4Go does.
+func laneSteps4(mt *multiTable, pad, lanes []byte, s *laneQuad) bool {
+	if !useLaneAsm {
+		return laneSteps4Go(mt, pad, lanes, s)
+	}
+	_ = lanes[4*laneStride-1]
+	return laneSteps4Asm(mt, &pad[0], &lanes[0], s)
+}
