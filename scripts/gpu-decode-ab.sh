@@ -26,15 +26,9 @@
 #            in-place 512 MiB launch of the new kernel
 set -uo pipefail
 cd "$(dirname "$0")/.."
-D=$1 BASE=$2
+. scripts/gpu-lib.sh
+ab_setup decode-ab.log "$@"
 shift 2
-OUT=${OUT:-/tmp/out}
-K=$OUT/kernels
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/decode-ab.log") 2>&1
-status=0
-fail() { echo "FAILED: $*"; status=1; }
-step() { echo; echo "=== $* ($(date +%T))"; }
 bench() {
   timeout 120 "$@" bench decode --size "${SZ:-512MiB,64MiB}" --runs 30 | grep -E "normal|copy" | cut -c1-150
   [ -n "${NOLAYER:-}" ] || timeout 120 "$@" bench decode --layer --runs 30 | grep -E "layer|launch" | cut -c1-150
@@ -93,11 +87,7 @@ for phase in "$@"; do
     export SPLITZIP_FATBIN=$K/decode.fatbin
     step "2^31+5 values (SPLITZIP_LARGE)"
     (cd gpu && SPLITZIP_LARGE=1 timeout 300 "../$D/gpu.test" -test.run 'TestLarge$' -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|_test.go:[0-9]+: " | tail -5) || fail large
-    for t in cudaengine transport loader; do
-      step "$t suite"
-      [ -x "$D/$t.test" ] || { fail "no $t.test"; continue; }
-      (cd ${t/cudaengine/engine\/cudaengine} && timeout 200 "$OLDPWD/$D/$t.test" -test.count 1 2>&1 | tail -3) || fail $t
-    done
+    runtime_suites "$D"
     unset SPLITZIP_FATBIN
     ;;
   python)

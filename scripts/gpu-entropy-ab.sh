@@ -24,15 +24,9 @@
 #           DT (default BF16) beside the new kernel
 set -uo pipefail
 cd "$(dirname "$0")/.."
-D=$1 BASE=$2
+. scripts/gpu-lib.sh
+ab_setup entropy-ab.log "$@"
 shift 2
-OUT=${OUT:-/tmp/out}
-K=$OUT/kernels
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/entropy-ab.log") 2>&1
-status=0
-fail() { echo "FAILED: $*"; status=1; }
-step() { echo; echo "=== $* ($(date +%T))"; }
 bench() { "$@" bench decode --codec entropy --dtype "${DT:-BF16,F8_E4M3,F32,F16}" --size "${SZ:-64MiB,512MiB}" --runs 30 | grep -E "place|copy"; }
 for phase in "$@"; do
   case $phase in
@@ -68,11 +62,7 @@ for phase in "$@"; do
     export SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
     step "TestEntropyLarge"
     (cd gpu && SPLITZIP_LARGE=1 timeout 300 "../$D/gpu.test" -test.run 'TestEntropyLarge' -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|entropy_test.go:[0-9]+: " | tail -5) || fail large
-    for t in cudaengine transport loader; do
-      step "$t suite"
-      [ -x "$D/$t.test" ] || { fail "no $t.test"; continue; }
-      (cd ${t/cudaengine/engine\/cudaengine} && timeout 200 "$OLDPWD/$D/$t.test" -test.count 1 2>&1 | tail -3) || fail $t
-    done
+    runtime_suites "$D"
     unset SPLITZIP_ENTROPY_FATBIN
     ;;
   ncu)

@@ -45,13 +45,31 @@ loop:
 done:
 	RET
 
+// SPLIT_LOAD loads a group of 32 BF16 values (64 bytes at SI, low byte
+// first) and leaves their low bytes in Y4 and high bytes in Y7, Y10 being
+// the word mask 0x00FF. VPACKUSWB packs within 128-bit halves, so the
+// quadwords of Y4 and Y7 hold values 0-7, 16-23, 8-15, 24-31; SPLIT_STORE
+// puts them in order and writes them to DI.
+#define SPLIT_LOAD \
+	VMOVDQU (SI), Y0; \
+	VMOVDQU 32(SI), Y1; \
+	VPAND Y10, Y0, Y2; \
+	VPAND Y10, Y1, Y3; \
+	VPACKUSWB Y3, Y2, Y4; \
+	VPSRLW $8, Y0, Y5; \
+	VPSRLW $8, Y1, Y6; \
+	VPACKUSWB Y6, Y5, Y7
+
+#define SPLIT_STORE(R) \
+	VPERMQ $0xD8, R, R; \
+	VMOVDQU R, (DI); \
+	ADDQ $64, SI; \
+	ADDQ $32, DI
+
 // func splitExponentsAVX2(dst, raw *byte, groups int)
 //
-// Per group of 32 BF16 values (64 bytes of raw, low byte first): with lo
-// and hi the values' low and high bytes, the exponent (hi << 1) | (lo >> 7)
-// of each into 32 bytes of dst. VPACKUSWB packs within 128-bit halves, so
-// the quadwords come out as values 0-7, 16-23, 8-15, 24-31 and VPERMQ puts
-// them in order.
+// Per group of 32 values, with lo and hi their low and high bytes, the
+// exponent (hi << 1) | (lo >> 7) of each into 32 bytes of dst.
 TEXT ·splitExponentsAVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ raw+8(FP), SI
@@ -66,22 +84,12 @@ TEXT ·splitExponentsAVX2(SB), NOSPLIT, $0-24
 eloop:
 	TESTQ CX, CX
 	JZ edone
-	VMOVDQU (SI), Y0
-	VMOVDQU 32(SI), Y1
-	VPAND Y10, Y0, Y2
-	VPAND Y10, Y1, Y3
-	VPACKUSWB Y3, Y2, Y4
-	VPSRLW $8, Y0, Y5
-	VPSRLW $8, Y1, Y6
-	VPACKUSWB Y6, Y5, Y7
+	SPLIT_LOAD
 	VPADDB Y7, Y7, Y8
 	VPSRLW $7, Y4, Y9
 	VPAND Y11, Y9, Y9
 	VPOR Y9, Y8, Y8
-	VPERMQ $0xD8, Y8, Y8
-	VMOVDQU Y8, (DI)
-	ADDQ $64, SI
-	ADDQ $32, DI
+	SPLIT_STORE(Y8)
 	DECQ CX
 	JMP eloop
 
@@ -109,21 +117,11 @@ TEXT ·splitOthersAVX2(SB), NOSPLIT, $0-24
 oloop:
 	TESTQ CX, CX
 	JZ odone
-	VMOVDQU (SI), Y0
-	VMOVDQU 32(SI), Y1
-	VPAND Y10, Y0, Y2
-	VPAND Y10, Y1, Y3
-	VPACKUSWB Y3, Y2, Y4
-	VPSRLW $8, Y0, Y5
-	VPSRLW $8, Y1, Y6
-	VPACKUSWB Y6, Y5, Y7
+	SPLIT_LOAD
 	VPAND Y12, Y7, Y8
 	VPAND Y11, Y4, Y9
 	VPOR Y9, Y8, Y8
-	VPERMQ $0xD8, Y8, Y8
-	VMOVDQU Y8, (DI)
-	ADDQ $64, SI
-	ADDQ $32, DI
+	SPLIT_STORE(Y8)
 	DECQ CX
 	JMP oloop
 
