@@ -22,10 +22,11 @@ const (
 	dynSmem = 2 * stageBytes
 	// stageBytes is SZ_BUF, one chunk's largest stored size.
 	stageBytes = 2 * codec.ChunkValues
-	// decodeStages is how many chunk buffers a block of splitzip_decode
+	// decodeStages is the most chunk buffers a block of splitzip_decode
 	// gets in shared memory (the kernel counts them from its dynamic
-	// shared memory; SPLITZIP_DECODE_STAGES overrides it for kernel
-	// experiments). Three stages let two blocks share an SM.
+	// shared memory; pickStages takes fewer where two blocks would not
+	// share an SM, and SPLITZIP_DECODE_STAGES sets it for kernel
+	// experiments). Three stages let two blocks share an H200's SM.
 	decodeStages = 3
 	maxStages    = 6 // SZ_MAX_STAGES
 	// Error bits of the kernel's error flag.
@@ -98,28 +99,38 @@ func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	stages := decodeStages
+	want := 0
 	if v := os.Getenv("SPLITZIP_DECODE_STAGES"); v != "" {
-		if stages, err = strconv.Atoi(v); err != nil || stages < 1 || stages > maxStages {
+		if want, err = strconv.Atoi(v); err != nil || want < 1 || want > maxStages {
 			return nil, fmt.Errorf("gpu: SPLITZIP_DECODE_STAGES=%q: want 1 to %d", v, maxStages)
 		}
 	}
-	d.smem = uint32(stages * stageBytes)
 	// The block size is the kernel's launch bound: a producer warp and
 	// the consumers.
 	if d.threads, err = ctx.FuncAttribute(d.fn, cuda.FuncAttrMaxThreadsPerBlock); err != nil {
 		return nil, err
 	}
-	if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrMaxDynamicSharedBytes, int(d.smem)); err != nil {
+	optin, err := ctx.Attribute(cuda.AttrMaxSharedPerBlockOptin)
+	if err != nil {
+		return nil, err
+	}
+	static, err := ctx.FuncAttribute(d.fn, cuda.FuncAttrSharedBytes)
+	if err != nil {
 		return nil, err
 	}
 	if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
 		return nil, err
 	}
-	per, err := ctx.MaxActiveBlocks(d.fn, d.threads, uint64(d.smem))
+	stages, per, err := pickStages(want, optin, static, func(stages int) (int, error) {
+		if err := ctx.SetFuncAttribute(d.fn, cuda.FuncAttrMaxDynamicSharedBytes, stages*stageBytes); err != nil {
+			return 0, err
+		}
+		return ctx.MaxActiveBlocks(d.fn, d.threads, uint64(stages*stageBytes))
+	})
 	if err != nil {
 		return nil, err
 	}
+	d.smem = uint32(stages * stageBytes)
 	d.maxGrid = uint32(max(1, sms*per))
 	if d.ctrl, err = ctx.Alloc(16); err != nil {
 		return nil, err
@@ -131,6 +142,35 @@ func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
 		return nil, err
 	}
 	return d, ctx.StreamSynchronize(d.stream)
+}
+
+// pickStages returns how many chunk stages a block of splitzip_decode
+// gets and how many such blocks fit an SM (blocks(stages) says, having
+// allowed the kernel that much dynamic shared memory). A block may have
+// optin bytes of shared memory, static of them the kernel's own. want,
+// when not 0, is the caller's choice; otherwise the most stages up to
+// decodeStages that let two blocks share an SM (measured: a second
+// block's warps matter more than a third stage; docs/PERF.md), or one
+// stage.
+func pickStages(want, optin, static int, blocks func(stages int) (int, error)) (stages, per int, err error) {
+	fits := func(s int) bool { return s*stageBytes+static <= optin }
+	if want > 0 {
+		if !fits(want) {
+			return 0, 0, fmt.Errorf("gpu: %d decode stages need %d bytes of shared memory a block; the device allows %d",
+				want, want*stageBytes+static, optin)
+		}
+		per, err := blocks(want)
+		return want, per, err
+	}
+	for s := decodeStages; s >= 1; s-- {
+		if !fits(s) {
+			continue
+		}
+		if per, err = blocks(s); err != nil || per >= 2 || s == 1 {
+			return s, per, err
+		}
+	}
+	return 0, 0, fmt.Errorf("gpu: the decoder needs %d bytes of shared memory a block; the device allows %d", stageBytes+static, optin)
 }
 
 // Close frees the decoder's device memory and module.

@@ -42,6 +42,7 @@ func (c *Context) MaxActiveBlocks(f Function, blockSize int, dynSmem uint64) (in
 // Kernel attributes (CUfunction_attribute).
 const (
 	FuncAttrMaxThreadsPerBlock    = 0 // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: the kernel's launch bound
+	FuncAttrSharedBytes           = 1 // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: its static shared memory
 	FuncAttrLocalBytes            = 3 // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: spills and stack a thread
 	FuncAttrNumRegs               = 4 // CU_FUNC_ATTRIBUTE_NUM_REGS
 	FuncAttrMaxDynamicSharedBytes = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
