@@ -105,7 +105,10 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	L := lanesFor(n)
 	var laneBits [Lanes]uint64
 	var total uint64
-	for base := 0; base < n; base += L {
+	// A full chunk's lanes are summed with vector instructions where they
+	// can be; otherwise (and for a symbol of no code, to name it) here.
+	vec := L == Lanes && laneBitsVec(&tab, syms, &laneBits)
+	for base := 0; !vec && base < n; base += L {
 		for k, sym := range syms[base:min(n, base+L)] {
 			e := tab[sym]
 			if e == 0 {

@@ -59,3 +59,57 @@ func splitBF16Vec(syms, others, raw []byte) int {
 	}
 	return 32 * n
 }
+
+// laneBitsConsts is laneBitsAVX2's tables and constants, at the offsets
+// its assembly reads: the code lengths of symbols lo to lo+63 (0: none),
+// then lo, 16 and 0x70 in every byte of 32.
+type laneBitsConsts struct {
+	tabs         [64]byte
+	lo, c16, c70 [32]byte
+}
+
+//go:noescape
+func laneBitsAVX2(syms *byte, blocks int, c *laneBitsConsts, bits *[32]uint16) bool
+
+// laneBitsVec adds to laneBits each lane's code bits of a chunk of syms
+// coded in Lanes lanes, from tab (code<<5 | length a symbol), with vector
+// instructions, and reports whether it could: every symbol has a code,
+// the coded symbols lie within 64 of each other, codes are at most 15
+// bits, and the chunk is whole blocks of 16 rows.
+func laneBitsVec(tab *[MaxSymbols]uint32, syms []byte, laneBits *[Lanes]uint64) bool {
+	if !useAVX2 || len(syms) == 0 || len(syms)%(16*Lanes) != 0 {
+		return false
+	}
+	lo, hi := -1, -1
+	for s, e := range tab {
+		if e != 0 {
+			if e&31 > 15 {
+				return false
+			}
+			if lo < 0 {
+				lo = s
+			}
+			hi = s
+		}
+	}
+	if lo < 0 || hi-lo >= 64 {
+		return false
+	}
+	var c laneBitsConsts
+	for i := range c.tabs {
+		if lo+i < MaxSymbols {
+			c.tabs[i] = byte(tab[lo+i] & 31)
+		}
+	}
+	for i := range 32 {
+		c.lo[i], c.c16[i], c.c70[i] = byte(lo), 16, 0x70
+	}
+	var bits [32]uint16
+	if !laneBitsAVX2(&syms[0], len(syms)/(16*Lanes), &c, &bits) {
+		return false
+	}
+	for k, b := range bits {
+		laneBits[k] += uint64(b)
+	}
+	return true
+}

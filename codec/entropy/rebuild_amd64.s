@@ -128,3 +128,74 @@ oloop:
 odone:
 	VZEROUPPER
 	RET
+
+// func laneBitsAVX2(syms *byte, blocks int, c *laneBitsConsts, bits *[32]uint16) bool
+//
+// For a chunk coded in 32 lanes (symbol i in lane i mod 32, so row r of 32
+// symbols holds one of each lane), the bits of each lane: the sum of its
+// symbols' code lengths, through four 16-entry tables of the lengths of
+// symbols lo to lo+63 (c.tabs; a symbol outside them, or one of no code,
+// has length 0). Rows are taken 16 at a time (blocks of 512 bytes), their
+// lengths summed a byte a lane and then widened into 16-bit sums. It
+// returns false when a symbol of length 0 was met.
+//
+// A table is indexed by x = s - lo - 16t with bit 7 set when x >= 16
+// (x + 0x70, saturating), which VPSHUFB reads as 0.
+TEXT ·laneBitsAVX2(SB), NOSPLIT, $0-33
+	MOVQ syms+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVQ c+16(FP), DX
+	MOVQ bits+24(FP), DI
+	VBROADCASTI128 0(DX), Y10
+	VBROADCASTI128 16(DX), Y11
+	VBROADCASTI128 32(DX), Y12
+	VBROADCASTI128 48(DX), Y13
+	VPXOR Y15, Y15, Y15
+	VPXOR Y9, Y9, Y9
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+
+block:
+	TESTQ CX, CX
+	JZ end
+	VPXOR Y7, Y7, Y7
+	MOVQ $16, R8
+
+row:
+	VMOVDQU (SI), Y0
+	VPSUBB 64(DX), Y0, Y0
+	VPADDUSB 128(DX), Y0, Y1
+	VPSHUFB Y1, Y10, Y3
+	VPSUBB 96(DX), Y0, Y0
+	VPADDUSB 128(DX), Y0, Y1
+	VPSHUFB Y1, Y11, Y2
+	VPOR Y2, Y3, Y3
+	VPSUBB 96(DX), Y0, Y0
+	VPADDUSB 128(DX), Y0, Y1
+	VPSHUFB Y1, Y12, Y2
+	VPOR Y2, Y3, Y3
+	VPSUBB 96(DX), Y0, Y0
+	VPADDUSB 128(DX), Y0, Y1
+	VPSHUFB Y1, Y13, Y2
+	VPOR Y2, Y3, Y3
+	VPCMPEQB Y15, Y3, Y4
+	VPOR Y4, Y9, Y9
+	VPADDB Y3, Y7, Y7
+	ADDQ $32, SI
+	DECQ R8
+	JNZ row
+	VPMOVZXBW X7, Y8
+	VPADDW Y8, Y5, Y5
+	VEXTRACTI128 $1, Y7, X8
+	VPMOVZXBW X8, Y8
+	VPADDW Y8, Y6, Y6
+	DECQ CX
+	JMP block
+
+end:
+	VMOVDQU Y5, (DI)
+	VMOVDQU Y6, 32(DI)
+	VPTEST Y9, Y9
+	SETEQ ret+32(FP)
+	VZEROUPPER
+	RET

@@ -11,3 +11,6 @@ func rebuildBF16(dst, syms, others []byte) int { return 0 }
 
 // splitBF16Vec does nothing where there is no assembly.
 func splitBF16Vec(syms, others, raw []byte) int { return 0 }
+
+// laneBitsVec does nothing where there is no assembly.
+func laneBitsVec(tab *[MaxSymbols]uint32, syms []byte, laneBits *[Lanes]uint64) bool { return false }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -70,5 +71,104 @@ func TestSplitBF16(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLaneBitsVec: chunks encode byte for byte the same with the vector
+// sum of lane bits as without it, whether it applies (a code's symbols
+// within 64 of each other) or declines (wider codes, symbols spread over
+// more than 64, a symbol of no code, a chunk not of whole 16-row blocks),
+// and where it applies its sums are the lanes' bits.
+func TestLaneBitsVec(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	type gen struct {
+		name    string
+		width   int // symbols are base + [0, width)
+		base    int
+		n       int
+		maxL    int
+		skew    bool
+		applies bool // the vector sum takes it (where there is one)
+	}
+	for _, g := range []gen{
+		{"narrow", 20, 100, 16384, MaxLen, true, true},
+		{"window of 64", 64, 90, 16384, MaxLen, false, true},
+		{"window of 65", 65, 90, 16384, MaxLen, false, false},
+		{"near 255", 40, 216, 16384, MaxLen, true, true},
+		{"from 0", 30, 0, 16384, MaxLen, true, true},
+		{"wide, long codes allowed", 200, 20, 16384, 20, true, false},
+		{"not whole blocks", 20, 100, 16384 - 32, MaxLen, true, false},
+		{"one block", 10, 120, 512, MaxLen, true, true},
+	} {
+		syms := make([]byte, g.n)
+		for i := range syms {
+			v := rng.IntN(g.width)
+			if g.skew {
+				v = min(v, rng.IntN(g.width), rng.IntN(g.width))
+			}
+			syms[i] = byte(g.base + v)
+		}
+		freq := make([]uint64, 256)
+		histogram(freq, syms)
+		ls, err := Lengths(freq, g.maxL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewCode(ls, g.maxL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		encode := func(vec bool, s []byte) ([]byte, error) {
+			saved := useAVX2
+			useAVX2 = useAVX2 && vec
+			defer func() { useAVX2 = saved }()
+			return EncodeChunk(nil, c, s, 8)
+		}
+		a, ea := encode(true, syms)
+		b, eb := encode(false, syms)
+		if ea != nil || eb != nil || !bytes.Equal(a, b) {
+			t.Fatalf("%s: with the vector sum %v, without %v; equal %v", g.name, ea, eb, bytes.Equal(a, b))
+		}
+		// A symbol of no code: the same error both ways.
+		bad := bytes.Clone(syms)
+		bad[rng.IntN(len(bad))] = byte(g.base + g.width + 3)
+		if _, ea := encode(true, bad); ea == nil || !strings.Contains(ea.Error(), "has no code") {
+			t.Fatalf("%s: a symbol of no code: %v", g.name, ea)
+		} else if _, eb := encode(false, bad); eb == nil || ea.Error() != eb.Error() {
+			t.Fatalf("%s: a symbol of no code: %v with the vector sum, %v without", g.name, ea, eb)
+		}
+		// The sums themselves.
+		var tab [MaxSymbols]uint32
+		for s := range MaxSymbols {
+			if l := c.Lengths[s]; l > 0 {
+				tab[s] = c.Codes[s]<<5 | uint32(l)
+			}
+		}
+		var got, want [Lanes]uint64
+		for i, s := range syms {
+			want[i%Lanes] += uint64(tab[s] & 31)
+		}
+		ok := laneBitsVec(&tab, syms, &got)
+		if ok && got != want {
+			t.Fatalf("%s: lane bits %v, want %v", g.name, got, want)
+		}
+		if ok != (g.applies && useAVX2) {
+			t.Fatalf("%s: the vector sum took it: %v", g.name, ok)
+		}
+	}
+	// Codes longer than 15 bits (the byte sums of 16 rows would overflow):
+	// declined, though the symbols lie close together.
+	var tab [MaxSymbols]uint32
+	for l := 1; l <= 16; l++ {
+		tab[100+l] = uint32(l)
+	}
+	tab[117] = 16
+	syms := make([]byte, 16384)
+	for i := range syms {
+		syms[i] = byte(101 + rng.IntN(17))
+	}
+	var got [Lanes]uint64
+	if laneBitsVec(&tab, syms, &got) {
+		t.Fatal("codes of 16 bits: the vector sum took them")
 	}
 }
