@@ -3,7 +3,7 @@
 package entropy
 
 // useLaneAsm selects the assembly loop of laneSteps4; tests turn it off
-// to check the Go loop too.
+// to check the Go loop too. The transpose (AVX) goes with useAVX2.
 var useLaneAsm = true
 
 // laneSteps4Asm is laneSteps4's loop in assembly (lanes_amd64.s), with
@@ -11,6 +11,23 @@ var useLaneAsm = true
 //
 //go:noescape
 func laneSteps4Asm(mt *multiTable, pad, lanes *byte, s *laneQuad) bool
+
+// transposeLanesAVX writes a full chunk's lane-major buffer (Lanes lanes
+// of laneSyms symbols, laneStride bytes apart) to dst in symbol order.
+//
+//go:noescape
+func transposeLanesAVX(dst, lanes *byte)
+
+// transposeLanes writes the lane-major buffer of a full chunk to dst in
+// symbol order with vector instructions, and reports whether it could.
+func transposeLanes(dst []byte, lanes *[Lanes * laneStride]byte) bool {
+	if !useAVX2 {
+		return false
+	}
+	_ = dst[Lanes*laneSyms-1]
+	transposeLanesAVX(&dst[0], &lanes[0])
+	return true
+}
 
 // The assembly's layout of laneQuad and its lane constants.
 const (

@@ -119,3 +119,83 @@ store:
 	SUBQ $1584, R15
 	MOVQ R15, 56(DX)
 	RET
+
+// func transposeLanesAVX(dst, lanes *byte)
+//
+// The lane-major buffer of a full chunk (lane k's 512 symbols at
+// lanes + k*528) into symbol order (symbol r*32+k at dst + r*32 + k),
+// 8 lanes by 16 rows at a time: three rounds of unpacks (bytes, words,
+// doublewords) turn the 8 lanes' 16 symbols into 16 rows of 8, two rows
+// a register, stored 8 bytes at a time.
+TEXT ·transposeLanesAVX(SB), NOSPLIT, $0-16
+	MOVQ dst+0(FP), DI
+	MOVQ lanes+8(FP), SI
+	MOVQ $4, R8 // blocks of 8 lanes
+
+lanes8:
+	MOVQ $32, R9 // blocks of 16 rows
+	MOVQ SI, R10
+	MOVQ DI, R11
+
+rows16:
+	VMOVDQU 0(R10), X0
+	VMOVDQU 528(R10), X1
+	VMOVDQU 1056(R10), X2
+	VMOVDQU 1584(R10), X3
+	VMOVDQU 2112(R10), X4
+	VMOVDQU 2640(R10), X5
+	VMOVDQU 3168(R10), X6
+	VMOVDQU 3696(R10), X7
+	// Bytes: lanes 0,1 / 2,3 / 4,5 / 6,7 side by side, rows 0-7 and 8-15.
+	VPUNPCKLBW X1, X0, X8
+	VPUNPCKHBW X1, X0, X9
+	VPUNPCKLBW X3, X2, X10
+	VPUNPCKHBW X3, X2, X11
+	VPUNPCKLBW X5, X4, X12
+	VPUNPCKHBW X5, X4, X13
+	VPUNPCKLBW X7, X6, X14
+	VPUNPCKHBW X7, X6, X15
+	// Words: lanes 0-3 and 4-7, rows 0-3, 4-7, 8-11, 12-15.
+	VPUNPCKLWD X10, X8, X0
+	VPUNPCKHWD X10, X8, X1
+	VPUNPCKLWD X11, X9, X2
+	VPUNPCKHWD X11, X9, X3
+	VPUNPCKLWD X14, X12, X4
+	VPUNPCKHWD X14, X12, X5
+	VPUNPCKLWD X15, X13, X6
+	VPUNPCKHWD X15, X13, X7
+	// Doublewords: lanes 0-7, two rows a register.
+	VPUNPCKLDQ X4, X0, X8
+	VPUNPCKHDQ X4, X0, X9
+	VPUNPCKLDQ X5, X1, X10
+	VPUNPCKHDQ X5, X1, X11
+	VPUNPCKLDQ X6, X2, X12
+	VPUNPCKHDQ X6, X2, X13
+	VPUNPCKLDQ X7, X3, X14
+	VPUNPCKHDQ X7, X3, X15
+	VMOVQ X8, 0(R11)
+	VMOVHPS X8, 32(R11)
+	VMOVQ X9, 64(R11)
+	VMOVHPS X9, 96(R11)
+	VMOVQ X10, 128(R11)
+	VMOVHPS X10, 160(R11)
+	VMOVQ X11, 192(R11)
+	VMOVHPS X11, 224(R11)
+	VMOVQ X12, 256(R11)
+	VMOVHPS X12, 288(R11)
+	VMOVQ X13, 320(R11)
+	VMOVHPS X13, 352(R11)
+	VMOVQ X14, 384(R11)
+	VMOVHPS X14, 416(R11)
+	VMOVQ X15, 448(R11)
+	VMOVHPS X15, 480(R11)
+	ADDQ $16, R10
+	ADDQ $512, R11
+	DECQ R9
+	JNZ rows16
+
+	ADDQ $4224, SI // 8 lanes of 528 bytes
+	ADDQ $8, DI
+	DECQ R8
+	JNZ lanes8
+	RET

@@ -9,3 +9,6 @@ var useLaneAsm = false
 func laneSteps4(mt *multiTable, pad, lanes []byte, s *laneQuad) bool {
 	return laneSteps4Go(mt, pad, lanes, s)
 }
+
+// transposeLanes does nothing where there is no assembly.
+func transposeLanes(dst []byte, lanes *[Lanes * laneStride]byte) bool { return false }

@@ -69,6 +69,17 @@ func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, e
 		}
 	}
 	// Transpose: symbol r*Lanes+k is lane k's symbol r.
+	if !transposeLanes(dst[:Lanes*laneSyms], lanes) {
+		transposeLanesGo(dst[:Lanes*laneSyms], lanes)
+	}
+	return nil
+}
+
+// transposeLanesGo writes the lane-major buffer of a full chunk to dst
+// (Lanes*laneSyms bytes) in symbol order: symbol r*Lanes+k is lane k's
+// symbol r.
+func transposeLanesGo(dst []byte, lanes *[Lanes * laneStride]byte) {
+	const stride = laneStride
 	dst = dst[:Lanes*laneSyms]
 	for kb := 0; kb < Lanes; kb += 8 {
 		for rb := 0; rb < laneSyms; rb += 8 {
@@ -118,7 +129,6 @@ func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, e
 			binary.LittleEndian.PutUint64(o[7*Lanes:], x7)
 		}
 	}
-	return nil
 }
 
 // laneQuad is four lanes' state while they are decoded side by side:

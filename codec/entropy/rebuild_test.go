@@ -172,3 +172,28 @@ func TestLaneBitsVec(t *testing.T) {
 		t.Fatal("codes of 16 bits: the vector sum took them")
 	}
 }
+
+// TestTransposeLanes: the vector transpose of a full chunk's lane-major
+// buffer writes what the Go loop does.
+func TestTransposeLanes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 48))
+	var lanes [Lanes * laneStride]byte
+	for i := range lanes {
+		lanes[i] = byte(rng.Uint32())
+	}
+	want, got := make([]byte, Lanes*laneSyms), make([]byte, Lanes*laneSyms)
+	transposeLanesGo(want, &lanes)
+	for k := range Lanes {
+		for r := range laneSyms {
+			if want[r*Lanes+k] != lanes[k*laneStride+r] {
+				t.Fatalf("Go loop: symbol %d of lane %d misplaced", r, k)
+			}
+		}
+	}
+	if !transposeLanes(got, &lanes) {
+		t.Skip("no vector transpose here")
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("vector transpose differs at byte %d", firstDiff(got, want))
+	}
+}
