@@ -207,3 +207,42 @@ func TestMultiSymbolLanes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFullChunk damages a full chunk (16,384 symbols in 32 lanes, the
+// chunks the several-symbols lookup and its assembly decode) at the
+// offsets and with the bytes the fuzzer gives, and requires the fast path
+// (assembly where there is one), its Go loop and the one-symbol reference
+// to agree: the same symbols or all failing, none panicking.
+func FuzzFullChunk(f *testing.F) {
+	f.Add(uint64(1), uint16(100), byte(0x10), uint16(0), byte(0), uint16(0))
+	f.Add(uint64(2), uint16(9000), byte(0xff), uint16(40), byte(0x01), uint16(300))
+	f.Add(uint64(3), uint16(0), byte(0), uint16(0), byte(0), uint16(1))
+	f.Fuzz(func(t *testing.T, seed uint64, off1 uint16, x1 byte, off2 uint16, x2 byte, cut uint16) {
+		rng := rand.New(rand.NewPCG(seed, seed>>32))
+		sigma := []float64{0.02, 0.5, 1e-3, 3}[seed%4]
+		c, syms := chunkCode(t, synth.Normal(rng, 16384, sigma))
+		enc, err := EncodeChunk(nil, c, syms, 8)
+		if err != nil || enc[0] != ModeCoded {
+			return
+		}
+		src := bytes.Clone(enc)
+		src[int(off1)%len(src)] ^= x1
+		src[int(off2)%len(src)] ^= x2
+		src = src[:len(src)-int(cut)%len(src)]
+		fast := NewTable(c)
+		slow := &Table{MaxLen: fast.MaxLen, Entries: fast.Entries, single: true}
+		a, b, g := make([]byte, 16384), make([]byte, 16384), make([]byte, 16384)
+		na, ea := DecodeChunk(fast, src, 8, a)
+		nb, eb := DecodeChunk(slow, src, 8, b)
+		saved := useLaneAsm
+		useLaneAsm = false
+		ng, eg := DecodeChunk(fast, src, 8, g)
+		useLaneAsm = saved
+		if (ea == nil) != (eb == nil) || (eg == nil) != (eb == nil) {
+			t.Fatalf("fast path %v, its Go loop %v, reference %v", ea, eg, eb)
+		}
+		if ea == nil && (na != nb || ng != nb || !bytes.Equal(a, b) || !bytes.Equal(g, b)) {
+			t.Fatal("the paths decode differently")
+		}
+	})
+}
