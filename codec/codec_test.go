@@ -233,7 +233,7 @@ func TestCorruption(t *testing.T) {
 // invariant fails here.
 func simulateInPlace(t *testing.T, rng *rand.Rand, name string, p, want []byte) {
 	t.Helper()
-	L, err := parse(p)
+	L, err := parse(p, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,6 +337,30 @@ func TestPieceChecksums(t *testing.T) {
 		if crc != Checksum(p) {
 			t.Errorf("pieces of %d bytes: %08x, want %08x", piece, crc, Checksum(p))
 		}
+	}
+}
+
+// TestChecksumParallel: the checksum on several goroutines equals the
+// serial one for lengths around its pieces, the header's checksum field
+// included (payloads are at least a header long), and a flipped byte
+// changes it.
+func TestChecksumParallel(t *testing.T) {
+	rng, _ := seeded(t)
+	p := make([]byte, 3*checksumPiece+100)
+	for i := range p {
+		p[i] = byte(rng.Uint32())
+	}
+	for _, n := range []int{HeaderSize, 70, checksumPiece - 1, checksumPiece, checksumPiece + 1, 2*checksumPiece - 1, 2 * checksumPiece, 2*checksumPiece + 1, len(p)} {
+		for _, w := range []int{1, 2, 3, 8} {
+			if got, want := ChecksumParallel(p[:n], w), Checksum(p[:n]); got != want {
+				t.Fatalf("%d bytes on %d goroutines: %08x, want %08x", n, w, got, want)
+			}
+		}
+	}
+	q := bytes.Clone(p)
+	q[2*checksumPiece+5] ^= 1
+	if ChecksumParallel(q, 4) == ChecksumParallel(p, 4) {
+		t.Fatal("a flipped byte kept the checksum")
 	}
 }
 

@@ -3,6 +3,7 @@ package codec
 import (
 	"hash/crc32"
 	"sync"
+	"sync/atomic"
 )
 
 // CRC-32C concatenation. The encoder computes the CRC of each chunk while
@@ -84,4 +85,41 @@ func PieceChecksum(p []byte, off uint64) uint32 {
 	ze := min(end, hi) - off
 	crc = crc32.Update(crc, castagnoli, zero[:ze-zs])
 	return crc32.Update(crc, castagnoli, p[ze:])
+}
+
+// checksumPiece is the bytes a goroutine of ChecksumParallel takes at a
+// time.
+const checksumPiece = 4 << 20
+
+// ChecksumParallel returns Checksum(p) computed on up to workers
+// goroutines: pieces of checksumPiece bytes at once, folded in order with
+// CombineChecksums. A payload of less than two pieces, or one worker,
+// takes the caller's goroutine alone.
+func ChecksumParallel(p []byte, workers int) uint32 {
+	n := (len(p) + checksumPiece - 1) / checksumPiece
+	if workers <= 1 || n < 2 {
+		return Checksum(p)
+	}
+	crcs := make([]uint32, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				lo := i * checksumPiece
+				crcs[i] = PieceChecksum(p[lo:min(len(p), lo+checksumPiece)], uint64(lo))
+			}
+		})
+	}
+	wg.Wait()
+	crc := crcs[0]
+	for i := 1; i < n; i++ {
+		lo := i * checksumPiece
+		crc = CombineChecksums(crc, crcs[i], uint64(min(len(p), lo+checksumPiece)-lo))
+	}
+	return crc
 }

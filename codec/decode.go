@@ -67,14 +67,15 @@ type layout struct {
 	entries []entry
 }
 
-// parse checks everything but the chunk contents: header, size, checksum,
-// tables, offsets, reader ranges and the in-place invariant.
-func parse(p []byte) (*layout, error) {
+// parse checks everything but the chunk contents: header, size, checksum
+// (on up to workers goroutines), tables, offsets, reader ranges and the
+// in-place invariant.
+func parse(p []byte, workers int) (*layout, error) {
 	h, err := ParseHeader(p)
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckPayload(&h, uint64(len(p)), Checksum(p), 0); err != nil {
+	if err := CheckPayload(&h, uint64(len(p)), ChecksumParallel(p, workers), 0); err != nil {
 		return nil, err
 	}
 	return parseTables(h, func(off, n uint64) ([]byte, error) { return p[off : off+n], nil })
@@ -193,7 +194,7 @@ func decode(dst, p []byte, opts []Option) (Header, error) {
 	if err != nil {
 		return Header{}, err
 	}
-	L, err := parse(p)
+	L, err := parse(p, o.workers)
 	if err != nil {
 		return Header{}, err
 	}

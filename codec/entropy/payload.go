@@ -456,14 +456,19 @@ func value(f Field, raw []byte, i int) uint32 {
 	return binary.LittleEndian.Uint32(raw[4*i:])
 }
 
+// workersOr returns workers, or GOMAXPROCS for 0 (or less).
+func workersOr(workers int) int {
+	if workers <= 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return workers
+}
+
 // parallel runs fn(0..n-1) on up to workers goroutines (0: GOMAXPROCS),
 // each taking the next index from a counter (no hand-off a call); with
 // one worker, or one call, on the caller's goroutine.
 func parallel(n, workers int, fn func(int)) {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	if workers = min(workers, n); workers <= 1 {
+	if workers = min(workersOr(workers), n); workers <= 1 {
 		for c := range n {
 			fn(c)
 		}
