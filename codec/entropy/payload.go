@@ -207,7 +207,7 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	pos := at[chunks]
 	binary.LittleEndian.PutUint64(p[index+8*uint64(chunks):], pos)
 	pc.putFlags(p[:pc.records], p[index:])
-	binary.LittleEndian.PutUint32(p[offCRC:], codec.Checksum(p))
+	binary.LittleEndian.PutUint32(p[offCRC:], codec.ChecksumParallel(p, workersOr(workers)))
 	return p, nil
 }
 
