@@ -3,6 +3,7 @@ package entropy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -189,20 +190,12 @@ func TestMultiSymbolLanes(t *testing.T) {
 			if flip%5 == 4 {
 				src = src[:len(src)-1-rng.IntN(len(src)/2)]
 			}
-			a, b, g := make([]byte, 16384), make([]byte, 16384), make([]byte, 16384)
-			na, ea := DecodeChunk(fast, src, 8, a)
-			nb, eb := DecodeChunk(slow, src, 8, b)
-			saved := useLaneAsm
-			useLaneAsm = false
-			ng, eg := DecodeChunk(fast, src, 8, g)
-			useLaneAsm = saved
+			a, err := decodeThreeWays(fast, slow, src)
 			switch {
-			case (ea == nil) != (eb == nil) || (eg == nil) != (eb == nil):
-				t.Fatalf("trial %d flip %d: multi-symbol path %v (its Go loop %v), reference %v", trial, flip, ea, eg, eb)
-			case ea == nil && (na != nb || ng != nb || !bytes.Equal(a, b) || !bytes.Equal(g, b)):
-				t.Fatalf("trial %d flip %d: the paths decode differently", trial, flip)
-			case flip == 0 && (ea != nil || !bytes.Equal(a, syms)):
-				t.Fatalf("trial %d: %v, or symbols differ", trial, ea)
+			case err != nil:
+				t.Fatalf("trial %d flip %d: %v", trial, flip, err)
+			case flip == 0 && (a == nil || !bytes.Equal(a, syms)):
+				t.Fatalf("trial %d: the clean chunk does not decode to its symbols", trial)
 			}
 		}
 	}
@@ -231,18 +224,31 @@ func FuzzFullChunk(f *testing.F) {
 		src = src[:len(src)-int(cut)%len(src)]
 		fast := NewTable(c)
 		slow := &Table{MaxLen: fast.MaxLen, Entries: fast.Entries, single: true}
-		a, b, g := make([]byte, 16384), make([]byte, 16384), make([]byte, 16384)
-		na, ea := DecodeChunk(fast, src, 8, a)
-		nb, eb := DecodeChunk(slow, src, 8, b)
-		saved := useLaneAsm
-		useLaneAsm = false
-		ng, eg := DecodeChunk(fast, src, 8, g)
-		useLaneAsm = saved
-		if (ea == nil) != (eb == nil) || (eg == nil) != (eb == nil) {
-			t.Fatalf("fast path %v, its Go loop %v, reference %v", ea, eg, eb)
-		}
-		if ea == nil && (na != nb || ng != nb || !bytes.Equal(a, b) || !bytes.Equal(g, b)) {
-			t.Fatal("the paths decode differently")
+		if _, err := decodeThreeWays(fast, slow, src); err != nil {
+			t.Fatal(err)
 		}
 	})
+}
+
+// decodeThreeWays decodes a full chunk's src through table fast (its
+// assembly lane loop where there is one, then its Go loop) and through
+// the one-symbol table slow, and returns the symbols (nil when all three
+// fail) or an error saying how the three differ.
+func decodeThreeWays(fast, slow *Table, src []byte) ([]byte, error) {
+	a, b, g := make([]byte, 16384), make([]byte, 16384), make([]byte, 16384)
+	na, ea := DecodeChunk(fast, src, 8, a)
+	nb, eb := DecodeChunk(slow, src, 8, b)
+	saved := useLaneAsm
+	useLaneAsm = false
+	ng, eg := DecodeChunk(fast, src, 8, g)
+	useLaneAsm = saved
+	switch {
+	case (ea == nil) != (eb == nil) || (eg == nil) != (eb == nil):
+		return nil, fmt.Errorf("multi-symbol path %v (its Go loop %v), reference %v", ea, eg, eb)
+	case ea != nil:
+		return nil, nil
+	case na != nb || ng != nb || !bytes.Equal(a, b) || !bytes.Equal(g, b):
+		return nil, fmt.Errorf("the paths decode differently")
+	}
+	return a, nil
 }
