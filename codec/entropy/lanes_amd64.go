@@ -29,7 +29,7 @@ func transposeLanes(dst []byte, lanes *[Lanes * laneStride]byte) bool {
 	return true
 }
 
-// The assembly's layout of laneQuad and its lane constants.
+// The lane constants written into the assembly.
 const (
 	_ = uint(laneStride-528) + uint(528-laneStride)
 	_ = uint(laneSyms-512) + uint(512-laneSyms)

@@ -75,9 +75,10 @@ func laneBitsAVX2(syms *byte, blocks int, c *laneBitsConsts, bits *[32]uint16) b
 // coded in Lanes lanes, from tab (code<<5 | length a symbol), with vector
 // instructions, and reports whether it could: every symbol has a code,
 // the coded symbols lie within 64 of each other, codes are at most 15
-// bits, and the chunk is whole blocks of 16 rows.
+// bits, and the chunk is whole blocks of 16 rows, at most 4096 rows (so
+// that a lane's 16-bit sum cannot overflow).
 func laneBitsVec(tab *[MaxSymbols]uint32, syms []byte, laneBits *[Lanes]uint64) bool {
-	if !useAVX2 || len(syms) == 0 || len(syms)%(16*Lanes) != 0 {
+	if !useAVX2 || len(syms) == 0 || len(syms)%(16*Lanes) != 0 || len(syms) > 4096*Lanes {
 		return false
 	}
 	lo, hi := -1, -1

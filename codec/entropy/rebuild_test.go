@@ -99,6 +99,8 @@ func TestLaneBitsVec(t *testing.T) {
 		{"wide, long codes allowed", 200, 20, 16384, 20, true, false},
 		{"not whole blocks", 20, 100, 16384 - 32, MaxLen, true, false},
 		{"one block", 10, 120, 512, MaxLen, true, true},
+		{"4096 rows", 20, 100, 4096 * Lanes, MaxLen, true, true},
+		{"4112 rows", 20, 100, 4112 * Lanes, MaxLen, true, false},
 	} {
 		syms := make([]byte, g.n)
 		for i := range syms {
