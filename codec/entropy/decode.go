@@ -132,21 +132,17 @@ func unpackValues(dst []byte, f Field, others, syms []byte) {
 		}
 		return
 	}
-	br := bitReader{buf: others}
-	for i, s := range syms {
-		var o uint32
-		switch {
-		case ob == 0:
-		case ob == 8:
-			o = uint32(others[i])
-		default:
-			v, _ := br.read(ob) // the header check bounds the section
-			o = uint32(v)
-		}
-		v := uint32(s)
-		if !f.Whole {
-			v = o>>f.Shift<<(f.Shift+f.Bits) | v<<f.Shift | o&(1<<f.Shift-1)
-		}
+	if f.Whole { // FP8 bytes coded whole: the symbols are the values
+		copy(dst[:len(syms)], syms)
+		return
+	}
+	i := unpackFast(dst, f, others, syms)
+	br := bitReader{buf: others, pos: i * ob}
+	// The last few, whose 8-byte load would pass the end of others.
+	for ; i < len(syms); i++ {
+		b, _ := br.read(ob) // the header check bounds the section
+		o := uint32(b)
+		v := o>>f.Shift<<(f.Shift+f.Bits) | uint32(syms[i])<<f.Shift | o&(1<<f.Shift-1)
 		switch f.Size {
 		case 1:
 			dst[i] = byte(v)

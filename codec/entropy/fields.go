@@ -145,3 +145,92 @@ func gather(x uint64) uint64 {
 	x = (x | x>>8) & 0x0000ffff0000ffff
 	return (x | x>>16) & 0xffffffff
 }
+
+// packOthers writes the other bits of raw's values (f not BF16's
+// exponent, not whole bytes), Other() bits each, most significant first,
+// into out, which holds exactly their bytes: the last one padded with
+// zeros, as a bitWriter flushes them.
+func packOthers(out []byte, f Field, raw []byte) {
+	ob, shift, bits := uint(f.Other()), uint(f.Shift), uint(f.Bits)
+	n := len(raw) / f.Size
+	lowMask := uint32(1)<<shift - 1
+	pos := 0
+	// acc's bits above the nb pending ones are never written; ob is at
+	// most 24, so at most 55 are pending.
+	var acc uint64
+	var nb uint
+	put := func(v uint32) {
+		acc = acc<<ob | uint64(v>>(shift+bits)<<shift|v&lowMask)
+		nb += ob
+		if nb >= 32 {
+			nb -= 32
+			binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
+			pos += 4
+		}
+	}
+	switch f.Size {
+	case 1:
+		for _, v := range raw[:n] {
+			put(uint32(v))
+		}
+	case 2:
+		for i := range n {
+			put(uint32(binary.LittleEndian.Uint16(raw[2*i:])))
+		}
+	default:
+		for i := range n {
+			put(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+	}
+	for nb >= 8 {
+		nb -= 8
+		out[pos] = byte(acc >> nb)
+		pos++
+	}
+	if nb > 0 {
+		out[pos] = byte(acc << (8 - nb))
+	}
+}
+
+// unpackFast rebuilds the values of syms whose other bits (f not BF16's
+// exponent, not whole bytes) it can read with whole-word loads inside
+// others, from the first, and returns how many it did: F32's three bytes
+// a value as bytes, narrower fields with one 8-byte load a value (eight
+// values from two loads measured no faster).
+func unpackFast(dst []byte, f Field, others, syms []byte) int {
+	ob, shift, bits := uint(f.Other()), uint(f.Shift), uint(f.Bits)
+	lowMask := uint64(1)<<shift - 1
+	value := func(o uint64, s byte) uint64 { return o>>shift<<(shift+bits) | uint64(s)<<shift | o&lowMask }
+	if ob == 24 && f.Size == 4 {
+		n := min(len(syms), len(others)/3)
+		for i := range n {
+			o := uint64(others[3*i])<<16 | uint64(others[3*i+1])<<8 | uint64(others[3*i+2])
+			binary.LittleEndian.PutUint32(dst[4*i:], uint32(value(o, syms[i])))
+		}
+		return n
+	}
+	if len(others) < 8 {
+		return 0
+	}
+	// Value i's bits start in byte i*ob/8, which must leave 8 bytes.
+	n := min(len(syms), ((len(others)-8)*8+7)/int(ob)+1)
+	get := func(i int) uint64 {
+		q := uint(i) * ob
+		return value(binary.BigEndian.Uint64(others[q>>3:])<<(q&7)>>(64-ob), syms[i])
+	}
+	switch f.Size {
+	case 1:
+		for i := range n {
+			dst[i] = byte(get(i))
+		}
+	case 2:
+		for i := range n {
+			binary.LittleEndian.PutUint16(dst[2*i:], uint16(get(i)))
+		}
+	default:
+		for i := range n {
+			binary.LittleEndian.PutUint32(dst[4*i:], uint32(get(i)))
+		}
+	}
+	return n
+}

@@ -199,3 +199,40 @@ func TestTransposeLanes(t *testing.T) {
 		t.Fatalf("vector transpose differs at byte %d", firstDiff(got, want))
 	}
 }
+
+// TestPackOthers: every field's other bits pack to the bytes a bitWriter
+// writes a value at a time (the format), and the values rebuilt from them
+// and the symbols are the originals, at lengths around the fast loops'
+// reach.
+func TestPackOthers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(49, 50))
+	for fi, f := range Fields {
+		if f.Other() == 0 || f.Other() == 8 {
+			continue // whole bytes, and BF16 (a byte a value, tested above)
+		}
+		for _, n := range []int{1, 2, 7, 8, 9, 15, 16, 17, 100, 16384} {
+			raw := make([]byte, n*f.Size)
+			for i := range raw {
+				raw[i] = byte(rng.Uint32())
+			}
+			var want bitWriter
+			for i := range n {
+				want.write(uint64(f.otherBits(value(f, raw, i))), f.Other())
+			}
+			got := make([]byte, (n*f.Other()+7)/8)
+			packOthers(got, f, raw)
+			if w := want.flush(); !bytes.Equal(got, w) {
+				t.Fatalf("%s, %d values: packed bits differ at byte %d", f.Name(), n, firstDiff(got, w))
+			}
+			syms := make([]byte, n)
+			if err := Fields[fi].Symbols(syms, raw); err != nil {
+				t.Fatal(err)
+			}
+			back := make([]byte, len(raw))
+			unpackValues(back, f, got, syms)
+			if !bytes.Equal(back, raw) {
+				t.Fatalf("%s, %d values: rebuilt values differ at byte %d", f.Name(), n, firstDiff(back, raw))
+			}
+		}
+	}
+}

@@ -197,6 +197,12 @@ func packInto(w *bitWriter, f Field, raw []byte) {
 		}
 		return
 	}
+	if w.nbits == 0 {
+		k := len(w.buf)
+		w.buf = append(w.buf, make([]byte, (n*ob+7)/8)...)
+		packOthers(w.buf[k:], f, raw)
+		return
+	}
 	for i := range n {
 		w.write(uint64(f.otherBits(value(f, raw, i))), ob)
 	}
