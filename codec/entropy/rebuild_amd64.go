@@ -114,3 +114,42 @@ func laneBitsVec(tab *[MaxSymbols]uint32, syms []byte, laneBits *[Lanes]uint64) 
 	}
 	return true
 }
+
+// f16Consts is unpackF16AVX2's constants, at the offsets its assembly
+// reads: the byte shuffle, the dword shifts and the mantissa mask.
+type f16Consts struct {
+	shuffle [32]byte
+	shifts  [8]uint32
+	mask    [8]uint32
+}
+
+var f16c = func() *f16Consts {
+	c := new(f16Consts)
+	for j := range 8 {
+		k, r := 11*j/8, 11*j%8
+		for b := range 4 {
+			c.shuffle[4*j+b] = byte(k + 3 - b) // lane-relative: both halves hold the same 16 bytes
+		}
+		c.shifts[j] = uint32(r)
+		c.mask[j] = 0x3FF
+	}
+	return c
+}()
+
+//go:noescape
+func unpackF16AVX2(dst, others, syms *byte, groups int, c *f16Consts)
+
+// unpackF16Vec rebuilds F16 values from their exponent symbols and other
+// bits (11 a value, packed) eight at a time with AVX2, as far as 16-byte
+// loads stay inside others, and returns the values done.
+func unpackF16Vec(dst, others, syms []byte) int {
+	if !useAVX2 || len(others) < 16 {
+		return 0
+	}
+	groups := min(len(syms)/8, len(dst)/16, (len(others)-16)/11+1)
+	if groups == 0 {
+		return 0
+	}
+	unpackF16AVX2(&dst[0], &others[0], &syms[0], groups, f16c)
+	return 8 * groups
+}

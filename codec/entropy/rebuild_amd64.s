@@ -199,3 +199,50 @@ end:
 	SETEQ ret+32(FP)
 	VZEROUPPER
 	RET
+
+// func unpackF16AVX2(dst, others, syms *byte, groups int, c *f16Consts)
+//
+// Per group of 8 F16 values: their 11 other bits each (sign, 10 of
+// mantissa), most significant first, are 11 bytes of others (16 are
+// loaded), their 5-bit exponents 8 bytes of syms, and the values 16 bytes
+// of dst. Value j's bits start at bit 11j: VPSHUFB puts bytes k..k+3 of it
+// (k = 11j/8) big-endian into dword j (both 128-bit halves hold the 16
+// bytes; the low half serves values 0-3, the high 4-7), VPSLLVD drops the
+// 11j%8 bits before it and a shift right by 21 keeps its 11. The value is
+// o>>10<<15 | e<<10 | o&0x3FF.
+TEXT ·unpackF16AVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ others+8(FP), SI
+	MOVQ syms+16(FP), DX
+	MOVQ groups+24(FP), CX
+	MOVQ c+32(FP), R8
+	VMOVDQU 0(R8), Y10  // shuffle
+	VMOVDQU 32(R8), Y11 // shifts
+	VMOVDQU 64(R8), Y12 // 0x3FF a dword
+
+f16loop:
+	TESTQ CX, CX
+	JZ f16done
+	VBROADCASTI128 (SI), Y0
+	VPSHUFB Y10, Y0, Y1
+	VPSLLVD Y11, Y1, Y1
+	VPSRLD $21, Y1, Y1
+	VPMOVZXBD (DX), Y2
+	VPSLLD $10, Y2, Y2
+	VPSRLD $10, Y1, Y3
+	VPSLLD $15, Y3, Y3
+	VPAND Y12, Y1, Y4
+	VPOR Y2, Y3, Y3
+	VPOR Y4, Y3, Y3
+	VPACKUSDW Y3, Y3, Y3
+	VPERMQ $0x08, Y3, Y3
+	VMOVDQU X3, (DI)
+	ADDQ $11, SI
+	ADDQ $8, DX
+	ADDQ $16, DI
+	DECQ CX
+	JMP f16loop
+
+f16done:
+	VZEROUPPER
+	RET

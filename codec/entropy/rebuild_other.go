@@ -14,3 +14,6 @@ func splitBF16Vec(syms, others, raw []byte) int { return 0 }
 
 // laneBitsVec does nothing where there is no assembly.
 func laneBitsVec(tab *[MaxSymbols]uint32, syms []byte, laneBits *[Lanes]uint64) bool { return false }
+
+// unpackF16Vec does nothing where there is no assembly.
+func unpackF16Vec(dst, others, syms []byte) int { return 0 }

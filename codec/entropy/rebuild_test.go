@@ -210,7 +210,7 @@ func TestPackOthers(t *testing.T) {
 		if f.Other() == 0 || f.Other() == 8 {
 			continue // whole bytes, and BF16 (a byte a value, tested above)
 		}
-		for _, n := range []int{1, 2, 7, 8, 9, 15, 16, 17, 100, 16384} {
+		for _, n := range []int{1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 100, 16383, 16384} {
 			raw := make([]byte, n*f.Size)
 			for i := range raw {
 				raw[i] = byte(rng.Uint32())
@@ -228,10 +228,15 @@ func TestPackOthers(t *testing.T) {
 			if err := Fields[fi].Symbols(syms, raw); err != nil {
 				t.Fatal(err)
 			}
-			back := make([]byte, len(raw))
-			unpackValues(back, f, got, syms)
-			if !bytes.Equal(back, raw) {
-				t.Fatalf("%s, %d values: rebuilt values differ at byte %d", f.Name(), n, firstDiff(back, raw))
+			for _, vec := range []bool{true, false} {
+				saved := useAVX2
+				useAVX2 = useAVX2 && vec
+				back := make([]byte, len(raw))
+				unpackValues(back, f, got, syms)
+				useAVX2 = saved
+				if !bytes.Equal(back, raw) {
+					t.Fatalf("%s, %d values, vector loops %v: rebuilt values differ at byte %d", f.Name(), n, vec && useAVX2, firstDiff(back, raw))
+				}
 			}
 		}
 	}
