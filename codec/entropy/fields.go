@@ -203,7 +203,7 @@ func unpackFast(dst []byte, f Field, others, syms []byte) int {
 	value := func(o uint64, s byte) uint64 { return o>>shift<<(shift+bits) | uint64(s)<<shift | o&lowMask }
 	if ob == 24 && f.Size == 4 {
 		n := min(len(syms), len(others)/3)
-		for i := range n {
+		for i := unpackF32Vec(dst, others, syms); i < n; i++ {
 			o := uint64(others[3*i])<<16 | uint64(others[3*i+1])<<8 | uint64(others[3*i+2])
 			binary.LittleEndian.PutUint32(dst[4*i:], uint32(value(o, syms[i])))
 		}
@@ -214,12 +214,15 @@ func unpackFast(dst []byte, f Field, others, syms []byte) int {
 	}
 	// Value i's bits start in byte i*ob/8, which must leave 8 bytes.
 	n := min(len(syms), ((len(others)-8)*8+7)/int(ob)+1)
-	// F16 eight values at a time with vector instructions where there
-	// are, then (and for FP8) four values from each load: 7 + 4 x 14 bits
-	// fit its 64.
+	// F16 eight values and F8_E4M3 32 at a time with vector instructions
+	// where there are, then (and for F8_E5M2) four values from each load:
+	// 7 + 4 x 14 bits fit its 64.
 	i := 0
-	if f.DType == "F16" {
+	switch {
+	case f.DType == "F16":
 		i = unpackF16Vec(dst, others, syms)
+	case f.DType == "F8_E4M3" && ob == 4:
+		i = unpackE4M3Vec(dst, others, syms)
 	}
 	n &^= 3
 	for ; i < n; i += 4 {

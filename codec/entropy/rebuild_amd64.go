@@ -153,3 +153,56 @@ func unpackF16Vec(dst, others, syms []byte) int {
 	unpackF16AVX2(&dst[0], &others[0], &syms[0], groups, f16c)
 	return 8 * groups
 }
+
+// f32Consts is unpackF32AVX2's constants: the byte shuffle and the
+// mantissa mask.
+type f32Consts struct {
+	shuffle [32]byte
+	mask    [8]uint32
+}
+
+var f32c = func() *f32Consts {
+	c := new(f32Consts)
+	for j := range 8 {
+		k := 3 * (j % 4) // lane-relative: the high half loads from byte 12
+		c.shuffle[4*j], c.shuffle[4*j+1], c.shuffle[4*j+2], c.shuffle[4*j+3] = byte(k+2), byte(k+1), byte(k), 0x80
+		c.mask[j] = 0x7FFFFF
+	}
+	return c
+}()
+
+//go:noescape
+func unpackF32AVX2(dst, others, syms *byte, groups int, c *f32Consts)
+
+//go:noescape
+func unpackE4M3AVX2(dst, others, syms *byte, groups int)
+
+// unpackF32Vec rebuilds F32 values from their exponent symbols and other
+// bits (three bytes a value) eight at a time with AVX2, as far as its
+// loads stay inside others, and returns the values done.
+func unpackF32Vec(dst, others, syms []byte) int {
+	if !useAVX2 || len(others) < 28 {
+		return 0
+	}
+	groups := min(len(syms)/8, len(dst)/32, (len(others)-28)/24+1)
+	if groups == 0 {
+		return 0
+	}
+	unpackF32AVX2(&dst[0], &others[0], &syms[0], groups, f32c)
+	return 8 * groups
+}
+
+// unpackE4M3Vec rebuilds F8_E4M3 values from their exponent symbols and
+// other bits (a nibble a value) 32 at a time with AVX2 and returns the
+// values done.
+func unpackE4M3Vec(dst, others, syms []byte) int {
+	if !useAVX2 {
+		return 0
+	}
+	groups := min(len(syms)/32, len(dst)/32, len(others)/16)
+	if groups == 0 {
+		return 0
+	}
+	unpackE4M3AVX2(&dst[0], &others[0], &syms[0], groups)
+	return 32 * groups
+}

@@ -246,3 +246,93 @@ f16loop:
 f16done:
 	VZEROUPPER
 	RET
+
+// func unpackF32AVX2(dst, others, syms *byte, groups int, c *f32Consts)
+//
+// Per group of 8 F32 values: their 24 other bits each (sign, 23 of
+// mantissa), big-endian, are 24 bytes of others (the low 128-bit half
+// loads bytes 0-15 for values 0-3, the high half bytes 12-27 for values
+// 4-7), their exponents 8 bytes of syms, and the values 32 bytes of dst.
+// VPSHUFB puts each value's three bytes into a dword, and the value is
+// o>>23<<31 | e<<23 | o&0x7FFFFF.
+TEXT ·unpackF32AVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ others+8(FP), SI
+	MOVQ syms+16(FP), DX
+	MOVQ groups+24(FP), CX
+	MOVQ c+32(FP), R8
+	VMOVDQU 0(R8), Y10  // shuffle
+	VMOVDQU 32(R8), Y12 // 0x7FFFFF a dword
+
+f32loop:
+	TESTQ CX, CX
+	JZ f32done
+	VMOVDQU (SI), X0
+	VINSERTI128 $1, 12(SI), Y0, Y0
+	VPSHUFB Y10, Y0, Y1
+	VPMOVZXBD (DX), Y2
+	VPSLLD $23, Y2, Y2
+	VPSRLD $23, Y1, Y3
+	VPSLLD $31, Y3, Y3
+	VPAND Y12, Y1, Y4
+	VPOR Y2, Y3, Y3
+	VPOR Y4, Y3, Y3
+	VMOVDQU Y3, (DI)
+	ADDQ $24, SI
+	ADDQ $8, DX
+	ADDQ $32, DI
+	DECQ CX
+	JMP f32loop
+
+f32done:
+	VZEROUPPER
+	RET
+
+// func unpackE4M3AVX2(dst, others, syms *byte, groups int)
+//
+// Per group of 32 F8_E4M3 values: their 4 other bits each (sign, 3 of
+// mantissa) are 16 bytes of others, the high nibble first, their 4-bit
+// exponents 32 bytes of syms, and the values 32 bytes of dst: the nibbles
+// split and interleaved in order, the value (o&8)<<4 | e<<3 | o&7.
+TEXT ·unpackE4M3AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ others+8(FP), SI
+	MOVQ syms+16(FP), DX
+	MOVQ groups+24(FP), CX
+	MOVQ $0x0F0F0F0F0F0F0F0F, R8
+	MOVQ R8, X10
+	VPBROADCASTQ X10, Y10
+	MOVQ $0x0808080808080808, R8
+	MOVQ R8, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ $0x0707070707070707, R8
+	MOVQ R8, X12
+	VPBROADCASTQ X12, Y12
+
+e4loop:
+	TESTQ CX, CX
+	JZ e4done
+	VMOVDQU (SI), X0
+	VPSRLW $4, X0, X1
+	VPAND X10, X1, X1 // high nibbles: values 0, 2, 4, ...
+	VPAND X10, X0, X2 // low nibbles: values 1, 3, 5, ...
+	VPUNPCKLBW X2, X1, X3
+	VPUNPCKHBW X2, X1, X4
+	VINSERTI128 $1, X4, Y3, Y3 // the 32 nibbles in order
+	VMOVDQU (DX), Y5
+	VPSLLW $3, Y5, Y5 // e<<3 (e < 16: no bit crosses a byte)
+	VPAND Y11, Y3, Y6
+	VPSLLW $4, Y6, Y6 // (o&8)<<4
+	VPAND Y12, Y3, Y7
+	VPOR Y5, Y6, Y6
+	VPOR Y7, Y6, Y6
+	VMOVDQU Y6, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JMP e4loop
+
+e4done:
+	VZEROUPPER
+	RET
