@@ -194,9 +194,10 @@ func packOthers(out []byte, f Field, raw []byte) {
 
 // unpackFast rebuilds the values of syms whose other bits (f not BF16's
 // exponent, not whole bytes) it can read with whole-word loads inside
-// others, from the first, and returns how many it did: F32's three bytes
-// a value as bytes, narrower fields with one 8-byte load a value (eight
-// values from two loads measured no faster).
+// others, from the first, and returns how many it did: F32, F16 and
+// F8_E4M3's exponent field with vector loops where there are, F32's
+// other values three bytes at a time, narrower fields four values from
+// each 8-byte load (eight values from two loads measured no faster).
 func unpackFast(dst []byte, f Field, others, syms []byte) int {
 	ob, shift, bits := uint(f.Other()), uint(f.Shift), uint(f.Bits)
 	lowMask := uint64(1)<<shift - 1
