@@ -194,8 +194,8 @@ func packOthers(out []byte, f Field, raw []byte) {
 
 // unpackFast rebuilds the values of syms whose other bits (f not BF16's
 // exponent, not whole bytes) it can read with whole-word loads inside
-// others, from the first, and returns how many it did: F32, F16 and
-// F8_E4M3's exponent field with vector loops where there are, F32's
+// others, from the first, and returns how many it did: F32, F16 and the
+// FP8 exponent fields with vector loops where there are, F32's
 // other values three bytes at a time, narrower fields four values from
 // each 8-byte load (eight values from two loads measured no faster).
 func unpackFast(dst []byte, f Field, others, syms []byte) int {
@@ -215,8 +215,8 @@ func unpackFast(dst []byte, f Field, others, syms []byte) int {
 	}
 	// Value i's bits start in byte i*ob/8, which must leave 8 bytes.
 	n := min(len(syms), ((len(others)-8)*8+7)/int(ob)+1)
-	// F16 eight values and F8_E4M3 32 at a time with vector instructions
-	// where there are, then (and for F8_E5M2) four values from each load:
+	// F16 8 values, F8_E4M3 32 and F8_E5M2 16 at a time with vector
+	// instructions where there are, then four values from each load:
 	// 7 + 4 x 14 bits fit its 64.
 	i := 0
 	switch {
@@ -224,6 +224,8 @@ func unpackFast(dst []byte, f Field, others, syms []byte) int {
 		i = unpackF16Vec(dst, others, syms)
 	case f.DType == "F8_E4M3" && ob == 4:
 		i = unpackE4M3Vec(dst, others, syms)
+	case f.DType == "F8_E5M2" && ob == 3:
+		i = unpackE5M2Vec(dst, others, syms)
 	}
 	n &^= 3
 	for ; i < n; i += 4 {

@@ -206,3 +206,38 @@ func unpackE4M3Vec(dst, others, syms []byte) int {
 	unpackE4M3AVX2(&dst[0], &others[0], &syms[0], groups)
 	return 32 * groups
 }
+
+// e5m2Consts is unpackE5M2AVX2's constants: the byte shuffle and the
+// word multipliers.
+type e5m2Consts struct {
+	shuffle [32]byte
+	mul     [16]uint16
+}
+
+var e5m2c = func() *e5m2Consts {
+	c := new(e5m2Consts)
+	for j := range 16 {
+		k, r := 3*j/8, 3*j%8
+		c.shuffle[2*j], c.shuffle[2*j+1] = byte(k+1), byte(k) // both halves hold the same 16 bytes
+		c.mul[j] = 1 << r
+	}
+	return c
+}()
+
+//go:noescape
+func unpackE5M2AVX2(dst, others, syms *byte, groups int, c *e5m2Consts)
+
+// unpackE5M2Vec rebuilds F8_E5M2 values from their exponent symbols and
+// other bits (3 a value, packed) 16 at a time with AVX2, as far as its
+// 16-byte loads stay inside others, and returns the values done.
+func unpackE5M2Vec(dst, others, syms []byte) int {
+	if !useAVX2 || len(others) < 16 {
+		return 0
+	}
+	groups := min(len(syms)/16, len(dst)/16, (len(others)-16)/6+1)
+	if groups == 0 {
+		return 0
+	}
+	unpackE5M2AVX2(&dst[0], &others[0], &syms[0], groups, e5m2c)
+	return 16 * groups
+}

@@ -336,3 +336,54 @@ e4loop:
 e4done:
 	VZEROUPPER
 	RET
+
+// func unpackE5M2AVX2(dst, others, syms *byte, groups int, c *e5m2Consts)
+//
+// Per group of 16 F8_E5M2 values: their 3 other bits each (sign, 2 of
+// mantissa), most significant first, are 6 bytes of others (16 are
+// loaded into both 128-bit halves), their 5-bit exponents 16 bytes of
+// syms, and the values 16 bytes of dst. Value j's bits start at bit 3j:
+// VPSHUFB puts bytes k, k+1 of it (k = 3j/8) big-endian into word j,
+// VPMULLW by 2^(3j%8) drops the bits before it and a shift right by 13
+// keeps its 3. The value is (o&4)<<5 | e<<2 | o&3.
+TEXT ·unpackE5M2AVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ others+8(FP), SI
+	MOVQ syms+16(FP), DX
+	MOVQ groups+24(FP), CX
+	MOVQ c+32(FP), R8
+	VMOVDQU 0(R8), Y10  // shuffle
+	VMOVDQU 32(R8), Y11 // 2^(3j%8) a word
+	MOVQ $0x0404040404040404, R9
+	MOVQ R9, X12
+	VPBROADCASTQ X12, X12
+	MOVQ $0x0303030303030303, R9
+	MOVQ R9, X13
+	VPBROADCASTQ X13, X13
+
+e5loop:
+	TESTQ CX, CX
+	JZ e5done
+	VBROADCASTI128 (SI), Y0
+	VPSHUFB Y10, Y0, Y1
+	VPMULLW Y11, Y1, Y1
+	VPSRLW $13, Y1, Y1
+	VPACKUSWB Y1, Y1, Y1
+	VPERMQ $0x08, Y1, Y1 // the 16 values' other bits, a byte each
+	VMOVDQU (DX), X2
+	VPSLLW $2, X2, X2 // e<<2 (e < 32: no bit crosses a byte)
+	VPAND X12, X1, X3
+	VPSLLW $5, X3, X3 // (o&4)<<5
+	VPAND X13, X1, X4
+	VPOR X2, X3, X3
+	VPOR X4, X3, X3
+	VMOVDQU X3, (DI)
+	ADDQ $6, SI
+	ADDQ $16, DX
+	ADDQ $16, DI
+	DECQ CX
+	JMP e5loop
+
+e5done:
+	VZEROUPPER
+	RET

@@ -18,6 +18,8 @@ func laneBitsVec(tab *[MaxSymbols]uint32, syms []byte, laneBits *[Lanes]uint64) 
 // unpackF16Vec does nothing where there is no assembly.
 func unpackF16Vec(dst, others, syms []byte) int { return 0 }
 
-// unpackF32Vec and unpackE4M3Vec do nothing where there is no assembly.
+// unpackF32Vec, unpackE4M3Vec and unpackE5M2Vec do nothing where there
+// is no assembly.
 func unpackF32Vec(dst, others, syms []byte) int  { return 0 }
 func unpackE4M3Vec(dst, others, syms []byte) int { return 0 }
+func unpackE5M2Vec(dst, others, syms []byte) int { return 0 }
