@@ -75,19 +75,23 @@ func (f Field) Symbols(dst, raw []byte) error {
 	mask := uint32(1)<<f.Bits - 1
 	switch f.Size {
 	case 1:
+		if f.Whole {
+			copy(dst[:n], raw)
+			break
+		}
 		for i := range n {
-			if f.Whole {
-				dst[i] = raw[i]
-			} else {
-				dst[i] = byte(uint32(raw[i]) >> f.Shift & mask)
-			}
+			dst[i] = byte(uint32(raw[i]) >> f.Shift & mask)
 		}
 	case 2:
 		for i := range n {
 			dst[i] = byte(uint32(binary.LittleEndian.Uint16(raw[2*i:])) >> f.Shift & mask)
 		}
 	case 4:
-		for i := range n {
+		i := 0
+		if f.DType == "F32" && !f.Whole {
+			i = splitF32Vec(dst[:n], nil, raw)
+		}
+		for ; i < n; i++ {
 			dst[i] = byte(binary.LittleEndian.Uint32(raw[4*i:]) >> f.Shift & mask)
 		}
 	default:
@@ -178,7 +182,13 @@ func packOthers(out []byte, f Field, raw []byte) {
 			put(uint32(binary.LittleEndian.Uint16(raw[2*i:])))
 		}
 	default:
-		for i := range n {
+		i := 0
+		if ob == 24 {
+			// Three bytes a value: byte-aligned, vector code where there is some.
+			i = splitF32Vec(nil, out, raw)
+			pos = 3 * i
+		}
+		for ; i < n; i++ {
 			put(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
 	}

@@ -241,3 +241,61 @@ func unpackE5M2Vec(dst, others, syms []byte) int {
 	unpackE5M2AVX2(&dst[0], &others[0], &syms[0], groups, e5m2c)
 	return 16 * groups
 }
+
+// f32SplitConsts is splitF32AVX2's constants.
+type f32SplitConsts struct {
+	syms, others [32]byte
+	mant, sign   [8]uint32
+	perm         [8]uint32
+}
+
+var f32sc = func() *f32SplitConsts {
+	c := new(f32SplitConsts)
+	for i := range c.syms {
+		c.syms[i], c.others[i] = 0x80, 0x80
+	}
+	for h := range 2 { // each 128-bit half, lane-relative
+		for j := range 4 {
+			c.syms[16*h+j] = byte(4 * j) // the exponent, shifted down to the dword's low byte
+			c.others[16*h+3*j], c.others[16*h+3*j+1], c.others[16*h+3*j+2] = byte(4*j+2), byte(4*j+1), byte(4*j)
+		}
+	}
+	for j := range 8 {
+		c.mant[j], c.sign[j] = 0x7FFFFF, 0x800000
+	}
+	c.perm[0], c.perm[1] = 0, 4
+	return c
+}()
+
+//go:noescape
+func splitF32AVX2(syms, others, raw *byte, groups int, c *f32SplitConsts)
+
+// splitF32Vec writes the exponents of the F32 values of raw to syms and
+// their other bits (three bytes a value) to others, either of which may
+// be nil, eight values at a time with AVX2, and returns the values done
+// (others' stores pass the group by 4 bytes, so the last group is left
+// to the caller unless others has room).
+func splitF32Vec(syms, others, raw []byte) int {
+	if !useAVX2 || (syms == nil && others == nil) {
+		return 0
+	}
+	groups := len(raw) / 32
+	if syms != nil {
+		groups = min(groups, len(syms)/8)
+	}
+	if others != nil {
+		groups = min(groups, (len(others)-4)/24)
+	}
+	if groups <= 0 {
+		return 0
+	}
+	var sp, op *byte
+	if syms != nil {
+		sp = &syms[0]
+	}
+	if others != nil {
+		op = &others[0]
+	}
+	splitF32AVX2(sp, op, &raw[0], groups, f32sc)
+	return 8 * groups
+}

@@ -387,3 +387,56 @@ e5loop:
 e5done:
 	VZEROUPPER
 	RET
+
+// func splitF32AVX2(syms, others, raw *byte, groups int, c *f32SplitConsts)
+//
+// Per group of 8 F32 values (32 bytes of raw): their exponents, (v >> 23)
+// & 0xFF, into 8 bytes of syms (when syms is not nil), and their other
+// bits, (v >> 8) & 0x800000 | v & 0x7FFFFF, big-endian, into 24 bytes of
+// others (when others is not nil; its stores are 16 bytes, so 4 bytes
+// past the group's are written and must exist).
+TEXT ·splitF32AVX2(SB), NOSPLIT, $0-40
+	MOVQ syms+0(FP), DI
+	MOVQ others+8(FP), R9
+	MOVQ raw+16(FP), SI
+	MOVQ groups+24(FP), CX
+	MOVQ c+32(FP), R8
+	VMOVDQU 0(R8), Y10  // exponent byte of each dword to the lane's first 4 bytes
+	VMOVDQU 32(R8), Y11 // other bits' 3 bytes of each dword, big-endian, to the lane's first 12
+	VMOVDQU 64(R8), Y12 // 0x7FFFFF a dword
+	VMOVDQU 96(R8), Y13 // 0x800000 a dword
+	VMOVDQU 128(R8), Y14 // dwords 0 and 4 to 0 and 1
+
+f32sloop:
+	TESTQ CX, CX
+	JZ f32sdone
+	VMOVDQU (SI), Y0
+	TESTQ DI, DI
+	JZ f32others
+	VPSRLD $23, Y0, Y1
+	VPSHUFB Y10, Y1, Y1
+	VPERMD Y1, Y14, Y1
+	VMOVQ X1, (DI)
+	ADDQ $8, DI
+
+f32others:
+	TESTQ R9, R9
+	JZ f32snext
+	VPSRLD $8, Y0, Y2
+	VPAND Y13, Y2, Y2
+	VPAND Y12, Y0, Y3
+	VPOR Y3, Y2, Y2
+	VPSHUFB Y11, Y2, Y2
+	VMOVDQU X2, (R9)
+	VEXTRACTI128 $1, Y2, X3
+	VMOVDQU X3, 12(R9)
+	ADDQ $24, R9
+
+f32snext:
+	ADDQ $32, SI
+	DECQ CX
+	JMP f32sloop
+
+f32sdone:
+	VZEROUPPER
+	RET

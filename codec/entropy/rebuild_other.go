@@ -23,3 +23,6 @@ func unpackF16Vec(dst, others, syms []byte) int { return 0 }
 func unpackF32Vec(dst, others, syms []byte) int  { return 0 }
 func unpackE4M3Vec(dst, others, syms []byte) int { return 0 }
 func unpackE5M2Vec(dst, others, syms []byte) int { return 0 }
+
+// splitF32Vec does nothing where there is no assembly.
+func splitF32Vec(syms, others, raw []byte) int { return 0 }
