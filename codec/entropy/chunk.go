@@ -168,6 +168,13 @@ func encodeLanes(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size int
 			}
 		}
 	}
+	flushBits(out, pos, acc, nb)
+	return out
+}
+
+// flushBits writes the nb bits pending in acc's low bits to out from byte
+// pos, the last byte padded with zeros.
+func flushBits(out []byte, pos int, acc uint64, nb uint) {
 	for nb >= 8 {
 		nb -= 8
 		out[pos] = byte(acc >> nb)
@@ -176,7 +183,6 @@ func encodeLanes(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size int
 	if nb > 0 {
 		out[pos] = byte(acc << (8 - nb))
 	}
-	return out
 }
 
 // DecodeChunk decodes len(dst) symbols of bits bits from the chunk at the

@@ -192,14 +192,7 @@ func packOthers(out []byte, f Field, raw []byte) {
 			put(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
 	}
-	for nb >= 8 {
-		nb -= 8
-		out[pos] = byte(acc >> nb)
-		pos++
-	}
-	if nb > 0 {
-		out[pos] = byte(acc << (8 - nb))
-	}
+	flushBits(out, pos, acc, nb)
 }
 
 // unpackFast rebuilds the values of syms whose other bits (f not BF16's

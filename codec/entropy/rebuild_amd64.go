@@ -115,6 +115,21 @@ func laneBitsVec(tab *[MaxSymbols]uint32, syms []byte, laneBits *[Lanes]uint64) 
 	return true
 }
 
+// shape is a vector rebuild's group: the values it takes, the bytes of
+// output it writes and of other bits it consumes, and the bytes of other
+// bits its loads read from the group's start.
+type shape struct{ values, out, in, load int }
+
+// vecGroups returns how many groups of shape s a vector rebuild may take
+// of syms, writing dst and reading others: as many as all three hold,
+// every load inside others; 0 without AVX2.
+func vecGroups(dst, others, syms []byte, s shape) int {
+	if !useAVX2 || len(others) < s.load {
+		return 0
+	}
+	return min(len(syms)/s.values, len(dst)/s.out, (len(others)-s.load)/s.in+1)
+}
+
 // f16Consts is unpackF16AVX2's constants, at the offsets its assembly
 // reads: the byte shuffle, the dword shifts and the mantissa mask.
 type f16Consts struct {
@@ -143,15 +158,11 @@ func unpackF16AVX2(dst, others, syms *byte, groups int, c *f16Consts)
 // bits (11 a value, packed) eight at a time with AVX2, as far as 16-byte
 // loads stay inside others, and returns the values done.
 func unpackF16Vec(dst, others, syms []byte) int {
-	if !useAVX2 || len(others) < 16 {
-		return 0
+	g := vecGroups(dst, others, syms, shape{values: 8, out: 16, in: 11, load: 16})
+	if g > 0 {
+		unpackF16AVX2(&dst[0], &others[0], &syms[0], g, f16c)
 	}
-	groups := min(len(syms)/8, len(dst)/16, (len(others)-16)/11+1)
-	if groups == 0 {
-		return 0
-	}
-	unpackF16AVX2(&dst[0], &others[0], &syms[0], groups, f16c)
-	return 8 * groups
+	return 8 * g
 }
 
 // f32Consts is unpackF32AVX2's constants: the byte shuffle and the
@@ -181,30 +192,22 @@ func unpackE4M3AVX2(dst, others, syms *byte, groups int)
 // bits (three bytes a value) eight at a time with AVX2, as far as its
 // loads stay inside others, and returns the values done.
 func unpackF32Vec(dst, others, syms []byte) int {
-	if !useAVX2 || len(others) < 28 {
-		return 0
+	g := vecGroups(dst, others, syms, shape{values: 8, out: 32, in: 24, load: 28})
+	if g > 0 {
+		unpackF32AVX2(&dst[0], &others[0], &syms[0], g, f32c)
 	}
-	groups := min(len(syms)/8, len(dst)/32, (len(others)-28)/24+1)
-	if groups == 0 {
-		return 0
-	}
-	unpackF32AVX2(&dst[0], &others[0], &syms[0], groups, f32c)
-	return 8 * groups
+	return 8 * g
 }
 
 // unpackE4M3Vec rebuilds F8_E4M3 values from their exponent symbols and
 // other bits (a nibble a value) 32 at a time with AVX2 and returns the
 // values done.
 func unpackE4M3Vec(dst, others, syms []byte) int {
-	if !useAVX2 {
-		return 0
+	g := vecGroups(dst, others, syms, shape{values: 32, out: 32, in: 16, load: 16})
+	if g > 0 {
+		unpackE4M3AVX2(&dst[0], &others[0], &syms[0], g)
 	}
-	groups := min(len(syms)/32, len(dst)/32, len(others)/16)
-	if groups == 0 {
-		return 0
-	}
-	unpackE4M3AVX2(&dst[0], &others[0], &syms[0], groups)
-	return 32 * groups
+	return 32 * g
 }
 
 // e5m2Consts is unpackE5M2AVX2's constants: the byte shuffle and the
@@ -231,15 +234,11 @@ func unpackE5M2AVX2(dst, others, syms *byte, groups int, c *e5m2Consts)
 // other bits (3 a value, packed) 16 at a time with AVX2, as far as its
 // 16-byte loads stay inside others, and returns the values done.
 func unpackE5M2Vec(dst, others, syms []byte) int {
-	if !useAVX2 || len(others) < 16 {
-		return 0
+	g := vecGroups(dst, others, syms, shape{values: 16, out: 16, in: 6, load: 16})
+	if g > 0 {
+		unpackE5M2AVX2(&dst[0], &others[0], &syms[0], g, e5m2c)
 	}
-	groups := min(len(syms)/16, len(dst)/16, (len(others)-16)/6+1)
-	if groups == 0 {
-		return 0
-	}
-	unpackE5M2AVX2(&dst[0], &others[0], &syms[0], groups, e5m2c)
-	return 16 * groups
+	return 16 * g
 }
 
 // f32SplitConsts is splitF32AVX2's constants.
