@@ -99,23 +99,21 @@ func BenchmarkDecodePayload(b *testing.B) {
 }
 
 // BenchmarkPayloadDTypes encodes and decodes 4 Mi values of every field on
-// one goroutine: N(0, 0.02) as F32, its top half as a 16-bit field, and
-// FP8 bytes of a few exponents.
+// one goroutine: N(0, 0.02) drawn as F32, and as BF16 cast (synth.Cast) to
+// F16 and to FP8 scaled a row of 4096 at a time.
 func BenchmarkPayloadDTypes(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := 4 << 20
+	bf16 := synth.Normal(rng, n, 0.02)
 	for fi, f := range Fields {
-		raw := make([]byte, n*f.Size)
-		for i := range n {
-			x := float32(rng.NormFloat64() * 0.02)
-			switch f.Size {
-			case 4:
-				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
-			case 2:
-				binary.LittleEndian.PutUint16(raw[2*i:], uint16(math.Float32bits(x)>>16))
-			case 1:
-				raw[i] = byte(rng.Uint32()&0x87 | 0x30)
+		var raw []byte
+		if f.DType == "F32" {
+			raw = make([]byte, 4*n)
+			for i := range n {
+				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
 			}
+		} else {
+			raw = synth.Cast(bf16, f.DType, 4096)
 		}
 		p, err := Encode(fi, raw, 1)
 		if err != nil {
