@@ -204,12 +204,12 @@ func packOthers(out []byte, f Field, raw []byte) {
 func unpackFast(dst []byte, f Field, others, syms []byte) int {
 	ob, shift, bits := uint(f.Other()), uint(f.Shift), uint(f.Bits)
 	lowMask := uint64(1)<<shift - 1
-	value := func(o uint64, s byte) uint64 { return o>>shift<<(shift+bits) | uint64(s)<<shift | o&lowMask }
+	rebuild := func(o uint64, s byte) uint64 { return o>>shift<<(shift+bits) | uint64(s)<<shift | o&lowMask }
 	if ob == 24 && f.Size == 4 {
 		n := min(len(syms), len(others)/3)
 		for i := unpackF32Vec(dst, others, syms); i < n; i++ {
 			o := uint64(others[3*i])<<16 | uint64(others[3*i+1])<<8 | uint64(others[3*i+2])
-			binary.LittleEndian.PutUint32(dst[4*i:], uint32(value(o, syms[i])))
+			binary.LittleEndian.PutUint32(dst[4*i:], uint32(rebuild(o, syms[i])))
 		}
 		return n
 	}
@@ -235,10 +235,10 @@ func unpackFast(dst []byte, f Field, others, syms []byte) int {
 		q := uint(i) * ob
 		w := binary.BigEndian.Uint64(others[q>>3:]) << (q & 7)
 		s := syms[i : i+4 : i+4]
-		v0 := value(w>>(64-ob), s[0])
-		v1 := value(w<<ob>>(64-ob), s[1])
-		v2 := value(w<<(2*ob)>>(64-ob), s[2])
-		v3 := value(w<<(3*ob)>>(64-ob), s[3])
+		v0 := rebuild(w>>(64-ob), s[0])
+		v1 := rebuild(w<<ob>>(64-ob), s[1])
+		v2 := rebuild(w<<(2*ob)>>(64-ob), s[2])
+		v3 := rebuild(w<<(3*ob)>>(64-ob), s[3])
 		if f.Size == 1 {
 			d := dst[i : i+4 : i+4]
 			d[0], d[1], d[2], d[3] = byte(v0), byte(v1), byte(v2), byte(v3)
