@@ -71,8 +71,9 @@ func TestKernelConstants(t *testing.T) {
 		want int
 	}{
 		{"SZ_CHUNK", codec.ChunkValues}, {"SZ_THREADS", threads}, {"SZ_ERR_TABLE", errTable}, {"SZ_ERR_ESCAPE", errEscape},
-		{"SZ_ERR_READERS", errReaders}, {"SZ_ERR_ITEM", errItem}, {"SZ_RAW_UNIT", scatterRawUnit},
-		{"SZ_MAX_STAGES", maxStages},
+		{"SZ_ERR_READERS", errReaders}, {"SZ_ERR_ORDER", errOrder}, {"SZ_ERR_ITEM", errItem}, {"SZ_RAW_UNIT", scatterRawUnit},
+		{"SZ_MAX_STAGES", maxStages}, {"SZ_CTRL_TICKETS", ctrlTickets}, {"SZ_CTRL_READS", ctrlReads},
+		{"SZ_CTRL_BYTES", ctrlBytes}, {"SZ_TRACE_WORDS", traceWords},
 	} {
 		if got := num(sz, c.name); got != c.want {
 			t.Errorf("decode.cu: %s is %d, the launcher's %d", c.name, got, c.want)

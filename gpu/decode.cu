@@ -16,6 +16,15 @@
 // claimed earlier, so no wait can form a cycle whatever the hardware's
 // block scheduling, with any number of resident blocks and stages.
 //
+// The ticket and read counters are never reset (a reset needs the last
+// block to know it is last: a fence and an atomic round trip at the end
+// of every launch). Every block takes exactly one ticket past the last,
+// so a launch moves the ticket counter by chunks + blocks and, in place,
+// the read counter by chunks; the host passes each launch the counters'
+// values before it (Params.tickets, Params.reads), which is why launches
+// of one decoder must run in the order they were made and cannot be
+// replayed from a captured graph.
+//
 // Safety: output addresses depend only on the chunk index and the value
 // count, never on payload contents, so a corrupt payload cannot make the
 // kernel write outside [dst, dst + 2n); every offset read from the payload
@@ -38,6 +47,7 @@
 #define SZ_ERR_TABLE 1u   // a group table or entry is out of range or inconsistent
 #define SZ_ERR_ESCAPE 2u  // an escape position is out of range or out of order
 #define SZ_ERR_READERS 4u // a reader range is invalid
+#define SZ_ERR_ORDER 64u  // a ticket past every block's last: launches ran out of order
 
 // Params is passed by value; its layout matches gpu.params in decoder.go.
 struct Params {
@@ -51,11 +61,13 @@ struct Params {
     uint32_t group_chunks;
     uint32_t in_place;
     uint32_t epoch;       // nonzero, new for every in-place launch
-    uint32_t reserved;
+    uint32_t tickets;     // ctrl[SZ_CTRL_TICKETS] before this launch (each launch adds chunks + blocks)
     uint32_t codebook[4]; // 16 exponents, code 0 in the low byte of [0]
     uint64_t flags;       // uint32 per chunk: epoch once read (in place only)
-    uint64_t ctrl;        // uint32[4]: ticket counter, exited blocks, (error flag), chunks read
+    uint64_t ctrl;        // uint32[6]: (entropy decoder's two), (error flag), -, ticket counter, chunks read
     uint64_t err;         // uint32 error bits
+    uint32_t reads;       // ctrl[SZ_CTRL_READS] before this launch (each in-place launch adds chunks)
+    uint32_t reserved;
 };
 
 __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
@@ -80,6 +92,28 @@ __device__ __forceinline__ void st_publish(uint32_t *p, uint32_t v) {
 __device__ __forceinline__ void red_publish_add(uint32_t *p, uint32_t v) {
     asm volatile("red.relaxed.gpu.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+
+// SZ_TRACE (kernel experiments only; the committed fatbin is built
+// without it): each block of splitzip_decode writes SZ_TRACE_WORDS words
+// of %globaltimer stamps and counts after the launch's control words
+// (ctrl + SZ_CTRL_BYTES; gpu.Decoder allocates that room when SPLITZIP_DECODE_TRACE
+// is set): entry, set-up done, first stage seen full, no ticket left,
+// consumers done, exit, chunks decoded, first ticket.
+#define SZ_TRACE_WORDS 8
+#define SZ_CTRL_TICKETS 4 // ctrl words of the ticket and read counters; a trace
+#define SZ_CTRL_READS 5   // starts at ctrl + SZ_CTRL_BYTES
+#define SZ_CTRL_BYTES 32
+#ifdef SZ_TRACE
+__device__ __forceinline__ uint64_t gtime() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define TRACE(p, i, v) (((uint64_t *)((p).ctrl + SZ_CTRL_BYTES))[blockIdx.x * SZ_TRACE_WORDS + (i)] = (v))
+#else
+__device__ __forceinline__ uint64_t gtime() { return 0; }
+#define TRACE(p, i, v) ((void)0)
+#endif
 
 __device__ __forceinline__ uint64_t align16(uint64_t x) { return (x + 15) & ~(uint64_t)15; }
 
@@ -178,8 +212,14 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Dynamic shared memory per block: two chunk buffers.
 #define SZ_DYN_SMEM (2 * SZ_BUF)
 
-// claim_ticket reads and checks the entry of ticket t's chunk.
+// claim_ticket reads and checks the entry of ticket t's chunk. A launch
+// takes tickets 0 to chunks + blocks - 1; a later one (the counter short
+// of the base the host gave, wrapped: a later launch of the decoder ran
+// first) is reported, and the output is not to be used.
 __device__ __forceinline__ Chunk claim_ticket(const Params p, uint32_t t, const uint64_t *l1, const uint8_t *src) {
+    if (t >= p.chunks + gridDim.x) {
+        atomicOr((uint32_t *)p.err, SZ_ERR_ORDER);
+    }
     long long c = t < p.chunks ? (long long)(p.chunks - 1 - t) : -1;
     uint64_t pos = c >= 0 ? entry_pos(p, l1, c) : 0;
     return check(p, c, pos != 0, pos ? *(const uint4 *)(src + pos) : make_uint4(0, 0, 0, 0));
@@ -187,7 +227,7 @@ __device__ __forceinline__ Chunk claim_ticket(const Params p, uint32_t t, const 
 
 // claim takes the next ticket and reads the chunk's entry (one thread).
 __device__ __forceinline__ Chunk claim(const Params p, uint32_t *ctrl, const uint64_t *l1, const uint8_t *src) {
-    return claim_ticket(p, atomicAdd(&ctrl[0], 1u), l1, src);
+    return claim_ticket(p, atomicAdd(&ctrl[SZ_CTRL_TICKETS], 1u) - p.tickets, l1, src);
 }
 
 // stored_len is the number of bytes a checked chunk k stores, a multiple
@@ -405,6 +445,9 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
     __shared__ uint64_t l1[SZ_MAX_GROUPS];
 
     const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    if (tid == 0) {
+        TRACE(p, 0, gtime());
+    }
     uint32_t dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     const uint32_t stages = min(dyn / SZ_BUF, (uint32_t)SZ_MAX_STAGES);
@@ -426,7 +469,7 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
     // The producer takes its first ticket while the table loads.
     uint32_t first = 0;
     if (tid == SZ_THREADS) {
-        first = atomicAdd(&ctrl[0], 1u);
+        first = atomicAdd(&ctrl[SZ_CTRL_TICKETS], 1u) - p.tickets;
     }
     for (uint32_t g = tid; g < p.groups; g += SZ_DECODE_THREADS) {
         l1[g] = *(const uint64_t *)(src + SZ_HEADER + 8 * g);
@@ -439,6 +482,9 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
     __syncthreads(); // the table, lut and barriers are ready
+    if (tid == 0) {
+        TRACE(p, 1, gtime());
+    }
 
     if (warp == SZ_THREADS / 32) {
         // Producer. A stage is refilled once every consumer thread has left
@@ -459,6 +505,9 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
             const bool data = k.c >= 0 && !k.bad;
             fetch_stage(src + k.off, data ? stored_len(p, k) : 0, bufs + s * SZ_BUF, &full[s], lane);
             if (k.c < 0) {
+                if (lane == 0) {
+                    TRACE(p, 3, gtime());
+                }
                 break;
             }
             if (++s == stages) {
@@ -467,8 +516,11 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
             }
         }
     } else {
-        for (uint32_t s = 0, ph = 0;;) {
+        for (uint32_t s = 0, ph = 0, it = 0;; it++) {
             mbar_wait(&full[s], ph); // the chunk and its bytes are in stage s
+            if (tid == 0 && it == 0) {
+                TRACE(p, 2, gtime());
+            }
             // Lane 0 reads the chunk and hands it to the warp.
             Chunk k;
             if (lane == 0) {
@@ -481,6 +533,10 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
             k.span = __shfl_sync(0xFFFFFFFFu, k.span, 0);
             k.bad = __shfl_sync(0xFFFFFFFFu, k.bad, 0);
             if (k.c < 0) {
+                if (tid == 0) {
+                    TRACE(p, 4, gtime());
+                    TRACE(p, 6, it);
+                }
                 break;
             }
             const long long c = k.c;
@@ -489,12 +545,12 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
                 // the landing of every byte of the chunk.
                 if (lane == 0 && atomicAdd(&pub[s], 1u) == 0) {
                     st_publish(&flags[c], p.epoch);
-                    red_publish_add(&ctrl[3], 1u);
+                    red_publish_add(&ctrl[SZ_CTRL_READS], 1u);
                 }
                 if (!k.bad) {
                     if (c == 0) {
                         if (lane == 0) { // chunk 0 waits for every chunk: count them
-                            while (ld_acquire(&ctrl[3]) < p.chunks) {
+                            while (ld_acquire(&ctrl[SZ_CTRL_READS]) - p.reads < p.chunks) {
                                 __nanosleep(32);
                             }
                         }
@@ -535,16 +591,12 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
         }
     }
 
-    // The last block to leave resets the counters for the next launch.
-    __syncthreads();
+    // Nothing is reset: every block takes exactly one ticket past the
+    // last, so a launch moves the ticket counter by chunks + blocks (and,
+    // in place, the read counter by chunks), and the host passes the next
+    // launch its bases.
     if (tid == 0) {
-        __threadfence();
-        if (atomicAdd(&ctrl[1], 1u) == gridDim.x - 1) {
-            ctrl[0] = 0;
-            ctrl[1] = 0;
-            ctrl[3] = 0;
-            __threadfence();
-        }
+        TRACE(p, 5, gtime());
     }
 }
 

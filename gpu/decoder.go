@@ -33,6 +33,7 @@ const (
 	errTable   = 1
 	errEscape  = 2
 	errReaders = 4
+	errOrder   = 64 // launches of a decoder ran out of the order they were made in
 )
 
 // ErrKernel reports a payload the kernel found invalid.
@@ -41,14 +42,30 @@ var ErrKernel = errors.New("gpu decode failed")
 // params mirrors struct Params in decode.cu.
 type params struct {
 	Dst, Src, Size, N, Chunks, Groups, DataStart uint64
-	GroupChunks, InPlace, Epoch, Reserved        uint32
+	GroupChunks, InPlace, Epoch, Tickets         uint32
 	Codebook                                     [16]byte
 	Flags, Ctrl, Err                             uint64
+	Reads, Reserved                              uint32
 }
 
-// Decoder launches the decode kernel. Its launches must be ordered: use it
-// from one stream at a time (it owns the kernel's claim counter and
-// per-chunk flags).
+// The decode kernel's counters, uint32 words of ctrl (after the entropy
+// decoder's ticket and exit counters and the error flag). They are never
+// reset: a launch of N chunks on grid blocks moves the ticket counter by
+// N + grid (every block takes one ticket past the last) and, in place,
+// the read counter by N, and each launch is passed their values before it.
+const (
+	ctrlTickets = 4
+	ctrlReads   = 5
+	ctrlWords   = 6
+	ctrlBytes   = 32 // ctrlWords, rounded up; a kernel trace follows
+)
+
+// Decoder launches the decode kernel. Its launches must run in the order
+// they are made: use it from one stream at a time (it owns the kernel's
+// ticket and read counters, whose values each launch is given, and the
+// per-chunk flags). A launch that finds the ticket counter short of the
+// value it was given (a later launch ran first) reports it (TakeError):
+// its output is not to be used.
 type Decoder struct {
 	ctx     *cuda.Context
 	mod     cuda.Module
@@ -59,11 +76,18 @@ type Decoder struct {
 	maxGrid     uint32
 	threads     int            // splitzip_decode's block
 	smem        uint32         // its dynamic shared memory: stages x stageBytes
-	ctrl        cuda.DevicePtr // uint32 ticket, exited blocks, error flag, chunks read
+	ctrl        cuda.DevicePtr // uint32 words: entropy ticket and exits, error flag, -, ticket counter, chunks read
 	flags       cuda.DevicePtr
 	flagCap     uint64
 	epoch       uint32
-	mu          sync.Mutex
+	// tickets and reads are the values the decode kernel's counters
+	// (ctrl words ctrlTickets and ctrlReads) hold once the launches
+	// enqueued so far have run.
+	tickets, reads uint32
+	mu             sync.Mutex
+	// traceWords is the room after ctrl's counters for a kernel built
+	// with SZ_TRACE (SPLITZIP_DECODE_TRACE set), 0 otherwise.
+	traceWords int
 
 	// For Decode (host in, host out).
 	stream  cuda.Stream
@@ -132,13 +156,18 @@ func NewDecoder(ctx *cuda.Context) (*Decoder, error) {
 	}
 	d.smem = uint32(stages * stageBytes)
 	d.maxGrid = uint32(max(1, sms*per))
-	if d.ctrl, err = ctx.Alloc(16); err != nil {
+	size := uint64(ctrlBytes)
+	if os.Getenv("SPLITZIP_DECODE_TRACE") != "" {
+		d.traceWords = int(d.maxGrid) * traceWords
+		size += 8 * uint64(d.traceWords)
+	}
+	if d.ctrl, err = ctx.Alloc(size); err != nil {
 		return nil, err
 	}
 	if d.stream, err = ctx.NewStream(); err != nil {
 		return nil, err
 	}
-	if err := ctx.MemsetD8Async(d.ctrl, 0, 16, d.stream); err != nil {
+	if err := ctx.MemsetD8Async(d.ctrl, 0, size, d.stream); err != nil {
 		return nil, err
 	}
 	return d, ctx.StreamSynchronize(d.stream)
@@ -229,12 +258,20 @@ func (d *Decoder) launch(dst, src cuda.DevicePtr, h *codec.Header, inPlace bool,
 	}
 	pr := params{Dst: uint64(dst), Src: uint64(src), Size: h.Size, N: h.Values, Chunks: N, Groups: h.Groups(),
 		DataStart: h.DataStart(), GroupChunks: h.GroupChunks, Epoch: d.epoch, Codebook: h.Codebook,
-		Flags: uint64(d.flags), Ctrl: uint64(d.ctrl), Err: uint64(d.ctrl) + 8}
+		Flags: uint64(d.flags), Ctrl: uint64(d.ctrl), Err: uint64(d.ctrl) + 8, Tickets: d.tickets, Reads: d.reads}
 	if inPlace {
 		pr.InPlace = 1
 	}
 	grid := uint32(min(uint64(d.maxGrid), N))
-	return d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: uint32(d.threads)}, d.smem, s, unsafe.Pointer(&pr))
+	if err := d.ctx.Launch(d.fn, cuda.Dim3{X: grid}, cuda.Dim3{X: uint32(d.threads)}, d.smem, s, unsafe.Pointer(&pr)); err != nil {
+		return err
+	}
+	// Wrapping is fine: the kernel subtracts the bases in uint32.
+	d.tickets += uint32(N) + grid
+	if inPlace {
+		d.reads += uint32(N)
+	}
+	return nil
 }
 
 // growFlags makes room for the in-place flags of N chunks (d.mu held).
@@ -263,9 +300,11 @@ func (d *Decoder) growFlags(N uint64, s cuda.Stream) error {
 }
 
 // TakeError waits for s, returns the kernel error bits reported since the
-// last call as an error (nil when none) and clears them.
+// last call as an error (nil when none) and clears them. After launches
+// that ran out of order it takes the decode kernel's counters from the
+// device, so that later launches (on s, once it is done) work again.
 func (d *Decoder) TakeError(s cuda.Stream) error {
-	var b [4]byte
+	var b [4 * (ctrlWords - 2)]byte // the error flag to the read counter
 	if err := d.ctx.CopyDtoHAsync(b[:], d.ctrl+8, s); err != nil {
 		return err
 	}
@@ -276,6 +315,12 @@ func (d *Decoder) TakeError(s cuda.Stream) error {
 	if bits == 0 {
 		return nil
 	}
+	if bits&errOrder != 0 {
+		d.mu.Lock()
+		d.tickets = binary.LittleEndian.Uint32(b[4*(ctrlTickets-2):])
+		d.reads = binary.LittleEndian.Uint32(b[4*(ctrlReads-2):])
+		d.mu.Unlock()
+	}
 	if err := d.ctx.MemsetD8Async(d.ctrl+8, 0, 4, s); err != nil {
 		return err
 	}
@@ -285,7 +330,7 @@ func (d *Decoder) TakeError(s cuda.Stream) error {
 		what string
 	}{{errTable, "bad table or entry"}, {errEscape, "bad escape position"}, {errReaders, "bad reader range"},
 		{errItem, "scatter item out of range"}, {errEntropyIndex, "bad entropy chunk index"},
-		{errEntropyStream, "corrupt entropy-coded chunk"}} {
+		{errEntropyStream, "corrupt entropy-coded chunk"}, {errOrder, "decoder launches ran out of order"}} {
 		if bits&f.bit != 0 {
 			why = append(why, f.what)
 		}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
@@ -383,4 +384,37 @@ func TestDecodeFewBlocks(t *testing.T) {
 		}
 	}
 	t.Logf("%d chunks (%d raw, %d escapes), in place %v: ok", h.Chunks(), st.RawChunks, st.Escapes, st.InPlace)
+}
+
+// TestDecodeOutOfOrder: a launch given a ticket base past the device's
+// counter (as when a decoder's launches run out of the order they were
+// made in) reports it, writes nothing outside its range, and the decoder
+// works again after TakeError.
+func TestDecodeOutOfOrder(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	v := synth.Normal(rng, 3*codec.ChunkValues+5, 0.02)
+	p, st, err := codec.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := codec.ParseHeader(p)
+	for _, inPlace := range []bool{false, true} {
+		if inPlace && !st.InPlace {
+			continue
+		}
+		for _, skew := range []uint32{1, 7, 1 << 20} {
+			d.mu.Lock()
+			d.tickets += skew
+			d.mu.Unlock()
+			_, err := run(t, ctx, d, p, &h, inPlace)
+			if !errors.Is(err, ErrKernel) || !strings.Contains(err.Error(), "out of order") {
+				t.Fatalf("in place %v, counters skewed by %d: %v, want the out-of-order error", inPlace, skew, err)
+			}
+			got, err := run(t, ctx, d, p, &h, inPlace)
+			if err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("in place %v, after the out-of-order error: %v (equal %v)", inPlace, err, bytes.Equal(got, v))
+			}
+		}
+	}
 }

@@ -4,7 +4,8 @@
 # and writes gpu/kernels_gen.go, which stamps each fatbin with the SHA-256
 # of its source. `make kernels` runs this; it needs nvcc (CUDA 13.0 on the
 # lent H200) and nothing else, no Go. OUTDIR (default gpu) is where the
-# fatbins and kernels_gen.go go.
+# fatbins and kernels_gen.go go; KERNELS (default "decode entropy") which
+# kernels to build, for experiments (kernels_gen.go then stamps only those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-nvcc}
@@ -13,7 +14,7 @@ mkdir -p "$OUTDIR"
 ver=$("$NVCC" --version | grep -o 'release [0-9.]*' | head -1)
 ver=${ver#release }
 consts=""
-for k in decode entropy; do
+for k in ${KERNELS:-decode entropy}; do
   "$NVCC" -O3 -std=c++17 --fatbin -Xptxas -v ${NVCC_EXTRA:-} \
     -gencode arch=compute_80,code=sm_80 \
     -gencode arch=compute_90,code=sm_90 \

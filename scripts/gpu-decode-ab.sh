@@ -16,6 +16,8 @@
 #   variants each of VARIANTS (name:nvcc-flags, flags comma-separated)
 #            built into $OUT/v-name, checked by the reference test and
 #            timed beside the new kernel
+#   trace    each of TRACES (name:nvcc-flags) built with -DSZ_TRACE; bench
+#            decode prints the blocks' stamps of its last launch
 #   race     racecheck of the decode tests with RACE (default the new
 #            kernel's fatbin), every hazard line printed
 #   suites   with it: the 2^31+5-value test, the engine conformance suite,
@@ -72,11 +74,23 @@ for phase in "$@"; do
       name=${v%%:*} flags=${v#*:}
       V=$OUT/v-$name
       step "variant $name ($flags)"
-      NVCC_EXTRA="${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh 2>&1 | grep -A1 "_decode' for 'sm_90" | tail -1 || { fail "nvcc $name"; continue; }
+      KERNELS=decode NVCC_EXTRA="${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh 2>&1 | grep -A1 "_decode' for 'sm_90" | tail -1 || { fail "nvcc $name"; continue; }
       (cd gpu && SPLITZIP_FATBIN=$V/decode.fatbin timeout 120 "../$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestDecodeFewBlocks' -test.short -test.count 1 2>&1 | tail -1) || fail "test $name"
       SPLITZIP_FATBIN=$V/decode.fatbin NOLAYER=1 bench "$D/splitzip"
       step "new kernel"
       SPLITZIP_FATBIN=$K/decode.fatbin NOLAYER=1 bench "$D/splitzip"
+    done
+    ;;
+  trace)
+    # TRACES: name:nvcc-flags (comma-separated), each built with
+    # -DSZ_TRACE and timed with SPLITZIP_DECODE_TRACE=1: bench decode
+    # prints the last launch's block stamps (gpu.DecodeTrace).
+    for v in ${TRACES:-plain:}; do
+      name=${v%%:*} flags=${v#*:}
+      V=$OUT/t-$name
+      step "trace $name ($flags)"
+      KERNELS=decode NVCC_EXTRA="-DSZ_TRACE ${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh >/dev/null 2>&1 || { fail "nvcc trace $name"; continue; }
+      SPLITZIP_DECODE_TRACE=1 SPLITZIP_FATBIN=$V/decode.fatbin timeout 120 "$D/splitzip" bench decode --size "${SZ:-512MiB}" --runs 20 2>&1 | grep -E "^trace|normal" | cut -c1-600
     done
     ;;
   race)

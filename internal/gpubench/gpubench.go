@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sort"
 
 	"github.com/splitzip/splitzip/codec"
@@ -202,6 +203,12 @@ func benchOne(ctx *cuda.Context, d *gpu.Decoder, s cuda.Stream, v, p []byte, h *
 	})
 	if err != nil {
 		return nil, err
+	}
+	// A kernel built with SZ_TRACE: its last launch's blocks (kernel work).
+	if t, err := d.Trace(s); err != nil {
+		return nil, err
+	} else if t != nil {
+		fmt.Fprintf(os.Stderr, "trace %s %d bytes, last launch: %s\n", modeName(inPlace), len(v), t)
 	}
 	return &DecodeResult{Timing: tm}, nil
 }
