@@ -79,11 +79,25 @@ func (f Field) Symbols(dst, raw []byte) error {
 			copy(dst[:n], raw)
 			break
 		}
-		for i := range n {
+		// Eight values a 64-bit word: a shift and a mask of every byte
+		// (the bits a shift brings in from the next byte are masked off).
+		lanes := lanes8(uint64(mask))
+		i := 0
+		for ; i+8 <= n; i += 8 {
+			binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(raw[i:])>>f.Shift&lanes)
+		}
+		for ; i < n; i++ {
 			dst[i] = byte(uint32(raw[i]) >> f.Shift & mask)
 		}
 	case 2:
-		for i := range n {
+		// Four values a 64-bit word, their symbols then gathered from the
+		// low bytes of its 16-bit lanes.
+		lanes := lanes16(uint64(mask))
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			binary.LittleEndian.PutUint32(dst[i:], uint32(gather(binary.LittleEndian.Uint64(raw[2*i:])>>f.Shift&lanes)))
+		}
+		for ; i < n; i++ {
 			dst[i] = byte(uint32(binary.LittleEndian.Uint16(raw[2*i:])) >> f.Shift & mask)
 		}
 	case 4:
@@ -172,13 +186,48 @@ func packOthers(out []byte, f Field, raw []byte) {
 			pos += 4
 		}
 	}
+	// putGroup appends w bits (at most 32), the other bits of several
+	// values, the first value's highest.
+	putGroup := func(g uint64, w uint) {
+		acc = acc<<w | g
+		nb += w
+		if nb >= 32 {
+			nb -= 32
+			binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
+			pos += 4
+		}
+	}
+	// A value's other bits, in every lane of a word at once: the bits
+	// above the field moved down by its width onto those below it.
+	hi, lo := (uint64(1)<<ob-1)&^uint64(lowMask), uint64(lowMask)
 	switch f.Size {
 	case 1:
-		for _, v := range raw[:n] {
+		// Eight values a word (ob is 3 or 4): pairs, then fours, then
+		// all eight merged into 8 x ob bits.
+		hi8, lo8 := lanes8(hi), lanes8(lo)
+		i := 0
+		for ; i+8 <= n; i += 8 {
+			x := binary.LittleEndian.Uint64(raw[i:])
+			o := x>>bits&hi8 | x&lo8
+			o = (o&0x00FF00FF00FF00FF)<<ob | o>>8&0x00FF00FF00FF00FF
+			o = (o&0x0000FFFF0000FFFF)<<(2*ob) | o>>16&0x0000FFFF0000FFFF
+			putGroup((o&0xFFFFFFFF)<<(4*ob)|o>>32, 8*ob)
+		}
+		for _, v := range raw[i:n] {
 			put(uint32(v))
 		}
 	case 2:
-		for i := range n {
+		// Four values a word (ob at most 16): two pairs of 2 x ob bits.
+		hi16, lo16 := lanes16(hi), lanes16(lo)
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			x := binary.LittleEndian.Uint64(raw[2*i:])
+			o := x>>bits&hi16 | x&lo16
+			o = (o&0x0000FFFF0000FFFF)<<ob | o>>16&0x0000FFFF0000FFFF
+			putGroup(o&0xFFFFFFFF, 2*ob)
+			putGroup(o>>32, 2*ob)
+		}
+		for ; i < n; i++ {
 			put(uint32(binary.LittleEndian.Uint16(raw[2*i:])))
 		}
 	default:
@@ -194,6 +243,11 @@ func packOthers(out []byte, f Field, raw []byte) {
 	}
 	flushBits(out, pos, acc, nb)
 }
+
+// lanes8 repeats the byte m in every byte of a word, lanes16 the 16-bit
+// m in every 16-bit lane.
+func lanes8(m uint64) uint64  { return m * 0x0101010101010101 }
+func lanes16(m uint64) uint64 { return m * 0x0001000100010001 }
 
 // unpackFast rebuilds the values of syms whose other bits (f not BF16's
 // exponent, not whole bytes) it can read with whole-word loads inside
