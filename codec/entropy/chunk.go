@@ -144,7 +144,70 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 			bw.write(1<<(w-1)|(mean-b), w)
 		}
 	}
-	return encodeLanes(bw, &tab, syms, L, len(dst)+int((coded+7)/8)), nil
+	size := len(dst) + int((coded+7)/8)
+	if bits <= pairBits && n >= 4*L {
+		// Symbols of at most pairBits bits (F16's exponents, FP8's): two
+		// of a lane coded with one lookup of their joined code.
+		var pairs [1 << (2 * pairBits)]uint32
+		pairTable(&pairs, &tab, uint(bits))
+		return encodePairs(bw, &tab, &pairs, uint(bits), syms, L, size), nil
+	}
+	return encodeLanes(bw, &tab, syms, L, size), nil
+}
+
+// pairBits is the widest symbols whose pairs are coded together.
+const pairBits = 5
+
+// pairTable fills pairs[a<<bits|b] with the joined code of symbols a and
+// b, as tab holds single ones: code<<5 | length (at most 2 x MaxLen bits).
+// A pair with a symbol of no code is left 0 (encodeLanes's callers never
+// code one).
+func pairTable(pairs *[1 << (2 * pairBits)]uint32, tab *[MaxSymbols]uint32, bits uint) {
+	for a := range uint32(1) << bits {
+		ea := tab[a]
+		if ea == 0 {
+			continue
+		}
+		for b := range uint32(1) << bits {
+			if eb := tab[b]; eb != 0 {
+				pairs[a<<bits|b] = (ea>>5<<(eb&31)|eb>>5)<<5 | (ea&31 + eb&31)
+			}
+		}
+	}
+}
+
+// encodePairs is encodeLanes taking a lane's symbols two at a time from
+// pairs (symbols of bits bits, each with a code).
+func encodePairs(bw bitWriter, tab *[MaxSymbols]uint32, pairs *[1 << (2 * pairBits)]uint32, bits uint, syms []byte, L, size int) []byte {
+	out := slices.Grow(bw.buf, size-len(bw.buf))[:size]
+	pos := len(bw.buf)
+	acc, nb := bw.acc, uint(bw.nbits)
+	for lane := range L {
+		i := lane
+		// nb stays under 32 between codes and a pair adds at most 24.
+		for ; i+L < len(syms); i += 2 * L {
+			e := pairs[(uint(syms[i])<<bits|uint(syms[i+L]))&(1<<(2*pairBits)-1)]
+			acc = acc<<(e&31) | uint64(e>>5)
+			nb += uint(e & 31)
+			if nb >= 32 {
+				nb -= 32
+				binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
+				pos += 4
+			}
+		}
+		for ; i < len(syms); i += L {
+			e := tab[syms[i]]
+			acc = acc<<(e&31) | uint64(e>>5)
+			nb += uint(e & 31)
+			if nb >= 32 {
+				nb -= 32
+				binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
+				pos += 4
+			}
+		}
+	}
+	flushBits(out, pos, acc, nb)
+	return out
 }
 
 // encodeLanes appends lanes 0..L-1 of syms (symbol i in lane i mod L),

@@ -252,3 +252,41 @@ func decodeThreeWays(fast, slow *Table, src []byte) ([]byte, error) {
 	}
 	return a, nil
 }
+
+// TestEncodePairs: coding a lane's symbols two at a time gives the bytes
+// of coding them one at a time, for every symbol width it serves, lane
+// counts and lengths with odd lanes, and codes of 12-bit words.
+func TestEncodePairs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(91, 92))
+	for bits := 1; bits <= pairBits; bits++ {
+		for _, n := range []int{2, 3, 127, 128, 129, 1000, 4095, 4096, 4097, 16383, 16384} {
+			syms := make([]byte, n)
+			for i := range syms {
+				// Skewed, so that some codes reach the length limit.
+				syms[i] = byte(min(int(rng.ExpFloat64()*float64(bits)), 1<<bits-1))
+			}
+			c, _ := codeFor(t, syms)
+			var tab [MaxSymbols]uint32
+			for sym := range 1 << bits {
+				if l := c.Lengths[sym]; l > 0 {
+					tab[sym] = c.Codes[sym]<<5 | uint32(l)
+				}
+			}
+			var total uint64
+			for _, s := range syms {
+				total += uint64(tab[s] & 31)
+			}
+			L := lanesFor(n)
+			head := bitWriter{buf: []byte{ModeCoded, 0xA5}}
+			head.write(0x5, 3) // a head that leaves the lanes unaligned
+			size := len(head.buf) + int((uint64(head.nbits)+total+7)/8)
+			var pairs [1 << (2 * pairBits)]uint32
+			pairTable(&pairs, &tab, uint(bits))
+			want := encodeLanes(head, &tab, syms, L, size)
+			got := encodePairs(head, &tab, &pairs, uint(bits), syms, L, size)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%d bits, %d symbols: pairs differ at byte %d", bits, n, firstDiff(got, want))
+			}
+		}
+	}
+}
