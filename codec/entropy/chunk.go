@@ -176,40 +176,6 @@ func pairTable(pairs *[1 << (2 * pairBits)]uint32, tab *[MaxSymbols]uint32, bits
 	}
 }
 
-// encodePairs is encodeLanes taking a lane's symbols two at a time from
-// pairs (symbols of bits bits, each with a code).
-func encodePairs(bw bitWriter, tab *[MaxSymbols]uint32, pairs *[1 << (2 * pairBits)]uint32, bits uint, syms []byte, L, size int) []byte {
-	out := slices.Grow(bw.buf, size-len(bw.buf))[:size]
-	pos := len(bw.buf)
-	acc, nb := bw.acc, uint(bw.nbits)
-	for lane := range L {
-		i := lane
-		// nb stays under 32 between codes and a pair adds at most 24.
-		for ; i+L < len(syms); i += 2 * L {
-			e := pairs[(uint(syms[i])<<bits|uint(syms[i+L]))&(1<<(2*pairBits)-1)]
-			acc = acc<<(e&31) | uint64(e>>5)
-			nb += uint(e & 31)
-			if nb >= 32 {
-				nb -= 32
-				binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
-				pos += 4
-			}
-		}
-		for ; i < len(syms); i += L {
-			e := tab[syms[i]]
-			acc = acc<<(e&31) | uint64(e>>5)
-			nb += uint(e & 31)
-			if nb >= 32 {
-				nb -= 32
-				binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
-				pos += 4
-			}
-		}
-	}
-	flushBits(out, pos, acc, nb)
-	return out
-}
-
 // encodeLanes appends lanes 0..L-1 of syms (symbol i in lane i mod L),
 // each code from tab, to the chunk's first bits in bw, and returns the
 // chunk, which ends at byte size of the slice: the output grows once and
@@ -221,18 +187,44 @@ func encodeLanes(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size int
 	acc, nb := bw.acc, uint(bw.nbits)
 	for lane := range L {
 		for i := lane; i < len(syms); i += L {
-			e := tab[syms[i]]
-			acc = acc<<(e&31) | uint64(e>>5)
-			nb += uint(e & 31)
-			if nb >= 32 {
-				nb -= 32
-				binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
-				pos += 4
-			}
+			pos, acc, nb = appendCode(out, pos, acc, nb, tab[syms[i]])
 		}
 	}
 	flushBits(out, pos, acc, nb)
 	return out
+}
+
+// encodePairs is encodeLanes taking a lane's symbols two at a time from
+// pairs (symbols of bits bits, each with a code).
+func encodePairs(bw bitWriter, tab *[MaxSymbols]uint32, pairs *[1 << (2 * pairBits)]uint32, bits uint, syms []byte, L, size int) []byte {
+	out := slices.Grow(bw.buf, size-len(bw.buf))[:size]
+	pos := len(bw.buf)
+	acc, nb := bw.acc, uint(bw.nbits)
+	for lane := range L {
+		i := lane
+		for ; i+L < len(syms); i += 2 * L {
+			pos, acc, nb = appendCode(out, pos, acc, nb, pairs[(uint(syms[i])<<bits|uint(syms[i+L]))&(1<<(2*pairBits)-1)])
+		}
+		if i < len(syms) {
+			pos, acc, nb = appendCode(out, pos, acc, nb, tab[syms[i]])
+		}
+	}
+	flushBits(out, pos, acc, nb)
+	return out
+}
+
+// appendCode appends the code of e (code<<5 | length) to the nb bits
+// pending in acc, writing out a 32-bit word at pos once there is one: nb
+// stays under 32 between codes, and a code (or a pair's) adds at most 24.
+func appendCode(out []byte, pos int, acc uint64, nb uint, e uint32) (int, uint64, uint) {
+	acc = acc<<(e&31) | uint64(e>>5)
+	nb += uint(e & 31)
+	if nb >= 32 {
+		nb -= 32
+		binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
+		pos += 4
+	}
+	return pos, acc, nb
 }
 
 // flushBits writes the nb bits pending in acc's low bits to out from byte
