@@ -20,19 +20,25 @@ var traceFields = []string{"entry", "set-up done", "first stage full", "no ticke
 // recorded, from a kernel built with -DSZ_TRACE and a decoder made with
 // SPLITZIP_DECODE_TRACE set: for each block, %globaltimer stamps in ns
 // (entry, set-up done, first stage full, no ticket left, consumers done,
-// exit), the chunks its consumers decoded and its first ticket.
+// exit) and the chunks its consumers decoded. (The kernel's comment also
+// names a first ticket in the last word, which it does not write: the
+// word is 0.)
 type DecodeTrace struct {
 	Blocks [][traceWords]uint64
 }
 
-// Trace returns the trace of the last launch on s, or nil when the
-// decoder was made without SPLITZIP_DECODE_TRACE.
+// Trace returns the trace of the launches on s since the last call (the
+// last launch's, where they had the same grid), or nil when the decoder
+// was made without SPLITZIP_DECODE_TRACE; it clears the records.
 func (d *Decoder) Trace(s cuda.Stream) (*DecodeTrace, error) {
 	if d.traceWords == 0 {
 		return nil, nil
 	}
 	b := make([]byte, 8*d.traceWords)
 	if err := d.ctx.CopyDtoHAsync(b, d.ctrl+ctrlBytes, s); err != nil {
+		return nil, err
+	}
+	if err := d.ctx.MemsetD8Async(d.ctrl+ctrlBytes, 0, uint64(len(b)), s); err != nil {
 		return nil, err
 	}
 	if err := d.ctx.StreamSynchronize(s); err != nil {
