@@ -147,7 +147,8 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	size := len(dst) + int((coded+7)/8)
 	if bits <= pairBits && n >= 4*L {
 		// Symbols of at most pairBits bits (F16's exponents, FP8's): two
-		// of a lane coded with one lookup of their joined code.
+		// of a lane coded with one lookup of their joined code, where the
+		// lanes are long enough to pay for the table.
 		var pairs [1 << (2 * pairBits)]uint32
 		pairTable(&pairs, &tab, uint(bits))
 		return encodePairs(bw, &tab, &pairs, uint(bits), syms, L, size), nil
@@ -160,8 +161,8 @@ const pairBits = 5
 
 // pairTable fills pairs[a<<bits|b] with the joined code of symbols a and
 // b, as tab holds single ones: code<<5 | length (at most 2 x MaxLen bits).
-// A pair with a symbol of no code is left 0 (encodeLanes's callers never
-// code one).
+// A pair with a symbol of no code is left 0 (EncodeChunk has refused such
+// a symbol before it codes the lanes).
 func pairTable(pairs *[1 << (2 * pairBits)]uint32, tab *[MaxSymbols]uint32, bits uint) {
 	for a := range uint32(1) << bits {
 		ea := tab[a]
