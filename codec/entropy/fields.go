@@ -202,11 +202,12 @@ func packOthers(out []byte, f Field, raw []byte) {
 	hi, lo := (uint64(1)<<ob-1)&^uint64(lowMask), uint64(lowMask)
 	switch f.Size {
 	case 1:
-		// Eight values a word (ob is 3 or 4): pairs, then fours, then
-		// all eight merged into 8 x ob bits.
+		// Eight values a word (FP8's exponent fields: ob is 3 or 4, at
+		// most 4 for one append): pairs, then fours, then all eight
+		// merged into 8 x ob bits.
 		hi8, lo8 := lanes8(hi), lanes8(lo)
 		i := 0
-		for ; i+8 <= n; i += 8 {
+		for ; ob <= 4 && i+8 <= n; i += 8 {
 			x := binary.LittleEndian.Uint64(raw[i:])
 			o := x>>bits&hi8 | x&lo8
 			o = (o&0x00FF00FF00FF00FF)<<ob | o>>8&0x00FF00FF00FF00FF
