@@ -177,17 +177,8 @@ func packOthers(out []byte, f Field, raw []byte) {
 	// most 24, so at most 55 are pending.
 	var acc uint64
 	var nb uint
-	put := func(v uint32) {
-		acc = acc<<ob | uint64(v>>(shift+bits)<<shift|v&lowMask)
-		nb += ob
-		if nb >= 32 {
-			nb -= 32
-			binary.BigEndian.PutUint32(out[pos:], uint32(acc>>nb))
-			pos += 4
-		}
-	}
-	// putGroup appends w bits (at most 32), the other bits of several
-	// values, the first value's highest.
+	// putGroup appends w bits (at most 32), the other bits of one value
+	// or of several, the first value's highest; put one value's.
 	putGroup := func(g uint64, w uint) {
 		acc = acc<<w | g
 		nb += w
@@ -197,6 +188,7 @@ func packOthers(out []byte, f Field, raw []byte) {
 			pos += 4
 		}
 	}
+	put := func(v uint32) { putGroup(uint64(v>>(shift+bits)<<shift|v&lowMask), ob) }
 	// A value's other bits, in every lane of a word at once: the bits
 	// above the field moved down by its width onto those below it.
 	hi, lo := (uint64(1)<<ob-1)&^uint64(lowMask), uint64(lowMask)
