@@ -139,3 +139,37 @@ func BenchmarkPayloadDTypes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeChunkFP8 codes a chunk of whole F8_E4M3 bytes (N(0, 0.02)
+// cast with a scale a row of 4096), the widest alphabet a payload codes.
+func BenchmarkEncodeChunkFP8(b *testing.B) {
+	raw := synth.Cast(synth.Normal(rand.New(rand.NewPCG(7, 8)), 16384, 0.02), "F8_E4M3", 4096)
+	freq := make([]uint64, 256)
+	histogram(freq, raw)
+	ls, err := Lengths(freq, MaxLen)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewCode(ls, MaxLen)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	var buf []byte
+	for b.Loop() {
+		if buf, err = EncodeChunk(buf[:0], c, raw, 8); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHistogram counts 4 MiB of F8_E4M3 bytes.
+func BenchmarkHistogram(b *testing.B) {
+	raw := synth.Cast(synth.Normal(rand.New(rand.NewPCG(7, 8)), 4<<20, 0.02), "F8_E4M3", 4096)
+	freq := make([]uint64, 256)
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		histogram(freq, raw)
+	}
+}

@@ -97,17 +97,30 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	// Each symbol's code and length in one word: code<<5 | length, 0 for
 	// a symbol with no code (or wider than bits).
 	var tab [MaxSymbols]uint32
+	maxLen := 0
 	for sym := range 1 << bits {
 		if l := c.Lengths[sym]; l > 0 {
 			tab[sym] = c.Codes[sym]<<5 | uint32(l)
+			maxLen = max(maxLen, int(l))
 		}
 	}
 	L := lanesFor(n)
 	var laneBits [Lanes]uint64
 	var total uint64
 	// A full chunk's lanes are summed with vector instructions where they
-	// can be; otherwise (and for a symbol of no code, to name it) here.
+	// can be. Where they cannot (wide alphabets: FP8's whole bytes) and the
+	// codes fit codeLanes, the lanes are coded first, into scratch, and
+	// their lengths learnt on the way, then shifted in behind the head.
+	// Otherwise (and for a symbol of no code, to name it) they are summed
+	// here.
+	var lanes []byte
+	var start uint64
 	vec := L == Lanes && laneBitsVec(&tab, syms, &laneBits)
+	if !vec && maxLen <= quadBits {
+		sc := laneScratch.Get().(*[]byte)
+		defer laneScratch.Put(sc)
+		lanes, start, vec = codeLanesFirst(sc, &tab, syms, L, &laneBits)
+	}
 	for base := 0; !vec && base < n; base += L {
 		for k, sym := range syms[base:min(n, base+L)] {
 			e := tab[sym]
@@ -126,7 +139,7 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 		dev = max(dev, max(b, mean)-min(b, mean))
 	}
 	w := 1 + bitLen(dev)
-	coded := 8 + 32 + 5 + uint64(w*L) + total
+	coded := headBits + uint64(w*L) + total
 	if coded >= 8+uint64(bits*n) || total >= 1<<32 || w > 31 {
 		bw := bitWriter{buf: append(dst, ModeRaw)}
 		for _, s := range syms {
@@ -145,7 +158,10 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 		}
 	}
 	size := len(dst) + int((coded+7)/8)
-	if bits <= pairBits && n >= 4*L {
+	if lanes != nil {
+		return appendLanes(bw, lanes, start, size), nil
+	}
+	if bits <= pairBits && n >= 4*L && maxLen <= pairLen {
 		// Symbols of at most pairBits bits (F16's exponents, FP8's): two
 		// of a lane coded with one lookup of their joined code, where the
 		// lanes are long enough to pay for the table.
@@ -153,11 +169,86 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 		pairTable(&pairs, &tab, uint(bits))
 		return encodePairs(bw, &tab, &pairs, uint(bits), syms, L, size), nil
 	}
-	return encodeLanes(bw, &tab, syms, L, size), nil
+	return encodeLanes(bw, &tab, syms, L, size, maxLen), nil
 }
 
-// pairBits is the widest symbols whose pairs are coded together.
-const pairBits = 5
+// laneScratch holds codeLanesFirst's buffers.
+var laneScratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// A coded chunk's head is headBits plus w bits a lane; for L a multiple of
+// 8 it ends headPhase bits into a byte whatever w is, so codeLanesFirst
+// codes such a chunk's lanes at that bit of a byte, after headRoom bytes
+// (room for the longest head), and the head is joined to them without
+// shifting them.
+const (
+	headBits  = 8 + 32 + 5
+	headPhase = headBits % 8
+	headRoom  = (headBits + 31*Lanes + 7) / 8
+)
+
+// codeLanesFirst codes lanes 0..L-1 of syms into a buffer it takes from
+// *sc (growing it) and sets laneBits to each lane's length. It returns
+// the buffer, in which the lanes start at bit 0 or, for L a multiple of
+// 8, at bit headPhase of byte headRoom (then before them, from bit 0 of
+// that byte, headPhase zero bits), followed by zeros to a whole 8 bytes
+// past their end; the bit they start at; and true, or false when a
+// symbol has no code (codes of at most quadBits bits).
+func codeLanesFirst(sc *[]byte, tab *[MaxSymbols]uint32, syms []byte, L int, laneBits *[Lanes]uint64) ([]byte, uint64, bool) {
+	need := headRoom + (quadBits*len(syms)+7)/8 + 16
+	if cap(*sc) < need {
+		*sc = make([]byte, need)
+	}
+	out := (*sc)[:need]
+	pos, nb := 0, uint(0)
+	if L%8 == 0 {
+		pos, nb = headRoom, headPhase
+	}
+	start := 8*uint64(pos) + uint64(nb)
+	var ends [Lanes]uint64
+	pos, acc, nb, ok := codeLanes(out, pos, 0, nb, tab, syms, L, &ends)
+	if !ok {
+		return nil, 0, false
+	}
+	prev := start
+	for k, e := range ends[:L] {
+		laneBits[k], prev = e-prev, e
+	}
+	clear(out[pos : pos+9])
+	flushBits(out, pos, acc, nb)
+	return out[:pos+9], start, true
+}
+
+// appendLanes appends to the head in bw the lanes codeLanesFirst coded,
+// starting at bit start of lanes, to make a chunk that ends at byte size:
+// joined at the byte they share where the head ends where the lanes
+// start in a byte, otherwise shifted in 64 bits a step.
+func appendLanes(bw bitWriter, lanes []byte, start uint64, size int) []byte {
+	if uint64(bw.nbits) == start%8 && start%8 != 0 {
+		at := int(start / 8)
+		out := slices.Grow(bw.buf, size-len(bw.buf))
+		out = append(out, lanes[at]|byte(bw.acc<<(8-bw.nbits)))
+		return append(out, lanes[at+1:at+size-len(bw.buf)]...)
+	}
+	out := slices.Grow(bw.buf, size+8-len(bw.buf))[:size+8]
+	pos := len(bw.buf)
+	nb := uint(bw.nbits) // < 8
+	pend := bw.acc & (1<<nb - 1)
+	for i := int(start / 8); pos < size; i += 8 {
+		v := binary.BigEndian.Uint64(lanes[i : i+8])
+		binary.BigEndian.PutUint64(out[pos:pos+8], pend<<(64-nb)|v>>nb)
+		pend = v & (1<<nb - 1)
+		pos += 8
+	}
+	return out[:size]
+}
+
+// pairBits is the widest symbols whose pairs are coded together, and
+// pairLen the longest code they may have: a pair's code and its length
+// (5 bits) fit a 32-bit table entry.
+const (
+	pairBits = 5
+	pairLen  = 13
+)
 
 // pairTable fills pairs[a<<bits|b] with the joined code of symbols a and
 // b, as tab holds single ones: code<<5 | length (at most 2 x MaxLen bits).
@@ -179,12 +270,74 @@ func pairTable(pairs *[1 << (2 * pairBits)]uint32, tab *[MaxSymbols]uint32, bits
 
 // encodeLanes appends lanes 0..L-1 of syms (symbol i in lane i mod L),
 // each code from tab, to the chunk's first bits in bw, and returns the
-// chunk, which ends at byte size of the slice: the output grows once and
-// is written a 32-bit word at a time.
-func encodeLanes(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size int) []byte {
+// chunk, which ends at byte size of the slice. Codes of at most quadBits
+// bits (maxLen, the longest in tab) are joined four at a time and written
+// with one 64-bit store and no branch; longer ones a 32-bit word at a time.
+func encodeLanes(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size, maxLen int) []byte {
+	if maxLen > quadBits {
+		return encodeLanesWide(bw, tab, syms, L, size)
+	}
+	pos := len(bw.buf)
+	out := slices.Grow(bw.buf, max(size+8, pos+(quadBits*len(syms)+7)/8+16)-pos)
+	out = out[:cap(out)]
+	var ends [Lanes]uint64
+	pos, acc, nb, _ := codeLanes(out, pos, bw.acc, uint(bw.nbits), tab, syms, L, &ends)
+	flushBits(out, pos, acc, nb)
+	return out[:size]
+}
+
+// codeLanesGo codes lanes 0..L-1 of syms (codes of at most quadBits bits)
+// after the nb (< 8) bits pending in acc, whole bytes written to out up to
+// pos, which has 8 bytes of room past the last; it sets ends[k] to the
+// bit (from out's start) where lane k ends, and returns the state to
+// flush and whether every symbol had a code. acc's bits above the nb
+// pending ones are never written; nb < 8 between groups of four.
+func codeLanesGo(out []byte, pos int, acc uint64, nb uint, tab *[MaxSymbols]uint32, syms []byte, L int, ends *[Lanes]uint64) (int, uint64, uint, bool) {
+	n := len(syms)
+	// A symbol of no code has entry 0, which sets miss's top bit; every
+	// other entry is under 2^31.
+	var miss uint32
+	for lane := range L {
+		i := lane
+		for ; i+3*L < n; i += 4 * L {
+			e3 := tab[syms[i+3*L]]
+			e0, e1, e2 := tab[syms[i]], tab[syms[i+L]], tab[syms[i+2*L]]
+			miss |= (e0 - 1) | (e1 - 1) | (e2 - 1) | (e3 - 1)
+			acc = acc<<(e0&31) | uint64(e0>>5)
+			acc = acc<<(e1&31) | uint64(e1>>5)
+			acc = acc<<(e2&31) | uint64(e2>>5)
+			acc = acc<<(e3&31) | uint64(e3>>5)
+			nb += uint(e0&31 + e1&31 + e2&31 + e3&31)
+			pos, nb = putBits(out, pos, acc, nb)
+		}
+		for ; i < n; i += L {
+			e := tab[syms[i]]
+			miss |= e - 1
+			acc = acc<<(e&31) | uint64(e>>5)
+			pos, nb = putBits(out, pos, acc, nb+uint(e&31))
+		}
+		ends[lane&(Lanes-1)] = 8*uint64(pos) + uint64(nb)
+	}
+	return pos, acc, nb, miss>>31 == 0
+}
+
+// quadBits is the longest code encodeLanes joins four of in its
+// accumulator: 4 x 14 bits and 7 pending fit 64.
+const quadBits = 14
+
+// putBits writes the nb (at most 64) bits pending in acc's low bits to out
+// from byte pos with one 8-byte store (out must have 8 bytes from pos; the
+// bytes after the pending bits are written zero) and returns the position
+// of the byte that holds the nb&7 bits still pending, and their count.
+func putBits(out []byte, pos int, acc uint64, nb uint) (int, uint) {
+	binary.BigEndian.PutUint64(out[pos:pos+8], acc<<(64-nb))
+	return pos + int(nb>>3), nb & 7
+}
+
+// encodeLanesWide is encodeLanes for codes longer than quadBits.
+func encodeLanesWide(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size int) []byte {
 	out := slices.Grow(bw.buf, size-len(bw.buf))[:size]
 	pos := len(bw.buf)
-	// acc's bits above the nb pending ones are never written.
 	acc, nb := bw.acc, uint(bw.nbits)
 	for lane := range L {
 		for i := lane; i < len(syms); i += L {
@@ -195,28 +348,9 @@ func encodeLanes(bw bitWriter, tab *[MaxSymbols]uint32, syms []byte, L, size int
 	return out
 }
 
-// encodePairs is encodeLanes taking a lane's symbols two at a time from
-// pairs (symbols of bits bits, each with a code).
-func encodePairs(bw bitWriter, tab *[MaxSymbols]uint32, pairs *[1 << (2 * pairBits)]uint32, bits uint, syms []byte, L, size int) []byte {
-	out := slices.Grow(bw.buf, size-len(bw.buf))[:size]
-	pos := len(bw.buf)
-	acc, nb := bw.acc, uint(bw.nbits)
-	for lane := range L {
-		i := lane
-		for ; i+L < len(syms); i += 2 * L {
-			pos, acc, nb = appendCode(out, pos, acc, nb, pairs[(uint(syms[i])<<bits|uint(syms[i+L]))&(1<<(2*pairBits)-1)])
-		}
-		if i < len(syms) {
-			pos, acc, nb = appendCode(out, pos, acc, nb, tab[syms[i]])
-		}
-	}
-	flushBits(out, pos, acc, nb)
-	return out
-}
-
 // appendCode appends the code of e (code<<5 | length) to the nb bits
 // pending in acc, writing out a 32-bit word at pos once there is one: nb
-// stays under 32 between codes, and a code (or a pair's) adds at most 24.
+// stays under 32 between codes, and a code adds at most 31.
 func appendCode(out []byte, pos int, acc uint64, nb uint, e uint32) (int, uint64, uint) {
 	acc = acc<<(e&31) | uint64(e>>5)
 	nb += uint(e & 31)
@@ -226,6 +360,35 @@ func appendCode(out []byte, pos int, acc uint64, nb uint, e uint32) (int, uint64
 		pos += 4
 	}
 	return pos, acc, nb
+}
+
+// encodePairs is encodeLanes taking a lane's symbols two at a time from
+// pairs (symbols of bits bits, each with a code of at most pairLen bits),
+// two pairs a store.
+func encodePairs(bw bitWriter, tab *[MaxSymbols]uint32, pairs *[1 << (2 * pairBits)]uint32, bits uint, syms []byte, L, size int) []byte {
+	out := slices.Grow(bw.buf, size+8-len(bw.buf))[:size+8]
+	pos := len(bw.buf)
+	acc, nb := bw.acc, uint(bw.nbits)
+	const mask = 1<<(2*pairBits) - 1
+	n := len(syms)
+	for lane := range L {
+		i := lane
+		for ; i+3*L < n; i += 4 * L {
+			s3 := uint(syms[i+3*L])
+			p0 := pairs[(uint(syms[i])<<bits|uint(syms[i+L]))&mask]
+			p1 := pairs[(uint(syms[i+2*L])<<bits|s3)&mask]
+			acc = acc<<(p0&31) | uint64(p0>>5)
+			acc = acc<<(p1&31) | uint64(p1>>5)
+			pos, nb = putBits(out, pos, acc, nb+uint(p0&31+p1&31))
+		}
+		for ; i < n; i += L {
+			e := tab[syms[i]]
+			acc = acc<<(e&31) | uint64(e>>5)
+			pos, nb = putBits(out, pos, acc, nb+uint(e&31))
+		}
+	}
+	flushBits(out, pos, acc, nb)
+	return out[:size]
 }
 
 // flushBits writes the nb bits pending in acc's low bits to out from byte

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/synth"
@@ -282,11 +283,256 @@ func TestEncodePairs(t *testing.T) {
 			size := len(head.buf) + int((uint64(head.nbits)+total+7)/8)
 			var pairs [1 << (2 * pairBits)]uint32
 			pairTable(&pairs, &tab, uint(bits))
-			want := encodeLanes(head, &tab, syms, L, size)
+			want := encodeLanes(head, &tab, syms, L, size, quadBits+1)
 			got := encodePairs(head, &tab, &pairs, uint(bits), syms, L, size)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%d bits, %d symbols: pairs differ at byte %d", bits, n, firstDiff(got, want))
 			}
 		}
 	}
+}
+
+// TestEncodeLanesQuad holds the four-codes-a-store lane writer (and the
+// pair writer) to the one-code-at-a-time writer, for codes limited to 12,
+// quadBits and quadBits+1 bits (the last takes the one-code path itself),
+// every symbol width, chunk sizes around the lane and group boundaries,
+// and heads that leave the lanes at every bit offset.
+func TestEncodeLanesQuad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(93, 94))
+	longest := map[int]bool{}
+	for _, limit := range []int{12, quadBits, quadBits + 1} {
+		for bits := 1; bits <= 8; bits++ {
+			for _, n := range []int{1, 2, 31, 32, 33, 127, 128, 129, 255, 1000, 4095, 4096, 4097, 16384} {
+				// Fibonacci counts (the deepest code trees), shuffled, so
+				// that rare symbols reach the limit.
+				syms := make([]byte, 0, n)
+				for k, f, g := 0, 1, 1; len(syms) < n; k, f, g = k+1, g, f+g {
+					for j := 0; j < f && len(syms) < n; j++ {
+						syms = append(syms, byte(min(k, 1<<bits-1)))
+					}
+				}
+				rng.Shuffle(n, func(i, j int) { syms[i], syms[j] = syms[j], syms[i] })
+				freq := make([]uint64, 256)
+				for _, s := range syms {
+					freq[s]++
+				}
+				ls, err := Lengths(freq, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := NewCode(ls, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var tab [MaxSymbols]uint32
+				maxLen := 0
+				for sym := range 1 << bits {
+					if l := c.Lengths[sym]; l > 0 {
+						tab[sym] = c.Codes[sym]<<5 | uint32(l)
+						maxLen = max(maxLen, int(l))
+					}
+				}
+				longest[maxLen] = true
+				if n > 1000 && n%2 == 0 {
+					// The same code over its longest codes' symbols: the
+					// most bits a group of four can carry.
+					var long []byte
+					for sym := range 1 << bits {
+						if int(tab[sym]&31) >= maxLen-1 {
+							long = append(long, byte(sym))
+						}
+					}
+					for i := range syms {
+						syms[i] = long[rng.IntN(len(long))]
+					}
+				}
+				L := lanesFor(n)
+				head := bitWriter{buf: []byte{ModeCoded}}
+				head.write(uint64(rng.Uint32()), n%8+int(rng.IntN(9)))
+				want := bitWriter{buf: slices.Clone(head.buf), acc: head.acc, nbits: head.nbits}
+				for lane := range L {
+					for i := lane; i < n; i += L {
+						want.write(uint64(tab[syms[i]]>>5), int(tab[syms[i]]&31))
+					}
+				}
+				ref := want.flush()
+				size := len(ref)
+				got := encodeLanes(head, &tab, syms, L, size, maxLen)
+				if !bytes.Equal(got, ref) {
+					t.Fatalf("limit %d, %d bits, %d symbols (longest code %d): lanes differ at byte %d", limit, bits, n, maxLen, firstDiff(got, ref))
+				}
+				if bits <= pairBits && maxLen <= pairLen {
+					var pairs [1 << (2 * pairBits)]uint32
+					pairTable(&pairs, &tab, uint(bits))
+					if got := encodePairs(head, &tab, &pairs, uint(bits), syms, L, size); !bytes.Equal(got, ref) {
+						t.Fatalf("limit %d, %d bits, %d symbols: pairs differ at byte %d", limit, bits, n, firstDiff(got, ref))
+					}
+				}
+			}
+		}
+	}
+	if !longest[quadBits] || !longest[quadBits+1] {
+		t.Fatalf("no chunk had a code of %d or of %d bits: %v", quadBits, quadBits+1, longest)
+	}
+}
+
+// refEncodeChunk is EncodeChunk's format written plainly: lane lengths
+// summed one symbol at a time, every field and code through bitWriter.
+func refEncodeChunk(c *Code, syms []byte, bits int) []byte {
+	n := len(syms)
+	if n == 0 {
+		return []byte{ModeRaw}
+	}
+	if constant(syms) {
+		return []byte{ModeConstant, syms[0]}
+	}
+	L := lanesFor(n)
+	laneBits := make([]uint64, L)
+	var total uint64
+	for i, s := range syms {
+		laneBits[i%L] += uint64(c.Lengths[s])
+		total += uint64(c.Lengths[s])
+	}
+	mean := total / uint64(L)
+	var dev uint64
+	for _, b := range laneBits {
+		dev = max(dev, max(b, mean)-min(b, mean))
+	}
+	w := 1 + bitLen(dev)
+	bw := bitWriter{}
+	if 8+32+5+uint64(w*L)+total >= 8+uint64(bits*n) {
+		bw.write(ModeRaw, 8)
+		for _, s := range syms {
+			bw.write(uint64(s), bits)
+		}
+		return bw.flush()
+	}
+	bw.write(ModeCoded, 8)
+	bw.write(total, 32)
+	bw.write(uint64(w), 5)
+	for _, b := range laneBits {
+		if b >= mean {
+			bw.write(b-mean, w)
+		} else {
+			bw.write(1<<(w-1)|(mean-b), w)
+		}
+	}
+	for lane := range L {
+		for i := lane; i < n; i += L {
+			bw.write(uint64(c.Codes[syms[i]]), int(c.Lengths[syms[i]]))
+		}
+	}
+	return bw.flush()
+}
+
+// TestEncodeChunkReference holds EncodeChunk, whichever way it sums and
+// codes the lanes (vector sums, lanes coded first, pairs, wide codes), to
+// refEncodeChunk byte for byte, after a prefix in dst, and checks that a
+// symbol of no code is refused on every path.
+func TestEncodeChunkReference(t *testing.T) {
+	for _, asm := range []bool{true, false} {
+		saved := useCodeAsm
+		useCodeAsm = useCodeAsm && asm
+		t.Run(fmt.Sprintf("asm=%v", useCodeAsm), testEncodeChunkReference)
+		useCodeAsm = saved
+	}
+}
+
+func testEncodeChunkReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(95, 96))
+	for _, limit := range []int{12, quadBits, quadBits + 1} {
+		for bits := 1; bits <= 8; bits++ {
+			for _, n := range []int{1, 2, 33, 128, 129, 1000, 4096, 4097, 16383, 16384} {
+				for _, scale := range []float64{0.3, 1.5, 8, 60} {
+					syms := make([]byte, n)
+					for i := range syms {
+						syms[i] = byte(min(int(rng.ExpFloat64()*scale), 1<<bits-1))
+					}
+					freq := make([]uint64, 256)
+					for _, s := range syms {
+						freq[s]++
+					}
+					ls, err := Lengths(freq, limit)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := NewCode(ls, limit)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := refEncodeChunk(c, syms, bits)
+					got, err := EncodeChunk([]byte{0xEE, 0x11, 0x22}, c, syms, bits)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got[3:], want) || got[0] != 0xEE {
+						t.Fatalf("limit %d, %d bits, %d symbols, scale %g: differs at byte %d", limit, bits, n, scale, firstDiff(got[3:], want))
+					}
+					if constant(syms) {
+						continue
+					}
+					// A symbol the code lacks, placed in a random lane.
+					missing := -1
+					for s := range 1 << bits {
+						if c.Lengths[s] == 0 {
+							missing = s
+							break
+						}
+					}
+					if missing < 0 {
+						continue
+					}
+					bad := slices.Clone(syms)
+					bad[rng.IntN(n)] = byte(missing)
+					if _, err := EncodeChunk(nil, c, bad, bits); !errors.Is(err, ErrCode) {
+						t.Fatalf("limit %d, %d bits, %d symbols: symbol %d of no code: %v", limit, bits, n, missing, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzEncodeChunk holds EncodeChunk to refEncodeChunk on any symbols of
+// any width, coded with the 12-bit or the quadBits-bit code of their own
+// counts, through the assembly and the Go lane coders.
+func FuzzEncodeChunk(f *testing.F) {
+	f.Add([]byte{8, 0, 1, 2, 3, 200, 200, 200})
+	f.Add(bytes.Repeat([]byte{5, 1, 2, 3, 4, 4, 4, 4, 4, 4}, 700))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) < 2 {
+			return
+		}
+		bits, limit := 1+int(in[0]%8), 12
+		if in[1]&1 != 0 {
+			limit = quadBits
+		}
+		syms := slices.Clone(in[2:])
+		freq := make([]uint64, 256)
+		for i := range syms {
+			syms[i] &= byte(1<<bits - 1)
+			freq[syms[i]]++
+		}
+		ls, err := Lengths(freq, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewCode(ls, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := refEncodeChunk(c, syms, bits)
+		for _, asm := range []bool{true, false} {
+			saved := useCodeAsm
+			useCodeAsm = useCodeAsm && asm
+			got, err := EncodeChunk(nil, c, syms, bits)
+			useCodeAsm = saved
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("asm %v, %d bits, %d symbols: differs at byte %d", asm, bits, len(syms), firstDiff(got, want))
+			}
+		}
+	})
 }

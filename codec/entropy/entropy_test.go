@@ -130,7 +130,7 @@ func TestNewCodeRejects(t *testing.T) {
 	}
 }
 
-// TestHistogramAndSplit: the four-table histogram counts as a plain loop
+// TestHistogramAndSplit: the eight-table histogram counts as a plain loop
 // does, and the eight-at-a-time BF16 split gives every value's exponent
 // and other bits, at every length around its steps.
 func TestHistogramAndSplit(t *testing.T) {
