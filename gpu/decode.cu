@@ -98,7 +98,7 @@ __device__ __forceinline__ void red_publish_add(uint32_t *p, uint32_t v) {
 // of %globaltimer stamps and counts after the launch's control words
 // (ctrl + SZ_CTRL_BYTES; gpu.Decoder allocates that room when SPLITZIP_DECODE_TRACE
 // is set): entry, set-up done, first stage seen full, no ticket left,
-// consumers done, exit, chunks decoded, first ticket.
+// consumers done, exit, chunks decoded (word 7 is not written).
 #define SZ_TRACE_WORDS 8
 #define SZ_CTRL_TICKETS 4 // ctrl words of the ticket and read counters; a trace
 #define SZ_CTRL_READS 5   // starts at ctrl + SZ_CTRL_BYTES
@@ -427,6 +427,20 @@ __device__ __forceinline__ void build_lut(uint32_t *lut, uint32_t c0, uint32_t c
 #ifndef SZ_DECODE_MIN_BLOCKS
 #define SZ_DECODE_MIN_BLOCKS 2
 #endif
+// SZ_LATE: once a block's last chunk claimed is among the launch's last
+// SZ_LATE x blocks (chunks are claimed from the top down), its producer
+// claims the next only when the block holds at most SZ_LATE_DEPTH - 1
+// chunks not yet decoded, not a ring's worth, so that the launch's last
+// chunks go to blocks with nothing left rather than queue behind a busy
+// block's stages (0: never). 1 and depth 2 took about 0.6 us off a 241 us
+// in-place launch of 512 MiB on the H200; 2, or depth 1, did not
+// (docs/PERF.md, tenth session).
+#ifndef SZ_LATE
+#define SZ_LATE 1
+#endif
+#ifndef SZ_LATE_DEPTH
+#define SZ_LATE_DEPTH 2
+#endif
 
 // splitzip_decode: the producer warp claims chunks and copies each one's
 // stored bytes into a stage of a ring in shared memory (as many stages as
@@ -494,8 +508,16 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
         // written anywhere has all its earlier stages written and all its
         // readers (higher chunks) read, and can finish; no wait forms a
         // cycle whatever the scheduling of blocks.
+        long long last = (long long)p.chunks; // the chunk claimed last
         for (uint32_t s = 0, ph = 0, it = 0;; it++) {
             mbar_wait(&empty[s], ph ^ 1);
+            if (SZ_LATE > 0 && stages > SZ_LATE_DEPTH && it >= SZ_LATE_DEPTH &&
+                last < (long long)SZ_LATE * gridDim.x) {
+                // The consumers are done with the chunk of iteration
+                // it - SZ_LATE_DEPTH and any before it.
+                const uint32_t j = it - SZ_LATE_DEPTH;
+                mbar_wait(&empty[j % stages], (j / stages) & 1);
+            }
             if (lane == 0) {
                 slot[s] = it == 0 ? claim_ticket(p, first, l1, src) : claim(p, ctrl, l1, src);
                 pub[s] = 0;
@@ -504,6 +526,7 @@ extern "C" __global__ void __launch_bounds__(SZ_DECODE_THREADS, SZ_DECODE_MIN_BL
             const Chunk k = slot[s];
             const bool data = k.c >= 0 && !k.bad;
             fetch_stage(src + k.off, data ? stored_len(p, k) : 0, bufs + s * SZ_BUF, &full[s], lane);
+            last = k.c;
             if (k.c < 0) {
                 if (lane == 0) {
                     TRACE(p, 3, gtime());

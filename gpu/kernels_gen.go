@@ -5,8 +5,8 @@ package gpu
 // Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
 // decode.cu and entropy.cu.
 const (
-	decodeSourceSHA256  = "0665897153c29eb253efa2c6955fda5ee508d65b79edef2db101bc545a60dafd"
-	decodeFatbinSHA256  = "976f32569368aa29b4a14240236aba5ca780fda979608551632ed7f7bfea3821"
+	decodeSourceSHA256  = "0081d78d177bc4145a0abfb9ac4b88c613a8f4a913caed13ebdbc6c56cb068fd"
+	decodeFatbinSHA256  = "ba6b87150ef5ca84b3c09d45c2951d46516474062eef33336be06843b346e0de"
 	entropySourceSHA256 = "f9175d79f2858057ac6c145acaac17c695814ecfb98a33469286d537be129549"
 	entropyFatbinSHA256 = "a4d7bcc45ecbd52e65128af67bcf6c5d153c589f7a98e2455ecdd253a1e40a08"
 	kernelsNVCCVersion  = "13.0"

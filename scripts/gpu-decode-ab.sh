@@ -14,7 +14,7 @@
 #   stages   the new kernel with SPLITZIP_DECODE_STAGES at each of STAGES
 #            (default 2 3 4 6), 512 MiB and 64 MiB
 #   variants each of VARIANTS (name:nvcc-flags, flags comma-separated)
-#            built into $OUT/v-name, checked by the reference test and
+#            built into /tmp/v-name (VDIR), checked by the reference test and
 #            timed beside the new kernel
 #   trace    each of TRACES (name:nvcc-flags) built with -DSZ_TRACE; bench
 #            decode prints the blocks' stamps of its last launch
@@ -72,7 +72,7 @@ for phase in "$@"; do
   variants)
     for v in ${VARIANTS:-}; do
       name=${v%%:*} flags=${v#*:}
-      V=$OUT/v-$name
+      V=${VDIR:-/tmp}/v-$name
       step "variant $name ($flags)"
       KERNELS=decode NVCC_EXTRA="${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh 2>&1 | grep -A1 "_decode' for 'sm_90" | tail -1 || { fail "nvcc $name"; continue; }
       (cd gpu && SPLITZIP_FATBIN=$V/decode.fatbin timeout 120 "../$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestDecodeFewBlocks' -test.short -test.count 1 2>&1 | tail -1) || fail "test $name"
@@ -87,7 +87,7 @@ for phase in "$@"; do
     # prints the last launch's block stamps (gpu.DecodeTrace).
     for v in ${TRACES:-plain:}; do
       name=${v%%:*} flags=${v#*:}
-      V=$OUT/t-$name
+      V=${VDIR:-/tmp}/t-$name
       step "trace $name ($flags)"
       KERNELS=decode NVCC_EXTRA="-DSZ_TRACE ${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh >/dev/null 2>&1 || { fail "nvcc trace $name"; continue; }
       SPLITZIP_DECODE_TRACE=1 SPLITZIP_FATBIN=$V/decode.fatbin timeout 120 "$D/splitzip" bench decode --size "${SZ:-512MiB}" --runs 20 2>&1 | grep -E "^trace|normal" | cut -c1-600
