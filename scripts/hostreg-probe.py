@@ -88,6 +88,21 @@ def memcpy_probe():
     print(f"memcpy 16 threads, 4 GiB: {rate(4 * GIB, best)} of bytes copied (read+write = 2x that)")
 
 
+def run_threads(work, threads, errs):
+    """Runs work(w) on threads threads, w = 0..threads-1, and returns the
+    seconds they took; raises the first error a thread left in errs."""
+    ts = [threading.Thread(target=work, args=(w,)) for w in range(threads)]
+    t = time.perf_counter()
+    for x in ts:
+        x.start()
+    for x in ts:
+        x.join()
+    el = time.perf_counter() - t
+    if errs:
+        raise errs[0]
+    return el
+
+
 def pread_probe(path, threads, h2d, dst):
     size = os.path.getsize(path)
     n = size // PIECE
@@ -95,7 +110,7 @@ def pread_probe(path, threads, h2d, dst):
     lock = threading.Lock()
     errs = []
 
-    def work():
+    def work(_):
         try:
             fd = os.open(path, os.O_RDONLY)
             bufs = [torch.empty(PIECE, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
@@ -126,15 +141,7 @@ def pread_probe(path, threads, h2d, dst):
         except Exception as e:  # noqa: BLE001
             errs.append(e)
 
-    ts = [threading.Thread(target=work) for _ in range(threads)]
-    t = time.perf_counter()
-    for x in ts:
-        x.start()
-    for x in ts:
-        x.join()
-    el = time.perf_counter() - t
-    if errs:
-        raise errs[0]
+    el = run_threads(work, threads, errs)
     return n * PIECE, el
 
 
@@ -180,15 +187,7 @@ def reg_probe(path, threads, rng, populate, dst):
         except Exception as e:  # noqa: BLE001
             errs.append(e)
 
-    ts = [threading.Thread(target=work, args=(w,)) for w in range(threads)]
-    t1 = time.perf_counter()
-    for x in ts:
-        x.start()
-    for x in ts:
-        x.join()
-    t_copy = time.perf_counter() - t1
-    if errs:
-        raise errs[0]
+    t_copy = run_threads(work, threads, errs)
     t2 = time.perf_counter()
     for p in regs:
         check(cuda.cuMemHostUnregister(p), "unregister")

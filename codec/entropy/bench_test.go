@@ -24,17 +24,7 @@ func chunkCode(tb testing.TB, raw []byte) (*Code, []byte) {
 	if err := Fields[0].Symbols(syms, raw); err != nil {
 		tb.Fatal(err)
 	}
-	freq := make([]uint64, 256)
-	histogram(freq, syms)
-	ls, err := Lengths(freq, MaxLen)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c, err := NewCode(ls, MaxLen)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return c, syms
+	return codeLimited(tb, syms, MaxLen), syms
 }
 
 // BenchmarkEncodeChunk codes a chunk's exponents (bytes: the raw BF16).
@@ -144,20 +134,12 @@ func BenchmarkPayloadDTypes(b *testing.B) {
 // cast with a scale a row of 4096), the widest alphabet a payload codes.
 func BenchmarkEncodeChunkFP8(b *testing.B) {
 	raw := synth.Cast(synth.Normal(rand.New(rand.NewPCG(7, 8)), 16384, 0.02), "F8_E4M3", 4096)
-	freq := make([]uint64, 256)
-	histogram(freq, raw)
-	ls, err := Lengths(freq, MaxLen)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := NewCode(ls, MaxLen)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := codeLimited(b, raw, MaxLen)
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
 	var buf []byte
 	for b.Loop() {
+		var err error
 		if buf, err = EncodeChunk(buf[:0], c, raw, 8); err != nil {
 			b.Fatal(err)
 		}

@@ -94,16 +94,7 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	if bits < 1 || bits > 8 {
 		return nil, fmt.Errorf("entropy: symbols of %d bits", bits)
 	}
-	// Each symbol's code and length in one word: code<<5 | length, 0 for
-	// a symbol with no code (or wider than bits).
-	var tab [MaxSymbols]uint32
-	maxLen := 0
-	for sym := range 1 << bits {
-		if l := c.Lengths[sym]; l > 0 {
-			tab[sym] = c.Codes[sym]<<5 | uint32(l)
-			maxLen = max(maxLen, int(l))
-		}
-	}
+	tab, maxLen := codeTable(c, bits)
 	L := lanesFor(n)
 	var laneBits [Lanes]uint64
 	var total uint64
@@ -240,6 +231,19 @@ func appendLanes(bw bitWriter, lanes []byte, start uint64, size int) []byte {
 		pos += 8
 	}
 	return out[:size]
+}
+
+// codeTable returns each symbol's code and length in one word, code<<5 |
+// length (0 for a symbol with no code, or wider than bits), and the
+// longest code's length.
+func codeTable(c *Code, bits int) (tab [MaxSymbols]uint32, maxLen int) {
+	for sym := range 1 << bits {
+		if l := c.Lengths[sym]; l > 0 {
+			tab[sym] = c.Codes[sym]<<5 | uint32(l)
+			maxLen = max(maxLen, int(l))
+		}
+	}
+	return tab, maxLen
 }
 
 // pairBits is the widest symbols whose pairs are coded together, and

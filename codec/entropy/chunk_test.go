@@ -14,19 +14,25 @@ import (
 // codeFor builds the 12-bit code of syms' frequencies.
 func codeFor(t testing.TB, syms []byte) (*Code, *Table) {
 	t.Helper()
-	freq := make([]uint64, 256)
-	for _, s := range syms {
-		freq[s]++
-	}
-	ls, err := Lengths(freq, 12)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewCode(ls, 12)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := codeLimited(t, syms, 12)
 	return c, NewTable(c)
+}
+
+// codeLimited builds the code of syms' frequencies, no code longer than
+// limit bits.
+func codeLimited(t testing.TB, syms []byte, limit int) *Code {
+	t.Helper()
+	freq := make([]uint64, 256)
+	histogram(freq, syms)
+	ls, err := Lengths(freq, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCode(ls, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // TestChunkRoundTrip: every mode, every chunk length that matters (0, 1,
@@ -266,13 +272,7 @@ func TestEncodePairs(t *testing.T) {
 				// Skewed, so that some codes reach the length limit.
 				syms[i] = byte(min(int(rng.ExpFloat64()*float64(bits)), 1<<bits-1))
 			}
-			c, _ := codeFor(t, syms)
-			var tab [MaxSymbols]uint32
-			for sym := range 1 << bits {
-				if l := c.Lengths[sym]; l > 0 {
-					tab[sym] = c.Codes[sym]<<5 | uint32(l)
-				}
-			}
+			tab, _ := codeTable(codeLimited(t, syms, 12), bits)
 			var total uint64
 			for _, s := range syms {
 				total += uint64(tab[s] & 31)
@@ -312,26 +312,7 @@ func TestEncodeLanesQuad(t *testing.T) {
 					}
 				}
 				rng.Shuffle(n, func(i, j int) { syms[i], syms[j] = syms[j], syms[i] })
-				freq := make([]uint64, 256)
-				for _, s := range syms {
-					freq[s]++
-				}
-				ls, err := Lengths(freq, limit)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c, err := NewCode(ls, limit)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var tab [MaxSymbols]uint32
-				maxLen := 0
-				for sym := range 1 << bits {
-					if l := c.Lengths[sym]; l > 0 {
-						tab[sym] = c.Codes[sym]<<5 | uint32(l)
-						maxLen = max(maxLen, int(l))
-					}
-				}
+				tab, maxLen := codeTable(codeLimited(t, syms, limit), bits)
 				longest[maxLen] = true
 				if n > 1000 && n%2 == 0 {
 					// The same code over its longest codes' symbols: the
@@ -448,18 +429,7 @@ func testEncodeChunkReference(t *testing.T) {
 					for i := range syms {
 						syms[i] = byte(min(int(rng.ExpFloat64()*scale), 1<<bits-1))
 					}
-					freq := make([]uint64, 256)
-					for _, s := range syms {
-						freq[s]++
-					}
-					ls, err := Lengths(freq, limit)
-					if err != nil {
-						t.Fatal(err)
-					}
-					c, err := NewCode(ls, limit)
-					if err != nil {
-						t.Fatal(err)
-					}
+					c := codeLimited(t, syms, limit)
 					want := refEncodeChunk(c, syms, bits)
 					got, err := EncodeChunk([]byte{0xEE, 0x11, 0x22}, c, syms, bits)
 					if err != nil {
@@ -508,19 +478,10 @@ func FuzzEncodeChunk(f *testing.F) {
 			limit = quadBits
 		}
 		syms := slices.Clone(in[2:])
-		freq := make([]uint64, 256)
 		for i := range syms {
 			syms[i] &= byte(1<<bits - 1)
-			freq[syms[i]]++
 		}
-		ls, err := Lengths(freq, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := NewCode(ls, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := codeLimited(t, syms, limit)
 		want := refEncodeChunk(c, syms, bits)
 		for _, asm := range []bool{true, false} {
 			saved := useCodeAsm
