@@ -101,9 +101,9 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	// A full chunk's lanes are summed with vector instructions where they
 	// can be. Where they cannot (wide alphabets: FP8's whole bytes) and the
 	// codes fit codeLanes, the lanes are coded first, into scratch, and
-	// their lengths learnt on the way, then shifted in behind the head.
-	// Otherwise (and for a symbol of no code, to name it) they are summed
-	// here.
+	// their lengths learnt on the way, then joined to the head
+	// (appendLanes). Otherwise (and for a symbol of no code, to name it)
+	// they are summed here.
 	var lanes []byte
 	var start uint64
 	vec := L == Lanes && laneBitsVec(&tab, syms, &laneBits)
@@ -149,7 +149,7 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 		}
 	}
 	size := len(dst) + int((coded+7)/8)
-	if lanes != nil {
+	if lanes != nil && (start%8 == 0 || uint64(bw.nbits) == start%8) {
 		return appendLanes(bw, lanes, start, size), nil
 	}
 	if bits <= pairBits && n >= 4*L && maxLen <= pairLen {
@@ -211,8 +211,9 @@ func codeLanesFirst(sc *[]byte, tab *[MaxSymbols]uint32, syms []byte, L int, lan
 
 // appendLanes appends to the head in bw the lanes codeLanesFirst coded,
 // starting at bit start of lanes, to make a chunk that ends at byte size:
-// joined at the byte they share where the head ends where the lanes
-// start in a byte, otherwise shifted in 64 bits a step.
+// joined at the byte they share where the head ends where the lanes start
+// in a byte (start%8 bits pending in bw), otherwise (start a whole byte)
+// shifted in 64 bits a step.
 func appendLanes(bw bitWriter, lanes []byte, start uint64, size int) []byte {
 	if uint64(bw.nbits) == start%8 && start%8 != 0 {
 		at := int(start / 8)
