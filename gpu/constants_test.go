@@ -48,18 +48,27 @@ func TestKernelConstants(t *testing.T) {
 	if ez["EZ_BATCH_ROWS"] != "(2 * EZ_STEPS + 2)" || 2*num(ez, "EZ_STEPS")+2 != entropyBatchRows {
 		t.Errorf("entropy.cu: EZ_BATCH_ROWS %q with EZ_STEPS %s, the launcher's %d", ez["EZ_BATCH_ROWS"], ez["EZ_STEPS"], entropyBatchRows)
 	}
+	if ez["EZ_PAIR_BATCH_ROWS"] != "(4 * EZ_PAIR_STEPS + 4)" || 4*num(ez, "EZ_PAIR_STEPS")+4 != entropyPairBatchRows {
+		t.Errorf("entropy.cu: EZ_PAIR_BATCH_ROWS %q with EZ_PAIR_STEPS %s, the launcher's %d", ez["EZ_PAIR_BATCH_ROWS"], ez["EZ_PAIR_STEPS"], entropyPairBatchRows)
+	}
 	// ez_oring, as entropy.cu computes it.
 	for fi, f := range entropy.Fields {
 		ob := f.Other()
-		need, r := num(ez, "EZ_LANES")*entropyBatchRows*ob/8+32, 16
-		for r < need {
-			r <<= 1
-		}
-		if ob == 0 {
-			r = 0
-		}
-		if got := entropyORing(fi); got != r || r&(r-1) != 0 {
-			t.Errorf("%s: other-bits ring %d, the kernel's %d", f.Name(), got, r)
+		for _, pairs := range []bool{false, true} {
+			rows := entropyBatchRows
+			if pairs {
+				rows = entropyPairBatchRows
+			}
+			need, r := num(ez, "EZ_LANES")*rows*ob/8+32, 16
+			for r < need {
+				r <<= 1
+			}
+			if ob == 0 {
+				r = 0
+			}
+			if got := entropyORing(fi, pairs); got != r || r&(r-1) != 0 {
+				t.Errorf("%s, pairs %v: other-bits ring %d, the kernel's %d", f.Name(), pairs, got, r)
+			}
 		}
 		if s := entropySlot(fi); ob > 0 && (s%16 != 0 || s < uint64(codec.ChunkValues*ob/8)+32) {
 			t.Errorf("%s: a slot of %d bytes", f.Name(), s)

@@ -1,4 +1,9 @@
-// Entropy payload decoder, payload version 2 (docs/splitzip.md, section 11).
+// Entropy payload decoder, payload versions 2 and 3 (docs/splitzip.md,
+// section 11). In version 3 each symbol stands for the fields of two
+// adjacent values, named by the pair table the host passes with the code
+// lengths: a lane writes both fields of a symbol into the ring, which is
+// then twice as many bytes, and a rebuild writes twice as many values a
+// row of symbols.
 //
 // One kernel, two modes, as decode.cu: in place (the payload at the start
 // of [dst, dst + n * vsize), overwritten by the values) and out of place.
@@ -51,12 +56,17 @@
 #ifndef EZ_STEPS
 #define EZ_STEPS 20 // table lookups between rebuilds, a multiple of EZ_LOOKUPS
 #endif
+#ifndef EZ_PAIR_STEPS
+#define EZ_PAIR_STEPS 10 // the same for pair symbols, which hold two values each
+#endif
 #define EZ_AHEAD 48 // rows a lane runs ahead: 32 x (48 + 2) < EZ_RING
 // Rows one rebuild writes at most: the slowest lane gains at most two
 // symbols a lookup, and when it runs out of symbols the others are at
 // most one row past it. The other bits of this many rows are fetched,
 // into the warp's other-bits ring, before each rebuild.
 #define EZ_BATCH_ROWS (2 * EZ_STEPS + 2)
+// The same in rows of values for pair symbols: two values a symbol.
+#define EZ_PAIR_BATCH_ROWS (4 * EZ_PAIR_STEPS + 4)
 
 // Error bits reported in *err (decode.cu uses 1, 2, 4 and 8).
 #define EZ_ERR_INDEX 16u  // a record span is out of range, or breaks the in-place invariant
@@ -81,7 +91,19 @@ struct EParams {
     uint32_t buf_bytes; // shared buffer per warp, a multiple of 16: a symbol chunk, then the ring
     uint32_t max_sym;   // the longest symbol chunk the buffer holds
     uint32_t slot_bytes; // a multiple of 16, at least a full chunk's other bits and 32
+    uint32_t pair;       // version 3: symbols are pairs of fields
     uint8_t lengths[256]; // code length of each symbol, 0 for none
+    uint16_t pairs[256];  // version 3: symbol s's fields, the first in the low byte
+};
+
+// EzMode is what differs between payloads of single fields and of pairs:
+// lookups between rebuilds, the value rows a rebuild writes at most, and
+// the bytes of the ring of decoded fields.
+template <bool PAIR> struct EzMode {
+    static constexpr int steps = PAIR ? EZ_PAIR_STEPS : EZ_STEPS;
+    static constexpr uint32_t per = PAIR ? 2 : 1; // values a symbol
+    static constexpr uint32_t rows = PAIR ? EZ_PAIR_BATCH_ROWS : EZ_BATCH_ROWS;
+    static constexpr uint32_t ring = per * EZ_RING;
 };
 
 __device__ __forceinline__ uint32_t ez_ld_acquire(const uint32_t *p) {
@@ -128,11 +150,11 @@ template <int VS, int SHIFT, int BITS, bool WHOLE> struct EzField {
 };
 
 // ez_oring is the bytes of a warp's other-bits ring for OB other bits a
-// value: a power of two holding EZ_BATCH_ROWS full rows and the 16-byte
+// value: a power of two holding ROWS full rows of values and the 16-byte
 // pieces either side (0 without other bits). The host computes the same
 // (gpu.entropyORing).
-__host__ __device__ constexpr uint32_t ez_oring(int OB) {
-    uint32_t need = EZ_BATCH_ROWS * EZ_LANES * (uint32_t)OB / 8 + 32, r = 16;
+__host__ __device__ constexpr uint32_t ez_oring(int OB, uint32_t ROWS) {
+    uint32_t need = ROWS * EZ_LANES * (uint32_t)OB / 8 + 32, r = 16;
     while (r < need) {
         r <<= 1;
     }
@@ -154,11 +176,12 @@ struct EzOther {
 // ez_fill starts the copy of the other bits of values [v0, v1) into the
 // ring, in 16-byte pieces (whole pieces of the source: at most 15 bytes
 // before and after, inside the record or the slot).
-template <int OB> __device__ __forceinline__ void ez_fill(const EzOther &o, uint32_t v0, uint32_t v1, uint32_t lane) {
+template <int OB, uint32_t ROWS>
+__device__ __forceinline__ void ez_fill(const EzOther &o, uint32_t v0, uint32_t v1, uint32_t lane) {
     if (OB == 0 || v0 >= v1) {
         return;
     }
-    constexpr uint32_t M = ez_oring(OB) - 1;
+    constexpr uint32_t M = ez_oring(OB, ROWS) - 1;
     const uint32_t b0 = (o.skew + v0 * OB / 8) & ~15u;
     const uint32_t b1 = (min(o.skew + (v1 * OB + 7) / 8, o.end) + 15) & ~15u;
     for (uint32_t off = b0 + 16 * lane; off < b1; off += 16 * EZ_LANES) {
@@ -168,16 +191,17 @@ template <int OB> __device__ __forceinline__ void ez_fill(const EzOther &o, uint
 
 // ez_obits returns the n bits (1..32) at bit pos of the other bits (big
 // endian within each byte, as ez_bits), from the ring.
-template <int OB> __device__ __forceinline__ uint32_t ez_obits(const uint32_t *w, uint32_t pos, uint32_t n) {
-    constexpr uint32_t WM = ez_oring(OB) / 4 - 1;
+template <int OB, uint32_t ROWS>
+__device__ __forceinline__ uint32_t ez_obits(const uint32_t *w, uint32_t pos, uint32_t n) {
+    constexpr uint32_t WM = ez_oring(OB, ROWS) / 4 - 1;
     const uint32_t i = pos >> 5;
     const uint64_t x = ((uint64_t)ez_bswap(w[i & WM]) << 32 | ez_bswap(w[(i + 1) & WM])) << (pos & 31);
     return (uint32_t)(x >> (64 - n));
 }
 
-// ez_value rebuilds value i of a chunk from its symbol s and its other
+// ez_value rebuilds value i of a chunk from its field s and its other
 // bits, from the ring.
-template <int VS, int SHIFT, int BITS, bool WHOLE>
+template <int VS, int SHIFT, int BITS, bool WHOLE, uint32_t ROWS>
 __device__ __forceinline__ uint32_t ez_value(const EzOther &o, uint32_t i, uint32_t s) {
     if (WHOLE) {
         return s;
@@ -185,9 +209,9 @@ __device__ __forceinline__ uint32_t ez_value(const EzOther &o, uint32_t i, uint3
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
     uint32_t v;
     if (OB == 8) {
-        v = ((const uint8_t *)o.w)[(o.skew + i) & (ez_oring(OB) - 1)];
+        v = ((const uint8_t *)o.w)[(o.skew + i) & (ez_oring(OB, ROWS) - 1)];
     } else {
-        v = ez_obits<OB>(o.w, 8 * o.skew + i * OB, OB);
+        v = ez_obits<OB, ROWS>(o.w, 8 * o.skew + i * OB, OB);
     }
     return (v >> SHIFT) << (SHIFT + BITS) | s << SHIFT | (v & ((1u << SHIFT) - 1));
 }
@@ -202,19 +226,21 @@ template <int VS> __device__ __forceinline__ void ez_store(uint8_t *out, uint32_
     }
 }
 
-// ez_rebuild writes values [i0, i1) of a chunk from their symbols in the
-// ring and their other bits in the other-bits ring, the warp's lanes
-// together. With vec (i0 a multiple of 32, i1 too or the chunk's end),
-// BF16 and FP8 whole bytes take four values a lane at a time.
-template <int VS, int SHIFT, int BITS, bool WHOLE>
+// ez_rebuild writes values [i0, i1) of a chunk from their fields in the
+// ring (a field a byte, value i at i mod the ring's bytes) and their
+// other bits in the other-bits ring, the warp's lanes together. With vec
+// (i0 a multiple of 32, i1 too or the chunk's end), BF16 and FP8 whole
+// bytes take four values a lane at a time.
+template <int VS, int SHIFT, int BITS, bool WHOLE, bool PAIR>
 __device__ __forceinline__ void ez_rebuild(const EzOther &o, const uint8_t *ring, uint8_t *out, uint32_t i0,
                                            uint32_t i1, bool vec, uint32_t lane) {
     constexpr bool BF16 = VS == 2 && SHIFT == 7 && BITS == 8 && !WHOLE;
+    constexpr uint32_t ROWS = EzMode<PAIR>::rows, RM = EzMode<PAIR>::ring - 1;
     if ((BF16 || WHOLE) && vec) {
-        constexpr uint32_t WM = BF16 ? ez_oring(8) / 4 - 1 : 0;
+        constexpr uint32_t WM = BF16 ? ez_oring(8, ROWS) / 4 - 1 : 0;
         uint32_t i = i0 + 4 * lane;
         for (; i + 4 <= i1; i += 4 * EZ_LANES) {
-            const uint32_t s4 = *(const uint32_t *)(ring + (i & EZ_RING_MASK));
+            const uint32_t s4 = *(const uint32_t *)(ring + (i & RM));
             if (WHOLE) {
                 *(uint32_t *)(out + i) = s4;
                 continue;
@@ -226,13 +252,13 @@ __device__ __forceinline__ void ez_rebuild(const EzOther &o, const uint8_t *ring
             *(uint2 *)(out + 2 * i) = make_uint2(__byte_perm(lb, hb, 0x5140), __byte_perm(lb, hb, 0x7362));
         }
         for (; i < i1; i++) { // the chunk's last values
-            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(o, i, ring[i & EZ_RING_MASK]));
+            ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE, ROWS>(o, i, ring[i & RM]));
         }
         return;
     }
 #pragma unroll 4
     for (uint32_t i = i0 + lane; i < i1; i += EZ_LANES) {
-        ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(o, i, ring[i & EZ_RING_MASK]));
+        ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE, ROWS>(o, i, ring[i & RM]));
     }
 }
 
@@ -245,35 +271,44 @@ __device__ __forceinline__ void ez_landed() {
 
 // ez_chunk decodes one chunk into the cnt values at out, from its symbol
 // chunk (cs bytes from byte sskew of the warp's buffer sw, snw words) and
-// its other bits o, whose first L * EZ_BATCH_ROWS values' fill is in
-// flight, and returns its error bits. All lanes of the warp call it.
-template <int VS, int SHIFT, int BITS, bool WHOLE>
+// its other bits o, whose first L * EzMode<PAIR>::rows values' fill is in
+// flight, and returns its error bits. L is the lanes of its symbols (cnt,
+// or in pairs (cnt + 1) / 2); ptab is the pair table. All lanes of the
+// warp call it.
+template <int VS, int SHIFT, int BITS, bool WHOLE, bool PAIR>
 __device__ __forceinline__ uint32_t ez_chunk(const uint32_t *sw, uint32_t snw, uint32_t sskew, uint32_t cs,
                                               const EzOther o, uint32_t cnt, uint32_t L, const uint32_t *tab2,
-                                              uint8_t *ring, uint8_t *out, uint32_t lane) {
+                                              const uint16_t *ptab, uint8_t *ring, uint8_t *out, uint32_t lane) {
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
+    using M = EzMode<PAIR>;
+    constexpr int SB = PAIR ? 8 : BITS; // bits of a raw symbol
     const uint8_t *b = (const uint8_t *)sw;
     const uint32_t *w = sw, nw = snw;
     const uint32_t cbase = 8 * sskew; // the symbol chunk's first bit in the buffer
-    const uint32_t bv = L * EZ_BATCH_ROWS; // values a fill covers
+    const uint32_t bv = L * M::rows;  // values a fill covers
+    const uint32_t ns = PAIR ? (cnt + 1) / 2 : cnt; // symbols
     if (cs == 0) {
         return EZ_ERR_STREAM;
     }
     const uint32_t mode = b[cbase >> 3];
     if (mode == 0 || mode == 1) { // raw or constant: a batch of values a fill
         const uint32_t s1 = b[(cbase >> 3) + 1];
-        if (mode == 1 ? cs != 2 || (BITS < 8 && (s1 >> BITS) != 0) : (uint64_t)cs != (8 + (uint64_t)cnt * BITS + 7) / 8) {
+        if (mode == 1 ? cs != 2 || (SB < 8 && (s1 >> SB) != 0) : (uint64_t)cs != (8 + (uint64_t)ns * SB + 7) / 8) {
             return EZ_ERR_STREAM;
         }
         for (uint32_t v0 = 0; v0 < cnt; v0 += bv) {
             const uint32_t v1 = min(cnt, v0 + bv);
             ez_landed();
             for (uint32_t i = v0 + lane; i < v1; i += EZ_LANES) {
-                const uint32_t s = mode == 1 ? s1 : ez_bits(w, nw, cbase + 8 + (uint64_t)i * BITS, BITS);
-                ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE>(o, i, s));
+                const uint32_t j = PAIR ? i / 2 : i; // the value's symbol
+                uint32_t s = mode == 1 ? s1 : ez_bits(w, nw, cbase + 8 + (uint64_t)j * SB, SB);
+                if (PAIR) {
+                    s = (ptab[s] >> (8 * (i & 1))) & 0xFF;
+                }
+                ez_store<VS>(out, i, ez_value<VS, SHIFT, BITS, WHOLE, M::rows>(o, i, s));
             }
             __syncwarp(); // the ring's bytes are read
-            ez_fill<OB>(o, v1, min(cnt, v1 + bv), lane);
+            ez_fill<OB, M::rows>(o, v1, min(cnt, v1 + bv), lane);
         }
         return 0;
     }
@@ -324,16 +359,19 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint32_t *sw, uint32_t snw, u
     // every lane has passed, together: rows of L positions, consecutive in
     // memory. A lane runs at most EZ_AHEAD rows ahead of the slowest,
     // which bounds the ring.
+    // In pairs, a symbol's two fields go to the ring as one 16-bit entry:
+    // value i's field at byte i of the ring, as for single fields.
     const bool dec = lane < L;
-    const uint32_t nt = dec ? (cnt - lane + L - 1) / L : 0; // the lane's symbols
-    const uint32_t endp = lane + L * nt;                    // past the lane's last position
+    const uint32_t nt = dec ? (ns - lane + L - 1) / L : 0; // the lane's symbols
+    const uint32_t endp = lane + L * nt;                   // past the lane's last position
     uint32_t q = dec ? (uint32_t)(cbase + lanes0 + start) : 0; // the lane's next bit in the buffer
     uint32_t k = 0, pos = lane, used = 0, zero = 0;
-    const uint32_t rows = (cnt + L - 1) / L;
+    const uint32_t rows = (ns + L - 1) / L;
+    uint16_t *ring2 = (uint16_t *)ring;
     uint32_t done = 0, kmin = 0; // rows rebuilt; the slowest lane's symbols
     while (done < rows) {
         const uint32_t lim = min(endp, lane + L * (kmin + EZ_AHEAD));
-        for (int st = 0; st < EZ_STEPS / EZ_LOOKUPS; st++) {
+        for (int st = 0; st < M::steps / EZ_LOOKUPS; st++) {
             const uint32_t wa = q >> 5, sh = q & 31;
             const uint32_t x = ez_bswap(w[min(wa, nw - 1)]), y = ez_bswap(w[min(wa + 1, nw - 1)]),
                            z = ez_bswap(w[min(wa + 2, nw - 1)]);
@@ -344,9 +382,16 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint32_t *sw, uint32_t snw, u
                 const uint32_t e = tab2[hi >> (32 - EZ_MAXLEN)];
                 const bool two = (e >> 24) && pos + L < endp;
                 if (act) {
-                    ring[pos & EZ_RING_MASK] = (uint8_t)e;
-                    if (two) {
-                        ring[(pos + L) & EZ_RING_MASK] = (uint8_t)(e >> 8);
+                    if (PAIR) {
+                        ring2[pos & EZ_RING_MASK] = ptab[e & 0xFF];
+                        if (two) {
+                            ring2[(pos + L) & EZ_RING_MASK] = ptab[(e >> 8) & 0xFF];
+                        }
+                    } else {
+                        ring[pos & EZ_RING_MASK] = (uint8_t)e;
+                        if (two) {
+                            ring[(pos + L) & EZ_RING_MASK] = (uint8_t)(e >> 8);
+                        }
                     }
                     zero |= e == 0;
                     k += 1 + two;
@@ -363,11 +408,12 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint32_t *sw, uint32_t snw, u
         // Rows below kmin are decoded (a lane done with its symbols holds
         // none back): positions [done * L, upto * L).
         kmin = __reduce_min_sync(0xFFFFFFFFu, pos < endp ? k : 0xFFFFFFFFu);
-        const uint32_t upto = min(rows, kmin); // at most done + EZ_BATCH_ROWS
-        ez_landed(); // the other bits of rows [done, done + EZ_BATCH_ROWS); the symbols
-        ez_rebuild<VS, SHIFT, BITS, WHOLE>(o, ring, out, done * L, min(cnt, upto * L), L == EZ_LANES, lane);
+        const uint32_t upto = min(rows, kmin); // at most done + M::rows / M::per
+        ez_landed(); // the other bits of the values of rows [done, done + M::rows / M::per); the symbols
+        ez_rebuild<VS, SHIFT, BITS, WHOLE, PAIR>(o, ring, out, M::per * done * L, min(cnt, M::per * upto * L),
+                                                 L == EZ_LANES, lane);
         __syncwarp(); // the ring positions are free again
-        ez_fill<OB>(o, upto * L, min(cnt, (upto + EZ_BATCH_ROWS) * L), lane);
+        ez_fill<OB, M::rows>(o, M::per * upto * L, min(cnt, M::per * upto * L + bv), lane);
         done = upto;
     }
     bad = dec && (zero || used != len);
@@ -475,16 +521,19 @@ template <typename P> __device__ __forceinline__ uint64_t ez_search(uint64_t lo,
 // the copy of the first other bits into its other-bits ring (and in place
 // copies all of them into the warp's scratch slot), publishes and waits
 // (in place), and decodes it. The warp's buffer is the symbol chunk, the
-// ring of symbols (EZ_RING bytes), then the other-bits ring.
-template <int VS, int SHIFT, int BITS, bool WHOLE>
-__device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, uint8_t *buf) {
+// ring of decoded fields (EzMode<PAIR>::ring bytes), then the other-bits
+// ring.
+template <int VS, int SHIFT, int BITS, bool WHOLE, bool PAIR>
+__device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf) {
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
+    using M = EzMode<PAIR>;
+    constexpr uint32_t ORING = ez_oring(OB, M::rows);
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t *w = (const uint32_t *)buf;
-    const uint32_t sym_bytes = p.buf_bytes - EZ_RING - ez_oring(OB); // at least 32: checked below
+    const uint32_t sym_bytes = p.buf_bytes - M::ring - ORING; // at least 32: checked below
     const uint32_t nw = sym_bytes / 4;
     uint8_t *ring = buf + sym_bytes;
-    uint32_t *oring = (uint32_t *)(ring + EZ_RING);
+    uint32_t *oring = (uint32_t *)(ring + M::ring);
     uint32_t *ctrl = (uint32_t *)p.ctrl;
     uint32_t *flags = (uint32_t *)p.flags;
     const uint64_t *index = (const uint64_t *)p.index;
@@ -492,7 +541,7 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, u
     const uint64_t per = (uint64_t)EZ_CHUNK * VS;
     const uint64_t lim = p.records + p.rec_bytes; // no record byte lies past it; the index follows
     uint4 *slot = (uint4 *)(p.scratch + ((uint64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * p.slot_bytes);
-    if (p.buf_bytes < EZ_RING + ez_oring(OB) + 32) { // no room for a symbol chunk: decode nothing
+    if (p.buf_bytes < M::ring + ORING + 32) { // no room for a symbol chunk: decode nothing
         if (lane == 0) {
             atomicOr((uint32_t *)p.err, EZ_ERR_INDEX);
         }
@@ -528,13 +577,14 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, u
         if (!bad && nb > sym_bytes) {
             bad = EZ_ERR_INDEX; // the host sized the buffers from max_sym
         }
-        const uint32_t L = (cnt + 127) / 128 < EZ_LANES ? (cnt + 127) / 128 : EZ_LANES;
+        const uint32_t ns = PAIR ? (cnt + 1) / 2 : cnt; // symbols
+        const uint32_t L = (ns + 127) / 128 < EZ_LANES ? (ns + 127) / 128 : EZ_LANES;
         // Other bits: in place from the slot, out of place from the record
         // (the last piece may run up to 15 bytes into the symbols or the
         // index, which follows the records); the first fill from the record.
         const EzOther o = {oring, p.in_place ? (const uint8_t *)slot : src + a0, skew, skew + (uint32_t)obytes};
         if (!bad) {
-            ez_fill<OB>(EzOther{oring, src + a0, skew, o.end}, 0, min(cnt, L * EZ_BATCH_ROWS), lane);
+            ez_fill<OB, M::rows>(EzOther{oring, src + a0, skew, o.end}, 0, min(cnt, L * M::rows), lane);
             for (uint32_t off = lane * 16; off < nb; off += EZ_LANES * 16) {
                 const uint64_t g = s0 + off;
                 ez_cp16(buf + off, src + g, (uint32_t)ez_min(16, lim > g ? lim - g : 0));
@@ -587,8 +637,8 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, u
             __syncwarp();
         }
         if (!bad) {
-            bad = ez_chunk<VS, SHIFT, BITS, WHOLE>(w, nw, sskew, cs, o, cnt, L, tab2, ring, (uint8_t *)p.dst + c * per,
-                                                   lane);
+            bad = ez_chunk<VS, SHIFT, BITS, WHOLE, PAIR>(w, nw, sskew, cs, o, cnt, L, tab2, ptab, ring,
+                                                         (uint8_t *)p.dst + c * per, lane);
         }
         if (bad && lane == 0) {
             atomicOr((uint32_t *)p.err, bad);
@@ -597,37 +647,51 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, u
     }
 }
 
-extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode(const EParams p) {
-    extern __shared__ __align__(16) uint8_t ez_bufs[]; // buf_bytes a warp, at least 8 KiB in all
-    __shared__ uint32_t tab2[1 << EZ_MAXLEN];
-    __shared__ uint8_t len[256], sorted[256];
-    __shared__ uint32_t cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
-    ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, cnt, first, offs); // the buffers are free until then
-    uint8_t *buf = ez_bufs + (threadIdx.x >> 5) * (uint64_t)p.buf_bytes;
+// ez_field runs the variant of the payload's field.
+template <bool PAIR>
+__device__ __forceinline__ void ez_field(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf) {
     switch (p.field) { // the index into entropy.Fields
     case 0:
-        ez_run<2, 7, 8, false>(p, tab2, buf); // BF16
+        ez_run<2, 7, 8, false, PAIR>(p, tab2, ptab, buf); // BF16
         break;
     case 1:
-        ez_run<2, 10, 5, false>(p, tab2, buf); // F16
+        ez_run<2, 10, 5, false, PAIR>(p, tab2, ptab, buf); // F16
         break;
     case 2:
-        ez_run<4, 23, 8, false>(p, tab2, buf); // F32
+        ez_run<4, 23, 8, false, PAIR>(p, tab2, ptab, buf); // F32
         break;
     case 3:
-        ez_run<1, 3, 4, false>(p, tab2, buf); // F8_E4M3 exponent
+        ez_run<1, 3, 4, false, PAIR>(p, tab2, ptab, buf); // F8_E4M3 exponent
         break;
     case 5:
-        ez_run<1, 2, 5, false>(p, tab2, buf); // F8_E5M2 exponent
+        ez_run<1, 2, 5, false, PAIR>(p, tab2, ptab, buf); // F8_E5M2 exponent
         break;
     case 4:
     case 6:
-        ez_run<1, 0, 8, true>(p, tab2, buf); // FP8 whole bytes
+        ez_run<1, 0, 8, true, PAIR>(p, tab2, ptab, buf); // FP8 whole bytes
         break;
     default: // the host passes only the fields above
         if (threadIdx.x == 0) {
             atomicOr((uint32_t *)p.err, EZ_ERR_INDEX);
         }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode(const EParams p) {
+    extern __shared__ __align__(16) uint8_t ez_bufs[]; // buf_bytes a warp, at least 8 KiB in all
+    __shared__ uint32_t tab2[1 << EZ_MAXLEN];
+    __shared__ uint8_t len[256], sorted[256];
+    __shared__ uint16_t ptab[256];
+    __shared__ uint32_t cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
+    for (uint32_t s = threadIdx.x; s < 256; s += blockDim.x) {
+        ptab[s] = p.pairs[s];
+    }
+    ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, cnt, first, offs); // the buffers are free until then (it syncs)
+    uint8_t *buf = ez_bufs + (threadIdx.x >> 5) * (uint64_t)p.buf_bytes;
+    if (p.pair) {
+        ez_field<true>(p, tab2, ptab, buf);
+    } else {
+        ez_field<false>(p, tab2, ptab, buf);
     }
     // The last block to leave resets the counters for the next launch.
     __syncthreads();

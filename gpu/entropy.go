@@ -28,8 +28,11 @@ const (
 	// entropyRing is EZ_RING, a warp's ring of decoded symbols.
 	entropyRing = 2048
 	// entropyBatchRows is EZ_BATCH_ROWS, the rows of values whose other
-	// bits a warp's other-bits ring holds at a time.
-	entropyBatchRows = 42
+	// bits a warp's other-bits ring holds at a time, and
+	// entropyPairBatchRows EZ_PAIR_BATCH_ROWS, the same for payloads of
+	// pair symbols (whose ring of fields is twice entropyRing bytes).
+	entropyBatchRows     = 42
+	entropyPairBatchRows = 44
 	// entropyOverhead is EZ_OVERHEAD: a record is at most its values'
 	// bytes and this.
 	entropyOverhead = 64
@@ -43,8 +46,9 @@ const (
 // entropyParams mirrors struct EParams in entropy.cu.
 type entropyParams struct {
 	Dst, Src, Index, N, Chunks, Records, RecBytes, Flags, Ctrl, Err, Scratch uint64
-	Field, InPlace, Epoch, BufBytes, MaxSym, SlotBytes                       uint32
+	Field, InPlace, Epoch, BufBytes, MaxSym, SlotBytes, Pair                 uint32
 	Lengths                                                                  [entropy.MaxSymbols]uint8
+	Pairs                                                                    [entropy.MaxSymbols]uint16
 }
 
 // entropyKernel is the loaded entropy decoder and its launch shape per
@@ -62,10 +66,12 @@ type entropyKernel struct {
 	shapes  map[shapeKey]entropyShape
 }
 
-// shapeKey is what a launch shape depends on: the field, the longest
-// symbol chunk and the scratch slot (0 out of place).
+// shapeKey is what a launch shape depends on: the field, whether its
+// symbols are pairs, the longest symbol chunk and the scratch slot (0 out
+// of place).
 type shapeKey struct {
 	field     int
+	pairs     bool
 	sym, slot uint64
 }
 
@@ -141,17 +147,22 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	return k, nil
 }
 
-// shape returns the launch shape for field fi, symbol chunks of at most
-// sym bytes and, in place, scratch slots of slot bytes: as many warps a
-// block as shared memory holds buffers for (each a symbol chunk with 16
-// bytes of alignment either side, the ring and the other-bits ring) and,
-// in place, as the scratch bound holds slots for on every multiprocessor.
-func (k *entropyKernel) shape(ctx *cuda.Context, fi int, sym, slot uint64) (entropyShape, error) {
-	key := shapeKey{fi, sym, slot}
+// shape returns the launch shape for field fi, of pair symbols or not,
+// symbol chunks of at most sym bytes and, in place, scratch slots of slot
+// bytes: as many warps a block as shared memory holds buffers for (each a
+// symbol chunk with 16 bytes of alignment either side, the ring of fields
+// and the other-bits ring) and, in place, as the scratch bound holds
+// slots for on every multiprocessor.
+func (k *entropyKernel) shape(ctx *cuda.Context, fi int, pairs bool, sym, slot uint64) (entropyShape, error) {
+	key := shapeKey{fi, pairs, sym, slot}
 	if s, ok := k.shapes[key]; ok {
 		return s, nil
 	}
-	buf := int((sym+15+15)&^15) + 16 + entropyRing + entropyORing(fi)
+	ring := entropyRing
+	if pairs {
+		ring *= 2
+	}
+	buf := int((sym+15+15)&^15) + 16 + ring + entropyORing(fi, pairs)
 	warps := min(k.maxWarps, (k.optin-entropyStatic)/buf)
 	if warps < 1 {
 		return entropyShape{}, fmt.Errorf("gpu: %d bytes of shared memory a block hold no %d-byte chunk buffer", k.optin, buf)
@@ -178,14 +189,19 @@ func (k *entropyKernel) shape(ctx *cuda.Context, fi int, sym, slot uint64) (entr
 }
 
 // entropyORing is ez_oring: a warp's other-bits ring for field fi, a
-// power of two holding entropyBatchRows rows of 32 values' other bits and
-// 32 bytes (0 when the field has none).
-func entropyORing(fi int) int {
+// power of two holding entropyBatchRows rows (entropyPairBatchRows for
+// pair symbols) of 32 values' other bits and 32 bytes (0 when the field
+// has none).
+func entropyORing(fi int, pairs bool) int {
 	ob := entropy.Fields[fi].Other()
 	if ob == 0 {
 		return 0
 	}
-	need, r := entropyBatchRows*32*ob/8+32, 16
+	rows := entropyBatchRows
+	if pairs {
+		rows = entropyPairBatchRows
+	}
+	need, r := rows*32*ob/8+32, 16
 	for r < need {
 		r <<= 1
 	}
@@ -231,7 +247,7 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	if dst%16 != 0 || src%16 != 0 {
 		return fmt.Errorf("%w: decode buffers must be 16-byte aligned (%#x, %#x)", ErrKernel, dst, src)
 	}
-	if h.Version != 2 {
+	if h.Version < 2 {
 		return entropy.ErrNoRecords
 	}
 	d.mu.Lock()
@@ -254,7 +270,7 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	if inPlace {
 		slot = entropySlot(int(h.Field))
 	}
-	sh, err := k.shape(d.ctx, int(h.Field), sym, slot)
+	sh, err := k.shape(d.ctx, int(h.Field), h.Pairs, sym, slot)
 	if err != nil {
 		return err
 	}
@@ -300,6 +316,9 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	pr := entropyParams{Dst: uint64(dst), Src: uint64(src), Index: uint64(d.idx), N: h.Values, Chunks: N,
 		Records: h.Others, RecBytes: h.Index - h.Others, Flags: uint64(d.flags), Ctrl: uint64(d.ctrl),
 		Err: uint64(d.ctrl) + 8, Field: uint32(h.Field), Epoch: d.epoch, BufBytes: uint32(sh.buf), MaxSym: uint32(sym), Lengths: h.Lengths}
+	if h.Pairs {
+		pr.Pair, pr.Pairs = 1, h.PairFields
+	}
 	if inPlace {
 		pr.InPlace, pr.Scratch, pr.SlotBytes = 1, uint64(d.scratch), uint32(slot)
 	}

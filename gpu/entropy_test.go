@@ -94,7 +94,63 @@ func entropyCases(rng *rand.Rand, f entropy.Field, short bool) []testCase {
 			mix = append(mix, b...)
 		}
 	}
-	return append(cs, testCase{"trained, constant and incompressible chunks", mix})
+	cs = append(cs, testCase{"trained, constant and incompressible chunks", mix})
+	// Few, peaked fields: payloads of pair symbols (version 3), at odd
+	// lengths and chunk boundaries, and beside constant and
+	// incompressible chunks.
+	for _, n := range []int{2001, C - 1, C, C + 1, 3*C + 7, 40*C + 333} {
+		cs = append(cs, testCase{"peaked n=" + itoa(n), peakedValues(rng, f, n)})
+	}
+	var pmix []byte
+	for c := range 12 {
+		switch c % 3 {
+		case 0:
+			pmix = append(pmix, peakedValues(rng, f, C)...)
+		case 1:
+			pmix = append(pmix, make([]byte, C*f.Size)...)
+		case 2:
+			pmix = append(pmix, peakedValues(rng, f, C)[:C*f.Size/2]...)
+			b := make([]byte, C*f.Size/2)
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			pmix = append(pmix, b...)
+		}
+	}
+	return append(cs, testCase{"peaked, constant and part incompressible chunks", append(pmix, peakedValues(rng, f, 5)...)})
+}
+
+// peakedValues returns n values of field f whose fields take few values,
+// one of them most of the time (a trained tensor's exponents), and whose
+// other bits are random: their payloads code pairs of fields.
+func peakedValues(rng *rand.Rand, f entropy.Field, n int) []byte {
+	raw := make([]byte, n*f.Size)
+	for i := range n {
+		e := uint32(3)
+		switch r := rng.IntN(100); {
+		case r >= 97:
+			e = uint32(rng.IntN(6))
+		case r >= 92:
+			e = 2
+		case r >= 80:
+			e = 4
+		}
+		v := rng.Uint32()
+		if f.Whole {
+			v = e*7 + 1
+		} else {
+			v = v&^((1<<f.Bits-1)<<f.Shift) | e<<f.Shift
+		}
+		switch f.Size {
+		case 1:
+			raw[i] = byte(v)
+		case 2:
+			binary.LittleEndian.PutUint16(raw[2*i:], uint16(v))
+		case 4:
+			binary.LittleEndian.PutUint32(raw[4*i:], v)
+		}
+	}
+	return raw
 }
 
 // TestEntropyMatchesReference decodes every test tensor of every field on
@@ -104,7 +160,7 @@ func TestEntropyMatchesReference(t *testing.T) {
 	ctx, d := requireGPU(t)
 	rng := seeded(t)
 	for fi, f := range entropy.Fields {
-		inPlace := 0
+		inPlace, pairs := 0, 0
 		for _, c := range entropyCases(rng, f, testing.Short()) {
 			p, err := entropy.Encode(fi, c.values, 0)
 			if err != nil {
@@ -123,6 +179,9 @@ func TestEntropyMatchesReference(t *testing.T) {
 				modes = append(modes, true)
 				inPlace++
 			}
+			if h.Pairs {
+				pairs++
+			}
 			for _, ip := range modes {
 				hh := *h
 				if !ip {
@@ -137,10 +196,10 @@ func TestEntropyMatchesReference(t *testing.T) {
 				}
 			}
 		}
-		if inPlace == 0 {
-			t.Errorf("%s: no payload was decoded in place", f.Name())
+		if inPlace == 0 || pairs == 0 {
+			t.Errorf("%s: %d payloads were decoded in place, %d coded pairs", f.Name(), inPlace, pairs)
 		}
-		t.Logf("%s: every case bit for bit, %d of them also in place", f.Name(), inPlace)
+		t.Logf("%s: every case bit for bit, %d of them also in place, %d of pair symbols", f.Name(), inPlace, pairs)
 	}
 }
 
@@ -158,48 +217,72 @@ func TestEntropyCorruptPayloads(t *testing.T) {
 	if testing.Short() {
 		runs = 60
 	}
-	reported := 0
+	reported, tried := 0, 0
 	for fi, f := range entropy.Fields {
-		raw := synth.Normal(rng, 9*C+11, 0.02)
-		if f.DType != "BF16" {
-			raw = synth.Cast(raw, f.DType, 256)
-		}
-		p, err := entropy.Encode(fi, raw, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := entropy.Check(p)
-		if err != nil || !h.InPlace {
-			t.Fatalf("%s: %v, in place %v", f.Name(), err, h != nil && h.InPlace)
-		}
-		for i := range runs / len(entropy.Fields) {
-			q := bytes.Clone(p)
-			hh := *h
-			switch i % 5 {
-			case 0: // the chunk index
-				for k := 0; k <= rng.IntN(3); k++ {
-					q[h.Index+uint64(rng.IntN(int(h.Size-h.Index)))] ^= byte(1 + rng.IntN(255))
-				}
-			case 1: // the code lengths
-				s := rng.IntN(1 << f.Bits)
-				hh.Lengths[s] = uint8(rng.IntN(13))
-			default: // the records
-				for k := 0; k <= rng.IntN(4); k++ {
-					q[h.Others+uint64(rng.IntN(int(h.Index-h.Others)))] ^= byte(1 + rng.IntN(255))
-				}
+		for _, pairs := range []bool{false, true} {
+			raw := synth.Normal(rng, 9*C+11, 0.02)
+			if f.DType != "BF16" {
+				raw = synth.Cast(raw, f.DType, 256)
 			}
-			if _, err := runEntropy(t, ctx, d, q, &hh, i%2 == 0); err != nil {
-				if !errors.Is(err, ErrKernel) {
-					t.Fatalf("%s: %v", f.Name(), err)
-				}
-				reported++
+			if pairs {
+				raw = peakedValues(rng, f, 9*C+11)
 			}
+			p, err := entropy.Encode(fi, raw, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := entropy.Check(p)
+			if err != nil || !h.InPlace || pairs && !h.Pairs {
+				t.Fatalf("%s: %v, in place %v, pairs %v", f.Name(), err, h != nil && h.InPlace, h != nil && h.Pairs)
+			}
+			n, r := corruptRuns(t, ctx, d, rng, f, p, h, runs/len(entropy.Fields)/2)
+			reported += n
+			tried += r
 		}
 	}
-	t.Logf("%d of %d corrupted payloads reported by the kernel, none wrote outside its range", reported, runs/len(entropy.Fields)*len(entropy.Fields))
+	t.Logf("%d of %d corrupted payloads reported by the kernel, none wrote outside its range", reported, tried)
 	if reported == 0 {
 		t.Error("no corrupted payload was reported")
 	}
+}
+
+// corruptRuns launches runs corruptions of payload p (head h) of field f,
+// alternately in place and out of place, and returns how many the kernel
+// reported.
+func corruptRuns(t *testing.T, ctx *cuda.Context, d *Decoder, rng *rand.Rand, f entropy.Field, p []byte, h *entropy.Head, runs int) (reported, tried int) {
+	t.Helper()
+	for i := range runs {
+		q := bytes.Clone(p)
+		hh := *h
+		switch i % 5 {
+		case 0: // the chunk index
+			for k := 0; k <= rng.IntN(3); k++ {
+				q[h.Index+uint64(rng.IntN(int(h.Size-h.Index)))] ^= byte(1 + rng.IntN(255))
+			}
+		case 1: // the code lengths, or a pair table naming fields of any width
+			bits := f.Bits
+			if h.Pairs {
+				bits = 8
+			}
+			if h.Pairs && i%2 == 1 {
+				hh.PairFields[rng.IntN(256)] = uint16(rng.Uint32())
+			} else {
+				hh.Lengths[rng.IntN(1<<bits)] = uint8(rng.IntN(13))
+			}
+		default: // the records
+			for k := 0; k <= rng.IntN(4); k++ {
+				q[h.Others+uint64(rng.IntN(int(h.Index-h.Others)))] ^= byte(1 + rng.IntN(255))
+			}
+		}
+		tried++
+		if _, err := runEntropy(t, ctx, d, q, &hh, i%2 == 0); err != nil {
+			if !errors.Is(err, ErrKernel) {
+				t.Fatalf("%s: %v", f.Name(), err)
+			}
+			reported++
+		}
+	}
+	return reported, tried
 }
 
 // TestEntropyLarge decodes a BF16 tensor of more than 2^31 values in place

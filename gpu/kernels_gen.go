@@ -7,7 +7,7 @@ package gpu
 const (
 	decodeSourceSHA256  = "0081d78d177bc4145a0abfb9ac4b88c613a8f4a913caed13ebdbc6c56cb068fd"
 	decodeFatbinSHA256  = "ba6b87150ef5ca84b3c09d45c2951d46516474062eef33336be06843b346e0de"
-	entropySourceSHA256 = "f9175d79f2858057ac6c145acaac17c695814ecfb98a33469286d537be129549"
-	entropyFatbinSHA256 = "a4d7bcc45ecbd52e65128af67bcf6c5d153c589f7a98e2455ecdd253a1e40a08"
+	entropySourceSHA256 = "378985819a3ae5654042ca3890ab75cde3f308c4c4197f6f435677006b91348c"
+	entropyFatbinSHA256 = "bb06bfdb44fb37da8da8d9ef8eb12af636486a8cc2aa875674cca573220038ad"
 	kernelsNVCCVersion  = "13.0"
 )

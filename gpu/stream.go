@@ -11,8 +11,8 @@ import (
 )
 
 // headRead is how much of a payload DecodeStream reads first: a SplitZip
-// header, or an entropy payload's header and code lengths.
-const headRead = 256
+// header, or an entropy payload's head (header, code lengths, pair table).
+const headRead = max(codec.HeaderSize, entropy.MaxHead)
 
 // DecodeStream decodes the payload of size bytes read through r on the
 // GPU and passes the decoded tensor to fn in order, in pieces of at most

@@ -385,9 +385,12 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 	// coding, and a CRC to detect changes between the passes.
 	sha := shardcache.NewHasher()
 	var hist codec.Histogram
-	freqs := make([][]uint64, len(fields))
+	counts := make([]*entropy.Counts, len(fields))
 	for k, fi := range fields {
-		freqs[k] = make([]uint64, 1<<entropy.Fields[fi].Bits)
+		var err error
+		if counts[k], err = entropy.NewCounts(fi); err != nil {
+			return nil, err
+		}
 	}
 	var crc1 uint32
 	err := m.segments(t.Begin, t.End, keptBytes(t.Size()) == 0, func(seg []byte) error {
@@ -395,8 +398,8 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 		if fixed {
 			hist.Add(seg)
 		}
-		for k, fi := range fields {
-			if err := entropy.Count(fi, freqs[k], seg); err != nil {
+		for _, c := range counts {
+			if err := c.Add(seg); err != nil {
 				return err
 			}
 		}
@@ -448,7 +451,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 		progress = !read
 		rec.Reason = reason
 	}
-	ok, reason, err := tc.entropyPayload(m, t, rec, fields, freqs, crc1, progress)
+	ok, reason, err := tc.entropyPayload(m, t, rec, counts, crc1, progress)
 	if err != nil || ok {
 		return rec, err
 	}

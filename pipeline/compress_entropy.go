@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"io"
 
-	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
@@ -28,38 +27,15 @@ func entropyFields(dtype string, size uint64) []int {
 	return out
 }
 
-// entropyEstimate is the bytes an entropy payload of field fi with symbol
-// counts freq takes, but for the lanes' lengths: the coded symbols, the
-// other bits, the header, code lengths and chunk index, and 6 bytes of
-// each chunk's own header.
-func entropyEstimate(fi int, freq []uint64) (uint64, error) {
-	f := entropy.Fields[fi]
-	var n uint64
-	for _, c := range freq {
-		n += c
-	}
-	lengths, err := entropy.Lengths(freq, entropy.MaxLen)
-	if err != nil {
-		return 0, err
-	}
-	code, err := entropy.NewCode(lengths, entropy.MaxLen)
-	if err != nil {
-		return 0, err
-	}
-	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
-	bits := code.Bits(freq) + n*uint64(f.Other())
-	return (bits+7)/8 + 64 + 128 + 8*(chunks+1) + 6*chunks, nil
-}
-
 // entropyPayload writes the entropy payload of a float tensor in the
-// field of fields that codes smallest (freqs are their symbol counts from
-// the first pass) and records it in rec, or reports why it did not pass
+// field that codes smallest (counts are each candidate field's counts
+// from the first pass) and records it in rec, or reports why it did not pass
 // the gate. progress says whether its second pass counts the tensor in
 // the progress (it does not when a fixed payload's pass already did).
-func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor, fields []int, freqs [][]uint64, crc1 uint32, progress bool) (bool, string, error) {
+func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor, counts []*entropy.Counts, crc1 uint32, progress bool) (bool, string, error) {
 	best, bestEst := -1, uint64(0)
-	for k, fi := range fields {
-		est, err := entropyEstimate(fi, freqs[k])
+	for k, c := range counts {
+		est, err := c.Estimate()
 		if err != nil {
 			return false, "", err
 		}
@@ -67,8 +43,8 @@ func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, re
 			best, bestEst = k, est
 		}
 	}
-	fi, freq := fields[best], freqs[best]
-	n := t.Size() / uint64(entropy.Fields[fi].Size)
+	cs := counts[best]
+	fi, n := cs.Field(), cs.Values()
 	if n == 0 || float64(bestEst) > (1-tc.opts.MinSaving)*float64(t.Size()) {
 		if progress {
 			tc.opts.Progress.Add(t.Size())
@@ -81,7 +57,7 @@ func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, re
 		return false, "", err
 	}
 	defer obj.Abort()
-	enc, err := entropy.NewEncoder(obj.File, fi, n, freq)
+	enc, err := entropy.NewEncoder(obj.File, cs)
 	if err != nil {
 		return false, "", err
 	}
@@ -116,7 +92,7 @@ func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, re
 	}
 	f := entropy.Fields[fi]
 	meta := &shardcache.Object{Kind: shardcache.KindEntropy, Size: size, RawSize: t.Size(), Values: n, Checksum: h.Checksum,
-		Chunks: h.Chunks(), Field: f.Name(), Entropy: entropy.EntropyBits(freq) / float64(n), InPlace: h.InPlace}
+		Chunks: h.Chunks(), Field: f.Name(), Entropy: entropy.EntropyBits(cs.Freq()) / float64(n), InPlace: h.InPlace}
 	if err := obj.Commit(rec.Key, meta); err != nil {
 		return false, "", err
 	}

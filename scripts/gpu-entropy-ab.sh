@@ -2,7 +2,8 @@
 # Entropy kernel changes on the H200, against a baseline binary, in one
 # call: scripts/gpu-entropy-ab.sh D BASE PHASES..., with D holding
 # splitzip and gpu.test built from the working tree and BASE a splitzip
-# built from the baseline commit (its embedded kernels).
+# built from the baseline commit (its embedded kernels). Without a build
+# phase, the later phases use the kernel D's binaries embed.
 #   build   nvcc the working tree's kernels into $OUT/kernels (registers
 #           and spills in the log); later phases use its entropy.fatbin
 #   check   the entropy GPU tests with it, then memcheck and racecheck
@@ -10,6 +11,9 @@
 #   ab      bench decode --codec entropy, ROUNDS (default 2) rounds
 #           alternating BASE and the new kernel, DT (default
 #           BF16,F8_E4M3,F32,F16) at SZ (default 64MiB,512MiB)
+#   python  the Python tests (D holds libsplitzip.so too)
+#   few     the new kernel on BF16_FEW (payloads of pair symbols), which
+#           builds before version 3 do not make
 #   scratch the new kernel with SPLITZIP_ENTROPY_SCRATCH at each of
 #           CAPS (default 16 and 32 MiB), BF16
 #   suites  with it: the entropy test of 2^31+3 values, the engine
@@ -27,6 +31,9 @@ cd "$(dirname "$0")/.."
 . scripts/gpu-lib.sh
 ab_setup entropy-ab.log "$@"
 shift 2
+# kern: the build phase's entropy.fatbin, or nothing (the embedded kernel)
+# when no build phase ran.
+kern() { [ -f "$K/entropy.fatbin" ] && echo "$K/entropy.fatbin"; }
 bench() { "$@" bench decode --codec entropy --dtype "${DT:-BF16,F8_E4M3,F32,F16}" --size "${SZ:-64MiB,512MiB}" --runs 30 | grep -E "place|copy"; }
 for phase in "$@"; do
   case $phase in
@@ -35,7 +42,7 @@ for phase in "$@"; do
     OUTDIR=$K bash scripts/build-kernels.sh 2>&1 | grep -E -A2 "entropy_decode' for 'sm_90|^built" || fail nvcc
     ;;
   check)
-    export SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
+    export SPLITZIP_ENTROPY_FATBIN=$(kern)
     step "entropy GPU tests"
     (cd gpu && timeout 300 "../$D/gpu.test" -test.run 'Entropy|DecodeStream' -test.skip TestKernelStamp -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|entropy_test.go:[0-9]+: " | tail -30) || fail tests
     for tool in memcheck racecheck; do
@@ -49,8 +56,17 @@ for phase in "$@"; do
       step "round $r: baseline"
       bench "$BASE"
       step "round $r: new"
-      SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin bench "$D/splitzip"
+      SPLITZIP_ENTROPY_FATBIN=$(kern) bench "$D/splitzip"
     done
+    ;;
+  few)
+    step "pair payloads (BF16_FEW), new kernel only"
+    SPLITZIP_ENTROPY_FATBIN=$(kern) DT=BF16_FEW bench "$D/splitzip"
+    ;;
+  python)
+    step "Python tests"
+    SPLITZIP_ENTROPY_FATBIN=$(kern) SPLITZIP_BIN=$PWD/$D/splitzip SPLITZIP_LIB=$PWD/$D/libsplitzip.so \
+      timeout 300 python3 -m unittest discover -s python/tests 2>&1 | tail -5 || fail python
     ;;
   scratch)
     for cap in ${CAPS:-16777216 33554432}; do
@@ -59,7 +75,7 @@ for phase in "$@"; do
     done
     ;;
   suites)
-    export SPLITZIP_ENTROPY_FATBIN=$K/entropy.fatbin
+    export SPLITZIP_ENTROPY_FATBIN=$(kern)
     step "TestEntropyLarge"
     (cd gpu && SPLITZIP_LARGE=1 timeout 300 "../$D/gpu.test" -test.run 'TestEntropyLarge' -test.v -test.count 1 2>&1 | grep -E "^(--- |PASS|FAIL|ok)|entropy_test.go:[0-9]+: " | tail -5) || fail large
     runtime_suites "$D"

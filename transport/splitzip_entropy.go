@@ -17,9 +17,9 @@ import (
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// headBytes bounds an entropy payload's head: the header and the code
-// lengths of 256 symbols, padded to 16.
-const headBytes = 64 + 128
+// headBytes bounds an entropy payload's head: the header, the code
+// lengths and pair table of 256 symbols, padded to 16.
+const headBytes = entropy.MaxHead
 
 // entropyUpload uploads the entropy payload of a tensor whose source is
 // absent and decodes it on the device in place; a version 1 payload, one

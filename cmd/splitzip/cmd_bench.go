@@ -40,8 +40,10 @@ implies (1.5 bytes read and 2 written per value).
 With --codec entropy it times the entropy decoder instead, on trained-looking
 tensors of each --dtype (N(0, 0.02) BF16, rounded to F16, F32 with full
 mantissas, cast to FP8 with per-row scales; FP8 both as exponents and as
-whole bytes), reporting raw bytes per second against the ceiling the copy
-rate implies for the payload read and the values written.
+whole bytes; BF16_FEW: the BF16 values with magnitudes below 2^-12 raised to
+it, nine exponents, coded in pairs), reporting raw bytes per second against
+the ceiling the copy rate implies for the payload read and the values
+written. A row says "pairs" where the payload codes pairs of fields.
 
 With --layer it times a Llama-3-8B-shaped decoder layer (seven BF16 matrices,
 436 MB) stored as fixed-rate payloads in one device buffer, the layout of an
@@ -56,7 +58,7 @@ decode launch per tensor.`,
 	dec.Flags().IntVar(&d.Device, "device", 0, "GPU ordinal")
 	dec.Flags().StringVar(&d.Codec, "codec", "fixed", "payloads to time: fixed (SplitZip) or entropy")
 	dec.Flags().BoolVar(&d.Layer, "layer", false, "time a decoder layer's payloads decoded from one device buffer (--size is ignored)")
-	dec.Flags().StringVar(&d.DTypes, "dtype", "BF16", "with --codec entropy: dtypes, comma separated (BF16, F16, F32, F8_E4M3, F8_E5M2)")
+	dec.Flags().StringVar(&d.DTypes, "dtype", "BF16", "with --codec entropy: dtypes, comma separated (BF16, F16, F32, F8_E4M3, F8_E5M2, BF16_FEW)")
 	var h benchOptions
 	h2d := &cobra.Command{
 		Use:   "h2d",
@@ -143,8 +145,15 @@ func benchDecodeEntropy(g *globals, ctx *cuda.Context, dtypes []string, sizes []
 	w := g.stdout
 	fmt.Fprintf(w, "%s: device-to-device copy %.0f GB/s (read+write, %s)\n", rep.Device, rep.CopyGBps, human(rep.CopyBytes))
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-16s %-12s %10s  %6.3f bits/value  median %9.1f us  min %9.1f us  %7.0f GB/s  ceiling %5.0f  %.3f of it  (%d runs, %d buffer sets)\n",
-			r.Field, r.Mode, human(r.RawBytes), r.BitsValue, r.MedianUs, r.MinUs, r.GBps, r.CeilingGBps, r.OfCeiling, r.Runs, r.SetsRotate)
+		field := r.Field
+		if strings.HasSuffix(r.DType, "_FEW") {
+			field = r.DType + " exponent"
+		}
+		if r.Pairs {
+			field += " pairs"
+		}
+		fmt.Fprintf(w, "%-22s %-12s %10s  %6.3f bits/value  median %9.1f us  min %9.1f us  %7.0f GB/s  ceiling %5.0f  %.3f of it  (%d runs, %d buffer sets)\n",
+			field, r.Mode, human(r.RawBytes), r.BitsValue, r.MedianUs, r.MinUs, r.GBps, r.CeilingGBps, r.OfCeiling, r.Runs, r.SetsRotate)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ type Breakdown struct {
 	// Head is the header, the code lengths and their padding (in version
 	// 1 the chunk index too).
 	Head uint64 `json:"head_bits"`
-	// Index is the chunk index of version 2 payloads.
+	// Index is the chunk index of version 2 and 3 payloads.
 	Index uint64 `json:"index_bits"`
 	// Kept is the bits stored as they are (the other bits of each value),
 	// with each chunk's padding to a byte.
@@ -80,10 +80,10 @@ func Explain(r io.ReaderAt, size uint64) (Breakdown, error) {
 	}
 	b.Values, b.Bits, b.Head = h.Values, 8*size, 8*h.Others
 	chunks := h.Chunks()
-	// The chunk index: at the end in version 2, after the code lengths
+	// The chunk index: at the end in versions 2 and 3, after the code lengths
 	// (inside the head) in version 1.
 	n, at0 := 8*(chunks+1), uint64(headerSize+(h.Count+1)/2)
-	if h.Version == 2 {
+	if h.records() {
 		n, at0 = h.Size-h.Index, h.Index
 		b.Index = 8 * n
 	}
@@ -108,7 +108,7 @@ func Explain(r io.ReaderAt, size uint64) (Breakdown, error) {
 		if err != nil {
 			return b, err
 		}
-		if h.Version == 2 {
+		if h.records() {
 			b.Kept += 8 * (oHi - oLo)
 		}
 		n := h.chunkValues(c)
@@ -129,7 +129,7 @@ func Explain(r io.ReaderAt, size uint64) (Breakdown, error) {
 			return b, fmt.Errorf("%w: chunk %d: a coded chunk of %d bytes", ErrStream, c, len(m))
 		}
 		total := uint64(binary.BigEndian.Uint32(m[1:5]))
-		lanes := 8 + 37 + uint64(lanesFor(int(n)))*uint64(m[5]>>3)
+		lanes := 8 + 37 + uint64(lanesFor(int(h.chunkSymbols(n))))*uint64(m[5]>>3)
 		if lanes+total > stored {
 			return b, fmt.Errorf("%w: chunk %d: %d bits of lanes in %d bits", ErrStream, c, lanes+total, stored)
 		}

@@ -82,10 +82,10 @@ func TestExplain(t *testing.T) {
 	}
 }
 
-// TestExplainGolden explains the golden payloads of both versions, and
+// TestExplainGolden explains the golden payloads of every version, and
 // refuses damaged ones with an error.
 func TestExplainGolden(t *testing.T) {
-	for _, v := range []int{1, 2} {
+	for _, v := range []int{1, 2, 3} {
 		p, err := os.ReadFile(fmt.Sprintf("testdata/golden-v%d-bf16.szen", v))
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +101,7 @@ func TestExplainGolden(t *testing.T) {
 			t.Errorf("version %d, a byte short: %v", v, err)
 		}
 		bad := bytes.Clone(p)
-		bad[len(bad)-9] ^= 0x40 // the index's last entry but one (v2), or a symbol byte (v1)
+		bad[len(bad)-9] ^= 0x40 // the index's last entry but one (v2, v3), or a symbol byte (v1)
 		bad[offOthers] ^= 1
 		if _, err := Explain(bytes.NewReader(bad), uint64(len(bad))); err == nil {
 			t.Errorf("version %d: a damaged header explained", v)
@@ -117,6 +117,7 @@ func FuzzExplain(f *testing.F) {
 		p, _ := Encode(0, synth.Normal(rng, n, 0.02), 1)
 		f.Add(p)
 	}
+	f.Add(pairSeed(1, 3000)) // version 3
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := Explain(bytes.NewReader(p), uint64(len(p)))
 		if err == nil && b.Head+b.Index+b.Kept+b.Codes+b.Lanes+b.Plain+b.Padding != b.Bits {

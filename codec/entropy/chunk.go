@@ -32,6 +32,9 @@ type Table struct {
 	multiOnce sync.Once
 	multi     *multiTable
 	single    bool // one symbol a lookup only (the reference path, tests)
+	// pairs, for a version 3 payload, is each symbol's two fields (first
+	// | second<<8).
+	pairs *[MaxSymbols]uint16
 }
 
 // multiTable returns t's several-symbols table, building it once, or nil
@@ -152,13 +155,13 @@ func EncodeChunk(dst []byte, c *Code, syms []byte, bits int) ([]byte, error) {
 	if lanes != nil && (start%8 == 0 || uint64(bw.nbits) == start%8) {
 		return appendLanes(bw, lanes, start, size), nil
 	}
-	if bits <= pairBits && n >= 4*L && maxLen <= pairLen {
-		// Symbols of at most pairBits bits (F16's exponents, FP8's): two
+	if bits <= joinBits && n >= 4*L && maxLen <= joinLen {
+		// Symbols of at most joinBits bits (F16's exponents, FP8's): two
 		// of a lane coded with one lookup of their joined code, where the
 		// lanes are long enough to pay for the table.
-		var pairs [1 << (2 * pairBits)]uint32
-		pairTable(&pairs, &tab, uint(bits))
-		return encodePairs(bw, &tab, &pairs, uint(bits), syms, L, size), nil
+		var joined [1 << (2 * joinBits)]uint32
+		joinTable(&joined, &tab, uint(bits))
+		return encodeJoined(bw, &tab, &joined, uint(bits), syms, L, size), nil
 	}
 	return encodeLanes(bw, &tab, syms, L, size, maxLen), nil
 }
@@ -247,19 +250,19 @@ func codeTable(c *Code, bits int) (tab [MaxSymbols]uint32, maxLen int) {
 	return tab, maxLen
 }
 
-// pairBits is the widest symbols whose pairs are coded together, and
-// pairLen the longest code they may have: a pair's code and its length
+// joinBits is the widest symbols whose codes are joined two at a time, and
+// joinLen the longest code they may have: a pair's code and its length
 // (5 bits) fit a 32-bit table entry.
 const (
-	pairBits = 5
-	pairLen  = 13
+	joinBits = 5
+	joinLen  = 13
 )
 
-// pairTable fills pairs[a<<bits|b] with the joined code of symbols a and
+// joinTable fills joined[a<<bits|b] with the joined code of symbols a and
 // b, as tab holds single ones: code<<5 | length (at most 2 x MaxLen bits).
 // A pair with a symbol of no code is left 0 (EncodeChunk has refused such
 // a symbol before it codes the lanes).
-func pairTable(pairs *[1 << (2 * pairBits)]uint32, tab *[MaxSymbols]uint32, bits uint) {
+func joinTable(joined *[1 << (2 * joinBits)]uint32, tab *[MaxSymbols]uint32, bits uint) {
 	for a := range uint32(1) << bits {
 		ea := tab[a]
 		if ea == 0 {
@@ -267,7 +270,7 @@ func pairTable(pairs *[1 << (2 * pairBits)]uint32, tab *[MaxSymbols]uint32, bits
 		}
 		for b := range uint32(1) << bits {
 			if eb := tab[b]; eb != 0 {
-				pairs[a<<bits|b] = (ea>>5<<(eb&31)|eb>>5)<<5 | (ea&31 + eb&31)
+				joined[a<<bits|b] = (ea>>5<<(eb&31)|eb>>5)<<5 | (ea&31 + eb&31)
 			}
 		}
 	}
@@ -367,21 +370,21 @@ func appendCode(out []byte, pos int, acc uint64, nb uint, e uint32) (int, uint64
 	return pos, acc, nb
 }
 
-// encodePairs is encodeLanes taking a lane's symbols two at a time from
-// pairs (symbols of bits bits, each with a code of at most pairLen bits),
-// two pairs a store.
-func encodePairs(bw bitWriter, tab *[MaxSymbols]uint32, pairs *[1 << (2 * pairBits)]uint32, bits uint, syms []byte, L, size int) []byte {
+// encodeJoined is encodeLanes taking a lane's symbols two at a time from
+// joined (symbols of bits bits, each with a code of at most joinLen bits),
+// two joined codes a store.
+func encodeJoined(bw bitWriter, tab *[MaxSymbols]uint32, joined *[1 << (2 * joinBits)]uint32, bits uint, syms []byte, L, size int) []byte {
 	out := slices.Grow(bw.buf, size+8-len(bw.buf))[:size+8]
 	pos := len(bw.buf)
 	acc, nb := bw.acc, uint(bw.nbits)
-	const mask = 1<<(2*pairBits) - 1
+	const mask = 1<<(2*joinBits) - 1
 	n := len(syms)
 	for lane := range L {
 		i := lane
 		for ; i+3*L < n; i += 4 * L {
 			s3 := uint(syms[i+3*L])
-			p0 := pairs[(uint(syms[i])<<bits|uint(syms[i+L]))&mask]
-			p1 := pairs[(uint(syms[i+2*L])<<bits|s3)&mask]
+			p0 := joined[(uint(syms[i])<<bits|uint(syms[i+L]))&mask]
+			p1 := joined[(uint(syms[i+2*L])<<bits|s3)&mask]
 			acc = acc<<(p0&31) | uint64(p0>>5)
 			acc = acc<<(p1&31) | uint64(p1>>5)
 			pos, nb = putBits(out, pos, acc, nb+uint(p0&31+p1&31))

@@ -260,12 +260,12 @@ func decodeThreeWays(fast, slow *Table, src []byte) ([]byte, error) {
 	return a, nil
 }
 
-// TestEncodePairs: coding a lane's symbols two at a time gives the bytes
+// TestEncodeJoined: coding a lane's symbols two at a time gives the bytes
 // of coding them one at a time, for every symbol width it serves, lane
 // counts and lengths with odd lanes, and codes of 12-bit words.
-func TestEncodePairs(t *testing.T) {
+func TestEncodeJoined(t *testing.T) {
 	rng := rand.New(rand.NewPCG(91, 92))
-	for bits := 1; bits <= pairBits; bits++ {
+	for bits := 1; bits <= joinBits; bits++ {
 		for _, n := range []int{2, 3, 127, 128, 129, 1000, 4095, 4096, 4097, 16383, 16384} {
 			syms := make([]byte, n)
 			for i := range syms {
@@ -281,12 +281,12 @@ func TestEncodePairs(t *testing.T) {
 			head := bitWriter{buf: []byte{ModeCoded, 0xA5}}
 			head.write(0x5, 3) // a head that leaves the lanes unaligned
 			size := len(head.buf) + int((uint64(head.nbits)+total+7)/8)
-			var pairs [1 << (2 * pairBits)]uint32
-			pairTable(&pairs, &tab, uint(bits))
+			var joined [1 << (2 * joinBits)]uint32
+			joinTable(&joined, &tab, uint(bits))
 			want := encodeLanes(head, &tab, syms, L, size, quadBits+1)
-			got := encodePairs(head, &tab, &pairs, uint(bits), syms, L, size)
+			got := encodeJoined(head, &tab, &joined, uint(bits), syms, L, size)
 			if !bytes.Equal(got, want) {
-				t.Fatalf("%d bits, %d symbols: pairs differ at byte %d", bits, n, firstDiff(got, want))
+				t.Fatalf("%d bits, %d symbols: joined differ at byte %d", bits, n, firstDiff(got, want))
 			}
 		}
 	}
@@ -342,11 +342,11 @@ func TestEncodeLanesQuad(t *testing.T) {
 				if !bytes.Equal(got, ref) {
 					t.Fatalf("limit %d, %d bits, %d symbols (longest code %d): lanes differ at byte %d", limit, bits, n, maxLen, firstDiff(got, ref))
 				}
-				if bits <= pairBits && maxLen <= pairLen {
-					var pairs [1 << (2 * pairBits)]uint32
-					pairTable(&pairs, &tab, uint(bits))
-					if got := encodePairs(head, &tab, &pairs, uint(bits), syms, L, size); !bytes.Equal(got, ref) {
-						t.Fatalf("limit %d, %d bits, %d symbols: pairs differ at byte %d", limit, bits, n, firstDiff(got, ref))
+				if bits <= joinBits && maxLen <= joinLen {
+					var joined [1 << (2 * joinBits)]uint32
+					joinTable(&joined, &tab, uint(bits))
+					if got := encodeJoined(head, &tab, &joined, uint(bits), syms, L, size); !bytes.Equal(got, ref) {
+						t.Fatalf("limit %d, %d bits, %d symbols: joined differ at byte %d", limit, bits, n, firstDiff(got, ref))
 					}
 				}
 			}

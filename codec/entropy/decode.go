@@ -56,7 +56,7 @@ func Decode(dst, p []byte, workers int) error {
 
 // indexBytes returns the chunk index of the whole payload p.
 func (h *PayloadHeader) indexBytes(p []byte) []byte {
-	if h.Version == 2 {
+	if h.records() {
 		return p[h.Index:h.Size]
 	}
 	index := uint64(headerSize) + uint64((h.Count+1)/2)
@@ -96,12 +96,19 @@ func (h *PayloadHeader) checkIndex(at func(c uint64) uint64) error {
 // its symbol chunk, which must be all of symbols, and its other bits,
 // through syms.
 func decodeValues(tab *Table, f Field, others, symbols, syms, dst []byte, sc *chunkScratch) error {
-	used, err := decodeChunk(tab, symbols, f.Bits, syms, sc)
+	n, bits := len(syms), f.Bits
+	if tab.pairs != nil { // version 3: (n+1)/2 symbols, a pair of fields each
+		n, bits = (n+1)/2, 8
+	}
+	used, err := decodeChunk(tab, symbols, bits, syms[:n], sc)
 	if err == nil && used != len(symbols) {
 		err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, len(symbols)-used)
 	}
 	if err != nil {
 		return err
+	}
+	if tab.pairs != nil {
+		expandPairs(tab.pairs, syms, len(syms))
 	}
 	unpackValues(dst, f, others, syms)
 	return nil

@@ -10,13 +10,17 @@ import (
 	"github.com/splitzip/splitzip/codec"
 )
 
-// Head is a version 2 payload's header with its code lengths: all a
-// decoder needs besides the chunk records and the chunk index.
+// Head is a version 2 or 3 payload's header with its code lengths and
+// pair table: all a decoder needs besides the chunk records and the chunk
+// index.
 type Head struct {
 	PayloadHeader
 	// Lengths is the code length of each symbol (0: none); the code they
 	// make is complete and at most MaxLen bits long.
 	Lengths [MaxSymbols]uint8
+	// PairFields is, in version 3 (Pairs), each symbol's two fields: the
+	// first in the low byte, the second in the high byte.
+	PairFields [MaxSymbols]uint16
 	// MaxRecord is the longest chunk record, once the chunk index has been
 	// checked (Check, CheckIndex); 0 until then.
 	MaxRecord uint64
@@ -25,23 +29,34 @@ type Head struct {
 	MaxSymbols uint64
 }
 
-// ParseHead parses and checks the head of a version 2 payload: its
-// header and code lengths, the first Others bytes (or more) of head.
+// MaxHead bounds the head of a payload (its first Others bytes): the
+// header, the code lengths of 256 symbols, a pair table of 256 pairs and
+// padding to 16 bytes. Reading min(size, MaxHead) bytes gives ParseHead
+// all it needs.
+const MaxHead = headerSize + MaxSymbols/2 + 2*MaxSymbols
+
+// ParseHead parses and checks the head of a version 2 or 3 payload: its
+// header, code lengths and pair table, the first Others bytes (or more)
+// of head.
 // Version 1 payloads are ErrNoRecords: no decoder on a device reads them.
 func ParseHead(head []byte) (*Head, error) {
 	h, err := ParsePayloadHeader(head)
 	if err != nil {
 		return nil, err
 	}
-	if h.Version != 2 {
+	if !h.records() {
 		return nil, ErrNoRecords
 	}
 	e := &Head{PayloadHeader: h}
 	if h.Values == 0 {
 		return e, nil
 	}
-	if _, err := h.table(head); err != nil { // checks the lengths make a code
+	t, err := h.table(head) // checks the lengths make a code, and the pairs
+	if err != nil {
 		return nil, err
+	}
+	if t.pairs != nil {
+		e.PairFields = *t.pairs
 	}
 	for k := range h.Count {
 		e.Lengths[h.Lo+k] = head[headerSize+k/2] >> (4 * (1 - k%2)) & 15
@@ -52,7 +67,7 @@ func ParseHead(head []byte) (*Head, error) {
 // ValueBytes returns the bytes of the decoded values.
 func (h *PayloadHeader) ValueBytes() uint64 { return h.Values * uint64(Fields[h.Field].Size) }
 
-// Check checks a whole version 2 payload without decoding it: its head,
+// Check checks a whole version 2 or 3 payload without decoding it: its head,
 // size, checksum and chunk index (every record's span, and the in-place
 // flag against the invariant), and returns its head.
 func Check(p []byte) (*Head, error) {
@@ -72,12 +87,12 @@ func Check(p []byte) (*Head, error) {
 	return e, nil
 }
 
-// CheckIndex checks a version 2 payload's chunk index, the last
+// CheckIndex checks a version 2 or 3 payload's chunk index, the last
 // 8 x (chunks+1) bytes of the payload: every record's span lies inside
 // the records, and a payload flagged in place decodes in place. It sets
 // MaxRecord and MaxSymbols.
 func (e *Head) CheckIndex(idx []byte) error {
-	if e.Version != 2 || uint64(len(idx)) != e.Size-e.Index {
+	if !e.records() || uint64(len(idx)) != e.Size-e.Index {
 		return fmt.Errorf("%w: an index of %d bytes, want %d", ErrPayload, len(idx), e.Size-e.Index)
 	}
 	at := indexAt(idx)

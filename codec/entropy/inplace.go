@@ -12,7 +12,7 @@ import (
 // DecodeInPlace.
 var ErrNotInPlace = fmt.Errorf("%w: entropy payload", codec.ErrNotInPlace)
 
-// DecodeInPlace decodes the version 2 payload at the start of buf (its
+// DecodeInPlace decodes the version 2 or 3 payload at the start of buf (its
 // first size bytes) into buf, which must hold exactly its values,
 // overwriting the payload. It is the reference of the in-place invariant
 // (docs/splitzip.md, "Entropy payloads"): chunks are decoded last first,

@@ -7,7 +7,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 )
 
-// A part is the chunks [First, First+Chunks) of a version 2 payload with
+// A part is the chunks [First, First+Chunks) of a version 2 or 3 payload with
 // what decoding them needs, for a tensor-parallel rank whose share of a
 // tensor is a contiguous range of values (docs/splitzip.md, section 13):
 //
@@ -51,7 +51,7 @@ func ChunksCovering(chunkValues uint32, lo, hi uint64) (first, k uint64) {
 	return first, (hi+cv-1)/cv - first
 }
 
-// Part cuts the part of chunks [first, first+k) from the version 2
+// Part cuts the part of chunks [first, first+k) from the version 2 or 3
 // payload p, whose checksum the caller has checked (Part checks its head
 // and index). A version 1 payload is ErrNoRecords.
 func Part(p []byte, first, k uint64) ([]byte, error) {
@@ -62,7 +62,7 @@ func Part(p []byte, first, k uint64) ([]byte, error) {
 	if h.Size != uint64(len(p)) {
 		return nil, fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, len(p), h.Size)
 	}
-	if h.Version != 2 {
+	if !h.records() {
 		return nil, ErrNoRecords
 	}
 	if _, err := h.table(p[:h.Others]); err != nil {
@@ -150,7 +150,7 @@ func openPart(part []byte) (*Reader, PartInfo, error) {
 	if err != nil {
 		return nil, PartInfo{}, err
 	}
-	if h.Version != 2 || h.Others != nh || h.Index > h.Size || h.Size-h.Index != ni {
+	if !h.records() || h.Others != nh || h.Index > h.Size || h.Size-h.Index != ni {
 		return bad("head of %d and index of %d bytes for this payload header", nh, ni)
 	}
 	N := h.Chunks()

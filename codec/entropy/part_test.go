@@ -102,6 +102,9 @@ func FuzzDecodePart(f *testing.F) {
 			f.Add(part, false)
 		}
 	}
+	if part, err := Part(pairSeed(2, 2*codec.ChunkValues+1), 1, 1); err == nil { // version 3
+		f.Add(part, true)
+	}
 	f.Fuzz(func(t *testing.T, part []byte, fix bool) {
 		if fix && len(part) >= partHeader {
 			binary.LittleEndian.PutUint32(part[48:], partChecksum(part))

@@ -11,10 +11,11 @@ import (
 	"github.com/splitzip/splitzip/codec"
 )
 
-// The entropy payload (docs/splitzip.md, "Entropy payloads"), version 2:
+// The entropy payload (docs/splitzip.md, "Entropy payloads"), versions 2
+// and 3:
 //
 //	 0  magic "SZEN"          32  u64 offset of the chunk records
-//	 4  u16 version (2)       40  u64 offset of the chunk index
+//	 4  u16 version (2, 3)    40  u64 offset of the chunk index
 //	 6  u16 header size (64)  48  u64 payload size
 //	 8  u64 values            56  u32 CRC-32C, this field zero (codec.Checksum)
 //	16  u32 values per chunk  60  u32 flags: bit 0, decodable in place
@@ -22,6 +23,8 @@ import (
 //	    u8 smallest symbol coded, u8 reserved
 //	24  u16 symbols coded (from the smallest), u16 and u32 reserved
 //	64  code lengths, 4 bits each, high nibble first
+//	    version 3: the pair table, 2 bytes a coded symbol (its first
+//	    field, then its second)
 //	    (zero padding to 16)
 //	    the chunk records, one after another: a chunk's record is the
 //	    other bits of its values, Field.Other() bits each, packed most
@@ -32,6 +35,11 @@ import (
 //
 // The index comes last so that the first records lie near the payload's
 // start, which decoding in place needs (DecodeInPlace).
+// In version 2 each value's field is a symbol; in version 3 each symbol
+// stands for the fields of two adjacent values of its chunk (values 2j
+// and 2j+1; a chunk's odd last value is the first field of its last
+// symbol, whose second field is ignored), which codes peaked exponents
+// closer to their entropy than one code word a value can.
 // A value is rebuilt from its symbol and its other bits: the bits below the
 // field, the field, the bits above it. Version 1 (still read) kept the
 // other bits of all values in one section (at offset 32) before all the
@@ -40,19 +48,24 @@ import (
 // PayloadMagic starts every entropy payload.
 const PayloadMagic = "SZEN"
 
-// PayloadVersion is the entropy payload version this package writes; it
-// reads versions 1 and 2.
-const PayloadVersion = 2
+// PayloadVersion is the newest entropy payload version this package
+// writes: version 3 for a payload that codes pairs of fields, version 2
+// otherwise, so that payloads of single fields stay readable by builds
+// that read version 2. It reads versions 1 to 3.
+const PayloadVersion = 3
+
+// pairVersion is the version of payloads whose symbols are pairs.
+const pairVersion = 3
 
 const (
 	headerSize = 64
 	offFields  = 20
-	offOthers  = 32 // version 1: the other bits; version 2: the records
-	offSymbols = 40 // version 1: the symbol chunks; version 2: the index
+	offOthers  = 32 // version 1: the other bits; versions 2, 3: the records
+	offSymbols = 40 // version 1: the symbol chunks; versions 2, 3: the index
 	offSize    = 48
 	offCRC     = 56
 	offFlags   = 60
-	// flagInPlace marks a payload that DecodeInPlace decodes (version 2).
+	// flagInPlace marks a payload that DecodeInPlace decodes (versions 2, 3).
 	flagInPlace = 1
 )
 
@@ -69,29 +82,64 @@ type PayloadHeader struct {
 	Lo, Count   int // symbols Lo..Lo+Count-1 have code lengths
 	// Others is where the head (header, code lengths, padding, and in
 	// version 1 the chunk index) ends: the other bits start there in
-	// version 1, the chunk records in version 2. Symbols is where version
-	// 1's symbol chunks start, Index where version 2's chunk index does
+	// version 1, the chunk records in versions 2 and 3. Symbols is where version
+	// 1's symbol chunks start, Index where their chunk index does
 	// (its last 8 x (chunks+1) bytes).
 	Others   uint64
 	Symbols  uint64
 	Index    uint64
 	Size     uint64
 	Checksum uint32
-	// InPlace is the flag of a version 2 payload the encoder found
+	// InPlace is the flag of a version 2 or 3 payload the encoder found
 	// decodable in place (see DecodeInPlace).
 	InPlace bool
+	// Pairs marks a version 3 payload: each symbol is a pair of fields,
+	// listed in the pair table after the code lengths.
+	Pairs bool
+}
+
+// records reports whether the payload is laid out in chunk records
+// (versions 2 and 3), not in version 1's two sections.
+func (h *PayloadHeader) records() bool { return h.Version >= 2 }
+
+// symbolBits returns the bits of a symbol: the field's, or 8 for a pair
+// symbol (an index into the pair table).
+func (h *PayloadHeader) symbolBits() int {
+	if h.Pairs {
+		return 8
+	}
+	return Fields[h.Field].Bits
+}
+
+// chunkSymbols returns the symbols of a chunk of n values.
+func (h *PayloadHeader) chunkSymbols(n uint64) uint64 {
+	if h.Pairs {
+		return (n + 1) / 2
+	}
+	return n
+}
+
+// headEnd returns where the code lengths and, in version 3, the pair
+// table end.
+func (h *PayloadHeader) headEnd() uint64 {
+	n := uint64(headerSize) + uint64((h.Count+1)/2)
+	if h.Pairs {
+		n += 2 * uint64(h.Count)
+	}
+	return n
 }
 
 // table returns the decode table of the code lengths after the header at
-// the start of head (nil for a payload of no values).
+// the start of head, with a version 3 payload's pair table (nil for a
+// payload of no values).
 func (h *PayloadHeader) table(head []byte) (*Table, error) {
 	if h.Values == 0 {
 		return nil, nil
 	}
-	if uint64(len(head)) < uint64(headerSize+(h.Count+1)/2) {
+	if uint64(len(head)) < h.headEnd() {
 		return nil, fmt.Errorf("%w: code lengths past the data", ErrPayload)
 	}
-	ls := make([]uint8, 1<<Fields[h.Field].Bits)
+	ls := make([]uint8, 1<<h.symbolBits())
 	for k := range h.Count {
 		ls[h.Lo+k] = head[headerSize+k/2] >> (4 * (1 - k%2)) & 15
 	}
@@ -99,7 +147,33 @@ func (h *PayloadHeader) table(head []byte) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPayload, err)
 	}
-	return NewTable(code), nil
+	t := NewTable(code)
+	if h.Pairs {
+		if t.pairs, err = h.pairTable(head); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// pairTable returns a version 3 payload's pair table from its head: the
+// two fields of each symbol, the first in the low byte. A field wider
+// than the field's bits is an error.
+func (h *PayloadHeader) pairTable(head []byte) (*[MaxSymbols]uint16, error) {
+	pt := new([MaxSymbols]uint16)
+	at := uint64(headerSize) + uint64((h.Count+1)/2)
+	if uint64(len(head)) < at+2*uint64(h.Count) {
+		return nil, fmt.Errorf("%w: pair table past the data", ErrPayload)
+	}
+	limit := uint16(1) << Fields[h.Field].Bits
+	for k := range h.Count {
+		a, b := uint16(head[at+2*uint64(k)]), uint16(head[at+2*uint64(k)+1])
+		if a >= limit || b >= limit {
+			return nil, fmt.Errorf("%w: pair %d holds fields %d and %d of %d bits", ErrPayload, h.Lo+k, a, b, Fields[h.Field].Bits)
+		}
+		pt[h.Lo+k] = a | b<<8
+	}
+	return pt, nil
 }
 
 // Chunks returns the number of chunks.
@@ -131,50 +205,58 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 		return nil, fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
 	}
 	n := len(raw) / f.Size
-	freq := make([]uint64, 1<<f.Bits)
-	// BF16 exponents are counted, and later split off a chunk at a time,
-	// straight from raw: no copy of the symbols or other bits is kept.
-	bf16 := f.DType == "BF16" && !f.Whole
-	var syms []byte
-	switch {
-	case bf16:
-		histogramBF16(freq, raw)
-	case f.Whole:
-		// Whole FP8 bytes are their own symbols.
-		syms = raw
-		histogram(freq, syms)
-	default:
-		syms = make([]byte, n)
-		if err := f.Symbols(syms, raw); err != nil {
-			return nil, err
-		}
-		histogram(freq, syms)
-	}
-	pc, err := newPayloadCode(fi, uint64(n), freq)
-	if err != nil {
-		return nil, err
-	}
-	code := pc.code
 	chunkValues := codec.ChunkValues
 	chunks := (n + chunkValues - 1) / chunkValues
 	span := func(c int) (int, int) { return c * chunkValues, min(n, (c+1)*chunkValues) }
+	// The counts, a chunk a goroutine, then summed in chunk order (pairs
+	// never cross a chunk: chunks hold an even number of values).
+	counts := make([]*Counts, min(workersOr(workers), max(chunks, 1)))
+	var next atomic.Int64
+	var cerr error
+	var mu sync.Mutex
+	parallel(len(counts), len(counts), func(w int) {
+		cs, _ := NewCounts(fi)
+		for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
+			lo, hi := span(c)
+			if err := cs.Add(raw[lo*f.Size : hi*f.Size]); err != nil {
+				mu.Lock()
+				cerr = err
+				mu.Unlock()
+			}
+		}
+		counts[w] = cs
+	})
+	if cerr != nil {
+		return nil, cerr
+	}
+	for _, cs := range counts[1:] {
+		counts[0].merge(cs)
+	}
+	pc, err := newPayloadCode(counts[0])
+	if err != nil {
+		return nil, err
+	}
+	bf16 := f.DType == "BF16" && !f.Whole
 	encs := make([][]byte, chunks)
 	others := make([][]byte, chunks) // other bits of chunks not BF16
 	errs := make([]error, chunks)
 	parallel(chunks, workers, func(c int) {
 		lo, hi := span(c)
+		buf := chunkSyms.Get().(*[codec.ChunkValues]byte)
+		defer chunkSyms.Put(buf)
+		s := buf[:hi-lo]
+		if err := fieldsOf(f, s, raw[lo*f.Size:hi*f.Size]); err != nil {
+			errs[c] = err
+			return
+		}
+		if s, errs[c] = pc.toSymbols(s); errs[c] == nil {
+			encs[c], errs[c] = EncodeChunk(nil, pc.code, s, pc.symbolBits())
+		}
 		if !bf16 {
-			encs[c], errs[c] = EncodeChunk(nil, code, syms[lo:hi], f.Bits)
 			var bw bitWriter
 			packInto(&bw, f, raw[lo*f.Size:hi*f.Size])
 			others[c] = bw.flush()
-			return
 		}
-		buf := chunkSyms.Get().(*[codec.ChunkValues]byte)
-		s := buf[:hi-lo]
-		splitBF16(s, nil, raw[2*lo:2*hi])
-		encs[c], errs[c] = EncodeChunk(nil, code, s, f.Bits)
-		chunkSyms.Put(buf)
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -216,48 +298,12 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	return p, nil
 }
 
-// payloadCode is a payload's code and the layout it implies.
-type payloadCode struct {
-	fi        int
-	n         uint64
-	code      *Code
-	lengths   []uint8
-	lo, count int    // the symbols with code lengths
-	records   uint64 // where the records start
-}
-
-// newPayloadCode builds the code of n values of field Fields[fi] whose
-// symbol counts are freq, and lays out the payload's sections.
-func newPayloadCode(fi int, n uint64, freq []uint64) (*payloadCode, error) {
-	ls, err := Lengths(freq, MaxLen)
-	if err != nil {
-		return nil, err
-	}
-	code, err := NewCode(ls, MaxLen)
-	if err != nil {
-		return nil, err
-	}
-	pc := &payloadCode{fi: fi, n: n, code: code, lengths: ls, count: 0}
-	hi := -1
-	for s, l := range ls {
-		if l > 0 {
-			if hi < 0 {
-				pc.lo = s
-			}
-			hi = s
-		}
-	}
-	pc.count = hi - pc.lo + 1
-	pc.records = align16(uint64(headerSize) + uint64((pc.count+1)/2))
-	return pc, nil
-}
-
 // putHead writes the fixed header and the code lengths of a payload of
 // size bytes whose chunk index starts at index into p (the checksum and
 // the index are the caller's).
 func (pc *payloadCode) putHead(p []byte, index, size uint64) {
 	copy(p, PayloadMagic)
-	binary.LittleEndian.PutUint16(p[4:], PayloadVersion)
+	binary.LittleEndian.PutUint16(p[4:], uint16(pc.version()))
 	binary.LittleEndian.PutUint16(p[6:], headerSize)
 	binary.LittleEndian.PutUint64(p[8:], pc.n)
 	binary.LittleEndian.PutUint32(p[16:], codec.ChunkValues)
@@ -269,13 +315,19 @@ func (pc *payloadCode) putHead(p []byte, index, size uint64) {
 	for k := range pc.count {
 		p[headerSize+k/2] |= pc.lengths[pc.lo+k] << (4 * (1 - k%2))
 	}
+	if pc.pairs != nil {
+		at := headerSize + (pc.count+1)/2
+		for k := range pc.count {
+			binary.LittleEndian.PutUint16(p[at+2*k:], pc.pairs[pc.lo+k])
+		}
+	}
 }
 
 // putFlags sets the in-place flag in head, the payload's first bytes
 // (header, code lengths), when the payload with chunk index idx decodes
 // in place.
 func (pc *payloadCode) putFlags(head, idx []byte) {
-	h := PayloadHeader{Version: PayloadVersion, Values: pc.n, ChunkValues: codec.ChunkValues, Field: pc.fi,
+	h := PayloadHeader{Version: pc.version(), Values: pc.n, ChunkValues: codec.ChunkValues, Field: pc.fi,
 		Others: pc.records, Size: binary.LittleEndian.Uint64(head[offSize:])}
 	if h.inPlace(indexAt(idx)) {
 		binary.LittleEndian.PutUint32(head[offFlags:], flagInPlace)
@@ -296,9 +348,10 @@ func ParsePayloadHeader(p []byte) (PayloadHeader, error) {
 		return bad("no %s header", PayloadMagic)
 	}
 	h.Version = int(binary.LittleEndian.Uint16(p[4:]))
-	if h.Version != 1 && h.Version != 2 {
-		return bad("version %d; this build reads versions 1 and %d", h.Version, PayloadVersion)
+	if h.Version < 1 || h.Version > PayloadVersion {
+		return bad("version %d; this build reads versions 1 to %d", h.Version, PayloadVersion)
 	}
+	h.Pairs = h.Version == pairVersion
 	h.Values = binary.LittleEndian.Uint64(p[8:])
 	h.ChunkValues = binary.LittleEndian.Uint32(p[16:])
 	h.Field, h.MaxLen, h.Lo = int(p[offFields]), int(p[offFields+1]), int(p[offFields+2])
@@ -316,18 +369,18 @@ func ParsePayloadHeader(p []byte) (PayloadHeader, error) {
 		return bad("field %d", h.Field)
 	case h.MaxLen != MaxLen:
 		return bad("code length limit %d", h.MaxLen)
-	case h.Lo+h.Count > 1<<Fields[h.Field].Bits || h.Values > 0 && h.Count == 0:
+	case h.Lo+h.Count > 1<<h.symbolBits() || h.Values > 0 && h.Count == 0:
 		return bad("%d symbols from %d", h.Count, h.Lo)
 	case p[offFields+3] != 0 || binary.LittleEndian.Uint16(p[26:]) != 0 || binary.LittleEndian.Uint32(p[28:]) != 0 ||
 		h.Version == 1 && binary.LittleEndian.Uint32(p[offFlags:]) != 0 ||
-		h.Version == 2 && binary.LittleEndian.Uint32(p[offFlags:])&^flagInPlace != 0:
+		h.records() && binary.LittleEndian.Uint32(p[offFlags:])&^flagInPlace != 0:
 		return bad("reserved fields are set")
 	case h.Values > 1<<48:
 		return bad("%d values", h.Values)
 	}
 	f := Fields[h.Field]
-	index := uint64(headerSize) + uint64((h.Count+1)/2)
-	if h.Version == 2 {
+	index := h.headEnd()
+	if h.records() {
 		h.InPlace = binary.LittleEndian.Uint32(p[offFlags:])&flagInPlace != 0
 		h.Index, h.Symbols = h.Symbols, 0
 		records, ix := align16(index), 8*(h.Chunks()+1)
@@ -382,14 +435,14 @@ func (h *PayloadHeader) spans(c, at, next uint64) (oLo, oHi, sLo, sHi uint64, er
 	return oLo, oLo + o, oLo + o, h.Others + next, nil
 }
 
-// inPlace reports whether a version 2 payload of size bytes with chunk
+// inPlace reports whether a version 2 or 3 payload of size bytes with chunk
 // index at (entry c) decodes in place: it fits in its values, and no
 // chunk's values overlap the record of an earlier chunk (see
 // DecodeInPlace).
 func (h *PayloadHeader) inPlace(at func(c uint64) uint64) bool {
 	f := Fields[h.Field]
 	out := h.Values * uint64(f.Size)
-	if h.Version != 2 || h.Size > out {
+	if !h.records() || h.Size > out {
 		return false
 	}
 	per := uint64(h.ChunkValues) * uint64(f.Size)

@@ -237,6 +237,8 @@ func FuzzDecodePayload(f *testing.F) {
 	p, _ := Encode(0, raw, 1)
 	f.Add(p, 300)
 	f.Add(p[:100], 300)
+	f.Add(pairSeed(1, 3001), 2*3001) // version 3
+	f.Add(pairSeed(3, 5000), 5000)
 	f.Fuzz(func(t *testing.T, q []byte, n int) {
 		if n < 0 || n > 1<<16 {
 			return
@@ -250,19 +252,23 @@ func FuzzDecodePayload(f *testing.F) {
 }
 
 // TestGoldenPayload: payloads written by the builds of each version
-// (20,000 BF16 values with NaNs, infinities, zeros and subnormals among
-// them) still decode to their committed values, and this build writes the
-// current version's byte for byte. A change to the format bumps
-// PayloadVersion and adds a golden file; it does not edit these.
+// still decode to their committed values (versions 1 and 2: 20,000 BF16
+// values with NaNs, infinities, zeros and subnormals among them; version
+// 3: 20,001 such values of few exponents, coded in pairs), and this build
+// writes the version 2 and 3 ones byte for byte. A change to the format
+// bumps PayloadVersion and adds a golden file; it does not edit these.
 func TestGoldenPayload(t *testing.T) {
-	raw, err := os.ReadFile("testdata/golden-v1-bf16.raw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range []int{1, 2} {
+	for _, v := range []int{1, 2, 3} {
+		raw, err := os.ReadFile(goldenRaw(v))
+		if err != nil {
+			t.Fatal(err)
+		}
 		p, err := os.ReadFile(fmt.Sprintf("testdata/golden-v%d-bf16.szen", v))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if h, err := ParsePayloadHeader(p); err != nil || h.Version != v {
+			t.Fatalf("golden version %d: header of version %d, %v", v, h.Version, err)
 		}
 		got := make([]byte, len(raw))
 		if err := Decode(got, p, 2); err != nil {
@@ -275,12 +281,21 @@ func TestGoldenPayload(t *testing.T) {
 		if err := DecodeStream(bytes.NewReader(p), uint64(len(p)), func(_ uint64, b []byte) error { streamed = append(streamed, b...); return nil }); err != nil || !bytes.Equal(streamed, raw) {
 			t.Fatalf("version %d streamed: %v", v, err)
 		}
-		if v == PayloadVersion {
+		if v >= 2 {
 			if again, _ := Encode(0, raw, 1); !bytes.Equal(again, p) {
-				t.Error("this build encodes the golden values differently (a format change needs a new version)")
+				t.Errorf("this build encodes the golden values of version %d differently (a format change needs a new version)", v)
 			}
+			checkInPlace(t, p, raw)
 		}
 	}
+}
+
+// goldenRaw names the values golden payload version v holds.
+func goldenRaw(v int) string {
+	if v == pairVersion {
+		return "testdata/golden-v3-bf16.raw"
+	}
+	return "testdata/golden-v1-bf16.raw"
 }
 
 // TestLargePayload round-trips a BF16 tensor of 2^31+3 values (about 17
@@ -344,12 +359,20 @@ func TestEncoderMatchesEncode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			freq := make([]uint64, 1<<f.Bits)
-			if err := Count(fi, freq, raw); err != nil {
+			// Counted in pieces of any size: a piece may end inside a pair.
+			cs, err := NewCounts(fi)
+			if err != nil {
 				t.Fatal(err)
 			}
+			for rest := raw; len(rest) > 0; {
+				k := min(len(rest), f.Size*(1+rng.IntN(C)))
+				if err := cs.Add(rest[:k]); err != nil {
+					t.Fatal(err)
+				}
+				rest = rest[k:]
+			}
 			var w memWriterAt
-			e, err := NewEncoder(&w, fi, uint64(n), freq)
+			e, err := NewEncoder(&w, cs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -369,16 +392,23 @@ func TestEncoderMatchesEncode(t *testing.T) {
 			}
 		}
 	}
-	// Announced and written counts must agree.
-	freq := make([]uint64, 256)
-	freq[3] = 2
+	// Counted and written values must agree.
+	cs, _ := NewCounts(0)
+	if err := cs.Add([]byte{0, 0x3f, 0, 0x3f}); err != nil { // two values of exponent 126
+		t.Fatal(err)
+	}
 	var w memWriterAt
-	e, _ := NewEncoder(&w, 0, 2, freq)
+	e, _ := NewEncoder(&w, cs)
 	if _, err := e.Close(); err == nil {
 		t.Error("closed with no values written of 2")
 	}
-	if _, err := NewEncoder(&w, 0, 3, freq); err == nil {
-		t.Error("counts of 2 values accepted for 3")
+	e, _ = NewEncoder(&w, cs)
+	if err := e.Write([]byte{0, 0x3f, 0, 0x3f, 0, 0x3f}); err == nil {
+		t.Error("3 values written of 2 counted")
+	}
+	e, _ = NewEncoder(&w, cs)
+	if err := e.Write([]byte{0, 0x3f, 0, 0x40}); err == nil {
+		t.Error("values whose exponents were not counted written")
 	}
 }
 
@@ -452,6 +482,8 @@ func FuzzDecodeStream(f *testing.F) {
 		}
 		f.Add(p, len(raw))
 	}
+	f.Add(pairSeed(0, 16384+9), 2*(16384+9)) // version 3
+	f.Add(pairSeed(5, 3777), 3777)
 	f.Fuzz(func(t *testing.T, q []byte, n int) {
 		if n < 0 || n > 1<<18 {
 			return

@@ -1,6 +1,6 @@
 package entropy
 
-// Decoding ranges of a version 2 payload's chunks from several goroutines.
+// Decoding ranges of a version 2 or 3 payload's chunks from several goroutines.
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // chunks' bytes are not contiguous: DecodeStream reads it.
 var ErrNoRecords = fmt.Errorf("%w: version 1 has no chunk records", ErrPayload)
 
-// Reader decodes any range of the chunks of a version 2 payload read from
+// Reader decodes any range of the chunks of a version 2 or 3 payload read from
 // an io.ReaderAt, from any number of goroutines at once, in memory bounded
 // by the ranges asked for: the payload's head is read and checked once by
 // NewReader, each range's records with one read. The payload's checksum
@@ -46,7 +46,7 @@ func NewReader(r io.ReaderAt, size uint64) (*Reader, error) {
 		return nil, err
 	case h.Size != size:
 		return nil, fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, size, h.Size)
-	case h.Version != 2:
+	case !h.records():
 		return nil, ErrNoRecords
 	}
 	d := &Reader{r: r, h: h, head: make([]byte, h.Others), idx: make([]byte, h.Size-h.Index)}

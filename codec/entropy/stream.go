@@ -34,55 +34,16 @@ type Encoder struct {
 	syms  []byte
 }
 
-// Count adds the symbols of raw (values of field Fields[fi]) to freq, a
-// table of 1<<Fields[fi].Bits counts.
-func Count(fi int, freq []uint64, raw []byte) error {
-	f := Fields[fi]
-	if len(freq) != 1<<f.Bits {
-		return fmt.Errorf("entropy: %d counts for %d-bit symbols", len(freq), f.Bits)
-	}
-	if len(raw)%f.Size != 0 {
-		return fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
-	}
-	if f.DType == "BF16" && !f.Whole {
-		histogramBF16(freq, raw)
-		return nil
-	}
-	// A chunk of symbols at a time: memory bounded whatever len(raw).
-	var syms [codec.ChunkValues]byte
-	step := codec.ChunkValues * f.Size
-	for o := 0; o < len(raw); o += step {
-		part := raw[o:min(len(raw), o+step)]
-		s := syms[:len(part)/f.Size]
-		if err := f.Symbols(s, part); err != nil {
-			return err
-		}
-		histogram(freq, s)
-	}
-	return nil
-}
-
-// NewEncoder starts the payload of n values of field Fields[fi] whose
-// symbol counts are freq, written to w from offset 0.
-func NewEncoder(w io.WriterAt, fi int, n uint64, freq []uint64) (*Encoder, error) {
-	if fi < 0 || fi >= len(Fields) {
-		return nil, fmt.Errorf("entropy: field %d", fi)
-	}
-	f := Fields[fi]
-	if len(freq) != 1<<f.Bits {
-		return nil, fmt.Errorf("entropy: %d counts for %d-bit symbols", len(freq), f.Bits)
-	}
-	var total uint64
-	for _, c := range freq {
-		total += c
-	}
-	if total != n {
-		return nil, fmt.Errorf("entropy: counts sum to %d, not the %d values", total, n)
-	}
-	pc, err := newPayloadCode(fi, n, freq)
+// NewEncoder starts the payload of the values c counted, written to w
+// from offset 0. The values written must be those counted: a pair or a
+// field they did not hold is an error.
+func NewEncoder(w io.WriterAt, c *Counts) (*Encoder, error) {
+	f := Fields[c.fi]
+	pc, err := newPayloadCode(c)
 	if err != nil {
 		return nil, err
 	}
+	n := c.n
 	e := &Encoder{w: w, f: f, pc: pc, n: n, code: pc.code}
 	chunks := (n + codec.ChunkValues - 1) / codec.ChunkValues
 	e.index = make([]uint64, 0, chunks+1)
@@ -132,8 +93,11 @@ func (e *Encoder) flushChunk() error {
 		packInto(&e.obits, e.f, e.chunk)
 		rec = e.obits.flush()
 	}
-	var err error
-	if rec, err = EncodeChunk(rec, e.code, syms, e.f.Bits); err != nil {
+	syms, err := e.pc.toSymbols(syms)
+	if err != nil {
+		return err
+	}
+	if rec, err = EncodeChunk(rec, e.code, syms, e.pc.symbolBits()); err != nil {
 		return err
 	}
 	e.obits.buf = rec[:0]
@@ -229,7 +193,7 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	if h.Size != size {
 		return fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, size, h.Size)
 	}
-	if h.Version == 2 {
+	if h.records() {
 		return decodeRecords(r, size, fn)
 	}
 	f := Fields[h.Field]
@@ -301,7 +265,7 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	return nil
 }
 
-// decodeRecords is DecodeStream of a version 2 payload: a chunk at a
+// decodeRecords is DecodeStream of a version 2 or 3 payload: a chunk at a
 // time through a Reader.
 func decodeRecords(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) error) error {
 	d, err := NewReader(r, size)

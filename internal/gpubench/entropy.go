@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu"
@@ -16,6 +17,7 @@ import (
 type EntropyResult struct {
 	DType     string  `json:"dtype"`
 	Field     string  `json:"field"` // the coded field
+	Pairs     bool    `json:"pairs"` // coded in pairs of fields (payload version 3)
 	BitsValue float64 `json:"bits_per_value"`
 	Timing
 	// CeilingGBps is the rate the device copy rate allows for the bytes
@@ -32,17 +34,28 @@ type EntropyReport struct {
 	Results   []EntropyResult `json:"results"`
 }
 
-// EntropyDTypes are the dtypes EntropyValues makes.
-var EntropyDTypes = []string{"BF16", "F16", "F32", "F8_E4M3", "F8_E5M2"}
+// EntropyDTypes are the dtypes EntropyValues makes; BF16_FEW is BF16 of
+// few exponents.
+var EntropyDTypes = []string{"BF16", "F16", "F32", "F8_E4M3", "F8_E5M2", "BF16_FEW"}
 
 // EntropyValues returns n bytes of trained-looking values of dtype:
 // N(0, 0.02) BF16, rounded to F16, F32 with full mantissas, or cast to
-// FP8 with per-row scales of 4096 values.
+// FP8 with per-row scales of 4096 values. BF16_FEW is N(0, 0.02) BF16 with
+// magnitudes below 2^-12 raised to it: nine exponents, whose payloads code
+// pairs of them.
 func EntropyValues(rng *rand.Rand, dtype string, n uint64) ([]byte, error) {
 	switch dtype {
-	case "BF16":
+	case "BF16", "BF16_FEW":
 		v := make([]byte, n&^1)
 		synth.FillNormal(rng, v, 0.02, 0, 0)
+		if dtype == "BF16_FEW" {
+			for i := 0; i+2 <= len(v); i += 2 {
+				x := binary.LittleEndian.Uint16(v[i:])
+				if x&0x7f80 < 0x3980 { // exponent below 2^-12
+					binary.LittleEndian.PutUint16(v[i:], x&0x8000|0x3980)
+				}
+			}
+		}
 		return v, nil
 	case "F32":
 		v := make([]byte, n&^3)
@@ -78,7 +91,7 @@ func BenchEntropy(ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) 
 				return nil, err
 			}
 			for fi, f := range entropy.Fields {
-				if f.DType != dt {
+				if f.DType != strings.TrimSuffix(dt, "_FEW") {
 					continue
 				}
 				p, err := entropy.Encode(fi, v, 0)
@@ -98,7 +111,7 @@ func BenchEntropy(ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) 
 					if err != nil {
 						return nil, fmt.Errorf("%s %d bytes: %w", f.Name(), size, err)
 					}
-					r.DType, r.Field = dt, f.Name()
+					r.DType, r.Field, r.Pairs = dt, f.Name(), h.Pairs
 					r.BitsValue = 8 * float64(len(p)) / float64(h.Values)
 					r.CeilingGBps = rep.CopyGBps * float64(len(v)) / float64(len(v)+len(p))
 					r.OfCeiling = r.GBps / r.CeilingGBps

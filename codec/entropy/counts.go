@@ -1,0 +1,332 @@
+package entropy
+
+// Counting a tensor's symbols before its payload is written, and choosing
+// from the counts between coding fields one at a time (version 2) and in
+// pairs (version 3).
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/splitzip/splitzip/codec"
+)
+
+// Counts is a tensor's symbol counts for one field, taken a piece at a
+// time (Add) before its payload is written: of each pair of adjacent
+// values' fields (values 2j and 2j+1 of the tensor; an odd last value
+// pairs with itself), from which the counts of single fields follow. The
+// payload codes pairs where the code of the pairs, with their table, is
+// smaller than the code of single fields. A Counts takes 256 KiB for
+// 8-bit fields, 4 KiB for FP8 exponents.
+type Counts struct {
+	fi     int
+	n      uint64
+	narrow []uint32 // pair a, b at a | b<<bits, since the last fold
+	wide   []uint64 // folded counts (tensors of more than 2^31 pairs)
+	folded uint64   // pairs counted since the last fold
+	odd    bool     // the last value added awaits its pair
+	last   byte     // its field
+	syms   []byte
+}
+
+// NewCounts returns empty counts for field Fields[fi].
+func NewCounts(fi int) (*Counts, error) {
+	if fi < 0 || fi >= len(Fields) {
+		return nil, fmt.Errorf("entropy: field %d", fi)
+	}
+	return &Counts{fi: fi, narrow: make([]uint32, 1<<(2*Fields[fi].Bits))}, nil
+}
+
+// Field returns the index into Fields of the field counted.
+func (c *Counts) Field() int { return c.fi }
+
+// Values returns the values counted.
+func (c *Counts) Values() uint64 { return c.n }
+
+// Add counts the next values, raw (a whole number of them).
+func (c *Counts) Add(raw []byte) error {
+	f := Fields[c.fi]
+	if len(raw)%f.Size != 0 {
+		return fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
+	}
+	if c.syms == nil {
+		c.syms = make([]byte, codec.ChunkValues+1)
+	}
+	// A chunk of fields at a time, after the one left from the last piece:
+	// memory bounded whatever len(raw).
+	step := codec.ChunkValues * f.Size
+	for o := 0; o < len(raw); o += step {
+		part := raw[o:min(len(raw), o+step)]
+		k := 0
+		if c.odd {
+			c.syms[0], k = c.last, 1
+		}
+		s := c.syms[:k+len(part)/f.Size]
+		if err := fieldsOf(f, s[k:], part); err != nil {
+			return err
+		}
+		c.n += uint64(len(part) / f.Size)
+		c.odd = len(s)%2 == 1
+		if c.odd {
+			c.last = s[len(s)-1]
+		}
+		c.countPairs(s[:len(s)&^1])
+	}
+	return nil
+}
+
+// fieldsOf writes the field of each value of raw into dst.
+func fieldsOf(f Field, dst, raw []byte) error {
+	if f.DType == "BF16" && !f.Whole {
+		splitBF16(dst, nil, raw)
+		return nil
+	}
+	return f.Symbols(dst, raw)
+}
+
+// countPairs counts the pairs of s (an even number of fields).
+func (c *Counts) countPairs(s []byte) {
+	bits := uint(Fields[c.fi].Bits)
+	t := c.narrow
+	mask := uint(len(t) - 1)
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		v := binary.LittleEndian.Uint64(s[i:])
+		t[(uint(v)&0xff|uint(v>>8)&0xff<<bits)&mask]++
+		t[(uint(v>>16)&0xff|uint(v>>24)&0xff<<bits)&mask]++
+		t[(uint(v>>32)&0xff|uint(v>>40)&0xff<<bits)&mask]++
+		t[(uint(v>>48)&0xff|uint(v>>56)&0xff<<bits)&mask]++
+	}
+	for ; i < len(s); i += 2 {
+		t[(uint(s[i])|uint(s[i+1])<<bits)&mask]++
+	}
+	if c.folded += uint64(len(s) / 2); c.folded > 1<<31 {
+		c.fold()
+	}
+}
+
+// fold moves the 32-bit counts into the 64-bit ones.
+func (c *Counts) fold() {
+	if c.wide == nil {
+		c.wide = make([]uint64, len(c.narrow))
+	}
+	for k, v := range c.narrow {
+		c.wide[k] += uint64(v)
+		c.narrow[k] = 0
+	}
+	c.folded = 0
+}
+
+// merge adds the counts of o, values that follow c's, to c; at most one
+// of them may end with a value awaiting its pair.
+func (c *Counts) merge(o *Counts) {
+	c.n += o.n
+	if o.wide != nil {
+		c.fold()
+		for k, v := range o.wide {
+			c.wide[k] += v
+		}
+	}
+	if c.folded+o.folded > 1<<31 {
+		c.fold()
+	}
+	for k, v := range o.narrow {
+		c.narrow[k] += v
+	}
+	c.folded += o.folded
+	if o.odd {
+		c.odd, c.last = true, o.last
+	}
+}
+
+// pairCounts returns the counts of every pair, a | b<<bits, the odd last
+// value paired with itself.
+func (c *Counts) pairCounts() []uint64 {
+	out := make([]uint64, len(c.narrow))
+	for k, v := range c.narrow {
+		out[k] = uint64(v)
+	}
+	for k, v := range c.wide {
+		out[k] += v
+	}
+	if c.odd {
+		out[uint(c.last)|uint(c.last)<<Fields[c.fi].Bits]++
+	}
+	return out
+}
+
+// Freq returns the counts of single fields, a table of 1<<Fields[fi].Bits.
+func (c *Counts) Freq() []uint64 {
+	bits := uint(Fields[c.fi].Bits)
+	freq := make([]uint64, 1<<bits)
+	for k, v := range c.pairCounts() {
+		freq[k&(1<<bits-1)] += v
+		freq[k>>bits] += v
+	}
+	if c.odd {
+		freq[c.last]-- // its pair with itself counted it twice
+	}
+	return freq
+}
+
+// Estimate returns about the bytes of the payload of the values counted:
+// the coded symbols, the other bits, the head, the chunk index and 6
+// bytes of each chunk's own header (not its lane lengths).
+func (c *Counts) Estimate() (uint64, error) {
+	pc, err := newPayloadCode(c)
+	if err != nil {
+		return 0, err
+	}
+	chunks := (c.n + codec.ChunkValues - 1) / codec.ChunkValues
+	bits := pc.bits + c.n*uint64(Fields[c.fi].Other())
+	return (bits+7)/8 + pc.records + 8*(chunks+1) + 6*chunks, nil
+}
+
+// errUncounted reports values given to an encoder that hold a pair of
+// fields its counts did not.
+var errUncounted = fmt.Errorf("%w: a pair of fields that was not counted", ErrPayload)
+
+// payloadCode is a payload's code and the layout it implies.
+type payloadCode struct {
+	fi        int
+	n         uint64
+	code      *Code
+	lengths   []uint8
+	lo, count int    // the symbols with code lengths
+	records   uint64 // where the records start
+	bits      uint64 // of the code words of every value
+	// Version 3: pairs[s] is symbol s's fields (first | second<<8), and
+	// symbol[a|b<<bits] one more than the symbol of fields a, b (0: no
+	// symbol); nil in version 2.
+	pairs  []uint16
+	symbol []uint16
+}
+
+// newPayloadCode builds the code of the values counted, of single fields
+// or of pairs, whichever stores smaller with its table, and lays out the
+// payload's sections.
+func newPayloadCode(c *Counts) (*payloadCode, error) {
+	freq := c.Freq()
+	pc, err := codeOf(c.fi, c.n, freq)
+	if err != nil {
+		return nil, err
+	}
+	if c.n < 2 {
+		return pc, nil
+	}
+	// Pairs, where at most 256 differ: symbols in the order of their
+	// fields (a | b<<bits).
+	bits := uint(Fields[c.fi].Bits)
+	pcount := c.pairCounts()
+	var pairs []uint16
+	var pfreq []uint64
+	for k, v := range pcount {
+		if v == 0 {
+			continue
+		}
+		if len(pairs) == MaxSymbols {
+			return pc, nil
+		}
+		pairs = append(pairs, uint16(k&(1<<bits-1))|uint16(k>>bits)<<8)
+		pfreq = append(pfreq, v)
+	}
+	pp, err := codeOf(c.fi, c.n, pfreq)
+	if err != nil {
+		return nil, err
+	}
+	pp.pairs = pairs
+	pp.records = align16(uint64(headerSize) + uint64((pp.count+1)/2) + 2*uint64(pp.count))
+	if 8*pp.records+pp.bits >= 8*pc.records+pc.bits {
+		return pc, nil
+	}
+	pp.symbol = make([]uint16, len(pcount))
+	for s, p := range pairs {
+		pp.symbol[uint(p&0xff)|uint(p>>8)<<bits] = uint16(s) + 1
+	}
+	return pp, nil
+}
+
+// codeOf builds the length-limited code of symbols counted freq, for n
+// values of field Fields[fi], and the version 2 layout.
+func codeOf(fi int, n uint64, freq []uint64) (*payloadCode, error) {
+	ls, err := Lengths(freq, MaxLen)
+	if err != nil {
+		return nil, err
+	}
+	code, err := NewCode(ls, MaxLen)
+	if err != nil {
+		return nil, err
+	}
+	pc := &payloadCode{fi: fi, n: n, code: code, lengths: ls, bits: code.Bits(freq)}
+	hi := -1
+	for s, l := range ls {
+		if l > 0 {
+			if hi < 0 {
+				pc.lo = s
+			}
+			hi = s
+		}
+	}
+	pc.count = hi - pc.lo + 1
+	pc.records = align16(uint64(headerSize) + uint64((pc.count+1)/2))
+	return pc, nil
+}
+
+// version returns the payload version the code is written as.
+func (pc *payloadCode) version() int {
+	if pc.pairs != nil {
+		return pairVersion
+	}
+	return 2
+}
+
+// symbolBits returns the bits of a symbol the chunks code.
+func (pc *payloadCode) symbolBits() int {
+	if pc.pairs != nil {
+		return 8
+	}
+	return Fields[pc.fi].Bits
+}
+
+// toSymbols turns the fields of a chunk's values into its symbols, in
+// place, and returns them: the fields themselves, or in version 3 a
+// symbol for each pair (the odd last field paired with itself). A pair
+// the counts did not hold is an error.
+func (pc *payloadCode) toSymbols(fields []byte) ([]byte, error) {
+	if pc.pairs == nil {
+		return fields, nil
+	}
+	bits := uint(Fields[pc.fi].Bits)
+	n := len(fields)
+	j := 0
+	for ; 2*j+1 < n; j++ {
+		s := pc.symbol[uint(fields[2*j])|uint(fields[2*j+1])<<bits]
+		if s == 0 {
+			return nil, errUncounted
+		}
+		fields[j] = byte(s - 1)
+	}
+	if n%2 == 1 {
+		s := pc.symbol[uint(fields[n-1])|uint(fields[n-1])<<bits]
+		if s == 0 {
+			return nil, errUncounted
+		}
+		fields[j] = byte(s - 1)
+		j++
+	}
+	return fields[:j], nil
+}
+
+// expandPairs turns the (n+1)/2 pair symbols at the start of syms into
+// the n fields they stand for, in place, from the last (each symbol's
+// fields lie at or after it).
+func expandPairs(pairs *[MaxSymbols]uint16, syms []byte, n int) {
+	j := (n+1)/2 - 1
+	if n%2 == 1 {
+		syms[n-1] = byte(pairs[syms[j]])
+		j--
+	}
+	for ; j >= 0; j-- {
+		binary.LittleEndian.PutUint16(syms[2*j:], pairs[syms[j]])
+	}
+}
