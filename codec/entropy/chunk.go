@@ -520,8 +520,8 @@ func decodeChunk(t *Table, src []byte, bits int, dst []byte, sc *chunkScratch) (
 	k := copy(pad, src[:min(len(src), p/8+1)])
 	clear(pad[k:])
 	base := 0
-	if mt := t.multiTable(); mt != nil && n == Lanes*laneSyms && L == Lanes {
-		if err := decodeLanes(mt, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes); err != nil {
+	if mt := t.multiTable(); mt != nil && fullLanes(n, L) {
+		if err := decodeLanes(mt, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n/Lanes); err != nil {
 			return 0, err
 		}
 		br.pos = p

@@ -167,8 +167,9 @@ func TestTranspose8(t *testing.T) {
 	}
 }
 
-// TestMultiSymbolLanes: full chunks decode through the several-symbols
-// lookup (its assembly loop where there is one, and its Go loop) exactly
+// TestMultiSymbolLanes: full chunks (16,384 symbols, and the 8,192 of a
+// full chunk of pair symbols) decode through the several-symbols lookup
+// (its assembly loop where there is one, and its Go loop) exactly
 // as through the one-symbol reference path, and corrupted ones (bits
 // flipped, lanes cut short) fail or decode the same on all, never
 // panicking.
@@ -176,7 +177,8 @@ func TestMultiSymbolLanes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	for trial := range 40 {
 		sigma := []float64{0.02, 0.5, 1e-3, 3}[trial%4]
-		c, syms := chunkCode(t, synth.Normal(rng, 16384, sigma))
+		n := []int{16384, 8192}[trial/4%2]
+		c, syms := chunkCode(t, synth.Normal(rng, n, sigma))
 		enc, err := EncodeChunk(nil, c, syms, 8)
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +199,7 @@ func TestMultiSymbolLanes(t *testing.T) {
 			if flip%5 == 4 {
 				src = src[:len(src)-1-rng.IntN(len(src)/2)]
 			}
-			a, err := decodeThreeWays(fast, slow, src)
+			a, err := decodeThreeWays(fast, slow, src, n)
 			switch {
 			case err != nil:
 				t.Fatalf("trial %d flip %d: %v", trial, flip, err)
@@ -208,8 +210,9 @@ func TestMultiSymbolLanes(t *testing.T) {
 	}
 }
 
-// FuzzFullChunk damages a full chunk (16,384 symbols in 32 lanes, the
-// chunks the several-symbols lookup and its assembly decode) at the
+// FuzzFullChunk damages a full chunk (16,384 symbols in 32 lanes, or a
+// full chunk of pair symbols' 8,192: the chunks the several-symbols
+// lookup and its assembly decode) at the
 // offsets and with the bytes the fuzzer gives, and requires the fast path
 // (assembly where there is one), its Go loop and the one-symbol reference
 // to agree: the same symbols or all failing, none panicking.
@@ -220,7 +223,8 @@ func FuzzFullChunk(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed uint64, off1 uint16, x1 byte, off2 uint16, x2 byte, cut uint16) {
 		rng := rand.New(rand.NewPCG(seed, seed>>32))
 		sigma := []float64{0.02, 0.5, 1e-3, 3}[seed%4]
-		c, syms := chunkCode(t, synth.Normal(rng, 16384, sigma))
+		n := []int{16384, 8192}[seed>>2%2]
+		c, syms := chunkCode(t, synth.Normal(rng, n, sigma))
 		enc, err := EncodeChunk(nil, c, syms, 8)
 		if err != nil || enc[0] != ModeCoded {
 			return
@@ -231,18 +235,18 @@ func FuzzFullChunk(f *testing.F) {
 		src = src[:len(src)-int(cut)%len(src)]
 		fast := NewTable(c)
 		slow := &Table{MaxLen: fast.MaxLen, Entries: fast.Entries, single: true}
-		if _, err := decodeThreeWays(fast, slow, src); err != nil {
+		if _, err := decodeThreeWays(fast, slow, src, n); err != nil {
 			t.Fatal(err)
 		}
 	})
 }
 
-// decodeThreeWays decodes a full chunk's src through table fast (its
-// assembly lane loop where there is one, then its Go loop) and through
-// the one-symbol table slow, and returns the symbols (nil when all three
-// fail) or an error saying how the three differ.
-func decodeThreeWays(fast, slow *Table, src []byte) ([]byte, error) {
-	a, b, g := make([]byte, 16384), make([]byte, 16384), make([]byte, 16384)
+// decodeThreeWays decodes a full chunk's src (n symbols) through table
+// fast (its assembly lane loop where there is one, then its Go loop) and
+// through the one-symbol table slow, and returns the symbols (nil when
+// all three fail) or an error saying how the three differ.
+func decodeThreeWays(fast, slow *Table, src []byte, n int) ([]byte, error) {
+	a, b, g := make([]byte, n), make([]byte, n), make([]byte, n)
 	na, ea := DecodeChunk(fast, src, 8, a)
 	nb, eb := DecodeChunk(slow, src, 8, b)
 	saved := useLaneAsm

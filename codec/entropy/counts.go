@@ -7,6 +7,7 @@ package entropy
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/splitzip/splitzip/codec"
 )
@@ -14,19 +15,23 @@ import (
 // Counts is a tensor's symbol counts for one field, taken a piece at a
 // time (Add) before its payload is written: of each pair of adjacent
 // values' fields (values 2j and 2j+1 of the tensor; an odd last value
-// pairs with itself), from which the counts of single fields follow. The
-// payload codes pairs where the code of the pairs, with their table, is
-// smaller than the code of single fields. A Counts takes 256 KiB for
-// 8-bit fields, 4 KiB for FP8 exponents.
+// pairs with itself), from which the counts of single fields follow,
+// until more than 256 different pairs have been seen (no payload codes
+// those in pairs); from then on of single fields only, which is
+// cheaper. The payload codes pairs where the code of the pairs, with
+// their table, is smaller than the code of single fields. A Counts takes
+// 256 KiB for 8-bit fields, 4 KiB for FP8 exponents.
 type Counts struct {
-	fi     int
-	n      uint64
-	narrow []uint32 // pair a, b at a | b<<bits, since the last fold
-	wide   []uint64 // folded counts (tensors of more than 2^31 pairs)
-	folded uint64   // pairs counted since the last fold
-	odd    bool     // the last value added awaits its pair
-	last   byte     // its field
-	syms   []byte
+	fi       int
+	n        uint64
+	narrow   []uint32 // pair a, b at a | b<<bits, since the last fold; nil once pairs are dropped
+	wide     []uint64 // folded counts (tensors of more than 2^31 pairs)
+	folded   uint64   // pairs counted since the last fold
+	distinct int      // different pairs seen
+	odd      bool     // the last value added awaits its pair
+	last     byte     // its field
+	single   []uint64 // once pairs are dropped: the counts of single fields
+	syms     []byte
 }
 
 // NewCounts returns empty counts for field Fields[fi].
@@ -43,6 +48,9 @@ func (c *Counts) Field() int { return c.fi }
 // Values returns the values counted.
 func (c *Counts) Values() uint64 { return c.n }
 
+// pairs reports whether the counts still hold pairs.
+func (c *Counts) pairs() bool { return c.narrow != nil }
+
 // Add counts the next values, raw (a whole number of them).
 func (c *Counts) Add(raw []byte) error {
 	f := Fields[c.fi]
@@ -56,6 +64,9 @@ func (c *Counts) Add(raw []byte) error {
 	// memory bounded whatever len(raw).
 	step := codec.ChunkValues * f.Size
 	for o := 0; o < len(raw); o += step {
+		if !c.pairs() {
+			return c.addSingle(raw[o:])
+		}
 		part := raw[o:min(len(raw), o+step)]
 		k := 0
 		if c.odd {
@@ -71,8 +82,50 @@ func (c *Counts) Add(raw []byte) error {
 			c.last = s[len(s)-1]
 		}
 		c.countPairs(s[:len(s)&^1])
+		if c.distinct > MaxSymbols {
+			c.dropPairs()
+		}
 	}
 	return nil
+}
+
+// addSingle counts the fields of raw's values one at a time.
+func (c *Counts) addSingle(raw []byte) error {
+	f := Fields[c.fi]
+	c.n += uint64(len(raw) / f.Size)
+	switch {
+	case f.DType == "BF16" && !f.Whole:
+		histogramBF16(c.single, raw)
+	case f.Whole: // whole FP8 bytes are their own fields
+		histogram(c.single, raw)
+	default: // a chunk of fields at a time into one set of tables
+		var t hist8
+		step := codec.ChunkValues * f.Size
+		for o, since := 0, 0; o < len(raw); o += step {
+			part := raw[o:min(len(raw), o+step)]
+			s := c.syms[:len(part)/f.Size]
+			if err := f.Symbols(s, part); err != nil {
+				return err
+			}
+			if since += len(s); since > 1<<30 {
+				t.fold(c.single)
+				since = len(s)
+			}
+			t.add(s)
+		}
+		t.fold(c.single)
+	}
+	return nil
+}
+
+// dropPairs turns the pair counts into counts of single fields, which
+// all later values add to.
+func (c *Counts) dropPairs() {
+	if !c.pairs() {
+		return
+	}
+	c.single = c.singleFromPairs()
+	c.narrow, c.wide, c.odd = nil, nil, false
 }
 
 // fieldsOf writes the field of each value of raw into dst.
@@ -84,26 +137,28 @@ func fieldsOf(f Field, dst, raw []byte) error {
 	return f.Symbols(dst, raw)
 }
 
-// countPairs counts the pairs of s (an even number of fields).
+// countPairs counts the pairs of s (an even number of fields) and the
+// different pairs seen.
 func (c *Counts) countPairs(s []byte) {
 	bits := uint(Fields[c.fi].Bits)
 	t := c.narrow
 	mask := uint(len(t) - 1)
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		v := binary.LittleEndian.Uint64(s[i:])
-		t[(uint(v)&0xff|uint(v>>8)&0xff<<bits)&mask]++
-		t[(uint(v>>16)&0xff|uint(v>>24)&0xff<<bits)&mask]++
-		t[(uint(v>>32)&0xff|uint(v>>40)&0xff<<bits)&mask]++
-		t[(uint(v>>48)&0xff|uint(v>>56)&0xff<<bits)&mask]++
+	d := 0
+	for i := 0; i < len(s); i += 2 {
+		k := (uint(s[i]) | uint(s[i+1])<<bits) & mask
+		if t[k] == 0 && c.wideZero(k) {
+			d++
+		}
+		t[k]++
 	}
-	for ; i < len(s); i += 2 {
-		t[(uint(s[i])|uint(s[i+1])<<bits)&mask]++
-	}
+	c.distinct += d
 	if c.folded += uint64(len(s) / 2); c.folded > 1<<31 {
 		c.fold()
 	}
 }
+
+// wideZero reports whether the folded count of pair k is zero.
+func (c *Counts) wideZero(k uint) bool { return c.wide == nil || c.wide[k] == 0 }
 
 // fold moves the 32-bit counts into the 64-bit ones.
 func (c *Counts) fold() {
@@ -121,6 +176,13 @@ func (c *Counts) fold() {
 // of them may end with a value awaiting its pair.
 func (c *Counts) merge(o *Counts) {
 	c.n += o.n
+	if !c.pairs() || !o.pairs() {
+		c.dropPairs()
+		for k, v := range o.Freq() {
+			c.single[k] += v
+		}
+		return
+	}
 	if o.wide != nil {
 		c.fold()
 		for k, v := range o.wide {
@@ -137,10 +199,19 @@ func (c *Counts) merge(o *Counts) {
 	if o.odd {
 		c.odd, c.last = true, o.last
 	}
+	c.distinct = 0
+	for k, v := range c.narrow {
+		if v != 0 || !c.wideZero(uint(k)) {
+			c.distinct++
+		}
+	}
+	if c.distinct > MaxSymbols {
+		c.dropPairs()
+	}
 }
 
 // pairCounts returns the counts of every pair, a | b<<bits, the odd last
-// value paired with itself.
+// value paired with itself (the counts must still hold pairs).
 func (c *Counts) pairCounts() []uint64 {
 	out := make([]uint64, len(c.narrow))
 	for k, v := range c.narrow {
@@ -157,6 +228,15 @@ func (c *Counts) pairCounts() []uint64 {
 
 // Freq returns the counts of single fields, a table of 1<<Fields[fi].Bits.
 func (c *Counts) Freq() []uint64 {
+	if !c.pairs() {
+		return slices.Clone(c.single)
+	}
+	return c.singleFromPairs()
+}
+
+// singleFromPairs returns the counts of single fields the pair counts
+// hold.
+func (c *Counts) singleFromPairs() []uint64 {
 	bits := uint(Fields[c.fi].Bits)
 	freq := make([]uint64, 1<<bits)
 	for k, v := range c.pairCounts() {
@@ -211,7 +291,7 @@ func newPayloadCode(c *Counts) (*payloadCode, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.n < 2 {
+	if c.n < 2 || !c.pairs() {
 		return pc, nil
 	}
 	// Pairs, where at most 256 differ: symbols in the order of their
@@ -318,15 +398,24 @@ func (pc *payloadCode) toSymbols(fields []byte) ([]byte, error) {
 }
 
 // expandPairs turns the (n+1)/2 pair symbols at the start of syms into
-// the n fields they stand for, in place, from the last (each symbol's
-// fields lie at or after it).
+// the n fields they stand for, in place, from the last: eight symbols a
+// 64-bit load and their sixteen fields two 64-bit stores. A block's
+// fields lie at or after its symbols, so no store reaches a symbol still
+// to be read.
 func expandPairs(pairs *[MaxSymbols]uint16, syms []byte, n int) {
-	j := (n+1)/2 - 1
+	j := (n + 1) / 2
 	if n%2 == 1 {
-		syms[n-1] = byte(pairs[syms[j]])
 		j--
+		syms[n-1] = byte(pairs[syms[j]])
 	}
-	for ; j >= 0; j-- {
-		binary.LittleEndian.PutUint16(syms[2*j:], pairs[syms[j]])
+	for ; j >= 8; j -= 8 {
+		x := binary.LittleEndian.Uint64(syms[j-8:])
+		lo := uint64(pairs[byte(x)]) | uint64(pairs[byte(x>>8)])<<16 | uint64(pairs[byte(x>>16)])<<32 | uint64(pairs[byte(x>>24)])<<48
+		hi := uint64(pairs[byte(x>>32)]) | uint64(pairs[byte(x>>40)])<<16 | uint64(pairs[byte(x>>48)])<<32 | uint64(pairs[byte(x>>56)])<<48
+		binary.LittleEndian.PutUint64(syms[2*j-16:], lo)
+		binary.LittleEndian.PutUint64(syms[2*j-8:], hi)
+	}
+	for ; j > 0; j-- {
+		binary.LittleEndian.PutUint16(syms[2*j-2:], pairs[syms[j-1]])
 	}
 }

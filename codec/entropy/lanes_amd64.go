@@ -7,33 +7,31 @@ package entropy
 var useLaneAsm = true
 
 // laneSteps4Asm is laneSteps4's loop in assembly (lanes_amd64.s), with
-// laneStride 528 and laneSyms 512 written into it.
+// laneStride 528 written into it.
 //
 //go:noescape
 func laneSteps4Asm(mt *multiTable, pad, lanes *byte, s *laneQuad) bool
 
 // transposeLanesAVX writes a full chunk's lane-major buffer (Lanes lanes
-// of laneSyms symbols, laneStride bytes apart) to dst in symbol order.
+// of 16 x blocks symbols, laneStride bytes apart) to dst in symbol order.
 //
 //go:noescape
-func transposeLanesAVX(dst, lanes *byte)
+func transposeLanesAVX(dst, lanes *byte, blocks int)
 
-// transposeLanes writes the lane-major buffer of a full chunk to dst in
-// symbol order with vector instructions, and reports whether it could.
-func transposeLanes(dst []byte, lanes *[Lanes * laneStride]byte) bool {
-	if !useAVX2 {
+// transposeLanes writes the lane-major buffer of a full chunk of m
+// symbols a lane to dst in symbol order with vector instructions, and
+// reports whether it could (m a multiple of 16, at most laneSyms).
+func transposeLanes(dst []byte, lanes *[Lanes * laneStride]byte, m int) bool {
+	if !useAVX2 || m%16 != 0 || m <= 0 || m > laneSyms {
 		return false
 	}
-	_ = dst[Lanes*laneSyms-1]
-	transposeLanesAVX(&dst[0], &lanes[0])
+	_ = dst[Lanes*m-1]
+	transposeLanesAVX(&dst[0], &lanes[0], m/16)
 	return true
 }
 
-// The lane constants written into the assembly.
-const (
-	_ = uint(laneStride-528) + uint(528-laneStride)
-	_ = uint(laneSyms-512) + uint(512-laneSyms)
-)
+// The lane constant written into the assembly.
+const _ = uint(laneStride-528) + uint(528-laneStride)
 
 // laneSteps4 decodes four lanes side by side, as laneSteps4Go does.
 func laneSteps4(mt *multiTable, pad, lanes []byte, s *laneQuad) bool {

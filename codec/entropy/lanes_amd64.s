@@ -5,12 +5,12 @@
 // func laneSteps4Asm(mt *multiTable, pad, lanes *byte, s *laneQuad) bool
 //
 // The loop of laneSteps4 (multi.go) for four lanes at once: while every
-// lane k has q[k] <= end[k] and j[k] <= laneSyms-12, each makes four
+// lane k has q[k] <= end[k] and j[k] <= lim, each makes four
 // lookups of the multi-symbol table from the 64 bits of pad at bit q[k],
 // storing each entry's four low bytes at lane k's symbol j[k] and moving
 // j[k] by its symbol count and q[k] by its bits. It returns false at an
 // entry of no code (0). Lane k's buffer is lanes + k*528 (laneStride),
-// and its last start of a step lanes + k*528 + 500 (laneSyms-12).
+// and its last start of a step lanes + k*528 + lim (s.lim, at 96).
 //
 // Registers: R8 mt, R9 pad, R10-R13 q[0..3], SI DI R14 R15 lane k's next
 // symbol as an address, AX the window, BX an entry, CX a shift, DX spare.
@@ -74,17 +74,17 @@ loop:
 	JGT done
 	CMPQ R13, 88(DX)
 	JGT done
-	MOVQ lanes+16(FP), DX
-	LEAQ 500(DX), BX
+	MOVQ 96(DX), BX
+	ADDQ lanes+16(FP), BX
 	CMPQ SI, BX
 	JHI done
-	LEAQ 1028(DX), BX
+	ADDQ $528, BX
 	CMPQ DI, BX
 	JHI done
-	LEAQ 1556(DX), BX
+	ADDQ $528, BX
 	CMPQ R14, BX
 	JHI done
-	LEAQ 2084(DX), BX
+	ADDQ $528, BX
 	CMPQ R15, BX
 	JHI done
 	STEP(R10, SI)
@@ -120,20 +120,20 @@ store:
 	MOVQ R15, 56(DX)
 	RET
 
-// func transposeLanesAVX(dst, lanes *byte)
+// func transposeLanesAVX(dst, lanes *byte, blocks int)
 //
-// The lane-major buffer of a full chunk (lane k's 512 symbols at
+// The lane-major buffer of a full chunk (lane k's 16*blocks symbols at
 // lanes + k*528) into symbol order (symbol r*32+k at dst + r*32 + k),
 // 8 lanes by 16 rows at a time: three rounds of unpacks (bytes, words,
 // doublewords) turn the 8 lanes' 16 symbols into 16 rows of 8, two rows
 // a register, stored 8 bytes at a time.
-TEXT ·transposeLanesAVX(SB), NOSPLIT, $0-16
+TEXT ·transposeLanesAVX(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ lanes+8(FP), SI
 	MOVQ $4, R8 // blocks of 8 lanes
 
 lanes8:
-	MOVQ $32, R9 // blocks of 16 rows
+	MOVQ blocks+16(FP), R9 // blocks of 16 rows
 	MOVQ SI, R10
 	MOVQ DI, R11
 

@@ -11,4 +11,4 @@ func laneSteps4(mt *multiTable, pad, lanes []byte, s *laneQuad) bool {
 }
 
 // transposeLanes does nothing where there is no assembly.
-func transposeLanes(dst []byte, lanes *[Lanes * laneStride]byte) bool { return false }
+func transposeLanes(dst []byte, lanes *[Lanes * laneStride]byte, m int) bool { return false }

@@ -39,50 +39,58 @@ func newMultiTable(single []uint16) *multiTable {
 	return &mt
 }
 
-// laneSyms is the symbols a lane of a full chunk holds; laneStride the
-// bytes a lane takes in the lane-major buffer, with room for the spare
-// bytes of its last lookups.
+// laneSyms is the symbols a lane of a full chunk holds (a full chunk of
+// pair symbols holds half as many); laneStride the bytes a lane takes in
+// the lane-major buffer, with room for the spare bytes of its last
+// lookups.
 const (
 	laneSyms   = 16384 / Lanes
 	laneStride = laneSyms + 16
 )
 
-// decodeLanes decodes the Lanes lanes of a full chunk (16,384 symbols;
-// lane k's bits are [pos[k], end[k]) of pad) into dst in symbol order. It
-// fails, never reading outside pad, on an entry of no code or a lane that
-// does not end exactly at its length.
-func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte) error {
+// fullLanes reports whether a chunk of n symbols in L lanes is decoded
+// lane by lane (decodeLanes): Lanes lanes of laneSyms symbols each (a
+// full chunk), or of half as many (a full chunk of pair symbols).
+func fullLanes(n, L int) bool {
+	return L == Lanes && (n == Lanes*laneSyms || n == Lanes*laneSyms/2)
+}
+
+// decodeLanes decodes the Lanes lanes of m symbols each of a full chunk
+// (fullLanes; lane k's bits are [pos[k], end[k]) of pad) into dst in
+// symbol order. It fails, never reading outside pad, on an entry of no
+// code or a lane that does not end exactly at its length.
+func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte, m int) error {
 	const stride = laneStride
 	// Four lanes side by side while each has room for twelve more symbols,
 	// then each lane to its end on its own.
 	for k := 0; k < Lanes; k += 4 {
-		var s laneQuad
+		s := laneQuad{lim: m - 12}
 		copy(s.q[:], pos[k:k+4])
 		copy(s.end[:], end[k:k+4])
 		if !laneSteps4(mt, pad, lanes[k*stride:(k+4)*stride], &s) {
 			return fmt.Errorf("%w: lanes %d to %d: a bit pattern no code has", ErrStream, k, k+3)
 		}
 		for i := range 4 {
-			if err := laneTail(mt, single, pad, lanes[(k+i)*stride:(k+i+1)*stride], s.q[i], s.j[i], end[k+i], k+i); err != nil {
+			if err := laneTail(mt, single, pad, lanes[(k+i)*stride:(k+i+1)*stride], s.q[i], s.j[i], end[k+i], k+i, m); err != nil {
 				return err
 			}
 		}
 	}
 	// Transpose: symbol r*Lanes+k is lane k's symbol r.
-	if !transposeLanes(dst[:Lanes*laneSyms], lanes) {
-		transposeLanesGo(dst[:Lanes*laneSyms], lanes)
+	if !transposeLanes(dst[:Lanes*m], lanes, m) {
+		transposeLanesGo(dst[:Lanes*m], lanes, m)
 	}
 	return nil
 }
 
-// transposeLanesGo writes the lane-major buffer of a full chunk to dst
-// (Lanes*laneSyms bytes) in symbol order: symbol r*Lanes+k is lane k's
-// symbol r.
-func transposeLanesGo(dst []byte, lanes *[Lanes * laneStride]byte) {
+// transposeLanesGo writes the lane-major buffer of a full chunk of m
+// symbols a lane (a multiple of 8) to dst (Lanes*m bytes) in symbol
+// order: symbol r*Lanes+k is lane k's symbol r.
+func transposeLanesGo(dst []byte, lanes *[Lanes * laneStride]byte, m int) {
 	const stride = laneStride
-	dst = dst[:Lanes*laneSyms]
+	dst = dst[:Lanes*m]
 	for kb := 0; kb < Lanes; kb += 8 {
-		for rb := 0; rb < laneSyms; rb += 8 {
+		for rb := 0; rb < m; rb += 8 {
 			// An 8x8 transpose of bytes (transpose8, written out here so
 			// that it stays in registers).
 			x0 := binary.LittleEndian.Uint64(lanes[(kb+0)*stride+rb:])
@@ -133,10 +141,12 @@ func transposeLanesGo(dst []byte, lanes *[Lanes * laneStride]byte) {
 
 // laneQuad is four lanes' state while they are decoded side by side:
 // lane i's next bit q[i], the symbols it has decoded j[i], and the bit
-// where it ends. The assembly of laneSteps4 reads and writes it at fixed
-// offsets: q at 0, j at 32, end at 64.
+// where it ends; and the last symbol a step may start at, lim (the
+// lanes' symbols less twelve). The assembly of laneSteps4 reads and
+// writes it at fixed offsets: q at 0, j at 32, end at 64, lim at 96.
 type laneQuad struct {
 	q, j, end [4]int
+	lim       int
 }
 
 // laneSteps4Go decodes the four lanes of s, whose buffers are lanes
@@ -150,7 +160,7 @@ func laneSteps4Go(mt *multiTable, pad, lanes []byte, s *laneQuad) bool {
 	q0, q1, q2, q3 := s.q[0], s.q[1], s.q[2], s.q[3]
 	j0, j1, j2, j3 := s.j[0], s.j[1], s.j[2], s.j[3]
 	var bad uint32 = 1
-	for bad != 0 && max(j0, j1, j2, j3)+12 <= laneSyms && q0 <= s.end[0] && q1 <= s.end[1] && q2 <= s.end[2] && q3 <= s.end[3] {
+	for bad != 0 && max(j0, j1, j2, j3) <= s.lim && q0 <= s.end[0] && q1 <= s.end[1] && q2 <= s.end[2] && q3 <= s.end[3] {
 		var b0, b1, b2, b3 uint32
 		q0, j0, b0 = laneStep(mt, pad, l0, q0, j0)
 		q1, j1, b1 = laneStep(mt, pad, l1, q1, j1)
@@ -188,13 +198,13 @@ func laneStep(mt *multiTable, pad, lb []byte, q, j int) (int, int, uint32) {
 	return q, j, min(e0, e1, e2, e3)
 }
 
-// laneTail decodes lane k (buffer lb) from bit q and symbol j to its
-// end: four lookups a load while twelve more symbols fit, then one
+// laneTail decodes lane k (buffer lb, m symbols) from bit q and symbol j
+// to its end: four lookups a load while twelve more symbols fit, then one
 // symbol a lookup; it fails on an entry of no code, a lane read past its
 // end, or one that does not end exactly at its length.
-func laneTail(mt *multiTable, single *[1 << MaxLen]uint16, pad, lb []byte, q, j, end, k int) error {
+func laneTail(mt *multiTable, single *[1 << MaxLen]uint16, pad, lb []byte, q, j, end, k, m int) error {
 	const sh = 64 - MaxLen
-	for j+12 <= laneSyms {
+	for j+12 <= m {
 		if q > end {
 			return fmt.Errorf("%w: lane %d past its end", ErrStream, k)
 		}
@@ -203,7 +213,7 @@ func laneTail(mt *multiTable, single *[1 << MaxLen]uint16, pad, lb []byte, q, j,
 			return fmt.Errorf("%w: lane %d, symbol %d", ErrStream, k, j*Lanes+k)
 		}
 	}
-	for j < laneSyms {
+	for j < m {
 		if q > end {
 			return fmt.Errorf("%w: lane %d past its end", ErrStream, k)
 		}

@@ -122,12 +122,23 @@ func TestPairLimit(t *testing.T) {
 
 // TestCounts: counts taken in pieces of any size (ending inside a pair
 // or not) and merged equal those of the whole, and Freq is the histogram
-// of single fields.
+// of single fields, also where more than 256 different pairs make the
+// counts drop pairs (in the whole, in some pieces, or in one side of a
+// merge).
 func TestCounts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	for fi, f := range Fields {
-		for _, n := range []int{0, 1, 2, 7, codec.ChunkValues + 9} {
+		for _, c := range []struct {
+			n    int
+			wide bool
+		}{{0, false}, {1, false}, {2, false}, {7, false}, {codec.ChunkValues + 9, false}, {3*codec.ChunkValues + 1, true}, {2001, true}} {
+			n := c.n
 			raw := peaked(rng, f, n)
+			if c.wide { // random bytes after the first third: many pairs
+				for i := len(raw) / 3; i < len(raw); i++ {
+					raw[i] = byte(rng.Uint32())
+				}
+			}
 			whole, _ := NewCounts(fi)
 			if err := whole.Add(raw); err != nil {
 				t.Fatal(err)
@@ -154,10 +165,16 @@ func TestCounts(t *testing.T) {
 			for _, s := range syms {
 				want[s]++
 			}
-			for _, c := range []*Counts{whole, parts, merged} {
-				if c.Values() != uint64(n) || !equalCounts(c.pairCounts(), whole.pairCounts()) || !equalCounts(c.Freq(), want) {
-					t.Fatalf("%s, %d values: counts differ", f.Name(), n)
+			for k, cs := range []*Counts{whole, parts, merged} {
+				if cs.Values() != uint64(n) || !equalCounts(cs.Freq(), want) {
+					t.Fatalf("%s, %d values, counts %d: differ", f.Name(), n, k)
 				}
+				if cs.pairs() != whole.pairs() || cs.pairs() && !equalCounts(cs.pairCounts(), whole.pairCounts()) {
+					t.Fatalf("%s, %d values, counts %d: pairs %v, of the whole %v, or other pair counts", f.Name(), n, k, cs.pairs(), whole.pairs())
+				}
+			}
+			if c.wide && f.Whole && whole.pairs() {
+				t.Fatalf("%s: %d values of random bytes kept their pairs", f.Name(), n)
 			}
 		}
 	}
@@ -257,4 +274,29 @@ func pairSeed(fi, n int) []byte {
 		panic("a pair seed not coded in pairs")
 	}
 	return p
+}
+
+// TestExpandPairs: pair symbols expand in place to their fields at every
+// length up to a few blocks of eight, odd ones included.
+func TestExpandPairs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(49, 50))
+	var pairs [MaxSymbols]uint16
+	for s := range pairs {
+		pairs[s] = uint16(rng.Uint32())
+	}
+	for n := range 70 {
+		syms := make([]byte, n+8)
+		want := make([]byte, n)
+		for j := range (n + 1) / 2 {
+			syms[j] = byte(rng.Uint32())
+			want[2*j] = byte(pairs[syms[j]])
+			if 2*j+1 < n {
+				want[2*j+1] = byte(pairs[syms[j]] >> 8)
+			}
+		}
+		expandPairs(&pairs, syms, n)
+		if !bytes.Equal(syms[:n], want) {
+			t.Fatalf("%d fields: got %x, want %x", n, syms[:n], want)
+		}
+	}
 }

@@ -208,26 +208,19 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	chunkValues := codec.ChunkValues
 	chunks := (n + chunkValues - 1) / chunkValues
 	span := func(c int) (int, int) { return c * chunkValues, min(n, (c+1)*chunkValues) }
-	// The counts, a chunk a goroutine, then summed in chunk order (pairs
-	// never cross a chunk: chunks hold an even number of values).
-	counts := make([]*Counts, min(workersOr(workers), max(chunks, 1)))
-	var next atomic.Int64
-	var cerr error
-	var mu sync.Mutex
-	parallel(len(counts), len(counts), func(w int) {
-		cs, _ := NewCounts(fi)
-		for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
-			lo, hi := span(c)
-			if err := cs.Add(raw[lo*f.Size : hi*f.Size]); err != nil {
-				mu.Lock()
-				cerr = err
-				mu.Unlock()
-			}
-		}
-		counts[w] = cs
+	// The counts: a run of whole chunks a goroutine (pairs never cross a
+	// chunk, which holds an even number of values), then summed.
+	w := min(workersOr(workers), max(chunks, 1))
+	per := (chunks + w - 1) / w
+	counts := make([]*Counts, w)
+	cerrs := make([]error, w)
+	parallel(w, w, func(k int) {
+		counts[k], _ = NewCounts(fi)
+		lo, hi := min(k*per*chunkValues, n), min((k+1)*per*chunkValues, n)
+		cerrs[k] = counts[k].Add(raw[lo*f.Size : hi*f.Size])
 	})
-	if cerr != nil {
-		return nil, cerr
+	if err := errors.Join(cerrs...); err != nil {
+		return nil, err
 	}
 	for _, cs := range counts[1:] {
 		counts[0].merge(cs)
@@ -473,33 +466,47 @@ func histogramBF16(freq []uint64, raw []byte) {
 // four tables and byte loads on N(0, 0.02) FP8 bytes and exponents, dev-2);
 // blocks of 2^30 symbols keep each table's counts in 32 bits.
 func histogram(freq []uint64, syms []byte) {
-	var t [8][256]uint32
+	var t hist8
 	for len(syms) > 0 {
 		b := syms[:min(len(syms), 1<<30)]
 		syms = syms[len(b):]
-		i := 0
-		for ; i+8 <= len(b); i += 8 {
-			v := binary.LittleEndian.Uint64(b[i:])
-			t[0][byte(v)]++
-			t[1][byte(v>>8)]++
-			t[2][byte(v>>16)]++
-			t[3][byte(v>>24)]++
-			t[4][byte(v>>32)]++
-			t[5][byte(v>>40)]++
-			t[6][byte(v>>48)]++
-			t[7][byte(v>>56)]++
+		t.add(b)
+		t.fold(freq)
+	}
+}
+
+// hist8 is histogram's eight tables of 32-bit counts, kept across calls
+// of add by a caller that folds them before 2^32 symbols.
+type hist8 [8][256]uint32
+
+// add counts syms.
+func (t *hist8) add(b []byte) {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		v := binary.LittleEndian.Uint64(b[i:])
+		t[0][byte(v)]++
+		t[1][byte(v>>8)]++
+		t[2][byte(v>>16)]++
+		t[3][byte(v>>24)]++
+		t[4][byte(v>>32)]++
+		t[5][byte(v>>40)]++
+		t[6][byte(v>>48)]++
+		t[7][byte(v>>56)]++
+	}
+	for ; i < len(b); i++ {
+		t[0][b[i]]++
+	}
+}
+
+// fold adds the counts to freq (at most 256 of them) and clears them.
+func (t *hist8) fold(freq []uint64) {
+	for s := range freq {
+		var n uint64
+		for k := range t {
+			n += uint64(t[k][s])
+			t[k][s] = 0
 		}
-		for ; i < len(b); i++ {
-			t[0][b[i]]++
-		}
-		for s := range freq {
-			var n uint64
-			for k := range t {
-				n += uint64(t[k][s])
-				t[k][s] = 0
-			}
-			freq[s] += n
-		}
+		freq[s] += n
 	}
 }
 

@@ -183,20 +183,22 @@ func TestTransposeLanes(t *testing.T) {
 	for i := range lanes {
 		lanes[i] = byte(rng.Uint32())
 	}
-	want, got := make([]byte, Lanes*laneSyms), make([]byte, Lanes*laneSyms)
-	transposeLanesGo(want, &lanes)
-	for k := range Lanes {
-		for r := range laneSyms {
-			if want[r*Lanes+k] != lanes[k*laneStride+r] {
-				t.Fatalf("Go loop: symbol %d of lane %d misplaced", r, k)
+	for _, m := range []int{laneSyms, laneSyms / 2} { // full chunks of single fields and of pairs
+		want, got := make([]byte, Lanes*m), make([]byte, Lanes*m)
+		transposeLanesGo(want, &lanes, m)
+		for k := range Lanes {
+			for r := range m {
+				if want[r*Lanes+k] != lanes[k*laneStride+r] {
+					t.Fatalf("Go loop, %d symbols a lane: symbol %d of lane %d misplaced", m, r, k)
+				}
 			}
 		}
-	}
-	if !transposeLanes(got, &lanes) {
-		t.Skip("no vector transpose here")
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("vector transpose differs at byte %d", firstDiff(got, want))
+		if !transposeLanes(got, &lanes, m) {
+			t.Skip("no vector transpose here")
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("vector transpose, %d symbols a lane, differs at byte %d", m, firstDiff(got, want))
+		}
 	}
 }
 
