@@ -99,7 +99,7 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 func printEntropyBits(w io.Writer, dtypes []pipeline.DTypeReport) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "where entropy payloads' bits go, in bits a value:")
-	fmt.Fprintln(tw, "dtype\tvalues\tstored\tkept\tcodes\traw/constant\tlane tables\tchunk index\theads\tpadding\tbound\tgap\tcodes above entropy\t")
+	fmt.Fprintln(tw, "dtype\tpayloads (pairs)\tvalues\tstored\tkept\tcodes\traw/constant\tlane tables\tchunk index\theads\tpadding\tbound\tgap\tcodes above entropy\t")
 	any := false
 	for _, d := range dtypes {
 		e := d.EntropyBits
@@ -110,7 +110,7 @@ func printEntropyBits(w io.Writer, dtypes []pipeline.DTypeReport) {
 		v := float64(e.Values)
 		per := func(bits uint64) string { return fmt.Sprintf("%.4f", float64(bits)/v) }
 		excess := float64(e.Codes+e.Plain)/v - (e.BoundBits - e.OtherBits)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t\n", d.DType, e.Values, per(e.Bits), per(e.Kept), per(e.Codes),
+		fmt.Fprintf(tw, "%s\t%d (%d)\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t\n", d.DType, e.Payloads, e.PairPayloads, e.Values, per(e.Bits), per(e.Kept), per(e.Codes),
 			per(e.Plain), per(e.Lanes), per(e.Index), per(e.Head), per(e.Padding), e.BoundBits, float64(e.Bits)/v-e.BoundBits, excess)
 	}
 	if !any {

@@ -15,8 +15,12 @@ import (
 type Breakdown struct {
 	Values uint64 `json:"values"`
 	Bits   uint64 `json:"bits"` // all of the payloads'
+	// Payloads is the payloads summed, PairPayloads those of version 3
+	// (pairs of fields as symbols).
+	Payloads     uint64 `json:"payloads"`
+	PairPayloads uint64 `json:"pair_payloads"`
 	// Head is the header, the code lengths and their padding (in version
-	// 1 the chunk index too).
+	// 1 the chunk index too, in version 3 the pair table).
 	Head uint64 `json:"head_bits"`
 	// Index is the chunk index of version 2 and 3 payloads.
 	Index uint64 `json:"index_bits"`
@@ -41,6 +45,8 @@ type Breakdown struct {
 // Add adds b's bits and values to s.
 func (s *Breakdown) Add(b Breakdown) {
 	s.Values += b.Values
+	s.Payloads += b.Payloads
+	s.PairPayloads += b.PairPayloads
 	s.Bits += b.Bits
 	s.Head += b.Head
 	s.Index += b.Index
@@ -79,6 +85,10 @@ func Explain(r io.ReaderAt, size uint64) (Breakdown, error) {
 		return b, fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, size, h.Size)
 	}
 	b.Values, b.Bits, b.Head = h.Values, 8*size, 8*h.Others
+	b.Payloads = 1
+	if h.Pairs {
+		b.PairPayloads = 1
+	}
 	chunks := h.Chunks()
 	// The chunk index: at the end in versions 2 and 3, after the code lengths
 	// (inside the head) in version 1.

@@ -94,7 +94,8 @@ func TestExplainGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("version %d: %v", v, err)
 		}
-		if b.Head+b.Index+b.Kept+b.Codes+b.Lanes+b.Plain+b.Padding != b.Bits || (v == 1) != (b.Index == 0) || b.Codes == 0 {
+		if b.Head+b.Index+b.Kept+b.Codes+b.Lanes+b.Plain+b.Padding != b.Bits || (v == 1) != (b.Index == 0) || b.Codes == 0 ||
+			b.Payloads != 1 || (v == pairVersion) != (b.PairPayloads == 1) {
 			t.Errorf("version %d: %+v", v, b)
 		}
 		if _, err := Explain(bytes.NewReader(p), uint64(len(p))-1); !errors.Is(err, ErrPayload) {
