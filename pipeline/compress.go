@@ -391,6 +391,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 		if counts[k], err = entropy.NewCounts(fi); err != nil {
 			return nil, err
 		}
+		defer counts[k].Release()
 	}
 	var crc1 uint32
 	err := m.segments(t.Begin, t.End, keptBytes(t.Size()) == 0, func(seg []byte) error {

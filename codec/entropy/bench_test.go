@@ -155,3 +155,37 @@ func BenchmarkHistogram(b *testing.B) {
 		histogram(freq, raw)
 	}
 }
+
+// BenchmarkCountPairsPeaked counts 1 Mi BF16 values of few exponents
+// (their pairs kept to the end) on one goroutine.
+func BenchmarkCountPairsPeaked(b *testing.B) {
+	raw := peaked(rand.New(rand.NewPCG(1, 2)), Fields[0], 1<<20)
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		c, _ := NewCounts(0)
+		c.Add(raw)
+		c.Release()
+	}
+}
+
+// BenchmarkToSymbolsPeaked turns their fields into pair symbols, a chunk
+// at a time (the copy of the fields included).
+func BenchmarkToSymbolsPeaked(b *testing.B) {
+	raw := peaked(rand.New(rand.NewPCG(1, 2)), Fields[0], 1<<20)
+	c, _ := NewCounts(0)
+	c.Add(raw)
+	pc, _ := newPayloadCode(c)
+	if pc.pairs == nil {
+		b.Fatal("no pairs")
+	}
+	f := make([]byte, 1<<20)
+	fieldsOf(Fields[0], f, raw)
+	g := make([]byte, len(f))
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		copy(g, f)
+		for o := 0; o < len(g); o += 16384 {
+			pc.toSymbols(g[o : o+16384])
+		}
+	}
+}

@@ -5,9 +5,11 @@ package entropy
 // pairs (version 3).
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/splitzip/splitzip/codec"
 )
@@ -22,16 +24,17 @@ import (
 // their table, is smaller than the code of single fields. A Counts takes
 // 256 KiB for 8-bit fields, 4 KiB for FP8 exponents.
 type Counts struct {
-	fi       int
-	n        uint64
-	narrow   []uint32 // pair a, b at a | b<<bits, since the last fold; nil once pairs are dropped
-	wide     []uint64 // folded counts (tensors of more than 2^31 pairs)
-	folded   uint64   // pairs counted since the last fold
-	distinct int      // different pairs seen
-	odd      bool     // the last value added awaits its pair
-	last     byte     // its field
-	single   []uint64 // once pairs are dropped: the counts of single fields
-	syms     []byte
+	fi     int
+	n      uint64
+	narrow []uint32 // pair a, b at a | b<<bits, since the last fold; nil once pairs are dropped
+	wide   []uint64 // folded counts (tensors of more than 2^31 pairs)
+	folded uint64   // pairs counted since the last fold
+	keys   []uint32 // the pairs seen, in the order first seen
+	odd    bool     // the last value added awaits its pair
+	last   byte     // its field
+	single []uint64 // once pairs are dropped: the counts of single fields
+	syms   []byte
+	pc     *payloadCode // the code of the counts, once asked for (Add and merge clear it)
 }
 
 // NewCounts returns empty counts for field Fields[fi].
@@ -39,7 +42,43 @@ func NewCounts(fi int) (*Counts, error) {
 	if fi < 0 || fi >= len(Fields) {
 		return nil, fmt.Errorf("entropy: field %d", fi)
 	}
-	return &Counts{fi: fi, narrow: make([]uint32, 1<<(2*Fields[fi].Bits))}, nil
+	return &Counts{fi: fi, narrow: pairTables.get(1 << (2 * Fields[fi].Bits))}, nil
+}
+
+// pairTables holds the pair tables of 8-bit fields (256 KiB each) that
+// Release and dropped pairs returned, all zero, for later Counts.
+var pairTables tablePool
+
+type tablePool struct{ p sync.Pool }
+
+// get returns a zeroed table of n counts.
+func (t *tablePool) get(n int) []uint32 {
+	if n == 1<<16 {
+		if b, ok := t.p.Get().(*[]uint32); ok {
+			return *b
+		}
+	}
+	return make([]uint32, n)
+}
+
+// put takes back table b, whose nonzero counts are at most those of keys.
+func (t *tablePool) put(b []uint32, keys []uint32) {
+	if len(b) != 1<<16 {
+		return
+	}
+	for _, k := range keys {
+		b[k] = 0
+	}
+	t.p.Put(&b)
+}
+
+// Release returns the counts' tables for reuse by later Counts; it is
+// optional, and c must not be used after it.
+func (c *Counts) Release() {
+	if c.narrow != nil {
+		pairTables.put(c.narrow, c.keys)
+	}
+	c.narrow, c.wide, c.keys, c.single = nil, nil, nil, nil
 }
 
 // Field returns the index into Fields of the field counted.
@@ -60,6 +99,7 @@ func (c *Counts) Add(raw []byte) error {
 	if c.syms == nil {
 		c.syms = make([]byte, codec.ChunkValues+1)
 	}
+	c.pc = nil
 	// A chunk of fields at a time, after the one left from the last piece:
 	// memory bounded whatever len(raw).
 	step := codec.ChunkValues * f.Size
@@ -82,7 +122,7 @@ func (c *Counts) Add(raw []byte) error {
 			c.last = s[len(s)-1]
 		}
 		c.countPairs(s[:len(s)&^1])
-		if c.distinct > MaxSymbols {
+		if len(c.keys) > MaxSymbols {
 			c.dropPairs()
 		}
 	}
@@ -125,7 +165,8 @@ func (c *Counts) dropPairs() {
 		return
 	}
 	c.single = c.singleFromPairs()
-	c.narrow, c.wide, c.odd = nil, nil, false
+	pairTables.put(c.narrow, c.keys)
+	c.narrow, c.wide, c.keys, c.odd = nil, nil, nil, false
 }
 
 // fieldsOf writes the field of each value of raw into dst.
@@ -137,21 +178,44 @@ func fieldsOf(f Field, dst, raw []byte) error {
 	return f.Symbols(dst, raw)
 }
 
-// countPairs counts the pairs of s (an even number of fields) and the
-// different pairs seen.
+// countPairs counts the pairs of s (an even number of fields) and notes
+// those seen for the first time.
 func (c *Counts) countPairs(s []byte) {
 	bits := uint(Fields[c.fi].Bits)
 	t := c.narrow
 	mask := uint(len(t) - 1)
-	d := 0
-	for i := 0; i < len(s); i += 2 {
+	i := 0
+	// Four pairs a 64-bit load; a count read as zero may be a pair's
+	// first (each read follows the previous pair's increment).
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		k0 := (uint(x)&0xff | uint(x>>8)&0xff<<bits) & mask
+		k1 := (uint(x>>16)&0xff | uint(x>>24)&0xff<<bits) & mask
+		k2 := (uint(x>>32)&0xff | uint(x>>40)&0xff<<bits) & mask
+		k3 := (uint(x>>48)&0xff | uint(x>>56)&0xff<<bits) & mask
+		v0 := t[k0]
+		t[k0] = v0 + 1
+		v1 := t[k1]
+		t[k1] = v1 + 1
+		v2 := t[k2]
+		t[k2] = v2 + 1
+		v3 := t[k3]
+		t[k3] = v3 + 1
+		if min(v0, v1, v2, v3) == 0 {
+			for _, kv := range [4][2]uint{{k0, uint(v0)}, {k1, uint(v1)}, {k2, uint(v2)}, {k3, uint(v3)}} {
+				if kv[1] == 0 && c.wideZero(kv[0]) {
+					c.keys = append(c.keys, uint32(kv[0]))
+				}
+			}
+		}
+	}
+	for ; i < len(s); i += 2 {
 		k := (uint(s[i]) | uint(s[i+1])<<bits) & mask
 		if t[k] == 0 && c.wideZero(k) {
-			d++
+			c.keys = append(c.keys, uint32(k))
 		}
 		t[k]++
 	}
-	c.distinct += d
 	if c.folded += uint64(len(s) / 2); c.folded > 1<<31 {
 		c.fold()
 	}
@@ -165,8 +229,8 @@ func (c *Counts) fold() {
 	if c.wide == nil {
 		c.wide = make([]uint64, len(c.narrow))
 	}
-	for k, v := range c.narrow {
-		c.wide[k] += uint64(v)
+	for _, k := range c.keys {
+		c.wide[k] += uint64(c.narrow[k])
 		c.narrow[k] = 0
 	}
 	c.folded = 0
@@ -176,6 +240,7 @@ func (c *Counts) fold() {
 // of them may end with a value awaiting its pair.
 func (c *Counts) merge(o *Counts) {
 	c.n += o.n
+	c.pc = nil
 	if !c.pairs() || !o.pairs() {
 		c.dropPairs()
 		for k, v := range o.Freq() {
@@ -183,46 +248,57 @@ func (c *Counts) merge(o *Counts) {
 		}
 		return
 	}
-	if o.wide != nil {
+	if o.wide != nil || c.folded+o.folded > 1<<31 {
 		c.fold()
-		for k, v := range o.wide {
-			c.wide[k] += v
+	}
+	for _, k := range o.keys {
+		if c.narrow[k] == 0 && c.wideZero(uint(k)) {
+			c.keys = append(c.keys, k)
 		}
-	}
-	if c.folded+o.folded > 1<<31 {
-		c.fold()
-	}
-	for k, v := range o.narrow {
-		c.narrow[k] += v
+		c.narrow[k] += o.narrow[k]
+		if o.wide != nil {
+			c.wide[k] += o.wide[k]
+		}
 	}
 	c.folded += o.folded
 	if o.odd {
 		c.odd, c.last = true, o.last
 	}
-	c.distinct = 0
-	for k, v := range c.narrow {
-		if v != 0 || !c.wideZero(uint(k)) {
-			c.distinct++
-		}
-	}
-	if c.distinct > MaxSymbols {
+	if len(c.keys) > MaxSymbols {
 		c.dropPairs()
 	}
 }
 
-// pairCounts returns the counts of every pair, a | b<<bits, the odd last
-// value paired with itself (the counts must still hold pairs).
-func (c *Counts) pairCounts() []uint64 {
-	out := make([]uint64, len(c.narrow))
-	for k, v := range c.narrow {
-		out[k] = uint64(v)
-	}
-	for k, v := range c.wide {
-		out[k] += v
+// pairCount is a pair of fields, a | b<<bits, and its count.
+type pairCount struct {
+	key   uint32
+	count uint64
+}
+
+// pairCounts returns the pairs seen and their counts in the order of
+// their keys, the odd last value paired with itself (the counts must
+// still hold pairs).
+func (c *Counts) pairCounts() []pairCount {
+	out := make([]pairCount, 0, len(c.keys)+1)
+	for _, k := range c.keys {
+		v := uint64(c.narrow[k])
+		if c.wide != nil {
+			v += c.wide[k]
+		}
+		out = append(out, pairCount{k, v})
 	}
 	if c.odd {
-		out[uint(c.last)|uint(c.last)<<Fields[c.fi].Bits]++
+		k := uint32(c.last) | uint32(c.last)<<Fields[c.fi].Bits
+		if c.narrow[k] == 0 && c.wideZero(uint(k)) {
+			out = append(out, pairCount{k, 0})
+		}
+		for i := range out {
+			if out[i].key == k {
+				out[i].count++
+			}
+		}
 	}
+	slices.SortFunc(out, func(a, b pairCount) int { return cmp.Compare(a.key, b.key) })
 	return out
 }
 
@@ -239,9 +315,9 @@ func (c *Counts) Freq() []uint64 {
 func (c *Counts) singleFromPairs() []uint64 {
 	bits := uint(Fields[c.fi].Bits)
 	freq := make([]uint64, 1<<bits)
-	for k, v := range c.pairCounts() {
-		freq[k&(1<<bits-1)] += v
-		freq[k>>bits] += v
+	for _, p := range c.pairCounts() {
+		freq[p.key&(1<<bits-1)] += p.count
+		freq[p.key>>bits] += p.count
 	}
 	if c.odd {
 		freq[c.last]-- // its pair with itself counted it twice
@@ -282,10 +358,22 @@ type payloadCode struct {
 	symbol []uint16
 }
 
-// newPayloadCode builds the code of the values counted, of single fields
-// or of pairs, whichever stores smaller with its table, and lays out the
-// payload's sections.
+// newPayloadCode returns the code of the values counted, of single fields
+// or of pairs, whichever stores smaller with its table, and the layout of
+// the payload's sections; built once for the counts.
 func newPayloadCode(c *Counts) (*payloadCode, error) {
+	if c.pc == nil {
+		pc, err := buildPayloadCode(c)
+		if err != nil {
+			return nil, err
+		}
+		c.pc = pc
+	}
+	return c.pc, nil
+}
+
+// buildPayloadCode is newPayloadCode's work.
+func buildPayloadCode(c *Counts) (*payloadCode, error) {
 	freq := c.Freq()
 	pc, err := codeOf(c.fi, c.n, freq)
 	if err != nil {
@@ -298,17 +386,14 @@ func newPayloadCode(c *Counts) (*payloadCode, error) {
 	// fields (a | b<<bits).
 	bits := uint(Fields[c.fi].Bits)
 	pcount := c.pairCounts()
-	var pairs []uint16
-	var pfreq []uint64
-	for k, v := range pcount {
-		if v == 0 {
-			continue
-		}
-		if len(pairs) == MaxSymbols {
-			return pc, nil
-		}
-		pairs = append(pairs, uint16(k&(1<<bits-1))|uint16(k>>bits)<<8)
-		pfreq = append(pfreq, v)
+	if len(pcount) > MaxSymbols {
+		return pc, nil
+	}
+	pairs := make([]uint16, len(pcount))
+	pfreq := make([]uint64, len(pcount))
+	for i, p := range pcount {
+		pairs[i] = uint16(p.key&(1<<bits-1)) | uint16(p.key>>bits)<<8
+		pfreq[i] = p.count
 	}
 	pp, err := codeOf(c.fi, c.n, pfreq)
 	if err != nil {
@@ -319,7 +404,7 @@ func newPayloadCode(c *Counts) (*payloadCode, error) {
 	if 8*pp.records+pp.bits >= 8*pc.records+pc.bits {
 		return pc, nil
 	}
-	pp.symbol = make([]uint16, len(pcount))
+	pp.symbol = make([]uint16, 1<<(2*bits))
 	for s, p := range pairs {
 		pp.symbol[uint(p&0xff)|uint(p>>8)<<bits] = uint16(s) + 1
 	}
@@ -378,9 +463,11 @@ func (pc *payloadCode) toSymbols(fields []byte) ([]byte, error) {
 	}
 	bits := uint(Fields[pc.fi].Bits)
 	n := len(fields)
+	sym := pc.symbol
+	mask := uint(len(sym) - 1)
 	j := 0
 	for ; 2*j+1 < n; j++ {
-		s := pc.symbol[uint(fields[2*j])|uint(fields[2*j+1])<<bits]
+		s := sym[(uint(fields[2*j])|uint(fields[2*j+1])<<bits)&mask]
 		if s == 0 {
 			return nil, errUncounted
 		}

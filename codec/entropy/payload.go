@@ -224,8 +224,10 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	}
 	for _, cs := range counts[1:] {
 		counts[0].merge(cs)
+		cs.Release()
 	}
 	pc, err := newPayloadCode(counts[0])
+	counts[0].Release()
 	if err != nil {
 		return nil, err
 	}
