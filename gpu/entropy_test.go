@@ -124,33 +124,7 @@ func entropyCases(rng *rand.Rand, f entropy.Field, short bool) []testCase {
 // one of them most of the time (a trained tensor's exponents), and whose
 // other bits are random: their payloads code pairs of fields.
 func peakedValues(rng *rand.Rand, f entropy.Field, n int) []byte {
-	raw := make([]byte, n*f.Size)
-	for i := range n {
-		e := uint32(3)
-		switch r := rng.IntN(100); {
-		case r >= 97:
-			e = uint32(rng.IntN(6))
-		case r >= 92:
-			e = 2
-		case r >= 80:
-			e = 4
-		}
-		v := rng.Uint32()
-		if f.Whole {
-			v = e*7 + 1
-		} else {
-			v = v&^((1<<f.Bits-1)<<f.Shift) | e<<f.Shift
-		}
-		switch f.Size {
-		case 1:
-			raw[i] = byte(v)
-		case 2:
-			binary.LittleEndian.PutUint16(raw[2*i:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(raw[4*i:], v)
-		}
-	}
-	return raw
+	return synth.Peaked(rng, n, f.Size, f.Shift, f.Bits, f.Whole)
 }
 
 // TestEntropyMatchesReference decodes every test tensor of every field on

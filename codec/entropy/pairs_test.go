@@ -9,41 +9,14 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/internal/synth"
 )
 
 // peaked returns n values of field f whose fields take few values, most
 // of them one (a trained tensor's exponents), and whose other bits are
 // random: payloads of them code pairs.
 func peaked(rng *rand.Rand, f Field, n int) []byte {
-	raw := make([]byte, n*f.Size)
-	for i := range n {
-		var e uint32
-		switch r := rng.IntN(100); {
-		case r < 80:
-			e = 3
-		case r < 92:
-			e = 4
-		case r < 97:
-			e = 2
-		default:
-			e = uint32(rng.IntN(6))
-		}
-		v := rng.Uint32()
-		if f.Whole {
-			v = e*7 + 1
-		} else {
-			v = v&^((1<<f.Bits-1)<<f.Shift) | e<<f.Shift
-		}
-		switch f.Size {
-		case 1:
-			raw[i] = byte(v)
-		case 2:
-			binary.LittleEndian.PutUint16(raw[2*i:], uint16(v))
-		case 4:
-			binary.LittleEndian.PutUint32(raw[4*i:], v)
-		}
-	}
-	return raw
+	return synth.Peaked(rng, n, f.Size, f.Shift, f.Bits, f.Whole)
 }
 
 // TestPairPayloads: values of few, peaked fields are coded in pairs

@@ -36,3 +36,38 @@ func FillNormal(rng *rand.Rand, dst []byte, sigma, spread float64, cols int) {
 		binary.LittleEndian.PutUint16(dst[2*i:], BF16(float32(rng.NormFloat64()*scale)))
 	}
 }
+
+// Peaked returns n little-endian values of size bytes (1, 2 or 4) whose
+// field of bits bits at bit shift takes few values, one of them 80% of
+// the time (a trained tensor's exponents, made peaked), the other bits
+// random; with whole, the one-byte values are the field themselves. Entropy
+// payloads of them code pairs of fields.
+func Peaked(rng *rand.Rand, n, size, shift, bits int, whole bool) []byte {
+	raw := make([]byte, n*size)
+	for i := range n {
+		e := uint32(3)
+		switch r := rng.IntN(100); {
+		case r >= 97:
+			e = uint32(rng.IntN(6))
+		case r >= 92:
+			e = 2
+		case r >= 80:
+			e = 4
+		}
+		v := rng.Uint32()
+		if whole {
+			v = e*7 + 1
+		} else {
+			v = v&^((1<<bits-1)<<shift) | e<<shift
+		}
+		switch size {
+		case 1:
+			raw[i] = byte(v)
+		case 2:
+			binary.LittleEndian.PutUint16(raw[2*i:], uint16(v))
+		case 4:
+			binary.LittleEndian.PutUint32(raw[4*i:], v)
+		}
+	}
+	return raw
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,35 @@ func TestMoE(t *testing.T) {
 	h, err := safetensors.Read(f, st.Size(), f.Name())
 	if err != nil || len(h.Tensors) != 2*(7+4*3)+3 {
 		t.Fatalf("%v, %d tensors", err, len(h.Tensors))
+	}
+}
+
+// TestPeaked: the field takes values below 6, 3 most of the time, and the
+// other bits vary; whole bytes are the field's own values.
+func TestPeaked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	v := Peaked(rng, 10000, 2, 10, 5, false)
+	if len(v) != 20000 {
+		t.Fatalf("%d bytes", len(v))
+	}
+	threes, others := 0, map[uint16]bool{}
+	for i := 0; i < len(v); i += 2 {
+		x := binary.LittleEndian.Uint16(v[i:])
+		e := x >> 10 & 31
+		if e >= 6 {
+			t.Fatalf("field %d", e)
+		}
+		if e == 3 {
+			threes++
+		}
+		others[x&^(31<<10)] = true
+	}
+	if threes < 7500 || threes > 8500 || len(others) < 1000 {
+		t.Errorf("%d of 10000 fields are 3; %d different other bits", threes, len(others))
+	}
+	for _, b := range Peaked(rng, 1000, 1, 0, 8, true) {
+		if (b-1)%7 != 0 || b > 36 {
+			t.Fatalf("whole byte %d", b)
+		}
 	}
 }
