@@ -34,7 +34,8 @@ type Counts struct {
 	last   byte     // its field
 	single []uint64 // once pairs are dropped: the counts of single fields
 	syms   []byte
-	pc     *payloadCode // the code of the counts, once asked for (Add and merge clear it)
+	pc     *payloadCode        // the code of the counts, once asked for (Add and merge clear it)
+	quad   *[4][1 << 10]uint32 // countQuad\'s tables (fields of at most 5 bits)
 }
 
 // NewCounts returns empty counts for field Fields[fi].
@@ -97,7 +98,7 @@ func (c *Counts) Add(raw []byte) error {
 		return fmt.Errorf("entropy: %d bytes are not whole %s values", len(raw), f.DType)
 	}
 	if c.syms == nil {
-		c.syms = make([]byte, codec.ChunkValues+1)
+		c.syms = make([]byte, codec.ChunkValues)
 	}
 	c.pc = nil
 	// A chunk of fields at a time, after the one left from the last piece:
@@ -108,25 +109,43 @@ func (c *Counts) Add(raw []byte) error {
 			return c.addSingle(raw[o:])
 		}
 		part := raw[o:min(len(raw), o+step)]
-		k := 0
-		if c.odd {
-			c.syms[0], k = c.last, 1
-		}
-		s := c.syms[:k+len(part)/f.Size]
-		if err := fieldsOf(f, s[k:], part); err != nil {
+		s := c.syms[:len(part)/f.Size]
+		if err := fieldsOf(f, s, part); err != nil {
 			return err
 		}
-		c.n += uint64(len(part) / f.Size)
-		c.odd = len(s)%2 == 1
-		if c.odd {
-			c.last = s[len(s)-1]
+		c.addFields(s)
+	}
+	return nil
+}
+
+// addFields counts the next values by their fields, s: in pairs, after
+// the one left from the last values, until the pairs are dropped, then
+// one at a time.
+func (c *Counts) addFields(s []byte) {
+	c.pc = nil
+	for len(s) > 0 {
+		if !c.pairs() {
+			c.n += uint64(len(s))
+			histogram(c.single, s)
+			return
 		}
-		c.countPairs(s[:len(s)&^1])
+		part := s[:min(len(s), codec.ChunkValues)]
+		s = s[len(part):]
+		c.n += uint64(len(part))
+		if c.odd {
+			pair := [2]byte{c.last, part[0]}
+			c.countPairs(pair[:])
+			part, c.odd = part[1:], false
+		}
+		if len(part)%2 == 1 {
+			c.odd, c.last = true, part[len(part)-1]
+			part = part[:len(part)-1]
+		}
+		c.countPairs(part)
 		if len(c.keys) > MaxSymbols {
 			c.dropPairs()
 		}
 	}
-	return nil
 }
 
 // addSingle counts the fields of raw's values one at a time.
@@ -183,6 +202,10 @@ func fieldsOf(f Field, dst, raw []byte) error {
 func (c *Counts) countPairs(s []byte) {
 	bits := uint(Fields[c.fi].Bits)
 	t := c.narrow
+	if len(t) <= 1<<10 {
+		c.countQuad(s)
+		return
+	}
 	mask := uint(len(t) - 1)
 	i := 0
 	// Four pairs a 64-bit load; a count read as zero may be a pair's
@@ -215,6 +238,46 @@ func (c *Counts) countPairs(s []byte) {
 			c.keys = append(c.keys, uint32(k))
 		}
 		t[k]++
+	}
+	if c.folded += uint64(len(s) / 2); c.folded > 1<<31 {
+		c.fold()
+	}
+}
+
+// countQuad is countPairs for fields of at most 5 bits (pair tables of at
+// most 1,024 counts): four tables, one for each of four pairs a 64-bit
+// load, so that a run of one pair does not wait on one counter, summed
+// into the pair counts afterwards, where the pairs seen for the first
+// time are noted.
+func (c *Counts) countQuad(s []byte) {
+	bits := uint(Fields[c.fi].Bits)
+	if c.quad == nil {
+		c.quad = new([4][1 << 10]uint32)
+	}
+	q := c.quad
+	const m = 1<<10 - 1
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		q[0][(uint(x)&0xff|uint(x>>8)&0xff<<bits)&m]++
+		q[1][(uint(x>>16)&0xff|uint(x>>24)&0xff<<bits)&m]++
+		q[2][(uint(x>>32)&0xff|uint(x>>40)&0xff<<bits)&m]++
+		q[3][(uint(x>>48)&0xff|uint(x>>56)&0xff<<bits)&m]++
+	}
+	for ; i < len(s); i += 2 {
+		q[0][(uint(s[i])|uint(s[i+1])<<bits)&m]++
+	}
+	t := c.narrow
+	for k := range t {
+		n := q[0][k] + q[1][k] + q[2][k] + q[3][k]
+		if n == 0 {
+			continue
+		}
+		q[0][k], q[1][k], q[2][k], q[3][k] = 0, 0, 0, 0
+		if t[k] == 0 && c.wideZero(uint(k)) {
+			c.keys = append(c.keys, uint32(k))
+		}
+		t[k] += n
 	}
 	if c.folded += uint64(len(s) / 2); c.folded > 1<<31 {
 		c.fold()

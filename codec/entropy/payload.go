@@ -212,12 +212,28 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	// chunk, which holds an even number of values), then summed.
 	w := min(workersOr(workers), max(chunks, 1))
 	per := (chunks + w - 1) / w
+	// Exponent fields other than BF16's are cut from the values once, into
+	// fields, for the counts and the chunks (BF16's split, and a copy of
+	// whole FP8 bytes, cost less a chunk at a time than a buffer of them
+	// all).
+	bf16 := f.DType == "BF16" && !f.Whole
+	cut := !bf16 && !f.Whole
+	var fields []byte
+	if cut {
+		fields = make([]byte, n)
+	}
 	counts := make([]*Counts, w)
 	cerrs := make([]error, w)
 	parallel(w, w, func(k int) {
 		counts[k], _ = NewCounts(fi)
 		lo, hi := min(k*per*chunkValues, n), min((k+1)*per*chunkValues, n)
-		cerrs[k] = counts[k].Add(raw[lo*f.Size : hi*f.Size])
+		if !cut {
+			cerrs[k] = counts[k].Add(raw[lo*f.Size : hi*f.Size])
+			return
+		}
+		if cerrs[k] = f.Symbols(fields[lo:hi], raw[lo*f.Size:hi*f.Size]); cerrs[k] == nil {
+			counts[k].addFields(fields[lo:hi])
+		}
 	})
 	if err := errors.Join(cerrs...); err != nil {
 		return nil, err
@@ -231,18 +247,21 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	bf16 := f.DType == "BF16" && !f.Whole
 	encs := make([][]byte, chunks)
 	others := make([][]byte, chunks) // other bits of chunks not BF16
 	errs := make([]error, chunks)
 	parallel(chunks, workers, func(c int) {
 		lo, hi := span(c)
-		buf := chunkSyms.Get().(*[codec.ChunkValues]byte)
-		defer chunkSyms.Put(buf)
-		s := buf[:hi-lo]
-		if err := fieldsOf(f, s, raw[lo*f.Size:hi*f.Size]); err != nil {
-			errs[c] = err
-			return
+		var s []byte
+		if cut {
+			s = fields[lo:hi] // each chunk's own: turned into symbols in place
+		} else {
+			buf := chunkSyms.Get().(*[codec.ChunkValues]byte)
+			defer chunkSyms.Put(buf)
+			s = buf[:hi-lo]
+			if errs[c] = fieldsOf(f, s, raw[lo*f.Size:hi*f.Size]); errs[c] != nil {
+				return
+			}
 		}
 		if s, errs[c] = pc.toSymbols(s); errs[c] == nil {
 			encs[c], errs[c] = EncodeChunk(nil, pc.code, s, pc.symbolBits())
