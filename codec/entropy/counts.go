@@ -22,7 +22,9 @@ import (
 // those in pairs); from then on of single fields only, which is
 // cheaper. The payload codes pairs where the code of the pairs, with
 // their table, is smaller than the code of single fields. A Counts takes
-// 256 KiB for 8-bit fields, 4 KiB for FP8 exponents.
+// 256 KiB for 8-bit fields (tables reused once released or dropped),
+// 17-20 KiB for fields of at most 5 bits, and 16 KiB for a chunk of
+// fields.
 type Counts struct {
 	fi     int
 	n      uint64
