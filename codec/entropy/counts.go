@@ -241,7 +241,7 @@ func (c *Counts) countPairs(s []byte) {
 		}
 		t[k]++
 	}
-	if c.folded += uint64(len(s) / 2); c.folded > 1<<31 {
+	if c.folded += uint64(len(s) / 2); c.folded > foldAt {
 		c.fold()
 	}
 }
@@ -281,10 +281,14 @@ func (c *Counts) countQuad(s []byte) {
 		}
 		t[k] += n
 	}
-	if c.folded += uint64(len(s) / 2); c.folded > 1<<31 {
+	if c.folded += uint64(len(s) / 2); c.folded > foldAt {
 		c.fold()
 	}
 }
+
+// foldAt is the pairs counted in 32 bits before they are folded into 64
+// (a variable so that tests can fold small tensors).
+var foldAt uint64 = 1 << 31
 
 // wideZero reports whether the folded count of pair k is zero.
 func (c *Counts) wideZero(k uint) bool { return c.wide == nil || c.wide[k] == 0 }
@@ -313,7 +317,7 @@ func (c *Counts) merge(o *Counts) {
 		}
 		return
 	}
-	if o.wide != nil || c.folded+o.folded > 1<<31 {
+	if o.wide != nil || c.folded+o.folded > foldAt {
 		c.fold()
 	}
 	for _, k := range o.keys {

@@ -274,3 +274,55 @@ func TestExpandPairs(t *testing.T) {
 		}
 	}
 }
+
+// TestCountsFold: with counts folded into 64 bits every few hundred
+// pairs (as tensors of more than 2^31 pairs are), in pieces, merged with
+// and without folds on either side, the counts are those of the whole,
+// and the payload decodes bit for bit.
+func TestCountsFold(t *testing.T) {
+	saved := foldAt
+	defer func() { foldAt = saved }()
+	rng := rand.New(rand.NewPCG(51, 52))
+	for _, fi := range []int{0, 1, 3} {
+		f := Fields[fi]
+		raw := peaked(rng, f, 5*codec.ChunkValues+3)
+		foldAt = saved
+		want, _ := NewCounts(fi)
+		want.Add(raw)
+		foldAt = 300
+		var parts []*Counts
+		for _, cut := range [][2]int{{0, codec.ChunkValues}, {codec.ChunkValues, 4 * codec.ChunkValues}, {4 * codec.ChunkValues, len(raw) / f.Size}} {
+			c, _ := NewCounts(fi)
+			for o := cut[0]; o < cut[1]; {
+				k := min(cut[1]-o, 1+rng.IntN(5000))
+				c.Add(raw[o*f.Size : (o+k)*f.Size])
+				o += k
+			}
+			parts = append(parts, c)
+		}
+		if parts[1].wide == nil {
+			t.Fatalf("%s: no fold", f.Name())
+		}
+		small, _ := NewCounts(fi) // no fold of its own, merged with folded ones
+		small.Add(raw[:2*f.Size])
+		for _, c := range parts[1:] {
+			parts[0].merge(c)
+		}
+		if !slices.Equal(parts[0].pairCounts(), want.pairCounts()) || !equalCounts(parts[0].Freq(), want.Freq()) {
+			t.Fatalf("%s: folded counts differ", f.Name())
+		}
+		small.merge(parts[0])
+		extra := want.Freq()
+		two := make([]byte, 2)
+		fieldsOf(f, two, raw[:2*f.Size])
+		extra[two[0]]++
+		extra[two[1]]++
+		if small.Values() != want.Values()+2 || !equalCounts(small.Freq(), extra) {
+			t.Fatalf("%s: %d values, or other counts, merged onto unfolded ones", f.Name(), small.Values())
+		}
+		p := roundTrip(t, fi, raw)
+		if h, _ := ParsePayloadHeader(p); !h.Pairs {
+			t.Fatalf("%s: not coded in pairs", f.Name())
+		}
+	}
+}
