@@ -189,3 +189,29 @@ func BenchmarkToSymbolsPeaked(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodePairsBF16 decodes, on one goroutine, a payload of pair
+// symbols: 8 Mi N(0, 0.02) BF16 values with magnitudes below 2^-12
+// raised to it (nine exponents, as bench decode's BF16_FEW), beside
+// BenchmarkDecodePayload's payload of single fields.
+func BenchmarkDecodePairsBF16(b *testing.B) {
+	raw := benchPayload(b)
+	for i := 0; i+2 <= len(raw); i += 2 {
+		if x := binary.LittleEndian.Uint16(raw[i:]); x&0x7f80 < 0x3980 {
+			binary.LittleEndian.PutUint16(raw[i:], x&0x8000|0x3980)
+		}
+	}
+	p, _ := Encode(0, raw, 1)
+	if h, _ := ParsePayloadHeader(p); !h.Pairs {
+		b.Fatal("not coded in pairs")
+	}
+	dst := make([]byte, len(raw))
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Decode(dst, p, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(8*float64(len(p))/float64(len(raw)/2), "bits/value")
+}

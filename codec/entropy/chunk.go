@@ -428,6 +428,8 @@ type chunkScratch struct {
 	// For Reader: a range's records, and a chunk's symbols.
 	rec  []byte
 	syms [codec.ChunkValues]byte
+	// pairs holds a chunk's pair symbols before they are expanded.
+	pairs [codec.ChunkValues / 2]byte
 }
 
 // scratchPool holds chunkScratch for the payload decoders.

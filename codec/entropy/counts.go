@@ -553,25 +553,24 @@ func (pc *payloadCode) toSymbols(fields []byte) ([]byte, error) {
 	return fields[:j], nil
 }
 
-// expandPairs turns the (n+1)/2 pair symbols at the start of syms into
-// the n fields they stand for, in place, from the last: eight symbols a
-// 64-bit load and their sixteen fields two 64-bit stores. A block's
-// fields lie at or after its symbols, so no store reaches a symbol still
-// to be read.
-func expandPairs(pairs *[MaxSymbols]uint16, syms []byte, n int) {
-	j := (n + 1) / 2
+// expandPairs writes the fields of pair symbols pairs into dst (len(dst)
+// fields, (len(dst)+1)/2 symbols): eight symbols a 64-bit load and their
+// sixteen fields two 64-bit stores.
+func expandPairs(table *[MaxSymbols]uint16, dst, pairs []byte) {
+	n := len(dst)
+	pairs = pairs[:(n+1)/2]
+	j := 0
+	for ; 2*j+16 <= n; j += 8 {
+		x := binary.LittleEndian.Uint64(pairs[j:])
+		lo := uint64(table[byte(x)]) | uint64(table[byte(x>>8)])<<16 | uint64(table[byte(x>>16)])<<32 | uint64(table[byte(x>>24)])<<48
+		hi := uint64(table[byte(x>>32)]) | uint64(table[byte(x>>40)])<<16 | uint64(table[byte(x>>48)])<<32 | uint64(table[byte(x>>56)])<<48
+		binary.LittleEndian.PutUint64(dst[2*j:], lo)
+		binary.LittleEndian.PutUint64(dst[2*j+8:], hi)
+	}
+	for ; 2*j+1 < n; j++ {
+		binary.LittleEndian.PutUint16(dst[2*j:], table[pairs[j]])
+	}
 	if n%2 == 1 {
-		j--
-		syms[n-1] = byte(pairs[syms[j]])
-	}
-	for ; j >= 8; j -= 8 {
-		x := binary.LittleEndian.Uint64(syms[j-8:])
-		lo := uint64(pairs[byte(x)]) | uint64(pairs[byte(x>>8)])<<16 | uint64(pairs[byte(x>>16)])<<32 | uint64(pairs[byte(x>>24)])<<48
-		hi := uint64(pairs[byte(x>>32)]) | uint64(pairs[byte(x>>40)])<<16 | uint64(pairs[byte(x>>48)])<<32 | uint64(pairs[byte(x>>56)])<<48
-		binary.LittleEndian.PutUint64(syms[2*j-16:], lo)
-		binary.LittleEndian.PutUint64(syms[2*j-8:], hi)
-	}
-	for ; j > 0; j-- {
-		binary.LittleEndian.PutUint16(syms[2*j-2:], pairs[syms[j-1]])
+		dst[n-1] = byte(table[pairs[j]])
 	}
 }

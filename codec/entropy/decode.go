@@ -96,11 +96,11 @@ func (h *PayloadHeader) checkIndex(at func(c uint64) uint64) error {
 // its symbol chunk, which must be all of symbols, and its other bits,
 // through syms.
 func decodeValues(tab *Table, f Field, others, symbols, syms, dst []byte, sc *chunkScratch) error {
-	n, bits := len(syms), f.Bits
-	if tab.pairs != nil { // version 3: (n+1)/2 symbols, a pair of fields each
-		n, bits = (n+1)/2, 8
+	out, bits := syms, f.Bits
+	if tab.pairs != nil { // version 3: (n+1)/2 symbols, a pair of fields each, expanded into syms
+		out, bits = sc.pairs[:(len(syms)+1)/2], 8
 	}
-	used, err := decodeChunk(tab, symbols, bits, syms[:n], sc)
+	used, err := decodeChunk(tab, symbols, bits, out, sc)
 	if err == nil && used != len(symbols) {
 		err = fmt.Errorf("%w: %d bytes after its symbols", ErrStream, len(symbols)-used)
 	}
@@ -108,7 +108,7 @@ func decodeValues(tab *Table, f Field, others, symbols, syms, dst []byte, sc *ch
 		return err
 	}
 	if tab.pairs != nil {
-		expandPairs(tab.pairs, syms, len(syms))
+		expandPairs(tab.pairs, syms, out)
 	}
 	unpackValues(dst, f, others, syms)
 	return nil
