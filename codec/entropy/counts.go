@@ -381,10 +381,14 @@ func (c *Counts) Freq() []uint64 {
 
 // singleFromPairs returns the counts of single fields the pair counts
 // hold.
-func (c *Counts) singleFromPairs() []uint64 {
+func (c *Counts) singleFromPairs() []uint64 { return c.fieldCounts(c.pairCounts()) }
+
+// fieldCounts returns the counts of single fields in pcount, the counts'
+// pairCounts.
+func (c *Counts) fieldCounts(pcount []pairCount) []uint64 {
 	bits := uint(Fields[c.fi].Bits)
 	freq := make([]uint64, 1<<bits)
-	for _, p := range c.pairCounts() {
+	for _, p := range pcount {
 		freq[p.key&(1<<bits-1)] += p.count
 		freq[p.key>>bits] += p.count
 	}
@@ -405,172 +409,4 @@ func (c *Counts) Estimate() (uint64, error) {
 	chunks := (c.n + codec.ChunkValues - 1) / codec.ChunkValues
 	bits := pc.bits + c.n*uint64(Fields[c.fi].Other())
 	return (bits+7)/8 + pc.records + 8*(chunks+1) + 6*chunks, nil
-}
-
-// errUncounted reports values given to an encoder that hold a pair of
-// fields its counts did not.
-var errUncounted = fmt.Errorf("%w: a pair of fields that was not counted", ErrPayload)
-
-// payloadCode is a payload's code and the layout it implies.
-type payloadCode struct {
-	fi        int
-	n         uint64
-	code      *Code
-	lengths   []uint8
-	lo, count int    // the symbols with code lengths
-	records   uint64 // where the records start
-	bits      uint64 // of the code words of every value
-	// Version 3: pairs[s] is symbol s's fields (first | second<<8), and
-	// symbol[a|b<<bits] one more than the symbol of fields a, b (0: no
-	// symbol); nil in version 2.
-	pairs  []uint16
-	symbol []uint16
-}
-
-// newPayloadCode returns the code of the values counted, of single fields
-// or of pairs, whichever stores smaller with its table, and the layout of
-// the payload's sections; built once for the counts.
-func newPayloadCode(c *Counts) (*payloadCode, error) {
-	if c.pc == nil {
-		pc, err := buildPayloadCode(c)
-		if err != nil {
-			return nil, err
-		}
-		c.pc = pc
-	}
-	return c.pc, nil
-}
-
-// buildPayloadCode is newPayloadCode's work.
-func buildPayloadCode(c *Counts) (*payloadCode, error) {
-	freq := c.Freq()
-	pc, err := codeOf(c.fi, c.n, freq)
-	if err != nil {
-		return nil, err
-	}
-	if c.n < 2 || !c.pairs() {
-		return pc, nil
-	}
-	// Pairs, where at most 256 differ: symbols in the order of their
-	// fields (a | b<<bits).
-	bits := uint(Fields[c.fi].Bits)
-	pcount := c.pairCounts()
-	if len(pcount) > MaxSymbols {
-		return pc, nil
-	}
-	pairs := make([]uint16, len(pcount))
-	pfreq := make([]uint64, len(pcount))
-	for i, p := range pcount {
-		pairs[i] = uint16(p.key&(1<<bits-1)) | uint16(p.key>>bits)<<8
-		pfreq[i] = p.count
-	}
-	pp, err := codeOf(c.fi, c.n, pfreq)
-	if err != nil {
-		return nil, err
-	}
-	pp.pairs = pairs
-	pp.records = align16(uint64(headerSize) + uint64((pp.count+1)/2) + 2*uint64(pp.count))
-	if 8*pp.records+pp.bits >= 8*pc.records+pc.bits {
-		return pc, nil
-	}
-	pp.symbol = make([]uint16, 1<<(2*bits))
-	for s, p := range pairs {
-		pp.symbol[uint(p&0xff)|uint(p>>8)<<bits] = uint16(s) + 1
-	}
-	return pp, nil
-}
-
-// codeOf builds the length-limited code of symbols counted freq, for n
-// values of field Fields[fi], and the version 2 layout.
-func codeOf(fi int, n uint64, freq []uint64) (*payloadCode, error) {
-	ls, err := Lengths(freq, MaxLen)
-	if err != nil {
-		return nil, err
-	}
-	code, err := NewCode(ls, MaxLen)
-	if err != nil {
-		return nil, err
-	}
-	pc := &payloadCode{fi: fi, n: n, code: code, lengths: ls, bits: code.Bits(freq)}
-	hi := -1
-	for s, l := range ls {
-		if l > 0 {
-			if hi < 0 {
-				pc.lo = s
-			}
-			hi = s
-		}
-	}
-	pc.count = hi - pc.lo + 1
-	pc.records = align16(uint64(headerSize) + uint64((pc.count+1)/2))
-	return pc, nil
-}
-
-// version returns the payload version the code is written as.
-func (pc *payloadCode) version() int {
-	if pc.pairs != nil {
-		return pairVersion
-	}
-	return 2
-}
-
-// symbolBits returns the bits of a symbol the chunks code.
-func (pc *payloadCode) symbolBits() int {
-	if pc.pairs != nil {
-		return 8
-	}
-	return Fields[pc.fi].Bits
-}
-
-// toSymbols turns the fields of a chunk's values into its symbols, in
-// place, and returns them: the fields themselves, or in version 3 a
-// symbol for each pair (the odd last field paired with itself). A pair
-// the counts did not hold is an error.
-func (pc *payloadCode) toSymbols(fields []byte) ([]byte, error) {
-	if pc.pairs == nil {
-		return fields, nil
-	}
-	bits := uint(Fields[pc.fi].Bits)
-	n := len(fields)
-	sym := pc.symbol
-	mask := uint(len(sym) - 1)
-	j := 0
-	for ; 2*j+1 < n; j++ {
-		s := sym[(uint(fields[2*j])|uint(fields[2*j+1])<<bits)&mask]
-		if s == 0 {
-			return nil, errUncounted
-		}
-		fields[j] = byte(s - 1)
-	}
-	if n%2 == 1 {
-		s := pc.symbol[uint(fields[n-1])|uint(fields[n-1])<<bits]
-		if s == 0 {
-			return nil, errUncounted
-		}
-		fields[j] = byte(s - 1)
-		j++
-	}
-	return fields[:j], nil
-}
-
-// expandPairs writes the fields of pair symbols pairs into dst (len(dst)
-// fields, (len(dst)+1)/2 symbols): eight symbols a 64-bit load and their
-// sixteen fields two 64-bit stores.
-func expandPairs(table *[MaxSymbols]uint16, dst, pairs []byte) {
-	n := len(dst)
-	pairs = pairs[:(n+1)/2]
-	j := 0
-	for ; 2*j+16 <= n; j += 8 {
-		x := binary.LittleEndian.Uint64(pairs[j:])
-		lo := uint64(table[byte(x)]) | uint64(table[byte(x>>8)])<<16 | uint64(table[byte(x>>16)])<<32 | uint64(table[byte(x>>24)])<<48
-		hi := uint64(table[byte(x>>32)]) | uint64(table[byte(x>>40)])<<16 | uint64(table[byte(x>>48)])<<32 | uint64(table[byte(x>>56)])<<48
-		binary.LittleEndian.PutUint64(dst[2*j:], lo)
-		binary.LittleEndian.PutUint64(dst[2*j+8:], hi)
-	}
-	for ; 2*j+1 < n; j++ {
-		binary.LittleEndian.PutUint16(dst[2*j:], table[pairs[j]])
-	}
-	if n%2 == 1 {
-		dst[n-1] = byte(table[pairs[j]])
-	}
 }

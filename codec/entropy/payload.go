@@ -312,42 +312,6 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	return p, nil
 }
 
-// putHead writes the fixed header and the code lengths of a payload of
-// size bytes whose chunk index starts at index into p (the checksum and
-// the index are the caller's).
-func (pc *payloadCode) putHead(p []byte, index, size uint64) {
-	copy(p, PayloadMagic)
-	binary.LittleEndian.PutUint16(p[4:], uint16(pc.version()))
-	binary.LittleEndian.PutUint16(p[6:], headerSize)
-	binary.LittleEndian.PutUint64(p[8:], pc.n)
-	binary.LittleEndian.PutUint32(p[16:], codec.ChunkValues)
-	p[offFields], p[offFields+1], p[offFields+2] = byte(pc.fi), MaxLen, byte(pc.lo)
-	binary.LittleEndian.PutUint16(p[24:], uint16(pc.count))
-	binary.LittleEndian.PutUint64(p[offOthers:], pc.records)
-	binary.LittleEndian.PutUint64(p[offSymbols:], index)
-	binary.LittleEndian.PutUint64(p[offSize:], size)
-	for k := range pc.count {
-		p[headerSize+k/2] |= pc.lengths[pc.lo+k] << (4 * (1 - k%2))
-	}
-	if pc.pairs != nil {
-		at := headerSize + (pc.count+1)/2
-		for k := range pc.count {
-			binary.LittleEndian.PutUint16(p[at+2*k:], pc.pairs[pc.lo+k])
-		}
-	}
-}
-
-// putFlags sets the in-place flag in head, the payload's first bytes
-// (header, code lengths), when the payload with chunk index idx decodes
-// in place.
-func (pc *payloadCode) putFlags(head, idx []byte) {
-	h := PayloadHeader{Version: pc.version(), Values: pc.n, ChunkValues: codec.ChunkValues, Field: pc.fi,
-		Others: pc.records, Size: binary.LittleEndian.Uint64(head[offSize:])}
-	if h.inPlace(indexAt(idx)) {
-		binary.LittleEndian.PutUint32(head[offFlags:], flagInPlace)
-	}
-}
-
 // MaxLen is the code length limit of entropy payloads: a decode table of
 // 4,096 16-bit entries, 8 KiB of a GPU block's shared memory.
 const MaxLen = 12
