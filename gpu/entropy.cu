@@ -5,7 +5,9 @@
 // then twice as many bytes, and a rebuild writes twice as many values a
 // row of symbols.
 //
-// One kernel, two modes, as decode.cu: in place (the payload at the start
+// Two kernels, splitzip_entropy_decode for payloads of single fields and
+// splitzip_entropy_decode_pairs for those of pairs (the same code, a
+// template each), and two modes, as decode.cu: in place (the payload at the start
 // of [dst, dst + n * vsize), overwritten by the values) and out of place.
 // The host parses the head (header and code lengths) and passes the code
 // lengths as a kernel argument; the chunk index is read from `index`, which
@@ -91,7 +93,7 @@ struct EParams {
     uint32_t buf_bytes; // shared buffer per warp, a multiple of 16: a symbol chunk, then the ring
     uint32_t max_sym;   // the longest symbol chunk the buffer holds
     uint32_t slot_bytes; // a multiple of 16, at least a full chunk's other bits and 32
-    uint32_t pair;       // version 3: symbols are pairs of fields
+    uint32_t pair;       // version 3: symbols are pairs of fields (splitzip_entropy_decode_pairs)
     uint8_t lengths[256]; // code length of each symbol, 0 for none
     uint16_t pairs[256];  // version 3: symbol s's fields, the first in the low byte
 };
@@ -426,43 +428,56 @@ __device__ __forceinline__ uint32_t ez_chunk(const uint32_t *sw, uint32_t snw, u
 // length in bits 16-19, both codes' in bits 20-23, bit 24 set for two
 // symbols; 0 where no code starts) from the code lengths: canonical codes
 // in (length, symbol) order, as package entropy assigns them, through
-// tab (one symbol a lookup) in scratch shared memory. Lengths that break
-// the Kraft sum give a table whose every entry still names a symbol of
-// that length, so the kernel stays in bounds; the host refuses such
-// payloads before launching.
+// tab (one symbol a lookup) in scratch shared memory. The symbols of each
+// length are found by a ballot a group of 32 symbols and length (bits),
+// which gives both the counts and each symbol's rank among its length;
+// an entry's length is the first whose left-justified end of codes lies
+// past it. Lengths that break the Kraft sum give a table whose every
+// entry still names a symbol of that length, so the kernel stays in
+// bounds; the host refuses such payloads before launching.
 __device__ __forceinline__ void ez_table(const EParams &p, uint32_t *tab2, uint16_t *tab, uint8_t *len, uint8_t *sorted,
-                                         uint32_t *cnt, uint32_t *first, uint32_t *offs) {
-    const uint32_t tid = threadIdx.x, nt = blockDim.x;
+                                         uint32_t (*bits)[EZ_MAXLEN + 1], uint32_t *cnt, uint32_t *first,
+                                         uint32_t *offs) {
+    const uint32_t tid = threadIdx.x, nt = blockDim.x, lane = tid & 31;
     for (uint32_t s = tid; s < 256; s += nt) {
         len[s] = p.lengths[s] <= EZ_MAXLEN ? p.lengths[s] : 0;
     }
     __syncthreads();
-    if (tid <= EZ_MAXLEN) {
-        uint32_t c = 0;
-        for (int s = 0; s < 256; s++) {
-            c += tid > 0 && len[s] == tid;
+    // bits[g][l]: which of symbols 32g..32g+31 have length l.
+    for (uint32_t g = tid >> 5; g < 8; g += nt >> 5) {
+        const uint32_t l = len[32 * g + lane];
+#pragma unroll
+        for (uint32_t k = 1; k <= EZ_MAXLEN; k++) {
+            const uint32_t m = __ballot_sync(0xFFFFFFFFu, l == k);
+            if (lane == 0) {
+                bits[g][k] = m;
+            }
         }
-        cnt[tid] = c;
     }
     __syncthreads();
     if (tid == 0) {
         uint32_t code = 0, off = 0;
-        first[0] = 0;
-        offs[0] = 0;
+        cnt[0] = first[0] = offs[0] = 0;
         for (int l = 1; l <= EZ_MAXLEN; l++) {
+            uint32_t c = 0;
+            for (int g = 0; g < 8; g++) {
+                c += __popc(bits[g][l]);
+            }
             code = (code + cnt[l - 1]) << 1;
+            cnt[l] = c;
             first[l] = code;
             offs[l] = off;
-            off += cnt[l];
+            off += c;
         }
     }
     __syncthreads();
     for (uint32_t s = tid; s < 256; s += nt) {
         const uint32_t l = len[s];
         if (l) {
-            uint32_t r = 0;
-            for (uint32_t t = 0; t < s; t++) {
-                r += len[t] == l;
+            const uint32_t g = s >> 5;
+            uint32_t r = __popc(bits[g][l] & ((1u << (s & 31)) - 1));
+            for (uint32_t h = 0; h < g; h++) {
+                r += __popc(bits[h][l]);
             }
             sorted[offs[l] + r] = (uint8_t)s;
         }
@@ -472,7 +487,10 @@ __device__ __forceinline__ void ez_table(const EParams &p, uint32_t *tab2, uint1
         uint32_t e = 0;
         for (int l = 1; l <= EZ_MAXLEN; l++) {
             const uint32_t c = v >> (EZ_MAXLEN - l);
-            if (cnt[l] && c >= first[l] && c < first[l] + cnt[l]) {
+            // The first length whose codes, left-justified, end past v:
+            // v is at or past the previous length's end, so c >= first[l],
+            // and a length of no codes ends where the previous one does.
+            if (c < first[l] + cnt[l]) {
                 e = sorted[offs[l] + c - first[l]] | (uint32_t)l << 8;
                 break;
             }
@@ -677,23 +695,26 @@ __device__ __forceinline__ void ez_field(const EParams &p, const uint32_t *tab2,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode(const EParams p) {
+// ez_main is a block of either kernel: it builds the decode table, then
+// its warps decode chunks until none is left, and the last block to leave
+// resets the counters for the next launch.
+template <bool PAIR> __device__ __forceinline__ void ez_main(const EParams &p) {
     extern __shared__ __align__(16) uint8_t ez_bufs[]; // buf_bytes a warp, at least 8 KiB in all
     __shared__ uint32_t tab2[1 << EZ_MAXLEN];
     __shared__ uint8_t len[256], sorted[256];
-    __shared__ uint16_t ptab[256];
-    __shared__ uint32_t cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
-    for (uint32_t s = threadIdx.x; s < 256; s += blockDim.x) {
-        ptab[s] = p.pairs[s];
+    __shared__ uint16_t ptab[PAIR ? 256 : 1];
+    __shared__ uint32_t bits[8][EZ_MAXLEN + 1], cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
+    if (PAIR) {
+        for (uint32_t s = threadIdx.x; s < 256; s += blockDim.x) {
+            ptab[s] = p.pairs[s];
+        }
     }
-    ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, cnt, first, offs); // the buffers are free until then (it syncs)
-    uint8_t *buf = ez_bufs + (threadIdx.x >> 5) * (uint64_t)p.buf_bytes;
-    if (p.pair) {
-        ez_field<true>(p, tab2, ptab, buf);
-    } else {
-        ez_field<false>(p, tab2, ptab, buf);
+    ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, bits, cnt, first, offs); // the buffers are free until then (it syncs)
+    if ((p.pair != 0) == PAIR) {
+        ez_field<PAIR>(p, tab2, ptab, ez_bufs + (threadIdx.x >> 5) * (uint64_t)p.buf_bytes);
+    } else if (threadIdx.x == 0) { // the host launched the other kernel
+        atomicOr((uint32_t *)p.err, EZ_ERR_INDEX);
     }
-    // The last block to leave resets the counters for the next launch.
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
@@ -703,4 +724,17 @@ extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy
             __threadfence();
         }
     }
+}
+
+// Two kernels, one a payload version, so that each is compiled for its
+// symbols alone (one kernel holding both made version 2 payloads 1.4%
+// slower; docs/PERF.md): splitzip_entropy_decode for single fields
+// (version 2), splitzip_entropy_decode_pairs for pair symbols (version 3,
+// p.pair set).
+extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode(const EParams p) {
+    ez_main<false>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode_pairs(const EParams p) {
+    ez_main<true>(p);
 }

@@ -54,8 +54,10 @@ type entropyParams struct {
 // entropyKernel is the loaded entropy decoder and its launch shape per
 // value size.
 type entropyKernel struct {
-	mod   cuda.Module
-	fn    cuda.Function
+	mod cuda.Module
+	// fns are the kernels for payloads of single fields and of pair
+	// symbols (fn picks one).
+	fns   [2]cuda.Function
 	optin int // shared memory a block may opt in to
 	sms   int
 	// maxWarps is the most warps a block has (the kernel's launch bound,
@@ -64,6 +66,14 @@ type entropyKernel struct {
 	// scratch bounds an in-place launch's scratch bytes.
 	scratch int
 	shapes  map[shapeKey]entropyShape
+}
+
+// fn returns the kernel for payloads of pair symbols or of single fields.
+func (k *entropyKernel) fn(pairs bool) cuda.Function {
+	if pairs {
+		return k.fns[1]
+	}
+	return k.fns[0]
 }
 
 // shapeKey is what a launch shape depends on: the field, whether its
@@ -121,8 +131,10 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 		d.ctx.UnloadModule(k.mod)
 		return nil, err
 	}
-	if k.fn, err = d.ctx.Function(k.mod, "splitzip_entropy_decode"); err != nil {
-		return fail(err)
+	for i, name := range [...]string{"splitzip_entropy_decode", "splitzip_entropy_decode_pairs"} {
+		if k.fns[i], err = d.ctx.Function(k.mod, name); err != nil {
+			return fail(err)
+		}
 	}
 	if k.optin, err = d.ctx.Attribute(cuda.AttrMaxSharedPerBlockOptin); err != nil {
 		return fail(err)
@@ -130,18 +142,23 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	if k.sms, err = d.ctx.Attribute(cuda.AttrMultiprocessorCount); err != nil {
 		return fail(err)
 	}
-	threads, err := d.ctx.FuncAttribute(k.fn, cuda.FuncAttrMaxThreadsPerBlock)
-	if err != nil {
-		return fail(err)
-	}
-	if k.maxWarps = threads / 32; k.maxWarps < 1 {
-		return fail(fmt.Errorf("gpu: the entropy kernel allows %d threads a block", threads))
-	}
-	if err := d.ctx.SetFuncAttribute(k.fn, cuda.FuncAttrMaxDynamicSharedBytes, k.optin-entropyStatic); err != nil {
-		return fail(err)
-	}
-	if err := d.ctx.SetFuncAttribute(k.fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
-		return fail(err)
+	for _, fn := range k.fns {
+		threads, err := d.ctx.FuncAttribute(fn, cuda.FuncAttrMaxThreadsPerBlock)
+		if err != nil {
+			return fail(err)
+		}
+		if threads/32 < 1 {
+			return fail(fmt.Errorf("gpu: the entropy kernel allows %d threads a block", threads))
+		}
+		if k.maxWarps == 0 || threads/32 < k.maxWarps {
+			k.maxWarps = threads / 32
+		}
+		if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrMaxDynamicSharedBytes, k.optin-entropyStatic); err != nil {
+			return fail(err)
+		}
+		if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
+			return fail(err)
+		}
 	}
 	d.ent = k
 	return k, nil
@@ -170,7 +187,7 @@ func (k *entropyKernel) shape(ctx *cuda.Context, fi int, pairs bool, sym, slot u
 	if slot > 0 {
 		warps = max(1, min(warps, k.scratch/(k.sms*int(slot))))
 	}
-	per, err := ctx.MaxActiveBlocks(k.fn, 32*warps, uint64(dynBytes(warps, buf)))
+	per, err := ctx.MaxActiveBlocks(k.fn(pairs), 32*warps, uint64(dynBytes(warps, buf)))
 	if err != nil {
 		return entropyShape{}, err
 	}
@@ -322,7 +339,7 @@ func (d *Decoder) launchEntropy(dst, src cuda.DevicePtr, h *entropy.Head, inPlac
 	if inPlace {
 		pr.InPlace, pr.Scratch, pr.SlotBytes = 1, uint64(d.scratch), uint32(slot)
 	}
-	return d.ctx.Launch(k.fn, cuda.Dim3{X: uint32(grid)}, cuda.Dim3{X: uint32(32 * warps)}, uint32(dynBytes(int(warps), sh.buf)), s, unsafe.Pointer(&pr))
+	return d.ctx.Launch(k.fn(h.Pairs), cuda.Dim3{X: uint32(grid)}, cuda.Dim3{X: uint32(32 * warps)}, uint32(dynBytes(int(warps), sh.buf)), s, unsafe.Pointer(&pr))
 }
 
 // decodeEntropy is Decode for an entropy payload.

@@ -7,7 +7,7 @@ package gpu
 const (
 	decodeSourceSHA256  = "0081d78d177bc4145a0abfb9ac4b88c613a8f4a913caed13ebdbc6c56cb068fd"
 	decodeFatbinSHA256  = "ba6b87150ef5ca84b3c09d45c2951d46516474062eef33336be06843b346e0de"
-	entropySourceSHA256 = "378985819a3ae5654042ca3890ab75cde3f308c4c4197f6f435677006b91348c"
-	entropyFatbinSHA256 = "bb06bfdb44fb37da8da8d9ef8eb12af636486a8cc2aa875674cca573220038ad"
+	entropySourceSHA256 = "163953216db15bf09a7b96f49b13f21105b7fb33e78f0ceff6511d205eaa53f7"
+	entropyFatbinSHA256 = "09869895c93649bd134628270b358f6066560ced35c259c9faf2a7a847c19f04"
 	kernelsNVCCVersion  = "13.0"
 )

@@ -19,7 +19,9 @@
 #   suites  with it: the entropy test of 2^31+3 values, the engine
 #           conformance suite, the transport CUDA tests and the loader
 #   ncu     Nsight Compute (--set full, --clock-control none) of one
-#           in-place BF16 launch of the embedded kernel at 64 and 512 MiB:
+#           in-place launch of NCU_DT (default BF16; the pair kernel for
+#           BF16_FEW) with the new kernel (the embedded one without a
+#           build phase) at 64 and 512 MiB:
 #           throughput, occupancy and the stall reasons (warps a cycle
 #           an instruction issues), reports in $OUT
 #   variants each of VARIANTS (name:nvcc-flags, space-separated, e.g.
@@ -82,13 +84,15 @@ for phase in "$@"; do
     unset SPLITZIP_ENTROPY_FATBIN
     ;;
   ncu)
+    ndt=${NCU_DT:-BF16} kn=splitzip_entropy_decode
+    [ "$ndt" = BF16_FEW ] && kn=splitzip_entropy_decode_pairs
     for sz in 64MiB 512MiB; do
-      step "ncu: entropy BF16 in place, $sz"
-      timeout 250 ncu --clock-control none --set full --kernel-name splitzip_entropy_decode --launch-skip 5 --launch-count 1 -o "$OUT/ncu-entropy-$sz" \
-        "$D/splitzip" bench decode --codec entropy --dtype BF16 --size $sz --runs 20 >/dev/null 2>"$OUT/ncu-entropy-$sz.err" || fail "ncu $sz"
-      ncu --import "$OUT/ncu-entropy-$sz.ncu-rep" --page details --print-units base 2>&1 |
+      step "ncu: entropy $ndt in place, $sz"
+      SPLITZIP_ENTROPY_FATBIN=$(kern) timeout 250 ncu --clock-control none --set full --kernel-name $kn --launch-skip 5 --launch-count 1 -o "$OUT/ncu-entropy-$ndt-$sz" \
+        "$D/splitzip" bench decode --codec entropy --dtype $ndt --size $sz --runs 20 >/dev/null 2>"$OUT/ncu-entropy-$ndt-$sz.err" || fail "ncu $sz"
+      ncu --import "$OUT/ncu-entropy-$ndt-$sz.ncu-rep" --page details --print-units base 2>&1 |
         grep -E "DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|Issued Ipc|L2 Hit|L1/TEX Hit|Shared Memory|Bank|Theoretical Occ|Eligible|Active Warps|Executed Instructions  " | head -40
-      ncu --import "$OUT/ncu-entropy-$sz.ncu-rep" --page raw --print-units base 2>&1 |
+      ncu --import "$OUT/ncu-entropy-$ndt-$sz.ncu-rep" --page raw --print-units base 2>&1 |
         grep -E "smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio|l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_(ld|st).sum |smsp__inst_executed.sum " | awk '$NF+0 >= 0.05 || /bank|inst_executed/' | head -30
     done
     ;;
