@@ -61,6 +61,9 @@
 #ifndef EZ_PAIR_STEPS
 #define EZ_PAIR_STEPS 10 // the same for pair symbols, which hold two values each
 #endif
+#ifndef EZ_SLOT_PIECES
+#define EZ_SLOT_PIECES 8 // 16-byte pieces a lane has in flight copying other bits into the scratch slot
+#endif
 #define EZ_AHEAD 48 // rows a lane runs ahead: 32 x (48 + 2) < EZ_RING
 // Rows one rebuild writes at most: the slowest lane gains at most two
 // symbols a lookup, and when it runs out of symbols the others are at
@@ -534,6 +537,31 @@ template <typename P> __device__ __forceinline__ uint64_t ez_search(uint64_t lo,
     return hi;
 }
 
+// ez_guess is ez_search starting from a guess: one round probes the 32
+// points from guess - 16 (inside [lo, hi)), and when the answer lies
+// among them (pred false at the first, true at a later one) that is it;
+// otherwise ez_search finishes on the side the round left.
+template <typename P>
+__device__ __forceinline__ uint64_t ez_guess(uint64_t lo, uint64_t hi, uint64_t guess, uint32_t lane, P pred) {
+#ifdef EZ_NO_GUESS // a variant for measurements: the search alone
+    const bool plain = true;
+#else
+    const bool plain = hi - lo <= EZ_LANES;
+#endif
+    if (plain) {
+        return ez_search(lo, hi, lane, pred);
+    }
+    const uint64_t w0 = min(max(guess, lo + 16) - 16, hi - EZ_LANES); // lo <= w0, w0 + 32 <= hi
+    const uint32_t m = __ballot_sync(0xFFFFFFFFu, pred(w0 + lane));
+    if (m == 0) {
+        return ez_search(w0 + EZ_LANES, hi, lane, pred);
+    }
+    if (m & 1u) {
+        return ez_search(lo, w0 + 1, lane, pred);
+    }
+    return w0 + __ffs(m) - 1;
+}
+
 // ez_run is a warp decoding chunks until none is left: lane 0 claims a
 // chunk, the warp copies its symbol chunk into the warp's buffer, starts
 // the copy of the first other bits into its other-bits ring (and in place
@@ -610,19 +638,20 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, c
             if (p.in_place && OB > 0) {
                 // The other bits [a, a + obytes), 16-byte pieces from a0 (the
                 // last may run up to 15 bytes into the index, which follows
-                // the records), into the slot: eight pieces a lane in flight.
+                // the records), into the slot: EZ_SLOT_PIECES pieces a lane
+                // in flight.
                 const uint4 *g = (const uint4 *)(src + a0);
-                for (uint32_t q0 = 0; q0 < nbo / 16; q0 += 8 * EZ_LANES) {
-                    uint4 v[8];
+                for (uint32_t q0 = 0; q0 < nbo / 16; q0 += EZ_SLOT_PIECES * EZ_LANES) {
+                    uint4 v[EZ_SLOT_PIECES];
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
+                    for (int j = 0; j < EZ_SLOT_PIECES; j++) {
                         const uint32_t q = q0 + j * EZ_LANES + lane;
                         if (q < nbo / 16) {
                             v[j] = __ldcg(g + q);
                         }
                     }
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
+                    for (int j = 0; j < EZ_SLOT_PIECES; j++) {
                         const uint32_t q = q0 + j * EZ_LANES + lane;
                         if (q < nbo / 16) {
                             slot[q] = v[j];
@@ -644,8 +673,12 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, c
                 // [c * per, c * per + cnt * VS): those after c whose record
                 // ends past the values' start and starts before their end.
                 const uint64_t o0 = c * per, o1 = o0 + (uint64_t)cnt * VS;
-                const uint64_t hi = ez_search(c + 1, p.chunks, lane, [&](uint64_t d) { return p.records + index[d] >= o1; });
-                const uint64_t lo = ez_search(c + 1, hi, lane, [&](uint64_t d) { return p.records + index[d + 1] > o0; });
+                // Guesses from the records' mean size: one round each, mostly.
+                const uint64_t mean = p.rec_bytes / p.chunks + 1;
+                const uint64_t hi = ez_guess(c + 1, p.chunks, (o1 - min(o1, p.records)) / mean, lane,
+                                             [&](uint64_t d) { return p.records + index[d] >= o1; });
+                const uint64_t lo = ez_guess(c + 1, hi, (o0 - min(o0, p.records)) / mean, lane,
+                                             [&](uint64_t d) { return p.records + index[d + 1] > o0; });
                 for (uint64_t d = lo + lane; d < hi; d += EZ_LANES) {
                     while (ez_ld_acquire(&flags[d]) != p.epoch) {
                         __nanosleep(32);

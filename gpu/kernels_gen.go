@@ -7,7 +7,7 @@ package gpu
 const (
 	decodeSourceSHA256  = "0081d78d177bc4145a0abfb9ac4b88c613a8f4a913caed13ebdbc6c56cb068fd"
 	decodeFatbinSHA256  = "ba6b87150ef5ca84b3c09d45c2951d46516474062eef33336be06843b346e0de"
-	entropySourceSHA256 = "163953216db15bf09a7b96f49b13f21105b7fb33e78f0ceff6511d205eaa53f7"
-	entropyFatbinSHA256 = "09869895c93649bd134628270b358f6066560ced35c259c9faf2a7a847c19f04"
+	entropySourceSHA256 = "b9c0baf5f679a201d00c1beb4041986b22553a380cefb3a850d10259962741db"
+	entropyFatbinSHA256 = "7cd149c8a0a83267e6e2d937c5345a42c5c3fbd9debe50ebbd1b45719eddcb07"
 	kernelsNVCCVersion  = "13.0"
 )

@@ -24,6 +24,10 @@
 #           build phase) at 64 and 512 MiB:
 #           throughput, occupancy and the stall reasons (warps a cycle
 #           an instruction issues), reports in $OUT
+#   cpu     one core of the host (taskset, -test.cpu 1), ROUNDS rounds:
+#           BenchmarkPayloadDTypes of D/entropy.test and
+#           BenchmarkHuff0Decode of D/entstudy.test (huff0 on the same
+#           symbols), MB/s of raw bytes
 #   variants each of VARIANTS (name:nvcc-flags, space-separated, e.g.
 #           "t1024:-DEZ_MAX_THREADS=1024") built into $OUT/v-name, its
 #           registers logged, checked by the reference test and timed for
@@ -96,12 +100,19 @@ for phase in "$@"; do
         grep -E "smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio|l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_(ld|st).sum |smsp__inst_executed.sum " | awk '$NF+0 >= 0.05 || /bank|inst_executed/' | head -30
     done
     ;;
+  cpu)
+    for r in $(seq 1 "${ROUNDS:-2}"); do
+      step "round $r: one core, entropy payloads, then huff0"
+      taskset -c 3 "$D/entropy.test" -test.run XXX -test.bench PayloadDTypes -test.cpu 1 -test.benchtime 20x 2>&1 | grep -E "^Benchmark|^cpu"
+      taskset -c 3 "$D/entstudy.test" -test.run XXX -test.bench Huff0Decode -test.cpu 1 -test.benchtime 20x 2>&1 | grep -E "^Benchmark"
+    done
+    ;;
   variants)
     for v in ${VARIANTS:-}; do
       name=${v%%:*} flags=${v#*:}
       V=$OUT/v-$name
       step "variant $name ($flags)"
-      NVCC_EXTRA="${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh 2>&1 | grep -A1 "entropy_decode' for 'sm_90" | tail -1 || { fail "nvcc $name"; continue; }
+      KERNELS=entropy NVCC_EXTRA="${flags//,/ }" OUTDIR=$V bash scripts/build-kernels.sh 2>&1 | grep -A1 "entropy_decode' for 'sm_90" | tail -1 || { fail "nvcc $name"; continue; }
       (cd gpu && SPLITZIP_ENTROPY_FATBIN=$V/entropy.fatbin timeout 120 "../$D/gpu.test" -test.run 'TestEntropyMatchesReference' -test.short -test.count 1 2>&1 | tail -1) || fail "test $name"
       SPLITZIP_ENTROPY_FATBIN=$V/entropy.fatbin DT=${DT:-BF16} bench "$D/splitzip"
       step "new kernel"
