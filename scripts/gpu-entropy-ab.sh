@@ -21,7 +21,9 @@
 #   ncu     Nsight Compute (--set full, --clock-control none) of one
 #           in-place launch of NCU_DT (default BF16; the pair kernel for
 #           BF16_FEW) with the new kernel (the embedded one without a
-#           build phase) at 64 and 512 MiB:
+#           build phase) at NCU_SZ (default 64 and 512 MiB), the launch
+#           after NCU_SKIP (default 5; at 512 MiB F8_E4M3's whole-byte
+#           field starts at 42, after its exponent field's 2 x 21):
 #           throughput, occupancy and the stall reasons (warps a cycle
 #           an instruction issues), reports in $OUT
 #   cpu     one core of the host (taskset, -test.cpu 1), ROUNDS rounds:
@@ -90,9 +92,9 @@ for phase in "$@"; do
   ncu)
     ndt=${NCU_DT:-BF16} kn=splitzip_entropy_decode
     [ "$ndt" = BF16_FEW ] && kn=splitzip_entropy_decode_pairs
-    for sz in 64MiB 512MiB; do
-      step "ncu: entropy $ndt in place, $sz"
-      SPLITZIP_ENTROPY_FATBIN=$(kern) timeout 250 ncu --clock-control none --set full --kernel-name $kn --launch-skip 5 --launch-count 1 -o "$OUT/ncu-entropy-$ndt-$sz" \
+    for sz in ${NCU_SZ:-64MiB 512MiB}; do
+      step "ncu: entropy $ndt in place, $sz, launch ${NCU_SKIP:-5}"
+      SPLITZIP_ENTROPY_FATBIN=$(kern) timeout 250 ncu --clock-control none --set full --kernel-name $kn --launch-skip ${NCU_SKIP:-5} --launch-count 1 -o "$OUT/ncu-entropy-$ndt-$sz" \
         "$D/splitzip" bench decode --codec entropy --dtype $ndt --size $sz --runs 20 >/dev/null 2>"$OUT/ncu-entropy-$ndt-$sz.err" || fail "ncu $sz"
       ncu --import "$OUT/ncu-entropy-$ndt-$sz.ncu-rep" --page details --print-units base 2>&1 |
         grep -E "DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|Issued Ipc|L2 Hit|L1/TEX Hit|Shared Memory|Bank|Theoretical Occ|Eligible|Active Warps|Executed Instructions  " | head -40

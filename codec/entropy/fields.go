@@ -204,7 +204,12 @@ func packOthers(out []byte, f Field, raw []byte) {
 			o := x>>bits&hi8 | x&lo8
 			o = (o&0x00FF00FF00FF00FF)<<ob | o>>8&0x00FF00FF00FF00FF
 			o = (o&0x0000FFFF0000FFFF)<<(2*ob) | o>>16&0x0000FFFF0000FFFF
-			putGroup((o&0xFFFFFFFF)<<(4*ob)|o>>32, 8*ob)
+			g := (o&0xFFFFFFFF)<<(4*ob) | o>>32
+			if pos+8 > len(out) {
+				putGroup(g, 8*ob)
+				continue
+			}
+			pos, acc, nb = appendWord(out, pos, acc, nb, g, 8*ob)
 		}
 		for _, v := range raw[i:n] {
 			put(uint32(v))
@@ -213,12 +218,19 @@ func packOthers(out []byte, f Field, raw []byte) {
 		// Four values a word (ob at most 16): two pairs of 2 x ob bits.
 		hi16, lo16 := lanes16(hi), lanes16(lo)
 		i := 0
+		if f.DType == "F16" {
+			i, pos, acc, nb = packF16(out, raw[:2*n])
+		}
 		for ; i+4 <= n; i += 4 {
 			x := binary.LittleEndian.Uint64(raw[2*i:])
 			o := x>>bits&hi16 | x&lo16
 			o = (o&0x0000FFFF0000FFFF)<<ob | o>>16&0x0000FFFF0000FFFF
-			putGroup(o&0xFFFFFFFF, 2*ob)
-			putGroup(o>>32, 2*ob)
+			if ob > 14 || pos+8 > len(out) {
+				putGroup(o&0xFFFFFFFF, 2*ob)
+				putGroup(o>>32, 2*ob)
+				continue
+			}
+			pos, acc, nb = appendWord(out, pos, acc, nb, (o&0xFFFFFFFF)<<(2*ob)|o>>32, 4*ob)
 		}
 		for ; i < n; i++ {
 			put(uint32(binary.LittleEndian.Uint16(raw[2*i:])))
@@ -235,6 +247,37 @@ func packOthers(out []byte, f Field, raw []byte) {
 		}
 	}
 	flushBits(out, pos, acc, nb)
+}
+
+// packF16 is packOthers' loop for F16 (sign and mantissa, 11 bits a
+// value) with its shifts constant, four values an appendWord while 8
+// bytes fit in out: it returns the values done and the state packOthers
+// goes on from.
+func packF16(out, raw []byte) (int, int, uint64, uint) {
+	const ob, hi16, lo16 = 11, 0x0400040004000400, 0x03FF03FF03FF03FF
+	var acc uint64
+	var nb uint
+	pos, i := 0, 0
+	for ; 2*i+8 <= len(raw) && pos+8 <= len(out); i += 4 {
+		x := binary.LittleEndian.Uint64(raw[2*i:])
+		o := x>>5&hi16 | x&lo16
+		o = (o&0x0000FFFF0000FFFF)<<ob | o>>16&0x0000FFFF0000FFFF
+		pos, acc, nb = appendWord(out, pos, acc, nb, (o&0xFFFFFFFF)<<(2*ob)|o>>32, 4*ob)
+	}
+	return i, pos, acc, nb
+}
+
+// appendWord appends the w bits of g (nb + w at most 64; g's first
+// value's bits highest) to the bits packed into out: pos bytes written
+// and the nb pending bits at the bottom of acc, with nb below 8 before
+// and after. It stores 8 bytes at pos, which must fit in out, whatever
+// it completes: the bytes past those it counts are written again by the
+// next append or the last flush, so no branch decides when to store.
+func appendWord(out []byte, pos int, acc uint64, nb uint, g uint64, w uint) (int, uint64, uint) {
+	acc = acc<<w | g
+	nb += w
+	binary.BigEndian.PutUint64(out[pos:], acc<<(64-nb))
+	return pos + int(nb>>3), acc, nb & 7
 }
 
 // lanes8 repeats the byte m in every byte of a word, lanes16 the 16-bit
