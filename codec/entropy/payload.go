@@ -248,7 +248,6 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 		return nil, err
 	}
 	encs := make([][]byte, chunks)
-	others := make([][]byte, chunks) // other bits of chunks not BF16
 	errs := make([]error, chunks)
 	parallel(chunks, workers, func(c int) {
 		lo, hi := span(c)
@@ -266,25 +265,17 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 		if s, errs[c] = pc.toSymbols(s); errs[c] == nil {
 			encs[c], errs[c] = EncodeChunk(nil, pc.code, s, pc.symbolBits())
 		}
-		if !bf16 {
-			var bw bitWriter
-			packInto(&bw, f, raw[lo*f.Size:hi*f.Size])
-			others[c] = bw.flush()
-		}
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	// The records: each chunk's other bits (BF16: a byte a value), then
 	// its symbol chunk.
+	ob := f.Other()
+	olen := func(c int) int { lo, hi := span(c); return ((hi-lo)*ob + 7) / 8 }
 	at := make([]uint64, chunks+1)
 	for c := range encs {
-		lo, hi := span(c)
-		olen := uint64(len(others[c]))
-		if bf16 {
-			olen = uint64(hi - lo)
-		}
-		at[c+1] = at[c] + olen + uint64(len(encs[c]))
+		at[c+1] = at[c] + uint64(olen(c)) + uint64(len(encs[c]))
 	}
 	index := pc.records + at[chunks]
 	total := index + 8*uint64(chunks+1)
@@ -293,12 +284,12 @@ func Encode(fi int, raw []byte, workers int) ([]byte, error) {
 	parallel(chunks, workers, func(c int) {
 		lo, hi := span(c)
 		rec := p[pc.records+at[c] : pc.records+at[c+1]]
-		k := len(others[c])
-		if bf16 {
-			k = hi - lo
+		k := olen(c)
+		switch {
+		case bf16:
 			splitBF16(nil, rec[:k], raw[2*lo:2*hi])
-		} else {
-			copy(rec, others[c])
+		case k > 0: // packed straight into the payload, exactly its bytes
+			packOthers(rec[:k], f, raw[lo*f.Size:hi*f.Size])
 		}
 		copy(rec[k:], encs[c])
 	})
