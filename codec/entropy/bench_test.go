@@ -2,7 +2,6 @@ package entropy
 
 import (
 	"encoding/binary"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -102,15 +101,7 @@ func BenchmarkPayloadDTypes(b *testing.B) {
 	n := 4 << 20
 	bf16 := synth.Normal(rng, n, 0.02)
 	for fi, f := range Fields {
-		var raw []byte
-		if f.DType == "F32" {
-			raw = make([]byte, 4*n)
-			for i := range n {
-				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
-			}
-		} else {
-			raw = synth.Cast(bf16, f.DType, 4096)
-		}
+		raw := synth.Trained(rng, bf16, 0.02, f.DType, 4096)
 		p, err := Encode(fi, raw, 1)
 		if err != nil {
 			b.Fatal(err)

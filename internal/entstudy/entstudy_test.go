@@ -1,8 +1,6 @@
 package entstudy
 
 import (
-	"encoding/binary"
-	"math"
 	"strings"
 
 	"github.com/klauspost/compress/huff0"
@@ -92,15 +90,7 @@ func BenchmarkHuff0Decode(b *testing.B) {
 	n := 4 << 20
 	bf16 := synth.Normal(rng, n, 0.02)
 	for _, f := range entropy.Fields {
-		var raw []byte
-		if f.DType == "F32" {
-			raw = make([]byte, 4*n)
-			for i := range n {
-				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.02)))
-			}
-		} else {
-			raw = synth.Cast(bf16, f.DType, 4096)
-		}
+		raw := synth.Trained(rng, bf16, 0.02, f.DType, 4096)
 		syms := make([]byte, n)
 		if err := f.Symbols(syms, raw); err != nil {
 			b.Fatal(err)

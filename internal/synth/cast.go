@@ -3,6 +3,7 @@ package synth
 import (
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 )
 
 // minifloat describes a binary float format of 1+ebits+mbits bits.
@@ -96,6 +97,22 @@ func Cast(raw []byte, dtype string, cols int) []byte {
 		for i := r; i < end; i++ {
 			out[i] = byte(m.encode(val(i) * scale))
 		}
+	}
+	return out
+}
+
+// Trained returns the values of bf16 (little-endian BF16 drawn from N(0,
+// sigma)) as dtype, the way the entropy benchmarks use them: F32 drawn
+// afresh from rng with full mantissas (a cast would leave 16 of them zero),
+// every other dtype cast with a scale a row of cols values (Cast).
+func Trained(rng *rand.Rand, bf16 []byte, sigma float64, dtype string, cols int) []byte {
+	if dtype != "F32" {
+		return Cast(bf16, dtype, cols)
+	}
+	n := len(bf16) / 2
+	out := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(float32(rng.NormFloat64()*sigma)))
 	}
 	return out
 }
