@@ -202,7 +202,7 @@ func fieldsOf(f Field, dst, raw []byte) error {
 // countPairs counts the pairs of s (an even number of fields) and notes
 // those seen for the first time.
 func (c *Counts) countPairs(s []byte) {
-	bits := uint(Fields[c.fi].Bits)
+	bits := uint(Fields[c.fi].Bits) & 63 // masked: the shifts need no check
 	t := c.narrow
 	if len(t) <= 1<<10 {
 		c.countQuad(s)
@@ -252,7 +252,7 @@ func (c *Counts) countPairs(s []byte) {
 // into the pair counts afterwards, where the pairs seen for the first
 // time are noted.
 func (c *Counts) countQuad(s []byte) {
-	bits := uint(Fields[c.fi].Bits)
+	bits := uint(Fields[c.fi].Bits) & 63 // masked: the shifts need no check
 	if c.quad == nil {
 		c.quad = new([4][1 << 10]uint32)
 	}
@@ -386,7 +386,7 @@ func (c *Counts) singleFromPairs() []uint64 { return c.fieldCounts(c.pairCounts(
 // fieldCounts returns the counts of single fields in pcount, the counts'
 // pairCounts.
 func (c *Counts) fieldCounts(pcount []pairCount) []uint64 {
-	bits := uint(Fields[c.fi].Bits)
+	bits := uint(Fields[c.fi].Bits) & 63 // masked: the shifts need no check
 	freq := make([]uint64, 1<<bits)
 	for _, p := range pcount {
 		freq[p.key&(1<<bits-1)] += p.count
