@@ -166,7 +166,7 @@ func (pc *payloadCode) toSymbols(fields []byte) ([]byte, error) {
 	if pc.pairs == nil {
 		return fields, nil
 	}
-	bits := uint(Fields[pc.fi].Bits)
+	bits := uint(Fields[pc.fi].Bits) & 63 // masked: the shift needs no check
 	n := len(fields)
 	sym := pc.symbol
 	mask := uint(len(sym) - 1)
