@@ -1,9 +1,10 @@
 package codec
 
 import (
-	"hash/crc32"
 	"sync"
 	"sync/atomic"
+
+	"github.com/splitzip/splitzip/internal/crc32c"
 )
 
 // CRC-32C concatenation. The encoder computes the CRC of each chunk while
@@ -76,15 +77,15 @@ func PieceChecksum(p []byte, off uint64) uint32 {
 	lo, hi := uint64(offChecksum), uint64(offChecksum+4)
 	end := off + uint64(len(p))
 	if end <= lo || off >= hi {
-		return crc32.Update(0, castagnoli, p)
+		return crc32c.Update(0, p)
 	}
 	var zero [4]byte
 	a := min(lo, end) - min(lo, off) // bytes before the field
-	crc := crc32.Update(0, castagnoli, p[:a])
+	crc := crc32c.Update(0, p[:a])
 	zs := max(off, lo) - off
 	ze := min(end, hi) - off
-	crc = crc32.Update(crc, castagnoli, zero[:ze-zs])
-	return crc32.Update(crc, castagnoli, p[ze:])
+	crc = crc32c.Update(crc, zero[:ze-zs])
+	return crc32c.Update(crc, p[ze:])
 }
 
 // checksumPiece is the bytes a goroutine of ChecksumParallel takes at a

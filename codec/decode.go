@@ -3,7 +3,8 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
+
+	"github.com/splitzip/splitzip/internal/crc32c"
 )
 
 // ParseHeader decodes and checks the fixed header of a payload. It needs
@@ -55,9 +56,9 @@ func Checksum(p []byte) uint32 { return ChecksumWithout(p, offChecksum) }
 // format here that holds its own.
 func ChecksumWithout(b []byte, at int) uint32 {
 	var zero [4]byte
-	crc := crc32.Update(0, castagnoli, b[:at])
-	crc = crc32.Update(crc, castagnoli, zero[:])
-	return crc32.Update(crc, castagnoli, b[at+4:])
+	crc := crc32c.Update(0, b[:at])
+	crc = crc32c.Update(crc, zero[:])
+	return crc32c.Update(crc, b[at+4:])
 }
 
 // layout is a parsed payload whose tables have been checked.

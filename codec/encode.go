@@ -4,9 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"sync"
+
+	"github.com/splitzip/splitzip/internal/crc32c"
 )
 
 // Sink receives a payload. The encoder writes the data sections in order,
@@ -125,7 +126,7 @@ func (e *Encoder) writeSegment(values []byte, k int) error {
 			src := values[i*2*ChunkValues : min(len(values), (i+1)*2*ChunkValues)]
 			stage := e.stage[i*maxChunkBytes : (i+1)*maxChunkBytes]
 			e.lens[i], e.escs[i], e.scratch[w] = encodeChunk(stage, src, &e.codes, e.tab, e.scratch[w])
-			e.crcs[i] = crc32.Checksum(stage[:e.lens[i]], castagnoli)
+			e.crcs[i] = crc32c.Checksum(stage[:e.lens[i]])
 		}
 	}
 	parallel(e.opts.workers, k, encode)
@@ -212,7 +213,7 @@ func (e *Encoder) Close() (Header, error) {
 	for g, off := range e.l1 {
 		binary.LittleEndian.PutUint64(head[HeaderSize+8*g:], off)
 	}
-	sum := crc32.Checksum(head, castagnoli)
+	sum := crc32c.Checksum(head)
 	lenPow := map[uint64]uint32{}
 	combine := func(crcB uint32, n uint64) {
 		p, ok := lenPow[n]
@@ -231,7 +232,7 @@ func (e *Encoder) Close() (Header, error) {
 		if _, err := e.sink.WriteAt(tab, int64(off)); err != nil {
 			return e.h, err
 		}
-		combine(crc32.Checksum(tab, castagnoli), uint64(len(tab)))
+		combine(crc32c.Checksum(tab), uint64(len(tab)))
 		for c := first; c < first+cnt; c++ {
 			combine(e.chunkCRC[c], chunkLen(e.h.chunkCount(c), e.entries[c].Escapes))
 		}

@@ -2,7 +2,6 @@ package codec
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 )
 
 // Sizes and constants of payload format version 1. docs/splitzip.md names
@@ -54,8 +53,6 @@ const (
 	offChecksum    = 56
 	offFlags       = 60
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Header is the decoded fixed header of a payload.
 type Header struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"runtime"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/splitzip/splitzip/checkpoint"
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/internal/crc32c"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -405,7 +405,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 			}
 		}
 		if fixed || len(fields) > 0 {
-			crc1 = crc32.Update(crc1, crcTable, seg)
+			crc1 = crc32c.Update(crc1, seg)
 		}
 		return nil
 	})

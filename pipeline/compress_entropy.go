@@ -5,10 +5,10 @@ package pipeline
 
 import (
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/internal/crc32c"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -63,7 +63,7 @@ func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, re
 	}
 	var crc2 uint32
 	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
-		crc2 = crc32.Update(crc2, crcTable, seg)
+		crc2 = crc32c.Update(crc2, seg)
 		if progress {
 			tc.opts.Progress.Add(uint64(len(seg)))
 		}

@@ -5,10 +5,10 @@ package pipeline
 
 import (
 	"fmt"
-	"hash/crc32"
 	"strings"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/internal/crc32c"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -40,7 +40,7 @@ func (tc *tensorCompressor) fixedPayload(m *mapping, t *safetensors.Tensor, rec 
 	}
 	var crc2 uint32
 	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
-		crc2 = crc32.Update(crc2, crcTable, seg)
+		crc2 = crc32c.Update(crc2, seg)
 		tc.opts.Progress.Add(uint64(len(seg)))
 		return enc.Write(seg)
 	})

@@ -4,10 +4,10 @@ package entropy
 
 import (
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/internal/crc32c"
 )
 
 // ErrNoRecords is NewReader's error for a version 1 payload, whose
@@ -110,7 +110,7 @@ func (d *Reader) DecodeChunks(c0, c1 uint64, dst []byte) (crc uint32, n uint64, 
 		}
 		off += m * uint64(f.Size)
 	}
-	return crc32.Update(0, castagnoli, rec), uint64(len(rec)), nil
+	return crc32c.Update(0, rec), uint64(len(rec)), nil
 }
 
 // Check folds the CRCs DecodeChunks returned for consecutive ranges that
@@ -123,7 +123,7 @@ func (d *Reader) Check(crcs []uint32, lens []uint64) error {
 		crc = codec.CombineChecksums(crc, crcs[i], lens[i])
 		total += lens[i]
 	}
-	crc = crc32.Update(crc, castagnoli, d.idx)
+	crc = crc32c.Update(crc, d.idx)
 	if total != d.h.Index-d.h.Others || crc != d.h.Checksum {
 		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
 	}

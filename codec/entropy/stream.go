@@ -3,11 +3,11 @@ package entropy
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"slices"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/internal/crc32c"
 )
 
 // Encoder writes an entropy payload of a tensor given a piece at a time,
@@ -106,7 +106,7 @@ func (e *Encoder) flushChunk() error {
 	}
 	e.index = append(e.index, e.pos)
 	e.pos += uint64(len(rec))
-	e.crc = crc32.Update(e.crc, castagnoli, rec)
+	e.crc = crc32c.Update(e.crc, rec)
 	e.chunk = e.chunk[:0]
 	return nil
 }
@@ -130,8 +130,8 @@ func (e *Encoder) Close() (uint64, error) {
 	e.pc.putFlags(head, idx)
 	// CRC-32C of the whole payload, its field zero: the head, the
 	// records' CRC folded in, then the index.
-	crc := codec.CombineChecksums(crc32.Update(0, castagnoli, head), e.crc, e.pos)
-	crc = crc32.Update(crc, castagnoli, idx)
+	crc := codec.CombineChecksums(crc32c.Update(0, head), e.crc, e.pos)
+	crc = crc32c.Update(crc, idx)
 	binary.LittleEndian.PutUint32(head[offCRC:], crc)
 	if _, err := e.w.WriteAt(idx, int64(index)); err != nil {
 		return 0, err
@@ -141,8 +141,6 @@ func (e *Encoder) Close() (uint64, error) {
 	}
 	return size, nil
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // packInto appends the other bits of raw's values to w.
 func packInto(w *bitWriter, f Field, raw []byte) {
@@ -236,12 +234,12 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 		if err := readAt(r, obuf, h.Others+oLo); err != nil {
 			return err
 		}
-		crcO = codec.CombineChecksums(crcO, crc32.Update(0, castagnoli, obuf), uint64(len(obuf)))
+		crcO = codec.CombineChecksums(crcO, crc32c.Update(0, obuf), uint64(len(obuf)))
 		sbuf = grow(sbuf, b-a)
 		if err := readAt(r, sbuf, h.Symbols+a); err != nil {
 			return err
 		}
-		crcS = codec.CombineChecksums(crcS, crc32.Update(0, castagnoli, sbuf), uint64(len(sbuf)))
+		crcS = codec.CombineChecksums(crcS, crc32c.Update(0, sbuf), uint64(len(sbuf)))
 		v := vals[:(hi-lo)*uint64(f.Size)]
 		if err := decodeValues(tab, f, obuf, sbuf, syms[:hi-lo], v, sc); err != nil {
 			return fmt.Errorf("chunk %d: %w", c, err)
@@ -255,7 +253,7 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 		if err := readAt(r, obuf, h.Others); err != nil {
 			return err
 		}
-		crcO = crc32.Update(0, castagnoli, obuf)
+		crcO = crc32c.Update(0, obuf)
 	}
 	crc = codec.CombineChecksums(crc, crcO, h.Symbols-h.Others)
 	crc = codec.CombineChecksums(crc, crcS, symBytes)

@@ -1,0 +1,98 @@
+package crc32c
+
+import (
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestUpdate: every length from 0 to 1,100 and some long ones, at every
+// alignment of 0 to 15 and from random and all-ones states, give
+// hash/crc32's Castagnoli CRC, with the folding and without.
+func TestUpdate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 1<<20+64)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	lens := []int{1 << 16, 1<<16 + 63, 1 << 20, 1<<20 + 17}
+	for n := 0; n <= 1100; n++ {
+		lens = append(lens, n)
+	}
+	saved := choice.Load()
+	defer choice.Store(saved)
+	for _, c := range []int32{folded, tabled} {
+		fold := c == folded
+		choice.Store(c)
+		for _, n := range lens {
+			for _, off := range []int{0, 1, 7, 15} {
+				p := buf[off : off+n]
+				for _, crc := range []uint32{0, 0xFFFFFFFF, rng.Uint32()} {
+					if got, want := Update(crc, p), crc32.Update(crc, table, p); got != want {
+						t.Fatalf("fold %v, %d bytes at %d from %#x: %#x, want %#x", fold, n, off, crc, got, want)
+					}
+				}
+			}
+		}
+	}
+	if got, want := Checksum(buf), crc32.Checksum(buf, table); got != want {
+		t.Fatalf("Checksum %#x, want %#x", got, want)
+	}
+}
+
+// TestXPowMod: x^0 .. x^31 are the single bits of the reflected order,
+// and x^32 is the polynomial's lower terms.
+func TestXPowMod(t *testing.T) {
+	for e := range 32 {
+		if got := xPowMod(e); got != 1<<(31-e) {
+			t.Fatalf("x^%d = %#x", e, got)
+		}
+	}
+	if got := xPowMod(32); got != poly {
+		t.Fatalf("x^32 = %#x, want %#x", got, uint32(poly))
+	}
+}
+
+// FuzzUpdate compares Update with hash/crc32 on any input and state.
+func FuzzUpdate(f *testing.F) {
+	f.Add(uint32(0), make([]byte, 300))
+	f.Add(uint32(0xFFFFFFFF), []byte("splitzip"))
+	f.Fuzz(func(t *testing.T, crc uint32, p []byte) {
+		if got, want := Update(crc, p), crc32.Update(crc, table, p); got != want {
+			t.Fatalf("%d bytes from %#x: %#x, want %#x", len(p), crc, got, want)
+		}
+	})
+}
+
+// TestPick: the measured choice is one of the two ways, made once.
+func TestPick(t *testing.T) {
+	Update(0, make([]byte, 4096))
+	if c := choice.Load(); canFold && c != folded && c != tabled {
+		t.Fatalf("choice %d after a long input", c)
+	}
+	t.Logf("folding available %v, chosen %v", canFold, choice.Load() == folded)
+}
+
+// BenchmarkUpdate is the folding on 7 MiB (an entropy payload of 4 Mi
+// F16 values) beside hash/crc32 on the same bytes.
+func BenchmarkUpdate(b *testing.B) {
+	buf := make([]byte, 7<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	b.Run("fold", func(b *testing.B) {
+		if !canFold {
+			b.Skip("no folding on this processor")
+		}
+		b.SetBytes(int64(len(buf)))
+		for b.Loop() {
+			fold(0, buf)
+		}
+	})
+	b.Run("hash-crc32", func(b *testing.B) {
+		b.SetBytes(int64(len(buf)))
+		for b.Loop() {
+			crc32.Update(0, table, buf)
+		}
+	})
+}
