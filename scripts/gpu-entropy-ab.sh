@@ -29,7 +29,8 @@
 #   cpu     one core of the host (taskset, -test.cpu 1), ROUNDS rounds:
 #           BenchmarkPayloadDTypes of D/entropy.test and
 #           BenchmarkHuff0Decode of D/entstudy.test (huff0 on the same
-#           symbols), MB/s of raw bytes
+#           symbols), MB/s of raw bytes; with D/crc32c.test, the
+#           CRC-32C folding beside hash/crc32 and which one the pick keeps
 #   variants each of VARIANTS (name:nvcc-flags, space-separated, e.g.
 #           "t1024:-DEZ_MAX_THREADS=1024") built into $OUT/v-name, its
 #           registers logged, checked by the reference test and timed for
@@ -107,6 +108,7 @@ for phase in "$@"; do
       step "round $r: one core, entropy payloads, then huff0"
       taskset -c 3 "$D/entropy.test" -test.run XXX -test.bench PayloadDTypes -test.cpu 1 -test.benchtime 20x 2>&1 | grep -E "^Benchmark|^cpu"
       taskset -c 3 "$D/entstudy.test" -test.run XXX -test.bench Huff0Decode -test.cpu 1 -test.benchtime 20x 2>&1 | grep -E "^Benchmark"
+      [ -x "$D/crc32c.test" ] && taskset -c 3 "$D/crc32c.test" -test.run TestPick -test.v -test.bench Update -test.cpu 1 -test.benchtime 50x 2>&1 | grep -E "^Benchmark|chosen"
     done
     ;;
   variants)
