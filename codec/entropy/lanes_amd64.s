@@ -13,7 +13,8 @@
 // and its last start of a step lanes + k*528 + lim (s.lim, at 96).
 //
 // Registers: R8 mt, R9 pad, R10-R13 q[0..3], SI DI R14 R15 lane k's next
-// symbol as an address, AX the window, BX an entry, CX a shift, DX spare.
+// symbol as an address, AX the window, BX an entry, CX a shift, DX spare;
+// more-8(SP) whether a lane stepped in the loop after the first.
 
 // LOOKUP takes one entry from the top 12 bits of AX for the lane of bit
 // Q and symbol address P.
@@ -46,7 +47,7 @@
 	LOOKUP(Q, P); \
 	LOOKUP(Q, P)
 
-TEXT ·laneSteps4Asm(SB), NOSPLIT, $0-33
+TEXT ·laneSteps4Asm(SB), NOSPLIT, $8-33
 	MOVQ mt+0(FP), R8
 	MOVQ pad+8(FP), R9
 	MOVQ lanes+16(FP), BX
@@ -94,6 +95,59 @@ loop:
 	JMP loop
 
 done:
+	// A lane is at its limit or past its end: the others go on, each
+	// while it is below its own (so that laneTail decodes at most the
+	// last twelve symbols of a lane in Go), until none steps.
+	MOVB $0, more-8(SP)
+	MOVQ s+24(FP), DX
+	CMPQ R10, 64(DX)
+	JGT skip0
+	MOVQ 96(DX), BX
+	ADDQ lanes+16(FP), BX
+	CMPQ SI, BX
+	JHI skip0
+	MOVB $1, more-8(SP)
+	STEP(R10, SI)
+
+skip0:
+	MOVQ s+24(FP), DX
+	CMPQ R11, 72(DX)
+	JGT skip1
+	MOVQ 96(DX), BX
+	ADDQ lanes+16(FP), BX
+	ADDQ $528, BX
+	CMPQ DI, BX
+	JHI skip1
+	MOVB $1, more-8(SP)
+	STEP(R11, DI)
+
+skip1:
+	MOVQ s+24(FP), DX
+	CMPQ R12, 80(DX)
+	JGT skip2
+	MOVQ 96(DX), BX
+	ADDQ lanes+16(FP), BX
+	ADDQ $1056, BX
+	CMPQ R14, BX
+	JHI skip2
+	MOVB $1, more-8(SP)
+	STEP(R12, R14)
+
+skip2:
+	MOVQ s+24(FP), DX
+	CMPQ R13, 88(DX)
+	JGT skip3
+	MOVQ 96(DX), BX
+	ADDQ lanes+16(FP), BX
+	ADDQ $1584, BX
+	CMPQ R15, BX
+	JHI skip3
+	MOVB $1, more-8(SP)
+	STEP(R13, R15)
+
+skip3:
+	CMPB more-8(SP), $0
+	JNE done
 	MOVB $1, ret+32(FP)
 	JMP store
 
