@@ -47,6 +47,23 @@
 	LOOKUP(Q, P); \
 	LOOKUP(Q, P)
 
+// ALONE steps lane Q (symbol address P, its buffer OFF bytes into lanes,
+// its end at END in the state) once if it is below its limit and not
+// past its end, noting in more-8(SP) that it did; SKIP is the label past
+// it.
+#define ALONE(Q, P, OFF, END, SKIP) \
+	MOVQ s+24(FP), DX; \
+	CMPQ Q, END(DX); \
+	JGT SKIP; \
+	MOVQ 96(DX), BX; \
+	ADDQ lanes+16(FP), BX; \
+	ADDQ $OFF, BX; \
+	CMPQ P, BX; \
+	JHI SKIP; \
+	MOVB $1, more-8(SP); \
+	STEP(Q, P); \
+SKIP:
+
 TEXT ·laneSteps4Asm(SB), NOSPLIT, $8-33
 	MOVQ mt+0(FP), R8
 	MOVQ pad+8(FP), R9
@@ -99,53 +116,10 @@ done:
 	// while it is below its own (so that laneTail decodes at most the
 	// last twelve symbols of a lane in Go), until none steps.
 	MOVB $0, more-8(SP)
-	MOVQ s+24(FP), DX
-	CMPQ R10, 64(DX)
-	JGT skip0
-	MOVQ 96(DX), BX
-	ADDQ lanes+16(FP), BX
-	CMPQ SI, BX
-	JHI skip0
-	MOVB $1, more-8(SP)
-	STEP(R10, SI)
-
-skip0:
-	MOVQ s+24(FP), DX
-	CMPQ R11, 72(DX)
-	JGT skip1
-	MOVQ 96(DX), BX
-	ADDQ lanes+16(FP), BX
-	ADDQ $528, BX
-	CMPQ DI, BX
-	JHI skip1
-	MOVB $1, more-8(SP)
-	STEP(R11, DI)
-
-skip1:
-	MOVQ s+24(FP), DX
-	CMPQ R12, 80(DX)
-	JGT skip2
-	MOVQ 96(DX), BX
-	ADDQ lanes+16(FP), BX
-	ADDQ $1056, BX
-	CMPQ R14, BX
-	JHI skip2
-	MOVB $1, more-8(SP)
-	STEP(R12, R14)
-
-skip2:
-	MOVQ s+24(FP), DX
-	CMPQ R13, 88(DX)
-	JGT skip3
-	MOVQ 96(DX), BX
-	ADDQ lanes+16(FP), BX
-	ADDQ $1584, BX
-	CMPQ R15, BX
-	JHI skip3
-	MOVB $1, more-8(SP)
-	STEP(R13, R15)
-
-skip3:
+	ALONE(R10, SI, 0, 64, skip0)
+	ALONE(R11, DI, 528, 72, skip1)
+	ALONE(R12, R14, 1056, 80, skip2)
+	ALONE(R13, R15, 1584, 88, skip3)
 	CMPB more-8(SP), $0
 	JNE done
 	MOVB $1, ret+32(FP)
