@@ -9,66 +9,13 @@ import (
 
 // CRC-32C concatenation. The encoder computes the CRC of each chunk while
 // encoding, in parallel, and combines them in file order at Close, so no
-// pass over the written payload is needed. This is the method of zlib's
-// crc32_combine: multiplication modulo the CRC polynomial, with powers
-// x^(2^k) precomputed.
-
-const castagnoliReflected = 0x82F63B78
-
-// multModP returns a*b modulo the polynomial, in the reflected bit order.
-func multModP(a, b uint32) uint32 {
-	m := uint32(1) << 31
-	var p uint32
-	for {
-		if a&m != 0 {
-			p ^= b
-			if a&(m-1) == 0 {
-				return p
-			}
-		}
-		m >>= 1
-		if b&1 != 0 {
-			b = b>>1 ^ castagnoliReflected
-		} else {
-			b >>= 1
-		}
-	}
-}
-
-// powers[k] is x^(2^k) modulo the polynomial.
-var powers = sync.OnceValue(func() *[32]uint32 {
-	var t [32]uint32
-	p := uint32(1) << 30 // x^1
-	for k := range t {
-		t[k] = p
-		p = multModP(p, p)
-	}
-	return &t
-})
-
-// x8n returns x^(8n) modulo the polynomial: the effect of n zero bytes.
-func x8n(n uint64) uint32 {
-	t := powers()
-	p := uint32(1) << 31 // x^0
-	for k := 3; n != 0; k++ {
-		if n&1 != 0 {
-			p = multModP(t[k&31], p)
-		}
-		n >>= 1
-	}
-	return p
-}
-
-// crcCombine returns the CRC-32C of A followed by B, given crc(A), crc(B)
-// and len(B).
-func crcCombine(crcA, crcB uint32, lenB uint64) uint32 {
-	return multModP(x8n(lenB), crcA) ^ crcB
-}
+// pass over the written payload is needed (crc32c.Combine: zlib's
+// crc32_combine).
 
 // CombineChecksums returns the CRC-32C of A followed by B from crc(A),
 // crc(B) and len(B), so that pieces of a payload read in parallel can be
 // checked without a second pass.
-func CombineChecksums(crcA, crcB uint32, lenB uint64) uint32 { return crcCombine(crcA, crcB, lenB) }
+func CombineChecksums(crcA, crcB uint32, lenB uint64) uint32 { return crc32c.Combine(crcA, crcB, lenB) }
 
 // PieceChecksum returns the CRC-32C of piece p, which starts at offset off
 // of a payload, taking the header's checksum field as zero as Checksum does.

@@ -218,10 +218,10 @@ func (e *Encoder) Close() (Header, error) {
 	combine := func(crcB uint32, n uint64) {
 		p, ok := lenPow[n]
 		if !ok {
-			p = x8n(n)
+			p = crc32c.Shift(n)
 			lenPow[n] = p
 		}
-		sum = multModP(p, sum) ^ crcB
+		sum = crc32c.CombineShift(sum, crcB, p)
 	}
 	for g, off := range e.l1 {
 		first, cnt := e.h.groupSpan(uint64(g))

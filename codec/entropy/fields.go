@@ -204,12 +204,7 @@ func packOthers(out []byte, f Field, raw []byte) {
 			o := x>>bits&hi8 | x&lo8
 			o = (o&0x00FF00FF00FF00FF)<<ob | o>>8&0x00FF00FF00FF00FF
 			o = (o&0x0000FFFF0000FFFF)<<(2*ob) | o>>16&0x0000FFFF0000FFFF
-			g := (o&0xFFFFFFFF)<<(4*ob) | o>>32
-			if pos+8 > len(out) {
-				putGroup(g, 8*ob)
-				continue
-			}
-			pos, acc, nb = appendWord(out, pos, acc, nb, g, 8*ob)
+			putGroup((o&0xFFFFFFFF)<<(4*ob)|o>>32, 8*ob)
 		}
 		for _, v := range raw[i:n] {
 			put(uint32(v))
@@ -225,12 +220,8 @@ func packOthers(out []byte, f Field, raw []byte) {
 			x := binary.LittleEndian.Uint64(raw[2*i:])
 			o := x>>bits&hi16 | x&lo16
 			o = (o&0x0000FFFF0000FFFF)<<ob | o>>16&0x0000FFFF0000FFFF
-			if ob > 14 || pos+8 > len(out) {
-				putGroup(o&0xFFFFFFFF, 2*ob)
-				putGroup(o>>32, 2*ob)
-				continue
-			}
-			pos, acc, nb = appendWord(out, pos, acc, nb, (o&0xFFFFFFFF)<<(2*ob)|o>>32, 4*ob)
+			putGroup(o&0xFFFFFFFF, 2*ob)
+			putGroup(o>>32, 2*ob)
 		}
 		for ; i < n; i++ {
 			put(uint32(binary.LittleEndian.Uint16(raw[2*i:])))

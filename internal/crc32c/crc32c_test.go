@@ -40,16 +40,28 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
-// TestXPowMod: x^0 .. x^31 are the single bits of the reflected order,
-// and x^32 is the polynomial's lower terms.
-func TestXPowMod(t *testing.T) {
+// TestXPow: x^0 .. x^31 are the single bits of the reflected order,
+// x^32 is the polynomial's lower terms, and Combine joins two CRCs as
+// hash/crc32 computes the whole, for lengths around the powers' bits.
+func TestXPow(t *testing.T) {
 	for e := range 32 {
-		if got := xPowMod(e); got != 1<<(31-e) {
+		if got := xPow(uint64(e), 0); got != 1<<(31-e) {
 			t.Fatalf("x^%d = %#x", e, got)
 		}
 	}
-	if got := xPowMod(32); got != poly {
+	if got := xPow(32, 0); got != poly {
 		t.Fatalf("x^32 = %#x, want %#x", got, uint32(poly))
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 5000)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for _, cut := range []int{0, 1, 7, 8, 255, 256, 1024, 4999, 5000} {
+		a, b := buf[:cut], buf[cut:]
+		if got, want := Combine(crc32.Checksum(a, table), crc32.Checksum(b, table), uint64(len(b))), crc32.Checksum(buf, table); got != want {
+			t.Fatalf("cut at %d: %#x, want %#x", cut, got, want)
+		}
 	}
 }
 
