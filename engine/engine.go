@@ -22,8 +22,8 @@ type Event interface {
 }
 
 // Engine is the device side of a transport: pinned host memory, device
-// memory with virtual address ranges, and streams that run copies and
-// decodes in order. The GPU engine drives CUDA; the CPU engine does the
+// memory with virtual address ranges, and streams that run copies in
+// order, each decode after the copies submitted to its stream before it. The GPU engine drives CUDA; the CPU engine does the
 // same work with memcpy and the Go reference decoder, so the transport
 // logic runs, and is tested with -race, on machines without a GPU.
 type Engine interface {
@@ -38,7 +38,11 @@ type Engine interface {
 	// Submit enqueues w on stream s, then an event that completes once
 	// w's work has run, and returns that event: one submission, so that
 	// the event follows exactly w's work however many goroutines submit
-	// to s. Src must stay unchanged until the event completes. An error
+	// to s. w's decode runs after w's copy and every copy submitted to s
+	// before it; a later submission's copy may run while it decodes (the
+	// CUDA engine decodes on a stream of its own beside s), so a copy
+	// into a range an earlier decode writes must wait for that decode's
+	// event. Scatters run in submission order with the copies. Src must stay unchanged until the event completes. An error
 	// that Submit finds before enqueueing anything (a bad stream, a
 	// scatter item outside its buffer) is returned with a nil event; a
 	// failure of the work itself (a failed copy or launch, a corrupt

@@ -16,6 +16,19 @@
 #   cpu    the entropy coder's benchmarks on the host cores (entropy.test)
 #   entropy  entropy payloads loaded from the source and, with it gone,
 #          decoded on the host, beside fixed-rate payloads
+#   streams  decode streams (thirteenth session): the conformance suite,
+#          and with NOWAIT_TEST set a build whose decodes skip their wait
+#          (its DecodesFollowTheirCopies must fail); then base against
+#          this build on a 12-layer MoE and the size mix with 1, 2 and 4
+#          upload streams, first loads and resident re-faults, 3 rounds
+#   batch  batched copies (thirteenth session): the conformance suite,
+#          the batched-submission test and the transport CUDA tests, then
+#          base against this build on a 12-layer MoE, the size mix and an
+#          8 GiB Llama, first loads and resident re-faults, 3 rounds
+#   builds  the binaries named in BINS (files in D) alternated on a
+#          12-layer MoE and the size mix, 3 rounds, with each one's
+#          resident load --json (host submit time) and, for the last, a
+#          CPU profile of resident re-faults into $OUT
 # Each dataset phase generates the checkpoint with this build, compresses
 # it with each build (the baseline writes index version 1, this build 2),
 # checks this build's load bit for bit, then alternates the builds for 3
@@ -178,6 +191,80 @@ entropy) # entropy payloads on the GPU: read from the source, and decoded
     done
   done
   rm -rf /tmp/ent.gone /tmp/ent.fixed /tmp/ent.entropy ;;
+streams)
+  step "engine conformance (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)" || fail cudaengine
+  if [ -n "${NOWAIT_TEST:-}" ]; then
+    step "decodes that skip their wait (must fail)"
+    for k in 1 2 3; do "$NOWAIT_TEST" -test.count=1 -test.run 'Conformance/DecodesFollowTheirCopies' 2>&1 | grep -E "^\s*--- |decode did not|^ok|^FAIL" | head -4; done
+  fi
+  step "transport CUDA"; (cd transport && "../$D/transport.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
+  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4"; do
+    set -- $ds; name=$1; shift
+    "$D/splitzip" gen /tmp/$name "$@" -q || fail gen
+    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+      "$D/$bin" compress /tmp/$name -o /tmp/$name.$b --no-sync -q || fail compress; done
+    cat /tmp/$name/* /tmp/$name.*/objects/*/* >/dev/null
+    for st in 1 2 4; do
+      "$D/splitzip" load /tmp/$name.new --check --streams $st | grep -E "matches" || fail "$name load --check --streams $st"
+      "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 --streams $st | grep -E "matches" || fail "$name resident load --check"
+    done
+    for r in 1 2 3; do
+      for st in 1 2 4; do
+        for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+          echo "STREAMS $name r$r s$st $b first:    $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --repeat 1 --streams $st --device-times=false | grep compare)"
+          echo "STREAMS $name r$r s$st $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --streams $st --device-times=false | grep compare)"
+        done
+      done
+    done
+    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+      "$D/$bin" load /tmp/$name.$b --resident --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
+    done
+    rm -rf /tmp/$name /tmp/$name.*
+  done ;;
+batch)
+  step "engine conformance and batches (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)|batch" || fail cudaengine
+  step "transport CUDA"; (cd transport && "../$D/transport.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
+  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4" "llama --size 8GiB --shards 4"; do
+    set -- $ds; name=$1; shift
+    "$D/splitzip" gen /tmp/$name "$@" -q || fail gen
+    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+      "$D/$bin" compress /tmp/$name -o /tmp/$name.$b --no-sync -q || fail compress; done
+    cat /tmp/$name/* /tmp/$name.*/objects/*/* >/dev/null
+    "$D/splitzip" load /tmp/$name.new --check | grep -E "matches" || fail "$name load --check"
+    "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 | grep -E "matches" || fail "$name resident load --check"
+    "$D/splitzip" load /tmp/$name.new --check --raw --resident --repeat 2 | grep -E "matches" || fail "$name raw resident load --check"
+    for r in 1 2 3; do
+      for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+        echo "BATCH $name r$r $b first:    $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --repeat 1 --device-times=false | grep compare)"
+        echo "BATCH $name r$r $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+      done
+    done
+    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+      "$D/$bin" load /tmp/$name.$b --resident --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
+      "$D/$bin" load /tmp/$name.$b --json --device-times=false | python3 -c "import json,sys; d=json.load(sys.stdin); r=d['runs'][0]; print('  $b json: %.1f GB/s, %.2f us/tensor, first layer %.1f ms, pinned %d MiB' % (r['gb_per_s'], r['wall_ns']/1e3/d['tensors'], r['first_layer_ready_ns']/1e6, d['pinned_bytes']>>20))"
+    done
+    rm -rf /tmp/$name /tmp/$name.*
+  done ;;
+builds)
+  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4"; do
+    set -- $ds; name=$1; shift
+    "$D/splitzip" gen /tmp/$name "$@" -q && "$D/splitzip" compress /tmp/$name -o /tmp/$name.c --no-sync -q || fail gen
+    cat /tmp/$name/* /tmp/$name.c/objects/*/* >/dev/null
+    for r in 1 2 3; do
+      for b in $BINS; do
+        echo "BUILDS $name r$r $b first:    $("$D/$b" bench load /tmp/$name.c --rounds 1 --repeat 1 --device-times=false | grep compare)"
+        echo "BUILDS $name r$r $b resident: $("$D/$b" bench load /tmp/$name.c --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+      done
+    done
+    for b in $BINS; do
+      for m in "" --raw; do
+        "$D/$b" load /tmp/$name.c $m --resident --repeat 3 --json --device-times=false | python3 -c "import json,sys; d=json.load(sys.stdin); print('  $b ${m:-splitzip} resident json: ' + ', '.join('%.1f GB/s' % r['gb_per_s'] for r in d['runs']) + '; submit %.0f ms summed' % (d['submit_ns']/1e6))"
+      done
+      last=$b
+    done
+    "$D/$last" load /tmp/$name.c --resident --repeat 6 --cpuprofile "$OUT/$name-$last-resident.pprof" | grep "^load" | tail -1
+    rm -rf /tmp/$name /tmp/$name.c
+  done ;;
 moe) dataset moe --moe 64 --shards 8; rm -rf /tmp/moe /tmp/moe.base /tmp/moe.new ;;
 llama) dataset llama --size 8GiB --shards 4 ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;

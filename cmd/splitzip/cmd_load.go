@@ -91,6 +91,9 @@ func (o loadOptions) engine() (engine.Engine, error) { return o.engineFor("--dev
 // by flag in errors.
 func (o loadOptions) engineFor(flag, dev string) (engine.Engine, error) {
 	if dev == "cpu" {
+		if o.Streams <= 1 { // decodes beside the stream, as cudaengine.New's
+			return hostengine.New(o.Streams, hostengine.WithDecodeStreams()), nil
+		}
 		return hostengine.New(o.Streams), nil
 	}
 	n, err := strconv.Atoi(dev)

@@ -25,13 +25,14 @@ var (
 )
 
 // Engine implements engine.Engine on an NVIDIA GPU: VMM for the arena,
-// pinned host memory, several upload streams (a copy on one overlaps a
-// decode on another) and a decoder per stream.
+// pinned host memory, upload streams, each with a decoder, and for an
+// engine of one upload stream a decode stream beside it (decode.go).
 type Engine struct {
 	ctx      *cuda.Context
 	external bool // the context and stream belong to the caller
 	streams  []cuda.Stream
 	decs     []*gpu.Decoder
+	dstreams []decodeStream // one per upload stream, or none (see New)
 	gran     uint64
 	readS    cuda.Stream
 
@@ -49,6 +50,7 @@ type Engine struct {
 	closed   bool
 	stage    []cuda.DevicePtr
 	stageCap []uint64
+	batched  atomic.Uint64 // copies enqueued in batches of two or more
 
 	// peers are the contexts of the engines AllowPeers named: Map grants
 	// their devices access, and peer copies may read from them.
@@ -68,8 +70,15 @@ type Engine struct {
 	keep        uint64              // most bytes spare may hold
 }
 
-// New opens device ordinal with the given number of upload streams.
+// New opens device ordinal with the given number of upload streams. An
+// engine of one upload stream decodes on a stream beside it (decode.go).
 func New(ordinal, streams int) (*Engine, error) {
+	return newEngine(ordinal, streams, streams <= 1)
+}
+
+// newEngine is New, with a decode stream beside each upload stream when
+// decodeStreams is set.
+func newEngine(ordinal, streams int, decodeStreams bool) (*Engine, error) {
 	l, err := cuda.Open()
 	if err != nil {
 		return nil, err
@@ -94,6 +103,7 @@ func New(ordinal, streams int) (*Engine, error) {
 		}
 		d, err := gpu.NewDecoder(ctx)
 		if err != nil {
+			ctx.DestroyStream(s)
 			e.Close()
 			return nil, err
 		}
@@ -101,13 +111,23 @@ func New(ordinal, streams int) (*Engine, error) {
 		e.decs = append(e.decs, d)
 		e.stage = append(e.stage, 0)
 		e.stageCap = append(e.stageCap, 0)
+		if !decodeStreams {
+			continue
+		}
+		ds, err := newDecodeStream(ctx)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.dstreams = append(e.dstreams, ds)
 	}
 	return e, nil
 }
 
 // NewOn returns an engine whose one upload stream is s, a
 // stream the caller owns in ctx (0 is the legacy default stream): copies,
-// decodes and events go on it in order. Close leaves s and ctx open.
+// decodes and events go on it in order, with no decode stream beside it.
+// Close leaves s and ctx open.
 func NewOn(ctx *cuda.Context, s cuda.Stream) (*Engine, error) {
 	e := &Engine{ctx: ctx, external: true, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
 	e.idle.L = &e.qmu
@@ -302,6 +322,11 @@ func (e *Engine) DecodeErrors() error {
 			return err
 		}
 	}
+	for _, d := range e.dstreams {
+		if err := d.dec.TakeError(e.readS); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -325,6 +350,9 @@ func (e *Engine) Close() error {
 			e.ctx.Free(e.stage[i])
 		}
 		e.decs[i].Close()
+		if i < len(e.dstreams) {
+			e.dstreams[i].close(e.ctx) // after s: it waits for s's copies
+		}
 		if !e.external {
 			e.ctx.DestroyStream(s)
 		}

@@ -9,17 +9,22 @@ import (
 	"github.com/splitzip/splitzip/gpu/cuda"
 )
 
-// TestConformance runs the engine conformance suite on GPU 0, or skips
-// with the reason where there is no driver.
+// TestConformance runs the engine conformance suite on GPU 0, with
+// decodes in their upload stream and on decode streams beside them, or
+// skips with the reason where there is no driver.
 func TestConformance(t *testing.T) {
 	if _, err := cuda.Open(); errors.Is(err, cuda.ErrNoDriver) {
 		t.Skipf("no GPU: %v", err)
 	}
-	enginetest.Run(t, func(t *testing.T) engine.Engine {
-		e, err := New(0, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	})
+	for _, ds := range []bool{false, true} {
+		t.Run(map[bool]string{false: "InStream", true: "DecodeStreams"}[ds], func(t *testing.T) {
+			enginetest.Run(t, func(t *testing.T) engine.Engine {
+				e, err := newEngine(0, 2, ds)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return e
+			})
+		})
+	}
 }

@@ -174,10 +174,8 @@ func (e *Engine) drain() {
 			return
 		}
 		e.qmu.Unlock()
-		for i, r := range batch {
-			e.run(r)
-			batch[i] = request{}
-		}
+		e.runAll(batch)
+		clear(batch)
 	}
 }
 
@@ -222,47 +220,56 @@ func (e *Engine) waitEvent(s int, c *cudaEvent) error {
 // When no event can be recorded, it waits for the stream instead, so that
 // nothing of w is running once it returns.
 func (e *Engine) submit(s int, w engine.Work) (cuda.Event, error) {
-	err := e.enqueue(s, w)
-	ev, rerr := e.record(s)
+	last := e.streams[s]
+	err := e.enqueueCopy(s, w)
+	if err == nil && (w.Decode != nil || w.Entropy != nil) {
+		var ds cuda.Stream
+		var dec *gpu.Decoder
+		if ds, dec, err = e.decodeOn(s); err == nil {
+			last, err = ds, e.launchDecode(ds, dec, w)
+		}
+	}
+	return e.fence(last, err)
+}
+
+// fence records the event after work that ended on stream last with err
+// (see submit).
+func (e *Engine) fence(last cuda.Stream, err error) (cuda.Event, error) {
+	ev, rerr := e.record(last)
 	if rerr != nil {
-		return 0, errors.Join(err, rerr, e.ctx.StreamSynchronize(e.streams[s]))
+		return 0, errors.Join(err, rerr, e.ctx.StreamSynchronize(last))
 	}
 	return ev, err
 }
 
-// enqueue enqueues w's copy and decode or scatter on stream s.
-func (e *Engine) enqueue(s int, w engine.Work) error {
+// enqueueCopy enqueues w's copy, or its copy and scatter, on stream s.
+func (e *Engine) enqueueCopy(s int, w engine.Work) error {
 	st := e.streams[s]
-	if w.Items != nil {
-		return e.scatter(s, w.Src, w.Items)
-	}
 	switch {
+	case w.Items != nil:
+		return e.scatter(s, w.Src, w.Items)
 	case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):
 		p, ok := w.Peer.(*Engine)
 		if !ok {
 			return fmt.Errorf("cuda engine: a peer copy from %s, not a CUDA engine", w.Peer.Name())
 		}
-		if err := e.timed(s, false, func() error {
+		return e.timed(st, false, func() error {
 			return e.ctx.CopyPeerAsync(cuda.DevicePtr(w.Dst), cuda.DevicePtr(w.From), p.ctx, w.N, st)
-		}); err != nil {
-			return err
-		}
+		})
 	case w.N > 0:
-		if err := e.timed(s, false, func() error { return e.ctx.CopyDtoDAsync(cuda.DevicePtr(w.Dst), cuda.DevicePtr(w.From), w.N, st) }); err != nil {
-			return err
-		}
+		return e.timed(st, false, func() error { return e.ctx.CopyDtoDAsync(cuda.DevicePtr(w.Dst), cuda.DevicePtr(w.From), w.N, st) })
 	case len(w.Src) > 0:
-		if err := e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(cuda.DevicePtr(w.Dst), w.Src, st) }); err != nil {
-			return err
-		}
-	}
-	if w.Decode != nil {
-		return e.timed(s, true, func() error { return e.decs[s].LaunchInPlace(cuda.DevicePtr(w.Dst), w.Decode, st) })
-	}
-	if w.Entropy != nil {
-		return e.timed(s, true, func() error { return e.decs[s].LaunchEntropyInPlace(cuda.DevicePtr(w.Dst), w.Entropy, st) })
+		return e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(cuda.DevicePtr(w.Dst), w.Src, st) })
 	}
 	return nil
+}
+
+// launchDecode enqueues w's in-place decode on ds with dec (see decodeOn).
+func (e *Engine) launchDecode(ds cuda.Stream, dec *gpu.Decoder, w engine.Work) error {
+	if w.Decode != nil {
+		return e.timed(ds, true, func() error { return dec.LaunchInPlace(cuda.DevicePtr(w.Dst), w.Decode, ds) })
+	}
+	return e.timed(ds, true, func() error { return dec.LaunchEntropyInPlace(cuda.DevicePtr(w.Dst), w.Entropy, ds) })
 }
 
 // scatter enqueues on stream s the copy of packed, whose table is
@@ -285,11 +292,12 @@ func (e *Engine) scatter(s int, packed []byte, items []engine.ScatterItem) error
 		}
 		e.stage[s], e.stageCap[s] = p, max(n, 8<<20)
 	}
-	if err := e.timed(s, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, e.streams[s]) }); err != nil {
+	st := e.streams[s]
+	if err := e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, st) }); err != nil {
 		return err
 	}
 	units := gpu.ScatterUnits(items)
-	return e.timed(s, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), units, e.streams[s]) })
+	return e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), units, st) })
 }
 
 // reclaimAt is the number of live events at which the submitter takes
@@ -299,9 +307,9 @@ const reclaimAt = 4096
 // maxFree bounds the completed events kept to be recorded again.
 const maxFree = 8192
 
-// record records an event on stream s: a completed one taken back, or a
+// record records an event on stream st: a completed one taken back, or a
 // new one.
-func (e *Engine) record(s int) (cuda.Event, error) {
+func (e *Engine) record(st cuda.Stream) (cuda.Event, error) {
 	var ev cuda.Event
 	e.mu.Lock()
 	if n := len(e.free); n > 0 {
@@ -314,7 +322,7 @@ func (e *Engine) record(s int) (cuda.Event, error) {
 			return 0, err
 		}
 	}
-	if err := e.ctx.Record(ev, e.streams[s]); err != nil {
+	if err := e.ctx.Record(ev, st); err != nil {
 		e.ctx.DestroyEvent(ev)
 		return 0, err
 	}

@@ -15,13 +15,13 @@ type timedOp struct {
 	start, end cuda.Event
 }
 
-// timed enqueues op on stream s, between two timing events when timing.
+// timed enqueues op on stream st, between two timing events when timing.
 // Without its events, the op runs untimed.
-func (e *Engine) timed(s int, decode bool, op func() error) error {
+func (e *Engine) timed(st cuda.Stream, decode bool, op func() error) error {
 	if !e.timing.Load() {
 		return op()
 	}
-	start, err := e.timingEvent(s)
+	start, err := e.timingEvent(st)
 	if err != nil {
 		return op()
 	}
@@ -29,7 +29,7 @@ func (e *Engine) timed(s int, decode bool, op func() error) error {
 		e.ctx.DestroyEvent(start)
 		return err
 	}
-	end, err := e.timingEvent(s)
+	end, err := e.timingEvent(st)
 	if err != nil {
 		e.ctx.DestroyEvent(start)
 		return nil
@@ -40,13 +40,13 @@ func (e *Engine) timed(s int, decode bool, op func() error) error {
 	return nil
 }
 
-// timingEvent records a new timing event on stream s.
-func (e *Engine) timingEvent(s int) (cuda.Event, error) {
+// timingEvent records a new timing event on stream st.
+func (e *Engine) timingEvent(st cuda.Stream) (cuda.Event, error) {
 	ev, err := e.ctx.NewEvent(cuda.EventBlockingSync)
 	if err != nil {
 		return 0, err
 	}
-	if err := e.ctx.Record(ev, e.streams[s]); err != nil {
+	if err := e.ctx.Record(ev, st); err != nil {
 		e.ctx.DestroyEvent(ev)
 		return 0, err
 	}
@@ -55,7 +55,7 @@ func (e *Engine) timingEvent(s int) (cuda.Event, error) {
 
 // StartTiming implements Timer: time zero is an event on stream 0.
 func (e *Engine) StartTiming() error {
-	ev, err := e.timingEvent(0)
+	ev, err := e.timingEvent(e.streams[0])
 	if err != nil {
 		return err
 	}

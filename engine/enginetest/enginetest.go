@@ -2,7 +2,9 @@
 // implementation runs it (hostengine in CI, cudaengine on a GPU machine),
 // so the transports can rely on one contract. It checks memory (reserve,
 // map, pinned buffers), copies from the host and within the device,
-// read-back, in-place decodes against the Go reference, scatters of
+// read-back, in-place decodes against the Go reference (each after the
+// copies before it on its stream, with later copies queued behind it),
+// scatters of
 // packed raw and payload items, ordering on one stream, cross-stream
 // waits, events that follow exactly their own submission while many
 // goroutines submit, that a corrupt payload is reported (by the event
@@ -36,6 +38,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		{"WaitAcrossStreams", waitAcrossStreams},
 		{"ConcurrentSubmits", concurrentSubmits},
 		{"DecodeInPlace", decodeInPlace},
+		{"DecodesFollowTheirCopies", decodesFollowTheirCopies},
 		{"EntropyDecodeInPlace", entropyDecodeInPlace},
 		{"Scatter", scatter},
 		{"CorruptPayloadReported", corruptPayload},
@@ -293,6 +296,53 @@ func decodeInPlace(t *testing.T, e engine.Engine) {
 	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &h}))
 	if got := readBack(t, e, r.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("in-place decode differs from the reference")
+	}
+}
+
+// decodesFollowTheirCopies queues, on both streams, payloads copied in
+// two pieces with a decode-only submission after them, and payloads
+// copied and decoded in one submission, each followed by raw copies
+// elsewhere: every decode must see all of its payload's bytes (an engine
+// that decodes beside its copies must wait for the copies before it),
+// and each event must follow its own decode.
+func decodesFollowTheirCopies(t *testing.T, e engine.Engine) {
+	// Payloads of 1.5 MB: a decode that did not wait would start well
+	// before its copy ends.
+	const n = 16
+	values, p, h := payload(t, 1<<20+77)
+	half := uint64(len(p)/2) &^ 15
+	rs := make([]region, n)
+	raw := alloc(t, e, n*64<<10)
+	for i := range raw.host {
+		raw.host[i] = byte(i * 13)
+	}
+	evs := make([]engine.Event, 0, 2*n)
+	for i := range rs {
+		r := alloc(t, e, uint64(len(values)))
+		copy(r.host, p)
+		rs[i] = r
+		s := i % 2
+		if i%4 < 2 {
+			submit(t, e, s, engine.Work{Dst: r.base, Src: r.host[:half]})
+			submit(t, e, s, engine.Work{Dst: r.base + engine.DevPtr(half), Src: r.host[half:len(p)]})
+			evs = append(evs, submit(t, e, s, engine.Work{Dst: r.base, Decode: &h}))
+		} else {
+			evs = append(evs, submit(t, e, s, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &h}))
+		}
+		off := uint64(i) * 64 << 10
+		evs = append(evs, submit(t, e, s, engine.Work{Dst: raw.base + engine.DevPtr(off), Src: raw.host[off : off+64<<10]}))
+	}
+	for i, r := range rs {
+		wait(t, evs[2*i])
+		if got := readBack(t, e, r.base, len(values)); !bytes.Equal(got, values) {
+			t.Fatalf("payload %d: the decode did not see its copies, or its event came before it", i)
+		}
+	}
+	for _, ev := range evs {
+		wait(t, ev)
+	}
+	if got := readBack(t, e, raw.base, len(raw.host)); !bytes.Equal(got, raw.host) {
+		t.Fatal("raw copies queued behind decodes did not land")
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package hostengine implements engine.Engine in host memory: copies are
 // memcpy, decodes run the Go reference decoder, and streams are goroutines
-// that run their operations in order, so transports run and are tested
-// with -race on machines without a GPU (load --device cpu). Hooks inject
-// faults for tests.
+// that run their operations in order (or, with WithDecodeStreams, their
+// decodes beside them, as the CUDA engine may), so transports run and are
+// tested with -race on machines without a GPU (load --device cpu). Hooks
+// inject faults for tests.
 package hostengine
 
 import (
@@ -44,9 +45,12 @@ type Engine struct {
 	next    engine.DevPtr
 	streams []chan func()
 	states  []*streamState
-	hooks   Hooks
-	pinned  uint64
-	closed  bool
+	// dstreams, with WithDecodeStreams, run each stream's decodes beside
+	// it; a stream's goroutine closes its decode stream once it ends.
+	dstreams []chan func()
+	hooks    Hooks
+	pinned   uint64
+	closed   bool
 	// Timing (Timer): op spans from origin, while timing is set.
 	timing          bool
 	origin          time.Time
@@ -59,23 +63,46 @@ type Option func(*Engine)
 // WithHooks injects faults (tests).
 func WithHooks(h Hooks) Option { return func(e *Engine) { e.hooks = h } }
 
+// WithDecodeStreams runs each stream's in-place decodes on a goroutine of
+// their own, after their copies, while the stream goes on with later
+// copies: the order the CUDA engine keeps with decode streams (one upload
+// stream), which the engine contract allows, so that transports are
+// tested against it too.
+func WithDecodeStreams() Option { return func(e *Engine) { e.dstreams = []chan func(){} } }
+
 // New returns a host engine with the given number of streams (at least 1).
 func New(streams int, opts ...Option) *Engine {
 	e := &Engine{ranges: map[engine.DevPtr][]byte{}, next: 1 << 40}
 	for _, o := range opts {
 		o(e)
 	}
+	decodeStreams := e.dstreams != nil
+	e.dstreams = nil
 	for range max(streams, 1) {
 		ch := make(chan func(), 1024)
 		e.streams = append(e.streams, ch)
 		e.states = append(e.states, &streamState{})
+		var dch chan func()
+		if decodeStreams {
+			dch = make(chan func(), 1024)
+			e.dstreams = append(e.dstreams, dch)
+			go serve(dch)
+		}
 		go func() {
-			for op := range ch {
-				op()
+			serve(ch)
+			if dch != nil {
+				close(dch)
 			}
 		}()
 	}
 	return e
+}
+
+// serve runs a stream's operations until it is closed.
+func serve(ch chan func()) {
+	for op := range ch {
+		op()
+	}
 }
 
 // Name returns "cpu".
@@ -318,6 +345,29 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		return nil, err
 	}
 	ev := &cpuEvent{done: make(chan struct{})}
+	if e.dstreams != nil && w.Items == nil && (w.Decode != nil || w.Entropy != nil) {
+		// The copy on s, the decode on s's decode stream after it: s goes
+		// on with later copies meanwhile.
+		copies, decode := run[:len(run)-1], run[len(run)-1]
+		ds := e.dstreams[s]
+		e.streams[s] <- func() {
+			for _, op := range copies {
+				if st.err == nil {
+					st.err = op()
+				}
+			}
+			err := st.err
+			st.err = nil
+			ds <- func() {
+				if err == nil {
+					err = decode()
+				}
+				ev.err = err
+				close(ev.done)
+			}
+		}
+		return ev, nil
+	}
 	e.streams[s] <- func() {
 		for _, op := range run {
 			if st.err == nil {

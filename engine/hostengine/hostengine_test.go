@@ -8,8 +8,13 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Run("InStream", func(t *testing.T) { conformance(t) })
+	t.Run("DecodeStreams", func(t *testing.T) { conformance(t, WithDecodeStreams()) })
+}
+
+func conformance(t *testing.T, opts ...Option) {
 	enginetest.Run(t, func(t *testing.T) engine.Engine {
-		e := New(2)
+		e := New(2, opts...)
 		t.Cleanup(func() {
 			if n := e.PinnedBytes(); n != 0 {
 				t.Errorf("%d pinned bytes not freed", n)

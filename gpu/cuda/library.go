@@ -71,6 +71,10 @@ type Library struct {
 	cuMemFreeHost       func(unsafe.Pointer) Result
 	cuMemHostRegister   func(unsafe.Pointer, uint64, uint32) Result `cuda:"cuMemHostRegister_v2"`
 	cuMemHostUnregister func(unsafe.Pointer) Result
+	// cuMemcpyBatchAsync (CUDA 13's signature, without failIdx) is
+	// optional: older drivers lack it, and CopyBatchAsync then fails
+	// with ErrNoBatchCopy.
+	cuMemcpyBatchAsync func(*DevicePtr, *DevicePtr, *uint64, uint64, *memcpyAttributes, *uint64, uint64, Stream) Result `cuda:"cuMemcpyBatchAsync_v2" optional:"true"`
 
 	cuModuleLoadData                            func(*Module, unsafe.Pointer) Result
 	cuModuleUnload                              func(Module) Result
@@ -174,7 +178,7 @@ func (l *Library) resolve() error {
 				break
 			}
 		}
-		if syms[i] == 0 {
+		if syms[i] == 0 && f.Tag.Get("optional") != "true" {
 			return fmt.Errorf("%w: the driver lacks %v (too old?)", ErrNoDriver, names)
 		}
 	}

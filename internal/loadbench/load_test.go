@@ -24,6 +24,17 @@ func llama(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
 
 func TestLoadBothPaths(t *testing.T) {
 	c, src := llama(t)
+	// Two streams with decodes in them, and one with decodes beside it,
+	// the orders the CUDA engine keeps (cudaengine.New).
+	for _, newEngine := range []func() *hostengine.Engine{
+		func() *hostengine.Engine { return hostengine.New(2) },
+		func() *hostengine.Engine { return hostengine.New(1, hostengine.WithDecodeStreams()) },
+	} {
+		loadBothPaths(t, c, src, newEngine)
+	}
+}
+
+func loadBothPaths(t *testing.T, c *shardcache.Cache, src *shardcache.Source, newEngine func() *hostengine.Engine) {
 	for _, o := range []Options{
 		{Raw: true, Check: true, Repeat: 2},
 		{Raw: true, Resident: true, Check: true, Repeat: 2},
@@ -32,7 +43,7 @@ func TestLoadBothPaths(t *testing.T) {
 		{DeviceResident: true, Check: true, Repeat: 3},
 	} {
 		o.DeviceTimes = true
-		eng := hostengine.New(2)
+		eng := newEngine()
 		rep, err := Load(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
