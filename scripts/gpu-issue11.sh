@@ -87,6 +87,47 @@ PY
   done
 }
 
+# suites: the engine conformance suite (and the batched-submission test)
+# and the transport CUDA tests of this build.
+suites() {
+  step "engine conformance (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)" | grep -vE "PASS: TestConformance/[A-Za-z]+/" || fail cudaengine
+  step "transport CUDA"; (cd transport && "../$D/transport.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
+}
+
+# prepare NAME GEN-FLAGS...: generates /tmp/NAME, compresses it with each
+# build (/tmp/NAME.base, /tmp/NAME.new), reads it all into the page cache
+# and checks this build's load bit for bit.
+prepare() {
+  local name=$1; shift
+  "$D/splitzip" gen /tmp/$name "$@" -q || { fail gen; return 1; }
+  for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+    "$D/$bin" compress /tmp/$name -o /tmp/$name.$b --no-sync -q || { fail compress; return 1; }; done
+  cat /tmp/$name/* /tmp/$name.*/objects/*/* >/dev/null
+  "$D/splitzip" load /tmp/$name.new --check | grep -E "matches" || fail "$name load --check"
+}
+
+# ab LABEL NAME [LOAD-FLAGS...]: 3 rounds alternating the builds, each a
+# first load from page cache and resident re-faults, raw beside SplitZip.
+ab() {
+  local label=$1 name=$2; shift 2
+  for r in 1 2 3; do
+    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+      echo "$label $name r$r $b first:    $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --repeat 1 --device-times=false "$@" | grep compare)"
+      echo "$label $name r$r $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --device-times=false "$@" | grep compare)"
+    done
+  done
+}
+
+# devtimes NAME: each build's device times of resident re-faults, and its
+# host time per tensor, first layer and pinned bytes of a first load.
+devtimes() {
+  local name=$1
+  for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
+    "$D/$bin" load /tmp/$name.$b --resident --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
+    "$D/$bin" load /tmp/$name.$b --json --device-times=false | python3 -c "import json,sys; d=json.load(sys.stdin); r=d['runs'][0]; print('  $b json: %.1f GB/s, %.2f us/tensor, first layer %.1f ms, pinned %d MiB' % (r['gb_per_s'], r['wall_ns']/1e3/d['tensors'], r['first_layer_ready_ns']/1e6, d['pinned_bytes']>>20))"
+  done
+}
+
 case $PHASE in
 tests)
   # With SPLITZIP_FATBIN (a kernel built on this machine, not yet the one
@@ -122,22 +163,10 @@ sweep) # runtime settings, this build only, on the size mix or, with
   fi
   rm -rf /tmp/mix /tmp/mix.new ;;
 quick) # conformance, then base against new on the mix and a 12-layer MoE
-  step "engine conformance (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)" || fail cudaengine
-  step "transport CUDA"; (cd transport && "../$D/transport.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
+  suites
   for ds in "mix --mix 4000 --shards 4" "moe12 --moe 64 --layers 12 --shards 4"; do
-    set -- $ds; name=$1; shift
-    "$D/splitzip" gen /tmp/$name "$@" -q || fail gen
-    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-      "$D/$bin" compress /tmp/$name -o /tmp/$name.$b --no-sync -q || fail compress; done
-    cat /tmp/$name/* /tmp/$name.*/objects/*/* >/dev/null
-    "$D/splitzip" load /tmp/$name.new --check | grep -E "matches" || fail "$name load --check"
-    for r in 1 2 3; do
-      for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-        echo "QUICK $name r$r $b first:    $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --repeat 1 --device-times=false | grep compare)"
-        echo "QUICK $name r$r $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
-      done
-    done
-    rm -rf /tmp/$name /tmp/$name.*
+    set -- $ds; prepare "$@" && ab QUICK $1
+    rm -rf /tmp/$1 /tmp/$1.*
   done ;;
 packsweep) # the pack threshold at load time (--small-bytes) on the mix
   # and a 12-layer MoE, now that the scatter kernel is persistent and
@@ -192,57 +221,30 @@ entropy) # entropy payloads on the GPU: read from the source, and decoded
   done
   rm -rf /tmp/ent.gone /tmp/ent.fixed /tmp/ent.entropy ;;
 streams)
-  step "engine conformance (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)" || fail cudaengine
+  suites
   if [ -n "${NOWAIT_TEST:-}" ]; then
     step "decodes that skip their wait (must fail)"
     for k in 1 2 3; do "$NOWAIT_TEST" -test.count=1 -test.run 'Conformance/DecodesFollowTheirCopies' 2>&1 | grep -E "^\s*--- |decode did not|^ok|^FAIL" | head -4; done
   fi
-  step "transport CUDA"; (cd transport && "../$D/transport.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
   for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4"; do
-    set -- $ds; name=$1; shift
-    "$D/splitzip" gen /tmp/$name "$@" -q || fail gen
-    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-      "$D/$bin" compress /tmp/$name -o /tmp/$name.$b --no-sync -q || fail compress; done
-    cat /tmp/$name/* /tmp/$name.*/objects/*/* >/dev/null
+    set -- $ds; name=$1
+    prepare "$@" || continue
     for st in 1 2 4; do
-      "$D/splitzip" load /tmp/$name.new --check --streams $st | grep -E "matches" || fail "$name load --check --streams $st"
-      "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 --streams $st | grep -E "matches" || fail "$name resident load --check"
+      "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 --streams $st | grep -E "matches" || fail "$name resident load --check --streams $st"
+      ab "STREAMS s$st" $name --streams $st
     done
-    for r in 1 2 3; do
-      for st in 1 2 4; do
-        for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-          echo "STREAMS $name r$r s$st $b first:    $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --repeat 1 --streams $st --device-times=false | grep compare)"
-          echo "STREAMS $name r$r s$st $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --streams $st --device-times=false | grep compare)"
-        done
-      done
-    done
-    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-      "$D/$bin" load /tmp/$name.$b --resident --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
-    done
+    devtimes $name
     rm -rf /tmp/$name /tmp/$name.*
   done ;;
 batch)
-  step "engine conformance and batches (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)|batch" || fail cudaengine
-  step "transport CUDA"; (cd transport && "../$D/transport.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
+  suites
   for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4" "llama --size 8GiB --shards 4"; do
-    set -- $ds; name=$1; shift
-    "$D/splitzip" gen /tmp/$name "$@" -q || fail gen
-    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-      "$D/$bin" compress /tmp/$name -o /tmp/$name.$b --no-sync -q || fail compress; done
-    cat /tmp/$name/* /tmp/$name.*/objects/*/* >/dev/null
-    "$D/splitzip" load /tmp/$name.new --check | grep -E "matches" || fail "$name load --check"
+    set -- $ds; name=$1
+    prepare "$@" || continue
     "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 | grep -E "matches" || fail "$name resident load --check"
     "$D/splitzip" load /tmp/$name.new --check --raw --resident --repeat 2 | grep -E "matches" || fail "$name raw resident load --check"
-    for r in 1 2 3; do
-      for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-        echo "BATCH $name r$r $b first:    $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --repeat 1 --device-times=false | grep compare)"
-        echo "BATCH $name r$r $b resident: $("$D/$bin" bench load /tmp/$name.$b --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
-      done
-    done
-    for b in base new; do bin=splitzip; [ $b = base ] && bin=base-splitzip
-      "$D/$bin" load /tmp/$name.$b --resident --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
-      "$D/$bin" load /tmp/$name.$b --json --device-times=false | python3 -c "import json,sys; d=json.load(sys.stdin); r=d['runs'][0]; print('  $b json: %.1f GB/s, %.2f us/tensor, first layer %.1f ms, pinned %d MiB' % (r['gb_per_s'], r['wall_ns']/1e3/d['tensors'], r['first_layer_ready_ns']/1e6, d['pinned_bytes']>>20))"
-    done
+    ab BATCH $name
+    devtimes $name
     rm -rf /tmp/$name /tmp/$name.*
   done ;;
 builds)

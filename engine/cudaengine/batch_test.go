@@ -2,14 +2,11 @@ package cudaengine
 
 import (
 	"bytes"
-	"errors"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/gpu/cuda"
-	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/engine/enginetest"
 )
 
 // TestBatchedSubmissions holds the submitter's role while submissions
@@ -18,9 +15,7 @@ import (
 // over a held copy's destination in a later one, and every event must
 // follow its own work. An engine without decode streams does not batch.
 func TestBatchedSubmissions(t *testing.T) {
-	if _, err := cuda.Open(); errors.Is(err, cuda.ErrNoDriver) {
-		t.Skipf("no GPU: %v", err)
-	}
+	requireDriver(t)
 	e, err := newEngine(0, 2, true) // batches go with decode streams
 	if err != nil {
 		t.Fatal(err)
@@ -29,15 +24,7 @@ func TestBatchedSubmissions(t *testing.T) {
 	if !e.ctx.Library().HasBatchCopy() {
 		t.Skip("the driver has no batched copies")
 	}
-	values := synth.Normal(rand.New(rand.NewPCG(5, 6)), 1<<19+33, 0.02)
-	p, st, err := codec.Encode(values)
-	if err != nil || !st.InPlace {
-		t.Fatalf("encode: %v, in place %v", err, st.InPlace)
-	}
-	h, err := codec.ParseHeader(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	values, p, h := enginetest.Payload(t, 1<<19+33)
 	const n, rawBytes = 12, 256 << 10
 	slot := (uint64(len(values)) + e.gran - 1) / e.gran * e.gran
 	size := slot*n + e.gran

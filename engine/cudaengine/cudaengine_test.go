@@ -13,9 +13,7 @@ import (
 // decodes in their upload stream and on decode streams beside them, or
 // skips with the reason where there is no driver.
 func TestConformance(t *testing.T) {
-	if _, err := cuda.Open(); errors.Is(err, cuda.ErrNoDriver) {
-		t.Skipf("no GPU: %v", err)
-	}
+	requireDriver(t)
 	for _, ds := range []bool{false, true} {
 		t.Run(map[bool]string{false: "InStream", true: "DecodeStreams"}[ds], func(t *testing.T) {
 			enginetest.Run(t, func(t *testing.T) engine.Engine {
@@ -26,5 +24,13 @@ func TestConformance(t *testing.T) {
 				return e
 			})
 		})
+	}
+}
+
+// requireDriver skips t, with the reason, where there is no driver.
+func requireDriver(t *testing.T) {
+	t.Helper()
+	if _, err := cuda.Open(); errors.Is(err, cuda.ErrNoDriver) {
+		t.Skipf("no GPU: %v", err)
 	}
 }

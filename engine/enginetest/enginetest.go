@@ -83,7 +83,7 @@ func peerCopy(t *testing.T, a, b engine.Engine) {
 			t.Fatal(err)
 		}
 	}
-	values, p, h := payload(t, 3*codec.ChunkValues+5)
+	values, p, h := Payload(t, 3*codec.ChunkValues+5)
 	src := alloc(t, a, uint64(len(values)))
 	dst := alloc(t, b, uint64(len(values)))
 	copy(src.host, p)
@@ -179,7 +179,7 @@ func copyAndReadBack(t *testing.T, e engine.Engine) {
 // copyWithinDevice copies device memory to device memory, then decodes
 // a payload copied so in place.
 func copyWithinDevice(t *testing.T, e engine.Engine) {
-	values, p, h := payload(t, 2*codec.ChunkValues+9)
+	values, p, h := Payload(t, 2*codec.ChunkValues+9)
 	a := alloc(t, e, uint64(len(values)))
 	b := alloc(t, e, uint64(len(values)))
 	copy(a.host, p)
@@ -273,8 +273,10 @@ func concurrentSubmits(t *testing.T, e engine.Engine) {
 	wait(t, submit(t, e, 1, engine.Work{}))
 }
 
-// payload encodes real-looking BF16 values that decode in place.
-func payload(t *testing.T, n int) ([]byte, []byte, codec.Header) {
+// Payload returns n real-looking BF16 values (their bytes), a payload of
+// them that decodes in place, and its header; engine tests of their own
+// use it too.
+func Payload(t *testing.T, n int) ([]byte, []byte, codec.Header) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(2, uint64(n)))
 	values := synth.Normal(rng, n, 0.02)
@@ -290,7 +292,7 @@ func payload(t *testing.T, n int) ([]byte, []byte, codec.Header) {
 }
 
 func decodeInPlace(t *testing.T, e engine.Engine) {
-	values, p, h := payload(t, 5*codec.ChunkValues+123)
+	values, p, h := Payload(t, 5*codec.ChunkValues+123)
 	r := alloc(t, e, uint64(len(values)))
 	copy(r.host, p)
 	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &h}))
@@ -309,7 +311,7 @@ func decodesFollowTheirCopies(t *testing.T, e engine.Engine) {
 	// Payloads of 1.5 MB: a decode that did not wait would start well
 	// before its copy ends.
 	const n = 16
-	values, p, h := payload(t, 1<<20+77)
+	values, p, h := Payload(t, 1<<20+77)
 	half := uint64(len(p)/2) &^ 15
 	rs := make([]region, n)
 	raw := alloc(t, e, n*64<<10)
@@ -392,7 +394,7 @@ func entropyDecodeInPlace(t *testing.T, e engine.Engine) {
 }
 
 func scatter(t *testing.T, e engine.Engine) {
-	values, p, h := payload(t, 3*codec.ChunkValues+5)
+	values, p, h := Payload(t, 3*codec.ChunkValues+5)
 	raw := []byte("raw bytes of a small tensor, 37 bytes")
 	dst := alloc(t, e, 1<<20)
 	table := engine.ScatterTableBytes(2)
@@ -426,7 +428,7 @@ func scatter(t *testing.T, e engine.Engine) {
 }
 
 func corruptPayload(t *testing.T, e engine.Engine) {
-	values, p, h := payload(t, 9*codec.ChunkValues)
+	values, p, h := Payload(t, 9*codec.ChunkValues)
 	bad := bytes.Clone(p)
 	// Corrupt a chunk entry table: the header stays trusted (hosts parse
 	// it) and the decode itself must find the damage.
