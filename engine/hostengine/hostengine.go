@@ -317,7 +317,14 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 			return nil, err
 		}
 		its := append([]engine.ScatterItem(nil), w.Items...)
-		run = append(run, func() error { return e.timed(true, func() error { return e.scatter(w.Src, its) }) })
+		// As on a GPU: the packed buffer is copied to staging memory,
+		// then scattered from there.
+		var staged []byte
+		run = append(run,
+			func() error {
+				return e.timed(false, func() error { staged = append([]byte(nil), w.Src...); return nil })
+			},
+			func() error { return e.timed(true, func() error { return e.scatter(staged, its) }) })
 	default:
 		switch {
 		case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):

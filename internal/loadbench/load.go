@@ -28,6 +28,10 @@ type Options struct {
 	// memory across repeats (the small ones in pinned memory), so
 	// re-faults copy within the device and decode (not with Raw).
 	DeviceResident bool
+	// ResidentPacks, with Resident, keeps the payloads of each layer
+	// group side by side in pinned regions, re-faulted a region at a time
+	// (transport.SplitZipOptions.ResidentPacks; raw loads ignore it).
+	ResidentPacks bool
 	// EntropyOnHost decodes entropy payloads whose source is absent on
 	// the host (transport.SplitZipOptions.HostEntropy).
 	EntropyOnHost bool
@@ -130,6 +134,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
 	case opts.DeviceResident && (opts.Raw || opts.Resident):
 		return nil, badOption("DeviceResident", true, "without Raw and Resident (the device tier holds payloads)")
+	case opts.ResidentPacks && !opts.Resident:
+		return nil, badOption("ResidentPacks", true, "with Resident")
 	}
 	small, err := transport.ResolveSmallBytes(opts.SmallBytes)
 	if err != nil {
@@ -178,7 +184,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		if opts.DeviceResident {
 			resident = stage.SmallResident
 		}
-		z, err := transport.NewSplitZip(eng, c, raw, transport.SplitZipOptions{Resident: opts.Resident, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
+		z, err := transport.NewSplitZip(eng, c, raw, transport.SplitZipOptions{Resident: opts.Resident, ResidentPacks: opts.ResidentPacks, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
 			RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
 			DeviceResident: opts.DeviceResident, DeviceBytes: stage.Device, HostEntropy: opts.EntropyOnHost})
 		if err != nil {
@@ -195,6 +201,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		mode = "splitzip"
 	}
 	switch {
+	case opts.Resident && opts.ResidentPacks && !opts.Raw:
+		mode += "+resident-packs"
 	case opts.Resident:
 		mode += "+resident"
 	case opts.DeviceResident && !opts.Raw:

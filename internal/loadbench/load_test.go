@@ -40,6 +40,7 @@ func loadBothPaths(t *testing.T, c *shardcache.Cache, src *shardcache.Source, ne
 		{Raw: true, Resident: true, Check: true, Repeat: 2},
 		{Check: true, Repeat: 2},
 		{Resident: true, Check: true, Repeat: 3},
+		{Resident: true, ResidentPacks: true, Check: true, Repeat: 3},
 		{DeviceResident: true, Check: true, Repeat: 3},
 	} {
 		o.DeviceTimes = true
@@ -55,6 +56,9 @@ func loadBothPaths(t *testing.T, c *shardcache.Cache, src *shardcache.Source, ne
 			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode {
 				t.Errorf("%+v: run %d: device times %+v", o, i+1, r.Device)
 			}
+		}
+		if o.ResidentPacks && rep.Mode != "splitzip+resident-packs" {
+			t.Errorf("%+v: mode %s", o, rep.Mode)
 		}
 		if o.DeviceResident && (rep.DeviceBytes == 0 || rep.Mode != "splitzip+device-resident") {
 			t.Errorf("%+v: mode %s, device tier of %d bytes", o, rep.Mode, rep.DeviceBytes)
@@ -81,7 +85,8 @@ func TestOptionsRefused(t *testing.T) {
 	eng := hostengine.New(2)
 	defer eng.Close()
 	for name, o := range map[string]Options{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}, "negative repeat": {Repeat: -1},
-		"device tier with raw": {Raw: true, DeviceResident: true}, "both tiers": {Resident: true, DeviceResident: true}} {
+		"device tier with raw": {Raw: true, DeviceResident: true}, "both tiers": {Resident: true, DeviceResident: true},
+		"resident packs without residency": {ResidentPacks: true}} {
 		if _, err := Load(context.Background(), eng, c, src, o); !errors.Is(err, transport.ErrOption) || !strings.Contains(err.Error(), "want") {
 			t.Errorf("%s: %v", name, err)
 		}

@@ -1,0 +1,126 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// TestResidentPacks: with ResidentPacks, the first fault reads each
+// payload into its place in a region and uploads it on its own; later
+// faults of the whole batch upload each region with one scatter of all
+// its members, bit for bit. A failed region fails each of its bindings,
+// names them and leaves them evicted, and the next fault works.
+func TestResidentPacks(t *testing.T) {
+	c, src := llama(t)
+	payloads := 0
+	for _, sh := range src.Shards {
+		for _, tn := range sh.Tensors {
+			if tn.Stored == shardcache.StoredSplitZip {
+				payloads++
+			}
+		}
+	}
+	var scattered atomic.Int64 // payload items scattered
+	var fail atomic.Bool
+	eng, a, st, tr := setupWith(t, c, src, hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
+		if fail.Load() {
+			return engine.ErrInjected
+		}
+		for _, it := range its {
+			if it.Header != nil {
+				scattered.Add(1)
+			}
+		}
+		return nil
+	}}, SplitZipOptions{Resident: true, ResidentPacks: true, SmallBytes: -1, Readers: 3})
+	bs := a.Bindings()
+	faultAll := func(what string) {
+		t.Helper()
+		for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+			if err != nil {
+				t.Fatalf("%s: %s: %v", what, bs[i].Name, err)
+			}
+		}
+		if err := CheckArena(eng, bs, src); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		st.Evict(bs...)
+	}
+	faultAll("first fault")
+	if n := scattered.Load(); n != 0 {
+		t.Fatalf("the first fault scattered %d payloads, want each uploaded on its own", n)
+	}
+	faultAll("re-fault")
+	if n := scattered.Load(); n != int64(payloads) {
+		t.Fatalf("a re-fault scattered %d payloads of %d", n, payloads)
+	}
+
+	// Every binding with a payload fails (raw ones too where the raw
+	// transport packs them).
+	fail.Store(true)
+	failed := 0
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		hit, herr := c.LookupSlice(bs[i].Shard, bs[i].Offset, bs[i].Size)
+		hasPayload := herr == nil && hit.Tensor.Stored == shardcache.StoredSplitZip
+		if err == nil && !hasPayload {
+			continue
+		}
+		if hasPayload {
+			failed++
+		}
+		var te *Error
+		if !errors.As(err, &te) || te.Tensor != bs[i].Name || !errors.Is(err, engine.ErrInjected) {
+			t.Fatalf("failed region: %s: %v", bs[i].Name, err)
+		}
+		if bs[i].State() != vmm.Evicted {
+			t.Fatalf("failed region: %s is %v", bs[i].Name, bs[i].State())
+		}
+	}
+	if failed != payloads {
+		t.Fatalf("%d bindings with payloads failed, want %d", failed, payloads)
+	}
+	fail.Store(false)
+	st.Evict(bs...)
+	faultAll("after a failed region")
+
+	tr.Close()
+	if eng.PinnedBytes() != 0 {
+		t.Errorf("%d pinned bytes left after closing the transports", eng.PinnedBytes())
+	}
+}
+
+// TestResidentPacksNeedResident: the option alone is refused.
+func TestResidentPacksNeedResident(t *testing.T) {
+	c, _ := llama(t)
+	if _, err := NewSplitZip(hostengine.New(1), c, nil, SplitZipOptions{ResidentPacks: true}); !errors.Is(err, ErrOption) {
+		t.Fatalf("ResidentPacks without Resident: %v", err)
+	}
+}
+
+// TestPackMembers: members are taken while the region, table room
+// included, stays within residentPackBytes.
+func TestPackMembers(t *testing.T) {
+	mib := uint64(1 << 20)
+	for _, c := range []struct {
+		sizes []uint64
+		n     int
+	}{
+		{[]uint64{5 * mib, 5 * mib, 5 * mib, 5 * mib}, 3},
+		{[]uint64{16 * mib}, 0},
+		{[]uint64{8 * mib, 8 * mib}, 1}, // the table does not fit beside both
+		{[]uint64{1, 2, 3}, 3},
+	} {
+		n, end := packMembers(c.sizes)
+		if n != c.n || end > residentPackBytes {
+			t.Errorf("%v: %d members in %d bytes, want %d within %d", c.sizes, n, end, c.n, residentPackBytes)
+		}
+	}
+}
