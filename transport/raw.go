@@ -71,6 +71,11 @@ type RawOptions struct {
 	// Resident keeps every tensor's bytes in pinned memory after its first
 	// upload, so a re-fault reads no file (the offload case).
 	Resident bool
+	// ResidentRuns, with Resident, keeps the bytes of a batch's bindings
+	// that lie one after another in the arena in one pinned region, as
+	// they lie there, so that a re-fault of them all is one copy
+	// (raw_runs.go).
+	ResidentRuns bool
 	// SmallBytes: tensors of at most this many bytes are packed, several
 	// to a copy (0: DefaultSmallBytes; negative: never).
 	SmallBytes int64
@@ -97,6 +102,7 @@ type Raw struct {
 	res      *slab      // resident bytes
 	mu       sync.Mutex // guards resident and stats
 	resident map[*vmm.Binding][]byte
+	runs     map[*vmm.Binding]*rawRun // ResidentRuns: where bytes go
 	stats    Stats
 	pinned   uint64
 	streams  streams
@@ -114,6 +120,8 @@ func NewRaw(eng engine.Engine, opts RawOptions) (*Raw, error) {
 		return nil, badOption("PackSlots", opts.PackSlots, "0 (default) or more")
 	case opts.SlotBytes%16 != 0:
 		return nil, badOption("SlotBytes", opts.SlotBytes, "a multiple of 16")
+	case opts.ResidentRuns && !opts.Resident:
+		return nil, badOption("ResidentRuns", true, "with Resident")
 	}
 	small, err := ResolveSmallBytes(opts.SmallBytes)
 	if err != nil {
@@ -133,7 +141,7 @@ func NewRaw(eng engine.Engine, opts RawOptions) (*Raw, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Raw{eng: eng, opts: opts, slots: slots, resident: map[*vmm.Binding][]byte{},
+	r := &Raw{eng: eng, opts: opts, slots: slots, resident: map[*vmm.Binding][]byte{}, runs: map[*vmm.Binding]*rawRun{},
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), pinned: uint64(opts.Slots) * opts.SlotBytes}
 	if opts.Resident {
 		r.res.expect(opts.ResidentBytes)
@@ -172,10 +180,14 @@ func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	}
 	var pwg sync.WaitGroup
 	pwg.Go(func() { r.pack.upload(ctx, small, out) })
+	inRun := make([]bool, len(bs))
+	if r.opts.ResidentRuns {
+		r.uploadRuns(ctx, bs, isSmall, inRun, out)
+	}
 	var pieces []piece
 	for i, b := range bs {
 		switch {
-		case isSmall[i]:
+		case isSmall[i] || inRun[i]:
 		case r.opts.Resident || b.Size == 0:
 			pieces = append(pieces, piece{i, 0, b.Size}) // resident: one piece, the resident buffer
 		default:
@@ -217,7 +229,7 @@ func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	pwg.Wait()
 	for i, b := range bs {
 		switch {
-		case isSmall[i]: // the packer set its fence
+		case isSmall[i] || inRun[i]: // the packer, or its run, set its fence
 		case errs[i] != nil:
 			out[i] = errFence{&Error{Tensor: b.Name, Err: errs[i]}}
 		default:
@@ -325,17 +337,22 @@ func (r *Raw) packItem(i int, b *vmm.Binding) smallItem { return rawPackItem(i, 
 func (r *Raw) residentBytes(b *vmm.Binding) ([]byte, error) {
 	r.mu.Lock()
 	buf, ok := r.resident[b]
+	u := r.runs[b]
 	r.mu.Unlock()
 	if ok {
 		return buf, nil
 	}
-	buf, err := r.res.alloc(b.Size)
-	if err != nil {
+	var err error
+	if u != nil {
+		// Its place in a run: a binding is uploaded by one batch at a
+		// time (Store), so no other read writes there meanwhile.
+		buf = u.place(b)
+	} else if buf, err = r.res.alloc(b.Size); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
 	if err := r.files.readAt(b.Shard, buf, b.Offset); err != nil {
-		r.res.release(buf)
+		r.res.release(buf) // nothing for a place in a run
 		return nil, err
 	}
 	r.addTime(&r.stats.Read, t0)
@@ -384,6 +401,7 @@ func (r *Raw) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.resident)
+	clear(r.runs)
 	r.res.free()
 	r.pinned = 0
 	return r.files.close()

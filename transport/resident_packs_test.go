@@ -124,3 +124,70 @@ func TestPackMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestResidentRuns: with ResidentRuns, a raw transport's re-fault of
+// bindings side by side in the arena is one copy a run, bit for bit, and
+// a failed copy fails each member by name and leaves it evicted.
+func TestResidentRuns(t *testing.T) {
+	c, src := llama(t)
+	var copies atomic.Int64
+	var fail atomic.Bool
+	eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Copy: func(engine.DevPtr, int) error {
+		if fail.Load() {
+			return engine.ErrInjected
+		}
+		copies.Add(1)
+		return nil
+	}}))
+	defer eng.Close()
+	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	raw, err := NewRaw(eng, RawOptions{Resident: true, ResidentRuns: true, SmallBytes: -1, Readers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewStore(eng, raw)
+	bs := a.Bindings()
+	faultAll := func(what string) {
+		t.Helper()
+		for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+			if err != nil {
+				t.Fatalf("%s: %s: %v", what, bs[i].Name, err)
+			}
+		}
+		if err := CheckArena(eng, bs, src); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		st.Evict(bs...)
+	}
+	faultAll("first fault")
+	first := copies.Load()
+	if first < int64(len(bs))-2 {
+		t.Fatalf("the first fault made %d copies for %d bindings, want one each", first, len(bs))
+	}
+	copies.Store(0)
+	faultAll("re-fault")
+	if n := copies.Load(); n == 0 || n > first/4 {
+		t.Fatalf("a re-fault made %d copies, the first %d: runs were not copied whole", n, first)
+	}
+
+	fail.Store(true)
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		var te *Error
+		if bs[i].Size > 0 && (!errors.As(err, &te) || te.Tensor != bs[i].Name || !errors.Is(err, engine.ErrInjected)) {
+			t.Fatalf("failed run copy: %s: %v", bs[i].Name, err)
+		}
+		if bs[i].Size > 0 && bs[i].State() != vmm.Evicted {
+			t.Fatalf("failed run copy: %s is %v", bs[i].Name, bs[i].State())
+		}
+	}
+	fail.Store(false)
+	faultAll("after a failed copy")
+	raw.Close()
+	if eng.PinnedBytes() != 0 {
+		t.Errorf("%d pinned bytes left after closing the transport", eng.PinnedBytes())
+	}
+}

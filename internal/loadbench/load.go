@@ -30,7 +30,9 @@ type Options struct {
 	DeviceResident bool
 	// ResidentPacks, with Resident, keeps the payloads of each layer
 	// group side by side in pinned regions, re-faulted a region at a time
-	// (transport.SplitZipOptions.ResidentPacks; raw loads ignore it).
+	// (transport.SplitZipOptions.ResidentPacks); with Raw, the bytes of
+	// tensors side by side in the arena, re-faulted a run at a time with
+	// one copy (transport.RawOptions.ResidentRuns).
 	ResidentPacks bool
 	// EntropyOnHost decodes entropy payloads whose source is absent on
 	// the host (transport.SplitZipOptions.HostEntropy).
@@ -167,7 +169,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	if opts.PinnedLimit >= 0 {
 		opts.PinnedLimit = int64(stage.Limit)
 	}
-	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident, SmallBytes: opts.SmallBytes,
+	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident,
+		ResidentRuns: opts.Raw && opts.Resident && opts.ResidentPacks, SmallBytes: opts.SmallBytes,
 		Slots: stage.RawSlots, PackSlots: stage.PackSlots, ResidentBytes: stage.Resident})
 	if err != nil {
 		return nil, err
@@ -201,7 +204,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		mode = "splitzip"
 	}
 	switch {
-	case opts.Resident && opts.ResidentPacks && !opts.Raw:
+	case opts.Resident && opts.ResidentPacks:
 		mode += "+resident-packs"
 	case opts.Resident:
 		mode += "+resident"
