@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -119,16 +120,15 @@ func packMembers(sizes []uint64) (int, uint64) {
 
 // residentGroups takes out of targets those whose payloads make up whole
 // resident packs, every member resident and decodable by the scatter
-// kernel (a SplitZip payload decodable in place, of the binding's size),
-// and returns the packs with their members' targets and payloads in
-// region order.
+// kernel (a SplitZip payload of the binding's size), and returns the
+// packs with their members' targets and payloads in region order.
 func (z *SplitZip) residentGroups(targets []target) (rest []target, packs []packUpload) {
 	byPack := map[*residentPack]*packUpload{}
 	z.mu.Lock()
 	for _, t := range targets {
 		pl, ok := z.places[t.hit.Tensor.Key]
 		p := z.resident[t.hit.Tensor.Key]
-		if t.host || !ok || p == nil || p.e != nil || !p.h.InPlace || 2*p.h.Values != t.b.Size {
+		if t.host || !ok || p == nil || p.e != nil || 2*p.h.Values != t.b.Size {
 			rest = append(rest, t)
 			continue
 		}
@@ -234,4 +234,32 @@ func (z *SplitZip) readPlaced(key shardcache.Key, buf []byte) (*payload, error) 
 		close(done)
 		return p, err
 	}
+}
+
+// keepPlaced makes b, a checked payload staged by the packer, the resident
+// copy of key in its place, if key has one; it reports whether it did, or
+// another goroutine has or is doing so.
+func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h codec.Header) bool {
+	z.mu.Lock()
+	pl, placed := z.places[key]
+	_, busy := z.reading[key]
+	switch {
+	case !placed:
+		z.mu.Unlock()
+		return false
+	case z.resident[key] != nil || busy:
+		z.mu.Unlock()
+		return true
+	}
+	done := make(chan struct{})
+	z.reading[key] = done
+	z.mu.Unlock()
+	buf := pl.buf(uint64(len(b)))
+	copy(buf, b)
+	z.mu.Lock()
+	delete(z.reading, key)
+	z.resident[key] = &payload{buf: buf, h: h}
+	z.mu.Unlock()
+	close(done)
+	return true
 }

@@ -14,11 +14,20 @@ import (
 )
 
 // TestResidentPacks: with ResidentPacks, the first fault reads each
-// payload into its place in a region and uploads it on its own; later
-// faults of the whole batch upload each region with one scatter of all
-// its members, bit for bit. A failed region fails each of its bindings,
+// payload into its place in a region and uploads it as it would without
+// (small ones packed, streamed ones on their own); later faults of the
+// whole batch upload each region with one scatter of all its members,
+// bit for bit. A failed region fails each of its bindings,
 // names them and leaves them evicted, and the next fault works.
 func TestResidentPacks(t *testing.T) {
+	// Streamed payloads only, and small ones too (staged by the packer
+	// on the first fault, kept in their places).
+	for _, small := range []int64{-1, 0} {
+		t.Run(map[int64]string{-1: "Streamed", 0: "WithSmall"}[small], func(t *testing.T) { residentPacks(t, small) })
+	}
+}
+
+func residentPacks(t *testing.T, small int64) {
 	c, src := llama(t)
 	payloads := 0
 	for _, sh := range src.Shards {
@@ -40,7 +49,7 @@ func TestResidentPacks(t *testing.T) {
 			}
 		}
 		return nil
-	}}, SplitZipOptions{Resident: true, ResidentPacks: true, SmallBytes: -1, Readers: 3})
+	}}, SplitZipOptions{Resident: true, ResidentPacks: true, SmallBytes: small, Readers: 3})
 	bs := a.Bindings()
 	faultAll := func(what string) {
 		t.Helper()
@@ -55,9 +64,10 @@ func TestResidentPacks(t *testing.T) {
 		st.Evict(bs...)
 	}
 	faultAll("first fault")
-	if n := scattered.Load(); n != 0 {
+	if n := scattered.Load(); small < 0 && n != 0 {
 		t.Fatalf("the first fault scattered %d payloads, want each uploaded on its own", n)
 	}
+	scattered.Store(0)
 	faultAll("re-fault")
 	if n := scattered.Load(); n != int64(payloads) {
 		t.Fatalf("a re-fault scattered %d payloads of %d", n, payloads)

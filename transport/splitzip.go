@@ -146,6 +146,7 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	var others []*vmm.Binding
 	var otherIdx []int
 	var targets []target
+	var zs []target // SplitZip payloads, small ones included
 	var small []smallItem
 	// The wrapped transport's small bindings are packed with the small
 	// payloads when it can read them into a pack (PackReader).
@@ -181,22 +182,27 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 			continue
 		}
-		t := target{i, b, hit, false}
-		if loc, o, err := z.cache.Locate(hit.Tensor.Key); err == nil && int64(o.Size) <= z.opts.SmallBytes {
+		zs = append(zs, target{i, b, hit, false})
+	}
+	// With resident packs, small payloads and streamed ones alike go
+	// into regions; those of whole regions are uploaded a region at a
+	// time, the rest as they would be without.
+	var packs []packUpload
+	if z.opts.ResidentPacks {
+		if err := z.planResidentPacks(zs); err != nil {
+			for _, t := range zs {
+				out[t.i] = errFence{&Error{Tensor: t.b.Name, Err: err}}
+			}
+			zs = nil
+		}
+		zs, packs = z.residentGroups(zs)
+	}
+	for _, t := range zs {
+		if loc, o, err := z.cache.Locate(t.hit.Tensor.Key); err == nil && int64(o.Size) <= z.opts.SmallBytes {
 			small = append(small, z.packItem(t, loc, o))
 			continue
 		}
 		targets = append(targets, t)
-	}
-	var packs []packUpload
-	if z.opts.ResidentPacks {
-		if err := z.planResidentPacks(targets); err != nil {
-			for _, t := range targets {
-				out[t.i] = errFence{&Error{Tensor: t.b.Name, Err: err}}
-			}
-			targets = nil
-		}
-		targets, packs = z.residentGroups(targets)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { z.pack.upload(ctx, small, out) })
@@ -283,8 +289,12 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 }
 
 // keep copies a checked payload into pinned memory as the resident copy
-// of key, unless one is there already.
+// of key (into its place in a resident pack, if it has one), unless one
+// is there already or being made.
 func (z *SplitZip) keep(key shardcache.Key, b []byte, h codec.Header) error {
+	if z.keepPlaced(key, b, h) {
+		return nil
+	}
 	buf, err := z.res.alloc(uint64(len(b)))
 	if err != nil {
 		return err
