@@ -67,13 +67,7 @@ func (r *Raw) planRuns(bs []*vmm.Binding) error {
 			continue
 		}
 		u := &rawRun{base: todo[0].Addr, members: slices.Clone(todo[:n])}
-		var own uint64 // what the slab was told the members take
-		for _, b := range u.members {
-			own += slabBytes(b.Size)
-		}
-		span := align16(u.span())
-		r.res.expectMore(span - min(span, own))
-		buf, err := r.res.alloc(span)
+		buf, err := r.res.alloc(align16(u.span()))
 		if err != nil {
 			return err
 		}

@@ -79,7 +79,6 @@ func (z *SplitZip) planResidentPacks(targets []target) error {
 			keys, sizes = keys[1:], sizes[1:]
 			continue
 		}
-		z.res.expectMore(align16(engine.ScatterTableBytes(n))) // the payloads were expected
 		buf, err := z.res.alloc(end)
 		if err != nil {
 			return err

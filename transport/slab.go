@@ -48,17 +48,6 @@ func (s *slab) expect(n uint64) {
 	s.mu.Unlock()
 }
 
-// expectMore adds n bytes to what the slab was told to expect, if it was
-// told anything: room beyond the buffers' own bytes (resident packs'
-// tables).
-func (s *slab) expectMore(n uint64) {
-	s.mu.Lock()
-	if s.want > 0 {
-		s.want += n
-	}
-	s.mu.Unlock()
-}
-
 // slabBytes is what a buffer of n bytes takes of shared blocks: n rounded
 // up to 16, or 0 for a buffer with its own allocation.
 func slabBytes(n uint64) uint64 {

@@ -6,6 +6,7 @@ package transport
 import (
 	"fmt"
 
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -48,8 +49,9 @@ type need struct {
 	raw, payload, small uint64
 	// resident is what a resident load holds in the slab's shared
 	// blocks: its payloads (each once), or with raw its tensors, each
-	// rounded as slabBytes rounds it.
-	resident uint64
+	// rounded as slabBytes rounds it; residentItems how many those are.
+	resident      uint64
+	residentItems int
 	// device is what the device tier holds: the streamed payloads (each
 	// once), each rounded up to a binding's alignment; smallResident what
 	// the slab holds beside it, the small payloads.
@@ -88,6 +90,7 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 					if !seen[hit.Tensor.Key] {
 						seen[hit.Tensor.Key] = true
 						n.resident += slabBytes(o.Size)
+						n.residentItems += btoi(slabBytes(o.Size) > 0)
 						if small <= 0 || o.Size > uint64(small) {
 							n.device += (o.Size + vmm.Align - 1) / vmm.Align * vmm.Align
 						} else {
@@ -98,6 +101,7 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 			}
 		} else {
 			n.resident += slabBytes(s.Size)
+			n.residentItems += btoi(slabBytes(s.Size) > 0)
 		}
 		switch {
 		case small > 0 && size <= uint64(small):
@@ -111,6 +115,19 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 	return n
 }
 
+// ResidentPacked is Resident for a load with resident packs (raw: runs,
+// with raw set): room, beyond the items' own bytes, for the packs' scatter
+// tables and alignment (at most an item's entry and 16 bytes an item),
+// or for the alignment gaps between a run's tensors (less than vmm.Align
+// an item).
+func (s Staging) ResidentPacked(raw bool) uint64 {
+	per := engine.ScatterTableBytes(1) + 16
+	if raw {
+		per = vmm.Align
+	}
+	return s.Resident + uint64(s.ResidentItems)*per
+}
+
 // Staging is how many pinned buffers each staging ring of a transport
 // gets (RawOptions.Slots and PackSlots, SplitZipOptions.RingPieces and
 // PackSlots), and the cap they were fitted to.
@@ -122,7 +139,9 @@ type Staging struct {
 	// Resident is what a resident load keeps in shared pinned blocks
 	// (its buffers of up to 16 MiB, each rounded up to 16 bytes); larger
 	// buffers are pinned one by one. It is not staging and not capped.
-	Resident uint64
+	// ResidentItems is how many buffers Resident counts.
+	Resident      uint64
+	ResidentItems int
 	// Device is what the device tier of a load with DeviceResident holds:
 	// its streamed payloads, each once and aligned; SmallResident what
 	// such a load keeps in pinned memory beside it, its small payloads.
@@ -149,7 +168,7 @@ func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64
 	readers = max(readers, 1)
 	n := stagingNeed(c, specs, small, raw)
 	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(piecesPerReader*readers+2, n.payloadPieces()), PackSlots: min(2*readers+2, n.packSlots()),
-		Resident: n.resident, Device: n.device, SmallResident: n.smallResident}
+		Resident: n.resident, ResidentItems: n.residentItems, Device: n.device, SmallResident: n.smallResident}
 	var capped uint64
 	if limit >= 0 {
 		capped = uint64(limit)

@@ -169,9 +169,13 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	if opts.PinnedLimit >= 0 {
 		opts.PinnedLimit = int64(stage.Limit)
 	}
+	resident := stage.Resident
+	if opts.ResidentPacks {
+		resident = stage.ResidentPacked(opts.Raw)
+	}
 	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: opts.Readers, Resident: opts.Raw && opts.Resident,
 		ResidentRuns: opts.Raw && opts.Resident && opts.ResidentPacks, SmallBytes: opts.SmallBytes,
-		Slots: stage.RawSlots, PackSlots: stage.PackSlots, ResidentBytes: stage.Resident})
+		Slots: stage.RawSlots, PackSlots: stage.PackSlots, ResidentBytes: resident})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +187,6 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 			return nil, err
 		}
 	} else {
-		resident := stage.Resident
 		if opts.DeviceResident {
 			resident = stage.SmallResident
 		}
