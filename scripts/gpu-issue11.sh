@@ -25,6 +25,11 @@
 #          the batched-submission test and the transport CUDA tests, then
 #          base against this build on a 12-layer MoE, the size mix and an
 #          8 GiB Llama, first loads and resident re-faults, 3 rounds
+#   packs  resident packs and runs (--resident-packs, thirteenth session,
+#          not yet measured): suites, then on a 12-layer MoE, the size mix
+#          and an 8 GiB Llama, bit-for-bit resident loads with packs (raw
+#          and SplitZip), and 3 rounds of resident re-faults: the baseline,
+#          this build without packs and with them
 #   builds  the binaries named in BINS (files in D) alternated on a
 #          12-layer MoE and the size mix, 3 rounds, with each one's
 #          resident load --json (host submit time) and, for the last, a
@@ -245,6 +250,24 @@ batch)
     "$D/splitzip" load /tmp/$name.new --check --raw --resident --repeat 2 | grep -E "matches" || fail "$name raw resident load --check"
     ab BATCH $name
     devtimes $name
+    rm -rf /tmp/$name /tmp/$name.*
+  done ;;
+packs)
+  suites
+  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4" "llama --size 8GiB --shards 4"; do
+    set -- $ds; name=$1
+    prepare "$@" || continue
+    for m in "" --raw; do
+      "$D/splitzip" load /tmp/$name.new $m --check --resident --resident-packs --repeat 3 | grep -E "^load|matches" || fail "$name ${m:-splitzip} resident packs load --check"
+    done
+    for r in 1 2 3; do
+      echo "PACKS $name r$r base:      $("$D/base-splitzip" bench load /tmp/$name.base --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+      echo "PACKS $name r$r new:       $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+      echo "PACKS $name r$r new packs: $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --resident-packs --repeat 3 --device-times=false | grep compare)"
+    done
+    for m in "" --raw; do
+      "$D/splitzip" load /tmp/$name.new $m --resident --resident-packs --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
+    done
     rm -rf /tmp/$name /tmp/$name.*
   done ;;
 builds)
