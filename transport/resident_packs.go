@@ -4,7 +4,7 @@ package transport
 // re-faulted on its own costs the copy engine a few microseconds on top
 // of its bytes: on the H200, 1.6 MB copies queued back to back moved 49
 // GB/s and 16 MiB ones 54-55 (docs/PERF.md, thirteenth session). So the
-// payloads that one batch streams are given places, in batch order, in
+// payloads that one batch uploads are given places, in batch order, in
 // pinned regions of up to residentPackBytes that start with room for a
 // scatter table; the first fault reads each payload into its place, and a
 // later batch holding every member of a region copies it with one DMA and

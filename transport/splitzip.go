@@ -18,7 +18,7 @@ type SplitZipOptions struct {
 	// Resident keeps payloads in pinned memory after their first upload,
 	// so a re-fault reads no file and verifies nothing again.
 	Resident bool
-	// ResidentPacks, with Resident, keeps the payloads one batch streams
+	// ResidentPacks, with Resident, keeps the payloads one batch uploads
 	// side by side in pinned regions of up to 16 MiB, so that a re-fault
 	// of all of a region's members copies it with one DMA and decodes
 	// them with one scatter launch (resident_packs.go).

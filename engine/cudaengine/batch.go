@@ -33,13 +33,12 @@ func batchable(r *request) bool {
 }
 
 // runAll enqueues a run of pending requests in their order on each
-// stream. With decode streams (an engine of one upload stream, the
-// configuration measured and tested on the H200), host copies for a
-// stream are held and enqueued together (see
-// flush) before that stream's next other request, before any cross-stream
-// wait (whose event may be one of theirs), before a copy whose
-// destination overlaps one held (a batch's copies run in any order), and
-// at the end.
+// stream. With decode streams (an engine of one upload stream; batched
+// copies ran on the H200 only beside decode streams), host copies for a
+// stream are held and enqueued together (see flush) before that stream's
+// next other request, before any cross-stream wait (whose event may be
+// one of theirs), before a copy landing where a held one writes (a
+// batch's copies run in any order), and at the end.
 func (e *Engine) runAll(batch []request) {
 	if len(e.dstreams) == 0 || !e.ctx.Library().HasBatchCopy() {
 		for _, r := range batch {
