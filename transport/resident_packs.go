@@ -9,7 +9,9 @@ package transport
 // scatter table; the first fault reads each payload into its place, and a
 // later batch holding every member of a region copies it with one DMA and
 // decodes the members with one scatter launch, out of place, from the
-// engine's device staging memory (as packs of small tensors are).
+// engine's device staging memory (as packs of small tensors are). Small
+// payloads' first fault stays the packer's (their bytes are copied into
+// their places once checked); the others are read into theirs.
 
 import (
 	"sync"
