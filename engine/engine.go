@@ -23,9 +23,10 @@ type Event interface {
 
 // Engine is the device side of a transport: pinned host memory, device
 // memory with virtual address ranges, and streams that run copies in
-// order, each decode after the copies submitted to its stream before it. The GPU engine drives CUDA; the CPU engine does the
-// same work with memcpy and the Go reference decoder, so the transport
-// logic runs, and is tested with -race, on machines without a GPU.
+// order, each decode after the copies submitted to its stream before it.
+// The GPU engine drives CUDA; the CPU engine does the same work with
+// memcpy and the Go reference decoder, so the transport logic runs, and
+// is tested with -race, on machines without a GPU.
 type Engine interface {
 	Name() string
 	// Pinned allocates page-locked host memory; FreePinned frees it.
@@ -42,12 +43,13 @@ type Engine interface {
 	// before it; a later submission's copy may run while it decodes (the
 	// CUDA engine decodes on a stream of its own beside s), so a copy
 	// into a range an earlier decode writes must wait for that decode's
-	// event. Scatters run in submission order with the copies. Src must stay unchanged until the event completes. An error
-	// that Submit finds before enqueueing anything (a bad stream, a
-	// scatter item outside its buffer) is returned with a nil event; a
-	// failure of the work itself (a failed copy or launch, a corrupt
-	// payload on engines without DecodeErrors) is the event's error. When
-	// Submit returns an error and no event, nothing of w is running.
+	// event. Scatters run in submission order with the copies. Src must
+	// stay unchanged until the event completes. An error that Submit
+	// finds before enqueueing anything (a bad stream, a scatter item
+	// outside its buffer) is returned with a nil event; a failure of the
+	// work itself (a failed copy or launch, a corrupt payload on engines
+	// without DecodeErrors) is the event's error. When Submit returns an
+	// error and no event, nothing of w is running.
 	Submit(s int, w Work) (Event, error)
 	// WaitEvent makes later work on stream s wait for e.
 	WaitEvent(s int, e Event) error
