@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"maps"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 
@@ -72,6 +74,28 @@ func residentPacks(t *testing.T, small int64) {
 	if n := scattered.Load(); n != int64(payloads) {
 		t.Fatalf("a re-fault scattered %d payloads of %d", n, payloads)
 	}
+
+	// Half of them (as an offload runtime may evict): no region is
+	// whole, and each payload is uploaded from its place on its own.
+	var half []*vmm.Binding
+	for i, b := range bs {
+		if i%2 == 0 {
+			half = append(half, b)
+		}
+	}
+	scattered.Store(0)
+	for i, err := range waitAll(st.FaultIn(context.Background(), half)) {
+		if err != nil {
+			t.Fatalf("half: %s: %v", half[i].Name, err)
+		}
+	}
+	if err := CheckArena(eng, half, src); err != nil {
+		t.Fatalf("half: %v", err)
+	}
+	if n := scattered.Load(); small < 0 && n != 0 {
+		t.Fatalf("half the bindings: %d payloads scattered, want none (no region whole)", n)
+	}
+	st.Evict(half...)
 
 	// Every binding with a payload fails (raw ones too where the raw
 	// transport packs them).
@@ -200,4 +224,74 @@ func TestResidentRuns(t *testing.T) {
 	if eng.PinnedBytes() != 0 {
 		t.Errorf("%d pinned bytes left after closing the transport", eng.PinnedBytes())
 	}
+}
+
+// TestPlanRuns: on random layouts, a run holds two bindings or more, each
+// starting where the one before it ends (rounded up to the arena's
+// alignment), within residentPackBytes, and no binding is in two runs;
+// bindings placed in an earlier batch keep their runs.
+func TestPlanRuns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	runs := 0
+	for round := range 50 {
+		r, err := NewRaw(hostengine.New(1), RawOptions{Resident: true, ResidentRuns: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bs []*vmm.Binding
+		addr := uint64(1 << 20)
+		for i := range 40 {
+			size := uint64(rng.IntN(3<<20)) + 1
+			if rng.IntN(8) == 0 {
+				addr += vmm.Align // a gap: another transport's binding
+			}
+			bs = append(bs, &vmm.Binding{Spec: vmm.Spec{Size: size}, Index: i, Addr: vmm.Ptr(addr)})
+			addr = (addr + size + vmm.Align - 1) &^ (vmm.Align - 1)
+		}
+		rng.Shuffle(len(bs), func(i, j int) { bs[i], bs[j] = bs[j], bs[i] })
+		if err := r.planRuns(bs[:20]); err != nil {
+			t.Fatal(err)
+		}
+		before := maps.Clone(r.runs)
+		if err := r.planRuns(bs); err != nil {
+			t.Fatal(err)
+		}
+		for b, u := range before {
+			if r.runs[b] != u {
+				t.Fatalf("round %d: binding %d moved to another run", round, b.Index)
+			}
+		}
+		for _, u := range uniqueRuns(r.runs) {
+			runs++
+			if len(u.members) < 2 || u.span() > residentPackBytes || u.base != u.members[0].Addr {
+				t.Fatalf("round %d: a run of %d members over %d bytes", round, len(u.members), u.span())
+			}
+			for k := 1; k < len(u.members); k++ {
+				p, b := u.members[k-1], u.members[k]
+				if uint64(b.Addr) != (uint64(p.Addr)+p.Size+vmm.Align-1)&^(vmm.Align-1) {
+					t.Fatalf("round %d: binding %d does not follow binding %d in its run", round, b.Index, p.Index)
+				}
+				if r.runs[b] != u {
+					t.Fatalf("round %d: binding %d is in two runs", round, b.Index)
+				}
+			}
+		}
+		r.Close()
+	}
+	if runs < 50 {
+		t.Fatalf("%d runs in 50 layouts: the layouts hardly test anything", runs)
+	}
+}
+
+// uniqueRuns returns the runs of a binding-to-run map, each once.
+func uniqueRuns(m map[*vmm.Binding]*rawRun) []*rawRun {
+	seen := map[*rawRun]bool{}
+	var out []*rawRun
+	for _, u := range m {
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
 }
