@@ -133,6 +133,44 @@ devtimes() {
   done
 }
 
+# over_datasets FN: the 12-layer MoE, the size mix and the 8 GiB Llama
+# in turn, each prepared, then FN NAME, then removed.
+over_datasets() {
+  local fn=$1
+  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4" "llama --size 8GiB --shards 4"; do
+    set -- $ds
+    prepare "$@" && "$fn" $1
+    rm -rf /tmp/$1 /tmp/$1.*
+  done
+}
+
+# batch_one NAME: resident loads checked, then ab and device times.
+batch_one() {
+  local name=$1
+  "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 | grep -E "matches" || fail "$name resident load --check"
+  "$D/splitzip" load /tmp/$name.new --check --raw --resident --repeat 2 | grep -E "matches" || fail "$name raw resident load --check"
+  ab BATCH $name
+  devtimes $name
+}
+
+# packs_one NAME: resident loads with packs (runs for raw) checked, then
+# 3 rounds of resident re-faults: the baseline, this build without packs
+# and with them; then this build's device times with them.
+packs_one() {
+  local name=$1
+  for m in "" --raw; do
+    "$D/splitzip" load /tmp/$name.new $m --check --resident --resident-packs --repeat 3 | grep -E "^load|matches" || fail "$name ${m:-splitzip} resident packs load --check"
+  done
+  for r in 1 2 3; do
+    echo "PACKS $name r$r base:      $("$D/base-splitzip" bench load /tmp/$name.base --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+    echo "PACKS $name r$r new:       $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
+    echo "PACKS $name r$r new packs: $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --resident-packs --repeat 3 --device-times=false | grep compare)"
+  done
+  for m in "" --raw; do
+    "$D/splitzip" load /tmp/$name.new $m --resident --resident-packs --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
+  done
+}
+
 case $PHASE in
 tests)
   # With SPLITZIP_FATBIN (a kernel built on this machine, not yet the one
@@ -241,35 +279,8 @@ streams)
     devtimes $name
     rm -rf /tmp/$name /tmp/$name.*
   done ;;
-batch)
-  suites
-  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4" "llama --size 8GiB --shards 4"; do
-    set -- $ds; name=$1
-    prepare "$@" || continue
-    "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 | grep -E "matches" || fail "$name resident load --check"
-    "$D/splitzip" load /tmp/$name.new --check --raw --resident --repeat 2 | grep -E "matches" || fail "$name raw resident load --check"
-    ab BATCH $name
-    devtimes $name
-    rm -rf /tmp/$name /tmp/$name.*
-  done ;;
-packs)
-  suites
-  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4" "llama --size 8GiB --shards 4"; do
-    set -- $ds; name=$1
-    prepare "$@" || continue
-    for m in "" --raw; do
-      "$D/splitzip" load /tmp/$name.new $m --check --resident --resident-packs --repeat 3 | grep -E "^load|matches" || fail "$name ${m:-splitzip} resident packs load --check"
-    done
-    for r in 1 2 3; do
-      echo "PACKS $name r$r base:      $("$D/base-splitzip" bench load /tmp/$name.base --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
-      echo "PACKS $name r$r new:       $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
-      echo "PACKS $name r$r new packs: $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --resident-packs --repeat 3 --device-times=false | grep compare)"
-    done
-    for m in "" --raw; do
-      "$D/splitzip" load /tmp/$name.new $m --resident --resident-packs --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
-    done
-    rm -rf /tmp/$name /tmp/$name.*
-  done ;;
+batch) suites; over_datasets batch_one ;;
+packs) suites; over_datasets packs_one ;;
 builds)
   for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4"; do
     set -- $ds; name=$1; shift

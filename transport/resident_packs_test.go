@@ -53,18 +53,7 @@ func residentPacks(t *testing.T, small int64) {
 		return nil
 	}}, SplitZipOptions{Resident: true, ResidentPacks: true, SmallBytes: small, Readers: 3})
 	bs := a.Bindings()
-	faultAll := func(what string) {
-		t.Helper()
-		for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
-			if err != nil {
-				t.Fatalf("%s: %s: %v", what, bs[i].Name, err)
-			}
-		}
-		if err := CheckArena(eng, bs, src); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		st.Evict(bs...)
-	}
+	faultAll := func(what string) { t.Helper(); faultCheckEvict(t, eng, st, bs, src, what) }
 	faultAll("first fault")
 	if n := scattered.Load(); small < 0 && n != 0 {
 		t.Fatalf("the first fault scattered %d payloads, want each uploaded on its own", n)
@@ -84,18 +73,10 @@ func residentPacks(t *testing.T, small int64) {
 		}
 	}
 	scattered.Store(0)
-	for i, err := range waitAll(st.FaultIn(context.Background(), half)) {
-		if err != nil {
-			t.Fatalf("half: %s: %v", half[i].Name, err)
-		}
-	}
-	if err := CheckArena(eng, half, src); err != nil {
-		t.Fatalf("half: %v", err)
-	}
+	faultCheckEvict(t, eng, st, half, src, "half")
 	if n := scattered.Load(); small < 0 && n != 0 {
 		t.Fatalf("half the bindings: %d payloads scattered, want none (no region whole)", n)
 	}
-	st.Evict(half...)
 
 	// Every binding with a payload fails (raw ones too where the raw
 	// transport packs them).
@@ -185,18 +166,7 @@ func TestResidentRuns(t *testing.T) {
 	}
 	st := NewStore(eng, raw)
 	bs := a.Bindings()
-	faultAll := func(what string) {
-		t.Helper()
-		for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
-			if err != nil {
-				t.Fatalf("%s: %s: %v", what, bs[i].Name, err)
-			}
-		}
-		if err := CheckArena(eng, bs, src); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		st.Evict(bs...)
-	}
+	faultAll := func(what string) { t.Helper(); faultCheckEvict(t, eng, st, bs, src, what) }
 	faultAll("first fault")
 	first := copies.Load()
 	if first < int64(len(bs))-2 {
@@ -294,4 +264,19 @@ func uniqueRuns(m map[*vmm.Binding]*rawRun) []*rawRun {
 		}
 	}
 	return out
+}
+
+// faultCheckEvict faults bs in, checks them against the source, and
+// evicts them; what names the step in failures.
+func faultCheckEvict(t *testing.T, eng engine.Engine, st *Store, bs []*vmm.Binding, src *shardcache.Source, what string) {
+	t.Helper()
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		if err != nil {
+			t.Fatalf("%s: %s: %v", what, bs[i].Name, err)
+		}
+	}
+	if err := CheckArena(eng, bs, src); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	st.Evict(bs...)
 }
