@@ -19,8 +19,9 @@
 #   streams  decode streams (thirteenth session): the conformance suite,
 #          and with NOWAIT_TEST set a build whose decodes skip their wait
 #          (its DecodesFollowTheirCopies must fail); then base against
-#          this build on a 12-layer MoE and the size mix with 1, 2 and 4
-#          upload streams, first loads and resident re-faults, 3 rounds
+#          this build on a 12-layer MoE, the size mix and an 8 GiB Llama
+#          with the upload stream counts in STREAMS (default "1 2 4"),
+#          first loads and resident re-faults, 3 rounds
 #   batch  batched copies (thirteenth session): the conformance suite,
 #          the batched-submission test and the transport CUDA tests, then
 #          base against this build on a 12-layer MoE, the size mix and an
@@ -142,6 +143,17 @@ over_datasets() {
     prepare "$@" && "$fn" $1
     rm -rf /tmp/$1 /tmp/$1.*
   done
+}
+
+# streams_one NAME: for each upload stream count in STREAMS (default
+# "1 2 4"), a resident load checked, then ab; then device times.
+streams_one() {
+  local name=$1
+  for st in ${STREAMS:-1 2 4}; do
+    "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 --streams $st | grep -E "matches" || fail "$name resident load --check --streams $st"
+    ab "STREAMS s$st" $name --streams $st
+  done
+  devtimes $name
 }
 
 # batch_one NAME: resident loads checked, then ab and device times.
@@ -269,16 +281,7 @@ streams)
     step "decodes that skip their wait (must fail)"
     for k in 1 2 3; do "$NOWAIT_TEST" -test.count=1 -test.run 'Conformance/DecodesFollowTheirCopies' 2>&1 | grep -E "^\s*--- |decode did not|^ok|^FAIL" | head -4; done
   fi
-  for ds in "moe12 --moe 64 --layers 12 --shards 4" "mix --mix 4000 --shards 4"; do
-    set -- $ds; name=$1
-    prepare "$@" || continue
-    for st in 1 2 4; do
-      "$D/splitzip" load /tmp/$name.new --check --resident --repeat 2 --streams $st | grep -E "matches" || fail "$name resident load --check --streams $st"
-      ab "STREAMS s$st" $name --streams $st
-    done
-    devtimes $name
-    rm -rf /tmp/$name /tmp/$name.*
-  done ;;
+  over_datasets streams_one ;;
 batch) suites; over_datasets batch_one ;;
 packs) suites; over_datasets packs_one ;;
 builds)
