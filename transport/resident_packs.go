@@ -53,27 +53,24 @@ func (p place) buf(size uint64) []byte {
 // resident nor placed yet places in new resident packs, in batch order.
 // Payloads that would fill a region alone keep buffers of their own.
 func (z *SplitZip) planResidentPacks(targets []target) error {
-	var keys []shardcache.Key
-	var sizes []uint64
+	var want []shardcache.Key
 	seen := map[shardcache.Key]bool{}
+	z.mu.Lock()
 	for _, t := range targets {
 		k := t.hit.Tensor.Key
-		if t.host || seen[k] {
+		if _, placed := z.places[k]; t.host || seen[k] || placed || z.resident[k] != nil {
 			continue
 		}
 		seen[k] = true
-		z.mu.Lock()
-		_, placed := z.places[k]
-		done := z.resident[k] != nil
-		z.mu.Unlock()
-		if placed || done {
-			continue
+		want = append(want, k)
+	}
+	z.mu.Unlock()
+	var keys []shardcache.Key
+	var sizes []uint64
+	for _, k := range want {
+		if o, err := z.cache.Lookup(k); err == nil { // else the upload reports it
+			keys, sizes = append(keys, k), append(sizes, o.Size)
 		}
-		o, err := z.cache.Lookup(k)
-		if err != nil {
-			continue // the upload reports it
-		}
-		keys, sizes = append(keys, k), append(sizes, o.Size)
 	}
 	for len(keys) > 0 {
 		n, end := packMembers(sizes)
@@ -207,25 +204,53 @@ func (z *SplitZip) submitPack(u packUpload, out []Fence) {
 }
 
 // readPlaced reads the payload of key into buf, its place in a resident
-// pack, once however many goroutines ask at a time (one place cannot
-// take two reads at once); a failed read is tried again by the next.
+// pack (see fillPlace).
 func (z *SplitZip) readPlaced(key shardcache.Key, buf []byte) (*payload, error) {
+	return z.fillPlace(key, true, func() (*payload, error) { return z.read(key, buf) })
+}
+
+// keepPlaced makes b, a checked payload staged by the packer, the resident
+// copy of key in its place, if key has one; it reports whether it did, or
+// another goroutine has or is doing so.
+func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h codec.Header) bool {
+	z.mu.Lock()
+	pl, placed := z.places[key]
+	z.mu.Unlock()
+	if !placed {
+		return false
+	}
+	z.fillPlace(key, false, func() (*payload, error) {
+		buf := pl.buf(uint64(len(b)))
+		copy(buf, b)
+		return &payload{buf: buf, h: h}, nil
+	})
+	return true
+}
+
+// fillPlace makes the payload fill writes into key's place the resident
+// copy of key, one fill at a time (a place cannot take two at once): when
+// key is resident it returns that; when another goroutine is filling the
+// place it waits for it and looks again (or, without wait, returns nil);
+// a failed fill leaves the place to the next.
+func (z *SplitZip) fillPlace(key shardcache.Key, wait bool, fill func() (*payload, error)) (*payload, error) {
 	for {
 		z.mu.Lock()
 		if p := z.resident[key]; p != nil {
 			z.mu.Unlock()
 			return p, nil
 		}
-		busy, ok := z.reading[key]
-		if ok {
+		if busy, ok := z.reading[key]; ok {
 			z.mu.Unlock()
+			if !wait {
+				return nil, nil
+			}
 			<-busy
 			continue
 		}
 		done := make(chan struct{})
 		z.reading[key] = done
 		z.mu.Unlock()
-		p, err := z.read(key, buf)
+		p, err := fill()
 		z.mu.Lock()
 		delete(z.reading, key)
 		if err == nil {
@@ -235,32 +260,4 @@ func (z *SplitZip) readPlaced(key shardcache.Key, buf []byte) (*payload, error) 
 		close(done)
 		return p, err
 	}
-}
-
-// keepPlaced makes b, a checked payload staged by the packer, the resident
-// copy of key in its place, if key has one; it reports whether it did, or
-// another goroutine has or is doing so.
-func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h codec.Header) bool {
-	z.mu.Lock()
-	pl, placed := z.places[key]
-	_, busy := z.reading[key]
-	switch {
-	case !placed:
-		z.mu.Unlock()
-		return false
-	case z.resident[key] != nil || busy:
-		z.mu.Unlock()
-		return true
-	}
-	done := make(chan struct{})
-	z.reading[key] = done
-	z.mu.Unlock()
-	buf := pl.buf(uint64(len(b)))
-	copy(buf, b)
-	z.mu.Lock()
-	delete(z.reading, key)
-	z.resident[key] = &payload{buf: buf, h: h}
-	z.mu.Unlock()
-	close(done)
-	return true
 }

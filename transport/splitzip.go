@@ -66,7 +66,7 @@ type SplitZip struct {
 	mu       sync.Mutex
 	resident map[shardcache.Key]*payload
 	places   map[shardcache.Key]place         // ResidentPacks: where payloads go
-	reading  map[shardcache.Key]chan struct{} // placed payloads being read
+	reading  map[shardcache.Key]chan struct{} // places being filled
 	ring     chan *slot                       // pinned staging pieces
 	stats    Stats
 	pinned   uint64
