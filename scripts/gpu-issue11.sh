@@ -26,8 +26,8 @@
 #          the batched-submission test and the transport CUDA tests, then
 #          base against this build on a 12-layer MoE, the size mix and an
 #          8 GiB Llama, first loads and resident re-faults, 3 rounds
-#   packs  resident packs and runs (--resident-packs, thirteenth session,
-#          not yet measured): suites, then on a 12-layer MoE, the size mix
+#   packs  resident packs and runs (--resident-packs, the default since
+#          the fourteenth session): suites, then on a 12-layer MoE, the size mix
 #          and an 8 GiB Llama, bit-for-bit resident loads with packs (raw
 #          and SplitZip), and 3 rounds of resident re-faults: the baseline,
 #          this build without packs and with them
@@ -171,15 +171,15 @@ batch_one() {
 packs_one() {
   local name=$1
   for m in "" --raw; do
-    "$D/splitzip" load /tmp/$name.new $m --check --resident --resident-packs --repeat 3 | grep -E "^load|matches" || fail "$name ${m:-splitzip} resident packs load --check"
+    "$D/splitzip" load /tmp/$name.new $m --check --resident --repeat 3 | grep -E "^load|matches" || fail "$name ${m:-splitzip} resident packs load --check"
   done
   for r in 1 2 3; do
     echo "PACKS $name r$r base:      $("$D/base-splitzip" bench load /tmp/$name.base --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
-    echo "PACKS $name r$r new:       $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
-    echo "PACKS $name r$r new packs: $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --resident-packs --repeat 3 --device-times=false | grep compare)"
+    echo "PACKS $name r$r new:       $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --resident-packs=false --repeat 3 --device-times=false | grep compare)"
+    echo "PACKS $name r$r new packs: $("$D/splitzip" bench load /tmp/$name.new --rounds 1 --resident --repeat 3 --device-times=false | grep compare)"
   done
   for m in "" --raw; do
-    "$D/splitzip" load /tmp/$name.new $m --resident --resident-packs --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
+    "$D/splitzip" load /tmp/$name.new $m --resident --repeat 3 --device-times=true | grep -E "^load|device busy" | tail -2
   done
 }
 

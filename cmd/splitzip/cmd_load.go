@@ -25,7 +25,7 @@ type loadOptions struct {
 	Device        string
 	Raw           bool
 	Resident      bool
-	ResidentPacks bool // with Resident: payloads side by side in pinned regions
+	ResidentPacks bool // with Resident: payloads side by side in pinned regions (default on)
 	// DeviceResident keeps payloads in device memory (raw loads of a
 	// comparison keep theirs in pinned memory).
 	DeviceResident bool
@@ -84,10 +84,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads whose source is absent on the host, not on the device after their upload")
-	// Not measured on a GPU yet (docs/PERF.md, thirteenth session): hidden
-	// until it is.
-	f.BoolVar(&o.ResidentPacks, "resident-packs", false, "with --resident: keep each layer group's payloads side by side in pinned regions of up to 16 MiB, re-faulted one DMA and one scatter launch a region")
-	_ = f.MarkHidden("resident-packs")
+	f.BoolVar(&o.ResidentPacks, "resident-packs", true, "with --resident: keep each layer group's payloads side by side in pinned regions of up to 16 MiB, re-faulted with one copy and one scatter launch a region (raw: runs of tensors adjacent in the arena, one copy a run)")
 }
 
 func (o loadOptions) engine() (engine.Engine, error) { return o.engineFor("--device", o.Device) }
@@ -148,7 +145,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost,
+	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
 	if o.Compare == 0 {
@@ -173,6 +170,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 				// Raw bytes have no device tier: their repeats come from
 				// pinned memory, as an offload runtime's would.
 				lo.Resident, lo.DeviceResident = raw, !raw
+				lo.ResidentPacks = o.ResidentPacks && raw
 			}
 			p.Start(map[bool]string{true: "loading raw", false: "loading SplitZip"}[raw], total)
 			rep, err := loadbench.Load(ctx, eng, c, src, lo)

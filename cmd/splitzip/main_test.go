@@ -80,6 +80,16 @@ func TestEndToEnd(t *testing.T) {
 	if code, out, e := splitzip(t, "bench", "load", cache, "--device", "cpu", "--rounds", "1", "--json"); code != 0 || !strings.Contains(out, `"load_compare"`) {
 		t.Fatalf("bench load: %d %q %q", code, out, e)
 	}
+	// Resident re-faults: packs (raw: runs) unless turned off, checked.
+	for _, c := range []struct{ args, mode string }{
+		{"", "splitzip+resident-packs"}, {"--raw", "raw+resident-packs"},
+		{"--resident-packs=false", "splitzip+resident "}, {"--raw --resident-packs=false", "raw+resident "},
+	} {
+		args := append([]string{"load", cache, "--device", "cpu", "--check", "--resident", "--repeat", "2"}, strings.Fields(c.args)...)
+		if code, out, e := splitzip(t, args...); code != 0 || !strings.Contains(out, "matches the source") || !strings.Contains(out, c.mode) {
+			t.Fatalf("load --resident %s: %d %q %q", c.args, code, out, e)
+		}
+	}
 	// Onto several devices (host engines), by parts and peer copies, and
 	// each device loading everything.
 	for _, peer := range []string{"--peer=true", "--peer=false"} {
