@@ -31,6 +31,8 @@
 #          and an 8 GiB Llama, bit-for-bit resident loads with packs (raw
 #          and SplitZip), and 3 rounds of resident re-faults: the baseline,
 #          this build without packs and with them
+#   first  first loads of the builds in BINS on a 12-layer MoE, with
+#          their host read and verify times, and the CRC benchmark
 #   builds  the binaries named in BINS (files in D) alternated on a
 #          12-layer MoE and the size mix, 3 rounds, with each one's
 #          resident load --json (host submit time) and, for the last, a
@@ -304,6 +306,26 @@ builds)
     "$D/$last" load /tmp/$name.c --resident --repeat 6 --cpuprofile "$OUT/$name-$last-resident.pprof" | grep "^load" | tail -1
     rm -rf /tmp/$name /tmp/$name.c
   done ;;
+first) # the CRC test and benchmark (crc32c.test, where D has it) and the
+  # processor's flags; then first loads from page cache of the builds in
+  # BINS (files in D), each checked bit for bit once, alternated on a
+  # 12-layer MoE, 3 rounds, each with its host read and verify times
+  grep -o -w -E "avx512f|vpclmulqdq|pclmulqdq|sse4_2|avx2" /proc/cpuinfo | sort | uniq -c
+  if [ -x "$D/crc32c.test" ]; then
+    "$D/crc32c.test" -test.run "TestUpdate|TestPick" -test.v -test.bench Update -test.benchtime 1s -test.count 3 2>&1 | grep -E "Benchmark|chosen|PASS|FAIL|wide|ok" || fail crc32c
+  fi
+  "$D/splitzip" gen /tmp/moe12 --moe 64 --layers 12 --shards 4 -q && "$D/splitzip" compress /tmp/moe12 -o /tmp/moe12.c --no-sync -q || fail gen
+  cat /tmp/moe12/* /tmp/moe12.c/objects/*/* >/dev/null
+  for b in $BINS; do
+    echo "$b: $("$D/$b" load /tmp/moe12.c --check | grep -E "matches")" || fail "$b load --check"
+  done
+  for r in 1 2 3; do
+    for b in $BINS; do
+      echo "FIRST r$r $b: $("$D/$b" bench load /tmp/moe12.c --rounds 1 --repeat 1 --device-times=false | grep compare)"
+      "$D/$b" load /tmp/moe12.c --json --device-times=false | python3 -c "import json,sys; d=json.load(sys.stdin); r=d['runs'][0]; print('  $b json: %.1f GB/s, read %.0f ms verify %.0f ms submit %.0f ms summed' % (r['gb_per_s'], d['read_ns']/1e6, d['verify_ns']/1e6, d['submit_ns']/1e6))"
+    done
+  done
+  rm -rf /tmp/moe12 /tmp/moe12.c ;;
 moe) dataset moe --moe 64 --shards 8; rm -rf /tmp/moe /tmp/moe.base /tmp/moe.new ;;
 llama) dataset llama --size 8GiB --shards 4 ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;

@@ -13,5 +13,10 @@ package crc32c
 // {x^(128+63), x^(128-1)} to fold one lane into the next.
 var foldK = [4]uint64{kOperand(512 + 63), kOperand(512 - 1), kOperand(128 + 63), kOperand(128 - 1)}
 
+// foldWideK: {x^(2048+63), x^(2048-1)} for sixteen lanes 2048 bits apart,
+// {x^(512+63), x^(512-1)} to fold one register of four lanes into the
+// next, and {x^(128+63), x^(128-1)} as in foldK.
+var foldWideK = [6]uint64{kOperand(2048 + 63), kOperand(2048 - 1), kOperand(512 + 63), kOperand(512 - 1), kOperand(128 + 63), kOperand(128 - 1)}
+
 // kOperand returns reflect32(x^e mod P) << 32.
 func kOperand(e int) uint64 { return uint64(xPow(uint64(e), 0)) << 32 }

@@ -3,12 +3,15 @@
 // folds the data faster with carry-less multiplication (PCLMULQDQ) than
 // hash/crc32 runs three CRC32 instructions side by side: 64 bytes a step
 // in four 128-bit lanes, the lanes then folded into one and that reduced
-// with the CRC32 instruction. Which of the two a process uses is measured
-// once, on its first long input, and the folding kept only where it takes
-// at most 85% of hash/crc32's time: on the 2-core AMD EPYC (family 23)
-// development machine it ran 7.0-7.8 GB/s against hash/crc32's 4.1-4.2
-// (docs/PERF.md). Where the CRC32 instruction issues every cycle the two
-// may be even; the measurement then keeps hash/crc32.
+// with the CRC32 instruction; with AVX-512 and VPCLMULQDQ, 256 bytes a
+// step in sixteen lanes of four registers. Which way a process uses is
+// measured once, on its first long input, and a folding kept only where
+// it takes at most 85% of hash/crc32's time: on the 2-core AMD EPYC
+// (family 23) development machine the narrow folding ran 7.0-7.8 GB/s
+// against hash/crc32's 4.1-4.2 (docs/PERF.md). Where the CRC32
+// instruction issues every cycle the narrow folding and hash/crc32 may be
+// even (the H200's Xeon host: 15-17 GB/s each); the wide one is four
+// products an instruction there.
 package crc32c
 
 import (
@@ -25,16 +28,17 @@ var table = crc32.MakeTable(crc32.Castagnoli)
 // is as fast.
 const foldMin = 256
 
-// How long inputs are checksummed: not measured yet, folded, or by
-// hash/crc32.
+// How long inputs are checksummed: not measured yet, folded (64 bytes a
+// step), folded wide (256 bytes a step, AVX-512), or by hash/crc32.
 const (
 	undecided int32 = iota
 	folded
+	foldedWide
 	tabled
 )
 
 var (
-	choice  atomic.Int32 // folded or tabled once measured (tests set it)
+	choice  atomic.Int32 // folded, foldedWide or tabled once measured (tests set it)
 	measure sync.Once
 )
 
@@ -49,10 +53,10 @@ func Update(crc uint32, p []byte) uint32 {
 		measure.Do(pick)
 		c = choice.Load()
 	}
-	if c != folded {
+	if c == tabled || c == foldedWide && !canFoldWide {
 		return crc32.Update(crc, table, p)
 	}
-	return fold(crc, p)
+	return fold(crc, p, c == foldedWide)
 }
 
 // Checksum returns the CRC-32C of p.
@@ -61,15 +65,16 @@ func Checksum(p []byte) uint32 { return Update(0, p) }
 // fold is Update by folding: whole 64-byte blocks folded from the raw
 // state (crc32.Update's state is the CRC inverted), the rest by
 // hash/crc32.
-func fold(crc uint32, p []byte) uint32 {
+func fold(crc uint32, p []byte, wide bool) uint32 {
 	n := len(p) &^ 63
-	r := foldRaw(^crc, p[:n])
+	r := foldRaw(^crc, p[:n], wide)
 	return crc32.Update(^r, table, p[n:])
 }
 
-// pick times both ways on 64 KiB, the best of five runs each, and keeps
-// the folding when it takes at most 85% of hash/crc32's time (both give
-// the same checksums, so a wrong pick costs only speed).
+// pick times each way the processor has on 64 KiB, the best of five runs
+// each, and keeps the fastest folding when it takes at most 85% of
+// hash/crc32's time (all give the same checksums, so a wrong pick costs
+// only speed).
 func pick() {
 	buf := make([]byte, 64<<10)
 	for i := range buf {
@@ -85,11 +90,18 @@ func pick() {
 		return b
 	}
 	var sink uint32
-	tf := best(func() { sink ^= fold(0, buf) })
 	tt := best(func() { sink ^= crc32.Update(0, table, buf) })
-	c := tabled
-	if tf*100 <= tt*85 && sink != 1<<31+7 { // sink: keep the calls
-		c = folded
+	c, tc := tabled, tt*85/100
+	if tf := best(func() { sink ^= fold(0, buf, false) }); tf <= tc {
+		c, tc = folded, tf
+	}
+	if canFoldWide {
+		if tw := best(func() { sink ^= fold(0, buf, true) }); tw <= tc {
+			c = foldedWide
+		}
+	}
+	if sink == 1<<31+7 { // keep the calls
+		c = tabled
 	}
 	choice.CompareAndSwap(undecided, c)
 }

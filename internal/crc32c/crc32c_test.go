@@ -8,7 +8,9 @@ import (
 
 // TestUpdate: every length from 0 to 1,100 and some long ones, at every
 // alignment of 0 to 15 and from random and all-ones states, give
-// hash/crc32's Castagnoli CRC, with the folding and without.
+// hash/crc32's Castagnoli CRC, with each folding the processor has and
+// without (the wide one needs AVX-512 with VPCLMULQDQ: on other machines
+// it is skipped with a message).
 func TestUpdate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 1<<20+64)
@@ -21,15 +23,22 @@ func TestUpdate(t *testing.T) {
 	}
 	saved := choice.Load()
 	defer choice.Store(saved)
-	for _, c := range []int32{folded, tabled} {
-		fold := c == folded
+	ways := []int32{folded, tabled}
+	if canFoldWide {
+		ways = append(ways, foldedWide)
+		lens = append(lens, 1<<16+255, 1<<16+256+64, 1<<20-64)
+	} else {
+		t.Log("no AVX-512 VPCLMULQDQ: the wide folding is not tested here")
+	}
+	for _, c := range ways {
+		fold := map[int32]string{folded: "narrow", foldedWide: "wide", tabled: "none"}[c]
 		choice.Store(c)
 		for _, n := range lens {
 			for _, off := range []int{0, 1, 7, 15} {
 				p := buf[off : off+n]
 				for _, crc := range []uint32{0, 0xFFFFFFFF, rng.Uint32()} {
 					if got, want := Update(crc, p), crc32.Update(crc, table, p); got != want {
-						t.Fatalf("fold %v, %d bytes at %d from %#x: %#x, want %#x", fold, n, off, crc, got, want)
+						t.Fatalf("folding %s, %d bytes at %d from %#x: %#x, want %#x", fold, n, off, crc, got, want)
 					}
 				}
 			}
@@ -76,13 +85,15 @@ func FuzzUpdate(f *testing.F) {
 	})
 }
 
-// TestPick: the measured choice is one of the two ways, made once.
+// TestPick: the measured choice is one of the ways the processor has,
+// made once.
 func TestPick(t *testing.T) {
 	Update(0, make([]byte, 4096))
-	if c := choice.Load(); canFold && c != folded && c != tabled {
+	c := choice.Load()
+	if canFold && c != folded && c != tabled && (c != foldedWide || !canFoldWide) {
 		t.Fatalf("choice %d after a long input", c)
 	}
-	t.Logf("folding available %v, chosen %v", canFold, choice.Load() == folded)
+	t.Logf("folding available %v, wide %v; chosen: folded %v, wide %v", canFold, canFoldWide, c == folded, c == foldedWide)
 }
 
 // BenchmarkUpdate is the folding on 7 MiB (an entropy payload of 4 Mi
@@ -92,15 +103,17 @@ func BenchmarkUpdate(b *testing.B) {
 	for i := range buf {
 		buf[i] = byte(i * 7)
 	}
-	b.Run("fold", func(b *testing.B) {
-		if !canFold {
-			b.Skip("no folding on this processor")
-		}
-		b.SetBytes(int64(len(buf)))
-		for b.Loop() {
-			fold(0, buf)
-		}
-	})
+	for _, wide := range []bool{false, true} {
+		b.Run(map[bool]string{false: "fold", true: "fold-wide"}[wide], func(b *testing.B) {
+			if !canFold || wide && !canFoldWide {
+				b.Skip("no such folding on this processor")
+			}
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				fold(0, buf, wide)
+			}
+		})
+	}
 	b.Run("hash-crc32", func(b *testing.B) {
 		b.SetBytes(int64(len(buf)))
 		for b.Loop() {

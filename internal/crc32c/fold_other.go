@@ -2,7 +2,10 @@
 
 package crc32c
 
-// canFold: no folding on this processor or build.
-const canFold = false
+// canFold and canFoldWide: no folding on this processor or build.
+const (
+	canFold     = false
+	canFoldWide = false
+)
 
-func foldRaw(r uint32, p []byte) uint32 { panic("crc32c: no folding on this processor") }
+func foldRaw(r uint32, p []byte, wide bool) uint32 { panic("crc32c: no folding on this processor") }
