@@ -31,8 +31,9 @@
 #          and an 8 GiB Llama, bit-for-bit resident loads with packs (raw
 #          and SplitZip), and 3 rounds of resident re-faults: the baseline,
 #          this build without packs and with them
-#   first  first loads of the builds in BINS on a 12-layer MoE, with
-#          their host read and verify times, and the CRC benchmark
+#   first  first loads of the builds in BINS on a 12-layer MoE, ROUNDS
+#          rounds (default 3), with their host read and verify times,
+#          and the CRC tests and benchmarks
 #   builds  the binaries named in BINS (files in D) alternated on a
 #          12-layer MoE and the size mix, 3 rounds, with each one's
 #          resident load --json (host submit time) and, for the last, a
@@ -319,7 +320,7 @@ first) # the CRC test and benchmark (crc32c.test, where D has it) and the
   for b in $BINS; do
     echo "$b: $("$D/$b" load /tmp/moe12.c --check | grep -E "matches")" || fail "$b load --check"
   done
-  for r in 1 2 3; do
+  for r in $(seq ${ROUNDS:-3}); do
     for b in $BINS; do
       echo "FIRST r$r $b: $("$D/$b" bench load /tmp/moe12.c --rounds 1 --repeat 1 --device-times=false | grep compare)"
       "$D/$b" load /tmp/moe12.c --json --device-times=false | python3 -c "import json,sys; d=json.load(sys.stdin); r=d['runs'][0]; print('  $b json: %.1f GB/s, read %.0f ms verify %.0f ms submit %.0f ms summed' % (r['gb_per_s'], d['read_ns']/1e6, d['verify_ns']/1e6, d['submit_ns']/1e6))"
