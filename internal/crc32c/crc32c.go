@@ -10,8 +10,8 @@
 // (family 23) development machine the narrow folding ran 7.0-7.8 GB/s
 // against hash/crc32's 4.1-4.2 (docs/PERF.md). Where the CRC32
 // instruction issues every cycle the narrow folding and hash/crc32 may be
-// even (the H200's Xeon host: 15-17 GB/s each); the wide one is four
-// products an instruction there.
+// even (the H200's Xeon host: 10-18 GB/s each on 7 MiB); the wide one ran
+// 19-26 GB/s there.
 package crc32c
 
 import (
@@ -71,6 +71,9 @@ func fold(crc uint32, p []byte, wide bool) uint32 {
 	return crc32.Update(^r, table, p[n:])
 }
 
+// pickSink keeps pick's timed calls from being optimized away.
+var pickSink uint32
+
 // pick times each way the processor has on 64 KiB, the best of five runs
 // each, and keeps the fastest folding when it takes at most 85% of
 // hash/crc32's time (all give the same checksums, so a wrong pick costs
@@ -100,8 +103,6 @@ func pick() {
 			c = foldedWide
 		}
 	}
-	if sink == 1<<31+7 { // keep the calls
-		c = tabled
-	}
+	pickSink = sink
 	choice.CompareAndSwap(undecided, c)
 }
