@@ -2,6 +2,31 @@
 
 #include "textflag.h"
 
+// REDUCE folds 128-bit lane a into b, b into c and c into d (128 bits
+// apart: k holds the constants; X4 is scratch), then reduces d with the
+// CRC32 instruction from 0 into AX.
+#define REDUCE(a, b, c, d, k) \
+	MOVO a, X4; \
+	PCLMULQDQ $0x00, k, a; \
+	PCLMULQDQ $0x11, k, X4; \
+	PXOR X4, a; \
+	PXOR a, b; \
+	MOVO b, X4; \
+	PCLMULQDQ $0x00, k, b; \
+	PCLMULQDQ $0x11, k, X4; \
+	PXOR X4, b; \
+	PXOR b, c; \
+	MOVO c, X4; \
+	PCLMULQDQ $0x00, k, c; \
+	PCLMULQDQ $0x11, k, X4; \
+	PXOR X4, c; \
+	PXOR c, d; \
+	XORL AX, AX; \
+	MOVQ d, BX; \
+	CRC32Q BX, AX; \
+	PEXTRQ $1, d, BX; \
+	CRC32Q BX, AX
+
 // func fold64(r uint32, p *byte, n int, k *[4]uint64) uint32
 //
 // The raw CRC-32C from state r of n >= 1 blocks of 64 bytes at p: four
@@ -58,27 +83,7 @@ loop:
 	JNZ loop
 
 reduce:
-	// X0 into X1, X1 into X2, X2 into X3.
-	MOVO X0, X4
-	PCLMULQDQ $0x00, X9, X0
-	PCLMULQDQ $0x11, X9, X4
-	PXOR X4, X0
-	PXOR X0, X1
-	MOVO X1, X4
-	PCLMULQDQ $0x00, X9, X1
-	PCLMULQDQ $0x11, X9, X4
-	PXOR X4, X1
-	PXOR X1, X2
-	MOVO X2, X4
-	PCLMULQDQ $0x00, X9, X2
-	PCLMULQDQ $0x11, X9, X4
-	PXOR X4, X2
-	PXOR X2, X3
-	XORL AX, AX
-	MOVQ X3, BX
-	CRC32Q BX, AX
-	PEXTRQ $1, X3, BX
-	CRC32Q BX, AX
+	REDUCE(X0, X1, X2, X3, X9)
 	MOVL AX, ret+32(FP)
 	RET
 
@@ -143,25 +148,6 @@ reduce256:
 	VEXTRACTI32X4 $3, Z3, X5
 	VZEROUPPER
 	MOVOU 32(DX), X9
-	MOVO X3, X4
-	PCLMULQDQ $0x00, X9, X3
-	PCLMULQDQ $0x11, X9, X4
-	PXOR X4, X3
-	PXOR X3, X1
-	MOVO X1, X4
-	PCLMULQDQ $0x00, X9, X1
-	PCLMULQDQ $0x11, X9, X4
-	PXOR X4, X1
-	PXOR X1, X2
-	MOVO X2, X4
-	PCLMULQDQ $0x00, X9, X2
-	PCLMULQDQ $0x11, X9, X4
-	PXOR X4, X2
-	PXOR X2, X5
-	XORL AX, AX
-	MOVQ X5, BX
-	CRC32Q BX, AX
-	PEXTRQ $1, X5, BX
-	CRC32Q BX, AX
+	REDUCE(X3, X1, X2, X5, X9)
 	MOVL AX, ret+32(FP)
 	RET
