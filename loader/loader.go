@@ -163,6 +163,11 @@ func (l *Loader) FindSlice(shard string, offset, size uint64) (int, error) {
 }
 
 // ReadHost writes tensor i's original bytes into dst, decoding on the CPU.
+// A payload (SplitZip or entropy) is always decoded from the cache, and
+// checked as it is, even when the tensor's source slice is there: a
+// corrupt payload is then an error (codec.ErrChecksum, ...) naming the
+// tensor, never hidden by a read of the source. Only raw tensors are read
+// from their source shard (checked unchanged since compression).
 func (l *Loader) ReadHost(i int, dst []byte) error {
 	t, err := l.Tensor(i)
 	if err != nil {
@@ -172,12 +177,18 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 		return fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, len(dst), t.Size)
 	}
 	dst = dst[:t.Size]
-	if t.Compressed {
+	switch t.rec.Stored {
+	case shardcache.StoredSplitZip, shardcache.StoredEntropy:
 		p, _, err := l.c.ReadObject(t.Key)
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		if err := codec.Decode(dst, p); err != nil {
+		if t.rec.Stored == shardcache.StoredEntropy {
+			err = entropy.Decode(dst, p, 0)
+		} else {
+			err = codec.Decode(dst, p)
+		}
+		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
 		return nil
@@ -187,20 +198,9 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 
 // readSource reads a raw tensor from its shard, which must not have
 // changed since compression, or, when the shard is absent, from its copy
-// in the cache.
+// in the cache. Payloads never come here (ReadHost decodes them).
 func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	path, off, err := l.rawSlice(t)
-	if errors.Is(err, shardcache.ErrHostDecode) {
-		// An entropy payload, its source absent: decoded here.
-		p, _, err := l.c.ReadObject(t.Key)
-		if err == nil {
-			err = entropy.Decode(dst, p, 0)
-		}
-		if err != nil {
-			return fmt.Errorf("tensor %q: %w", t.Name, err)
-		}
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -443,5 +444,47 @@ func TestStoredRoundTrip(t *testing.T) {
 		if _, err := l.Plan(2, "*=copy"); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Plan of a bad rule: %v", err)
 		}
+	}
+}
+
+// TestReadHostEntropyCorruptWithSource damages one byte of each entropy
+// payload of a cache whose source is there: ReadHost decodes from the
+// cache, so every damaged payload is an integrity error naming its
+// tensor (before, the source was read and the damage went unnoticed).
+func TestReadHostEntropyCorruptWithSource(t *testing.T) {
+	c, _ := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 8}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	damaged := 0
+	for _, tn := range l.Tensors() {
+		if tn.rec.Stored != shardcache.StoredEntropy {
+			continue
+		}
+		got := make([]byte, tn.Size)
+		if err := l.ReadHost(tn.Index, got); err != nil {
+			t.Fatalf("%s before the damage: %v", tn.Name, err)
+		}
+		if !bytes.Equal(got, source(t, &tn)) {
+			t.Fatalf("%s differs from the source", tn.Name)
+		}
+		o, err := c.Lookup(tn.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, at := range []int64{int64(o.Size) / 2, -1} {
+			restore := cachetest.Flip(t, c, tn.Key, at, 0x40)
+			err := l.ReadHost(tn.Index, got)
+			restore()
+			if StatusOf(err) != StatusCorrupt || !strings.Contains(fmt.Sprint(err), fmt.Sprintf("%q", tn.Name)) {
+				t.Fatalf("%s with byte %d of its payload damaged: %v (status %d), want a corrupt error naming it", tn.Name, at, err, StatusOf(err))
+			}
+		}
+		damaged++
+	}
+	if damaged == 0 {
+		t.Fatal("no entropy payloads in the fixture")
 	}
 }
