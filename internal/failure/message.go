@@ -1,0 +1,165 @@
+package failure
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/safetensors"
+	"github.com/splitzip/splitzip/transport"
+)
+
+// Message returns err's text for people: the text of each error of the
+// standard library in its chain that shows Go's insides (the operation
+// of an *fs.PathError, the function of a *strconv.NumError, the Go type of
+// a *json.UnmarshalTypeError, a system call's name) is replaced by a plain
+// sentence saying the same. The rest of the text is kept as it is.
+func Message(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	walk(err, func(e error) {
+		if plain, ok := plainText(e); ok {
+			msg = strings.Replace(msg, e.Error(), plain, 1)
+		}
+	})
+	return msg
+}
+
+// plainText returns the plain sentence for one error of the standard
+// library whose text shows Go's insides, and false for any other error.
+func plainText(e error) (string, bool) {
+	switch e := e.(type) {
+	case *fs.PathError:
+		return pathText(e.Op, e.Path, Message(e.Err)), true
+	case *os.LinkError:
+		verb := "link"
+		if e.Op == "rename" {
+			verb = "rename"
+		}
+		return fmt.Sprintf("cannot %s %s to %s: %s", verb, e.Old, e.New, Message(e.Err)), true
+	case *os.SyscallError:
+		if e.Syscall == "mmap" {
+			return "cannot map the file into memory: " + Message(e.Err), true
+		}
+		return Message(e.Err), true
+	case *strconv.NumError:
+		if errors.Is(e.Err, strconv.ErrRange) {
+			return fmt.Sprintf("%q is out of range", e.Num), true
+		}
+		return fmt.Sprintf("%q is not a number", e.Num), true
+	case *json.UnmarshalTypeError:
+		where := ""
+		if e.Field != "" {
+			where = fmt.Sprintf("field %q ", e.Field)
+		}
+		return fmt.Sprintf("%sholds %s where %s belongs", where, article(e.Value), jsonKind(e.Type)), true
+	}
+	return "", false
+}
+
+// pathText says what failed on a path, naming the operation in words
+// where it was a change to the file system and leaving it out where it
+// was a read (the path and the reason say enough).
+func pathText(op, path, reason string) string {
+	verb := map[string]string{
+		"write": "write", "mkdir": "create the folder", "mkdirat": "create the folder",
+		"remove": "remove", "unlinkat": "remove", "truncate": "truncate", "sync": "flush", "fsync": "flush",
+		"chmod": "change the permissions of", "chtimes": "set the times of", "close": "close",
+	}[op]
+	if verb == "" {
+		return fmt.Sprintf("%s: %s", path, reason)
+	}
+	return fmt.Sprintf("cannot %s %s: %s", verb, path, reason)
+}
+
+// article names a JSON value kind as Go's decoder reports it ("string",
+// "number -1", "bool", "array", "object") with an article.
+func article(v string) string {
+	v, _, _ = strings.Cut(v, " ")
+	switch v {
+	case "array", "object":
+		return "an " + v
+	case "bool":
+		return "true or false"
+	}
+	return "a " + v
+}
+
+// jsonKind names what a Go type holds in JSON words.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another value"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another value"
+}
+
+// Locate returns the file and the tensor err is about, where an error in
+// its chain names them (the outermost that does): a
+// *pipeline.TensorError, a *safetensors.FormatError, a *transport.Error,
+// or for the file alone an *fs.PathError or *os.LinkError.
+func Locate(err error) (file, tensor string) {
+	walk(err, func(e error) {
+		f, t := "", ""
+		switch e := e.(type) {
+		case *pipeline.TensorError:
+			f, t = e.File, e.Tensor
+		case *safetensors.FormatError:
+			f, t = e.File, e.Tensor
+		case *transport.Error:
+			t = e.Tensor
+		case *fs.PathError:
+			f = e.Path
+		case *os.LinkError:
+			f = e.Old
+		}
+		if file == "" {
+			file = f
+		}
+		if tensor == "" {
+			tensor = t
+		}
+	})
+	return file, tensor
+}
+
+// walk calls fn on err and every error it wraps, outermost first, depth
+// first through errors that wrap several.
+func walk(err error, fn func(error)) {
+	for err != nil {
+		fn(err)
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e, fn)
+			}
+			return
+		default:
+			return
+		}
+	}
+}
