@@ -5,11 +5,91 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
-// ErrAmbiguousSource reports a cache of several sources and no choice
-// among them.
-var ErrAmbiguousSource = errors.New("the cache holds several sources; choose one with --source ROOT")
+// ErrAmbiguousSource reports a cache of several checkpoints and no choice
+// among them. Its text names no flag or argument: each front end says how
+// its users choose (the CLI's --source, Python's source=).
+var ErrAmbiguousSource = errors.New("the cache holds several checkpoints; choose one")
+
+// Path returns the resolved path that identifies the checkpoint s was
+// compressed from: its index file when it has one; its one shard when it
+// has a single shard and no index, since several single-file checkpoints
+// can share a folder; else its root directory. A cache holds at most one
+// source of each path (Writer.SetSource).
+func (s *Source) Path() string {
+	switch {
+	case s.Index != nil:
+		return filepath.Join(s.Root, s.Index.Name)
+	case len(s.Shards) == 1:
+		return filepath.Join(s.Root, s.Shards[0].Name)
+	}
+	return s.Root
+}
+
+// SourceFor returns the position in ix.Sources of the checkpoint that path
+// names, a path as the shell gave it (relative to the working directory,
+// symlinks allowed): the source whose Path it is, else the one source
+// whose root it is. Several sources under that root are ErrAmbiguousSource
+// (name the file); none is ErrNotFound. It does not look for checkpoints
+// that moved (Cache.FindSource does).
+func (ix *Index) SourceFor(path string) (int, error) {
+	cands := resolvedForms(path)
+	for _, p := range cands {
+		for i := range ix.Sources {
+			if ix.Sources[i].Path() == p {
+				return i, nil
+			}
+		}
+	}
+	for _, p := range cands {
+		var at []int
+		for i := range ix.Sources {
+			if ix.Sources[i].Root == p {
+				at = append(at, i)
+			}
+		}
+		switch len(at) {
+		case 0:
+			continue
+		case 1:
+			return at[0], nil
+		}
+		paths := make([]string, len(at))
+		for j, i := range at {
+			paths[j] = ix.Sources[i].Path()
+		}
+		return -1, fmt.Errorf("%w: %s holds %d of them (%s); name the file", ErrAmbiguousSource, p, len(at), strings.Join(paths, ", "))
+	}
+	return -1, fmt.Errorf("source %s: %w", path, ErrNotFound)
+}
+
+// resolvedForms returns path as given, absolute, and with symlinks resolved
+// (of its directory only, when it names no file: a checkpoint that is
+// gone can still be named), without duplicates.
+func resolvedForms(path string) []string {
+	forms := []string{path}
+	add := func(p string) {
+		for _, f := range forms {
+			if f == p {
+				return
+			}
+		}
+		forms = append(forms, p)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return forms
+	}
+	add(abs)
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		add(r)
+	} else if d, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		add(filepath.Join(d, filepath.Base(abs)))
+	}
+	return forms
+}
 
 // PickSource returns the source of the cache that sel names (FindSource)
 // with Root set to the directory its shards are in now.
@@ -26,39 +106,50 @@ func (c *Cache) PickSource(sel string) (*Source, error) {
 // FindSource returns the record of the source sel names and the directory
 // its shards are in now:
 //   - sel empty: the only source, at its recorded root;
-//   - sel a recorded root: that source;
-//   - sel another directory: the one source whose every shard is there
+//   - sel a source's Path or a recorded root (Index.SourceFor);
+//   - sel another directory (or file): the one source whose every shard is there
 //     with its recorded size (a checkpoint moved, copied or mounted
 //     elsewhere), and sel. The index is not changed (Writer.Relocate
 //     records the new place).
 func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	srcs := c.Index().Sources
 	if sel == "" {
-		if len(srcs) == 1 {
+		switch len(srcs) {
+		case 0:
+			return nil, "", fmt.Errorf("%s: %w: the cache holds no checkpoint", c.Dir(), ErrNotFound)
+		case 1:
 			return &srcs[0], srcs[0].Root, nil
 		}
-		var roots []string
-		for _, s := range srcs {
-			roots = append(roots, s.Root)
+		paths := make([]string, len(srcs))
+		for i := range srcs {
+			paths[i] = srcs[i].Path()
 		}
-		return nil, "", fmt.Errorf("%w: %v", ErrAmbiguousSource, roots)
+		return nil, "", fmt.Errorf("%s: %w: %s", c.Dir(), ErrAmbiguousSource, strings.Join(paths, ", "))
+	}
+	i, err := c.Index().SourceFor(sel)
+	switch {
+	case err == nil:
+		return &srcs[i], srcs[i].Root, nil
+	case !errors.Is(err, ErrNotFound):
+		return nil, "", fmt.Errorf("%s: %w", c.Dir(), err)
 	}
 	abs, err := filepath.Abs(sel)
 	if err != nil {
 		return nil, "", err
 	}
-	for i := range srcs {
-		if srcs[i].Root == abs || srcs[i].Root == sel {
-			return &srcs[i], srcs[i].Root, nil
-		}
-	}
 	dir, err := filepath.EvalSymlinks(abs)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: source %s: %w (%w)", c.Dir(), sel, ErrNotFound, err)
 	}
+	// A file names a single-file checkpoint (or an index) that moved: look
+	// for the sources of that name in its folder.
+	name := ""
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		dir, name = filepath.Dir(dir), filepath.Base(dir)
+	}
 	var found []*Source
 	for i := range srcs {
-		if holdsShards(dir, &srcs[i]) {
+		if holdsShards(dir, &srcs[i]) && (name == "" || filepath.Base(srcs[i].Path()) == name) {
 			found = append(found, &srcs[i])
 		}
 	}
@@ -68,7 +159,11 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	case 1:
 		return found[0], dir, nil
 	}
-	return nil, "", fmt.Errorf("%s: %s holds the shards of %d sources; name one by its recorded root", c.Dir(), sel, len(found))
+	paths := make([]string, len(found))
+	for i, s := range found {
+		paths[i] = s.Path()
+	}
+	return nil, "", fmt.Errorf("%s: %w: %s holds the shards of %d of them (%s); name one by its recorded path", c.Dir(), ErrAmbiguousSource, sel, len(found), strings.Join(paths, ", "))
 }
 
 // holdsShards reports whether dir has every shard of s with its recorded

@@ -242,13 +242,16 @@ func (w *Writer) PutFrom(r io.ReaderAt, off, n uint64, buf []byte) (Key, error) 
 	return key, o.Commit(key, &Object{Kind: KindRaw, Size: n, RawSize: n})
 }
 
-// SetSource records a compressed checkpoint, replacing any earlier record
-// of the same root. It takes effect with Commit.
+// SetSource records a compressed checkpoint, replacing the earlier record
+// of the same checkpoint (the same Source.Path) and no other: several
+// checkpoints may share a root, as single files of one folder do. It
+// takes effect with Commit.
 func (w *Writer) SetSource(s Source) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	id := s.Path()
 	for i := range w.ix.Sources {
-		if w.ix.Sources[i].Root == s.Root {
+		if w.ix.Sources[i].Path() == id {
 			w.ix.Sources[i] = s
 			return
 		}

@@ -1,0 +1,127 @@
+package shardcache_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// singleFiles writes n single-file checkpoints of different weights into
+// one folder, named a.safetensors, b.safetensors, ..., and returns the
+// folder (symlinks resolved) and the files.
+func singleFiles(t *testing.T, n int) (string, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "ck")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	folder, _ = filepath.EvalSymlinks(folder)
+	var files []string
+	for i := range n {
+		gen := filepath.Join(dir, "gen", string(rune('a'+i)))
+		if _, err := synth.Write(context.Background(), gen, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: uint64(31 + i)}); err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(folder, string(rune('a'+i))+".safetensors")
+		if err := os.Rename(filepath.Join(gen, "model.safetensors"), f); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return folder, files
+}
+
+func compressInto(t *testing.T, src, cache string) {
+	t.Helper()
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true}); err != nil {
+		t.Fatalf("compress %s: %v", src, err)
+	}
+}
+
+// TestSingleFilesShareAFolder: two single-file checkpoints of one folder
+// compressed into one cache are two sources; the second does not replace
+// the first, gc keeps both's objects, each verifies, and each can be
+// chosen by its file (as given, relative to the working directory) while
+// the folder alone is ambiguous. Compressing one of them again replaces
+// its own record only.
+func TestSingleFilesShareAFolder(t *testing.T) {
+	folder, files := singleFiles(t, 2)
+	cache := filepath.Join(t.TempDir(), "cache")
+	compressInto(t, files[0], cache)
+	compressInto(t, files[1], cache)
+	compressInto(t, files[0], cache) // again: replaces its own record
+
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs := c.Index().Sources
+	if len(srcs) != 2 || srcs[0].Path() != files[0] || srcs[1].Path() != files[1] {
+		var got []string
+		for i := range srcs {
+			got = append(got, srcs[i].Path())
+		}
+		t.Fatalf("sources %v, want %v", got, files)
+	}
+
+	w, err := shardcache.Create(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.GC(false)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Objects != 0 || res.Bytes != 0 {
+		t.Errorf("gc removed %d objects (%d bytes) that a checkpoint uses", res.Objects, res.Bytes)
+	}
+	for _, f := range files {
+		v, err := pipeline.Verify(context.Background(), cache, pipeline.VerifyOptions{Source: f})
+		if err != nil || !v.OK() || v.Payloads == 0 {
+			t.Errorf("verify %s after gc: %v %+v", f, err, v)
+		}
+	}
+
+	c, err = shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Paths as the shell gives them: relative to the working directory.
+	t.Chdir(folder)
+	for i, sel := range []string{"a.safetensors", "./b.safetensors"} {
+		at, err := c.Index().SourceFor(sel)
+		if err != nil || at != i {
+			t.Errorf("SourceFor(%q) = %d, %v; want %d", sel, at, err, i)
+		}
+		s, err := c.PickSource(sel)
+		if err != nil || s.Path() != files[i] {
+			t.Errorf("PickSource(%q): %v", sel, err)
+		}
+	}
+	for _, sel := range []string{"", ".", folder} {
+		_, err := c.PickSource(sel)
+		if !errors.Is(err, shardcache.ErrAmbiguousSource) || !strings.Contains(err.Error(), files[0]) || !strings.Contains(err.Error(), files[1]) {
+			t.Errorf("PickSource(%q) of two sources in one folder: %v", sel, err)
+		}
+	}
+	if _, err := c.Index().SourceFor("c.safetensors"); !errors.Is(err, shardcache.ErrNotFound) {
+		t.Errorf("SourceFor of a file never compressed: %v", err)
+	}
+}
+
+// TestAmbiguousSourceNamesNoFlag: the sentinel's text names no CLI flag
+// (Python users see it too); front ends add how to choose.
+func TestAmbiguousSourceNamesNoFlag(t *testing.T) {
+	if s := shardcache.ErrAmbiguousSource.Error(); strings.Contains(s, "--") || !strings.Contains(s, "several checkpoints") {
+		t.Errorf("ErrAmbiguousSource = %q", s)
+	}
+}
