@@ -8,20 +8,22 @@ import (
 	"path/filepath"
 
 	"github.com/splitzip/splitzip/internal/atomicfile"
+
+	"golang.org/x/sys/unix"
 )
 
-// Forget removes the record of the source with the given root; its
-// objects stay until GC. It takes effect with Commit.
-func (w *Writer) Forget(root string) error {
+// Forget removes the record of the checkpoint that path names, a path as
+// the shell gave it (Index.SourceFor): relative to the working directory,
+// symlinks allowed. Its objects stay until GC. It takes effect with Commit.
+func (w *Writer) Forget(path string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i := range w.ix.Sources {
-		if w.ix.Sources[i].Root == root {
-			w.ix.Sources = append(w.ix.Sources[:i], w.ix.Sources[i+1:]...)
-			return nil
-		}
+	i, err := w.ix.SourceFor(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.dir, err)
 	}
-	return fmt.Errorf("%s: source %s: %w", w.dir, root, ErrNotFound)
+	w.ix.Sources = append(w.ix.Sources[:i], w.ix.Sources[i+1:]...)
+	return nil
 }
 
 // Relocate records that the source compressed from root is now at
@@ -45,10 +47,10 @@ func (w *Writer) Relocate(root, newRoot string) error {
 	return nil
 }
 
-// referenced returns the keys the sources use (w.mu held).
-func (w *Writer) referenced() map[Key]bool {
+// referenced returns the keys the sources of ix use.
+func referenced(ix *Index) map[Key]bool {
 	used := map[Key]bool{}
-	for _, s := range w.ix.Sources {
+	for _, s := range ix.Sources {
 		if s.Index != nil {
 			used[s.Index.Key] = true
 		}
@@ -77,103 +79,186 @@ type GCResult struct {
 	Repacked int `json:"repacked"`
 }
 
-// GC removes objects no source references, and files under objects/ the
-// index does not know (left by an interrupted writer). A pack goes when
-// none of its members is used; one with both used members and removed
-// ones is rewritten with the used ones only. The index is committed
-// first, so a crash midway leaves only unreferenced files. With dryRun it
-// only counts.
-func (w *Writer) GC(dryRun bool) (GCResult, error) {
-	var res GCResult
-	w.mu.Lock()
-	used := w.referenced()
+// gcPlan is what GC removes from an index: the objects no source uses,
+// and the packs with both used members and unused ones, which it
+// rewrites.
+type gcPlan struct {
+	used, live, dead map[Key]bool // used objects; packs with used, unused members
+	drop             []Key        // records to delete
+	res              GCResult     // objects and bytes, stray files not counted
+}
+
+// planGC works out what GC removes from ix; it changes nothing.
+func planGC(ix *Index) gcPlan {
+	pl := gcPlan{used: referenced(ix), live: map[Key]bool{}, dead: map[Key]bool{}}
 	// A pack is used while a member is; it is rewritten when it also has
 	// members that go.
-	live, dead := map[Key]bool{}, map[Key]bool{}
-	for k, o := range w.ix.Objects {
-		if o.Pack != "" {
-			if used[k] {
-				live[o.Pack] = true
-			} else {
-				dead[o.Pack] = true
-			}
+	liveBytes := map[Key]uint64{} // aligned bytes of used members, per pack
+	for k, o := range ix.Objects {
+		if o.Pack == "" {
+			continue
 		}
-	}
-	var drop []Key
-	var liveBytes = map[Key]uint64{} // aligned bytes of used members, per pack
-	for k, o := range w.ix.Objects {
-		if o.Pack != "" && used[k] {
+		if pl.used[k] {
+			pl.live[o.Pack] = true
 			liveBytes[o.Pack] += alignPack(o.Size)
+		} else {
+			pl.dead[o.Pack] = true
 		}
 	}
-	for k, o := range w.ix.Objects {
+	for k, o := range ix.Objects {
 		switch {
-		case o.Kind == KindPack && live[k] && dead[k]:
-			res.Repacked++
-			res.Bytes += o.Size - min(o.Size, liveBytes[k])
-		case o.Kind == KindPack && live[k], used[k]:
+		case o.Kind == KindPack && pl.live[k] && pl.dead[k]:
+			pl.res.Repacked++
+			pl.res.Bytes += o.Size - min(o.Size, liveBytes[k])
+		case o.Kind == KindPack && pl.live[k], pl.used[k]:
 			continue
 		case o.Kind == KindPack || o.Pack == "":
-			res.Bytes += o.Size // a file of its own
+			pl.res.Bytes += o.Size // a file of its own
 		}
-		drop = append(drop, k)
+		pl.drop = append(pl.drop, k)
 		if o.Kind != KindPack {
-			res.Objects++
+			pl.res.Objects++
 		}
 	}
-	known := w.knownFiles()
-	if !dryRun {
-		if err := w.unpackLive(used, live, dead); err != nil {
-			w.mu.Unlock()
-			return res, err
-		}
-		for _, k := range drop {
-			delete(w.ix.Objects, k)
-		}
+	return pl
+}
+
+// GC removes objects no source references, and files under objects/ and
+// tmp/ the index does not know (left by an interrupted writer). A pack
+// goes when none of its members is used; one with both used members and
+// removed ones is rewritten with the used ones only. The index is
+// committed first, so a crash midway leaves only unreferenced files. With
+// dryRun it only counts (DryRunGC counts without opening a Writer, which
+// writes the marker and the lock file).
+func (w *Writer) GC(dryRun bool) (GCResult, error) {
+	w.mu.Lock()
+	pl := planGC(w.ix)
+	res := pl.res
+	known := knownFiles(w.dir, w.ix)
+	if dryRun {
+		w.mu.Unlock()
+		err := walkStrays(w.dir, known, func(_ string, size int64) error {
+			res.Files++
+			res.Bytes += uint64(size)
+			return nil
+		})
+		return res, err
+	}
+	if err := w.unpackLive(pl.used, pl.live, pl.dead); err != nil {
+		w.mu.Unlock()
+		return res, err
+	}
+	for _, k := range pl.drop {
+		delete(w.ix.Objects, k)
 	}
 	w.mu.Unlock()
-	if !dryRun {
-		if err := w.Commit(); err != nil {
-			return res, err
-		}
+	if err := w.Commit(); err != nil {
+		return res, err
 	}
 	// Files no index entry names: objects of a run that was killed, and
 	// its temporary files. They are counted against the index GC began
-	// with, and removed against the one it committed.
+	// with, and removed against the one it committed (which names the
+	// packs this gc wrote).
 	w.mu.Lock()
-	keep := w.knownFiles()
+	keep := knownFiles(w.dir, w.ix)
 	w.mu.Unlock()
-	for _, sub := range []string{"objects", "tmp"} {
-		err := filepath.WalkDir(filepath.Join(w.dir, sub), func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			if !known[p] && !keep[p] { // not a pack this gc wrote
-				if info, ierr := d.Info(); ierr == nil {
-					res.Files++
-					res.Bytes += uint64(info.Size())
-				}
-			}
-			if dryRun || keep[p] {
-				return nil
-			}
-			return os.Remove(p)
-		})
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return res, err
+	err := walkStrays(w.dir, keep, func(p string, size int64) error {
+		if !known[p] {
+			res.Files++
+			res.Bytes += uint64(size)
 		}
-	}
-	return res, nil
+		return os.Remove(p)
+	})
+	return res, err
 }
 
-// knownFiles returns the paths of the files the index names (w.mu held).
-func (w *Writer) knownFiles() map[string]bool {
+// DryRunGC reports what GC would remove from the cache in dir after
+// forgetting the checkpoints forget names (Writer.Forget), and changes
+// nothing: it opens no file for writing, so it works on a read-only cache.
+// A cache a writer holds is ErrLocked, as for GC.
+func DryRunGC(dir string, forget []string) (GCResult, error) {
+	unlock, err := sharedLock(dir)
+	if err != nil {
+		return GCResult{}, err
+	}
+	defer unlock()
+	var ix *Index
+	switch c, err := Open(dir); {
+	case err == nil:
+		ix = c.ix
+	case errors.Is(err, ErrNotCache) && IsCache(dir):
+		ix = &Index{Objects: map[Key]*Object{}} // no index committed yet
+	default:
+		return GCResult{}, err
+	}
+	plan := *ix
+	plan.Sources = append([]Source(nil), ix.Sources...)
+	for _, p := range forget {
+		i, err := plan.SourceFor(p)
+		if err != nil {
+			return GCResult{}, fmt.Errorf("%s: %w", dir, err)
+		}
+		plan.Sources = append(plan.Sources[:i], plan.Sources[i+1:]...)
+	}
+	res := planGC(&plan).res
+	err = walkStrays(dir, knownFiles(dir, ix), func(_ string, size int64) error {
+		res.Files++
+		res.Bytes += uint64(size)
+		return nil
+	})
+	return res, err
+}
+
+// sharedLock takes the cache's lock shared, if it has a lock file, so
+// that no writer works while the caller reads; it opens the file for
+// reading only. The caller calls the function it returns to let go.
+func sharedLock(dir string) (func(), error) {
+	f, err := os.Open(filepath.Join(dir, LockName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return func() {}, nil // no writer ever opened the cache
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+	}
+	return func() { f.Close() }, nil
+}
+
+// walkStrays calls fn with the path and size of every file under dir's
+// objects/ and tmp/ that known does not name.
+func walkStrays(dir string, known map[string]bool, fn func(path string, size int64) error) error {
+	for _, sub := range []string{"objects", "tmp"} {
+		err := filepath.WalkDir(filepath.Join(dir, sub), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || known[p] {
+				return err
+			}
+			info, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return fn(p, info.Size())
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// knownFiles returns the paths of the files ix names in the cache in dir.
+func knownFiles(dir string, ix *Index) map[string]bool {
 	known := map[string]bool{}
-	for k, o := range w.ix.Objects {
+	for k, o := range ix.Objects {
 		if o.Pack != "" {
 			continue
 		}
-		if p, err := objectPath(w.dir, k); err == nil {
+		if p, err := objectPath(dir, k); err == nil {
 			known[p] = true
 		}
 	}

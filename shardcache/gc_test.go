@@ -1,9 +1,13 @@
 package shardcache
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -74,4 +78,138 @@ func countFiles(t *testing.T, dir string) int {
 		return nil
 	})
 	return n
+}
+
+// fileState is what a dry run must leave as it was: a file's size, mode,
+// modification time and inode.
+type fileState struct {
+	size, mtime int64
+	mode        os.FileMode
+	ino         uint64
+}
+
+// snapshot records the state of every file and directory under dir.
+func snapshot(t *testing.T, dir string) map[string]fileState {
+	t.Helper()
+	m := map[string]fileState{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		m[p] = fileState{info.Size(), info.ModTime().UnixNano(), info.Mode(), st.Ino}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// sameSnapshot fails the test unless two snapshots are equal.
+func sameSnapshot(t *testing.T, what string, before, after map[string]fileState) {
+	t.Helper()
+	for p, a := range after {
+		if b, ok := before[p]; !ok {
+			t.Errorf("%s created %s", what, p)
+		} else if a != b {
+			t.Errorf("%s changed %s: %+v, was %+v", what, p, a, b)
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			t.Errorf("%s removed %s", what, p)
+		}
+	}
+}
+
+// TestDryRunGC: a dry run, with and without --forget, changes nothing in
+// the cache (no file created, removed or rewritten, no lock file left),
+// predicts what gc then removes, and reports a cache a writer holds as
+// locked.
+func TestDryRunGC(t *testing.T) {
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
+	b, _ := packedSource(t, w, "/b", 2, 400, 500)
+	big := bytes.Repeat([]byte{9}, DefaultPackMax+1) // an object file of its own
+	bk, err := w.PutBytes(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Shards[0].Gaps = []Region{{Offset: a.Shards[0].Size, Size: uint64(len(big)), Key: bk}}
+	a.Shards[0].Size += uint64(len(big))
+	a.Shards[0].Fingerprint = Fingerprint(&a.Shards[0])
+	w.SetSource(a)
+	w.SetSource(b)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// Leftovers of a killed writer: a stray object and a temporary file.
+	stray := filepath.Join(dir, "objects", "ab", strings.Repeat("ab", 32))
+	os.MkdirAll(filepath.Dir(stray), 0o755)
+	os.WriteFile(stray, make([]byte, 1000), 0o644)
+	os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
+	os.Remove(filepath.Join(dir, LockName)) // a dry run must not make one
+	for _, forget := range [][]string{nil, {"/a"}} {
+		before := snapshot(t, dir)
+		dry, err := DryRunGC(dir, forget)
+		if err != nil {
+			t.Fatalf("forget %v: %v", forget, err)
+		}
+		sameSnapshot(t, fmt.Sprintf("gc --dry-run (forget %v)", forget), before, snapshot(t, dir))
+		if dry.Files != 2 {
+			t.Errorf("forget %v: dry run counts %d stray files, want 2", forget, dry.Files)
+		}
+		if forget == nil && dry.Objects != 0 {
+			t.Errorf("dry run with every source live would remove %d objects", dry.Objects)
+		}
+	}
+	dry, _ := DryRunGC(dir, []string{"/a"})
+	w, err = Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DryRunGC(dir, nil); !errors.Is(err, ErrLocked) {
+		t.Errorf("dry run while a writer holds the cache: %v, want ErrLocked", err)
+	}
+	if err := w.Forget("/a"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.GC(false)
+	w.Close()
+	if err != nil || res != dry {
+		t.Errorf("gc after the dry run: %+v, %v; the dry run predicted %+v", res, err, dry)
+	}
+	if dry.Objects != 5 { // a's header, three tensors, the gap
+		t.Errorf("dry run would remove %d objects, want 5", dry.Objects)
+	}
+}
+
+// TestDryRunGCUncommitted: a dry run over a cache whose first writer never
+// committed an index counts its strays and changes nothing.
+func TestDryRunGCUncommitted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
+	before := snapshot(t, dir)
+	res, err := DryRunGC(dir, nil)
+	if err != nil || res != (GCResult{Files: 1, Bytes: 500}) {
+		t.Errorf("dry run: %+v, %v; want 1 file of 500 bytes", res, err)
+	}
+	sameSnapshot(t, "gc --dry-run", before, snapshot(t, dir))
+	if _, err := DryRunGC(t.TempDir(), nil); !errors.Is(err, ErrNotCache) {
+		t.Errorf("dry run of an empty folder: %v, want ErrNotCache", err)
+	}
 }

@@ -43,6 +43,10 @@ func (w *Writer) SetNoSync(b bool) { w.noSync = b }
 // its creation on, before any index is committed.
 const MarkerName = "SPLITZIP-CACHE"
 
+// LockName is the file writers hold an exclusive lock on (flock), and a
+// dry run of gc a shared one.
+const LockName = "lock"
+
 const markerText = "This directory is a splitzip cache. Its index is " + IndexName + ".\n"
 
 // Create opens the cache in dir for writing, making it if dir does not
@@ -68,7 +72,7 @@ func Create(dir string) (*Writer, error) {
 	if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
 		return nil, err
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, atomicfile.Perm)
+	lock, err := os.OpenFile(filepath.Join(dir, LockName), os.O_CREATE|os.O_RDWR, atomicfile.Perm)
 	if err != nil {
 		return nil, err
 	}

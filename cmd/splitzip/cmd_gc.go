@@ -21,33 +21,20 @@ func newGCCommand(g *globals) *cobra.Command {
 		Short: "Remove objects no checkpoint of the cache uses",
 		Long: `Remove objects that no source of the cache references (left when a
 checkpoint is compressed again or forgotten) and stray files left by an
-interrupted compress. --forget ROOT first drops a checkpoint's record.`,
+interrupted compress. --forget PATH first drops the record of the checkpoint
+compressed from PATH (a folder, or the file of a single-file checkpoint),
+given as for compress: relative to the working directory, symlinks allowed.
+--dry-run changes nothing, and works on a read-only cache.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error { return runGC(g, o, a[0]) },
 	}
 	cmd.Flags().BoolVarP(&o.DryRun, "dry-run", "n", false, "only report what would be removed")
-	cmd.Flags().StringArrayVar(&o.Forget, "forget", nil, "drop the record of the checkpoint with this root first (repeatable)")
+	cmd.Flags().StringArrayVar(&o.Forget, "forget", nil, "drop the record of the checkpoint compressed from this path first (repeatable)")
 	return cmd
 }
 
 func runGC(g *globals, o gcOptions, dir string) error {
-	if !shardcache.IsCache(dir) {
-		// Open says why: missing, not a directory, or not a cache.
-		if _, err := shardcache.Open(dir); err != nil {
-			return err
-		}
-	}
-	w, err := shardcache.Create(dir)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	for _, root := range o.Forget {
-		if err := w.Forget(root); err != nil {
-			return err
-		}
-	}
-	res, err := w.GC(o.DryRun)
+	res, err := gc(o, dir)
 	if err != nil {
 		return err
 	}
@@ -60,4 +47,28 @@ func runGC(g *globals, o gcOptions, dir string) error {
 	}
 	fmt.Fprintf(g.stdout, "gc: %s %d objects and %d stray files, %s\n", verb, res.Objects, res.Files, human(res.Bytes))
 	return nil
+}
+
+// gc runs gc, or its dry run, which opens nothing for writing.
+func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
+	if o.DryRun {
+		return shardcache.DryRunGC(dir, o.Forget)
+	}
+	if !shardcache.IsCache(dir) {
+		// Open says why: missing, not a directory, or not a cache.
+		if _, err := shardcache.Open(dir); err != nil {
+			return shardcache.GCResult{}, err
+		}
+	}
+	w, err := shardcache.Create(dir)
+	if err != nil {
+		return shardcache.GCResult{}, err
+	}
+	defer w.Close()
+	for _, p := range o.Forget {
+		if err := w.Forget(p); err != nil {
+			return shardcache.GCResult{}, err
+		}
+	}
+	return w.GC(false)
 }
