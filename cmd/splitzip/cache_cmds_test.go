@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchWrites watches every directory under dir with inotify and returns
+// a function that lists what happened since: files created, removed,
+// renamed, changed, or closed after being opened for writing. A command
+// that opens nothing for writing leaves the list empty, which is what a
+// read-only cache needs (tests run as root, where permissions stop no
+// write).
+func watchWrites(t *testing.T, dir string) func() []string {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("inotify: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	const mask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO
+	dirs := map[int32]string{}
+	err = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		wd, err := unix.InotifyAddWatch(fd, p, mask)
+		dirs[int32(wd)] = p
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() []string {
+		var got []string
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(fd, buf)
+			if n <= 0 || err != nil {
+				return got
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := string(bytes.TrimRight(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)], "\x00"))
+				got = append(got, fmt.Sprintf("%s: event %#x", filepath.Join(dirs[ev.Wd], name), ev.Mask))
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}
+}
+
+// compressed generates a small checkpoint and compresses it; it returns
+// the checkpoint's and the cache's paths.
+func compressed(t *testing.T, dir string) (string, string) {
+	t.Helper()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	return ck, cache
+}
+
+// TestGCDryRunWritesNothing: gc --dry-run opens nothing in the cache for
+// writing (so it works on a read-only cache), leaves a killed writer's
+// temporary file and creates no lock file, with or without --forget.
+func TestGCDryRunWritesNothing(t *testing.T) {
+	ck, cache := compressed(t, t.TempDir())
+	leftover := filepath.Join(cache, "tmp", "object-123")
+	if err := os.WriteFile(leftover, make([]byte, 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(cache, "lock"))
+	for _, args := range [][]string{{"gc", "--dry-run", cache}, {"gc", "-n", "--forget", ck, cache}} {
+		events := watchWrites(t, cache)
+		code, out, e := splitzip(t, args...)
+		if code != 0 || !strings.Contains(out, "would remove") {
+			t.Errorf("%v: exit %d, %q %q", args, code, out, e)
+		}
+		if ev := events(); len(ev) > 0 {
+			t.Errorf("%v wrote into the cache:\n%s", args, strings.Join(ev, "\n"))
+		}
+		if _, err := os.Stat(leftover); err != nil {
+			t.Errorf("%v removed a file: %v", args, err)
+		}
+	}
+}
+
+// TestGCForgetRelative: gc --forget takes the checkpoint's path as the
+// shell gives it: relative to the working directory, or through a
+// symbolic link.
+func TestGCForgetRelative(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	sub := filepath.Join(dir, "sub")
+	os.Mkdir(sub, 0o755)
+	if err := os.Symlink(ck, filepath.Join(sub, "link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	for _, p := range []string{"../ck", "link"} {
+		code, out, e := splitzip(t, "gc", "--dry-run", "--forget", p, cache)
+		if code != 0 || !strings.Contains(out, "would remove") || strings.Contains(out, "would remove 0 objects") {
+			t.Errorf("gc --dry-run --forget %s: exit %d, %q %q", p, code, out, e)
+		}
+	}
+	code, out, e := splitzip(t, "gc", "--forget", "link", cache)
+	if code != 0 || strings.Contains(out, "removed 0 objects") {
+		t.Fatalf("gc --forget link: exit %d, %q %q", code, out, e)
+	}
+	if code, _, e := splitzip(t, "decompress", cache, "-o", filepath.Join(dir, "out")); code == 0 || !strings.Contains(e, "no checkpoint") {
+		t.Errorf("decompress after the only checkpoint was forgotten: exit %d, %q", code, e)
+	}
+}
