@@ -194,7 +194,7 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 type shardJob struct {
 	s   *checkpoint.Shard
 	f   *os.File
-	m   *mapping
+	m   *source
 	rec *shardcache.Shard
 }
 
@@ -205,7 +205,7 @@ func openShardJob(w *shardcache.Writer, s *checkpoint.Shard, buf []byte) (*shard
 	if err != nil {
 		return nil, err
 	}
-	m, err := mapFile(f, s.Size)
+	m, err := openSource(f, s)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -278,11 +278,9 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 				var rec *shardcache.Tensor
 				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size())+keptBytes(t.Size()))
 				if err == nil {
-					err = guard(func() (err error) {
-						rec, err = tc.compress(j.m, t)
-						return err
-					})
-					j.m.release(t.Begin, t.End)
+					r := j.m.reader()
+					rec, err = tc.compress(r, t)
+					r.close()
 					release()
 				}
 				if err != nil {
