@@ -44,9 +44,22 @@ func newBudget(memory uint64) (*budget, error) {
 		memory = DefaultMemory
 	}
 	if memory < MinMemory {
-		return nil, fmt.Errorf("memory budget of %d bytes is below the minimum of %d MiB", memory, MinMemory>>20)
+		return nil, fmt.Errorf("%w: memory budget of %d bytes is below the minimum of %d MiB", ErrOption, memory, MinMemory>>20)
 	}
 	return &budget{sem: semaphore.NewWeighted(int64(memory)), total: memory}, nil
+}
+
+// jobs returns how many jobs to start: want, but no more than the budget
+// admits at once at cost bytes each, nor than the n items there are to
+// work on, and at least one. A job the budget could never admit would
+// only wait, and its goroutine and buffers would count against the memory
+// the budget is meant to bound.
+func (b *budget) jobs(want, n int, cost uint64) int {
+	admitted := b.total / max(cost, 1)
+	if uint64(want) > admitted {
+		want = int(admitted)
+	}
+	return max(1, min(want, n))
 }
 
 // hold takes n bytes of the budget (all of it when n is larger: such a

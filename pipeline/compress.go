@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -74,6 +76,9 @@ type CompressResult struct {
 	Source string `json:"source"`
 	Output string `json:"output"`
 	Shards int    `json:"shards"`
+	// Jobs is how many tensors were compressed at once: --jobs, bounded
+	// by the memory budget and the tensor count.
+	Jobs   int    `json:"jobs"`
 	Totals Totals `json:"totals"`
 	// Warnings lists what the sources have that the reference
 	// safetensors implementation refuses and the cache keeps.
@@ -81,40 +86,85 @@ type CompressResult struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
+// validate checks the options before any work or output, wrapping
+// ErrOption, and fills in the defaults.
 func (o *CompressOptions) validate() error {
 	if o.Output == "" {
-		return errors.New("no output directory")
+		return fmt.Errorf("%w: no output directory", ErrOption)
 	}
 	if o.Jobs < 0 {
-		return fmt.Errorf("jobs must be at least 1, got %d", o.Jobs)
+		return fmt.Errorf("%w: jobs must be at least 1 (0 for one a core), got %d", ErrOption, o.Jobs)
 	}
 	if o.Jobs == 0 {
 		o.Jobs = runtime.GOMAXPROCS(0)
 	}
 	if o.PackMax > shardcache.MaxPackMax {
-		return fmt.Errorf("pack-max must be at most %d bytes, got %d", shardcache.MaxPackMax, o.PackMax)
+		return fmt.Errorf("%w: pack-max must be at most %d bytes, got %d", ErrOption, shardcache.MaxPackMax, o.PackMax)
 	}
-	if o.MinSaving < 0 || o.MinSaving >= 1 {
-		return fmt.Errorf("min-saving must be in [0, 1), got %g", o.MinSaving)
+	// Written so that NaN fails too.
+	if !(o.MinSaving >= 0 && o.MinSaving < 1) {
+		return fmt.Errorf("%w: min-saving must be a fraction in [0, 1), got %g", ErrOption, o.MinSaving)
+	}
+	if o.Memory != 0 && o.Memory < MinMemory {
+		return fmt.Errorf("%w: memory budget of %d bytes is below the minimum of %d MiB", ErrOption, o.Memory, MinMemory>>20)
 	}
 	switch o.Codec {
 	case "":
 		o.Codec = CodecFixed
 	case CodecFixed, CodecEntropy, CodecAuto:
 	default:
-		return fmt.Errorf("codec must be %s, %s or %s, got %q", CodecFixed, CodecEntropy, CodecAuto, o.Codec)
+		return fmt.Errorf("%w: codec must be %s, %s or %s, got %q", ErrOption, CodecFixed, CodecEntropy, CodecAuto, o.Codec)
 	}
 	o.Progress = orNop(o.Progress)
 	return nil
 }
 
 // Compress compresses the checkpoint at src into the cache opts.Output.
-// Nothing becomes visible in the cache unless the whole run succeeds.
+// Nothing becomes visible in the cache unless the whole run succeeds, and
+// a run that fails leaves no cache folder it created.
 func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressResult, error) {
-	start := time.Now()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	_, err := os.Lstat(opts.Output)
+	fresh := errors.Is(err, fs.ErrNotExist)
+	res, err := compressInto(ctx, src, opts)
+	if err != nil && fresh {
+		removeUnused(opts.Output)
+	}
+	return res, err
+}
+
+// removeUnused removes the cache folder dir that a failed run created,
+// if it holds nothing but the empty skeleton Create makes (its marker,
+// its lock file and empty folders): never what another run put there.
+func removeUnused(dir string) {
+	unused := true
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			unused = false
+			return fs.SkipAll
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if n, _ := filepath.Rel(dir, p); n != shardcache.MarkerName && n != cacheLockName {
+			unused = false
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if unused {
+		os.RemoveAll(dir)
+	}
+}
+
+// cacheLockName is the file shardcache.Create locks in a cache folder.
+const cacheLockName = "lock"
+
+// compressInto is Compress after its options are checked.
+func compressInto(ctx context.Context, src string, opts CompressOptions) (*CompressResult, error) {
+	start := time.Now()
 	mem, err := newBudget(opts.Memory)
 	if err != nil {
 		return nil, err
@@ -154,11 +204,14 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 		src1.Index = &shardcache.File{Name: ck.IndexName, Size: uint64(len(ck.Index.Raw)), Key: key}
 	}
 	var total uint64
+	var tensors int
 	for _, s := range ck.Shards {
+		tensors += len(s.Header.Tensors)
 		for _, t := range s.Header.Tensors {
 			total += t.Size()
 		}
 	}
+	res.Jobs = mem.jobs(opts.Jobs, tensors, compressCost)
 	opts.Progress.Start("compress", total)
 	defer opts.Progress.Finish()
 	shards := make([]*shardJob, len(ck.Shards))
@@ -171,7 +224,7 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 		defer j.close()
 		shards[i] = j
 	}
-	if err := compressTensors(ctx, w, shards, &opts, mem); err != nil {
+	if err := compressTensors(ctx, w, shards, &opts, mem, res.Jobs); err != nil {
 		return nil, err
 	}
 	for _, j := range shards {
@@ -252,9 +305,9 @@ func (j *shardJob) close() {
 	j.f.Close()
 }
 
-// compressTensors runs the tensors of all shards through opts.Jobs
-// workers, each holding its share of the memory budget while it works.
-func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJob, opts *CompressOptions, mem *budget) error {
+// compressTensors runs the tensors of all shards through jobs workers,
+// each holding its share of the memory budget while it works.
+func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJob, opts *CompressOptions, mem *budget, jobs int) error {
 	type task struct {
 		j *shardJob
 		i int
@@ -270,7 +323,7 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for range opts.Jobs {
+	for range jobs {
 		wg.Go(func() {
 			tc := newTensorCompressor(w, opts)
 			for k := range next {

@@ -225,6 +225,10 @@ func TestInterruptedCompressLeavesNoCache(t *testing.T) {
 	gen(t, src, 2<<20, 2, 6)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	// Into a folder that was there before, so the run leaves its skeleton.
+	if err := os.Mkdir(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Compress(ctx, src, CompressOptions{Output: cache}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled compress: %v", err)
 	}

@@ -26,6 +26,10 @@ func orNop(p Progress) Progress {
 	return p
 }
 
+// ErrOption reports an option out of its range (a job count, a fraction,
+// a size, a codec name), found before any work or output.
+var ErrOption = errors.New("invalid option")
+
 // ErrMismatch reports a tensor that does not round-trip, or a source that
 // no longer matches the cache.
 var ErrMismatch = errors.New("mismatch")
