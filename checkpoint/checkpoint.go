@@ -19,6 +19,29 @@ import (
 // ErrNoShards reports a path that holds no safetensors files.
 var ErrNoShards = errors.New("no safetensors files found")
 
+// MissingError reports a shard the checkpoint names that is not there: a
+// file the index names that does not exist, or a link, named in the index
+// or found in the folder, to nothing. It matches fs.ErrNotExist.
+type MissingError struct {
+	File  string // the shard's path
+	Index string // the index that names it, if any
+	Link  string // where the link points, if the shard is a broken link
+}
+
+func (e *MissingError) Error() string {
+	what := e.File + ": shard"
+	if e.Index != "" {
+		what += " named in " + e.Index
+	}
+	if e.Link != "" {
+		return what + " is a link to " + e.Link + ", which does not exist"
+	}
+	return what + " does not exist"
+}
+
+// Unwrap returns fs.ErrNotExist.
+func (e *MissingError) Unwrap() error { return fs.ErrNotExist }
+
 // Shard is one safetensors file of a checkpoint.
 type Shard struct {
 	Name    string // path relative to Root
@@ -74,10 +97,20 @@ func Open(path string) (*Checkpoint, error) {
 			return nil, err
 		}
 		for _, e := range ents {
-			if strings.HasSuffix(e.Name(), ".safetensors") && !e.IsDir() {
-				if fi, err := os.Stat(filepath.Join(abs, e.Name())); err == nil && fi.Mode().IsRegular() {
-					names = append(names, e.Name())
-				}
+			if !strings.HasSuffix(e.Name(), ".safetensors") || e.IsDir() {
+				continue
+			}
+			p := filepath.Join(abs, e.Name())
+			fi, err := os.Stat(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				// A link to nothing: a shard that was meant to be here.
+				return nil, missing(p, "")
+			}
+			if err != nil {
+				return nil, err
+			}
+			if fi.Mode().IsRegular() {
+				names = append(names, e.Name())
 			}
 		}
 		if len(names) == 0 {
@@ -126,7 +159,7 @@ func (ck *Checkpoint) readShards(names []string) error {
 		p := filepath.Join(ck.Root, n)
 		f, err := os.Open(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("shard %s: %w", p, err)
+			return missing(p, ck.IndexName)
 		}
 		if err != nil {
 			return err
@@ -148,6 +181,16 @@ func (ck *Checkpoint) readShards(names []string) error {
 		ck.Shards = append(ck.Shards, &Shard{Name: n, Path: p, Size: uint64(st.Size()), ModTime: st.ModTime(), Header: h})
 	}
 	return nil
+}
+
+// missing describes the shard at p, named in the index (if not empty),
+// that os.Stat or os.Open did not find.
+func missing(p, index string) error {
+	e := &MissingError{File: p, Index: index}
+	if target, err := os.Readlink(p); err == nil {
+		e.Link = target
+	}
+	return e
 }
 
 // Contains reports whether path is root or inside it, after resolving

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/synth"
@@ -93,5 +95,46 @@ func TestHubSnapshot(t *testing.T) {
 	ck, err := Open(one)
 	if err != nil || ck.Root != snap || len(ck.Shards) != 1 || ck.Shards[0].Name != filepath.Base(one) || ck.Shards[0].Size == 0 {
 		t.Fatalf("open one linked shard: %v %+v", err, ck)
+	}
+}
+
+// TestOpenMissingShard: a shard that is a link to nothing, or that the
+// index names and the folder lacks, is an error naming it that matches
+// fs.ErrNotExist, never a checkpoint without it.
+func TestOpenMissingShard(t *testing.T) {
+	const second = "model-00002-of-00002.safetensors"
+	for _, tc := range []struct {
+		name  string
+		index bool   // keep the index
+		link  bool   // replace the second shard by a link to nothing (else remove it)
+		want  string // in the message besides the path
+	}{
+		{"broken link, no index", false, true, "is a link to "},
+		{"broken link named in the index", true, true, "named in " + safetensors.IndexFileName + " is a link to "},
+		{"missing, named in the index", true, false, "named in " + safetensors.IndexFileName + " does not exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := synth.Write(context.Background(), dir, synth.Config{Bytes: 1 << 20, Shards: 2, Seed: 3}); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.index {
+				os.Remove(filepath.Join(dir, safetensors.IndexFileName))
+			}
+			p := filepath.Join(dir, second)
+			os.Remove(p)
+			if tc.link {
+				if err := os.Symlink(filepath.Join(dir, "blobs", "gone"), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ck, err := Open(dir)
+			if err == nil {
+				t.Fatalf("opened with %d shards", len(ck.Shards))
+			}
+			if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v; want an error naming %s and saying %q", err, p, tc.want)
+			}
+		})
 	}
 }
