@@ -58,6 +58,8 @@ decode launch per tensor.`,
 	dec.Flags().IntVar(&d.Device, "device", 0, "GPU ordinal")
 	dec.Flags().StringVar(&d.Codec, "codec", "fixed", "payloads to time: fixed (SplitZip) or entropy")
 	dec.Flags().BoolVar(&d.Layer, "layer", false, "time a decoder layer's payloads decoded from one device buffer (--size is ignored)")
+	atLeast(dec.Flags(), "runs", 20, "")
+	atLeast(dec.Flags(), "device", 0, "")
 	dec.Flags().StringVar(&d.DTypes, "dtype", "BF16", "with --codec entropy: dtypes, comma separated (BF16, F16, F32, F8_E4M3, F8_E5M2, BF16_FEW)")
 	var h benchOptions
 	h2d := &cobra.Command{
@@ -69,6 +71,8 @@ decode launch per tensor.`,
 	h2d.Flags().StringVar(&h.Sizes, "size", "1MiB,8MiB,64MiB,256MiB,1GiB", "copy sizes, comma separated")
 	h2d.Flags().IntVar(&h.Runs, "runs", 20, "timed copies per size")
 	h2d.Flags().IntVar(&h.Device, "device", 0, "GPU ordinal")
+	atLeast(h2d.Flags(), "runs", 1, "")
+	atLeast(h2d.Flags(), "device", 0, "")
 	cmd.AddCommand(dec, h2d, newBenchLoadCommand(g), newBenchEntropyCommand(g))
 	return cmd
 }

@@ -23,5 +23,7 @@ beside raw re-faults from pinned memory.`,
 	f.IntVar(&o.Repeat, "repeat", 2, "fault everything in this many times per load")
 	f.IntVar(&o.Compare, "rounds", 3, "alternations of raw and SplitZip")
 	o.addRuntimeFlags(f)
+	atLeast(f, "repeat", 1, "")
+	atLeast(f, "rounds", 1, "")
 	return cmd
 }

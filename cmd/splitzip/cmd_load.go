@@ -70,6 +70,8 @@ SplitZip loads N times in one process and prints the ratio.`,
 	f.StringVar(&o.Devices, "devices", "", "load onto every one of these GPU ordinals (comma separated; cpu for host engines) instead of --device")
 	f.BoolVar(&o.Peer, "peer", true, "with --devices: each device loads a part and copies the others from their devices (peer copies); false: each loads everything over its own link")
 	o.addRuntimeFlags(f)
+	atLeast(f, "repeat", 1, "")
+	atLeast(f, "compare", 1, "omit --compare for a single load")
 	return cmd
 }
 
@@ -84,6 +86,10 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads whose source is absent on the host, not on the device after their upload")
+	atLeast(f, "readers", 1, "")
+	atLeast(f, "streams", 1, "")
+	atLeast(f, "ahead", 1, "")
+	atLeast(f, "small-bytes", -1, "-1 turns packing off, 0 is the default")
 	f.BoolVar(&o.ResidentPacks, "resident-packs", true, "with --resident: keep each layer group's payloads side by side in pinned regions of up to 16 MiB, re-faulted with one copy and one scatter launch a region (raw: runs of tensors adjacent in the arena, one copy a run)")
 }
 
@@ -99,7 +105,7 @@ func (o loadOptions) engineFor(flag, dev string) (engine.Engine, error) {
 		return hostengine.New(o.Streams), nil
 	}
 	n, err := strconv.Atoi(dev)
-	if err != nil {
+	if err != nil || n < 0 {
 		return nil, usageError{fmt.Errorf("%s must be a GPU ordinal or cpu, got %q", flag, dev)}
 	}
 	ctx, err := openGPU(n) // for its clear error when there is no GPU

@@ -41,6 +41,7 @@ Nothing is moved: this is the plan the multi-GPU loaders carry out.`,
 	f.IntVar(&o.Ranks, "ranks", 2, "ranks (GPUs) of the node")
 	f.StringVar(&o.TP, "tp", "", `placement rules, e.g. "*embed*=replicate,*.q_proj.weight=shard:0,*.o_proj.weight=shard:1"`)
 	f.StringVar(&o.Source, "source", "", "source to plan: a recorded root, when the cache holds several")
+	atLeast(f, "ranks", 1, "")
 	return cmd
 }
 

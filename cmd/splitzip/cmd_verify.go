@@ -34,18 +34,17 @@ compressed. Exits 1 on any mismatch.`,
 			return runVerify(cmd.Context(), g, o, a[0])
 		},
 	}
-	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 0, "tensors checked at once (default: number of CPUs)")
+	cmd.Flags().IntVarP(&o.Jobs, "jobs", "j", 0, "tensors checked at once (default: number of CPUs; 0 is refused)")
 	cmd.Flags().BoolVar(&o.GPU, "gpu", false, "decode every payload on the GPU (in place) instead of the CPU")
 	cmd.Flags().IntVar(&o.Device, "device", 0, "GPU ordinal for --gpu")
 	cmd.Flags().StringVar(&o.Source, "source", "", "verify one source: its recorded root, or the directory it was moved to")
 	addMemoryFlag(cmd.Flags(), &o.Memory)
+	atLeast(cmd.Flags(), "jobs", 1, jobsHint)
+	atLeast(cmd.Flags(), "device", 0, "")
 	return cmd
 }
 
 func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) error {
-	if o.Jobs < 0 {
-		return usageError{fmt.Errorf("--jobs must be positive")}
-	}
 	mem, err := memoryBudget(o.Memory)
 	if err != nil {
 		return err

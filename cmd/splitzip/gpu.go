@@ -5,20 +5,21 @@ import (
 
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/failure"
 )
 
 // openGPU opens device ordinal, with a clear error where there is none.
 func openGPU(ordinal int) (*cuda.Context, error) {
 	l, err := cuda.Open()
 	if err != nil {
-		return nil, fmt.Errorf("this command needs an NVIDIA GPU and its driver: %w", err)
+		return nil, failure.Mark(failure.Device, fmt.Errorf("this command needs an NVIDIA GPU and its driver: %w", err))
 	}
 	n, err := l.DeviceCount()
 	if err != nil {
 		return nil, err
 	}
 	if ordinal < 0 || ordinal >= n {
-		return nil, fmt.Errorf("GPU %d does not exist (%d found)", ordinal, n)
+		return nil, failure.Mark(failure.Device, fmt.Errorf("GPU %d does not exist (%d found)", ordinal, n))
 	}
 	return l.NewContext(ordinal)
 }

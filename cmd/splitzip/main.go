@@ -1,8 +1,11 @@
 // Command splitzip makes BF16 safetensors checkpoints smaller on disk and
 // faster to move into GPU memory, without changing a bit.
 //
-// Exit codes: 0 success, 1 failure (a mismatch, a corrupt or changed input,
-// an I/O error), 2 usage error, 130 interrupted (Ctrl-C or SIGTERM).
+// Exit codes, one per kind of failure (package internal/failure) and the
+// same for every command: 0 success, 1 integrity (a mismatch, a corrupt
+// cache or payload), 2 usage, 3 input (missing, unreadable or changed),
+// 4 resource (disk full, permission on output, memory, locked), 5 device
+// (no GPU, CUDA), 70 internal (a bug), 130 interrupted (Ctrl-C or SIGTERM).
 package main
 
 import (
@@ -14,38 +17,20 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/codec/entropy"
-	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/internal/failure"
 )
 
 // abiVersion is SPLITZIP_ABI_VERSION of capi/splitzip.h (a test checks).
 const abiVersion = 5
 
-// Exit codes.
-const (
-	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
-	exitInterrupted = 130 // as shells report a command ended by Ctrl-C
-)
-
 // version is the release; python/splitzip/_version.py says the same (a
 // test checks).
 const version = "0.4.0"
-
-// usageError marks errors in how the command was called.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-// errFailed reports a job that ran but found problems it already printed.
-var errFailed = errors.New("failed")
 
 // globals are the options every command shares.
 type globals struct {
@@ -53,8 +38,16 @@ type globals struct {
 	Quiet      bool
 	CPUProfile string
 	Trace      string
+	Version    bool
 	stdout     io.Writer
 	stderr     io.Writer
+	// jsonArg: the command line holds --json, for an error before (or
+	// instead of) a successful parse of it; flagErr: parsing failed;
+	// jsonErr: the error was printed as a JSON document.
+	jsonArg, flagErr, jsonErr bool
+	// started: the command's own work began (flags and arguments were
+	// accepted); errors before it are cobra's, in how it was called.
+	started bool
 }
 
 func newRootCommand(g *globals) *cobra.Command {
@@ -65,19 +58,35 @@ func newRootCommand(g *globals) *cobra.Command {
 of SplitZip payloads (about 12 bits per value, bit-exact), verifies them,
 explains the savings and restores the original files byte for byte.
 
-Exit codes: 0 success, 1 failure (mismatch, corrupt or changed input, I/O
-error), 2 usage error, 130 interrupted.`,
-		Version:       version,
+With --json every run prints exactly one JSON document on stdout, with a
+"message_type": the command's result, "version", "help" (with --help, the
+text under "usage"), or "error" with "error", "kind", "exit_code" and, where
+known, "file" and "tensor". Numeric flags refuse values that mean nothing
+(negative counts, 0 where 0 means nothing, NaN, infinities) before any work;
+--jobs 0 is refused: omit --jobs for the default, one job a CPU.
+
+` + exitCodes(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.Version {
+				return printVersion(g)
+			}
+			return cmd.Help()
+		},
 	}
+	root.Flags().BoolVarP(&g.Version, "version", "v", false, "print the version (as the version command)")
 	root.PersistentFlags().BoolVar(&g.JSON, "json", false, "print the result as JSON on stdout")
 	root.PersistentFlags().BoolVarP(&g.Quiet, "quiet", "q", false, "no progress bars")
 	root.PersistentFlags().StringVar(&g.CPUProfile, "cpuprofile", "", "write a CPU profile to this file")
 	_ = root.PersistentFlags().MarkHidden("cpuprofile")
 	root.PersistentFlags().StringVar(&g.Trace, "trace", "", "write an execution trace to this file")
 	_ = root.PersistentFlags().MarkHidden("trace")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkFlags(cmd); err != nil {
+			return err
+		}
+		g.started = true
 		if g.Trace != "" {
 			f, err := os.Create(g.Trace)
 			if err != nil {
@@ -104,24 +113,38 @@ error), 2 usage error, 130 interrupted.`,
 			trace.Stop()
 		}
 	}
-	root.SetVersionTemplate(fmt.Sprintf("splitzip %s (payload format %d, entropy payload format %d, cache index %d, C ABI %d)\n", version, codec.Version, entropy.PayloadVersion, shardcache.IndexVersion, abiVersion))
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.flagError(err) })
 	root.AddCommand(newCompressCommand(g), newVerifyCommand(g), newInspectCommand(g),
 		newDecompressCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g), newRelocateCommand(g),
-		newPlanCommand(g))
+		newPlanCommand(g), newVersionCommand(g))
+	setHelp(g, root)
 	return root
 }
 
-// args wraps a cobra positional-argument check so its errors are usage errors.
+// args wraps a cobra positional-argument check so its errors are usage
+// errors that say what the command takes, from its Use line.
 func args(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, a []string) error {
 		if err := check(cmd, a); err != nil {
-			return usageError{err}
+			return usageError{argsError(cmd, a)}
 		}
 		return nil
 	}
+}
+
+// argsError says what cmd takes and what it was given.
+func argsError(cmd *cobra.Command, a []string) error {
+	takes := "no arguments"
+	if _, rest, ok := strings.Cut(cmd.Use, " "); ok {
+		takes = rest
+	}
+	got := "none"
+	if len(a) > 0 {
+		got = fmt.Sprintf("%d: %s", len(a), strings.Join(a, " "))
+	}
+	return fmt.Errorf("%s takes %s; got %s", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), takes, got)
 }
 
 func main() {
@@ -137,45 +160,38 @@ func run(argv []string, stdout, stderr io.Writer) int {
 }
 
 // runContext executes the command line under ctx and returns the exit
-// code: exitInterrupted when ctx ended the run.
-func runContext(ctx context.Context, argv []string, stdout, stderr io.Writer) (code int) {
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(stderr, "splitzip: internal error: %v\n", r)
-			code = exitFailure
-		}
-	}()
-	g := &globals{stdout: stdout, stderr: stderr}
-	root := newRootCommand(g)
-	root.SetArgs(argv)
-	err := root.ExecuteContext(ctx)
-	var ue usageError
-	msg := ""
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, errFailed):
-		// The command printed its own report.
-		return exitFailure
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		code, msg = exitInterrupted, "interrupted"
-		fmt.Fprintf(stderr, "splitzip: %s\n", msg)
-	case errors.As(err, &ue) || isCobraUsage(err):
-		code, msg = exitUsage, err.Error()
-		fmt.Fprintf(stderr, "splitzip: %v\nRun 'splitzip --help' for usage.\n", err)
-	default:
-		code, msg = exitFailure, err.Error()
-		fmt.Fprintf(stderr, "splitzip: %v\n", err)
-	}
-	if g.JSON {
-		// Scripts read stdout: a failure is a JSON document there too.
-		printJSON(stdout, "error", map[string]any{"error": msg, "exit_code": code})
-	}
+// code of the kind of its failure (package failure): every error is
+// classified and printed here, once, and with --json stdout holds exactly
+// one JSON document whatever happened.
+func runContext(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	code, _ := execute(ctx, argv, stdout, stderr)
 	return code
 }
 
-// isCobraUsage recognizes cobra's own errors for unknown commands.
-func isCobraUsage(err error) bool {
-	s := err.Error()
-	return len(s) > 16 && s[:16] == "unknown command "
+// execute is runContext, returning the globals of the run for tests too.
+func execute(ctx context.Context, argv []string, stdout, stderr io.Writer) (code int, g *globals) {
+	g = &globals{stdout: stdout, stderr: stderr, jsonArg: jsonRequested(argv)}
+	var cmd *cobra.Command
+	defer func() {
+		if r := recover(); r != nil {
+			code = g.report(cmd, failure.Mark(failure.Internal, fmt.Errorf("%v", r)))
+		}
+	}()
+	root := newRootCommand(g)
+	root.SetArgs(argv)
+	cmd, err := root.ExecuteContextC(ctx)
+	switch {
+	case err == nil:
+		return exitOK, g
+	case errors.Is(err, errFailed):
+		// The command printed its own report.
+		return exitFailure, g
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		err = failure.Mark(failure.Interrupted, errors.New("interrupted"))
+	case !g.started && failure.KindOf(err) == failure.Internal:
+		// cobra's own errors (an unknown command, a wrong number of
+		// arguments) come before the command starts.
+		err = usageError{err}
+	}
+	return g.report(cmd, err), g
 }

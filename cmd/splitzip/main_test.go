@@ -122,13 +122,13 @@ func TestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"compress"}, 2, "accepts 1 arg"},
+		{[]string{"compress"}, 2, "compress takes SOURCE -o CACHE; got none"},
 		{[]string{"compress", dir}, 2, "-o CACHE"},
 		{[]string{"verify", "--bogus", dir}, 2, "unknown flag"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
-		{[]string{"compress", filepath.Join(dir, "nope"), "-o", filepath.Join(dir, "c")}, 1, "no such file"},
-		{[]string{"verify", dir}, 1, "not a splitzip cache"},
-		{[]string{"inspect", filepath.Join(dir, "nope")}, 1, "no such file"},
+		{[]string{"compress", filepath.Join(dir, "nope"), "-o", filepath.Join(dir, "c")}, exitInput, "no such file"},
+		{[]string{"verify", dir}, exitInput, "not a splitzip cache"},
+		{[]string{"inspect", filepath.Join(dir, "nope")}, exitInput, "no such file"},
 		{[]string{"gen", filepath.Join(dir, "g"), "--size", "lots"}, 2, "bad size"},
 	} {
 		code, _, e := splitzip(t, c.args...)
@@ -154,7 +154,7 @@ func TestCLIEdges(t *testing.T) {
 	}
 	code, out, _ = splitzip(t, "verify", filepath.Join(t.TempDir(), "missing"), "--json")
 	var doc map[string]any
-	if code != exitFailure || json.Unmarshal([]byte(out), &doc) != nil || doc["message_type"] != "error" || doc["exit_code"] != float64(1) || doc["error"] == "" {
+	if code != exitInput || json.Unmarshal([]byte(out), &doc) != nil || doc["message_type"] != "error" || doc["exit_code"] != float64(exitInput) || doc["kind"] != "input" || doc["error"] == "" {
 		t.Errorf("a failing command with --json: %d %q", code, out)
 	}
 	dir := t.TempDir()

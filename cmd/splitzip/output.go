@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -100,7 +101,7 @@ func parseSize(s string) (uint64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
+	if err != nil || math.IsNaN(f) || f < 0 || f*float64(mult) > 1<<62 {
 		return 0, fmt.Errorf("bad size %q (want a number with an optional unit such as MiB or GiB)", s)
 	}
 	return uint64(f * float64(mult)), nil

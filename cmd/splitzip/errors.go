@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/splitzip/splitzip/internal/failure"
+)
+
+// Exit codes, one per kind of failure (package failure; a test checks
+// they agree).
+const (
+	exitOK          = 0
+	exitFailure     = 1 // integrity: a mismatch, a corrupt cache or payload
+	exitUsage       = 2
+	exitInput       = 3
+	exitResource    = 4
+	exitDevice      = 5
+	exitInternal    = 70
+	exitInterrupted = 130 // as shells report a command ended by Ctrl-C
+)
+
+// usageError marks errors in how the command was called.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// FailureKind makes a usageError a failure of kind usage.
+func (usageError) FailureKind() failure.Kind { return failure.Usage }
+
+// errFailed reports a job that ran but found problems it already printed
+// (verify's mismatches): an integrity failure with nothing more to say.
+var errFailed = errors.New("failed")
+
+// exitCodes is the table of exit codes the root command's help prints
+// (README.md has the same; a test checks both).
+func exitCodes() string {
+	kinds := slices.Clone(failure.Kinds)
+	slices.SortFunc(kinds, func(a, b failure.Kind) int { return a.ExitCode() - b.ExitCode() })
+	var b strings.Builder
+	b.WriteString("Exit codes (the same for every command; with --json the error document's\n\"kind\" names the row):\n")
+	fmt.Fprintf(&b, "  %3d  %-12s %s\n", 0, "ok", failure.OK.Description())
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "  %3d  %-12s %s\n", k.ExitCode(), k, k.Description())
+	}
+	return b.String()
+}
+
+// report prints a failure once, as text on stderr and, with --json, as the
+// error document on stdout, and returns its exit code.
+func (g *globals) report(cmd *cobra.Command, err error) int {
+	kind := failure.KindOf(err)
+	msg := failure.Message(err)
+	switch kind {
+	case failure.Usage:
+		name := "splitzip"
+		if cmd != nil {
+			name = cmd.CommandPath()
+		}
+		fmt.Fprintf(g.stderr, "splitzip: %s\nRun '%s --help' for usage.\n", msg, name)
+	case failure.Internal:
+		fmt.Fprintf(g.stderr, "splitzip: internal error: %s\n(this is a bug in splitzip: please report it with the command line that caused it)\n", msg)
+	default:
+		fmt.Fprintf(g.stderr, "splitzip: %s\n", msg)
+	}
+	if g.JSON || g.jsonArg && !g.started && (g.flagErr || cmd == nil || !cmd.Flags().Parsed()) {
+		// Where parsing stopped before --json (a flag error, an unknown
+		// command), the command line decides; where it ended, the flag.
+		g.jsonErr = true
+		doc := map[string]any{"error": msg, "kind": kind.String(), "exit_code": kind.ExitCode()}
+		file, tensor := failure.Locate(err)
+		if file != "" {
+			doc["file"] = file
+		}
+		if tensor != "" {
+			doc["tensor"] = tensor
+		}
+		printJSON(g.stdout, "error", doc)
+	}
+	return kind.ExitCode()
+}
+
+// jsonRequested reports whether argv asks for --json (before a "--"), as
+// pflag would read it.
+func jsonRequested(argv []string) bool {
+	on := false
+	for _, a := range argv {
+		if a == "--" {
+			break
+		}
+		if a == "--json" {
+			on = true
+		} else if v, ok := strings.CutPrefix(a, "--json="); ok {
+			b, err := strconv.ParseBool(v)
+			on = err == nil && b
+		}
+	}
+	return on
+}
+
+// flagError rewrites pflag's errors in plain words: the flag, the value
+// and what it should have been, never the Go function that parsed it.
+func (g *globals) flagError(err error) error {
+	g.flagErr = true
+	var iv *pflag.InvalidValueError
+	if !errors.As(err, &iv) {
+		return usageError{err}
+	}
+	f, v := iv.GetFlag(), iv.GetValue()
+	want := ""
+	switch f.Value.Type() {
+	case "int", "int8", "int16", "int32", "int64":
+		want = "a whole number"
+	case "uint", "uint8", "uint16", "uint32", "uint64":
+		want = "a whole number, 0 or more"
+	case "float32", "float64":
+		want = "a number"
+	case "bool":
+		want = "true or false"
+	case "duration":
+		want = "a duration such as 30s, 5m or 1h30m"
+	default:
+		want = "a " + f.Value.Type()
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		return usageError{fmt.Errorf("--%s: %q is out of range (want %s)", f.Name, v, want)}
+	}
+	return usageError{fmt.Errorf("--%s: %q is not %s", f.Name, v, want)}
+}
