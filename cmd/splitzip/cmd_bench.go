@@ -82,7 +82,7 @@ func parseSizes(s string) ([]uint64, error) {
 	for _, f := range strings.Split(s, ",") {
 		n, err := parseSize(f)
 		if err != nil || n < 2 {
-			return nil, usageError{fmt.Errorf("bad size %q", f)}
+			return nil, usageError{fmt.Errorf("--size: bad size %q (want sizes of at least 2 bytes, comma separated, such as 512MiB,64MiB)", f)}
 		}
 		out = append(out, n)
 	}

@@ -52,7 +52,7 @@ func newGenCommand(g *globals) *cobra.Command {
 func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	size, err := parseSize(o.Size)
 	if err != nil {
-		return usageError{err}
+		return usageError{fmt.Errorf("--size: %v", err)}
 	}
 	if o.Shards < 1 || o.Small < 0 || o.Mix < 0 || o.MoE < 0 || o.Layers < 0 {
 		return usageError{fmt.Errorf("--shards must be at least 1, and --small, --mix, --moe and --layers not negative")}

@@ -48,6 +48,9 @@ type globals struct {
 	// started: the command's own work began (flags and arguments were
 	// accepted); errors before it are cobra's, in how it was called.
 	started bool
+	// stops end the profile and the trace, when the run ends however it
+	// ends.
+	stops []func()
 }
 
 func newRootCommand(g *globals) *cobra.Command {
@@ -93,8 +96,10 @@ known, "file" and "tensor". Numeric flags refuse values that mean nothing
 				return err
 			}
 			if err := trace.Start(f); err != nil {
+				f.Close()
 				return err
 			}
+			g.stops = append(g.stops, func() { trace.Stop(); f.Close() })
 		}
 		if g.CPUProfile == "" {
 			return nil
@@ -103,15 +108,12 @@ known, "file" and "tensor". Numeric flags refuse values that mean nothing
 		if err != nil {
 			return err
 		}
-		return pprof.StartCPUProfile(f)
-	}
-	root.PersistentPostRun = func(*cobra.Command, []string) {
-		if g.CPUProfile != "" {
-			pprof.StopCPUProfile()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
 		}
-		if g.Trace != "" {
-			trace.Stop()
-		}
+		g.stops = append(g.stops, func() { pprof.StopCPUProfile(); f.Close() })
+		return nil
 	}
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
@@ -172,6 +174,11 @@ func runContext(ctx context.Context, argv []string, stdout, stderr io.Writer) in
 func execute(ctx context.Context, argv []string, stdout, stderr io.Writer) (code int, g *globals) {
 	g = &globals{stdout: stdout, stderr: stderr, jsonArg: jsonRequested(argv)}
 	var cmd *cobra.Command
+	defer func() {
+		for _, stop := range g.stops {
+			stop()
+		}
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			code = g.report(cmd, failure.Mark(failure.Internal, fmt.Errorf("%v", r)))

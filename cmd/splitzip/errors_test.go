@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/splitzip/splitzip/internal/failure"
+)
+
+// internals are fragments of Go's insides no message may show.
+var internals = []string{"strconv", "parsing ", "invalid syntax", "ParseInt", "ParseFloat", "ParseUint", "*fs.", "*os.", "goroutine", "panic:", "reflect", "Go struct", "json: cannot"}
+
+// showsInternals returns the first fragment of internals s shows.
+func showsInternals(s string) string {
+	for _, b := range internals {
+		if strings.Contains(s, b) {
+			return b
+		}
+	}
+	return ""
+}
+
+// oneJSON parses s as exactly one JSON object and nothing after it.
+func oneJSON(s string) (map[string]any, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("more after the first JSON document")
+	}
+	return doc, nil
+}
+
+// TestExitConstants: the CLI's exit codes are package failure's.
+func TestExitConstants(t *testing.T) {
+	for k, c := range map[failure.Kind]int{failure.OK: exitOK, failure.Integrity: exitFailure, failure.Usage: exitUsage,
+		failure.Input: exitInput, failure.Resource: exitResource, failure.Device: exitDevice,
+		failure.Internal: exitInternal, failure.Interrupted: exitInterrupted} {
+		if k.ExitCode() != c {
+			t.Errorf("%v exits %d, the CLI's constant says %d", k, k.ExitCode(), c)
+		}
+	}
+}
+
+// TestExitCodeTables: README's table of exit codes and --help's name the
+// code and kind of every failure kind, and no other.
+func TestExitCodeTables(t *testing.T) {
+	want := map[string]bool{"0 ok": true}
+	for _, k := range failure.Kinds {
+		want[fmt.Sprintf("%d %s", k.ExitCode(), k)] = true
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, help, _ := splitzip(t, "--help")
+	for _, c := range []struct {
+		name, text string
+		row        *regexp.Regexp
+	}{
+		{"README.md", string(readme), regexp.MustCompile(`(?m)^\s*\|\s*(\d+)\s*\|\s*([a-z]+)\s*\|`)},
+		{"--help", help, regexp.MustCompile(`(?m)^\s+(\d+)\s{2}([a-z]+)\s{2,}\S`)},
+	} {
+		got := map[string]bool{}
+		for _, m := range c.row.FindAllStringSubmatch(c.text, -1) {
+			got[m[1]+" "+m[2]] = true
+		}
+		for r := range want {
+			if !got[r] {
+				t.Errorf("%s's exit code table lacks %q", c.name, r)
+			}
+		}
+		for r := range got {
+			if !want[r] {
+				t.Errorf("%s's exit code table has %q, which is no kind's", c.name, r)
+			}
+		}
+	}
+}
+
+// TestJSONEveryPath: with --json, stdout is exactly one JSON document on
+// every path (success, failure, flag errors, help, version, interrupt),
+// and an error document's kind and exit code are the run's.
+func TestJSONEveryPath(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache, bad := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "bad")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "1", "-q"); code != 0 {
+		t.Fatalf("gen: %s", e)
+	}
+	for _, c := range [][]string{{ck, cache}, {ck, bad}} {
+		if code, _, e := splitzip(t, "compress", c[0], "-o", c[1], "--no-sync", "-q"); code != 0 {
+			t.Fatalf("compress: %s", e)
+		}
+	}
+	// bad: one object corrupt, so verify finds a mismatch.
+	var obj string
+	filepath.WalkDir(filepath.Join(bad, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && obj == "" {
+			obj = p
+		}
+		return nil
+	})
+	if obj == "" {
+		t.Fatal("no object in the cache")
+	}
+	b, _ := os.ReadFile(obj)
+	b[len(b)/2] ^= 0x10
+	os.WriteFile(obj, b, 0o644)
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		name    string
+		args    []string
+		code    int
+		msgType string
+	}{
+		{"success", []string{"inspect", cache}, 0, "inspect"},
+		{"verify ok", []string{"verify", cache}, 0, "verify_summary"},
+		{"verify mismatch", []string{"verify", bad}, exitFailure, "verify_summary"},
+		{"missing input", []string{"verify", missing}, exitInput, "error"},
+		{"not a cache", []string{"inspect", ck}, exitInput, "error"},
+		{"unknown flag", []string{"verify", "--bogus", cache}, exitUsage, "error"},
+		{"unknown flag before --json", []string{"inspect", "--bogus"}, exitUsage, "error"},
+		{"bad int", []string{"verify", cache, "--jobs", "abc"}, exitUsage, "error"},
+		{"bad float", []string{"compress", ck, "-o", missing, "--min-saving", "abc"}, exitUsage, "error"},
+		{"NaN", []string{"compress", ck, "-o", missing, "--min-saving", "NaN"}, exitUsage, "error"},
+		{"jobs 0", []string{"verify", cache, "--jobs", "0"}, exitUsage, "error"},
+		{"bad size", []string{"verify", cache, "--memory", "lots"}, exitUsage, "error"},
+		{"missing flag value", []string{"verify", cache, "--jobs"}, exitUsage, "error"},
+		{"missing argument", []string{"verify"}, exitUsage, "error"},
+		{"extra argument", []string{"verify", cache, cache}, exitUsage, "error"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, "error"},
+		{"unknown subcommand", []string{"bench", "frobnicate"}, exitUsage, "error"},
+		{"unknown help topic", []string{"help", "frobnicate"}, exitUsage, "error"},
+		{"completion script", []string{"completion", "bash"}, exitUsage, "error"},
+		{"--version", []string{"--version"}, 0, "version"},
+		{"version", []string{"version"}, 0, "version"},
+		{"--help", []string{"--help"}, 0, "help"},
+		{"verify --help", []string{"verify", "--help"}, 0, "help"},
+		{"help verify", []string{"help", "verify"}, 0, "help"},
+		{"no command", nil, 0, "help"},
+		{"group with no subcommand", []string{"bench"}, 0, "help"},
+	} {
+		for _, where := range []string{"last", "first"} {
+			args := append(append([]string{}, c.args...), "--json")
+			if where == "first" {
+				args = append([]string{"--json"}, c.args...)
+			}
+			code, out, e := splitzip(t, args...)
+			doc, err := oneJSON(out)
+			switch {
+			case err != nil:
+				t.Errorf("%s (--json %s): %v; stdout %q", c.name, where, err, out)
+			case code != c.code || doc["message_type"] != c.msgType:
+				t.Errorf("%s (--json %s): exit %d, message_type %v; want %d, %s; stdout %q stderr %q", c.name, where, code, doc["message_type"], c.code, c.msgType, out, e)
+			case c.msgType == "error" && (doc["exit_code"] != float64(code) || doc["kind"] == "" || doc["error"] == ""):
+				t.Errorf("%s (--json %s): error document %v for exit %d", c.name, where, doc, code)
+			}
+			if bad := showsInternals(out + e); bad != "" {
+				t.Errorf("%s: output shows %q: %q %q", c.name, bad, out, e)
+			}
+		}
+	}
+	// The file an error is about, as a field of the document.
+	if _, out, _ := splitzip(t, "verify", missing, "--json"); !strings.Contains(out, `"file": "`+missing) {
+		t.Errorf("the error document of a missing cache does not name it: %s", out)
+	}
+	// Interrupted: one error document of kind interrupted.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var o, e bytes.Buffer
+	code := runContext(ctx, []string{"verify", cache, "--json"}, &o, &e)
+	if doc, err := oneJSON(o.String()); err != nil || code != exitInterrupted || doc["kind"] != "interrupted" {
+		t.Errorf("interrupted with --json: exit %d, %v, %q", code, err, o.String())
+	}
+}
+
+// positional returns placeholder arguments under dir for the arguments
+// cmd's Use line requires (and the flags it names, such as -o CACHE;
+// optional ones in brackets left out), so that a run reaches the checks
+// of its flags.
+func positional(cmd *cobra.Command, dir string) []string {
+	var a []string
+	f := strings.Fields(cmd.Use)
+	for i := 1; i < len(f); i++ {
+		switch {
+		case strings.HasPrefix(f[i], "-") && i+1 < len(f):
+			a = append(a, f[i], filepath.Join(dir, strings.ToLower(f[i+1])))
+			i++
+		case strings.HasPrefix(f[i], "["):
+		default:
+			a = append(a, filepath.Join(dir, strings.ToLower(f[i])))
+		}
+	}
+	return a
+}
+
+// sizeFlags are the string flags that take a byte size.
+var sizeFlags = map[string]bool{"memory": true, "size": true, "pinned-limit": true, "pack-max": true}
+
+// TestBadFlagValues runs every command with bad values for each of its
+// numeric, boolean and size flags: each is a usage error (exit 2) that
+// names the flag and shows no Go internals, before any output or file.
+func TestBadFlagValues(t *testing.T) {
+	root := newRootCommand(&globals{stdout: io.Discard, stderr: io.Discard})
+	var cmds []*cobra.Command
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && c.HasParent() && !c.HasSubCommands() {
+			cmds = append(cmds, c)
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	cases := 0
+	for _, cmd := range cmds {
+		path := strings.Fields(cmd.CommandPath())[1:]
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			var bad []string
+			switch typ := f.Value.Type(); {
+			case strings.HasPrefix(typ, "int"):
+				bad = []string{"abc", "1.5", "99999999999999999999999", ""}
+			case strings.HasPrefix(typ, "uint"):
+				bad = []string{"abc", "-1", ""}
+			case strings.HasPrefix(typ, "float"):
+				bad = []string{"abc", "NaN", "Inf", "-Inf", "+Inf", ""}
+			case typ == "duration":
+				bad = []string{"abc", "5"}
+			case typ == "bool":
+				bad = []string{"maybe"}
+			case sizeFlags[f.Name]:
+				bad = []string{"abc", "NaN", "Inf", "-1", "1e300GiB", "12XB"}
+			}
+			if ann := f.Annotations[minAnnotation]; len(ann) == 2 {
+				min, _ := strconv.ParseInt(ann[0], 10, 64)
+				bad = append(bad, strconv.FormatInt(min-1, 10))
+			}
+			for _, v := range bad {
+				cases++
+				dir := t.TempDir()
+				args := append(append(append([]string{}, path...), positional(cmd, dir)...), "--"+f.Name+"="+v)
+				code, out, e := splitzip(t, args...)
+				if code != exitUsage || !strings.Contains(e, "--"+f.Name) || out != "" {
+					t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2 naming --%s", strings.Join(args, " "), code, out, e, f.Name)
+				}
+				if b := showsInternals(e); b != "" {
+					t.Errorf("%s: stderr shows %q: %q", strings.Join(args, " "), b, e)
+				}
+				if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+					t.Errorf("%s: left %s behind", strings.Join(args, " "), ents[0].Name())
+				}
+			}
+		})
+	}
+	t.Logf("%d bad values over %d commands", cases, len(cmds))
+}
