@@ -55,6 +55,9 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	if err != nil {
 		return nil, err
 	}
+	if err := shardcache.CheckOutside(dir, opts.Output, "the output folder"); err != nil {
+		return nil, err
+	}
 	if checkpoint.Contains(s.Root, opts.Output) {
 		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
 	}

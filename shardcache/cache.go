@@ -9,7 +9,36 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/splitzip/splitzip/checkpoint"
 )
+
+// ErrInsideCache reports a folder given for files outside the cache
+// (decompress's output, the place a source moved to) that is the cache's
+// folder or inside it.
+var ErrInsideCache = errors.New("is inside the cache")
+
+// ErrSourceRecorded reports a checkpoint moved (Writer.Relocate) to where
+// another checkpoint of the same path is recorded.
+var ErrSourceRecorded = errors.New("another checkpoint of this path is recorded in the cache; forget it first")
+
+// CheckOutside returns ErrInsideCache, naming both, when path is the cache
+// folder dir or inside it. path is taken as the shell gave it (relative
+// to the working directory, symlinks of what exists of it followed);
+// what says what it is for the message ("the output folder").
+func CheckOutside(dir, path, what string) error {
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	if checkpoint.Contains(root, path) {
+		return fmt.Errorf("%s: %s %w %s; choose a folder outside it", path, what, ErrInsideCache, root)
+	}
+	return nil
+}
 
 // Cache is an open cache, read-only.
 type Cache struct {

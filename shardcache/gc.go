@@ -26,22 +26,23 @@ func (w *Writer) Forget(path string) error {
 	return nil
 }
 
-// Relocate records that the source compressed from root is now at
-// newRoot (an absolute directory). It takes effect with Commit.
-func (w *Writer) Relocate(root, newRoot string) error {
+// Relocate records that the checkpoint that path names (Index.SourceFor)
+// is now in the folder newRoot (absolute, symlinks resolved). Its own
+// folder changes nothing; a folder where another checkpoint of the same
+// path is recorded is ErrSourceRecorded. It takes effect with Commit.
+func (w *Writer) Relocate(path, newRoot string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	at := -1
-	for i := range w.ix.Sources {
-		switch w.ix.Sources[i].Root {
-		case newRoot:
-			return fmt.Errorf("%s: a source is recorded at %s already", w.dir, newRoot)
-		case root:
-			at = i
-		}
+	at, err := w.ix.SourceFor(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", w.dir, err)
 	}
-	if at < 0 {
-		return fmt.Errorf("%s: source %s: %w", w.dir, root, ErrNotFound)
+	moved := w.ix.Sources[at]
+	moved.Root = newRoot
+	for i := range w.ix.Sources {
+		if i != at && w.ix.Sources[i].Path() == moved.Path() {
+			return fmt.Errorf("%s: %s: %w", w.dir, moved.Path(), ErrSourceRecorded)
+		}
 	}
 	w.ix.Sources[at].Root = newRoot
 	return nil

@@ -213,3 +213,31 @@ func TestDryRunGCUncommitted(t *testing.T) {
 		t.Errorf("dry run of an empty folder: %v, want ErrNotCache", err)
 	}
 }
+
+// TestRelocate: moving a checkpoint to its own folder changes nothing;
+// moving it to where another checkpoint of the same path is recorded is
+// ErrSourceRecorded; a single-file checkpoint may join a folder that
+// holds another of another name.
+func TestRelocate(t *testing.T) {
+	w, _ := newWriter(t)
+	defer w.Close()
+	a, _ := packedSource(t, w, "/a", 1, 100)
+	b, _ := packedSource(t, w, "/b", 2, 200)
+	c, _ := packedSource(t, w, "/c", 3, 300)
+	c.Shards[0].Name = "other.safetensors"
+	for _, s := range []Source{a, b, c} {
+		w.SetSource(s)
+	}
+	if err := w.Relocate("/a/m.safetensors", "/a"); err != nil || w.ix.Sources[0].Root != "/a" {
+		t.Errorf("relocate to its own folder: %v", err)
+	}
+	if err := w.Relocate("/a", "/b"); !errors.Is(err, ErrSourceRecorded) || !strings.Contains(err.Error(), "/b/m.safetensors") {
+		t.Errorf("relocate onto another checkpoint's path: %v, want ErrSourceRecorded naming it", err)
+	}
+	if err := w.Relocate("/c/other.safetensors", "/b"); err != nil || w.ix.Sources[2].Path() != "/b/other.safetensors" {
+		t.Errorf("relocate a single file into a folder of another: %v", err)
+	}
+	if err := w.Relocate("/nowhere", "/d"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("relocate of no recorded checkpoint: %v, want ErrNotFound", err)
+	}
+}

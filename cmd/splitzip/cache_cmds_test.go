@@ -121,3 +121,56 @@ func TestGCForgetRelative(t *testing.T) {
 		t.Errorf("decompress after the only checkpoint was forgotten: exit %d, %q", code, e)
 	}
 }
+
+// TestTargetsInsideCacheRefused: decompress -o and relocate refuse the
+// cache's own folder and folders inside it (also through a link), with an
+// error naming both, and create nothing there.
+func TestTargetsInsideCacheRefused(t *testing.T) {
+	dir := t.TempDir()
+	_, cache := compressed(t, dir)
+	link := filepath.Join(dir, "link")
+	os.Symlink(cache, link)
+	for _, args := range [][]string{
+		{"decompress", cache, "-o", cache},
+		{"decompress", cache, "-o", filepath.Join(cache, "out")},
+		{"decompress", cache, "-o", filepath.Join(cache, "tmp")},
+		{"decompress", cache, "-o", filepath.Join(link, "out")},
+		{"relocate", cache, cache},
+		{"relocate", cache, filepath.Join(cache, "objects")},
+	} {
+		before, _ := os.ReadDir(cache)
+		target := args[len(args)-1]
+		code, _, e := splitzip(t, args...)
+		if code == 0 || !strings.Contains(e, target) || !strings.Contains(e, "inside the cache "+cache) {
+			t.Errorf("%v: exit %d, %q; want a refusal naming %s and the cache", args, code, e, target)
+		}
+		if after, _ := os.ReadDir(cache); len(after) != len(before) {
+			t.Errorf("%v created a file in the cache", args)
+		}
+	}
+}
+
+// TestRelocateSameRoot: relocate to the folder the source is recorded at
+// (as given, or through a link) succeeds, says so, and leaves the index
+// as it was.
+func TestRelocateSameRoot(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	link := filepath.Join(dir, "link")
+	os.Symlink(ck, link)
+	index := filepath.Join(cache, "splitzip.json")
+	before, _ := os.ReadFile(index)
+	for _, target := range []string{ck, link} {
+		code, out, e := splitzip(t, "relocate", cache, target)
+		if code != 0 || !strings.Contains(out, "nothing to change") {
+			t.Errorf("relocate to %s, where the source is: exit %d, %q %q", target, code, out, e)
+		}
+		code, out, e = splitzip(t, "relocate", cache, target, "--json")
+		if code != 0 || !strings.Contains(out, `"changed": false`) {
+			t.Errorf("relocate --json to %s, where the source is: exit %d, %q %q", target, code, out, e)
+		}
+	}
+	if after, _ := os.ReadFile(index); !bytes.Equal(before, after) {
+		t.Error("relocate to the recorded folder rewrote the index")
+	}
+}

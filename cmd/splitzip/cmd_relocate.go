@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -22,8 +23,9 @@ func newRelocateCommand(g *globals) *cobra.Command {
 		Long: `Record in the cache's index that the source checkpoint now lives in DIR
 (moved, copied to another machine, mounted elsewhere). The source is found
 by its shards in DIR (names and sizes), or named by its recorded root with
---source. verify, decompress and load also take --source DIR to use a
-moved source without changing the index.`,
+--source. DIR must be outside the cache; the folder the source is recorded
+at already changes nothing. verify, decompress and load also take
+--source DIR to use a moved source without changing the index.`,
 		Args: args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, a []string) error { return runRelocate(g, o, a[0], a[1]) },
 	}
@@ -34,6 +36,9 @@ moved source without changing the index.`,
 func runRelocate(g *globals, o relocateOptions, cache, dir string) error {
 	c, err := shardcache.Open(cache)
 	if err != nil {
+		return err
+	}
+	if err := shardcache.CheckOutside(cache, dir, "the source folder"); err != nil {
 		return err
 	}
 	abs, err := filepath.Abs(dir)
@@ -53,11 +58,15 @@ func runRelocate(g *globals, o relocateOptions, cache, dir string) error {
 	}
 	old := rec.Root
 	if old == abs {
-		return fmt.Errorf("%s is where the source is recorded already", abs)
+		if g.JSON {
+			return printJSON(g.stdout, "relocate_summary", map[string]any{"cache": cache, "from": old, "to": abs, "changed": false})
+		}
+		fmt.Fprintf(g.stdout, "source %s is recorded at %s already; nothing to change\n", rec.Path(), abs)
+		return nil
 	}
 	if o.Source != "" {
 		if at, _, err := c.FindSource(abs); err != nil || at != rec {
-			return fmt.Errorf("%s does not hold the shards of source %s", abs, old)
+			return failure.Mark(failure.Input, fmt.Errorf("%s does not hold the shards of source %s", abs, rec.Path()))
 		}
 	}
 	w, err := shardcache.Create(cache)
@@ -65,14 +74,14 @@ func runRelocate(g *globals, o relocateOptions, cache, dir string) error {
 		return err
 	}
 	defer w.Close()
-	if err := w.Relocate(old, abs); err != nil {
+	if err := w.Relocate(rec.Path(), abs); err != nil {
 		return err
 	}
 	if err := w.Commit(); err != nil {
 		return err
 	}
 	if g.JSON {
-		return printJSON(g.stdout, "relocate_summary", map[string]string{"cache": cache, "from": old, "to": abs})
+		return printJSON(g.stdout, "relocate_summary", map[string]any{"cache": cache, "from": old, "to": abs, "changed": true})
 	}
 	fmt.Fprintf(g.stdout, "relocated source %s to %s\n", old, abs)
 	return nil
