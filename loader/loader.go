@@ -85,10 +85,17 @@ func Open(dir, source string) (*Loader, error) { return OpenWith(dir, Options{So
 // OpenWith opens a checkpoint of the cache in dir.
 func OpenWith(dir string, o Options) (*Loader, error) {
 	c, err := shardcache.Open(dir)
+	if errors.Is(err, shardcache.ErrNotCache) {
+		// A folder that is no cache is a wrong argument, not corrupt data.
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	src, err := c.PickSource(o.Source)
+	if errors.Is(err, shardcache.ErrAmbiguousSource) {
+		return nil, fmt.Errorf("%w: %w; give its root as the source argument", ErrInvalid, err)
+	}
 	if err != nil {
 		return nil, err
 	}

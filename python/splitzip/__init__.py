@@ -11,9 +11,17 @@ torch are optional: see splitzip.numpy and splitzip.torch.
             info = cache.info(name)          # dtype, shape, nbytes, compressed
             buf = bytearray(info.nbytes)
             cache.read_into(name, buf)       # original bytes, decoded on the CPU
+
+Errors are splitzip.Error, each also the builtin exception Python code
+expects: NotFoundError is a KeyError (no such tensor), InvalidArgumentError
+a ValueError, MissingFileError a FileNotFoundError, FileError an OSError;
+IntegrityError is corrupt data (a payload failing its checksum).
 """
 
-from ._lib import Cache, Error, TensorInfo, Event
+from ._lib import (Cache, DeviceError, Error, Event, FileError, FilePermissionError, IntegrityError, InternalError,
+                   InvalidArgumentError, MissingFileError, NotFoundError, SourceChangedError, TensorInfo)
 from ._version import __version__
 
-__all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__"]
+__all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__",
+           "InvalidArgumentError", "NotFoundError", "IntegrityError", "SourceChangedError", "FileError",
+           "MissingFileError", "FilePermissionError", "DeviceError", "InternalError"]

@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import ctypes
+import errno
 import os
 import threading
 from dataclasses import dataclass
@@ -16,12 +17,94 @@ _STATUS = {
 
 
 class Error(Exception):
-    """A failed call: status is the sz_status code, message the library's text."""
+    """A failed call: status is the sz_status code, message the library's
+    text. Every error the library reports is an instance of one of the
+    subclasses below, each also the builtin exception Python code expects
+    (KeyError, ValueError, OSError, ...), so both `except splitzip.Error`
+    and `except KeyError` catch a missing tensor."""
 
-    def __init__(self, status: int, message: str):
-        super().__init__(f"splitzip: {_STATUS.get(status, status)}: {message}")
+    def __init__(self, status: int, message: str, filename: Optional[str] = None):
+        text = f"splitzip: {_STATUS.get(status, status)}: {message}"
+        if isinstance(self, OSError):
+            OSError.__init__(self, getattr(self, "_errno", None), text, filename)
+        else:
+            Exception.__init__(self, text)
         self.status = status
         self.message = message
+        self._text = text
+
+    def __str__(self) -> str:
+        return self._text  # KeyError and OSError would quote or prefix it
+
+
+class InvalidArgumentError(Error, ValueError):
+    """An argument the library refuses: an index out of range, a null or
+    misaligned pointer, a buffer too small, a cache of several sources
+    opened without source=, a folder that is not a splitzip cache."""
+
+
+class NotFoundError(Error, KeyError):
+    """A tensor (by name, content key or source slice) that the cache does
+    not hold."""
+
+
+class IntegrityError(Error):
+    """Corrupt data: a payload failing its checksum, a damaged object or
+    index. The bytes were not returned."""
+
+
+class SourceChangedError(Error, OSError):
+    """A source shard changed or vanished since compression, and the
+    tensor's bytes are only there."""
+
+
+class FileError(Error, OSError):
+    """A file could not be read."""
+
+
+class MissingFileError(FileError, FileNotFoundError):
+    """A file or folder that is not there."""
+    _errno = errno.ENOENT
+
+
+class FilePermissionError(FileError, PermissionError):
+    """A file or folder that may not be read."""
+    _errno = errno.EACCES
+
+
+class DeviceError(Error, RuntimeError):
+    """No usable GPU, or a CUDA call that failed."""
+
+
+class InternalError(Error, RuntimeError):
+    """A bug in the library."""
+
+
+_CLASSES = {1: InvalidArgumentError, 2: NotFoundError, 3: IntegrityError, 4: SourceChangedError,
+            5: InvalidArgumentError, 6: DeviceError, 7: DeviceError, 8: FileError, 9: InternalError}
+
+# The library's messages are shared with the command line; these are said
+# with the Python argument names instead.
+_CLI_WORDS = (("--source ROOT", "source=ROOT"), ("--source", "source="), ("as the source argument", "as source=ROOT"))
+
+
+def error(status: int, message: str, filename: Optional[str] = None) -> Error:
+    """The exception for a status and message of the library: an Error of
+    the subclass the status (and for files the system's reason) names,
+    its message in Python's words."""
+    for cli, py in _CLI_WORDS:
+        message = message.replace(cli, py)
+    said = _STATUS.get(status, "") + ": "
+    if message.startswith(said):  # the library's own words for the status, said once
+        message = message[len(said):]
+    cls = _CLASSES.get(status, Error)
+    if cls is FileError:
+        low = message.lower()
+        if "no such file or directory" in low:
+            cls = MissingFileError
+        elif "permission denied" in low:
+            cls = FilePermissionError
+    return cls(status, message, filename)
 
 
 class _Tensor(ctypes.Structure):
@@ -138,18 +221,42 @@ class Cache:
     """An open splitzip cache. Safe to use from several threads. With
     resident, uploads keep what they read in pinned host memory (per
     upload stream), so uploading a tensor again reads no file: the
-    pinned-host tier of splitzip.offload."""
+    pinned-host tier of splitzip.offload.
+
+    What is read is what the cache holds: every payload (SplitZip or
+    entropy) is decoded from the cache and checked, even when its source
+    checkpoint is there, so a corrupt payload raises IntegrityError naming
+    the tensor; only tensors stored raw are read from their source file
+    (checked unchanged since compression by size and time).
+
+    A cache of several checkpoints needs source= (the root of one of
+    them). Errors are subclasses of Error: NotFoundError (a KeyError) for
+    a missing tensor, InvalidArgumentError (a ValueError) for a bad
+    argument, MissingFileError (a FileNotFoundError) and FileError (an
+    OSError) for files, IntegrityError for corrupt data. After close()
+    every method raises ValueError("the cache is closed")."""
 
     def __init__(self, path: str, source: Optional[str] = None, resident: bool = False):
+        self._hv = 0
+        self._index = None
         l = lib()
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise error(8, f"{path}: no such file or directory", path)
+        if source is not None:
+            source = os.fspath(source)
+            if not os.path.exists(source):
+                raise error(8, f"source={source}: no such file or directory", source)
         h = ctypes.c_size_t()
-        err = ctypes.create_string_buffer(1024)
-        src = source.encode() if source is not None else None
+        err = ctypes.create_string_buffer(4096)
+        src = os.fsencode(source) if source is not None else None
         status = l.sz_open(os.fsencode(path), src, ctypes.byref(h), err, len(err))
         if status:
-            raise Error(status, err.value.decode(errors="replace"))
-        self._h = h.value
-        self._index = None
+            msg = err.value.decode(errors="replace")
+            if status == 2 and source is not None:  # source= names none of the cache's checkpoints
+                status = 1
+            raise error(status, msg, path)
+        self._hv = h.value
         if resident:
             try:
                 self._check(l.sz_set_resident(self._h, 1))
@@ -157,12 +264,28 @@ class Cache:
                 self.close()
                 raise
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+        return not self._hv
+
+    @property
+    def _h(self) -> int:
+        """The library's handle; ValueError once closed."""
+        if not self._hv:
+            raise ValueError("the cache is closed")
+        return self._hv
+
     def close(self) -> None:
-        if self._h:
-            lib().sz_close(self._h)
-            self._h = 0
+        """Free the cache's files and memory. Closing twice is no error;
+        any other call on a closed cache raises ValueError."""
+        h, self._hv = self._hv, 0
+        self._index = None
+        if h:
+            lib().sz_close(h)
 
     def __enter__(self):
+        self._h  # ValueError when closed, as for files
         return self
 
     def __exit__(self, *exc):
@@ -176,9 +299,9 @@ class Cache:
 
     def _check(self, status: int) -> None:
         if status:
-            buf = ctypes.create_string_buffer(2048)
+            buf = ctypes.create_string_buffer(4096)
             lib().sz_last_error(self._h, buf, len(buf))
-            raise Error(status, buf.value.decode(errors="replace"))
+            raise error(status, buf.value.decode(errors="replace"))
 
     def __len__(self) -> int:
         n = ctypes.c_uint64()
@@ -186,10 +309,21 @@ class Cache:
         return n.value
 
     def info_at(self, index: int) -> TensorInfo:
+        """What the cache knows of tensor index (0 <= index < len(cache))."""
+        index = self._index_arg(index)
         t = _Tensor()
-        name = ctypes.create_string_buffer(4096)
-        self._check(lib().sz_info(self._h, index, ctypes.byref(t), name, len(name)))
-        return TensorInfo(index=t.index, name=name.value.decode(), dtype=t.dtype.decode(),
+        size = 4096
+        while True:
+            # Filled with 0xFF, which UTF-8 never holds, so that the name's
+            # end is found even when it holds NUL characters.
+            name = ctypes.create_string_buffer(b"\xff" * size, size)
+            status = lib().sz_info(self._h, index, ctypes.byref(t), name, len(name))
+            if status != 5 or size >= 1 << 24:  # 5: the name is longer than the buffer
+                self._check(status)
+                break
+            size *= 16
+        raw = name.raw.rstrip(b"\xff")[:-1]  # the name, without its terminating NUL
+        return TensorInfo(index=t.index, name=raw.decode(errors="surrogateescape"), dtype=t.dtype.decode(),
                           shape=self._shape(index, t), nbytes=t.nbytes,
                           offset=t.offset, stored=t.stored, compressed=bool(t.compressed))
 
@@ -202,16 +336,43 @@ class Cache:
         return tuple(dims[i] for i in range(ndim.value))
 
     def infos(self) -> List[TensorInfo]:
-        if self._index is None:
-            self._index = [self.info_at(i) for i in range(len(self))]
-        return self._index
+        """What the cache knows of every tensor, in index order."""
+        self._h
+        index = self._index
+        if index is None:
+            index = [self.info_at(i) for i in range(len(self))]
+            self._index = index
+        return index
 
     def names(self) -> List[str]:
         return [t.name for t in self.infos()]
 
+    def _index_arg(self, index: int) -> int:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"tensor index must be an int, not {type(index).__name__}")
+        if index < 0:
+            raise error(1, f"tensor index {index}: want 0 to {len(self) - 1}")
+        return index
+
     def find(self, name: str) -> int:
+        """The index of the tensor called name; NotFoundError (a KeyError)
+        when there is none."""
+        self._h
+        if not isinstance(name, str):
+            raise TypeError(f"tensor name must be a str, not {type(name).__name__}")
+        try:
+            b = name.encode(errors="surrogateescape")
+        except UnicodeEncodeError:
+            # A lone surrogate: no safetensors file can name a tensor so.
+            raise error(2, f"tensor {name!r}: not in the cache (the name is not valid UTF-8)") from None
+        if b"\0" in b:
+            # A C string ends at NUL: looked up here instead.
+            for t in self.infos():
+                if t.name == name:
+                    return t.index
+            raise error(2, f"tensor {name!r}: not in the cache")
         i = ctypes.c_uint64()
-        self._check(lib().sz_find_name(self._h, name.encode(), ctypes.byref(i)))
+        self._check(lib().sz_find_name(self._h, b, ctypes.byref(i)))
         return i.value
 
     def find_slice(self, shard: str, offset: int, size: int) -> int:
@@ -291,6 +452,7 @@ class Cache:
     def read_many(self, items, threads: Optional[int] = None) -> None:
         """read_into_ptr for many (index, ptr, capacity) items, on several
         threads (the library call releases the GIL)."""
+        self._h
         items = list(items)
         workers = threads or min(8, os.cpu_count() or 1)
         if workers <= 1 or len(items) <= 1:
@@ -303,6 +465,7 @@ class Cache:
 
     def read_into(self, name: str, buf) -> None:
         """Write a tensor's original bytes into a writable buffer."""
+        self._h
         mv = memoryview(buf).cast("B")
         if mv.readonly:
             raise ValueError("read_into needs a writable buffer")

@@ -51,7 +51,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.offload needs PyTorch") from e
 
-from ._lib import Cache, Error
+from ._lib import Cache, Error, error
 from ._packs import ENTRY, owner
 from .offload_plan import TIERS, Plan, tiers
 from .torch import DTYPES
@@ -198,7 +198,7 @@ class Offload:
             self.cache.scatter_check(self.dev, self.stream.cuda_stream)
         except Error as e:
             names = self._repair(sorted(set(faulted)))
-            raise Error(e.status, f"{e.message}: a layer pack failed on the device"
+            raise error(e.status, f"{e.message}: a layer pack failed on the device"
                         f"{' (' + ', '.join(names) + ')' if names else ''}") from None
 
     def _repair(self, layers: List[int]) -> List[str]:

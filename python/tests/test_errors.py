@@ -1,0 +1,213 @@
+"""What the binding raises, and that it reads what it says it reads: the
+exceptions Python code expects (KeyError, ValueError, FileNotFoundError,
+IntegrityError), a closed Cache, corrupt entropy payloads with their
+source present, tensor names byte for byte. Needs neither numpy nor
+torch."""
+
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import testenv  # noqa: E402  (python/tests; before splitzip)
+import stfile  # noqa: E402  (python/tests)
+
+import splitzip  # noqa: E402
+
+BIN = testenv.BIN
+
+
+def run(*args):
+    subprocess.run([BIN, *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def index_body(cache):
+    with open(os.path.join(cache, "splitzip.json")) as f:
+        return json.load(f)["body"]
+
+
+def flip(cache, key, at, mask=0x40):
+    """XOR byte at of the object with key (its own file, or its range of a
+    pack) with mask."""
+    o = index_body(cache)["objects"][key]
+    where = o.get("pack", key)
+    h = where.split(":", 1)[1]
+    path = os.path.join(cache, "objects", h[:2], h)
+    off = o.get("offset", 0) + at
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ mask]))
+
+
+class TestErrors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.src, cls.cache = testenv.generated(cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_kinds(self):
+        """Each failure is an Error and the builtin exception Python code expects."""
+        with splitzip.Cache(self.cache) as c:
+            name = "model.embed_tokens.weight"
+            with self.assertRaises(KeyError) as e:
+                c.info("no.such.tensor")
+            self.assertIsInstance(e.exception, splitzip.NotFoundError)
+            self.assertIsInstance(e.exception, splitzip.Error)
+            self.assertEqual(e.exception.status, 2)
+            self.assertIn('"no.such.tensor"', str(e.exception))
+            with self.assertRaises(KeyError):
+                c.read_into("no.such.tensor", bytearray(4))
+            with self.assertRaises(ValueError) as e:
+                c.read_into(name, bytearray(3))
+            self.assertIsInstance(e.exception, splitzip.InvalidArgumentError)
+            self.assertIn(name, str(e.exception))
+            with self.assertRaises(ValueError):
+                c.info_at(len(c))
+            with self.assertRaises(ValueError):
+                c.info_at(-1)
+        with self.assertRaises(FileNotFoundError) as e:
+            splitzip.Cache(os.path.join(self.tmp.name, "nope"))
+        self.assertIsInstance(e.exception, splitzip.Error)
+        self.assertEqual(e.exception.filename, os.path.join(self.tmp.name, "nope"))
+        with self.assertRaises(FileNotFoundError) as e:
+            splitzip.Cache(self.cache, source=os.path.join(self.tmp.name, "nowhere"))
+        self.assertIn("source=", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            splitzip.Cache(self.src)  # a checkpoint, not a cache
+        self.assertIsInstance(e.exception, splitzip.Error)
+        self.assertNotIsInstance(e.exception, splitzip.IntegrityError)
+        self.assertIn("not a splitzip cache", str(e.exception))
+        self.assertNotIn("invalid argument: invalid argument", str(e.exception))
+
+    def test_several_sources_say_source_argument(self):
+        """A cache of two checkpoints opened without source= names the Python argument, not the CLI flag."""
+        with tempfile.TemporaryDirectory() as d:
+            a, b, cache = os.path.join(d, "a"), os.path.join(d, "b"), os.path.join(d, "c")
+            run("gen", a, "--size", "1MiB", "-q")
+            run("gen", b, "--size", "1MiB", "--seed", "2", "-q")
+            run("compress", a, "-o", cache, "--no-sync", "-q")
+            run("compress", b, "-o", cache, "--no-sync", "-q")
+            with self.assertRaises(ValueError) as e:
+                splitzip.Cache(cache)
+            self.assertIsInstance(e.exception, splitzip.Error)
+            self.assertNotIn("--source", str(e.exception))
+            self.assertIn("source=", str(e.exception))
+            with splitzip.Cache(cache, source=b) as c:
+                self.assertTrue(len(c) > 0)
+
+    def test_closed(self):
+        """Every method of a closed Cache raises ValueError; close() twice is no error."""
+        c = splitzip.Cache(self.cache)
+        name = c.names()[0]
+        info = c.info(name)
+        self.assertFalse(c.closed)
+        c.close()
+        c.close()
+        self.assertTrue(c.closed)
+        buf = bytearray(info.nbytes)
+        calls = {
+            "len": lambda: len(c), "info_at": lambda: c.info_at(0), "info": lambda: c.info(name),
+            "infos": c.infos, "names": c.names, "find": lambda: c.find(name),
+            "find_slice": lambda: c.find_slice("x", 0, 1), "find_key": lambda: c.find_key("k"),
+            "read_into": lambda: c.read_into(name, buf), "read_many": lambda: c.read_many([]),
+            "read_into_ptr": lambda: c.read_into_ptr(0, 0, 0), "stored_size": lambda: c.stored_size(0),
+            "read_stored_into_ptr": lambda: c.read_stored_into_ptr(0, 0, 0),
+            "decode_host_ptr": lambda: c.decode_host_ptr(0, 0, 0, 0, 0),
+            "part_into_ptr": lambda: c.part_into_ptr(0, 0, 0, 0, 0, 0, 0),
+            "decode_part_ptr": lambda: c.decode_part_ptr(0, 0, 0, 0, 0, 0, 0),
+            "plan": lambda: c.plan(1), "upload": lambda: c.upload(0, 4096, info.nbytes),
+            "upload_batch": lambda: c.upload_batch([0], [4096], [info.nbytes]),
+            "pack_size": lambda: c.pack_size([0]), "pack_into_ptr": lambda: c.pack_into_ptr([0], [0], [0], 0, 0),
+            "gpu_prepare": c.gpu_prepare, "scatter": lambda: c.scatter(0, 0, splitzip._lib.PackInfo()),
+            "scatter_check": c.scatter_check, "enter": lambda: c.__enter__(),
+        }
+        for what, call in calls.items():
+            with self.assertRaises(ValueError, msg=what) as e:
+                call()
+            self.assertEqual(str(e.exception), "the cache is closed", what)
+        with splitzip.Cache(self.cache) as c2:
+            pass
+        self.assertTrue(c2.closed)
+        with self.assertRaises(ValueError):
+            len(c2)
+
+    def test_entropy_corrupt_with_source(self):
+        """A damaged entropy payload is an IntegrityError naming the tensor, though its source is there."""
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = os.path.join(d, "ck"), os.path.join(d, "c")
+            run("gen", src, "--size", "2MiB", "--dtype", "F16", "-q")
+            run("compress", src, "-o", cache, "--codec", "entropy", "--no-sync", "-q")
+            want = {}
+            for f in sorted(os.listdir(src)):
+                if f.endswith(".safetensors"):
+                    want.update(stfile.read(os.path.join(src, f)))
+            body = index_body(cache)
+            entropy = [t for s in body["sources"] for sh in s["shards"] for t in sh["tensors"] if t["stored"] == "entropy"]
+            self.assertTrue(entropy, "no entropy payloads")
+            for t in entropy[:3]:
+                size = body["objects"][t["key"]]["size"]
+                flip(cache, t["key"], size // 2)
+            with splitzip.Cache(cache) as c:
+                for t in entropy[:3]:
+                    buf = bytearray(t["size"])
+                    with self.assertRaises(splitzip.IntegrityError, msg=t["name"]) as e:
+                        c.read_into(t["name"], buf)
+                    self.assertIn(f'"{t["name"]}"', str(e.exception))
+                for t in entropy[3:]:
+                    buf = bytearray(t["size"])
+                    c.read_into(t["name"], buf)
+                    self.assertEqual(bytes(buf), want[t["name"]][2], t["name"])
+
+    def test_names_round_trip(self):
+        """Names with non-ASCII, escaped and control characters (NUL too) come back byte for byte."""
+        names = ["é.weight", "名前", 'quote"back\\slash', "tab\tnew\nline", "nul\x00in", "emoji\U0001F600",
+                 "ctl\x01\x1f", "\u2028sep", "x" * 5000]
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "src"))
+            for ascii_only in (True, False):
+                path, cache = os.path.join(d, "src", f"m{ascii_only}.safetensors"), os.path.join(d, f"c{ascii_only}")
+                tensors = [(n, "U8", (4,), bytes([i]) * 4) for i, n in enumerate(names)]
+                header, off = {}, 0
+                for n, dt, shape, b in tensors:
+                    header[n] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(b)]}
+                    off += len(b)
+                h = json.dumps(header, ensure_ascii=ascii_only).encode()
+                with open(path, "wb") as f:
+                    f.write(len(h).to_bytes(8, "little") + h + b"".join(t[3] for t in tensors))
+                run("compress", path, "-o", cache, "--no-sync")
+                with splitzip.Cache(cache) as c:
+                    self.assertEqual(c.names(), names)
+                    for i, (n, _, _, b) in enumerate(tensors):
+                        self.assertEqual(c.find(n), i, repr(n))
+                        buf = bytearray(4)
+                        c.read_into(n, buf)
+                        self.assertEqual(bytes(buf), b, repr(n))
+                    with self.assertRaises(KeyError):
+                        c.find("nul")  # not the name cut at its NUL
+                    with self.assertRaises(KeyError):
+                        c.find("lone\ud800")
+
+    def test_lone_surrogate_rejected_or_kept(self):
+        """A name with an escaped lone surrogate is refused, as the reference refuses it, or kept exactly."""
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "src"))
+            path, cache = os.path.join(d, "src", "m.safetensors"), os.path.join(d, "c")
+            stfile.write(path, [("lone\ud800", "U8", (4,), b"abcd"), ("ok", "U8", (4,), b"efgh")])
+            p = subprocess.run([BIN, "compress", path, "-o", cache, "--no-sync", "-q"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if p.returncode != 0:
+                self.assertTrue(p.stderr.strip(), "compress failed without a message")
+                return
+            with splitzip.Cache(cache) as c:
+                self.assertEqual(sorted(c.names()), sorted(["lone\ud800", "ok"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
