@@ -106,7 +106,7 @@ func (d *Decoder) entropyStream(r io.ReaderAt, size uint64, buf, head []byte, fn
 		return err
 	}
 	if sums.Sum() != h.Checksum {
-		return fmt.Errorf("%w: entropy payload checksum mismatch", codec.ErrChecksum)
+		return &codec.ChecksumError{Payload: "entropy payload", Computed: sums.Sum(), Stored: h.Checksum}
 	}
 	if err := h.CheckIndex(idx); err != nil || out == 0 {
 		return err

@@ -78,7 +78,7 @@ func checkStored(kind string, p []byte, size uint64) error {
 			case uint64(len(p)) != h.Size:
 				return fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, len(p), h.Size)
 			case codec.Checksum(p) != h.Checksum:
-				return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+				return &codec.ChecksumError{Payload: "entropy payload", Computed: codec.Checksum(p), Stored: h.Checksum}
 			case h.ValueBytes() != size:
 				return fmt.Errorf("%w: decodes to %d bytes, the tensor has %d", codec.ErrSize, h.ValueBytes(), size)
 			}

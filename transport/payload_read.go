@@ -120,7 +120,7 @@ func checkEntropy(b []byte, sum uint32) (*entropy.Head, error) {
 		return nil, fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, len(b), e.Size)
 	}
 	if sum != e.Checksum {
-		return nil, fmt.Errorf("%w: entropy payload checksum mismatch", codec.ErrChecksum)
+		return nil, &codec.ChecksumError{Payload: "entropy payload", Computed: sum, Stored: e.Checksum}
 	}
 	return e, e.CheckIndex(b[e.Index:])
 }

@@ -83,7 +83,7 @@ func (z *SplitZip) entropyUpload(ctx context.Context, t target) (Fence, error) {
 		return nil, err
 	}
 	if sums.Sum() != h.Checksum {
-		return nil, fmt.Errorf("%s: %w: entropy payload checksum mismatch", loc.Name, codec.ErrChecksum)
+		return nil, fmt.Errorf("%s: %w", loc.Name, &codec.ChecksumError{Payload: "entropy payload", Computed: sums.Sum(), Stored: h.Checksum})
 	}
 	if err := h.CheckIndex(idx); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name, err)

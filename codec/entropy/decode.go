@@ -25,7 +25,7 @@ func Decode(dst, p []byte, workers int) error {
 	case uint64(len(p)) != h.Size:
 		return fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, len(p), h.Size)
 	case codec.ChecksumParallel(p, workersOr(workers)) != h.Checksum:
-		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+		return &codec.ChecksumError{Payload: "entropy payload", Computed: codec.Checksum(p), Stored: h.Checksum}
 	case uint64(len(dst)) != h.Values*uint64(f.Size):
 		return fmt.Errorf("%w: %d bytes for %d %s values", codec.ErrSize, len(dst), h.Values, f.DType)
 	}

@@ -79,7 +79,7 @@ func Check(p []byte) (*Head, error) {
 	case uint64(len(p)) != e.Size:
 		return nil, fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, len(p), e.Size)
 	case codec.Checksum(p) != e.Checksum:
-		return nil, fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+		return nil, &codec.ChecksumError{Payload: "entropy payload", Computed: codec.Checksum(p), Stored: e.Checksum}
 	}
 	if err := e.CheckIndex(e.indexBytes(p)); err != nil {
 		return nil, err

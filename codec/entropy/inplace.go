@@ -46,7 +46,7 @@ func DecodeInPlace(buf []byte, size uint64) error {
 	case uint64(len(buf)) != h.Values*uint64(f.Size):
 		return fmt.Errorf("%w: %d bytes for %d %s values", codec.ErrSize, len(buf), h.Values, f.DType)
 	case codec.Checksum(p) != h.Checksum:
-		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+		return &codec.ChecksumError{Payload: "entropy payload", Computed: codec.Checksum(p), Stored: h.Checksum}
 	}
 	head := append([]byte(nil), p[:h.Others]...)
 	idx := append([]byte(nil), h.indexBytes(p)...)

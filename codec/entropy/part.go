@@ -130,7 +130,7 @@ func openPart(part []byte) (*Reader, PartInfo, error) {
 		return bad("version %d, this build reads %d", v, partVersion)
 	}
 	if got, want := partChecksum(part), binary.LittleEndian.Uint32(part[48:]); got != want {
-		return nil, PartInfo{}, fmt.Errorf("%w: entropy part: computed %08x, header says %08x", codec.ErrChecksum, got, want)
+		return nil, PartInfo{}, &codec.ChecksumError{Payload: "entropy part", Computed: got, Stored: want}
 	}
 	for _, b := range append(part[6:8:8], part[52:partHeader]...) {
 		if b != 0 {

@@ -125,7 +125,7 @@ func (d *Reader) Check(crcs []uint32, lens []uint64) error {
 	}
 	crc = crc32c.Update(crc, d.idx)
 	if total != d.h.Index-d.h.Others || crc != d.h.Checksum {
-		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+		return &codec.ChecksumError{Payload: "entropy payload", Computed: crc, Stored: d.h.Checksum}
 	}
 	return nil
 }

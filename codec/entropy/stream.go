@@ -258,7 +258,7 @@ func DecodeStream(r io.ReaderAt, size uint64, fn func(off uint64, vals []byte) e
 	crc = codec.CombineChecksums(crc, crcO, h.Symbols-h.Others)
 	crc = codec.CombineChecksums(crc, crcS, symBytes)
 	if crc != h.Checksum {
-		return fmt.Errorf("%w: checksum mismatch", codec.ErrChecksum)
+		return &codec.ChecksumError{Payload: "entropy payload", Computed: crc, Stored: h.Checksum}
 	}
 	return nil
 }
