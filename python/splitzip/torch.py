@@ -19,7 +19,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.torch needs PyTorch (pip install torch); splitzip.numpy works without it") from e
 
-from ._lib import Cache
+from ._lib import Cache, TensorInfo, error
 
 DTYPES = {
     "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
@@ -34,26 +34,45 @@ if hasattr(torch, "float8_e4m3fn"):
     DTYPES["F8_E5M2"] = torch.float8_e5m2
 
 
-def _check_size(index: int, t: torch.Tensor, nbytes: int) -> None:
-    if t.numel() * t.element_size() != nbytes:
-        raise ValueError(f"tensor {index}: {t.numel() * t.element_size()} bytes for {nbytes}")
+def check_tensor(info: TensorInfo, t: torch.Tensor) -> None:
+    """Check that t can take the bytes of the cache's tensor info: a
+    torch.Tensor of its dtype and shape, contiguous, on the CPU or a CUDA
+    device. Raises ValueError (splitzip.InvalidArgumentError) naming the
+    tensor and saying what was expected and what was found, TypeError for
+    what is no tensor."""
+    def bad(what: str):
+        return error(1, f"tensor {info.name!r}: {what}")
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"tensor {info.name!r}: want a torch.Tensor, found {type(t).__name__}")
+    want = DTYPES.get(info.dtype)
+    if want is None:
+        raise bad(f"dtype {info.dtype} has no equivalent in torch {torch.__version__}")
+    if t.dtype != want:
+        raise bad(f"dtype {t.dtype} given, the cache has {info.dtype} ({want})")
+    if tuple(t.shape) != tuple(info.shape):
+        raise bad(f"shape {tuple(t.shape)} given, the cache has {tuple(info.shape)}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise bad(f"device {t.device} given, want the CPU or a CUDA device")
     if not t.is_contiguous():
-        raise ValueError(f"tensor {index}: not contiguous")
+        raise bad(f"not contiguous (strides {tuple(t.stride())}); give a contiguous tensor, such as t.contiguous()")
+    if t.numel() * t.element_size() != info.nbytes:  # cannot differ once dtype and shape agree
+        raise bad(f"{t.numel() * t.element_size()} bytes given, the cache has {info.nbytes}")
 
 
 def _fill(c: Cache, items: list) -> list:
-    """Fill (index, nbytes, tensor) items: CPU tensors now, CUDA tensors in
-    one batch per device on its current stream. Returns the events."""
+    """Fill (info, tensor) items, each checked first (check_tensor): CPU
+    tensors now, CUDA tensors in one batch per device on its current
+    stream. Returns the events."""
     events, batches, host = [], {}, []
-    for index, nbytes, t in items:
-        _check_size(index, t, nbytes)
+    for info, t in items:
+        check_tensor(info, t)
+    for info, t in items:
+        index, nbytes = info.index, info.nbytes
         if t.device.type == "cuda":
             dev = t.device.index if t.device.index is not None else torch.cuda.current_device()
             batches.setdefault(dev, []).append((index, nbytes, t))
-        elif t.device.type == "cpu":
-            host.append((index, t.data_ptr(), nbytes))
         else:
-            raise ValueError(f"unsupported device {t.device}")
+            host.append((index, t.data_ptr(), nbytes))
     c.read_many(host)
     for dev, b in batches.items():
         stream = torch.cuda.current_stream(dev).cuda_stream
@@ -79,21 +98,20 @@ def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source:
             if dt is None:
                 raise ValueError(f"{info.name}: dtype {info.dtype} has no torch equivalent")
             t = torch.empty(info.shape, dtype=dt, device=device)
-            items.append((info.index, info.nbytes, t))
+            items.append((info, t))
             out[info.name] = t
         _finish(_fill(c, items))
     return out
 
 
 def upload_into(cache: Cache, tensors: Dict[str, torch.Tensor], wait: bool = True) -> list:
-    """Fill caller-owned tensors (name -> tensor of the right size, on the
-    CPU or a CUDA device) from an open Cache. With wait False, returns the
-    events instead of waiting; work on the current stream is ordered after
-    the uploads either way."""
-    items = []
-    for name, t in tensors.items():
-        info = cache.info(name)
-        items.append((info.index, info.nbytes, t))
+    """Fill caller-owned tensors (name -> tensor of the cache's dtype and
+    shape, contiguous, on the CPU or a CUDA device) from an open Cache.
+    Every tensor is checked (check_tensor) before any is written: a
+    mismatch raises ValueError naming the tensor, a name the cache lacks
+    KeyError. With wait False, returns the events instead of waiting;
+    work on the current stream is ordered after the uploads either way."""
+    items = [(cache.info(name), t) for name, t in tensors.items()]
     events = _fill(cache, items)
     if wait:
         _finish(events)

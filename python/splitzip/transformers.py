@@ -72,7 +72,7 @@ def from_pretrained(cache: str, config: Union[str, "PretrainedConfig"], device: 
                 mod._parameters[leaf] = torch.nn.Parameter(t, requires_grad=old.requires_grad)
             else:
                 mod._buffers[leaf] = t
-            items.append((info.index, info.nbytes, t))
+            items.append((info, t))
         _finish(_fill(c, items))
     # Non-persistent buffers, computed on the host by the model's own code.
     for name, b in list(model.named_buffers()):

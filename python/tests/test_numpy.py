@@ -53,16 +53,6 @@ class TestNumpy(unittest.TestCase):
             c.read_into(name, buf)
             self.assertEqual(bytes(buf), self.want[name][2])
 
-    def test_torch_missing(self):
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            with self.assertRaises(ImportError) as cm:
-                import splitzip.torch  # noqa: F401
-            self.assertIn("needs PyTorch", str(cm.exception))
-        else:
-            self.skipTest("torch is installed")
-
     def test_load_file_bit_for_bit(self):
         from splitzip.numpy import load_file
         got = load_file(self.cache)

@@ -3,6 +3,7 @@ CI has no torch and skips with a message)."""
 
 import os
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -42,6 +43,80 @@ class TestTorch(unittest.TestCase):
                 t = got[name]
                 self.assertEqual(t.dtype, DTYPES[dt])
                 self.assertEqual(t.contiguous().view(torch.uint8).numpy().tobytes(), b, dt)
+
+
+@unittest.skipIf(torch is None, "torch is not installed (the GPU machine has it)")
+class TestUploadInto(unittest.TestCase):
+    """upload_into on the CPU: caller-owned tensors filled bit for bit, and
+    every mismatch refused before anything is written, naming the tensor."""
+
+    @classmethod
+    def setUpClass(cls):
+        import splitzip
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.src, cls.cache = testenv.generated(cls.tmp.name)
+        cls.want = {}
+        for f in sorted(os.listdir(cls.src)):
+            if f.endswith(".safetensors"):
+                cls.want.update(stfile.read(os.path.join(cls.src, f)))
+        cls.c = splitzip.Cache(cls.cache)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.tmp.cleanup()
+
+    def fresh(self, name):
+        from splitzip.torch import DTYPES
+        info = self.c.info(name)
+        return info, torch.zeros(info.shape, dtype=DTYPES[info.dtype])
+
+    def test_fills_bit_for_bit(self):
+        from splitzip.torch import upload_into
+        ts = {n: self.fresh(n)[1] for n in self.c.names()}
+        self.assertEqual(upload_into(self.c, ts), [])
+        for n, t in ts.items():
+            self.assertEqual(t.view(torch.uint8).numpy().tobytes(), self.want[n][2], n)
+
+    def test_refuses_mismatches(self):
+        from splitzip.torch import upload_into
+        name = "model.embed_tokens.weight"
+        info, good = self.fresh(name)
+        rows, cols = info.shape
+        other, ok = "model.norm.weight", self.fresh("model.norm.weight")[1]
+        cases = {
+            # Same bytes as the tensor, so only a check of dtype or shape
+            # can see them.
+            "dtype": (torch.zeros(info.shape, dtype=torch.int16), ["dtype torch.int16", "BF16"]),
+            "shape": (torch.zeros((cols, rows), dtype=good.dtype), [f"shape {(cols, rows)}", f"{(rows, cols)}"]),
+            "flat": (torch.zeros(rows * cols, dtype=good.dtype), [f"shape {(rows * cols,)}"]),
+            "contiguity": (torch.zeros((cols, rows), dtype=good.dtype).t(), ["not contiguous"]),
+            "device": (torch.zeros(info.shape, dtype=good.dtype, device="meta"), ["device meta"]),
+        }
+        for what, (t, words) in cases.items():
+            before = ok.clone()
+            with self.assertRaises(ValueError, msg=what) as e:
+                upload_into(self.c, {other: ok, name: t})
+            msg = str(e.exception)
+            self.assertIn(repr(name), msg, what)
+            for w in words:
+                self.assertIn(w, msg, what)
+            self.assertNotIn("tensor 0", msg, what)
+            self.assertTrue(torch.equal(ok, before), f"{what}: {other} was written before the check failed")
+        with self.assertRaises(TypeError):
+            upload_into(self.c, {name: bytearray(info.nbytes)})
+        with self.assertRaises(KeyError):
+            upload_into(self.c, {"no.such.tensor": good})
+
+
+class TestTorchMissing(unittest.TestCase):
+    def test_import_error_names_torch(self):
+        """Without torch, importing splitzip.torch says what is missing."""
+        code = ("import sys; sys.modules['torch'] = None\n"
+                "import testenv\n"
+                "try:\n    import splitzip.torch\nexcept ImportError as e:\n    print(e)\n")
+        p = subprocess.run([sys.executable, "-c", code], cwd=testenv.HERE, capture_output=True, text=True, check=True)
+        self.assertIn("needs PyTorch", p.stdout)
 
 
 if __name__ == "__main__":
