@@ -145,6 +145,9 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 	if !utf8.Valid(head[8:]) {
 		return nil, bad("", "header is not valid UTF-8")
 	}
+	if off, esc, ok := loneSurrogate(head[8:]); !ok {
+		return nil, bad("", "header has %s at byte %d, half of a UTF-16 surrogate pair without the other half (a string the reference implementation refuses)", esc, 8+off)
+	}
 	fields, err := objectFields(head[8:], false)
 	if err != nil {
 		return nil, bad("", "header is not a JSON object: %v", err)
@@ -294,6 +297,59 @@ func parseMetadata(v json.RawMessage) (map[string]string, error) {
 		m[f.key] = s
 	}
 	return m, nil
+}
+
+// loneSurrogate finds the first \u escape in JSON text b that encodes a
+// UTF-16 surrogate not paired as the reference implementation (Rust's
+// serde_json, which checks every string of the header) requires: a high
+// surrogate (\ud800-\udbff) must be followed at once by a \u escape of a
+// low one (\udc00-\udfff), and a low one may appear only there.
+// encoding/json would turn such a surrogate into U+FFFD, changing the
+// name. It returns the escape's offset in b and its text, and ok when
+// there is none. Malformed escapes are left to the JSON parser; outside
+// strings valid JSON has no backslash.
+func loneSurrogate(b []byte) (off int, esc string, ok bool) {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		u, isU := hexEscape(b, i)
+		switch {
+		case !isU:
+			i++ // the escaped byte, which may be a backslash
+		case u >= 0xdc00 && u <= 0xdfff:
+			return i, string(b[i : i+6]), false
+		case u >= 0xd800 && u <= 0xdbff:
+			if v, isV := hexEscape(b, i+6); !isV || v < 0xdc00 || v > 0xdfff {
+				return i, string(b[i : i+6]), false
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return 0, "", true
+}
+
+// hexEscape decodes the escape \uXXXX at b[i:], if there is one.
+func hexEscape(b []byte, i int) (rune, bool) {
+	if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+		return 0, false
+	}
+	var u rune
+	for _, c := range b[i+2 : i+6] {
+		switch {
+		case '0' <= c && c <= '9':
+			u = u<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			u = u<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			u = u<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return u, true
 }
 
 // firstByte returns the first byte of a JSON value, 0 for none.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -80,5 +81,70 @@ func FuzzRead(f *testing.F) {
 			}
 			prev = tn.End
 		}
+		// Names read back unchanged once written: what Read decoded is
+		// what the reference decodes, or the pair would disagree.
+		specs := make([]TensorSpec, len(h.Tensors))
+		for i, tn := range h.Tensors {
+			specs[i] = TensorSpec{Name: tn.Name, DType: "U8", Shape: []uint64{0}}
+		}
+		head, _, err := EncodeHeader(nil, specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Read(bytes.NewReader(head), int64(len(head)), "again")
+		if err != nil {
+			t.Fatalf("names %q written back: %v", names(h), err)
+		}
+		if a, b := names(h), names(g); !slices.Equal(a, b) {
+			t.Fatalf("names %q read back as %q", a, b)
+		}
 	})
+}
+
+// names returns f's tensor names, sorted.
+func names(f *File) []string {
+	var out []string
+	for _, tn := range f.Tensors {
+		out = append(out, tn.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestNamesRoundTrip: tensor names come back as the reference decodes
+// them, byte for byte: escaped surrogate pairs, raw UTF-8, escaped control
+// characters and quotes; and a name EncodeHeader writes reads back
+// unchanged.
+func TestNamesRoundTrip(t *testing.T) {
+	for _, c := range []struct{ json, want string }{
+		{`\ud83d\ude00`, "\U0001F600"},
+		{`\uD83D\uDE00x`, "\U0001F600x"},
+		{`\udbff\udfff`, "\U0010FFFF"},
+		{"é漢\U0001F600", "é漢\U0001F600"},
+		{`\u00e9\u6f22`, "é漢"},
+		{`a\u0000b\u001f\n\r\t\b\f`, "a\x00b\x1f\n\r\t\b\f"},
+		{`q\"\\\/`, `q"\/`},
+		{`\\ud800`, `\ud800`},
+		{`\u2028\u2029`, "\u2028\u2029"},
+		{`\ufffd\uffff`, "\ufffd\uffff"},
+	} {
+		data := file(`{"`+c.json+`":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 1)
+		f, err := Read(bytes.NewReader(data), int64(len(data)), "n.safetensors")
+		if err != nil {
+			t.Errorf("%s: %v", c.json, err)
+			continue
+		}
+		if got := f.Tensors[0].Name; got != c.want {
+			t.Errorf("%s: read as %q, want %q", c.json, got, c.want)
+		}
+		head, _, err := EncodeHeader(nil, []TensorSpec{{Name: c.want, DType: "U8", Shape: []uint64{1}, Size: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(head, 0)
+		if f, err = Read(bytes.NewReader(data), int64(len(data)), "n.safetensors"); err != nil || f.Tensors[0].Name != c.want {
+			t.Errorf("%q written and read back: %v", c.want, err)
+			continue
+		}
+	}
 }
