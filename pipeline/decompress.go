@@ -32,6 +32,9 @@ type DecompressResult struct {
 	Files    []string      `json:"files"`
 	Bytes    uint64        `json:"bytes"`
 	Duration time.Duration `json:"duration_ns"`
+	// StaleTemps counts the temporary files killed runs had left in the
+	// output folders, which this run removed.
+	StaleTemps int `json:"stale_temp_files_removed"`
 }
 
 // Decompress rebuilds the original safetensors files (and index) of one
@@ -61,9 +64,6 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	if checkpoint.Contains(s.Root, opts.Output) {
 		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
 	}
-	if err := os.MkdirAll(opts.Output, atomicfile.DirPerm); err != nil {
-		return nil, err
-	}
 	res = &DecompressResult{Source: s.Root, Output: opts.Output}
 	var names []string
 	if s.Index != nil {
@@ -76,6 +76,31 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		if _, err := os.Lstat(filepath.Join(opts.Output, n)); !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s: %w: refusing to overwrite", filepath.Join(opts.Output, n), fs.ErrExist)
 		}
+	}
+	// Folders this run makes; a failed run removes them again when they
+	// are empty, so it leaves no new empty folder behind.
+	var made []string
+	defer func() {
+		if err != nil {
+			for i := len(made) - 1; i >= 0; i-- {
+				os.Remove(made[i])
+			}
+		}
+	}()
+	// A killed run's temporary files are removed from every folder this
+	// one writes into; a live writer's stay (atomicfile.Stale).
+	cleaned := map[string]bool{}
+	for _, n := range names {
+		d := filepath.Dir(filepath.Join(opts.Output, n))
+		if cleaned[d] {
+			continue
+		}
+		cleaned[d] = true
+		files, _, err := atomicfile.RemoveStale(d)
+		if err != nil {
+			return nil, err
+		}
+		res.StaleTemps += files
 	}
 	var total uint64
 	for _, sh := range s.Shards {
@@ -98,6 +123,9 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			}
 		}
 	}()
+	if err := makeDirs(opts.Output, &made); err != nil {
+		return nil, err
+	}
 	if s.Index != nil {
 		path := filepath.Join(opts.Output, s.Index.Name)
 		tmp, err := writeTemp(path, func(w *bufio.Writer) error {
@@ -119,7 +147,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		}
 		sh := &s.Shards[i]
 		path := filepath.Join(opts.Output, sh.Name)
-		if err := os.MkdirAll(filepath.Dir(path), atomicfile.DirPerm); err != nil {
+		if err := makeDirs(filepath.Dir(path), &made); err != nil {
 			return nil, err
 		}
 		tmp, err := writeTemp(path, func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
@@ -144,6 +172,25 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	}
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// makeDirs makes dir and the folders above it that are missing, and
+// appends the ones it made to made, outermost first.
+func makeDirs(dir string, made *[]string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		missing = append(missing, d)
+	}
+	if err := os.MkdirAll(dir, atomicfile.DirPerm); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		*made = append(*made, missing[i])
+	}
+	return nil
 }
 
 // writeBuffer is the buffered writer of a restored file.
@@ -206,9 +253,7 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 			}
 			return err
 		}
-		if r.t != nil {
-			p.Add(r.size)
-		}
+		p.Add(r.size) // the header and gaps too: the total is the shards' sizes
 		pos += r.size
 	}
 	if pos != sh.Size {
@@ -238,7 +283,7 @@ func restorePayload(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, w *b
 // writeTemp writes a file through a temporary name in path's directory,
 // flushed to disk, and returns that name; the caller renames it.
 func writeTemp(path string, fill func(*bufio.Writer) error) (string, error) {
-	f, err := atomicfile.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	f, err := atomicfile.CreateTemp(filepath.Dir(path), filepath.Base(path))
 	if err != nil {
 		return "", err
 	}

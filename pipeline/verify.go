@@ -157,6 +157,10 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 			err = fmt.Errorf("%w (%d tensors are only in the source; compress --self-contained copies them into the cache)", err, n)
 		}
 		fail(path, "", err)
+		// Its tensors are done with: the bar counts them.
+		for _, t := range sh.Tensors {
+			p.Add(t.Size)
+		}
 		return nil
 	default:
 		defer f.Close()

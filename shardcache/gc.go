@@ -135,6 +135,9 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	w.mu.Lock()
 	pl := planGC(w.ix)
 	res := pl.res
+	// Killed writers' temporary files, which Create removed.
+	res.Files += w.leftFiles
+	res.Bytes += w.leftBytes
 	known := knownFiles(w.dir, w.ix)
 	if dryRun {
 		w.mu.Unlock()
@@ -296,7 +299,7 @@ func (w *Writer) unpackLive(used, live, dead map[Key]bool) error {
 		if _, err := f.ReadAt(b, int64(o.Offset)); err != nil {
 			return fmt.Errorf("%s: %w", f.Name(), err)
 		}
-		tmp, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object-")
+		tmp, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
 		if err != nil {
 			return err
 		}

@@ -241,3 +241,36 @@ func TestRelocate(t *testing.T) {
 		t.Errorf("relocate of no recorded checkpoint: %v, want ErrNotFound", err)
 	}
 }
+
+// TestCreateRemovesLeftovers: opening a writer removes what killed
+// writers left in tmp/, and a second writer, refused while the first
+// holds the lock, leaves the first one's temporary files alone.
+func TestCreateRemovesLeftovers(t *testing.T) {
+	w, dir := newWriter(t)
+	w.Close()
+	left := []string{filepath.Join(dir, "tmp", ".splitzip-tmp-99999999-x-object"), filepath.Join(dir, "tmp", "object-x")}
+	for _, p := range left {
+		os.WriteFile(p, []byte("x"), 0o644)
+	}
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, p := range left {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is still there after Create", p)
+		}
+	}
+	o, err := w.NewObject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Abort()
+	if _, err := Create(dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second writer: %v, want ErrLocked", err)
+	}
+	if _, err := os.Stat(o.Name()); err != nil {
+		t.Errorf("a refused writer removed the live writer's temporary file: %v", err)
+	}
+}

@@ -233,7 +233,7 @@ type packWriter struct {
 }
 
 func newPackWriter(dir string) (*packWriter, error) {
-	f, err := atomicfile.CreateTemp(filepath.Join(dir, "tmp"), "pack-")
+	f, err := atomicfile.CreateTemp(filepath.Join(dir, "tmp"), "pack")
 	if err != nil {
 		return nil, err
 	}

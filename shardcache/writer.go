@@ -31,6 +31,10 @@ type Writer struct {
 	packMax      uint64
 	pending      map[Key]pendingObject
 	pendingOrder []Key
+	// leftFiles and leftBytes count the files killed writers left in
+	// tmp/, which Create removed (GC reports them).
+	leftFiles int
+	leftBytes uint64
 }
 
 // SetNoSync makes Commit skip flushing objects and the index to disk. A
@@ -52,7 +56,8 @@ const markerText = "This directory is a splitzip cache. Its index is " + IndexNa
 // Create opens the cache in dir for writing, making it if dir does not
 // exist or is empty. A non-empty dir that is not a cache is refused with
 // ErrNotCache; a cache another writer holds, with ErrLocked. A cache whose
-// earlier writer was interrupted before its first commit is reused.
+// earlier writer was interrupted before its first commit is reused, and
+// the temporary files of writers that were killed are removed.
 func Create(dir string) (*Writer, error) {
 	ents, err := os.ReadDir(dir)
 	switch {
@@ -89,7 +94,27 @@ func Create(dir string) (*Writer, error) {
 		}
 		ix = c.ix
 	}
-	return &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}, nil
+	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
+	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
+	return w, nil
+}
+
+// removeTemps removes every file in a cache's tmp/ (the cache's lock
+// held: every writer holds it, so they are what killed writers left) and
+// returns how many it removed and their bytes.
+func removeTemps(tmp string) (files int, bytes uint64) {
+	ents, _ := os.ReadDir(tmp)
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil || info.IsDir() {
+			continue
+		}
+		if os.Remove(filepath.Join(tmp, e.Name())) == nil {
+			files++
+			bytes += uint64(info.Size())
+		}
+	}
+	return files, bytes
 }
 
 // Dir returns the cache directory.
@@ -135,7 +160,7 @@ type ObjectFile struct {
 
 // NewObject starts a new object in a temporary file.
 func (w *Writer) NewObject() (*ObjectFile, error) {
-	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object-")
+	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +310,7 @@ func (w *Writer) Commit() error {
 			return fmt.Errorf("shardcache: syncing objects: %w", err)
 		}
 	}
-	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "index-")
+	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "index")
 	if err != nil {
 		return err
 	}
@@ -328,10 +353,7 @@ func (w *Writer) Cache() *Cache {
 // Close releases the lock and removes leftover temporary files, and the
 // objects written since the last Commit: no committed index names them.
 func (w *Writer) Close() error {
-	ents, _ := os.ReadDir(filepath.Join(w.dir, "tmp"))
-	for _, e := range ents {
-		os.Remove(filepath.Join(w.dir, "tmp", e.Name()))
-	}
+	removeTemps(filepath.Join(w.dir, "tmp"))
 	w.mu.Lock()
 	for k := range w.added {
 		if p, err := objectPath(w.dir, k); err == nil {

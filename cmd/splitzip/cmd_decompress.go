@@ -50,6 +50,9 @@ func runDecompress(ctx context.Context, g *globals, o decompressOptions, dir str
 	if g.JSON {
 		return printJSON(g.stdout, "decompress_summary", res)
 	}
+	if res.StaleTemps > 0 {
+		fmt.Fprintf(g.stderr, "note: removed %s that a killed run had left in %s\n", count(res.StaleTemps, "temporary file"), res.Output)
+	}
 	fmt.Fprintf(g.stdout, "restored %s (%s) of %s into %s in %.2fs\n", count(len(res.Files), "file"), human(res.Bytes), res.Source, res.Output, res.Duration.Seconds())
 	return nil
 }

@@ -3,6 +3,10 @@
 // created 0666 less the process umask, as cp and the shell create files,
 // so a cache or a restored checkpoint written under umask 022 is readable
 // by other users (0644).
+//
+// Every temporary file's name starts with TempPrefix and the writer's
+// process id, so that a later run recognises what a killed one left
+// (RemoveStale) and never takes a live writer's file for a leftover.
 package atomicfile
 
 import (
@@ -11,8 +15,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Perm is the mode new files are created with, before the umask.
@@ -23,18 +30,81 @@ const DirPerm = 0o777
 
 var counter atomic.Uint64
 
-// CreateTemp creates a new file in dir whose name starts with prefix, open
-// for reading and writing, with mode Perm less the umask.
-func CreateTemp(dir, prefix string) (*os.File, error) {
-	seed := uint64(time.Now().UnixNano()) ^ uint64(os.Getpid())<<32
+// TempPrefix starts the name of every temporary file splitzip writes:
+// TempPrefix, the writer's process id, a dash, a random part, a dash and
+// the label CreateTemp was given (".splitzip-tmp-4242-1x8k2q-index").
+const TempPrefix = ".splitzip-tmp-"
+
+// CreateTemp creates a new file in dir named as TempPrefix says, ending
+// with label, open for reading and writing, with mode Perm less the umask.
+func CreateTemp(dir, label string) (*os.File, error) {
+	pid := os.Getpid()
+	prefix := TempPrefix + strconv.Itoa(pid) + "-"
+	seed := uint64(time.Now().UnixNano()) ^ uint64(pid)<<32
 	for range 10000 {
 		n := seed + counter.Add(1)*0x9E3779B97F4A7C15
-		name := filepath.Join(dir, prefix+strconv.FormatUint(n, 36))
+		name := filepath.Join(dir, prefix+strconv.FormatUint(n, 36)+"-"+label)
 		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, Perm)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		return f, err
 	}
-	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
+	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*-"+label), Err: fs.ErrExist}
+}
+
+// IsTemp reports whether name (a base name) is a temporary file's.
+func IsTemp(name string) bool { return strings.HasPrefix(name, TempPrefix) }
+
+// Stale reports whether name (a base name) is a temporary file whose
+// writer is gone: the process id in its name runs no more. The file of a
+// live process, or of a process id that was taken again since, is not
+// stale; neither is a name that is no temporary file's.
+func Stale(name string) bool {
+	rest, ok := strings.CutPrefix(name, TempPrefix)
+	if !ok {
+		return false
+	}
+	id, _, ok := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(id)
+	if !ok || err != nil || pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		return false
+	}
+	// Signal 0 checks that the process exists without sending anything;
+	// EPERM means it exists under another user.
+	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+}
+
+// RemoveStale removes the stale temporary files (Stale) directly in dir,
+// left by writers that were killed, and returns how many it removed and
+// their bytes. A dir that does not exist has none.
+func RemoveStale(dir string) (files int, bytes uint64, err error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range ents {
+		if e.IsDir() || !Stale(e.Name()) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return files, bytes, err
+		}
+		files++
+		bytes += uint64(info.Size())
+	}
+	return files, bytes, nil
 }

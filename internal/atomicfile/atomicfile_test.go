@@ -2,6 +2,10 @@ package atomicfile
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -25,5 +29,69 @@ func TestCreateTempRespectsUmask(t *testing.T) {
 	b, _ := CreateTemp(dir, "y-")
 	if a.Name() == b.Name() {
 		t.Errorf("two temp files named %s", a.Name())
+	}
+}
+
+// TestTempNames: a temporary file's name starts with TempPrefix and this
+// process's id and ends with its label; it is no stale file while this
+// process runs.
+func TestTempNames(t *testing.T) {
+	f, err := CreateTemp(t.TempDir(), "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	name := filepath.Base(f.Name())
+	if want := TempPrefix + strconv.Itoa(os.Getpid()) + "-"; !strings.HasPrefix(name, want) || !strings.HasSuffix(name, "-model.safetensors") || !IsTemp(name) {
+		t.Errorf("temporary file %s: want %s*-model.safetensors", name, want)
+	}
+	if Stale(name) {
+		t.Errorf("%s of this live process is stale", name)
+	}
+}
+
+// TestRemoveStale: RemoveStale removes the temporary files of a process
+// that is gone and leaves those of live processes (this one, pid 1),
+// malformed names and other files.
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := []string{
+		TempPrefix + strconv.Itoa(gone.Process.Pid) + "-abc-index",
+		TempPrefix + strconv.Itoa(gone.Process.Pid) + "-def-m.safetensors",
+	}
+	kept := []string{
+		TempPrefix + strconv.Itoa(os.Getpid()) + "-abc-index",
+		TempPrefix + "1-abc-index",
+		TempPrefix + "x-abc-index",
+		TempPrefix + "-1-abc",
+		".m.safetensors.tmp-abc",
+		"m.safetensors",
+	}
+	for _, n := range append(append([]string{}, dead...), kept...) {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("12345"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Mkdir(filepath.Join(dir, TempPrefix+strconv.Itoa(gone.Process.Pid)+"-dir"), 0o755)
+	files, bytes, err := RemoveStale(dir)
+	if err != nil || files != 2 || bytes != 10 {
+		t.Errorf("RemoveStale: %d files, %d bytes, %v; want 2 files, 10 bytes", files, bytes, err)
+	}
+	for _, n := range dead {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			t.Errorf("%s of a process that is gone is still there", n)
+		}
+	}
+	for _, n := range kept {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s was removed: %v", n, err)
+		}
+	}
+	if files, _, err := RemoveStale(filepath.Join(dir, "none")); files != 0 || err != nil {
+		t.Errorf("RemoveStale of a missing folder: %d, %v", files, err)
 	}
 }

@@ -1,0 +1,126 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/atomicfile"
+)
+
+// deadPID returns the process id of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestDecompressRemovesStaleTemps: decompress removes from its output
+// folder the temporary files of a killed run (a process that is gone),
+// and leaves those of live writers (this process, pid 1) and other files.
+func TestDecompressRemovesStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	gen(t, src, 1<<20, 2, 3)
+	compress(t, src, cache, false)
+	os.Mkdir(out, 0o755)
+	dead := fmt.Sprintf("%s%d-abc-model-00001-of-00002.safetensors", atomicfile.TempPrefix, deadPID(t))
+	live := []string{
+		fmt.Sprintf("%s%d-abc-model-00001-of-00002.safetensors", atomicfile.TempPrefix, os.Getpid()),
+		atomicfile.TempPrefix + "1-abc-model-00002-of-00002.safetensors",
+		"notes.txt",
+	}
+	for _, n := range append([]string{dead}, live...) {
+		os.WriteFile(filepath.Join(out, n), []byte("x"), 0o644)
+	}
+	res, err := Decompress(context.Background(), cache, DecompressOptions{Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, dead)); err == nil || res.StaleTemps != 1 {
+		t.Errorf("a killed run's temporary file is still there (%d removed)", res.StaleTemps)
+	}
+	for _, n := range live {
+		if _, err := os.Stat(filepath.Join(out, n)); err != nil {
+			t.Errorf("decompress removed %s: %v", n, err)
+		}
+	}
+	sameFiles(t, src, out)
+}
+
+// TestDecompressFailureLeavesNoFolder: a decompress that fails removes the
+// folders it made and leaves folders that were there as they were.
+func TestDecompressFailureLeavesNoFolder(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 1<<20, 2, 4)
+	compress(t, src, cache, false)
+	if err := os.RemoveAll(filepath.Join(cache, "objects")); err != nil { // every read fails
+		t.Fatal(err)
+	}
+	existing := filepath.Join(dir, "existing")
+	os.Mkdir(existing, 0o755)
+	for _, c := range []struct{ output, gone, kept string }{
+		{filepath.Join(dir, "new", "a", "b"), filepath.Join(dir, "new"), dir},
+		{existing, "", existing},
+		{filepath.Join(existing, "sub"), filepath.Join(existing, "sub"), existing},
+	} {
+		if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: c.output}); err == nil {
+			t.Fatalf("decompress into %s of a cache without objects succeeded", c.output)
+		}
+		if c.gone != "" {
+			if _, err := os.Stat(c.gone); err == nil {
+				t.Errorf("a failed decompress into %s left %s", c.output, c.gone)
+			}
+		}
+		if ents, err := os.ReadDir(c.kept); err != nil || c.kept == existing && len(ents) != 0 {
+			t.Errorf("a failed decompress into %s changed %s: %v, %d entries", c.output, c.kept, err, len(ents))
+		}
+	}
+}
+
+// reachesTotal fails the test unless p saw a phase and every phase's Adds
+// summed to its total.
+func reachesTotal(t *testing.T, p *countingProgress, what string) {
+	t.Helper()
+	if len(p.phases) == 0 {
+		t.Errorf("%s: no progress phase", what)
+	}
+	for _, ph := range p.phases {
+		if ph.added != ph.total {
+			t.Errorf("%s: phase %q ends at %d of %d bytes (%.1f%%)", what, ph.label, ph.added, ph.total, 100*float64(ph.added)/float64(max(ph.total, 1)))
+		}
+	}
+}
+
+// TestProgressReachesTotal: decompress's and verify's progress bars end
+// at their totals, also when verify finds a source missing.
+func TestProgressReachesTotal(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 2, 5)
+	compress(t, src, cache, false)
+	p := &countingProgress{}
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "out"), Progress: p}); err != nil {
+		t.Fatal(err)
+	}
+	reachesTotal(t, p, "decompress")
+	p = &countingProgress{}
+	if _, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2, Progress: p}); err != nil {
+		t.Fatal(err)
+	}
+	reachesTotal(t, p, "verify")
+	os.Remove(filepath.Join(src, "model-00001-of-00002.safetensors"))
+	p = &countingProgress{}
+	res, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2, Progress: p})
+	if err != nil || res.OK() {
+		t.Fatalf("verify of a cache whose source shard is gone: %v, %+v", err, res)
+	}
+	reachesTotal(t, p, "verify with a shard missing")
+}
