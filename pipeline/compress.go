@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +83,8 @@ type CompressResult struct {
 	// by the memory budget and the tensor count.
 	Jobs   int    `json:"jobs"`
 	Totals Totals `json:"totals"`
+	// DTypes sums the tensors per dtype, the dtype of the most bytes first.
+	DTypes []DTypeTotals `json:"dtypes"`
 	// Warnings lists what the sources have that the reference
 	// safetensors implementation refuses and the cache keeps.
 	Warnings []string      `json:"warnings,omitempty"`
@@ -227,12 +232,14 @@ func compressInto(ctx context.Context, src string, opts CompressOptions) (*Compr
 	if err := compressTensors(ctx, w, shards, &opts, mem, res.Jobs); err != nil {
 		return nil, err
 	}
+	dtypes := map[string]*DTypeTotals{}
 	for _, j := range shards {
-		if err := j.finish(w, &res.Totals); err != nil {
+		if err := j.finish(w, &res.Totals, dtypes, opts.Codec); err != nil {
 			return nil, err
 		}
 		src1.Shards = append(src1.Shards, *j.rec)
 	}
+	res.DTypes = sortDTypes(dtypes)
 	w.SetSource(src1)
 	// The flush to disk can take as long as the compression: say so.
 	opts.Progress.Start("flushing to disk", 0)
@@ -249,6 +256,9 @@ type shardJob struct {
 	f   *os.File
 	m   *source
 	rec *shardcache.Shard
+	// auto is, per tensor, about what --codec auto would store of it, where
+	// the fixed codec left it raw by its dtype (see tensorCompressor.compress).
+	auto []uint64
 }
 
 // openShardJob maps a shard and stores its header and gaps, streaming
@@ -263,7 +273,10 @@ func openShardJob(w *shardcache.Writer, s *checkpoint.Shard, buf []byte) (*shard
 		f.Close()
 		return nil, err
 	}
-	j := &shardJob{s: s, f: f, m: m}
+	j := &shardJob{s: s, f: f, m: m, auto: make([]uint64, len(s.Header.Tensors))}
+	for i, t := range s.Header.Tensors {
+		j.auto[i] = t.Size()
+	}
 	head := s.Header
 	hkey, err := w.PutBytes(head.Header)
 	if err != nil {
@@ -332,7 +345,7 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size())+keptBytes(t.Size()))
 				if err == nil {
 					r := j.m.reader()
-					rec, err = tc.compress(r, t)
+					rec, err = tc.compress(r, t, &j.auto[tasks[k].i])
 					r.close()
 					release()
 				}
@@ -362,14 +375,14 @@ feed:
 }
 
 // finish checks that the shard did not change while it was read, and
-// fingerprints and sums it.
-func (j *shardJob) finish(w *shardcache.Writer, tot *Totals) error {
+// fingerprints and sums it, into tot and per dtype into dtypes.
+func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*DTypeTotals, codecName string) error {
 	sh := j.rec
 	if err := shardcache.CheckStat(sh, j.s.Path); err != nil {
 		return err
 	}
 	sh.Fingerprint = shardcache.Fingerprint(sh)
-	for _, t := range sh.Tensors {
+	for i, t := range sh.Tensors {
 		tot.Tensors++
 		tot.RawBytes += t.Size
 		stored := t.Size
@@ -387,8 +400,57 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals) error {
 			tot.BF16RawBytes += t.Size
 			tot.BF16StoredBytes += stored
 		}
+		d := dtypes[t.DType]
+		if d == nil {
+			d = &DTypeTotals{DType: t.DType}
+			d.Bits, _ = safetensors.DTypeBits(t.DType)
+			dtypes[t.DType] = d
+		}
+		d.Tensors++
+		d.RawBytes += t.Size
+		d.StoredBytes += stored
+		if codecName == CodecFixed && t.DType != "BF16" && len(entropyFields(t.DType, 0)) > 0 {
+			d.AutoBytes += j.auto[i]
+		}
 	}
 	return nil
+}
+
+// DTypeTotals sums the tensors of one dtype.
+type DTypeTotals struct {
+	DType       string `json:"dtype"`
+	Tensors     int    `json:"tensors"`
+	RawBytes    uint64 `json:"raw_bytes"`
+	StoredBytes uint64 `json:"stored_bytes"`
+	// Bits is the dtype's width, bits a value (0 for a dtype of unknown
+	// width).
+	Bits uint64 `json:"bits"`
+	// BitsPerValue is what the cache stores of a value on average, of
+	// Bits: Bits for a dtype left raw.
+	BitsPerValue float64 `json:"bits_per_value"`
+	// AutoBytes, where the fixed codec left a float dtype other than BF16
+	// raw, is about what --codec auto would store of its tensors (their
+	// raw size for those it would leave raw too).
+	AutoBytes uint64 `json:"auto_bytes,omitempty"`
+}
+
+// sortDTypes returns the totals of dtypes, the dtype of the most bytes
+// first, with their bits per value.
+func sortDTypes(dtypes map[string]*DTypeTotals) []DTypeTotals {
+	out := make([]DTypeTotals, 0, len(dtypes))
+	for _, d := range dtypes {
+		if d.RawBytes > 0 {
+			d.BitsPerValue = float64(d.Bits) * float64(d.StoredBytes) / float64(d.RawBytes)
+		}
+		out = append(out, *d)
+	}
+	slices.SortFunc(out, func(a, b DTypeTotals) int {
+		if c := cmp.Compare(b.RawBytes, a.RawBytes); c != 0 {
+			return c
+		}
+		return strings.Compare(a.DType, b.DType)
+	})
+	return out
 }
 
 // tensorCompressor holds one job's buffers.
@@ -424,13 +486,22 @@ func keptBytes(size uint64) uint64 {
 // (or entropy ones when those fail the gate) and the other float dtypes
 // entropy payloads. Everything else stays raw. It reads the tensor from m
 // a segment at a time, dropping each segment's pages once read.
-func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardcache.Tensor, error) {
+//
+// With the fixed codec, a float tensor of another dtype is counted too, so
+// that *auto is what --codec auto would store of it (its size when that
+// saves nothing); *auto is left alone otherwise.
+func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, auto *uint64) (*shardcache.Tensor, error) {
 	rec := &shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	codecName := tc.opts.Codec
 	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
 	var fields []int
-	if codecName == CodecEntropy || codecName == CodecAuto {
+	hintOnly := false // fields are counted for the hint, not coded
+	switch {
+	case codecName == CodecEntropy || codecName == CodecAuto:
 		fields = entropyFields(t.DType, t.Size())
+	case !fixed:
+		fields = entropyFields(t.DType, t.Size())
+		hintOnly = len(fields) > 0
 	}
 	// Pass 1: content key, the exponent histogram of each candidate
 	// coding, and a CRC to detect changes between the passes.
@@ -455,7 +526,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 				return err
 			}
 		}
-		if fixed || len(fields) > 0 {
+		if fixed || (len(fields) > 0 && !hintOnly) {
 			crc1 = crc32c.Update(crc1, seg)
 		}
 		return nil
@@ -464,10 +535,15 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor) (*shardc
 		return nil, err
 	}
 	rec.Key = shardcache.KeyFromSum([32]byte(sha.Sum(nil)))
-	if !fixed && len(fields) == 0 {
+	if !fixed && (len(fields) == 0 || hintOnly) {
 		rec.Reason = "dtype " + t.DType
-		if codecName == CodecFixed && len(entropyFields(t.DType, t.Size())) > 0 {
+		if hintOnly {
 			rec.Reason += " (--codec entropy or auto codes it)"
+			est, err := tc.entropyEstimate(t, counts)
+			if err != nil {
+				return nil, err
+			}
+			*auto = est
 		}
 		tc.opts.Progress.Add(t.Size())
 		return rec, tc.storeRaw(m, t, rec)

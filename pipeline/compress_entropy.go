@@ -27,6 +27,23 @@ func entropyFields(dtype string, size uint64) []int {
 	return out
 }
 
+// entropyEstimate returns about what an entropy payload would store of a
+// tensor from its first pass's counts: the smallest estimate, or the
+// tensor's size when that would not pass the gate.
+func (tc *tensorCompressor) entropyEstimate(t *safetensors.Tensor, counts []*entropy.Counts) (uint64, error) {
+	best := t.Size()
+	for _, c := range counts {
+		est, err := c.Estimate()
+		if err != nil {
+			return 0, err
+		}
+		if c.Values() > 0 && float64(est) <= (1-tc.opts.MinSaving)*float64(t.Size()) {
+			best = min(best, est)
+		}
+	}
+	return best, nil
+}
+
 // entropyPayload writes the entropy payload of a float tensor in the
 // field that codes smallest (counts are each candidate field's counts
 // from the first pass) and records it in rec, or reports why it did not pass

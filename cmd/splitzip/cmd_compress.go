@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -35,8 +36,12 @@ Huffman-coded, near their entropy; decoded in place on the GPU at load time too)
 BF16 tensors take SplitZip payloads (entropy ones where those would not pass)
 and the other float dtypes entropy payloads. Other dtypes, and tensors that
 would not save at least --min-saving, are recorded as raw aliases of their
-source slice. A cache may hold several checkpoints; tensors they share are
-stored once.`,
+source slice. With the default codec, float tensors of other dtypes stay
+raw, and compress says (a "hint:" line on stderr) what --codec auto would
+store of them. The summary gives what is stored of a value of each float
+dtype, in bits of that dtype's width. Jobs never exceed what --memory
+admits at once (--json reports the job count). A cache may hold several
+checkpoints; tensors they share are stored once.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runCompress(cmd.Context(), g, o, a[0])
@@ -44,7 +49,8 @@ stored once.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.Output, "output", "o", "", "cache directory (created, or an existing cache to add to)")
-	f.IntVarP(&o.Jobs, "jobs", "j", 0, "tensors compressed at once (default: number of CPUs)")
+	f.IntVarP(&o.Jobs, "jobs", "j", 0, "tensors compressed at once (default: number of CPUs; never more than --memory admits)")
+	atLeast(f, "jobs", 1, jobsHint)
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a tensor raw unless its payload makes it at least this fraction smaller")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
 	addMemoryFlag(f, &o.Memory)
@@ -58,8 +64,12 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if o.Output == "" {
 		return usageError{fmt.Errorf("compress needs -o CACHE")}
 	}
-	if o.Jobs < 0 || o.MinSaving < 0 || o.MinSaving >= 1 {
-		return usageError{fmt.Errorf("--jobs must be positive and --min-saving in [0, 1)")}
+	if o.Jobs < 0 {
+		return usageError{fmt.Errorf("--jobs %d is refused: want at least 1; %s", o.Jobs, jobsHint)}
+	}
+	// Written so that NaN fails too.
+	if !(o.MinSaving >= 0 && o.MinSaving < 1) {
+		return usageError{fmt.Errorf("--min-saving %g is refused: want a fraction of at least 0 and below 1", o.MinSaving)}
 	}
 	switch o.Codec {
 	case pipeline.CodecFixed, pipeline.CodecEntropy, pipeline.CodecAuto:
@@ -93,10 +103,59 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	t := res.Totals
 	secs := res.Duration.Seconds()
-	fmt.Fprintf(g.stdout, "compressed %s (%s) from %s: %s -> %s (%.1f%% saved; BF16 %.3f bits/value) in %.2fs, %.2f GB/s\n",
+	fmt.Fprintf(g.stdout, "compressed %s (%s) from %s: %s -> %s (%.1f%% saved%s) in %.2fs, %.2f GB/s\n",
 		count(t.Tensors, "tensor"), payloadKinds(t), count(res.Shards, "shard"), human(t.RawBytes), human(t.StoredBytes),
-		100*(1-ratio(t.StoredBytes, t.RawBytes)), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), secs, float64(t.RawBytes)/secs/1e9)
+		100*(1-ratio(t.StoredBytes, t.RawBytes)), dtypeBits(res.DTypes), secs, float64(t.RawBytes)/secs/1e9)
+	if h := codecHint(res.DTypes); h != "" {
+		fmt.Fprintln(g.stderr, h)
+	}
 	return nil
+}
+
+// dtypeBits lists what the cache stores of a value of each float dtype,
+// in that dtype's own width: "; BF16 12.014 bits/value (of 16), F32 ...".
+func dtypeBits(dtypes []pipeline.DTypeTotals) string {
+	var parts []string
+	for _, d := range dtypes {
+		if d.Bits == 0 || !floatDType(d.DType) {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.3f bits/value (of %d)", d.DType, d.BitsPerValue, d.Bits))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
+}
+
+// floatDType reports whether a codec of compress can shrink dtype.
+func floatDType(dtype string) bool {
+	switch dtype {
+	case "BF16", "F16", "F32", "F8_E4M3", "F8_E5M2":
+		return true
+	}
+	return false
+}
+
+// codecHint returns the line that says what --codec auto would save of
+// the float dtypes the fixed codec left raw, or "" when it would save
+// nothing worth saying.
+func codecHint(dtypes []pipeline.DTypeTotals) string {
+	var names []string
+	var raw, auto uint64
+	for _, d := range dtypes {
+		if d.AutoBytes == 0 || d.AutoBytes >= d.RawBytes {
+			continue
+		}
+		names = append(names, d.DType)
+		raw += d.RawBytes
+		auto += d.AutoBytes
+	}
+	if saving := 1 - ratio(auto, raw); len(names) == 0 || saving < 0.01 {
+		return ""
+	}
+	return fmt.Sprintf("hint: the fixed codec (the default) codes only BF16 and left %s (%s) raw; --codec auto would store them in about %s, %.0f%% smaller",
+		strings.Join(names, ", "), human(raw), human(auto), 100*(1-ratio(auto, raw)))
 }
 
 func ratio(a, b uint64) float64 {
