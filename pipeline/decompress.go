@@ -54,6 +54,9 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		return nil, err
 	}
 	p := orNop(opts.Progress)
+	if err := c.RequireCheckpoint(); err != nil {
+		return nil, err
+	}
 	s, err := c.PickSource(opts.Source)
 	if err != nil {
 		return nil, err

@@ -116,6 +116,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.RequireCheckpoint(); err != nil {
+		return nil, err
+	}
 	ix := c.Index()
 	res := &InspectResult{Cache: dir, Sources: []SourceReport{}, Packs: ix.Packs()}
 	for _, o := range ix.Objects {

@@ -82,6 +82,9 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 		res.Problems = append(res.Problems, Problem{File: file, Tensor: tensor, Error: err.Error()})
 		mu.Unlock()
 	}
+	if err := c.RequireCheckpoint(); err != nil {
+		return nil, err
+	}
 	sources := c.Index().Sources
 	if opts.Source != "" {
 		s, err := c.PickSource(opts.Source)

@@ -22,6 +22,20 @@ var ErrInsideCache = errors.New("is inside the cache")
 // another checkpoint of the same path is recorded.
 var ErrSourceRecorded = errors.New("another checkpoint of this path is recorded in the cache; forget it first")
 
+// ErrNoCheckpoint reports a cache that holds no checkpoint: none was
+// compressed into it yet, or every one was forgotten.
+var ErrNoCheckpoint = errors.New("the cache holds no checkpoint; compress one into it first")
+
+// RequireCheckpoint returns ErrNoCheckpoint, naming the cache, when it
+// holds no checkpoint: there is nothing to verify, inspect, restore or
+// load.
+func (c *Cache) RequireCheckpoint() error {
+	if len(c.ix.Sources) == 0 {
+		return fmt.Errorf("%s: %w", c.dir, ErrNoCheckpoint)
+	}
+	return nil
+}
+
 // CheckOutside returns ErrInsideCache, naming both, when path is the cache
 // folder dir or inside it. path is taken as the shell gave it (relative
 // to the working directory, symlinks of what exists of it followed);
@@ -74,7 +88,10 @@ func Open(dir string) (*Cache, error) {
 		if _, merr := os.Stat(filepath.Join(dir, MarkerName)); merr == nil {
 			return nil, fmt.Errorf("%s: %w: no committed index (was compress interrupted?)", dir, ErrNotCache)
 		}
-		return nil, fmt.Errorf("%s: %w: no %s", dir, ErrNotCache, IndexName)
+		if ents, rerr := os.ReadDir(dir); rerr == nil && len(ents) == 0 {
+			return nil, fmt.Errorf("%s: %w: the folder is empty", dir, ErrNotCache)
+		}
+		return nil, fmt.Errorf("%s: %w: no %s (the index a cache holds)", dir, ErrNotCache, IndexName)
 	}
 	if err != nil {
 		return nil, err

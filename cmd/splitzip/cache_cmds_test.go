@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // watchWrites watches every directory under dir with inotify and returns
@@ -158,7 +160,7 @@ func TestRelocateSameRoot(t *testing.T) {
 	ck, cache := compressed(t, dir)
 	link := filepath.Join(dir, "link")
 	os.Symlink(ck, link)
-	index := filepath.Join(cache, "splitzip.json")
+	index := filepath.Join(cache, shardcache.IndexName)
 	before, _ := os.ReadFile(index)
 	for _, target := range []string{ck, link} {
 		code, out, e := splitzip(t, "relocate", cache, target)
@@ -172,5 +174,35 @@ func TestRelocateSameRoot(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(index); !bytes.Equal(before, after) {
 		t.Error("relocate to the recorded folder rewrote the index")
+	}
+}
+
+// TestEmptyCacheSaysSo: verify, inspect and decompress of a cache
+// whose only checkpoint was forgotten say that it holds no checkpoint
+// (not that a choice among several is needed, nor "ok" for nothing
+// checked) and fail; an empty folder is said to be empty.
+func TestEmptyCacheSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	if code, _, e := splitzip(t, "gc", "--forget", ck, cache); code != 0 {
+		t.Fatalf("gc --forget: %d %s", code, e)
+	}
+	for _, args := range [][]string{
+		{"verify", cache},
+		{"inspect", cache},
+		{"decompress", cache, "-o", filepath.Join(dir, "out")},
+	} {
+		code, out, e := splitzip(t, args...)
+		if code == 0 || !strings.Contains(e, cache+": the cache holds no checkpoint; compress one into it first") {
+			t.Errorf("%v of a cache without checkpoints: exit %d, %q %q", args, code, out, e)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out")); err == nil {
+		t.Error("decompress of a cache without checkpoints made its output folder")
+	}
+	empty := filepath.Join(dir, "empty")
+	os.Mkdir(empty, 0o755)
+	if code, _, e := splitzip(t, "verify", empty); code == 0 || !strings.Contains(e, "not a splitzip cache: the folder is empty") {
+		t.Errorf("verify of an empty folder: exit %d, %q", code, e)
 	}
 }
