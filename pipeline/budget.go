@@ -55,12 +55,18 @@ func newBudget(memory uint64) (*budget, error) {
 // only wait, and its goroutine and buffers would count against the memory
 // the budget is meant to bound.
 func (b *budget) jobs(want, n int, cost uint64) int {
-	admitted := b.total / max(cost, 1)
+	admitted := (b.total - min(b.total, runBytes)) / max(cost, 1)
 	if uint64(want) > admitted {
 		want = int(admitted)
 	}
 	return max(1, min(want, n))
 }
+
+// runBytes is what a run holds besides its jobs' shares: the program and
+// the Go runtime, the index being built, the writer's buffers. The job
+// count leaves it out of the budget (or half the budget, if smaller), so
+// that the budget bounds the whole process, not only the jobs.
+const runBytes = 24 << 20
 
 // hold takes n bytes of the budget (all of it when n is larger: such a
 // job then runs alone) and returns the function that gives them back.

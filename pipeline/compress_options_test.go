@@ -100,8 +100,8 @@ func TestCompressJobsWithinBudget(t *testing.T) {
 		memory  uint64
 		maxJobs int
 	}{
-		{100_000, MinMemory, MinMemory / compressCost},
-		{100_000, 0, DefaultMemory / compressCost},
+		{100_000, MinMemory, (MinMemory - runBytes) / compressCost},
+		{100_000, 0, (DefaultMemory - runBytes) / compressCost},
 		{1, MinMemory, 1},
 		{0, 0, runtime.GOMAXPROCS(0)},
 	} {
