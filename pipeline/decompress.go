@@ -42,7 +42,9 @@ type DecompressResult struct {
 // copied into the cache are read from the source, which must be
 // unchanged. The files are written under temporary names and renamed into
 // place only when all of them are complete, so a failed run (a full
-// disk, a changed source) leaves none of them behind.
+// disk, a changed source) leaves none of them behind; a new output folder
+// is renamed into place whole, so a killed run leaves none of them either.
+// Temporary files that killed runs left are removed (StaleTemps).
 func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *DecompressResult, err error) {
 	start := time.Now()
 	c, err := openCache(dir, &opts.Decoder)
@@ -90,20 +92,46 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			}
 		}
 	}()
-	// A killed run's temporary files are removed from every folder this
-	// one writes into; a live writer's stay (atomicfile.Stale).
+	// A new output folder is built under a temporary name beside it and
+	// renamed into place whole, so that a run killed at any point leaves
+	// all of the files or none of them (and a temporary folder the next
+	// run removes). Into a folder that exists, the files are renamed in
+	// when all of them are complete.
+	out, stage := opts.Output, ""
+	defer func() {
+		if err != nil && stage != "" {
+			os.RemoveAll(stage)
+		}
+	}()
+	// A killed run's temporary files and folders are removed from every
+	// folder this one writes into; a live writer's stay (atomicfile.Stale).
 	cleaned := map[string]bool{}
-	for _, n := range names {
-		d := filepath.Dir(filepath.Join(opts.Output, n))
+	clean := func(d string) error {
 		if cleaned[d] {
-			continue
+			return nil
 		}
 		cleaned[d] = true
 		files, _, err := atomicfile.RemoveStale(d)
-		if err != nil {
+		res.StaleTemps += files
+		return err
+	}
+	if _, err := os.Lstat(opts.Output); errors.Is(err, fs.ErrNotExist) {
+		parent := filepath.Dir(filepath.Clean(opts.Output))
+		if err := makeDirs(parent, &made); err != nil {
 			return nil, err
 		}
-		res.StaleTemps += files
+		if err := clean(parent); err != nil {
+			return nil, err
+		}
+		if stage, err = atomicfile.MkdirTemp(parent, filepath.Base(filepath.Clean(opts.Output))); err != nil {
+			return nil, err
+		}
+		out = stage
+	}
+	for _, n := range names {
+		if err := clean(filepath.Dir(filepath.Join(out, n))); err != nil {
+			return nil, err
+		}
 	}
 	var total uint64
 	for _, sh := range s.Shards {
@@ -126,11 +154,11 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			}
 		}
 	}()
-	if err := makeDirs(opts.Output, &made); err != nil {
+	if err := makeDirs(out, &made); err != nil {
 		return nil, err
 	}
 	if s.Index != nil {
-		path := filepath.Join(opts.Output, s.Index.Name)
+		path := filepath.Join(out, s.Index.Name)
 		tmp, err := writeTemp(path, func(w *bufio.Writer) error {
 			obj, _, err := c.OpenObject(s.Index.Key)
 			if err != nil {
@@ -140,7 +168,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			return copyChecked(w, obj, 0, s.Index.Size, s.Index.Key, buf.a, shardcache.ErrObjectCorrupt)
 		})
 		if err != nil {
-			return nil, &TensorError{File: path, Err: err}
+			return nil, &TensorError{File: filepath.Join(opts.Output, s.Index.Name), Err: err}
 		}
 		done = append(done, written{tmp, path})
 	}
@@ -149,13 +177,13 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			return nil, err
 		}
 		sh := &s.Shards[i]
-		path := filepath.Join(opts.Output, sh.Name)
+		path := filepath.Join(out, sh.Name)
 		if err := makeDirs(filepath.Dir(path), &made); err != nil {
 			return nil, err
 		}
 		tmp, err := writeTemp(path, func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
 		if err != nil {
-			return nil, &TensorError{File: path, Err: err}
+			return nil, &TensorError{File: filepath.Join(opts.Output, sh.Name), Err: err}
 		}
 		done = append(done, written{tmp, path})
 		res.Bytes += sh.Size
@@ -167,14 +195,27 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			}
 			return nil, err
 		}
-		res.Files = append(res.Files, w.path)
+		rel, _ := filepath.Rel(out, w.path)
+		res.Files = append(res.Files, filepath.Join(opts.Output, rel))
 	}
-	if d, err := os.Open(opts.Output); err == nil {
-		d.Sync()
-		d.Close()
+	syncDir(out)
+	if stage != "" {
+		if err := os.Rename(stage, opts.Output); err != nil {
+			return nil, fmt.Errorf("%s: the output folder appeared while the files were restored: %w", opts.Output, err)
+		}
+		stage = ""
+		syncDir(filepath.Dir(filepath.Clean(opts.Output)))
 	}
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// syncDir flushes a folder's entries to disk, as far as it can.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
 }
 
 // makeDirs makes dir and the folders above it that are missing, and

@@ -52,6 +52,27 @@ func TestDecompressRemovesStaleTemps(t *testing.T) {
 		}
 	}
 	sameFiles(t, src, out)
+
+	// Into a new folder: a killed run left a half-built folder beside it.
+	half := filepath.Join(dir, fmt.Sprintf("%s%d-abc-out2", atomicfile.TempPrefix, deadPID(t)))
+	os.Mkdir(half, 0o755)
+	os.WriteFile(filepath.Join(half, "model-00001-of-00002.safetensors"), []byte("x"), 0o644)
+	res, err = Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "out2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(half); err == nil || res.StaleTemps != 1 {
+		t.Errorf("a killed run's half-built folder is still there (%d removed)", res.StaleTemps)
+	}
+	sameFiles(t, src, filepath.Join(dir, "out2"))
+	for _, f := range res.Files {
+		if filepath.Dir(f) != filepath.Join(dir, "out2") {
+			t.Errorf("restored file reported as %s", f)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 4 { // ck, cache, out, out2
+		t.Errorf("decompress left %d entries beside its output, want 4", len(ents))
+	}
 }
 
 // TestDecompressFailureLeavesNoFolder: a decompress that fails removes the

@@ -53,6 +53,25 @@ func CreateTemp(dir, label string) (*os.File, error) {
 	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*-"+label), Err: fs.ErrExist}
 }
 
+// MkdirTemp creates a new folder in dir named as TempPrefix says, ending
+// with label, with mode DirPerm less the umask: a folder built whole and
+// renamed into place.
+func MkdirTemp(dir, label string) (string, error) {
+	pid := os.Getpid()
+	prefix := TempPrefix + strconv.Itoa(pid) + "-"
+	seed := uint64(time.Now().UnixNano()) ^ uint64(pid)<<32
+	for range 10000 {
+		n := seed + counter.Add(1)*0x9E3779B97F4A7C15
+		name := filepath.Join(dir, prefix+strconv.FormatUint(n, 36)+"-"+label)
+		err := os.Mkdir(name, DirPerm)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return name, err
+	}
+	return "", &fs.PathError{Op: "mkdirtemp", Path: filepath.Join(dir, prefix+"*-"+label), Err: fs.ErrExist}
+}
+
 // IsTemp reports whether name (a base name) is a temporary file's.
 func IsTemp(name string) bool { return strings.HasPrefix(name, TempPrefix) }
 
@@ -78,9 +97,10 @@ func Stale(name string) bool {
 	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 }
 
-// RemoveStale removes the stale temporary files (Stale) directly in dir,
-// left by writers that were killed, and returns how many it removed and
-// their bytes. A dir that does not exist has none.
+// RemoveStale removes the stale temporary files and folders (Stale)
+// directly in dir, left by writers that were killed, and returns how many
+// files it removed (a folder's counted) and their bytes. A dir that does
+// not exist has none.
 func RemoveStale(dir string) (files int, bytes uint64, err error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -90,21 +110,25 @@ func RemoveStale(dir string) (files int, bytes uint64, err error) {
 		return 0, 0, err
 	}
 	for _, e := range ents {
-		if e.IsDir() || !Stale(e.Name()) {
+		if !Stale(e.Name()) {
 			continue
 		}
-		info, err := e.Info()
-		if err != nil {
-			continue // removed meanwhile
-		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
+		p := filepath.Join(dir, e.Name())
+		n, b := 0, uint64(0)
+		filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				if info, err := d.Info(); err == nil {
+					n++
+					b += uint64(info.Size())
+				}
 			}
+			return nil
+		})
+		if err := os.RemoveAll(p); err != nil {
 			return files, bytes, err
 		}
-		files++
-		bytes += uint64(info.Size())
+		files += n
+		bytes += b
 	}
 	return files, bytes, nil
 }

@@ -48,6 +48,10 @@ func TestTempNames(t *testing.T) {
 	if Stale(name) {
 		t.Errorf("%s of this live process is stale", name)
 	}
+	d, err := MkdirTemp(filepath.Dir(f.Name()), "out")
+	if err != nil || !strings.HasPrefix(filepath.Base(d), TempPrefix+strconv.Itoa(os.Getpid())+"-") || !strings.HasSuffix(d, "-out") {
+		t.Errorf("MkdirTemp: %s, %v", d, err)
+	}
 }
 
 // TestRemoveStale: RemoveStale removes the temporary files of a process
@@ -76,10 +80,14 @@ func TestRemoveStale(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	os.Mkdir(filepath.Join(dir, TempPrefix+strconv.Itoa(gone.Process.Pid)+"-dir"), 0o755)
+	// A folder built whole (MkdirTemp) by the process that is gone.
+	folder := TempPrefix + strconv.Itoa(gone.Process.Pid) + "-ghi-out"
+	os.MkdirAll(filepath.Join(dir, folder, "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, folder, "sub", "m.safetensors"), []byte("123"), 0o644)
+	dead = append(dead, folder)
 	files, bytes, err := RemoveStale(dir)
-	if err != nil || files != 2 || bytes != 10 {
-		t.Errorf("RemoveStale: %d files, %d bytes, %v; want 2 files, 10 bytes", files, bytes, err)
+	if err != nil || files != 3 || bytes != 13 {
+		t.Errorf("RemoveStale: %d files, %d bytes, %v; want 3 files, 13 bytes", files, bytes, err)
 	}
 	for _, n := range dead {
 		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
