@@ -29,10 +29,10 @@ type source struct {
 func openSource(f *os.File, s *checkpoint.Shard) (*source, error) {
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.Path, err)
+		return nil, err // names the file
 	}
 	if uint64(st.Size()) != s.Size || !st.ModTime().Equal(s.ModTime) {
-		return nil, fmt.Errorf("%s: %w: %d bytes, modified %s; its header was read at %d bytes, modified %s",
+		return nil, fmt.Errorf("%s: %w: now %d bytes, modified %s; %d bytes, modified %s, when its header was read",
 			s.Path, shardcache.ErrSourceChanged, st.Size(), stamp(st.ModTime()), s.Size, stamp(s.ModTime))
 	}
 	return &source{f: f, size: s.Size}, nil
