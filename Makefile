@@ -44,23 +44,19 @@ wheel: capi
 	rm -rf python/build python/splitzip.egg-info
 
 # Python binding tests on the CPU path, against the wheel installed into a
-# fresh venv (.dev/venv; Debian's python3-numpy through
-# --system-site-packages). They need python3-numpy and python3-venv; CI
-# (.ci/run installs them and sets SPLITZIP_REQUIRE_PYTHON) cannot skip
-# them, and elsewhere a skip is reported in the summary at the end.
+# fresh venv (.dev/venv; Debian's python3-numpy and python3-torch through
+# --system-site-packages). What they need of Debian's packages is
+# installed when missing and this runs as root (python/tests/debs.sh);
+# otherwise it fails naming the packages. No test skips but for want of a
+# GPU; the count of what ran is in .dev/status/python.
 PYTHON ?= /usr/bin/python3
 python-test: build
 	@mkdir -p .dev/status; rm -f .dev/status/python; \
-	if ! { $(PYTHON) -c 'import numpy, venv, ensurepip, setuptools, wheel' && $(PYTHON) -m pip --version; } >/dev/null 2>&1; then \
-		msg="python tests SKIPPED: $(PYTHON) lacks numpy, venv, pip, setuptools or wheel; run: apt-get install python3-numpy python3-venv python3-pip python3-setuptools python3-wheel"; \
-		if [ -n "$$SPLITZIP_REQUIRE_PYTHON" ]; then echo "$$msg"; exit 1; fi; \
-		echo "$$msg" | tee .dev/status/python; exit 0; \
-	fi; \
+	bash python/tests/debs.sh $(PYTHON) && \
 	$(MAKE) --no-print-directory wheel && \
 	rm -rf .dev/venv && $(PYTHON) -m venv --system-site-packages .dev/venv && \
 	.dev/venv/bin/python -m pip install --quiet --no-index --no-deps dist/splitzip-$$($(PYTHON) -c 'exec(open("python/splitzip/_version.py").read()); print(__version__)')-*.whl && \
-	cd .dev && SPLITZIP_TEST_INSTALLED=1 SPLITZIP_BIN=$(abspath $(BIN)) venv/bin/python -m unittest discover -s $(abspath python/tests) -t $(abspath python/tests) -v && \
-	echo "python tests: passed against the installed wheel" > status/python
+	cd .dev && SPLITZIP_TEST_INSTALLED=1 SPLITZIP_BIN=$(abspath $(BIN)) venv/bin/python $(abspath python/tests/run.py) --status status/python
 
 # The real-weights set (scripts/real-weights.sh: trained weights from npm
 # packages converted to BF16 safetensors) and the test over it. Without npm

@@ -17,12 +17,9 @@ import stfile  # noqa: E402  (python/tests)
 
 BIN = testenv.BIN
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-except ImportError:  # pragma: no cover
-    torch = None
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 DT = {"BF16": "bfloat16", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32"}
 
@@ -91,7 +88,6 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
         dist.destroy_process_group()
 
 
-@unittest.skipIf(torch is None, "torch is not installed (CI installs python3-torch)")
 class TestDistributed(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -183,11 +179,15 @@ class TestDistributed(unittest.TestCase):
             self.assertTrue(r.startswith("error:") and "cannot plan" in r, got)
 
 
-def _gpus() -> int:
-    return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+def _nccl_missing():
+    """Why the NCCL loads cannot run here, or None."""
+    why = testenv.gpu_missing("and NCCL")
+    if why is None and not dist.is_nccl_available():
+        why = "this torch has no NCCL"
+    return why
 
 
-@unittest.skipIf(_gpus() == 0 or not dist.is_nccl_available(), "needs a CUDA GPU and NCCL (the GPU machine)")
+@unittest.skipIf(_nccl_missing() is not None, _nccl_missing() or "")
 class TestDistributedNCCL(TestDistributed):
     """The same loads over NCCL, one rank a GPU (as many ranks as there
     are GPUs, up to the world each test asks for): tensors sent whole

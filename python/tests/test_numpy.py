@@ -10,17 +10,13 @@ import testenv  # noqa: E402  (python/tests; before splitzip)
 
 ROOT, INSTALLED = testenv.ROOT, testenv.INSTALLED
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover
-    np = None
+import numpy as np
 
 import stfile  # noqa: E402  (python/tests)
 
 BIN = testenv.BIN
 
 
-@unittest.skipIf(np is None, "numpy is not installed (apt-get install python3-numpy)")
 class TestNumpy(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -1,5 +1,5 @@
-"""splitzip.torch on the CPU: run where torch is installed (the GPU machine;
-CI has no torch and skips with a message)."""
+"""splitzip.torch on the CPU (Debian's python3-torch: make python-test
+installs it or fails)."""
 
 import os
 import subprocess
@@ -12,13 +12,9 @@ import stfile  # noqa: E402  (python/tests)
 
 BIN = testenv.BIN
 
-try:
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
+import torch
 
 
-@unittest.skipIf(torch is None, "torch is not installed (the GPU machine has it)")
 class TestTorch(unittest.TestCase):
     def test_every_integer_width(self):
         """U16, U32 and U64 tensors (torch 2.3 and later) load bit for bit, beside BF16."""
@@ -45,7 +41,6 @@ class TestTorch(unittest.TestCase):
                 self.assertEqual(t.contiguous().view(torch.uint8).numpy().tobytes(), b, dt)
 
 
-@unittest.skipIf(torch is None, "torch is not installed (the GPU machine has it)")
 class TestUploadInto(unittest.TestCase):
     """upload_into on the CPU: caller-owned tensors filled bit for bit, and
     every mismatch refused before anything is written, naming the tensor."""

@@ -14,17 +14,32 @@ if not INSTALLED and os.path.join(ROOT, "python") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "python"))
 BIN = os.environ.get("SPLITZIP_BIN") or os.path.join(ROOT, ".dev", "splitzip")
 
+# GPU_SKIP starts the reason of every skip for want of a GPU: the only
+# reason a test here may skip (run.py fails on any other and counts these).
+GPU_SKIP = "needs a CUDA GPU"
+
+
+def gpu_missing(what: str = ""):
+    """Why the tests that need a CUDA GPU cannot run here, or None."""
+    import torch
+    if torch.cuda.is_available():
+        return None
+    return f"{GPU_SKIP}{' ' + what if what else ''} (the GPU machine): none here"
+
 
 def gpu_stack_missing():
-    """Why the GPU tests of transformers models cannot run here (torch,
-    transformers, accelerate or a CUDA device missing), or None."""
+    """Why the GPU tests of transformers models cannot run here, or None:
+    no CUDA device (a skip), or, on a GPU machine, transformers or
+    accelerate not installed (pip; a failure under run.py)."""
+    why = gpu_missing("with transformers and accelerate")
+    if why:
+        return why
     try:
-        import torch
         import transformers  # noqa: F401
         import accelerate  # noqa: F401
     except ImportError as e:
-        return f"{e.name} is not installed (the GPU machine has it)"
-    return None if torch.cuda.is_available() else "no CUDA device"
+        return f"{e.name} is not installed: pip install transformers accelerate"
+    return None
 
 
 def generated(tmp: str, size: str = "3MiB", shards: int = 2):
