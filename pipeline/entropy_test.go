@@ -94,13 +94,8 @@ func TestEntropyCodecs(t *testing.T) {
 					t.Errorf("%s (%s) stored %s, want %s (%s)", tn.Name, tn.DType, tn.Stored, want, tn.Reason)
 				}
 			}
-			ix, _ := os.ReadFile(filepath.Join(cache, shardcache.IndexName))
-			wantVersion := `"version": 2`
-			if len(c.entropy) > 0 {
-				wantVersion = `"version": 3`
-			}
-			if !strings.Contains(string(ix), wantVersion) {
-				t.Errorf("index is not %s", wantVersion)
+			if v, err := shardcache.IndexFileVersion(cache); err != nil || v != shardcache.IndexVersion {
+				t.Errorf("index version %d (%v), want %d", v, err, shardcache.IndexVersion)
 			}
 			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.entropy)+len(c.fixed) || v.EntropyPayloads != len(c.entropy) {
 				t.Fatalf("verify: %d payloads, %d entropy, %+v", v.Payloads, v.EntropyPayloads, v.Problems)

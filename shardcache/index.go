@@ -19,11 +19,13 @@ const (
 	IndexName = "splitzip.json"
 	// FormatName identifies a splitzip cache index.
 	FormatName = "splitzip-cache"
-	// IndexVersion is the newest index format this package writes: 2
-	// adds pack objects, 3 entropy payloads. An index is written at the
-	// oldest version that holds it (2 without entropy payloads), so older
-	// builds read what they can. It reads versions 1 to 3.
-	IndexVersion = 3
+	// IndexVersion is the index format this package writes: 2 added pack
+	// objects, 3 entropy payloads, and 4 writes the same content as a
+	// compact binary table instead of JSON (index_binary.go). It reads
+	// versions 1 to 4. The file keeps its name, so that a build older
+	// than version 4 refuses the cache as corrupt rather than taking it
+	// for one whose first compress was interrupted.
+	IndexVersion = 4
 	// minIndexVersion is the oldest index format this package reads.
 	minIndexVersion = 1
 	// maxIndexSize bounds the index read into memory.
@@ -193,7 +195,7 @@ type envelope struct {
 	Body    json.RawMessage `json:"body"`
 }
 
-// version is the oldest index version that holds ix: 3 with entropy
+// version is the oldest JSON index version that holds ix: 3 with entropy
 // payloads, else 2.
 func (ix *Index) version() int {
 	for _, o := range ix.Objects {
@@ -204,7 +206,12 @@ func (ix *Index) version() int {
 	return 2
 }
 
-func marshalIndex(ix *Index) ([]byte, error) {
+// marshalIndex encodes ix as an index file of IndexVersion.
+func marshalIndex(ix *Index) ([]byte, error) { return marshalBinaryIndex(ix) }
+
+// marshalIndexJSON encodes ix as a JSON index file of the oldest version
+// that holds it (2 or 3), as builds before version 4 wrote them.
+func marshalIndexJSON(ix *Index) ([]byte, error) {
 	body, err := json.Marshal(ix)
 	if err != nil {
 		return nil, err
@@ -217,13 +224,28 @@ func marshalIndex(ix *Index) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
+// unmarshalIndex decodes an index file of any version this build reads
+// and checks its references; name is the file, for errors.
 func unmarshalIndex(b []byte, name string) (*Index, error) {
+	if bytes.HasPrefix(b, []byte(indexMagic)) {
+		ix, err := unmarshalBinaryIndex(b, name)
+		if err != nil {
+			return nil, err
+		}
+		if err := ix.check(); err != nil {
+			return nil, &IndexError{name, -1, err.Error()}
+		}
+		return ix, nil
+	}
 	var env envelope
 	if err := json.Unmarshal(b, &env); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
 	}
 	if env.Format != FormatName {
 		return nil, fmt.Errorf("%s: %w: format %q", name, ErrNotCache, env.Format)
+	}
+	if env.Version >= binaryIndexVersion && env.Version <= IndexVersion {
+		return nil, &IndexError{name, -1, fmt.Sprintf("version %d in JSON; versions from %d on are binary", env.Version, binaryIndexVersion)}
 	}
 	if env.Version < minIndexVersion || env.Version > IndexVersion {
 		return nil, fmt.Errorf("%s: %w: version %d; this build reads versions %d to %d", name, ErrVersion, env.Version, minIndexVersion, IndexVersion)

@@ -129,7 +129,7 @@ func TestPackIndexRejects(t *testing.T) {
 		"pack grows":             func(ix *Index) { ix.Objects[pk].RawSize = 1 << 62 },
 		"tensor names a pack":    func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Key = pk },
 	})
-	b, _ := marshalIndex(base())
+	b, _ := marshalIndexJSON(base())
 	v1 := bytes.Replace(b, []byte(`"version": 2,`), []byte(`"version": 1,`), 1)
 	if _, err := unmarshalIndex(v1, "idx"); !errors.Is(err, ErrIndexCorrupt) || !strings.Contains(err.Error(), "version 2") {
 		t.Errorf("packs in a version 1 index: %v", err)
@@ -231,7 +231,7 @@ func TestEntropyIndexRejects(t *testing.T) {
 		"decodes too large":       func(ix *Index) { ix.Objects[ek].RawSize = 100*MaxEntropyRatio + 100 },
 		"raw object as entropy":   func(ix *Index) { ix.Sources[0].Shards[0].Tensors[0].Key = hk },
 	})
-	b, _ := marshalIndex(base())
+	b, _ := marshalIndexJSON(base())
 	if !bytes.Contains(b, []byte(`"version": 3,`)) {
 		t.Fatalf("an index with entropy objects is not version 3: %.80s", b)
 	}
@@ -242,7 +242,7 @@ func TestEntropyIndexRejects(t *testing.T) {
 	plain := base()
 	delete(plain.Objects, ek)
 	plain.Sources = nil
-	if b, _ := marshalIndex(plain); !bytes.Contains(b, []byte(`"version": 2,`)) {
+	if b, _ := marshalIndexJSON(plain); !bytes.Contains(b, []byte(`"version": 2,`)) {
 		t.Errorf("an index without entropy objects is not version 2: %.80s", b)
 	}
 }
