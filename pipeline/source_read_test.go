@@ -1,10 +1,14 @@
 package pipeline
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -89,6 +93,89 @@ func TestCompressSourceShrinks(t *testing.T) {
 		})
 	}
 }
+
+// TestCompressSourceShrinksProcess: a shard that another process
+// truncates while compress reads it ends a compress process with an error
+// naming the file, not a fault trace (exit status 2). The compress runs in
+// a child process, which stops at its first progress report until this
+// one has truncated the shard.
+func TestCompressSourceShrinksProcess(t *testing.T) {
+	if src := os.Getenv("SPLITZIP_TEST_SHRINK_SOURCE"); src != "" {
+		shrinkChild(src, os.Getenv("SPLITZIP_TEST_SHRINK_CACHE"))
+		return
+	}
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "src"), filepath.Join(dir, "cache")
+	gen(t, src, 24<<20, 1, 11)
+	p := filepath.Join(src, "model.safetensors")
+	ck, err := checkpoint.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCompressSourceShrinksProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SPLITZIP_TEST_SHRINK_SOURCE="+src, "SPLITZIP_TEST_SHRINK_CACHE="+cache)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "reading\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child said %q (%v); stderr: %s", line, err, stderr.String())
+	}
+	if err := os.Truncate(p, int64(ck.Shards[0].Header.DataStart)); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	in.Close()
+	err = cmd.Wait()
+	msg := stderr.String()
+	t.Logf("child: %v; stderr: %s", err, msg)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("child ended with %v, want exit status 1 (an error)", err)
+	}
+	if strings.Contains(msg, "fault") || strings.Contains(msg, "goroutine ") || !strings.Contains(msg, p) || !strings.Contains(msg, shardcache.ErrSourceChanged.Error()) {
+		t.Errorf("stderr is not one error naming %s and saying the source changed: %s", p, msg)
+	}
+}
+
+// shrinkChild is the child process of TestCompressSourceShrinksProcess:
+// it compresses src into cache, says "reading" on stdout at its first
+// progress report and waits for a line on stdin before it goes on, and
+// exits 1 with the error on stderr if the compress fails.
+func shrinkChild(src, cache string) {
+	var once sync.Once
+	prog := progressFunc(func() {
+		once.Do(func() {
+			fmt.Println("reading")
+			bufio.NewReader(os.Stdin).ReadString('\n')
+		})
+	})
+	_, err := Compress(context.Background(), src, CompressOptions{Output: cache, Jobs: 2, NoSync: true, Progress: prog})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// progressFunc is a Progress that calls itself on every Add.
+type progressFunc func()
+
+func (progressFunc) Start(string, uint64) {}
+func (progressFunc) Finish()              {}
+func (f progressFunc) Add(uint64)         { f() }
 
 // TestCompressSourceChangedBeforeRead: a shard rewritten between the
 // reading of its header and the reading of its tensors is an error naming
