@@ -124,7 +124,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			return nil, err
 		}
 		if stage, err = atomicfile.MkdirTemp(parent, filepath.Base(filepath.Clean(opts.Output))); err != nil {
-			return nil, err
+			return nil, outputError(err, opts.Output)
 		}
 		out = stage
 	}
@@ -159,7 +159,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	}
 	if s.Index != nil {
 		path := filepath.Join(out, s.Index.Name)
-		tmp, err := writeTemp(path, func(w *bufio.Writer) error {
+		tmp, err := writeTemp(path, filepath.Join(opts.Output, s.Index.Name), func(w *bufio.Writer) error {
 			obj, _, err := c.OpenObject(s.Index.Key)
 			if err != nil {
 				return err
@@ -168,7 +168,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			return copyChecked(w, obj, 0, s.Index.Size, s.Index.Key, buf.a, shardcache.ErrObjectCorrupt)
 		})
 		if err != nil {
-			return nil, &TensorError{File: filepath.Join(opts.Output, s.Index.Name), Err: err}
+			return nil, err
 		}
 		done = append(done, written{tmp, path})
 	}
@@ -181,26 +181,31 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		if err := makeDirs(filepath.Dir(path), &made); err != nil {
 			return nil, err
 		}
-		tmp, err := writeTemp(path, func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
+		tmp, err := writeTemp(path, filepath.Join(opts.Output, sh.Name), func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
 		if err != nil {
-			return nil, &TensorError{File: filepath.Join(opts.Output, sh.Name), Err: err}
+			return nil, err
 		}
 		done = append(done, written{tmp, path})
 		res.Bytes += sh.Size
 	}
 	for k, w := range done {
+		rel, _ := filepath.Rel(out, w.path)
+		final := filepath.Join(opts.Output, rel)
 		if err := os.Rename(w.tmp, w.path); err != nil {
 			for _, r := range done[:k] {
 				os.Remove(r.path)
 			}
-			return nil, err
+			return nil, outputError(err, final)
 		}
-		rel, _ := filepath.Rel(out, w.path)
-		res.Files = append(res.Files, filepath.Join(opts.Output, rel))
+		res.Files = append(res.Files, final)
 	}
 	syncDir(out)
 	if stage != "" {
 		if err := os.Rename(stage, opts.Output); err != nil {
+			var le *os.LinkError
+			if errors.As(err, &le) {
+				err = le.Err
+			}
 			return nil, fmt.Errorf("%s: the output folder appeared while the files were restored: %w", opts.Output, err)
 		}
 		stage = ""
@@ -325,11 +330,14 @@ func restorePayload(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, w *b
 }
 
 // writeTemp writes a file through a temporary name in path's directory,
-// flushed to disk, and returns that name; the caller renames it.
-func writeTemp(path string, fill func(*bufio.Writer) error) (string, error) {
+// flushed to disk, and returns that name; the caller renames it. Errors
+// name final, the file's name once in place: a failure to write it (a
+// full disk) is that file's, never a tensor's or a temporary name's; one
+// of fill, a *TensorError naming final.
+func writeTemp(path, final string, fill func(*bufio.Writer) error) (string, error) {
 	f, err := atomicfile.CreateTemp(filepath.Dir(path), filepath.Base(path))
 	if err != nil {
-		return "", err
+		return "", outputError(err, final)
 	}
 	ok := false
 	defer func() {
@@ -338,19 +346,52 @@ func writeTemp(path string, fill func(*bufio.Writer) error) (string, error) {
 			os.Remove(f.Name())
 		}
 	}()
-	w := bufio.NewWriterSize(f, writeBuffer)
+	fw := &fileWriter{f: f}
+	w := bufio.NewWriterSize(fw, writeBuffer)
 	if err := fill(w); err != nil {
-		return "", err
+		if fw.err != nil {
+			return "", outputError(fw.err, final)
+		}
+		return "", &TensorError{File: final, Err: err}
 	}
 	if err := w.Flush(); err != nil {
-		return "", err
+		return "", outputError(err, final)
 	}
 	if err := f.Sync(); err != nil {
-		return "", err
+		return "", outputError(err, final)
 	}
 	if err := f.Close(); err != nil {
-		return "", err
+		return "", outputError(err, final)
 	}
 	ok = true
 	return f.Name(), nil
+}
+
+// fileWriter writes to a file and keeps the first write error, so that a
+// write that fails deep in a decode is reported as the file's.
+type fileWriter struct {
+	f   *os.File
+	err error
+}
+
+func (w *fileWriter) Write(b []byte) (int, error) {
+	n, err := w.f.Write(b)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
+}
+
+// outputError is err, an error writing or placing a restored file, with
+// the file's final name in place of a temporary one.
+func outputError(err error, final string) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return &fs.PathError{Op: pe.Op, Path: final, Err: pe.Err}
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return &fs.PathError{Op: le.Op, Path: final, Err: le.Err}
+	}
+	return fmt.Errorf("%s: %w", final, err)
 }

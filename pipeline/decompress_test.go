@@ -2,10 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/atomicfile"
@@ -144,4 +149,34 @@ func TestProgressReachesTotal(t *testing.T) {
 		t.Fatalf("verify of a cache whose source shard is gone: %v, %+v", err, res)
 	}
 	reachesTotal(t, p, "verify with a shard missing")
+}
+
+// TestDecompressFullDisk: a restored file that cannot be written (a file
+// size limit stands in for a full disk) is reported as that file's,
+// under its final name, not as a tensor's or a temporary file's, and the
+// failed run leaves nothing behind.
+func TestDecompressFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	gen(t, src, 1<<20, 2, 6)
+	compress(t, src, cache, false)
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	signal.Ignore(syscall.SIGXFSZ)
+	defer signal.Reset(syscall.SIGXFSZ)
+	limit := syscall.Rlimit{Cur: 64 << 10, Max: old.Max}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Decompress(context.Background(), cache, DecompressOptions{Output: out})
+	syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	var pe *fs.PathError
+	if !errors.Is(err, syscall.EFBIG) || !errors.As(err, &pe) || filepath.Dir(pe.Path) != out || strings.Contains(err.Error(), atomicfile.TempPrefix) || strings.Contains(err.Error(), "tensor \"") {
+		t.Errorf("decompress past the file size limit: %v; want a write error naming a file of %s", err, out)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("a failed decompress left %d entries beside its output folder, want ck and cache", len(ents))
+	}
 }
