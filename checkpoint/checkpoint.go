@@ -71,6 +71,11 @@ func Open(path string) (*Checkpoint, error) {
 	}
 	st, err := os.Stat(abs)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if lst, lerr := os.Lstat(abs); lerr == nil && lst.Mode()&fs.ModeSymlink != 0 {
+				return nil, missing(abs, "") // a link to nothing
+			}
+		}
 		return nil, err
 	}
 	if st.IsDir() {

@@ -98,6 +98,9 @@ func TestHubSnapshot(t *testing.T) {
 	}
 }
 
+// folder opens a test checkpoint by its folder.
+func folder(dir, _ string) string { return dir }
+
 // TestOpenMissingShard: a shard that is a link to nothing, or that the
 // index names and the folder lacks, is an error naming it that matches
 // fs.ErrNotExist, never a checkpoint without it.
@@ -108,10 +111,12 @@ func TestOpenMissingShard(t *testing.T) {
 		index bool   // keep the index
 		link  bool   // replace the second shard by a link to nothing (else remove it)
 		want  string // in the message besides the path
+		open  func(dir, shard string) string
 	}{
-		{"broken link, no index", false, true, "is a link to "},
-		{"broken link named in the index", true, true, "named in " + safetensors.IndexFileName + " is a link to "},
-		{"missing, named in the index", true, false, "named in " + safetensors.IndexFileName + " does not exist"},
+		{"broken link, no index", false, true, "is a link to ", folder},
+		{"broken link named in the index", true, true, "named in " + safetensors.IndexFileName + " is a link to ", folder},
+		{"missing, named in the index", true, false, "named in " + safetensors.IndexFileName + " does not exist", folder},
+		{"broken link opened as a file", false, true, "is a link to ", func(_, shard string) string { return shard }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -128,7 +133,7 @@ func TestOpenMissingShard(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ck, err := Open(dir)
+			ck, err := Open(tc.open(dir, p))
 			if err == nil {
 				t.Fatalf("opened with %d shards", len(ck.Shards))
 			}
