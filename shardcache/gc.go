@@ -301,7 +301,7 @@ func (w *Writer) unpackLive(used, live, dead map[Key]bool) error {
 		}
 		tmp, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
 		if err != nil {
-			return err
+			return w.cacheError(err)
 		}
 		_, err = tmp.Write(b)
 		if cerr := tmp.Close(); err == nil {
@@ -309,7 +309,7 @@ func (w *Writer) unpackLive(used, live, dead map[Key]bool) error {
 		}
 		if err != nil {
 			os.Remove(tmp.Name())
-			return err
+			return w.cacheError(err)
 		}
 		m := *o
 		m.Pack, m.Offset = "", 0

@@ -162,15 +162,45 @@ type ObjectFile struct {
 func (w *Writer) NewObject() (*ObjectFile, error) {
 	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
 	if err != nil {
-		return nil, err
+		return nil, w.cacheError(err)
 	}
 	return &ObjectFile{File: f, w: w}, nil
+}
+
+// Write writes to the object; an error names the cache, not the
+// temporary file.
+func (o *ObjectFile) Write(b []byte) (int, error) {
+	n, err := o.File.Write(b)
+	return n, o.w.cacheError(err)
+}
+
+// WriteAt writes to the object at off; an error names the cache, not the
+// temporary file.
+func (o *ObjectFile) WriteAt(b []byte, off int64) (int, error) {
+	n, err := o.File.WriteAt(b, off)
+	return n, o.w.cacheError(err)
+}
+
+// cacheError is err, from writing into the cache, naming the cache folder
+// in place of a temporary file (whose name means nothing to a user); other
+// errors it returns as they are.
+func (w *Writer) cacheError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && atomicfile.IsTemp(filepath.Base(pe.Path)) {
+		return &fs.PathError{Op: pe.Op, Path: w.dir, Err: pe.Err}
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) && atomicfile.IsTemp(filepath.Base(le.Old)) {
+		return &fs.PathError{Op: le.Op, Path: w.dir, Err: le.Err}
+	}
+	return err
 }
 
 // Commit moves the object into place under key and records it; an object
 // of at most the pack size (SetPackMax) waits in tmp/ for the writer's
 // Commit to put it into a pack. The file's size must equal meta.Size.
-func (o *ObjectFile) Commit(key Key, meta *Object) error {
+func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
+	defer func() { err = o.w.cacheError(err) }()
 	st, err := o.Stat()
 	if err != nil {
 		o.Abort()
@@ -291,11 +321,12 @@ func (w *Writer) SetSource(s Source) {
 // Commit makes everything recorded so far durable and visible: it flushes
 // the objects to disk, then writes the index to a temporary file and
 // renames it over the old one.
-func (w *Writer) Commit() error {
+func (w *Writer) Commit() (err error) {
+	defer func() { err = w.cacheError(err) }()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.packPending(); err != nil {
-		return fmt.Errorf("shardcache: writing packs: %w", err)
+		return err
 	}
 	if err := w.ix.check(); err != nil {
 		return fmt.Errorf("shardcache: refusing to write an inconsistent index: %v", err)
@@ -307,7 +338,7 @@ func (w *Writer) Commit() error {
 	// Objects first: the index must never name bytes a crash could lose.
 	if !w.noSync {
 		if err := unix.Syncfs(int(w.lock.Fd())); err != nil {
-			return fmt.Errorf("shardcache: syncing objects: %w", err)
+			return fmt.Errorf("%s: flushing the cache to disk: %w", w.dir, err)
 		}
 	}
 	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "index")

@@ -48,6 +48,10 @@ func CreateTemp(dir, label string) (*os.File, error) {
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			pe.Op = "create" // a file made for writing, whatever open's flags say
+		}
 		return f, err
 	}
 	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*-"+label), Err: fs.ErrExist}

@@ -1,0 +1,54 @@
+package shardcache
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/atomicfile"
+)
+
+// withFileSizeLimit runs fn with writes past limit bytes of a file
+// failing with EFBIG, as a full disk fails them.
+func withFileSizeLimit(t *testing.T, limit uint64, fn func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	signal.Ignore(syscall.SIGXFSZ)
+	defer signal.Reset(syscall.SIGXFSZ)
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	fn()
+}
+
+// TestWriteErrorsNameCache: a write into the cache that fails (an object,
+// a pack at Commit) is the error of the cache folder, never of a
+// temporary file's name, and keeps its cause for errors.Is.
+func TestWriteErrorsNameCache(t *testing.T) {
+	w, dir := newWriter(t)
+	defer w.Close()
+	var errs [2]error
+	withFileSizeLimit(t, 64<<10, func() {
+		_, errs[0] = w.PutBytes(bytes.Repeat([]byte{1}, DefaultPackMax+1)) // an object file of its own
+		for i := range 4 {                                                    // pending, for one pack
+			if _, err := w.PutBytes(bytes.Repeat([]byte{byte(i + 2)}, 40<<10)); err != nil {
+				t.Errorf("pending object: %v", err)
+			}
+		}
+		errs[1] = w.Commit()
+	})
+	for i, err := range errs {
+		var pe *fs.PathError
+		if !errors.Is(err, syscall.EFBIG) || !errors.As(err, &pe) || pe.Path != dir || strings.Contains(err.Error(), atomicfile.TempPrefix) {
+			t.Errorf("write %d past the limit: %v; want an error of %s", i, err, dir)
+		}
+	}
+}
