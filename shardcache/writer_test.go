@@ -38,7 +38,7 @@ func TestWriteErrorsNameCache(t *testing.T) {
 	var errs [2]error
 	withFileSizeLimit(t, 64<<10, func() {
 		_, errs[0] = w.PutBytes(bytes.Repeat([]byte{1}, DefaultPackMax+1)) // an object file of its own
-		for i := range 4 {                                                    // pending, for one pack
+		for i := range 4 {                                                 // pending, for one pack
 			if _, err := w.PutBytes(bytes.Repeat([]byte{byte(i + 2)}, 40<<10)); err != nil {
 				t.Errorf("pending object: %v", err)
 			}
