@@ -45,7 +45,7 @@ func runGC(g *globals, o gcOptions, dir string) error {
 	if o.DryRun {
 		verb = "would remove"
 	}
-	fmt.Fprintf(g.stdout, "gc: %s %d objects and %d stray files, %s\n", verb, res.Objects, res.Files, human(res.Bytes))
+	fmt.Fprintf(g.stdout, "gc: %s %s and %s, %s\n", verb, count(res.Objects, "object"), count(res.Files, "stray file"), human(res.Bytes))
 	return nil
 }
 
