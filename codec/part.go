@@ -105,7 +105,7 @@ func ParsePart(part []byte) (PartInfo, error) {
 		return PartInfo{}, fmt.Errorf("%w: part version %d, this build reads %d", ErrVersion, v, partVersion)
 	}
 	if got, want := partChecksum(part), binary.LittleEndian.Uint32(part[32:]); got != want {
-		return PartInfo{}, fmt.Errorf("%w: part: computed %08x, header says %08x", ErrChecksum, got, want)
+		return PartInfo{}, &ChecksumError{Payload: "fixed part", Computed: got, Stored: want}
 	}
 	if checkZero(part[6:8]) != nil || checkZero(part[36:partHeader]) != nil {
 		return PartInfo{}, partError("reserved bytes are not zero")
