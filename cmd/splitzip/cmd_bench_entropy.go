@@ -43,6 +43,9 @@ Memory: the largest tensor, a few times over.`,
 			if len(a) == 0 && !o.Synthetic {
 				return usageError{fmt.Errorf("give a source or --synthetic")}
 			}
+			if err := cmd.Context().Err(); err != nil {
+				return err
+			}
 			return runBenchEntropy(g, o, a)
 		},
 	}

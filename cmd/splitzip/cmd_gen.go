@@ -67,6 +67,9 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if o.DType != "BF16" && o.Small+o.Mix+o.MoE > 0 {
 		return usageError{fmt.Errorf("--dtype applies to the Llama-like checkpoint only")}
 	}
+	if err := ctx.Err(); err != nil {
+		return err // planning a large checkpoint takes a while: not after Ctrl-C
+	}
 	dt := o.DType
 	if dt == "BF16" {
 		dt = ""
