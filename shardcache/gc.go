@@ -218,8 +218,11 @@ func DryRunGC(dir string, forget []string) (GCResult, error) {
 // reading only. The caller calls the function it returns to let go.
 func sharedLock(dir string) (func(), error) {
 	f, err := os.Open(filepath.Join(dir, LockName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return func() {}, nil // no writer ever opened the cache
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		// No writer ever opened the cache, or the caller may not read
+		// the lock: counting without it can only count a live writer's
+		// files too.
+		return func() {}, nil
 	}
 	if err != nil {
 		return nil, err
