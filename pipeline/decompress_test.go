@@ -154,7 +154,8 @@ func TestProgressReachesTotal(t *testing.T) {
 // TestDecompressFullDisk: a restored file that cannot be written (a file
 // size limit stands in for a full disk) is reported as that file's,
 // under its final name, not as a tensor's or a temporary file's, and the
-// failed run leaves nothing behind.
+// failed run leaves nothing behind. The limit is the whole process's: the
+// test must not run in parallel with others.
 func TestDecompressFullDisk(t *testing.T) {
 	dir := t.TempDir()
 	src, cache, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")

@@ -13,7 +13,8 @@ import (
 )
 
 // withFileSizeLimit runs fn with writes past limit bytes of a file
-// failing with EFBIG, as a full disk fails them.
+// failing with EFBIG, as a full disk fails them. The limit is the whole
+// process's: a test that uses it must not run in parallel with others.
 func withFileSizeLimit(t *testing.T, limit uint64, fn func()) {
 	t.Helper()
 	var old syscall.Rlimit
