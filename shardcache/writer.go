@@ -74,8 +74,12 @@ func Create(dir string) (*Writer, error) {
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
-		return nil, err
+	// The marker is written once: rewriting it on every open would change
+	// a cache that nothing else changes, and a full disk could truncate it.
+	if _, err := os.Stat(filepath.Join(dir, MarkerName)); errors.Is(err, fs.ErrNotExist) {
+		if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
+			return nil, err
+		}
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, LockName), os.O_CREATE|os.O_RDWR, atomicfile.Perm)
 	if err != nil {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/splitzip/splitzip/internal/atomicfile"
 )
@@ -51,5 +54,27 @@ func TestWriteErrorsNameCache(t *testing.T) {
 		if !errors.Is(err, syscall.EFBIG) || !errors.As(err, &pe) || pe.Path != dir || strings.Contains(err.Error(), atomicfile.TempPrefix) {
 			t.Errorf("write %d past the limit: %v; want an error of %s", i, err, dir)
 		}
+	}
+}
+
+// TestCreateKeepsMarker: opening a writer on a cache leaves its marker
+// file as it is (a full disk could truncate a rewrite).
+func TestCreateKeepsMarker(t *testing.T) {
+	w, dir := newWriter(t)
+	w.Close()
+	marker := filepath.Join(dir, MarkerName)
+	before, err := os.Stat(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := before.ModTime().Add(-time.Hour)
+	os.Chtimes(marker, old, old)
+	w, err = Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if after, err := os.Stat(marker); err != nil || !after.ModTime().Equal(old) || after.Size() != before.Size() {
+		t.Errorf("Create rewrote the marker: %v", err)
 	}
 }
