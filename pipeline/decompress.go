@@ -179,7 +179,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		sh := &s.Shards[i]
 		path := filepath.Join(out, sh.Name)
 		if err := makeDirs(filepath.Dir(path), &made); err != nil {
-			return nil, err
+			return nil, outputError(err, filepath.Dir(filepath.Join(opts.Output, sh.Name)))
 		}
 		tmp, err := writeTemp(path, filepath.Join(opts.Output, sh.Name), func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
 		if err != nil {
