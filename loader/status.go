@@ -4,9 +4,10 @@ import (
 	"errors"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
 )
 
 // Status is the class of an error, as the C ABI's sz_status reports it;
@@ -28,9 +29,14 @@ const (
 )
 
 // StatusOf classifies an error of the loader, so that the C ABI needs no
-// package but this one to map errors to codes.
+// package but this one to map errors to codes. The loader's own sentinels
+// and the sources that changed decide first; every other error takes the
+// status of its kind in the CLI's error model (package failure): usage is
+// StatusInvalid, integrity StatusCorrupt, device StatusCUDA, and the rest
+// (input, resource, interrupted, and errors of no known kind) StatusIO.
+// A cache this build cannot read (not a cache, an unknown version) stays
+// StatusCorrupt, as the C ABI has always reported it.
 func StatusOf(err error) Status {
-	var ce *cuda.Error
 	switch {
 	case err == nil:
 		return StatusOK
@@ -40,15 +46,19 @@ func StatusOf(err error) Status {
 		return StatusNotFound
 	case errors.Is(err, ErrTooSmall):
 		return StatusTooSmall
-	case errors.Is(err, shardcache.ErrSourceChanged), errors.Is(err, shardcache.ErrSourceMissing):
+	case errors.Is(err, shardcache.ErrSourceChanged), errors.Is(err, shardcache.ErrSourceMissing), errors.Is(err, transport.ErrShortRead):
 		return StatusSourceChanged
-	case errors.Is(err, codec.ErrCorrupt), errors.Is(err, codec.ErrChecksum), errors.Is(err, codec.ErrSize), errors.Is(err, codec.ErrVersion),
-		errors.Is(err, gpu.ErrKernel), errors.Is(err, shardcache.ErrIndexCorrupt), errors.Is(err, shardcache.ErrObjectCorrupt),
-		errors.Is(err, shardcache.ErrNotCache), errors.Is(err, shardcache.ErrVersion):
+	case errors.Is(err, shardcache.ErrNotCache), errors.Is(err, shardcache.ErrVersion), errors.Is(err, codec.ErrVersion):
 		return StatusCorrupt
 	case errors.Is(err, cuda.ErrNoDriver):
 		return StatusNoGPU
-	case errors.As(err, &ce):
+	}
+	switch failure.KindOf(err) {
+	case failure.Usage:
+		return StatusInvalid
+	case failure.Integrity:
+		return StatusCorrupt
+	case failure.Device:
 		return StatusCUDA
 	}
 	return StatusIO
