@@ -66,15 +66,17 @@ const (
 )
 
 // Bits of a tensor record's flags; bits 0-1 are its storage (storedCodes).
+// The ones a tensor left raw or one with its payload inline uses are
+// below bit 7, so their flags are one byte.
 const (
-	tenCopyStored = 1 << (iota + 2)
-	tenOffset     // offset follows; else the tensor starts where the one before ended (the first: where the header ends)
-	tenSize       // size follows; else it is the shape's product times the dtype's size
-	tenObject     // the key's object follows, inline: it is used by this tensor only
-	tenReason     // reason (string)
-	tenCoverage   // float
-	tenEntropy    // float
-	tenKnown      = tenEntropy<<1 - 1
+	tenReason     = 1 << (iota + 2) // reason (string)
+	tenCoverage                     // float
+	tenEntropy                      // float
+	tenObject                       // the key's object follows, inline: it is used by this tensor only
+	tenCopyStored                   //
+	tenOffset                       // offset follows; else the tensor starts where the one before ended (the first: where the header ends)
+	tenSize                         // size follows; else it is the shape's product times the dtype's size
+	tenKnown      = tenSize<<1 - 1
 )
 
 // Key references: 0 is no key, 1 a key whose 32 bytes follow, 2+i the key

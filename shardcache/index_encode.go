@@ -96,8 +96,17 @@ func marshalBinaryIndex(ix *Index) ([]byte, error) {
 			tables = binary.AppendVarint(tables, int64(v))
 		}
 	}
-	body := make([]byte, indexHeaderSize, indexHeaderSize+len(tables)+len(rest))
-	body = append(append(body, tables...), rest...)
+	// Put the header and tables before rest in place when its buffer has
+	// room (sizeHint is generous), so the index is in memory once.
+	var body []byte
+	if n := indexHeaderSize + len(tables); cap(rest)-len(rest) >= n {
+		body = rest[:len(rest)+n]
+		copy(body[n:], rest)
+		copy(body[indexHeaderSize:], tables)
+	} else {
+		body = make([]byte, indexHeaderSize, indexHeaderSize+len(tables)+len(rest))
+		body = append(append(body, tables...), rest...)
+	}
 	copy(body, indexMagic)
 	binary.LittleEndian.PutUint32(body[16:], binaryIndexVersion)
 	binary.LittleEndian.PutUint32(body[20:], 0)
@@ -135,16 +144,17 @@ func unhex(c byte) byte {
 	return 16
 }
 
-// sizeHint returns about how many bytes ix encodes to, so the buffer is
-// allocated once.
+// sizeHint returns a little more than the bytes ix encodes to, without
+// the tables of strings and codebooks, so the buffer is allocated once.
 func sizeHint(ix *Index) int {
-	n := 64 + 80*len(ix.Objects)
+	n := 4096 + 100*len(ix.Objects)
 	for i := range ix.Sources {
+		n += len(ix.Sources[i].Root)
 		for j := range ix.Sources[i].Shards {
 			sh := &ix.Sources[i].Shards[j]
-			n += 256 + len(sh.Fingerprint) + 40*len(sh.Gaps)
+			n += 256 + len(sh.Name) + len(sh.Fingerprint) + 80*len(sh.Gaps)
 			for k := range sh.Tensors {
-				n += 48 + len(sh.Tensors[k].Name) + 3*len(sh.Tensors[k].Shape)
+				n += 72 + len(sh.Tensors[k].Name) + 10*len(sh.Tensors[k].Shape)
 			}
 		}
 	}

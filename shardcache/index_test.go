@@ -282,3 +282,57 @@ func FuzzBinaryIndex(f *testing.F) {
 		}
 	})
 }
+
+// smallTensorIndex returns an index of one shard of n small BF16 tensors
+// left raw with a reason and statistics, as compress records a
+// checkpoint of many scales and biases (seeded).
+func smallTensorIndex(n int, seed uint64) *Index {
+	rng := rand.New(rand.NewPCG(seed, 31))
+	hk := KeyOf([]byte("header"))
+	ix := &Index{Objects: map[Key]*Object{hk: {Kind: KindRaw, Size: 1 << 20, RawSize: 1 << 20}}}
+	sh := Shard{Name: "model.safetensors", Fingerprint: "blake3:" + strings.Repeat("0", 64), Header: Region{0, 1 << 20, hk}}
+	off := uint64(1 << 20)
+	for i := range n {
+		k := 1 + rng.Uint64N(64)
+		var kb [8]byte
+		binary.LittleEndian.PutUint64(kb[:], uint64(i))
+		sh.Tensors = append(sh.Tensors, Tensor{Name: fmt.Sprintf("model.layers.%d.mlp.experts.%d.gate_proj.weight_scale", i/1024, i%1024),
+			DType: "BF16", Shape: []uint64{k}, Offset: off, Size: 2 * k, Key: KeyOf(kb[:]), Stored: StoredRaw,
+			Reason: fmt.Sprintf("saving at most -%.1f%%, below 3.0%%", float64(rng.Uint64N(10000))/10), Coverage: rng.Float64(), Entropy: 8 * rng.Float64()})
+		off += 2 * k
+	}
+	sh.Size = off
+	ix.Sources = []Source{{Root: "/ck", Shards: []Shard{sh}}}
+	return ix
+}
+
+// BenchmarkIndex writes and reads indexes of small tensors, in the binary
+// format and, for comparison, JSON (version 3).
+func BenchmarkIndex(b *testing.B) {
+	ix := smallTensorIndex(100000, 1)
+	for _, c := range []struct {
+		name    string
+		marshal func(*Index) ([]byte, error)
+	}{{"binary", marshalIndex}, {"json", marshalIndexJSON}} {
+		enc, err := c.marshal(ix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name+"/write", func(b *testing.B) {
+			b.SetBytes(int64(len(enc)))
+			b.ReportAllocs()
+			for b.Loop() {
+				c.marshal(ix)
+			}
+		})
+		b.Run(c.name+"/read", func(b *testing.B) {
+			b.SetBytes(int64(len(enc)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := unmarshalIndex(enc, "idx"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
