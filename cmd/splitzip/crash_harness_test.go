@@ -22,10 +22,12 @@ import (
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// The crash crashHarness runs splitzip as a child process (this test binary,
-// re-entered through TestCrashChild), so a SIGKILL ends it where a real
-// kill would: between any two instructions, with its files as it left
-// them. Building a separate binary would cost a minute of CI on two cores.
+// The crash harness runs splitzip as a child process, so a SIGKILL ends
+// it where a real kill would: between any two instructions, with its
+// files as it left them. The child is this test binary, re-entered
+// through TestCrashChild, which costs no build; under the race detector,
+// whose children would run several times slower, it is a splitzip binary
+// built once without it.
 
 // crashChildEnv carries the child's command line, as a JSON array.
 const crashChildEnv = "SPLITZIP_CRASH_CHILD_ARGS"
@@ -40,21 +42,27 @@ const crashKillsEnv = "SPLITZIP_CRASH_KILLS"
 type crashResult struct {
 	args   []string
 	code   int  // exit code; -1 when a signal ended it
-	killed bool // the crashHarness killed it before it exited
+	killed bool // the harness killed it before it exited
 	stdout string
 	stderr string
 	wall   time.Duration
 }
 
 func (r crashResult) String() string {
-	return fmt.Sprintf("splitzip %s: exit %d, stderr %q", strings.Join(r.args, " "), r.code, strings.TrimSpace(r.stderr))
+	msg := strings.TrimSpace(r.stderr)
+	if len(msg) > 600 {
+		msg = fmt.Sprintf("%s... (%d more bytes)", msg[:600], len(msg)-600)
+	}
+	return fmt.Sprintf("splitzip %s: exit %d, stderr %q", strings.Join(r.args, " "), r.code, msg)
 }
+
+// crashHang bounds one child run: longer is a hang, reported and killed.
+const crashHang = 2 * time.Minute
 
 // crashHarness runs the child and records what the invariants found.
 type crashHarness struct {
 	t    *testing.T
-	exe  string
-	env  []string
+	exe  []string // the splitzip command: a binary and the arguments before splitzip's
 	wrap []string // a command the child runs under (a resource limit), or none
 	rng  *rand.Rand
 	seed uint64
@@ -66,6 +74,10 @@ func newCrashHarness(t *testing.T) *crashHarness {
 	if err != nil {
 		t.Fatalf("finding the test binary to run as splitzip: %v", err)
 	}
+	argv := []string{exe, "-test.run=^TestCrashChild$"}
+	if crashRaceDetector {
+		argv = []string{crashBuild(t)}
+	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(crashSeedEnv); s != "" {
 		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
@@ -73,15 +85,37 @@ func newCrashHarness(t *testing.T) *crashHarness {
 		}
 	}
 	t.Logf("kill delays seeded with %d (replay with %s=%d)", seed, crashSeedEnv, seed)
-	return &crashHarness{t: t, exe: exe, rng: rand.New(rand.NewPCG(seed, 0x5eed)), seed: seed}
+	return &crashHarness{t: t, exe: argv, rng: rand.New(rand.NewPCG(seed, 0x5eed)), seed: seed}
+}
+
+// crashBuild builds splitzip without the race detector and returns its
+// path.
+func crashBuild(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go") // go test puts its own first on PATH
+	if err != nil {
+		t.Fatalf("the crash harness builds splitzip and needs the go command: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "splitzip")
+	start := time.Now()
+	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building splitzip: %v\n%s", err, out)
+	}
+	t.Logf("built splitzip without the race detector in %v", time.Since(start).Round(time.Millisecond))
+	return bin
 }
 
 // command returns the child process for a splitzip command line.
 func (h *crashHarness) command(args ...string) *exec.Cmd {
-	b, _ := json.Marshal(args)
-	argv := append(append([]string{}, h.wrap...), h.exe, "-test.run=^TestCrashChild$")
+	argv := append(append([]string{}, h.wrap...), h.exe...)
+	if len(h.exe) == 1 {
+		argv = append(argv, args...) // a splitzip binary
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), crashChildEnv+"="+string(b)), h.env...)
+	if len(h.exe) > 1 {
+		b, _ := json.Marshal(args)
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+string(b))
+	}
 	return cmd
 }
 
@@ -102,17 +136,19 @@ func (h *crashHarness) runKill(delay time.Duration, args ...string) crashResult 
 		h.t.Fatalf("starting splitzip %v: %v", args, err)
 	}
 	var mu sync.Mutex
-	exited, killed := false, false
-	if delay >= 0 {
-		timer := time.AfterFunc(delay, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if !exited && cmd.Process.Signal(syscall.SIGKILL) == nil {
-				killed = true
-			}
-		})
-		defer timer.Stop()
+	exited, killed, hung := false, false, false
+	after := delay
+	if delay < 0 {
+		after = crashHang
 	}
+	timer := time.AfterFunc(after, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !exited && cmd.Process.Signal(syscall.SIGKILL) == nil {
+			killed, hung = delay >= 0, delay < 0
+		}
+	})
+	defer timer.Stop()
 	err := cmd.Wait()
 	mu.Lock()
 	exited = true
@@ -125,8 +161,11 @@ func (h *crashHarness) runKill(delay time.Duration, args ...string) crashResult 
 	}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		r.killed = killed && ws.Signal() == syscall.SIGKILL
-		if !r.killed {
-			h.t.Errorf("splitzip %v died of %v, not of the crashHarness's kill:\n%s", args, ws.Signal(), r.stderr)
+		switch {
+		case hung:
+			h.t.Errorf("splitzip %v hung: killed after %v:\n%s", args, crashHang, r.stderr)
+		case !r.killed:
+			h.t.Errorf("splitzip %v died of %v, not of the harness's kill:\n%s", args, ws.Signal(), r.stderr)
 		}
 	}
 	return r

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +19,8 @@ import (
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// TestCrashChild is the splitzip process of the crash crashHarness: when the
-// crashHarness starts this test binary with its command line in
+// TestCrashChild is the splitzip process of the crash harness: when the
+// harness starts this test binary with its command line in
 // SPLITZIP_CRASH_CHILD_ARGS, it runs that command line and exits with its
 // code. Run any other way it has nothing to do.
 func TestCrashChild(t *testing.T) {
@@ -104,11 +106,15 @@ func newCrashFixture(t *testing.T, h *crashHarness) *crashFixture {
 	return fx
 }
 
-// sub returns the crashHarness for a subtest: same child and seed sequence,
-// that subtest's failures.
+// sub returns the harness for a subtest: its failures, and kill delays
+// of its own drawn from the seed and its name, so parallel subtests replay
+// the same delays.
 func (h *crashHarness) sub(t *testing.T) *crashHarness {
 	c := *h
 	c.t = t
+	name := fnv.New64a()
+	name.Write([]byte(t.Name()))
+	c.rng = rand.New(rand.NewPCG(h.seed, name.Sum64()))
 	return &c
 }
 
@@ -205,7 +211,7 @@ func crashCompress(t *testing.T, h *crashHarness, fx *crashFixture) {
 		}
 		return cache, args
 	}
-	n := crashKills(t, 24, 8)
+	n := crashKills(t, 20, 6)
 	for _, v := range vs {
 		_, args := prepare(v)
 		v.full = h.must(args...).wall
@@ -258,7 +264,7 @@ func crashCompress(t *testing.T, h *crashHarness, fx *crashFixture) {
 func crashDecompress(t *testing.T, h *crashHarness, fx *crashFixture) {
 	out0 := filepath.Join(t.TempDir(), "full")
 	full := h.must("decompress", fx.cacheA, "-o", out0, "-q").wall
-	n := crashKills(t, 24, 8)
+	n := crashKills(t, 20, 6)
 	f := newCrashFindings(t)
 	finished := 0
 	for i, delay := range h.delays(n, full) {
@@ -317,7 +323,7 @@ func crashGC(t *testing.T, h *crashHarness, fx *crashFixture) {
 	c0 := filepath.Join(work, "timed")
 	crashCopyTree(t, fx.cacheAB, c0)
 	full := h.must("gc", c0, "--forget", fx.b.dir, "-q").wall
-	n := crashKills(t, 24, 8)
+	n := crashKills(t, 20, 6)
 	f := newCrashFindings(t)
 	finished := 0
 	for i, delay := range h.delays(n, full) {
@@ -354,7 +360,7 @@ func crashRelocate(t *testing.T, h *crashHarness, fx *crashFixture) {
 	c0 := filepath.Join(t.TempDir(), "timed")
 	crashCopyTree(t, fx.cacheA, c0)
 	full := h.must("relocate", c0, moved, "-q").wall
-	n := crashKills(t, 24, 8)
+	n := crashKills(t, 20, 6)
 	f := newCrashFindings(t)
 	finished := 0
 	for i, delay := range h.delays(n, full) {
@@ -474,6 +480,11 @@ func crashFullDisk(t *testing.T, h *crashHarness, fx *crashFixture) {
 		levels := []int{0, 16 << 10, 256 << 10, 1 << 20, 2 << 20, 3 << 20}
 		if lm.name == "rlimit" {
 			levels = []int{4 << 10, 64 << 10, 256 << 10, 1 << 20}
+		}
+		if testing.Short() {
+			levels = []int{levels[0], levels[2], levels[len(levels)-2]}
+		}
+		if lm.name == "rlimit" {
 			t.Logf("full disk: file size limits (ulimit -f) of %v bytes", levels)
 		}
 		for _, lv := range levels {
