@@ -138,6 +138,8 @@ int main(int argc, char **argv) {
     if (sz_open(argv[1], NULL, &h, err, sizeof err) != SZ_ERR_IO || strlen(err) == 0) return 1;
     if (sz_open(NULL, NULL, &h, err, sizeof err) != SZ_ERR_INVALID) return 2;
     if (sz_open(argv[2], "/no/such/source", &h, err, sizeof err) != SZ_ERR_NOT_FOUND) return 3;
+    /* A checkpoint folder is no cache: a wrong argument, not corrupt data. */
+    if (sz_open(argv[3], NULL, &h, err, sizeof err) != SZ_ERR_INVALID || strstr(err, "not a splitzip cache") == NULL) return 20;
     if (sz_open(argv[2], NULL, &h, err, sizeof err) != SZ_OK) return 4;
     uint64_t i;
     if (sz_find_name(h, "no.such.tensor", &i) != SZ_ERR_NOT_FOUND) return 5;
@@ -172,8 +174,8 @@ int main(int argc, char **argv) {
 }
 `), 0o644)
 	exe := build(t, dir, prog)
-	_, cache := fixture(t, dir)
-	if out := run(t, exe, dir, filepath.Join(dir, "nope"), cache); !bytes.Contains([]byte(out), []byte("ok")) {
+	src, cache := fixture(t, dir)
+	if out := run(t, exe, dir, filepath.Join(dir, "nope"), cache, src); !bytes.Contains([]byte(out), []byte("ok")) {
 		t.Errorf("bad-input program: %s", out)
 	}
 }

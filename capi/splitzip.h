@@ -92,7 +92,9 @@ int sz_abi_version(void);
 
 /* sz_open opens the cache in cache_dir. source may be NULL when the cache
  * holds one checkpoint, else the root directory of the checkpoint to
- * serve. On failure the message is written into errbuf (errcap bytes). */
+ * serve. On failure the message is written into errbuf (errcap bytes).
+ * A cache_dir that is no splitzip cache, and a cache of several
+ * checkpoints opened with a NULL source, are SZ_ERR_INVALID. */
 sz_status sz_open(const char *cache_dir, const char *source, uintptr_t *handle, char *errbuf, size_t errcap);
 
 /* sz_close frees the handle, waiting for its uploads. */
@@ -123,7 +125,10 @@ sz_status sz_find_slice(uintptr_t handle, const char *shard, uint64_t offset, ui
 sz_status sz_find_key(uintptr_t handle, const char *key, uint64_t *index);
 
 /* sz_read_host writes tensor index's original bytes into dst (at least
- * nbytes), decoding on the CPU. */
+ * nbytes), decoding on the CPU. A payload (fixed-rate or entropy) is
+ * decoded from the cache and checked, even when its source shard is
+ * there: a corrupt one is SZ_ERR_CORRUPT. Tensors stored raw are read
+ * from their source shard (or the cache's copy of it). */
 sz_status sz_read_host(uintptr_t handle, uint64_t index, void *dst, uint64_t cap);
 
 /* sz_upload_batch enqueues on stream (a CUstream/cudaStream_t of device
