@@ -144,9 +144,17 @@ func (h *crashHarness) runKill(delay time.Duration, args ...string) crashResult 
 	timer := time.AfterFunc(after, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if !exited && cmd.Process.Signal(syscall.SIGKILL) == nil {
-			killed, hung = delay >= 0, delay < 0
+		if exited {
+			return
 		}
+		if delay >= 0 {
+			killed = cmd.Process.Signal(syscall.SIGKILL) == nil
+			return
+		}
+		// A hang: SIGQUIT makes Go print every goroutine's stack, to say
+		// where; SIGKILL follows in case it does not end.
+		hung = cmd.Process.Signal(syscall.SIGQUIT) == nil
+		time.AfterFunc(5*time.Second, func() { cmd.Process.Signal(syscall.SIGKILL) })
 	})
 	defer timer.Stop()
 	err := cmd.Wait()
@@ -159,11 +167,14 @@ func (h *crashHarness) runKill(delay time.Duration, args ...string) crashResult 
 	if err != nil && !errors.As(err, &ee) {
 		h.t.Fatalf("running splitzip %v: %v", args, err)
 	}
+	if hung {
+		h.t.Errorf("splitzip %v hung: stopped after %v; its goroutines:\n%s", args, crashHang, r.stderr)
+		r.stderr = "(hung)"
+	}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		r.killed = killed && ws.Signal() == syscall.SIGKILL
 		switch {
 		case hung:
-			h.t.Errorf("splitzip %v hung: killed after %v:\n%s", args, crashHang, r.stderr)
 		case !r.killed:
 			h.t.Errorf("splitzip %v died of %v, not of the harness's kill:\n%s", args, ws.Signal(), r.stderr)
 		}
