@@ -319,10 +319,11 @@ func crashNames(files map[string][]byte) []string {
 // objects, some in shared packs): A must still verify, B must verify or be
 // gone, and the next gc must leave no strays.
 func crashGC(t *testing.T, h *crashHarness, fx *crashFixture) {
-	work := t.TempDir()
-	c0 := filepath.Join(work, "timed")
-	crashCopyTree(t, fx.cacheAB, c0)
-	full := h.must("gc", c0, "--forget", fx.b.dir, "-q").wall
+	full := crashTime(func() time.Duration {
+		c0 := filepath.Join(t.TempDir(), "timed")
+		crashCopyTree(t, fx.cacheAB, c0)
+		return h.must("gc", c0, "--forget", fx.b.dir, "-q").wall
+	})
 	n := crashKills(t, 20, 6)
 	f := newCrashFindings(t)
 	finished := 0
@@ -351,15 +352,27 @@ func crashGC(t *testing.T, h *crashHarness, fx *crashFixture) {
 	f.report(n)
 }
 
+// crashTime returns the shortest of three timed runs: the first runs with
+// a cold page cache, and a loaded machine stretches some.
+func crashTime(run func() time.Duration) time.Duration {
+	best := run()
+	for range 2 {
+		best = min(best, run())
+	}
+	return best
+}
+
 // crashRelocate kills relocate of cache A to a copy of A: the index must
 // record the old root or the new one, and verify must accept it.
 func crashRelocate(t *testing.T, h *crashHarness, fx *crashFixture) {
 	moved := filepath.Join(fx.dir, "A-moved")
 	crashCopyTree(t, fx.a.dir, moved)
 	cps := map[string]crashSource{fx.a.dir: fx.a, moved: fx.a}
-	c0 := filepath.Join(t.TempDir(), "timed")
-	crashCopyTree(t, fx.cacheA, c0)
-	full := h.must("relocate", c0, moved, "-q").wall
+	full := crashTime(func() time.Duration {
+		c0 := filepath.Join(t.TempDir(), "timed")
+		crashCopyTree(t, fx.cacheA, c0)
+		return h.must("relocate", c0, moved, "-q").wall
+	})
 	n := crashKills(t, 20, 6)
 	f := newCrashFindings(t)
 	finished := 0
@@ -482,7 +495,7 @@ func crashFullDisk(t *testing.T, h *crashHarness, fx *crashFixture) {
 			levels = []int{4 << 10, 64 << 10, 256 << 10, 1 << 20}
 		}
 		if testing.Short() {
-			levels = []int{levels[0], levels[2], levels[len(levels)-2]}
+			levels = []int{levels[0], levels[len(levels)/2], levels[len(levels)-1]}
 		}
 		if lm.name == "rlimit" {
 			t.Logf("full disk: file size limits (ulimit -f) of %v bytes", levels)
