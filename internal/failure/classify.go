@@ -35,7 +35,8 @@ var rules = []rule{
 	{Interrupted, []error{context.Canceled, context.DeadlineExceeded}},
 	{Device, []error{cuda.ErrNoDriver, cuda.ErrNoBatchCopy}},
 	{Usage, []error{
-		pipeline.ErrOutputInSource, transport.ErrOption, distplan.ErrPlan, shardcache.ErrAmbiguousSource,
+		pipeline.ErrOutputInSource, pipeline.ErrOption, transport.ErrOption, distplan.ErrPlan,
+		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded,
 	}},
 	{Input, []error{
 		shardcache.ErrSourceChanged, shardcache.ErrSourceMissing, shardcache.ErrHostDecode, transport.ErrShortRead,
@@ -47,7 +48,7 @@ var rules = []rule{
 		pipeline.ErrMismatch, gpu.ErrKernel,
 	}},
 	{Input, []error{
-		shardcache.ErrNotCache, shardcache.ErrVersion, shardcache.ErrNotFound,
+		shardcache.ErrNotCache, shardcache.ErrVersion, shardcache.ErrNotFound, shardcache.ErrNoCheckpoint,
 		codec.ErrVersion, codec.ErrTooLarge,
 		safetensors.ErrFormat, checkpoint.ErrNoShards,
 		fs.ErrNotExist, syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EIO,

@@ -56,6 +56,8 @@ func TestKindOf(t *testing.T) {
 		{"quota", wrap(syscall.EDQUOT), Resource},
 		{"read-only", wrap(syscall.EROFS), Resource},
 		{"locked", wrap(shardcache.ErrLocked), Resource},
+		{"output inside the cache", wrap(shardcache.ErrInsideCache), Usage},
+		{"empty cache", wrap(shardcache.ErrNoCheckpoint), Input},
 		{"marked over sentinel", Mark(Resource, wrap(codec.ErrChecksum)), Resource},
 		{"outer mark wins", Mark(Usage, Mark(Input, errors.New("x"))), Usage},
 		{"unknown", errors.New("something new"), Internal},
@@ -111,6 +113,8 @@ func TestMessage(t *testing.T) {
 		{&fs.PathError{Op: "mkdir", Path: "/ro/c", Err: syscall.EROFS}, []string{"cannot create the folder /ro/c: read-only file system"}, nil},
 		{&os.LinkError{Op: "rename", Old: "a", New: "b", Err: syscall.EXDEV}, []string{"cannot rename a to b"}, nil},
 		{fmt.Errorf("x: %w", os.NewSyscallError("mmap", syscall.ENOMEM)), []string{"x: cannot map the file into memory: cannot allocate memory"}, []string{"mmap"}},
+		{fmt.Errorf("index.json: %v", typeErr), []string{`index.json: field "Size" holds a string where a whole number belongs`}, []string{"Go struct", "uint64", "json: cannot"}},
+		{fmt.Errorf("--jobs: %v", numErr), []string{`--jobs: "abc" is not a number`}, []string{"strconv", "invalid syntax"}},
 		{errors.Join(errors.New("first"), &fs.PathError{Op: "lstat", Path: "/p", Err: syscall.ENOENT}), []string{"first", "/p: no such file"}, []string{"lstat"}},
 	} {
 		got := Message(c.err)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -30,7 +31,51 @@ func Message(err error) string {
 			msg = strings.Replace(msg, e.Error(), plain, 1)
 		}
 	})
-	return msg
+	// The same texts where a wrapper formatted them with %v, out of the
+	// chain.
+	msg = numText.ReplaceAllStringFunc(msg, func(m string) string {
+		s := numText.FindStringSubmatch(m)
+		if s[2] == "value out of range" {
+			return fmt.Sprintf("%s is out of range", s[1])
+		}
+		return fmt.Sprintf("%s is not a number", s[1])
+	})
+	return jsonTypeText.ReplaceAllStringFunc(msg, func(m string) string {
+		s := jsonTypeText.FindStringSubmatch(m)
+		where := ""
+		if s[2] != "" {
+			// Go names the field after its struct type: Index.sources.
+			_, field, _ := strings.Cut(s[2], ".")
+			where = fmt.Sprintf("field %q ", field)
+		}
+		return fmt.Sprintf("%sholds %s where %s belongs", where, article(s[1]), goTypeKind(s[3]))
+	})
+}
+
+// numText and jsonTypeText match the texts of *strconv.NumError and
+// *json.UnmarshalTypeError.
+var (
+	numText      = regexp.MustCompile(`strconv\.\w+: parsing ("(?:[^"\\]|\\.)*"): (invalid syntax|value out of range)`)
+	jsonTypeText = regexp.MustCompile(`json: cannot unmarshal (\w+(?: \S+)?) into Go (?:struct field (\S+)|value) of type (\S+)`)
+)
+
+// goTypeKind names what a Go type, by its name, holds in JSON words.
+func goTypeKind(name string) string {
+	switch {
+	case strings.HasPrefix(name, "[]"), strings.HasPrefix(name, "["):
+		return "a list"
+	case strings.HasPrefix(name, "map["):
+		return "an object"
+	case strings.HasPrefix(name, "int"), strings.HasPrefix(name, "uint"):
+		return "a whole number"
+	case strings.HasPrefix(name, "float"):
+		return "a number"
+	case name == "string":
+		return "a string"
+	case name == "bool":
+		return "true or false"
+	}
+	return "an object"
 }
 
 // plainText returns the plain sentence for one error of the standard
