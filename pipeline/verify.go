@@ -65,7 +65,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 		return nil, err
 	}
 	if opts.Jobs < 0 {
-		return nil, fmt.Errorf("jobs must be at least 1, got %d", opts.Jobs)
+		return nil, fmt.Errorf("%w: jobs must be at least 1, got %d", ErrOption, opts.Jobs)
 	}
 	if opts.Jobs == 0 {
 		opts.Jobs = runtime.GOMAXPROCS(0)

@@ -183,7 +183,7 @@ func (c *Cache) pick(hits []SliceHit, shard, what string) (SliceHit, error) {
 	// Identical content under several sources is not ambiguous.
 	for _, h := range hits[1:] {
 		if h.Tensor.Key != hits[0].Tensor.Key {
-			return SliceHit{}, fmt.Errorf("%s: %s is in %d sources; name the shard by its path", c.dir, what, len(hits))
+			return SliceHit{}, fmt.Errorf("%s: %w: %s is in %d of them; name the shard by its path", c.dir, ErrAmbiguousSource, what, len(hits))
 		}
 	}
 	return hits[0], nil

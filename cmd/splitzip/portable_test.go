@@ -51,7 +51,7 @@ func TestPortableCaches(t *testing.T) {
 	if code, o, e := splitzip(t, "verify", moved); code != 0 {
 		t.Errorf("verify after relocate: %s %s", o, e)
 	}
-	if code, _, e := splitzip(t, "relocate", moved, t.TempDir()); code != exitFailure || !strings.Contains(e, "holds the shards of none") {
+	if code, _, e := splitzip(t, "relocate", moved, t.TempDir()); code != exitInput || !strings.Contains(e, "holds the shards of none") {
 		t.Errorf("relocate to a directory without the shards: %d %s", code, e)
 	}
 
@@ -88,7 +88,7 @@ func TestPortableCaches(t *testing.T) {
 		t.Errorf("verify of a corrupted self-contained cache without its source: exit %d", code)
 	}
 	// A cache that is not self-contained names what is missing.
-	if code, _, e := splitzip(t, "load", moved, "--device", "cpu"); code != exitFailure || !strings.Contains(e, "only in it") {
+	if code, _, e := splitzip(t, "load", moved, "--device", "cpu"); code != exitInput || !strings.Contains(e, "only in it") {
 		t.Errorf("load of a cache whose source is gone: %d %s", code, e)
 	}
 }
