@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/splitzip/splitzip/checkpoint"
@@ -321,52 +323,50 @@ func (j *shardJob) close() {
 // compressTensors runs the tensors of all shards through jobs workers,
 // each holding its share of the memory budget while it works.
 func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJob, opts *CompressOptions, mem *budget, jobs int) error {
-	type task struct {
-		j *shardJob
-		i int
+	// Tensor k of the run is tensor k-starts[s] of shard s. Workers take
+	// the next k from a shared counter, in order: no list of tasks and no
+	// hand-off per tensor, which cost more than a small tensor's work.
+	starts := make([]int, len(shards)+1)
+	for s, j := range shards {
+		starts[s+1] = starts[s] + len(j.s.Header.Tensors)
 	}
-	var tasks []task
-	for _, j := range shards {
-		for i := range j.s.Header.Tensors {
-			tasks = append(tasks, task{j, i})
-		}
-	}
-	errs := make([]error, len(tasks))
-	next := make(chan int)
+	n := starts[len(shards)]
+	var next atomic.Int64
+	var mu sync.Mutex
+	var errs []error
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for range jobs {
 		wg.Go(func() {
 			tc := newTensorCompressor(w, opts)
-			for k := range next {
-				j, t := tasks[k].j, &tasks[k].j.s.Header.Tensors[tasks[k].i]
-				var rec *shardcache.Tensor
+			s := 0
+			for ctx.Err() == nil {
+				k := int(next.Add(1) - 1)
+				if k >= n {
+					return
+				}
+				for k >= starts[s+1] {
+					s++
+				}
+				j, i := shards[s], k-starts[s]
+				t := &j.s.Header.Tensors[i]
 				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size())+keptBytes(t.Size()))
 				if err == nil {
 					r := j.m.reader()
-					rec, err = tc.compress(r, t, &j.auto[tasks[k].i])
+					err = tc.compress(r, t, &j.rec.Tensors[i], &j.auto[i])
 					r.close()
 					release()
 				}
 				if err != nil {
-					errs[k] = &TensorError{File: j.s.Path, Tensor: t.Name, Err: err}
+					mu.Lock()
+					errs = append(errs, &TensorError{File: j.s.Path, Tensor: t.Name, Err: err})
+					mu.Unlock()
 					cancel()
-					continue
 				}
-				j.rec.Tensors[tasks[k].i] = *rec
 			}
 		})
 	}
-feed:
-	for k := range tasks {
-		select {
-		case next <- k:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -453,14 +453,15 @@ func sortDTypes(dtypes map[string]*DTypeTotals) []DTypeTotals {
 	return out
 }
 
-// tensorCompressor holds one job's buffers.
+// tensorCompressor holds one job's buffers, reused from tensor to tensor.
 type tensorCompressor struct {
 	w    *shardcache.Writer
 	opts *CompressOptions
+	sha  hash.Hash // the content key's hasher
 }
 
 func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCompressor {
-	return &tensorCompressor{w: w, opts: opts}
+	return &tensorCompressor{w: w, opts: opts, sha: shardcache.NewHasher()}
 }
 
 // compressCost is what one compress job holds besides its tables: the
@@ -490,8 +491,8 @@ func keptBytes(size uint64) uint64 {
 // With the fixed codec, a float tensor of another dtype is counted too, so
 // that *auto is what --codec auto would store of it (its size when that
 // saves nothing); *auto is left alone otherwise.
-func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, auto *uint64) (*shardcache.Tensor, error) {
-	rec := &shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
+func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64) error {
+	*rec = shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	codecName := tc.opts.Codec
 	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
 	var fields []int
@@ -505,13 +506,14 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, auto *ui
 	}
 	// Pass 1: content key, the exponent histogram of each candidate
 	// coding, and a CRC to detect changes between the passes.
-	sha := shardcache.NewHasher()
+	sha := tc.sha
+	sha.Reset()
 	var hist codec.Histogram
 	counts := make([]*entropy.Counts, len(fields))
 	for k, fi := range fields {
 		var err error
 		if counts[k], err = entropy.NewCounts(fi); err != nil {
-			return nil, err
+			return err
 		}
 		defer counts[k].Release()
 	}
@@ -532,7 +534,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, auto *ui
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rec.Key = shardcache.KeyFromSum([32]byte(sha.Sum(nil)))
 	if !fixed && (len(fields) == 0 || hintOnly) {
@@ -541,12 +543,12 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, auto *ui
 			rec.Reason += " (--codec entropy or auto codes it)"
 			est, err := tc.entropyEstimate(t, counts)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			*auto = est
 		}
 		tc.opts.Progress.Add(t.Size())
-		return rec, tc.storeRaw(m, t, rec)
+		return tc.storeRaw(m, t, rec)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
 		// Stored by an earlier tensor or checkpoint.
@@ -560,20 +562,20 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, auto *ui
 			rec.Reason = "stored raw before"
 			rec.CopyStored = true
 		}
-		return rec, nil
+		return nil
 	}
 	progress := true // no second pass has counted the tensor yet
 	if fixed {
 		ok, read, reason, err := tc.fixedPayload(m, t, rec, &hist, crc1)
 		switch {
 		case err != nil || ok:
-			return rec, err
+			return err
 		case len(fields) == 0:
 			rec.Reason = reason
 			if !read {
 				tc.opts.Progress.Add(t.Size())
 			}
-			return rec, tc.storeRaw(m, t, rec)
+			return tc.storeRaw(m, t, rec)
 		}
 		// auto: the entropy payload may pass where the fixed one did not.
 		progress = !read
@@ -581,13 +583,13 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, auto *ui
 	}
 	ok, reason, err := tc.entropyPayload(m, t, rec, counts, crc1, progress)
 	if err != nil || ok {
-		return rec, err
+		return err
 	}
 	if rec.Reason != "" {
 		reason = "fixed: " + rec.Reason + "; entropy: " + reason
 	}
 	rec.Reason = reason
-	return rec, tc.storeRaw(m, t, rec)
+	return tc.storeRaw(m, t, rec)
 }
 
 // storeRaw copies a raw tensor into the cache when the cache is to be
