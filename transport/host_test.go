@@ -23,39 +23,52 @@ import (
 )
 
 // TestEntropyPayloadsWithoutSource: a cache of entropy payloads loads
-// from its source while that is there, and from its payloads once the
-// source is gone, decoded on the device (the engine's in-place entropy
+// from its payloads, decoded on the device (the engine's in-place entropy
 // decode) or, with HostEntropy, on the host, bit for bit, first loads and
-// re-faults, resident or not; a corrupt payload fails its own binding
-// only, which stays evicted, and a repaired one loads.
+// re-faults, resident or not, with its source there or gone; with
+// EntropyFromSource, from its source while that is there. A corrupt
+// payload fails its own binding only, which stays evicted, and a
+// repaired one loads.
 func TestEntropyPayloadsWithoutSource(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}, pipeline.CompressOptions{SelfContained: true, Codec: pipeline.CodecEntropy})
 	load := func(what string, absent bool) {
 		t.Helper()
 		for _, resident := range []bool{false, true} {
 			for _, onHost := range []bool{false, true} {
-				t.Run(fmt.Sprintf("%s, resident %v, on the host %v", what, resident, onHost), func(t *testing.T) {
-					var device atomic.Int64 // entropy decodes the engine ran
-					hooks := hostengine.Hooks{Decode: func(_ engine.DevPtr, h *codec.Header) error {
-						if h == nil {
-							device.Add(1)
+				for _, fromSource := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s, resident %v, on the host %v, from the source %v", what, resident, onHost, fromSource), func(t *testing.T) {
+						var device atomic.Int64 // entropy decodes the engine ran
+						hooks := hostengine.Hooks{Decode: func(_ engine.DevPtr, h *codec.Header) error {
+							if h == nil {
+								device.Add(1)
+							}
+							return nil
+						}}
+						loadAllWith(t, c, s, hooks, SplitZipOptions{Resident: resident, Readers: 3, HostEntropy: onHost, SmallBytes: 4 << 10, EntropyFromSource: fromSource})
+						if n := device.Load(); (n > 0) != (!onHost && (absent || !fromSource)) {
+							t.Errorf("%d entropy payloads decoded by the engine", n)
 						}
-						return nil
-					}}
-					loadAllWith(t, c, s, hooks, SplitZipOptions{Resident: resident, Readers: 3, HostEntropy: onHost, SmallBytes: 4 << 10})
-					if n := device.Load(); (n > 0) != (absent && !onHost) {
-						t.Errorf("%d entropy payloads decoded by the engine", n)
-					}
-				})
+					})
+				}
 			}
 		}
 	}
 	load("source present", false)
+	// With the source there, a corrupt payload is still caught (issue
+	// 31): loads decode payloads, not the source, unless told otherwise.
+	entropyCorruptFails(t, c, s, "source present")
 	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
 		t.Fatal(err)
 	}
 	load("source absent", true)
+	entropyCorruptFails(t, c, s, "source absent")
+}
 
+// entropyCorruptFails flips bytes of the largest entropy payload of c and
+// checks that a load fails its binding only, naming it, leaves it
+// evicted, and loads it once repaired.
+func entropyCorruptFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source, what string) {
+	t.Helper()
 	_, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
 	var victim *vmm.Binding
 	for _, b := range a.Bindings() {
@@ -78,7 +91,7 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 			case b == victim:
 				var te *Error
 				if !errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum) && !errors.Is(err, entropy.ErrPayload) && !errors.Is(err, entropy.ErrStream) {
-					t.Errorf("byte %d of a payload flipped: %v", at, err)
+					t.Errorf("%s, byte %d of a payload flipped: %v", what, at, err)
 				}
 			case err != nil:
 				t.Errorf("%s beside a corrupt payload: %v", b.Name, err)

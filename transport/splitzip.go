@@ -53,6 +53,12 @@ type SplitZipOptions struct {
 	// upload (what version 1 payloads, and those not decodable in place,
 	// always take).
 	HostEntropy bool
+	// EntropyFromSource reads an entropy tensor raw from its source slice
+	// when the source is there, rather than decoding its payload: no
+	// faster from the page cache (issue 34 measured about 1.0x raw either
+	// way), and a corrupt payload then goes unnoticed until the source is
+	// gone. Off by default, so every load checks the payloads it stores.
+	EntropyFromSource bool
 }
 
 // SplitZip uploads payloads from a cache and decodes them in place;
@@ -154,17 +160,19 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	for i, b := range bs {
 		hit, err := z.cache.LookupSlice(b.Shard, b.Offset, b.Size)
 		if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
-			// Read raw from its source when that is there (faster than
-			// decoding on the host), else decoded from its payload.
+			// Decoded from its payload, so a corrupt one is caught; with
+			// EntropyFromSource read raw from its source when that is
+			// there.
 			present, err := z.sourcePresent(hit, b.Shard)
+			fromPayload := !present || !z.opts.EntropyFromSource
 			switch {
 			case err != nil:
 				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 				continue
-			case !present && int64(b.Size) <= z.opts.SmallBytes:
+			case fromPayload && int64(b.Size) <= z.opts.SmallBytes:
 				small = append(small, z.hostItem(i, b, hit))
 				continue
-			case !present:
+			case fromPayload:
 				targets = append(targets, target{i, b, hit, true})
 				continue
 			}

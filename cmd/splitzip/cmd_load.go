@@ -40,6 +40,7 @@ type loadOptions struct {
 	Times          bool
 	Pinned         string
 	EntropyOnHost  bool
+	FromSource     bool
 	// Devices and Peer: load onto several devices (cmd_load_devices.go).
 	Devices string
 	Peer    bool
@@ -85,7 +86,8 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
-	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads whose source is absent on the host, not on the device after their upload")
+	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
+	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
 	atLeast(f, "readers", 1, "")
 	atLeast(f, "streams", 1, "")
 	atLeast(f, "ahead", 1, "")
@@ -151,7 +153,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost,
+	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
 	if o.Compare == 0 {
@@ -280,12 +282,14 @@ func printLoad(g *globals, r *loadbench.Report) {
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {
-		where := "decoded on the device after their upload where it is not (on the host: payloads of version 1, small ones packed with others, and with --entropy-on-host)"
+		where := "decoded on the device after their upload (on the host: payloads of version 1, small ones packed with others, and with --entropy-on-host)"
 		if r.Settings.EntropyOnHost {
-			where = "decoded on the host where it is not"
+			where = "decoded on the host"
 		}
-		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: read raw from the source where it is there, %s\n",
-			count(r.EntropyTensors, "tensor"), where)
+		if r.Settings.EntropyFromSource {
+			where = "read raw from the source where it is there, else " + where
+		}
+		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: %s\n", count(r.EntropyTensors, "tensor"), where)
 	}
 }
 

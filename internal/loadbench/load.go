@@ -37,9 +37,12 @@ type Options struct {
 	// EntropyOnHost decodes entropy payloads whose source is absent on
 	// the host (transport.SplitZipOptions.HostEntropy).
 	EntropyOnHost bool
-	Repeat        int  // fault everything in this many times (evicting in between)
-	Check         bool // read the arena back after the first run and compare with the source
-	Readers       int
+	// EntropyFromSource reads entropy tensors raw from their source when
+	// it is there (transport.SplitZipOptions.EntropyFromSource).
+	EntropyFromSource bool
+	Repeat            int  // fault everything in this many times (evicting in between)
+	Check             bool // read the arena back after the first run and compare with the source
+	Readers           int
 	// SmallBytes is the packing threshold (see transport.RawOptions.SmallBytes).
 	SmallBytes int64
 	// DeviceTimes times copies and decodes on the device (engines that
@@ -117,6 +120,9 @@ type Settings struct {
 	// EntropyOnHost: entropy payloads without their source were decoded
 	// on the host (Options.EntropyOnHost).
 	EntropyOnHost bool `json:"entropy_on_host,omitempty"`
+	// EntropyFromSource: entropy tensors were read raw from their source
+	// where it was there (Options.EntropyFromSource).
+	EntropyFromSource bool `json:"entropy_from_source,omitempty"`
 }
 
 // DefaultAhead is how many layer groups Load faults in at once.
@@ -192,7 +198,8 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 		}
 		z, err := transport.NewSplitZip(eng, c, raw, transport.SplitZipOptions{Resident: opts.Resident, ResidentPacks: opts.ResidentPacks, Readers: opts.Readers, SmallBytes: opts.SmallBytes,
 			RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
-			DeviceResident: opts.DeviceResident, DeviceBytes: stage.Device, HostEntropy: opts.EntropyOnHost})
+			DeviceResident: opts.DeviceResident, DeviceBytes: stage.Device, HostEntropy: opts.EntropyOnHost,
+			EntropyFromSource: opts.EntropyFromSource})
 		if err != nil {
 			raw.Close()
 			return nil, err
@@ -218,7 +225,7 @@ func Load(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shar
 	st := transport.NewStore(eng, t)
 	rep := &Report{Device: eng.Name(), Mode: mode, Tensors: len(specs), ArenaBytes: arena.Size(),
 		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
-			EntropyOnHost: opts.EntropyOnHost}}
+			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource}}
 	bs := arena.Bindings()
 	if opts.only != nil {
 		var mine []*vmm.Binding
