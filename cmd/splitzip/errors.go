@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/splitzip/splitzip/internal/failure"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // Exit codes, one per kind of failure (package failure; a test checks
@@ -58,6 +59,10 @@ func exitCodes() string {
 func (g *globals) report(cmd *cobra.Command, err error) int {
 	kind := failure.KindOf(err)
 	msg := failure.Message(err)
+	if errors.Is(err, shardcache.ErrAmbiguousSource) {
+		// The library's text names no flag (Python sees it too).
+		msg += " (pass --source PATH, one of the paths above)"
+	}
 	switch kind {
 	case failure.Usage:
 		name := "splitzip"

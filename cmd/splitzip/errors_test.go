@@ -269,3 +269,26 @@ func TestBadFlagValues(t *testing.T) {
 	}
 	t.Logf("%d bad values over %d commands", cases, len(cmds))
 }
+
+// TestAmbiguousSourceNamesFlag: a cache of two checkpoints, used without
+// --source, is a usage error whose message lists both paths and, on the
+// command line only, names the flag that picks one (the library's text,
+// which Python shows too, names none).
+func TestAmbiguousSourceNamesFlag(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	ck2 := filepath.Join(dir, "ck2")
+	if code, _, e := splitzip(t, "gen", ck2, "--size", "1MiB", "--shards", "1", "--seed", "7"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck2, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	code, _, e := splitzip(t, "load", cache, "--device", "cpu")
+	if code != exitUsage || !strings.Contains(e, "--source PATH") || !strings.Contains(e, ck) || !strings.Contains(e, ck2) {
+		t.Errorf("load of a cache of two checkpoints without --source: exit %d, %q", code, e)
+	}
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--source", ck2); code != 0 {
+		t.Errorf("load --source %s: exit %d, %q", ck2, code, e)
+	}
+}
