@@ -74,7 +74,7 @@ real-weights-test:
 		[ $${PIPESTATUS[0]} = 0 ] || exit 1; \
 		echo "real weights: tested $$(grep -c '^    --- PASS' .dev/real-weights-test.log) checkpoints from npm packages ($$(grep -h parameters .dev/real-weights.log | wc -l) converted this run)" | tee .dev/status/real-weights; \
 	elif [ $$rc = 3 ]; then \
-		echo "real weights NOT TESTED: $$(tail -n 1 .dev/real-weights.log); run: apt-get install npm" | tee .dev/status/real-weights; \
+		echo "real weights NOT TESTED: $$(tail -n 1 .dev/real-weights.log)" | tee .dev/status/real-weights; \
 	else \
 		cat .dev/real-weights.log; exit 1; \
 	fi
