@@ -179,6 +179,10 @@ class TestDistributed(unittest.TestCase):
             self.assertTrue(r.startswith("error:") and "cannot plan" in r, got)
 
 
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def _nccl_missing():
     """Why the NCCL loads cannot run here, or None."""
     why = testenv.gpu_missing("and NCCL")
