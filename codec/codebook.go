@@ -3,7 +3,6 @@ package codec
 import (
 	"encoding/binary"
 	"math"
-	"sort"
 )
 
 // Histogram counts BF16 exponents.
@@ -90,16 +89,30 @@ type Codebook [CodebookSize]byte
 // fill the remaining codes in ascending order, so the result depends on the
 // counts alone.
 func NewCodebook(h *Histogram) Codebook {
-	order := make([]int, 256)
-	for i := range order {
-		order[i] = i
+	// A stable sort of all 256 exponents by count, cut to the first 16,
+	// is what this computes; keeping the 16 best while scanning in
+	// exponent order gives the same codebook without sorting (compress
+	// builds one a BF16 tensor, and a checkpoint of many small tensors
+	// spent most of its codebook time in the sort).
+	var top Codebook
+	n := 0
+	for e := range h {
+		c := h[e]
+		if n == CodebookSize && c <= h[top[n-1]] {
+			continue
+		}
+		// After every kept exponent of at least this count: an earlier
+		// exponent of the same count stays ahead.
+		p := min(n, CodebookSize-1)
+		for p > 0 && h[top[p-1]] < c {
+			p--
+		}
+		end := min(n, CodebookSize-1)
+		copy(top[p+1:end+1], top[p:end])
+		top[p] = byte(e)
+		n = min(n+1, CodebookSize)
 	}
-	sort.SliceStable(order, func(a, b int) bool { return h[order[a]] > h[order[b]] })
-	var cb Codebook
-	for i := range cb {
-		cb[i] = byte(order[i])
-	}
-	return cb
+	return top
 }
 
 // Coverage returns the fraction of the values counted in h whose exponent

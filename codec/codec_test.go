@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sort"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/synth"
@@ -485,6 +486,44 @@ func TestHistogram(t *testing.T) {
 		h.Add(v)
 		if want := ref(v); h != want {
 			t.Errorf("%s: histogram differs from a plain count", name)
+		}
+	}
+}
+
+// TestNewCodebookMatchesStableSort: NewCodebook is the first 16 of a
+// stable sort of the exponents by descending count, on random histograms
+// full of ties and zeros and on the edge cases.
+func TestNewCodebookMatchesStableSort(t *testing.T) {
+	want := func(h *Histogram) (cb Codebook) {
+		order := make([]int, 256)
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return h[order[a]] > h[order[b]] })
+		for i := range cb {
+			cb[i] = byte(order[i])
+		}
+		return cb
+	}
+	rng, seed := seeded(t)
+	var hs []Histogram
+	hs = append(hs, Histogram{}) // all zero
+	var full, desc, asc Histogram
+	for i := range full {
+		full[i], desc[i], asc[i] = 7, uint64(256-i), uint64(i)
+	}
+	hs = append(hs, full, desc, asc)
+	for range 20000 {
+		var h Histogram
+		k := rng.IntN(40)
+		for range k {
+			h[rng.IntN(256)] = uint64(rng.IntN(6)) // small counts: many ties
+		}
+		hs = append(hs, h)
+	}
+	for i := range hs {
+		if got, w := NewCodebook(&hs[i]), want(&hs[i]); got != w {
+			t.Fatalf("seed %d, histogram %d %v: got %v, want %v", seed, i, hs[i], got, w)
 		}
 	}
 }
