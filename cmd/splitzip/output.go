@@ -64,7 +64,9 @@ func (p *bar) Start(label string, total uint64) {
 	p.b = progressbar.NewOptions64(max, progressbar.OptionSetWriter(p.w),
 		progressbar.OptionSetDescription(label), progressbar.OptionShowBytes(true),
 		progressbar.OptionUseIECUnits(true), // MiB and GiB, as the summaries print
-		progressbar.OptionThrottle(100_000_000), progressbar.OptionClearOnFinish(),
+		// Finish draws the full bar and leaves it, on a line of its own:
+		// a phase ends at 100%.
+		progressbar.OptionThrottle(100_000_000), progressbar.OptionOnCompletion(func() { fmt.Fprintln(p.w) }),
 		progressbar.OptionSetWidth(30), progressbar.OptionShowCount())
 	p.b.RenderBlank()
 }

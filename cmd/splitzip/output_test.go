@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestBarEndsFull: a phase's bar, however its drawing was throttled, is
+// last drawn full (issue 31: it stopped at 87-93% on a terminal, its last
+// throttled drawing cleared at the end), and a phase of unknown length
+// ends too.
+func TestBarEndsFull(t *testing.T) {
+	var w bytes.Buffer
+	p := &bar{w: &w}
+	p.Start("compress", 1000)
+	for range 10 {
+		p.Add(100) // within the throttle: not every one is drawn
+	}
+	p.Start("flushing to disk", 0)
+	p.Finish()
+	out := w.String()
+	i := strings.LastIndex(out, "compress")
+	if i < 0 {
+		t.Fatalf("no bar drawn: %q", out)
+	}
+	rest := out[i:]
+	if j := strings.Index(rest, "flushing"); j >= 0 {
+		rest = rest[:j]
+	}
+	if !strings.Contains(rest, "100%") {
+		t.Errorf("the compress bar's last drawing is not full: %q", rest)
+	}
+}
