@@ -67,6 +67,9 @@ func TestCompressJobsAndDTypes(t *testing.T) {
 		if !strings.Contains(e, "hint:") || !strings.Contains(e, "--codec auto") {
 			t.Errorf("%s checkpoint: no hint of --codec auto in %q", dtype, e)
 		}
+		if code, out, e := splitzip(t, "inspect", filepath.Join(dir, "text-"+dtype)); code != 0 || strings.Contains(out, "BF16") {
+			t.Errorf("inspect of a %s cache: exit %d, %q %q", dtype, code, out, e)
+		}
 		code, out, e = splitzip(t, "compress", ck, "-o", filepath.Join(dir, "json-"+dtype), "--no-sync", "--json",
 			"--memory", "32MiB", "--jobs", "1000000")
 		if code != 0 {

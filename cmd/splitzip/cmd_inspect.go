@@ -68,10 +68,13 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 	if ent > 0 {
 		fmt.Fprintf(w, "entropy payloads: %d of %d decodable in place (a GPU decodes those where they land; the others on the host)\n", inPlace, ent)
 	}
-	fmt.Fprintf(w, "total: %s (%s), %s -> %s (%.1f%% saved); BF16 %s -> %s (%.3f bits/value); cache holds %s, %s in %s\n",
+	bf16 := "" // the dtype table gives every dtype's bits in its own width
+	if t.BF16Tensors > 0 {
+		bf16 = fmt.Sprintf("; BF16 %s -> %s (%.3f bits/value of 16)", human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes))
+	}
+	fmt.Fprintf(w, "total: %s (%s), %s -> %s (%.1f%% saved)%s; cache holds %s, %s in %s\n",
 		count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
-		human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes), count(res.Objects, "object"), human(res.ObjectBytes),
-		count(res.Files, "file"))
+		bf16, count(res.Objects, "object"), human(res.ObjectBytes), count(res.Files, "file"))
 	if res.BF16BoundBits > 0 {
 		fmt.Fprintf(w, "BF16 exponent-entropy bound: %.3f bits/value (what an ideal coder of each tensor's exponents would store)\n", res.BF16BoundBits)
 	}
