@@ -38,42 +38,39 @@ const TempPrefix = ".splitzip-tmp-"
 // CreateTemp creates a new file in dir named as TempPrefix says, ending
 // with label, open for reading and writing, with mode Perm less the umask.
 func CreateTemp(dir, label string) (*os.File, error) {
-	pid := os.Getpid()
-	prefix := TempPrefix + strconv.Itoa(pid) + "-"
-	seed := uint64(time.Now().UnixNano()) ^ uint64(pid)<<32
-	for range 10000 {
-		n := seed + counter.Add(1)*0x9E3779B97F4A7C15
-		name := filepath.Join(dir, prefix+strconv.FormatUint(n, 36)+"-"+label)
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, Perm)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
+	var f *os.File
+	_, err := makeTemp(dir, label, "createtemp", func(name string) (err error) {
+		f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, Perm)
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			pe.Op = "create" // a file made for writing, whatever open's flags say
 		}
-		return f, err
-	}
-	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*-"+label), Err: fs.ErrExist}
+		return err
+	})
+	return f, err
 }
 
 // MkdirTemp creates a new folder in dir named as TempPrefix says, ending
 // with label, with mode DirPerm less the umask: a folder built whole and
 // renamed into place.
 func MkdirTemp(dir, label string) (string, error) {
+	return makeTemp(dir, label, "mkdirtemp", func(name string) error { return os.Mkdir(name, DirPerm) })
+}
+
+// makeTemp calls mk with new temporary names in dir until one is not
+// taken, and returns it.
+func makeTemp(dir, label, op string, mk func(name string) error) (string, error) {
 	pid := os.Getpid()
 	prefix := TempPrefix + strconv.Itoa(pid) + "-"
 	seed := uint64(time.Now().UnixNano()) ^ uint64(pid)<<32
 	for range 10000 {
 		n := seed + counter.Add(1)*0x9E3779B97F4A7C15
 		name := filepath.Join(dir, prefix+strconv.FormatUint(n, 36)+"-"+label)
-		err := os.Mkdir(name, DirPerm)
-		if errors.Is(err, fs.ErrExist) {
-			continue
+		if err := mk(name); !errors.Is(err, fs.ErrExist) {
+			return name, err
 		}
-		return name, err
 	}
-	return "", &fs.PathError{Op: "mkdirtemp", Path: filepath.Join(dir, prefix+"*-"+label), Err: fs.ErrExist}
+	return "", &fs.PathError{Op: op, Path: filepath.Join(dir, prefix+"*-"+label), Err: fs.ErrExist}
 }
 
 // IsTemp reports whether name (a base name) is a temporary file's.
