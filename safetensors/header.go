@@ -2,13 +2,15 @@ package safetensors
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/bits"
-	"sort"
+	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -148,51 +150,62 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 	if off, esc, ok := loneSurrogate(head[8:]); !ok {
 		return nil, bad("", "header has %s at byte %d, half of a UTF-16 surrogate pair without the other half (a string the reference implementation refuses)", esc, 8+off)
 	}
-	fields, err := objectFields(head[8:], false)
-	if err != nil {
-		return nil, bad("", "header is not a JSON object: %v", err)
-	}
 	dataLen := uint64(size) - f.DataStart
-	for _, kv := range fields {
-		if kv.key == "__metadata__" {
-			if f.Metadata, err = parseMetadata(kv.value); err != nil {
-				return nil, bad("", "__metadata__ %v", err)
-			}
-			continue
-		}
-		e, err := parseEntry(kv.value)
-		if err != nil {
-			return nil, bad(kv.key, "bad entry: %v", err)
-		}
-		b, end := e.offsets[0], e.offsets[1]
+	// check validates a tensor whose Begin and End are still relative to
+	// the data section, and makes them absolute.
+	check := func(t *Tensor) error {
+		b, end := t.Begin, t.End
 		if b > end {
-			return nil, bad(kv.key, "data_offsets [%d, %d] are reversed", b, end)
+			return bad(t.Name, "data_offsets [%d, %d] are reversed", b, end)
 		}
 		if end > dataLen {
-			return nil, bad(kv.key, "data_offsets [%d, %d] run past the end of the file (%d data bytes)", b, end, dataLen)
+			return bad(t.Name, "data_offsets [%d, %d] run past the end of the file (%d data bytes)", b, end, dataLen)
 		}
-		t := Tensor{Name: kv.key, DType: e.dtype, Shape: e.shape, Begin: f.DataStart + b, End: f.DataStart + end}
+		t.Begin, t.End = f.DataStart+b, f.DataStart+end
 		n, known, err := TensorBytes(t.DType, t.Shape)
 		switch {
 		case err != nil:
-			return nil, bad(kv.key, "%v", err)
+			return bad(t.Name, "%v", err)
 		case !known:
 			f.Deviations = append(f.Deviations, fmt.Sprintf("tensor %q: dtype %q is not a safetensors dtype; kept as raw bytes", t.Name, t.DType))
 		case n != t.Size():
-			return nil, bad(kv.key, "shape %v of %s needs %d bytes, data_offsets give %d", t.Shape, t.DType, n, t.Size())
+			return bad(t.Name, "shape %v of %s needs %d bytes, data_offsets give %d", t.Shape, t.DType, n, t.Size())
 		}
-		f.Tensors = append(f.Tensors, t)
+		return nil
 	}
-	sort.Slice(f.Tensors, func(i, j int) bool {
-		a, b := &f.Tensors[i], &f.Tensors[j]
-		if a.Begin != b.Begin {
-			return a.Begin < b.Begin
+	if ts, meta, ok := scanHeader(head[8:]); ok {
+		f.Metadata, f.Tensors = meta, ts
+		for i := range f.Tensors {
+			if err := check(&f.Tensors[i]); err != nil {
+				return nil, err
+			}
 		}
-		if a.End != b.End {
-			return a.End < b.End
+	} else {
+		fields, err := objectFields(head[8:], false)
+		if err != nil {
+			return nil, bad("", "header is not a JSON object: %v", err)
 		}
-		return a.Name < b.Name
-	})
+		for _, kv := range fields {
+			if kv.key == "__metadata__" {
+				if f.Metadata, err = parseMetadata(kv.value); err != nil {
+					return nil, bad("", "__metadata__ %v", err)
+				}
+				continue
+			}
+			e, err := parseEntry(kv.value)
+			if err != nil {
+				return nil, bad(kv.key, "bad entry: %v", err)
+			}
+			t := Tensor{Name: kv.key, DType: e.dtype, Shape: e.shape, Begin: e.offsets[0], End: e.offsets[1]}
+			if err := check(&t); err != nil {
+				return nil, err
+			}
+			f.Tensors = append(f.Tensors, t)
+		}
+	}
+	if !slices.IsSortedFunc(f.Tensors, compareTensors) {
+		slices.SortFunc(f.Tensors, compareTensors)
+	}
 	pos := f.DataStart
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
@@ -208,6 +221,17 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		f.Deviations = append(f.Deviations, fmt.Sprintf("%d bytes after the last tensor; kept", f.Size-pos))
 	}
 	return f, nil
+}
+
+// compareTensors orders tensors by (Begin, End), then name.
+func compareTensors(a, b Tensor) int {
+	if c := cmp.Compare(a.Begin, b.Begin); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.End, b.End); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 // entry is a tensor's header entry.
