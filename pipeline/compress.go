@@ -320,7 +320,6 @@ func openShardJob(w *shardcache.Writer, s *checkpoint.Shard, buf []byte) (*shard
 }
 
 func (j *shardJob) close() {
-	j.m.close()
 	j.f.Close()
 }
 
@@ -355,7 +354,7 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 				}
 				j, i := shards[s], k-starts[s]
 				t := &j.s.Header.Tensors[i]
-				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size())+keptBytes(t.Size()))
+				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size()))
 				if err == nil {
 					r := j.m.reader()
 					err = tc.compress(r, t, &j.rec.Tensors[i], &j.auto[i])
@@ -469,21 +468,9 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 }
 
 // compressCost is what one compress job holds besides its tables: the
-// mapped pages of a segment, the encoder's stage and output buffers.
+// segment buffer its source reader reads into (kept between the passes
+// over a tensor that fits in it), the encoder's stage and output buffers.
 const compressCost = 4 * segmentBytes
-
-// keepBytes is the largest tensor whose pages stay mapped between the two
-// passes, so the second need not fault them in again; a job holds them as
-// part of its share of the budget.
-const keepBytes = 16 << 20
-
-// keptBytes is what a tensor of size bytes keeps mapped between passes.
-func keptBytes(size uint64) uint64 {
-	if size <= keepBytes {
-		return size
-	}
-	return 0
-}
 
 // compress records one tensor: with the fixed codec, BF16 tensors that
 // pass the gate become SplitZip payloads; with entropy, float tensors of
@@ -495,7 +482,7 @@ func keptBytes(size uint64) uint64 {
 // With the fixed codec, a float tensor of another dtype is counted too, so
 // that *auto is what --codec auto would store of it (its size when that
 // saves nothing); *auto is left alone otherwise.
-func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64) error {
+func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64) error {
 	*rec = shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	codecName := tc.opts.Codec
 	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
@@ -522,7 +509,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, rec *sha
 		defer counts[k].Release()
 	}
 	var crc1 uint32
-	err := m.segments(t.Begin, t.End, keptBytes(t.Size()) == 0, func(seg []byte) error {
+	err := r.segments(t.Begin, t.End, func(seg []byte) error {
 		sha.Write(seg)
 		if fixed {
 			hist.Add(seg)
@@ -552,7 +539,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, rec *sha
 			*auto = est
 		}
 		tc.opts.Progress.Add(t.Size())
-		return tc.storeRaw(m, t, rec)
+		return tc.storeRaw(r, t, rec)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
 		// Stored by an earlier tensor or checkpoint.
@@ -570,7 +557,7 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, rec *sha
 	}
 	progress := true // no second pass has counted the tensor yet
 	if fixed {
-		ok, read, reason, err := tc.fixedPayload(m, t, rec, &hist, crc1)
+		ok, read, reason, err := tc.fixedPayload(r, t, rec, &hist, crc1)
 		switch {
 		case err != nil || ok:
 			return err
@@ -579,13 +566,13 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, rec *sha
 			if !read {
 				tc.opts.Progress.Add(t.Size())
 			}
-			return tc.storeRaw(m, t, rec)
+			return tc.storeRaw(r, t, rec)
 		}
 		// auto: the entropy payload may pass where the fixed one did not.
 		progress = !read
 		rec.Reason = reason
 	}
-	ok, reason, err := tc.entropyPayload(m, t, rec, counts, crc1, progress)
+	ok, reason, err := tc.entropyPayload(r, t, rec, counts, crc1, progress)
 	if err != nil || ok {
 		return err
 	}
@@ -593,12 +580,12 @@ func (tc *tensorCompressor) compress(m *mapping, t *safetensors.Tensor, rec *sha
 		reason = "fixed: " + rec.Reason + "; entropy: " + reason
 	}
 	rec.Reason = reason
-	return tc.storeRaw(m, t, rec)
+	return tc.storeRaw(r, t, rec)
 }
 
 // storeRaw copies a raw tensor into the cache when the cache is to be
 // self-contained; otherwise the record is an alias of the source slice.
-func (tc *tensorCompressor) storeRaw(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor) error {
+func (tc *tensorCompressor) storeRaw(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor) error {
 	if !tc.opts.SelfContained {
 		return nil
 	}
@@ -612,7 +599,7 @@ func (tc *tensorCompressor) storeRaw(m *mapping, t *safetensors.Tensor, rec *sha
 	}
 	defer obj.Abort()
 	h := shardcache.NewHasher()
-	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
+	err = r.segments(t.Begin, t.End, func(seg []byte) error {
 		h.Write(seg)
 		_, err := obj.Write(seg)
 		return err

@@ -49,7 +49,7 @@ func (tc *tensorCompressor) entropyEstimate(t *safetensors.Tensor, counts []*ent
 // from the first pass) and records it in rec, or reports why it did not pass
 // the gate. progress says whether its second pass counts the tensor in
 // the progress (it does not when a fixed payload's pass already did).
-func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor, counts []*entropy.Counts, crc1 uint32, progress bool) (bool, string, error) {
+func (tc *tensorCompressor) entropyPayload(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, counts []*entropy.Counts, crc1 uint32, progress bool) (bool, string, error) {
 	best, bestEst := -1, uint64(0)
 	for k, c := range counts {
 		est, err := c.Estimate()
@@ -79,7 +79,7 @@ func (tc *tensorCompressor) entropyPayload(m *mapping, t *safetensors.Tensor, re
 		return false, "", err
 	}
 	var crc2 uint32
-	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
+	err = r.segments(t.Begin, t.End, func(seg []byte) error {
 		crc2 = crc32c.Update(crc2, seg)
 		if progress {
 			tc.opts.Progress.Add(uint64(len(seg)))

@@ -16,7 +16,7 @@ import (
 // fixedPayload writes a BF16 tensor's SplitZip payload and records it in
 // rec, or reports why it did not pass the gate, and whether it read the
 // tensor a second time (counting it in the progress).
-func (tc *tensorCompressor) fixedPayload(m *mapping, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, crc1 uint32) (ok, read bool, reason string, err error) {
+func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, crc1 uint32) (ok, read bool, reason string, err error) {
 	n := t.Size() / 2
 	cb := codec.NewCodebook(hist)
 	rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
@@ -39,7 +39,7 @@ func (tc *tensorCompressor) fixedPayload(m *mapping, t *safetensors.Tensor, rec 
 		return false, false, "", err
 	}
 	var crc2 uint32
-	err = m.segments(t.Begin, t.End, true, func(seg []byte) error {
+	err = r.segments(t.Begin, t.End, func(seg []byte) error {
 		crc2 = crc32c.Update(crc2, seg)
 		tc.opts.Progress.Add(uint64(len(seg)))
 		return enc.Write(seg)

@@ -38,9 +38,6 @@ func openSource(f *os.File, s *checkpoint.Shard) (*source, error) {
 	return &source{f: f, size: s.Size}, nil
 }
 
-// close releases nothing: the shard job that opened the file closes it.
-func (s *source) close() {}
-
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000000Z") }
 
 // segmentPool holds the segment buffers of jobs between tensors; the
@@ -64,9 +61,6 @@ type sourceReader struct {
 	heldEnd   uint64
 }
 
-// mapping is the name the compress passes still give a sourceReader.
-type mapping = sourceReader
-
 // close gives the reader's buffer back to the pool.
 func (r *sourceReader) close() {
 	if r.buf != nil {
@@ -77,11 +71,9 @@ func (r *sourceReader) close() {
 
 // segments calls fn for successive pieces of at most segmentBytes of
 // bytes [begin, end) of the source. fn must not keep or modify a piece.
-// drop is what the passes say about keeping a tensor between them; a
-// reader keeps a range that fits in one segment whatever it says, and
-// reads a larger one again on every pass.
-func (r *sourceReader) segments(begin, end uint64, drop bool, fn func(seg []byte) error) error {
-	_ = drop
+// A reader keeps a range that fits in one segment for the next pass over
+// it, and reads a larger one again on every pass.
+func (r *sourceReader) segments(begin, end uint64, fn func(seg []byte) error) error {
 	buf := *r.buf
 	if r.held && begin == r.heldBegin && end == r.heldEnd {
 		return fn(buf[:end-begin])

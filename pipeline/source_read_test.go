@@ -230,7 +230,7 @@ func TestSourceReader(t *testing.T) {
 		rd := src.reader()
 		for pass := range 3 {
 			var got []byte
-			err := rd.segments(r.begin, r.end, pass == 0, func(seg []byte) error {
+			err := rd.segments(r.begin, r.end, func(seg []byte) error {
 				if len(seg) > segmentBytes {
 					t.Errorf("[%d, %d): a piece of %d bytes", r.begin, r.end, len(seg))
 				}
@@ -247,7 +247,7 @@ func TestSourceReader(t *testing.T) {
 		{0, uint64(len(data)) + 1}, {uint64(len(data)), uint64(len(data)) + 1}, {segmentBytes, 5 * segmentBytes},
 	} {
 		rd := src.reader()
-		err := rd.segments(r.begin, r.end, true, func([]byte) error { return nil })
+		err := rd.segments(r.begin, r.end, func([]byte) error { return nil })
 		rd.close()
 		if !errors.Is(err, shardcache.ErrSourceChanged) || !strings.Contains(err.Error(), "the tensor runs to byte") {
 			t.Errorf("[%d, %d) of a %d-byte file: %v", r.begin, r.end, len(data), err)
