@@ -50,7 +50,7 @@ var (
 	// ErrObjectCorrupt reports an object whose size or hash is wrong.
 	ErrObjectCorrupt = errors.New("cache object is corrupt")
 	// ErrSourceChanged reports a source shard that differs from the one compressed.
-	ErrSourceChanged = errors.New("source shard changed since compression")
+	ErrSourceChanged = errors.New("source shard changed")
 	// ErrLocked reports a cache another writer holds.
 	ErrLocked = errors.New("cache is locked by another writer")
 	// ErrVersion reports an index of a format version this build does
