@@ -74,7 +74,7 @@ func (tc *tensorCompressor) entropyPayload(r *sourceReader, t *safetensors.Tenso
 		return false, "", err
 	}
 	defer obj.Abort()
-	enc, err := entropy.NewEncoder(obj.File, cs)
+	enc, err := entropy.NewEncoder(obj, cs)
 	if err != nil {
 		return false, "", err
 	}

@@ -34,7 +34,7 @@ func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor,
 		return false, false, "", err
 	}
 	defer obj.Abort()
-	enc, err := codec.NewEncoder(obj.File, n, cb, codec.WithWorkers(1))
+	enc, err := codec.NewEncoder(obj, n, cb, codec.WithWorkers(1))
 	if err != nil {
 		return false, false, "", err
 	}
