@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 )
 
 // Progress receives progress of a long job. Add may be called from several
@@ -29,6 +30,16 @@ func orNop(p Progress) Progress {
 // ErrOption reports an option out of its range (a job count, a fraction,
 // a size, a codec name), found before any work or output.
 var ErrOption = errors.New("invalid option")
+
+// ErrOutputExists reports an output that decompress would overwrite: a
+// restored file's name taken in the output folder, or an output that is a
+// file. It matches fs.ErrExist too.
+var ErrOutputExists error = outputExists{}
+
+type outputExists struct{}
+
+func (outputExists) Error() string        { return "already exists" }
+func (outputExists) Is(target error) bool { return target == fs.ErrExist }
 
 // ErrMismatch reports a tensor that does not round-trip, or a source that
 // no longer matches the cache.

@@ -292,3 +292,28 @@ func TestAmbiguousSourceNamesFlag(t *testing.T) {
 		t.Errorf("load --source %s: exit %d, %q", ck2, code, e)
 	}
 }
+
+// TestDecompressOutputTaken: decompress into a folder that already has
+// the restored files, or onto a file, is a usage error that says so (it
+// was an internal error, exit 70), and changes nothing there.
+func TestDecompressOutputTaken(t *testing.T) {
+	dir := t.TempDir()
+	_, cache := compressed(t, dir)
+	out := filepath.Join(dir, "out")
+	if code, _, e := splitzip(t, "decompress", cache, "-o", out); code != 0 {
+		t.Fatalf("decompress: %d %s", code, e)
+	}
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{out, file} {
+		code, _, e := splitzip(t, "decompress", cache, "-o", target)
+		if code != exitUsage || !strings.Contains(e, "already exists") || strings.Contains(e, "internal") {
+			t.Errorf("decompress -o %s: exit %d, %q", target, code, e)
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "x" {
+		t.Errorf("the file in the way was changed: %q %v", b, err)
+	}
+}

@@ -35,7 +35,7 @@ var rules = []rule{
 	{Interrupted, []error{context.Canceled, context.DeadlineExceeded}},
 	{Device, []error{cuda.ErrNoDriver, cuda.ErrNoBatchCopy}},
 	{Usage, []error{
-		pipeline.ErrOutputInSource, pipeline.ErrOption, transport.ErrOption, distplan.ErrPlan,
+		pipeline.ErrOutputInSource, pipeline.ErrOption, pipeline.ErrOutputExists, transport.ErrOption, distplan.ErrPlan,
 		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded,
 	}},
 	{Input, []error{
