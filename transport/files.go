@@ -4,6 +4,7 @@ package transport
 // transport lives, and payloads' own files, opened for one read.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -117,11 +118,27 @@ func objectSource(files *fileCache, loc shardcache.Location, o *shardcache.Objec
 		if err != nil {
 			return nil, nil, err
 		}
-		return io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), func() error { return nil }, nil
+		return objectReader{io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), o.Size}, func() error { return nil }, nil
 	}
 	f, err := openRaw(loc.Path)
 	if err != nil {
 		return nil, nil, err
 	}
-	return f, f.Close, nil
+	return objectReader{f, o.Size}, f.Close, nil
+}
+
+// objectReader reads a cache object: one that ends before the size its
+// index records is a corrupt cache (shardcache.ErrObjectCorrupt), not a
+// source file that changed.
+type objectReader struct {
+	r    io.ReaderAt
+	size uint64
+}
+
+func (o objectReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := o.r.ReadAt(p, off)
+	if n < len(p) && (err == io.EOF || errors.Is(err, ErrShortRead)) {
+		return n, fmt.Errorf("%w: it ends at byte %d, the index says %d bytes", shardcache.ErrObjectCorrupt, off+int64(n), o.size)
+	}
+	return n, err
 }

@@ -3,6 +3,9 @@ package transport
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -61,6 +65,9 @@ type packer struct {
 	fills    chan struct{} // bounds concurrent reads
 	files    fileCache     // files of staged reads, kept open
 	streams  streams
+	// cacheDir, where set, is the cache whose files a short read finds
+	// corrupt rather than changed (readError).
+	cacheDir string
 
 	mu     sync.Mutex
 	slots  chan *slot // allocated on first use
@@ -73,6 +80,16 @@ type packer struct {
 func newPacker(eng engine.Engine, workers, slots int) *packer {
 	workers = max(workers, 1)
 	return &packer{eng: eng, workers: workers, maxSlots: slots, fills: make(chan struct{}, 2*workers)}
+}
+
+// readError is err from a staged read of file: a file of the cache that
+// ends before the bytes its index records is a corrupt cache
+// (shardcache.ErrObjectCorrupt), not a source that changed.
+func (p *packer) readError(file string, err error) error {
+	if p.cacheDir != "" && errors.Is(err, ErrShortRead) && strings.HasPrefix(file, p.cacheDir+string(filepath.Separator)) {
+		return fmt.Errorf("%s: %w: it ends before the bytes its index records", file, shardcache.ErrObjectCorrupt)
+	}
+	return err
 }
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -240,7 +257,7 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) ([]*codec.Header, []er
 			for k := r.first; k < r.last; k++ {
 				switch it := pl.items[k]; {
 				case err != nil:
-					errs[k] = err
+					errs[k] = p.readError(r.file, err)
 				case it.check != nil:
 					q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored]
 					hdrs[k], errs[k] = it.check(q)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -123,6 +124,7 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	z := &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*payload{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
+	z.pack.cacheDir = filepath.Clean(cache.Dir())
 	if opts.Resident || opts.DeviceResident {
 		z.res.expect(opts.ResidentBytes)
 	}

@@ -317,3 +317,28 @@ func TestDecompressOutputTaken(t *testing.T) {
 		t.Errorf("the file in the way was changed: %q %v", b, err)
 	}
 }
+
+// TestTruncatedObjectIsIntegrity: a cache object cut short is a corrupt
+// cache (exit 1) for verify, decompress and load alike; load called it a
+// truncated source file (exit 3).
+func TestTruncatedObjectIsIntegrity(t *testing.T) {
+	dir := t.TempDir()
+	_, cache := compressed(t, dir)
+	var obj string
+	var size int64
+	filepath.Walk(filepath.Join(cache, "objects"), func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && info.Size() > size {
+			obj, size = p, info.Size()
+		}
+		return nil
+	})
+	if err := os.Truncate(obj, size/2); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"verify", cache}, {"decompress", cache, "-o", filepath.Join(dir, "out")}, {"load", cache, "--device", "cpu"}} {
+		code, _, e := splitzip(t, args...)
+		if code != exitFailure || !strings.Contains(e, "corrupt") || strings.Contains(e, "source file") {
+			t.Errorf("%s with an object cut short: exit %d, %q", args[0], code, e)
+		}
+	}
+}
