@@ -32,6 +32,8 @@ type Problem struct {
 	File   string `json:"file"`
 	Tensor string `json:"tensor,omitempty"`
 	Error  string `json:"error"`
+	// Err is the error itself, for callers that classify or reword it.
+	Err error `json:"-"`
 }
 
 // VerifyResult reports a Verify run.
@@ -79,7 +81,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	var mu sync.Mutex
 	fail := func(file, tensor string, err error) {
 		mu.Lock()
-		res.Problems = append(res.Problems, Problem{File: file, Tensor: tensor, Error: err.Error()})
+		res.Problems = append(res.Problems, Problem{File: file, Tensor: tensor, Error: err.Error(), Err: err})
 		mu.Unlock()
 	}
 	if err := c.RequireCheckpoint(); err != nil {

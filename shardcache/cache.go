@@ -257,7 +257,7 @@ func Fingerprint(sh *Shard) string {
 func CheckStat(sh *Shard, path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("source shard %s: %w", path, err)
+		return fmt.Errorf("source shard: %w", err) // the error names path
 	}
 	if uint64(st.Size()) != sh.Size || !st.ModTime().Equal(sh.ModTime) {
 		return fmt.Errorf("%s: %w (size %d, mtime %s; compressed from size %d, mtime %s)",

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
 
 	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/pipeline"
 )
 
@@ -62,6 +64,12 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	if err != nil {
 		return err
 	}
+	for i := range res.Problems {
+		if p := &res.Problems[i]; p.Err != nil {
+			// The line names the file already.
+			p.Error = strings.TrimPrefix(failure.Message(p.Err), p.File+": ")
+		}
+	}
 	if g.JSON {
 		if err := printJSON(g.stdout, "verify_summary", res); err != nil {
 			return err
@@ -89,9 +97,27 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			status, count(res.Tensors, "tensor"), count(res.Payloads, "payload"), where, human(res.Bytes), res.Duration.Seconds())
 	}
 	if !res.OK() {
-		return errFailed
+		return failure.Mark(problemsKind(res.Problems), errFailed)
 	}
 	return nil
+}
+
+// problemsKind is the kind of failure verify's problems make: integrity
+// when any is (or is of no known kind), else the kind they share, such as
+// input for a source that is gone or changed; mixed kinds are integrity.
+func problemsKind(ps []pipeline.Problem) failure.Kind {
+	kind := failure.OK
+	for _, p := range ps {
+		k := failure.KindOf(p.Err)
+		if p.Err == nil || k == failure.Internal || kind != failure.OK && k != kind {
+			return failure.Integrity
+		}
+		kind = k
+	}
+	if kind == failure.OK {
+		return failure.Integrity
+	}
+	return kind
 }
 
 // lockedDecoder serializes a GPU decoder shared by verify's jobs.

@@ -342,3 +342,29 @@ func TestTruncatedObjectIsIntegrity(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifySourceGoneIsInput: verify of a cache whose source is gone is
+// an input failure (exit 3), as for decompress and load, and each FAIL
+// line names the file once; a corrupt object is still integrity (exit 1).
+func TestVerifySourceGoneIsInput(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	if err := os.Rename(ck, ck+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, e := splitzip(t, "verify", cache)
+	if code != exitInput || !strings.Contains(e, "FAIL") {
+		t.Errorf("verify with the source gone: exit %d, %q", code, e)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(e), "\n") {
+		if f, _, ok := strings.Cut(strings.TrimPrefix(line, "FAIL "), ": "); ok && strings.Count(line, f) > 1 {
+			t.Errorf("a FAIL line names its file twice: %q", line)
+		}
+	}
+	if err := os.Rename(ck+".moved", ck); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, e := splitzip(t, "verify", cache); code != 0 {
+		t.Fatalf("verify with the source back: exit %d, %q", code, e)
+	}
+}

@@ -191,7 +191,12 @@ func execute(ctx context.Context, argv []string, stdout, stderr io.Writer) (code
 	case err == nil:
 		return exitOK, g
 	case errors.Is(err, errFailed):
-		// The command printed its own report.
+		// The command printed its own report; the kind it marked says the
+		// exit code (verify's problems: integrity, or input for a source
+		// gone or changed).
+		if k := failure.KindOf(err); k != failure.Internal {
+			return k.ExitCode(), g
+		}
 		return exitFailure, g
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		err = failure.Mark(failure.Interrupted, errors.New("interrupted"))

@@ -106,11 +106,11 @@ func TestEndToEnd(t *testing.T) {
 	b[len(b)-3] ^= 0x40
 	os.WriteFile(shard, b, 0o644)
 	code, _, e = splitzip(t, "verify", cache)
-	if code != 1 || !strings.Contains(e, "model-00002-of-00002.safetensors") || !strings.Contains(e, "tensor") {
+	if code != exitInput || !strings.Contains(e, "model-00002-of-00002.safetensors") || !strings.Contains(e, "tensor") {
 		t.Errorf("verify of a changed source: %d %q", code, e)
 	}
 	code, out, _ = splitzip(t, "verify", cache, "--json")
-	if code != 1 || !strings.Contains(out, `"problems"`) {
+	if code != exitInput || !strings.Contains(out, `"problems"`) {
 		t.Errorf("verify --json of a changed source: %d %q", code, out)
 	}
 }

@@ -32,7 +32,7 @@ func TestPortableCaches(t *testing.T) {
 	if err := os.Rename(src, newSrc); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := splitzip(t, "verify", moved); code != exitFailure {
+	if code, _, _ := splitzip(t, "verify", moved); code != exitInput {
 		t.Errorf("verify with the source gone: exit %d", code)
 	}
 	for _, args := range [][]string{

@@ -148,3 +148,15 @@ func TestLocate(t *testing.T) {
 		}
 	}
 }
+
+// TestMessageJoined: errors joined from tensors that failed alike are
+// each reworded once (it said "cannot cannot write" for the first and
+// left the second as Go wrote it).
+func TestMessageJoined(t *testing.T) {
+	pe := func() error { return &fs.PathError{Op: "write", Path: "/c", Err: syscall.ENOSPC} }
+	err := errors.Join(fmt.Errorf("tensor a: %w", pe()), fmt.Errorf("tensor b: %w", pe()))
+	msg := Message(err)
+	if strings.Count(msg, "cannot write /c") != 2 || strings.Contains(msg, "cannot cannot") || strings.Contains(msg, "\nwrite") {
+		t.Errorf("Message = %q", msg)
+	}
+}

@@ -26,9 +26,14 @@ func Message(err error) string {
 		return ""
 	}
 	msg := err.Error()
+	// Each text once, every place it appears (errors.Join of tensors
+	// that failed alike repeats it): the plain sentence often ends with
+	// the text it replaces, which a second replacement would find again.
+	done := map[string]bool{}
 	walk(err, func(e error) {
-		if plain, ok := plainText(e); ok {
-			msg = strings.Replace(msg, e.Error(), plain, 1)
+		if plain, ok := plainText(e); ok && !done[e.Error()] {
+			done[e.Error()] = true
+			msg = strings.ReplaceAll(msg, e.Error(), plain)
 		}
 	})
 	// The same texts where a wrapper formatted them with %v, out of the
