@@ -53,9 +53,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from ._lib import Cache, Error, error
 from ._packs import ENTRY, owner
+from ._pieces import Index
 from .offload_plan import TIERS, Plan, tiers
 from .torch import DTYPES
-from .transformers import _owner, from_pretrained
+from .transformers import _owner, load
 
 @dataclass
 class TierStats:
@@ -95,6 +96,29 @@ def _decoder_layers(model: "torch.nn.Module"):
     return best
 
 
+def _layer_pieces(layers, kept: Dict[str, "torch.Tensor"]) -> List[dict]:
+    """For each decoder layer, rel name -> (parameter, pieces or None):
+    the checkpoint tensors (as transformers was given them, kept) that
+    tile the parameter's bytes. A parameter that is one of them unchanged
+    (same storage) is its own piece; others are found by content."""
+    by_ptr = {(t.data_ptr(), t.numel() * t.element_size()): name for name, t in kept.items() if t.numel()}
+    index = None
+    out = []
+    for layer in layers:
+        ps = {}
+        for rel, p in layer.named_parameters():
+            n = p.numel() * p.element_size()
+            name = by_ptr.get((p.data_ptr(), n)) if p.device.type == "cpu" else None
+            if name is not None:
+                ps[rel] = (p.data, [(0, name, n)])
+                continue
+            if index is None:
+                index = Index(kept)
+            ps[rel] = (p.data, index.pieces(p.data) if p.device.type == "cpu" else None)
+        out.append(ps)
+    return out
+
+
 def _capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
@@ -104,7 +128,7 @@ class Offload:
     close() frees them and the cache."""
 
     def __init__(self, model, cache: Cache, device: "torch.device", window: int, prefetch: int,
-                 tier: str = "cache", gpu_bytes: Optional[int] = None):
+                 tier: str = "cache", gpu_bytes: Optional[int] = None, kept: Optional[dict] = None):
         tiers([], tier, gpu_bytes)  # checks them
         self.model, self.cache, self.device = model, cache, device
         self.dev = device.index or 0
@@ -112,23 +136,43 @@ class Offload:
         self.prefix, self.layers = _decoder_layers(model)
         self.plan = Plan(len(self.layers), window, prefetch)  # checks window and prefetch
         self.stats = Stats()
-        # Per layer: (rel, module, leaf, cache index, bytes, dtype, shape) of each parameter.
+        # Per layer: (rel, module, leaf) of each parameter in the slots, and
+        # the pieces that fill them: (rel, byte offset, cache index, bytes,
+        # checkpoint name), found by content (splitzip._pieces) in what
+        # transformers built from the checkpoint tensors.
         self.params: List[List[tuple]] = []
-        for i, layer in enumerate(self.layers):
-            ps = []
-            for rel, p in layer.named_parameters():
-                name = f"{self.prefix}.{i}.{rel}"
-                info = cache.info(name)
-                if tuple(info.shape) != tuple(p.shape):
-                    raise ValueError(f"{name}: shape {tuple(info.shape)} in the cache, {tuple(p.shape)} in the model")
+        self.pieces: List[List[tuple]] = []
+        self.resident: List[str] = []  # layer parameters no pieces tile: kept in GPU memory
+        found = _layer_pieces(self.layers, kept or {})
+        rels = None
+        for ps in found:
+            ok = {rel for rel, (p, pcs) in ps.items() if pcs is not None}
+            rels = ok if rels is None else rels & ok
+        shapes0 = {rel: (tuple(p.shape), p.dtype) for rel, (p, _) in found[0].items()} if found else {}
+        for i, ps in enumerate(found):
+            if {rel: (tuple(p.shape), p.dtype) for rel, (p, _) in ps.items()} != shapes0:
+                raise ValueError("decoder layers differ in their parameters")
+        rels = sorted(rels or ())
+        if not rels:
+            raise ValueError("no parameter of the decoder layers is laid out as checkpoint tensors "
+                             "(a dtype other than the checkpoint's, or a conversion that is no concatenation)")
+        for i, (layer, ps) in enumerate(zip(self.layers, found)):
+            params, pieces = [], []
+            for rel, (p, pcs) in sorted(ps.items()):
                 mod, leaf = _owner(layer, rel)
-                ps.append((rel, mod, leaf, info.index, info.nbytes, DTYPES[info.dtype], tuple(info.shape)))
-            self.params.append(ps)
-        shapes = [[(r, s, d) for r, _, _, _, _, d, s in ps] for ps in self.params]
-        if any(s != shapes[0] for s in shapes):
-            raise ValueError("decoder layers differ in their parameters")
+                if rel not in rels:
+                    mod._parameters[leaf] = torch.nn.Parameter(p.to(device), requires_grad=False)
+                    self.resident.append(f"{self.prefix}.{i}.{rel}")
+                    continue
+                params.append((rel, mod, leaf))
+                pieces += [(rel, off, cache.find(name), n, name) for off, name, n in pcs]
+                mod._parameters[leaf] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device="meta"),
+                                                           requires_grad=False)
+            self.params.append(params)
+            self.pieces.append(pieces)
+        shapes = [(rel, shapes0[rel][0], shapes0[rel][1]) for rel in rels]
         self.slots = [{r: torch.nn.Parameter(torch.empty(s, dtype=d, device=device), requires_grad=False)
-                       for r, s, d in shapes[0]} for _ in range(window)]
+                       for r, s, d in shapes} for _ in range(window)]
         self.stream = torch.cuda.Stream(device)
         self.used: List[Optional[torch.cuda.Event]] = [None] * window  # cache tier: after the slot's last compute
         self.ready: Dict[int, torch.cuda.Event] = {}
@@ -158,8 +202,8 @@ class Offload:
     # Packs.
 
     def _pack_args(self, i: int):
-        ps, slot = self.params[i], self.slots[self.plan.slot(i)]
-        return [p[3] for p in ps], [slot[p[0]].data_ptr() for p in ps], [p[4] for p in ps]
+        ps, slot = self.pieces[i], self.slots[self.plan.slot(i)]
+        return [p[2] for p in ps], [slot[p[0]].data_ptr() + p[1] for p in ps], [p[3] for p in ps]
 
     def _pack_into(self, i: int, buf: "torch.Tensor"):
         idx, dsts, caps = self._pack_args(i)
@@ -223,9 +267,9 @@ class Offload:
     def _owner_of(self, i: int, off: int, pack: "torch.Tensor") -> str:
         """The tensor of layer i's pack whose table entry or stored bytes
         hold byte off."""
-        ps = self.params[i]
+        ps = self.pieces[i]
         k = owner(pack[:ENTRY * len(ps)].numpy().tobytes(), len(ps), off)
-        return f"{self.prefix}.{i}.{ps[k][0]}" if k is not None else f"layer {i}"
+        return ps[k][4] if k is not None else f"layer {i}"
 
     # Faults.
 
@@ -266,7 +310,7 @@ class Offload:
 
     def _count(self, i: int) -> None:
         """Count layer i's fault, when it is started."""
-        n = sum(p[4] for p in self.params[i])
+        n = sum(p[3] for p in self.pieces[i])
         st, t = self.stats, self.stats.tiers[self.where[i]]
         st.uploads += 1
         st.bytes += n
@@ -338,7 +382,7 @@ class Offload:
             if ev is not None:
                 torch.cuda.current_stream(self.device).wait_event(ev)
             s = self.plan.slot(i)
-            for rel, mod, leaf, *_ in self.params[i]:
+            for rel, mod, leaf in self.params[i]:
                 mod._parameters[leaf] = self.slots[s][rel]
         return hook
 
@@ -422,24 +466,41 @@ def capture(model, example: "torch.Tensor", warmup: int = 2, **kwargs):
 
 def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:0", window: int = 2,
             prefetch: int = 1, source: Optional[str] = None, model_class=None, tier: str = "cache",
-            gpu_bytes: Optional[int] = None):
-    """The model of config (a directory with config.json, or a config)
-    with its decoder layers offloaded: window layers' weights in GPU
-    memory at a time, the next prefetch layers faulted in ahead, each
-    from its tier: "cache" (read from the cache's files every time),
-    "pinned" (packs in pinned host memory) or "gpu" (packs in GPU memory,
-    at most gpu_bytes of them, default all; the rest pinned). Returns the
-    model (eval mode); model.splitzip_offload is the Offload (stats,
-    check(), close())."""
+            gpu_bytes: Optional[int] = None, **kwargs):
+    """The model at config (a folder with config.json, such as a hub
+    snapshot, or a config) with its decoder layers offloaded: window
+    layers' weights in GPU memory at a time, the next prefetch layers
+    faulted in ahead, each from its tier: "cache" (read from the cache's
+    files every time), "pinned" (packs in pinned host memory) or "gpu"
+    (packs in GPU memory, at most gpu_bytes of them, default all; the rest
+    pinned). transformers builds the model (kwargs are its from_pretrained
+    arguments, such as attn_implementation) on the CPU from the cache's
+    tensors, converting them as it does from the files; each layer
+    parameter's bytes are then traced back to the checkpoint tensors that
+    tile them, and faults write those tensors into the slots. Everything
+    but the layers' parameters moves to device. Returns the model (eval
+    mode); model.splitzip_offload is the Offload (stats, check(), close())."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     tiers([], tier, gpu_bytes)  # checks tier and gpu_bytes before anything loads
-    model = from_pretrained(cache, config, device=device, source=source, model_class=model_class,
-                            skip=lambda m: _decoder_layers(m)[0] + ".")
+    if kwargs.get("device_map") not in (None, "cpu"):
+        raise ValueError("offload places the model itself: give device=, not device_map=")
+    kwargs["device_map"] = "cpu"
     c = Cache(cache, source)
     try:
-        o = Offload(model, c, device, window, prefetch, tier=tier, gpu_bytes=gpu_bytes)
+        model, src, _ = load(c, config, model_class, keep=True, **kwargs)
+        _, layers = _decoder_layers(model)
+        in_layers = {id(p) for p in layers.parameters()}
+        for p in model.parameters():
+            if id(p) not in in_layers:
+                p.data = p.data.to(device)
+        for mod in model.modules():
+            for k, b in mod._buffers.items():
+                if b is not None:
+                    mod._buffers[k] = b.to(device)
+        o = Offload(model, c, device, window, prefetch, tier=tier, gpu_bytes=gpu_bytes, kept=src.kept)
+        src.kept.clear()
     except Exception:
         c.close()
         raise
