@@ -106,6 +106,7 @@ def gen_bench(name, src, cache, args, out):
             kw = dict(max_new_tokens=args.tokens, do_sample=False, min_new_tokens=args.tokens)
             if impl == "static":
                 kw["cache_implementation"] = "static"
+                kw["disable_compile"] = True  # eager beside eager: transformers would compile a static cache's forward
             res = AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0")
             want, t_res = timed_generate(res, ids, kw)
             del res

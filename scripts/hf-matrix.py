@@ -233,9 +233,11 @@ def run_one(arch, args, tmp):
                 problems.append(f"{codec}: {why}")
             del got
             if args.auto and codec == "fixed":
-                problems += check_auto(cls, src, cache, x)
+                p, row["auto_cpu_modules"] = check_auto(cls, src, cache, x)
+                problems += p
             if cls is AutoModelForCausalLM:
                 problems += check_offload(cache, src, x, want, codec)
+                row["offload"] = True
         except Exception as e:  # noqa: BLE001 - a failure of splitzip's
             problems.append(f"{codec}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             traceback.print_exc()
@@ -254,14 +256,13 @@ def check_auto(cls, src, cache, x):
     a = cls.from_pretrained(src, device_map="auto", max_memory=mm)
     b = from_pretrained(cache, src, model_class=cls, device_map="auto", max_memory=mm)
     why = same_state(a, b)
-    if why is None and getattr(a, "hf_device_map", None) != getattr(b, "hf_device_map", None):
-        why = f"device maps differ: {a.hf_device_map} against {b.hf_device_map}"
+    da, db = getattr(a, "hf_device_map", {}), getattr(b, "hf_device_map", {})
+    if why is None and da != db:
+        why = f"device maps differ: {da} against {db}"
     if why is None:
         with torch.no_grad():
             why = same_outputs(a(**x), b(**x))
-    if why is None and "cpu" not in {str(v) for v in a.hf_device_map.values()}:
-        why = None  # tiny model fitted anyway; nothing placed on the CPU
-    return [f"auto: {why}"] if why else []
+    return [f"auto: {why}"] if why else [], sum(str(v) == "cpu" for v in da.values())
 
 
 def check_offload(cache, src, x, want, codec):
@@ -284,7 +285,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--only", default="")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--auto", action="store_true", default=True)
+    ap.add_argument("--no-auto", dest="auto", action="store_false", help="skip the device_map=\"auto\" check")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
@@ -304,12 +305,13 @@ def main():
     with open(os.path.join(args.out, "matrix.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     lines = [f"transformers {meta['transformers']}, torch {meta['torch']}, {meta['gpu']}, {meta['date']}", "",
-             "| architecture | family | status | transformers load | splitzip fixed | splitzip entropy | note |",
-             "|---|---|---|---|---|---|---|"]
+             "| architecture | family | status | transformers load | splitzip fixed | splitzip entropy | auto map: modules on CPU | offload tiers | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ms = lambda k: f"{r[k] * 1e3:.1f} ms" if k in r else "-"  # noqa: E731
+        off = "cache, pinned, gpu (fixed); pinned (entropy)" if r.get("offload") else "-"
         lines.append(f"| {r['arch']} | {r['family']} | {r['status']} | {ms('transformers_s')} | {ms('fixed_s')} | "
-                     f"{ms('entropy_s')} | {r.get('why', '')} |")
+                     f"{ms('entropy_s')} | {r.get('auto_cpu_modules', '-')} | {off} | {r.get('why', '')} |")
     with open(os.path.join(args.out, "matrix.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -66,6 +66,9 @@ class Lazy:
     def get_dtype(self) -> str:
         return self.info.dtype
 
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
     def __len__(self) -> int:
         return self.shape[0] if len(self.shape) else 0
 

@@ -84,13 +84,16 @@ class Stats:
 
 
 def _decoder_layers(model: "torch.nn.Module"):
-    """The name and ModuleList of the model's decoder layers: the longest
-    ModuleList whose modules are all of one class."""
-    best = None
+    """The name and ModuleList of the model's decoder layers: of the
+    ModuleLists whose modules are all of one class, the one holding the
+    most parameters (so not a list of experts inside the layers), then
+    the longest."""
+    best, most = None, None
     for name, m in model.named_modules():
         if isinstance(m, torch.nn.ModuleList) and len(m) >= 2 and len({type(x) for x in m}) == 1:
-            if best is None or len(m) > len(best[1]):
-                best = (name, m)
+            key = (sum(p.numel() for p in m.parameters()), len(m))
+            if best is None or key > most:
+                best, most = (name, m), key
     if best is None:
         raise ValueError("no decoder layers found (a ModuleList of modules of one class)")
     return best
@@ -144,23 +147,24 @@ class Offload:
         self.pieces: List[List[tuple]] = []
         self.resident: List[str] = []  # layer parameters no pieces tile: kept in GPU memory
         found = _layer_pieces(self.layers, kept or {})
-        rels = None
+        # A slot holds each parameter name (rel) that some layer offloads,
+        # with the one shape and dtype every such layer has for it (layers
+        # may differ: a dense first layer before mixture-of-experts ones).
+        shapes, clash = {}, set()
         for ps in found:
-            ok = {rel for rel, (p, pcs) in ps.items() if pcs is not None}
-            rels = ok if rels is None else rels & ok
-        shapes0 = {rel: (tuple(p.shape), p.dtype) for rel, (p, _) in found[0].items()} if found else {}
-        for i, ps in enumerate(found):
-            if {rel: (tuple(p.shape), p.dtype) for rel, (p, _) in ps.items()} != shapes0:
-                raise ValueError("decoder layers differ in their parameters")
-        rels = sorted(rels or ())
-        if not rels:
+            for rel, (p, pcs) in ps.items():
+                if pcs is not None and shapes.setdefault(rel, (tuple(p.shape), p.dtype)) != (tuple(p.shape), p.dtype):
+                    clash.add(rel)
+        for rel in clash:
+            del shapes[rel]
+        if not shapes:
             raise ValueError("no parameter of the decoder layers is laid out as checkpoint tensors "
                              "(a dtype other than the checkpoint's, or a conversion that is no concatenation)")
         for i, (layer, ps) in enumerate(zip(self.layers, found)):
             params, pieces = [], []
             for rel, (p, pcs) in sorted(ps.items()):
                 mod, leaf = _owner(layer, rel)
-                if rel not in rels:
+                if pcs is None or rel not in shapes:
                     mod._parameters[leaf] = torch.nn.Parameter(p.to(device), requires_grad=False)
                     self.resident.append(f"{self.prefix}.{i}.{rel}")
                     continue
@@ -170,10 +174,12 @@ class Offload:
                                                            requires_grad=False)
             self.params.append(params)
             self.pieces.append(pieces)
-        shapes = [(rel, shapes0[rel][0], shapes0[rel][1]) for rel in rels]
+        self.layer_bytes = [sum(p[3] for p in ps) for ps in self.pieces]
+        shapes = [(rel, s, d) for rel, (s, d) in sorted(shapes.items())]
         self.slots = [{r: torch.nn.Parameter(torch.empty(s, dtype=d, device=device), requires_grad=False)
                        for r, s, d in shapes} for _ in range(window)]
         self.stream = torch.cuda.Stream(device)
+        self.done = [torch.cuda.Event() for _ in range(window)]  # pack tiers: slot s's last fault
         self.used: List[Optional[torch.cuda.Event]] = [None] * window  # cache tier: after the slot's last compute
         self.ready: Dict[int, torch.cuda.Event] = {}
         self.pending: Dict[int, concurrent.futures.Future] = {}
@@ -288,7 +294,7 @@ class Offload:
                 stage[:buf.numel()].copy_(buf, non_blocking=True)
                 base = stage.data_ptr()
             self.cache.scatter(self.dev, base, info, self.stream.cuda_stream)
-            done = torch.cuda.Event()
+            done = self.done[s]
             done.record(self.stream)
         self.ready[i] = done
         self.faulted.append(i)
@@ -310,7 +316,7 @@ class Offload:
 
     def _count(self, i: int) -> None:
         """Count layer i's fault, when it is started."""
-        n = sum(p[3] for p in self.pieces[i])
+        n = self.layer_bytes[i]
         st, t = self.stats, self.stats.tiers[self.where[i]]
         st.uploads += 1
         st.bytes += n

@@ -65,6 +65,20 @@ def _config(path, kwargs) -> "PretrainedConfig":
     return AutoConfig.from_pretrained(path, **{k: kwargs[k] for k in keys if k in kwargs})
 
 
+def _concrete(cls, config):
+    """The model class an auto class (AutoModelForCausalLM, ...) picks for
+    config: transformers takes a state_dict only through a model class's
+    own from_pretrained."""
+    mapping = getattr(cls, "_model_mapping", None)
+    if mapping is None:
+        return cls
+    try:
+        from transformers.models.auto.auto_factory import _get_model_class
+        return _get_model_class(config, mapping)
+    except ImportError:  # pragma: no cover - an older or newer transformers
+        return mapping[type(config)]
+
+
 def device_map_of(device_map, device) -> object:
     """The device_map a load uses: device_map, or device (this module's
     older argument), or cuda:0 when neither is given."""
@@ -81,7 +95,7 @@ def load(cache: Cache, path, model_class=None, model_args=(), keep: bool = False
     an open cache as its state_dict; kwargs go to transformers. Returns
     (model, Source or None, loading info)."""
     config = kwargs.pop("config", None) or _config(path, kwargs)
-    cls = model_class or AutoModelForCausalLM
+    cls = _concrete(model_class or AutoModelForCausalLM, config)
     device_map = kwargs.pop("device_map")
     dev = single_device(device_map)
     want_info = kwargs.pop("output_loading_info", False)
