@@ -138,14 +138,19 @@ def gen_bench(name, src, cache, args, out):
 
 
 def timed_generate(model, ids, kw, warm=True):
+    """The tokens and the median time of three generations (after one
+    whole warm-up generation; one timed run for accelerate, warm=False)."""
+    ts = []
     with torch.no_grad():
         if warm:
-            model.generate(ids, **dict(kw, max_new_tokens=2, min_new_tokens=2))
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = model.generate(ids, **kw)
-        torch.cuda.synchronize()
-    return out, time.perf_counter() - t0
+            model.generate(ids, **kw)
+        for _ in range(3 if warm else 1):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model.generate(ids, **kw)
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+    return out, statistics.median(ts)
 
 
 def main():

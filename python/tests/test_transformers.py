@@ -88,7 +88,8 @@ class TestFromPretrained(unittest.TestCase):
                 self.assertTrue(any("experts" in k for k in a))
                 for k in a:
                     self.assertEqual(a[k].device, b[k].device, k)
-                    self.assertTrue(torch.equal(a[k], b[k]), k)
+                    if a[k].device.type != "meta":  # offloaded to the CPU by accelerate: checked by the logits
+                        self.assertTrue(torch.equal(a[k], b[k]), k)
                 with torch.no_grad():
                     self.assertTrue(torch.equal(ref(ids).logits, got(ids).logits), dm)
 
