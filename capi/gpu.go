@@ -154,3 +154,12 @@ func sz_event_wait(h C.uintptr_t, event C.uintptr_t) C.sz_status {
 func sz_event_release(h C.uintptr_t, event C.uintptr_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error { return l.EventRelease(uintptr(event)) })
 }
+
+//export sz_release_idle
+func sz_release_idle(closed *C.int) C.sz_status {
+	n := loader.ReleaseIdle()
+	if closed != nil {
+		*closed = C.int(n)
+	}
+	return C.SZ_OK
+}

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 5
+#define SPLITZIP_ABI_VERSION 6
 
 typedef enum {
     SZ_OK = 0,
@@ -228,6 +228,13 @@ sz_status sz_event_wait(uintptr_t handle, uintptr_t event);
 /* sz_event_release frees an event from sz_upload or sz_upload_batch; the
  * upload itself goes on. */
 sz_status sz_event_release(uintptr_t handle, uintptr_t event);
+
+/* sz_release_idle (ABI 6) frees what the uploads of closed handles left
+ * for later ones: a device's context reference, its decode kernel and up
+ * to 1 GiB of pinned staging per device and stream, kept after the last
+ * handle using them closes so that the next handle's first upload starts
+ * at once. *closed (when not NULL) is how many such sets it freed. */
+sz_status sz_release_idle(int *closed);
 
 #endif /* SZ_NO_PROTOTYPES */
 

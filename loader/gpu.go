@@ -76,12 +76,13 @@ func readers() int { return min(runtime.GOMAXPROCS(0), 8) }
 
 // engines are shared by the loaders of a process, one per (device,
 // stream), and reference-counted: a loader takes one with acquire when it
-// first uploads on a stream and gives it back when it closes; the last
-// loader to give an engine back closes it and its context. While shared,
-// an engine keeps its decode kernel and the pinned staging buffers that
-// closed transports freed, so handles opened while another is open (two
-// checkpoints, or one opened again) neither pin memory nor load the kernel
-// again.
+// first uploads on a stream and gives it back when it closes. An engine
+// no loader holds stays idle, with its context, its decode kernel and the
+// pinned staging buffers that closed transports freed (at most
+// keepPinned), until ReleaseIdle closes it: a handle opened after another
+// closed (one load after another, as a transformers load opens and closes
+// one) neither pins memory nor loads the kernel again, which costs tens of
+// milliseconds a load.
 var engines = struct {
 	sync.Mutex
 	m map[engineKey]*sharedEngine
@@ -129,22 +130,33 @@ func acquire(d int, s cuda.Stream) (*cudaengine.Engine, error) {
 	return e, nil
 }
 
-// release gives back a reference from acquire; the last one closes the
-// engine and its context.
+// release gives back a reference from acquire; an engine without one
+// stays idle until ReleaseIdle.
 func release(d int, s cuda.Stream) {
 	engines.Lock()
 	defer engines.Unlock()
-	k := engineKey{d, s}
-	se, ok := engines.m[k]
-	if !ok {
-		return
+	if se, ok := engines.m[engineKey{d, s}]; ok && se.refs > 0 {
+		se.refs--
 	}
-	if se.refs--; se.refs > 0 {
-		return
+}
+
+// ReleaseIdle closes the engines no open loader uses, with their contexts
+// and pinned staging memory, and returns how many it closed. Loaders
+// opened later make new ones.
+func ReleaseIdle() int {
+	engines.Lock()
+	defer engines.Unlock()
+	n := 0
+	for k, se := range engines.m {
+		if se.refs > 0 {
+			continue
+		}
+		delete(engines.m, k)
+		se.e.Close()
+		se.ctx.Close()
+		n++
 	}
-	delete(engines.m, k)
-	se.e.Close()
-	se.ctx.Close()
+	return n
 }
 
 // SetResident makes the loader's uploads keep what they read in pinned

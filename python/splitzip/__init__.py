@@ -19,9 +19,10 @@ IntegrityError is corrupt data (a payload failing its checksum).
 """
 
 from ._lib import (Cache, DeviceError, Error, Event, FileError, FilePermissionError, IntegrityError, InternalError,
-                   InvalidArgumentError, MissingFileError, NotFoundError, SourceChangedError, TensorInfo)
+                   InvalidArgumentError, MissingFileError, NotFoundError, SourceChangedError, TensorInfo,
+                   release_idle)
 from ._version import __version__
 
-__all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__",
+__all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__", "release_idle",
            "InvalidArgumentError", "NotFoundError", "IntegrityError", "SourceChangedError", "FileError",
            "MissingFileError", "FilePermissionError", "DeviceError", "InternalError"]

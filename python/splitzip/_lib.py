@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -192,6 +192,7 @@ def lib():
             "sz_gpu_prepare": ([up, ctypes.c_int], st),
             "sz_scatter": ([up, ctypes.c_int, u64, P(PackInfo), up], st),
             "sz_scatter_check": ([up, ctypes.c_int, up], st),
+            "sz_release_idle": ([P(ctypes.c_int)], st),
         }
         for name, (args, res) in sig.items():
             f = getattr(l, name)
@@ -536,3 +537,15 @@ class Cache:
         """Wait for stream and raise Error (corrupt) if a scatter on
         device found an invalid entry since the last check."""
         self._check(lib().sz_scatter_check(self._h, device, stream))
+
+
+def release_idle() -> int:
+    """Free what closed Caches' GPU uploads left for later ones (a device
+    context reference, the decode kernel, up to 1 GiB of pinned staging
+    per device and stream), kept so that the next Cache uploads at once.
+    Returns how many such sets it freed."""
+    n = ctypes.c_int()
+    st = lib().sz_release_idle(ctypes.byref(n))
+    if st:
+        raise error(st, "release_idle failed")
+    return n.value
