@@ -97,6 +97,47 @@ def load_bench(name, cfg, args, tmp, out):
     return src
 
 
+def forward_ms(model, ids, n=20):
+    """Median eager forward time (ms) of n forwards after three warm-ups,
+    and the last logits."""
+    ts = []
+    with torch.no_grad():
+        for _ in range(3):
+            out = model(ids, use_cache=False).logits
+        for _ in range(n):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model(ids, use_cache=False).logits
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3, out
+
+
+def forward_bench(name, src, cache, out, runs=2):
+    """A 128-token eager forward (batch 1): resident against offloaded
+    (window 4, prefetch 2; tiers gpu and pinned), in runs separate runs."""
+    torch.manual_seed(5)
+    ids = torch.randint(0, 1000, (1, 128), device="cuda:0")
+    for run in range(runs):
+        res = AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0")
+        t_res, want = forward_ms(res, ids)
+        del res
+        torch.cuda.empty_cache()
+        row = {"model": name, "run": run, "resident_ms": t_res}
+        for tier in ("gpu", "pinned"):
+            m = offload(cache, src, window=4, prefetch=2, tier=tier)
+            try:
+                t, got = forward_ms(m, ids)
+                row[f"{tier}_ms"], row[f"{tier}_ratio"] = t, t / t_res
+                row[f"{tier}_equal"] = bool(torch.equal(want, got))
+            finally:
+                m.splitzip_offload.close()
+                del m
+                torch.cuda.empty_cache()
+        out.append(row)
+        print(json.dumps(row), flush=True)
+
+
 def gen_bench(name, src, cache, args, out):
     torch.manual_seed(3)
     runs = []
@@ -161,7 +202,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--skip-load", action="store_true")
     args = ap.parse_args()
-    loads, gens = [], []
+    loads, gens, fwds = [], [], []
     llama = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=12,
                                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048)
     mixtral = transformers.MixtralConfig(vocab_size=32000, hidden_size=1024, intermediate_size=3584,
@@ -174,7 +215,8 @@ def main():
                                            num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         if not args.skip_load:
-            load_bench("llama-1.5GiB", llama, args, tmp, loads)
+            src = load_bench("llama-1.5GiB", llama, args, tmp, loads)
+            forward_bench("llama-1.5GiB", src, os.path.join(tmp, "llama-1.5GiB.fixed"), fwds)
             load_bench("mixtral-1.6GiB", mixtral, args, tmp, loads)
         for name, cfg in (("llama-small", small_llama), ("mixtral-small", small)):
             src = os.path.join(tmp, name)
@@ -186,9 +228,10 @@ def main():
     meta = {"transformers": transformers.__version__, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")}
     with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump({"meta": meta, "load": loads, "generate": gens}, f, indent=1)
+        json.dump({"meta": meta, "load": loads, "forward": fwds, "generate": gens}, f, indent=1)
     bad = [r for r in gens if not all(r.get(f"{t}_equal", False) for t in ("pinned", "gpu"))]
     bad += [r for r in loads if not (r["fixed_equal"] and r["entropy_equal"])]
+    bad += [r for r in fwds if not (r["gpu_equal"] and r["pinned_equal"])]
     print(f"{len(bad)} rows with differences or errors")
     sys.exit(1 if bad else 0)
 

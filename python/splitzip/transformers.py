@@ -37,7 +37,9 @@ parameter transformers reports missing (the cache lacks a tensor the
 model needs) is an error naming it, not a random initialisation.
 """
 
+import contextlib
 import os
+import threading
 from typing import Optional, Union
 
 try:
@@ -63,6 +65,31 @@ def _config(path, kwargs) -> "PretrainedConfig":
         return path
     keys = ("trust_remote_code", "revision", "local_files_only", "token", "cache_dir")
     return AutoConfig.from_pretrained(path, **{k: kwargs[k] for k in keys if k in kwargs})
+
+
+_warmup_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _no_allocator_warmup():
+    """transformers reserves GPU memory for the whole model before it
+    loads (caching_allocator_warmup), so that its copies need no further
+    cudaMalloc. With the tensors already in GPU memory that block is never
+    used: it would only double the memory torch holds and cost a large
+    cudaMalloc. Turned off while a GPU state_dict is handed over (one such
+    load at a time in a process); a transformers without it is left as
+    it is."""
+    mu = getattr(transformers, "modeling_utils", None)
+    with _warmup_lock:
+        orig = getattr(mu, "caching_allocator_warmup", None)
+        if orig is None:
+            yield
+            return
+        mu.caching_allocator_warmup = lambda *args, **kwargs: None
+        try:
+            yield
+        finally:
+            mu.caching_allocator_warmup = orig
 
 
 def _concrete(cls, config):
@@ -112,8 +139,9 @@ def load(cache: Cache, path, model_class=None, model_args=(), keep: bool = False
     else:
         src = Source(cache, keep)
         sd = src.lazy()
-    model, info = cls.from_pretrained(None, *model_args, config=config, state_dict=sd, device_map=device_map,
-                                      output_loading_info=True, **kwargs)
+    with _no_allocator_warmup() if src is None else contextlib.nullcontext():
+        model, info = cls.from_pretrained(None, *model_args, config=config, state_dict=sd, device_map=device_map,
+                                          output_loading_info=True, **kwargs)
     del sd
     missing = sorted(info.get("missing_keys") or ())
     if missing:
