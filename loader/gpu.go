@@ -99,7 +99,7 @@ type sharedEngine struct {
 	refs int
 }
 
-// keepPinned is how much freed staging memory an engine keeps.
+// keepPinned is how much freed staging memory an engine keeps, idle or not.
 const keepPinned = 1 << 30
 
 // acquire returns the engine of stream s of device d, making it on first
@@ -130,13 +130,28 @@ func acquire(d int, s cuda.Stream) (*cudaengine.Engine, error) {
 	return e, nil
 }
 
-// release gives back a reference from acquire; an engine without one
-// stays idle until ReleaseIdle.
+// release gives back a reference from acquire. An engine left without
+// one stays idle until ReleaseIdle, or until another engine of its device
+// becomes idle: one idle engine a device at most, so that streams made
+// and destroyed one after another (an offload runtime's) leave no pinned
+// memory behind.
 func release(d int, s cuda.Stream) {
 	engines.Lock()
 	defer engines.Unlock()
-	if se, ok := engines.m[engineKey{d, s}]; ok && se.refs > 0 {
-		se.refs--
+	k := engineKey{d, s}
+	se, ok := engines.m[k]
+	if !ok || se.refs == 0 {
+		return
+	}
+	if se.refs--; se.refs > 0 {
+		return
+	}
+	for ok, o := range engines.m {
+		if ok != k && ok.dev == d && o.refs == 0 {
+			delete(engines.m, ok)
+			o.e.Close()
+			o.ctx.Close()
+		}
 	}
 }
 

@@ -496,3 +496,79 @@ func TestReadHostEntropyCorruptWithSource(t *testing.T) {
 		t.Fatal("no entropy payloads in the fixture")
 	}
 }
+
+// TestIdleEngine: after a handle's uploads and its close, its engine
+// stays idle and the next handle's uploads use it; an engine of another
+// stream becoming idle closes it (one idle a device), ReleaseIdle closes
+// the last. It needs a GPU.
+func TestIdleEngine(t *testing.T) {
+	l, cache := openFixture(t)
+	ctx := requireGPU(t)
+	ReleaseIdle()
+	idle := func() (n int) {
+		engines.Lock()
+		defer engines.Unlock()
+		for _, se := range engines.m {
+			if se.refs == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	ts := l.Tensors()
+	upload := func(l *Loader, s cuda.Stream) {
+		t.Helper()
+		d, err := ctx.Alloc(ts[0].Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctx.Free(d)
+		ev, err := l.UploadBatch([]int{ts[0].Index}, 0, []uint64{uint64(d)}, []uint64{ts[0].Size}, uintptr(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.EventWait(ev); err != nil {
+			t.Fatal(err)
+		}
+		l.EventRelease(ev)
+	}
+	s1, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s1)
+	upload(l, s1)
+	l.Close()
+	if n := idle(); n != 1 {
+		t.Fatalf("%d idle engines after a handle closed, want 1", n)
+	}
+	l2, err := Open(cache, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload(l2, s1)
+	if n := idle(); n != 0 {
+		t.Fatalf("%d idle engines while a handle uses the stream's, want 0", n)
+	}
+	s2, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s2)
+	l3, err := Open(cache, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload(l3, s2)
+	l2.Close()
+	l3.Close()
+	if n := idle(); n != 1 {
+		t.Fatalf("%d idle engines after two streams' handles closed, want 1", n)
+	}
+	if n := ReleaseIdle(); n != 1 {
+		t.Fatalf("ReleaseIdle closed %d engines, want 1", n)
+	}
+	if n := idle(); n != 0 {
+		t.Fatalf("%d idle engines after ReleaseIdle", n)
+	}
+}
