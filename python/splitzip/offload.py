@@ -7,11 +7,18 @@ each layer runs.
     model = offload("llama.sz", "path/to/model", window=4, prefetch=2, tier="pinned")
     logits = model(input_ids).logits
 
-Everything but the decoder layers (embeddings, final norm, head, buffers)
-is loaded resident, as splitzip.transformers.from_pretrained loads it. The
-decoder layers (the longest nn.ModuleList of modules of one class) share
-`window` slots, each a set of GPU tensors shaped like one layer's
-parameters: layer i runs in slot i mod window. A forward pre-hook makes
+transformers builds the model on the CPU from the cache's tensors (its
+own from_pretrained, so its renames and expert fusions apply); each
+decoder-layer parameter is then traced back to the checkpoint tensors
+that tile its bytes (splitzip._pieces), and everything but those
+parameters (embeddings, final norm, head, buffers, parameters no tiling
+reproduces) moves to the GPU, resident. The decoder layers (of the
+nn.ModuleLists of modules of one class, the one holding the most
+parameters) share `window` slots, each a set of GPU tensors shaped like a
+layer's offloaded parameters: layer i runs in slot i mod window, and a
+fault writes each checkpoint tensor into its byte range of the slot, so
+a mixture-of-experts layer's fused experts fill from the checkpoint's
+separate ones. A forward pre-hook makes
 the compute stream wait (on the device, not the host) for layer i's
 fault-in and starts those of the next `prefetch` layers (the plan of
 splitzip.offload_plan, tested without a GPU) on an upload stream.
@@ -55,7 +62,6 @@ from ._lib import Cache, Error, error
 from ._packs import ENTRY, owner
 from ._pieces import Index
 from .offload_plan import TIERS, Plan, tiers
-from .torch import DTYPES
 from .transformers import _owner, load
 
 @dataclass
@@ -117,7 +123,10 @@ def _layer_pieces(layers, kept: Dict[str, "torch.Tensor"]) -> List[dict]:
                 continue
             if index is None:
                 index = Index(kept)
-            ps[rel] = (p.data, index.pieces(p.data) if p.device.type == "cpu" else None)
+            pcs = index.pieces(p.data) if p.device.type == "cpu" else None
+            if pcs and any(off % 16 for off, _, _ in pcs):
+                pcs = None  # a payload's destination must be 16-byte aligned: kept resident instead
+            ps[rel] = (p.data, pcs)
         out.append(ps)
     return out
 
