@@ -3,9 +3,10 @@ package engine
 import (
 	"errors"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
-	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -88,7 +89,7 @@ var ErrInjected = errors.New("injected fault")
 // payload at Dst whose header is Decode, or of the entropy payload at Dst
 // whose head is Entropy (none when both are nil; never both). With Items, Src
 // is a packed staging buffer instead: it starts with room for the item
-// table (ScatterTableBytes), which Submit fills after checking the items,
+// table (scatter.TableBytes), which Submit fills after checking the items,
 // its length is a multiple of 16, and it is copied to device staging
 // memory and written to the items' ranges by one pass (raw bytes copied,
 // payloads decoded); Dst and Decode are then unused. Work with neither
@@ -106,13 +107,5 @@ type Work struct {
 	// Entropy is the checked head of an entropy payload (its chunk index
 	// checked too, so MaxRecord is set) flagged decodable in place.
 	Entropy *entropy.Head
-	Items   []ScatterItem
+	Items   []scatter.Item
 }
-
-// ScatterItem is one tensor of a packed staging buffer (the table format
-// the scatter kernel reads is gpu's; engines and transports name it here).
-type ScatterItem = gpu.ScatterItem
-
-// ScatterTableBytes returns the bytes a table of n items takes at the
-// start of a packed staging buffer.
-func ScatterTableBytes(n int) uint64 { return gpu.ScatterTableBytes(n) }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 )
@@ -80,7 +82,7 @@ func TestKernelConstants(t *testing.T) {
 		want int
 	}{
 		{"SZ_CHUNK", codec.ChunkValues}, {"SZ_THREADS", threads}, {"SZ_ERR_TABLE", errTable}, {"SZ_ERR_ESCAPE", errEscape},
-		{"SZ_ERR_READERS", errReaders}, {"SZ_ERR_ORDER", errOrder}, {"SZ_ERR_ITEM", errItem}, {"SZ_RAW_UNIT", scatterRawUnit},
+		{"SZ_ERR_READERS", errReaders}, {"SZ_ERR_ORDER", errOrder}, {"SZ_ERR_ITEM", errItem}, {"SZ_RAW_UNIT", scatter.RawUnit},
 		{"SZ_MAX_STAGES", maxStages}, {"SZ_CTRL_TICKETS", ctrlTickets}, {"SZ_CTRL_READS", ctrlReads},
 		{"SZ_CTRL_BYTES", ctrlBytes}, {"SZ_TRACE_WORDS", traceWords},
 	} {

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/engine/scatter"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 )
 
 // packed is a staging buffer under construction: a table then stored bytes.
 type packed struct {
-	items []ScatterItem
+	items []scatter.Item
 	blobs [][]byte
 	want  [][]byte
 	dst   uint64 // next destination offset
@@ -23,7 +24,7 @@ type packed struct {
 // destination offset shifted by skew bytes.
 func (p *packed) add(t *testing.T, name string, values []byte, payload bool, skew uint64) {
 	t.Helper()
-	it := ScatterItem{Name: name, Dst: p.dst + skew, Size: uint64(len(values))}
+	it := scatter.Item{Name: name, Dst: p.dst + skew, Size: uint64(len(values))}
 	blob := values
 	if payload {
 		b, _, err := codec.Encode(values)
@@ -45,7 +46,7 @@ func (p *packed) add(t *testing.T, name string, values []byte, payload bool, ske
 
 // stage lays the table and blobs out; destinations become absolute at base.
 func (p *packed) stage(base uint64) []byte {
-	off := ScatterTableBytes(len(p.items))
+	off := scatter.TableBytes(len(p.items))
 	off = (off + 15) &^ 15
 	for i := range p.items {
 		p.items[i].Src = off
@@ -59,9 +60,9 @@ func (p *packed) stage(base uint64) []byte {
 	return buf
 }
 
-// scatter stages p, runs the kernel into a poisoned buffer and returns it
+// runScatter stages p, runs the kernel into a poisoned buffer and returns it
 // (all destinations and guards) with the kernel's error.
-func scatter(t *testing.T, ctx *cuda.Context, d *Decoder, p *packed, corrupt func([]byte)) ([]byte, uint64, error) {
+func runScatter(t *testing.T, ctx *cuda.Context, d *Decoder, p *packed, corrupt func([]byte)) ([]byte, uint64, error) {
 	t.Helper()
 	s, err := ctx.NewStream()
 	if err != nil {
@@ -75,7 +76,7 @@ func scatter(t *testing.T, ctx *cuda.Context, d *Decoder, p *packed, corrupt fun
 	}
 	defer ctx.Free(out)
 	buf := p.stage(uint64(out) + guard)
-	if err := PutScatterTable(buf, p.items, uint64(len(buf))); err != nil {
+	if err := scatter.Put(buf, p.items, uint64(len(buf))); err != nil {
 		t.Fatal(err)
 	}
 	if corrupt != nil {
@@ -88,7 +89,7 @@ func scatter(t *testing.T, ctx *cuda.Context, d *Decoder, p *packed, corrupt fun
 	defer ctx.Free(stage)
 	ctx.MemsetD8Async(out, 0xA5, total, s)
 	ctx.CopyHtoDAsync(stage, buf, s)
-	if err := d.LaunchScatter(stage, uint64(len(buf)), len(p.items), ScatterUnits(p.items), s); err != nil {
+	if err := d.LaunchScatter(stage, uint64(len(buf)), len(p.items), scatter.Units(p.items), s); err != nil {
 		t.Fatal(err)
 	}
 	kerr := d.TakeError(s)
@@ -132,7 +133,7 @@ func TestScatterMatchesReference(t *testing.T) {
 		v := synth.Normal(rng, n, 0.02)
 		p.add(t, fmt.Sprintf("raw %d bytes", len(v)-1), v[:len(v)-1], false, 0)
 	}
-	host, base, err := scatter(t, ctx, d, &p, nil)
+	host, base, err := runScatter(t, ctx, d, &p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestScatterCorrupt(t *testing.T) {
 		p.add(t, "raw", synth.Normal(rng, 999, 0.02), false, 0)
 		// The table and headers are written by the host (trusted); the
 		// payload bytes after each header are what the kernel must survive.
-		host, base, err := scatter(t, ctx, d, &p, func(buf []byte) {
+		host, base, err := runScatter(t, ctx, d, &p, func(buf []byte) {
 			for k := 0; k <= rng.IntN(4); k++ {
 				it := p.items[rng.IntN(3)]
 				pos := it.Src + codec.HeaderSize + uint64(rng.IntN(int(it.Stored-codec.HeaderSize)))
@@ -178,7 +179,7 @@ func TestScatterCorrupt(t *testing.T) {
 			// they say, no unit writes outside its item (though units
 			// may then be taken for another item's and not be done).
 			if r%4 == 0 {
-				buf[ScatterItemBytes*rng.IntN(3)+56+rng.IntN(8)] ^= byte(1 + rng.IntN(255))
+				buf[scatter.EntryBytes*rng.IntN(3)+56+rng.IntN(8)] ^= byte(1 + rng.IntN(255))
 			}
 		})
 		if err != nil {

@@ -1,7 +1,7 @@
 package loader
 
 // Layer packs: a set of tensors' stored bytes laid out behind a scatter
-// table (gpu.PutScatterTable) in one buffer, so that one launch of the
+// table (scatter.Put) in one buffer, so that one launch of the
 // scatter kernel writes all of them to their destinations, raw tensors
 // copied and payloads decoded out of place. An offload runtime keeps a
 // layer's pack in pinned host memory or in GPU memory and re-faults the
@@ -11,6 +11,8 @@ package loader
 
 import (
 	"fmt"
+
+	"github.com/splitzip/splitzip/engine/scatter"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
@@ -41,7 +43,7 @@ func (l *Loader) packBound(t *Tensor) (uint64, error) {
 // PackSize returns the bytes Pack needs for the pack of tensors idx (the
 // pack itself may take fewer: PackInfo.Staged).
 func (l *Loader) PackSize(idx []int) (uint64, error) {
-	n := align16(gpu.ScatterTableBytes(len(idx)))
+	n := align16(scatter.TableBytes(len(idx)))
 	for _, i := range idx {
 		t, err := l.Tensor(i)
 		if err != nil {
@@ -76,9 +78,9 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, err
 	if uint64(len(buf)) < bound {
 		return PackInfo{}, fmt.Errorf("%w: a pack of up to %d bytes in a buffer of %d", ErrTooSmall, bound, len(buf))
 	}
-	items := make([]gpu.ScatterItem, len(idx))
+	items := make([]scatter.Item, len(idx))
 	heads := make([]codec.Header, len(idx))
-	tb := gpu.ScatterTableBytes(len(idx))
+	tb := scatter.TableBytes(len(idx))
 	pos := align16(tb)
 	clear(buf[tb:pos])
 	for k, i := range idx {
@@ -92,7 +94,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, err
 			return PackInfo{}, err
 		}
 		clear(buf[pos+n : pos+align16(n)])
-		items[k] = gpu.ScatterItem{Name: t.Name, Dst: dsts[k], Src: pos, Stored: n, Size: t.Size}
+		items[k] = scatter.Item{Name: t.Name, Dst: dsts[k], Src: pos, Stored: n, Size: t.Size}
 		if payload {
 			if heads[k], err = codec.ParseHeader(buf[pos : pos+n]); err != nil {
 				return PackInfo{}, fmt.Errorf("tensor %q: %w", t.Name, err)
@@ -101,10 +103,10 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, err
 		}
 		pos += align16(n)
 	}
-	if err := gpu.PutScatterTable(buf, items, pos); err != nil {
+	if err := scatter.Put(buf, items, pos); err != nil {
 		return PackInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return PackInfo{Staged: pos, Count: len(idx), Units: gpu.ScatterUnits(items)}, nil
+	return PackInfo{Staged: pos, Count: len(idx), Units: scatter.Units(items)}, nil
 }
 
 // packItem writes tensor t's packed form into dst (its packBound bytes)

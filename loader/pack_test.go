@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/synth"
@@ -89,7 +91,7 @@ func checkPack(t *testing.T, l *Loader) {
 	var units uint64
 	compressed := 0
 	for i, tn := range l.Tensors() {
-		e := buf[i*gpu.ScatterItemBytes:]
+		e := buf[i*scatter.EntryBytes:]
 		dst, src := binary.LittleEndian.Uint64(e[0:]), binary.LittleEndian.Uint64(e[8:])
 		stored, size := binary.LittleEndian.Uint64(e[16:]), binary.LittleEndian.Uint64(e[24:])
 		if dst != base+offs[i] || size != tn.Size || src%16 != 0 || src+stored > info.Staged {

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
@@ -83,7 +85,7 @@ func (z *SplitZip) planResidentPacks(targets []target) error {
 			return err
 		}
 		rp := &residentPack{buf: buf, keys: keys[:n:n]}
-		off := align16(engine.ScatterTableBytes(n))
+		off := align16(scatter.TableBytes(n))
 		for _, s := range sizes[:n] {
 			rp.rel = append(rp.rel, off)
 			off += align16(s)
@@ -106,14 +108,14 @@ func packMembers(sizes []uint64) (int, uint64) {
 	var body uint64
 	n := 0
 	for _, s := range sizes {
-		next := align16(engine.ScatterTableBytes(n+1)) + body + align16(s)
+		next := align16(scatter.TableBytes(n+1)) + body + align16(s)
 		if next > residentPackBytes {
 			break
 		}
 		body += align16(s)
 		n++
 	}
-	return n, align16(engine.ScatterTableBytes(n)) + body
+	return n, align16(scatter.TableBytes(n)) + body
 }
 
 // residentGroups takes out of targets those whose payloads make up whole
@@ -171,11 +173,11 @@ type packUpload struct {
 // their bindings with one submission, and sets their fences in out.
 func (z *SplitZip) submitPack(u packUpload, out []Fence) {
 	rp := u.pack
-	items := make([]engine.ScatterItem, len(u.ts))
+	items := make([]scatter.Item, len(u.ts))
 	var end uint64
 	for i, t := range u.ts {
 		h := &u.ps[i].h
-		items[i] = engine.ScatterItem{Name: t.b.Name, Dst: uint64(t.b.Addr), Src: rp.rel[i], Stored: h.Size, Size: t.b.Size, Header: h}
+		items[i] = scatter.Item{Name: t.b.Name, Dst: uint64(t.b.Addr), Src: rp.rel[i], Stored: h.Size, Size: t.b.Size, Header: h}
 		end = align16(rp.rel[i] + h.Size)
 	}
 	rp.mu.Lock()

@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
-	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -41,7 +42,7 @@ func residentPacks(t *testing.T, small int64) {
 	}
 	var scattered atomic.Int64 // payload items scattered
 	var fail atomic.Bool
-	eng, a, st, tr := setupWith(t, c, src, hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
+	eng, a, st, tr := setupWith(t, c, src, hostengine.Hooks{Scatter: func(its []scatter.Item) error {
 		if fail.Load() {
 			return engine.ErrInjected
 		}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
@@ -139,7 +141,7 @@ type stagedRead struct {
 }
 
 // bytes is the staging buffer the plan fills: the table, then the items.
-func (pl *plan) bytes() uint64 { return align16(engine.ScatterTableBytes(len(pl.items))) + pl.end }
+func (pl *plan) bytes() uint64 { return align16(scatter.TableBytes(len(pl.items))) + pl.end }
 
 // place returns where item it would lie in the plan and whether it joins
 // the plan's last read, without changing the plan.
@@ -186,7 +188,7 @@ func planPacks(items []smallItem) []*plan {
 	pl := &plan{}
 	for _, it := range sorted {
 		rel, joins := pl.place(it)
-		if len(pl.items) > 0 && align16(engine.ScatterTableBytes(len(pl.items)+1))+align16(rel+it.stored) > packBytes {
+		if len(pl.items) > 0 && align16(scatter.TableBytes(len(pl.items)+1))+align16(rel+it.stored) > packBytes {
 			plans = append(plans, pl)
 			pl = &plan{}
 			rel, joins = pl.place(it)
@@ -293,16 +295,16 @@ func (p *packer) send(pl *plan, out []Fence) {
 		s.ev.Wait() // the copy that last read this buffer is done
 		s.ev = nil
 	}
-	base := align16(engine.ScatterTableBytes(len(pl.items)))
+	base := align16(scatter.TableBytes(len(pl.items)))
 	hdrs, errs := p.stage(pl, s.buf, base)
-	its := make([]engine.ScatterItem, 0, len(pl.items))
+	its := make([]scatter.Item, 0, len(pl.items))
 	kept := make([]smallItem, 0, len(pl.items))
 	for k, it := range pl.items {
 		if errs[k] != nil {
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: errs[k]}}
 			continue
 		}
-		its = append(its, engine.ScatterItem{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Stored: it.stored, Size: it.b.Size, Header: hdrs[k]})
+		its = append(its, scatter.Item{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Stored: it.stored, Size: it.b.Size, Header: hdrs[k]})
 		kept = append(kept, it)
 	}
 	if len(its) == 0 {
@@ -331,7 +333,7 @@ func (p *packer) send(pl *plan, out []Fence) {
 
 // work is a pack's submission: a single raw binding or in-place payload
 // is copied (and decoded) directly, anything else is scattered.
-func work(buf []byte, its []engine.ScatterItem) engine.Work {
+func work(buf []byte, its []scatter.Item) engine.Work {
 	if len(its) == 1 {
 		it := its[0]
 		if h := it.Header; h == nil || h.InPlace {

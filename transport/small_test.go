@@ -10,10 +10,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
-	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
@@ -30,7 +31,7 @@ func smallFixture(t *testing.T, n int) (*shardcache.Cache, *shardcache.Source) {
 func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 	c, src := smallFixture(t, 4)
 	var scatters atomic.Int64
-	_, a, st, _ := setup(t, c, src, hostengine.Hooks{Scatter: func([]gpu.ScatterItem) error { scatters.Add(1); return nil }}, false)
+	_, a, st, _ := setup(t, c, src, hostengine.Hooks{Scatter: func([]scatter.Item) error { scatters.Add(1); return nil }}, false)
 	for _, b := range a.Bindings() {
 		if err := st.FaultIn(context.Background(), []*vmm.Binding{b})[0].Wait(); err != nil {
 			t.Fatal(err)
@@ -47,7 +48,7 @@ func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 func TestSmallFaults(t *testing.T) {
 	c, src := smallFixture(t, 40)
 	var failScatter atomic.Bool
-	eng, a, st, tr := setup(t, c, src, hostengine.Hooks{Scatter: func([]gpu.ScatterItem) error {
+	eng, a, st, tr := setup(t, c, src, hostengine.Hooks{Scatter: func([]scatter.Item) error {
 		if failScatter.Load() {
 			return engine.ErrInjected
 		}

@@ -6,7 +6,8 @@ package transport
 import (
 	"fmt"
 
-	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -121,7 +122,7 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 // or for the alignment gaps between a run's tensors (less than vmm.Align
 // an item).
 func (s Staging) ResidentPacked(raw bool) uint64 {
-	per := engine.ScatterTableBytes(1) + 16
+	per := scatter.TableBytes(1) + 16
 	if raw {
 		per = vmm.Align
 	}

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
@@ -93,7 +95,7 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		return nil, fmt.Errorf("cuda engine: no stream %d", s)
 	}
 	if w.Items != nil {
-		if err := gpu.PutScatterTable(w.Src, w.Items, uint64(len(w.Src))); err != nil {
+		if err := scatter.Put(w.Src, w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
 	}
@@ -275,7 +277,7 @@ func (e *Engine) launchDecode(ds cuda.Stream, dec *gpu.Decoder, w engine.Work) e
 // scatter enqueues on stream s the copy of packed, whose table is
 // written, into the stream's staging memory (grown as needed) and the
 // scatter kernel.
-func (e *Engine) scatter(s int, packed []byte, items []engine.ScatterItem) error {
+func (e *Engine) scatter(s int, packed []byte, items []scatter.Item) error {
 	n := uint64(len(packed))
 	if e.stageCap[s] < n {
 		// Earlier scatters on s may still read the old staging memory.
@@ -296,7 +298,7 @@ func (e *Engine) scatter(s int, packed []byte, items []engine.ScatterItem) error
 	if err := e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, st) }); err != nil {
 		return err
 	}
-	units := gpu.ScatterUnits(items)
+	units := scatter.Units(items)
 	return e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), units, st) })
 }
 

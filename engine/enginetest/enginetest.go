@@ -22,6 +22,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/scatter"
 	"github.com/splitzip/splitzip/internal/synth"
 )
 
@@ -40,7 +41,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		{"DecodeInPlace", decodeInPlace},
 		{"DecodesFollowTheirCopies", decodesFollowTheirCopies},
 		{"EntropyDecodeInPlace", entropyDecodeInPlace},
-		{"Scatter", scatter},
+		{"Scatter", scatterPack},
 		{"CorruptPayloadReported", corruptPayload},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -393,11 +394,11 @@ func entropyDecodeInPlace(t *testing.T, e engine.Engine) {
 	}
 }
 
-func scatter(t *testing.T, e engine.Engine) {
+func scatterPack(t *testing.T, e engine.Engine) {
 	values, p, h := Payload(t, 3*codec.ChunkValues+5)
 	raw := []byte("raw bytes of a small tensor, 37 bytes")
 	dst := alloc(t, e, 1<<20)
-	table := engine.ScatterTableBytes(2)
+	table := scatter.TableBytes(2)
 	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
 	offRaw := align(table)
 	offPay := align(offRaw + uint64(len(raw)))
@@ -409,7 +410,7 @@ func scatter(t *testing.T, e engine.Engine) {
 	defer e.FreePinned(staged)
 	copy(staged[offRaw:], raw)
 	copy(staged[offPay:], p)
-	items := []engine.ScatterItem{
+	items := []scatter.Item{
 		{Name: "raw", Dst: uint64(dst.base) + 1, Src: offRaw, Stored: uint64(len(raw)), Size: uint64(len(raw))},
 		{Name: "payload", Dst: uint64(dst.base) + 4096, Src: offPay, Stored: uint64(len(p)), Size: uint64(len(values)), Header: &h},
 	}

@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/gpu"
 )
 
 var (
@@ -32,7 +33,7 @@ type Hooks struct {
 	// Map, if set, is called before memory is mapped (out of memory).
 	Map func(n uint64) error
 	// Scatter, if set, is called before a packed upload of items runs.
-	Scatter func(items []engine.ScatterItem) error
+	Scatter func(items []scatter.Item) error
 }
 
 // Engine implements engine.Engine in host memory. Each stream is a goroutine
@@ -205,10 +206,10 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	var run []func() error
 	switch {
 	case w.Items != nil:
-		if err := gpu.PutScatterTable(w.Src, w.Items, uint64(len(w.Src))); err != nil {
+		if err := scatter.Put(w.Src, w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
-		its := append([]engine.ScatterItem(nil), w.Items...)
+		its := append([]scatter.Item(nil), w.Items...)
 		// As on a GPU: the packed buffer is copied to staging memory,
 		// then scattered from there.
 		var staged []byte

@@ -6,6 +6,8 @@ package hostengine
 import (
 	"fmt"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
@@ -99,7 +101,7 @@ func (e *Engine) decodeEntropyInPlace(dst engine.DevPtr, h *entropy.Head) error 
 
 // scatter writes checked items of packed to their ranges; the hooks see
 // each raw item as a copy and each payload as a decode.
-func (e *Engine) scatter(packed []byte, its []engine.ScatterItem) error {
+func (e *Engine) scatter(packed []byte, its []scatter.Item) error {
 	if e.hooks.Scatter != nil {
 		if err := e.hooks.Scatter(its); err != nil {
 			return err

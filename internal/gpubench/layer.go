@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 )
@@ -55,12 +56,12 @@ func BenchLayer(ctx *cuda.Context, tensors []LayerTensor, runs int) (*LayerRepor
 	defer b.close()
 	rep := &LayerReport{Device: b.name, CopyGBps: b.copyGBps, CeilingGBps: b.copyGBps * 2 / 3.5, Tensors: tensors}
 	rng := rand.New(rand.NewPCG(20261201, 13))
-	items := make([]gpu.ScatterItem, len(tensors))
+	items := make([]scatter.Item, len(tensors))
 	heads := make([]codec.Header, len(tensors))
 	payloads := make([][]byte, len(tensors))
 	var want []byte
 	dstOff := make([]uint64, len(tensors))
-	src := gpu.ScatterTableBytes(len(tensors))
+	src := scatter.TableBytes(len(tensors))
 	for i, t := range tensors {
 		v := make([]byte, 2*t.Rows*t.Cols)
 		synth.FillNormal(rng, v, 0.02, 1.5, int(t.Cols))
@@ -77,7 +78,7 @@ func BenchLayer(ctx *cuda.Context, tensors []LayerTensor, runs int) (*LayerRepor
 		for len(want)%256 != 0 {
 			want = append(want, 0)
 		}
-		items[i] = gpu.ScatterItem{Name: t.Name, Src: src, Stored: uint64(len(p)), Size: uint64(len(v)), Header: &heads[i]}
+		items[i] = scatter.Item{Name: t.Name, Src: src, Stored: uint64(len(p)), Size: uint64(len(v)), Header: &heads[i]}
 		src += (uint64(len(p)) + 15) &^ 15
 		rep.RawBytes += uint64(len(v))
 		rep.Payload += uint64(len(p))
@@ -100,13 +101,13 @@ func BenchLayer(ctx *cuda.Context, tensors []LayerTensor, runs int) (*LayerRepor
 	for i := range items {
 		items[i].Dst = uint64(dst) + dstOff[i]
 	}
-	if err := gpu.PutScatterTable(host, items, staged); err != nil {
+	if err := scatter.Put(host, items, staged); err != nil {
 		return nil, err
 	}
 	if err := ctx.CopyHtoDAsync(base, host, b.s); err != nil {
 		return nil, err
 	}
-	units := gpu.ScatterUnits(items)
+	units := scatter.Units(items)
 	check := func() error {
 		if err := b.d.TakeError(b.s); err != nil {
 			return err

@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/splitzip/splitzip/engine/scatter"
+
 	"github.com/splitzip/splitzip/engine/hostengine"
-	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
@@ -150,7 +151,7 @@ func TestSmallTensorsArePacked(t *testing.T) {
 		{Resident: true, Check: true, Repeat: 2},
 	} {
 		var scatters, items atomic.Int64
-		eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Scatter: func(its []gpu.ScatterItem) error {
+		eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Scatter: func(its []scatter.Item) error {
 			scatters.Add(1)
 			items.Add(int64(len(its)))
 			return nil
