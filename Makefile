@@ -120,6 +120,6 @@ gpu-build: build
 	CGO_ENABLED=0 $(GO) test -c -o .dev/cuda.test ./gpu/cuda
 	CGO_ENABLED=0 $(GO) test -c -o .dev/cudaengine.test ./engine/cudaengine
 	CGO_ENABLED=0 $(GO) test -c -o .dev/transport.test ./transport
-	CGO_ENABLED=0 $(GO) test -c -o .dev/loadbench.test ./internal/loadbench
+	CGO_ENABLED=0 $(GO) test -c -o .dev/load.test ./load
 	CGO_ENABLED=0 $(GO) test -c -o .dev/loader.test ./loader
 	CGO_ENABLED=0 $(GO) test -c -o .dev/entropy.test ./codec/entropy

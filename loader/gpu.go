@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/load"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
@@ -25,12 +25,13 @@ type gpuState struct {
 	dec     *gpu.Decoder // for Scatter, loaded on first use
 }
 
-// streamTransport is a SplitZip transport over a raw one whose engine
-// enqueues on one caller stream. Its pinned staging buffers persist until
-// the loader is closed; the engine is shared (acquire, release).
+// streamTransport is a load's transports (load.NewTransports) on an
+// engine that enqueues on one caller stream. Their pinned staging buffers
+// persist until the loader is closed; the engine is shared (acquire,
+// release).
 type streamTransport struct {
 	eng    *cudaengine.Engine
-	t      *transport.SplitZip
+	ts     *load.Transports
 	dev    int
 	stream cuda.Stream
 }
@@ -68,11 +69,9 @@ func (l *Loader) device(d int) (*gpuState, error) {
 }
 
 // Staging per handle and caller stream is planned by Open from the
-// checkpoint (transport.PlanStaging: what its tensors need, at most two
-// buffers per reader, all within Options.PinnedLimit, default 256 MiB),
-// and returned to the stream's engine when the handle closes. readers
-// is up to 8, fewer on fewer cores.
-func readers() int { return min(runtime.GOMAXPROCS(0), 8) }
+// checkpoint (load.Staging: what its tensors need, at most two buffers
+// per reader, all within Options.PinnedLimit, default 256 MiB), and
+// returned to the stream's engine when the handle closes.
 
 // engines are shared by the loaders of a process, one per (device,
 // stream), and reference-counted: a loader takes one with acquire when it
@@ -200,26 +199,15 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	if err != nil {
 		return nil, err
 	}
-	st := l.staging
 	l.uploading.Store(true)
-	resident := l.resident.Load()
-	raw, err := transport.NewRaw(eng, transport.RawOptions{Readers: readers(), Slots: st.RawSlots, PackSlots: st.PackSlots, Resident: resident})
+	o := l.opts
+	o.Resident = l.resident.Load()
+	ts, err := load.NewTransports(eng, l.c, l.staging, o)
 	if err != nil {
 		release(d, s)
 		return nil, err
 	}
-	z, err := transport.NewSplitZip(eng, l.c, raw, transport.SplitZipOptions{Readers: readers(), RingPieces: st.Pieces, PackSlots: st.PackSlots, Resident: resident})
-	if err != nil {
-		raw.Close()
-		release(d, s)
-		return nil, err
-	}
-	if err := z.Prepare(); err != nil {
-		z.Close()
-		release(d, s)
-		return nil, err
-	}
-	t := &streamTransport{eng: eng, t: z, dev: d, stream: s}
+	t := &streamTransport{eng: eng, ts: ts, dev: d, stream: s}
 	g.streams[s] = t
 	return t, nil
 }
@@ -292,7 +280,7 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 	if err != nil {
 		return 0, err
 	}
-	fences := st.t.UploadBatch(context.Background(), bs)
+	fences := st.ts.Payloads().UploadBatch(context.Background(), bs)
 	var failed error
 	for _, f := range fences {
 		if failed = transport.Failed(f); failed != nil {
@@ -371,7 +359,7 @@ func (g *gpuState) close() {
 		g.ctx.DestroyEvent(ev)
 	}
 	for _, st := range g.streams {
-		st.t.Close() // its staging memory goes back to the engine
+		st.ts.Close() // its staging memory goes back to the engine
 		release(st.dev, st.stream)
 	}
 	if g.dec != nil {

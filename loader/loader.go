@@ -15,6 +15,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/load"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
@@ -56,7 +57,8 @@ type Loader struct {
 
 	gpuMu   sync.Mutex
 	gpus    map[int]*gpuState
-	staging transport.Staging // each upload stream's rings
+	opts    load.Options      // each upload stream's transports'
+	staging transport.Staging // and their rings
 	// resident: uploads keep what they read in pinned memory
 	// (SetResident); uploading: a transport has been made.
 	resident, uploading atomic.Bool
@@ -123,7 +125,8 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 			specs = append(specs, vmm.Spec{Name: t.Name, Shard: tt.Shard, Offset: t.Offset, Size: t.Size})
 		}
 	}
-	if l.staging, err = transport.PlanStaging(c, specs, readers(), 0, false, o.PinnedLimit); err != nil {
+	l.opts = load.Options{PinnedLimit: o.PinnedLimit}
+	if l.staging, err = load.Staging(c, specs, l.opts); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -32,7 +32,7 @@ step "engine conformance suite on the CUDA engine"
 .dev/cudaengine.test -test.v -test.count=1 || fail "cudaengine conformance"
 step "transport and loader tests (CUDA engine, uploads into caller memory)"
 (cd transport && ../.dev/transport.test -test.v -test.count=1 -test.run 'CUDA') || fail "transport cuda tests"
-(cd internal/loadbench && ../../.dev/loadbench.test -test.v -test.count=1 -test.run 'CUDA') || fail "loadbench cuda tests"
+(cd load && ../.dev/load.test -test.v -test.count=1 -test.run 'CUDA') || fail "load cuda tests"
 (cd loader && ../.dev/loader.test -test.v -test.count=1 -test.run 'Upload') || fail "loader upload tests"
 if [ -n "${LARGE:-}" ]; then
   step "large tensor"

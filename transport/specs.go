@@ -3,7 +3,6 @@ package transport
 import (
 	"errors"
 	"path/filepath"
-	"runtime"
 
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -50,14 +49,3 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 	}
 	return out, nil
 }
-
-// DefaultStreams is how many upload streams a load engine uses by default.
-const DefaultStreams = 2
-
-// DefaultReaders is how many goroutines read files by default: half the
-// cores, between 2 and 8. On the 16-core H200 host (2026-12-01, bench load
-// of 1.6 GB and 6 GB checkpoints from page cache, readers 2 to 32 by
-// streams 1 to 4) 8 readers and 2 streams came within 3% of the best of
-// the sweep for raw and SplitZip loads of both, where 16 readers gave
-// 77-96%: past 8, readers compete for memory bandwidth.
-func DefaultReaders() int { return min(8, max(2, runtime.NumCPU()/2)) }

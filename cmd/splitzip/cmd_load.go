@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/loadbench"
+	"github.com/splitzip/splitzip/load"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 )
@@ -80,9 +80,9 @@ SplitZip loads N times in one process and prints the ratio.`,
 func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
 	f.StringVar(&o.Source, "source", "", "source to load: a recorded root (when the cache holds several), or the directory a moved source is in now")
-	f.IntVar(&o.Readers, "readers", transport.DefaultReaders(), "reader goroutines per transport (default: half the cores, 2 to 8)")
-	f.IntVar(&o.Streams, "streams", transport.DefaultStreams, "upload streams")
-	f.IntVar(&o.Ahead, "ahead", loadbench.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
+	f.IntVar(&o.Readers, "readers", load.DefaultReaders(), "reader goroutines per transport (default: half the cores, 2 to 8)")
+	f.IntVar(&o.Streams, "streams", load.DefaultStreams, "upload streams")
+	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
@@ -153,12 +153,12 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := loadbench.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Repeat: o.Repeat, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource,
+	lo := load.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
 	if o.Compare == 0 {
 		p.Start("loading", total)
-		rep, err := loadbench.Load(ctx, eng, c, src, lo)
+		rep, err := loadbench.Repeat(ctx, eng, c, src, lo, o.Repeat)
 		p.Finish()
 		if err != nil {
 			return err
@@ -170,7 +170,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		printLoad(g, rep)
 		return nil
 	}
-	var raws, zips []*loadbench.Report
+	var raws, zips []*load.Report
 	for range o.Compare {
 		for _, raw := range []bool{true, false} {
 			lo.Raw = raw
@@ -181,7 +181,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 				lo.ResidentPacks = o.ResidentPacks && raw
 			}
 			p.Start(map[bool]string{true: "loading raw", false: "loading SplitZip"}[raw], total)
-			rep, err := loadbench.Load(ctx, eng, c, src, lo)
+			rep, err := loadbench.Repeat(ctx, eng, c, src, lo, o.Repeat)
 			if err != nil {
 				return err
 			}
@@ -198,7 +198,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 			}
 		}
 	}
-	cmp := compareLoads(raws, zips)
+	cmp := loadbench.Compare(raws, zips)
 	if g.JSON {
 		return printJSON(g.stdout, "load_compare", map[string]any{"raw": raws, "splitzip": zips, "summary": cmp})
 	}
@@ -210,42 +210,6 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	return nil
 }
 
-// loadComparison summarizes alternating loads by their medians.
-type loadComparison struct {
-	ColdRaw   float64 `json:"first_load_raw_gb_per_s"`
-	ColdZip   float64 `json:"first_load_splitzip_gb_per_s"`
-	ColdRatio float64 `json:"first_load_ratio"`
-	WarmRaw   float64 `json:"repeat_raw_gb_per_s,omitempty"`
-	WarmZip   float64 `json:"repeat_splitzip_gb_per_s,omitempty"`
-	WarmRatio float64 `json:"repeat_ratio,omitempty"`
-}
-
-func compareLoads(raws, zips []*loadbench.Report) loadComparison {
-	med := func(reps []*loadbench.Report, warm bool) float64 {
-		var x []float64
-		for _, r := range reps {
-			for i, run := range r.Runs {
-				if (i > 0) == warm {
-					x = append(x, run.GBps)
-				}
-			}
-		}
-		if len(x) == 0 {
-			return 0
-		}
-		sort.Float64s(x)
-		return x[len(x)/2]
-	}
-	c := loadComparison{ColdRaw: med(raws, false), ColdZip: med(zips, false), WarmRaw: med(raws, true), WarmZip: med(zips, true)}
-	if c.ColdRaw > 0 {
-		c.ColdRatio = c.ColdZip / c.ColdRaw
-	}
-	if c.WarmRaw > 0 {
-		c.WarmRatio = c.WarmZip / c.WarmRaw
-	}
-	return c
-}
-
 // packing describes the small-tensor packing threshold.
 func packing(n int64) string {
 	if n < 0 {
@@ -254,7 +218,7 @@ func packing(n int64) string {
 	return "tensors up to " + human(uint64(n)) + " packed"
 }
 
-func printLoad(g *globals, r *loadbench.Report) {
+func printLoad(g *globals, r *load.Report) {
 	for i, run := range r.Runs {
 		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s, %.1f µs a tensor; first layer ready after %v\n",
 			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/internal/loadbench"
+	"github.com/splitzip/splitzip/load"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
 // runLoadDevices is load --devices: the checkpoint placed on every
-// device named (loadbench.LoadDevices).
+// device named (load.Devices).
 func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcache.Cache, src *shardcache.Source, pinnedLimit int64) error {
 	names := strings.Split(o.Devices, ",")
 	cpus := 0
@@ -50,9 +50,9 @@ func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcach
 		total *= uint64(len(engs))
 	}
 	p.Start("loading onto "+o.Devices, total)
-	lo := loadbench.Options{Raw: o.Raw, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
+	lo := load.Options{Raw: o.Raw, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
 		EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, Progress: p.Add, PinnedLimit: pinnedLimit}
-	rep, err := loadbench.LoadDevices(ctx, engs, c, src, lo, o.Peer)
+	rep, err := load.Devices(ctx, engs, c, src, lo, o.Peer)
 	p.Finish()
 	if err != nil {
 		return err

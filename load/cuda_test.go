@@ -1,4 +1,4 @@
-package loadbench
+package load
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 func TestCUDALoad(t *testing.T) {
 	eng := fixture.RequireCUDA(t, 2)
 	c, src := llama(t)
-	for _, o := range []Options{
-		{Raw: true, Check: true, Repeat: 2},
-		{Check: true, Repeat: 2},
-		{Resident: true, Check: true, Repeat: 3},
+	for _, o := range []runs{
+		{Options{Raw: true, Check: true}, 2},
+		{Options{Check: true}, 2},
+		{Options{Resident: true, Check: true}, 3},
 	} {
 		o.DeviceTimes = true
-		rep, err := Load(context.Background(), eng, c, src, o)
+		rep, err := loadRuns(context.Background(), eng, c, src, o)
 		if err != nil || !rep.Checked {
 			t.Fatalf("%+v: %v", o, err)
 		}

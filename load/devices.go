@@ -1,4 +1,4 @@
-package loadbench
+package load
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// DevicesReport is what LoadDevices measured.
+// DevicesReport is what Devices did.
 type DevicesReport struct {
 	Devices []string `json:"devices"`
 	// Peer: each device loaded a part and copied the others' from them.
@@ -33,7 +33,7 @@ type DevicesReport struct {
 	Checked bool      `json:"checked"`
 }
 
-// LoadDevices places every tensor of a cached source on each engine of
+// Devices places every tensor of a cached source on each engine of
 // engs, in an arena of the same layout on each. With peer, the arena's
 // tensors are cut into len(engs) contiguous parts of about equal bytes:
 // engine d faults part d in through its own transport (its own link from
@@ -41,14 +41,12 @@ type DevicesReport struct {
 // that engine (a peer copy a part, engine.Peered), so every byte crosses
 // a host link once. Without peer, every engine faults in
 // everything itself: the baseline of one loader a device. opts are each
-// device's (Repeat must be 1); with Check every device's whole arena is
-// compared with the source at the end.
-func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options, peer bool) (*DevicesReport, error) {
+// device's; with Check every device's whole arena is compared with the
+// source at the end.
+func Devices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options, peer bool) (*DevicesReport, error) {
 	switch {
 	case len(engs) == 0:
 		return nil, badOption("engines", 0, "at least one")
-	case opts.Repeat > 1:
-		return nil, badOption("Repeat", opts.Repeat, "1 when loading onto several devices")
 	case opts.Resident || opts.DeviceResident:
 		return nil, badOption("Resident", true, "false when loading onto several devices")
 	}
@@ -121,14 +119,13 @@ func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache,
 	var wg sync.WaitGroup
 	for d, e := range engs {
 		wg.Go(func() {
-			o := opts
-			o.Check = opts.Check && !peer // with peer, checked whole after the copies
-			if peer {
-				o.only = func(b *vmm.Binding) bool { return part[b.Index] == d }
-			}
-			o.ready = func() error { return wait(setUp) }
 			arrived := false
-			o.after = func(a *vmm.Arena) error {
+			defer func() {
+				if !arrived { // failed before its part was in: it reads no arena
+					placed.arrive()
+				}
+			}()
+			r, err := loadPart(ctx, e, d, c, src, opts, peer, part, func() error { return wait(setUp) }, func(a *vmm.Arena) error {
 				arenas[d] = a
 				close(in[d])
 				var err error
@@ -138,18 +135,8 @@ func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache,
 				arrived = true
 				placed.arrive()
 				<-placed.all // no device reads this arena any more
-				if err != nil {
-					return err
-				}
-				if peer && opts.Check {
-					return transport.CheckArena(e, a.Bindings(), src)
-				}
-				return nil
-			}
-			r, err := Load(ctx, e, c, src, o)
-			if !arrived { // failed before its part was in: it reads no arena
-				placed.arrive()
-			}
+				return err
+			})
 			if err != nil {
 				errs[d] = fmt.Errorf("device %d (%s): %w", d, e.Name(), err)
 				fail()
@@ -175,6 +162,44 @@ func LoadDevices(ctx context.Context, engs []engine.Engine, c *shardcache.Cache,
 	rep.Wall = placed.at.Sub(setUp.at)
 	rep.GBps = float64(total) * float64(n) / rep.Wall.Seconds() / 1e9
 	return rep, nil
+}
+
+// loadPart is device d's load of Devices: its part with peer (else
+// everything), ready called once it is set up and before the clock
+// starts, placed once its part is in, before anything is freed; with
+// Check, the whole arena (after the peer copies) or its own load is
+// compared with the source.
+func loadPart(ctx context.Context, e engine.Engine, d int, c *shardcache.Cache, src *shardcache.Source, opts Options, peer bool,
+	part []int, ready func() error, placed func(a *vmm.Arena) error) (*Report, error) {
+	if peer {
+		opts.only = func(b *vmm.Binding) bool { return part[b.Index] == d }
+	}
+	l, err := Open(e, c, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	if err := ready(); err != nil {
+		return nil, err
+	}
+	if _, err := l.Run(ctx); err != nil {
+		return nil, err
+	}
+	if err := placed(l.Arena()); err != nil {
+		return nil, err
+	}
+	if opts.Check {
+		if peer {
+			if err := transport.CheckArena(e, l.Arena().Bindings(), src); err != nil {
+				return nil, err
+			}
+		} else if err := l.Check(); err != nil {
+			return nil, err
+		}
+	}
+	r := l.Report()
+	r.Checked = opts.Check
+	return r, nil
 }
 
 // barrier releases its waiters once n have arrived, and records when.

@@ -1,4 +1,4 @@
-package loadbench
+package load
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/scatter"
 
 	"github.com/splitzip/splitzip/engine/hostengine"
@@ -17,6 +18,33 @@ import (
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
 )
+
+// runs is a load's options and how many times to run it.
+type runs struct {
+	Options
+	Repeat int
+}
+
+// loadRuns opens a load, runs it o.Repeat times (checking the first run
+// with Check) and returns its report.
+func loadRuns(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, o runs) (*Report, error) {
+	l, err := Open(eng, c, src, o.Options)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	for i := range o.Repeat {
+		if _, err := l.Run(ctx); err != nil {
+			return nil, err
+		}
+		if i == 0 && o.Check {
+			if err := l.Check(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l.Report(), nil
+}
 
 // llama is the small Llama-like checkpoint most tests load.
 func llama(t *testing.T) (*shardcache.Cache, *shardcache.Source) {
@@ -37,18 +65,18 @@ func TestLoadBothPaths(t *testing.T) {
 
 func loadBothPaths(t *testing.T, c *shardcache.Cache, src *shardcache.Source, newEngine func() *hostengine.Engine) {
 	var residentPinned, rawResidentPinned uint64
-	for _, o := range []Options{
-		{Raw: true, Check: true, Repeat: 2},
-		{Raw: true, Resident: true, Check: true, Repeat: 2},
-		{Raw: true, Resident: true, ResidentPacks: true, Check: true, Repeat: 3},
-		{Check: true, Repeat: 2},
-		{Resident: true, Check: true, Repeat: 3},
-		{Resident: true, ResidentPacks: true, Check: true, Repeat: 3},
-		{DeviceResident: true, Check: true, Repeat: 3},
+	for _, o := range []runs{
+		{Options{Raw: true, Check: true}, 2},
+		{Options{Raw: true, Resident: true, Check: true}, 2},
+		{Options{Raw: true, Resident: true, ResidentPacks: true, Check: true}, 3},
+		{Options{Check: true}, 2},
+		{Options{Resident: true, Check: true}, 3},
+		{Options{Resident: true, ResidentPacks: true, Check: true}, 3},
+		{Options{DeviceResident: true, Check: true}, 3},
 	} {
 		o.DeviceTimes = true
 		eng := newEngine()
-		rep, err := Load(context.Background(), eng, c, src, o)
+		rep, err := loadRuns(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
 		}
@@ -100,10 +128,10 @@ func TestOptionsRefused(t *testing.T) {
 	c, src := llama(t)
 	eng := hostengine.New(2)
 	defer eng.Close()
-	for name, o := range map[string]Options{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30}, "negative repeat": {Repeat: -1},
+	for name, o := range map[string]Options{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30},
 		"device tier with raw": {Raw: true, DeviceResident: true}, "both tiers": {Resident: true, DeviceResident: true},
 		"resident packs without residency": {ResidentPacks: true}} {
-		if _, err := Load(context.Background(), eng, c, src, o); !errors.Is(err, transport.ErrOption) || !strings.Contains(err.Error(), "want") {
+		if _, err := Checkpoint(context.Background(), eng, c, src, o); !errors.Is(err, transport.ErrOption) || !strings.Contains(err.Error(), "want") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -117,7 +145,7 @@ func TestCanceled(t *testing.T) {
 	end()
 	eng := hostengine.New(2)
 	defer eng.Close()
-	if _, err := Load(done, eng, c, src, Options{}); !errors.Is(err, context.Canceled) {
+	if _, err := Checkpoint(done, eng, c, src, Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Load with an ended context: %v", err)
 	}
 	if eng.PinnedBytes() != 0 {
@@ -130,7 +158,7 @@ func TestPinnedLimit(t *testing.T) {
 	c, src := llama(t)
 	for _, raw := range []bool{false, true} {
 		eng := hostengine.New(2)
-		rep, err := Load(context.Background(), eng, c, src, Options{Raw: raw, Check: true, Readers: 8, PinnedLimit: 48 << 20})
+		rep, err := Checkpoint(context.Background(), eng, c, src, Options{Raw: raw, Check: true, Readers: 8, PinnedLimit: 48 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,10 +173,10 @@ func TestPinnedLimit(t *testing.T) {
 // or two a layer, never a copy a tensor, on every path.
 func TestSmallTensorsArePacked(t *testing.T) {
 	c, src := fixture.Compressed(t, synth.Config{Small: 200, Shards: 2, Seed: 5}, pipeline.CompressOptions{})
-	for _, o := range []Options{
-		{Raw: true, Check: true, Repeat: 2},
-		{Check: true, Repeat: 2},
-		{Resident: true, Check: true, Repeat: 2},
+	for _, o := range []runs{
+		{Options{Raw: true, Check: true}, 2},
+		{Options{Check: true}, 2},
+		{Options{Resident: true, Check: true}, 2},
 	} {
 		var scatters, items atomic.Int64
 		eng := hostengine.New(2, hostengine.WithHooks(hostengine.Hooks{Scatter: func(its []scatter.Item) error {
@@ -156,7 +184,7 @@ func TestSmallTensorsArePacked(t *testing.T) {
 			items.Add(int64(len(its)))
 			return nil
 		}}))
-		rep, err := Load(context.Background(), eng, c, src, o)
+		rep, err := loadRuns(context.Background(), eng, c, src, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
 		}
@@ -188,7 +216,7 @@ func TestSmallLoosePayloads(t *testing.T) {
 			most.Store(n) // racy max, enough for a bound
 		}
 	}
-	rep, err := Load(context.Background(), eng, c, src, Options{Check: true, Repeat: 2, Progress: progress})
+	rep, err := loadRuns(context.Background(), eng, c, src, runs{Options{Check: true, Progress: progress}, 2})
 	if err != nil || !rep.Checked {
 		t.Fatalf("load: %v", err)
 	}

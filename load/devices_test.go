@@ -1,4 +1,4 @@
-package loadbench
+package load
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 // TestLoadDevices places a checkpoint on three host engines, each loading
 // a part and copying the others' from them, and each loading everything
 // itself; every device's arena matches the source.
-func TestLoadDevices(t *testing.T) {
+func TestDevices(t *testing.T) {
 	c, src := llama(t)
 	for _, raw := range []bool{false, true} {
 		for _, peer := range []bool{true, false} {
 			engs := []engine.Engine{hostengine.New(2), hostengine.New(2), hostengine.New(2)}
-			rep, err := LoadDevices(context.Background(), engs, c, src, Options{Raw: raw, Check: true}, peer)
+			rep, err := Devices(context.Background(), engs, c, src, Options{Raw: raw, Check: true}, peer)
 			if err != nil {
 				t.Fatalf("raw %v, peer %v: %v", raw, peer, err)
 			}
@@ -73,12 +73,12 @@ func TestLoadDevicesFailure(t *testing.T) {
 	}()
 	for _, peer := range []bool{true, false} {
 		calls.Store(0)
-		_, err := LoadDevices(context.Background(), engs, c, src, Options{}, peer)
+		_, err := Devices(context.Background(), engs, c, src, Options{}, peer)
 		if !errors.Is(err, engine.ErrInjected) || !strings.Contains(err.Error(), "device 1") {
 			t.Errorf("peer %v: %v", peer, err)
 		}
 	}
-	if _, err := LoadDevices(context.Background(), engs, c, src, Options{Repeat: 2}, true); err == nil {
-		t.Error("Repeat 2 onto several devices: no error")
+	if _, err := Devices(context.Background(), engs, c, src, Options{Resident: true}, true); err == nil {
+		t.Error("a resident load onto several devices: no error")
 	}
 }

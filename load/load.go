@@ -1,0 +1,318 @@
+// Package load assembles and runs the load of a cached checkpoint onto
+// a device: it resolves the options and their defaults, plans the pinned
+// staging, builds the transports (Transports), lays the tensors out in a
+// weight arena, faults them in layer group by layer group a few groups
+// ahead as a loader would, checks what arrived and reports it. Every
+// front end calls it: `splitzip load` and `splitzip bench load` (through
+// internal/loadbench, which only repeats and compares loads), the C ABI
+// and Python (package loader, uploads into ranges the caller owns, over
+// Transports) and the load onto several GPUs (Devices). Package transport
+// holds the transports; this package puts them together.
+package load
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// RunReport is one fault-in of every binding.
+type RunReport struct {
+	Wall time.Duration `json:"wall_ns"`
+	GBps float64       `json:"gb_per_s"` // raw tensor bytes per wall second, 1e9
+	// PerTensor is the wall time over the tensor count: the host cost a
+	// tensor adds when loads are bound by it (many small tensors).
+	PerTensor  time.Duration `json:"per_tensor_ns"`
+	FirstLayer time.Duration `json:"first_layer_ready_ns"`
+	// Device is how long copies and decodes kept the device busy (engines
+	// that time their work).
+	Device engine.DeviceTimes `json:"device"`
+}
+
+// Report is what a load did.
+type Report struct {
+	Device      string `json:"device"`
+	Mode        string `json:"mode"` // Transports.Mode
+	Tensors     int    `json:"tensors"`
+	RawBytes    uint64 `json:"raw_bytes"`
+	MovedBytes  uint64 `json:"moved_bytes"` // bytes copied to the device, all runs
+	ArenaBytes  uint64 `json:"arena_bytes"`
+	PinnedBytes uint64 `json:"pinned_bytes"`
+	// DeviceBytes is the device memory the device tier held
+	// (DeviceResident).
+	DeviceBytes uint64        `json:"device_tier_bytes,omitempty"`
+	Read        time.Duration `json:"read_ns"`   // summed over reader goroutines
+	Verify      time.Duration `json:"verify_ns"` // payload checksums
+	Submit      time.Duration `json:"submit_ns"` // enqueueing copies and decodes
+	Checked     bool          `json:"checked"`
+	// EntropyTensors counts the tensors stored as entropy payloads: read
+	// raw from their source, or without it decoded from their payloads
+	// (on the device, or on the host: see transport.SplitZipOptions).
+	EntropyTensors int         `json:"entropy_tensors"`
+	Settings       Settings    `json:"settings"`
+	Runs           []RunReport `json:"runs"`
+}
+
+// Settings are the runtime knobs a load ran with (Streams is the
+// engine's, filled in by the caller that made it).
+type Settings struct {
+	Readers    int   `json:"readers"`
+	Streams    int   `json:"streams,omitempty"`
+	Ahead      int   `json:"ahead"`
+	SmallBytes int64 `json:"small_bytes"` // packing threshold; negative: no packing
+	// PinnedLimit is the cap on pinned staging; negative: none.
+	PinnedLimit int64 `json:"pinned_limit"`
+	// EntropyOnHost: entropy payloads without their source were decoded
+	// on the host (Options.EntropyOnHost).
+	EntropyOnHost bool `json:"entropy_on_host,omitempty"`
+	// EntropyFromSource: entropy tensors were read raw from their source
+	// where it was there (Options.EntropyFromSource).
+	EntropyFromSource bool `json:"entropy_from_source,omitempty"`
+}
+
+// Load is a checkpoint laid out in a weight arena on an engine, with the
+// transports that fault its tensors in. Run faults every tensor in; runs
+// after the first evict everything first, so a benchmark can repeat them.
+type Load struct {
+	eng    engine.Engine
+	src    *shardcache.Source
+	opts   Options
+	arena  *vmm.Arena
+	ts     *Transports
+	store  *transport.Store
+	bs     []*vmm.Binding
+	groups [][]*vmm.Binding
+	first  int
+	rep    Report
+}
+
+// Open lays the tensors of a cached source out in an arena on eng and
+// builds the transports that fault them in, with their staging set up
+// (nothing is read yet). Close frees them.
+func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options) (*Load, error) {
+	small, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	specs, err := transport.Specs(c, src)
+	if err != nil {
+		return nil, err
+	}
+	stage, err := Staging(c, specs, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.PinnedLimit >= 0 {
+		opts.PinnedLimit = int64(stage.Limit)
+	}
+	arena, err := vmm.New(eng, specs, 0)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := NewTransports(eng, c, stage, opts)
+	if err != nil {
+		arena.Close()
+		return nil, err
+	}
+	l := &Load{eng: eng, src: src, opts: opts, arena: arena, ts: ts, store: transport.NewStore(eng, ts.Transport())}
+	l.rep = Report{Device: eng.Name(), Mode: ts.Mode(), ArenaBytes: arena.Size(),
+		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
+			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource}}
+	for _, b := range arena.Bindings() {
+		if opts.only == nil || opts.only(b) {
+			l.bs = append(l.bs, b)
+			l.rep.RawBytes += b.Size
+		}
+	}
+	l.rep.Tensors = len(l.bs)
+	for _, sh := range src.Shards {
+		for _, t := range sh.Tensors {
+			if t.Stored == shardcache.StoredEntropy {
+				l.rep.EntropyTensors++
+			}
+		}
+	}
+	l.groups, l.first = layerGroups(l.bs, opts.FirstGroup)
+	return l, nil
+}
+
+// Run faults every tensor in (evicting them first when a run before did)
+// and waits for them: group by group, Options.Ahead groups at once, so
+// the first layer is ready while later ones still arrive. When ctx ends,
+// Run stops starting reads, waits for what was submitted and returns
+// ctx's error.
+func (l *Load) Run(ctx context.Context) (RunReport, error) {
+	if len(l.rep.Runs) > 0 {
+		l.store.Evict(l.bs...)
+	}
+	timer, timed := l.eng.(engine.Timer)
+	timed = timed && l.opts.DeviceTimes
+	if timed {
+		if err := timer.StartTiming(); err != nil {
+			return RunReport{}, err
+		}
+	}
+	groups := l.groups
+	t0 := time.Now()
+	firstReady := make(chan time.Duration, 1)
+	perGroup := make([][]transport.Fence, len(groups))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range l.opts.Ahead {
+		wg.Go(func() {
+			for gi := range next {
+				fs := l.store.FaultIn(ctx, groups[gi])
+				perGroup[gi] = fs
+				if l.opts.Progress != nil {
+					var n uint64
+					for _, b := range groups[gi] {
+						n += b.Size
+					}
+					l.opts.Progress(n)
+				}
+				if gi == l.first {
+					go func() {
+						waitAll(fs)
+						firstReady <- time.Since(t0)
+					}()
+				}
+			}
+		})
+	}
+	for gi := range groups {
+		next <- gi
+	}
+	close(next)
+	wg.Wait()
+	var all []transport.Fence
+	for _, fs := range perGroup {
+		all = append(all, fs...)
+	}
+	if err := waitAll(all); err != nil {
+		if ctx.Err() != nil {
+			return RunReport{}, ctx.Err()
+		}
+		return RunReport{}, err
+	}
+	first := <-firstReady
+	if d, ok := l.eng.(engine.DecodeErrorer); ok {
+		if err := d.DecodeErrors(); err != nil {
+			return RunReport{}, err
+		}
+	}
+	wall := time.Since(t0)
+	rr := RunReport{Wall: wall, GBps: float64(l.rep.RawBytes) / wall.Seconds() / 1e9, FirstLayer: first,
+		PerTensor: wall / time.Duration(max(len(l.bs), 1))}
+	if timed {
+		var err error
+		if rr.Device, err = timer.TakeTimes(); err != nil {
+			return RunReport{}, err
+		}
+	}
+	l.rep.Runs = append(l.rep.Runs, rr)
+	return rr, nil
+}
+
+// Check reads the run's tensors back from the arena and compares them
+// with the source.
+func (l *Load) Check() error {
+	if err := transport.CheckArena(l.eng, l.bs, l.src); err != nil {
+		return err
+	}
+	l.rep.Checked = true
+	return nil
+}
+
+// Arena is the weight arena the tensors are faulted into.
+func (l *Load) Arena() *vmm.Arena { return l.arena }
+
+// Report returns what the load did so far: its runs, and what the
+// transports read, checked, submitted, moved and pinned.
+func (l *Load) Report() *Report {
+	r := l.rep
+	r.Runs = append([]RunReport(nil), l.rep.Runs...)
+	t := l.ts.Transport()
+	s := t.Stats()
+	r.Read, r.Verify, r.Submit, r.MovedBytes = s.Read, s.Verify, s.Submit, s.Bytes
+	r.PinnedBytes = t.PinnedBytes()
+	if d, ok := t.(interface{ DeviceBytes() uint64 }); ok {
+		r.DeviceBytes = d.DeviceBytes()
+	}
+	return &r
+}
+
+// Close frees the transports and the arena.
+func (l *Load) Close() error {
+	err := l.ts.Close()
+	if aerr := l.arena.Close(); err == nil {
+		err = aerr
+	}
+	return err
+}
+
+// Checkpoint loads a cached source onto eng once (Open, Run, and with
+// Options.Check, Check) and returns the report; everything is freed
+// before it returns.
+func Checkpoint(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options) (*Report, error) {
+	l, err := Open(eng, c, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	if _, err := l.Run(ctx); err != nil {
+		return nil, err
+	}
+	if opts.Check {
+		if err := l.Check(); err != nil {
+			return nil, err
+		}
+	}
+	return l.Report(), nil
+}
+
+// layerGroups splits bindings by layer ("model.layers.N." prefixes, in
+// order of N), with the others (embeddings, final norm, head) first, and
+// returns the index of the group FirstGroup selects.
+func layerGroups(bs []*vmm.Binding, firstOf func(string) bool) ([][]*vmm.Binding, int) {
+	byLayer := map[int][]*vmm.Binding{}
+	var rest []*vmm.Binding
+	maxLayer := -1
+	for _, b := range bs {
+		var n int
+		if _, err := fmt.Sscanf(b.Name, "model.layers.%d.", &n); err == nil && strings.HasPrefix(b.Name, "model.layers.") {
+			byLayer[n] = append(byLayer[n], b)
+			maxLayer = max(maxLayer, n)
+			continue
+		}
+		rest = append(rest, b)
+	}
+	groups := [][]*vmm.Binding{rest}
+	first := 0
+	for n := 0; n <= maxLayer; n++ {
+		if g := byLayer[n]; len(g) > 0 {
+			if first == 0 && firstOf(g[0].Name) {
+				first = len(groups)
+			}
+			groups = append(groups, g)
+		}
+	}
+	return groups, first
+}
+
+// waitAll waits for every fence and returns the first error.
+func waitAll(fs []transport.Fence) error {
+	var first error
+	for _, f := range fs {
+		if err := f.Wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,112 @@
+package load
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// DefaultReaders is how many goroutines read files by default: half the
+// cores, between 2 and 8. On the 16-core H200 host (2026-12-01, bench load
+// of 1.6 GB and 6 GB checkpoints from page cache, readers 2 to 32 by
+// streams 1 to 4) 8 readers and 2 streams came within 3% of the best of
+// the sweep for raw and compressed loads of both, where 16 readers gave
+// 77-96%: past 8, readers compete for memory bandwidth. Every front end
+// (the CLI, the C ABI and Python, several GPUs) uses it.
+func DefaultReaders() int { return min(8, max(2, runtime.NumCPU()/2)) }
+
+// DefaultStreams is how many upload streams an engine made for a load
+// uses by default (see DefaultReaders for the measurement).
+const DefaultStreams = 2
+
+// DefaultAhead is how many layer groups a load faults in at once.
+const DefaultAhead = 8
+
+// Options configures a load. The zero value loads through the payload
+// transport with the defaults above.
+type Options struct {
+	Raw bool // the raw transport only
+	// Resident keeps what a fault reads in pinned memory (payloads, and
+	// raw tensors' bytes), so a later fault of the same tensor reads no
+	// file and checks nothing again: an offload runtime's pinned tier.
+	Resident bool
+	// DeviceResident keeps the streamed payloads compressed in device
+	// memory (the small ones in pinned memory), so re-faults copy within
+	// the device and decode (not with Raw or Resident).
+	DeviceResident bool
+	// ResidentPacks, with Resident, keeps the payloads of each layer
+	// group side by side in pinned regions, re-faulted a region at a time
+	// (transport.SplitZipOptions.ResidentPacks); with Raw, the bytes of
+	// tensors side by side in the arena, re-faulted a run at a time with
+	// one copy (transport.RawOptions.ResidentRuns).
+	ResidentPacks bool
+	// EntropyOnHost decodes entropy payloads whose source is absent on
+	// the host (transport.SplitZipOptions.HostEntropy).
+	EntropyOnHost bool
+	// EntropyFromSource reads entropy tensors raw from their source when
+	// it is there (transport.SplitZipOptions.EntropyFromSource).
+	EntropyFromSource bool
+	// Check reads the arena back after Checkpoint's load and compares it
+	// with the source.
+	Check   bool
+	Readers int // reader goroutines (0: DefaultReaders)
+	// SmallBytes is the packing threshold (see transport.RawOptions.SmallBytes).
+	SmallBytes int64
+	// PinnedLimit caps the pinned staging buffers (not resident bytes):
+	// 0 means transport.DefaultPinnedLimit, negative means no cap.
+	PinnedLimit int64
+	// DeviceTimes times copies and decodes on the device (engines that
+	// implement engine.Timer), at the cost of two events per operation.
+	DeviceTimes bool
+	// Ahead is how many layer groups are faulted in at once, as a loader
+	// prefetching layers would (0: DefaultAhead). More keeps more reads
+	// in flight; fewer makes the first layer ready sooner.
+	Ahead int
+	// FirstGroup names the bindings whose readiness is reported as the
+	// first layer (default: names starting with "model.layers.0.").
+	FirstGroup func(name string) bool
+	// Progress, if set, is called from several goroutines with the tensor
+	// bytes of each layer group once its reads and submissions are done.
+	Progress func(n uint64)
+
+	// only, when set, selects the bindings a run faults in (and Check
+	// compares): Devices gives each device its part.
+	only func(b *vmm.Binding) bool
+}
+
+// resolve checks o and fills in its defaults; it returns the packing
+// threshold in effect.
+func (o *Options) resolve() (int64, error) {
+	switch {
+	case o.Ahead < 0:
+		return 0, badOption("Ahead", o.Ahead, "0 (default) or more")
+	case o.Readers < 0:
+		return 0, badOption("Readers", o.Readers, "0 (default) or more")
+	case o.DeviceResident && (o.Raw || o.Resident):
+		return 0, badOption("DeviceResident", true, "without Raw and Resident (the device tier holds payloads)")
+	case o.ResidentPacks && !o.Resident:
+		return 0, badOption("ResidentPacks", true, "with Resident")
+	}
+	small, err := transport.ResolveSmallBytes(o.SmallBytes)
+	if err != nil {
+		return 0, err
+	}
+	if o.Ahead == 0 {
+		o.Ahead = DefaultAhead
+	}
+	if o.Readers == 0 {
+		o.Readers = DefaultReaders()
+	}
+	if o.FirstGroup == nil {
+		o.FirstGroup = func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") }
+	}
+	return small, nil
+}
+
+// badOption returns a transport.ErrOption naming the option and its value.
+func badOption(name string, v any, want string) error {
+	return fmt.Errorf("%w: %s is %v, want %s", transport.ErrOption, name, v, want)
+}
