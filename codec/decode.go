@@ -53,8 +53,12 @@ func Checksum(p []byte) uint32 { return ChecksumWithout(p, offChecksum) }
 
 // ChecksumWithout returns the CRC-32C of b with the 4 bytes at offset at
 // (a checksum field, inside b) taken as zero: the checksum of every
-// format here that holds its own.
+// format here that holds its own. Bytes too short to hold the field (no
+// payload of any format) are summed as they are.
 func ChecksumWithout(b []byte, at int) uint32 {
+	if at < 0 || len(b) < at+4 {
+		return crc32c.Update(0, b)
+	}
 	var zero [4]byte
 	crc := crc32c.Update(0, b[:at])
 	crc = crc32c.Update(crc, zero[:])

@@ -3,10 +3,9 @@ package engine
 import (
 	"errors"
 
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine/scatter"
 
-	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -86,8 +85,9 @@ var ErrInjected = errors.New("injected fault")
 // Work is what one Submit enqueues on a stream, in this order: the copy
 // of Src to Dst (none when Src is empty), or with N > 0 the copy of N
 // bytes of device memory at From to Dst; then the in-place decode of the
-// payload at Dst whose header is Decode, or of the entropy payload at Dst
-// whose head is Entropy (none when both are nil; never both). With Items, Src
+// payload at Dst whose head is Decode (none when nil): a payload that
+// decodes in place (Decode.InPlace()), checked whole (package payload's
+// Check, which for an entropy payload checks its chunk index too). With Items, Src
 // is a packed staging buffer instead: it starts with room for the item
 // table (scatter.TableBytes), which Submit fills after checking the items,
 // its length is a multiple of 16, and it is copied to device staging
@@ -103,9 +103,6 @@ type Work struct {
 	// in: the copy is a peer copy from another device (engines that
 	// implement Peered, after AllowPeers named Peer).
 	Peer   Engine
-	Decode *codec.Header
-	// Entropy is the checked head of an entropy payload (its chunk index
-	// checked too, so MaxRecord is set) flagged decodable in place.
-	Entropy *entropy.Head
-	Items   []scatter.Item
+	Decode payload.Head
+	Items  []scatter.Item
 }

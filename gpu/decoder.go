@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/gpu/cuda"
 )
 
@@ -342,50 +342,49 @@ func (d *Decoder) TakeError(s cuda.Stream) error {
 func (d *Decoder) Name() string { return "gpu" }
 
 // Decode decodes a payload held in host memory into dst on the GPU: the
-// payload is checked on the host (header and checksum; for an entropy
-// payload its code and chunk index too), copied to the start of a device
-// buffer of the decoded size, decoded there in place (out of place when
-// the payload lacks the in-place flag), and copied back. It takes SplitZip
-// and entropy (version 2) payloads.
-func (d *Decoder) Decode(dst, payload []byte) error {
-	if len(payload) >= 4 && string(payload[:4]) == entropy.PayloadMagic {
-		return d.decodeEntropy(dst, payload)
+// payload is checked on the host (package payload: header and checksum;
+// for an entropy payload its code and chunk index too), copied to the
+// start of a device buffer of the decoded size, decoded there in place
+// (out of place from a buffer of its own when the payload lacks the
+// in-place flag), and copied back. It takes fixed and entropy (version 2
+// and 3) payloads.
+func (d *Decoder) Decode(dst, p []byte) error {
+	h, err := payload.CheckBytes(payload.Sniff(p), p, payload.Sum(p), uint64(len(dst)))
+	if err != nil || h.DecodedSize() == 0 {
+		return err
 	}
-	h, err := codec.ParseHeader(payload)
+	to, err := d.targets(h.DecodedSize(), h.Size(), h.InPlace())
 	if err != nil {
 		return err
 	}
-	if err := codec.CheckPayload(&h, uint64(len(payload)), codec.Checksum(payload), 0); err != nil {
+	if err := d.ctx.CopyHtoDAsync(to, p, d.stream); err != nil {
 		return err
 	}
-	if uint64(len(dst)) != 2*h.Values {
-		return fmt.Errorf("%w: destination of %d bytes for %d values", codec.ErrSize, len(dst), h.Values)
-	}
-	if h.Values == 0 {
-		return nil
-	}
-	if err := d.reserve(&d.buf, &d.bufCap, 2*h.Values); err != nil {
-		return err
-	}
-	if err := d.ctx.CopyHtoDAsync(d.buf, payload, d.stream); err != nil {
-		return err
-	}
-	if h.InPlace {
-		err = d.LaunchInPlace(d.buf, &h, d.stream)
-	} else {
-		if err = d.reserve(&d.payload, &d.payCap, h.Size); err == nil {
-			if err = d.ctx.CopyDtoDAsync(d.payload, d.buf, h.Size, d.stream); err == nil {
-				err = d.LaunchOutOfPlace(d.buf, d.payload, &h, d.stream)
-			}
-		}
-	}
-	if err != nil {
+	if err := d.launchPayload(h); err != nil {
 		return err
 	}
 	if err := d.ctx.CopyDtoHAsync(dst, d.buf, d.stream); err != nil {
 		return err
 	}
 	return d.TakeError(d.stream)
+}
+
+// launchPayload enqueues the decode of a checked payload into d.buf: in
+// place, or out of place from d.payload (where targets put it).
+func (d *Decoder) launchPayload(h payload.Head) error {
+	switch h := h.(type) {
+	case *payload.Fixed:
+		if h.InPlace() {
+			return d.LaunchInPlace(d.buf, &h.Header, d.stream)
+		}
+		return d.LaunchOutOfPlace(d.buf, d.payload, &h.Header, d.stream)
+	case *payload.Entropy:
+		if h.InPlace() {
+			return d.LaunchEntropyInPlace(d.buf, h.Head, d.stream)
+		}
+		return d.LaunchEntropyOutOfPlace(d.buf, d.payload, h.Head, d.stream)
+	}
+	return fmt.Errorf("gpu: %w: %v", payload.ErrKind, h.Kind())
 }
 
 func (d *Decoder) reserve(p *cuda.DevicePtr, capacity *uint64, n uint64) error {

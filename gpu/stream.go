@@ -7,6 +7,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/gpu/cuda"
 )
 
@@ -29,94 +30,40 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 	if seg <= 0 || seg%2 != 0 {
 		return fmt.Errorf("gpu: piece buffer of %d bytes, want a positive even size", seg)
 	}
-	head := make([]byte, min(size, headRead))
+	head := make([]byte, min(size, payload.HeadBytes))
 	if _, err := r.ReadAt(head, 0); err != nil {
 		return fmt.Errorf("codec: reading payload header: %w", err)
 	}
-	if len(head) >= 4 && string(head[:4]) == entropy.PayloadMagic {
-		return d.entropyStream(r, size, buf, head, fn)
-	}
-	h, err := codec.ParseHeader(head)
-	if err != nil {
-		return err
-	}
-	if h.Size != size {
-		return codec.CheckPayload(&h, size, 0, 0)
-	}
-	// Every value takes at least a byte of payload: a header claiming more
-	// would make the device buffer outgrow the file.
-	if h.Values > size {
-		return fmt.Errorf("%w: %d values in a %d-byte payload", codec.ErrCorrupt, h.Values, size)
-	}
-	out := 2 * h.Values
-	if h.InPlace && size > out && out > 0 {
-		return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, size, out)
-	}
-	target, err := d.targets(out, size, h.InPlace)
-	if err != nil {
-		return err
-	}
-	sums, err := d.upload(r, size, buf, target, nil)
-	if err != nil {
-		return err
-	}
-	if err := sums.Check(&h, 0); err != nil || out == 0 {
-		return err
-	}
-	if h.InPlace {
-		err = d.LaunchInPlace(d.buf, &h, d.stream)
-	} else {
-		err = d.LaunchOutOfPlace(d.buf, d.payload, &h, d.stream)
-	}
-	if err != nil {
-		return err
-	}
-	return d.download(out, buf, fn)
-}
-
-// entropyStream is DecodeStream of an entropy payload whose first bytes
-// are head: the chunk index is gathered from the pieces as they are read
-// and checked on the host before the launch.
-func (d *Decoder) entropyStream(r io.ReaderAt, size uint64, buf, head []byte, fn func(off uint64, b []byte) error) error {
-	h, err := entropy.ParseHead(head)
+	h, err := payload.Parse(payload.Sniff(head), head)
 	switch {
 	case errors.Is(err, entropy.ErrNoRecords):
 		return entropy.DecodeStream(r, size, fn)
 	case err != nil:
 		return err
-	case h.Size != size:
-		return fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, size, h.Size)
+	case h.Size() != size:
+		return payload.Check(h, size, 0, 0, nil) // says got and want
 	}
-	out := h.ValueBytes()
-	if h.InPlace && size > out {
-		return fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d values", entropy.ErrPayload, size, out)
-	}
-	target, err := d.targets(out, size, h.InPlace)
+	out := h.DecodedSize()
+	target, err := d.targets(out, size, h.InPlace())
 	if err != nil {
 		return err
 	}
-	idx := make([]byte, h.Size-h.Index)
+	// The bytes past the checksum that the check needs (an entropy
+	// payload's chunk index), gathered from the pieces as they pass.
+	tail := make([]byte, size-h.Tail())
 	sums, err := d.upload(r, size, buf, target, func(off uint64, b []byte) {
-		if end := off + uint64(len(b)); end > h.Index {
-			lo := max(off, h.Index)
-			copy(idx[lo-h.Index:], b[lo-off:])
+		if end := off + uint64(len(b)); end > h.Tail() {
+			lo := max(off, h.Tail())
+			copy(tail[lo-h.Tail():], b[lo-off:])
 		}
 	})
 	if err != nil {
 		return err
 	}
-	if sums.Sum() != h.Checksum {
-		return &codec.ChecksumError{Payload: "entropy payload", Computed: sums.Sum(), Stored: h.Checksum}
-	}
-	if err := h.CheckIndex(idx); err != nil || out == 0 {
+	if err := payload.Check(h, size, sums.Sum(), 0, tail); err != nil || out == 0 {
 		return err
 	}
-	if h.InPlace {
-		err = d.LaunchEntropyInPlace(d.buf, h, d.stream)
-	} else {
-		err = d.LaunchEntropyOutOfPlace(d.buf, d.payload, h, d.stream)
-	}
-	if err != nil {
+	if err := d.launchPayload(h); err != nil {
 		return err
 	}
 	return d.download(out, buf, fn)

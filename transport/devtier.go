@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -36,7 +36,7 @@ type devTier struct {
 // stream follow.
 type devPayload struct {
 	ptr    vmm.Ptr
-	h      codec.Header
+	h      payload.Head
 	stream int
 	ev     engine.Event
 }

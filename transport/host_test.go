@@ -11,6 +11,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/cachetest"
@@ -38,8 +39,8 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 				for _, fromSource := range []bool{false, true} {
 					t.Run(fmt.Sprintf("%s, resident %v, on the host %v, from the source %v", what, resident, onHost, fromSource), func(t *testing.T) {
 						var device atomic.Int64 // entropy decodes the engine ran
-						hooks := hostengine.Hooks{Decode: func(_ engine.DevPtr, h *codec.Header) error {
-							if h == nil {
+						hooks := hostengine.Hooks{Decode: func(_ engine.DevPtr, h payload.Head) error {
+							if h.Kind() == payload.KindEntropy {
 								device.Add(1)
 							}
 							return nil

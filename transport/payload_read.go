@@ -2,7 +2,7 @@ package transport
 
 // Reading payload objects: whole into a buffer (read), and in pieces that
 // are checksummed where they land (readChecked); small ones are staged by
-// the packer. The checks themselves are codec.CheckPayload's.
+// the packer. The checks themselves are package payload's.
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -57,7 +57,7 @@ func readChecked(f io.ReaderAt, q []byte, off uint64) (sum uint32, read, verify 
 
 // read loads a payload object into buf, in pieces read and checksummed in
 // parallel, and verifies header and checksum.
-func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
+func (z *SplitZip) read(key shardcache.Key, buf []byte) (*held, error) {
 	t0 := time.Now()
 	f, o, err := z.cache.OpenObject(key)
 	if err != nil {
@@ -90,13 +90,8 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 		return nil, err
 	}
 	t1 := time.Now()
-	p := &payload{buf: b}
-	if o.Kind == shardcache.KindEntropy {
-		p.e, err = checkEntropy(b, sums.Sum())
-	} else if p.h, err = codec.ParseHeader(b); err == nil {
-		err = sums.Check(&p.h, 0)
-	}
-	if err != nil {
+	p := &held{buf: b}
+	if p.h, err = payload.CheckBytes(payloadKind(o), b, sums.Sum(), 0); err != nil {
 		err = fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	z.mu.Lock()
@@ -109,18 +104,10 @@ func (z *SplitZip) read(key shardcache.Key, buf []byte) (*payload, error) {
 	return p, nil
 }
 
-// checkEntropy checks a whole entropy payload b whose checksum, computed
-// as it was read, is sum: its head, size, checksum and chunk index.
-func checkEntropy(b []byte, sum uint32) (*entropy.Head, error) {
-	e, err := entropy.ParseHead(b)
-	if err != nil {
-		return nil, err
+// payloadKind is the kind of payload an object of the cache holds.
+func payloadKind(o *shardcache.Object) payload.Kind {
+	if o.Kind == shardcache.KindEntropy {
+		return payload.KindEntropy
 	}
-	if e.Size != uint64(len(b)) {
-		return nil, fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, len(b), e.Size)
-	}
-	if sum != e.Checksum {
-		return nil, &codec.ChecksumError{Payload: "entropy payload", Computed: sum, Stored: e.Checksum}
-	}
-	return e, e.CheckIndex(b[e.Index:])
+	return payload.KindFixed
 }

@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine/scatter"
 
-	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -128,13 +128,13 @@ func (z *SplitZip) residentGroups(targets []target) (rest []target, packs []pack
 	for _, t := range targets {
 		pl, ok := z.places[t.hit.Tensor.Key]
 		p := z.resident[t.hit.Tensor.Key]
-		if t.host || !ok || p == nil || p.e != nil || 2*p.h.Values != t.b.Size {
+		if t.host || !ok || p == nil || p.h.Kind() != payload.KindFixed || p.h.DecodedSize() != t.b.Size {
 			rest = append(rest, t)
 			continue
 		}
 		u := byPack[pl.pack]
 		if u == nil {
-			u = &packUpload{pack: pl.pack, ts: make([]target, len(pl.pack.keys)), ps: make([]*payload, len(pl.pack.keys))}
+			u = &packUpload{pack: pl.pack, ts: make([]target, len(pl.pack.keys)), ps: make([]*held, len(pl.pack.keys))}
 			byPack[pl.pack] = u
 		}
 		if u.ps[pl.i] != nil { // the payload of two bindings
@@ -166,7 +166,7 @@ func (z *SplitZip) residentGroups(targets []target) (rest []target, packs []pack
 type packUpload struct {
 	pack *residentPack
 	ts   []target
-	ps   []*payload
+	ps   []*held
 }
 
 // submitPack copies a resident pack's region and scatters its members to
@@ -176,7 +176,7 @@ func (z *SplitZip) submitPack(u packUpload, out []Fence) {
 	items := make([]scatter.Item, len(u.ts))
 	var end uint64
 	for i, t := range u.ts {
-		h := &u.ps[i].h
+		h := &u.ps[i].h.(*payload.Fixed).Header
 		items[i] = scatter.Item{Name: t.b.Name, Dst: uint64(t.b.Addr), Src: rp.rel[i], Stored: h.Size, Size: t.b.Size, Header: h}
 		end = align16(rp.rel[i] + h.Size)
 	}
@@ -207,24 +207,24 @@ func (z *SplitZip) submitPack(u packUpload, out []Fence) {
 
 // readPlaced reads the payload of key into buf, its place in a resident
 // pack (see fillPlace).
-func (z *SplitZip) readPlaced(key shardcache.Key, buf []byte) (*payload, error) {
-	return z.fillPlace(key, true, func() (*payload, error) { return z.read(key, buf) })
+func (z *SplitZip) readPlaced(key shardcache.Key, buf []byte) (*held, error) {
+	return z.fillPlace(key, true, func() (*held, error) { return z.read(key, buf) })
 }
 
 // keepPlaced makes b, a checked payload staged by the packer, the resident
 // copy of key in its place, if key has one; it reports whether it did, or
 // another goroutine has or is doing so.
-func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h codec.Header) bool {
+func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h payload.Head) bool {
 	z.mu.Lock()
 	pl, placed := z.places[key]
 	z.mu.Unlock()
 	if !placed {
 		return false
 	}
-	z.fillPlace(key, false, func() (*payload, error) {
+	z.fillPlace(key, false, func() (*held, error) {
 		buf := pl.buf(uint64(len(b)))
 		copy(buf, b)
-		return &payload{buf: buf, h: h}, nil
+		return &held{buf: buf, h: h}, nil
 	})
 	return true
 }
@@ -234,7 +234,7 @@ func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h codec.Header) bool
 // key is resident it returns that; when another goroutine is filling the
 // place it waits for it and looks again (or, without wait, returns nil);
 // a failed fill leaves the place to the next.
-func (z *SplitZip) fillPlace(key shardcache.Key, wait bool, fill func() (*payload, error)) (*payload, error) {
+func (z *SplitZip) fillPlace(key shardcache.Key, wait bool, fill func() (*held, error)) (*held, error) {
 	for {
 		z.mu.Lock()
 		if p := z.resident[key]; p != nil {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine/scatter"
 
 	"github.com/splitzip/splitzip/codec"
@@ -336,8 +337,11 @@ func (p *packer) send(pl *plan, out []Fence) {
 func work(buf []byte, its []scatter.Item) engine.Work {
 	if len(its) == 1 {
 		it := its[0]
-		if h := it.Header; h == nil || h.InPlace {
-			return engine.Work{Dst: engine.DevPtr(it.Dst), Src: buf[it.Src : it.Src+it.Stored], Decode: h}
+		switch h := it.Header; {
+		case h == nil:
+			return engine.Work{Dst: engine.DevPtr(it.Dst), Src: buf[it.Src : it.Src+it.Stored]}
+		case h.InPlace:
+			return engine.Work{Dst: engine.DevPtr(it.Dst), Src: buf[it.Src : it.Src+it.Stored], Decode: &payload.Fixed{Header: *h}}
 		}
 	}
 	return engine.Work{Src: buf, Items: its}

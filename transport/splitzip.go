@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -71,7 +71,7 @@ type SplitZip struct {
 	opts  SplitZipOptions
 
 	mu       sync.Mutex
-	resident map[shardcache.Key]*payload
+	resident map[shardcache.Key]*held
 	places   map[shardcache.Key]place         // ResidentPacks: where payloads go
 	reading  map[shardcache.Key]chan struct{} // places being filled
 	ring     chan *slot                       // pinned staging pieces
@@ -92,11 +92,10 @@ type sourceState struct {
 	err     error
 }
 
-// payload is a verified payload in pinned memory.
-type payload struct {
+// held is a checked payload in pinned memory.
+type held struct {
 	buf []byte
-	h   codec.Header
-	e   *entropy.Head // an entropy payload's head, its index checked; h is then zero
+	h   payload.Head // checked whole (an entropy payload's chunk index too)
 }
 
 // NewSplitZip wraps inner with payloads from cache.
@@ -122,7 +121,7 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	}
 	opts.SmallBytes = small
 	z := &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
-		resident: map[shardcache.Key]*payload{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
+		resident: map[shardcache.Key]*held{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
 	z.pack.cacheDir = filepath.Clean(cache.Dir())
 	if opts.Resident || opts.DeviceResident {
@@ -268,11 +267,12 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 		z.mu.Unlock()
 		if p != nil {
 			it.fill = func(dst []byte) (*codec.Header, error) {
-				if len(p.buf) != len(dst) || 2*p.h.Values != t.b.Size {
+				f, ok := p.h.(*payload.Fixed)
+				if !ok || len(p.buf) != len(dst) || f.DecodedSize() != t.b.Size {
 					return nil, fmt.Errorf("%w: payload %s does not fit the tensor", codec.ErrSize, key)
 				}
 				copy(dst, p.buf)
-				return &p.h, nil
+				return &f.Header, nil
 			}
 			return it
 		}
@@ -281,10 +281,7 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 	// object of the wrong length.
 	it.file, it.off, it.shared = loc.Path, loc.Offset, o.Pack != ""
 	it.check = func(b []byte) (*codec.Header, error) {
-		h, err := codec.ParseHeader(b)
-		if err == nil {
-			err = codec.CheckPayload(&h, uint64(len(b)), codec.Checksum(b), t.b.Size/2)
-		}
+		h, err := payload.CheckBytes(payload.KindFixed, b, payload.Sum(b), t.b.Size)
 		if err != nil {
 			return nil, fmt.Errorf("%s (payload %s): %w", loc.Path, key, err)
 		}
@@ -293,7 +290,7 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 				return nil, err
 			}
 		}
-		return &h, nil
+		return &h.(*payload.Fixed).Header, nil
 	}
 	return it
 }
@@ -301,7 +298,7 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 // keep copies a checked payload into pinned memory as the resident copy
 // of key (into its place in a resident pack, if it has one), unless one
 // is there already or being made.
-func (z *SplitZip) keep(key shardcache.Key, b []byte, h codec.Header) error {
+func (z *SplitZip) keep(key shardcache.Key, b []byte, h payload.Head) error {
 	if z.keepPlaced(key, b, h) {
 		return nil
 	}
@@ -316,7 +313,7 @@ func (z *SplitZip) keep(key shardcache.Key, b []byte, h codec.Header) error {
 		z.res.release(buf)
 		return nil
 	}
-	z.resident[key] = &payload{buf: buf, h: h}
+	z.resident[key] = &held{buf: buf, h: h}
 	return nil
 }
 
@@ -377,11 +374,11 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 		return z.entropyUpload(ctx, t)
 	case z.tier != nil:
 		if p := z.tier.lookup(string(t.hit.Tensor.Key)); p != nil {
-			if 2*p.h.Values != t.b.Size {
-				return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*p.h.Values, t.b.Size)
+			if p.h.DecodedSize() != t.b.Size {
+				return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, p.h.DecodedSize(), t.b.Size)
 			}
 			// On the stream of its upload: after it, whatever else runs.
-			return z.eng.Submit(p.stream, engine.Work{Dst: t.b.Addr, From: p.ptr, N: p.h.Size, Decode: &p.h})
+			return z.eng.Submit(p.stream, engine.Work{Dst: t.b.Addr, From: p.ptr, N: p.h.Size(), Decode: p.h})
 		}
 		return z.stream(ctx, t)
 	case !z.opts.Resident:
@@ -391,13 +388,13 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	if 2*p.h.Values != t.b.Size {
-		return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, 2*p.h.Values, t.b.Size)
+	if p.h.DecodedSize() != t.b.Size {
+		return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, p.h.DecodedSize(), t.b.Size)
 	}
-	if !p.h.InPlace {
+	if !p.h.InPlace() {
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
-	return z.submitResident(engine.Work{Dst: t.b.Addr, Src: p.buf, Decode: &p.h})
+	return z.submitResident(engine.Work{Dst: t.b.Addr, Src: p.buf, Decode: p.h})
 }
 
 // submitResident submits the copy and decode w of a resident payload (its
@@ -417,7 +414,7 @@ func (z *SplitZip) submitResident(w engine.Work) (Fence, error) {
 
 // residentPayload returns the payload of key in pinned memory, reading and
 // verifying it on first use.
-func (z *SplitZip) residentPayload(key shardcache.Key) (*payload, error) {
+func (z *SplitZip) residentPayload(key shardcache.Key) (*held, error) {
 	z.mu.Lock()
 	p := z.resident[key]
 	z.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -37,12 +38,12 @@ func (z *SplitZip) entropyUpload(ctx context.Context, t target) (Fence, error) {
 			return z.hostDecode(ctx, t)
 		case err != nil:
 			return nil, err
-		case p.e == nil || p.e.ValueBytes() != t.b.Size:
+		case p.h.Kind() != payload.KindEntropy || p.h.DecodedSize() != t.b.Size:
 			return nil, fmt.Errorf("%w: payload %s does not decode to the tensor's %d bytes", codec.ErrSize, t.hit.Tensor.Key, t.b.Size)
-		case !p.e.InPlace:
+		case !p.h.InPlace():
 			return z.hostDecode(ctx, t)
 		}
-		return z.submitResident(engine.Work{Dst: t.b.Addr, Src: p.buf, Entropy: p.e})
+		return z.submitResident(engine.Work{Dst: t.b.Addr, Src: p.buf, Decode: p.h})
 	}
 	loc, o, f, closeFile, err := z.openPayload(t.hit.Tensor.Key)
 	if err != nil {
@@ -56,15 +57,15 @@ func (z *SplitZip) entropyUpload(ctx context.Context, t target) (Fence, error) {
 	if _, err := f.ReadAt(hb, 0); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name, err)
 	}
-	h, err := entropy.ParseHead(hb)
+	h, err := payload.Parse(payload.KindEntropy, hb)
 	switch {
-	case errors.Is(err, entropy.ErrNoRecords) || err == nil && !h.InPlace:
+	case errors.Is(err, entropy.ErrNoRecords) || err == nil && !h.InPlace():
 		return z.hostDecode(ctx, t)
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", loc.Name, err)
-	case h.Size != o.Size || h.ValueBytes() != t.b.Size:
+	case h.Size() != o.Size || h.DecodedSize() != t.b.Size:
 		return nil, fmt.Errorf("%s: %w: an entropy payload of %d bytes decoding to %d, the object has %d and the tensor %d",
-			loc.Name, codec.ErrSize, h.Size, h.ValueBytes(), o.Size, t.b.Size)
+			loc.Name, codec.ErrSize, h.Size(), h.DecodedSize(), o.Size, t.b.Size)
 	}
 	stream := z.streams.pick(z.eng)
 	if o.Size <= readPiece {
@@ -72,23 +73,20 @@ func (z *SplitZip) entropyUpload(ctx context.Context, t target) (Fence, error) {
 	}
 	// The chunk index, the payload's last bytes, gathered from the pieces
 	// that hold it.
-	idx := make([]byte, h.Size-h.Index)
+	tail := make([]byte, h.Size()-h.Tail())
 	evs, sums, err := z.copyPieces(ctx, f, loc.Name, o.Size, stream, t.b.Addr, func(off uint64, q []byte) {
-		if end := off + uint64(len(q)); end > h.Index {
-			lo := max(off, h.Index)
-			copy(idx[lo-h.Index:], q[lo-off:])
+		if end := off + uint64(len(q)); end > h.Tail() {
+			lo := max(off, h.Tail())
+			copy(tail[lo-h.Tail():], q[lo-off:])
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	if sums.Sum() != h.Checksum {
-		return nil, fmt.Errorf("%s: %w", loc.Name, &codec.ChecksumError{Payload: "entropy payload", Computed: sums.Sum(), Stored: h.Checksum})
-	}
-	if err := h.CheckIndex(idx); err != nil {
+	if err := payload.Check(h, o.Size, sums.Sum(), t.b.Size, tail); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name, err)
 	}
-	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Entropy: h})
+	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Decode: h})
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +96,7 @@ func (z *SplitZip) entropyUpload(ctx context.Context, t target) (Fence, error) {
 // entropyOne uploads an entropy payload of one staging piece: read and
 // checked whole, then its copy, its decode and one event in one
 // submission.
-func (z *SplitZip) entropyOne(ctx context.Context, t target, f io.ReaderAt, name string, h *entropy.Head, stream int) (Fence, error) {
+func (z *SplitZip) entropyOne(ctx context.Context, t target, f io.ReaderAt, name string, h payload.Head, stream int) (Fence, error) {
 	s := z.takeSlot()
 	defer func() { z.ring <- s }()
 	z.io <- struct{}{}
@@ -106,19 +104,19 @@ func (z *SplitZip) entropyOne(ctx context.Context, t target, f io.ReaderAt, name
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	q := s.buf[:h.Size]
+	q := s.buf[:h.Size()]
 	sum, rd, vd, err := readChecked(f, q, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if h, err = checkEntropy(q, sum); err != nil {
+	if h, err = payload.CheckBytes(payload.KindEntropy, q, sum, t.b.Size); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if !h.InPlace || h.ValueBytes() != t.b.Size {
+	if !h.InPlace() {
 		return nil, fmt.Errorf("%s: %w: the payload changed while read", name, entropy.ErrPayload)
 	}
 	t0 := time.Now()
-	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Src: q, Entropy: h})
+	ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr, Src: q, Decode: h})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +125,7 @@ func (z *SplitZip) entropyOne(ctx context.Context, t target, f io.ReaderAt, name
 	z.mu.Lock()
 	z.stats.Read += rd
 	z.stats.Verify += vd
-	z.stats.Bytes += h.Size
+	z.stats.Bytes += h.Size()
 	z.stats.Submit += submit
 	z.mu.Unlock()
 	return ev, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -60,17 +61,17 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := codec.ParseHeader(head[:])
+	h, err := payload.Parse(payload.KindFixed, head[:])
 	if err == nil {
-		err = sums.Check(&h, t.b.Size/2)
+		err = payload.Check(h, o.Size, sums.Sum(), t.b.Size, nil)
 	}
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", loc.Name, err)
-	case !h.InPlace:
+	case !h.InPlace():
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
 	}
-	ev, err := z.eng.Submit(stream, z.decodeWork(t, tierSlot, o.Size, &h))
+	ev, err := z.eng.Submit(stream, z.decodeWork(t, tierSlot, o.Size, h))
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +122,7 @@ func (z *SplitZip) copyPieces(ctx context.Context, f io.ReaderAt, name string, s
 
 // decodeWork is the submission that decodes a payload whose bytes are in
 // the binding's range, or, copied there first, in slot of the device tier.
-func (z *SplitZip) decodeWork(t target, slot vmm.Ptr, size uint64, h *codec.Header) engine.Work {
+func (z *SplitZip) decodeWork(t target, slot vmm.Ptr, size uint64, h payload.Head) engine.Work {
 	if slot != 0 {
 		return engine.Work{Dst: t.b.Addr, From: slot, N: size, Decode: h}
 	}
@@ -130,7 +131,7 @@ func (z *SplitZip) decodeWork(t target, slot vmm.Ptr, size uint64, h *codec.Head
 
 // keepOnDevice records a payload uploaded into slot of the device tier
 // (nothing when slot is 0).
-func (z *SplitZip) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h codec.Header, stream int, ev engine.Event) {
+func (z *SplitZip) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h payload.Head, stream int, ev engine.Event) {
 	if slot != 0 {
 		z.tier.keep(string(key), &devPayload{ptr: slot, h: h, stream: stream, ev: ev})
 	}
@@ -157,23 +158,20 @@ func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	h, err := codec.ParseHeader(q)
-	if err == nil {
-		err = codec.CheckPayload(&h, size, sum, t.b.Size/2)
-	}
+	h, err := payload.CheckBytes(payload.KindFixed, q, sum, t.b.Size)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", name, err)
-	case !h.InPlace:
+	case !h.InPlace():
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
 	t0 := time.Now()
 	var ev engine.Event
 	if slot == 0 {
-		ev, err = z.eng.Submit(stream, engine.Work{Dst: to, Src: q, Decode: &h})
+		ev, err = z.eng.Submit(stream, engine.Work{Dst: to, Src: q, Decode: h})
 	} else if ev, err = z.eng.Submit(stream, engine.Work{Dst: to, Src: q}); err == nil {
 		s.ev = ev // the copy from the staging piece
-		ev, err = z.eng.Submit(stream, z.decodeWork(t, slot, size, &h))
+		ev, err = z.eng.Submit(stream, z.decodeWork(t, slot, size, h))
 	}
 	if err != nil {
 		return nil, err

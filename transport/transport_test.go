@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/cachetest"
@@ -115,7 +116,7 @@ func TestConcurrentFaultsUploadOnce(t *testing.T) {
 	count := func(m map[engine.DevPtr]int, p engine.DevPtr) error { mu.Lock(); m[p]++; mu.Unlock(); return nil }
 	_, a, st, _ := setup(t, c, src, hostengine.Hooks{
 		Copy:   func(p engine.DevPtr, _ int) error { return count(copies, p) },
-		Decode: func(p engine.DevPtr, _ *codec.Header) error { return count(decodes, p) },
+		Decode: func(p engine.DevPtr, _ payload.Head) error { return count(decodes, p) },
 	}, true)
 	bs := a.Bindings()
 	var wg sync.WaitGroup
@@ -173,7 +174,7 @@ func TestFaults(t *testing.T) {
 			}
 			return nil
 		},
-		Decode: func(dst engine.DevPtr, h *codec.Header) error {
+		Decode: func(dst engine.DevPtr, h payload.Head) error {
 			if uint64(dst) == failDecode.Load() {
 				return engine.ErrInjected
 			}

@@ -92,11 +92,8 @@ func overlaps(held []*request, w engine.Work) bool {
 // its in-place decode.
 func writes(w engine.Work) uint64 {
 	n := uint64(len(w.Src))
-	switch {
-	case w.Decode != nil:
-		n = max(n, 2*w.Decode.Values)
-	case w.Entropy != nil:
-		n = max(n, w.Entropy.ValueBytes())
+	if w.Decode != nil {
+		n = max(n, w.Decode.DecodedSize())
 	}
 	return n
 }
@@ -126,7 +123,7 @@ func (e *Engine) flush(s int, held []*request) {
 	var derr error
 	for _, r := range held {
 		last, rerr := st, err
-		if rerr == nil && (r.w.Decode != nil || r.w.Entropy != nil) {
+		if rerr == nil && r.w.Decode != nil {
 			if dec == nil && derr == nil {
 				ds, dec, derr = e.decodeOn(s)
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/enginetest"
 )
@@ -62,7 +63,7 @@ func TestBatchedSubmissions(t *testing.T) {
 	for i := range n {
 		src := host[i*len(p) : (i+1)*len(p)]
 		copy(src, p)
-		add(i%2, engine.Work{Dst: base + engine.DevPtr(uint64(i)*slot), Src: src, Decode: &h})
+		add(i%2, engine.Work{Dst: base + engine.DevPtr(uint64(i)*slot), Src: src, Decode: &payload.Fixed{Header: h}})
 		if i == n/2 {
 			add(0, engine.Work{Dst: rawAt, Src: rawA})
 			add(0, engine.Work{Dst: rawAt, Src: rawB}) // overlaps: must land last
@@ -104,7 +105,7 @@ func TestBatchedSubmissions(t *testing.T) {
 func TestOverlaps(t *testing.T) {
 	src := make([]byte, 100)
 	h := codec.Header{Values: 150} // decodes to 300 bytes
-	held := []*request{{w: engine.Work{Dst: 1000, Src: src, Decode: &h}}, {w: engine.Work{Dst: 2000, Src: src}}}
+	held := []*request{{w: engine.Work{Dst: 1000, Src: src, Decode: &payload.Fixed{Header: h}}}, {w: engine.Work{Dst: 2000, Src: src}}}
 	for _, c := range []struct {
 		dst  engine.DevPtr
 		n    int

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine/scatter"
 
 	"github.com/splitzip/splitzip/engine"
@@ -99,17 +100,8 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 			return nil, err
 		}
 	}
-	if w.Decode != nil && w.Entropy != nil {
-		return nil, fmt.Errorf("cuda engine: a decode and an entropy decode in one submission")
-	}
-	if w.Decode != nil {
-		h := *w.Decode
-		w.Decode = &h
-	}
-	if w.Entropy != nil {
-		h := *w.Entropy
-		w.Entropy = &h
-	}
+	// The submitter launches later: the head is the submission's own.
+	w.Decode = payload.Clone(w.Decode)
 	c := &cudaEvent{e: e, ready: make(chan struct{})}
 	if err := e.send(request{s: s, w: w, ev: c}); err != nil {
 		return nil, err
@@ -224,7 +216,7 @@ func (e *Engine) waitEvent(s int, c *cudaEvent) error {
 func (e *Engine) submit(s int, w engine.Work) (cuda.Event, error) {
 	last := e.streams[s]
 	err := e.enqueueCopy(s, w)
-	if err == nil && (w.Decode != nil || w.Entropy != nil) {
+	if err == nil && w.Decode != nil {
 		var ds cuda.Stream
 		var dec *gpu.Decoder
 		if ds, dec, err = e.decodeOn(s); err == nil {
@@ -268,10 +260,13 @@ func (e *Engine) enqueueCopy(s int, w engine.Work) error {
 
 // launchDecode enqueues w's in-place decode on ds with dec (see decodeOn).
 func (e *Engine) launchDecode(ds cuda.Stream, dec *gpu.Decoder, w engine.Work) error {
-	if w.Decode != nil {
-		return e.timed(ds, true, func() error { return dec.LaunchInPlace(cuda.DevicePtr(w.Dst), w.Decode, ds) })
+	switch h := w.Decode.(type) {
+	case *payload.Fixed:
+		return e.timed(ds, true, func() error { return dec.LaunchInPlace(cuda.DevicePtr(w.Dst), &h.Header, ds) })
+	case *payload.Entropy:
+		return e.timed(ds, true, func() error { return dec.LaunchEntropyInPlace(cuda.DevicePtr(w.Dst), h.Head, ds) })
 	}
-	return e.timed(ds, true, func() error { return dec.LaunchEntropyInPlace(cuda.DevicePtr(w.Dst), w.Entropy, ds) })
+	return fmt.Errorf("cuda engine: %w: %v", payload.ErrKind, w.Decode.Kind())
 }
 
 // scatter enqueues on stream s the copy of packed, whose table is

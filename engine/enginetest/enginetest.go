@@ -21,6 +21,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/scatter"
 	"github.com/splitzip/splitzip/internal/synth"
@@ -93,7 +94,7 @@ func peerCopy(t *testing.T, a, b engine.Engine) {
 	if got := readBack(t, b, dst.base, len(p)); !bytes.Equal(got, p) {
 		t.Fatal("a peer copy differs")
 	}
-	wait(t, submit(t, b, 0, engine.Work{Dst: dst.base, From: src.base, N: uint64(len(p)), Peer: a, Decode: &h}))
+	wait(t, submit(t, b, 0, engine.Work{Dst: dst.base, From: src.base, N: uint64(len(p)), Peer: a, Decode: &payload.Fixed{Header: h}}))
 	if got := readBack(t, b, dst.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("a payload copied from a peer and decoded in place differs")
 	}
@@ -189,7 +190,7 @@ func copyWithinDevice(t *testing.T, e engine.Engine) {
 	if got := readBack(t, e, b.base, len(p)); !bytes.Equal(got, p) {
 		t.Fatal("a copy within device memory differs")
 	}
-	wait(t, submit(t, e, 1, engine.Work{Dst: b.base, From: a.base, N: uint64(len(p)), Decode: &h}))
+	wait(t, submit(t, e, 1, engine.Work{Dst: b.base, From: a.base, N: uint64(len(p)), Decode: &payload.Fixed{Header: h}}))
 	if got := readBack(t, e, b.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("a payload copied within device memory and decoded in place differs")
 	}
@@ -296,7 +297,7 @@ func decodeInPlace(t *testing.T, e engine.Engine) {
 	values, p, h := Payload(t, 5*codec.ChunkValues+123)
 	r := alloc(t, e, uint64(len(values)))
 	copy(r.host, p)
-	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &h}))
+	wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &payload.Fixed{Header: h}}))
 	if got := readBack(t, e, r.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("in-place decode differs from the reference")
 	}
@@ -328,9 +329,9 @@ func decodesFollowTheirCopies(t *testing.T, e engine.Engine) {
 		if i%4 < 2 {
 			submit(t, e, s, engine.Work{Dst: r.base, Src: r.host[:half]})
 			submit(t, e, s, engine.Work{Dst: r.base + engine.DevPtr(half), Src: r.host[half:len(p)]})
-			evs = append(evs, submit(t, e, s, engine.Work{Dst: r.base, Decode: &h}))
+			evs = append(evs, submit(t, e, s, engine.Work{Dst: r.base, Decode: &payload.Fixed{Header: h}}))
 		} else {
-			evs = append(evs, submit(t, e, s, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &h}))
+			evs = append(evs, submit(t, e, s, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: &payload.Fixed{Header: h}}))
 		}
 		off := uint64(i) * 64 << 10
 		evs = append(evs, submit(t, e, s, engine.Work{Dst: raw.base + engine.DevPtr(off), Src: raw.host[off : off+64<<10]}))
@@ -362,13 +363,14 @@ func entropyDecodeInPlace(t *testing.T, e engine.Engine) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := entropy.Check(p)
-		if err != nil || !h.InPlace {
-			t.Fatalf("%s: %v, in place %v", entropy.Fields[c.field].Name(), err, h != nil && h.InPlace)
+		ph, err := payload.CheckBytes(payload.KindEntropy, p, payload.Sum(p), uint64(len(c.values)))
+		if err != nil || !ph.InPlace() {
+			t.Fatalf("%s: %v, in place %v", entropy.Fields[c.field].Name(), err, ph != nil && ph.InPlace())
 		}
+		h := ph.(*payload.Entropy)
 		r := alloc(t, e, uint64(len(c.values)))
 		copy(r.host, p)
-		wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Entropy: h}))
+		wait(t, submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(p)], Decode: h}))
 		if got := readBack(t, e, r.base, len(c.values)); !bytes.Equal(got, c.values) {
 			t.Fatalf("%s: in-place entropy decode differs from the reference", entropy.Fields[c.field].Name())
 		}
@@ -381,16 +383,13 @@ func entropyDecodeInPlace(t *testing.T, e engine.Engine) {
 			bad[i] ^= 0xFF
 		}
 		copy(r.host, bad)
-		err = submit(t, e, 1, engine.Work{Dst: r.base, Src: r.host[:len(bad)], Entropy: h}).Wait()
+		err = submit(t, e, 1, engine.Work{Dst: r.base, Src: r.host[:len(bad)], Decode: h}).Wait()
 		if de, ok := e.(engine.DecodeErrorer); ok && err == nil {
 			err = de.DecodeErrors()
 		}
 		if err == nil {
 			t.Errorf("%s: a damaged entropy payload decoded without an error", entropy.Fields[c.field].Name())
 		}
-	}
-	if _, err := e.Submit(0, engine.Work{Decode: &codec.Header{}, Entropy: &entropy.Head{}}); err == nil {
-		t.Error("a submission with both decodes was taken")
 	}
 }
 
@@ -438,7 +437,7 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 	}
 	r := alloc(t, e, uint64(len(values)))
 	copy(r.host, bad)
-	err := submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(bad)], Decode: &h}).Wait()
+	err := submit(t, e, 0, engine.Work{Dst: r.base, Src: r.host[:len(bad)], Decode: &payload.Fixed{Header: h}}).Wait()
 	if de, ok := e.(engine.DecodeErrorer); ok && err == nil {
 		err = de.DecodeErrors()
 	}
@@ -448,7 +447,7 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 	// Later work on the engine runs.
 	good := alloc(t, e, uint64(len(values)))
 	copy(good.host, p)
-	wait(t, submit(t, e, 1, engine.Work{Dst: good.base, Src: good.host[:len(p)], Decode: &h}))
+	wait(t, submit(t, e, 1, engine.Work{Dst: good.base, Src: good.host[:len(p)], Decode: &payload.Fixed{Header: h}}))
 	if de, ok := e.(engine.DecodeErrorer); ok {
 		if err := de.DecodeErrors(); err != nil {
 			t.Fatalf("DecodeErrors after a good decode: %v", err)

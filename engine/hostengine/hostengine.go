@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine/scatter"
 
-	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
 )
 
@@ -27,9 +27,9 @@ var (
 type Hooks struct {
 	// Copy and Decode, if set, are called before each operation runs; an
 	// error fails the operation (as a failed DMA or launch would). Decode
-	// sees an entropy payload's decode with a nil header.
+	// sees each payload's head (a packed one's too).
 	Copy   func(dst engine.DevPtr, n int) error
-	Decode func(dst engine.DevPtr, h *codec.Header) error
+	Decode func(dst engine.DevPtr, h payload.Head) error
 	// Map, if set, is called before memory is mapped (out of memory).
 	Map func(n uint64) error
 	// Scatter, if set, is called before a packed upload of items runs.
@@ -200,9 +200,6 @@ func (e *Engine) stream(s int) (*streamState, error) {
 // submits to s comes between them. The event carries the stream's first
 // error since the previous event, and clears it.
 func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
-	if w.Decode != nil && w.Entropy != nil {
-		return nil, fmt.Errorf("cpu engine: a decode and an entropy decode in one submission")
-	}
 	var run []func() error
 	switch {
 	case w.Items != nil:
@@ -232,12 +229,8 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 			run = append(run, func() error { return e.timed(false, func() error { return e.copyHtoD(w.Dst, w.Src) }) })
 		}
 		if w.Decode != nil {
-			hc := *w.Decode
-			run = append(run, func() error { return e.timed(true, func() error { return e.decodeInPlace(w.Dst, &hc) }) })
-		}
-		if w.Entropy != nil {
-			hc := *w.Entropy
-			run = append(run, func() error { return e.timed(true, func() error { return e.decodeEntropyInPlace(w.Dst, &hc) }) })
+			h := payload.Clone(w.Decode)
+			run = append(run, func() error { return e.timed(true, func() error { return e.decodeInPlace(w.Dst, h) }) })
 		}
 	}
 	st, err := e.stream(s)
@@ -245,7 +238,7 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		return nil, err
 	}
 	ev := &cpuEvent{done: make(chan struct{})}
-	if e.dstreams != nil && w.Items == nil && (w.Decode != nil || w.Entropy != nil) {
+	if e.dstreams != nil && w.Items == nil && w.Decode != nil {
 		// The copy on s, the decode on s's decode stream after it: s goes
 		// on with later copies meanwhile.
 		copies, decode := run[:len(run)-1], run[len(run)-1]

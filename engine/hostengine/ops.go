@@ -10,6 +10,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 )
 
@@ -67,36 +68,24 @@ func (e *Engine) AllowPeers(peers []engine.Engine) error {
 	return nil
 }
 
-// decodeInPlace runs a decode with the Go reference decoder.
-func (e *Engine) decodeInPlace(dst engine.DevPtr, h *codec.Header) error {
+// decodeInPlace runs a payload's decode in place with the Go reference:
+// an entropy payload's in place (entropy.DecodeInPlace, the invariant a
+// device relies on), a fixed one's out of place from a copy set aside
+// (its reference decoder works out of place).
+func (e *Engine) decodeInPlace(dst engine.DevPtr, h payload.Head) error {
 	if e.hooks.Decode != nil {
 		if err := e.hooks.Decode(dst, h); err != nil {
 			return err
 		}
 	}
-	d, err := e.mem(dst, 2*h.Values)
+	d, err := e.mem(dst, h.DecodedSize())
 	if err != nil {
 		return err
 	}
-	// The reference decoder works out of place: set the payload aside.
-	payload := append([]byte(nil), d[:h.Size]...)
-	return codec.Decode(d, payload)
-}
-
-// decodeEntropyInPlace runs an entropy payload's decode in place with the
-// Go reference (entropy.DecodeInPlace); the Decode hook sees it with a
-// nil header.
-func (e *Engine) decodeEntropyInPlace(dst engine.DevPtr, h *entropy.Head) error {
-	if e.hooks.Decode != nil {
-		if err := e.hooks.Decode(dst, nil); err != nil {
-			return err
-		}
+	if h.Kind() == payload.KindEntropy {
+		return entropy.DecodeInPlace(d, h.Size())
 	}
-	d, err := e.mem(dst, h.ValueBytes())
-	if err != nil {
-		return err
-	}
-	return entropy.DecodeInPlace(d, h.Size)
+	return h.Decode(d, append([]byte(nil), d[:h.Size()]...), 0)
 }
 
 // scatter writes checked items of packed to their ranges; the hooks see
@@ -123,7 +112,7 @@ func (e *Engine) scatter(packed []byte, its []scatter.Item) error {
 			continue
 		}
 		if e.hooks.Decode != nil {
-			if err := e.hooks.Decode(engine.DevPtr(it.Dst), it.Header); err != nil {
+			if err := e.hooks.Decode(engine.DevPtr(it.Dst), &payload.Fixed{Header: *it.Header}); err != nil {
 				return err
 			}
 		}

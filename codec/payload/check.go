@@ -1,0 +1,101 @@
+package payload
+
+import (
+	"fmt"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
+)
+
+// Sniff returns the kind of the payload whose first bytes are head: an
+// entropy payload by its magic, else a fixed one (whose header Parse then
+// checks).
+func Sniff(head []byte) Kind {
+	if len(head) >= len(entropy.PayloadMagic) && string(head[:len(entropy.PayloadMagic)]) == entropy.PayloadMagic {
+		return KindEntropy
+	}
+	return KindFixed
+}
+
+// Parse parses and checks the head of a payload of kind k from its first
+// bytes (min(its size, HeadBytes) bytes, or more): the header's fields,
+// an entropy payload's code lengths and pair table, and the bounds every
+// reader relies on before it allocates: a fixed payload stores at least
+// a byte a value, and a payload flagged in place is no larger than the
+// values it decodes to (the in-place invariant).
+func Parse(k Kind, head []byte) (Head, error) {
+	switch k {
+	case KindFixed:
+		h, err := codec.ParseHeader(head)
+		switch {
+		case err != nil:
+			return nil, err
+		case h.Values > h.Size:
+			return nil, fmt.Errorf("%w: %d values in a %d-byte payload", codec.ErrCorrupt, h.Values, h.Size)
+		case h.InPlace && h.Values > 0 && h.Size > 2*h.Values:
+			return nil, fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, h.Size, 2*h.Values)
+		}
+		return &Fixed{h}, nil
+	case KindEntropy:
+		h, err := entropy.ParseHead(head)
+		switch {
+		case err != nil:
+			return nil, err
+		case h.InPlace && h.Values > 0 && h.Size > h.ValueBytes():
+			return nil, fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d values", entropy.ErrPayload, h.Size, h.ValueBytes())
+		}
+		return &Entropy{h}, nil
+	}
+	return nil, fmt.Errorf("%w: %d", ErrKind, uint8(k))
+}
+
+// Check checks h against the payload it was parsed from: size bytes read
+// (whole or in pieces) whose checksum, folded in order, is sum, decoding
+// to a tensor of decoded bytes (0: not checked); tail is the payload's
+// bytes from h.Tail() to its end (nil when h.Tail() is its size). Errors
+// say what was found and what was wanted, and match codec.ErrCorrupt,
+// codec.ErrChecksum, codec.ErrSize or entropy.ErrPayload.
+func Check(h Head, size uint64, sum uint32, decoded uint64, tail []byte) error {
+	switch h := h.(type) {
+	case *Fixed:
+		var values uint64
+		if decoded != 0 {
+			if decoded%2 != 0 {
+				return fmt.Errorf("%w: payload decodes to BF16 values, the tensor has %d bytes", codec.ErrSize, decoded)
+			}
+			values = decoded / 2
+		}
+		return codec.CheckPayload(&h.Header, size, sum, values)
+	case *Entropy:
+		switch {
+		case h.Head.Size != size:
+			return fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, size, h.Head.Size)
+		case sum != h.Head.Checksum:
+			return &codec.ChecksumError{Payload: "entropy payload", Computed: sum, Stored: h.Head.Checksum}
+		case decoded != 0 && h.ValueBytes() != decoded:
+			return fmt.Errorf("%w: entropy payload decodes to %d bytes, the tensor has %d", codec.ErrSize, h.ValueBytes(), decoded)
+		}
+	}
+	if uint64(len(tail)) != size-min(h.Tail(), size) {
+		return fmt.Errorf("%w: %d bytes of the payload's tail for a check that needs %d", codec.ErrSize, len(tail), size-min(h.Tail(), size))
+	}
+	return h.checkTail(tail)
+}
+
+// CheckBytes parses and checks a whole payload p of kind k whose
+// checksum, computed as it was read, is sum (Parse, then Check), decoding
+// to decoded bytes (0: not checked).
+func CheckBytes(k Kind, p []byte, sum uint32, decoded uint64) (Head, error) {
+	h, err := Parse(k, p)
+	if err != nil {
+		return nil, err
+	}
+	n := uint64(len(p))
+	if err := Check(h, n, sum, decoded, p[min(h.Tail(), n):]); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Sum returns the checksum of a whole payload, as its header records it.
+func Sum(p []byte) uint32 { return codec.Checksum(p) }
