@@ -173,7 +173,7 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 			tp := Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Stored: t.Stored, Size: t.Size, Object: t.Size,
 				Placement: place(rules, t.Name)}
 			id := fmt.Sprintf("slice %s@%d", sh.Name, t.Offset)
-			if t.Stored == shardcache.StoredSplitZip || t.Stored == shardcache.StoredEntropy {
+			if t.Stored == shardcache.StoredFixed || t.Stored == shardcache.StoredEntropy {
 				o, err := c.Lookup(t.Key)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", t.Name, err)
@@ -223,7 +223,7 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 
 // parts fills t.Parts from its placement.
 func (p *Plan) parts(t *Tensor) error {
-	payload := t.Stored == shardcache.StoredSplitZip || t.Stored == shardcache.StoredEntropy
+	payload := t.Stored == shardcache.StoredFixed || t.Stored == shardcache.StoredEntropy
 	wire := func(r int, b uint64) uint64 {
 		if r == t.Reader {
 			return 0

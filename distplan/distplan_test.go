@@ -74,7 +74,7 @@ func TestShardDim0(t *testing.T) {
 			}
 			next = pt.Values[1]
 			bytes += pt.Bytes
-			if tn.Stored == shardcache.StoredSplitZip {
+			if tn.Stored == shardcache.StoredFixed {
 				if pt.Chunks[0]*codec.ChunkValues > pt.Values[0] || pt.Chunks[1]*codec.ChunkValues < pt.Values[1] {
 					t.Errorf("%s: chunks %v do not cover values %v", tn.Name, pt.Chunks, pt.Values)
 				}
@@ -86,7 +86,7 @@ func TestShardDim0(t *testing.T) {
 		if bytes != tn.Size || next != tn.Size/2 && tn.DType == "BF16" {
 			t.Errorf("%s: parts of %d bytes ending at value %d, the tensor has %d bytes", tn.Name, bytes, next, tn.Size)
 		}
-		if tn.Stored == shardcache.StoredSplitZip {
+		if tn.Stored == shardcache.StoredFixed {
 			payloads++
 		}
 	}
@@ -106,7 +106,7 @@ func TestShardOtherDim(t *testing.T) {
 		}
 		found = true
 		for _, pt := range tn.Parts {
-			if pt.Index[1]-pt.Index[0] != tn.Shape[1]/2 || (tn.Stored == shardcache.StoredSplitZip) != pt.Whole {
+			if pt.Index[1]-pt.Index[0] != tn.Shape[1]/2 || (tn.Stored == shardcache.StoredFixed) != pt.Whole {
 				t.Errorf("%s: part %+v of shape %v", tn.Name, pt, tn.Shape)
 			}
 		}

@@ -25,7 +25,7 @@ func TestCUDALoad(t *testing.T) {
 		t.Logf("%s: %d tensors, runs %+v", rep.Mode, rep.Tensors, rep.Runs)
 		for i, r := range rep.Runs {
 			// Device times come from CUDA events: the copies take some
-			// time, a decode too on the SplitZip path, and the busy times
+			// time, a decode too on the payload path, and the busy times
 			// fit in the run.
 			if r.Device.Copy <= 0 || (!o.Raw && r.Device.Decode <= 0) || r.Device.DecodeAlone > r.Device.Decode ||
 				r.Device.Copy > r.Wall || r.Device.Decode > r.Wall {

@@ -54,7 +54,7 @@ type Report struct {
 	Checked     bool          `json:"checked"`
 	// EntropyTensors counts the tensors stored as entropy payloads: read
 	// raw from their source, or without it decoded from their payloads
-	// (on the device, or on the host: see transport.SplitZipOptions).
+	// (on the device, or on the host: see transport.PayloadOptions).
 	EntropyTensors int         `json:"entropy_tensors"`
 	Settings       Settings    `json:"settings"`
 	Runs           []RunReport `json:"runs"`

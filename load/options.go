@@ -39,15 +39,15 @@ type Options struct {
 	DeviceResident bool
 	// ResidentPacks, with Resident, keeps the payloads of each layer
 	// group side by side in pinned regions, re-faulted a region at a time
-	// (transport.SplitZipOptions.ResidentPacks); with Raw, the bytes of
+	// (transport.PayloadOptions.ResidentPacks); with Raw, the bytes of
 	// tensors side by side in the arena, re-faulted a run at a time with
 	// one copy (transport.RawOptions.ResidentRuns).
 	ResidentPacks bool
 	// EntropyOnHost decodes entropy payloads whose source is absent on
-	// the host (transport.SplitZipOptions.HostEntropy).
+	// the host (transport.PayloadOptions.HostEntropy).
 	EntropyOnHost bool
 	// EntropyFromSource reads entropy tensors raw from their source when
-	// it is there (transport.SplitZipOptions.EntropyFromSource).
+	// it is there (transport.PayloadOptions.EntropyFromSource).
 	EntropyFromSource bool
 	// Check reads the arena back after Checkpoint's load and compares it
 	// with the source.

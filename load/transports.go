@@ -26,7 +26,7 @@ func Staging(c *shardcache.Cache, specs []vmm.Spec, o Options) (transport.Stagin
 // stack with the same defaults.
 type Transports struct {
 	raw  *transport.Raw
-	zip  *transport.SplitZip
+	zip  *transport.Payloads
 	mode string
 }
 
@@ -60,7 +60,7 @@ func NewTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 		if o.DeviceResident {
 			resident = stage.SmallResident
 		}
-		z, err := transport.NewSplitZip(eng, c, raw, transport.SplitZipOptions{Resident: o.Resident, ResidentPacks: o.ResidentPacks,
+		z, err := transport.NewPayloads(eng, c, raw, transport.PayloadOptions{Resident: o.Resident, ResidentPacks: o.ResidentPacks,
 			Readers: o.Readers, SmallBytes: o.SmallBytes, RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
 			DeviceResident: o.DeviceResident, DeviceBytes: stage.Device, HostEntropy: o.EntropyOnHost,
 			EntropyFromSource: o.EntropyFromSource})
@@ -95,8 +95,8 @@ func (t *Transports) Transport() transport.Transport {
 }
 
 // Payloads is the payload transport (nil for a raw load), for uploads
-// into ranges the caller owns (transport.SplitZip.UploadBatch).
-func (t *Transports) Payloads() *transport.SplitZip { return t.zip }
+// into ranges the caller owns (transport.Payloads.UploadBatch).
+func (t *Transports) Payloads() *transport.Payloads { return t.zip }
 
 // Mode names the path: "raw" or "splitzip", with "+resident",
 // "+resident-packs" or "+device-resident".

@@ -253,7 +253,7 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 		path, off := t.Shard, t.Offset
 		if !t.Compressed {
 			// An entropy payload without its source keeps its source
-			// slice: the SplitZip transport decodes it on the host.
+			// slice: the payload transport decodes it on the host.
 			if path, off, err = l.rawSlice(t); errors.Is(err, shardcache.ErrHostDecode) {
 				path, off = t.Shard, t.Offset
 			} else if err != nil {

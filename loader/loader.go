@@ -109,7 +109,7 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 			i := len(l.tensors)
 			tt := Tensor{Index: i, Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: filepath.Join(src.Root, sh.Name),
 				Offset: t.Offset, Size: t.Size, Key: t.Key, Stored: t.Size, shard: sh, rec: &sh.Tensors[ti]}
-			if t.Stored == shardcache.StoredSplitZip {
+			if t.Stored == shardcache.StoredFixed {
 				o, err := c.Lookup(t.Key)
 				if err != nil {
 					return nil, err
@@ -173,7 +173,7 @@ func (l *Loader) FindSlice(shard string, offset, size uint64) (int, error) {
 }
 
 // ReadHost writes tensor i's original bytes into dst, decoding on the CPU.
-// A payload (SplitZip or entropy) is always decoded from the cache, and
+// A payload (fixed or entropy) is always decoded from the cache, and
 // checked as it is, even when the tensor's source slice is there: a
 // corrupt payload is then an error (codec.ErrChecksum, ...) naming the
 // tensor, never hidden by a read of the source. Only raw tensors are read
@@ -188,7 +188,7 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 	}
 	dst = dst[:t.Size]
 	switch t.rec.Stored {
-	case shardcache.StoredSplitZip, shardcache.StoredEntropy:
+	case shardcache.StoredFixed, shardcache.StoredEntropy:
 		p, _, err := l.c.ReadObject(t.Key)
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)

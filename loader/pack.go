@@ -114,7 +114,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, err
 func (l *Loader) packItem(t *Tensor, dst []byte) (uint64, bool, error) {
 	if t.rec.Stored != shardcache.StoredEntropy {
 		n, err := l.ReadStored(t.Index, dst)
-		return n, t.rec.Stored == shardcache.StoredSplitZip, err
+		return n, t.rec.Stored == shardcache.StoredFixed, err
 	}
 	n, err := l.StoredSize(t.Index)
 	if err != nil {

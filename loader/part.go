@@ -66,7 +66,7 @@ func (l *Loader) PartOf(i int, stored []byte, lo, hi uint64) ([]byte, error) {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
 		return p, nil
-	case shardcache.StoredSplitZip:
+	case shardcache.StoredFixed:
 		first, k := codec.ChunksCovering(lo/2, hi/2)
 		p, err := codec.Part(stored, first, k)
 		if err != nil {
@@ -118,7 +118,7 @@ func (l *Loader) DecodePart(i int, part []byte, lo, hi uint64, dst []byte) error
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
 		return nil
-	case shardcache.StoredSplitZip:
+	case shardcache.StoredFixed:
 		pi, err := codec.ParsePart(part)
 		if err == nil {
 			err = decodePart(dst, part, lo, hi, pi.Values, 2, 2*pi.Header.Values, t.Size,

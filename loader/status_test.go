@@ -16,7 +16,7 @@ import (
 )
 
 // TestStatusOf: the C ABI's statuses agree with the error model's kinds:
-// corrupt entropy payloads are corrupt (as SplitZip payloads always were),
+// corrupt entropy payloads are corrupt (as fixed payloads always were),
 // a truncated source is a changed source, a bad option is invalid, and
 // the statuses of old stay.
 func TestStatusOf(t *testing.T) {

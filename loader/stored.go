@@ -16,13 +16,13 @@ import (
 )
 
 // StoredSize returns the bytes ReadStored writes for tensor i: its
-// payload's (SplitZip or entropy), or its raw size.
+// payload's (fixed or entropy), or its raw size.
 func (l *Loader) StoredSize(i int) (uint64, error) {
 	t, err := l.Tensor(i)
 	if err != nil {
 		return 0, err
 	}
-	if k := t.rec.Stored; k == shardcache.StoredSplitZip || k == shardcache.StoredEntropy {
+	if k := t.rec.Stored; k == shardcache.StoredFixed || k == shardcache.StoredEntropy {
 		o, err := l.c.Lookup(t.Key)
 		if err != nil {
 			return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
@@ -48,7 +48,7 @@ func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
 		return n, fmt.Errorf("tensor %q: %w: %d bytes for %d stored", t.Name, ErrTooSmall, len(dst), n)
 	}
 	k := t.rec.Stored
-	if k != shardcache.StoredSplitZip && k != shardcache.StoredEntropy {
+	if k != shardcache.StoredFixed && k != shardcache.StoredEntropy {
 		return n, l.readSource(t, dst[:n])
 	}
 	// Read straight into dst, then checked there.
@@ -110,7 +110,7 @@ func (l *Loader) DecodeHost(i int, src, dst []byte) error {
 	}
 	dst = dst[:t.Size]
 	switch t.rec.Stored {
-	case shardcache.StoredSplitZip:
+	case shardcache.StoredFixed:
 		err = codec.Decode(dst, src)
 	case shardcache.StoredEntropy:
 		err = entropy.Decode(dst, src, 0)

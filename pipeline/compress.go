@@ -545,8 +545,8 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 		// Stored by an earlier tensor or checkpoint.
 		tc.opts.Progress.Add(t.Size())
 		switch o.Kind {
-		case shardcache.KindSplitZip:
-			rec.Stored, rec.CopyStored = shardcache.StoredSplitZip, true
+		case shardcache.KindFixed:
+			rec.Stored, rec.CopyStored = shardcache.StoredFixed, true
 		case shardcache.KindEntropy:
 			rec.Stored, rec.CopyStored = shardcache.StoredEntropy, true
 		default:

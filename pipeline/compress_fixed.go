@@ -62,7 +62,7 @@ func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor,
 	case !st.InPlace:
 		return false, true, "not decodable in place (" + strings.TrimPrefix(st.NotInPlace.Error(), codec.ErrNotInPlace.Error()+": ") + ")", nil
 	}
-	meta := &shardcache.Object{Kind: shardcache.KindSplitZip, Size: st.Size, RawSize: t.Size(), Values: n,
+	meta := &shardcache.Object{Kind: shardcache.KindFixed, Size: st.Size, RawSize: t.Size(), Values: n,
 		Escapes: st.Escapes, RawChunks: st.RawChunks, Chunks: st.Chunks, Checksum: h.Checksum,
 		Coverage: cb.Coverage(hist), Entropy: hist.Entropy(), InPlace: true,
 		EscapeRate: float64(st.Escapes) / float64(max(n, 1))}
@@ -72,7 +72,7 @@ func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor,
 	if err := obj.Commit(rec.Key, meta); err != nil {
 		return false, true, "", err
 	}
-	rec.Stored = shardcache.StoredSplitZip
+	rec.Stored = shardcache.StoredFixed
 	rec.CopyStored = true
 	rec.Coverage, rec.Entropy = 0, 0 // the payload's object has them
 	return true, true, "", nil

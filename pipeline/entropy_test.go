@@ -88,7 +88,7 @@ func TestEntropyCodecs(t *testing.T) {
 				case c.entropy[tn.Name]:
 					want, eKey = shardcache.StoredEntropy, tn.Key
 				case c.fixed[tn.Name]:
-					want = shardcache.StoredSplitZip
+					want = shardcache.StoredFixed
 				}
 				if tn.Stored != want {
 					t.Errorf("%s (%s) stored %s, want %s (%s)", tn.Name, tn.DType, tn.Stored, want, tn.Reason)

@@ -191,7 +191,7 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 	r.Coverage, r.ExponentEntropy = t.Coverage, t.Entropy
 	o := ix.Objects[t.Key]
 	switch {
-	case t.Stored == shardcache.StoredSplitZip && o != nil:
+	case t.Stored == shardcache.StoredFixed && o != nil:
 		r.StoredBytes = o.Size
 		r.Coverage, r.EscapeRate, r.ExponentEntropy = o.Coverage, o.EscapeRate, o.Entropy
 		r.RawChunks, r.Codebook = o.RawChunks, o.Codebook
@@ -247,7 +247,7 @@ func (d *DTypeReport) add(r *TensorReport) {
 	d.RawBytes += r.RawBytes
 	d.StoredBytes += r.StoredBytes
 	switch r.Stored {
-	case shardcache.StoredSplitZip:
+	case shardcache.StoredFixed:
 		d.SplitZip++
 	case shardcache.StoredEntropy:
 		d.Entropy++
@@ -266,7 +266,7 @@ func add(t *Totals, r *TensorReport) {
 	t.RawBytes += r.RawBytes
 	t.StoredBytes += r.StoredBytes
 	switch r.Stored {
-	case shardcache.StoredSplitZip:
+	case shardcache.StoredFixed:
 		t.CompressedTensors++
 	case shardcache.StoredEntropy:
 		t.CompressedTensors++

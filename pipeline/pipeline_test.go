@@ -179,7 +179,7 @@ func TestCorruptCache(t *testing.T) {
 	}
 	var key shardcache.Key
 	for k, o := range c.Index().Objects {
-		if o.Kind == shardcache.KindSplitZip {
+		if o.Kind == shardcache.KindFixed {
 			key = k
 			break
 		}

@@ -241,7 +241,7 @@ func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*shardcache.Objec
 	if err != nil {
 		return nil, nil, err
 	}
-	if want := map[string]string{shardcache.StoredSplitZip: shardcache.KindSplitZip, shardcache.StoredEntropy: shardcache.KindEntropy}[t.Stored]; o.Kind != want {
+	if want := map[string]string{shardcache.StoredFixed: shardcache.KindFixed, shardcache.StoredEntropy: shardcache.KindEntropy}[t.Stored]; o.Kind != want {
 		obj.Close()
 		return nil, nil, fmt.Errorf("payload %s: a %s object, the tensor is stored as %s", t.Key, o.Kind, t.Stored)
 	}

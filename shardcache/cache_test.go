@@ -28,11 +28,11 @@ func TestWriterAndLookups(t *testing.T) {
 	}
 	o.Write([]byte("payload!"))
 	pk := KeyOf([]byte("raw tensor bytes"))
-	if err := o.Commit(pk, &Object{Kind: KindSplitZip, Size: 8, RawSize: 16, Values: 8}); err != nil {
+	if err := o.Commit(pk, &Object{Kind: KindFixed, Size: 8, RawSize: 16, Values: 8}); err != nil {
 		t.Fatal(err)
 	}
 	sh := Shard{Name: "m.safetensors", Size: 22, ModTime: time.Unix(1, 0), Header: Region{0, 6, hk},
-		Tensors: []Tensor{{Name: "w", DType: "BF16", Shape: []uint64{8}, Offset: 6, Size: 16, Key: pk, Stored: StoredSplitZip, CopyStored: true}}}
+		Tensors: []Tensor{{Name: "w", DType: "BF16", Shape: []uint64{8}, Offset: 6, Size: 16, Key: pk, Stored: StoredFixed, CopyStored: true}}}
 	sh.Fingerprint = Fingerprint(&sh)
 	w.SetSource(Source{Root: "/src", Shards: []Shard{sh}})
 	c := commitAndOpen(t, w, dir)
@@ -46,7 +46,7 @@ func TestWriterAndLookups(t *testing.T) {
 	if hit, err := c.LookupName("w", ""); err != nil || hit.Tensor.Key != pk {
 		t.Errorf("name lookup: %v", err)
 	}
-	if o, err := c.Lookup(pk); err != nil || o.Kind != KindSplitZip {
+	if o, err := c.Lookup(pk); err != nil || o.Kind != KindFixed {
 		t.Errorf("key lookup: %v", err)
 	}
 	if b, _, err := c.ReadObject(hk); err != nil || string(b) != "header" {
@@ -98,9 +98,9 @@ func TestIndexRejects(t *testing.T) {
 func TestIndexBounds(t *testing.T) {
 	hk, pk := KeyOf([]byte("h")), KeyOf([]byte("t"))
 	base := func() *Index {
-		return &Index{Objects: map[Key]*Object{hk: {Kind: KindRaw, Size: 8, RawSize: 8}, pk: {Kind: KindSplitZip, Size: 100, RawSize: 64, Values: 32}},
+		return &Index{Objects: map[Key]*Object{hk: {Kind: KindRaw, Size: 8, RawSize: 8}, pk: {Kind: KindFixed, Size: 100, RawSize: 64, Values: 32}},
 			Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Size: 72, Header: Region{0, 8, hk},
-				Tensors: []Tensor{{Name: "w", Offset: 8, Size: 64, Key: pk, Stored: StoredSplitZip}}}}}}}
+				Tensors: []Tensor{{Name: "w", Offset: 8, Size: 64, Key: pk, Stored: StoredFixed}}}}}}}
 	}
 	if err := base().check(); err != nil {
 		t.Fatal(err)

@@ -34,9 +34,9 @@ const (
 
 // Object kinds.
 const (
-	KindSplitZip = "splitzip" // a SplitZip BF16 payload
-	KindEntropy  = "entropy"  // an entropy payload (codec/entropy), index version 3
-	KindRaw      = "raw"      // bytes stored as they are
+	KindFixed   = "splitzip" // a fixed-codec BF16 payload (package codec); the value is the on-disk name
+	KindEntropy = "entropy"  // an entropy payload (codec/entropy), index version 3
+	KindRaw     = "raw"      // bytes stored as they are
 )
 
 // Errors callers test with errors.Is.
@@ -122,9 +122,9 @@ const MaxEntropyRatio = 2048
 
 // Stored values of Tensor.Stored.
 const (
-	StoredSplitZip = "splitzip" // compressed; Key names a SplitZip object
-	StoredEntropy  = "entropy"  // entropy-coded; Key names an entropy object
-	StoredRaw      = "raw"      // left to the raw path; Key names the raw bytes
+	StoredFixed   = "splitzip" // compressed; Key names a fixed-codec object (on-disk name kept)
+	StoredEntropy = "entropy"  // entropy-coded; Key names an entropy object
+	StoredRaw     = "raw"      // left to the raw path; Key names the raw bytes
 )
 
 // Tensor is one tensor of a source shard.
@@ -286,7 +286,7 @@ func (ix *Index) check() error {
 		if _, err := k.hexPart(); err != nil {
 			return err
 		}
-		if o == nil || (o.Kind != KindSplitZip && o.Kind != KindEntropy && o.Kind != KindRaw && o.Kind != KindPack) {
+		if o == nil || (o.Kind != KindFixed && o.Kind != KindEntropy && o.Kind != KindRaw && o.Kind != KindPack) {
 			return fmt.Errorf("object %s has no valid kind", k)
 		}
 		// A SplitZip payload stores at least 12 bits a value, so it never
@@ -297,7 +297,7 @@ func (ix *Index) check() error {
 		// bounded by the size of a file on disk before anything is
 		// allocated for it.
 		switch o.Kind {
-		case KindSplitZip:
+		case KindFixed:
 			if o.RawSize/2 > o.Size {
 				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
 			}
@@ -363,9 +363,9 @@ func (ix *Index) check() error {
 				}
 				o := obj(t.Key)
 				switch {
-				case t.Stored == StoredSplitZip && (o == nil || o.Kind != KindSplitZip):
+				case t.Stored == StoredFixed && (o == nil || o.Kind != KindFixed):
 					return fmt.Errorf("shard %s: tensor %q: payload %s missing", sh.Name, t.Name, t.Key)
-				case t.Stored == StoredSplitZip && (o.RawSize != t.Size || o.Values > o.RawSize/2 || 2*o.Values != o.RawSize):
+				case t.Stored == StoredFixed && (o.RawSize != t.Size || o.Values > o.RawSize/2 || 2*o.Values != o.RawSize):
 					return fmt.Errorf("shard %s: tensor %q: payload %s decodes to %d bytes (%d values), the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, o.Values, t.Size)
 				case t.Stored == StoredEntropy && (o == nil || o.Kind != KindEntropy):
 					return fmt.Errorf("shard %s: tensor %q: entropy payload %s missing", sh.Name, t.Name, t.Key)
@@ -373,7 +373,7 @@ func (ix *Index) check() error {
 					return fmt.Errorf("shard %s: tensor %q: entropy payload %s decodes to %d bytes, the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, t.Size)
 				case t.Stored == StoredRaw && t.CopyStored && (o == nil || o.Size != t.Size):
 					return fmt.Errorf("shard %s: tensor %q: raw object %s missing or not %d bytes", sh.Name, t.Name, t.Key, t.Size)
-				case t.Stored != StoredSplitZip && t.Stored != StoredEntropy && t.Stored != StoredRaw:
+				case t.Stored != StoredFixed && t.Stored != StoredEntropy && t.Stored != StoredRaw:
 					return fmt.Errorf("shard %s: tensor %q: stored as %q", sh.Name, t.Name, t.Stored)
 				}
 			}

@@ -40,8 +40,8 @@ const (
 
 // Object kinds and tensor storage in a binary index, one byte each.
 var (
-	kindCodes   = []string{KindRaw, KindSplitZip, KindEntropy, KindPack}
-	storedCodes = []string{StoredRaw, StoredSplitZip, StoredEntropy}
+	kindCodes   = []string{KindRaw, KindFixed, KindEntropy, KindPack}
+	storedCodes = []string{StoredRaw, StoredFixed, StoredEntropy}
 )
 
 // Bits of an object record's field mask: which optional fields follow
@@ -113,21 +113,21 @@ func shapeSize(dtype string, shape []uint64) (uint64, bool) {
 // the raw size of an object inside a tensor record is the tensor's size,
 // of one in the object table its stored size.
 func derivedValues(o *Object) uint64 {
-	if o.Kind != KindSplitZip {
+	if o.Kind != KindFixed {
 		return 0
 	}
 	return o.RawSize / 2
 }
 
 func derivedEscapeRate(o *Object) float64 {
-	if o.Kind != KindSplitZip {
+	if o.Kind != KindFixed {
 		return 0
 	}
 	return float64(o.Escapes) / float64(max(o.Values, 1))
 }
 
 func derivedCoverage(o *Object) float64 {
-	if o.Kind != KindSplitZip || o.Escapes > o.Values {
+	if o.Kind != KindFixed || o.Escapes > o.Values {
 		return 0
 	}
 	if o.Values == 0 {

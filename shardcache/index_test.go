@@ -30,9 +30,9 @@ func richIndex() *Index {
 		hk: {Kind: KindRaw, Size: 64, RawSize: 64},
 		gk: {Kind: KindRaw, Size: 8, RawSize: 8},
 		ik: {Kind: KindRaw, Size: 10, RawSize: 10, Pack: pk, Offset: 16},
-		sk: {Kind: KindSplitZip, Size: 1500, RawSize: 2048, Values: 1024, Codebook: []int{120, 121, 119, 122, 118, 123, 117, 124, 116, 125, 115, 126, 114, 127, 113},
+		sk: {Kind: KindFixed, Size: 1500, RawSize: 2048, Values: 1024, Codebook: []int{120, 121, 119, 122, 118, 123, 117, 124, 116, 125, 115, 126, 114, 127, 113},
 			Escapes: 7, RawChunks: 1, Chunks: 2, Checksum: 0xdeadbeef, Coverage: 0.9931640625, Entropy: 2.718281828459045, InPlace: true, EscapeRate: 7.0 / 1024},
-		s2: {Kind: KindSplitZip, Size: 1400, RawSize: 2048, Values: 1024, Codebook: []int{120, 121, 119, 122, 118, 123, 117, 124, 116, 125, 115, 126, 114, 127, 113},
+		s2: {Kind: KindFixed, Size: 1400, RawSize: 2048, Values: 1024, Codebook: []int{120, 121, 119, 122, 118, 123, 117, 124, 116, 125, 115, 126, 114, 127, 113},
 			Escapes: 3, Chunks: 2, Checksum: 1, Coverage: 1, Entropy: 0.5, InPlace: true, EscapeRate: 0.25}, // a rate that is not escapes/values
 		ek: {Kind: KindEntropy, Size: 900, RawSize: 4096, Values: 2048, Field: "BF16 exponent", Entropy: 2.25, Checksum: 42, Chunks: 1, InPlace: true, Pack: pk, Offset: 32},
 		rk: {Kind: KindRaw, Size: 16, RawSize: 16},
@@ -41,8 +41,8 @@ func richIndex() *Index {
 	shard := Shard{Name: "model.safetensors", Size: 64 + 2048 + 2048 + 8 + 4096 + 16 + 2, ModTime: t0, Fingerprint: "blake3:" + strings.Repeat("ab", 32),
 		Header: Region{0, 64, hk},
 		Tensors: []Tensor{
-			{Name: "w.splitzip", DType: "BF16", Shape: []uint64{32, 32}, Offset: 64, Size: 2048, Key: sk, Stored: StoredSplitZip},
-			{Name: "w.splitzip2", DType: "BF16", Shape: []uint64{1024}, Offset: 64 + 2048, Size: 2048, Key: s2, Stored: StoredSplitZip},
+			{Name: "w.splitzip", DType: "BF16", Shape: []uint64{32, 32}, Offset: 64, Size: 2048, Key: sk, Stored: StoredFixed},
+			{Name: "w.splitzip2", DType: "BF16", Shape: []uint64{1024}, Offset: 64 + 2048, Size: 2048, Key: s2, Stored: StoredFixed},
 			{Name: "w.entropy", DType: "BF16", Shape: []uint64{2, 1024}, Offset: 64 + 4096 + 8, Size: 4096, Key: ek, Stored: StoredEntropy},
 			{Name: "bias", DType: "F32", Shape: []uint64{4}, Offset: 64 + 4096 + 8 + 4096, Size: 16, Key: rk, Stored: StoredRaw, CopyStored: true, Reason: "dtype F32"},
 			{Name: "scale", DType: "BF16", Shape: []uint64{}, Offset: 64 + 4096 + 8 + 4096 + 16, Size: 2, Key: KeyOf([]byte{1, 2}), Stored: StoredRaw,
@@ -135,8 +135,8 @@ func TestIndexBytesPerTensor(t *testing.T) {
 				Reason: fmt.Sprintf("saving at most -%.1f%%, below 3.0%%", 100*rng.Float64()), Coverage: rng.Float64(), Entropy: 8 * rng.Float64()}
 			if payloads {
 				k = 1 << 20
-				tn.Shape, tn.Size, tn.Stored, tn.Reason, tn.Coverage, tn.Entropy = []uint64{1024, 1024}, 2*k, StoredSplitZip, "", 0, 0
-				ix.Objects[tn.Key] = &Object{Kind: KindSplitZip, Size: 3 * k / 2, RawSize: 2 * k, Values: k, Codebook: book, Escapes: rng.Uint64N(k / 100),
+				tn.Shape, tn.Size, tn.Stored, tn.Reason, tn.Coverage, tn.Entropy = []uint64{1024, 1024}, 2*k, StoredFixed, "", 0, 0
+				ix.Objects[tn.Key] = &Object{Kind: KindFixed, Size: 3 * k / 2, RawSize: 2 * k, Values: k, Codebook: book, Escapes: rng.Uint64N(k / 100),
 					Chunks: k / 8192, Checksum: rng.Uint32(), Entropy: 3 * rng.Float64(), InPlace: true}
 				// As compress records them (codec.Codebook.Coverage):
 				// the share of values in the codebook, the escapes'.

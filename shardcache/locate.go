@@ -33,7 +33,7 @@ func (t *Tensor) InCache() bool { return t.Payload() || t.CopyStored }
 
 // Payload reports whether a tensor is stored as a payload that decodes to
 // it (SplitZip or entropy), not as raw bytes.
-func (t *Tensor) Payload() bool { return t.Stored == StoredSplitZip || t.Stored == StoredEntropy }
+func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == StoredEntropy }
 
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file
 // is at path now) are read from: the source slice when the shard is there

@@ -225,7 +225,7 @@ func TestEntropyIndexRejects(t *testing.T) {
 	rejectsAll(t, base, map[string]func(ix *Index){
 		"missing payload": func(ix *Index) { delete(ix.Objects, ek) },
 		"payload of the wrong kind": func(ix *Index) {
-			ix.Objects[ek].Kind = KindSplitZip
+			ix.Objects[ek].Kind = KindFixed
 		},
 		"payload of another size": func(ix *Index) { ix.Objects[ek].RawSize = 2048 },
 		"decodes too large":       func(ix *Index) { ix.Objects[ek].RawSize = 100*MaxEntropyRatio + 100 },

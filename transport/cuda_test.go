@@ -17,7 +17,7 @@ import (
 // requireCUDA returns a CUDA engine on device 0, or skips with the reason.
 func requireCUDA(t *testing.T) *cudaengine.Engine { return fixture.RequireCUDA(t, 2) }
 
-// cudaStore builds an arena of src on eng and a store over a SplitZip
+// cudaStore builds an arena of src on eng and a store over a payload
 // transport wrapping a raw one, closed when the test ends.
 func cudaStore(t *testing.T, eng *cudaengine.Engine, c *shardcache.Cache, src *shardcache.Source) (*vmm.Arena, *Store) {
 	t.Helper()
@@ -30,7 +30,7 @@ func cudaStore(t *testing.T, eng *cudaengine.Engine, c *shardcache.Cache, src *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewSplitZip(eng, c, raw, SplitZipOptions{Readers: 3})
+	tr, err := NewPayloads(eng, c, raw, PayloadOptions{Readers: 3})
 	if err != nil {
 		raw.Close()
 		t.Fatal(err)

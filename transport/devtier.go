@@ -1,7 +1,7 @@
 package transport
 
 // The device tier: payloads kept compressed in device memory after their
-// first upload (SplitZipOptions.DeviceResident), so that a re-fault copies
+// first upload (PayloadOptions.DeviceResident), so that a re-fault copies
 // them within the device and decodes them in place, with no file read and
 // no host-to-device copy.
 

@@ -6,7 +6,7 @@
 //     of pinned buffers with several reader goroutines and copies them to
 //     the device; a buffer is reused only after the copy that read it has
 //     completed.
-//   - SplitZip wraps another transport: a tensor with a payload in the
+//   - Payloads wraps another transport: a tensor with a payload in the
 //     cache is read into pinned memory, its checksum verified, copied to
 //     the start of its range and decoded there in place, all on one stream,
 //     with an event after the decode as its fence. Others are delegated.

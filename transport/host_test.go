@@ -45,7 +45,7 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 							}
 							return nil
 						}}
-						loadAllWith(t, c, s, hooks, SplitZipOptions{Resident: resident, Readers: 3, HostEntropy: onHost, SmallBytes: 4 << 10, EntropyFromSource: fromSource})
+						loadAllWith(t, c, s, hooks, PayloadOptions{Resident: resident, Readers: 3, HostEntropy: onHost, SmallBytes: 4 << 10, EntropyFromSource: fromSource})
 						if n := device.Load(); (n > 0) != (!onHost && (absent || !fromSource)) {
 							t.Errorf("%d entropy payloads decoded by the engine", n)
 						}
@@ -189,7 +189,7 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	z, err := NewSplitZip(eng, c, rawT, SplitZipOptions{SmallBytes: -1}) // not packed: the streaming path
+	z, err := NewPayloads(eng, c, rawT, PayloadOptions{SmallBytes: -1}) // not packed: the streaming path
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestDeviceResident(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		z, err := NewSplitZip(eng, c, raw, SplitZipOptions{DeviceResident: true, DeviceBytes: tierBytes})
+		z, err := NewPayloads(eng, c, raw, PayloadOptions{DeviceResident: true, DeviceBytes: tierBytes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestDeviceResident(t *testing.T) {
 		}
 		eng.Close()
 	}
-	if _, err := NewSplitZip(hostengine.New(1), c, nil, SplitZipOptions{DeviceResident: true}); !errors.Is(err, ErrOption) {
+	if _, err := NewPayloads(hostengine.New(1), c, nil, PayloadOptions{DeviceResident: true}); !errors.Is(err, ErrOption) {
 		t.Errorf("a device tier of no bytes: %v", err)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // readPiece is the unit of parallel payload reads.
 const readPiece = 8 << 20
 
-// piecesPerReader is how many staging pieces the SplitZip ring holds per
+// piecesPerReader is how many staging pieces the payload ring holds per
 // reader: beyond the one a reader fills, the others hold copies still in
 // flight, so a reader rarely waits for the device to free one. On the
 // H200, 4 loaded a 12-layer MoE (2,391 payloads of 1.1-2.2 MB) at
@@ -57,7 +57,7 @@ func readChecked(f io.ReaderAt, q []byte, off uint64) (sum uint32, read, verify 
 
 // read loads a payload object into buf, in pieces read and checksummed in
 // parallel, and verifies header and checksum.
-func (z *SplitZip) read(key shardcache.Key, buf []byte) (*held, error) {
+func (z *Payloads) read(key shardcache.Key, buf []byte) (*held, error) {
 	t0 := time.Now()
 	f, o, err := z.cache.OpenObject(key)
 	if err != nil {

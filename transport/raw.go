@@ -32,7 +32,7 @@ type Stats struct {
 	Read   time.Duration // reading files into pinned memory
 	Verify time.Duration // payload checksums
 	Submit time.Duration // enqueueing copies and decodes
-	Bytes  uint64        // bytes moved to the device (payload bytes for SplitZip)
+	Bytes  uint64        // bytes moved to the device (payload bytes for Payloads)
 }
 
 // add returns s plus o.
@@ -292,7 +292,7 @@ func (r *Raw) submit(dst vmm.Ptr, src []byte, s *slot) (Fence, error) {
 func (r *Raw) Prepare() error { return r.pack.ensure() }
 
 // PackReader is implemented by transports whose small bindings another
-// transport may pack beside its own (SplitZip packs small raw tensors with
+// transport may pack beside its own (Payloads packs small raw tensors with
 // small payloads): PackSource says where b's bytes are read from, as the
 // transport itself would read them.
 type PackReader interface {

@@ -1,6 +1,6 @@
 package transport
 
-// Resident packs (SplitZipOptions.ResidentPacks). A resident payload
+// Resident packs (PayloadOptions.ResidentPacks). A resident payload
 // re-faulted on its own costs the copy engine a few microseconds on top
 // of its bytes: on the H200, 1.6 MB copies queued back to back moved 49
 // GB/s and 16 MiB ones 54-55 (docs/PERF.md, thirteenth session). So the
@@ -54,7 +54,7 @@ func (p place) buf(size uint64) []byte {
 // planResidentPacks gives the payloads of targets that are neither
 // resident nor placed yet places in new resident packs, in batch order.
 // Payloads that would fill a region alone keep buffers of their own.
-func (z *SplitZip) planResidentPacks(targets []target) error {
+func (z *Payloads) planResidentPacks(targets []target) error {
 	var want []shardcache.Key
 	seen := map[shardcache.Key]bool{}
 	z.mu.Lock()
@@ -120,9 +120,9 @@ func packMembers(sizes []uint64) (int, uint64) {
 
 // residentGroups takes out of targets those whose payloads make up whole
 // resident packs, every member resident and decodable by the scatter
-// kernel (a SplitZip payload of the binding's size), and returns the
+// kernel (a fixed payload of the binding's size), and returns the
 // packs with their members' targets and payloads in region order.
-func (z *SplitZip) residentGroups(targets []target) (rest []target, packs []packUpload) {
+func (z *Payloads) residentGroups(targets []target) (rest []target, packs []packUpload) {
 	byPack := map[*residentPack]*packUpload{}
 	z.mu.Lock()
 	for _, t := range targets {
@@ -171,7 +171,7 @@ type packUpload struct {
 
 // submitPack copies a resident pack's region and scatters its members to
 // their bindings with one submission, and sets their fences in out.
-func (z *SplitZip) submitPack(u packUpload, out []Fence) {
+func (z *Payloads) submitPack(u packUpload, out []Fence) {
 	rp := u.pack
 	items := make([]scatter.Item, len(u.ts))
 	var end uint64
@@ -207,14 +207,14 @@ func (z *SplitZip) submitPack(u packUpload, out []Fence) {
 
 // readPlaced reads the payload of key into buf, its place in a resident
 // pack (see fillPlace).
-func (z *SplitZip) readPlaced(key shardcache.Key, buf []byte) (*held, error) {
+func (z *Payloads) readPlaced(key shardcache.Key, buf []byte) (*held, error) {
 	return z.fillPlace(key, true, func() (*held, error) { return z.read(key, buf) })
 }
 
 // keepPlaced makes b, a checked payload staged by the packer, the resident
 // copy of key in its place, if key has one; it reports whether it did, or
 // another goroutine has or is doing so.
-func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h payload.Head) bool {
+func (z *Payloads) keepPlaced(key shardcache.Key, b []byte, h payload.Head) bool {
 	z.mu.Lock()
 	pl, placed := z.places[key]
 	z.mu.Unlock()
@@ -234,7 +234,7 @@ func (z *SplitZip) keepPlaced(key shardcache.Key, b []byte, h payload.Head) bool
 // key is resident it returns that; when another goroutine is filling the
 // place it waits for it and looks again (or, without wait, returns nil);
 // a failed fill leaves the place to the next.
-func (z *SplitZip) fillPlace(key shardcache.Key, wait bool, fill func() (*held, error)) (*held, error) {
+func (z *Payloads) fillPlace(key shardcache.Key, wait bool, fill func() (*held, error)) (*held, error) {
 	for {
 		z.mu.Lock()
 		if p := z.resident[key]; p != nil {

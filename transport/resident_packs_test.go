@@ -35,7 +35,7 @@ func residentPacks(t *testing.T, small int64) {
 	payloads := 0
 	for _, sh := range src.Shards {
 		for _, tn := range sh.Tensors {
-			if tn.Stored == shardcache.StoredSplitZip {
+			if tn.Stored == shardcache.StoredFixed {
 				payloads++
 			}
 		}
@@ -52,7 +52,7 @@ func residentPacks(t *testing.T, small int64) {
 			}
 		}
 		return nil
-	}}, SplitZipOptions{Resident: true, ResidentPacks: true, SmallBytes: small, Readers: 3})
+	}}, PayloadOptions{Resident: true, ResidentPacks: true, SmallBytes: small, Readers: 3})
 	bs := a.Bindings()
 	faultAll := func(what string) { t.Helper(); faultCheckEvict(t, eng, st, bs, src, what) }
 	faultAll("first fault")
@@ -85,7 +85,7 @@ func residentPacks(t *testing.T, small int64) {
 	failed := 0
 	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
 		hit, herr := c.LookupSlice(bs[i].Shard, bs[i].Offset, bs[i].Size)
-		hasPayload := herr == nil && hit.Tensor.Stored == shardcache.StoredSplitZip
+		hasPayload := herr == nil && hit.Tensor.Stored == shardcache.StoredFixed
 		if err == nil && !hasPayload {
 			continue
 		}
@@ -116,7 +116,7 @@ func residentPacks(t *testing.T, small int64) {
 // TestResidentPacksNeedResident: the option alone is refused.
 func TestResidentPacksNeedResident(t *testing.T) {
 	c, _ := llama(t)
-	if _, err := NewSplitZip(hostengine.New(1), c, nil, SplitZipOptions{ResidentPacks: true}); !errors.Is(err, ErrOption) {
+	if _, err := NewPayloads(hostengine.New(1), c, nil, PayloadOptions{ResidentPacks: true}); !errors.Is(err, ErrOption) {
 		t.Fatalf("ResidentPacks without Resident: %v", err)
 	}
 }

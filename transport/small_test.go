@@ -233,7 +233,7 @@ func TestStreamedPackMembers(t *testing.T) {
 	_, a, st, _ := setup(t, c, src, hostengine.Hooks{}, false)
 	for _, b := range a.Bindings() {
 		hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size)
-		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
+		if err != nil || hit.Tensor.Stored != shardcache.StoredFixed {
 			continue
 		}
 		if o, _ := c.Lookup(hit.Tensor.Key); o.Pack != "" && o.Size > DefaultSmallBytes {

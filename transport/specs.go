@@ -13,7 +13,7 @@ import (
 // unchanged; a shard that is absent must have all its tensors' bytes in
 // the cache (a self-contained cache), in objects of their recorded sizes,
 // so every size from the index is bounded by a file before the arena is
-// sized from it. A payload's spec names its source slice (the SplitZip
+// sized from it. A payload's spec names its source slice (the payload
 // transport finds the payload by it); a raw tensor's names where its bytes
 // are read, the source slice or, for an absent source, its copy in the
 // cache.
@@ -34,9 +34,9 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 		for ti := range sh.Tensors {
 			t := &sh.Tensors[ti]
 			file, off := path, t.Offset
-			if t.Stored != shardcache.StoredSplitZip {
+			if t.Stored != shardcache.StoredFixed {
 				// An entropy payload without its source keeps its source
-				// slice: the SplitZip transport finds it by it and
+				// slice: the payload transport finds it by it and
 				// decodes it on the host.
 				if file, off, err = c.RawSlice(sh, path, t); errors.Is(err, shardcache.ErrHostDecode) {
 					file, off = path, t.Offset

@@ -62,7 +62,7 @@ type need struct {
 // rawSlots is the raw ring: 16 MiB slots for the raw bytes, plus one.
 func (n need) rawSlots() int { return int((n.raw+rawSlotBytes-1)/rawSlotBytes) + 1 }
 
-// payloadPieces is the SplitZip ring: 8 MiB pieces for the payload bytes,
+// payloadPieces is the payload ring: 8 MiB pieces for the payload bytes,
 // plus two.
 func (n need) payloadPieces() int { return int((n.payload+readPiece-1)/readPiece) + 2 }
 
@@ -71,7 +71,7 @@ func (n need) payloadPieces() int { return int((n.payload+readPiece-1)/readPiece
 func (n need) packSlots() int { return int((n.small+packBytes-1)/packBytes) + 2 }
 
 // stagingNeed sums what a load of specs stages: through the raw path
-// only with raw, else payloads through the SplitZip path.
+// only with raw, else payloads through the payload path.
 func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) need {
 	var n need
 	seen := map[shardcache.Key]bool{}
@@ -85,7 +85,7 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 				// on the host into payload pieces: staged by either ring.
 				n.payload += size
 			}
-			if err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+			if err == nil && hit.Tensor.Stored == shardcache.StoredFixed {
 				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
 					size, payload = o.Size, true
 					if !seen[hit.Tensor.Key] {
@@ -130,7 +130,7 @@ func (s Staging) ResidentPacked(raw bool) uint64 {
 }
 
 // Staging is how many pinned buffers each staging ring of a transport
-// gets (RawOptions.Slots and PackSlots, SplitZipOptions.RingPieces and
+// gets (RawOptions.Slots and PackSlots, PayloadOptions.RingPieces and
 // PackSlots), and the cap they were fitted to.
 type Staging struct {
 	RawSlots  int    // 16 MiB raw slots
@@ -151,7 +151,7 @@ type Staging struct {
 
 // PinnedBytes returns the pinned bytes of the rings: raw slots and, for a
 // load through the raw path only, the raw packer's buffers; else raw
-// slots, payload pieces and the SplitZip packer's (the raw packer is then
+// slots, payload pieces and the payload packer's (the raw packer is then
 // unused).
 func (s Staging) PinnedBytes() uint64 {
 	return uint64(s.RawSlots)*rawSlotBytes + uint64(s.Pieces)*readPiece + uint64(s.PackSlots)*packBytes

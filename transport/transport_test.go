@@ -41,14 +41,14 @@ func mustSpecs(t *testing.T, c *shardcache.Cache, src *shardcache.Source) []vmm.
 	return specs
 }
 
-// setup builds an arena, a SplitZip transport over a raw one, and a store.
+// setup builds an arena, a payload transport over a raw one, and a store.
 func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, resident bool) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
 	t.Helper()
-	return setupWith(t, c, src, hooks, SplitZipOptions{Resident: resident, Readers: 3})
+	return setupWith(t, c, src, hooks, PayloadOptions{Resident: resident, Readers: 3})
 }
 
-// setupWith is setup with the SplitZip transport's options.
-func setupWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, opts SplitZipOptions) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
+// setupWith is setup with the payload transport's options.
+func setupWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, opts PayloadOptions) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
 	t.Helper()
 	eng := hostengine.New(2, hostengine.WithHooks(hooks))
 	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
@@ -59,7 +59,7 @@ func setupWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks 
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewSplitZip(eng, c, raw, opts)
+	tr, err := NewPayloads(eng, c, raw, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,18 +67,18 @@ func setupWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks 
 	return eng, a, NewStore(eng, tr), tr
 }
 
-// loadAll faults every tensor of src in through a SplitZip transport over
+// loadAll faults every tensor of src in through a payload transport over
 // a raw one (keeping payloads resident or not), twice with an eviction
 // between, checks the arena each time, and that closing the transports
 // frees every pinned byte.
 func loadAll(t *testing.T, c *shardcache.Cache, src *shardcache.Source, resident bool) {
 	t.Helper()
-	loadAllWith(t, c, src, hostengine.Hooks{}, SplitZipOptions{Resident: resident, Readers: 3})
+	loadAllWith(t, c, src, hostengine.Hooks{}, PayloadOptions{Resident: resident, Readers: 3})
 }
 
-// loadAllWith is loadAll with the engine's hooks and the SplitZip
+// loadAllWith is loadAll with the engine's hooks and the payload
 // transport's options.
-func loadAllWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, opts SplitZipOptions) {
+func loadAllWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, opts PayloadOptions) {
 	t.Helper()
 	eng, a, st, tr := setupWith(t, c, src, hooks, opts)
 	bs := a.Bindings()
@@ -132,7 +132,7 @@ func TestConcurrentFaultsUploadOnce(t *testing.T) {
 	wg.Wait()
 	for _, b := range bs {
 		m, what := copies, "copies"
-		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredFixed {
 			m, what = decodes, "decodes"
 		}
 		if m[b.Addr] != 1 {
@@ -150,7 +150,7 @@ func TestConcurrentFaultsUploadOnce(t *testing.T) {
 func payloadBinding(t *testing.T, c *shardcache.Cache, a *vmm.Arena) (pz, raw *vmm.Binding) {
 	for _, b := range a.Bindings() {
 		hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size)
-		if err == nil && hit.Tensor.Stored == shardcache.StoredSplitZip {
+		if err == nil && hit.Tensor.Stored == shardcache.StoredFixed {
 			if pz == nil || b.Size > pz.Size {
 				pz = b
 			}
@@ -328,8 +328,8 @@ func TestOptionsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	if _, err := NewSplitZip(eng, c, raw, SplitZipOptions{RingPieces: -1}); !errors.Is(err, ErrOption) {
-		t.Errorf("NewSplitZip with negative ring pieces: %v", err)
+	if _, err := NewPayloads(eng, c, raw, PayloadOptions{RingPieces: -1}); !errors.Is(err, ErrOption) {
+		t.Errorf("NewPayloads with negative ring pieces: %v", err)
 	}
 }
 

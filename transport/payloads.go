@@ -2,20 +2,22 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// SplitZipOptions configures a SplitZip transport.
-type SplitZipOptions struct {
+// PayloadOptions configures a payload transport.
+type PayloadOptions struct {
 	// Resident keeps payloads in pinned memory after their first upload,
 	// so a re-fault reads no file and verifies nothing again.
 	Resident bool
@@ -62,13 +64,13 @@ type SplitZipOptions struct {
 	EntropyFromSource bool
 }
 
-// SplitZip uploads payloads from a cache and decodes them in place;
+// Payloads uploads payloads from a cache and decodes them in place;
 // bindings without a payload go to the wrapped transport unchanged.
-type SplitZip struct {
+type Payloads struct {
 	eng   engine.Engine
 	cache *shardcache.Cache
 	inner Transport
-	opts  SplitZipOptions
+	opts  PayloadOptions
 
 	mu       sync.Mutex
 	resident map[shardcache.Key]*held
@@ -98,8 +100,8 @@ type held struct {
 	h   payload.Head // checked whole (an entropy payload's chunk index too)
 }
 
-// NewSplitZip wraps inner with payloads from cache.
-func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, opts SplitZipOptions) (*SplitZip, error) {
+// NewPayloads wraps inner with payloads from cache.
+func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, opts PayloadOptions) (*Payloads, error) {
 	switch {
 	case opts.Readers < 0:
 		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
@@ -120,7 +122,7 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 		opts.Readers = 4
 	}
 	opts.SmallBytes = small
-	z := &SplitZip{eng: eng, cache: cache, inner: inner, opts: opts,
+	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*held{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
 	z.pack.cacheDir = filepath.Clean(cache.Dir())
@@ -135,7 +137,7 @@ func NewSplitZip(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	return z, nil
 }
 
-// target is a binding with a payload: a SplitZip one, or with host an
+// target is a binding with a payload: a fixed one, or with host an
 // entropy one decoded on the host.
 type target struct {
 	i    int
@@ -145,15 +147,15 @@ type target struct {
 }
 
 // UploadBatch implements Transport. Mixed batches are split: bindings
-// whose source slice has a payload take the SplitZip path, the others go
+// whose source slice has a payload take the payload path, the others go
 // to the wrapped transport in one batch. Small payloads, with the small
 // bindings of a wrapped transport that is a PackReader, are packed.
-func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
+func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	out := make([]Fence, len(bs))
 	var others []*vmm.Binding
 	var otherIdx []int
 	var targets []target
-	var zs []target // SplitZip payloads, small ones included
+	var zs []target // fixed payloads, small ones included
 	var small []smallItem
 	// The wrapped transport's small bindings are packed with the small
 	// payloads when it can read them into a pack (PackReader).
@@ -178,7 +180,7 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 				continue
 			}
 		}
-		if err != nil || hit.Tensor.Stored != shardcache.StoredSplitZip {
+		if err != nil || hit.Tensor.Stored != shardcache.StoredFixed {
 			if pr != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
 				small = append(small, rawPackItem(i, b, pr.PackSource(b)))
 				continue
@@ -258,7 +260,7 @@ func (z *SplitZip) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 // or, when resident, copied from pinned memory. A resident transport's
 // first fault of a payload stages it from its file like any other (so a
 // pack's members still arrive with one read) and keeps a copy.
-func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Object) smallItem {
+func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Object) smallItem {
 	key := t.hit.Tensor.Key
 	it := smallItem{i: t.i, b: t.b, stored: o.Size}
 	if z.opts.Resident || z.opts.DeviceResident {
@@ -298,7 +300,7 @@ func (z *SplitZip) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 // keep copies a checked payload into pinned memory as the resident copy
 // of key (into its place in a resident pack, if it has one), unless one
 // is there already or being made.
-func (z *SplitZip) keep(key shardcache.Key, b []byte, h payload.Head) error {
+func (z *Payloads) keep(key shardcache.Key, b []byte, h payload.Head) error {
 	if z.keepPlaced(key, b, h) {
 		return nil
 	}
@@ -319,7 +321,7 @@ func (z *SplitZip) keep(key shardcache.Key, b []byte, h payload.Head) error {
 
 // Prepare sets up the pinned staging ring, so that doing so is not part
 // of the first upload.
-func (z *SplitZip) Prepare() error {
+func (z *Payloads) Prepare() error {
 	if err := z.pack.ensure(); err != nil || z.opts.Resident {
 		return err
 	}
@@ -331,7 +333,7 @@ func (z *SplitZip) Prepare() error {
 // fails when it changed since it was compressed (size or modification
 // time), once per shard. An absent source is no error: payloads hold the
 // bytes.
-func (z *SplitZip) sourcePresent(hit shardcache.SliceHit, path string) (bool, error) {
+func (z *Payloads) sourcePresent(hit shardcache.SliceHit, path string) (bool, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	st, ok := z.present[path]
@@ -344,7 +346,7 @@ func (z *SplitZip) sourcePresent(hit shardcache.SliceHit, path string) (bool, er
 
 // ensureRing allocates the pinned staging ring: 8 MiB pieces, two per
 // concurrent piece read.
-func (z *SplitZip) ensureRing() error {
+func (z *Payloads) ensureRing() error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.ring != nil {
@@ -363,16 +365,18 @@ func (z *SplitZip) ensureRing() error {
 	return nil
 }
 
-// upload reads a payload into pinned memory (or finds it resident),
-// verifies it, and submits copy, decode and event on one stream.
-func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
+// upload uploads a payload of either kind: from the device tier or
+// pinned memory where it is kept, else through the staging ring (stream);
+// entropy payloads with HostEntropy are decoded on the host.
+func (z *Payloads) upload(ctx context.Context, t target) (Fence, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if t.host && z.opts.HostEntropy {
+		return z.hostDecode(ctx, t)
+	}
 	switch {
-	case t.host:
-		return z.entropyUpload(ctx, t)
-	case z.tier != nil:
+	case z.tier != nil && !t.host:
 		if p := z.tier.lookup(string(t.hit.Tensor.Key)); p != nil {
 			if p.h.DecodedSize() != t.b.Size {
 				return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, p.h.DecodedSize(), t.b.Size)
@@ -380,26 +384,37 @@ func (z *SplitZip) upload(ctx context.Context, t target) (Fence, error) {
 			// On the stream of its upload: after it, whatever else runs.
 			return z.eng.Submit(p.stream, engine.Work{Dst: t.b.Addr, From: p.ptr, N: p.h.Size(), Decode: p.h})
 		}
-		return z.stream(ctx, t)
-	case !z.opts.Resident:
-		return z.stream(ctx, t)
+	case z.opts.Resident:
+		return z.uploadResident(ctx, t)
 	}
-	p, err := z.residentPayload(t.hit.Tensor.Key)
-	if err != nil {
+	return z.stream(ctx, t)
+}
+
+// uploadResident uploads a payload from its copy in pinned memory, read
+// and checked on its first fault: one submission of its copy and its
+// decode. An entropy payload that does not decode in place on a device
+// is decoded on the host (hostDecode).
+func (z *Payloads) uploadResident(ctx context.Context, t target) (Fence, error) {
+	key := t.hit.Tensor.Key
+	p, err := z.residentPayload(key)
+	switch {
+	case t.host && errors.Is(err, entropy.ErrNoRecords):
+		return z.hostDecode(ctx, t)
+	case err != nil:
 		return nil, err
-	}
-	if p.h.DecodedSize() != t.b.Size {
-		return nil, fmt.Errorf("%w: payload decodes to %d bytes, the tensor has %d", codec.ErrSize, p.h.DecodedSize(), t.b.Size)
-	}
-	if !p.h.InPlace() {
-		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
+	case (p.h.Kind() == payload.KindEntropy) != t.host || p.h.DecodedSize() != t.b.Size:
+		return nil, fmt.Errorf("%w: payload %s (%v) does not decode to the tensor's %d bytes", codec.ErrSize, key, p.h.Kind(), t.b.Size)
+	case t.host && !p.h.InPlace():
+		return z.hostDecode(ctx, t)
+	case !p.h.InPlace():
+		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
 	}
 	return z.submitResident(engine.Work{Dst: t.b.Addr, Src: p.buf, Decode: p.h})
 }
 
 // submitResident submits the copy and decode w of a resident payload (its
 // bytes w.Src) on the next stream.
-func (z *SplitZip) submitResident(w engine.Work) (Fence, error) {
+func (z *Payloads) submitResident(w engine.Work) (Fence, error) {
 	t0 := time.Now()
 	ev, err := z.eng.Submit(z.streams.pick(z.eng), w)
 	if err != nil {
@@ -414,7 +429,7 @@ func (z *SplitZip) submitResident(w engine.Work) (Fence, error) {
 
 // residentPayload returns the payload of key in pinned memory, reading and
 // verifying it on first use.
-func (z *SplitZip) residentPayload(key shardcache.Key) (*held, error) {
+func (z *Payloads) residentPayload(key shardcache.Key) (*held, error) {
 	z.mu.Lock()
 	p := z.resident[key]
 	z.mu.Unlock()
@@ -450,7 +465,7 @@ func (z *SplitZip) residentPayload(key shardcache.Key) (*held, error) {
 }
 
 // Stats implements Transport; it includes the wrapped transport's.
-func (z *SplitZip) Stats() Stats {
+func (z *Payloads) Stats() Stats {
 	in := z.inner.Stats().add(z.pack.Stats())
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -458,7 +473,7 @@ func (z *SplitZip) Stats() Stats {
 }
 
 // PinnedBytes implements Transport; it includes the wrapped transport's.
-func (z *SplitZip) PinnedBytes() uint64 {
+func (z *Payloads) PinnedBytes() uint64 {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return z.pinned + z.pack.PinnedBytes() + z.res.pinnedBytes() + z.inner.PinnedBytes()
@@ -466,7 +481,7 @@ func (z *SplitZip) PinnedBytes() uint64 {
 
 // DeviceBytes returns the device memory the device tier holds mapped
 // (DeviceResident).
-func (z *SplitZip) DeviceBytes() uint64 {
+func (z *Payloads) DeviceBytes() uint64 {
 	if z.tier == nil {
 		return 0
 	}
@@ -474,7 +489,7 @@ func (z *SplitZip) DeviceBytes() uint64 {
 }
 
 // Close frees the pinned memory and closes the wrapped transport.
-func (z *SplitZip) Close() error {
+func (z *Payloads) Close() error {
 	z.pack.Close()
 	z.mu.Lock()
 	if z.ring != nil {

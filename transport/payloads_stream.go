@@ -1,7 +1,8 @@
 package transport
 
-// Streaming payloads through the pinned staging ring: a payload of one
-// piece in one submission, larger ones in pieces read in parallel.
+// Streaming payloads of every kind through the pinned staging ring: a
+// payload of one piece in one submission, larger ones in pieces read in
+// parallel; resident ones from pinned memory.
 
 import (
 	"context"
@@ -12,35 +13,69 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// stream uploads a payload through the staging ring: its 8 MiB pieces are
-// read, checksummed and copied to their places in the binding's range as
-// they arrive, in parallel, all on one stream; once every piece has been
-// read and the combined checksum matches the header, the decode is
-// enqueued on that stream after the copies. A payload that fails its
-// checksum is never decoded; its range holds garbage and its binding stays
-// evicted.
-func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
+// stream uploads a payload, fixed or entropy, through the staging ring:
+// its 8 MiB pieces are read, checksummed and copied to their places in
+// the binding's range as they arrive, in parallel, all on one stream;
+// once every piece has been read and the payload passes its check
+// (package payload: the combined checksum, and an entropy payload's
+// chunk index gathered from the pieces as they pass), the in-place decode
+// is enqueued on that stream after the copies. A payload that fails its
+// check is never decoded; its range holds garbage and its binding stays
+// evicted. An entropy payload that does not decode in place on a device
+// (version 1, or without the flag) is decoded on the host (hostDecode).
+func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 	key := t.hit.Tensor.Key
 	loc, o, f, closeFile, err := z.openPayload(key)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFile()
-	if o.Kind != shardcache.KindSplitZip || o.Size < codec.HeaderSize {
+	kind := payload.KindFixed
+	if t.host {
+		kind = payload.KindEntropy
+	}
+	switch {
+	case payloadKind(o) != kind:
+		return nil, fmt.Errorf("%s: %w: a %s object for a tensor stored as a %v payload", loc.Name, codec.ErrCorrupt, o.Kind, kind)
+	case kind == payload.KindFixed && o.Size < codec.HeaderSize:
 		return nil, fmt.Errorf("%s: %w: a %s object of %d bytes", loc.Name, codec.ErrCorrupt, o.Kind, o.Size)
+	case kind == payload.KindEntropy && o.RawSize != t.b.Size:
+		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.RawSize, t.b.Size)
+	}
+	// The head first where it decides the path (an entropy payload's) or
+	// where the pieces need it (the chunk index of a payload of several).
+	var h payload.Head
+	if kind == payload.KindEntropy || o.Size > readPiece {
+		hb := make([]byte, min(o.Size, payload.HeadBytes))
+		if _, err := f.ReadAt(hb, 0); err != nil {
+			return nil, fmt.Errorf("%s: %w", loc.Name, err)
+		}
+		h, err = payload.Parse(kind, hb)
+		switch {
+		case kind == payload.KindEntropy && (errors.Is(err, entropy.ErrNoRecords) || err == nil && !h.InPlace()):
+			return z.hostDecode(ctx, t)
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", loc.Name, err)
+		case !h.InPlace():
+			return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
+		case h.Size() != o.Size || h.DecodedSize() != t.b.Size:
+			return nil, fmt.Errorf("%s: %w: a payload of %d bytes decoding to %d, the object has %d and the tensor %d",
+				loc.Name, codec.ErrSize, h.Size(), h.DecodedSize(), o.Size, t.b.Size)
+		}
 	}
 	stream := z.streams.pick(z.eng)
-	// With the device tier, the payload's bytes go to a slot of its own,
-	// are kept there, and are copied within the device to the binding's
-	// range to be decoded; else straight to that range.
+	// With the device tier, a fixed payload's bytes go to a slot of their
+	// own, are kept there, and are copied within the device to the
+	// binding's range to be decoded; else straight to that range.
 	to, tierSlot := t.b.Addr, vmm.Ptr(0)
-	if z.tier != nil {
+	if z.tier != nil && kind == payload.KindFixed {
 		p, ok, err := z.tier.alloc(o.Size)
 		if err != nil {
 			return nil, err
@@ -50,26 +85,20 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 		}
 	}
 	if o.Size <= readPiece {
-		return z.streamOne(ctx, t, f, loc.Name, o.Size, stream, to, tierSlot)
+		return z.streamOne(ctx, t, f, loc.Name, kind, o.Size, stream, to, tierSlot)
 	}
-	var head [codec.HeaderSize]byte
+	tail := make([]byte, h.Size()-h.Tail())
 	evs, sums, err := z.copyPieces(ctx, f, loc.Name, o.Size, stream, to, func(off uint64, q []byte) {
-		if off == 0 {
-			copy(head[:], q)
+		if end := off + uint64(len(q)); end > h.Tail() {
+			lo := max(off, h.Tail())
+			copy(tail[lo-h.Tail():], q[lo-off:])
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	h, err := payload.Parse(payload.KindFixed, head[:])
-	if err == nil {
-		err = payload.Check(h, o.Size, sums.Sum(), t.b.Size, nil)
-	}
-	switch {
-	case err != nil:
+	if err := payload.Check(h, o.Size, sums.Sum(), t.b.Size, tail); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name, err)
-	case !h.InPlace():
-		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
 	}
 	ev, err := z.eng.Submit(stream, z.decodeWork(t, tierSlot, o.Size, h))
 	if err != nil {
@@ -85,7 +114,7 @@ func (z *SplitZip) stream(ctx context.Context, t target) (Fence, error) {
 // on one stream, and returns the copies' events and the pieces'
 // checksums. saw, if set, is given each piece (from its goroutine) before
 // its copy is submitted.
-func (z *SplitZip) copyPieces(ctx context.Context, f io.ReaderAt, name string, size uint64, stream int, to vmm.Ptr, saw func(off uint64, q []byte)) ([]Fence, *codec.PieceSums, error) {
+func (z *Payloads) copyPieces(ctx context.Context, f io.ReaderAt, name string, size uint64, stream int, to vmm.Ptr, saw func(off uint64, q []byte)) ([]Fence, *codec.PieceSums, error) {
 	sums := codec.NewPieceSums(size, readPiece)
 	n := sums.Pieces()
 	evs := make([]Fence, n, n+1)
@@ -122,7 +151,7 @@ func (z *SplitZip) copyPieces(ctx context.Context, f io.ReaderAt, name string, s
 
 // decodeWork is the submission that decodes a payload whose bytes are in
 // the binding's range, or, copied there first, in slot of the device tier.
-func (z *SplitZip) decodeWork(t target, slot vmm.Ptr, size uint64, h payload.Head) engine.Work {
+func (z *Payloads) decodeWork(t target, slot vmm.Ptr, size uint64, h payload.Head) engine.Work {
 	if slot != 0 {
 		return engine.Work{Dst: t.b.Addr, From: slot, N: size, Decode: h}
 	}
@@ -131,7 +160,7 @@ func (z *SplitZip) decodeWork(t target, slot vmm.Ptr, size uint64, h payload.Hea
 
 // keepOnDevice records a payload uploaded into slot of the device tier
 // (nothing when slot is 0).
-func (z *SplitZip) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h payload.Head, stream int, ev engine.Event) {
+func (z *Payloads) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h payload.Head, stream int, ev engine.Event) {
 	if slot != 0 {
 		z.tier.keep(string(key), &devPayload{ptr: slot, h: h, stream: stream, ev: ev})
 	}
@@ -143,7 +172,7 @@ func (z *SplitZip) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h payload.Head
 // submission (two with the tier: the copy to the slot, then the copy
 // within the device and the decode), where a payload of several pieces
 // takes one per piece and one for the decode.
-func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, size uint64, stream int, to, slot vmm.Ptr) (Fence, error) {
+func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, kind payload.Kind, size uint64, stream int, to, slot vmm.Ptr) (Fence, error) {
 	// A slot first, then a read token: a reader waiting for a slot's
 	// last copy holds no token another could read with.
 	s := z.takeSlot()
@@ -158,11 +187,11 @@ func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	h, err := payload.CheckBytes(payload.KindFixed, q, sum, t.b.Size)
+	h, err := payload.CheckBytes(kind, q, sum, t.b.Size)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", name, err)
-	case !h.InPlace():
+	case !h.InPlace(): // an entropy payload's head said otherwise: it changed
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
 	t0 := time.Now()
@@ -192,7 +221,7 @@ func (z *SplitZip) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 
 // openPayload readies the staging ring and opens the object of key where
 // it lies (see objectSource); the caller closes it.
-func (z *SplitZip) openPayload(key shardcache.Key) (shardcache.Location, *shardcache.Object, io.ReaderAt, func() error, error) {
+func (z *Payloads) openPayload(key shardcache.Key) (shardcache.Location, *shardcache.Object, io.ReaderAt, func() error, error) {
 	if err := z.ensureRing(); err != nil {
 		return shardcache.Location{}, nil, nil, nil, err
 	}
@@ -214,7 +243,7 @@ func (z *SplitZip) openPayload(key shardcache.Key) (shardcache.Location, *shardc
 // and its decode is not held up behind pieces of others (taking a slot
 // first and the token after, as streamOne does, made an 8 GiB Llama load
 // of 90 MB tensors 10-20% slower on the H200).
-func (z *SplitZip) eachPiece(ctx context.Context, n int, fn func(i int, s *slot) error) error {
+func (z *Payloads) eachPiece(ctx context.Context, n int, fn func(i int, s *slot) error) error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -236,7 +265,7 @@ func (z *SplitZip) eachPiece(ctx context.Context, n int, fn func(i int, s *slot)
 
 // takeSlot takes a staging piece from the ring once the copy that last
 // read it is done; the caller puts it back.
-func (z *SplitZip) takeSlot() *slot {
+func (z *Payloads) takeSlot() *slot {
 	s := <-z.ring
 	if s.ev != nil {
 		s.ev.Wait() // its error belongs to that copy's fence

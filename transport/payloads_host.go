@@ -3,7 +3,7 @@ package transport
 // Entropy payloads whose source is absent, decoded on the host: small
 // ones into the packer's buffers, version 1 payloads, those not decodable
 // in place, and every one with HostEntropy into the staging ring, copied
-// raw (the others are decoded on the device, splitzip_entropy.go).
+// raw (the others are decoded on the device, payloads_stream.go).
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // hostItem is the packer's item for a small tensor stored as an entropy
 // payload whose source is absent: its raw bytes, decoded into the staging
 // buffer, packed with other small tensors.
-func (z *SplitZip) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
+func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
 	key := hit.Tensor.Key
 	return smallItem{i: i, b: b, stored: b.Size, fill: func(dst []byte) (*codec.Header, error) {
 		// Its pack kept open (many small payloads share one).
@@ -50,7 +50,7 @@ func (z *SplitZip) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 // payload's chunk after chunk. The payload's checksum is checked once
 // every piece is decoded: a payload that fails it has had pieces copied,
 // and its binding stays evicted.
-func (z *SplitZip) hostDecode(ctx context.Context, t target) (Fence, error) {
+func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 	loc, o, r, closeFile, err := z.openPayload(t.hit.Tensor.Key)
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func (z *SplitZip) hostDecode(ctx context.Context, t target) (Fence, error) {
 // hostDecodeStream is hostDecode of a version 1 payload: decoded a chunk
 // at a time (entropy.DecodeStream) into staging pieces, each full piece's
 // copy submitted as it fills.
-func (z *SplitZip) hostDecodeStream(ctx context.Context, t target, loc shardcache.Location, o *shardcache.Object, r io.ReaderAt) (Fence, error) {
+func (z *Payloads) hostDecodeStream(ctx context.Context, t target, loc shardcache.Location, o *shardcache.Object, r io.ReaderAt) (Fence, error) {
 	stream := z.streams.pick(z.eng)
 	var evs allFence
 	var s *slot
