@@ -262,7 +262,8 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 		} else {
 			shards[t.shard] = t.Shard
 		}
-		bs[k] = &vmm.Binding{Spec: vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: path, Offset: off, Size: t.Size},
+		bs[k] = &vmm.Binding{Spec: vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: path, Offset: off, Size: t.Size,
+			Ref: &t.hit},
 			Index: i, Addr: vmm.Ptr(dsts[k])}
 	}
 	for sh, path := range shards {

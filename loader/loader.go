@@ -41,7 +41,8 @@ type Tensor struct {
 	Compressed bool
 	Stored     uint64 // payload bytes, or Size
 	shard      *shardcache.Shard
-	rec        *shardcache.Tensor // its record in the index
+	rec        *shardcache.Tensor  // its record in the index
+	hit        shardcache.SliceHit // and with its source, for transports (vmm.Spec.Ref)
 }
 
 // Loader serves one checkpoint of a cache. Its methods are safe for
@@ -108,7 +109,8 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 		for ti, t := range sh.Tensors {
 			i := len(l.tensors)
 			tt := Tensor{Index: i, Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: filepath.Join(src.Root, sh.Name),
-				Offset: t.Offset, Size: t.Size, Key: t.Key, Stored: t.Size, shard: sh, rec: &sh.Tensors[ti]}
+				Offset: t.Offset, Size: t.Size, Key: t.Key, Stored: t.Size, shard: sh, rec: &sh.Tensors[ti],
+				hit: shardcache.SliceHit{Source: src, Shard: sh, Tensor: &sh.Tensors[ti]}}
 			if t.Stored == shardcache.StoredFixed {
 				o, err := c.Lookup(t.Key)
 				if err != nil {

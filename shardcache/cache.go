@@ -56,10 +56,13 @@ func CheckOutside(dir, path, what string) error {
 
 // Cache is an open cache, read-only.
 type Cache struct {
-	dir    string
-	ix     *Index
-	slices map[sliceKey][]SliceHit
-	byName map[string][]SliceHit
+	dir string
+	ix  *Index
+	// packPaths is each pack's file, found once: a pack member is located
+	// with no formatting or allocation (a load locates every payload).
+	packPaths map[Key]string
+	slices    map[sliceKey][]SliceHit
+	byName    map[string][]SliceHit
 }
 
 type sliceKey struct {
@@ -76,6 +79,27 @@ type SliceHit struct {
 
 // Path returns the shard file's path.
 func (h SliceHit) Path() string { return filepath.Join(h.Source.Root, h.Shard.Name) }
+
+// Holds reports whether h is a record of this cache's index (a hit
+// another open cache returned is not).
+func (c *Cache) Holds(h *SliceHit) bool {
+	for i := range c.ix.Sources {
+		if h.Source == &c.ix.Sources[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// LookupSpec finds the tensor a spec names: its record when the spec
+// carries one of this cache (ref, a *SliceHit), else by its source slice
+// (LookupSlice).
+func (c *Cache) LookupSpec(ref any, shard string, offset, size uint64) (SliceHit, error) {
+	if h, ok := ref.(*SliceHit); ok && h != nil && c.Holds(h) {
+		return *h, nil
+	}
+	return c.LookupSlice(shard, offset, size)
+}
 
 // Open opens the cache in dir for reading and checks its index.
 func Open(dir string) (*Cache, error) {
@@ -111,7 +135,14 @@ func Open(dir string) (*Cache, error) {
 }
 
 func newCache(dir string, ix *Index) *Cache {
-	c := &Cache{dir: dir, ix: ix, slices: map[sliceKey][]SliceHit{}, byName: map[string][]SliceHit{}}
+	c := &Cache{dir: dir, ix: ix, slices: map[sliceKey][]SliceHit{}, byName: map[string][]SliceHit{}, packPaths: map[Key]string{}}
+	for k, o := range ix.Objects {
+		if o.Kind == KindPack {
+			if p, err := objectPath(dir, k); err == nil { // else Locate reports it
+				c.packPaths[k] = p
+			}
+		}
+	}
 	for si := range ix.Sources {
 		s := &ix.Sources[si]
 		for hi := range s.Shards {

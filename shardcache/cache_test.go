@@ -3,6 +3,7 @@ package shardcache
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,6 +44,22 @@ func TestWriterAndLookups(t *testing.T) {
 	if _, err := c.LookupSlice("m.safetensors", 6, 15); !errors.Is(err, ErrNotFound) {
 		t.Errorf("wrong size: %v", err)
 	}
+	// A spec's record of this cache is taken as it is; one of another
+	// open cache (the same index read again) is looked up instead.
+	if got, err := c.LookupSpec(&hit, "elsewhere", 0, 1); err != nil || got.Tensor != hit.Tensor {
+		t.Errorf("spec with this cache's record: %+v, %v", got, err)
+	}
+	other, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := other.LookupSlice("m.safetensors", 6, 16)
+	if got, err := c.LookupSpec(&foreign, "m.safetensors", 6, 16); err != nil || got.Tensor != hit.Tensor || c.Holds(&foreign) {
+		t.Errorf("spec with another cache's record: %+v, %v", got, err)
+	}
+	if _, err := c.LookupSpec(nil, "m.safetensors", 6, 15); !errors.Is(err, ErrNotFound) {
+		t.Errorf("spec without a record, wrong size: %v", err)
+	}
 	if hit, err := c.LookupName("w", ""); err != nil || hit.Tensor.Key != pk {
 		t.Errorf("name lookup: %v", err)
 	}
@@ -55,6 +72,9 @@ func TestWriterAndLookups(t *testing.T) {
 	// A raw object whose bytes changed is caught by its hash.
 	loc, _, _ := c.Locate(hk)
 	p := loc.Path
+	if want := fmt.Sprintf("%s[%d:+%d]", p, loc.Offset, loc.Size); !loc.Packed || loc.Size != 6 || loc.Name() != want {
+		t.Errorf("a small object's location: %+v named %q, want a pack member named %q", loc, loc.Name(), want)
+	}
 	orig, _ := os.ReadFile(p)
 	os.WriteFile(p, bytes.Replace(orig, []byte("header"), []byte("HEADER"), 1), 0o644)
 	if _, _, err := c.ReadObject(hk); !errors.Is(err, ErrObjectCorrupt) {

@@ -84,8 +84,10 @@ func (k Key) hexPart() (string, error) {
 	if len(s) != len(p)+64 || s[:len(p)] != p {
 		return "", fmt.Errorf("%w: malformed key %q", ErrIndexCorrupt, s)
 	}
-	if _, err := hex.DecodeString(s[len(p):]); err != nil {
-		return "", fmt.Errorf("%w: malformed key %q", ErrIndexCorrupt, s)
+	for _, r := range s[len(p):] { // hex digits, without decoding them
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') && (r < 'A' || r > 'F') {
+			return "", fmt.Errorf("%w: malformed key %q", ErrIndexCorrupt, s)
+		}
 	}
 	return s[len(p):], nil
 }

@@ -53,9 +53,18 @@ func newPackHasher() hash.Hash { return blake3.New(32, packHashKey[:]) }
 type Location struct {
 	Path   string // the object's own file, or its pack's
 	Offset uint64 // where its bytes start in Path
-	// Name describes the object's bytes for errors: Path, and for a pack
-	// member its range.
-	Name string
+	Size   uint64 // the object's bytes
+	Packed bool   // a member of a pack
+}
+
+// Name describes the object's bytes for errors: Path, and for a pack
+// member its range. It is formatted when asked for, so that locating an
+// object costs no formatting.
+func (l Location) Name() string {
+	if !l.Packed {
+		return l.Path
+	}
+	return fmt.Sprintf("%s[%d:+%d]", l.Path, l.Offset, l.Size)
 }
 
 // Locate returns where the object with key is stored, and its record.
@@ -66,10 +75,15 @@ func (c *Cache) Locate(key Key) (Location, *Object, error) {
 	}
 	if o.Pack == "" {
 		p, err := objectPath(c.dir, key)
-		return Location{Path: p, Name: p}, o, err
+		return Location{Path: p, Size: o.Size}, o, err
 	}
-	p, err := objectPath(c.dir, o.Pack)
-	return Location{Path: p, Offset: o.Offset, Name: fmt.Sprintf("%s[%d:+%d]", p, o.Offset, o.Size)}, o, err
+	p, ok := c.packPaths[o.Pack]
+	if !ok {
+		if p, err = objectPath(c.dir, o.Pack); err != nil {
+			return Location{}, o, err
+		}
+	}
+	return Location{Path: p, Offset: o.Offset, Size: o.Size, Packed: true}, o, nil
 }
 
 // ObjectReader reads one object's bytes, from its own file or from its
@@ -111,7 +125,7 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("%s: %w: %d bytes, index says %d", loc.Path, ErrObjectCorrupt, st.Size(), want)
 	}
-	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: loc.Name}, o, nil
+	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: loc.Name()}, o, nil
 }
 
 // SetPackMax sets the stored size at or below which committed objects go

@@ -161,7 +161,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	// payloads when it can read them into a pack (PackReader).
 	pr, _ := z.inner.(PackReader)
 	for i, b := range bs {
-		hit, err := z.cache.LookupSlice(b.Shard, b.Offset, b.Size)
+		hit, err := z.cache.LookupSpec(b.Ref, b.Shard, b.Offset, b.Size)
 		if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
 			// Decoded from its payload, so a corrupt one is caught; with
 			// EntropyFromSource read raw from its source when that is

@@ -31,14 +31,14 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 		}
 		defer closeFile()
 		if o.Kind != shardcache.KindEntropy || o.Size > uint64(len(dst)) { // compress stores no payload larger than its tensor
-			return nil, fmt.Errorf("%s: a %s object of %d bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.Size, len(dst))
+			return nil, fmt.Errorf("%s: a %s object of %d bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.Size, len(dst))
 		}
 		p := make([]byte, o.Size)
 		if _, err := r.ReadAt(p, 0); err != nil {
-			return nil, fmt.Errorf("%s: %w", loc.Name, err)
+			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 		}
 		if err := entropy.Decode(dst, p, 1); err != nil {
-			return nil, fmt.Errorf("%s: %w", loc.Name, err)
+			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 		}
 		return nil, nil
 	}}
@@ -57,18 +57,18 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 	}
 	defer closeFile()
 	if o.Kind != shardcache.KindEntropy || o.RawSize != t.b.Size {
-		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.RawSize, t.b.Size)
+		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.RawSize, t.b.Size)
 	}
 	d, err := entropy.NewReader(r, o.Size)
 	switch {
 	case errors.Is(err, entropy.ErrNoRecords):
 		return z.hostDecodeStream(ctx, t, loc, o, r)
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", loc.Name, err)
+		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	h := d.Header()
 	if h.Values*uint64(entropy.Fields[h.Field].Size) != t.b.Size {
-		return nil, fmt.Errorf("%s: %w: decodes to %d values, the tensor has %d bytes", loc.Name, codec.ErrSize, h.Values, t.b.Size)
+		return nil, fmt.Errorf("%s: %w: decodes to %d values, the tensor has %d bytes", loc.Name(), codec.ErrSize, h.Values, t.b.Size)
 	}
 	per := d.ChunkBytes()
 	step := max(1, uint64(readPiece)/per) // chunks a piece
@@ -83,7 +83,7 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 		q := s.buf[:min(t.b.Size, c1*per)-off]
 		var err error
 		if crcs[i], lens[i], err = d.DecodeChunks(c0, c1, q); err != nil {
-			return fmt.Errorf("%s: %w", loc.Name, err)
+			return fmt.Errorf("%s: %w", loc.Name(), err)
 		}
 		ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(off), Src: q})
 		if err != nil {
@@ -96,7 +96,7 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 		return nil, err
 	}
 	if err := d.Check(crcs, lens); err != nil {
-		return nil, fmt.Errorf("%s: %w", loc.Name, err)
+		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	z.mu.Lock()
 	z.stats.Bytes += t.b.Size
@@ -154,7 +154,7 @@ func (z *Payloads) hostDecodeStream(ctx context.Context, t target, loc shardcach
 		err = fmt.Errorf("decodes to %d bytes, the tensor has %d", done, t.b.Size)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", loc.Name, err)
+		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	z.mu.Lock()
 	z.stats.Bytes += done

@@ -43,11 +43,11 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 	}
 	switch {
 	case payloadKind(o) != kind:
-		return nil, fmt.Errorf("%s: %w: a %s object for a tensor stored as a %v payload", loc.Name, codec.ErrCorrupt, o.Kind, kind)
+		return nil, fmt.Errorf("%s: %w: a %s object for a tensor stored as a %v payload", loc.Name(), codec.ErrCorrupt, o.Kind, kind)
 	case kind == payload.KindFixed && o.Size < codec.HeaderSize:
-		return nil, fmt.Errorf("%s: %w: a %s object of %d bytes", loc.Name, codec.ErrCorrupt, o.Kind, o.Size)
+		return nil, fmt.Errorf("%s: %w: a %s object of %d bytes", loc.Name(), codec.ErrCorrupt, o.Kind, o.Size)
 	case kind == payload.KindEntropy && o.RawSize != t.b.Size:
-		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name, o.Kind, o.RawSize, t.b.Size)
+		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.RawSize, t.b.Size)
 	}
 	// The head first where it decides the path (an entropy payload's) or
 	// where the pieces need it (the chunk index of a payload of several).
@@ -55,19 +55,19 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 	if kind == payload.KindEntropy || o.Size > readPiece {
 		hb := make([]byte, min(o.Size, payload.HeadBytes))
 		if _, err := f.ReadAt(hb, 0); err != nil {
-			return nil, fmt.Errorf("%s: %w", loc.Name, err)
+			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 		}
 		h, err = payload.Parse(kind, hb)
 		switch {
 		case kind == payload.KindEntropy && (errors.Is(err, entropy.ErrNoRecords) || err == nil && !h.InPlace()):
 			return z.hostDecode(ctx, t)
 		case err != nil:
-			return nil, fmt.Errorf("%s: %w", loc.Name, err)
+			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 		case !h.InPlace():
 			return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
 		case h.Size() != o.Size || h.DecodedSize() != t.b.Size:
 			return nil, fmt.Errorf("%s: %w: a payload of %d bytes decoding to %d, the object has %d and the tensor %d",
-				loc.Name, codec.ErrSize, h.Size(), h.DecodedSize(), o.Size, t.b.Size)
+				loc.Name(), codec.ErrSize, h.Size(), h.DecodedSize(), o.Size, t.b.Size)
 		}
 	}
 	stream := z.streams.pick(z.eng)
@@ -85,10 +85,10 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 		}
 	}
 	if o.Size <= readPiece {
-		return z.streamOne(ctx, t, f, loc.Name, kind, o.Size, stream, to, tierSlot)
+		return z.streamOne(ctx, t, f, loc.Name(), kind, o.Size, stream, to, tierSlot)
 	}
 	tail := make([]byte, h.Size()-h.Tail())
-	evs, sums, err := z.copyPieces(ctx, f, loc.Name, o.Size, stream, to, func(off uint64, q []byte) {
+	evs, sums, err := z.copyPieces(ctx, f, loc.Name(), o.Size, stream, to, func(off uint64, q []byte) {
 		if end := off + uint64(len(q)); end > h.Tail() {
 			lo := max(off, h.Tail())
 			copy(tail[lo-h.Tail():], q[lo-off:])
@@ -98,7 +98,7 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 		return nil, err
 	}
 	if err := payload.Check(h, o.Size, sums.Sum(), t.b.Size, tail); err != nil {
-		return nil, fmt.Errorf("%s: %w", loc.Name, err)
+		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	ev, err := z.eng.Submit(stream, z.decodeWork(t, tierSlot, o.Size, h))
 	if err != nil {

@@ -253,8 +253,8 @@ func TestStreamedPackMembers(t *testing.T) {
 	restore := cachetest.Flip(t, c, hit.Tensor.Key, -1, 0x40)
 	err := st.FaultIn(context.Background(), []*vmm.Binding{streamed})[0].Wait()
 	loc, _, _ := c.Locate(hit.Tensor.Key)
-	if !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), loc.Name) {
-		t.Errorf("corrupt streamed pack member: %v; want a checksum error naming %s", err, loc.Name)
+	if !errors.Is(err, codec.ErrChecksum) || !strings.Contains(err.Error(), loc.Name()) {
+		t.Errorf("corrupt streamed pack member: %v; want a checksum error naming %s", err, loc.Name())
 	}
 	restore()
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{streamed})[0].Wait(); err != nil {

@@ -44,7 +44,8 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 					return nil, err
 				}
 			}
-			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: file, Offset: off, Size: t.Size})
+			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: file, Offset: off, Size: t.Size,
+				Ref: &shardcache.SliceHit{Source: src, Shard: sh, Tensor: t}})
 		}
 	}
 	return out, nil

@@ -79,7 +79,7 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 		size := s.Size
 		payload := false
 		if !raw {
-			hit, err := c.LookupSlice(s.Shard, s.Offset, s.Size)
+			hit, err := c.LookupSpec(s.Ref, s.Shard, s.Offset, s.Size)
 			if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
 				// Read raw from its source, or, with that absent, decoded
 				// on the host into payload pieces: staged by either ring.

@@ -42,6 +42,12 @@ type Spec struct {
 	Shard  string // source shard file path
 	Offset uint64 // byte offset of the tensor in the shard
 	Size   uint64 // bytes
+	// Ref is what the maker of the spec knows of where the tensor's bytes
+	// are kept, handed to what faults it in so that it looks nothing up
+	// again: for specs of a cache (transport.Specs, the C ABI's loader) a
+	// *shardcache.SliceHit, the tensor's record with its source and
+	// shard. nil when the spec came from no cache.
+	Ref any
 }
 
 // State is a binding's residency.

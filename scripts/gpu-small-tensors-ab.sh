@@ -2,12 +2,12 @@
 # Many small tensors, the 2026-11-29 build (D/base-splitzip) beside this
 # one (D/splitzip), alternating: bench load of 20,000 tensors of 1-64 KiB
 # with each build's defaults, and host microseconds per tensor (wall time
-# of a first load over the tensor count).   scripts/gpu-small-compare.sh D
+# of a first load over the tensor count).   scripts/gpu-small-tensors-ab.sh D
 set -uo pipefail
 D=$1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/small-compare.log") 2>&1
+exec > >(tee -a "$OUT/small-tensors-ab.log") 2>&1
 "$D/splitzip" gen /tmp/sm --small 20000 --shards 4 -q && "$D/splitzip" compress /tmp/sm -o /tmp/smc --no-sync -q && cat /tmp/sm/* >/dev/null
 for r in 1 2 3; do
   for b in base-splitzip splitzip; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds and settings side by side on the H200, in one call:
-#   scripts/gpu-ab.sh D ROUNDS "GEN FLAGS" VARIANT...
+# Loads of builds and settings side by side on the H200, in one call:
+#   scripts/gpu-load-variants.sh D ROUNDS "GEN FLAGS" VARIANT...
 # D holds the binaries; each VARIANT is label:binary:compress flags:load
 # flags[:environment] (flags and VAR=value pairs comma-separated), e.g.
 # "base:base-splitzip::" or "pack4:splitzip:--pack-max,4MiB:--readers,12". The checkpoint is made
@@ -8,14 +8,14 @@
 # compress flags), every cache is read once to warm the page cache, and
 # the variants alternate for ROUNDS rounds: a first load from page cache
 # (bench load, raw beside SplitZip) and re-faults from pinned-resident
-# bytes. Logs to $OUT/ab.log.
+# bytes. Logs to $OUT/load-variants.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1 ROUNDS=$2 GEN=$3
 shift 3
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/ab.log") 2>&1
+exec > >(tee -a "$OUT/load-variants.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 S=/tmp/ab-src
 rm -rf /tmp/ab-*

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# Issue 9 checks on the GPU machine (no Go there). Carry a folder D holding
-# the binaries (splitzip, stconvert, gpu.test; base-splitzip, the build of
-# the previous release, for the RSS comparison; transport.test, loader.test,
-# cuda.test for phase 2) and npm tarballs of the real-weights set.
+# The real-weights set on the GPU machine (no Go there; the issue 9
+# checks). Carry a folder D holding the binaries (splitzip, stconvert,
+# gpu.test; base-splitzip, the build of the previous release, for the RSS
+# comparison; transport.test, loader.test, cuda.test for phase 2) and npm
+# tarballs of the real-weights set.
 #   phase 1: gpu tests (DecodeStream included) and memcheck; real weights of
 #            the tarballs in D through verify --gpu and load --check;
 #            peak RSS of compress, verify (CPU and --gpu) and decompress
 #            with --jobs 16 on this 16-core host, new build against the old.
 #   phase 2: the same real-weights checks for the tarballs in D, and the
 #            CUDA binding, transport and loader GPU tests.
-#   scripts/gpu-issue9.sh D 1|2   (logs under $OUT)
+#   scripts/gpu-realweights.sh D 1|2   (logs under $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1 phase=$2
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/issue9-phase$phase.log") 2>&1
+exec > >(tee -a "$OUT/realweights-phase$phase.log") 2>&1
 step() { echo; echo "=== $* ($(date +%T))"; }
 status=0
 fail() { echo "FAILED: $*"; status=1; }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 11 on the H200, one phase a call:  scripts/gpu-issue11.sh D PHASE
+# Loads on the H200, this build against a baseline build (the issue 11
+# work), one phase a call:  scripts/gpu-load-ab.sh D PHASE
 # D holds splitzip (this build), base-splitzip (the session's starting
 # main), and for the tests phase gpu.test, cudaengine.test,
 # transport.test, loadbench.test and loader.test.
@@ -49,7 +50,7 @@ cd "$(dirname "$0")/.."
 D=$1 PHASE=$2
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/issue11-$PHASE.log") 2>&1
+exec > >(tee -a "$OUT/load-ab-$PHASE.log") 2>&1
 status=0
 fail() { echo "FAILED: $*"; status=1; }
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -331,5 +332,5 @@ moe) dataset moe --moe 64 --shards 8; rm -rf /tmp/moe /tmp/moe.base /tmp/moe.new
 llama) dataset llama --size 8GiB --shards 4 ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac
-echo "issue11 $PHASE status: $status"
+echo "gpu-load-ab $PHASE status: $status"
 exit $status

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 14 on the GPU machine: scripts/gpu-issue14.sh D PHASE, with D
+# Loads onto several GPUs (load --devices; the issue 14 work) on the GPU
+# machine: scripts/gpu-load-devices.sh D PHASE, with D
 # holding splitzip and cudaengine.test built here.
 #   one    one GPU: the engine conformance suite (its PeerCopy case: two
 #          engines on GPU 0), then load --devices 0,0 --check, by parts
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 D=$1 PHASE=$2
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/issue14-$PHASE.log") 2>&1
+exec > >(tee -a "$OUT/load-devices-$PHASE.log") 2>&1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 status=0
 fail() { echo "FAILED: $*"; status=1; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 31 on the GPU machine: the GPU suites (scripts/gpu-check.sh without
-# benchmarks), the whole loader suite, and the Python binding with torch
+# The GPU tests on the GPU machine, no benchmarks (the issue 31 check):
+# the GPU suites (scripts/gpu-check.sh without benchmarks), the whole
+# loader suite, and the Python binding with torch
 # (scripts/gpu-python.sh). Build here first:
 #   make gpu-build capi && cp python/splitzip/libsplitzip.so .dev/ &&
 #   tar -C .dev -cJf .dev/gpu.tar.xz splitzip libsplitzip.so *.test
@@ -15,5 +16,5 @@ SKIP_BENCH=1 SKIP_H2D=1 CK_SIZE=512MiB bash scripts/gpu-check.sh || status=1
 echo "=== whole loader suite ($(date +%T))" | tee -a "$OUT/gpu-check.log"
 (cd loader && ../.dev/loader.test -test.count=1 -test.v 2>&1 | grep -E '^(---|ok|FAIL|PASS)' | tee -a "$OUT/gpu-check.log") || status=1
 bash scripts/gpu-python.sh .dev || status=1
-echo "gpu-trust status: $status" | tee -a "$OUT/gpu-check.log"
+echo "gpu-tests status: $status" | tee -a "$OUT/gpu-check.log"
 exit $status

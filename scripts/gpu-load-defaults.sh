@@ -3,14 +3,14 @@
 # alternating, page cache warm) of a 1.6 GB and a 6 GB generated checkpoint
 # over --readers x --streams, once more with the defaults, and a summary
 # that names the best setting per checkpoint and mode and how far the
-# defaults are from it.   scripts/gpu-defaults.sh D  (D holds splitzip)
+# defaults are from it.   scripts/gpu-load-defaults.sh D  (D holds splitzip)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 sz=$D/splitzip
-exec > >(tee -a "$OUT/defaults.log") 2>&1
+exec > >(tee -a "$OUT/load-defaults.log") 2>&1
 echo "nproc $(nproc); $(grep -c ^processor /proc/cpuinfo) processors; cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null)"
 for size in 1600MB 6GB; do
   rm -rf /tmp/ck-$size /tmp/c-$size
@@ -36,7 +36,7 @@ print("chosen:", {k: v for k, v in rep.items() if k in ("readers", "streams", "a
 PY
   rm -rf /tmp/ck-$size /tmp/c-$size
 done
-python3 - "$OUT/defaults.log" <<'PY'
+python3 - "$OUT/load-defaults.log" <<'PY'
 import re, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.startswith("RESULT")]
 for size in sorted({r[1] for r in rows}):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 12 on the H200, one phase a call:  scripts/gpu-issue12.sh D PHASE
+# Entropy payloads on the H200 (the issue 12 work), one phase a call:
+#   scripts/gpu-entropy.sh D PHASE
 # D holds splitzip and gpu.test built here (`make gpu-build`).
 #   kernel   build both kernels with nvcc into $OUT/kernels (ptxas
 #            register and spill counts in the log), then run the entropy
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 D=$1 PHASE=$2
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/issue12-$PHASE.log") 2>&1
+exec > >(tee -a "$OUT/entropy-$PHASE.log") 2>&1
 status=0
 fail() { echo "FAILED: $*"; status=1; }
 step() { echo; echo "=== $* ($(date +%T))"; }

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The session's last GPU check, one call: every GPU test suite with the
-# final binaries (D holds gpu.test, cudaengine.test, transport.test,
+# The pinned staging cap's cost on the GPU machine, in one call (first
+# written as a session's last GPU check): every GPU test suite with the
+# binaries in D (D holds gpu.test, cudaengine.test, transport.test,
 # loader.test, splitzip, stconvert and an npm tarball of real weights),
 # compute-sanitizer memcheck, verify --gpu and load --check of the real
-# weights, and the pinned cap's cost on a 6 GB load (capped at the default
-# 256 MiB against no cap, alternating).   scripts/gpu-final.sh D
+# weights (TF.js weight manifests only: model/*-weights_manifest.json),
+# then the pinned cap's cost on a 6 GB load (capped at the default
+# 256 MiB against no cap, alternating).   scripts/gpu-pinned-cap.sh D
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/final.log") 2>&1
+exec > >(tee -a "$OUT/pinned-cap.log") 2>&1
 status=0
 fail() { echo "FAILED: $*"; status=1; }
 step() { echo; echo "=== $*"; }
@@ -40,5 +42,5 @@ for r in 1 2 3; do
   done
 done
 "$D/splitzip" load /tmp/f6c --check | grep -E "matches" || fail "6 GB check"
-echo "gpu-final status: $status"
+echo "gpu-pinned-cap status: $status"
 exit $status

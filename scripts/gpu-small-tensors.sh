@@ -6,9 +6,9 @@
 # `make gpu-build`; set SPLITZIP_FATBIN to test a kernel not yet embedded.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/splitzip-gpu-small}
+OUT=${OUT:-/tmp/splitzip-gpu-small-tensors}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/small.log") 2>&1
+exec > >(tee -a "$OUT/small-tensors.log") 2>&1
 step() { echo; echo "=== $* ($(date +%T))"; }
 status=0
 fail() { echo "FAILED: $*"; status=1; }
@@ -35,5 +35,5 @@ step "small tensors, not packed (--small-bytes -1)"
 .dev/splitzip load $S.cache --compare 2 --repeat 2 --small-bytes -1 | tail -1
 step "small tensors, resident re-faults"
 .dev/splitzip load $S.cache --compare 2 --resident --repeat 3 | tail -1
-echo; echo "gpu-small status: $status"
+echo; echo "gpu-small-tensors status: $status"
 exit $status

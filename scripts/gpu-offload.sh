@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 13 on the H200, one phase a call:  scripts/gpu-issue13.sh D PHASE
+# Offloaded forwards and the decode kernels on the H200 (the issue 13
+# work), one phase a call:  scripts/gpu-offload.sh D PHASE
 # D holds splitzip and gpu.test built here (`make gpu-build` or
 # CGO_ENABLED=0 go build / go test -c).
 #   kernel   build both kernels with nvcc into $OUT/kernels (ptxas
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."
 D=$1 PHASE=$2
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-exec > >(tee -a "$OUT/issue13-$PHASE.log") 2>&1
+exec > >(tee -a "$OUT/offload-$PHASE.log") 2>&1
 status=0
 fail() { echo "FAILED: $*"; status=1; }
 step() { echo; echo "=== $* ($(date +%T))"; }
