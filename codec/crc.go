@@ -4,13 +4,18 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/splitzip/splitzip/internal/crc32c"
+	"github.com/splitzip/splitzip/codec/internal/crc32c"
 )
 
 // CRC-32C concatenation. The encoder computes the CRC of each chunk while
 // encoding, in parallel, and combines them in file order at Close, so no
 // pass over the written payload is needed (crc32c.Combine: zlib's
 // crc32_combine).
+
+// UpdateChecksum returns the CRC-32C (Castagnoli) of crc's bytes followed
+// by p: the checksum every format here uses, for callers that sum bytes
+// before they are a payload (a tensor's values as they are read).
+func UpdateChecksum(crc uint32, p []byte) uint32 { return crc32c.Update(crc, p) }
 
 // CombineChecksums returns the CRC-32C of A followed by B from crc(A),
 // crc(B) and len(B), so that pieces of a payload read in parallel can be

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/splitzip/splitzip/internal/crc32c"
+	"github.com/splitzip/splitzip/codec/internal/crc32c"
 )
 
 // ParseHeader decodes and checks the fixed header of a payload. It needs

@@ -7,7 +7,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/splitzip/splitzip/internal/crc32c"
+	"github.com/splitzip/splitzip/codec/internal/crc32c"
 )
 
 // Sink receives a payload. The encoder writes the data sections in order,

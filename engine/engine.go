@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/splitzip/splitzip/codec/payload"
-	"github.com/splitzip/splitzip/engine/scatter"
+	"github.com/splitzip/splitzip/scatter"
 
 	"github.com/splitzip/splitzip/vmm"
 )

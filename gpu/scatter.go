@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/splitzip/splitzip/engine/scatter"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 // errItem is the kernel's error bit for an item out of range.

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/engine/scatter"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 // packed is a staging buffer under construction: a table then stored bytes.

@@ -12,7 +12,7 @@ package loader
 import (
 	"fmt"
 
-	"github.com/splitzip/splitzip/engine/scatter"
+	"github.com/splitzip/splitzip/scatter"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"

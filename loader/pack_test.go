@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/splitzip/splitzip/engine/scatter"
+	"github.com/splitzip/splitzip/scatter"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"

@@ -19,7 +19,6 @@ import (
 	"github.com/splitzip/splitzip/checkpoint"
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
-	"github.com/splitzip/splitzip/internal/crc32c"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -520,7 +519,7 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 			}
 		}
 		if fixed || (len(fields) > 0 && !hintOnly) {
-			crc1 = crc32c.Update(crc1, seg)
+			crc1 = codec.UpdateChecksum(crc1, seg)
 		}
 		return nil
 	})

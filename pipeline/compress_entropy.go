@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
-	"github.com/splitzip/splitzip/internal/crc32c"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -80,7 +80,7 @@ func (tc *tensorCompressor) entropyPayload(r *sourceReader, t *safetensors.Tenso
 	}
 	var crc2 uint32
 	err = r.segments(t.Begin, t.End, func(seg []byte) error {
-		crc2 = crc32c.Update(crc2, seg)
+		crc2 = codec.UpdateChecksum(crc2, seg)
 		if progress {
 			tc.opts.Progress.Add(uint64(len(seg)))
 		}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/internal/crc32c"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -40,7 +39,7 @@ func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor,
 	}
 	var crc2 uint32
 	err = r.segments(t.Begin, t.End, func(seg []byte) error {
-		crc2 = crc32c.Update(crc2, seg)
+		crc2 = codec.UpdateChecksum(crc2, seg)
 		tc.opts.Progress.Add(uint64(len(seg)))
 		return enc.Write(seg)
 	})

@@ -11,8 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/checkpoint"
-	"github.com/splitzip/splitzip/internal/atomicfile"
 	"github.com/splitzip/splitzip/shardcache"
 )
 

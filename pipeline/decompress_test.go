@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/splitzip/splitzip/internal/atomicfile"
+	"github.com/splitzip/splitzip/atomicfile"
 )
 
 // deadPID returns the process id of a process that has exited.

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/splitzip/splitzip/internal/atomicfile"
+	"github.com/splitzip/splitzip/atomicfile"
 
 	"golang.org/x/sys/unix"
 )

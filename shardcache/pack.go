@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/splitzip/splitzip/internal/atomicfile"
+	"github.com/splitzip/splitzip/atomicfile"
 
 	"lukechampine.com/blake3"
 )

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/splitzip/splitzip/internal/atomicfile"
+	"github.com/splitzip/splitzip/atomicfile"
 
 	"golang.org/x/sys/unix"
 )

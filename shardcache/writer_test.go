@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitzip/splitzip/internal/atomicfile"
+	"github.com/splitzip/splitzip/atomicfile"
 )
 
 // withFileSizeLimit runs fn with writes past limit bytes of a file

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec/payload"
-	"github.com/splitzip/splitzip/engine/scatter"
+	"github.com/splitzip/splitzip/scatter"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/splitzip/splitzip/engine/scatter"
+	"github.com/splitzip/splitzip/scatter"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"

@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/internal/crc32c"
+	"github.com/splitzip/splitzip/codec/internal/crc32c"
 )
 
 // ErrNoRecords is NewReader's error for a version 1 payload, whose

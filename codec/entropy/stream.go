@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/internal/crc32c"
+	"github.com/splitzip/splitzip/codec/internal/crc32c"
 )
 
 // Encoder writes an entropy payload of a tensor given a piece at a time,

@@ -7,7 +7,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/engine/enginetest"
+	"github.com/splitzip/splitzip/internal/enginetest"
 )
 
 // TestBatchedSubmissions holds the submitter's role while submissions

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/engine/enginetest"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/enginetest"
 )
 
 // TestConformance runs the engine conformance suite on GPU 0, with

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/splitzip/splitzip/codec/payload"
-	"github.com/splitzip/splitzip/engine/scatter"
+	"github.com/splitzip/splitzip/scatter"
 
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"

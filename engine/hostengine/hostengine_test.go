@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/engine/enginetest"
+	"github.com/splitzip/splitzip/internal/enginetest"
 )
 
 func TestConformance(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/engine/scatter"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 // Run runs the suite on engines that newEngine makes with at least two
