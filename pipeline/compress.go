@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,8 +16,6 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/checkpoint"
-	"github.com/splitzip/splitzip/codec"
-	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -453,162 +450,4 @@ func sortDTypes(dtypes map[string]*DTypeTotals) []DTypeTotals {
 		return strings.Compare(a.DType, b.DType)
 	})
 	return out
-}
-
-// tensorCompressor holds one job's buffers, reused from tensor to tensor.
-type tensorCompressor struct {
-	w    *shardcache.Writer
-	opts *CompressOptions
-	sha  hash.Hash // the content key's hasher
-}
-
-func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCompressor {
-	return &tensorCompressor{w: w, opts: opts, sha: shardcache.NewHasher()}
-}
-
-// compressCost is what one compress job holds besides its tables: the
-// segment buffer its source reader reads into (kept between the passes
-// over a tensor that fits in it), the encoder's stage and output buffers.
-const compressCost = 4 * segmentBytes
-
-// compress records one tensor: with the fixed codec, BF16 tensors that
-// pass the gate become SplitZip payloads; with entropy, float tensors of
-// every dtype entropy payloads; with auto, BF16 tensors SplitZip payloads
-// (or entropy ones when those fail the gate) and the other float dtypes
-// entropy payloads. Everything else stays raw. It reads the tensor from m
-// a segment at a time, dropping each segment's pages once read.
-//
-// With the fixed codec, a float tensor of another dtype is counted too, so
-// that *auto is what --codec auto would store of it (its size when that
-// saves nothing); *auto is left alone otherwise.
-func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64) error {
-	*rec = shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
-	codecName := tc.opts.Codec
-	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
-	var fields []int
-	hintOnly := false // fields are counted for the hint, not coded
-	switch {
-	case codecName == CodecEntropy || codecName == CodecAuto:
-		fields = entropyFields(t.DType, t.Size())
-	case !fixed:
-		fields = entropyFields(t.DType, t.Size())
-		hintOnly = len(fields) > 0
-	}
-	// Pass 1: content key, the exponent histogram of each candidate
-	// coding, and a CRC to detect changes between the passes.
-	sha := tc.sha
-	sha.Reset()
-	var hist codec.Histogram
-	counts := make([]*entropy.Counts, len(fields))
-	for k, fi := range fields {
-		var err error
-		if counts[k], err = entropy.NewCounts(fi); err != nil {
-			return err
-		}
-		defer counts[k].Release()
-	}
-	var crc1 uint32
-	err := r.segments(t.Begin, t.End, func(seg []byte) error {
-		sha.Write(seg)
-		if fixed {
-			hist.Add(seg)
-		}
-		for _, c := range counts {
-			if err := c.Add(seg); err != nil {
-				return err
-			}
-		}
-		if fixed || (len(fields) > 0 && !hintOnly) {
-			crc1 = codec.UpdateChecksum(crc1, seg)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	rec.Key = shardcache.KeyFromSum([32]byte(sha.Sum(nil)))
-	if !fixed && (len(fields) == 0 || hintOnly) {
-		rec.Reason = "dtype " + t.DType
-		if hintOnly {
-			rec.Reason += " (--codec entropy or auto codes it)"
-			est, err := tc.entropyEstimate(t, counts)
-			if err != nil {
-				return err
-			}
-			*auto = est
-		}
-		tc.opts.Progress.Add(t.Size())
-		return tc.storeRaw(r, t, rec)
-	}
-	if o, ok := tc.w.Has(rec.Key); ok {
-		// Stored by an earlier tensor or checkpoint.
-		tc.opts.Progress.Add(t.Size())
-		switch o.Kind {
-		case shardcache.KindFixed:
-			rec.Stored, rec.CopyStored = shardcache.StoredFixed, true
-		case shardcache.KindEntropy:
-			rec.Stored, rec.CopyStored = shardcache.StoredEntropy, true
-		default:
-			rec.Reason = "stored raw before"
-			rec.CopyStored = true
-		}
-		return nil
-	}
-	progress := true // no second pass has counted the tensor yet
-	if fixed {
-		ok, read, reason, err := tc.fixedPayload(r, t, rec, &hist, crc1)
-		switch {
-		case err != nil || ok:
-			return err
-		case len(fields) == 0:
-			rec.Reason = reason
-			if !read {
-				tc.opts.Progress.Add(t.Size())
-			}
-			return tc.storeRaw(r, t, rec)
-		}
-		// auto: the entropy payload may pass where the fixed one did not.
-		progress = !read
-		rec.Reason = reason
-	}
-	ok, reason, err := tc.entropyPayload(r, t, rec, counts, crc1, progress)
-	if err != nil || ok {
-		return err
-	}
-	if rec.Reason != "" {
-		reason = "fixed: " + rec.Reason + "; entropy: " + reason
-	}
-	rec.Reason = reason
-	return tc.storeRaw(r, t, rec)
-}
-
-// storeRaw copies a raw tensor into the cache when the cache is to be
-// self-contained; otherwise the record is an alias of the source slice.
-func (tc *tensorCompressor) storeRaw(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor) error {
-	if !tc.opts.SelfContained {
-		return nil
-	}
-	rec.CopyStored = true
-	if _, ok := tc.w.Has(rec.Key); ok {
-		return nil
-	}
-	obj, err := tc.w.NewObject()
-	if err != nil {
-		return err
-	}
-	defer obj.Abort()
-	h := shardcache.NewHasher()
-	err = r.segments(t.Begin, t.End, func(seg []byte) error {
-		h.Write(seg)
-		_, err := obj.Write(seg)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if shardcache.KeyFromSum([32]byte(h.Sum(nil))) != rec.Key {
-		return fmt.Errorf("%w: the source changed while it was being compressed", ErrMismatch)
-	}
-	size := t.Size()
-	return obj.Commit(rec.Key, &shardcache.Object{Kind: shardcache.KindRaw, Size: size, RawSize: size})
 }

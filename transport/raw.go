@@ -307,7 +307,11 @@ type PackSource struct {
 	Fill   func(dst []byte) error
 }
 
-var _ PackReader = (*Raw)(nil)
+var (
+	_ Transport  = (*Raw)(nil)
+	_ PackReader = (*Raw)(nil)
+	_ Transport  = (*Payloads)(nil)
+)
 
 // PackSource implements PackReader: the source slice, or a copy from the
 // resident buffer.

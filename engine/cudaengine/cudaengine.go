@@ -385,3 +385,10 @@ func (e *Engine) Close() error {
 	}
 	return e.ctx.Close()
 }
+
+var (
+	_ engine.Engine        = (*Engine)(nil)
+	_ engine.Peered        = (*Engine)(nil)
+	_ engine.Timer         = (*Engine)(nil)
+	_ engine.DecodeErrorer = (*Engine)(nil)
+)

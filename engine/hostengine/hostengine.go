@@ -300,3 +300,9 @@ func (e *Engine) Close() error {
 	}
 	return nil
 }
+
+var (
+	_ engine.Engine = (*Engine)(nil)
+	_ engine.Peered = (*Engine)(nil)
+	_ engine.Timer  = (*Engine)(nil)
+)
