@@ -502,8 +502,9 @@ func TestReadHostEntropyCorruptWithSource(t *testing.T) {
 // stream becoming idle closes it (one idle a device), ReleaseIdle closes
 // the last. It needs a GPU.
 func TestIdleEngine(t *testing.T) {
-	l, cache := openFixture(t)
 	ctx := requireGPU(t)
+	l, _ := openFixture(t)
+	cache := l.c.Dir()
 	ReleaseIdle()
 	idle := func() (n int) {
 		engines.Lock()
