@@ -2,6 +2,7 @@
 they need neither the library under test nor the safetensors package."""
 
 import json
+import os
 import struct
 
 
@@ -28,4 +29,13 @@ def read(path):
             continue
         b, e = t["data_offsets"]
         out[name] = (t["dtype"], tuple(t["shape"]), data[8 + n + b:8 + n + e])
+    return out
+
+
+def read_dir(folder: str) -> dict:
+    """Every tensor of the .safetensors files of folder, by name (as read)."""
+    out = {}
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".safetensors"):
+            out.update(read(os.path.join(folder, f)))
     return out

@@ -22,10 +22,7 @@ class TestNumpy(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.src, cls.cache = testenv.generated(cls.tmp.name)
-        cls.want = {}
-        for f in sorted(os.listdir(cls.src)):
-            if f.endswith(".safetensors"):
-                cls.want.update(stfile.read(os.path.join(cls.src, f)))
+        cls.want = stfile.read_dir(cls.src)
 
     @classmethod
     def tearDownClass(cls):

@@ -4,7 +4,6 @@ for (t[...]) from several threads, as transformers' loader does, and
 what device_map values mean. CPU only: no transformers needed."""
 
 import concurrent.futures
-import os
 import tempfile
 import unittest
 
@@ -21,10 +20,7 @@ class TestSource(unittest.TestCase):
         import splitzip
         cls.tmp = tempfile.TemporaryDirectory()
         cls.src, cls.cache = testenv.generated(cls.tmp.name, size="2MiB")
-        cls.want = {}
-        for f in sorted(os.listdir(cls.src)):
-            if f.endswith(".safetensors"):
-                cls.want.update(stfile.read(os.path.join(cls.src, f)))
+        cls.want = stfile.read_dir(cls.src)
         cls.c = splitzip.Cache(cls.cache)
 
     @classmethod
