@@ -164,8 +164,8 @@ sz_status sz_upload(uintptr_t handle, uint64_t index, int device, uint64_t dst, 
  * tensor index from src into dst (cap >= nbytes), checking them.
  * sz_plan writes, NUL-terminated, the JSON plan of a load onto ranks
  * ranks under rules ("PATTERN=replicate|shard:DIM,...", NULL for all
- * replicated): each tensor's reader rank and parts (docs/splitzip.md,
- * section 13); *size receives the bytes it takes, also with
+ * replicated): each tensor's reader rank and parts (docs/DESIGN.md,
+ * section 6); *size receives the bytes it takes, also with
  * SZ_ERR_TOO_SMALL. */
 sz_status sz_stored_size(uintptr_t handle, uint64_t index, uint64_t *size);
 sz_status sz_read_stored(uintptr_t handle, uint64_t index, void *dst, uint64_t cap, uint64_t *size);

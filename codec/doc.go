@@ -10,7 +10,7 @@
 //
 // The payload is laid out so that it can be decoded in place: placed at the
 // start of the tensor's destination range, the decoded tensor can overwrite
-// it chunk by chunk. docs/splitzip.md specifies the byte layout and the
+// it chunk by chunk. docs/FORMAT.md specifies the byte layout and the
 // invariant that makes this possible; [Validate] checks both.
 //
 // The pure-Go [Decode] is the reference every other decoder (the GPU kernel

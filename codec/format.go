@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 )
 
-// Sizes and constants of payload format version 1. docs/splitzip.md names
+// Sizes and constants of payload format version 1. docs/FORMAT.md names
 // the same constants; keep the two in step.
 const (
 	// Magic starts every payload.

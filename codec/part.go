@@ -8,7 +8,7 @@ import (
 // A part is the chunks [First, First+Chunks) of a payload, packed on their
 // own: what one tensor-parallel rank needs of a tensor sharded along its
 // first dimension (a contiguous range of values) to decode its share
-// without the rest of the payload (docs/splitzip.md, section 13):
+// without the rest of the payload (docs/FORMAT.md, section 7):
 //
 //	 0  magic "SZPT"       24  u64 data bytes
 //	 4  u16 version (1)    32  u32 CRC-32C of the part, this field zero

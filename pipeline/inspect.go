@@ -87,7 +87,7 @@ type SourceReport struct {
 	Totals Totals `json:"totals"`
 }
 
-// InspectResult is what inspect reports; docs/splitzip.md documents it as
+// InspectResult is what inspect reports; docs/DESIGN.md documents it as
 // the --json schema.
 type InspectResult struct {
 	Cache       string         `json:"cache"`

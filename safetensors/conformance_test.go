@@ -18,7 +18,7 @@ func e(dtype, shape string, b, end uint64) string {
 
 // TestConformance holds Read to the reference implementation's rules: one
 // accepted and one rejected file per rule, plus the three deviations
-// splitzip keeps (docs/splitzip.md, "Source files").
+// splitzip keeps (docs/FORMAT.md, "Source files").
 func TestConformance(t *testing.T) {
 	type tc struct {
 		rule   string

@@ -70,7 +70,7 @@ type File struct {
 	// Deviations lists what this file has that the reference
 	// implementation refuses but splitzip keeps, byte for byte: holes
 	// between tensors, bytes after the last tensor, dtypes it does not
-	// know (docs/splitzip.md, "Source files").
+	// know (docs/FORMAT.md, "Source files").
 	Deviations []string
 }
 

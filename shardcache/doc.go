@@ -14,5 +14,5 @@
 // Every file is written under tmp/ and renamed into place, and the index is
 // renamed last, so a crash, a kill or a full disk never leaves an index that
 // points at a missing or partial object; the index itself is checked by
-// the SHA-256 of its body. docs/splitzip.md specifies the index format.
+// a checksum of its body (SHA-256 in the JSON versions, BLAKE3 since version 4). docs/FORMAT.md specifies the index format.
 package shardcache

@@ -13,7 +13,7 @@ package shardcache
 // numbers as varints, floats without their trailing zero bytes, and
 // offsets, sizes and statistics left out where they follow from the rest
 // (derivedValues and below). index_encode.go writes it, index_decode.go
-// reads it; docs/splitzip.md section 3.2 has the layout.
+// reads it; docs/FORMAT.md section 5.5 has the layout.
 
 import (
 	"encoding/binary"

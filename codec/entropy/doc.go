@@ -11,6 +11,6 @@
 // at a time.
 //
 // Caches store these payloads as objects of kind entropy (index version
-// 3; docs/splitzip.md, "Entropy payloads"). This package is the reference
+// 3; docs/FORMAT.md, "Entropy payloads"). This package is the reference
 // any GPU decoder is checked against bit for bit.
 package entropy

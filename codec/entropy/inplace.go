@@ -15,7 +15,7 @@ var ErrNotInPlace = fmt.Errorf("%w: entropy payload", codec.ErrNotInPlace)
 // DecodeInPlace decodes the version 2 or 3 payload at the start of buf (its
 // first size bytes) into buf, which must hold exactly its values,
 // overwriting the payload. It is the reference of the in-place invariant
-// (docs/splitzip.md, "Entropy payloads"): chunks are decoded last first,
+// (docs/FORMAT.md, "The in-place invariant"): chunks are decoded last first,
 // each chunk's record read whole before its values are written, so a
 // chunk's values may cover its own record and those of later chunks,
 // already decoded, but never an earlier chunk's. That holds when the

@@ -9,7 +9,7 @@ import (
 
 // A part is the chunks [First, First+Chunks) of a version 2 or 3 payload with
 // what decoding them needs, for a tensor-parallel rank whose share of a
-// tensor is a contiguous range of values (docs/splitzip.md, section 13):
+// tensor is a contiguous range of values (docs/FORMAT.md, section 7):
 //
 //	 0  magic "SZEP"          24  u64 head bytes (the payload's header,
 //	 4  u16 version (1)           code lengths and padding)

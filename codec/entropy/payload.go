@@ -11,7 +11,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 )
 
-// The entropy payload (docs/splitzip.md, "Entropy payloads"), versions 2
+// The entropy payload (docs/FORMAT.md, "Entropy payloads"), versions 2
 // and 3:
 //
 //	 0  magic "SZEN"          32  u64 offset of the chunk records

@@ -439,7 +439,7 @@ class Cache:
     def plan(self, ranks: int, rules: str = "") -> dict:
         """The plan of a load onto ranks ranks under placement rules
         ("PATTERN=replicate|shard:DIM,..."): each tensor's reader and
-        parts, each rank's sums (docs/splitzip.md, section 13)."""
+        parts, each rank's sums (docs/DESIGN.md, section 6)."""
         import json
         n = ctypes.c_size_t()
         rb = rules.encode()

@@ -7,7 +7,7 @@ group, each stored object read from disk once per node.
     tensors = load("llama.sz", rules="*.q_proj.weight=shard:0,*.o_proj.weight=shard:1")
 
 Every rank calls load with the same arguments. The plan (splitzip plan,
-docs/splitzip.md section 13) gives each tensor a reader rank, which reads
+docs/DESIGN.md section 6) gives each tensor a reader rank, which reads
 its stored bytes (a payload, checked whole, or the raw bytes). A tensor
 sharded along its first dimension is a byte range a rank: the reader
 cuts each rank's part (the payload chunks covering its range, with a
