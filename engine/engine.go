@@ -5,7 +5,6 @@ import (
 
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/vmm"
 )
 

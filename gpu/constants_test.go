@@ -6,10 +6,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 // TestKernelConstants: the constants the launchers mirror have the values

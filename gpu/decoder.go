@@ -349,9 +349,14 @@ func (d *Decoder) Name() string { return "gpu" }
 // in-place flag), and copied back. It takes fixed and entropy (version 2
 // and 3) payloads.
 func (d *Decoder) Decode(dst, p []byte) error {
-	h, err := payload.CheckBytes(payload.Sniff(p), p, payload.Sum(p), uint64(len(dst)))
-	if err != nil || h.DecodedSize() == 0 {
+	h, err := payload.CheckBytes(payload.Sniff(p), p, payload.Sum(p), 0)
+	switch {
+	case err != nil:
 		return err
+	case h.DecodedSize() != uint64(len(dst)):
+		return fmt.Errorf("%w: destination of %d bytes for a payload decoding to %d", codec.ErrSize, len(dst), h.DecodedSize())
+	case h.DecodedSize() == 0:
+		return nil
 	}
 	to, err := d.targets(h.DecodedSize(), h.Size(), h.InPlace())
 	if err != nil {

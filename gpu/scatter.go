@@ -19,8 +19,8 @@ type scatterParams struct {
 // LaunchScatter runs the scatter kernel on stream s over a staging buffer
 // at base (device memory, staged bytes) that starts with a table of count
 // items written by scatter.Put (the format the kernel reads), whose
-// units of work scatter.Units counted. Items the kernel finds out of range are skipped and reported by
-// TakeError.
+// units of work scatter.Units counted. Items the kernel finds out of
+// range are skipped and reported by TakeError.
 func (d *Decoder) LaunchScatter(base cuda.DevicePtr, staged uint64, count int, units uint64, s cuda.Stream) error {
 	if count == 0 || units == 0 {
 		return nil

@@ -11,10 +11,6 @@ import (
 	"github.com/splitzip/splitzip/gpu/cuda"
 )
 
-// headRead is how much of a payload DecodeStream reads first: a SplitZip
-// header, or an entropy payload's head (header, code lengths, pair table).
-const headRead = max(codec.HeaderSize, entropy.MaxHead)
-
 // DecodeStream decodes the payload of size bytes read through r on the
 // GPU and passes the decoded tensor to fn in order, in pieces of at most
 // len(buf) bytes held in buf: the payload is read into device memory

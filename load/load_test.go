@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
@@ -259,5 +258,21 @@ func TestLayerGroups(t *testing.T) {
 				t.Errorf("group %d holds %s", i+1, b.Name)
 			}
 		}
+	}
+}
+
+// TestDeviceResidentSmallOnly: a device-resident load of a checkpoint
+// whose payloads are all small (the device tier would hold nothing) keeps
+// them in pinned memory and loads, rather than refusing its options.
+func TestDeviceResidentSmallOnly(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Small: 60, Shards: 1, Seed: 4}, pipeline.CompressOptions{})
+	eng := hostengine.New(2)
+	defer eng.Close()
+	rep, err := loadRuns(context.Background(), eng, c, src, runs{Options{DeviceResident: true, Check: true, SmallBytes: 64 << 10}, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Checked || len(rep.Runs) != 2 || rep.Mode != "splitzip+device-resident" || rep.DeviceBytes != 0 {
+		t.Errorf("report %+v", rep)
 	}
 }

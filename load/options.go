@@ -10,13 +10,14 @@ import (
 )
 
 // DefaultReaders is how many goroutines read files by default: half the
-// cores, between 2 and 8. On the 16-core H200 host (2026-12-01, bench load
+// cores the process may use (GOMAXPROCS: a container's quota), between 2
+// and 8. On the 16-core H200 host (2026-12-01, bench load
 // of 1.6 GB and 6 GB checkpoints from page cache, readers 2 to 32 by
 // streams 1 to 4) 8 readers and 2 streams came within 3% of the best of
 // the sweep for raw and compressed loads of both, where 16 readers gave
 // 77-96%: past 8, readers compete for memory bandwidth. Every front end
 // (the CLI, the C ABI and Python, several GPUs) uses it.
-func DefaultReaders() int { return min(8, max(2, runtime.NumCPU()/2)) }
+func DefaultReaders() int { return min(8, max(2, runtime.GOMAXPROCS(0)/2)) }
 
 // DefaultStreams is how many upload streams an engine made for a load
 // uses by default (see DefaultReaders for the measurement).

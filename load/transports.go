@@ -34,7 +34,8 @@ type Transports struct {
 // plan stage (from Staging with the same options) and sets their staging
 // buffers up, so that the first fault pins nothing.
 func NewTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Staging, o Options) (*Transports, error) {
-	if _, err := o.resolve(); err != nil {
+	small, err := o.resolve()
+	if err != nil {
 		return nil, err
 	}
 	resident := stage.Resident
@@ -42,7 +43,7 @@ func NewTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 		resident = stage.ResidentPacked(o.Raw)
 	}
 	ro := transport.RawOptions{Readers: o.Readers, Resident: o.Resident, ResidentRuns: o.Raw && o.Resident && o.ResidentPacks,
-		SmallBytes: o.SmallBytes, Slots: stage.RawSlots, PackSlots: stage.PackSlots}
+		SmallBytes: small, Slots: stage.RawSlots, PackSlots: stage.PackSlots}
 	if o.Raw {
 		ro.ResidentBytes = resident // the resident plan is the raw bytes'
 	}
@@ -57,13 +58,20 @@ func NewTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 			return nil, err
 		}
 	} else {
-		if o.DeviceResident {
-			resident = stage.SmallResident
-		}
-		z, err := transport.NewPayloads(eng, c, raw, transport.PayloadOptions{Resident: o.Resident, ResidentPacks: o.ResidentPacks,
-			Readers: o.Readers, SmallBytes: o.SmallBytes, RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
+		po := transport.PayloadOptions{Resident: o.Resident, ResidentPacks: o.ResidentPacks,
+			Readers: o.Readers, SmallBytes: small, RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
 			DeviceResident: o.DeviceResident, DeviceBytes: stage.Device, HostEntropy: o.EntropyOnHost,
-			EntropyFromSource: o.EntropyFromSource})
+			EntropyFromSource: o.EntropyFromSource}
+		if o.DeviceResident {
+			po.ResidentBytes = stage.SmallResident
+			if stage.Device == 0 {
+				// No payload streams (all are small, or none is fixed):
+				// the device tier would hold nothing, and the small ones
+				// stay in pinned memory as they would beside it.
+				po.DeviceResident, po.Resident = false, true
+			}
+		}
+		z, err := transport.NewPayloads(eng, c, raw, po)
 		if err != nil {
 			raw.Close()
 			return nil, err

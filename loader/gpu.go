@@ -68,11 +68,6 @@ func (l *Loader) device(d int) (*gpuState, error) {
 	return g, nil
 }
 
-// Staging per handle and caller stream is planned by Open from the
-// checkpoint (load.Staging: what its tensors need, at most two buffers
-// per reader, all within Options.PinnedLimit, default 256 MiB), and
-// returned to the stream's engine when the handle closes.
-
 // engines are shared by the loaders of a process, one per (device,
 // stream), and reference-counted: a loader takes one with acquire when it
 // first uploads on a stream and gives it back when it closes. An engine

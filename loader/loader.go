@@ -56,10 +56,14 @@ type Loader struct {
 	bySlice map[slice]int
 	files   sync.Map // shard path -> *os.File
 
-	gpuMu   sync.Mutex
-	gpus    map[int]*gpuState
-	opts    load.Options      // each upload stream's transports'
-	staging transport.Staging // and their rings
+	gpuMu sync.Mutex
+	gpus  map[int]*gpuState
+	// opts and staging make each upload stream's transports: staging is
+	// planned by Open from the checkpoint (load.Staging: what its tensors
+	// need, at most two buffers a reader, all within PinnedLimit, default
+	// 256 MiB) and returned to the stream's engine when the handle closes.
+	opts    load.Options
+	staging transport.Staging
 	// resident: uploads keep what they read in pinned memory
 	// (SetResident); uploading: a transport has been made.
 	resident, uploading atomic.Bool
@@ -131,6 +135,10 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 	if l.staging, err = load.Staging(c, specs, l.opts); err != nil {
 		return nil, err
 	}
+	// Resident memory grows with what a stream uploads (SetResident), in
+	// blocks of the default size, not of the whole checkpoint's payloads:
+	// a runtime uploads parts of it on several streams.
+	l.staging.Resident, l.staging.SmallResident, l.staging.Device = 0, 0, 0
 	return l, nil
 }
 

@@ -12,11 +12,10 @@ package loader
 import (
 	"fmt"
 
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 )
 

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 )
 

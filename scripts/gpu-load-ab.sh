@@ -3,7 +3,7 @@
 # work), one phase a call:  scripts/gpu-load-ab.sh D PHASE
 # D holds splitzip (this build), base-splitzip (the session's starting
 # main), and for the tests phase gpu.test, cudaengine.test,
-# transport.test, loadbench.test and loader.test.
+# transport.test, load.test and loader.test.
 #   tests  every GPU suite, the engine conformance suite, memcheck
 #   mix    4,000 tensors with the size mix of real models
 #   moe    48 layers x 64 experts x 3 matrices (21 GB)
@@ -195,7 +195,7 @@ tests)
   step "gpu"; (cd gpu && "../$D/gpu.test" -test.count=1 -test.v "${skip[@]}" 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail gpu
   step "engine conformance (cudaengine)"; "$D/cudaengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |\s+--- |ok|FAIL|PASS)" || fail cudaengine
   step "transport (all, CUDA included)"; (cd transport && "../$D/transport.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail transport
-  step "loadbench (CUDA load)"; (cd internal/loadbench && "../../$D/loadbench.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail loadbench
+  step "load (CUDA load)"; (cd load && "../$D/load.test" -test.count=1 -test.run CUDA -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail load
   step "loader"; (cd loader && "../$D/loader.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- |ok|FAIL|PASS)") || fail loader
   step "memcheck"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.short -test.run "TestDecodeStream|TestCorruptPayloads|TestScatter" -test.count=1 2>&1 | tail -1 || fail memcheck-gpu

@@ -6,7 +6,7 @@
 #   kernel   build both kernels with nvcc into $OUT/kernels (ptxas
 #            registers and spills in the log); with them, every GPU test
 #            of package gpu (2^31 values too), memcheck and racecheck on
-#            the short ones, the transport, loadbench, loader and
+#            the short ones, the transport, load, loader and
 #            cudaengine tests; then the embedded kernels and the new ones
 #            alternating, two rounds: bench decode at 512 and 64 MiB,
 #            bench decode --layer, and --codec entropy for BF16 and FP8
@@ -48,7 +48,7 @@ kernel)
   step "racecheck"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$D/gpu.test" -test.run 'TestDecodeMatchesReference|TestDecodeFewBlocks|TestScatterMatchesReference|TestEntropyMatchesReference' -test.short -test.count 1 2>&1 | tail -6 || fail racecheck
   unset SPLITZIP_FATBIN SPLITZIP_ENTROPY_FATBIN
-  for t in transport:transport loadbench:internal/loadbench loader:loader cudaengine:engine/cudaengine; do
+  for t in transport:transport load:load loader:loader cudaengine:engine/cudaengine; do
     n=${t%%:*} dir=${t#*:}
     [ -x "$D/$n.test" ] || continue
     step "$n tests with the new kernel"

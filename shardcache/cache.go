@@ -80,12 +80,16 @@ type SliceHit struct {
 // Path returns the shard file's path.
 func (h SliceHit) Path() string { return filepath.Join(h.Source.Root, h.Shard.Name) }
 
-// Holds reports whether h is a record of this cache's index (a hit
-// another open cache returned is not).
-func (c *Cache) Holds(h *SliceHit) bool {
+// holds reports whether h is a record of this cache's index (a hit
+// another open cache returned is not). Its shard decides: the source may
+// be a copy (PickSource's of a moved checkpoint) sharing the index's
+// shards.
+func (c *Cache) holds(h *SliceHit) bool {
 	for i := range c.ix.Sources {
-		if h.Source == &c.ix.Sources[i] {
-			return true
+		for j := range c.ix.Sources[i].Shards {
+			if h.Shard == &c.ix.Sources[i].Shards[j] {
+				return true
+			}
 		}
 	}
 	return false
@@ -95,7 +99,7 @@ func (c *Cache) Holds(h *SliceHit) bool {
 // carries one of this cache (ref, a *SliceHit), else by its source slice
 // (LookupSlice).
 func (c *Cache) LookupSpec(ref any, shard string, offset, size uint64) (SliceHit, error) {
-	if h, ok := ref.(*SliceHit); ok && h != nil && c.Holds(h) {
+	if h, ok := ref.(*SliceHit); ok && h != nil && c.holds(h) {
 		return *h, nil
 	}
 	return c.LookupSlice(shard, offset, size)

@@ -54,7 +54,7 @@ func TestWriterAndLookups(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign, _ := other.LookupSlice("m.safetensors", 6, 16)
-	if got, err := c.LookupSpec(&foreign, "m.safetensors", 6, 16); err != nil || got.Tensor != hit.Tensor || c.Holds(&foreign) {
+	if got, err := c.LookupSpec(&foreign, "m.safetensors", 6, 16); err != nil || got.Tensor != hit.Tensor || c.holds(&foreign) {
 		t.Errorf("spec with another cache's record: %+v, %v", got, err)
 	}
 	if _, err := c.LookupSpec(nil, "m.safetensors", 6, 15); !errors.Is(err, ErrNotFound) {

@@ -104,10 +104,14 @@ func (z *Payloads) read(key shardcache.Key, buf []byte) (*held, error) {
 	return p, nil
 }
 
-// payloadKind is the kind of payload an object of the cache holds.
+// payloadKind is the kind of payload an object of the cache holds (0 for
+// an object that holds none: raw bytes, a pack).
 func payloadKind(o *shardcache.Object) payload.Kind {
-	if o.Kind == shardcache.KindEntropy {
+	switch o.Kind {
+	case shardcache.KindEntropy:
 		return payload.KindEntropy
+	case shardcache.KindFixed:
+		return payload.KindFixed
 	}
-	return payload.KindFixed
+	return 0
 }

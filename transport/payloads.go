@@ -97,6 +97,8 @@ type held struct {
 	h   payload.Head // checked whole (an entropy payload's chunk index too)
 }
 
+var _ Transport = (*Payloads)(nil)
+
 // NewPayloads wraps inner with payloads from cache.
 func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, opts PayloadOptions) (*Payloads, error) {
 	switch {

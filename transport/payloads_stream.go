@@ -65,9 +65,11 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 		case !h.InPlace():
 			return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, key)
-		case h.Size() != o.Size || h.DecodedSize() != t.b.Size:
+		case h.DecodedSize() != t.b.Size || kind == payload.KindEntropy && h.Size() != o.Size:
 			return nil, fmt.Errorf("%s: %w: a payload of %d bytes decoding to %d, the object has %d and the tensor %d",
 				loc.Name(), codec.ErrSize, h.Size(), h.DecodedSize(), o.Size, t.b.Size)
+		case h.Size() != o.Size: // the object the index sized is cut short or padded
+			return nil, fmt.Errorf("%s: %w: header says %d bytes, the object has %d", loc.Name(), codec.ErrCorrupt, h.Size(), o.Size)
 		}
 	}
 	stream := z.streams.pick(z.eng)
@@ -191,7 +193,9 @@ func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", name, err)
-	case !h.InPlace(): // an entropy payload's head said otherwise: it changed
+	case !h.InPlace() && kind == payload.KindEntropy: // its head, read first, said otherwise
+		return nil, fmt.Errorf("%s: %w: the payload changed while read", name, entropy.ErrPayload)
+	case !h.InPlace():
 		return nil, fmt.Errorf("%w: payload %s", codec.ErrNotInPlace, t.hit.Tensor.Key)
 	}
 	t0 := time.Now()

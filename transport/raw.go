@@ -310,7 +310,6 @@ type PackSource struct {
 var (
 	_ Transport  = (*Raw)(nil)
 	_ PackReader = (*Raw)(nil)
-	_ Transport  = (*Payloads)(nil)
 )
 
 // PackSource implements PackReader: the source slice, or a copy from the

@@ -8,10 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )

@@ -12,11 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/splitzip/splitzip/codec/payload"
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )

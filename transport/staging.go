@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )

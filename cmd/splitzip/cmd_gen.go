@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -59,6 +60,17 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	}
 	if btoi(o.Small > 0)+btoi(o.Mix > 0)+btoi(o.MoE > 0) > 1 {
 		return usageError{fmt.Errorf("--small, --mix and --moe each choose a shape: give one")}
+	}
+	if size == 0 && o.Small+o.Mix+o.MoE == 0 {
+		return usageError{fmt.Errorf("--size must be more than 0")}
+	}
+	// Shards written beside another checkpoint's would make a folder of
+	// neither (and every cache of it fail its source check): a new or
+	// empty folder only.
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return usageError{fmt.Errorf("%s is a file; gen writes a checkpoint into a new or empty folder", dir)}
+	} else if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return usageError{fmt.Errorf("%s is not empty (%d entries); gen writes a checkpoint into a new or empty folder", dir, len(ents))}
 	}
 	p := g.progress()
 	if !slices.Contains(synth.DTypes(), o.DType) {

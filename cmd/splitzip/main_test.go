@@ -117,6 +117,9 @@ func TestEndToEnd(t *testing.T) {
 
 func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	os.MkdirAll(full, 0o755)
+	os.WriteFile(filepath.Join(full, "model.safetensors"), []byte("x"), 0o644)
 	for _, c := range []struct {
 		args []string
 		code int
@@ -130,6 +133,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"verify", dir}, exitInput, "not a splitzip cache"},
 		{[]string{"inspect", filepath.Join(dir, "nope")}, exitInput, "no such file"},
 		{[]string{"gen", filepath.Join(dir, "g"), "--size", "lots"}, 2, "bad size"},
+		{[]string{"gen", filepath.Join(dir, "g"), "--size", "0"}, 2, "--size must be more than 0"},
+		{[]string{"gen", full, "--size", "1MiB"}, 2, "is not empty"},
+		{[]string{"gen", filepath.Join(full, "model.safetensors"), "--size", "1MiB"}, 2, "is a file"},
 	} {
 		code, _, e := splitzip(t, c.args...)
 		if code != c.code || !strings.Contains(e, c.want) || strings.Contains(e, "goroutine") {

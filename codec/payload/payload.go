@@ -86,9 +86,15 @@ type Entropy struct{ *entropy.Head }
 func Clone(h Head) Head {
 	switch h := h.(type) {
 	case *Fixed:
+		if h == nil {
+			return nil
+		}
 		c := *h
 		return &c
 	case *Entropy:
+		if h == nil || h.Head == nil {
+			return nil
+		}
 		e := *h.Head
 		return &Entropy{&e}
 	}

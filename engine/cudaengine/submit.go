@@ -11,11 +11,10 @@ import (
 	"sync/atomic"
 
 	"github.com/splitzip/splitzip/codec/payload"
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 // ErrClosed is returned by Submit and WaitEvent on a closed engine.

@@ -12,9 +12,8 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec/payload"
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 var (

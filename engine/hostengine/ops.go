@@ -6,12 +6,11 @@ package hostengine
 import (
 	"fmt"
 
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 // copyHtoD runs a copy.

@@ -1,13 +1,13 @@
 package entstudy
 
 import (
-	"strings"
-
-	"github.com/klauspost/compress/huff0"
-	"github.com/splitzip/splitzip/codec/entropy"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/huff0"
+
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/internal/synth"
 )
 

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/splitzip/splitzip/scatter"
-
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/scatter"
 )
 
 // LayerTensor is one weight matrix of a decoder layer.
