@@ -236,7 +236,7 @@ func printLoad(g *globals, r *load.Report) {
 		r.Settings.Readers, r.Settings.Streams, r.Settings.Ahead, packing(r.Settings.SmallBytes), limit, runtime.NumCPU())
 	check := ""
 	if r.Checked {
-		check = "; arena matches the source bit for bit"
+		check = "; arena matches the source bit for bit (its content keys where a shard is absent)"
 	}
 	tier := ""
 	if r.DeviceBytes > 0 {
