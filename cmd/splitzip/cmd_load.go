@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -59,12 +60,12 @@ time until the first layer is ready, time spent reading, verifying and
 submitting, pinned memory and arena size. --compare N alternates raw and
 SplitZip loads N times in one process and prints the ratio.`,
 		Args: args(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, a []string) error { return runLoad(cmd.Context(), g, o, a[0]) },
+		RunE: func(cmd *cobra.Command, a []string) error { return flagError(runLoad(cmd.Context(), g, o, a[0])) },
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
 	f.BoolVar(&o.Resident, "resident", false, "keep payloads (raw bytes with --raw) in pinned memory: later repeats read no file")
-	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory)")
+	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory); not with --raw or --resident")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
 	f.IntVar(&o.Compare, "compare", 0, "alternate raw and SplitZip loads this many times and print the ratio")
@@ -80,7 +81,7 @@ SplitZip loads N times in one process and prints the ratio.`,
 func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
 	f.StringVar(&o.Source, "source", "", "source to load: a recorded root (when the cache holds several), or the directory a moved source is in now")
-	f.IntVar(&o.Readers, "readers", load.DefaultReaders(), "reader goroutines per transport (default: half the cores, 2 to 8)")
+	f.IntVar(&o.Readers, "readers", load.DefaultReaders(), "reader goroutines per transport (half the cores this process may use, 2 to 8, by default)")
 	f.IntVar(&o.Streams, "streams", load.DefaultStreams, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
@@ -116,6 +117,21 @@ func (o loadOptions) engineFor(flag, dev string) (engine.Engine, error) {
 	}
 	ctx.Close()
 	return cudaengine.New(n, o.Streams)
+}
+
+// loadFlags names the options of a load (packages load and transport) by
+// the flags that set them, for the messages of the options they refuse.
+var loadFlags = strings.NewReplacer("DeviceResident", "--device-resident", "ResidentPacks", "--resident-packs",
+	"PinnedLimit", "--pinned-limit", "SmallBytes", "--small-bytes", "Readers", "--readers", "Ahead", "--ahead",
+	"Raw and Resident", "--raw and --resident", "with Resident", "with --resident")
+
+// flagError turns an option a load refused (transport.ErrOption) into a
+// usage error that names its flag, not the Go field behind it.
+func flagError(err error) error {
+	if err == nil || !errors.Is(err, transport.ErrOption) {
+		return err
+	}
+	return usageError{errors.New(loadFlags.Replace(strings.TrimPrefix(err.Error(), transport.ErrOption.Error()+": ")))}
 }
 
 func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
