@@ -46,17 +46,12 @@ func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(o
 	}
 	// The bytes past the checksum that the check needs (an entropy
 	// payload's chunk index), gathered from the pieces as they pass.
-	tail := make([]byte, size-h.Tail())
-	sums, err := d.upload(r, size, buf, target, func(off uint64, b []byte) {
-		if end := off + uint64(len(b)); end > h.Tail() {
-			lo := max(off, h.Tail())
-			copy(tail[lo-h.Tail():], b[lo-off:])
-		}
-	})
+	tail := payload.NewTail(h)
+	sums, err := d.upload(r, size, buf, target, tail.Add)
 	if err != nil {
 		return err
 	}
-	if err := payload.Check(h, size, sums.Sum(), 0, tail); err != nil || out == 0 {
+	if err := payload.Check(h, size, sums.Sum(), 0, tail.Bytes()); err != nil || out == 0 {
 		return err
 	}
 	if err := d.launchPayload(h); err != nil {

@@ -95,7 +95,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 	if err != nil {
 		return nil, err
 	}
-	stage, err := Staging(c, specs, opts)
+	stage, err := transport.PlanStaging(c, specs, opts.Readers, small, opts.Raw, opts.PinnedLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 	if err != nil {
 		return nil, err
 	}
-	ts, err := NewTransports(eng, c, stage, opts)
+	ts, err := newTransports(eng, c, stage, opts, small)
 	if err != nil {
 		arena.Close()
 		return nil, err

@@ -38,6 +38,12 @@ func NewTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 	if err != nil {
 		return nil, err
 	}
+	return newTransports(eng, c, stage, o, small)
+}
+
+// newTransports is NewTransports of options resolve checked and filled
+// in, with small the packing threshold they resolved to.
+func newTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Staging, o Options, small int64) (*Transports, error) {
 	resident := stage.Resident
 	if o.ResidentPacks {
 		resident = stage.ResidentPacked(o.Raw)

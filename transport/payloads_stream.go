@@ -89,17 +89,12 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 	if o.Size <= readPiece {
 		return z.streamOne(ctx, t, f, loc.Name(), kind, o.Size, stream, to, tierSlot)
 	}
-	tail := make([]byte, h.Size()-h.Tail())
-	evs, sums, err := z.copyPieces(ctx, f, loc.Name(), o.Size, stream, to, func(off uint64, q []byte) {
-		if end := off + uint64(len(q)); end > h.Tail() {
-			lo := max(off, h.Tail())
-			copy(tail[lo-h.Tail():], q[lo-off:])
-		}
-	})
+	tail := payload.NewTail(h)
+	evs, sums, err := z.copyPieces(ctx, f, loc.Name(), o.Size, stream, to, tail.Add)
 	if err != nil {
 		return nil, err
 	}
-	if err := payload.Check(h, o.Size, sums.Sum(), t.b.Size, tail); err != nil {
+	if err := payload.Check(h, o.Size, sums.Sum(), t.b.Size, tail.Bytes()); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	ev, err := z.eng.Submit(stream, z.decodeWork(t, tierSlot, o.Size, h))

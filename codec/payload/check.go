@@ -99,3 +99,29 @@ func CheckBytes(k Kind, p []byte, sum uint32, decoded uint64) (Head, error) {
 
 // Sum returns the checksum of a whole payload, as its header records it.
 func Sum(p []byte) uint32 { return codec.Checksum(p) }
+
+// Tail gathers the bytes of a payload that Check needs besides its
+// checksum (from h.Tail() to its end: an entropy payload's chunk index)
+// from the pieces of a payload read in parallel, as they pass.
+type Tail struct {
+	at  uint64
+	buf []byte
+}
+
+// NewTail returns the gatherer of h's tail.
+func NewTail(h Head) *Tail {
+	at := min(h.Tail(), h.Size())
+	return &Tail{at: at, buf: make([]byte, h.Size()-at)}
+}
+
+// Add takes what of q, the payload's bytes at offset off, lies in the
+// tail. Goroutines may add pieces at once: they write apart.
+func (t *Tail) Add(off uint64, q []byte) {
+	if end := off + uint64(len(q)); end > t.at && off < t.at+uint64(len(t.buf)) {
+		lo := max(off, t.at)
+		copy(t.buf[lo-t.at:], q[lo-off:])
+	}
+}
+
+// Bytes returns the tail gathered, Check's last argument.
+func (t *Tail) Bytes() []byte { return t.buf }

@@ -170,3 +170,32 @@ func TestParseBounds(t *testing.T) {
 		t.Error("Sniff took one kind for another")
 	}
 }
+
+// TestTail: a payload's tail gathered from pieces of any size, in any
+// order, is its bytes from Tail() on, for both kinds.
+func TestTail(t *testing.T) {
+	_, ps := payloads(t, 6)
+	for k, p := range ps {
+		h, err := Parse(k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, piece := range []int{1, 7, 4096, len(p)} {
+			tail := NewTail(h)
+			var offs []int
+			for off := 0; off < len(p); off += piece {
+				offs = append(offs, off)
+			}
+			rand.New(rand.NewPCG(uint64(piece), 2)).Shuffle(len(offs), func(i, j int) { offs[i], offs[j] = offs[j], offs[i] })
+			for _, off := range offs {
+				tail.Add(uint64(off), p[off:min(off+piece, len(p))])
+			}
+			if !bytes.Equal(tail.Bytes(), p[h.Tail():]) {
+				t.Errorf("%v, pieces of %d bytes: the tail differs", k, piece)
+			}
+		}
+		if err := Check(h, uint64(len(p)), Sum(p), 0, NewTail(h).Bytes()); k == KindEntropy && err == nil {
+			t.Error("entropy: an index never gathered (zeros) passed")
+		}
+	}
+}
