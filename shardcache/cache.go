@@ -61,8 +61,11 @@ type Cache struct {
 	// packPaths is each pack's file, found once: a pack member is located
 	// with no formatting or allocation (a load locates every payload).
 	packPaths map[Key]string
-	slices    map[sliceKey][]SliceHit
-	byName    map[string][]SliceHit
+	// shards holds the index's shard records, which tell a SliceHit of
+	// this cache from another's (holds).
+	shards map[*Shard]struct{}
+	slices map[sliceKey][]SliceHit
+	byName map[string][]SliceHit
 }
 
 type sliceKey struct {
@@ -85,14 +88,8 @@ func (h SliceHit) Path() string { return filepath.Join(h.Source.Root, h.Shard.Na
 // be a copy (PickSource's of a moved checkpoint) sharing the index's
 // shards.
 func (c *Cache) holds(h *SliceHit) bool {
-	for i := range c.ix.Sources {
-		for j := range c.ix.Sources[i].Shards {
-			if h.Shard == &c.ix.Sources[i].Shards[j] {
-				return true
-			}
-		}
-	}
-	return false
+	_, ok := c.shards[h.Shard]
+	return ok
 }
 
 // LookupSpec finds the tensor a spec names: its record when the spec
@@ -139,7 +136,7 @@ func Open(dir string) (*Cache, error) {
 }
 
 func newCache(dir string, ix *Index) *Cache {
-	c := &Cache{dir: dir, ix: ix, slices: map[sliceKey][]SliceHit{}, byName: map[string][]SliceHit{}, packPaths: map[Key]string{}}
+	c := &Cache{dir: dir, ix: ix, slices: map[sliceKey][]SliceHit{}, byName: map[string][]SliceHit{}, packPaths: map[Key]string{}, shards: map[*Shard]struct{}{}}
 	for k, o := range ix.Objects {
 		if o.Kind == KindPack {
 			if p, err := objectPath(dir, k); err == nil { // else Locate reports it
@@ -151,6 +148,7 @@ func newCache(dir string, ix *Index) *Cache {
 		s := &ix.Sources[si]
 		for hi := range s.Shards {
 			sh := &s.Shards[hi]
+			c.shards[sh] = struct{}{}
 			for ti := range sh.Tensors {
 				t := &sh.Tensors[ti]
 				hit := SliceHit{s, sh, t}
