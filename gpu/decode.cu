@@ -1,4 +1,5 @@
-// SplitZip BF16 decoder, payload format version 1 (docs/splitzip.md).
+// Decoder of the fixed codec's BF16 payloads, payload format version 1
+// (the format: docs/FORMAT.md section 3; this kernel: docs/DESIGN.md 3.1).
 //
 // One kernel, two modes:
 //   in place:     the payload sits at the start of [dst, dst + 2n) and the

@@ -1,9 +1,9 @@
-// Entropy payload decoder, payload versions 2 and 3 (docs/splitzip.md,
-// section 11). In version 3 each symbol stands for the fields of two
-// adjacent values, named by the pair table the host passes with the code
-// lengths: a lane writes both fields of a symbol into the ring, which is
-// then twice as many bytes, and a rebuild writes twice as many values a
-// row of symbols.
+// Entropy payload decoder, payload versions 2 and 3 (the format:
+// docs/FORMAT.md section 4; this kernel: docs/DESIGN.md 4.4). In version 3
+// each symbol stands for the fields of two adjacent values, named by the
+// pair table the host passes with the code lengths: a lane writes both
+// fields of a symbol into the ring, which is then twice as many bytes, and
+// a rebuild writes twice as many values a row of symbols.
 //
 // Two kernels, splitzip_entropy_decode for payloads of single fields and
 // splitzip_entropy_decode_pairs for those of pairs (the same code, a

@@ -5,9 +5,9 @@ package gpu
 // Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
 // decode.cu and entropy.cu.
 const (
-	decodeSourceSHA256  = "0081d78d177bc4145a0abfb9ac4b88c613a8f4a913caed13ebdbc6c56cb068fd"
+	decodeSourceSHA256  = "c5def7dcd3c95caec78b8ca0ebf26a6ab6312a15a1e08e37848caed943daabec"
 	decodeFatbinSHA256  = "ba6b87150ef5ca84b3c09d45c2951d46516474062eef33336be06843b346e0de"
-	entropySourceSHA256 = "b9c0baf5f679a201d00c1beb4041986b22553a380cefb3a850d10259962741db"
+	entropySourceSHA256 = "aa9e8950d08c36f450d23d6c3872971285a87afcc74b985d5699ef8531f66447"
 	entropyFatbinSHA256 = "7cd149c8a0a83267e6e2d937c5345a42c5c3fbd9debe50ebbd1b45719eddcb07"
 	kernelsNVCCVersion  = "13.0"
 )
