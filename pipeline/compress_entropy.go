@@ -108,8 +108,9 @@ func (tc *tensorCompressor) entropyPayload(r *sourceReader, t *safetensors.Tenso
 		return false, "", err
 	}
 	f := entropy.Fields[fi]
-	meta := &shardcache.Object{Kind: shardcache.KindEntropy, Size: size, RawSize: t.Size(), Values: n, Checksum: h.Checksum,
-		Chunks: h.Chunks(), Field: f.Name(), Entropy: entropy.EntropyBits(cs.Freq()) / float64(n), InPlace: h.InPlace}
+	meta := &shardcache.Object{Kind: shardcache.KindEntropy, Size: size, RawSize: t.Size(), Checksum: h.Checksum,
+		ObjectStats: shardcache.ObjectStats{Values: n, Chunks: h.Chunks(), Field: f.Name(),
+			Entropy: entropy.EntropyBits(cs.Freq()) / float64(n), InPlace: h.InPlace}}
 	if err := obj.Commit(rec.Key, meta); err != nil {
 		return false, "", err
 	}

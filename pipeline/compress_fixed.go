@@ -61,10 +61,10 @@ func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor,
 	case !st.InPlace:
 		return false, true, "not decodable in place (" + strings.TrimPrefix(st.NotInPlace.Error(), codec.ErrNotInPlace.Error()+": ") + ")", nil
 	}
-	meta := &shardcache.Object{Kind: shardcache.KindFixed, Size: st.Size, RawSize: t.Size(), Values: n,
-		Escapes: st.Escapes, RawChunks: st.RawChunks, Chunks: st.Chunks, Checksum: h.Checksum,
-		Coverage: cb.Coverage(hist), Entropy: hist.Entropy(), InPlace: true,
-		EscapeRate: float64(st.Escapes) / float64(max(n, 1))}
+	meta := &shardcache.Object{Kind: shardcache.KindFixed, Size: st.Size, RawSize: t.Size(), Checksum: h.Checksum,
+		ObjectStats: shardcache.ObjectStats{Values: n, Escapes: st.Escapes, RawChunks: st.RawChunks, Chunks: st.Chunks,
+			Coverage: cb.Coverage(hist), Entropy: hist.Entropy(), InPlace: true,
+			EscapeRate: float64(st.Escapes) / float64(max(n, 1))}}
 	for _, e := range h.Codebook {
 		meta.Codebook = append(meta.Codebook, int(e))
 	}

@@ -120,6 +120,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 		return nil, err
 	}
 	ix := c.Index()
+	if err := ix.LoadStats(); err != nil {
+		return nil, err
+	}
 	res := &InspectResult{Cache: dir, Sources: []SourceReport{}, Packs: ix.Packs()}
 	for _, o := range ix.Objects {
 		if o.Kind != shardcache.KindPack {

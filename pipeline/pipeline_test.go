@@ -185,14 +185,32 @@ func TestCorruptCache(t *testing.T) {
 		}
 	}
 	o, _ := c.Lookup(key)
-	cachetest.Flip(t, c, key, int64(o.Size/2), 0x10)
+	restore := cachetest.Flip(t, c, key, int64(o.Size/2), 0x10)
 	if v := mustVerify(t, cache); v.OK() || !strings.Contains(v.Problems[0].Error, "checksum") {
 		t.Errorf("verify of a flipped payload: %+v", v.Problems)
 	}
-	// A flipped byte in the index.
+	restore()
+	// A flipped byte in the index's statistics: a problem verify reports
+	// and inspect fails on, both naming the index file; decompress, which
+	// reads what loads read, is served.
 	ip := filepath.Join(cache, shardcache.IndexName)
 	ix, _ := os.ReadFile(ip)
-	ix[len(ix)/2] ^= 1
+	orig := append([]byte(nil), ix...)
+	ix[len(ix)-1] ^= 1
+	os.WriteFile(ip, ix, 0o644)
+	v, err := Verify(context.Background(), cache, VerifyOptions{})
+	if err != nil || v.OK() || v.Problems[0].File != ip || !errors.Is(v.Problems[0].Err, shardcache.ErrIndexCorrupt) || !strings.Contains(v.Problems[0].Error, ip) {
+		t.Errorf("verify of flipped statistics: %+v, %v", v, err)
+	}
+	if _, err := Inspect(cache, InspectOptions{}); !errors.Is(err, shardcache.ErrIndexCorrupt) || !strings.Contains(err.Error(), ip) {
+		t.Errorf("inspect of flipped statistics: %v", err)
+	}
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "out")}); err != nil {
+		t.Errorf("decompress with flipped statistics: %v", err)
+	}
+	// A flipped byte in the index's body (after its 64-byte header).
+	ix = orig
+	ix[64+8] ^= 1
 	os.WriteFile(ip, ix, 0o644)
 	if _, err := Verify(context.Background(), cache, VerifyOptions{}); !errors.Is(err, shardcache.ErrIndexCorrupt) {
 		t.Errorf("verify of a flipped index: %v", err)
@@ -325,7 +343,18 @@ func TestForgetAndGC(t *testing.T) {
 	gen(t, b, 2<<20, 1, 22) // different weights
 	compress(t, a, cache, false)
 	compress(t, b, cache, false)
-	before, _ := Inspect(cache, InspectOptions{})
+	before, _ := Inspect(cache, InspectOptions{Tensors: true})
+	// The second compress rewrote the index with the first one's
+	// statistics, and gc keeps them too.
+	statsKept := func(when string, ins *InspectResult) {
+		t.Helper()
+		for _, r := range ins.Tensors {
+			if r.DType == "BF16" && r.Values > 0 && (r.Coverage <= 0 || r.ExponentEntropy <= 0) {
+				t.Errorf("%s: %s %s (%s): coverage %g, entropy %g", when, r.Source, r.Name, r.Stored, r.Coverage, r.ExponentEntropy)
+			}
+		}
+	}
+	statsKept("after the second compress", before)
 	w, err := shardcache.Create(cache)
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +368,8 @@ func TestForgetAndGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := Inspect(cache, InspectOptions{})
+	after, _ := Inspect(cache, InspectOptions{Tensors: true})
+	statsKept("after gc", after)
 	if len(after.Sources) != 1 || res.Objects == 0 || after.ObjectBytes >= before.ObjectBytes {
 		t.Fatalf("gc removed %+v; objects %d -> %d bytes", res, before.ObjectBytes, after.ObjectBytes)
 	}

@@ -87,6 +87,12 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	if err := c.RequireCheckpoint(); err != nil {
 		return nil, err
 	}
+	// Opening the cache did not read the index's statistics (loads never
+	// need them): their hash is checked here, a problem of the index
+	// file and no reason to stop.
+	if err := c.Index().LoadStats(); err != nil {
+		fail(filepath.Join(dir, shardcache.IndexName), "", err)
+	}
 	sources := c.Index().Sources
 	if opts.Source != "" {
 		s, err := c.PickSource(opts.Source)

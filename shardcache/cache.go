@@ -164,7 +164,8 @@ func newCache(dir string, ix *Index) *Cache {
 // Dir returns the cache directory.
 func (c *Cache) Dir() string { return c.dir }
 
-// Index returns the cache's index. Callers must not modify it.
+// Index returns the cache's index. Callers must not modify it but by
+// its LoadStats.
 func (c *Cache) Index() *Index { return c.ix }
 
 // Lookup returns the object stored under key.

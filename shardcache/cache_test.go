@@ -29,7 +29,7 @@ func TestWriterAndLookups(t *testing.T) {
 	}
 	o.Write([]byte("payload!"))
 	pk := KeyOf([]byte("raw tensor bytes"))
-	if err := o.Commit(pk, &Object{Kind: KindFixed, Size: 8, RawSize: 16, Values: 8}); err != nil {
+	if err := o.Commit(pk, &Object{Kind: KindFixed, Size: 8, RawSize: 16, ObjectStats: ObjectStats{Values: 8}}); err != nil {
 		t.Fatal(err)
 	}
 	sh := Shard{Name: "m.safetensors", Size: 22, ModTime: time.Unix(1, 0), Header: Region{0, 6, hk},
@@ -118,7 +118,7 @@ func TestIndexRejects(t *testing.T) {
 func TestIndexBounds(t *testing.T) {
 	hk, pk := KeyOf([]byte("h")), KeyOf([]byte("t"))
 	base := func() *Index {
-		return &Index{Objects: map[Key]*Object{hk: {Kind: KindRaw, Size: 8, RawSize: 8}, pk: {Kind: KindFixed, Size: 100, RawSize: 64, Values: 32}},
+		return &Index{Objects: map[Key]*Object{hk: {Kind: KindRaw, Size: 8, RawSize: 8}, pk: {Kind: KindFixed, Size: 100, RawSize: 64, ObjectStats: ObjectStats{Values: 32}}},
 			Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Size: 72, Header: Region{0, 8, hk},
 				Tensors: []Tensor{{Name: "w", Offset: 8, Size: 64, Key: pk, Stored: StoredFixed}}}}}}}
 	}
@@ -136,7 +136,8 @@ func TestIndexBounds(t *testing.T) {
 }
 
 // rejectsAll checks that each mutation of the index base returns makes
-// the reader refuse it as corrupt.
+// the reader refuse it as corrupt, when it opens it or loads its
+// statistics.
 func rejectsAll(t *testing.T, base func() *Index, muts map[string]func(ix *Index)) {
 	t.Helper()
 	for name, mut := range muts {
@@ -146,7 +147,12 @@ func rejectsAll(t *testing.T, base func() *Index, muts map[string]func(ix *Index
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := unmarshalIndex(b, "idx"); !errors.Is(err, ErrIndexCorrupt) {
+		// The statistics are read too (values that disagree are in them).
+		ix, err = unmarshalIndex(b, "idx")
+		if err == nil {
+			err = ix.LoadStats()
+		}
+		if !errors.Is(err, ErrIndexCorrupt) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -191,7 +197,7 @@ func TestCheckStat(t *testing.T) {
 func FuzzIndex(f *testing.F) {
 	ek, hk, pk := KeyOf([]byte("e")), KeyOf([]byte("h")), KeyOf([]byte("p"))
 	ix := &Index{Objects: map[Key]*Object{
-		ek: {Kind: KindEntropy, Size: 100, RawSize: 4096, Values: 2048, Field: "BF16 exponent", Pack: pk},
+		ek: {Kind: KindEntropy, Size: 100, RawSize: 4096, Pack: pk, ObjectStats: ObjectStats{Values: 2048, Field: "BF16 exponent"}},
 		hk: {Kind: KindRaw, Size: 8, RawSize: 8},
 		pk: {Kind: KindPack, Size: 112, RawSize: 112},
 	}, Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Size: 8 + 4096, Header: Region{0, 8, hk},
@@ -211,6 +217,9 @@ func FuzzIndex(f *testing.F) {
 		}
 		if err := ix.check(); err != nil {
 			t.Fatalf("accepted an index its own check refuses: %v", err)
+		}
+		if err := ix.LoadStats(); err != nil && !errors.Is(err, ErrIndexCorrupt) {
+			t.Fatalf("statistics refused with an error that is not ErrIndexCorrupt: %v", err)
 		}
 	})
 }

@@ -14,5 +14,10 @@
 // Every file is written under tmp/ and renamed into place, and the index is
 // renamed last, so a crash, a kill or a full disk never leaves an index that
 // points at a missing or partial object; the index itself is checked by
-// a checksum of its body (SHA-256 in the JSON versions, BLAKE3 since version 4). docs/FORMAT.md specifies the index format.
+// a checksum of its body (SHA-256 in the JSON versions, BLAKE3 since
+// version 4). Since version 5 the statistics that only inspect and verify
+// read (values, bits, escapes) follow the body in a section of their own,
+// with its own length and BLAKE3, read on first use (Index.LoadStats), so
+// that opening a cache to load it reads less. docs/FORMAT.md specifies the
+// index format.
 package shardcache

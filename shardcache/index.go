@@ -20,12 +20,14 @@ const (
 	// FormatName identifies a splitzip cache index.
 	FormatName = "splitzip-cache"
 	// IndexVersion is the index format this package writes: 2 added pack
-	// objects, 3 entropy payloads, and 4 writes the same content as a
-	// compact binary table instead of JSON (index_binary.go). It reads
-	// versions 1 to 4. The file keeps its name, so that a build older
-	// than version 4 refuses the cache as corrupt rather than taking it
-	// for one whose first compress was interrupted.
-	IndexVersion = 4
+	// objects, 3 entropy payloads, 4 writes the same content as a compact
+	// binary table instead of JSON (index_binary.go), and 5 moves the
+	// statistics (ObjectStats, TensorStats) out of the body into a
+	// section of their own that a load does not read. It reads versions
+	// 1 to 5. The file keeps its name, so that a build older than
+	// version 4 refuses the cache as corrupt rather than taking it for
+	// one whose first compress was interrupted.
+	IndexVersion = 5
 	// minIndexVersion is the oldest index format this package reads.
 	minIndexVersion = 1
 	// maxIndexSize bounds the index read into memory.
@@ -92,18 +94,35 @@ func (k Key) hexPart() (string, error) {
 	return s[len(p):], nil
 }
 
-// Object describes one stored object.
+// Object describes one stored object: what a reader needs to find its
+// bytes and check them, and the statistics compress recorded.
 type Object struct {
 	Kind    string `json:"kind"`
 	Size    uint64 `json:"size"`     // stored bytes
 	RawSize uint64 `json:"raw_size"` // bytes it decodes to
-	// SplitZip payloads only:
+	// Checksum is a payload's CRC-32C (its header's checksum field).
+	Checksum uint32 `json:"crc32c,omitempty"`
+	// Pack, for an object stored in a pack (version 2), is the pack's
+	// key; its bytes are [Offset, Offset+Size) of the pack.
+	Pack   Key    `json:"pack,omitempty"`
+	Offset uint64 `json:"offset,omitempty"`
+	ObjectStats
+}
+
+// ObjectStats are the codec statistics compress records for a payload,
+// for inspect to report. Loads never need them (a payload's header holds
+// what decoding needs), so index version 5 keeps them in a section of
+// their own that opening a cache leaves undecoded: they are zero until
+// Index.LoadStats. Embedded in Object, so that they read as its fields
+// and versions 1 to 3 keep their JSON.
+type ObjectStats struct {
+	// SplitZip payloads (and Values, Chunks, Entropy and InPlace of
+	// entropy payloads too):
 	Values     uint64  `json:"values,omitempty"`
 	Codebook   []int   `json:"codebook,omitempty"`
 	Escapes    uint64  `json:"escapes,omitempty"`
 	RawChunks  uint64  `json:"raw_chunks,omitempty"`
 	Chunks     uint64  `json:"chunks,omitempty"`
-	Checksum   uint32  `json:"crc32c,omitempty"`
 	Coverage   float64 `json:"coverage,omitempty"`
 	Entropy    float64 `json:"exponent_entropy,omitempty"`
 	InPlace    bool    `json:"in_place,omitempty"`
@@ -112,10 +131,6 @@ type Object struct {
 	// "BF16 exponent" or "F8_E4M3 byte"); Entropy is then that field's
 	// entropy in bits a value.
 	Field string `json:"field,omitempty"`
-	// Pack, for an object stored in a pack (version 2), is the pack's
-	// key; its bytes are [Offset, Offset+Size) of the pack.
-	Pack   Key    `json:"pack,omitempty"`
-	Offset uint64 `json:"offset,omitempty"`
 }
 
 // MaxEntropyRatio bounds how many raw bytes an entropy payload of one
@@ -138,14 +153,21 @@ type Tensor struct {
 	Size   uint64   `json:"size"`
 	Key    Key      `json:"key"`
 	Stored string   `json:"stored"`
-	Reason string   `json:"reason,omitempty"` // why a BF16 tensor stayed raw
+	// CopyStored says whether the raw bytes are in the cache as an object
+	// (always for splitzip tensors, through their payload).
+	CopyStored bool `json:"copy_stored,omitempty"`
+	TensorStats
+}
+
+// TensorStats say why a tensor stayed raw, for inspect to report. Loads
+// never need them; index version 5 keeps them beside ObjectStats, zero
+// until Index.LoadStats. Embedded in Tensor, as ObjectStats in Object.
+type TensorStats struct {
+	Reason string `json:"reason,omitempty"` // why a tensor stayed raw
 	// Exponent statistics of a BF16 tensor left raw (payloads keep theirs
 	// in their object), so inspect can explain why it was not compressed.
 	Coverage float64 `json:"coverage,omitempty"`
 	Entropy  float64 `json:"exponent_entropy,omitempty"`
-	// CopyStored says whether the raw bytes are in the cache as an object
-	// (always for splitzip tensors, through their payload).
-	CopyStored bool `json:"copy_stored,omitempty"`
 }
 
 // Region is a byte range of a shard that is not a tensor: the header, or a gap.
@@ -186,6 +208,9 @@ type File struct {
 type Index struct {
 	Sources []Source        `json:"sources"`
 	Objects map[Key]*Object `json:"objects"`
+	// stats is a version 5 index's statistics section, not decoded yet
+	// (LoadStats); nil once it is, and for every other index.
+	stats *statsSection
 }
 
 // envelope is the file: the body's bytes and their hash, so a flipped byte
@@ -303,6 +328,9 @@ func (ix *Index) check() error {
 			if o.RawSize/2 > o.Size {
 				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
 			}
+			if o.RawSize%2 != 0 {
+				return fmt.Errorf("object %s: a SplitZip payload of %d raw bytes, not a whole number of BF16 values", k, o.RawSize)
+			}
 		case KindEntropy:
 			if o.RawSize/MaxEntropyRatio > o.Size {
 				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
@@ -311,6 +339,9 @@ func (ix *Index) check() error {
 			if o.RawSize != o.Size {
 				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
 			}
+		}
+		if err := o.checkStats(k); err != nil {
+			return err
 		}
 		if o.Pack == "" {
 			if o.Offset != 0 {
@@ -367,8 +398,8 @@ func (ix *Index) check() error {
 				switch {
 				case t.Stored == StoredFixed && (o == nil || o.Kind != KindFixed):
 					return fmt.Errorf("shard %s: tensor %q: payload %s missing", sh.Name, t.Name, t.Key)
-				case t.Stored == StoredFixed && (o.RawSize != t.Size || o.Values > o.RawSize/2 || 2*o.Values != o.RawSize):
-					return fmt.Errorf("shard %s: tensor %q: payload %s decodes to %d bytes (%d values), the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, o.Values, t.Size)
+				case t.Stored == StoredFixed && o.RawSize != t.Size:
+					return fmt.Errorf("shard %s: tensor %q: payload %s decodes to %d bytes, the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, t.Size)
 				case t.Stored == StoredEntropy && (o == nil || o.Kind != KindEntropy):
 					return fmt.Errorf("shard %s: tensor %q: entropy payload %s missing", sh.Name, t.Name, t.Key)
 				case t.Stored == StoredEntropy && o.RawSize != t.Size:
@@ -380,6 +411,17 @@ func (ix *Index) check() error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// checkStats checks what of an object's statistics the rest of its
+// record determines: a SplitZip payload's values, when recorded, are
+// half its raw bytes. Zero is not recorded: the statistics of a version
+// 5 index before LoadStats, or of one written without them.
+func (o *Object) checkStats(k Key) error {
+	if o.Kind == KindFixed && o.Values != 0 && o.Values != o.RawSize/2 {
+		return fmt.Errorf("object %s: %d values, the payload decodes to %d bytes", k, o.Values, o.RawSize)
 	}
 	return nil
 }

@@ -1,19 +1,32 @@
 package shardcache
 
-// Index version 4: the index as a compact binary table. Versions 1 to 3
-// were JSON, about 430 bytes a tensor beyond its name (field names, keys
-// in hex, a reason sentence and codec statistics repeated per tensor);
-// a checkpoint of 760,000 small tensors had a 324 MB index that took
-// longer to write and parse than its tensors took to compress. Version 4
-// keeps everything the JSON held, so the in-memory Index is the same
-// whatever the version read, in about 60 bytes a tensor beyond its name:
-// keys as 32 raw bytes written once (an object used by one tensor inside
-// that tensor's record, others in a table that records name by position),
-// repeated strings (dtypes, reasons, fields, roots) once in a table,
-// numbers as varints, floats without their trailing zero bytes, and
-// offsets, sizes and statistics left out where they follow from the rest
-// (derivedValues and below). index_encode.go writes it, index_decode.go
-// reads it; docs/FORMAT.md section 5.5 has the layout.
+// Index versions 4 and 5: the index as a compact binary table. Versions 1
+// to 3 were JSON, about 430 bytes a tensor beyond its name (field names,
+// keys in hex, a reason sentence and codec statistics repeated per
+// tensor); a checkpoint of 760,000 small tensors had a 324 MB index that
+// took longer to write and parse than its tensors took to compress.
+// Version 4 keeps everything the JSON held, so the in-memory Index is the
+// same whatever the version read, in about 60 bytes a tensor beyond its
+// name: keys as 32 raw bytes written once (an object used by one tensor
+// inside that tensor's record, others in a table that records name by
+// position), repeated strings (dtypes, reasons, fields, roots) once in a
+// table, numbers as varints, floats without their trailing zero bytes,
+// and offsets, sizes and statistics left out where they follow from the
+// rest (derivedValues and below).
+//
+// Version 5 writes the same records, split in two: the body holds what a
+// reader needs to find and check a payload (kinds, sizes, keys, CRC-32Cs,
+// packs and offsets, tensors' names, shapes and places), a section after
+// it the statistics (ObjectStats, TensorStats) with its own length and
+// hash, its records in the body's order. Opening a cache hashes and
+// parses the body only and keeps the section's bytes; Index.LoadStats
+// decodes them for inspect and before a writer changes the index. For a
+// shard of small tensors left raw the statistics (a reason, two floats)
+// are most of a tensor's record.
+//
+// index_encode.go writes version 5, index_decode.go reads versions 4 and
+// 5, index_stats.go decodes version 5's statistics; docs/FORMAT.md
+// sections 5.5 and 5.6 have the layouts.
 
 import (
 	"encoding/binary"
@@ -25,17 +38,26 @@ import (
 	"strings"
 )
 
-// Layout constants of a version 4 index file (all integers little-endian).
+// Layout constants of a binary index file (all integers little-endian).
 const (
 	// indexMagic starts a binary index: its first line reads as text.
 	indexMagic = "splitzip-index\n\x00"
 	// indexHeaderSize is the fixed header: magic (16), version (u32),
-	// flags (u32, zero), body length (u64), BLAKE3-256 of the body (32).
+	// flags (u32), body length (u64), BLAKE3-256 of the body (32).
 	indexHeaderSize = 64
 	// binaryIndexVersion is the first index version written in binary.
 	binaryIndexVersion = 4
 	// maxJSONIndexVersion is the last index version written as JSON.
 	maxJSONIndexVersion = 3
+	// statsIndexVersion is the first index version whose statistics are
+	// in a section of their own.
+	statsIndexVersion = 5
+	// indexHasStats, a flag of a version 5 header, says the statistics
+	// section follows the body; a version 4 header has no flags.
+	indexHasStats = 1
+	// statsHeaderSize is the statistics section's head: the length of
+	// the rest of the section (u64) and its BLAKE3-256 (32).
+	statsHeaderSize = 40
 )
 
 // Object kinds and tensor storage in a binary index, one byte each.
@@ -77,6 +99,18 @@ const (
 	tenOffset                       // offset follows; else the tensor starts where the one before ended (the first: where the header ends)
 	tenSize                         // size follows; else it is the shape's product times the dtype's size
 	tenKnown      = tenSize<<1 - 1
+)
+
+// The fields of the records above that are statistics. Version 5 writes
+// an object's and a tensor's record in two parts: the other fields in the
+// body, with the mask or flags of those (objBody, tenBody), and these in
+// the statistics section, with the mask or flags of these; each part
+// keeps version 4's bits and order.
+const (
+	objStats = objCodebook | objEscapes | objChunks | objEntropy | objInPlace | objValues | objRawChunks | objCoverage | objEscapeRate | objField
+	objBody  = objKnown &^ objStats // raw size, CRC-32C, pack
+	tenStats = tenReason | tenCoverage | tenEntropy
+	tenBody  = tenKnown &^ tenStats
 )
 
 // Key references: 0 is no key, 1 a key whose 32 bytes follow, 2+i the key

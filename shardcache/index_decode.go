@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -9,8 +10,10 @@ import (
 	"lukechampine.com/blake3"
 )
 
-// unmarshalBinaryIndex decodes a version 4 index file (b starts with
-// indexMagic) named name in errors. The caller checks the references.
+// unmarshalBinaryIndex decodes a version 4 or 5 index file (b starts
+// with indexMagic) named name in errors; of version 5, it checks and
+// decodes the body only and keeps the statistics section for LoadStats.
+// The caller checks the references.
 func unmarshalBinaryIndex(b []byte, name string) (*Index, error) {
 	if len(b) < indexHeaderSize {
 		return nil, &IndexError{name, -1, fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(b), indexHeaderSize)}
@@ -22,22 +25,50 @@ func unmarshalBinaryIndex(b []byte, name string) (*Index, error) {
 	case v < binaryIndexVersion:
 		return nil, &IndexError{name, 16, fmt.Sprintf("version %d in a binary index; binary indexes begin at version %d", v, binaryIndexVersion)}
 	}
-	if f := binary.LittleEndian.Uint32(b[20:]); f != 0 {
-		return nil, &IndexError{name, 20, fmt.Sprintf("flags %#x; this build knows none", f)}
+	known := uint32(0)
+	if v >= statsIndexVersion {
+		known = indexHasStats
 	}
-	if n := binary.LittleEndian.Uint64(b[24:]); n != uint64(len(b)-indexHeaderSize) {
-		return nil, &IndexError{name, 24, fmt.Sprintf("the header gives a body of %d bytes, the file holds %d", n, len(b)-indexHeaderSize)}
+	flags := binary.LittleEndian.Uint32(b[20:])
+	if flags&^known != 0 {
+		return nil, &IndexError{name, 20, fmt.Sprintf("flags %#x; version %d knows %#x", flags, v, known)}
 	}
-	if sum := blake3.Sum256(b[indexHeaderSize:]); string(sum[:]) != string(b[32:64]) {
+	// The body, then (version 5, when the flags say so) the statistics
+	// section: its length, its hash and itself, to the end of the file.
+	n := binary.LittleEndian.Uint64(b[24:])
+	if n > uint64(len(b)-indexHeaderSize) || v < statsIndexVersion && n != uint64(len(b)-indexHeaderSize) {
+		return nil, &IndexError{name, 24, fmt.Sprintf("the header gives a body of %d bytes, the file holds %d after the header", n, len(b)-indexHeaderSize)}
+	}
+	end := indexHeaderSize + int(n)
+	after := b[end:]
+	var stats *statsSection
+	switch {
+	case flags&indexHasStats == 0 && len(after) > 0:
+		return nil, &IndexError{name, int64(end), fmt.Sprintf("%d bytes after the body, and the flags announce no statistics section", len(after))}
+	case flags&indexHasStats == 0:
+	case len(after) < statsHeaderSize:
+		return nil, &IndexError{name, int64(end), fmt.Sprintf("the flags announce a statistics section; the file ends %d bytes after the body, before the section's %d-byte head", len(after), statsHeaderSize)}
+	default:
+		if m := binary.LittleEndian.Uint64(after); m != uint64(len(after)-statsHeaderSize) {
+			return nil, &IndexError{name, int64(end), fmt.Sprintf("the statistics section gives %d bytes, the file holds %d after its head", m, len(after)-statsHeaderSize)}
+		}
+		// A copy, so that the file's buffer is not kept for them.
+		stats = &statsSection{file: name, offset: int64(end + statsHeaderSize), sum: [32]byte(after[8:statsHeaderSize]), b: bytes.Clone(after[statsHeaderSize:])}
+	}
+	if sum := blake3.Sum256(b[indexHeaderSize:end]); string(sum[:]) != string(b[32:64]) {
 		return nil, &IndexError{name, -1, "body checksum mismatch"}
 	}
-	d := &indexDecoder{file: name, b: b[indexHeaderSize:]}
+	d := &indexDecoder{file: name, base: indexHeaderSize, b: b[indexHeaderSize:end], version: v}
 	ix := d.index()
 	if d.err == nil && d.left() != 0 {
 		d.fail("%d bytes after the last source", d.left())
 	}
 	if d.err != nil {
 		return nil, d.err
+	}
+	if stats != nil {
+		stats.table, stats.inline, stats.tensors = d.table, d.inline, d.tensors
+		ix.stats = stats
 	}
 	return ix, nil
 }
@@ -51,22 +82,31 @@ const (
 	minRegionBytes = 3
 )
 
-// indexDecoder reads a binary index body. Errors stick: after the first,
-// every read returns zero and the first error is reported.
+// indexDecoder reads a binary index body, or a version 5 statistics
+// section. Errors stick: after the first, every read returns zero and the
+// first error is reported.
 type indexDecoder struct {
-	file  string
-	b     []byte
-	off   int
-	err   error
-	strs  []string
-	books [][]int
-	keys  []Key // the object table's
-	ix    *Index
+	file    string
+	base    int64 // b's offset in the file
+	b       []byte
+	off     int
+	err     error
+	version uint32
+	strs    []string
+	books   [][]int
+	keys    []Key    // the object table's
+	table   []Object // the object table's records
+	ix      *Index
+	// inline has bit i set when the body's i-th tensor record holds
+	// its object (version 5: the statistics section's records follow
+	// the body's); tensors counts them.
+	inline  []uint64
+	tensors int
 }
 
 func (d *indexDecoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = &IndexError{d.file, int64(indexHeaderSize + d.off), fmt.Sprintf(format, args...)}
+		d.err = &IndexError{d.file, d.base + int64(d.off), fmt.Sprintf(format, args...)}
 	}
 }
 
@@ -194,13 +234,42 @@ func (d *indexDecoder) time(what string) time.Time {
 }
 
 func (d *indexDecoder) index() *Index {
-	n := d.count("strings", 1)
-	d.strs = make([]string, n)
+	d.strings()
+	if d.version < statsIndexVersion {
+		d.codebooks()
+	}
+	n := d.count("objects", minObjectBytes)
+	d.keys = make([]Key, n)
+	for i := range d.keys {
+		d.keys[i] = d.sum("object key")
+		if d.err == nil && i > 0 && d.keys[i] <= d.keys[i-1] {
+			d.fail("object keys out of order")
+		}
+	}
+	d.table = make([]Object, n)
+	d.ix = &Index{Objects: make(map[Key]*Object, n)}
+	for i := range d.table {
+		d.object(&d.table[i], nil)
+		d.ix.Objects[d.keys[i]] = &d.table[i]
+	}
+	d.ix.Sources = make([]Source, d.count("sources", minSourceBytes))
+	for i := range d.ix.Sources {
+		d.source(&d.ix.Sources[i])
+	}
+	return d.ix
+}
+
+// strings reads a string table.
+func (d *indexDecoder) strings() {
+	d.strs = make([]string, d.count("strings", 1))
 	for i := range d.strs {
 		d.strs[i] = string(d.bytes(d.uvarint("string length"), "string"))
 	}
-	n = d.count("codebooks", 1)
-	d.books = make([][]int, n)
+}
+
+// codebooks reads a codebook table.
+func (d *indexDecoder) codebooks() {
+	d.books = make([][]int, d.count("codebooks", 1))
 	for i := range d.books {
 		cb := make([]int, d.count("codebook entries", 1))
 		for j := range cb {
@@ -212,37 +281,23 @@ func (d *indexDecoder) index() *Index {
 		}
 		d.books[i] = cb
 	}
-	n = d.count("objects", minObjectBytes)
-	d.keys = make([]Key, n)
-	for i := range d.keys {
-		d.keys[i] = d.sum("object key")
-		if d.err == nil && i > 0 && d.keys[i] <= d.keys[i-1] {
-			d.fail("object keys out of order")
-		}
-	}
-	objs := make([]Object, n)
-	d.ix = &Index{Objects: make(map[Key]*Object, n)}
-	for i := range objs {
-		d.object(&objs[i], nil)
-		d.ix.Objects[d.keys[i]] = &objs[i]
-	}
-	d.ix.Sources = make([]Source, d.count("sources", minSourceBytes))
-	for i := range d.ix.Sources {
-		d.source(&d.ix.Sources[i])
-	}
-	return d.ix
 }
 
-// object reads an object record; tensorSize, for one inside a tensor
-// record, is the raw size it leaves out (else its stored size is).
+// object reads an object record (of version 5, its body part);
+// tensorSize, for one inside a tensor record, is the raw size it leaves
+// out (else its stored size is).
 func (d *indexDecoder) object(o *Object, tensorSize *uint64) {
 	kind := d.byte1("object kind")
 	if d.err == nil && int(kind) >= len(kindCodes) {
 		d.fail("object kind %d", kind)
 	}
+	known := uint64(objKnown)
+	if d.version >= statsIndexVersion {
+		known = objBody
+	}
 	mask := d.uvarint("object fields")
-	if d.err == nil && mask&^objKnown != 0 {
-		d.fail("object fields %#x; this build knows %#x", mask, objKnown)
+	if d.err == nil && mask&^known != 0 {
+		d.fail("object fields %#x; version %d knows %#x", mask, d.version, known)
 	}
 	if d.err != nil {
 		return
@@ -256,10 +311,45 @@ func (d *indexDecoder) object(o *Object, tensorSize *uint64) {
 	if mask&objRawSize != 0 {
 		o.RawSize = d.uvarint("object raw size")
 	}
+	if d.version < statsIndexVersion {
+		d.statsBeforeChecksum(o, mask)
+	}
+	if mask&objChecksum != 0 {
+		if c := d.bytes(4, "object checksum"); c != nil {
+			o.Checksum = binary.LittleEndian.Uint32(c)
+		}
+	}
+	if d.version < statsIndexVersion {
+		d.statsAfterChecksum(o, mask)
+	}
+	if mask&objPack != 0 {
+		o.Pack = d.key("object pack")
+		o.Offset = d.uvarint("object offset")
+	}
+}
+
+// objectStats reads the statistics' part of a version 5 object record.
+func (d *indexDecoder) objectStats(o *Object) {
+	mask := d.uvarint("object statistics")
+	if d.err == nil && mask&^objStats != 0 {
+		d.fail("object statistics %#x; version %d knows %#x", mask, d.version, objStats)
+	}
+	if d.err != nil {
+		return
+	}
+	d.statsBeforeChecksum(o, mask)
+	d.statsAfterChecksum(o, mask)
+}
+
+// statsBeforeChecksum reads the statistics mask names that come before
+// the CRC-32C in a version 4 object record: codebook, escapes, chunks.
+func (d *indexDecoder) statsBeforeChecksum(o *Object, mask uint64) {
 	if mask&objCodebook != 0 {
 		i := d.uvarint("codebook")
 		if d.err == nil && i >= uint64(len(d.books)) {
 			d.fail("codebook %d of a table of %d", i, len(d.books))
+		}
+		if d.err != nil {
 			return
 		}
 		o.Codebook = d.books[i]
@@ -270,11 +360,11 @@ func (d *indexDecoder) object(o *Object, tensorSize *uint64) {
 	if mask&objChunks != 0 {
 		o.Chunks = d.uvarint("object chunks")
 	}
-	if mask&objChecksum != 0 {
-		if c := d.bytes(4, "object checksum"); c != nil {
-			o.Checksum = binary.LittleEndian.Uint32(c)
-		}
-	}
+}
+
+// statsAfterChecksum reads the statistics mask names that come after the
+// CRC-32C in a version 4 object record, and derives those it leaves out.
+func (d *indexDecoder) statsAfterChecksum(o *Object, mask uint64) {
 	if mask&objEntropy != 0 {
 		o.Entropy = d.float("object entropy")
 	}
@@ -297,9 +387,27 @@ func (d *indexDecoder) object(o *Object, tensorSize *uint64) {
 	if mask&objField != 0 {
 		o.Field = d.str("object field")
 	}
-	if mask&objPack != 0 {
-		o.Pack = d.key("object pack")
-		o.Offset = d.uvarint("object offset")
+}
+
+// tensorStats reads the statistics' part of a version 5 tensor record.
+func (d *indexDecoder) tensorStats(t *Tensor) {
+	flags := d.uvarint("tensor statistics")
+	if d.err == nil && flags&^tenStats != 0 {
+		d.fail("tensor %q: statistics %#x; version %d knows %#x", t.Name, flags, d.version, tenStats)
+	}
+	d.tensorStatsFields(t, flags)
+}
+
+// tensorStatsFields reads the statistics a tensor's flags name.
+func (d *indexDecoder) tensorStatsFields(t *Tensor, flags uint64) {
+	if flags&tenReason != 0 {
+		t.Reason = d.str("tensor reason")
+	}
+	if flags&tenCoverage != 0 {
+		t.Coverage = d.float("tensor coverage")
+	}
+	if flags&tenEntropy != 0 {
+		t.Entropy = d.float("tensor entropy")
 	}
 }
 
@@ -341,7 +449,11 @@ func (d *indexDecoder) shard(sh *Shard) {
 		t := &sh.Tensors[i]
 		t.Name = string(d.bytes(d.uvarint("tensor name length"), "tensor name"))
 		flags := d.uvarint("tensor flags")
-		if d.err == nil && (flags&^tenKnown != 0 || int(flags&3) >= len(storedCodes)) {
+		known := uint64(tenKnown)
+		if d.version >= statsIndexVersion {
+			known = tenBody
+		}
+		if d.err == nil && (flags&^known != 0 || int(flags&3) >= len(storedCodes)) {
 			d.fail("tensor %q: flags %#x", t.Name, flags)
 		}
 		if d.err != nil {
@@ -380,15 +492,16 @@ func (d *indexDecoder) shard(sh *Shard) {
 		} else {
 			t.Key = d.key("tensor key")
 		}
-		if flags&tenReason != 0 {
-			t.Reason = d.str("tensor reason")
+		d.tensorStatsFields(t, flags) // version 4; version 5 has none here
+		if d.version >= statsIndexVersion {
+			if d.tensors%64 == 0 {
+				d.inline = append(d.inline, 0)
+			}
+			if flags&tenObject != 0 {
+				d.inline[d.tensors/64] |= 1 << (d.tensors % 64)
+			}
 		}
-		if flags&tenCoverage != 0 {
-			t.Coverage = d.float("tensor coverage")
-		}
-		if flags&tenEntropy != 0 {
-			t.Entropy = d.float("tensor entropy")
-		}
+		d.tensors++
 		end = t.Offset + t.Size
 	}
 	if d.err != nil {

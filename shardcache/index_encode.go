@@ -12,11 +12,16 @@ import (
 	"lukechampine.com/blake3"
 )
 
-// marshalBinaryIndex encodes ix as a version 4 index file. It writes any
-// index whose kinds, storage and keys are well formed; whether the
-// references hold is check's to say.
+// marshalBinaryIndex encodes ix as an index file of IndexVersion. It
+// writes any index whose kinds, storage and keys are well formed; whether
+// the references hold is check's to say. It loads the statistics of an
+// index read from version 5 first (LoadStats), so that writing never
+// drops them, and fails when they are corrupt.
 func marshalBinaryIndex(ix *Index) ([]byte, error) {
-	e := &indexEncoder{strs: map[string]uint64{}, books: map[string]uint64{}, objs: map[Key]uint64{}, inline: map[Key]bool{}}
+	if err := ix.LoadStats(); err != nil {
+		return nil, err
+	}
+	e := &indexEncoder{strs: newStringTable(), statStrs: newStringTable(), books: map[string]uint64{}, objs: map[Key]uint64{}, inline: map[Key]bool{}}
 	// An object that one tensor uses and nothing else names is written in
 	// that tensor's record; the rest in the object table, by key order.
 	uses := map[Key]int{}
@@ -60,8 +65,11 @@ func marshalBinaryIndex(ix *Index) ([]byte, error) {
 		e.objs[k] = uint64(i)
 	}
 	e.ix = ix
-	// Objects and sources first, into rest, collecting the tables.
-	rest := binary.AppendUvarint(make([]byte, 0, sizeHint(ix)), uint64(len(keys)))
+	// Objects and sources first, into rest, collecting the tables, and
+	// their statistics into e.stats, in the same order.
+	bodyHint, statsHint := sizeHint(ix)
+	e.stats = make([]byte, 0, statsHint)
+	rest := binary.AppendUvarint(make([]byte, 0, bodyHint+statsHint), uint64(len(keys)))
 	for _, k := range keys {
 		sum, err := keySum(k)
 		if err != nil {
@@ -82,38 +90,53 @@ func marshalBinaryIndex(ix *Index) ([]byte, error) {
 			return nil, err
 		}
 	}
-	// The file: header, string table, codebook table, rest.
-	var tables []byte
-	tables = binary.AppendUvarint(tables, uint64(len(e.strList)))
-	for _, s := range e.strList {
-		tables = binary.AppendUvarint(tables, uint64(len(s)))
-		tables = append(tables, s...)
-	}
-	tables = binary.AppendUvarint(tables, uint64(len(e.bookList)))
-	for _, cb := range e.bookList {
-		tables = binary.AppendUvarint(tables, uint64(len(cb)))
-		for _, v := range cb {
-			tables = binary.AppendVarint(tables, int64(v))
+	// The file: header, string table, rest, then, when there are records,
+	// the statistics section: its head, string table, codebook table and
+	// records.
+	tables := e.strs.append(nil)
+	var flags uint32
+	var statTables []byte
+	n := indexHeaderSize + len(tables) + len(rest)
+	if len(e.stats) > 0 { // a record for each object and tensor, of a byte at least
+		flags |= indexHasStats
+		statTables = e.statStrs.append(nil)
+		statTables = binary.AppendUvarint(statTables, uint64(len(e.bookList)))
+		for _, cb := range e.bookList {
+			statTables = binary.AppendUvarint(statTables, uint64(len(cb)))
+			for _, v := range cb {
+				statTables = binary.AppendVarint(statTables, int64(v))
+			}
 		}
+		n += statsHeaderSize + len(statTables) + len(e.stats)
 	}
 	// Put the header and tables before rest in place when its buffer has
-	// room (sizeHint is generous), so the index is in memory once.
-	var body []byte
-	if n := indexHeaderSize + len(tables); cap(rest)-len(rest) >= n {
-		body = rest[:len(rest)+n]
-		copy(body[n:], rest)
-		copy(body[indexHeaderSize:], tables)
+	// room for the whole file (sizeHint is generous), so that the index
+	// is in memory once.
+	var out []byte
+	if h := indexHeaderSize + len(tables); cap(rest) >= n {
+		out = rest[:len(rest)+h]
+		copy(out[h:], rest)
+		copy(out[indexHeaderSize:], tables)
 	} else {
-		body = make([]byte, indexHeaderSize, indexHeaderSize+len(tables)+len(rest))
-		body = append(append(body, tables...), rest...)
+		out = make([]byte, indexHeaderSize, n)
+		out = append(append(out, tables...), rest...)
 	}
-	copy(body, indexMagic)
-	binary.LittleEndian.PutUint32(body[16:], binaryIndexVersion)
-	binary.LittleEndian.PutUint32(body[20:], 0)
-	binary.LittleEndian.PutUint64(body[24:], uint64(len(body)-indexHeaderSize))
-	sum := blake3.Sum256(body[indexHeaderSize:])
-	copy(body[32:], sum[:])
-	return body, nil
+	body := len(out) - indexHeaderSize
+	if flags&indexHasStats != 0 {
+		h := blake3.New(32, nil)
+		h.Write(statTables)
+		h.Write(e.stats)
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(statTables)+len(e.stats)))
+		out = h.Sum(out)
+		out = append(append(out, statTables...), e.stats...)
+	}
+	copy(out, indexMagic)
+	binary.LittleEndian.PutUint32(out[16:], statsIndexVersion)
+	binary.LittleEndian.PutUint32(out[20:], flags)
+	binary.LittleEndian.PutUint64(out[24:], uint64(body))
+	sum := blake3.Sum256(out[indexHeaderSize : indexHeaderSize+body])
+	copy(out[32:], sum[:])
+	return out, nil
 }
 
 // keySum returns the 32 bytes of a well-formed key: "blake3:" and 64
@@ -144,41 +167,63 @@ func unhex(c byte) byte {
 	return 16
 }
 
-// sizeHint returns a little more than the bytes ix encodes to, without
-// the tables of strings and codebooks, so the buffer is allocated once.
-func sizeHint(ix *Index) int {
-	n := 4096 + 100*len(ix.Objects)
+// sizeHint returns a little more than the bytes ix's body encodes to,
+// without the string table, and than its statistics' records, so that
+// each buffer is allocated once.
+func sizeHint(ix *Index) (body, stats int) {
+	body, stats = 4096+64*len(ix.Objects), 4096+40*len(ix.Objects)
 	for i := range ix.Sources {
-		n += len(ix.Sources[i].Root)
+		body += len(ix.Sources[i].Root)
 		for j := range ix.Sources[i].Shards {
 			sh := &ix.Sources[i].Shards[j]
-			n += 256 + len(sh.Name) + len(sh.Fingerprint) + 80*len(sh.Gaps)
+			body += 256 + len(sh.Name) + len(sh.Fingerprint) + 80*len(sh.Gaps)
 			for k := range sh.Tensors {
-				n += 72 + len(sh.Tensors[k].Name) + 10*len(sh.Tensors[k].Shape)
+				body += 48 + len(sh.Tensors[k].Name) + 10*len(sh.Tensors[k].Shape)
+				stats += 24
 			}
 		}
 	}
-	return n
+	return body, stats
+}
+
+// stringTable numbers strings in the order they are first written.
+type stringTable struct {
+	index map[string]uint64
+	list  []string
+}
+
+func newStringTable() stringTable { return stringTable{index: map[string]uint64{}} }
+
+// ref appends s's position, adding s to the table if it is new.
+func (t *stringTable) ref(b []byte, s string) []byte {
+	i, ok := t.index[s]
+	if !ok {
+		i = uint64(len(t.list))
+		t.index[s] = i
+		t.list = append(t.list, s)
+	}
+	return binary.AppendUvarint(b, i)
+}
+
+// append appends the table: a count, then each string's length and bytes.
+func (t *stringTable) append(b []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(t.list)))
+	for _, s := range t.list {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
 }
 
 type indexEncoder struct {
 	ix       *Index
-	strs     map[string]uint64
-	strList  []string
+	strs     stringTable // the body's
+	statStrs stringTable // the statistics section's
 	books    map[string]uint64
 	bookList [][]int
 	objs     map[Key]uint64 // position in the object table
 	inline   map[Key]bool   // written in its tensor's record
-}
-
-func (e *indexEncoder) str(b []byte, s string) []byte {
-	i, ok := e.strs[s]
-	if !ok {
-		i = uint64(len(e.strList))
-		e.strs[s] = i
-		e.strList = append(e.strList, s)
-	}
-	return binary.AppendUvarint(b, i)
+	stats    []byte         // the statistics' records
 }
 
 func (e *indexEncoder) key(b []byte, k Key) ([]byte, error) {
@@ -204,7 +249,8 @@ func code(codes []string, s, what string) (byte, error) {
 	return 0, fmt.Errorf("shardcache: cannot write %s %q", what, s)
 }
 
-// object writes an object record; tensorSize, for one inside a tensor
+// object writes an object record's body part, and appends its
+// statistics' part to e.stats; tensorSize, for one inside a tensor
 // record, is the raw size it leaves out (else its stored size is).
 func (e *indexEncoder) object(b []byte, k Key, o *Object, tensorSize *uint64) ([]byte, error) {
 	if o == nil {
@@ -219,31 +265,54 @@ func (e *indexEncoder) object(b []byte, k Key, o *Object, tensorSize *uint64) ([
 		return nil, err
 	}
 	var mask uint64
-	set := func(bit uint64, on bool) {
-		if on {
-			mask |= bit
-		}
+	if o.RawSize != rawSize {
+		mask |= objRawSize
 	}
-	same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
-	set(objRawSize, o.RawSize != rawSize)
-	set(objValues, o.Values != derivedValues(o))
-	set(objCodebook, o.Codebook != nil)
-	set(objEscapes, o.Escapes != 0)
-	set(objRawChunks, o.RawChunks != 0)
-	set(objChunks, o.Chunks != 0)
-	set(objChecksum, o.Checksum != 0)
-	set(objCoverage, !same(o.Coverage, derivedCoverage(o)))
-	set(objEntropy, !same(o.Entropy, 0))
-	set(objInPlace, o.InPlace)
-	set(objEscapeRate, !same(o.EscapeRate, derivedEscapeRate(o)))
-	set(objField, o.Field != "")
-	set(objPack, o.Pack != "" || o.Offset != 0)
+	if o.Checksum != 0 {
+		mask |= objChecksum
+	}
+	if o.Pack != "" || o.Offset != 0 {
+		mask |= objPack
+	}
 	b = append(b, kind)
 	b = binary.AppendUvarint(b, mask)
 	b = binary.AppendUvarint(b, o.Size)
 	if mask&objRawSize != 0 {
 		b = binary.AppendUvarint(b, o.RawSize)
 	}
+	if mask&objChecksum != 0 {
+		b = binary.LittleEndian.AppendUint32(b, o.Checksum)
+	}
+	if mask&objPack != 0 {
+		if b, err = e.key(b, o.Pack); err != nil {
+			return nil, err
+		}
+		b = binary.AppendUvarint(b, o.Offset)
+	}
+	e.objectStats(o)
+	return b, nil
+}
+
+// objectStats appends the statistics' part of o's record to e.stats.
+func (e *indexEncoder) objectStats(o *Object) {
+	var mask uint64
+	set := func(bit uint64, on bool) {
+		if on {
+			mask |= bit
+		}
+	}
+	same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+	set(objValues, o.Values != derivedValues(o))
+	set(objCodebook, o.Codebook != nil)
+	set(objEscapes, o.Escapes != 0)
+	set(objRawChunks, o.RawChunks != 0)
+	set(objChunks, o.Chunks != 0)
+	set(objCoverage, !same(o.Coverage, derivedCoverage(o)))
+	set(objEntropy, !same(o.Entropy, 0))
+	set(objInPlace, o.InPlace)
+	set(objEscapeRate, !same(o.EscapeRate, derivedEscapeRate(o)))
+	set(objField, o.Field != "")
+	b := binary.AppendUvarint(e.stats, mask)
 	if mask&objCodebook != 0 {
 		id := fmt.Sprint(o.Codebook)
 		i, ok := e.books[id]
@@ -259,9 +328,6 @@ func (e *indexEncoder) object(b []byte, k Key, o *Object, tensorSize *uint64) ([
 	}
 	if mask&objChunks != 0 {
 		b = binary.AppendUvarint(b, o.Chunks)
-	}
-	if mask&objChecksum != 0 {
-		b = binary.LittleEndian.AppendUint32(b, o.Checksum)
 	}
 	if mask&objEntropy != 0 {
 		b = appendFloat(b, o.Entropy)
@@ -279,25 +345,44 @@ func (e *indexEncoder) object(b []byte, k Key, o *Object, tensorSize *uint64) ([
 		b = appendFloat(b, o.EscapeRate)
 	}
 	if mask&objField != 0 {
-		b = e.str(b, o.Field)
+		b = e.statStrs.ref(b, o.Field)
 	}
-	if mask&objPack != 0 {
-		if b, err = e.key(b, o.Pack); err != nil {
-			return nil, err
-		}
-		b = binary.AppendUvarint(b, o.Offset)
+	e.stats = b
+}
+
+// tensorStats appends the statistics' part of t's record to e.stats.
+func (e *indexEncoder) tensorStats(t *Tensor) {
+	var flags uint64
+	if t.Reason != "" {
+		flags |= tenReason
 	}
-	return b, nil
+	if math.Float64bits(t.Coverage) != 0 {
+		flags |= tenCoverage
+	}
+	if math.Float64bits(t.Entropy) != 0 {
+		flags |= tenEntropy
+	}
+	b := binary.AppendUvarint(e.stats, flags)
+	if flags&tenReason != 0 {
+		b = e.statStrs.ref(b, t.Reason)
+	}
+	if flags&tenCoverage != 0 {
+		b = appendFloat(b, t.Coverage)
+	}
+	if flags&tenEntropy != 0 {
+		b = appendFloat(b, t.Entropy)
+	}
+	e.stats = b
 }
 
 func (e *indexEncoder) source(b []byte, s *Source) ([]byte, error) {
 	var err error
-	b = e.str(b, s.Root)
+	b = e.strs.ref(b, s.Root)
 	if s.Index == nil {
 		b = append(b, 0)
 	} else {
 		b = append(b, 1)
-		b = e.str(b, s.Index.Name)
+		b = e.strs.ref(b, s.Index.Name)
 		b = binary.AppendUvarint(b, s.Index.Size)
 		if b, err = e.key(b, s.Index.Key); err != nil {
 			return nil, err
@@ -322,7 +407,7 @@ func (e *indexEncoder) region(b []byte, r Region) ([]byte, error) {
 
 func (e *indexEncoder) shard(b []byte, sh *Shard) ([]byte, error) {
 	var err error
-	b = e.str(b, sh.Name)
+	b = e.strs.ref(b, sh.Name)
 	b = binary.AppendUvarint(b, sh.Size)
 	b = appendTime(b, sh.ModTime)
 	b = binary.AppendUvarint(b, uint64(len(sh.Fingerprint)))
@@ -351,19 +436,10 @@ func (e *indexEncoder) shard(b []byte, sh *Shard) ([]byte, error) {
 		if e.inline[t.Key] {
 			flags |= tenObject
 		}
-		if t.Reason != "" {
-			flags |= tenReason
-		}
-		if math.Float64bits(t.Coverage) != 0 {
-			flags |= tenCoverage
-		}
-		if math.Float64bits(t.Entropy) != 0 {
-			flags |= tenEntropy
-		}
 		b = binary.AppendUvarint(b, uint64(len(t.Name)))
 		b = append(b, t.Name...)
 		b = binary.AppendUvarint(b, flags)
-		b = e.str(b, t.DType)
+		b = e.strs.ref(b, t.DType)
 		b = binary.AppendUvarint(b, uint64(len(t.Shape)))
 		for _, d := range t.Shape {
 			b = binary.AppendUvarint(b, d)
@@ -374,6 +450,9 @@ func (e *indexEncoder) shard(b []byte, sh *Shard) ([]byte, error) {
 		if flags&tenSize != 0 {
 			b = binary.AppendUvarint(b, t.Size)
 		}
+		// The statistics' part of the tensor's record, then of its
+		// object's when its object is inline, as the body has them.
+		e.tensorStats(t)
 		if flags&tenObject != 0 {
 			sum, err := keySum(t.Key)
 			if err != nil {
@@ -385,15 +464,6 @@ func (e *indexEncoder) shard(b []byte, sh *Shard) ([]byte, error) {
 			}
 		} else if b, err = e.key(b, t.Key); err != nil {
 			return nil, err
-		}
-		if flags&tenReason != 0 {
-			b = e.str(b, t.Reason)
-		}
-		if flags&tenCoverage != 0 {
-			b = appendFloat(b, t.Coverage)
-		}
-		if flags&tenEntropy != 0 {
-			b = appendFloat(b, t.Entropy)
 		}
 		end = t.Offset + t.Size
 	}

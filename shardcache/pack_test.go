@@ -214,7 +214,7 @@ func TestEntropyIndexRejects(t *testing.T) {
 	ek, hk := KeyOf([]byte("e")), KeyOf([]byte("h"))
 	base := func() *Index {
 		return &Index{Objects: map[Key]*Object{
-			ek: {Kind: KindEntropy, Size: 100, RawSize: 4096, Values: 2048, Field: "BF16 exponent"},
+			ek: {Kind: KindEntropy, Size: 100, RawSize: 4096, ObjectStats: ObjectStats{Values: 2048, Field: "BF16 exponent"}},
 			hk: {Kind: KindRaw, Size: 8, RawSize: 8},
 		}, Sources: []Source{{Root: "/r", Shards: []Shard{{Name: "a", Size: 8 + 4096, Header: Region{0, 8, hk},
 			Tensors: []Tensor{{Name: "w", DType: "BF16", Offset: 8, Size: 4096, Key: ek, Stored: StoredEntropy, CopyStored: true}}}}}}}

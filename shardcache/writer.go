@@ -96,6 +96,12 @@ func Create(dir string) (*Writer, error) {
 			lock.Close()
 			return nil, err
 		}
+		// The statistics before anything changes the index, which
+		// Commit writes with them.
+		if err := c.ix.LoadStats(); err != nil {
+			lock.Close()
+			return nil, err
+		}
 		ix = c.ix
 	}
 	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}

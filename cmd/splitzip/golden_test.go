@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/shardcache"
+
+	"lukechampine.com/blake3"
 )
 
 // goldenVersions are the cache formats under testdata/golden, each written
@@ -26,8 +29,10 @@ import (
 // 2026-12-01 that added them; v3-szen2: the same with entropy payload
 // version 2, a record per chunk; v4: index version 4, the binary index,
 // from v3's source with the same flags, the build of 2026-12-03 that
-// added it).
-var goldenVersions = []string{"v1", "v2", "v3", "v3-szen2", "v4"}
+// added it; v5: index version 5, the statistics in a section of their
+// own, from the same source with the same flags, the build of 2026-12-04
+// that added it).
+var goldenVersions = []string{"v1", "v2", "v3", "v3-szen2", "v4", "v5"}
 
 // copyTree copies a directory.
 func copyTree(t *testing.T, from, to string) {
@@ -106,9 +111,11 @@ func relocate(t *testing.T, cache, newRoot string) {
 	}
 }
 
-// relocateBinary does relocate's work for a binary index (version 4 on),
-// through the cache's own writer: the index it writes is of the version
-// it read.
+// relocateBinary does relocate's work for a binary index (version 4 on):
+// it rewrites the root in the body's string table (which every binary
+// version begins with) and the header's body length and hash, and keeps
+// the rest of the file (a version 5 index's statistics section) as it
+// is, so that the cache stays of the version it was written in.
 func relocateBinary(t *testing.T, cache, newRoot string) {
 	t.Helper()
 	c, err := shardcache.Open(cache)
@@ -121,15 +128,32 @@ func relocateBinary(t *testing.T, cache, newRoot string) {
 			t.Fatal(err)
 		}
 	}
-	w, err := shardcache.Create(cache)
+	path := filepath.Join(cache, shardcache.IndexName)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	if err := w.Relocate(src.Root, newRoot); err != nil {
-		t.Fatal(err)
+	const header = 64
+	end := header + int(binary.LittleEndian.Uint64(b[24:]))
+	body := b[header:end]
+	n, k := binary.Uvarint(body)
+	nb := binary.AppendUvarint(nil, n)
+	for range n {
+		l, m := binary.Uvarint(body[k:])
+		s := body[k+m : k+m+int(l)]
+		k += m + int(l)
+		if string(s) == src.Root {
+			s = []byte(newRoot)
+		}
+		nb = binary.AppendUvarint(nb, uint64(len(s)))
+		nb = append(nb, s...)
 	}
-	if err := w.Commit(); err != nil {
+	nb = append(nb, body[k:]...)
+	out := append(append([]byte(nil), b[:header]...), nb...)
+	binary.LittleEndian.PutUint64(out[24:], uint64(len(nb)))
+	sum := blake3.Sum256(nb)
+	copy(out[32:], sum[:])
+	if err := os.WriteFile(path, append(out, b[end:]...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -148,7 +172,17 @@ func TestGoldenCaches(t *testing.T) {
 			src, cache, out := filepath.Join(dir, "source"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
 			copyTree(t, filepath.Join(golden, "source"), src)
 			copyTree(t, filepath.Join(golden, "cache"), cache)
+			want, err := shardcache.IndexFileVersion(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
 			relocate(t, cache, src)
+			// A binary index stays of its version (a JSON one, rewritten
+			// with its body first, has its version past what
+			// IndexFileVersion reads).
+			if v, err := shardcache.IndexFileVersion(cache); want >= 4 && (err != nil || v != want) {
+				t.Fatalf("relocated, the index is of version %d, %v; want %d", v, err, want)
+			}
 			if code, o, e := splitzip(t, "verify", cache); code != 0 || !strings.Contains(o, "verify ok") {
 				t.Fatalf("verify: %d %s %s", code, o, e)
 			}
@@ -161,6 +195,38 @@ func TestGoldenCaches(t *testing.T) {
 			sameFiles(t, src, out)
 		})
 	}
+}
+
+// TestGoldenStatsCorrupt: in the golden version 5 cache with a flipped
+// byte in its index's statistics (which loads never read), inspect and
+// verify fail naming the index file, a writer refuses the cache, and
+// load and decompress serve it.
+func TestGoldenStatsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	golden := filepath.Join("..", "..", "testdata", "golden", "v5")
+	src, cache, out := filepath.Join(dir, "source"), filepath.Join(dir, "cache"), filepath.Join(dir, "out")
+	copyTree(t, filepath.Join(golden, "source"), src)
+	copyTree(t, filepath.Join(golden, "cache"), cache)
+	relocate(t, cache, src)
+	path := filepath.Join(cache, shardcache.IndexName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 1 // the last byte of the statistics' records
+	os.WriteFile(path, b, 0o644)
+	for _, args := range [][]string{{"inspect", cache}, {"verify", cache}, {"gc", cache}} {
+		if code, o, e := splitzip(t, args...); code != exitFailure || !strings.Contains(o+e, path) || !strings.Contains(o+e, "statistics") {
+			t.Errorf("%s: exit %d, %q %q; want %d naming %s", args[0], code, o, e, exitFailure, path)
+		}
+	}
+	if code, o, e := splitzip(t, "load", cache, "--device", "cpu", "--check"); code != 0 {
+		t.Errorf("load --device cpu --check: %d %s %s", code, o, e)
+	}
+	if code, _, e := splitzip(t, "decompress", cache, "-o", out); code != 0 {
+		t.Fatalf("decompress: %d %s", code, e)
+	}
+	sameFiles(t, src, out)
 }
 
 // rewriteIndex edits a cache's index body with fn and recomputes its
