@@ -55,6 +55,7 @@ type Location struct {
 	Offset uint64 // where its bytes start in Path
 	Size   uint64 // the object's bytes
 	Packed bool   // a member of a pack
+	Pack   Key    // for a member, its pack's key (ObjectFiles checks the pack's size by it)
 }
 
 // Name describes the object's bytes for errors: Path, and for a pack
@@ -83,7 +84,7 @@ func (c *Cache) Locate(key Key) (Location, *Object, error) {
 			return Location{}, o, err
 		}
 	}
-	return Location{Path: p, Offset: o.Offset, Size: o.Size, Packed: true}, o, nil
+	return Location{Path: p, Offset: o.Offset, Size: o.Size, Packed: true, Pack: o.Pack}, o, nil
 }
 
 // ObjectReader reads one object's bytes, from its own file or from its

@@ -59,14 +59,18 @@ func readChecked(f io.ReaderAt, q []byte, off uint64) (sum uint32, read, verify 
 // parallel, and verifies header and checksum.
 func (z *Payloads) read(key shardcache.Key, buf []byte) (*held, error) {
 	t0 := time.Now()
-	f, o, err := z.cache.OpenObject(key)
+	loc, o, err := z.cache.Locate(key)
+	if err != nil {
+		return nil, err
+	}
+	if o.Size > uint64(len(buf)) {
+		return nil, ErrTooLarge
+	}
+	f, err := z.objects.Open(loc)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if o.Size > uint64(len(buf)) {
-		return nil, ErrTooLarge
-	}
 	b := buf[:o.Size]
 	sums := codec.NewPieceSums(o.Size, readPiece)
 	n := sums.Pieces()

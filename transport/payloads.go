@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 
 	"github.com/splitzip/splitzip/codec"
@@ -80,9 +79,9 @@ type Payloads struct {
 	present  map[string]sourceState // source shards checked for changes
 	io       chan struct{}          // bounds concurrent piece reads
 	pack     *packer
-	res      *slab     // resident payloads
-	files    fileCache // packs that streamed payloads are read from
-	tier     *devTier  // DeviceResident's payloads
+	res      *slab                   // resident payloads
+	objects  *shardcache.ObjectFiles // the cache's objects, its packs kept open
+	tier     *devTier                // DeviceResident's payloads
 }
 
 // sourceState is what SourceState said of a source shard.
@@ -123,8 +122,8 @@ func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	opts.SmallBytes = small
 	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*held{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
-		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng)}
-	z.pack.cacheDir = filepath.Clean(cache.Dir())
+		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), objects: shardcache.NewObjectFiles(cache)}
+	z.pack.objects = z.objects
 	if opts.Resident || opts.DeviceResident {
 		z.res.expect(opts.ResidentBytes)
 	}
@@ -181,7 +180,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 		}
 		if err != nil || hit.Tensor.Stored != shardcache.StoredFixed {
 			if pr != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
-				small = append(small, rawPackItem(i, b, pr.PackSource(b)))
+				small = append(small, z.rawItem(i, b, hit, err == nil, pr.PackSource(b)))
 				continue
 			}
 			others = append(others, b)
@@ -278,9 +277,9 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 			return it
 		}
 	}
-	// No stat: the header's size and checksum, checked here, cover an
-	// object of the wrong length.
-	it.file, it.off, it.shared = loc.Path, loc.Offset, o.Pack != ""
+	// An object's own file is not stat'ed: the header's size and
+	// checksum, checked here, cover one of the wrong length.
+	it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
 	it.check = func(b []byte) (*codec.Header, error) {
 		h, err := payload.CheckBytes(payload.KindFixed, b, payload.Sum(b), t.b.Size)
 		if err != nil {
@@ -292,6 +291,22 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 			}
 		}
 		return &h.(*payload.Fixed).Header, nil
+	}
+	return it
+}
+
+// rawItem is the packer's item for a small raw binding of the wrapped
+// transport, its bytes where src says (PackSource); when they are the
+// cache's copy of the tensor (found: hit is its record), a source that is
+// absent, the packer reads them through the cache's objects, so that its
+// pack is checked against the index and a file cut short is a corrupt
+// cache, not a changed source.
+func (z *Payloads) rawItem(i int, b *vmm.Binding, hit shardcache.SliceHit, found bool, src PackSource) smallItem {
+	it := rawPackItem(i, b, src)
+	if found && hit.Tensor.CopyStored && it.file != "" {
+		if loc, _, err := z.cache.Locate(hit.Tensor.Key); err == nil && loc.Path == it.file && loc.Offset == it.off {
+			it.cached, it.pack = true, loc.Pack
+		}
 	}
 	return it
 }

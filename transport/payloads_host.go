@@ -25,11 +25,11 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 	key := hit.Tensor.Key
 	return smallItem{i: i, b: b, stored: b.Size, fill: func(dst []byte) (*codec.Header, error) {
 		// Its pack kept open (many small payloads share one).
-		loc, o, r, closeFile, err := z.openPayload(key)
+		loc, o, r, err := z.openPayload(key)
 		if err != nil {
 			return nil, err
 		}
-		defer closeFile()
+		defer r.Close()
 		if o.Kind != shardcache.KindEntropy || o.Size > uint64(len(dst)) { // compress stores no payload larger than its tensor
 			return nil, fmt.Errorf("%s: a %s object of %d bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.Size, len(dst))
 		}
@@ -51,11 +51,11 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 // every piece is decoded: a payload that fails it has had pieces copied,
 // and its binding stays evicted.
 func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
-	loc, o, r, closeFile, err := z.openPayload(t.hit.Tensor.Key)
+	loc, o, r, err := z.openPayload(t.hit.Tensor.Key)
 	if err != nil {
 		return nil, err
 	}
-	defer closeFile()
+	defer r.Close()
 	if o.Kind != shardcache.KindEntropy || o.RawSize != t.b.Size {
 		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.RawSize, t.b.Size)
 	}

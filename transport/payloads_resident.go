@@ -151,7 +151,7 @@ func (z *Payloads) Close() error {
 	z.res.free()
 	z.pinned = 0
 	z.mu.Unlock()
-	z.files.close()
+	z.objects.Close()
 	// After the ring: every copy into the tier was from a staging piece,
 	// and freeing the ring waited for them.
 	if t := z.tier; t != nil {

@@ -32,11 +32,11 @@ import (
 // (version 1, or without the flag) is decoded on the host (hostDecode).
 func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 	key := t.hit.Tensor.Key
-	loc, o, f, closeFile, err := z.openPayload(key)
+	loc, o, f, err := z.openPayload(key)
 	if err != nil {
 		return nil, err
 	}
-	defer closeFile()
+	defer f.Close()
 	kind := payload.KindFixed
 	if t.host {
 		kind = payload.KindEntropy
@@ -219,20 +219,21 @@ func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 }
 
 // openPayload readies the staging ring and opens the object of key where
-// it lies (see objectSource); the caller closes it.
-func (z *Payloads) openPayload(key shardcache.Key) (shardcache.Location, *shardcache.Object, io.ReaderAt, func() error, error) {
+// it lies (its range of a pack, kept open, or its own file); the caller
+// closes it.
+func (z *Payloads) openPayload(key shardcache.Key) (shardcache.Location, *shardcache.Object, *shardcache.ObjectBytes, error) {
 	if err := z.ensureRing(); err != nil {
-		return shardcache.Location{}, nil, nil, nil, err
+		return shardcache.Location{}, nil, nil, err
 	}
 	loc, o, err := z.cache.Locate(key)
 	if err != nil {
-		return loc, nil, nil, nil, err
+		return loc, nil, nil, err
 	}
-	r, closeFile, err := objectSource(&z.files, loc, o)
+	f, err := z.objects.Open(loc)
 	if err != nil {
-		return loc, nil, nil, nil, err
+		return loc, nil, nil, err
 	}
-	return loc, o, r, closeFile, nil
+	return loc, o, f, nil
 }
 
 // eachPiece runs fn for pieces 0 to n-1 of one payload, each on a

@@ -328,7 +328,7 @@ func (r *Raw) PackSource(b *vmm.Binding) PackSource {
 // packItem returns the packer's item for binding i of a batch, b, whose
 // bytes come from src.
 func rawPackItem(i int, b *vmm.Binding, src PackSource) smallItem {
-	it := smallItem{i: i, b: b, stored: b.Size, file: src.File, off: src.Offset, shared: true}
+	it := smallItem{i: i, b: b, stored: b.Size, file: src.File, off: src.Offset}
 	if src.File == "" {
 		it.fill = func(dst []byte) (*codec.Header, error) { return nil, src.Fill(dst) }
 	}

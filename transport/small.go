@@ -3,9 +3,6 @@ package transport
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -38,10 +35,13 @@ type smallItem struct {
 	stored uint64
 	file   string
 	off    uint64
-	// shared says the file holds many items (a shard, a pack), so the
-	// packer keeps it open; a payload's own file is opened per read, or
-	// a cache of loose payloads would hold a descriptor per tensor.
-	shared bool
+	// cached says the file is the cache's (an object's own, or pack's,
+	// of key pack), read through the packer's objects: packs kept open
+	// and checked against the index, an object's own file opened per
+	// read (a cache of loose payloads would otherwise hold a descriptor
+	// per tensor). Other files (source shards) are kept open.
+	cached bool
+	pack   shardcache.Key
 	// check, for an item read from a file, checks its bytes once staged
 	// and, for a payload, returns its header (nil for raw bytes).
 	check func(b []byte) (*codec.Header, error)
@@ -65,11 +65,11 @@ type packer struct {
 	workers  int
 	maxSlots int           // cap on the staging ring (0: workers plus two)
 	fills    chan struct{} // bounds concurrent reads
-	files    fileCache     // files of staged reads, kept open
-	streams  streams
-	// cacheDir, where set, is the cache whose files a short read finds
-	// corrupt rather than changed (readError).
-	cacheDir string
+	files    fileCache     // source shards of staged reads, kept open
+	// objects reads the cached items (nil in a packer that has none: a
+	// raw transport's).
+	objects *shardcache.ObjectFiles
+	streams streams
 
 	mu     sync.Mutex
 	slots  chan *slot // allocated on first use
@@ -82,16 +82,6 @@ type packer struct {
 func newPacker(eng engine.Engine, workers, slots int) *packer {
 	workers = max(workers, 1)
 	return &packer{eng: eng, workers: workers, maxSlots: slots, fills: make(chan struct{}, 2*workers)}
-}
-
-// readError is err from a staged read of file: a file of the cache that
-// ends before the bytes its index records is a corrupt cache
-// (shardcache.ErrObjectCorrupt), not a source that changed.
-func (p *packer) readError(file string, err error) error {
-	if p.cacheDir != "" && errors.Is(err, ErrShortRead) && strings.HasPrefix(file, p.cacheDir+string(filepath.Separator)) {
-		return fmt.Errorf("%s: %w: it ends before the bytes its index records", file, shardcache.ErrObjectCorrupt)
-	}
-	return err
 }
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -135,7 +125,8 @@ type plan struct {
 // last) lie in it.
 type stagedRead struct {
 	file        string
-	shared      bool
+	cached      bool           // a range of the cache's file (smallItem.cached)
+	pack        shardcache.Key // its pack, if any
 	off, n, rel uint64
 	first, last int
 }
@@ -167,7 +158,7 @@ func (pl *plan) add(it smallItem, rel uint64, joins bool) {
 		r.n = it.off + it.stored - r.off
 		r.last = k + 1
 	case it.file != "":
-		pl.reads = append(pl.reads, stagedRead{file: it.file, shared: it.shared, off: it.off, n: it.stored, rel: rel, first: k, last: k + 1})
+		pl.reads = append(pl.reads, stagedRead{file: it.file, cached: it.cached, pack: it.pack, off: it.off, n: it.stored, rel: rel, first: k, last: k + 1})
 	}
 }
 
@@ -250,16 +241,17 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) ([]*codec.Header, []er
 			t0 := time.Now()
 			dst := buf[base+r.rel : base+r.rel+r.n]
 			var err error
-			if r.shared {
-				err = p.files.readAt(r.file, dst, r.off)
+			if r.cached {
+				// The range may span several members of a pack.
+				err = p.objects.ReadAt(shardcache.Location{Path: r.file, Offset: r.off, Size: r.n, Packed: r.pack != "", Pack: r.pack}, dst, 0)
 			} else {
-				err = readFileAt(r.file, dst, r.off)
+				err = p.files.readAt(r.file, dst, r.off)
 			}
 			t1 := time.Now()
 			for k := r.first; k < r.last; k++ {
 				switch it := pl.items[k]; {
 				case err != nil:
-					errs[k] = p.readError(r.file, err)
+					errs[k] = err
 				case it.check != nil:
 					q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored]
 					hdrs[k], errs[k] = it.check(q)

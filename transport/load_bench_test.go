@@ -1,0 +1,102 @@
+package transport
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// benchCache generates the checkpoint cfg describes and compresses it with
+// opts into a temporary cache.
+func benchCache(b *testing.B, cfg synth.Config, opts pipeline.CompressOptions) (*shardcache.Cache, *shardcache.Source) {
+	b.Helper()
+	dir := b.TempDir()
+	src := filepath.Join(dir, "ck")
+	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
+		b.Fatal(err)
+	}
+	opts.Output, opts.Jobs, opts.MinSaving, opts.NoSync = filepath.Join(dir, "cache"), 2, max(opts.MinSaving, pipeline.DefaultMinSaving), true
+	if _, err := pipeline.Compress(context.Background(), src, opts); err != nil {
+		b.Fatal(err)
+	}
+	c, err := shardcache.Open(opts.Output)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, &c.Index().Sources[0]
+}
+
+// BenchmarkHostLoad faults every tensor of a generated checkpoint in
+// through a payload transport over a raw one on the host engine, and
+// evicts them, from the page cache: the host's share of a load (reads,
+// checks, the packer; the host engine's copies and decodes are in it
+// too). Cases: small payloads packed from pack files, a mix of packed
+// and streamed ones, and a self-contained cache's raw copies with the
+// source gone.
+func BenchmarkHostLoad(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  synth.Config
+		opts pipeline.CompressOptions
+		gone bool // the source moved away: raw copies from the cache
+	}{
+		{"small", synth.Config{Small: 2000, Shards: 2, Seed: 5}, pipeline.CompressOptions{}, false},
+		{"mix", synth.Config{Mix: 300, Shards: 2, Seed: 9}, pipeline.CompressOptions{}, false},
+		{"rawcopies", synth.Config{Small: 2000, Shards: 2, Seed: 3}, pipeline.CompressOptions{SelfContained: true, MinSaving: 0.99}, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cache, src := benchCache(b, c.cfg, c.opts)
+			if c.gone {
+				if err := os.Rename(src.Root, src.Root+".gone"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			specs, err := Specs(cache, src)
+			if err != nil {
+				b.Fatal(err)
+			}
+			eng := hostengine.New(2)
+			defer eng.Close()
+			a, err := vmm.New(eng, specs, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			raw, err := NewRaw(eng, RawOptions{Readers: 4})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr, err := NewPayloads(eng, cache, raw, PayloadOptions{Readers: 4})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			if err := tr.Prepare(); err != nil { // the staging rings, outside the timing
+				b.Fatal(err)
+			}
+			st := NewStore(eng, tr)
+			bs := a.Bindings()
+			var total int64
+			for _, x := range bs {
+				total += int64(x.Size)
+			}
+			b.SetBytes(total)
+			b.ReportAllocs()
+			for b.Loop() {
+				for i, f := range st.FaultIn(context.Background(), bs) {
+					if err := f.Wait(); err != nil {
+						b.Fatalf("%s: %v", bs[i].Name, err)
+					}
+				}
+				st.Evict(bs...)
+			}
+		})
+	}
+}
