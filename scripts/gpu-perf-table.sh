@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Re-measures the GPU rows of docs/PERF.md's current table on the H200,
-# this build (D/splitzip) beside a baseline (D/base-splitzip), alternating
-# in the same call:   scripts/gpu-perf-table.sh D PHASES...
+# this build (D/splitzip) beside a baseline (D/base-splitzip, a build of
+# the main the change started from), alternating in the same call:
+#   scripts/gpu-perf-table.sh D PHASES...
 #   decode   bench decode, fixed-rate (512, 64, 16 and 1 MiB, in place and
 #            out; a Llama-3-8B layer in one scatter launch) and entropy
 #            (BF16 512 and 64 MiB; F16, F32, F8_E4M3, F8_E5M2 at 512 MiB),
@@ -10,12 +11,22 @@
 #            each build: first loads from page cache and pinned-resident
 #            re-faults (3 rounds), then cold loads (page cache dropped),
 #            source present, and entropy with the source moved away
-#   small    20,000 tensors of 1-64 KiB (scripts/gpu-small-tensors-ab.sh)
+#   llama, mix, moe   scripts/gpu-load-ab.sh D PHASE: an 8 GiB Llama, the
+#            size mix of real models, 48 layers x 64 experts
+#   small    20,000 tensors of 1-64 KiB: bench load (raw beside
+#            compressed) and host microseconds a tensor, 3 rounds
+#   realweights  the real-weights checkpoints (scripts/real-weights.sh;
+#            RW names the folder holding them, default /tmp/rw), fixed and
+#            entropy caches of each build: verify --gpu, then bench load
+#            --rounds 3, 2 rounds
 #   torch    splitzip.torch.load_file against safetensors.torch.load_file,
 #            8 GiB (scripts/gpu-torch.py), this build's libsplitzip.so
-# The other rows: scripts/gpu-load-ab.sh D llama|mix|moe (8 GiB Llama,
-# size mix, MoE), scripts/gpu-realweights-ab.sh, scripts/gpu-offload.py.
-# Logs go to $OUT/perf-PHASE.log.
+#   offload  forwards of a 0.9 B Llama offloaded through each tier and
+#            through accelerate (scripts/gpu-offload.py), this build
+#   offload8b  the same for a Llama-3-8B shape (scripts/gpu-offload-8b.py)
+# A baseline may not read this build's caches: each build compresses its
+# own. Logs go to $OUT/perf-PHASE.log (gpu-load-ab.sh's to
+# $OUT/load-ab-PHASE.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1
@@ -27,8 +38,9 @@ fail() { echo "FAILED: $*"; status=1; }
 step() { echo; echo "=== $* ($(date +%T))"; }
 builds="base-splitzip splitzip"
 rate() { python3 -c 'import json,sys; r=json.load(sys.stdin); g=[x["gb_per_s"] for x in r["runs"]]; print("first %.1f GB/s, re-faults %s" % (g[0], " ".join("%.1f" % v for v in g[1:])))'; }
+exec 3>&1 4>&2
 for phase in "$@"; do
-  exec > >(tee -a "$OUT/perf-$phase.log") 2>&1
+  exec > >(tee -a "$OUT/perf-$phase.log" >&3) 2>&1
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   case $phase in
   decode)
@@ -91,8 +103,47 @@ for phase in "$@"; do
     done
     rm -rf $S.gone $S.*
     ;;
+  llama|mix|moe)
+    OUT=$OUT bash scripts/gpu-load-ab.sh "$D" "$phase" || fail "$phase"
+    ;;
   small)
-    OUT=$OUT bash scripts/gpu-small-tensors-ab.sh "$D" || fail small
+    S=/tmp/sm
+    rm -rf $S $S.*
+    "$D/splitzip" gen $S --small 20000 --shards 4 -q || fail gen
+    for b in $builds; do
+      "$D/$b" compress $S -o $S.$b --no-sync -q || fail "$b compress"
+    done
+    cat $S/* $S.*/objects/*/* >/dev/null
+    for r in 1 2 3; do
+      for b in $builds; do
+        echo "$b round $r: $("$D/$b" bench load $S.$b --rounds 1 --repeat 1 | grep compare)"
+        "$D/$b" load $S.$b --json | python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["runs"][0]; print("  %d tensors, first load %.1f ms = %.1f us a tensor, pinned %d MiB" % (d["tensors"], r["wall_ns"]/1e6, r["wall_ns"]/1e3/d["tensors"], d["pinned_bytes"]>>20))' || fail "$b load"
+      done
+    done
+    rm -rf $S $S.*
+    ;;
+  realweights)
+    RW=${RW:-/tmp/rw}
+    for c in "$RW"/*/; do
+      c=$(basename "$c")
+      for b in $builds; do
+        for codec in fixed entropy; do
+          C=/tmp/rwc.$b.$codec.$c
+          rm -rf "$C"
+          "$D/$b" compress "$RW/$c" -o "$C" --codec $codec --no-sync -q >/dev/null || fail "$b compress $codec $c"
+          [ "$b" = splitzip ] && { "$D/$b" verify "$C" --gpu -q || fail "verify --gpu $codec $c"; }
+        done
+      done
+      for round in 1 2; do
+        for b in $builds; do
+          for codec in fixed entropy; do
+            step "$c $b $codec round $round"
+            "$D/$b" bench load /tmp/rwc.$b.$codec.$c --rounds 3 | grep -vE "^\s*(settings|summed|moved)" || fail "$b bench load $codec $c"
+          done
+        done
+      done
+      rm -rf /tmp/rwc.*."$c"
+    done
     ;;
   torch)
     S=/tmp/t8
@@ -100,6 +151,12 @@ for phase in "$@"; do
     "$D/splitzip" compress $S -o $S.c --no-sync -q || fail compress
     SPLITZIP_BIN=$D/splitzip SPLITZIP_LIB=$D/libsplitzip.so timeout 300 python3 scripts/gpu-torch.py $S $S.c || fail torch
     rm -rf $S $S.c
+    ;;
+  offload)
+    SPLITZIP_LIB=$D/libsplitzip.so timeout 400 python3 scripts/gpu-offload.py "$D/splitzip" /tmp/offload 2>&1 | sed 's/.*\r//' | grep -v "^Loading weights" || fail offload
+    ;;
+  offload8b)
+    SPLITZIP_LIB=$D/libsplitzip.so timeout 560 python3 scripts/gpu-offload-8b.py "$D/splitzip" /tmp/offload8b 2>&1 | sed 's/.*\r//' | grep -v "^Loading weights" || fail offload8b
     ;;
   *)
     echo "unknown phase $phase"; exit 2 ;;
