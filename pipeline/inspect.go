@@ -42,7 +42,7 @@ type TensorReport struct {
 type DTypeReport struct {
 	DType          string  `json:"dtype"`
 	Tensors        int     `json:"tensors"`
-	SplitZip       int     `json:"splitzip_tensors"`
+	Fixed          int     `json:"splitzip_tensors"` // fixed-codec payloads (the JSON key of earlier releases)
 	Entropy        int     `json:"entropy_tensors"`
 	EntropyInPlace int     `json:"entropy_in_place"` // of them, decodable in place
 	Values         uint64  `json:"values"`
@@ -251,7 +251,7 @@ func (d *DTypeReport) add(r *TensorReport) {
 	d.StoredBytes += r.StoredBytes
 	switch r.Stored {
 	case shardcache.StoredFixed:
-		d.SplitZip++
+		d.Fixed++
 	case shardcache.StoredEntropy:
 		d.Entropy++
 		if r.InPlace {

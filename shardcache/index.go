@@ -329,7 +329,7 @@ func (ix *Index) check() error {
 				return fmt.Errorf("object %s: %d stored bytes cannot hold %d raw bytes", k, o.Size, o.RawSize)
 			}
 			if o.RawSize%2 != 0 {
-				return fmt.Errorf("object %s: a SplitZip payload of %d raw bytes, not a whole number of BF16 values", k, o.RawSize)
+				return fmt.Errorf("object %s: a fixed-codec payload of %d raw bytes, not a whole number of BF16 values", k, o.RawSize)
 			}
 		case KindEntropy:
 			if o.RawSize/MaxEntropyRatio > o.Size {

@@ -56,7 +56,7 @@ decode launch per tensor.`,
 	dec.Flags().StringVar(&d.Sizes, "size", "512MiB", "tensor sizes, comma separated")
 	dec.Flags().IntVar(&d.Runs, "runs", 30, "timed launches per configuration (at least 20)")
 	dec.Flags().IntVar(&d.Device, "device", 0, "GPU ordinal")
-	dec.Flags().StringVar(&d.Codec, "codec", "fixed", "payloads to time: fixed (SplitZip) or entropy")
+	dec.Flags().StringVar(&d.Codec, "codec", "fixed", "payloads to time: fixed or entropy")
 	dec.Flags().BoolVar(&d.Layer, "layer", false, "time a decoder layer's payloads decoded from one device buffer (--size is ignored)")
 	atLeast(dec.Flags(), "runs", 20, "")
 	atLeast(dec.Flags(), "device", 0, "")

@@ -35,7 +35,7 @@ words, bit-packed, bit-packed with compact lengths, and with no lengths (a
 floor), and with one code per 65,536 values; the same code with compact
 lengths over pairs of adjacent fields where a tensor has at most 256 pairs
 and that is smaller (its table of pairs counted); huff0 4X in independent
-64 Ki-symbol blocks; and for BF16 the fixed-rate SplitZip payload.
+64 Ki-symbol blocks; and for BF16 the fixed codec's payload.
 --cast studies BF16 tensors cast to F16, F32 and FP8 (scaled per row) too.
 Memory: the largest tensor, a few times over.`,
 		Hidden: true,
@@ -81,7 +81,7 @@ func runBenchEntropy(g *globals, o entropyOptions, sources []string) error {
 		return printJSON(g.stdout, "entropy_study", map[string]any{"results": res})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\tcompact lengths\tno lengths\tcode per 64Ki\tpairs (tensors)\thuff0 4X\tfixed (SplitZip)\tcompact over bound\tpairs over bound")
+	fmt.Fprintln(tw, "dtype\tfield\ttensors\tvalues\tbound\tlanes in words\tlanes bit-packed\tcompact lengths\tno lengths\tcode per 64Ki\tpairs (tensors)\thuff0 4X\tfixed codec\tcompact over bound\tpairs over bound")
 	for _, r := range res {
 		fixed := "-"
 		if r.Fixed > 0 {

@@ -8,11 +8,11 @@ func newBenchLoadCommand(g *globals) *cobra.Command {
 	var o loadOptions
 	cmd := &cobra.Command{
 		Use:   "load CACHE",
-		Short: "Alternate raw and SplitZip loads of a cache and print the ratio",
-		Long: `Alternate raw and SplitZip loads of the same cache in one process and print
+		Short: "Alternate raw and compressed loads of a cache and print the ratio",
+		Long: `Alternate raw and compressed loads of the same cache in one process and print
 the median rates and their ratio: first loads (from files), and with
 --resident --repeat N, re-faults from pinned-resident bytes; with
---device-resident, SplitZip re-faults from payloads kept in device memory
+--device-resident, compressed re-faults from payloads kept in device memory
 beside raw re-faults from pinned memory.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error { return flagError(runLoad(cmd.Context(), g, o, a[0])) },
@@ -21,7 +21,7 @@ beside raw re-faults from pinned memory.`,
 	f.BoolVar(&o.Resident, "resident", false, "keep bytes in pinned memory: repeats read no file")
 	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory, raw bytes in pinned memory: repeats read no file")
 	f.IntVar(&o.Repeat, "repeat", 2, "fault everything in this many times per load")
-	f.IntVar(&o.Compare, "rounds", 3, "alternations of raw and SplitZip")
+	f.IntVar(&o.Compare, "rounds", 3, "alternations of raw and compressed loads")
 	o.addRuntimeFlags(f)
 	atLeast(f, "repeat", 1, "")
 	atLeast(f, "rounds", 1, "")

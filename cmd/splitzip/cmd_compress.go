@@ -29,11 +29,11 @@ func newCompressCommand(g *globals) *cobra.Command {
 		Short: "Compress a safetensors checkpoint into a cache",
 		Long: `Compress a checkpoint (a .safetensors file, a directory of shards, or a
 model.safetensors.index.json) into a cache directory. With --codec fixed (the
-default) BF16 tensors become SplitZip payloads (12 bits a value, decoded in
+default) BF16 tensors become fixed-codec payloads (12 bits a value, decoded in
 place on the GPU at load time); with --codec entropy every float tensor (BF16,
 F16, F32, F8_E4M3, F8_E5M2) becomes an entropy payload (its exponents
 Huffman-coded, near their entropy; decoded in place on the GPU at load time too); with --codec auto
-BF16 tensors take SplitZip payloads (entropy ones where those would not pass)
+BF16 tensors take fixed-codec payloads (entropy ones where those would not pass)
 and the other float dtypes entropy payloads. Other dtypes, and tensors that
 would not save at least --min-saving, are recorded as raw aliases of their
 source slice. With the default codec, float tensors of other dtypes stay
@@ -54,7 +54,7 @@ checkpoints; tensors they share are stored once.`,
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a tensor raw unless its payload makes it at least this fraction smaller")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
 	addMemoryFlag(f, &o.Memory)
-	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (SplitZip BF16), entropy (every float dtype) or auto")
+	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (BF16, 12 bits a value), entropy (every float dtype) or auto")
 	f.StringVar(&o.PackMax, "pack-max", "256KiB", "store objects of at most this size together in pack files (0: one file per object)")
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	return cmd

@@ -56,9 +56,9 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 		tw.Flush()
 	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "dtype\ttensors\tSplitZip\tentropy\traw\tstored\tbits/value\tentropy bound")
+	fmt.Fprintln(tw, "dtype\ttensors\tfixed\tentropy\traw\tstored\tbits/value\tentropy bound")
 	for _, d := range res.DTypes {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%.3f\t%s\n", d.DType, d.Tensors, d.SplitZip, d.Entropy, human(d.RawBytes), human(d.StoredBytes), d.BitsPerValue, bound(d.BoundBits))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%.3f\t%s\n", d.DType, d.Tensors, d.Fixed, d.Entropy, human(d.RawBytes), human(d.StoredBytes), d.BitsPerValue, bound(d.BoundBits))
 	}
 	tw.Flush()
 	var ent, inPlace int
@@ -124,7 +124,7 @@ func printEntropyBits(w io.Writer, dtypes []pipeline.DTypeReport) {
 
 // payloadKinds says how many tensors are payloads of each codec.
 func payloadKinds(t pipeline.Totals) string {
-	s := fmt.Sprintf("%d SplitZip", t.CompressedTensors-t.EntropyTensors)
+	s := fmt.Sprintf("%d fixed", t.CompressedTensors-t.EntropyTensors)
 	if t.EntropyTensors > 0 {
 		s += fmt.Sprintf(", %d entropy", t.EntropyTensors)
 	}

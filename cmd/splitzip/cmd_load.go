@@ -53,12 +53,12 @@ func newLoadCommand(g *globals) *cobra.Command {
 		Use:   "load CACHE",
 		Short: "Fault a cached checkpoint into a device weight arena and time it",
 		Long: `Build a weight arena for the whole checkpoint on a device and fault every
-tensor in through the SplitZip transport (payloads read into pinned memory,
+tensor in through the payload transport (payloads read into pinned memory,
 verified, copied and decoded in place on the GPU) or, with --raw, the raw
 transport. Reports effective GB/s (raw tensor bytes per wall second), the
 time until the first layer is ready, time spent reading, verifying and
 submitting, pinned memory and arena size. --compare N alternates raw and
-SplitZip loads N times in one process and prints the ratio.`,
+compressed loads N times in one process and prints the ratio.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error { return flagError(runLoad(cmd.Context(), g, o, a[0])) },
 	}
@@ -68,7 +68,7 @@ SplitZip loads N times in one process and prints the ratio.`,
 	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory); not with --raw or --resident")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
-	f.IntVar(&o.Compare, "compare", 0, "alternate raw and SplitZip loads this many times and print the ratio")
+	f.IntVar(&o.Compare, "compare", 0, "alternate raw and compressed loads this many times and print the ratio")
 	f.StringVar(&o.Devices, "devices", "", "load onto every one of these GPU ordinals (comma separated; cpu for host engines) instead of --device")
 	f.BoolVar(&o.Peer, "peer", true, "with --devices: each device loads a part and copies the others from their devices (peer copies); false: each loads everything over its own link")
 	o.addRuntimeFlags(f)
@@ -196,7 +196,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 				lo.Resident, lo.DeviceResident = raw, !raw
 				lo.ResidentPacks = o.ResidentPacks && raw
 			}
-			p.Start(map[bool]string{true: "loading raw", false: "loading SplitZip"}[raw], total)
+			p.Start(map[bool]string{true: "loading raw", false: "loading compressed"}[raw], total)
 			rep, err := loadbench.Repeat(ctx, eng, c, src, lo, o.Repeat)
 			if err != nil {
 				return err
@@ -218,9 +218,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	if g.JSON {
 		return printJSON(g.stdout, "load_compare", map[string]any{"raw": raws, "splitzip": zips, "summary": cmp})
 	}
-	fmt.Fprintf(g.stdout, "compare (%d rounds): first load raw %.1f GB/s, SplitZip %.1f GB/s, ratio %.3f", o.Compare, cmp.ColdRaw, cmp.ColdZip, cmp.ColdRatio)
+	fmt.Fprintf(g.stdout, "compare (%d rounds): first load raw %.1f GB/s, compressed %.1f GB/s, ratio %.3f", o.Compare, cmp.ColdRaw, cmp.ColdZip, cmp.ColdRatio)
 	if cmp.WarmRaw > 0 {
-		fmt.Fprintf(g.stdout, "; repeats raw %.1f GB/s, SplitZip %.1f GB/s, ratio %.3f", cmp.WarmRaw, cmp.WarmZip, cmp.WarmRatio)
+		fmt.Fprintf(g.stdout, "; repeats raw %.1f GB/s, compressed %.1f GB/s, ratio %.3f", cmp.WarmRaw, cmp.WarmZip, cmp.WarmRatio)
 	}
 	fmt.Fprintln(g.stdout)
 	return nil

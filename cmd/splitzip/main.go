@@ -58,7 +58,7 @@ func newRootCommand(g *globals) *cobra.Command {
 		Use:   "splitzip",
 		Short: "Lossless 12-bit BF16 checkpoints: smaller on disk, faster to the GPU",
 		Long: `splitzip compresses the BF16 tensors of safetensors checkpoints into a cache
-of SplitZip payloads (about 12 bits per value, bit-exact), verifies them,
+of fixed-codec payloads (about 12 bits per value, bit-exact), verifies them,
 explains the savings and restores the original files byte for byte.
 
 With --json every run prints exactly one JSON document on stdout, with a

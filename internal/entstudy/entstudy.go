@@ -46,7 +46,7 @@ type Result struct {
 	Compact   float64 `json:"compact_bits"`         // ...bit-packed lanes whose lengths are stored as deviations from their mean
 	Free      float64 `json:"free_bits"`            // ...bit-packed lanes with no lengths stored (a floor for any framing)
 	Huff0     float64 `json:"huff0_bits"`           // ...huff0 4X in 64 Ki-symbol blocks
-	Fixed     float64 `json:"fixed_bits,omitempty"` // the SplitZip BF16 payload (BF16 only)
+	Fixed     float64 `json:"fixed_bits,omitempty"` // the fixed codec's BF16 payload (BF16 only)
 	// Pairs is compact lengths over symbols that are pairs of adjacent
 	// fields, where a tensor's pairs are at most 256 and that is smaller
 	// (its table of pairs counted), else Compact; PairTensors the tensors

@@ -224,7 +224,7 @@ class Cache:
     upload stream), so uploading a tensor again reads no file: the
     pinned-host tier of splitzip.offload.
 
-    What is read is what the cache holds: every payload (SplitZip or
+    What is read is what the cache holds: every payload (fixed codec or
     entropy) is decoded from the cache and checked, even when its source
     checkpoint is there, so a corrupt payload raises IntegrityError naming
     the tensor; only tensors stored raw are read from their source file
