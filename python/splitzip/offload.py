@@ -79,12 +79,14 @@ class TierStats:
 class Stats:
     """What an Offload did: layer faults, the raw bytes they wrote into
     the window, layers found in their slot already (hits), the host time
-    forwards spent waiting for faults to be enqueued, faults per layer,
-    and the same per tier."""
+    forwards spent waiting for faults to be enqueued, the host time in
+    the offload's hooks (what forwards pay on the host for offloading,
+    those waits included), faults per layer, and the same per tier."""
     uploads: int = 0
     bytes: int = 0
     hits: int = 0
     waited_s: float = 0.0
+    hooks_s: float = 0.0
     layers: Dict[int, int] = field(default_factory=dict)
     tiers: Dict[str, TierStats] = field(default_factory=lambda: {t: TierStats() for t in TIERS})
 
@@ -346,6 +348,7 @@ class Offload:
     # Hooks.
 
     def _begin(self) -> None:
+        t0 = time.perf_counter()
         if self.in_forward:
             self._recover()
         self.in_forward = True
@@ -353,6 +356,7 @@ class Offload:
         if self.pool is not None and _capturing():
             raise RuntimeError("splitzip.offload: tier 'cache' reads files during the forward and cannot be "
                                "captured in a CUDA graph; use tier='pinned' or tier='gpu'")
+        self.stats.hooks_s += time.perf_counter() - t0
 
     def _recover(self) -> None:
         """The last forward ended in an exception: wait for what it
@@ -384,6 +388,7 @@ class Offload:
 
     def _pre(self, i: int):
         def hook(module, args):
+            t0 = time.perf_counter()
             hits = self.plan.hits
             _, starts = self.plan.before(i)
             self.stats.hits += self.plan.hits - hits
@@ -399,6 +404,7 @@ class Offload:
             s = self.plan.slot(i)
             for rel, mod, leaf in self.params[i]:
                 mod._parameters[leaf] = self.slots[s][rel]
+            self.stats.hooks_s += time.perf_counter() - t0
         return hook
 
     def _post(self, i: int):
@@ -412,6 +418,7 @@ class Offload:
     def _finish(self) -> None:
         """At the forward's end: check this one's faults (decode errors),
         then start the next forward's first faults."""
+        t0 = time.perf_counter()
         if self.pool is None:
             # Checked before the next faults start, so that the host waits
             # only for this forward's faults (all of them enqueued before
@@ -431,6 +438,7 @@ class Offload:
                 ev.wait()
                 ev.release()
         self.in_forward = False
+        self.stats.hooks_s += time.perf_counter() - t0
 
     def check(self) -> None:
         """Raise what the device found in the faults since the last check

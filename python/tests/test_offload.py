@@ -79,8 +79,12 @@ class TestOffload(unittest.TestCase):
             self.assertEqual(st.hits, sum(5 for a in alone if a), st)
             self.assertEqual(st.tiers[tier].faults, st.uploads, st)
             self.assertEqual(st.tiers[tier].layers, LAYERS, st)
+            # Host time in the hooks: counted, and it holds the waits.
+            self.assertGreater(st.hooks_s, 0, st)
+            self.assertGreaterEqual(st.hooks_s, st.waited_s, st)
             print(f"{what}: {st.uploads} faults, {st.hits} hits, {st.bytes / 1e6:.1f} MB, "
-                  f"held {st.tiers[tier].held / 1e6:.1f} MB, waited {st.waited_s * 1e3:.1f} ms", file=sys.stderr)
+                  f"held {st.tiers[tier].held / 1e6:.1f} MB, waited {st.waited_s * 1e3:.1f} ms, "
+                  f"hooks {st.hooks_s * 1e3:.1f} ms", file=sys.stderr)
         finally:
             m.splitzip_offload.close()
 
