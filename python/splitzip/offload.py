@@ -190,7 +190,9 @@ class Offload:
         self.slots = [{r: torch.nn.Parameter(torch.empty(s, dtype=d, device=device), requires_grad=False)
                        for r, s, d in shapes} for _ in range(window)]
         self.stream = torch.cuda.Stream(device)
+        self.handle = self.stream.cuda_stream
         self.done = [torch.cuda.Event() for _ in range(window)]  # pack tiers: slot s's last fault
+        self.marks = [torch.cuda.Event() for _ in range(window)]  # pack tiers: compute before slot s's fault
         self.used: List[Optional[torch.cuda.Event]] = [None] * window  # cache tier: after the slot's last compute
         self.ready: Dict[int, torch.cuda.Event] = {}
         self.pending: Dict[int, concurrent.futures.Future] = {}
@@ -213,7 +215,8 @@ class Offload:
         self.hooks = [model.register_forward_pre_hook(lambda *a: self._begin())]
         for i, layer in enumerate(self.layers):
             self.hooks.append(layer.register_forward_pre_hook(self._pre(i)))
-            self.hooks.append(layer.register_forward_hook(self._post(i)))
+            if self.pool is not None:  # a hook costs every layer's call, so only where it does something
+                self.hooks.append(layer.register_forward_hook(self._post(i)))
         self.hooks.append(model.register_forward_hook(lambda *a: self._finish()))
 
     # Packs.
@@ -295,18 +298,22 @@ class Offload:
         (the hook's thread; it only enqueues)."""
         s = self.plan.slot(i)
         buf, info = self.packs[i]
-        with torch.cuda.stream(self.stream):
-            # The slot's last layer ran before this point of the compute
-            # stream; waiting on it also joins a graph capture.
-            self.stream.wait_stream(self._compute)
-            base = buf.data_ptr()
-            if self.where[i] == "pinned":
-                stage = self.staging[s]
+        # The slot's last layer ran before this point of the compute
+        # stream; waiting on it also joins a graph capture. The slot's own
+        # event marks it: a wait takes the event as it is when enqueued,
+        # so recording it again later changes no wait before.
+        mark = self.marks[s]
+        mark.record(self._compute)
+        self.stream.wait_event(mark)
+        base = buf.data_ptr()
+        if self.where[i] == "pinned":
+            stage = self.staging[s]
+            with torch.cuda.stream(self.stream):
                 stage[:buf.numel()].copy_(buf, non_blocking=True)
-                base = stage.data_ptr()
-            self.cache.scatter(self.dev, base, info, self.stream.cuda_stream)
-            done = self.done[s]
-            done.record(self.stream)
+            base = stage.data_ptr()
+        self.cache.scatter(self.dev, base, info, self.handle)
+        done = self.done[s]
+        done.record(self.stream)
         self.ready[i] = done
         self.faulted.append(i)
 
@@ -400,7 +407,7 @@ class Offload:
                 self.stats.waited_s += time.perf_counter() - t0
             ev = self.ready.get(i)
             if ev is not None:
-                torch.cuda.current_stream(self.device).wait_event(ev)
+                self._compute.wait_event(ev)  # the forward's stream (_begin)
             s = self.plan.slot(i)
             for rel, mod, leaf in self.params[i]:
                 mod._parameters[leaf] = self.slots[s][rel]
