@@ -1,7 +1,7 @@
-// Package codec implements the SplitZip BF16 payload format, version 1.
+// Package codec implements the fixed codec's BF16 payload format, version 1.
 //
 // A BF16 value is 16 bits: a sign, an 8-bit exponent and 7 mantissa bits.
-// SplitZip keeps the sign and mantissa of every value as one byte, exactly,
+// The fixed codec keeps the sign and mantissa of every value as one byte, exactly,
 // and replaces the exponent by a 4-bit code from a per-tensor codebook of the
 // 16 most frequent exponents. Exponents outside the codebook are listed in a
 // chunk-local escape stream. Trained weights use few exponents, so a tensor

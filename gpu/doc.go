@@ -1,4 +1,4 @@
-// Package gpu decodes SplitZip payloads on an NVIDIA GPU: in place (the
+// Package gpu decodes fixed-codec payloads on an NVIDIA GPU: in place (the
 // payload at the start of the tensor's destination range, overwritten by
 // the decoded tensor) or out of place. The kernel is decode.cu, compiled by
 // `make kernels` into decode.fatbin, which is committed and embedded, so

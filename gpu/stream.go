@@ -18,7 +18,7 @@ import (
 // place, or out of place when the payload lacks the in-place flag) and
 // copied back a piece at a time. Host memory is bounded by buf whatever
 // the tensor's size; device memory holds the tensor. len(buf) must be
-// positive and even. It takes SplitZip payloads and entropy payloads
+// positive and even. It takes fixed-codec payloads and entropy payloads
 // (version 1 ones are decoded on the host, entropy.DecodeStream). Like
 // Decode, it is for one goroutine at a time.
 func (d *Decoder) DecodeStream(r io.ReaderAt, size uint64, buf []byte, fn func(off uint64, b []byte) error) error {

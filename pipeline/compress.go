@@ -46,14 +46,14 @@ type CompressOptions struct {
 
 // Codecs of CompressOptions.Codec.
 const (
-	// CodecFixed stores BF16 tensors as SplitZip payloads (12 bits a
+	// CodecFixed stores BF16 tensors as fixed-codec payloads (12 bits a
 	// value, decoded in place on the GPU) and leaves other dtypes raw.
 	CodecFixed = "fixed"
 	// CodecEntropy stores tensors of every float dtype (BF16, F16, F32,
 	// F8_E4M3, F8_E5M2) as entropy payloads: near the entropy of their
 	// exponents, decoded on the host.
 	CodecEntropy = "entropy"
-	// CodecAuto stores BF16 tensors as SplitZip payloads (as entropy ones
+	// CodecAuto stores BF16 tensors as fixed-codec payloads (as entropy ones
 	// when those fail the gate) and the other float dtypes as entropy
 	// payloads.
 	CodecAuto = "auto"

@@ -1,6 +1,6 @@
 package pipeline
 
-// SplitZip payloads at compress time (--codec fixed or auto): the gate
+// fixed-codec payloads at compress time (--codec fixed or auto): the gate
 // and the second pass.
 
 import (
@@ -12,7 +12,7 @@ import (
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// fixedPayload writes a BF16 tensor's SplitZip payload and records it in
+// fixedPayload writes a BF16 tensor's fixed-codec payload and records it in
 // rec, or reports why it did not pass the gate, and whether it read the
 // tensor a second time (counting it in the progress).
 func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, crc1 uint32) (ok, read bool, reason string, err error) {

@@ -31,8 +31,8 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 const compressCost = 4 * segmentBytes
 
 // compress records one tensor: with the fixed codec, BF16 tensors that
-// pass the gate become SplitZip payloads; with entropy, float tensors of
-// every dtype entropy payloads; with auto, BF16 tensors SplitZip payloads
+// pass the gate become fixed-codec payloads; with entropy, float tensors of
+// every dtype entropy payloads; with auto, BF16 tensors fixed-codec payloads
 // (or entropy ones when those fail the gate) and the other float dtypes
 // entropy payloads. Everything else stays raw. It reads the tensor from m
 // a segment at a time, dropping each segment's pages once read.

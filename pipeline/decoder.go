@@ -8,7 +8,7 @@ import (
 	"github.com/splitzip/splitzip/codec/entropy"
 )
 
-// Decoder decodes SplitZip and entropy payloads for Verify and
+// Decoder decodes fixed-codec and entropy payloads for Verify and
 // Decompress. The reference is CPUDecoder; the GPU decoder implements it
 // too.
 type Decoder interface {

@@ -1,5 +1,5 @@
 // Package shardcache stores compressed checkpoints: content-addressed
-// objects (SplitZip payloads and raw bytes) and an index that finds a
+// objects (fixed-codec payloads and raw bytes) and an index that finds a
 // payload by content key and by the source slice it came from (shard file,
 // byte offset, byte size).
 //

@@ -116,7 +116,7 @@ type Object struct {
 // Index.LoadStats. Embedded in Object, so that they read as its fields
 // and versions 1 to 3 keep their JSON.
 type ObjectStats struct {
-	// SplitZip payloads (and Values, Chunks, Entropy and InPlace of
+	// fixed-codec payloads (and Values, Chunks, Entropy and InPlace of
 	// entropy payloads too):
 	Values     uint64  `json:"values,omitempty"`
 	Codebook   []int   `json:"codebook,omitempty"`
@@ -316,7 +316,7 @@ func (ix *Index) check() error {
 		if o == nil || (o.Kind != KindFixed && o.Kind != KindEntropy && o.Kind != KindRaw && o.Kind != KindPack) {
 			return fmt.Errorf("object %s has no valid kind", k)
 		}
-		// A SplitZip payload stores at least 12 bits a value, so it never
+		// A fixed-codec payload stores at least 12 bits a value, so it never
 		// decodes to more than twice its size; an entropy payload at least
 		// 10 bytes a chunk of 16,384 bytes (FP8 coded whole, constant
 		// chunks), so never to more than MaxEntropyRatio times; a raw
@@ -416,7 +416,7 @@ func (ix *Index) check() error {
 }
 
 // checkStats checks what of an object's statistics the rest of its
-// record determines: a SplitZip payload's values, when recorded, are
+// record determines: a fixed-codec payload's values, when recorded, are
 // half its raw bytes. Zero is not recorded: the statistics of a version
 // 5 index before LoadStats, or of one written without them.
 func (o *Object) checkStats(k Key) error {

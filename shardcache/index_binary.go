@@ -67,7 +67,7 @@ var (
 )
 
 // Bits of an object record's field mask: which optional fields follow
-// its size, in this order, the ones a SplitZip payload has in the low
+// its size, in this order, the ones a fixed-codec payload has in the low
 // seven so its mask is one byte. An absent field is zero, or the value it
 // derives from the others (derivedRawSize and the derived* functions).
 const (
@@ -142,7 +142,7 @@ func shapeSize(dtype string, shape []uint64) (uint64, bool) {
 }
 
 // The values an object record leaves out when they are what compress
-// records: a SplitZip payload's values are half its raw bytes, its
+// records: a fixed-codec payload's values are half its raw bytes, its
 // escape rate escapes/values and its coverage (values-escapes)/values;
 // the raw size of an object inside a tensor record is the tensor's size,
 // of one in the object table its stored size.

@@ -32,7 +32,7 @@ func SourceState(sh *Shard, path string) (present bool, err error) {
 func (t *Tensor) InCache() bool { return t.Payload() || t.CopyStored }
 
 // Payload reports whether a tensor is stored as a payload that decodes to
-// it (SplitZip or entropy), not as raw bytes.
+// it (fixed codec or entropy), not as raw bytes.
 func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == StoredEntropy }
 
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file

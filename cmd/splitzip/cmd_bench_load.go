@@ -2,7 +2,7 @@ package main
 
 import "github.com/spf13/cobra"
 
-// newBenchLoadCommand is `bench load`: raw and SplitZip loads of the same
+// newBenchLoadCommand is `bench load`: raw and compressed loads of the same
 // cache, alternating in one process (load --compare).
 func newBenchLoadCommand(g *globals) *cobra.Command {
 	var o loadOptions

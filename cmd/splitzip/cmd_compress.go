@@ -32,9 +32,10 @@ model.safetensors.index.json) into a cache directory. With --codec fixed (the
 default) BF16 tensors become fixed-codec payloads (12 bits a value, decoded in
 place on the GPU at load time); with --codec entropy every float tensor (BF16,
 F16, F32, F8_E4M3, F8_E5M2) becomes an entropy payload (its exponents
-Huffman-coded, near their entropy; decoded in place on the GPU at load time too); with --codec auto
-BF16 tensors take fixed-codec payloads (entropy ones where those would not pass)
-and the other float dtypes entropy payloads. Other dtypes, and tensors that
+Huffman-coded, near their entropy; decoded in place on the GPU at load time
+too); with --codec auto BF16 tensors take fixed-codec payloads (entropy ones
+where those would not pass) and the other float dtypes entropy payloads.
+Other dtypes, and tensors that
 would not save at least --min-saving, are recorded as raw aliases of their
 source slice. With the default codec, float tensors of other dtypes stay
 raw, and compress says (a "hint:" line on stderr) what --codec auto would

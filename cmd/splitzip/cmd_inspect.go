@@ -21,7 +21,12 @@ func newInspectCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect CACHE",
 		Short: "Explain what a cache saves, in total and per tensor",
-		Args:  args(cobra.ExactArgs(1)),
+		Long: `Explain what a cache saves: per dtype, the tensors stored as fixed-codec
+payloads, as entropy payloads and raw, the bytes and bits a value stored
+against the exponents' entropy bound; with --tensors every tensor, with
+--bits where entropy payloads' bits go. In --json the count of fixed-codec
+payloads keeps the key "splitzip_tensors" of earlier releases.`,
+		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runInspect(g, o, a[0])
 		},

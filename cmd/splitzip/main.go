@@ -56,17 +56,19 @@ type globals struct {
 func newRootCommand(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "splitzip",
-		Short: "Lossless 12-bit BF16 checkpoints: smaller on disk, faster to the GPU",
-		Long: `splitzip compresses the BF16 tensors of safetensors checkpoints into a cache
-of fixed-codec payloads (about 12 bits per value, bit-exact), verifies them,
-explains the savings and restores the original files byte for byte.
+		Short: "Lossless compressed checkpoints: smaller on disk, faster to the GPU",
+		Long: `splitzip compresses the tensors of safetensors checkpoints into a cache of
+payloads, bit-exact: the fixed codec's for BF16 (about 12 bits per value),
+or with --codec entropy Huffman-coded exponents for every float dtype (BF16
+about 10.6 bits per value; F16, F32, FP8). It verifies them, explains the
+savings, restores the original files byte for byte, and loads caches into
+GPU memory, decoding the payloads in place on the GPU.
 
 With --json every run prints exactly one JSON document on stdout, with a
 "message_type": the command's result, "version", "help" (with --help, the
 text under "usage"), or "error" with "error", "kind", "exit_code" and, where
 known, "file" and "tensor". Numeric flags refuse values that mean nothing
-(negative counts, 0 where 0 means nothing, NaN, infinities) before any work;
---jobs 0 is refused: omit --jobs for the default, one job a CPU.
+(negative counts, 0 where 0 means nothing, NaN, infinities) before any work.
 
 ` + exitCodes(),
 		SilenceErrors: true,

@@ -4,7 +4,7 @@
 // limited code in 32 interleaved lanes per chunk (codec/entropy, with its
 // padding, lane lengths and table), huff0 (klauspost/compress, the decided
 // CPU entropy coder) on the same symbols, and for BF16 the fixed-rate
-// SplitZip payload. `splitzip bench entropy` prints it.
+// fixed-codec payload. `splitzip bench entropy` prints it.
 package entstudy
 
 import (

@@ -73,7 +73,7 @@ func EntropyValues(rng *rand.Rand, dtype string, n uint64) ([]byte, error) {
 
 // BenchEntropy times the entropy decoder on trained-looking tensors of
 // each dtype and size (raw bytes), in place and out of place, as
-// BenchDecode times the SplitZip decoder, and measures the device copy
+// BenchDecode times the fixed-codec decoder, and measures the device copy
 // rate in the same run.
 func BenchEntropy(ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) (*EntropyReport, error) {
 	b, err := newBench(ctx, runs)

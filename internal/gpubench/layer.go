@@ -42,7 +42,7 @@ type LayerReport struct {
 }
 
 // BenchLayer times the decode of one decoder layer of tensors (N(0,
-// 0.02) values, scaled per row) stored as SplitZip payloads in one device
+// 0.02) values, scaled per row) stored as fixed-codec payloads in one device
 // buffer, the layout of a GPU-memory tier: a scatter table and the
 // payloads after it. Both ways are timed with CUDA events (a warm-up
 // round, the median of runs launches) and their outputs checked bit for
