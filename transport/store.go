@@ -46,8 +46,9 @@ func NewStore(eng engine.Engine, t Transport) *Store {
 // their bindings stay evicted and their fences report ctx's error.
 func (s *Store) FaultIn(ctx context.Context, bs []*vmm.Binding) []Fence {
 	out := make([]Fence, len(bs))
-	var todo []*vmm.Binding
-	var mine []*flight
+	todo := make([]*vmm.Binding, 0, len(bs))
+	mine := make([]*flight, 0, len(bs))
+	var flights []flight // the batch's, allocated once when one is needed
 	s.mu.Lock()
 	for i, b := range bs {
 		if f, ok := s.inflight[b]; ok {
@@ -58,7 +59,11 @@ func (s *Store) FaultIn(ctx context.Context, bs []*vmm.Binding) []Fence {
 			out[i] = doneFence{}
 			continue
 		}
-		f := &flight{done: make(chan struct{})}
+		if flights == nil {
+			flights = make([]flight, len(bs)-i)
+		}
+		f := &flights[len(mine)]
+		f.done = make(chan struct{})
 		s.inflight[b] = f
 		b.SetState(vmm.Loading)
 		out[i] = f

@@ -17,6 +17,7 @@ type genOptions struct {
 	Shards int
 	Seed   uint64
 	Small  int
+	Tiny   int
 	Mix    int
 	MoE    int
 	Layers int
@@ -40,10 +41,11 @@ func newGenCommand(g *globals) *cobra.Command {
 	cmd.Flags().Uint64Var(&o.Seed, "seed", 1, "random seed")
 	cmd.Flags().Uint64Var(&o.Hidden, "hidden", 0, "hidden size (default: chosen from --size; 4096 gives 90 MB MLP tensors)")
 	cmd.Flags().IntVar(&o.Small, "small", 0, "write this many small BF16 tensors (1-64 KiB) instead; --size is ignored")
+	cmd.Flags().IntVar(&o.Tiny, "tiny", 0, "write this many tiny BF16 tensors (32 B to 4 KiB) instead; --size is ignored")
 	cmd.Flags().IntVar(&o.Mix, "mix", 0, "write this many BF16 tensors with the size mix of real models (60% under 16 KiB, the rest up to 4 MiB) instead")
 	cmd.Flags().IntVar(&o.MoE, "moe", 0, "write a mixture of experts with this many experts per layer instead (--layers, --hidden: 48, 2048)")
 	cmd.Flags().IntVar(&o.Layers, "layers", 0, "layers of --moe (default 48)")
-	for _, n := range []string{"shards", "small", "mix", "moe", "layers", "hidden"} {
+	for _, n := range []string{"shards", "small", "tiny", "mix", "moe", "layers", "hidden"} {
 		atLeast(cmd.Flags(), n, 1, "")
 	}
 	cmd.Flags().StringVar(&o.DType, "dtype", "BF16", "dtype of the Llama-like checkpoint's weights and norms: BF16, F16, F32, F8_E4M3 or F8_E5M2 (cast from BF16; FP8 scaled per row)")
@@ -55,13 +57,13 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--size: %v", err)}
 	}
-	if o.Shards < 1 || o.Small < 0 || o.Mix < 0 || o.MoE < 0 || o.Layers < 0 {
-		return usageError{fmt.Errorf("--shards must be at least 1, and --small, --mix, --moe and --layers not negative")}
+	if o.Shards < 1 || o.Small < 0 || o.Tiny < 0 || o.Mix < 0 || o.MoE < 0 || o.Layers < 0 {
+		return usageError{fmt.Errorf("--shards must be at least 1, and --small, --tiny, --mix, --moe and --layers not negative")}
 	}
-	if btoi(o.Small > 0)+btoi(o.Mix > 0)+btoi(o.MoE > 0) > 1 {
-		return usageError{fmt.Errorf("--small, --mix and --moe each choose a shape: give one")}
+	if btoi(o.Small > 0)+btoi(o.Tiny > 0)+btoi(o.Mix > 0)+btoi(o.MoE > 0) > 1 {
+		return usageError{fmt.Errorf("--small, --tiny, --mix and --moe each choose a shape: give one")}
 	}
-	if size == 0 && o.Small+o.Mix+o.MoE == 0 {
+	if size == 0 && o.Small+o.Tiny+o.Mix+o.MoE == 0 {
 		return usageError{fmt.Errorf("--size must be more than 0")}
 	}
 	// Shards written beside another checkpoint's would make a folder of
@@ -76,7 +78,7 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if !slices.Contains(synth.DTypes(), o.DType) {
 		return usageError{fmt.Errorf("--dtype must be one of %v, got %q", synth.DTypes(), o.DType)}
 	}
-	if o.DType != "BF16" && o.Small+o.Mix+o.MoE > 0 {
+	if o.DType != "BF16" && o.Small+o.Tiny+o.Mix+o.MoE > 0 {
 		return usageError{fmt.Errorf("--dtype applies to the Llama-like checkpoint only")}
 	}
 	if err := ctx.Err(); err != nil {
@@ -86,7 +88,7 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if dt == "BF16" {
 		dt = ""
 	}
-	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Mix: o.Mix, MoE: o.MoE, Layers: o.Layers, Hidden: o.Hidden, DType: dt}
+	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Tiny: o.Tiny, Mix: o.Mix, MoE: o.MoE, Layers: o.Layers, Hidden: o.Hidden, DType: dt}
 	// The bar counts the tensor bytes the plan will write.
 	var total uint64
 	for _, t := range synth.Plan(cfg) {

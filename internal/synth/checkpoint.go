@@ -26,6 +26,10 @@ type Config struct {
 	// tensors of 1 to 64 KiB (the norms and biases case) instead of a
 	// Llama-like one; Bytes is then ignored.
 	Small int
+	// Tiny, when positive, makes it that many tiny BF16 tensors of 32
+	// bytes to 4 KiB (the many-tensor case: what each tensor costs a load
+	// beside its bytes); Bytes is then ignored.
+	Tiny int
 	// Mix, when positive, makes it that many BF16 tensors with the size
 	// mix of real models (60% under 16 KiB, the rest up to 4 MiB).
 	Mix int
@@ -57,6 +61,8 @@ func Plan(cfg Config) []Tensor {
 	switch {
 	case cfg.Small > 0:
 		return planSmall(cfg)
+	case cfg.Tiny > 0:
+		return planTiny(cfg)
 	case cfg.Mix > 0:
 		return planMix(cfg)
 	case cfg.MoE > 0:

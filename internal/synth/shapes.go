@@ -9,7 +9,7 @@ import (
 )
 
 // Checkpoint shapes besides the Llama-like default: many small tensors
-// (planSmall), the size mix of real models (planMix) and a mixture of
+// (planSmall), many tiny ones (planTiny), the size mix of real models (planMix) and a mixture of
 // experts (planMoE).
 
 // bf16Tensor returns a BF16 weight tensor of rows by cols values.
@@ -34,6 +34,23 @@ func planSmall(cfg Config) []Tensor {
 			kind = "norm"
 		}
 		ts[i] = bf16Tensor(fmt.Sprintf("model.layers.%d.t%d.weight", i/100, i%100), kind, 0.02, n/64, 64)
+	}
+	return ts
+}
+
+// planTiny returns cfg.Tiny BF16 tensors of 16 to 2048 values (32 bytes
+// to 4 KiB, log-uniform, in whole rows of 16), 100 to a layer; one in
+// three is a norm, the others weights.
+func planTiny(cfg Config) []Tensor {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x7179))
+	ts := make([]Tensor, cfg.Tiny)
+	for i := range ts {
+		n := uint64(math.Exp(math.Log(16)+rng.Float64()*(math.Log(2048)-math.Log(16)))) &^ 15
+		kind := "weight"
+		if i%3 == 0 {
+			kind = "norm"
+		}
+		ts[i] = bf16Tensor(fmt.Sprintf("model.layers.%d.t%d.weight", i/100, i%100), kind, 0.02, max(n, 16)/16, 16)
 	}
 	return ts
 }

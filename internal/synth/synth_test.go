@@ -95,6 +95,24 @@ func TestMix(t *testing.T) {
 	}
 }
 
+// TestTiny: tiny tensors are 32 bytes to 4 KiB, whole rows of 16 values,
+// with names unique, and as many as asked.
+func TestTiny(t *testing.T) {
+	ts := Plan(Config{Tiny: 100000, Seed: 1})
+	names := map[string]bool{}
+	var lo, hi uint64 = 1 << 62, 0
+	for _, tn := range ts {
+		lo, hi = min(lo, tn.Size), max(hi, tn.Size)
+		names[tn.Name] = true
+		if tn.Size%32 != 0 {
+			t.Errorf("%s: %d bytes, not whole rows of 16 values", tn.Name, tn.Size)
+		}
+	}
+	if len(ts) != 100000 || len(names) != len(ts) || lo < 32 || hi > 4096 {
+		t.Errorf("%d tensors, %d names, %d to %d bytes", len(ts), len(names), lo, hi)
+	}
+}
+
 // TestMoE: 48 layers of 64 experts make more than 9,000 tensors, the
 // experts' matrices 1.5 to 3 MiB, over 15 GB in all.
 func TestMoE(t *testing.T) {

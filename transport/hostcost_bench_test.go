@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"context"
+	"runtime"
+	"testing"
+
+	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/vmm"
+)
+
+// nullEngine is the host engine with submissions that do nothing: a load
+// through it costs what the host does for each tensor (lookups, plans,
+// reads into staging, checks, submissions) without the copies and
+// decodes that the CUDA engine hands to the GPU. For benchmarks only: the
+// arena never receives the tensors.
+type nullEngine struct{ *hostengine.Engine }
+
+func (nullEngine) Submit(int, engine.Work) (engine.Event, error) { return doneFence{}, nil }
+func (nullEngine) WaitEvent(int, engine.Event) error             { return nil }
+
+var _ engine.Engine = nullEngine{}
+
+// BenchmarkHostCost faults every tensor of a checkpoint of 100,000 tiny
+// tensors (32 bytes to 4 KiB) in, a layer of 100 at a time, and evicts
+// them, through the payload
+// transport over a raw one (compressed) and through the raw one alone,
+// on an engine that does no device work: the host's cost a tensor
+// (ns/tensor, allocs/tensor), which issue 34 wants under 0.5 us.
+func BenchmarkHostCost(b *testing.B) {
+	cache, src := benchCache(b, synth.Config{Tiny: 100000, Shards: 4, Seed: 11}, pipeline.CompressOptions{})
+	specs, err := Specs(cache, src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, raw := range []bool{false, true} {
+		name := map[bool]string{false: "compressed", true: "raw"}[raw]
+		b.Run(name, func(b *testing.B) {
+			eng := nullEngine{hostengine.New(2)}
+			defer eng.Close()
+			a, err := vmm.New(eng, specs, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			rt, err := NewRaw(eng, RawOptions{Readers: 4})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var tr Transport = rt
+			if !raw {
+				z, err := NewPayloads(eng, cache, rt, PayloadOptions{Readers: 4})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := z.Prepare(); err != nil {
+					b.Fatal(err)
+				}
+				tr = z
+			} else if err := rt.Prepare(); err != nil {
+				b.Fatal(err)
+			}
+			defer tr.Close()
+			st := NewStore(eng, tr)
+			bs := a.Bindings()
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			n := 0
+			fs := make([]Fence, 0, len(bs))
+			for b.Loop() {
+				// A layer of 100 tensors at a time, as a load faults its
+				// layer groups in, all enqueued before the first wait.
+				fs = fs[:0]
+				for g := 0; g < len(bs); g += 100 {
+					fs = append(fs, st.FaultIn(context.Background(), bs[g:min(g+100, len(bs))])...)
+				}
+				for i, f := range fs {
+					if err := f.Wait(); err != nil {
+						b.Fatalf("%s: %v", bs[i].Name, err)
+					}
+				}
+				st.Evict(bs...)
+				n++
+			}
+			runtime.ReadMemStats(&ms1)
+			per := float64(n * len(bs))
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/per, "ns/tensor")
+			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/per, "allocs/tensor")
+			b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/per, "B/tensor")
+		})
+	}
+}
