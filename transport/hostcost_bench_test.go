@@ -9,7 +9,6 @@ import (
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
-	"github.com/splitzip/splitzip/vmm"
 )
 
 // nullEngine is the host engine with submissions that do nothing: a load
@@ -40,32 +39,8 @@ func BenchmarkHostCost(b *testing.B) {
 		name := map[bool]string{false: "compressed", true: "raw"}[raw]
 		b.Run(name, func(b *testing.B) {
 			eng := nullEngine{hostengine.New(2)}
-			defer eng.Close()
-			a, err := vmm.New(eng, specs, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			rt, err := NewRaw(eng, RawOptions{Readers: 4})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var tr Transport = rt
-			if !raw {
-				z, err := NewPayloads(eng, cache, rt, PayloadOptions{Readers: 4})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := z.Prepare(); err != nil {
-					b.Fatal(err)
-				}
-				tr = z
-			} else if err := rt.Prepare(); err != nil {
-				b.Fatal(err)
-			}
-			defer tr.Close()
-			st := NewStore(eng, tr)
-			bs := a.Bindings()
+			b.Cleanup(func() { eng.Close() }) // after what benchStore made (cleanups run last first)
+			st, bs := benchStore(b, eng, cache, specs, raw)
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			n := 0

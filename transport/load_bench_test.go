@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
@@ -31,6 +32,37 @@ func benchCache(b *testing.B, cfg synth.Config, opts pipeline.CompressOptions) (
 		b.Fatal(err)
 	}
 	return c, &c.Index().Sources[0]
+}
+
+// benchStore lays specs out in an arena of eng and returns a store over
+// a payload transport wrapping a raw one (raw: the raw one alone), 4
+// readers each, its staging set up, and the arena's bindings; what it
+// made is closed when b ends.
+func benchStore(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs []vmm.Spec, raw bool) (*Store, []*vmm.Binding) {
+	b.Helper()
+	a, err := vmm.New(eng, specs, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close() })
+	rt, err := NewRaw(eng, RawOptions{Readers: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tr interface {
+		Transport
+		Prepare() error
+	} = rt
+	if !raw {
+		if tr, err = NewPayloads(eng, cache, rt, PayloadOptions{Readers: 4}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() { tr.Close() })
+	if err := tr.Prepare(); err != nil { // the staging rings, outside the timing
+		b.Fatal(err)
+	}
+	return NewStore(eng, tr), a.Bindings()
 }
 
 // BenchmarkHostLoad faults every tensor of a generated checkpoint in
@@ -63,26 +95,8 @@ func BenchmarkHostLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 			eng := hostengine.New(2)
-			defer eng.Close()
-			a, err := vmm.New(eng, specs, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			raw, err := NewRaw(eng, RawOptions{Readers: 4})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr, err := NewPayloads(eng, cache, raw, PayloadOptions{Readers: 4})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer tr.Close()
-			if err := tr.Prepare(); err != nil { // the staging rings, outside the timing
-				b.Fatal(err)
-			}
-			st := NewStore(eng, tr)
-			bs := a.Bindings()
+			b.Cleanup(func() { eng.Close() }) // after what benchStore made (cleanups run last first)
+			st, bs := benchStore(b, eng, cache, specs, false)
 			var total int64
 			for _, x := range bs {
 				total += int64(x.Size)

@@ -9,8 +9,8 @@ import (
 )
 
 // Checkpoint shapes besides the Llama-like default: many small tensors
-// (planSmall), many tiny ones (planTiny), the size mix of real models (planMix) and a mixture of
-// experts (planMoE).
+// (planSmall), many tiny ones (planTiny), the size mix of real models
+// (planMix) and a mixture of experts (planMoE).
 
 // bf16Tensor returns a BF16 weight tensor of rows by cols values.
 func bf16Tensor(name, kind string, sigma float64, rows, cols uint64) Tensor {

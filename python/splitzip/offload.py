@@ -402,9 +402,9 @@ class Offload:
             self._start(starts)
             f = self.pending.pop(i, None)  # an upload of i outstanding
             if f is not None:
-                t0 = time.perf_counter()
+                t1 = time.perf_counter()
                 f.result()  # raises the upload's error, naming the tensor
-                self.stats.waited_s += time.perf_counter() - t0
+                self.stats.waited_s += time.perf_counter() - t1
             ev = self.ready.get(i)
             if ev is not None:
                 self._compute.wait_event(ev)  # the forward's stream (_begin)
