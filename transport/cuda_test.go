@@ -21,22 +21,8 @@ func requireCUDA(t *testing.T) *cudaengine.Engine { return fixture.RequireCUDA(t
 // transport wrapping a raw one, closed when the test ends.
 func cudaStore(t *testing.T, eng *cudaengine.Engine, c *shardcache.Cache, src *shardcache.Source) (*vmm.Arena, *Store) {
 	t.Helper()
-	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	raw, err := NewRaw(eng, RawOptions{Readers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := NewPayloads(eng, c, raw, PayloadOptions{Readers: 3})
-	if err != nil {
-		raw.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	return a, NewStore(eng, tr)
+	a, _, st := stack(t, eng, c, mustSpecs(t, c, src), RawOptions{Readers: 3}, &PayloadOptions{Readers: 3})
+	return a, st
 }
 
 // TestCUDAFaults checks on the GPU what TestFaults checks on the CPU

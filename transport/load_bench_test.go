@@ -34,35 +34,20 @@ func benchCache(b *testing.B, cfg synth.Config, opts pipeline.CompressOptions) (
 	return c, &c.Index().Sources[0]
 }
 
-// benchStore lays specs out in an arena of eng and returns a store over
-// a payload transport wrapping a raw one (raw: the raw one alone), 4
-// readers each, its staging set up, and the arena's bindings; what it
-// made is closed when b ends.
+// benchStore is stack with 4 readers (raw: the raw transport alone), its
+// staging set up outside the timing; it returns the store and the
+// arena's bindings.
 func benchStore(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs []vmm.Spec, raw bool) (*Store, []*vmm.Binding) {
 	b.Helper()
-	a, err := vmm.New(eng, specs, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { a.Close() })
-	rt, err := NewRaw(eng, RawOptions{Readers: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var tr interface {
-		Transport
-		Prepare() error
-	} = rt
+	var po *PayloadOptions
 	if !raw {
-		if tr, err = NewPayloads(eng, cache, rt, PayloadOptions{Readers: 4}); err != nil {
-			b.Fatal(err)
-		}
+		po = &PayloadOptions{Readers: 4}
 	}
-	b.Cleanup(func() { tr.Close() })
-	if err := tr.Prepare(); err != nil { // the staging rings, outside the timing
+	a, tr, st := stack(b, eng, cache, specs, RawOptions{Readers: 4}, po)
+	if err := tr.(interface{ Prepare() error }).Prepare(); err != nil {
 		b.Fatal(err)
 	}
-	return NewStore(eng, tr), a.Bindings()
+	return st, a.Bindings()
 }
 
 // BenchmarkHostLoad faults every tensor of a generated checkpoint in

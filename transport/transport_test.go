@@ -51,20 +51,35 @@ func setup(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks host
 func setupWith(t *testing.T, c *shardcache.Cache, src *shardcache.Source, hooks hostengine.Hooks, opts PayloadOptions) (*hostengine.Engine, *vmm.Arena, *Store, Transport) {
 	t.Helper()
 	eng := hostengine.New(2, hostengine.WithHooks(hooks))
-	a, err := vmm.New(eng, mustSpecs(t, c, src), 0)
+	t.Cleanup(func() { eng.Close() }) // after what stack made on it (cleanups run last first)
+	a, tr, st := stack(t, eng, c, mustSpecs(t, c, src), RawOptions{SlotBytes: 64 << 10, Readers: 3}, &opts)
+	return eng, a, st, tr
+}
+
+// stack lays specs out in an arena of eng and builds a store over a
+// payload transport (po) wrapping a raw one (ro), or over the raw one
+// alone when po is nil; the transport and the arena are closed when the
+// test ends (the engine is the caller's).
+func stack(tb testing.TB, eng engine.Engine, c *shardcache.Cache, specs []vmm.Spec, ro RawOptions, po *PayloadOptions) (*vmm.Arena, Transport, *Store) {
+	tb.Helper()
+	a, err := vmm.New(eng, specs, 0)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	raw, err := NewRaw(eng, RawOptions{SlotBytes: 64 << 10, Readers: 3})
+	tb.Cleanup(func() { a.Close() })
+	raw, err := NewRaw(eng, ro)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	tr, err := NewPayloads(eng, c, raw, opts)
-	if err != nil {
-		t.Fatal(err)
+	var tr Transport = raw
+	if po != nil {
+		if tr, err = NewPayloads(eng, c, raw, *po); err != nil {
+			raw.Close()
+			tb.Fatal(err)
+		}
 	}
-	t.Cleanup(func() { tr.Close(); a.Close(); eng.Close() })
-	return eng, a, NewStore(eng, tr), tr
+	tb.Cleanup(func() { tr.Close() })
+	return a, tr, NewStore(eng, tr)
 }
 
 // loadAll faults every tensor of src in through a payload transport over
