@@ -8,6 +8,7 @@
 #   mix    4,000 tensors with the size mix of real models
 #   moe    48 layers x 64 experts x 3 matrices (21 GB)
 #   llama  an 8 GiB Llama-shaped checkpoint
+#   small  20,000 tensors of 1-64 KiB
 #   sweep  runtime settings (each argument after PHASE one load's flags,
 #          commas for spaces), this build only, on the size mix or on what
 #          SWEEP_GEN's gen flags make; SWEEP_PROFILE adds a CPU profile
@@ -17,7 +18,7 @@
 #          12-layer MoE and the size mix, 3 rounds, with each one's
 #          resident load --json (host submit time) and, for the last, a
 #          CPU profile of resident re-faults into $OUT
-# Each dataset phase (mix, moe, llama) generates the checkpoint with this
+# Each dataset phase (mix, moe, llama, small) generates the checkpoint with this
 # build, compresses it with each build (a baseline may not read this
 # build's index version), checks this build's load bit for bit, then
 # alternates the builds for 3 rounds: bench load (raw beside SplitZip,
@@ -145,6 +146,7 @@ builds)
   done ;;
 moe) dataset moe --moe 64 --shards 8; rm -rf /tmp/moe /tmp/moe.base /tmp/moe.new ;;
 llama) dataset llama --size 8GiB --shards 4 ;;
+small) dataset small --small 20000 --shards 4; rm -rf /tmp/small /tmp/small.base /tmp/small.new ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac
 echo "gpu-load-ab $PHASE status: $status"

@@ -11,10 +11,10 @@
 #            each build: first loads from page cache and pinned-resident
 #            re-faults (3 rounds), then cold loads (page cache dropped),
 #            source present, and entropy with the source moved away
-#   llama, mix, moe   scripts/gpu-load-ab.sh D PHASE: an 8 GiB Llama, the
-#            size mix of real models, 48 layers x 64 experts
-#   small    20,000 tensors of 1-64 KiB: bench load (raw beside
-#            compressed) and host microseconds a tensor, 3 rounds
+#   llama, mix, moe, small   scripts/gpu-load-ab.sh D PHASE: an 8 GiB
+#            Llama, the size mix of real models, 48 layers x 64 experts,
+#            20,000 tensors of 1-64 KiB (first loads, re-faults, host
+#            microseconds a tensor)
 #   realweights  the real-weights checkpoints (scripts/real-weights.sh;
 #            RW names the folder holding them, default /tmp/rw), fixed and
 #            entropy caches of each build: verify --gpu, then bench load
@@ -103,24 +103,8 @@ for phase in "$@"; do
     done
     rm -rf $S.gone $S.*
     ;;
-  llama|mix|moe)
+  llama|mix|moe|small)
     OUT=$OUT bash scripts/gpu-load-ab.sh "$D" "$phase" || fail "$phase"
-    ;;
-  small)
-    S=/tmp/sm
-    rm -rf $S $S.*
-    "$D/splitzip" gen $S --small 20000 --shards 4 -q || fail gen
-    for b in $builds; do
-      "$D/$b" compress $S -o $S.$b --no-sync -q || fail "$b compress"
-    done
-    cat $S/* $S.*/objects/*/* >/dev/null
-    for r in 1 2 3; do
-      for b in $builds; do
-        echo "$b round $r: $("$D/$b" bench load $S.$b --rounds 1 --repeat 1 | grep compare)"
-        "$D/$b" load $S.$b --json | python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["runs"][0]; print("  %d tensors, first load %.1f ms = %.1f us a tensor, pinned %d MiB" % (d["tensors"], r["wall_ns"]/1e6, r["wall_ns"]/1e3/d["tensors"], d["pinned_bytes"]>>20))' || fail "$b load"
-      done
-    done
-    rm -rf $S $S.*
     ;;
   realweights)
     RW=${RW:-/tmp/rw}
