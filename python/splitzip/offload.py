@@ -259,7 +259,7 @@ class Offload:
         replaces it, so that the next forward works)."""
         faulted, self.faulted = self.faulted, []
         try:
-            self.cache.scatter_check(self.dev, self.stream.cuda_stream)
+            self.cache.scatter_check(self.dev, self.handle)
         except Error as e:
             names = self._repair(sorted(set(faulted)))
             raise error(e.status, f"{e.message}: a layer pack failed on the device"
@@ -325,7 +325,7 @@ class Offload:
             if self.used[s] is not None:
                 self.stream.wait_event(self.used[s])
             idx, dsts, caps = self._pack_args(i)
-            ev = self.cache.upload_batch(idx, dsts, caps, device=self.dev, stream=self.stream.cuda_stream)
+            ev = self.cache.upload_batch(idx, dsts, caps, device=self.dev, stream=self.handle)
             done = torch.cuda.Event()
             done.record(self.stream)
         with self.lock:
