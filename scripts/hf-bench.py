@@ -35,6 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from offloadbench import timed_generate  # noqa: E402
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
 
@@ -176,22 +177,6 @@ def gen_bench(name, src, cache, args, out):
             runs.append(row)
             print(json.dumps(row), flush=True)
     out.extend(runs)
-
-
-def timed_generate(model, ids, kw, warm=True):
-    """The tokens and the median time of three generations (after one
-    whole warm-up generation; one timed run for accelerate, warm=False)."""
-    ts = []
-    with torch.no_grad():
-        if warm:
-            model.generate(ids, **kw)
-        for _ in range(3 if warm else 1):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = model.generate(ids, **kw)
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-    return out, statistics.median(ts)
 
 
 def main():

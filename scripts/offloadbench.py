@@ -1,7 +1,8 @@
-"""Helpers of scripts/gpu-offload*.py (the GPU machine): the 0.9 B
-Llama and its caches, and timings of eager forwards and CUDA graph
-replays of a model, median of n after a warm-up,
-torch.cuda.synchronize() around each."""
+"""Helpers of the offload scripts (gpu-offload*.py, hf-bench.py,
+moe-offload-bench.py; the GPU machine): the 0.9 B Llama and its caches,
+and timings of eager forwards, CUDA graph replays and generations of a
+model, median of n after a warm-up, torch.cuda.synchronize() around
+each."""
 
 import os
 import statistics
@@ -77,3 +78,20 @@ def graph_timed(m, x, n):
         return ms, out.clone()
     except Exception as e:  # noqa: BLE001 - reported
         return None, e
+
+
+def timed_generate(model, ids, kw, warm=True, n=3):
+    """The tokens and the median seconds of n generations (after one
+    whole warm-up generation; one timed run with warm=False, for
+    accelerate)."""
+    ts = []
+    with torch.no_grad():
+        if warm:
+            model.generate(ids, **kw)
+        for _ in range(n if warm else 1):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model.generate(ids, **kw)
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+    return out, statistics.median(ts)

@@ -34,6 +34,13 @@ Where a layer's bytes live between its runs, its tier:
 - "gpu": the pack in GPU memory (a compressed tier, about 75% of the
   layer's raw bytes for BF16). A fault is that one kernel, no PCIe.
   Layers past the `gpu_bytes` budget are pinned instead.
+
+With experts= (tiers pinned and gpu), a mixture-of-experts layer's
+fused expert tensors are faulted in an expert at a time: only the
+experts its router picks, from a pool of hot experts' packs in GPU memory
+or from pinned memory (splitzip.offload_experts). Its other parameters
+move as a layer.
+
 Pinned and gpu faults only enqueue work on the upload stream, with fixed
 arguments, so an offloaded forward can be captured in a CUDA graph and
 replayed (torch.cuda.graph). The kernel checks every table entry on the
@@ -61,6 +68,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from ._lib import Cache, Error, error
 from ._packs import ENTRY, owner
 from ._pieces import Index
+from .offload_experts import Experts, ExpertStats, check_budget, expert_modules, split_rows
 from .offload_plan import TIERS, Plan, tiers
 from .transformers import _owner, load
 
@@ -81,7 +89,9 @@ class Stats:
     the window, layers found in their slot already (hits), the host time
     forwards spent waiting for faults to be enqueued, the host time in
     the offload's hooks (what forwards pay on the host for offloading,
-    those waits included), faults per layer, and the same per tier."""
+    those waits included), faults per layer, the same per tier, and with
+    experts= what the expert-granular offload did (layer faults then
+    count the layers' other parameters only)."""
     uploads: int = 0
     bytes: int = 0
     hits: int = 0
@@ -89,6 +99,15 @@ class Stats:
     hooks_s: float = 0.0
     layers: Dict[int, int] = field(default_factory=dict)
     tiers: Dict[str, TierStats] = field(default_factory=lambda: {t: TierStats() for t in TIERS})
+    experts: Optional[ExpertStats] = None
+
+
+def _nbytes(shape_dtype) -> int:
+    shape, dtype = shape_dtype
+    n = torch.empty((), dtype=dtype).element_size()
+    for d in shape:
+        n *= d
+    return n
 
 
 def _decoder_layers(model: "torch.nn.Module"):
@@ -133,6 +152,19 @@ def _layer_pieces(layers, kept: Dict[str, "torch.Tensor"]) -> List[dict]:
     return out
 
 
+def _check_args(tier: str, gpu_bytes: Optional[int], experts, expert_prefetch, expert_window, window) -> None:
+    """Raise ValueError for a tier, GPU budget or expert setting offload
+    does not take."""
+    tiers([], tier, gpu_bytes)
+    check_budget(experts)
+    if experts is not None and tier == "cache":
+        raise ValueError("experts= needs packs: give tier='pinned' or tier='gpu'")
+    if isinstance(expert_prefetch, bool) or not isinstance(expert_prefetch, int) or expert_prefetch < 0:
+        raise ValueError(f"expert_prefetch {expert_prefetch!r}: want a count of experts >= 0")
+    if not 1 <= expert_window <= window:
+        raise ValueError(f"expert_window {expert_window}: want 1 <= expert_window <= window ({window})")
+
+
 def _capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
@@ -142,8 +174,10 @@ class Offload:
     close() frees them and the cache."""
 
     def __init__(self, model, cache: Cache, device: "torch.device", window: int, prefetch: int,
-                 tier: str = "cache", gpu_bytes: Optional[int] = None, kept: Optional[dict] = None):
-        tiers([], tier, gpu_bytes)  # checks them
+                 tier: str = "cache", gpu_bytes: Optional[int] = None, kept: Optional[dict] = None,
+                 experts: Optional[Union[int, float]] = None, expert_prefetch: int = 0,
+                 expert_window: int = 1):
+        _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window)
         self.model, self.cache, self.device = model, cache, device
         self.dev = device.index or 0
         self.window, self.prefetch, self.tier = window, prefetch, tier
@@ -185,10 +219,22 @@ class Offload:
                                                            requires_grad=False)
             self.params.append(params)
             self.pieces.append(pieces)
+        mods, units = self._expert_units(shapes) if experts is not None else ({}, {})
         self.layer_bytes = [sum(p[3] for p in ps) for ps in self.pieces]
+        rows = {r for m in mods.values() for r in m[3]}  # zeroed: a row no expert filled yet holds no NaN
         shapes = [(rel, s, d) for rel, (s, d) in sorted(shapes.items())]
-        self.slots = [{r: torch.nn.Parameter(torch.empty(s, dtype=d, device=device), requires_grad=False)
-                       for r, s, d in shapes} for _ in range(window)]
+        # Slots past the first expert_window share those slots' expert rows.
+        self.expert_window = expert_window if rows else window
+        self.slots = []
+        for k in range(window):
+            slot = {}
+            for r, s, d in shapes:
+                if r in rows and k >= self.expert_window:
+                    slot[r] = self.slots[k % self.expert_window][r]
+                else:
+                    t = (torch.zeros if r in rows else torch.empty)(s, dtype=d, device=device)
+                    slot[r] = torch.nn.Parameter(t, requires_grad=False)
+            self.slots.append(slot)
         self.stream = torch.cuda.Stream(device)
         self.handle = self.stream.cuda_stream
         self.done = [torch.cuda.Event() for _ in range(window)]  # pack tiers: slot s's last fault
@@ -208,6 +254,10 @@ class Offload:
             self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="splitzip-offload")
         else:
             self._build_packs(gpu_bytes)
+        self.experts = None
+        if mods:
+            self.experts = Experts(self, mods, units, found, experts, expert_prefetch)
+            self.stats.experts = self.experts.stats
         for i in range(len(self.layers)):
             t = self.stats.tiers[self.where[i]]
             t.layers += 1
@@ -219,15 +269,42 @@ class Offload:
                 self.hooks.append(layer.register_forward_hook(self._post(i)))
         self.hooks.append(model.register_forward_hook(lambda *a: self._finish()))
 
+    def _expert_units(self, shapes: dict):
+        """For experts=: per layer, its experts module (name, module,
+        experts, rels) whose parameters are all offloaded and tiled by
+        pieces inside one expert's rows, and per (layer, expert) the
+        pieces of its rows, taken out of the layer's pieces."""
+        mods, units = {}, {}
+        for i, layer in enumerate(self.layers):
+            offloaded = {p[0] for p in self.params[i]}
+            for name, mod, n, rels in expert_modules(layer):
+                if not set(rels) <= offloaded:
+                    continue
+                split = [split_rows(self.pieces[i], r, _nbytes(shapes[r]), n) for r in rels]
+                if any(x is None for x in split):
+                    continue
+                mods[i] = (name, mod, n, rels)
+                for byrow in split:
+                    for e, pcs in byrow.items():
+                        units.setdefault((i, e), []).extend(pcs)
+                self.pieces[i] = [p for p in self.pieces[i] if p[0] not in rels]
+                break
+        return mods, units
+
     # Packs.
 
-    def _pack_args(self, i: int):
-        ps, slot = self.pieces[i], self.slots[self.plan.slot(i)]
+    def _pack_args(self, i: int, pieces: Optional[List[tuple]] = None):
+        ps, slot = self.pieces[i] if pieces is None else pieces, self.slots[self.plan.slot(i)]
         return [p[2] for p in ps], [slot[p[0]].data_ptr() + p[1] for p in ps], [p[3] for p in ps]
 
-    def _pack_into(self, i: int, buf: "torch.Tensor"):
-        idx, dsts, caps = self._pack_args(i)
+    def pack_pieces(self, i: int, pieces: Optional[List[tuple]], buf: "torch.Tensor"):
+        """Write into buf (pinned) the pack of pieces of layer i (None: the
+        layer's own) bound for its slot; returns its PackInfo."""
+        idx, dsts, caps = self._pack_args(i, pieces)
         return self.cache.pack_into_ptr(idx, dsts, caps, buf.data_ptr(), buf.numel())
+
+    def _pack_into(self, i: int, buf: "torch.Tensor"):
+        return self.pack_pieces(i, None, buf)
 
     def _build_packs(self, gpu_bytes: Optional[int]) -> None:
         """Each layer's pack, checked: in GPU memory while gpu_bytes
@@ -262,6 +339,8 @@ class Offload:
             self.cache.scatter_check(self.dev, self.handle)
         except Error as e:
             names = self._repair(sorted(set(faulted)))
+            if self.experts is not None:
+                names += self.experts.repair()
             raise error(e.status, f"{e.message}: a layer pack failed on the device"
                         f"{' (' + ', '.join(names) + ')' if names else ''}") from None
 
@@ -271,25 +350,24 @@ class Offload:
         torch.cuda.synchronize(self.device)
         names = []
         for i in layers:
-            held, _ = self.packs[i]
-            fresh = torch.empty(self.cache.pack_size(self._pack_args(i)[0]), dtype=torch.uint8, pin_memory=True)
-            info = self._pack_into(i, fresh)
-            fresh = fresh[:info.staged]
-            diff = (held.cpu() != fresh).nonzero()
-            if diff.numel() == 0:
-                continue
-            names.append(self._owner_of(i, int(diff[0]), fresh))
-            held.copy_(fresh)
-            self.packs[i] = (held, info)
+            name = self.refresh(i, self.pieces[i], self.packs[i][0])
+            if name:
+                names.append(name)
         torch.cuda.synchronize(self.device)
         return names
 
-    def _owner_of(self, i: int, off: int, pack: "torch.Tensor") -> str:
-        """The tensor of layer i's pack whose table entry or stored bytes
-        hold byte off."""
-        ps = self.pieces[i]
-        k = owner(pack[:ENTRY * len(ps)].numpy().tobytes(), len(ps), off)
-        return ps[k][4] if k is not None else f"layer {i}"
+    def refresh(self, i: int, pieces: List[tuple], held: "torch.Tensor") -> Optional[str]:
+        """Compare held, the pack of pieces of layer i, with a fresh one;
+        where they differ, overwrite held and return the tensor whose
+        table entry or stored bytes hold the first differing byte."""
+        fresh = torch.empty(self.cache.pack_size([p[2] for p in pieces]), dtype=torch.uint8, pin_memory=True)
+        fresh = fresh[:self.pack_pieces(i, pieces, fresh).staged]
+        diff = (held.cpu() != fresh).nonzero()
+        if diff.numel() == 0:
+            return None
+        held.copy_(fresh)
+        k = owner(fresh[:ENTRY * len(pieces)].numpy().tobytes(), len(pieces), int(diff[0]))
+        return pieces[k][4] if k is not None else f"layer {i}"
 
     # Faults.
 
@@ -363,6 +441,9 @@ class Offload:
         if self.pool is not None and _capturing():
             raise RuntimeError("splitzip.offload: tier 'cache' reads files during the forward and cannot be "
                                "captured in a CUDA graph; use tier='pinned' or tier='gpu'")
+        if self.experts is not None and _capturing():
+            raise RuntimeError("splitzip.offload: experts= faults in the experts each forward routes to, known "
+                               "on the host only, and cannot be captured in a CUDA graph; offload without experts=")
         self.stats.hooks_s += time.perf_counter() - t0
 
     def _recover(self) -> None:
@@ -389,6 +470,8 @@ class Offload:
             except Error:
                 pass
         self.faulted = []
+        if self.experts is not None:
+            self.experts.forget()
         self.ready.clear()
         self.used = [None] * self.window
         self.plan = Plan(len(self.layers), self.window, self.prefetch)
@@ -467,6 +550,8 @@ class Offload:
         for ev in self.events:
             ev.release()
         self.events = []
+        if self.experts is not None:
+            self.experts.close()
         self.slots, self.packs, self.staging = [], [], []
         self.cache.close()
 
@@ -496,7 +581,8 @@ def capture(model, example: "torch.Tensor", warmup: int = 2, **kwargs):
 
 def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:0", window: int = 2,
             prefetch: int = 1, source: Optional[str] = None, model_class=None, tier: str = "cache",
-            gpu_bytes: Optional[int] = None, **kwargs):
+            gpu_bytes: Optional[int] = None, experts: Optional[Union[int, float]] = None,
+            expert_prefetch: int = 0, expert_window: int = 1, **kwargs):
     """The model at config (a folder with config.json, such as a hub
     snapshot, or a config) with its decoder layers offloaded: window
     layers' weights in GPU memory at a time, the next prefetch layers
@@ -509,11 +595,24 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     parameter's bytes are then traced back to the checkpoint tensors that
     tile them, and faults write those tensors into the slots. Everything
     but the layers' parameters moves to device. Returns the model (eval
-    mode); model.splitzip_offload is the Offload (stats, check(), close())."""
+    mode); model.splitzip_offload is the Offload (stats, check(), close()).
+
+    experts (tiers pinned and gpu): fault in only the experts each
+    mixture-of-experts layer's router picks (splitzip.offload_experts),
+    with at most this much GPU memory for hot experts' packs: a byte count
+    (int) or a fraction of all experts' packs (float); the packs of the
+    next such layer's expert_prefetch likeliest experts for each token
+    are copied ahead (default 0: none, which decoded fastest on the
+    H200, docs/TRANSFORMERS.md); the fused expert tensors the layers
+    compute with are expert_window
+    sets (1 <= expert_window <= window) shared by the window's slots, so
+    a window as long as the model keeps every layer's other parameters
+    resident while experts come and go. None: experts move with their
+    layer. Such forwards are not capturable in a CUDA graph."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    tiers([], tier, gpu_bytes)  # checks tier and gpu_bytes before anything loads
+    _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window)  # before anything loads
     if kwargs.get("device_map") not in (None, "cpu"):
         raise ValueError("offload places the model itself: give device=, not device_map=")
     kwargs["device_map"] = "cpu"
@@ -529,7 +628,8 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
             for k, b in mod._buffers.items():
                 if b is not None:
                     mod._buffers[k] = b.to(device)
-        o = Offload(model, c, device, window, prefetch, tier=tier, gpu_bytes=gpu_bytes, kept=src.kept)
+        o = Offload(model, c, device, window, prefetch, tier=tier, gpu_bytes=gpu_bytes, kept=src.kept,
+                    experts=experts, expert_prefetch=expert_prefetch, expert_window=expert_window)
         src.kept.clear()
     except Exception:
         c.close()

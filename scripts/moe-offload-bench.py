@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Batch-1 decoding of a Mixtral-shaped model of about 8.8 GiB (hidden
+2048, intermediate 5632, 16 layers of 8 experts, top 2; random BF16
+weights N(0, 0.02), seed 0) on the GPU machine: greedy model.generate
+of --tokens tokens after a 16-token prompt, tokens per second of
+
+- the resident model (transformers' from_pretrained to cuda:0),
+- splitzip.offload with whole layers (tier pinned, window 2, prefetch 1),
+- splitzip.offload with experts= (window 16: the layers' other
+  parameters resident after their first fault; experts faulted in one
+  at a time into one set of expert rows; GPU memory for experts, pool
+  and rows, at most --resident of all experts' raw bytes), without
+  prediction (the default) and prefetching the likeliest 1 or 2 experts
+  a token,
+- accelerate's cpu_offload (one timed generation of --accel-tokens),
+
+each variant's tokens checked equal to the resident model's (a failure
+otherwise), median of --repeat after a warm-up generation. Fixed cache.
+
+    python3 scripts/moe-offload-bench.py --bin .dev/splitzip --out $OUT [--work DIR]
+
+Writes moe.json and prints one JSON line a variant and a table.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from offloadbench import timed_generate  # noqa: E402
+from splitzip.offload import offload  # noqa: E402
+
+WINDOW = 2  # whole-layer offload
+
+
+def config():
+    return transformers.MixtralConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                                      num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=4,
+                                      num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=2048)
+
+
+def make(cfg, src, bin_, cache):
+    if not os.path.exists(os.path.join(src, "config.json")):
+        torch.manual_seed(0)
+        with torch.device("cuda:0"):
+            m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.dim() >= 2:
+                    p.normal_(0, 0.02)
+        m.save_pretrained(src)
+        del m
+        torch.cuda.empty_cache()
+    if not os.path.exists(cache):
+        t0 = time.perf_counter()
+        subprocess.run([bin_, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+        print(f"compress: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, ".dev", "splitzip"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument("--work", default=os.environ.get("BENCH_TMP", "/tmp/moe-bench"))
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--accel-tokens", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--resident", type=float, default=0.25)
+    ap.add_argument("--skip", default="", help="comma-separated variants to skip")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    cfg = config()
+    src, cache = os.path.join(args.work, "model"), os.path.join(args.work, "fixed")
+    os.makedirs(args.work, exist_ok=True)
+    make(cfg, src, args.bin, cache)
+    expert = 3 * cfg.hidden_size * cfg.intermediate_size * 2
+    experts = expert * cfg.num_local_experts * cfg.num_hidden_layers
+    # GPU memory for experts: one set of rows (every expert of a layer)
+    # and the pool, which gets what the cap leaves.
+    pool = int(args.resident * experts) - cfg.num_local_experts * expert
+    torch.manual_seed(3)
+    ids = torch.randint(0, cfg.vocab_size, (1, 16), device="cuda:0")
+    kw = dict(max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
+    rows, want = [], None
+
+    def report(row):
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    res = AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0").eval()
+    size = sum(p.numel() * p.element_size() for p in res.parameters())
+    want, t = timed_generate(res, ids, kw, n=args.repeat)
+    report({"variant": "resident", "tok_s": args.tokens / t, "equal": True, "model_bytes": size})
+    del res
+    torch.cuda.empty_cache()
+    layers = cfg.num_hidden_layers
+    variants = [("layers", {"window": WINDOW}),
+                ("experts", {"window": layers, "experts": pool}),
+                ("experts-predict1", {"window": layers, "experts": pool, "expert_prefetch": 1}),
+                ("experts-predict2", {"window": layers, "experts": pool, "expert_prefetch": 2})]
+    for name, extra in variants:
+        if name in skip:
+            continue
+        t0 = time.perf_counter()
+        m = offload(cache, src, prefetch=1, tier="pinned", **extra)
+        built = time.perf_counter() - t0
+        o = m.splitzip_offload
+        try:
+            got, t = timed_generate(m, ids, kw, n=args.repeat)
+            row = {"variant": name, "tok_s": args.tokens / t, "equal": bool(torch.equal(want, got)),
+                   "build_s": built, "hooks_ms_per_token": o.stats.hooks_s * 1e3 / (args.tokens * (args.repeat + 1)),
+                   "layer_fault_bytes": o.stats.bytes}
+            if o.experts is not None:
+                st = o.stats.experts
+                row.update({k: getattr(st, k) for k in (
+                    "routed", "row_hits", "pool_hits", "prefetch_hits", "copies", "prefetches", "predicted",
+                    "predicted_right", "copied_bytes",
+                    "scattered_bytes", "buffers", "pool_bytes", "expert_bytes", "resident_fraction")})
+            report(row)
+        finally:
+            o.close()
+            del m, o
+            torch.cuda.empty_cache()
+    if "accelerate" not in skip:
+        from accelerate import cpu_offload
+        cpu = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).eval()
+        cpu_offload(cpu, execution_device=torch.device("cuda:0"))
+        akw = dict(kw, max_new_tokens=args.accel_tokens, min_new_tokens=args.accel_tokens)
+        got, t = timed_generate(cpu, ids, akw, warm=False)
+        report({"variant": "accelerate", "tok_s": args.accel_tokens / t,
+                "equal": bool(torch.equal(want[:, :got.shape[1]], got))})
+        del cpu
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
+            "resident_cap": args.resident, "pool_budget": pool, "expert_bytes": experts}
+    with open(os.path.join(args.out, "moe.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    by = {r["variant"]: r for r in rows}
+    base = by["resident"]["tok_s"]
+    print(f"{'variant':<20} {'tok/s':>8} {'x resident':>10} {'x layers':>9} equal")
+    for r in rows:
+        lay = by.get("layers", {}).get("tok_s")
+        print(f"{r['variant']:<20} {r['tok_s']:8.2f} {r['tok_s'] / base:10.3f} "
+              f"{(r['tok_s'] / lay) if lay else float('nan'):9.2f} {r['equal']}")
+    bad = [r["variant"] for r in rows if not r["equal"]]
+    print(f"{len(bad)} variants with differences {bad}")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
