@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/checkpoint"
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -38,9 +39,11 @@ type CompressOptions struct {
 	// PackMax is the stored size at or below which objects are written
 	// into pack files: 0 means shardcache.DefaultPackMax, negative none.
 	PackMax int64
-	// Codec chooses the payloads: CodecFixed (""), CodecEntropy or
-	// CodecAuto.
-	Codec    string
+	// Codec chooses the payloads: CodecFixed (""), CodecEntropy,
+	// CodecAuto or CodecCost.
+	Codec string
+	// Cost is the cost model CodecCost chooses by (nil: costmodel.Default).
+	Cost     *costmodel.Profile
 	Progress Progress
 }
 
@@ -57,6 +60,12 @@ const (
 	// when those fail the gate) and the other float dtypes as entropy
 	// payloads.
 	CodecAuto = "auto"
+	// CodecCost stores each tensor as the kind its cost model
+	// (CompressOptions.Cost) predicts loads fastest: raw, a fixed-codec
+	// payload (BF16) or an entropy payload (float dtypes), among those
+	// whose payload passes the gate. Small tensors, whose host cost a
+	// load outweighs the bytes they save, stay raw.
+	CodecCost = "cost"
 )
 
 // Totals sums a checkpoint's tensors.
@@ -70,6 +79,19 @@ type Totals struct {
 	BF16RawBytes      uint64 `json:"bf16_raw_bytes"`
 	BF16StoredBytes   uint64 `json:"bf16_stored_bytes"`
 	NewObjectBytes    uint64 `json:"new_object_bytes,omitempty"` // written by this run
+	// CostRawTensors are the tensors --codec cost kept raw because the
+	// cost model predicted them to load faster so, and CostRawBytes their
+	// bytes.
+	CostRawTensors int    `json:"cost_raw_tensors,omitempty"`
+	CostRawBytes   uint64 `json:"cost_raw_bytes,omitempty"`
+}
+
+// costRaw counts a tensor the cost model kept raw (by its reason).
+func (t *Totals) costRaw(reason string, size uint64) {
+	if strings.HasPrefix(reason, costmodel.ReasonPrefix) {
+		t.CostRawTensors++
+		t.CostRawBytes += size
+	}
 }
 
 // CompressResult reports a Compress run.
@@ -115,8 +137,15 @@ func (o *CompressOptions) validate() error {
 	case "":
 		o.Codec = CodecFixed
 	case CodecFixed, CodecEntropy, CodecAuto:
+	case CodecCost:
+		if o.Cost == nil {
+			o.Cost = costmodel.Default()
+		}
+		if err := o.Cost.Check(); err != nil {
+			return fmt.Errorf("%w: %v", ErrOption, err)
+		}
 	default:
-		return fmt.Errorf("%w: codec must be %s, %s or %s, got %q", ErrOption, CodecFixed, CodecEntropy, CodecAuto, o.Codec)
+		return fmt.Errorf("%w: codec must be %s, %s, %s or %s, got %q", ErrOption, CodecFixed, CodecEntropy, CodecAuto, CodecCost, o.Codec)
 	}
 	o.Progress = orNop(o.Progress)
 	return nil
@@ -394,6 +423,7 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*
 			stored = o.Size
 		}
 		tot.StoredBytes += stored
+		tot.costRaw(t.Reason, t.Size)
 		if t.DType == "BF16" {
 			tot.BF16Tensors++
 			tot.BF16RawBytes += t.Size

@@ -12,6 +12,15 @@ import (
 	"github.com/splitzip/splitzip/shardcache"
 )
 
+// fixedEstimate bounds the fixed-codec payload of n BF16 values with
+// histogram hist and codebook cb: a coded value costs 1.5 bytes, an
+// escape 3 more, and the header, group table and a chunk entry come on
+// top.
+func fixedEstimate(hist *codec.Histogram, cb codec.Codebook, n uint64) float64 {
+	escapes := hist.Total() - uint64(cb.Coverage(hist)*float64(hist.Total())+0.5)
+	return 1.5*float64(n) + 3*float64(escapes) + codec.HeaderSize + 16 + codec.EntrySize
+}
+
 // fixedPayload writes a BF16 tensor's fixed-codec payload and records it in
 // rec, or reports why it did not pass the gate, and whether it read the
 // tensor a second time (counting it in the progress).
@@ -19,11 +28,7 @@ func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor,
 	n := t.Size() / 2
 	cb := codec.NewCodebook(hist)
 	rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
-	escapes := hist.Total() - uint64(cb.Coverage(hist)*float64(hist.Total())+0.5)
-	// A coded value costs 1.5 bytes, an escape 3 more, and the header,
-	// group table and a chunk entry come on top: skip the second pass
-	// when even that bound cannot pass the gate.
-	est := 1.5*float64(n) + 3*float64(escapes) + codec.HeaderSize + 16 + codec.EntrySize
+	est := fixedEstimate(hist, cb, n)
 	if n == 0 || est > (1-tc.opts.MinSaving)*float64(t.Size()) {
 		return false, false, fmt.Sprintf("saving at most %.1f%%, below %.1f%% (exponent coverage %.2f%%)",
 			100*(1-est/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving, 100*cb.Coverage(hist)), nil

@@ -47,7 +47,7 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 	var fields []int
 	hintOnly := false // fields are counted for the hint, not coded
 	switch {
-	case codecName == CodecEntropy || codecName == CodecAuto:
+	case codecName == CodecEntropy || codecName == CodecAuto || codecName == CodecCost:
 		fields = entropyFields(t.DType, t.Size())
 	case !fixed:
 		fields = entropyFields(t.DType, t.Size())
@@ -112,6 +112,9 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 			rec.CopyStored = true
 		}
 		return nil
+	}
+	if codecName == CodecCost {
+		return tc.compressByCost(r, t, rec, &hist, counts, crc1, fixed)
 	}
 	progress := true // no second pass has counted the tensor yet
 	if fixed {

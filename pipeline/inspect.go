@@ -280,4 +280,5 @@ func add(t *Totals, r *TensorReport) {
 		t.BF16RawBytes += r.RawBytes
 		t.BF16StoredBytes += r.StoredBytes
 	}
+	t.costRaw(r.Reason, r.RawBytes)
 }

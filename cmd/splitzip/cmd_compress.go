@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/pipeline"
 )
 
@@ -34,7 +35,12 @@ place on the GPU at load time); with --codec entropy every float tensor (BF16,
 F16, F32, F8_E4M3, F8_E5M2) becomes an entropy payload (its exponents
 Huffman-coded, near their entropy; decoded in place on the GPU at load time
 too); with --codec auto BF16 tensors take fixed-codec payloads (entropy ones
-where those would not pass) and the other float dtypes entropy payloads.
+where those would not pass) and the other float dtypes entropy payloads; with
+--codec cost each tensor is stored as this host's cost model (splitzip
+calibrate, measured on first use) predicts loads fastest from the page cache:
+raw, fixed or entropy, so small tensors, whose host cost a load outweighs the
+bytes they save, stay raw (inspect --tensors gives each one's predicted
+times).
 Other dtypes, and tensors that
 would not save at least --min-saving, are recorded as raw aliases of their
 source slice. With the default codec, float tensors of other dtypes stay
@@ -55,7 +61,7 @@ checkpoints; tensors they share are stored once.`,
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a tensor raw unless its payload makes it at least this fraction smaller")
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
 	addMemoryFlag(f, &o.Memory)
-	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (BF16, 12 bits a value), entropy (every float dtype) or auto")
+	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (BF16, 12 bits a value), entropy (every float dtype), auto, or cost (each tensor as this host's cost model predicts loads fastest: raw, fixed or entropy)")
 	f.StringVar(&o.PackMax, "pack-max", "256KiB", "store objects of at most this size together in pack files (0: one file per object)")
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	return cmd
@@ -73,9 +79,9 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		return usageError{fmt.Errorf("--min-saving %g is refused: want a fraction of at least 0 and below 1", o.MinSaving)}
 	}
 	switch o.Codec {
-	case pipeline.CodecFixed, pipeline.CodecEntropy, pipeline.CodecAuto:
+	case pipeline.CodecFixed, pipeline.CodecEntropy, pipeline.CodecAuto, pipeline.CodecCost:
 	default:
-		return usageError{fmt.Errorf("--codec must be fixed, entropy or auto, got %q", o.Codec)}
+		return usageError{fmt.Errorf("--codec must be fixed, entropy, auto or cost, got %q", o.Codec)}
 	}
 	mem, err := memoryBudget(o.Memory)
 	if err != nil {
@@ -89,9 +95,15 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if packMax == 0 {
 		pm = -1
 	}
+	var prof *costmodel.Profile
+	if o.Codec == pipeline.CodecCost {
+		if prof, err = hostProfile(ctx, g); err != nil {
+			return err
+		}
+	}
 	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
 		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Memory: mem, Progress: g.progress(),
-		PackMax: pm, Codec: o.Codec,
+		PackMax: pm, Codec: o.Codec, Cost: prof,
 	})
 	if err != nil {
 		return err

@@ -133,6 +133,9 @@ func payloadKinds(t pipeline.Totals) string {
 	if t.EntropyTensors > 0 {
 		s += fmt.Sprintf(", %d entropy", t.EntropyTensors)
 	}
+	if t.CostRawTensors > 0 {
+		s += fmt.Sprintf(", %d kept raw by the cost model (%s)", t.CostRawTensors, human(t.CostRawBytes))
+	}
 	return s
 }
 

@@ -121,7 +121,7 @@ known, "file" and "tensor". Numeric flags refuse values that mean nothing
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.flagError(err) })
 	root.AddCommand(newCompressCommand(g), newVerifyCommand(g), newInspectCommand(g),
-		newDecompressCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g), newRelocateCommand(g),
+		newDecompressCommand(g), newCalibrateCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g), newRelocateCommand(g),
 		newPlanCommand(g), newVersionCommand(g))
 	setHelp(g, root)
 	return root

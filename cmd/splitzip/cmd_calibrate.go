@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/costmodel"
+	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/calibrate"
+)
+
+// calibrateOptions are the flags of calibrate.
+type calibrateOptions struct {
+	Device string
+}
+
+func newCalibrateCommand(g *globals) *cobra.Command {
+	var o calibrateOptions
+	cmd := &cobra.Command{
+		Use:   "calibrate",
+		Short: "Measure this host's cost model (what --codec cost chooses by)",
+		Long: `Measure what loading a tensor costs on this host, by how it is stored (raw,
+a fixed-codec payload, an entropy payload; small entropy payloads are decoded
+on the host): generated checkpoints of tiny, small and large tensors are
+compressed with each codec and loaded from the page cache on --device (by
+default GPU 0 where there is one, else the CPU), and each kind's cost a
+tensor and rate are fitted to the fastest loads. It takes seconds. The
+profile is kept in the user's cache folder (splitzip/ in XDG_CACHE_HOME or
+~/.cache) under this host's fingerprint (CPU model, core count, device), and
+compress --codec cost uses it; on a host without one, compress measures it
+first. SPLITZIP_PROFILE names a profile file to use instead, or "default"
+for the built-in one (measured on an H200).`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			p, file, err := measureProfile(cmd.Context(), g, o.Device)
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return printJSON(g.stdout, "profile", struct {
+					*costmodel.Profile
+					File string `json:"file"`
+				}{p, file})
+			}
+			printProfile(g, p, file)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.Device, "device", "", "engine to measure: a GPU ordinal or cpu (default: GPU 0 where there is one, else cpu)")
+	return cmd
+}
+
+// envCalibrateQuick, when set, makes calibrations a few times smaller and
+// so less exact: for the tests, which measure a profile twice.
+const envCalibrateQuick = "SPLITZIP_CALIBRATE_QUICK"
+
+// defaultDevice is GPU 0 where a driver finds one, else the CPU.
+func defaultDevice() string {
+	l, err := cuda.Open()
+	if err != nil {
+		return "cpu"
+	}
+	if n, err := l.DeviceCount(); err != nil || n == 0 {
+		return "cpu"
+	}
+	return "0"
+}
+
+// measureProfile calibrates on device ("" for defaultDevice) and keeps
+// the profile in the user's cache folder; it returns where.
+func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.Profile, string, error) {
+	if device == "" {
+		device = defaultDevice()
+	}
+	eng, err := loadOptions{Streams: 2}.engineFor("--device", device)
+	if err != nil {
+		return nil, "", err
+	}
+	defer eng.Close()
+	pr := g.progress()
+	pr.Start("calibrating the cost model on "+eng.Name(), 0)
+	var co calibrate.Options
+	if os.Getenv(envCalibrateQuick) != "" {
+		co = calibrate.Options{Tiny: 300, Small: 40, Large: 4 << 20, Runs: 2}
+	}
+	p, err := calibrate.Measure(ctx, eng, co)
+	pr.Finish()
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := costmodel.Dir()
+	if err != nil {
+		return nil, "", err
+	}
+	file, err := costmodel.Save(dir, p)
+	return p, file, err
+}
+
+// hostProfile is the cost model compress --codec cost uses: the file
+// SPLITZIP_PROFILE names (or the built-in one for "default"), else this
+// host's kept profile, measured first when there is none.
+func hostProfile(ctx context.Context, g *globals) (*costmodel.Profile, error) {
+	switch env := os.Getenv(costmodel.EnvProfile); env {
+	case "":
+	case "default":
+		return costmodel.Default(), nil
+	default:
+		return costmodel.Read(env)
+	}
+	dir, err := costmodel.Dir()
+	if err != nil {
+		return nil, err
+	}
+	device := defaultDevice()
+	name := "cpu"
+	if device != "cpu" {
+		ctx, err := openGPU(0)
+		if err != nil {
+			return nil, err
+		}
+		name, err = ctx.Name()
+		ctx.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	p, err := costmodel.Lookup(dir, costmodel.Fingerprint(name))
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return p, err
+	}
+	fmt.Fprintf(g.stderr, "measuring this host's cost model once (splitzip calibrate; SPLITZIP_PROFILE=default skips it)\n")
+	p, _, err = measureProfile(ctx, g, device)
+	return p, err
+}
+
+// printProfile prints a profile as a table.
+func printProfile(g *globals, p *costmodel.Profile, file string) {
+	fmt.Fprintf(g.stdout, "cost model of %s, measured %s", p.Host, p.Measured)
+	if file != "" {
+		fmt.Fprintf(g.stdout, ", kept in %s", file)
+	}
+	fmt.Fprintln(g.stdout)
+	fmt.Fprintf(g.stdout, "%-22s %12s %12s\n", "stored as", "µs a tensor", "GB/s")
+	for _, r := range []struct {
+		name string
+		c    costmodel.Cost
+	}{{"raw", p.Raw}, {"fixed", p.Fixed}, {"entropy", p.Entropy},
+		{fmt.Sprintf("entropy <= %s", human(p.SmallBytes)), p.EntropySmall}} {
+		fmt.Fprintf(g.stdout, "%-22s %12.2f %12.2f\n", r.name, r.c.Tensor*1e6, r.c.Rate/1e9)
+	}
+}

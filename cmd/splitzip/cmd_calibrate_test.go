@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/costmodel"
+)
+
+// TestCalibrateAndCostCodec: calibrate measures this host on the CPU and
+// keeps the profile in the user's cache folder; compress --codec cost
+// uses it (measuring first where there is none, saying so), the cache
+// verifies, and inspect counts what the model kept raw. SPLITZIP_PROFILE
+// picks the built-in profile or a file, and a bad file is an error naming
+// it.
+func TestCalibrateAndCostCodec(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", home)
+	t.Setenv(costmodel.EnvProfile, "")
+	t.Setenv(envCalibrateQuick, "1")
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if code, _, e := splitzip(t, "gen", ck, "--mix", "300", "--shards", "1"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	// First use: compress measures the profile (the CPU here).
+	code, out, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c1"), "--codec", "cost", "--no-sync")
+	if code != 0 || !strings.Contains(e, "measuring this host's cost model once") {
+		t.Fatalf("compress: %d %q %q", code, out, e)
+	}
+	kept, _ := filepath.Glob(filepath.Join(home, "splitzip", "costmodel-*.json"))
+	if len(kept) != 1 {
+		t.Fatalf("profiles kept: %v", kept)
+	}
+	// calibrate --json: the same host, a file, positive costs.
+	code, out, e = splitzip(t, "calibrate", "--device", "cpu", "--json")
+	if code != 0 {
+		t.Fatalf("calibrate: %d %s", code, e)
+	}
+	var p struct {
+		costmodel.Profile
+		File string `json:"file"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if p.Device != "cpu" || p.File != kept[0] || p.Check() != nil {
+		t.Fatalf("profile %+v (%v)", p, p.Check())
+	}
+	// Second use: no measuring; the cache verifies; inspect's counts add up.
+	cache := filepath.Join(dir, "c2")
+	code, out, e = splitzip(t, "compress", ck, "-o", cache, "--codec", "cost", "--no-sync")
+	if code != 0 || strings.Contains(e, "measuring") {
+		t.Fatalf("compress: %d %q %q", code, out, e)
+	}
+	if code, out, e := splitzip(t, "verify", cache); code != 0 || !strings.Contains(out, "verify ok") {
+		t.Fatalf("verify: %d %q %q", code, out, e)
+	}
+	code, out, _ = splitzip(t, "inspect", cache, "--json")
+	var ins struct{ Totals map[string]float64 }
+	if err := json.Unmarshal([]byte(out), &ins); err != nil || code != 0 {
+		t.Fatalf("inspect: %v %s", err, out)
+	}
+	tt := ins.Totals
+	if tt["tensors"] != 300 || tt["cost_raw_tensors"]+tt["compressed_tensors"] > 300 {
+		t.Fatalf("totals %v", tt)
+	}
+	// The built-in profile: small tensors raw, the largest coded.
+	t.Setenv(costmodel.EnvProfile, "default")
+	cache = filepath.Join(dir, "c3")
+	if code, out, e := splitzip(t, "compress", ck, "-o", cache, "--codec", "cost", "--no-sync"); code != 0 || !strings.Contains(out, "kept raw by the cost model") {
+		t.Fatalf("compress, default profile: %d %q %q", code, out, e)
+	}
+	// A file that is no profile.
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(costmodel.EnvProfile, bad)
+	if code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c4"), "--codec", "cost", "--no-sync"); code == 0 || !strings.Contains(e, bad) {
+		t.Fatalf("bad profile: %d %q", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c5"), "--codec", "cheap"); code != 2 || !strings.Contains(e, "cost") {
+		t.Fatalf("bad codec: %d %q", code, e)
+	}
+}

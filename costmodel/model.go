@@ -1,0 +1,170 @@
+// Package costmodel predicts what loading a tensor costs on a host, by how
+// it is stored (raw, a fixed-codec payload, an entropy payload), and picks
+// the cheapest: the per-tensor codec choice of `splitzip compress --codec
+// cost`.
+//
+// The model is two numbers a kind: a fixed cost a tensor (the host's work
+// to look it up, read, check, stage and launch it, which dominates for
+// small tensors) and a rate in raw bytes a second (what the bytes cost on
+// the way to the device, decode included, which dominates for large
+// ones). Entropy payloads of at most SmallBytes are decoded on the host,
+// with their own pair. A Profile holds the pairs of one host: measured on
+// it (internal/calibrate) or, failing that, Default's H200 numbers.
+package costmodel
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Kind is how a tensor is stored in a cache.
+type Kind int
+
+// Kinds, in the order Choose prefers them at equal cost (fewest bytes
+// last, so that a tie goes to the smaller).
+const (
+	Raw Kind = iota
+	Fixed
+	Entropy
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Raw:
+		return "raw"
+	case Fixed:
+		return "fixed"
+	case Entropy:
+		return "entropy"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Cost is what one kind of tensor costs: Tensor seconds each, plus its raw
+// bytes at Rate bytes a second.
+type Cost struct {
+	Tensor float64 `json:"tensor_s"`
+	Rate   float64 `json:"rate_bytes_s"`
+}
+
+// Time is the predicted seconds of a tensor of size raw bytes.
+func (c Cost) Time(size uint64) float64 { return c.Tensor + float64(size)/c.Rate }
+
+// Profile is the cost model of one host: what a first load from the page
+// cache costs a tensor of each kind.
+type Profile struct {
+	Version      int    `json:"version"`
+	Host         string `json:"host"`          // Fingerprint of the host it was measured on
+	Device       string `json:"device"`        // "cuda" or "cpu": the engine the loads used
+	Measured     string `json:"measured"`      // RFC 3339, or "default"
+	Raw          Cost   `json:"raw"`           // raw tensors (from the source or the cache)
+	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads
+	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
+	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
+	SmallBytes   uint64 `json:"small_bytes"`
+}
+
+// Version is the Profile layout this package writes.
+const Version = 1
+
+// ErrProfile is returned for a profile that cannot be used.
+var ErrProfile = errors.New("costmodel: bad profile")
+
+// Default is the model measured on the lent H200 (16 host cores, CUDA
+// engine) on 2026-12-04, used where no profile of the host exists:
+// page-cache first loads of a 4 GiB Llama-shaped checkpoint (raw 44.2,
+// fixed 56.7, entropy 51.5 GB/s of raw bytes, medians) for the rates, and
+// of 20,000 tensors of 1-64 KiB (raw 1.3 µs, fixed 2.2 µs a tensor with
+// their bytes) for the fixed costs; entropy payloads of at most 64 KiB
+// are decoded on the host, about 2 GB/s a core (dev-2's decoder).
+func Default() *Profile {
+	return &Profile{
+		Version: Version, Host: "default", Device: "cuda", Measured: "default",
+		Raw:          Cost{Tensor: 0.5e-6, Rate: 44.2e9},
+		Fixed:        Cost{Tensor: 1.5e-6, Rate: 56.7e9},
+		Entropy:      Cost{Tensor: 2.0e-6, Rate: 51.5e9},
+		EntropySmall: Cost{Tensor: 2.0e-6, Rate: 2.0e9},
+		SmallBytes:   64 << 10,
+	}
+}
+
+// Check returns ErrProfile unless every cost is finite and positive.
+func (p *Profile) Check() error {
+	if p.Version != Version {
+		return fmt.Errorf("%w: version %d, want %d", ErrProfile, p.Version, Version)
+	}
+	for _, c := range []struct {
+		name string
+		c    Cost
+	}{{"raw", p.Raw}, {"fixed", p.Fixed}, {"entropy", p.Entropy}, {"entropy_small", p.EntropySmall}} {
+		if !(c.c.Tensor >= 0) || math.IsInf(c.c.Tensor, 0) || !(c.c.Rate > 0) || math.IsInf(c.c.Rate, 0) {
+			return fmt.Errorf("%w: %s cost %g s a tensor at %g bytes/s", ErrProfile, c.name, c.c.Tensor, c.c.Rate)
+		}
+	}
+	return nil
+}
+
+// Time is the predicted seconds to load a tensor of size raw bytes stored
+// as kind.
+func (p *Profile) Time(k Kind, size uint64) float64 {
+	switch k {
+	case Fixed:
+		return p.Fixed.Time(size)
+	case Entropy:
+		if size <= p.SmallBytes {
+			return p.EntropySmall.Time(size)
+		}
+		return p.Entropy.Time(size)
+	}
+	return p.Raw.Time(size)
+}
+
+// Choice is what Choose picked and why: the predicted seconds of each
+// kind it weighed (NaN for one it could not use).
+type Choice struct {
+	Kind  Kind
+	Times [3]float64
+}
+
+// ReasonPrefix starts the reason the index records for a tensor the
+// model kept raw (Choice.Reason).
+const ReasonPrefix = "cost model: "
+
+// Reason says why a tensor stays raw, for the index.
+func (c Choice) Reason() string {
+	s := fmt.Sprintf("%sraw %.2f µs", ReasonPrefix, c.Times[Raw]*1e6)
+	for _, k := range []Kind{Fixed, Entropy} {
+		if !math.IsNaN(c.Times[k]) {
+			s += fmt.Sprintf(", %s %.2f µs", k, c.Times[k]*1e6)
+		}
+	}
+	return s
+}
+
+// Choose picks the kind of a tensor of size raw bytes that loads fastest,
+// among raw and those allowed (the codecs that apply to its dtype and
+// passed their gates). A kind within 1% of the fastest that stores fewer
+// bytes wins over it.
+func (p *Profile) Choose(size uint64, fixed, entropy bool) Choice {
+	c := Choice{Kind: Raw, Times: [3]float64{p.Time(Raw, size), math.NaN(), math.NaN()}}
+	if fixed {
+		c.Times[Fixed] = p.Time(Fixed, size)
+	}
+	if entropy {
+		c.Times[Entropy] = p.Time(Entropy, size)
+	}
+	best := c.Times[Raw]
+	for _, k := range []Kind{Fixed, Entropy} {
+		if !math.IsNaN(c.Times[k]) && c.Times[k] < best {
+			best = c.Times[k]
+		}
+	}
+	for _, k := range []Kind{Entropy, Fixed, Raw} {
+		if !math.IsNaN(c.Times[k]) && c.Times[k] <= best*1.01 {
+			c.Kind = k
+			break
+		}
+	}
+	return c
+}

@@ -1,0 +1,117 @@
+package costmodel
+
+import (
+	"errors"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestChoose: the default (H200) model stores tiny tensors raw and large
+// ones coded, fixed over entropy where only the fixed codec applies, and
+// breaks near-ties toward fewer bytes.
+func TestChoose(t *testing.T) {
+	p := Default()
+	for _, c := range []struct {
+		size           uint64
+		fixed, entropy bool
+		want           Kind
+	}{
+		{4 << 10, true, true, Raw},
+		{16 << 10, true, false, Raw},
+		{64 << 20, true, false, Fixed},
+		{64 << 20, false, true, Entropy},
+		{64 << 20, false, false, Raw},
+		{64 << 20, true, true, Fixed}, // 56.7 against 51.5 GB/s
+	} {
+		got := p.Choose(c.size, c.fixed, c.entropy)
+		if got.Kind != c.want {
+			t.Errorf("%d bytes (fixed %v, entropy %v): %v, want %v (%v)", c.size, c.fixed, c.entropy, got.Kind, c.want, got.Times)
+		}
+	}
+	// The break-even size of fixed against raw: 1 µs more a tensor
+	// against 1/44.2 - 1/56.7 ns a byte saved.
+	even := 1e-6 / (1/44.2e9 - 1/56.7e9)
+	if p.Choose(uint64(even*0.9), true, false).Kind != Raw || p.Choose(uint64(even*1.1), true, false).Kind != Fixed {
+		t.Errorf("break-even near %.0f bytes not where the costs put it", even)
+	}
+	// Entropy payloads of at most SmallBytes cost their host decode.
+	if p.Time(Entropy, p.SmallBytes) != p.EntropySmall.Time(p.SmallBytes) || p.Time(Entropy, p.SmallBytes+1) != p.Entropy.Time(p.SmallBytes+1) {
+		t.Error("entropy time ignores SmallBytes")
+	}
+	// Equal times: the kind with fewer bytes.
+	q := *p
+	q.Fixed, q.Entropy = q.Raw, q.Raw
+	if got := q.Choose(1<<20, true, true); got.Kind != Entropy {
+		t.Errorf("tie: %v", got.Kind)
+	}
+	r := p.Choose(4<<10, true, false).Reason()
+	if !strings.HasPrefix(r, "cost model: raw ") || !strings.Contains(r, "fixed") || strings.Contains(r, "entropy") {
+		t.Errorf("reason %q", r)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	if err := Default().Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []func(p *Profile){
+		func(p *Profile) { p.Version = 0 },
+		func(p *Profile) { p.Raw.Rate = 0 },
+		func(p *Profile) { p.Fixed.Tensor = -1 },
+		func(p *Profile) { p.Entropy.Rate = math.Inf(1) },
+		func(p *Profile) { p.EntropySmall.Tensor = math.NaN() },
+	} {
+		p := Default()
+		bad(p)
+		if err := p.Check(); !errors.Is(err, ErrProfile) {
+			t.Errorf("%+v: %v", p, err)
+		}
+	}
+}
+
+// TestStore: a saved profile is found again for its host only; a
+// corrupt or foreign file is not used.
+func TestStore(t *testing.T) {
+	dir := t.TempDir()
+	p := Default()
+	p.Host = Fingerprint("test GPU")
+	file, err := Save(dir, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(file) != dir {
+		t.Fatalf("saved in %s", file)
+	}
+	got, err := Lookup(dir, p.Host)
+	if err != nil || *got != *p {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	if _, err := Lookup(dir, Fingerprint("another GPU")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("another host: %v", err)
+	}
+	if err := os.WriteFile(file, []byte("{\"version\": 1, \"host\""), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Lookup(dir, p.Host); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("corrupt: %v", err)
+	}
+	if _, err := Read(file); !errors.Is(err, ErrProfile) || !strings.Contains(err.Error(), file) {
+		t.Fatalf("corrupt: %v", err)
+	}
+	bad := *p
+	bad.Raw.Rate = -1
+	if _, err := Save(dir, &bad); !errors.Is(err, ErrProfile) {
+		t.Fatalf("bad profile saved: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".splitzip-tmp-*"))
+	if len(left) != 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+	if !strings.Contains(Fingerprint("cpu"), "cores/cpu") {
+		t.Fatal(Fingerprint("cpu"))
+	}
+}

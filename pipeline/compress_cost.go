@@ -1,0 +1,61 @@
+package pipeline
+
+// --codec cost: the kind of each tensor (raw, fixed, entropy) from the
+// cost model, after the first pass.
+
+import (
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/costmodel"
+	"github.com/splitzip/splitzip/safetensors"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// compressByCost stores t as the kind the cost model predicts loads
+// fastest among raw and the payloads whose first-pass estimates pass the
+// gate (fixed: a BF16 tensor; entropy: one with entropy fields, counts).
+// A payload that fails the gate once written leaves the tensor raw, with
+// the reason.
+func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, counts []*entropy.Counts, crc1 uint32, fixed bool) error {
+	gate := (1 - tc.opts.MinSaving) * float64(t.Size())
+	fixedOK := false
+	if fixed {
+		n := t.Size() / 2
+		fixedOK = n > 0 && fixedEstimate(hist, codec.NewCodebook(hist), n) <= gate
+	}
+	entropyOK := false
+	if len(counts) > 0 {
+		est, err := tc.entropyEstimate(t, counts)
+		if err != nil {
+			return err
+		}
+		entropyOK = est < t.Size()
+	}
+	ch := tc.opts.Cost.Choose(t.Size(), fixedOK, entropyOK)
+	switch ch.Kind {
+	case costmodel.Fixed:
+		ok, read, reason, err := tc.fixedPayload(r, t, rec, hist, crc1)
+		if err != nil || ok {
+			return err
+		}
+		if !read {
+			tc.opts.Progress.Add(t.Size())
+		}
+		rec.Reason = "fixed: " + reason
+	case costmodel.Entropy:
+		ok, reason, err := tc.entropyPayload(r, t, rec, counts, crc1, true)
+		if err != nil || ok {
+			return err
+		}
+		rec.Reason = "entropy: " + reason
+	default:
+		if fixed {
+			// The coverage statistics of a BF16 tensor, for inspect.
+			cb := codec.NewCodebook(hist)
+			rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
+		}
+		tc.opts.Progress.Add(t.Size())
+		rec.Reason = ch.Reason()
+	}
+	return tc.storeRaw(r, t, rec)
+}

@@ -1,0 +1,84 @@
+package pipeline
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/costmodel"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// TestCostCodec: --codec cost stores each tensor as its profile's
+// fastest kind, and the cache verifies. With the default (H200) profile
+// the checkpoint's tensors of 32-64 KiB stay raw, each with the model's
+// reason; where coding is cheap, BF16 tensors get the faster of the two
+// payloads and the other float dtypes entropy ones; integers stay raw.
+func TestCostCodec(t *testing.T) {
+	cheap := func(fixed, entropy float64) *costmodel.Profile {
+		p := costmodel.Default()
+		p.Raw = costmodel.Cost{Tensor: 1e-6, Rate: 1e9}
+		p.Fixed = costmodel.Cost{Rate: fixed}
+		p.Entropy, p.EntropySmall = costmodel.Cost{Rate: entropy}, costmodel.Cost{Rate: entropy}
+		return p
+	}
+	floats := []string{"w.F16", "w.F32", "w.F8_E4M3", "w.F8_E5M2"}
+	for _, c := range []struct {
+		name    string
+		p       *costmodel.Profile
+		fixed   []string
+		entropy []string
+	}{
+		{"default", nil, nil, nil},
+		{"fixed fastest", cheap(4e9, 2e9), []string{"w.BF16", "odd"}, floats},
+		{"entropy fastest", cheap(2e9, 4e9), nil, append([]string{"w.BF16", "odd"}, floats...)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+			floatCheckpoint(t, filepath.Join(src, "model.safetensors"))
+			_, err := Compress(context.Background(), src, CompressOptions{Output: cache, Jobs: 2, MinSaving: DefaultMinSaving,
+				NoSync: true, Codec: CodecCost, Cost: c.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{}
+			for _, n := range c.fixed {
+				want[n] = shardcache.StoredFixed
+			}
+			for _, n := range c.entropy {
+				want[n] = shardcache.StoredEntropy
+			}
+			ca, err := shardcache.Open(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ca.Index().LoadStats(); err != nil {
+				t.Fatal(err)
+			}
+			for _, tn := range ca.Index().Sources[0].Shards[0].Tensors {
+				w, ok := want[tn.Name]
+				if !ok {
+					w = shardcache.StoredRaw
+				}
+				if tn.Stored != w {
+					t.Errorf("%s (%s, %d bytes) stored %s, want %s (%s)", tn.Name, tn.DType, tn.Size, tn.Stored, w, tn.Reason)
+				}
+				isFloat := tn.DType != "I64" && tn.Size > 0
+				if w == shardcache.StoredRaw && isFloat && !strings.HasPrefix(tn.Reason, "cost model: raw ") {
+					t.Errorf("%s raw for %q, want the cost model's reason", tn.Name, tn.Reason)
+				}
+			}
+			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.fixed)+len(c.entropy) {
+				t.Fatalf("verify: %d payloads, %+v", v.Payloads, v.Problems)
+			}
+		})
+	}
+	bad := costmodel.Default()
+	bad.Raw.Rate = 0
+	_, err := Compress(context.Background(), t.TempDir(), CompressOptions{Output: filepath.Join(t.TempDir(), "c"), Codec: CodecCost, Cost: bad})
+	if err == nil || !strings.Contains(err.Error(), "raw cost") {
+		t.Fatalf("a bad profile: %v", err)
+	}
+}
