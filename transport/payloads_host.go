@@ -132,7 +132,10 @@ func (z *Payloads) hostDecodeStream(ctx context.Context, t target, loc shardcach
 		}
 		for len(vals) > 0 {
 			if s == nil {
-				s = z.takeSlot()
+				var err error
+				if s, err = z.takeSlot(ctx); err != nil {
+					return err
+				}
 			}
 			k := copy(s.buf[fill:], vals)
 			fill, vals = fill+uint64(k), vals[k:]

@@ -170,15 +170,18 @@ func (z *Payloads) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h payload.Head
 // within the device and the decode), where a payload of several pieces
 // takes one per piece and one for the decode.
 func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, kind payload.Kind, size uint64, stream int, to, slot vmm.Ptr) (Fence, error) {
-	// A slot first, then a read token: a reader waiting for a slot's
-	// last copy holds no token another could read with.
-	s := z.takeSlot()
-	defer func() { z.ring <- s }()
-	z.io <- struct{}{}
-	defer func() { <-z.io }()
-	if err := ctx.Err(); err != nil {
+	// A read token, then a slot, in that order everywhere (eachPiece):
+	// a reader holding a slot while it waits for a token, beside one
+	// holding a token while it waits for a slot, deadlocked loads.
+	if err := z.acquire(ctx); err != nil {
 		return nil, err
 	}
+	defer func() { <-z.io }()
+	s, err := z.takeSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { z.ring <- s }()
 	q := s.buf[:size]
 	sum, rd, vd, err := readChecked(f, q, 0)
 	if err != nil {
@@ -241,21 +244,25 @@ func (z *Payloads) openPayload(key shardcache.Key) (shardcache.Location, *shardc
 // their errors joined. Pieces take their read tokens in order, before
 // their goroutine starts: a payload's pieces then arrive about together,
 // and its decode is not held up behind pieces of others (taking a slot
-// first and the token after, as streamOne does, made an 8 GiB Llama load
-// of 90 MB tensors 10-20% slower on the H200).
+// first and the token after made an 8 GiB Llama load of 90 MB tensors
+// 10-20% slower on the H200). Every taker holds a token before a slot
+// (takeSlot).
 func (z *Payloads) eachPiece(ctx context.Context, n int, fn func(i int, s *slot) error) error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		z.io <- struct{}{}
+		if err := z.acquire(ctx); err != nil {
+			errs[i] = err
+			break
+		}
 		wg.Go(func() {
 			defer func() { <-z.io }()
-			s := z.takeSlot()
-			defer func() { z.ring <- s }()
-			if err := ctx.Err(); err != nil {
+			s, err := z.takeSlot(ctx)
+			if err != nil {
 				errs[i] = err
 				return
 			}
+			defer func() { z.ring <- s }()
 			errs[i] = fn(i, s)
 		})
 	}
@@ -263,13 +270,30 @@ func (z *Payloads) eachPiece(ctx context.Context, n int, fn func(i int, s *slot)
 	return errors.Join(errs...)
 }
 
+// acquire takes a read token, or returns ctx's error once it ends.
+func (z *Payloads) acquire(ctx context.Context) error {
+	select {
+	case z.io <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // takeSlot takes a staging piece from the ring once the copy that last
-// read it is done; the caller puts it back.
-func (z *Payloads) takeSlot() *slot {
-	s := <-z.ring
+// read it is done, or returns ctx's error once it ends; the caller puts
+// the piece back. A caller holds a read token, if any, before it takes a
+// piece (see streamOne).
+func (z *Payloads) takeSlot(ctx context.Context) (*slot, error) {
+	var s *slot
+	select {
+	case s = <-z.ring:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	if s.ev != nil {
 		s.ev.Wait() // its error belongs to that copy's fence
 		s.ev = nil
 	}
-	return s
+	return s, nil
 }
