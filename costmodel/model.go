@@ -71,20 +71,18 @@ const Version = 1
 // ErrProfile is returned for a profile that cannot be used.
 var ErrProfile = errors.New("costmodel: bad profile")
 
-// Default is the model measured on the lent H200 (16 host cores, CUDA
-// engine) on 2026-12-04, used where no profile of the host exists:
-// page-cache first loads of a 4 GiB Llama-shaped checkpoint (raw 44.2,
-// fixed 56.7, entropy 51.5 GB/s of raw bytes, medians) for the rates, and
-// of 20,000 tensors of 1-64 KiB (raw 1.3 µs, fixed 2.2 µs a tensor with
-// their bytes) for the fixed costs; entropy payloads of at most 64 KiB
-// are decoded on the host, about 2 GB/s a core (dev-2's decoder).
+// Default is the model `splitzip calibrate` measured on the lent H200
+// (16 host cores, the CUDA engine) on 2026-12-04, rounded: used where no
+// profile of the host exists (SPLITZIP_PROFILE=default). There a fixed
+// payload pays for itself from about 94 KB, and small entropy payloads,
+// decoded on the host, never do.
 func Default() *Profile {
 	return &Profile{
-		Version: Version, Host: "default", Device: "cuda", Measured: "default",
-		Raw:          Cost{Tensor: 0.5e-6, Rate: 44.2e9},
-		Fixed:        Cost{Tensor: 1.5e-6, Rate: 56.7e9},
-		Entropy:      Cost{Tensor: 2.0e-6, Rate: 51.5e9},
-		EntropySmall: Cost{Tensor: 2.0e-6, Rate: 2.0e9},
+		Version: Version, Host: "default", Device: "NVIDIA H200", Measured: "default",
+		Raw:          Cost{Tensor: 0.88e-6, Rate: 36.0e9},
+		Fixed:        Cost{Tensor: 1.20e-6, Rate: 41.0e9},
+		Entropy:      Cost{Tensor: 1.20e-6, Rate: 42.9e9},
+		EntropySmall: Cost{Tensor: 7.8e-6, Rate: 3.1e9},
 		SmallBytes:   64 << 10,
 	}
 }

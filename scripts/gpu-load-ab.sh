@@ -7,7 +7,7 @@
 #   tests  every GPU suite, the engine conformance suite, memcheck
 #   mix    4,000 tensors with the size mix of real models
 #   moe    48 layers x 64 experts x 3 matrices (21 GB)
-#   llama  an 8 GiB Llama-shaped checkpoint
+#   llama  an 8 GiB Llama-shaped checkpoint (llama4: 4 GiB)
 #   small  20,000 tensors of 1-64 KiB
 #   sweep  runtime settings (each argument after PHASE one load's flags,
 #          commas for spaces), this build only, on the size mix or on what
@@ -146,6 +146,7 @@ builds)
   done ;;
 moe) dataset moe --moe 64 --shards 8; rm -rf /tmp/moe /tmp/moe.base /tmp/moe.new ;;
 llama) dataset llama --size 8GiB --shards 4 ;;
+llama4) dataset llama4 --size 4GiB --shards 2; rm -rf /tmp/llama4 /tmp/llama4.base /tmp/llama4.new ;;
 small) dataset small --small 20000 --shards 4; rm -rf /tmp/small /tmp/small.base /tmp/small.new ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac

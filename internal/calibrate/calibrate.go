@@ -1,11 +1,14 @@
 // Package calibrate measures a host's cost model (costmodel.Profile):
-// it generates three small checkpoints (tiny tensors of 32 bytes to
-// 4 KiB, small ones of 1 to 64 KiB, and a Llama-like one of large
-// tensors), compresses each with the fixed and the entropy codec, and
-// loads each from the page cache raw, fixed and entropy on the engine
-// given, fitting every kind's cost a tensor and rate from the fastest of
-// several runs. It takes seconds and runs once per host (splitzip
-// compress --codec cost on first use, or splitzip calibrate).
+// it generates three checkpoints (tiny tensors of 32 bytes to 4 KiB,
+// small ones of 1 to 64 KiB, and a Llama-like one of large tensors),
+// compresses each with the fixed and the entropy codec, and loads each
+// from the page cache raw, fixed and entropy on the engine given, fitting
+// every kind's cost a tensor and rate from the fastest of several runs:
+// raw and fixed from the small and large sets (the sizes where the choice
+// is made, and where the rate shows), small entropy payloads (decoded on
+// the host) from the tiny and small ones. It takes seconds and runs once
+// per host (splitzip compress --codec cost on first use, or splitzip
+// calibrate).
 package calibrate
 
 import (
@@ -27,8 +30,8 @@ import (
 // Options sizes a calibration; the zero value is the default.
 type Options struct {
 	Tiny  int    // tensors of 32 bytes to 4 KiB (default 2000)
-	Small int    // tensors of 1 to 64 KiB (default 400)
-	Large uint64 // bytes of the Llama-like checkpoint (default 64 MiB)
+	Small int    // tensors of 1 to 64 KiB (default 2000)
+	Large uint64 // bytes of the Llama-like checkpoint (default 256 MiB)
 	Runs  int    // loads of each, the fastest counts (default 5)
 	Dir   string // where to write the checkpoints (default the system's temporary folder)
 }
@@ -50,10 +53,10 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 		opts.Tiny = 2000
 	}
 	if opts.Small == 0 {
-		opts.Small = 400
+		opts.Small = 2000
 	}
 	if opts.Large == 0 {
-		opts.Large = 64 << 20
+		opts.Large = 256 << 20
 	}
 	if opts.Runs == 0 {
 		opts.Runs = 5
@@ -83,8 +86,8 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 		sets = append(sets, s)
 	}
 	tiny, small, large := sets[0], sets[1], sets[2]
-	p.Raw = fit(tiny.tensors, tiny.bytes, tiny.wall[costmodel.Raw], large.tensors, large.bytes, large.wall[costmodel.Raw])
-	p.Fixed = fit(tiny.tensors, tiny.bytes, tiny.wall[costmodel.Fixed], large.tensors, large.bytes, large.wall[costmodel.Fixed])
+	p.Raw = fit(small.tensors, small.bytes, small.wall[costmodel.Raw], large.tensors, large.bytes, large.wall[costmodel.Raw])
+	p.Fixed = fit(small.tensors, small.bytes, small.wall[costmodel.Fixed], large.tensors, large.bytes, large.wall[costmodel.Fixed])
 	// Entropy payloads of at most SmallBytes are decoded on the host:
 	// the tiny and small sets hold only those.
 	p.EntropySmall = fit(tiny.tensors, tiny.bytes, tiny.wall[costmodel.Entropy], small.tensors, small.bytes, small.wall[costmodel.Entropy])
