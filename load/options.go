@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -50,6 +51,10 @@ type Options struct {
 	// EntropyFromSource reads entropy tensors raw from their source when
 	// it is there (transport.PayloadOptions.EntropyFromSource).
 	EntropyFromSource bool
+	// Cost reads a tensor raw from its source, where that is there, when
+	// the cost model predicts that loads faster than its payload
+	// (transport.PayloadOptions.Cost); nil: never.
+	Cost *costmodel.Profile
 	// Check reads the arena back after Checkpoint's load and compares it
 	// with the source.
 	Check   bool

@@ -67,7 +67,7 @@ func newTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 		po := transport.PayloadOptions{Resident: o.Resident, ResidentPacks: o.ResidentPacks,
 			Readers: o.Readers, SmallBytes: small, RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
 			DeviceResident: o.DeviceResident, DeviceBytes: stage.Device, HostEntropy: o.EntropyOnHost,
-			EntropyFromSource: o.EntropyFromSource}
+			EntropyFromSource: o.EntropyFromSource, Cost: o.Cost}
 		if o.DeviceResident {
 			po.ResidentBytes = stage.SmallResident
 			if stage.Device == 0 {

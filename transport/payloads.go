@@ -7,6 +7,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/payload"
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -58,6 +59,18 @@ type PayloadOptions struct {
 	// way), and a corrupt payload then goes unnoticed until the source is
 	// gone. Off by default, so every load checks the payloads it stores.
 	EntropyFromSource bool
+	// Cost, when set, reads a tensor raw from its source slice, where the
+	// source is there, when the cost model predicts that loads faster
+	// than its payload: small tensors, whose host cost a payload's bytes
+	// saved do not repay. Off (nil) by default, for the reason
+	// EntropyFromSource is.
+	Cost *costmodel.Profile
+}
+
+// rawCheaper reports whether Cost predicts a tensor of size bytes loads
+// faster raw than stored as k.
+func (z *Payloads) rawCheaper(size uint64, k costmodel.Kind) bool {
+	return z.opts.Cost != nil && z.opts.Cost.Time(costmodel.Raw, size) < z.opts.Cost.Time(k, size)
 }
 
 // Payloads uploads payloads from a cache and decodes them in place;
@@ -165,7 +178,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			// EntropyFromSource read raw from its source when that is
 			// there.
 			present, err := z.sourcePresent(hit, b.Shard)
-			fromPayload := !present || !z.opts.EntropyFromSource
+			fromPayload := !present || !z.opts.EntropyFromSource && !z.rawCheaper(b.Size, costmodel.Entropy)
 			switch {
 			case err != nil:
 				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
@@ -178,17 +191,23 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 				continue
 			}
 		}
-		if err != nil || hit.Tensor.Stored != shardcache.StoredFixed {
+		fixed := err == nil && hit.Tensor.Stored == shardcache.StoredFixed
+		present := false
+		if fixed {
+			var perr error
+			if present, perr = z.sourcePresent(hit, b.Shard); perr != nil {
+				out[i] = errFence{&Error{Tensor: b.Name, Err: perr}}
+				continue
+			}
+		}
+		if !fixed || present && z.rawCheaper(b.Size, costmodel.Fixed) {
 			if pr != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
-				small = append(small, z.rawItem(i, b, hit, err == nil, pr.PackSource(b)))
+				// A payload's tensor read from its source is no copy of the cache's.
+				small = append(small, z.rawItem(i, b, hit, err == nil && !fixed, pr.PackSource(b)))
 				continue
 			}
 			others = append(others, b)
 			otherIdx = append(otherIdx, i)
-			continue
-		}
-		if _, err := z.sourcePresent(hit, b.Shard); err != nil {
-			out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 			continue
 		}
 		zs = append(zs, target{i, b, hit, false})

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/engine/hostengine"
@@ -42,6 +43,7 @@ type loadOptions struct {
 	Pinned         string
 	EntropyOnHost  bool
 	FromSource     bool
+	Cost           bool
 	// Devices and Peer: load onto several devices (cmd_load_devices.go).
 	Devices string
 	Peer    bool
@@ -89,6 +91,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
+	f.BoolVar(&o.Cost, "cost", false, "read tensors raw from their source, where it is there, when this host's cost model (splitzip calibrate) predicts that loads faster than their payloads (small tensors; a corrupt payload of theirs then goes unnoticed)")
 	atLeast(f, "readers", 1, "")
 	atLeast(f, "streams", 1, "")
 	atLeast(f, "ahead", 1, "")
@@ -169,7 +172,13 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	lo := load.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource,
+	var prof *costmodel.Profile
+	if o.Cost {
+		if prof, err = hostProfile(ctx, g); err != nil {
+			return err
+		}
+	}
+	lo := load.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, Cost: prof,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
 	if o.Compare == 0 {
