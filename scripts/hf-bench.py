@@ -35,24 +35,9 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from offloadbench import timed_generate  # noqa: E402
+from offloadbench import save_random, timed_generate  # noqa: E402
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
-
-
-def make(cfg, path):
-    torch.manual_seed(0)
-    with torch.device("cuda:0"):
-        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 0.02)
-    m.save_pretrained(path)
-    size = sum(p.numel() * p.element_size() for p in m.parameters())
-    del m
-    torch.cuda.empty_cache()
-    return size
 
 
 def median_time(fn, repeat):
@@ -76,7 +61,7 @@ def equal_states(a, b):
 
 def load_bench(name, cfg, args, tmp, out):
     src = os.path.join(tmp, name)
-    size = make(cfg, src)
+    size = save_random(cfg, src)
     row = {"model": name, "bytes": size}
     t = median_time(lambda: AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0"), args.repeat)
     row["transformers_s"] = t
@@ -205,7 +190,7 @@ def main():
             load_bench("mixtral-1.6GiB", mixtral, args, tmp, loads)
         for name, cfg in (("llama-small", small_llama), ("mixtral-small", small)):
             src = os.path.join(tmp, name)
-            make(cfg, src)
+            save_random(cfg, src)
             cache = os.path.join(tmp, f"{name}.fixed")
             subprocess.run([args.bin, "compress", src, "-o", cache, "--no-sync", "-q"], check=True,
                            stdout=subprocess.DEVNULL)

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from offloadbench import timed_generate  # noqa: E402
+from offloadbench import save_random, timed_generate  # noqa: E402
 from splitzip.offload import offload  # noqa: E402
 
 WINDOW = 2  # whole-layer offload
@@ -50,16 +50,7 @@ def config():
 
 def make(cfg, src, bin_, cache):
     if not os.path.exists(os.path.join(src, "config.json")):
-        torch.manual_seed(0)
-        with torch.device("cuda:0"):
-            m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-        with torch.no_grad():
-            for p in m.parameters():
-                if p.dim() >= 2:
-                    p.normal_(0, 0.02)
-        m.save_pretrained(src)
-        del m
-        torch.cuda.empty_cache()
+        save_random(cfg, src)
     if not os.path.exists(cache):
         t0 = time.perf_counter()
         subprocess.run([bin_, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)

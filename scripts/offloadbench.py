@@ -80,6 +80,24 @@ def graph_timed(m, x, n):
         return None, e
 
 
+def save_random(cfg, path):
+    """A model of cfg built on cuda:0 with seed 0, its matrices N(0, 0.02)
+    (random init, BF16), saved at path; returns its parameters' bytes."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    with torch.device("cuda:0"):
+        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.02)
+    m.save_pretrained(path)
+    size = sum(p.numel() * p.element_size() for p in m.parameters())
+    del m
+    torch.cuda.empty_cache()
+    return size
+
+
 def timed_generate(model, ids, kw, warm=True, n=3):
     """The tokens and the median seconds of n generations (after one
     whole warm-up generation; one timed run with warm=False, for
