@@ -270,14 +270,19 @@ func (z *Payloads) eachPiece(ctx context.Context, n int, fn func(i int, s *slot)
 	return errors.Join(errs...)
 }
 
-// acquire takes a read token, or returns ctx's error once it ends.
+// acquire takes a read token, or returns ctx's error once it ends
+// (an ended context takes none, even where one is free).
 func (z *Payloads) acquire(ctx context.Context) error {
 	select {
 	case z.io <- struct{}{}:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if err := ctx.Err(); err != nil {
+		<-z.io
+		return err
+	}
+	return nil
 }
 
 // takeSlot takes a staging piece from the ring once the copy that last
@@ -290,6 +295,10 @@ func (z *Payloads) takeSlot(ctx context.Context) (*slot, error) {
 	case s = <-z.ring:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		z.ring <- s
+		return nil, err
 	}
 	if s.ev != nil {
 		s.ev.Wait() // its error belongs to that copy's fence
