@@ -56,13 +56,13 @@ func (c Cost) Time(size uint64) float64 { return c.Tensor + float64(size)/c.Rate
 type Profile struct {
 	Version      int    `json:"version"`
 	Host         string `json:"host"`          // Fingerprint of the host it was measured on
-	Device       string `json:"device"`        // "cuda" or "cpu": the engine the loads used
+	Device       string `json:"device"`        // the engine the loads used: the GPU's name, or "cpu"
 	Measured     string `json:"measured"`      // RFC 3339, or "default"
 	Raw          Cost   `json:"raw"`           // raw tensors (from the source or the cache)
 	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads
 	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
 	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
-	SmallBytes   uint64 `json:"small_bytes"`
+	SmallBytes   uint64 `json:"small_bytes"`   // the transport's packing threshold
 }
 
 // Version is the Profile layout this package writes.
@@ -72,10 +72,10 @@ const Version = 1
 var ErrProfile = errors.New("costmodel: bad profile")
 
 // Default is the model `splitzip calibrate` measured on the lent H200
-// (16 host cores, the CUDA engine) on 2026-12-04, rounded: used where no
-// profile of the host exists (SPLITZIP_PROFILE=default). There a fixed
-// payload pays for itself from about 94 KB, and small entropy payloads,
-// decoded on the host, never do.
+// (16 host cores, the CUDA engine) on 2026-12-04, rounded: what
+// SPLITZIP_PROFILE=default uses. There a fixed payload pays for itself
+// from about 94 KB, and small entropy payloads, decoded on the host, never
+// do.
 func Default() *Profile {
 	return &Profile{
 		Version: Version, Host: "default", Device: "NVIDIA H200", Measured: "default",
@@ -83,14 +83,19 @@ func Default() *Profile {
 		Fixed:        Cost{Tensor: 1.20e-6, Rate: 41.0e9},
 		Entropy:      Cost{Tensor: 1.20e-6, Rate: 42.9e9},
 		EntropySmall: Cost{Tensor: 7.8e-6, Rate: 3.1e9},
-		SmallBytes:   64 << 10,
+		SmallBytes:   256 << 10,
 	}
 }
 
-// Check returns ErrProfile unless every cost is finite and positive.
+// Check returns ErrProfile unless p is of this Version, every cost a
+// tensor finite and at least 0, every rate finite and positive, and
+// SmallBytes positive.
 func (p *Profile) Check() error {
 	if p.Version != Version {
 		return fmt.Errorf("%w: version %d, want %d", ErrProfile, p.Version, Version)
+	}
+	if p.SmallBytes == 0 {
+		return fmt.Errorf("%w: small_bytes 0", ErrProfile)
 	}
 	for _, c := range []struct {
 		name string

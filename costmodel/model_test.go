@@ -26,7 +26,7 @@ func TestChoose(t *testing.T) {
 		{64 << 20, false, true, Entropy},
 		{64 << 20, false, false, Raw},
 		{64 << 20, true, true, Entropy}, // 42.9 against 41.0 GB/s
-		{32 << 10, false, true, Raw},    // decoded on the host
+		{128 << 10, false, true, Raw},   // decoded on the host
 	} {
 		got := p.Choose(c.size, c.fixed, c.entropy)
 		if got.Kind != c.want {
@@ -65,6 +65,7 @@ func TestCheck(t *testing.T) {
 		func(p *Profile) { p.Fixed.Tensor = -1 },
 		func(p *Profile) { p.Entropy.Rate = math.Inf(1) },
 		func(p *Profile) { p.EntropySmall.Tensor = math.NaN() },
+		func(p *Profile) { p.SmallBytes = 0 },
 	} {
 		p := Default()
 		bad(p)

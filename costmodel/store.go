@@ -24,7 +24,7 @@ const EnvProfile = "SPLITZIP_PROFILE"
 
 // Fingerprint identifies the hardware a profile holds for: the
 // architecture, the CPU model and its count of logical cores, and device
-// (the GPU's name and memory, or "cpu"). A profile measured under another
+// (the GPU's name, or "cpu"). A profile measured under another
 // fingerprint is not used, so a changed host is measured again.
 func Fingerprint(device string) string {
 	return fmt.Sprintf("%s/%s/%d cores/%s", runtime.GOARCH, cpuModel(), runtime.NumCPU(), device)

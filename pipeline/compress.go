@@ -142,7 +142,7 @@ func (o *CompressOptions) validate() error {
 			o.Cost = costmodel.Default()
 		}
 		if err := o.Cost.Check(); err != nil {
-			return fmt.Errorf("%w: %v", ErrOption, err)
+			return fmt.Errorf("%w: %w", ErrOption, err)
 		}
 	default:
 		return fmt.Errorf("%w: codec must be %s, %s, %s or %s, got %q", ErrOption, CodecFixed, CodecEntropy, CodecAuto, CodecCost, o.Codec)

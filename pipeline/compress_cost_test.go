@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,7 +82,7 @@ func TestCostCodec(t *testing.T) {
 	bad := costmodel.Default()
 	bad.Raw.Rate = 0
 	_, err := Compress(context.Background(), t.TempDir(), CompressOptions{Output: filepath.Join(t.TempDir(), "c"), Codec: CodecCost, Cost: bad})
-	if err == nil || !strings.Contains(err.Error(), "raw cost") {
+	if !errors.Is(err, costmodel.ErrProfile) || !errors.Is(err, ErrOption) {
 		t.Fatalf("a bad profile: %v", err)
 	}
 }

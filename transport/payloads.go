@@ -129,6 +129,11 @@ func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	if err != nil {
 		return nil, err
 	}
+	if opts.Cost != nil {
+		if err := opts.Cost.Check(); err != nil {
+			return nil, fmt.Errorf("%w: Cost: %w", ErrOption, err)
+		}
+	}
 	if opts.Readers == 0 {
 		opts.Readers = 4
 	}

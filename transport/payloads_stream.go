@@ -245,8 +245,9 @@ func (z *Payloads) openPayload(key shardcache.Key) (shardcache.Location, *shardc
 // their goroutine starts: a payload's pieces then arrive about together,
 // and its decode is not held up behind pieces of others (taking a slot
 // first and the token after made an 8 GiB Llama load of 90 MB tensors
-// 10-20% slower on the H200). Every taker holds a token before a slot
-// (takeSlot).
+// 10-20% slower on the H200). Every taker that waits for both holds a
+// token before a slot (takeSlot); the host's entropy decode takes slots
+// alone and waits for nothing while it holds one.
 func (z *Payloads) eachPiece(ctx context.Context, n int, fn func(i int, s *slot) error) error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup

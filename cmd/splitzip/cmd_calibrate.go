@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -101,10 +102,13 @@ func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.
 	return p, file, err
 }
 
-// hostProfile is the cost model compress --codec cost uses: the file
-// SPLITZIP_PROFILE names (or the built-in one for "default"), else this
-// host's kept profile, measured first when there is none.
-func hostProfile(ctx context.Context, g *globals) (*costmodel.Profile, error) {
+// hostProfile is the cost model of this host with device (a GPU ordinal
+// or cpu; "" for defaultDevice): the file SPLITZIP_PROFILE names (or the
+// built-in one for "default"), else the profile kept for the host and
+// device. Where there is none, measure says whether to measure it now
+// (compress) or to fail, naming the command that does (a load, whose
+// engine is open).
+func hostProfile(ctx context.Context, g *globals, device string, measure bool) (*costmodel.Profile, error) {
 	switch env := os.Getenv(costmodel.EnvProfile); env {
 	case "":
 	case "default":
@@ -116,22 +120,32 @@ func hostProfile(ctx context.Context, g *globals) (*costmodel.Profile, error) {
 	if err != nil {
 		return nil, err
 	}
-	device := defaultDevice()
+	if device == "" {
+		device = defaultDevice()
+	}
 	name := "cpu"
 	if device != "cpu" {
-		ctx, err := openGPU(0)
+		n, err := strconv.Atoi(device)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--device must be a GPU ordinal or cpu, got %q", device)}
+		}
+		gpu, err := openGPU(n)
 		if err != nil {
 			return nil, err
 		}
-		name, err = ctx.Name()
-		ctx.Close()
+		name, err = gpu.Name()
+		gpu.Close()
 		if err != nil {
 			return nil, err
 		}
 	}
 	p, err := costmodel.Lookup(dir, costmodel.Fingerprint(name))
-	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case err == nil || !errors.Is(err, fs.ErrNotExist):
 		return p, err
+	case !measure:
+		return nil, fmt.Errorf("no cost model of this host with %s in %s: run splitzip calibrate --device %s (or set %s=default): %w",
+			name, dir, device, costmodel.EnvProfile, err)
 	}
 	fmt.Fprintf(g.stderr, "measuring this host's cost model once (splitzip calibrate; SPLITZIP_PROFILE=default skips it)\n")
 	p, _, err = measureProfile(ctx, g, device)

@@ -35,8 +35,8 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	if len(kept) != 1 {
 		t.Fatalf("profiles kept: %v", kept)
 	}
-	// calibrate --json: the same host, a file, positive costs.
-	code, out, e = splitzip(t, "calibrate", "--device", "cpu", "--json")
+	// calibrate --json, on the device compress chose: the same file.
+	code, out, e = splitzip(t, "calibrate", "--json")
 	if code != 0 {
 		t.Fatalf("calibrate: %d %s", code, e)
 	}
@@ -47,7 +47,7 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if p.Device != "cpu" || p.File != kept[0] || p.Check() != nil {
+	if p.File != kept[0] || p.Check() != nil {
 		t.Fatalf("profile %+v (%v)", p, p.Check())
 	}
 	// Second use: no measuring; the cache verifies; inspect's counts add up.
@@ -68,6 +68,17 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	if tt["tensors"] != 300 || tt["cost_raw_tensors"]+tt["compressed_tensors"] > 300 {
 		t.Fatalf("totals %v", tt)
 	}
+	// load --cost with the profile kept (on the CPU where compress
+	// measured there): it loads; without one for the device, it says
+	// which command makes one.
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--cost", "-q"); code != 0 && p.Device == "cpu" {
+		t.Fatalf("load --cost: %d %s", code, e)
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--cost", "-q"); code == 0 || !strings.Contains(e, "splitzip calibrate --device cpu") {
+		t.Fatalf("load --cost, no profile: %d %q", code, e)
+	}
+	t.Setenv("XDG_CACHE_HOME", home)
 	// The built-in profile: small tensors raw, the largest coded.
 	t.Setenv(costmodel.EnvProfile, "default")
 	cache = filepath.Join(dir, "c3")

@@ -97,7 +97,7 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	var prof *costmodel.Profile
 	if o.Codec == pipeline.CodecCost {
-		if prof, err = hostProfile(ctx, g); err != nil {
+		if prof, err = hostProfile(ctx, g, "", true); err != nil {
 			return err
 		}
 	}

@@ -161,6 +161,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	if o.Devices != "" {
+		if o.Cost {
+			return usageError{fmt.Errorf("--cost is for one device: not with --devices")}
+		}
 		return runLoadDevices(ctx, g, o, c, src, pinnedLimit)
 	}
 	// Opening the GPU and pinning staging memory take seconds: say so.
@@ -174,7 +177,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	defer eng.Close()
 	var prof *costmodel.Profile
 	if o.Cost {
-		if prof, err = hostProfile(ctx, g); err != nil {
+		if prof, err = hostProfile(ctx, g, o.Device, false); err != nil {
 			return err
 		}
 	}

@@ -6,7 +6,8 @@
 // every kind's cost a tensor and rate from the fastest of several runs:
 // raw and fixed from the small and large sets (the sizes where the choice
 // is made, and where the rate shows), small entropy payloads (decoded on
-// the host) from the tiny and small ones. It takes seconds and runs once
+// the host) from the tiny and small ones. A codec's loads count its
+// cache's raw tensors (those that failed the gate) at the raw fit. It takes seconds and runs once
 // per host (splitzip compress --codec cost on first use, or splitzip
 // calibrate).
 package calibrate
@@ -25,6 +26,7 @@ import (
 	"github.com/splitzip/splitzip/load"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/transport"
 )
 
 // Options sizes a calibration; the zero value is the default.
@@ -36,14 +38,31 @@ type Options struct {
 	Dir   string // where to write the checkpoints (default the system's temporary folder)
 }
 
-// set is one generated checkpoint and what its loads measured.
+// counts is a number of tensors and their raw bytes.
+type counts struct {
+	n     int
+	bytes uint64
+}
+
+func (c *counts) add(size uint64) { c.n++; c.bytes += size }
+
+// minus is what c holds that d does not.
+func (c counts) minus(d counts) counts { return counts{c.n - d.n, c.bytes - d.bytes} }
+
+// time is what c costs at cost k.
+func (c counts) time(k costmodel.Cost) float64 {
+	return float64(c.n)*k.Tensor + float64(c.bytes)/k.Rate
+}
+
+// set is one generated checkpoint and what its loads measured: its
+// tensors, those each codec's cache stores as payloads (the others, which
+// failed the gate, load raw), the entropy payloads of at most SmallBytes
+// (decoded on the host), and the fastest load of each kind.
 type set struct {
-	name    string
-	tensors int
-	bytes   uint64
-	small   int    // tensors of at most costmodel's SmallBytes
-	sbytes  uint64 // their bytes
-	wall    map[costmodel.Kind]float64
+	all        counts
+	coded      map[costmodel.Kind]counts
+	smallCoded counts
+	wall       map[costmodel.Kind]float64
 }
 
 // Measure returns the profile of this host with eng (whose name, with
@@ -68,6 +87,8 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	defer os.RemoveAll(tmp)
 	p := costmodel.Default()
 	p.Host, p.Device = costmodel.Fingerprint(eng.Name()), eng.Name()
+	// Loads decode entropy payloads the transport packs on the host.
+	p.SmallBytes = transport.DefaultSmallBytes
 	cfgs := []struct {
 		name string
 		cfg  synth.Config
@@ -78,25 +99,41 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	}
 	var sets []*set
 	for _, c := range cfgs {
-		s, err := measureSet(ctx, eng, filepath.Join(tmp, c.name), c.cfg, p.SmallBytes, opts.Runs)
+		s, err := measureSet(ctx, eng, filepath.Join(tmp, c.name), c.cfg, int64(p.SmallBytes), opts.Runs)
 		if err != nil {
 			return nil, fmt.Errorf("calibrate %s: %w", c.name, err)
 		}
-		s.name = c.name
 		sets = append(sets, s)
 	}
 	tiny, small, large := sets[0], sets[1], sets[2]
-	p.Raw = fit(small.tensors, small.bytes, small.wall[costmodel.Raw], large.tensors, large.bytes, large.wall[costmodel.Raw])
-	p.Fixed = fit(small.tensors, small.bytes, small.wall[costmodel.Fixed], large.tensors, large.bytes, large.wall[costmodel.Fixed])
-	// Entropy payloads of at most SmallBytes are decoded on the host:
-	// the tiny and small sets hold only those.
-	p.EntropySmall = fit(tiny.tensors, tiny.bytes, tiny.wall[costmodel.Entropy], small.tensors, small.bytes, small.wall[costmodel.Entropy])
-	// The large set's entropy loads, less what its small tensors cost by
-	// that fit, give the large payloads' rate; a tensor costs the host
-	// what a fixed payload does (the same lookup, read, check and launch).
-	rest := large.wall[costmodel.Entropy] - float64(large.small)*p.EntropySmall.Tensor - float64(large.sbytes)/p.EntropySmall.Rate
-	n := large.tensors - large.small
-	p.Entropy = costmodel.Cost{Tensor: p.Fixed.Tensor, Rate: float64(large.bytes-large.sbytes) / math.Max(rest-float64(n)*p.Fixed.Tensor, 1e-9)}
+	p.Raw = fit(small.all, small.wall[costmodel.Raw], large.all, large.wall[costmodel.Raw])
+	// A codec's loads, less what its cache's raw tensors cost at the raw
+	// fit, are its payloads' loads.
+	// Where noise leaves too little for that, their share of the bytes.
+	coded := func(s *set, k costmodel.Kind) float64 {
+		w, c := s.wall[k], s.coded[k]
+		if t := w - s.all.minus(c).time(p.Raw); t > w/10 {
+			return t
+		}
+		return w * float64(c.bytes) / float64(s.all.bytes)
+	}
+	p.Fixed = fit(small.coded[costmodel.Fixed], coded(small, costmodel.Fixed), large.coded[costmodel.Fixed], coded(large, costmodel.Fixed))
+	// The tiny and small sets' entropy payloads are all decoded on the host.
+	p.EntropySmall = fit(tiny.coded[costmodel.Entropy], coded(tiny, costmodel.Entropy), small.coded[costmodel.Entropy], coded(small, costmodel.Entropy))
+	// The large set's entropy loads, less its small payloads at that fit,
+	// give the large payloads' rate; a tensor costs the host what a fixed
+	// payload does (the same lookup, read, check and launch).
+	// Where noise leaves too little for that, their share of the bytes.
+	big := large.coded[costmodel.Entropy].minus(large.smallCoded)
+	if big.bytes == 0 {
+		return nil, fmt.Errorf("calibrate: %w: no entropy payload above %d bytes to fit", costmodel.ErrProfile, p.SmallBytes)
+	}
+	all := coded(large, costmodel.Entropy)
+	rest := all - large.smallCoded.time(p.EntropySmall) - float64(big.n)*p.Fixed.Tensor
+	if rest <= all/10 {
+		rest = all * float64(big.bytes) / float64(large.coded[costmodel.Entropy].bytes)
+	}
+	p.Entropy = costmodel.Cost{Tensor: p.Fixed.Tensor, Rate: float64(big.bytes) / rest}
 	p.Measured = time.Now().UTC().Format(time.RFC3339)
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
@@ -104,11 +141,11 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	return p, nil
 }
 
-// fit solves t = n*Tensor + b/Rate for two sets (n1 tensors of b1 bytes
-// in t1 seconds, n2 of b2 in t2); where the two do not give a positive
-// pair (noise), the first set's time a tensor and the second's rate.
-func fit(n1 int, b1 uint64, t1 float64, n2 int, b2 uint64, t2 float64) costmodel.Cost {
-	f1, f2, c1, c2 := float64(n1), float64(n2), float64(b1), float64(b2)
+// fit solves t = n*Tensor + b/Rate for two sets (s1 in t1 seconds, s2 in
+// t2); where the two do not give a positive pair (noise), the first set's
+// time a tensor and the second's rate.
+func fit(s1 counts, t1 float64, s2 counts, t2 float64) costmodel.Cost {
+	f1, f2, c1, c2 := float64(s1.n), float64(s2.n), float64(s1.bytes), float64(s2.bytes)
 	inv := (t2*f1 - t1*f2) / (c2*f1 - c1*f2) // 1/Rate
 	tensor := (t1 - c1*inv) / f1
 	if inv > 0 && tensor >= 0 {
@@ -119,12 +156,12 @@ func fit(n1 int, b1 uint64, t1 float64, n2 int, b2 uint64, t2 float64) costmodel
 
 // measureSet writes the checkpoint cfg in dir, compresses it with each
 // codec, and returns the fastest of runs loads of each kind.
-func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Config, smallBytes uint64, runs int) (*set, error) {
+func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Config, smallBytes int64, runs int) (*set, error) {
 	src := filepath.Join(dir, "model")
 	if _, err := synth.Write(ctx, src, cfg); err != nil {
 		return nil, err
 	}
-	s := &set{wall: map[costmodel.Kind]float64{}}
+	s := &set{coded: map[costmodel.Kind]counts{}, wall: map[costmodel.Kind]float64{}}
 	for _, k := range []costmodel.Kind{costmodel.Fixed, costmodel.Entropy} {
 		out := filepath.Join(dir, k.String())
 		codec := map[costmodel.Kind]string{costmodel.Fixed: pipeline.CodecFixed, costmodel.Entropy: pipeline.CodecEntropy}[k]
@@ -139,17 +176,24 @@ func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Co
 		if err != nil {
 			return nil, err
 		}
-		if s.tensors == 0 {
-			for _, sh := range from.Shards {
-				for _, t := range sh.Tensors {
-					s.tensors++
-					s.bytes += t.Size
-					if t.Size <= smallBytes {
-						s.small++
-						s.sbytes += t.Size
+		var all, coded, small counts
+		for _, sh := range from.Shards {
+			for _, t := range sh.Tensors {
+				all.add(t.Size)
+				if t.Payload() {
+					coded.add(t.Size)
+					if int64(t.Size) <= smallBytes {
+						small.add(t.Size)
 					}
 				}
 			}
+		}
+		if coded.n == 0 {
+			return nil, fmt.Errorf("%s: no tensor stored as a %s payload", out, k)
+		}
+		s.all, s.coded[k] = all, coded
+		if k == costmodel.Entropy {
+			s.smallCoded = small
 		}
 		kinds := []costmodel.Kind{k}
 		if k == costmodel.Fixed {

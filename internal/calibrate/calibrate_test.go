@@ -24,17 +24,15 @@ func TestMeasure(t *testing.T) {
 	if p.Host != costmodel.Fingerprint("cpu") || p.Device != "cpu" || p.Measured == "default" {
 		t.Fatalf("profile of %q (%q), measured %q", p.Host, p.Device, p.Measured)
 	}
-	for _, c := range []costmodel.Cost{p.Raw, p.Fixed, p.Entropy, p.EntropySmall} {
-		if !(c.Tensor >= 0 && c.Rate > 0) {
-			t.Fatalf("cost %+v", c)
-		}
+	if p.SmallBytes != 256<<10 {
+		t.Errorf("small bytes %d, want the transport's packing threshold", p.SmallBytes)
 	}
 	t.Logf("raw %+v fixed %+v entropy %+v entropy small %+v", p.Raw, p.Fixed, p.Entropy, p.EntropySmall)
 }
 
 func TestFit(t *testing.T) {
 	// 1 µs a tensor and 10 GB/s: recovered from two sets.
-	got := fit(1000, 1e6, 1000*1e-6+1e6/10e9, 10, 1e9, 10*1e-6+1e9/10e9)
+	got := fit(counts{1000, 1e6}, 1000*1e-6+1e6/10e9, counts{10, 1e9}, 10*1e-6+1e9/10e9)
 	if d := got.Tensor - 1e-6; d > 1e-12 || d < -1e-12 {
 		t.Fatalf("tensor %g", got.Tensor)
 	}
@@ -43,7 +41,7 @@ func TestFit(t *testing.T) {
 	}
 	// Noise that makes the solve negative (the large set faster per
 	// tensor than the tiny one): the simple estimates.
-	got = fit(1000, 1e6, 1, 10, 1e9, 0.005)
+	got = fit(counts{1000, 1e6}, 1, counts{10, 1e9}, 0.005)
 	if got.Tensor != 1e-3 || got.Rate != 2e11 {
 		t.Fatalf("fallback %+v", got)
 	}
