@@ -101,7 +101,7 @@ def split_rows(pieces: List[tuple], rel: str, nbytes: int, experts: int) -> Opti
     return out
 
 
-def _router(layer: "torch.nn.Module", name: str, experts: int, params: dict, device) -> Optional[tuple]:
+def _router(name: str, experts: int, params: dict, device) -> Optional[tuple]:
     """A resident copy of the router beside the experts module name: the
     weight ([experts, hidden]) and bias of the sibling module that has one.
     params: rel -> (CPU tensor, pieces) of the layer."""
@@ -145,7 +145,7 @@ class Experts:
         self.experts = max(m[2] for m in mods.values())
         self.moe = sorted(mods)  # layers with an experts module, in order
         self.next = {a: b for a, b in zip(self.moe, self.moe[1:])}
-        self.routers = {i: _router(o.layers[i], mods[i][0], mods[i][2], found[i], o.device) for i in self.moe} \
+        self.routers = {i: _router(mods[i][0], mods[i][2], found[i], o.device) for i in self.moe} \
             if prefetch > 0 else {}
         self.predict = prefetch
         self.stats = ExpertStats()
