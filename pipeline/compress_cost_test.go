@@ -77,6 +77,21 @@ func TestCostCodec(t *testing.T) {
 			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.fixed)+len(c.entropy) {
 				t.Fatalf("verify: %d payloads, %+v", v.Payloads, v.Problems)
 			}
+			// inspect's prediction by the same model: as stored is all raw
+			// where the model kept everything raw, and faster where it coded.
+			ins, err := Inspect(cache, InspectOptions{Cost: c.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := ins.Predicted
+			switch {
+			case p == nil || p.Raw <= 0:
+				t.Fatalf("predicted %+v", p)
+			case len(c.fixed)+len(c.entropy) == 0 && p.Stored != p.Raw:
+				t.Errorf("all raw, predicted %+v", p)
+			case len(c.fixed)+len(c.entropy) > 0 && p.Stored >= p.Raw:
+				t.Errorf("coded where faster, predicted %+v", p)
+			}
 		})
 	}
 	bad := costmodel.Default()

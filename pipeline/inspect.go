@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -78,6 +79,18 @@ type InspectOptions struct {
 	// Bits reads every entropy payload's head, chunk index and chunk
 	// headers to say where its bits go (DTypeReport.EntropyBits).
 	Bits bool
+	// Cost, when set, predicts a first load of every source from the
+	// page cache by this cost model (InspectResult.Predicted).
+	Cost *costmodel.Profile
+}
+
+// Predicted is what a cost model predicts a first load of a cache's
+// sources from the page cache takes: as stored, and with every tensor
+// raw, in seconds.
+type Predicted struct {
+	Host   string  `json:"host"` // the profile's fingerprint
+	Stored float64 `json:"stored_s"`
+	Raw    float64 `json:"raw_s"`
 }
 
 // SourceReport sums one source.
@@ -106,8 +119,9 @@ type InspectResult struct {
 	// when there are none.
 	BF16BoundBits float64 `json:"bf16_entropy_bound_bits"`
 	// DTypes sums each dtype, the largest first.
-	DTypes  []DTypeReport  `json:"dtypes"`
-	Tensors []TensorReport `json:"tensors,omitempty"`
+	DTypes    []DTypeReport  `json:"dtypes"`
+	Tensors   []TensorReport `json:"tensors,omitempty"`
+	Predicted *Predicted     `json:"predicted,omitempty"` // with InspectOptions.Cost
 }
 
 // Inspect summarizes a cache, and reports what opt asks for.
@@ -124,6 +138,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 		return nil, err
 	}
 	res := &InspectResult{Cache: dir, Sources: []SourceReport{}, Packs: ix.Packs()}
+	if opt.Cost != nil {
+		res.Predicted = &Predicted{Host: opt.Cost.Host}
+	}
 	for _, o := range ix.Objects {
 		if o.Kind != shardcache.KindPack {
 			res.Objects++
@@ -153,6 +170,11 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 				}
 				add(&sr.Totals, &r)
 				add(&res.Totals, &r)
+				if p := res.Predicted; p != nil {
+					kind := map[string]costmodel.Kind{shardcache.StoredFixed: costmodel.Fixed, shardcache.StoredEntropy: costmodel.Entropy}[r.Stored]
+					p.Stored += opt.Cost.Time(kind, r.RawBytes)
+					p.Raw += opt.Cost.Time(costmodel.Raw, r.RawBytes)
+				}
 				if opt.Tensors {
 					res.Tensors = append(res.Tensors, r)
 				}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -14,6 +15,7 @@ import (
 type inspectOptions struct {
 	Tensors bool
 	Bits    bool
+	Cost    bool
 }
 
 func newInspectCommand(g *globals) *cobra.Command {
@@ -24,20 +26,31 @@ func newInspectCommand(g *globals) *cobra.Command {
 		Long: `Explain what a cache saves: per dtype, the tensors stored as fixed-codec
 payloads, as entropy payloads and raw, the bytes and bits a value stored
 against the exponents' entropy bound; with --tensors every tensor, with
---bits where entropy payloads' bits go. In --json the count of fixed-codec
-payloads keeps the key "splitzip_tensors" of earlier releases.`,
+--bits where entropy payloads' bits go; with --cost what this host's cost
+model (splitzip calibrate) predicts a first load from the page cache takes,
+as stored and all raw. In --json the count of fixed-codec payloads keeps the
+key "splitzip_tensors" of earlier releases.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			return runInspect(g, o, a[0])
+			return runInspect(cmd.Context(), g, o, a[0])
 		},
 	}
 	cmd.Flags().BoolVar(&o.Tensors, "tensors", false, "list every tensor, largest first")
+	cmd.Flags().BoolVar(&o.Cost, "cost", false, "predict a first load from the page cache by this host's cost model (splitzip calibrate makes it)")
 	cmd.Flags().BoolVar(&o.Bits, "bits", false, "say where entropy payloads' bits go (reads each one's head, chunk index and chunk headers)")
 	return cmd
 }
 
-func runInspect(g *globals, o inspectOptions, dir string) error {
-	res, err := pipeline.Inspect(dir, pipeline.InspectOptions{Tensors: o.Tensors, Bits: o.Bits})
+func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) error {
+	opts := pipeline.InspectOptions{Tensors: o.Tensors, Bits: o.Bits}
+	if o.Cost {
+		p, err := hostProfile(ctx, g, "", false)
+		if err != nil {
+			return err
+		}
+		opts.Cost = p
+	}
+	res, err := pipeline.Inspect(dir, opts)
 	if err != nil {
 		return err
 	}
@@ -72,6 +85,10 @@ func runInspect(g *globals, o inspectOptions, dir string) error {
 	}
 	if ent > 0 {
 		fmt.Fprintf(w, "entropy payloads: %d of %d decodable in place (a GPU decodes those where they land; the others on the host)\n", inPlace, ent)
+	}
+	if p := res.Predicted; p != nil {
+		fmt.Fprintf(w, "predicted first load from the page cache (cost model of %s): %.2f ms as stored, %.2f ms all raw (%.3fx)\n",
+			p.Host, p.Stored*1e3, p.Raw*1e3, p.Raw/p.Stored)
 	}
 	bf16 := "" // the dtype table gives every dtype's bits in its own width
 	if t.BF16Tensors > 0 {
