@@ -20,8 +20,12 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 	gate := (1 - tc.opts.MinSaving) * float64(t.Size())
 	fixedOK := false
 	if fixed {
+		// A BF16 tensor's coverage statistics, for inspect, whatever it
+		// is stored as (an entropy payload clears them).
+		cb := codec.NewCodebook(hist)
+		rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
 		n := t.Size() / 2
-		fixedOK = n > 0 && fixedEstimate(hist, codec.NewCodebook(hist), n) <= gate
+		fixedOK = n > 0 && fixedEstimate(hist, cb, n) <= gate
 	}
 	entropyOK := false
 	if len(counts) > 0 {
@@ -49,11 +53,6 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 		}
 		rec.Reason = "entropy: " + reason
 	default:
-		if fixed {
-			// The coverage statistics of a BF16 tensor, for inspect.
-			cb := codec.NewCodebook(hist)
-			rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
-		}
 		tc.opts.Progress.Add(t.Size())
 		rec.Reason = ch.Reason()
 	}
