@@ -78,6 +78,32 @@ type SliceHit struct {
 	Source *Source
 	Shard  *Shard
 	Tensor *Tensor
+	// at is the tensor's object, located once by Cache.Resolve so that
+	// a load does not look its key up again for every fault.
+	at *located
+}
+
+// located is a resolved Cache.Locate.
+type located struct {
+	loc Location
+	o   *Object
+}
+
+// Resolve locates the object of h's tensor now, for LocateHit; a hit
+// whose object is not found is left as it is (LocateHit reports it).
+func (c *Cache) Resolve(h *SliceHit) {
+	if loc, o, err := c.Locate(h.Tensor.Key); err == nil {
+		h.at = &located{loc, o}
+	}
+}
+
+// LocateHit is Locate of h's tensor's key, without a lookup when h was
+// resolved.
+func (c *Cache) LocateHit(h SliceHit) (Location, *Object, error) {
+	if h.at != nil {
+		return h.at.loc, h.at.o, nil
+	}
+	return c.Locate(h.Tensor.Key)
 }
 
 // Path returns the shard file's path.
@@ -151,7 +177,7 @@ func newCache(dir string, ix *Index) *Cache {
 			c.shards[sh] = struct{}{}
 			for ti := range sh.Tensors {
 				t := &sh.Tensors[ti]
-				hit := SliceHit{s, sh, t}
+				hit := SliceHit{Source: s, Shard: sh, Tensor: t}
 				k := sliceKey{filepath.Base(sh.Name), t.Offset, t.Size}
 				c.slices[k] = append(c.slices[k], hit)
 				c.byName[t.Name] = append(c.byName[t.Name], hit)

@@ -50,14 +50,14 @@ type wrapFence struct {
 	name string
 }
 
-func (w wrapFence) Wait() error {
+func (w *wrapFence) Wait() error {
 	if err := w.f.Wait(); err != nil {
 		return &Error{Tensor: w.name, Err: err}
 	}
 	return nil
 }
 
-func (w wrapFence) Done() bool { return w.f.Done() }
+func (w *wrapFence) Done() bool { return w.f.Done() }
 
 // Failed returns, without waiting, the error of a fence that failed before
 // its work was submitted (a read, checksum or submission error), or nil.
@@ -66,7 +66,7 @@ func Failed(f Fence) error {
 	switch f := f.(type) {
 	case errFence:
 		return f.err
-	case wrapFence:
+	case *wrapFence:
 		if err := Failed(f.f); err != nil {
 			var te *Error
 			if errors.As(err, &te) {

@@ -172,17 +172,20 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	var otherIdx []int
 	var targets []target
 	var zs []target // fixed payloads, small ones included
-	var small []smallItem
+	// Most bindings of a batch of small tensors are packed: room for
+	// all of them at once.
+	small := make([]smallItem, 0, len(bs))
 	// The wrapped transport's small bindings are packed with the small
 	// payloads when it can read them into a pack (PackReader).
 	pr, _ := z.inner.(PackReader)
+	memo := presentMemo{z: z}
 	for i, b := range bs {
 		hit, err := z.cache.LookupSpec(b.Ref, b.Shard, b.Offset, b.Size)
 		if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
 			// Decoded from its payload, so a corrupt one is caught; with
 			// EntropyFromSource read raw from its source when that is
 			// there.
-			present, err := z.sourcePresent(hit, b.Shard)
+			present, err := memo.sourcePresent(hit, b.Shard)
 			fromPayload := !present || !z.opts.EntropyFromSource && !z.rawCheaper(b.Size, costmodel.Entropy)
 			switch {
 			case err != nil:
@@ -200,7 +203,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 		present := false
 		if fixed {
 			var perr error
-			if present, perr = z.sourcePresent(hit, b.Shard); perr != nil {
+			if present, perr = memo.sourcePresent(hit, b.Shard); perr != nil {
 				out[i] = errFence{&Error{Tensor: b.Name, Err: perr}}
 				continue
 			}
@@ -231,11 +234,15 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 		zs, packs = z.residentGroups(zs)
 	}
 	for _, t := range zs {
-		if loc, o, err := z.cache.Locate(t.hit.Tensor.Key); err == nil && int64(o.Size) <= z.opts.SmallBytes {
+		if loc, o, err := z.cache.LocateHit(t.hit); err == nil && int64(o.Size) <= z.opts.SmallBytes {
 			small = append(small, z.packItem(t, loc, o))
 			continue
 		}
 		targets = append(targets, t)
+	}
+	if len(packs) == 0 && len(others) == 0 && len(targets) == 0 {
+		z.pack.upload(ctx, small, out) // a batch of small tensors only
+		return out
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { z.pack.upload(ctx, small, out) })
@@ -265,7 +272,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 				if err != nil {
 					f = errFence{err}
 				}
-				out[t.i] = wrapFence{f, t.b.Name}
+				out[t.i] = &wrapFence{f, t.b.Name}
 			}
 		})
 	}
@@ -302,21 +309,24 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 		}
 	}
 	// An object's own file is not stat'ed: the header's size and
-	// checksum, checked here, cover one of the wrong length.
+	// checksum, checked once staged (checkStaged), cover one of the
+	// wrong length.
 	it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
-	it.check = func(b []byte) (*codec.Header, error) {
-		h, err := payload.CheckBytes(payload.KindFixed, b, payload.Sum(b), t.b.Size)
-		if err != nil {
-			return nil, fmt.Errorf("%s (payload %s): %w", loc.Path, key, err)
-		}
-		if z.opts.Resident || z.opts.DeviceResident {
-			if err := z.keep(key, b, h); err != nil {
-				return nil, err
-			}
-		}
-		return &h.(*payload.Fixed).Header, nil
-	}
+	it.key, it.check = key, z
 	return it
+}
+
+// checkStaged checks a small fixed payload staged by the packer against
+// its header and its tensor, and keeps it when payloads stay resident.
+func (z *Payloads) checkStaged(it *smallItem, b []byte, h *codec.Header) error {
+	var err error
+	if *h, err = payload.CheckFixed(b, payload.Sum(b), it.b.Size); err != nil {
+		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+	}
+	if z.opts.Resident || z.opts.DeviceResident {
+		return z.keep(it.key, b, &payload.Fixed{Header: *h})
+	}
+	return nil
 }
 
 // rawItem is the packer's item for a small raw binding of the wrapped
@@ -328,7 +338,7 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 func (z *Payloads) rawItem(i int, b *vmm.Binding, hit shardcache.SliceHit, found bool, src PackSource) smallItem {
 	it := rawPackItem(i, b, src)
 	if found && hit.Tensor.CopyStored && it.file != "" {
-		if loc, _, err := z.cache.Locate(hit.Tensor.Key); err == nil && loc.Path == it.file && loc.Offset == it.off {
+		if loc, _, err := z.cache.LocateHit(hit); err == nil && loc.Path == it.file && loc.Offset == it.off {
 			it.cached, it.pack = true, loc.Pack
 		}
 	}
@@ -358,6 +368,24 @@ func (z *Payloads) sourcePresent(hit shardcache.SliceHit, path string) (bool, er
 		z.present[path] = st
 	}
 	return st.present, st.err
+}
+
+// presentMemo is sourcePresent for one batch, remembering the last
+// shard's answer: a batch's tensors come shard by shard, and a lock and
+// a map lookup a tensor are a good part of a small tensor's host cost.
+type presentMemo struct {
+	z       *Payloads
+	path    string
+	present bool
+	err     error
+}
+
+func (m *presentMemo) sourcePresent(hit shardcache.SliceHit, path string) (bool, error) {
+	if m.path == "" || m.path != path {
+		m.path = path
+		m.present, m.err = m.z.sourcePresent(hit, path)
+	}
+	return m.present, m.err
 }
 
 // ensureRing allocates the pinned staging ring: 8 MiB pieces, two per

@@ -157,6 +157,19 @@ type piece struct {
 
 // UploadBatch implements Transport.
 func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
+	out := make([]Fence, len(bs))
+	small := make([]smallItem, 0, len(bs))
+	isSmall := make([]bool, len(bs))
+	for i, b := range bs {
+		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {
+			small = append(small, r.packItem(i, b))
+			isSmall[i] = true
+		}
+	}
+	if len(small) == len(bs) && !r.opts.ResidentRuns {
+		r.pack.upload(ctx, small, out) // a batch of small tensors only
+		return out
+	}
 	fences := make([][]Fence, len(bs))
 	errs := make([]error, len(bs))
 	work := make(chan piece)
@@ -168,15 +181,6 @@ func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			errs[i] = err
 		}
 		emu.Unlock()
-	}
-	out := make([]Fence, len(bs))
-	var small []smallItem
-	isSmall := make([]bool, len(bs))
-	for i, b := range bs {
-		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {
-			small = append(small, r.packItem(i, b))
-			isSmall[i] = true
-		}
 	}
 	var pwg sync.WaitGroup
 	pwg.Go(func() { r.pack.upload(ctx, small, out) })
@@ -233,7 +237,7 @@ func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 		case errs[i] != nil:
 			out[i] = errFence{&Error{Tensor: b.Name, Err: errs[i]}}
 		default:
-			out[i] = wrapFence{allFence(fences[i]), b.Name}
+			out[i] = &wrapFence{allFence(fences[i]), b.Name}
 		}
 	}
 	return out

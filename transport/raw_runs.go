@@ -139,7 +139,7 @@ func (r *Raw) uploadRuns(ctx context.Context, bs []*vmm.Binding, isSmall, inRun 
 			if err != nil {
 				out[i] = errFence{&Error{Tensor: bs[i].Name, Err: err}}
 			} else {
-				out[i] = wrapFence{ev, bs[i].Name}
+				out[i] = &wrapFence{ev, bs[i].Name}
 			}
 		}
 	}

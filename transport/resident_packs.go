@@ -199,7 +199,7 @@ func (z *Payloads) submitPack(u packUpload, out []Fence) {
 		if err != nil {
 			out[t.i] = errFence{&Error{Tensor: t.b.Name, Err: err}}
 		} else {
-			out[t.i] = wrapFence{ev, t.b.Name}
+			out[t.i] = &wrapFence{ev, t.b.Name}
 		}
 	}
 }

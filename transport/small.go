@@ -42,12 +42,21 @@ type smallItem struct {
 	// per tensor). Other files (source shards) are kept open.
 	cached bool
 	pack   shardcache.Key
-	// check, for an item read from a file, checks its bytes once staged
-	// and, for a payload, returns its header (nil for raw bytes).
-	check func(b []byte) (*codec.Header, error)
+	// key and check, for a payload read from a file: check checks its
+	// bytes once staged (an interface held by the transport, not a
+	// closure an item: small tensors come by the hundred).
+	key   shardcache.Key
+	check stagedChecker
 	// fill, for an item not read from a file, writes the stored bytes
 	// into dst and, for a payload, returns its checked header.
 	fill func(dst []byte) (*codec.Header, error)
+}
+
+// stagedChecker checks the staged bytes of a payload read from a file.
+type stagedChecker interface {
+	// checkStaged checks b, the stored bytes of it, and writes its
+	// header to h.
+	checkStaged(it *smallItem, b []byte, h *codec.Header) error
 }
 
 // maxGap is the most bytes between two items of one file that a staged
@@ -136,7 +145,7 @@ func (pl *plan) bytes() uint64 { return align16(scatter.TableBytes(len(pl.items)
 
 // place returns where item it would lie in the plan and whether it joins
 // the plan's last read, without changing the plan.
-func (pl *plan) place(it smallItem) (rel uint64, joins bool) {
+func (pl *plan) place(it *smallItem) (rel uint64, joins bool) {
 	if n := len(pl.reads); n > 0 && it.file != "" {
 		r := pl.reads[n-1]
 		if end := r.off + r.n; r.file == it.file && it.off >= end && it.off-end <= maxGap && (it.off-r.off)%16 == 0 {
@@ -146,11 +155,11 @@ func (pl *plan) place(it smallItem) (rel uint64, joins bool) {
 	return align16(pl.end), false
 }
 
-// add puts it into the plan at rel.
-func (pl *plan) add(it smallItem, rel uint64, joins bool) {
-	k := len(pl.items)
-	pl.items = append(pl.items, it)
-	pl.rel = append(pl.rel, rel)
+// add puts it, the plan's next item, into the plan at rel (items and
+// rel are laid out by planPacks; add records the read).
+func (pl *plan) add(it *smallItem, rel uint64, joins bool) {
+	k := len(pl.items) - 1
+	pl.rel[k] = rel
 	pl.end = rel + it.stored
 	switch {
 	case joins:
@@ -164,9 +173,10 @@ func (pl *plan) add(it smallItem, rel uint64, joins bool) {
 
 // planPacks lays items out in staging buffers of packBytes: file items in
 // file order, so that neighbours in a file share a read, then the rest.
+// It sorts items in place; each plan's items and offsets are ranges of
+// items and of one array, not copies.
 func planPacks(items []smallItem) []*plan {
-	sorted := slices.Clone(items)
-	slices.SortStableFunc(sorted, func(a, b smallItem) int {
+	slices.SortStableFunc(items, func(a, b smallItem) int {
 		switch {
 		case a.file == "" || b.file == "":
 			return cmp.Compare(btoi(a.file == ""), btoi(b.file == ""))
@@ -175,15 +185,19 @@ func planPacks(items []smallItem) []*plan {
 		}
 		return cmp.Compare(a.off, b.off)
 	})
+	rels := make([]uint64, len(items))
 	var plans []*plan
 	pl := &plan{}
-	for _, it := range sorted {
+	lo := 0
+	for k := range items {
+		it := &items[k]
 		rel, joins := pl.place(it)
-		if len(pl.items) > 0 && align16(scatter.TableBytes(len(pl.items)+1))+align16(rel+it.stored) > packBytes {
+		if k > lo && align16(scatter.TableBytes(k-lo+1))+align16(rel+it.stored) > packBytes {
 			plans = append(plans, pl)
-			pl = &plan{}
+			pl, lo = &plan{}, k
 			rel, joins = pl.place(it)
 		}
+		pl.items, pl.rel = items[lo:k+1], rels[lo:k+1]
 		pl.add(it, rel, joins)
 	}
 	return append(plans, pl)
@@ -201,20 +215,28 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 		return
 	}
 	// Lay out the packs first, so that no more workers start than there
-	// are packs (a layer's small tensors often make one).
+	// are packs (a layer's small tensors often make one, sent from this
+	// goroutine).
 	plans := planPacks(items)
+	send := func(pl *plan) {
+		if err := ctx.Err(); err != nil {
+			for _, it := range pl.items {
+				out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: err}}
+			}
+			return
+		}
+		p.send(pl, out)
+	}
+	if len(plans) == 1 {
+		send(plans[0])
+		return
+	}
 	work := make(chan *plan)
 	var wg sync.WaitGroup
 	for range min(p.workers, len(plans)) {
 		wg.Go(func() {
 			for pl := range work {
-				if err := ctx.Err(); err != nil {
-					for _, it := range pl.items {
-						out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: err}}
-					}
-					continue
-				}
-				p.send(pl, out)
+				send(pl)
 			}
 		})
 	}
@@ -225,40 +247,60 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	wg.Wait()
 }
 
+// staged is what stage found of a plan's items: a header for each
+// payload (pointing into hdrs), an error for each item that failed.
+type staged struct {
+	hdr  []*codec.Header
+	hdrs []codec.Header
+	errs []error
+}
+
 // stage fills a staging buffer as planned: its reads and the items with
 // their own fill, in parallel, then the checks. An item that failed is
 // reported in errs and left out of the scatter.
-func (p *packer) stage(pl *plan, buf []byte, base uint64) ([]*codec.Header, []error) {
+func (p *packer) stage(pl *plan, buf []byte, base uint64) staged {
 	n := len(pl.items)
-	hdrs := make([]*codec.Header, n)
-	errs := make([]error, n)
+	st := staged{hdr: make([]*codec.Header, n), hdrs: make([]codec.Header, n), errs: make([]error, n)}
 	var read, verify atomic.Int64
+	readOne := func(r stagedRead) {
+		t0 := time.Now()
+		dst := buf[base+r.rel : base+r.rel+r.n]
+		var err error
+		if r.cached {
+			// The range may span several members of a pack.
+			err = p.objects.ReadAt(shardcache.Location{Path: r.file, Offset: r.off, Size: r.n, Packed: r.pack != "", Pack: r.pack}, dst, 0)
+		} else {
+			err = p.files.readAt(r.file, dst, r.off)
+		}
+		t1 := time.Now()
+		for k := r.first; k < r.last; k++ {
+			switch it := &pl.items[k]; {
+			case err != nil:
+				st.errs[k] = err
+			case it.check != nil:
+				q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored]
+				if st.errs[k] = it.check.checkStaged(it, q, &st.hdrs[k]); st.errs[k] == nil {
+					st.hdr[k] = &st.hdrs[k]
+				}
+			}
+		}
+		read.Add(int64(t1.Sub(t0)))
+		verify.Add(int64(time.Since(t1)))
+	}
+	fills := 0
+	for _, it := range pl.items {
+		fills += btoi(it.file == "")
+	}
 	var wg sync.WaitGroup
-	for _, r := range pl.reads {
+	for k, r := range pl.reads {
+		if k == len(pl.reads)-1 && fills == 0 {
+			readOne(r) // the last (often the only) read in this goroutine
+			break
+		}
 		p.fills <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-p.fills }()
-			t0 := time.Now()
-			dst := buf[base+r.rel : base+r.rel+r.n]
-			var err error
-			if r.cached {
-				// The range may span several members of a pack.
-				err = p.objects.ReadAt(shardcache.Location{Path: r.file, Offset: r.off, Size: r.n, Packed: r.pack != "", Pack: r.pack}, dst, 0)
-			} else {
-				err = p.files.readAt(r.file, dst, r.off)
-			}
-			t1 := time.Now()
-			for k := r.first; k < r.last; k++ {
-				switch it := pl.items[k]; {
-				case err != nil:
-					errs[k] = err
-				case it.check != nil:
-					q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored]
-					hdrs[k], errs[k] = it.check(q)
-				}
-			}
-			read.Add(int64(t1.Sub(t0)))
-			verify.Add(int64(time.Since(t1)))
+			readOne(r)
 		})
 	}
 	for k, it := range pl.items {
@@ -268,7 +310,7 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) ([]*codec.Header, []er
 		p.fills <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-p.fills }()
-			hdrs[k], errs[k] = it.fill(buf[base+pl.rel[k] : base+pl.rel[k]+it.stored])
+			st.hdr[k], st.errs[k] = it.fill(buf[base+pl.rel[k] : base+pl.rel[k]+it.stored])
 		})
 	}
 	wg.Wait()
@@ -276,7 +318,7 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) ([]*codec.Header, []er
 	p.stats.Read += time.Duration(read.Load())
 	p.stats.Verify += time.Duration(verify.Load())
 	p.mu.Unlock()
-	return hdrs, errs
+	return st
 }
 
 // send stages one pack in a staging buffer and submits it.
@@ -288,16 +330,14 @@ func (p *packer) send(pl *plan, out []Fence) {
 		s.ev = nil
 	}
 	base := align16(scatter.TableBytes(len(pl.items)))
-	hdrs, errs := p.stage(pl, s.buf, base)
+	st := p.stage(pl, s.buf, base)
 	its := make([]scatter.Item, 0, len(pl.items))
-	kept := make([]smallItem, 0, len(pl.items))
 	for k, it := range pl.items {
-		if errs[k] != nil {
-			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: errs[k]}}
+		if st.errs[k] != nil {
+			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: st.errs[k]}}
 			continue
 		}
-		its = append(its, scatter.Item{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Stored: it.stored, Size: it.b.Size, Header: hdrs[k]})
-		kept = append(kept, it)
+		its = append(its, scatter.Item{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Stored: it.stored, Size: it.b.Size, Header: st.hdr[k]})
 	}
 	if len(its) == 0 {
 		return
@@ -311,11 +351,18 @@ func (p *packer) send(pl *plan, out []Fence) {
 		p.stats.Bytes += off
 	}
 	p.mu.Unlock()
-	for _, it := range kept {
-		if err != nil {
+	// One fence an item naming it, allocated together.
+	fs := make([]wrapFence, len(its))
+	j := 0
+	for k, it := range pl.items {
+		switch {
+		case st.errs[k] != nil:
+		case err != nil:
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: err}}
-		} else {
-			out[it.i] = wrapFence{ev, it.b.Name}
+		default:
+			fs[j] = wrapFence{ev, it.b.Name}
+			out[it.i] = &fs[j]
+			j++
 		}
 	}
 	if err == nil {

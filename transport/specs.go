@@ -44,8 +44,11 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 					return nil, err
 				}
 			}
-			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: file, Offset: off, Size: t.Size,
-				Ref: &shardcache.SliceHit{Source: src, Shard: sh, Tensor: t}})
+			hit := &shardcache.SliceHit{Source: src, Shard: sh, Tensor: t}
+			if t.Stored != shardcache.StoredRaw || t.CopyStored {
+				c.Resolve(hit) // its object, found once here rather than at every fault
+			}
+			out = append(out, vmm.Spec{Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: file, Offset: off, Size: t.Size, Ref: hit})
 		}
 	}
 	return out, nil

@@ -9,7 +9,7 @@ package vmm
 import (
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 )
 
 // Ptr is a device address.
@@ -68,33 +68,59 @@ type Binding struct {
 	Index int
 	Addr  Ptr // start of the range, Size bytes
 
-	mu    sync.Mutex
-	state State
+	// state is a State: read and changed by every fault of the binding,
+	// so atomically rather than under a lock.
+	state atomic.Int32
+	// upload is the upload in flight while the state is Loading, for
+	// fault calls that find the binding loading to share.
+	upload atomic.Pointer[Upload]
+}
+
+// Upload is an upload in flight that a binding records, so that a
+// transport's fault calls find it on the binding rather than in a map of
+// their own.
+type Upload struct {
+	// Fence completes when the upload has ended and the binding's state
+	// says how.
+	Fence interface {
+		Wait() error
+		Done() bool
+	}
+}
+
+// Claim changes the state from Evicted to Loading, recording u as the
+// binding's upload, and reports whether it did.
+func (b *Binding) Claim(u *Upload) bool {
+	if !b.state.CompareAndSwap(int32(Evicted), int32(Loading)) {
+		return false
+	}
+	b.upload.Store(u)
+	return true
+}
+
+// Upload returns the binding's upload in flight, or nil.
+func (b *Binding) Upload() *Upload { return b.upload.Load() }
+
+// Finish ends upload u: if it is still the binding's, it is cleared and
+// a Loading state becomes s (an evicted binding stays evicted). It
+// reports whether u was the binding's.
+func (b *Binding) Finish(u *Upload, s State) bool {
+	if !b.upload.CompareAndSwap(u, nil) {
+		return false
+	}
+	b.state.CompareAndSwap(int32(Loading), int32(s))
+	return true
 }
 
 // State returns the binding's residency.
-func (b *Binding) State() State {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.state
-}
+func (b *Binding) State() State { return State(b.state.Load()) }
 
 // SetState changes the binding's residency (transports call it).
-func (b *Binding) SetState(s State) {
-	b.mu.Lock()
-	b.state = s
-	b.mu.Unlock()
-}
+func (b *Binding) SetState(s State) { b.state.Store(int32(s)) }
 
 // CompareAndSet changes the state from old to s and reports whether it did.
 func (b *Binding) CompareAndSet(old, s State) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.state != old {
-		return false
-	}
-	b.state = s
-	return true
+	return b.state.CompareAndSwap(int32(old), int32(s))
 }
 
 // Arena is a reserved, mapped range holding bindings.

@@ -26,14 +26,9 @@ func Sniff(head []byte) Kind {
 func Parse(k Kind, head []byte) (Head, error) {
 	switch k {
 	case KindFixed:
-		h, err := codec.ParseHeader(head)
-		switch {
-		case err != nil:
+		h, err := parseFixed(head)
+		if err != nil {
 			return nil, err
-		case h.Values > h.Size:
-			return nil, fmt.Errorf("%w: %d values in a %d-byte payload", codec.ErrCorrupt, h.Values, h.Size)
-		case h.InPlace && h.Values > 0 && h.Size > 2*h.Values:
-			return nil, fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, h.Size, 2*h.Values)
 		}
 		return &Fixed{h}, nil
 	case KindEntropy:
@@ -58,14 +53,7 @@ func Parse(k Kind, head []byte) (Head, error) {
 func Check(h Head, size uint64, sum uint32, decoded uint64, tail []byte) error {
 	switch h := h.(type) {
 	case *Fixed:
-		var values uint64
-		if decoded != 0 {
-			if decoded%2 != 0 {
-				return fmt.Errorf("%w: payload decodes to BF16 values, the tensor has %d bytes", codec.ErrSize, decoded)
-			}
-			values = decoded / 2
-		}
-		return codec.CheckPayload(&h.Header, size, sum, values)
+		return checkFixed(&h.Header, size, sum, decoded)
 	case *Entropy:
 		switch {
 		case h.Head.Size != size:
@@ -125,3 +113,41 @@ func (t *Tail) Add(off uint64, q []byte) {
 
 // Bytes returns the tail gathered, Check's last argument.
 func (t *Tail) Bytes() []byte { return t.buf }
+
+// CheckFixed is CheckBytes for a fixed payload, returning its header as
+// a value: the staging path checks small payloads by the hundred and
+// keeps their headers in one array, not one allocation each.
+func CheckFixed(p []byte, sum uint32, decoded uint64) (codec.Header, error) {
+	h, err := parseFixed(p)
+	if err != nil {
+		return codec.Header{}, err
+	}
+	return h, checkFixed(&h, uint64(len(p)), sum, decoded)
+}
+
+// parseFixed parses a fixed payload's header and checks what it says of
+// itself.
+func parseFixed(head []byte) (codec.Header, error) {
+	h, err := codec.ParseHeader(head)
+	switch {
+	case err != nil:
+		return h, err
+	case h.Values > h.Size:
+		return h, fmt.Errorf("%w: %d values in a %d-byte payload", codec.ErrCorrupt, h.Values, h.Size)
+	case h.InPlace && h.Values > 0 && h.Size > 2*h.Values:
+		return h, fmt.Errorf("%w: an in-place payload of %d bytes is larger than its %d decoded bytes", codec.ErrCorrupt, h.Size, 2*h.Values)
+	}
+	return h, nil
+}
+
+// checkFixed is Check for a fixed payload's header (its tail is empty).
+func checkFixed(h *codec.Header, size uint64, sum uint32, decoded uint64) error {
+	var values uint64
+	if decoded != 0 {
+		if decoded%2 != 0 {
+			return fmt.Errorf("%w: payload decodes to BF16 values, the tensor has %d bytes", codec.ErrSize, decoded)
+		}
+		values = decoded / 2
+	}
+	return codec.CheckPayload(h, size, sum, values)
+}

@@ -51,6 +51,9 @@ func TestCheckAndDecode(t *testing.T) {
 				t.Errorf("%v, %d workers: decode differs (%v)", k, workers, err)
 			}
 		}
+		if k == KindFixed {
+			sameAsCheckBytes(t, p, h, nil)
+		}
 		if e, ok := h.(*Entropy); ok && e.MaxRecord == 0 {
 			t.Errorf("entropy: the chunk index was not checked (MaxRecord 0)")
 		}
@@ -116,9 +119,31 @@ func TestEveryByteMatters(t *testing.T) {
 		for i := 0; i < len(p); i += step {
 			q := bytes.Clone(p)
 			q[i] ^= 1 << (i % 8)
-			if _, err := CheckBytes(k, q, Sum(q), 0); err == nil {
+			h, err := CheckBytes(k, q, Sum(q), 0)
+			if err == nil {
 				t.Fatalf("%v: byte %d of %d flipped, payload accepted", k, i, len(p))
 			}
+			if k == KindFixed {
+				sameAsCheckBytes(t, q, h, err)
+			}
+		}
+	}
+}
+
+// sameAsCheckBytes fails t unless CheckFixed says of the fixed payload p
+// what CheckBytes said (h, err): the same header, or the same error.
+func sameAsCheckBytes(t *testing.T, p []byte, h Head, err error) {
+	t.Helper()
+	for _, decoded := range []uint64{0, 2 * uint64(len(p))} {
+		if decoded != 0 {
+			h, err = CheckBytes(KindFixed, p, Sum(p), decoded)
+		}
+		got, gerr := CheckFixed(p, Sum(p), decoded)
+		switch {
+		case (err == nil) != (gerr == nil) || err != nil && err.Error() != gerr.Error():
+			t.Fatalf("decoded %d: CheckFixed says %v, CheckBytes %v", decoded, gerr, err)
+		case err == nil && got != h.(*Fixed).Header:
+			t.Fatalf("decoded %d: CheckFixed's header %+v, CheckBytes' %+v", decoded, got, h.(*Fixed).Header)
 		}
 	}
 }
@@ -135,6 +160,9 @@ func FuzzCheckBytes(f *testing.F) {
 	f.Add(uint8(3), []byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, k uint8, p []byte) {
 		h, err := CheckBytes(Kind(k), p, Sum(p), 0)
+		if Kind(k) == KindFixed {
+			sameAsCheckBytes(t, p, h, err)
+		}
 		if err != nil {
 			return
 		}
