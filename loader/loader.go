@@ -115,6 +115,9 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 			tt := Tensor{Index: i, Name: t.Name, DType: t.DType, Shape: t.Shape, Shard: filepath.Join(src.Root, sh.Name),
 				Offset: t.Offset, Size: t.Size, Key: t.Key, Stored: t.Size, shard: sh, rec: &sh.Tensors[ti],
 				hit: shardcache.SliceHit{Source: src, Shard: sh, Tensor: &sh.Tensors[ti]}}
+			if t.Stored != shardcache.StoredRaw || t.CopyStored {
+				c.Resolve(&tt.hit) // its object, found once here rather than at every fault
+			}
 			if t.Stored == shardcache.StoredFixed {
 				o, err := c.Lookup(t.Key)
 				if err != nil {

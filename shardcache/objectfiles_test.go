@@ -251,3 +251,33 @@ func TestObjectFilesConcurrent(t *testing.T) {
 	}
 	objs.Close()
 }
+
+// TestLocateHit: a resolved hit locates its object where Locate does,
+// packed or not, without the index; one not resolved falls back to it,
+// and one whose key is not in the index is reported by LocateHit.
+func TestLocateHit(t *testing.T) {
+	c, tensors, _ := objectFilesFixture(t)
+	for i, tn := range tensors {
+		want, wo, err := c.Locate(tn.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit, err := c.LookupName(tn.Name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := hit
+		c.Resolve(&hit)
+		for _, h := range []SliceHit{hit, plain} {
+			got, o, err := c.LocateHit(h)
+			if err != nil || got != want || o != wo {
+				t.Errorf("tensor %d (resolved %v): %+v, %v, want %+v", i, h.at != nil, got, err, want)
+			}
+		}
+	}
+	gone := SliceHit{Tensor: &Tensor{Key: "00"}}
+	c.Resolve(&gone)
+	if _, _, err := c.LocateHit(gone); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a key not in the index: %v", err)
+	}
+}
