@@ -51,6 +51,11 @@ func ParseHeader(p []byte) (Header, error) {
 // Checksum returns the CRC-32C of a payload with its checksum field taken as zero.
 func Checksum(p []byte) uint32 { return ChecksumWithout(p, offChecksum) }
 
+// zeroField is a checksum field taken as zero: a package variable, as a
+// local array passed to the CRC would escape and cost an allocation a
+// payload checked.
+var zeroField [4]byte
+
 // ChecksumWithout returns the CRC-32C of b with the 4 bytes at offset at
 // (a checksum field, inside b) taken as zero: the checksum of every
 // format here that holds its own. Bytes too short to hold the field (no
@@ -59,9 +64,8 @@ func ChecksumWithout(b []byte, at int) uint32 {
 	if at < 0 || len(b) < at+4 {
 		return crc32c.Update(0, b)
 	}
-	var zero [4]byte
 	crc := crc32c.Update(0, b[:at])
-	crc = crc32c.Update(crc, zero[:])
+	crc = crc32c.Update(crc, zeroField[:])
 	return crc32c.Update(crc, b[at+4:])
 }
 

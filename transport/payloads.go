@@ -218,7 +218,16 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			otherIdx = append(otherIdx, i)
 			continue
 		}
-		zs = append(zs, target{i, b, hit, false})
+		t := target{i, b, hit, false}
+		if !z.opts.ResidentPacks {
+			// Packed now, not gathered first: most fixed payloads of a
+			// batch of small tensors are small.
+			if loc, o, err := z.cache.LocateHit(hit); err == nil && int64(o.Size) <= z.opts.SmallBytes {
+				small = append(small, z.packItem(t, loc, o))
+				continue
+			}
+		}
+		zs = append(zs, t)
 	}
 	// With resident packs, small payloads and streamed ones alike go
 	// into regions; those of whole regions are uploaded a region at a
