@@ -1,0 +1,125 @@
+package oci
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Media types of a splitzip artifact. The index's own format version is
+// inside its bytes; these name the artifact's layout, version 1.
+const (
+	// ArtifactType is the manifest's artifactType.
+	ArtifactType = "application/vnd.splitzip.cache.v1"
+	// IndexMediaType is the config blob's: the cache's index file.
+	IndexMediaType types.MediaType = "application/vnd.splitzip.cache.index.v1"
+	// ObjectMediaType is a layer's: an object file or a pack, byte for
+	// byte as the cache stores it.
+	ObjectMediaType types.MediaType = "application/vnd.splitzip.cache.object.v1"
+	// KeyAnnotation names a layer's object: its key in the index.
+	KeyAnnotation = "dev.splitzip.key"
+)
+
+// Errors.
+var (
+	// ErrNotArtifact: the manifest is not a splitzip cache's.
+	ErrNotArtifact = errors.New("not a splitzip cache artifact")
+	// ErrBlob: a blob's bytes are not what the manifest says (size or
+	// digest), or the manifest and the index disagree.
+	ErrBlob = errors.New("blob does not match the manifest")
+)
+
+// manifest is an OCI image manifest with the artifactType field of
+// image-spec 1.1 (the registry client's type predates it).
+type manifest struct {
+	SchemaVersion int64             `json:"schemaVersion"`
+	MediaType     types.MediaType   `json:"mediaType"`
+	ArtifactType  string            `json:"artifactType,omitempty"`
+	Config        v1.Descriptor     `json:"config"`
+	Layers        []v1.Descriptor   `json:"layers"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+}
+
+// Options are what Push and Pull share.
+type Options struct {
+	// Insecure allows plain HTTP and registries whose TLS certificates
+	// do not verify.
+	Insecure bool
+	// Jobs is how many blobs move at once (0: 8).
+	Jobs int
+	// Keychain finds credentials (nil: the Docker configuration and
+	// credential helpers, authn.DefaultKeychain).
+	Keychain authn.Keychain
+	// Transport, if set, carries the requests (tests use it to inject
+	// faults); Insecure still decides the reference's scheme.
+	Transport http.RoundTripper
+	// Progress, if set, is told the bytes to move and, as they move,
+	// how many more moved; it must be safe for concurrent calls.
+	Progress Progress
+}
+
+// Progress follows the bytes a push or pull moves.
+type Progress interface {
+	Start(label string, total uint64)
+	Add(n uint64)
+	Finish()
+}
+
+type nopProgress struct{}
+
+func (nopProgress) Start(string, uint64) {}
+func (nopProgress) Add(uint64)           {}
+func (nopProgress) Finish()              {}
+
+func (o Options) jobs() int {
+	if o.Jobs <= 0 {
+		return 8
+	}
+	return o.Jobs
+}
+
+func (o Options) progress() Progress {
+	if o.Progress == nil {
+		return nopProgress{}
+	}
+	return o.Progress
+}
+
+// parse parses a reference as crane does (a tag or a digest, the Docker
+// Hub by default).
+func (o Options) parse(ref string) (name.Reference, error) {
+	var opts []name.Option
+	if o.Insecure {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// remote returns the registry client's options.
+func (o Options) remote(ctx context.Context) []remote.Option {
+	kc := o.Keychain
+	if kc == nil {
+		kc = authn.DefaultKeychain
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithJobs(o.jobs())}
+	switch {
+	case o.Transport != nil:
+		opts = append(opts, remote.WithTransport(o.Transport))
+	case o.Insecure:
+		t := remote.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with --insecure
+		opts = append(opts, remote.WithTransport(t))
+	}
+	return opts
+}

@@ -1,0 +1,324 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// compress writes the checkpoint cfg describes and its self-contained
+// cache under dir, and returns the cache's folder.
+func compress(t *testing.T, dir string, cfg synth.Config) string {
+	t.Helper()
+	src, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
+		t.Fatal(err)
+	}
+	opts := pipeline.CompressOptions{Output: out, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true, SelfContained: true}
+	if _, err := pipeline.Compress(context.Background(), src, opts); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// faults is an in-process registry (go-containerregistry's) behind a
+// handler that counts blob uploads and downloads and injects faults.
+type faults struct {
+	reg       http.Handler
+	uploads   atomic.Int64 // blob upload sessions started (POST)
+	downloads atomic.Int64 // blob GETs
+	// After okN more blob GETs (when okN is not negative), fail answers
+	// the next failN ones with its status; corrupt flips a byte of every
+	// blob GET's body.
+	okN     atomic.Int64
+	fail    atomic.Int64
+	failN   atomic.Int64
+	corrupt atomic.Bool
+}
+
+func (f *faults) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	blob := strings.Contains(r.URL.Path, "/blobs/")
+	switch {
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/blobs/uploads/"):
+		f.uploads.Add(1)
+	case r.Method == http.MethodGet && blob:
+		f.downloads.Add(1)
+		if code := f.fail.Load(); code != 0 && f.okN.Add(-1) < 0 && f.failN.Add(-1) >= 0 {
+			w.WriteHeader(int(code))
+			return
+		}
+		if f.corrupt.Load() {
+			rec := httptest.NewRecorder()
+			f.reg.ServeHTTP(rec, r)
+			b := rec.Body.Bytes()
+			if len(b) > 0 {
+				b[len(b)/2] ^= 1
+			}
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(b)
+			return
+		}
+	}
+	f.reg.ServeHTTP(w, r)
+}
+
+func serve(t *testing.T) (*faults, string) {
+	t.Helper()
+	f := &faults{reg: registry.New(registry.Logger(nopLogger()))}
+	s := httptest.NewServer(f)
+	t.Cleanup(s.Close)
+	return f, strings.TrimPrefix(s.URL, "http://")
+}
+
+func opts() Options { return Options{Insecure: true, Keychain: authn.NewMultiKeychain(), Jobs: 4} }
+
+// sameCache fails t unless the caches in a and b hold the same index
+// sources and object files, byte for byte.
+func sameCache(t *testing.T, a, b string) {
+	t.Helper()
+	ca, err := shardcache.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := shardcache.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.CheckSelfContained(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := ca.Index().Files()
+	for _, k := range files {
+		pa, _ := ca.FilePath(k)
+		pb, _ := cb.FilePath(k)
+		ba, err := os.ReadFile(pa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bb, err := os.ReadFile(pb)
+		if err != nil {
+			t.Fatalf("pulled cache lacks %s: %v", k, err)
+		}
+		if !bytes.Equal(ba, bb) {
+			t.Fatalf("object %s differs", k)
+		}
+	}
+	if len(cb.Index().Sources) != len(ca.Index().Sources) {
+		t.Fatalf("%d sources pulled, want %d", len(cb.Index().Sources), len(ca.Index().Sources))
+	}
+	for _, s := range ca.Index().Sources {
+		for _, sh := range s.Shards {
+			for _, tn := range sh.Tensors {
+				hit, err := cb.LookupName(tn.Name, "")
+				if err != nil || hit.Tensor.Key != tn.Key {
+					t.Fatalf("tensor %s: %v", tn.Name, err)
+				}
+			}
+		}
+	}
+}
+
+// TestPushPull: a cache pushed and pulled is the same cache; pushing it
+// again uploads no blob, and pulling it again downloads none.
+func TestPushPull(t *testing.T) {
+	f, host := serve(t)
+	dir := t.TempDir()
+	cache := compress(t, dir, synth.Config{Mix: 60, Shards: 2, Seed: 3})
+	ref := host + "/models/mix:v1"
+	pr, err := Push(context.Background(), cache, ref, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Uploaded != pr.Blobs-1 || pr.UploadedBytes == 0 || !strings.HasPrefix(pr.Digest, "sha256:") {
+		t.Errorf("first push: %+v", pr)
+	}
+	up := f.uploads.Load()
+	again, err := Push(context.Background(), cache, ref, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Uploaded != 0 || f.uploads.Load() != up || again.Digest != pr.Digest {
+		t.Errorf("second push uploaded %d blobs (%d sessions): %+v", again.Uploaded, f.uploads.Load()-up, again)
+	}
+	out := filepath.Join(dir, "pulled")
+	res, err := Pull(context.Background(), ref, out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched != res.Blobs || res.Digest != pr.Digest || len(res.Sources) != 1 {
+		t.Errorf("pull: %+v", res)
+	}
+	sameCache(t, cache, out)
+	down := f.downloads.Load()
+	res, err = Pull(context.Background(), ref, out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched != 0 || f.downloads.Load()-down != 1 { // the index only
+		t.Errorf("second pull fetched %d blobs, %d GETs", res.Fetched, f.downloads.Load()-down)
+	}
+}
+
+// TestDedupe: a checkpoint sharing most tensors with one pushed before
+// pushes only its new files, and a pull into the cache holding the first
+// fetches only those.
+func TestDedupe(t *testing.T) {
+	f, host := serve(t)
+	dir := t.TempDir()
+	base := compress(t, filepath.Join(dir, "a"), synth.Config{Mix: 80, Shards: 1, Seed: 5})
+	if _, err := Push(context.Background(), base, host+"/m/base:1", opts()); err != nil {
+		t.Fatal(err)
+	}
+	// The tune: the same checkpoint with one shard's first tensor changed.
+	src := filepath.Join(dir, "b", "ck")
+	if _, err := synth.Write(context.Background(), src, synth.Config{Mix: 80, Shards: 1, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(src)
+	var shard string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			shard = filepath.Join(src, e.Name())
+		}
+	}
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0x10 // a value of the last tensor
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tune := filepath.Join(dir, "b", "cache")
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: tune, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true, SelfContained: true}); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := Push(context.Background(), tune, host+"/m/tune:1", opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Uploaded == 0 || pr.UploadedBytes*2 > pr.Bytes {
+		t.Errorf("the tune uploaded %d of %d blobs, %d of %d bytes", pr.Uploaded, pr.Blobs, pr.UploadedBytes, pr.Bytes)
+	}
+	out := filepath.Join(dir, "pulled")
+	if _, err := Pull(context.Background(), host+"/m/base:1", out, opts()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Pull(context.Background(), host+"/m/tune:1", out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched == 0 || res.FetchedBytes*2 > res.Bytes {
+		t.Errorf("the tune's pull fetched %d of %d blobs, %d of %d bytes", res.Fetched, res.Blobs, res.FetchedBytes, res.Bytes)
+	}
+	c, err := shardcache.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Index().Sources) != 2 {
+		t.Errorf("%d sources after pulling both", len(c.Index().Sources))
+	}
+	_ = f
+}
+
+// TestPullFaults: a blob whose bytes are not its digest's fails the pull
+// naming it, and leaves no source in the cache; a pull cut off by
+// server errors resumes, fetching only what it lacked; a transient 503 is
+// retried.
+func TestPullFaults(t *testing.T) {
+	f, host := serve(t)
+	dir := t.TempDir()
+	cache := compress(t, dir, synth.Config{Mix: 60, Shards: 2, Seed: 7})
+	ref := host + "/models/mix:v1"
+	pr, err := Push(context.Background(), cache, ref, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "pulled")
+
+	f.corrupt.Store(true)
+	_, err = Pull(context.Background(), ref, out, opts())
+	f.corrupt.Store(false)
+	if err == nil {
+		t.Fatal("a corrupt blob was accepted")
+	}
+	if c, oerr := shardcache.Open(out); oerr == nil && len(c.Index().Sources) != 0 {
+		t.Fatalf("a failed pull left a cache with sources: %v", c.Index().Sources)
+	}
+
+	// After the index and two objects every blob GET fails: the pull
+	// stops keeping those two; run again with one 503 on the way (retried),
+	// it fetches only the rest.
+	o := opts()
+	o.Jobs = 1
+	f.okN.Store(3)
+	f.failN.Store(1 << 30)
+	f.fail.Store(http.StatusInternalServerError)
+	_, err = Pull(context.Background(), ref, out, o)
+	if err == nil {
+		t.Fatal("a pull whose blobs failed succeeded")
+	}
+	f.okN.Store(1)
+	f.failN.Store(1)
+	f.fail.Store(http.StatusServiceUnavailable)
+	res, err := Pull(context.Background(), ref, out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched != pr.Blobs-1-2 {
+		t.Errorf("resumed pull fetched %d of %d objects, want all but the 2 kept", res.Fetched, pr.Blobs-1)
+	}
+	sameCache(t, cache, out)
+}
+
+// TestPushRefusesCacheWithSource: a cache that needs its source is not
+// pushed (a pulled copy could not load).
+func TestPushRefusesCacheWithSource(t *testing.T) {
+	_, host := serve(t)
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), src, synth.Config{Mix: 40, Shards: 1, Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: out, Jobs: 2, MinSaving: 0.5, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Push(context.Background(), out, host+"/m/x:1", opts())
+	if !errors.Is(err, shardcache.ErrSourceMissing) {
+		t.Fatalf("push of a cache needing its source: %v", err)
+	}
+}
+
+// TestPullNotArtifact: an image that is not a splitzip cache is refused.
+func TestPullNotArtifact(t *testing.T) {
+	_, host := serve(t)
+	req, _ := http.NewRequest(http.MethodPut, "http://"+host+"/v2/m/x/manifests/1", strings.NewReader(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","size":2,"digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"},"layers":[]}`))
+	req.Header.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := Pull(context.Background(), host+"/m/x:1", filepath.Join(t.TempDir(), "c"), opts()); !errors.Is(err, ErrNotArtifact) {
+		t.Fatalf("pull of an image: %v", err)
+	}
+}

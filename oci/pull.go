@@ -1,0 +1,254 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+// maxIndexBytes bounds the index blob a pull reads into memory, as Open
+// bounds an index file.
+const maxIndexBytes = 1 << 30
+
+// commitEvery is how many bytes a pull fetches between commits of what
+// it has: an interrupted pull resumes from the last one.
+const commitEvery = 256 << 20
+
+// PullResult says what a pull moved.
+type PullResult struct {
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"` // the manifest's
+	Cache  string `json:"cache"`
+	// Blobs and Bytes: the artifact's object files and packs.
+	Blobs int    `json:"blobs"`
+	Bytes uint64 `json:"bytes"`
+	// Fetched and FetchedBytes: those the cache lacked, downloaded.
+	Fetched      int      `json:"fetched_blobs"`
+	FetchedBytes uint64   `json:"fetched_bytes"`
+	Sources      []string `json:"sources"`
+}
+
+// Pull adds the cache artifact at ref to the cache in dir (made if dir is
+// absent or empty): the files the cache lacks are downloaded, each
+// checked against the manifest's size and digest as it streams, and the
+// artifact's sources are recorded last. An interrupted pull leaves a
+// cache without them; pulling again fetches only what is still missing.
+func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
+	r, err := o.parse(ref)
+	if err != nil {
+		return PullResult{}, err
+	}
+	opts := o.remote(ctx)
+	desc, err := remote.Get(r, opts...)
+	if err != nil {
+		return PullResult{}, fmt.Errorf("pull %s: %w", r, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
+		return PullResult{}, fmt.Errorf("pull %s: %w: %v", r, ErrNotArtifact, err)
+	}
+	if m.Config.MediaType != IndexMediaType {
+		return PullResult{}, fmt.Errorf("pull %s: %w: config media type %q", r, ErrNotArtifact, m.Config.MediaType)
+	}
+	if m.Config.Size < 0 || m.Config.Size > maxIndexBytes {
+		return PullResult{}, fmt.Errorf("pull %s: %w: an index of %d bytes", r, ErrBlob, m.Config.Size)
+	}
+	var buf bytes.Buffer
+	if err := fetch(r, m.Config, &buf, opts); err != nil {
+		return PullResult{}, err
+	}
+	ix, err := shardcache.ParseIndex(buf.Bytes(), r.String()+" (index)")
+	if err != nil {
+		return PullResult{}, err
+	}
+	if err := ix.LoadStats(); err != nil {
+		return PullResult{}, err
+	}
+	files, members := ix.Files()
+	layers := map[shardcache.Key]v1.Descriptor{}
+	for _, l := range m.Layers {
+		k := shardcache.Key(l.Annotations[KeyAnnotation])
+		o, ok := ix.Objects[k]
+		switch {
+		case l.MediaType != ObjectMediaType:
+			return PullResult{}, fmt.Errorf("pull %s: %w: a layer of media type %q", r, ErrNotArtifact, l.MediaType)
+		case !ok || o.Pack != "":
+			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s names object %q, not a file of the index", r, ErrBlob, l.Digest, k)
+		case uint64(l.Size) != o.Size || l.Size < 0:
+			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s is %d bytes, the index says %d for %s", r, ErrBlob, l.Digest, l.Size, o.Size, k)
+		}
+		layers[k] = l
+	}
+	res := PullResult{Ref: r.String(), Digest: desc.Digest.String(), Cache: dir, Blobs: len(files)}
+	for _, k := range files {
+		if _, ok := layers[k]; !ok {
+			return PullResult{}, fmt.Errorf("pull %s: %w: no layer holds object %s", r, ErrBlob, k)
+		}
+		res.Bytes += ix.Objects[k].Size
+	}
+	for _, s := range ix.Sources {
+		res.Sources = append(res.Sources, s.Path())
+	}
+
+	w, err := shardcache.Create(dir)
+	if err != nil {
+		return PullResult{}, err
+	}
+	defer w.Close()
+	w.SetPackMax(0) // files arrive whole, packs as packs
+	var todo []shardcache.Key
+	for _, k := range files {
+		if _, ok := w.Has(k); ok {
+			if err := w.Adopt(ix, k, members[k]); err != nil {
+				return PullResult{}, err
+			}
+			continue
+		}
+		todo = append(todo, k)
+		res.Fetched++
+		res.FetchedBytes += ix.Objects[k].Size
+	}
+	p := o.progress()
+	p.Start("pull", res.FetchedBytes)
+	err = fetchAll(ctx, r, w, ix, todo, members, layers, o.jobs(), opts, p)
+	p.Finish()
+	if err != nil {
+		// What arrived whole is kept for the next pull (recorded without
+		// the artifact's sources).
+		if cerr := w.Commit(); cerr != nil {
+			return PullResult{}, errors.Join(err, cerr)
+		}
+		return PullResult{}, err
+	}
+	w.AddSources(ix)
+	if err := w.Commit(); err != nil {
+		return PullResult{}, err
+	}
+	return res, nil
+}
+
+// fetchAll downloads files into the cache, jobs at a time, committing
+// what it has every commitEvery bytes.
+func fetchAll(ctx context.Context, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
+	layers map[shardcache.Key]v1.Descriptor, jobs int, opts []remote.Option, p Progress) error {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var first error
+	var since uint64
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for range min(jobs, len(todo)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(todo) {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					fail(err)
+					return
+				}
+				mu.Lock()
+				stop := first != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				k := todo[i]
+				if err := fetchFile(r, w, ix, k, members[k], layers[k], opts, p); err != nil {
+					fail(err)
+					return
+				}
+				mu.Lock()
+				since += ix.Objects[k].Size
+				commit := since >= commitEvery
+				if commit {
+					since = 0
+				}
+				mu.Unlock()
+				if commit {
+					if err := w.Commit(); err != nil {
+						fail(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// fetchFile downloads one file into the cache and records it.
+func fetchFile(r name.Reference, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, opts []remote.Option, p Progress) error {
+	of, err := w.NewObject()
+	if err != nil {
+		return err
+	}
+	if err := fetch(r, d, progressWriter{of, p}, opts); err != nil {
+		of.Abort()
+		return fmt.Errorf("object %s: %w", k, err)
+	}
+	if err := of.Commit(k, ix.Objects[k]); err != nil {
+		return err
+	}
+	return w.Adopt(ix, k, members)
+}
+
+type progressWriter struct {
+	w io.Writer
+	p Progress
+}
+
+func (pw progressWriter) Write(b []byte) (int, error) {
+	n, err := pw.w.Write(b)
+	pw.p.Add(uint64(n))
+	return n, err
+}
+
+// fetch streams blob d of r's repository into dst, checking its size and
+// sha256 digest as it goes.
+func fetch(r name.Reference, d v1.Descriptor, dst io.Writer, opts []remote.Option) error {
+	if d.Digest.Algorithm != "sha256" {
+		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
+	}
+	l, err := remote.Layer(r.Context().Digest(d.Digest.String()), opts...)
+	if err != nil {
+		return fmt.Errorf("blob %s: %w", d.Digest, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return fmt.Errorf("blob %s: %w", d.Digest, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(dst, h), io.LimitReader(rc, d.Size+1))
+	switch {
+	case err != nil:
+		return fmt.Errorf("blob %s: %w", d.Digest, err)
+	case n != d.Size:
+		return fmt.Errorf("%w: blob %s: %d bytes, the manifest says %d", ErrBlob, d.Digest, n, d.Size)
+	case hex.EncodeToString(h.Sum(nil)) != d.Digest.Hex:
+		return fmt.Errorf("%w: blob %s: its bytes hash to sha256:%x", ErrBlob, d.Digest, h.Sum(nil))
+	}
+	return nil
+}

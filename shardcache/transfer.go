@@ -1,0 +1,94 @@
+package shardcache
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+)
+
+// What copying a cache to another place (a registry, another machine)
+// needs: its index's bytes parsed as Open parses them, the files that
+// hold its objects, a check that it needs no source, and on the
+// receiving side a way to record objects moved in whole.
+
+// ParseIndex parses the bytes of an index file as Open does; name says
+// where they came from in errors.
+func ParseIndex(b []byte, name string) (*Index, error) {
+	if len(b) > maxIndexSize {
+		return nil, fmt.Errorf("%s: %w: %d bytes", name, ErrIndexCorrupt, len(b))
+	}
+	return unmarshalIndex(b, name)
+}
+
+// Files returns, in key order, the objects stored in files of their own
+// and the packs: the files a copy of the cache moves. members holds each
+// pack's objects, which move with it.
+func (ix *Index) Files() (files []Key, members map[Key][]Key) {
+	members = map[Key][]Key{}
+	for k, o := range ix.Objects {
+		if o.Pack == "" {
+			files = append(files, k)
+		} else {
+			members[o.Pack] = append(members[o.Pack], k)
+		}
+	}
+	slices.Sort(files)
+	return files, members
+}
+
+// FilePath returns where the file of key (an object of its own or a
+// pack) lies in the cache.
+func (c *Cache) FilePath(key Key) (string, error) { return objectPath(c.dir, key) }
+
+// CheckSelfContained checks that every tensor of every source has its
+// bytes in the cache, in files of the recorded sizes: a copy of the cache
+// then loads and decompresses without its source. The error names a
+// tensor that lacks them (ErrSourceMissing: compress with
+// --self-contained copies tensors left raw).
+func (c *Cache) CheckSelfContained() error {
+	for si := range c.ix.Sources {
+		s := &c.ix.Sources[si]
+		for hi := range s.Shards {
+			sh := &s.Shards[hi]
+			if err := c.CheckAbsent(sh, filepath.Join(s.Root, sh.Name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Adopt records key and members, its objects when it is a pack (Files),
+// as ix describes them, leaving each that this cache records already as
+// it is: for a file that NewObject and Commit moved into place whole from
+// a cache whose index is ix (a pull), or one found here already. Commit
+// then writes them into this cache's index.
+func (w *Writer) Adopt(ix *Index, key Key, members []Key) error {
+	o, ok := ix.Objects[key]
+	if !ok {
+		return fmt.Errorf("shardcache: object %s: %w", key, ErrNotFound)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.ix.Objects[key]; !ok {
+		w.record(key, o)
+	}
+	for _, m := range members {
+		mo, ok := ix.Objects[m]
+		if !ok || mo.Pack != key {
+			return fmt.Errorf("shardcache: object %s is not a member of pack %s", m, key)
+		}
+		if _, ok := w.ix.Objects[m]; !ok {
+			w.record(m, mo)
+		}
+	}
+	return nil
+}
+
+// AddSources records every source of ix, whose objects have all been
+// adopted, replacing a source of the same path.
+func (w *Writer) AddSources(ix *Index) {
+	for _, s := range ix.Sources {
+		w.SetSource(s)
+	}
+}
