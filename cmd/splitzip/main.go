@@ -122,7 +122,7 @@ known, "file" and "tensor". Numeric flags refuse values that mean nothing
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.flagError(err) })
 	root.AddCommand(newCompressCommand(g), newVerifyCommand(g), newInspectCommand(g),
 		newDecompressCommand(g), newCalibrateCommand(g), newGenCommand(g), newBenchCommand(g), newLoadCommand(g), newGCCommand(g), newRelocateCommand(g),
-		newPlanCommand(g), newVersionCommand(g))
+		newPlanCommand(g), newPushCommand(g), newPullCommand(g), newVersionCommand(g))
 	setHelp(g, root)
 	return root
 }

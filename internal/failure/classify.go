@@ -13,6 +13,7 @@ import (
 	"github.com/splitzip/splitzip/distplan"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/oci"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
@@ -45,12 +46,12 @@ var rules = []rule{
 		codec.ErrCorrupt, codec.ErrChecksum, codec.ErrSize,
 		entropy.ErrStream, entropy.ErrCode, entropy.ErrPayload,
 		shardcache.ErrIndexCorrupt, shardcache.ErrObjectCorrupt,
-		pipeline.ErrMismatch, gpu.ErrKernel,
+		pipeline.ErrMismatch, gpu.ErrKernel, oci.ErrBlob,
 	}},
 	{Input, []error{
 		shardcache.ErrNotCache, shardcache.ErrVersion, shardcache.ErrNotFound, shardcache.ErrNoCheckpoint,
 		codec.ErrVersion, codec.ErrTooLarge,
-		safetensors.ErrFormat, checkpoint.ErrNoShards,
+		safetensors.ErrFormat, checkpoint.ErrNoShards, oci.ErrNotArtifact,
 		fs.ErrNotExist, syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EIO,
 	}},
 	{Resource, []error{

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/oci"
+)
+
+func newPullCommand(g *globals) *cobra.Command {
+	var o registryOptions
+	cmd := &cobra.Command{
+		Use:   "pull REF CACHE",
+		Short: "Pull a cache artifact from an OCI registry into a cache",
+		Long: `Pull the cache artifact at REF into CACHE (made when absent or empty; a cache
+already there keeps what it holds, so only the files it lacks are fetched).
+Every blob is checked against the manifest's size and digest as it streams.
+An interrupted pull keeps the files that arrived whole and records the
+artifact's checkpoints only at the end: run it again to fetch the rest.
+
+` + registryHelp,
+		Args: args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error { return runPull(cmd.Context(), g, o, a[0], a[1]) },
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+func runPull(ctx context.Context, g *globals, o registryOptions, ref, cache string) error {
+	res, err := oci.Pull(ctx, ref, cache, o.oci(g))
+	if err != nil {
+		return registryError(err)
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "pull_summary", res)
+	}
+	fmt.Fprintf(g.stdout, "pulled %s@%s into %s: %s, %s; fetched %s, %s (the cache had the rest); checkpoints %s\n", res.Ref, res.Digest, res.Cache,
+		count(res.Blobs, "blob"), human(res.Bytes), count(res.Fetched, "blob"), human(res.FetchedBytes), strings.Join(res.Sources, ", "))
+	return nil
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+)
+
+// TestPushPullCommands: a self-contained cache pushed to a registry and
+// pulled into another folder verifies there without its source, and
+// decompresses to the checkpoint; a cache that needs its source is
+// refused with the input exit code; --json prints the summaries.
+func TestPushPullCommands(t *testing.T) {
+	s := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer s.Close()
+	ref := strings.TrimPrefix(s.URL, "http://") + "/models/small:1"
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "--self-contained"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	code, out, e := splitzip(t, "push", cache, ref, "--insecure", "--json")
+	if code != 0 {
+		t.Fatalf("push: %d %s", code, e)
+	}
+	var push struct {
+		Type     string `json:"message_type"`
+		Digest   string `json:"digest"`
+		Uploaded int    `json:"uploaded_blobs"`
+	}
+	if err := json.Unmarshal([]byte(out), &push); err != nil || push.Type != "push_summary" || push.Uploaded == 0 {
+		t.Fatalf("push --json: %v %s", err, out)
+	}
+	pulled := filepath.Join(dir, "pulled")
+	code, out, e = splitzip(t, "pull", ref, pulled, "--insecure")
+	if code != 0 || !strings.Contains(out, "pulled ") || !strings.Contains(out, push.Digest) {
+		t.Fatalf("pull: %d %s %s", code, out, e)
+	}
+	// Without the source: verify and decompress from the pulled cache.
+	if err := os.Rename(ck, ck+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, e := splitzip(t, "verify", pulled); code != 0 {
+		t.Fatalf("verify of the pulled cache: %d %s %s", code, out, e)
+	}
+	restored := filepath.Join(dir, "restored")
+	if code, _, e := splitzip(t, "decompress", pulled, "-o", restored); code != 0 {
+		t.Fatalf("decompress of the pulled cache: %d %s", code, e)
+	}
+	ents, _ := os.ReadDir(ck + ".gone")
+	for _, en := range ents {
+		a, _ := os.ReadFile(filepath.Join(ck+".gone", en.Name()))
+		b, err := os.ReadFile(filepath.Join(restored, en.Name()))
+		if err != nil || string(a) != string(b) {
+			t.Errorf("%s: restored differs (%v)", en.Name(), err)
+		}
+	}
+	// A cache that needs its source.
+	_, plain := compressed(t, filepath.Join(dir, "plain"))
+	if code, _, e := splitzip(t, "push", plain, ref, "--insecure"); code != exitInput || !strings.Contains(e, "--self-contained") {
+		t.Errorf("push of a cache needing its source: exit %d, %s", code, e)
+	}
+}
