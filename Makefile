@@ -26,7 +26,9 @@ lint:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 
 test: lint
-	$(GO) test -race -count=1 ./...
+	@mkdir -p .dev/status; reg=$$(bash scripts/need-registry.sh) && \
+	SPLITZIP_REGISTRY_BIN=$$reg $(GO) test -race -count=1 ./... && \
+	echo "oci: pushed and pulled through $$reg (a real registry on loopback)" > .dev/status/registry
 	$(GO) test -count=1 -tags noasm ./codec ./codec/entropy
 	$(MAKE) python-test
 	$(MAKE) real-weights-test
