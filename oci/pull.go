@@ -51,8 +51,14 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	if err != nil {
 		return PullResult{}, err
 	}
-	opts := o.remote(ctx)
-	desc, err := remote.Get(r, opts...)
+	// One puller for every request: it keeps the registry's transport
+	// and token, where a call of remote.Layer a blob would set them up
+	// again.
+	pl, err := remote.NewPuller(o.remote(ctx)...)
+	if err != nil {
+		return PullResult{}, err
+	}
+	desc, err := pl.Get(ctx, r)
 	if err != nil {
 		return PullResult{}, fmt.Errorf("pull %s: %w", r, err)
 	}
@@ -67,7 +73,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		return PullResult{}, fmt.Errorf("pull %s: %w: an index of %d bytes", r, ErrBlob, m.Config.Size)
 	}
 	var buf bytes.Buffer
-	if err := fetch(r, m.Config, &buf, opts); err != nil {
+	if err := fetch(ctx, pl, r, m.Config, &buf); err != nil {
 		return PullResult{}, err
 	}
 	ix, err := shardcache.ParseIndex(buf.Bytes(), r.String()+" (index)")
@@ -123,7 +129,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	}
 	p := o.progress()
 	p.Start("pull", res.FetchedBytes)
-	err = fetchAll(ctx, r, w, ix, todo, members, layers, o.jobs(), opts, p)
+	err = fetchAll(ctx, pl, r, w, ix, todo, members, layers, o.jobs(), p)
 	p.Finish()
 	if err != nil {
 		// What arrived whole is kept for the next pull (recorded without
@@ -142,8 +148,8 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 // fetchAll downloads files into the cache, jobs at a time, committing
 // what it has every commitEvery bytes.
-func fetchAll(ctx context.Context, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
-	layers map[shardcache.Key]v1.Descriptor, jobs int, opts []remote.Option, p Progress) error {
+func fetchAll(ctx context.Context, pl *remote.Puller, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
+	layers map[shardcache.Key]v1.Descriptor, jobs int, p Progress) error {
 	var next atomic.Int64
 	var mu sync.Mutex
 	var first error
@@ -174,7 +180,7 @@ func fetchAll(ctx context.Context, r name.Reference, w *shardcache.Writer, ix *s
 					return
 				}
 				k := todo[i]
-				if err := fetchFile(r, w, ix, k, members[k], layers[k], opts, p); err != nil {
+				if err := fetchFile(ctx, pl, r, w, ix, k, members[k], layers[k], p); err != nil {
 					fail(err)
 					return
 				}
@@ -199,12 +205,12 @@ func fetchAll(ctx context.Context, r name.Reference, w *shardcache.Writer, ix *s
 }
 
 // fetchFile downloads one file into the cache and records it.
-func fetchFile(r name.Reference, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, opts []remote.Option, p Progress) error {
+func fetchFile(ctx context.Context, pl *remote.Puller, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, p Progress) error {
 	of, err := w.NewObject()
 	if err != nil {
 		return err
 	}
-	if err := fetch(r, d, progressWriter{of, p}, opts); err != nil {
+	if err := fetch(ctx, pl, r, d, progressWriter{of, p}); err != nil {
 		of.Abort()
 		return fmt.Errorf("object %s: %w", k, err)
 	}
@@ -227,11 +233,11 @@ func (pw progressWriter) Write(b []byte) (int, error) {
 
 // fetch streams blob d of r's repository into dst, checking its size and
 // sha256 digest as it goes.
-func fetch(r name.Reference, d v1.Descriptor, dst io.Writer, opts []remote.Option) error {
+func fetch(ctx context.Context, pl *remote.Puller, r name.Reference, d v1.Descriptor, dst io.Writer) error {
 	if d.Digest.Algorithm != "sha256" {
 		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
 	}
-	l, err := remote.Layer(r.Context().Digest(d.Digest.String()), opts...)
+	l, err := pl.Layer(ctx, r.Context().Digest(d.Digest.String()))
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}

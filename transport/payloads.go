@@ -171,7 +171,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	var others []*vmm.Binding
 	var otherIdx []int
 	var targets []target
-	var zs []target // fixed payloads, small ones included
+	var zs []target // with resident packs: the fixed payloads, planned together
 	// Most bindings of a batch of small tensors are packed: room for
 	// all of them at once.
 	small := make([]smallItem, 0, len(bs))
@@ -219,15 +219,11 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			continue
 		}
 		t := target{i, b, hit, false}
-		if !z.opts.ResidentPacks {
-			// Packed now, not gathered first: most fixed payloads of a
-			// batch of small tensors are small.
-			if loc, o, err := z.cache.LocateHit(hit); err == nil && int64(o.Size) <= z.opts.SmallBytes {
-				small = append(small, z.packItem(t, loc, o))
-				continue
-			}
+		if z.opts.ResidentPacks {
+			zs = append(zs, t) // planned into regions together, below
+			continue
 		}
-		zs = append(zs, t)
+		small, targets = z.placeFixed(t, small, targets)
 	}
 	// With resident packs, small payloads and streamed ones alike go
 	// into regions; those of whole regions are uploaded a region at a
@@ -241,13 +237,9 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			zs = nil
 		}
 		zs, packs = z.residentGroups(zs)
-	}
-	for _, t := range zs {
-		if loc, o, err := z.cache.LocateHit(t.hit); err == nil && int64(o.Size) <= z.opts.SmallBytes {
-			small = append(small, z.packItem(t, loc, o))
-			continue
+		for _, t := range zs {
+			small, targets = z.placeFixed(t, small, targets)
 		}
-		targets = append(targets, t)
 	}
 	if len(packs) == 0 && len(others) == 0 && len(targets) == 0 {
 		z.pack.upload(ctx, small, out) // a batch of small tensors only
@@ -291,6 +283,15 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	close(work)
 	wg.Wait()
 	return out
+}
+
+// placeFixed adds a fixed payload to a batch: a small one to the packer's
+// items, a larger one to the payloads streamed on their own.
+func (z *Payloads) placeFixed(t target, small []smallItem, targets []target) ([]smallItem, []target) {
+	if loc, o, err := z.cache.LocateHit(t.hit); err == nil && int64(o.Size) <= z.opts.SmallBytes {
+		return append(small, z.packItem(t, loc, o)), targets
+	}
+	return small, append(targets, t)
 }
 
 // packItem returns the packer's item for a small payload: read from its
