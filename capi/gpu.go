@@ -135,6 +135,16 @@ func sz_scatter(h C.uintptr_t, device C.int, base C.uint64_t, info *C.sz_pack_in
 	})
 }
 
+//export sz_scatter_routed
+func sz_scatter_routed(h C.uintptr_t, device C.int, packs, want, n, active C.uint64_t, stream C.uintptr_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		if n > maxBatch || active > maxBatch {
+			return fmt.Errorf("%w: %d candidates, %d active (at most %d)", loader.ErrInvalid, n, active, maxBatch)
+		}
+		return l.ScatterRouted(int(device), uint64(packs), uint64(want), int(n), int(active), uintptr(stream))
+	})
+}
+
 //export sz_scatter_check
 func sz_scatter_check(h C.uintptr_t, device C.int, stream C.uintptr_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error { return l.ScatterCheck(int(device), uintptr(stream)) })

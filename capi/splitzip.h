@@ -1,5 +1,5 @@
 /*
- * splitzip.h - C ABI of libsplitzip.so, version 5.
+ * splitzip.h - C ABI of libsplitzip.so, version 7.
  *
  * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
  *
@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 6
+#define SPLITZIP_ABI_VERSION 7
 
 typedef enum {
     SZ_OK = 0,
@@ -235,6 +235,19 @@ sz_status sz_event_release(uintptr_t handle, uintptr_t event);
  * handle using them closes so that the next handle's first upload starts
  * at once. *closed (when not NULL) is how many such sets it freed. */
 sz_status sz_release_idle(int *closed);
+
+/* sz_scatter_routed (ABI 7) enqueues one scatter launch over n candidate
+ * packs, each written as sz_scatter would write it, of which it writes
+ * those whose byte of want (device memory, n bytes) is nonzero. packs
+ * (device memory, 8-byte aligned) holds n entries of four uint64s: the
+ * pack's base (device memory, or pinned host memory the device can
+ * address), then its sz_pack_info's staged, count and units. Both tables
+ * are read by the kernel when it runs, so a CUDA graph that captured the
+ * launch writes what they say at each replay: device-side tables decide
+ * what is written. active is how many candidates are wanted at once, for
+ * the launch's shape. Errors as sz_scatter's, through sz_scatter_check. */
+sz_status sz_scatter_routed(uintptr_t handle, int device, uint64_t packs, uint64_t want, uint64_t n, uint64_t active,
+                            uintptr_t stream);
 
 #endif /* SZ_NO_PROTOTYPES */
 

@@ -778,12 +778,13 @@ __device__ __forceinline__ void fetch_task(const Task &t, uint8_t *buf, uint32_t
     cp_async_commit(); // an empty group keeps the group count in step
 }
 
-// The scatter kernel is persistent like splitzip_decode: block b takes
-// units b, b + grid, b + 2 grid, ... (no counter, so launches on several
-// streams, or replayed from a CUDA graph, need nothing reset), and while
-// it writes one unit from shared memory the next one's bytes are in
-// flight into its other buffer.
-extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip_scatter(const ScatterParams sp) {
+// scatter_units is the scatter kernels' body, persistent like
+// splitzip_decode: block b of grid takes units b, b + grid, b + 2 grid,
+// ... (no counter, so launches on several streams, or replayed from a
+// CUDA graph, need nothing reset), and while it writes one unit from
+// shared memory the next one's bytes are in flight into its other buffer.
+// The staging buffer may be device memory or mapped pinned host memory.
+__device__ __forceinline__ void scatter_units(const ScatterParams &sp, const uint32_t block, const uint32_t grid) {
     extern __shared__ __align__(16) uint8_t bufs[]; // SZ_DYN_SMEM: two unit buffers
     __shared__ uint32_t lut[256];
     __shared__ uint32_t first[SZ_SMEM_ITEMS];
@@ -801,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
     }
     __syncthreads();
     if (tid == 0) {
-        slot[0] = resolve(sp, items, first, blockIdx.x);
+        slot[0] = resolve(sp, items, first, block);
     }
     __syncthreads();
     fetch_task(slot[0], bufs, tid);
@@ -812,7 +813,7 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
             break;
         }
         if (tid == 0) {
-            slot[(it + 1) & 1] = resolve(sp, items, first, blockIdx.x + (uint64_t)(it + 1) * gridDim.x);
+            slot[(it + 1) & 1] = resolve(sp, items, first, block + (uint64_t)(it + 1) * grid);
         }
         __syncthreads(); // the next task is visible; every thread is done with the other buffer
         uint8_t *buf = bufs + (it & 1) * SZ_BUF;
@@ -846,4 +847,47 @@ extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip
         decode_chunk(buf, out, t.cnt, t.esc, lut, err, tid);
     }
     cp_async_wait_all();
+}
+
+extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip_scatter(const ScatterParams sp) {
+    scatter_units(sp, blockIdx.x, gridDim.x);
+}
+
+// RoutedPack is one candidate of splitzip_scatter_routed: a staging
+// buffer as ScatterParams describes it (base, staged bytes, items, units).
+struct RoutedPack {
+    uint64_t base;
+    uint64_t staged;
+    uint64_t count;
+    uint64_t units;
+};
+
+// RoutedParams matches gpu.routedParams in scatter.go.
+struct RoutedParams {
+    uint64_t packs; // n RoutedPacks
+    uint64_t want;  // n bytes: nonzero where that candidate is scattered
+    uint64_t err;   // uint32 error bits
+    uint64_t n;     // candidates
+};
+
+// splitzip_scatter_routed scatters, of n candidate staging buffers, those
+// whose want byte is set: blocks (x, y) run candidate y's units over the
+// grid's x dimension, and a candidate not wanted costs its blocks one
+// read. Which candidates run, and where their bytes are, is read from
+// device memory when the kernel runs, so a CUDA graph that captured the
+// launch scatters whatever the device-side tables say at replay.
+extern "C" __global__ void __launch_bounds__(SZ_THREADS, SZ_MIN_BLOCKS) splitzip_scatter_routed(const RoutedParams rp) {
+    const uint32_t y = blockIdx.y;
+    if (y >= rp.n || ((const uint8_t *)rp.want)[y] == 0) {
+        return;
+    }
+    const RoutedPack pk = ((const RoutedPack *)rp.packs)[y];
+    if (pk.base == 0 || (pk.base & 15) || pk.count > pk.staged / sizeof(ScatterItem)) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) {
+            atomicOr((uint32_t *)rp.err, SZ_ERR_ITEM);
+        }
+        return;
+    }
+    const ScatterParams sp = {pk.base, pk.staged, pk.count, rp.err, pk.units};
+    scatter_units(sp, blockIdx.x, gridDim.x);
 }

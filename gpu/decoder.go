@@ -71,6 +71,7 @@ type Decoder struct {
 	mod     cuda.Module
 	fn      cuda.Function
 	scatter cuda.Function // splitzip_scatter, looked up on first use
+	routed  cuda.Function // splitzip_scatter_routed, looked up on first use
 	// scatterGrid is the most blocks of splitzip_scatter resident at once.
 	scatterGrid uint32
 	maxGrid     uint32

@@ -5,8 +5,8 @@ package gpu
 // Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
 // decode.cu and entropy.cu.
 const (
-	decodeSourceSHA256  = "c5def7dcd3c95caec78b8ca0ebf26a6ab6312a15a1e08e37848caed943daabec"
-	decodeFatbinSHA256  = "ba6b87150ef5ca84b3c09d45c2951d46516474062eef33336be06843b346e0de"
+	decodeSourceSHA256  = "4b2b5d74e054aa1163087746d77fa98430d413bf649985917efd3f3d61bf772c"
+	decodeFatbinSHA256  = "443412a14c7a218f20cb010476449d86a37c631e231af35b0c7f6b19bc5b463b"
 	entropySourceSHA256 = "aa9e8950d08c36f450d23d6c3872971285a87afcc74b985d5699ef8531f66447"
 	entropyFatbinSHA256 = "7cd149c8a0a83267e6e2d937c5345a42c5c3fbd9debe50ebbd1b45719eddcb07"
 	kernelsNVCCVersion  = "13.0"

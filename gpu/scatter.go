@@ -38,6 +38,47 @@ func (d *Decoder) LaunchScatter(base cuda.DevicePtr, staged uint64, count int, u
 	return d.ctx.Launch(d.scatter, cuda.Dim3{X: grid}, cuda.Dim3{X: threads}, dynSmem, s, unsafe.Pointer(&pr))
 }
 
+// routedParams mirrors struct RoutedParams in decode.cu.
+type routedParams struct {
+	Packs, Want, Err, N uint64
+}
+
+// RoutedPackBytes is the size of one candidate of LaunchScatterRouted's
+// table (struct RoutedPack in decode.cu): four little-endian uint64s,
+// the staging buffer's base, staged bytes, item count and units, as
+// LaunchScatter takes them.
+const RoutedPackBytes = 32
+
+// LaunchScatterRouted runs the scatter kernel on stream s over those of n
+// candidate staging buffers whose byte of want (device memory, n bytes)
+// is nonzero. packs (device memory) holds the candidates, RoutedPackBytes
+// each; a staging buffer may be device memory or pinned host memory the
+// device can address. Both tables are read when the kernel runs, so a
+// launch captured in a CUDA graph scatters what they say at each replay.
+// active is how many candidates are expected to be wanted at once: the
+// grid gives each candidate its share of the device. Items or candidates
+// the kernel finds out of range are skipped and reported by TakeError.
+func (d *Decoder) LaunchScatterRouted(packs, want cuda.DevicePtr, n, active int, s cuda.Stream) error {
+	if n <= 0 {
+		return nil
+	}
+	if n > maxRoutedCandidates || packs%8 != 0 {
+		return fmt.Errorf("%w: %d candidates at %#x (want at most %d, 8-byte aligned)", scatter.ErrInvalid, n, packs, maxRoutedCandidates)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.loadScatter(); err != nil {
+		return err
+	}
+	pr := routedParams{Packs: uint64(packs), Want: uint64(want), Err: uint64(d.ctrl) + 8, N: uint64(n)}
+	grid := cuda.Dim3{X: max(1, d.scatterGrid/uint32(min(max(active, 1), n))), Y: uint32(n)}
+	return d.ctx.Launch(d.routed, grid, cuda.Dim3{X: threads}, dynSmem, s, unsafe.Pointer(&pr))
+}
+
+// maxRoutedCandidates bounds LaunchScatterRouted's n (the grid's y
+// dimension allows 65,535).
+const maxRoutedCandidates = 65535
+
 // PrepareScatter loads the scatter kernel and sets its attributes, which
 // LaunchScatter otherwise does on first use: after it, a launch makes one
 // driver call, which a CUDA graph capture can record.
@@ -47,19 +88,18 @@ func (d *Decoder) PrepareScatter() error {
 	return d.loadScatter()
 }
 
-// loadScatter looks splitzip_scatter up once (d.mu held).
+// loadScatter looks splitzip_scatter and splitzip_scatter_routed up once
+// (d.mu held).
 func (d *Decoder) loadScatter() error {
 	if d.scatter != 0 {
 		return nil
 	}
-	fn, err := d.ctx.Function(d.mod, "splitzip_scatter")
+	fn, err := d.scatterFunction("splitzip_scatter")
 	if err != nil {
 		return err
 	}
-	if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrMaxDynamicSharedBytes, dynSmem); err != nil {
-		return err
-	}
-	if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
+	routed, err := d.scatterFunction("splitzip_scatter_routed")
+	if err != nil {
 		return err
 	}
 	per, err := d.ctx.MaxActiveBlocks(fn, threads, dynSmem)
@@ -70,6 +110,21 @@ func (d *Decoder) loadScatter() error {
 	if err != nil {
 		return err
 	}
-	d.scatter, d.scatterGrid = fn, uint32(max(1, sms*per))
+	d.scatter, d.routed, d.scatterGrid = fn, routed, uint32(max(1, sms*per))
 	return nil
+}
+
+// scatterFunction looks up a scatter kernel and gives it its shared memory.
+func (d *Decoder) scatterFunction(name string) (cuda.Function, error) {
+	fn, err := d.ctx.Function(d.mod, name)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrMaxDynamicSharedBytes, dynSmem); err != nil {
+		return 0, err
+	}
+	if err := d.ctx.SetFuncAttribute(fn, cuda.FuncAttrSharedCarveout, 100); err != nil {
+		return 0, err
+	}
+	return fn, nil
 }

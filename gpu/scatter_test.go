@@ -2,9 +2,11 @@ package gpu
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/gpu/cuda"
@@ -196,4 +198,131 @@ func TestScatterCorrupt(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d corrupted staging buffers reported by the kernel", reported, runs)
+}
+
+// TestScatterRouted: one routed launch over candidate packs in device and
+// pinned host memory writes exactly the wanted ones, bit exact; the
+// tables are read at run time (a second launch with other wants writes
+// the others); a wanted candidate with no buffer is reported.
+func TestScatterRouted(t *testing.T) {
+	ctx, d := requireGPU(t)
+	rng := seeded(t)
+	s, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.DestroyStream(s)
+	const n = 5
+	packs := make([]packed, n)
+	var span uint64 // each pack's destinations, guards on both sides
+	for k := range packs {
+		for j := range 1 + k%3 {
+			v := synth.Normal(rng, 1000+rng.IntN(3*codec.ChunkValues), 0.02)
+			packs[k].add(t, fmt.Sprintf("pack %d item %d", k, j), v, j%2 == 0, 0)
+		}
+		span = max(span, guard+packs[k].dst+guard)
+	}
+	out, err := ctx.Alloc(n * span)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(out)
+	table := make([]byte, n*RoutedPackBytes)
+	for k := range packs {
+		p := &packs[k]
+		buf := p.stage(uint64(out) + uint64(k)*span + guard)
+		if err := scatter.Put(buf, p.items, uint64(len(buf))); err != nil {
+			t.Fatal(err)
+		}
+		var base uint64
+		if k%2 == 0 { // device memory
+			dev, err := ctx.Alloc(uint64(len(buf)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ctx.Free(dev)
+			if err := ctx.CopyHtoDAsync(dev, buf, s); err != nil {
+				t.Fatal(err)
+			}
+			base = uint64(dev)
+		} else { // pinned host memory, read by the kernel over the bus
+			host, err := ctx.HostAlloc(uint64(len(buf)), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ctx.FreeHost(host)
+			copy(host, buf)
+			base = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(host))))
+		}
+		row := table[k*RoutedPackBytes:]
+		binary.LittleEndian.PutUint64(row[0:], base)
+		binary.LittleEndian.PutUint64(row[8:], uint64(len(buf)))
+		binary.LittleEndian.PutUint64(row[16:], uint64(len(p.items)))
+		binary.LittleEndian.PutUint64(row[24:], scatter.Units(p.items))
+	}
+	dt, err := ctx.Alloc(uint64(len(table)) + 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free(dt)
+	want := dt + cuda.DevicePtr(len(table))
+	ctx.CopyHtoDAsync(dt, table, s)
+	ctx.MemsetD8Async(out, 0xA5, n*span, s)
+	// run scatters the candidates of flags and returns every destination.
+	run := func(flags []byte) ([]byte, error) {
+		t.Helper()
+		ctx.CopyHtoDAsync(want, flags, s)
+		if err := d.LaunchScatterRouted(dt, want, n, 2, s); err != nil {
+			t.Fatal(err)
+		}
+		kerr := d.TakeError(s)
+		host := make([]byte, n*span)
+		ctx.CopyDtoHAsync(host, out, s)
+		if err := ctx.StreamSynchronize(s); err != nil {
+			t.Fatal(err)
+		}
+		return host, kerr
+	}
+	// check compares candidate k's destinations (written or poisoned).
+	check := func(host []byte, k int, written bool) {
+		t.Helper()
+		p := &packs[k]
+		base := uint64(out) + uint64(k)*span + guard
+		part := host[uint64(k)*span : uint64(k+1)*span]
+		for i, it := range p.items {
+			o := guard + it.Dst - base
+			got := part[o : o+it.Size]
+			if written && !bytes.Equal(got, p.want[i]) {
+				t.Fatalf("%s: differs from the reference at byte %d", it.Name, firstDiff(got, p.want[i]))
+			}
+			if !written && !bytes.Equal(got, bytes.Repeat([]byte{0xA5}, len(got))) {
+				t.Fatalf("%s: written though its candidate was not wanted", it.Name)
+			}
+		}
+		checkGuards(t, part, base, p)
+	}
+	host, err := run([]byte{1, 0, 0, 1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range n {
+		check(host, k, k == 0 || k == 3)
+	}
+	host, err = run([]byte{0, 1, 1, 0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range n {
+		check(host, k, true)
+	}
+	// A wanted candidate without a buffer writes nothing and is reported.
+	binary.LittleEndian.PutUint64(table[4*RoutedPackBytes:], 0)
+	ctx.CopyHtoDAsync(dt, table, s)
+	ctx.MemsetD8Async(out+cuda.DevicePtr(4*span), 0xA5, span, s)
+	host, err = run([]byte{0, 0, 0, 0, 1})
+	if !errors.Is(err, ErrKernel) {
+		t.Fatalf("a candidate with no buffer: err %v, want ErrKernel", err)
+	}
+	check(host, 4, false)
+	t.Logf("%d candidates (device and pinned host memory) scattered by want flags, bit exact", n)
 }

@@ -175,6 +175,20 @@ func (l *Loader) Scatter(d int, base uint64, info PackInfo, stream uintptr) erro
 	return dec.LaunchScatter(cuda.DevicePtr(base), info.Staged, info.Count, info.Units, cuda.Stream(stream))
 }
 
+// ScatterRouted enqueues on the caller's stream one scatter launch over n
+// candidate packs (a device table at packs: base, staged, count, units
+// for each) that writes those whose byte of want (device memory) is set.
+// Both tables are read on the device when the kernel runs, so a CUDA
+// graph that captured the launch follows them at every replay. active is
+// how many candidates are wanted at once. Errors as Scatter's.
+func (l *Loader) ScatterRouted(d int, packs, want uint64, n, active int, stream uintptr) error {
+	_, dec, err := l.decoder(d)
+	if err != nil {
+		return err
+	}
+	return dec.LaunchScatterRouted(cuda.DevicePtr(packs), cuda.DevicePtr(want), n, active, cuda.Stream(stream))
+}
+
 // ScatterCheck waits for the caller's stream and returns, as an error
 // wrapping gpu.ErrKernel, what the scatter kernel of device d reported
 // since the last check, clearing it.

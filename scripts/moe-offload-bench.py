@@ -9,13 +9,18 @@ of --tokens tokens after a 16-token prompt, tokens per second of
 - splitzip.offload with experts= (window 16: the layers' other
   parameters resident after their first fault; experts faulted in one
   at a time into one set of expert rows; GPU memory for experts, pool
-  and rows, at most --resident of all experts' raw bytes), without
-  prediction (the default) and prefetching the likeliest 1 or 2 experts
-  a token,
+  and rows, at most --resident of all experts' raw bytes), the routing
+  read on the host, without prediction (the default) and prefetching
+  the likeliest 1 or 2 experts a token, and the routing decided on the
+  device (expert_routing="device"),
 - accelerate's cpu_offload (one timed generation of --accel-tokens),
 
 each variant's tokens checked equal to the resident model's (a failure
 otherwise), median of --repeat after a warm-up generation. Fixed cache.
+The -graph variants decode with each step replayed from a CUDA graph
+over a static cache (offloadbench.graph_decode; experts_implementation
+--graph-experts, which capture allows), the resident model and the
+device-routed offload, whose tokens must equal the resident graph's.
 
     python3 scripts/moe-offload-bench.py --bin .dev/splitzip --out $OUT [--work DIR]
 
@@ -36,7 +41,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from offloadbench import save_random, timed_generate  # noqa: E402
+from offloadbench import graph_decode, save_random, timed_generate  # noqa: E402
 from splitzip.offload import offload  # noqa: E402
 
 WINDOW = 2  # whole-layer offload
@@ -67,6 +72,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--resident", type=float, default=0.25)
     ap.add_argument("--skip", default="", help="comma-separated variants to skip")
+    ap.add_argument("--graph-experts", default="batched_mm", help="experts_implementation of the -graph variants")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     cfg = config()
@@ -93,23 +99,45 @@ def main():
     report({"variant": "resident", "tok_s": args.tokens / t, "equal": True, "model_bytes": size})
     del res
     torch.cuda.empty_cache()
+    gkw = {"experts_implementation": args.graph_experts}
+    want_graph = None
+    if "resident-graph" not in skip:
+        res = AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0", **gkw).eval()
+        want_graph, t = graph_decode(res, ids, args.tokens, n=args.repeat)
+        if want_graph is None:
+            report({"variant": "resident-graph", "error": repr(t), "equal": False})
+        else:
+            report({"variant": "resident-graph", "tok_s": (args.tokens - 1) / t, "equal": True,
+                    "same_as_eager": bool(torch.equal(want, want_graph))})
+        del res
+        torch.cuda.empty_cache()
     layers = cfg.num_hidden_layers
     variants = [("layers", {"window": WINDOW}),
                 ("experts", {"window": layers, "experts": pool}),
+                ("experts-device", {"window": layers, "experts": pool, "expert_routing": "device"}),
+                ("experts-device-graph", dict(window=layers, experts=pool, expert_routing="device", **gkw)),
                 ("experts-predict1", {"window": layers, "experts": pool, "expert_prefetch": 1}),
                 ("experts-predict2", {"window": layers, "experts": pool, "expert_prefetch": 2})]
     for name, extra in variants:
-        if name in skip:
+        if name in skip or (name.endswith("-graph") and want_graph is None):
             continue
         t0 = time.perf_counter()
         m = offload(cache, src, prefetch=1, tier="pinned", **extra)
         built = time.perf_counter() - t0
         o = m.splitzip_offload
         try:
-            got, t = timed_generate(m, ids, kw, n=args.repeat)
-            row = {"variant": name, "tok_s": args.tokens / t, "equal": bool(torch.equal(want, got)),
-                   "build_s": built, "hooks_ms_per_token": o.stats.hooks_s * 1e3 / (args.tokens * (args.repeat + 1)),
-                   "layer_fault_bytes": o.stats.bytes}
+            if name.endswith("-graph"):
+                got, t = graph_decode(m, ids, args.tokens, n=args.repeat)
+                if got is None:
+                    report({"variant": name, "error": repr(t), "equal": False})
+                    continue
+                row = {"variant": name, "tok_s": (args.tokens - 1) / t, "equal": bool(torch.equal(want_graph, got))}
+                o.check()
+            else:
+                got, t = timed_generate(m, ids, kw, n=args.repeat)
+                row = {"variant": name, "tok_s": args.tokens / t, "equal": bool(torch.equal(want, got))}
+            row.update({"build_s": built, "layer_fault_bytes": o.stats.bytes,
+                        "hooks_ms_per_token": o.stats.hooks_s * 1e3 / (args.tokens * (args.repeat + 1))})
             if o.experts is not None:
                 st = o.stats.experts
                 row.update({k: getattr(st, k) for k in (
@@ -137,10 +165,15 @@ def main():
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     by = {r["variant"]: r for r in rows}
     base = by["resident"]["tok_s"]
-    print(f"{'variant':<20} {'tok/s':>8} {'x resident':>10} {'x layers':>9} equal")
+    gbase = by.get("resident-graph", {}).get("tok_s")
+    print(f"{'variant':<22} {'tok/s':>8} {'x resident':>10} {'x res.graph':>11} {'x layers':>9} equal")
     for r in rows:
+        if "tok_s" not in r:
+            print(f"{r['variant']:<22} {r.get('error')}")
+            continue
         lay = by.get("layers", {}).get("tok_s")
-        print(f"{r['variant']:<20} {r['tok_s']:8.2f} {r['tok_s'] / base:10.3f} "
+        print(f"{r['variant']:<22} {r['tok_s']:8.2f} {r['tok_s'] / base:10.3f} "
+              f"{(r['tok_s'] / gbase) if gbase else float('nan'):11.3f} "
               f"{(r['tok_s'] / lay) if lay else float('nan'):9.2f} {r['equal']}")
     bad = [r["variant"] for r in rows if not r["equal"]]
     print(f"{len(bad)} variants with differences {bad}")

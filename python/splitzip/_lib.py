@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 5)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 7)."""
 
 import concurrent.futures
 import ctypes
@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -192,6 +192,7 @@ def lib():
             "sz_gpu_prepare": ([up, ctypes.c_int], st),
             "sz_scatter": ([up, ctypes.c_int, u64, P(PackInfo), up], st),
             "sz_scatter_check": ([up, ctypes.c_int, up], st),
+            "sz_scatter_routed": ([up, ctypes.c_int, u64, u64, u64, u64, up], st),
             "sz_release_idle": ([P(ctypes.c_int)], st),
         }
         for name, (args, res) in sig.items():
@@ -532,6 +533,16 @@ class Cache:
         pack in device memory at base to its range. Entries the kernel
         finds invalid write nothing; scatter_check reports them."""
         self._check(lib().sz_scatter(self._h, device, base, ctypes.byref(info), stream))
+
+    def scatter_routed(self, device: int, packs: int, want: int, n: int, active: int, stream: int = 0) -> None:
+        """Enqueue on stream one kernel that writes, of n candidate packs,
+        those whose byte at want + k (device memory) is nonzero. packs is
+        device memory with n rows of four uint64s: a pack's base (device
+        memory or pinned host memory) and its info's staged, count and
+        units. The kernel reads both tables when it runs, so a captured
+        launch follows them at each replay. active: candidates wanted at
+        once (the launch's shape). Errors as scatter()'s."""
+        self._check(lib().sz_scatter_routed(self._h, device, packs, want, n, active, stream))
 
     def scatter_check(self, device: int = 0, stream: int = 0) -> None:
         """Wait for stream and raise Error (corrupt) if a scatter on

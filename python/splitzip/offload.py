@@ -70,6 +70,7 @@ from ._packs import ENTRY, owner
 from ._pieces import Index
 from .offload_experts import Experts, ExpertStats, check_budget, expert_modules, split_rows
 from .offload_plan import TIERS, Plan, tiers
+from .offload_routed import DeviceExperts
 from .transformers import _owner, load
 
 @dataclass
@@ -152,10 +153,18 @@ def _layer_pieces(layers, kept: Dict[str, "torch.Tensor"]) -> List[dict]:
     return out
 
 
-def _check_args(tier: str, gpu_bytes: Optional[int], experts, expert_prefetch, expert_window, window) -> None:
+ROUTINGS = ("host", "device")
+
+
+def _check_args(tier: str, gpu_bytes: Optional[int], experts, expert_prefetch, expert_window, window,
+                expert_routing: str = "host") -> None:
     """Raise ValueError for a tier, GPU budget or expert setting offload
     does not take."""
     tiers([], tier, gpu_bytes)
+    if expert_routing not in ROUTINGS:
+        raise ValueError(f"expert_routing {expert_routing!r}: want one of {', '.join(ROUTINGS)}")
+    if expert_routing == "device" and expert_prefetch:
+        raise ValueError("expert_prefetch needs expert_routing='host' (its prediction runs on the host)")
     check_budget(experts)
     if experts is not None and tier == "cache":
         raise ValueError("experts= needs packs: give tier='pinned' or tier='gpu'")
@@ -176,8 +185,8 @@ class Offload:
     def __init__(self, model, cache: Cache, device: "torch.device", window: int, prefetch: int,
                  tier: str = "cache", gpu_bytes: Optional[int] = None, kept: Optional[dict] = None,
                  experts: Optional[Union[int, float]] = None, expert_prefetch: int = 0,
-                 expert_window: int = 1):
-        _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window)
+                 expert_window: int = 1, expert_routing: str = "host"):
+        _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window, expert_routing)
         self.model, self.cache, self.device = model, cache, device
         self.dev = device.index or 0
         self.window, self.prefetch, self.tier = window, prefetch, tier
@@ -246,6 +255,7 @@ class Offload:
         self.faulted: List[int] = []       # pack tiers: layers faulted since the last check
         self.lock = threading.Lock()
         self.in_forward = False
+        self.enqueued = False  # pack tiers: this forward enqueued a fault on the upload stream
         self.where: List[str] = ["cache"] * len(self.layers)
         self.packs: List[Optional[tuple]] = [None] * len(self.layers)  # (tensor, PackInfo)
         self.staging: List[Optional["torch.Tensor"]] = []
@@ -256,7 +266,8 @@ class Offload:
             self._build_packs(gpu_bytes)
         self.experts = None
         if mods:
-            self.experts = Experts(self, mods, units, found, experts, expert_prefetch)
+            kind = DeviceExperts if expert_routing == "device" else Experts
+            self.experts = kind(self, mods, units, found, experts, expert_prefetch)
             self.stats.experts = self.experts.stats
         for i in range(len(self.layers)):
             t = self.stats.tiers[self.where[i]]
@@ -330,19 +341,24 @@ class Offload:
                             for _ in range(self.window)]
         self.cache.gpu_prepare(self.dev)
 
-    def _check_packs(self) -> None:
+    def _check_packs(self, eager: bool = True) -> None:
         """Raise what the scatter kernel found since the last check, naming
         the tensor whose pack bytes differ from a fresh pack (which then
-        replaces it, so that the next forward works)."""
+        replaces it, so that the next forward works). eager: at the end
+        of an eager forward (not after graph replays or a failure)."""
         faulted, self.faulted = self.faulted, []
         try:
             self.cache.scatter_check(self.dev, self.handle)
+            if self.experts is not None:
+                self.experts.check(torch.cuda.current_stream(self.device).cuda_stream)
         except Error as e:
             names = self._repair(sorted(set(faulted)))
             if self.experts is not None:
                 names += self.experts.repair()
             raise error(e.status, f"{e.message}: a layer pack failed on the device"
                         f"{' (' + ', '.join(names) + ')' if names else ''}") from None
+        if self.experts is not None:
+            self.experts.finish(eager)
 
     def _repair(self, layers: List[int]) -> List[str]:
         """Rebuild the packs of layers that differ from what the cache
@@ -394,6 +410,7 @@ class Offload:
         done.record(self.stream)
         self.ready[i] = done
         self.faulted.append(i)
+        self.enqueued = True
 
     def _upload(self, i: int) -> None:
         """Upload layer i from the cache into its slot on the upload
@@ -437,13 +454,15 @@ class Offload:
         if self.in_forward:
             self._recover()
         self.in_forward = True
+        self.enqueued = False
         self._compute = torch.cuda.current_stream(self.device)
         if self.pool is not None and _capturing():
             raise RuntimeError("splitzip.offload: tier 'cache' reads files during the forward and cannot be "
                                "captured in a CUDA graph; use tier='pinned' or tier='gpu'")
-        if self.experts is not None and _capturing():
-            raise RuntimeError("splitzip.offload: experts= faults in the experts each forward routes to, known "
-                               "on the host only, and cannot be captured in a CUDA graph; offload without experts=")
+        if self.experts is not None and not self.experts.capturable and _capturing():
+            raise RuntimeError("splitzip.offload: experts= with expert_routing='host' reads each forward's "
+                               "routing on the host and cannot be captured in a CUDA graph; offload with "
+                               "expert_routing='device'")
         self.stats.hooks_s += time.perf_counter() - t0
 
     def _recover(self) -> None:
@@ -466,7 +485,7 @@ class Offload:
             ev.release()
         if self.pool is None:
             try:
-                self._check_packs()
+                self._check_packs(eager=False)
             except Error:
                 pass
         self.faulted = []
@@ -517,8 +536,12 @@ class Offload:
                 self._check_packs()
             self._start(self.plan.end())
             # The compute stream waits for those faults: the next forward
-            # (or graph replay) is ordered after them, and a capture joins.
-            self._compute.wait_stream(self.stream)
+            # (or graph replay) is ordered after them, and a capture joins
+            # the upload stream back. A captured forward that enqueued
+            # nothing there (every layer stayed in its slot) has nothing
+            # to join, and its capture may not wait for uncaptured work.
+            if self.enqueued or not _capturing():
+                self._compute.wait_stream(self.stream)
             self.ready.clear()
         else:
             self._start(self.plan.end())
@@ -534,7 +557,7 @@ class Offload:
         """Raise what the device found in the faults since the last check
         (for forwards replayed from a CUDA graph, whose hooks do not run)."""
         if self.pool is None:
-            self._check_packs()
+            self._check_packs(eager=False)
 
     def close(self) -> None:
         for h in self.hooks:
@@ -582,7 +605,7 @@ def capture(model, example: "torch.Tensor", warmup: int = 2, **kwargs):
 def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:0", window: int = 2,
             prefetch: int = 1, source: Optional[str] = None, model_class=None, tier: str = "cache",
             gpu_bytes: Optional[int] = None, experts: Optional[Union[int, float]] = None,
-            expert_prefetch: int = 0, expert_window: int = 1, **kwargs):
+            expert_prefetch: int = 0, expert_window: int = 1, expert_routing: str = "host", **kwargs):
     """The model at config (a folder with config.json, such as a hub
     snapshot, or a config) with its decoder layers offloaded: window
     layers' weights in GPU memory at a time, the next prefetch layers
@@ -608,11 +631,16 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     sets (1 <= expert_window <= window) shared by the window's slots, so
     a window as long as the model keeps every layer's other parameters
     resident while experts come and go. None: experts move with their
-    layer. Such forwards are not capturable in a CUDA graph."""
+    layer. expert_routing: where a forward decides which experts to
+    write, "host" (reads the routing back each layer; adapts its pool at
+    every call; not capturable in a CUDA graph) or "device" (device-side
+    tables and one kernel that reads unpooled experts' packs from pinned
+    memory; no host wait; capturable, splitzip.offload_routed)."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window)  # before anything loads
+    _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window,
+                expert_routing)  # before anything loads
     if kwargs.get("device_map") not in (None, "cpu"):
         raise ValueError("offload places the model itself: give device=, not device_map=")
     kwargs["device_map"] = "cpu"
@@ -629,7 +657,8 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
                 if b is not None:
                     mod._buffers[k] = b.to(device)
         o = Offload(model, c, device, window, prefetch, tier=tier, gpu_bytes=gpu_bytes, kept=src.kept,
-                    experts=experts, expert_prefetch=expert_prefetch, expert_window=expert_window)
+                    experts=experts, expert_prefetch=expert_prefetch, expert_window=expert_window,
+                    expert_routing=expert_routing)
         src.kept.clear()
     except Exception:
         c.close()

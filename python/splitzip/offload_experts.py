@@ -27,7 +27,8 @@ likeliest for each token), and their packs are copied into the pool
 while this layer computes.
 
 The routed experts are known on the host only, so such a forward cannot
-be captured in a CUDA graph.
+be captured in a CUDA graph; with expert_routing="device" the decision is
+made on the device instead (splitzip.offload_routed), and it can.
 """
 
 import time
@@ -138,6 +139,8 @@ def _tensor_args(args, kwargs):
 class Experts:
     """The expert-granular part of an Offload (o): experts' packs in
     pinned memory, the pool, the hooks on the experts modules."""
+
+    capturable = False  # its hooks read the routing on the host
 
     def __init__(self, o, mods: Dict[int, tuple], units: Dict[Tuple[int, int], List[tuple]],
                  found: List[dict], budget: Union[int, float], prefetch: int):
@@ -277,6 +280,16 @@ class Experts:
                 names.append(name)
         self.faulted = []
         return names
+
+    def check(self, stream: int) -> None:
+        """Raise what the kernel found in expert faults enqueued on
+        stream; host routing faults on the offload's upload stream, which
+        the caller checks."""
+
+    def finish(self, eager: bool = True) -> None:
+        """After a check found no error (eager: at a forward's end): the
+        faults since the last check need no repair."""
+        self.faulted = []
 
     def forget(self) -> None:
         self.faulted = []

@@ -215,3 +215,21 @@ class ExpertPlan:
     def held(self) -> int:
         """Experts in the pool."""
         return len(self.hot) + sum(1 for x in self.ring if x is not None)
+
+
+def hot_pool(uses: Dict[Tuple[int, int], int], buffers: int,
+             held: Dict[Tuple[int, int], int]) -> Dict[Tuple[int, int], int]:
+    """Which (layer, expert) each of `buffers` pool buffers should hold:
+    the most used experts (uses: times routed; ties to the lower key),
+    never one not used yet. An expert that held already (held: key ->
+    buffer) keeps its buffer, so a new assignment moves only the experts
+    that come in. Returns key -> buffer."""
+    if buffers < 0:
+        raise ValueError(f"buffers {buffers}: want >= 0")
+    ranked = sorted((k for k, c in uses.items() if c > 0), key=lambda k: (-uses[k], k))[:buffers]
+    out = {k: held[k] for k in ranked if k in held and 0 <= held[k] < buffers}
+    free = sorted(set(range(buffers)) - set(out.values()), reverse=True)
+    for k in ranked:
+        if k not in out:
+            out[k] = free.pop()
+    return out

@@ -127,7 +127,7 @@ class TestOffload(unittest.TestCase):
     def test_graph_replay(self):
         from splitzip.offload import capture
         for tier in ("pinned", "gpu"):
-            for window, prefetch in ((2, 1), (3, 2)):
+            for window, prefetch in ((2, 1), (3, 2), (LAYERS, 1)):
                 m = self.model(window=window, prefetch=prefetch, tier=tier)
                 try:
                     g, static, out = capture(m, self.same_shape[0], use_cache=False)

@@ -1,9 +1,11 @@
 """splitzip.offload with experts= on a GPU: a mixture-of-experts model
 whose experts are faulted in one at a time gives logits and greedy tokens
 equal to the resident model's, bit for bit, for each pack tier, window,
-pool size and with and without prediction; its counts add up; a CUDA
-graph capture is refused; a corrupt expert pack raises an error naming
-the expert's tensor and the next forward is exact. Run where torch,
+pool size and with and without prediction; its counts add up; with the
+routing read on the host a CUDA graph capture is refused, with the
+routing decided on the device graph replays equal the resident model's
+graph replays; a corrupt expert pack raises an error naming the expert's
+tensor and the next forward is exact. Run where torch,
 transformers and a GPU are (the GPU machine; CI skips with a message)."""
 
 import os
@@ -145,8 +147,14 @@ class TestOffloadExperts(unittest.TestCase):
         writes nothing for the bad entry, the forward raises an error
         naming the expert's checkpoint tensor, the pack is rebuilt, and the
         next forward is exact."""
+        for routing in ("host", "device"):
+            with self.subTest(expert_routing=routing):
+                self.corrupt_expert_pack(routing)
+
+    def corrupt_expert_pack(self, routing):
         from splitzip._lib import Error
-        m = self.model(window=2, prefetch=1, tier="pinned", experts=1)  # one buffer: every expert copied
+        # One buffer: every expert is copied (host) or read from pinned memory but one (device).
+        m = self.model(window=2, prefetch=1, tier="pinned", experts=1, expert_routing=routing)
         try:
             o = m.splitzip_offload
             self.run_equal(m, "before the corruption")
@@ -168,12 +176,83 @@ class TestOffloadExperts(unittest.TestCase):
                     errors.append(str(e))
             self.assertTrue(errors)
             self.assertTrue(all(any(n in e for n in names) for e in errors), errors)
-            print(f"corrupt expert pack: {errors[0]}", file=sys.stderr)
+            print(f"corrupt expert pack, {routing} routing: {errors[0]}", file=sys.stderr)
             self.run_equal(m, "after the repair")
         finally:
             m.splitzip_offload.close()
 
+    def test_device_routing_equal(self):
+        """expert_routing="device": logits and greedy tokens equal the
+        resident model's, the counts add up, and after the first
+        rebalance hot experts come from the pool."""
+        for codec, tier, window, prefetch, rows, budget in (
+                ("fixed", "pinned", 2, 1, 1, 0.25), ("fixed", "gpu", LAYERS, 1, 2, 0.5),
+                ("entropy", "pinned", 3, 2, 1, 1.0)):
+            what = f"device routing, {codec}, tier {tier}, window {window}, expert_window {rows}, experts {budget}"
+            m = self.model(codec, window=window, prefetch=prefetch, tier=tier, experts=budget, expert_window=rows,
+                           expert_routing="device")
+            try:
+                o = m.splitzip_offload
+                self.assertTrue(o.experts.capturable, what)
+                self.run_equal(m, what)
+                st = o.stats.experts
+                self.assertEqual(st.routed, st.row_hits + st.pool_hits + st.copies, st)
+                self.assertGreater(st.copies, 0, st)
+                self.assertGreater(st.pool_hits, 0, st)
+                self.assertGreater(st.row_hits, 0, st)
+                print(f"{what}: {st}", file=sys.stderr)
+            finally:
+                m.splitzip_offload.close()
+
+    def test_device_routing_graph(self):
+        """expert_routing="device" under CUDA graph capture: replays with
+        inputs routed to other experts equal the resident model's graph
+        replays bit for bit (experts_implementation batched_mm, which both
+        capture), also after a rebalance moved the pool under the graph."""
+        from transformers import AutoModelForCausalLM
+        from splitzip.offload import capture
+        impl = {"experts_implementation": "batched_mm"}
+        torch.manual_seed(5)
+        shape = [torch.randint(0, 1000, (1, 8), device="cuda:0") for _ in range(4)]
+        ref = AutoModelForCausalLM.from_pretrained(self.src, device_map="cuda:0", **impl).eval()
+        g, static, out = capture(ref, shape[0], use_cache=False)
+        want = []
+        for x in shape:
+            static.copy_(x)
+            g.replay()
+            want.append(out.clone())
+        del ref, g, static, out
+        torch.cuda.empty_cache()
+        for tier, window, rows, budget in (("pinned", 2, 1, 0.25), ("gpu", LAYERS, 2, 0.5)):
+            what = f"graph, device routing, tier {tier}, window {window}, expert_window {rows}, experts {budget}"
+            m = self.model(window=window, prefetch=1, tier=tier, experts=budget, expert_window=rows,
+                           expert_routing="device", **impl)
+            try:
+                o = m.splitzip_offload
+                g, static, out = capture(m, shape[0], use_cache=False)
+                before = o.stats.experts.routed
+                for rep in range(3):
+                    for k, (x, w) in enumerate(zip(shape, want)):
+                        static.copy_(x)
+                        g.replay()
+                        torch.cuda.synchronize()
+                        self.assertTrue(torch.equal(out, w), f"{what}, replay {rep}.{k}: logits differ by "
+                                        f"{(out.float() - w.float()).abs().max().item()}")
+                    o.experts.rebalance()  # the next replays read the new pool through the tables
+                o.check()
+                st = o.stats.experts
+                self.assertGreater(st.routed, before, st)  # replays are counted on the device
+                self.assertEqual(st.routed, st.row_hits + st.pool_hits + st.copies, st)
+                self.assertGreater(st.pool_hits, 0, st)
+                print(f"{what}: 12 replays equal; {st}", file=sys.stderr)
+            finally:
+                m.splitzip_offload.close()
+
     def test_bad_arguments(self):
+        with self.assertRaisesRegex(ValueError, "expert_routing"):
+            self.model(window=2, prefetch=1, tier="pinned", experts=0.5, expert_routing="gpu")
+        with self.assertRaisesRegex(ValueError, "expert_prefetch needs"):
+            self.model(window=2, prefetch=1, tier="pinned", experts=0.5, expert_prefetch=1, expert_routing="device")
         with self.assertRaisesRegex(ValueError, "experts= needs packs"):
             self.model(window=2, prefetch=1, tier="cache", experts=0.5)
         with self.assertRaisesRegex(ValueError, "fraction"):

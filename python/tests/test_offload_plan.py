@@ -10,7 +10,7 @@ import unittest
 import testenv  # noqa: F401  (python/tests; before splitzip)
 import random
 
-from splitzip.offload_plan import ExpertPlan, Plan, tiers
+from splitzip.offload_plan import ExpertPlan, Plan, hot_pool, tiers
 
 
 def simulate(layers, window, prefetch, forwards):
@@ -190,6 +190,45 @@ class TestExpertPlan(unittest.TestCase):
         self.assertEqual(p.prefetch_hits, 1)
         # Settled now, and needed less than (0, 0): (0, 0) takes it.
         self.assertEqual(p.need(0, 0, [0]), [(0, p.COPY, 1)])
+
+
+class TestHotPool(unittest.TestCase):
+    """The pool assignment of device-routed experts (rebalance)."""
+
+    def test_most_used_kept_in_place(self):
+        uses = {(0, 0): 5, (0, 1): 1, (1, 3): 9, (2, 2): 0, (1, 1): 5}
+        got = hot_pool(uses, 3, {})
+        self.assertEqual(set(got), {(1, 3), (0, 0), (1, 1)})  # 9, then the ties at 5
+        self.assertEqual(sorted(got.values()), [0, 1, 2])
+        # (0, 1) overtakes (1, 1): only the buffer of the one that leaves changes hands.
+        uses[(0, 1)] = 7
+        again = hot_pool(uses, 3, got)
+        self.assertEqual(set(again), {(1, 3), (0, 1), (0, 0)})
+        for k in ((1, 3), (0, 0)):
+            self.assertEqual(again[k], got[k])
+        self.assertEqual(again[(0, 1)], got[(1, 1)])
+
+    def test_unused_never_pooled(self):
+        self.assertEqual(hot_pool({(0, 0): 0, (0, 1): 0}, 4, {}), {})
+        self.assertEqual(hot_pool({(0, 0): 2}, 0, {}), {})
+        with self.assertRaises(ValueError):
+            hot_pool({}, -1, {})
+
+    def test_random_assignments_are_valid(self):
+        rng = random.Random(5)
+        held = {}
+        for _ in range(300):
+            n = rng.randrange(0, 6)
+            uses = {(rng.randrange(4), rng.randrange(8)): rng.randrange(0, 20) for _ in range(rng.randrange(0, 30))}
+            got = hot_pool(uses, n, held)
+            self.assertEqual(len(set(got.values())), len(got))
+            self.assertTrue(all(0 <= b < n for b in got.values()))
+            want = sorted((k for k, c in uses.items() if c > 0), key=lambda k: (-uses[k], k))[:n]
+            self.assertEqual(set(got), set(want))
+            for k, b in got.items():
+                if k in held and held[k] < n:
+                    self.assertEqual(b, held[k], (k, held, got))
+            held = got
 
 
 if __name__ == "__main__":
