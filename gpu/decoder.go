@@ -72,7 +72,9 @@ type Decoder struct {
 	fn      cuda.Function
 	scatter cuda.Function // splitzip_scatter, looked up on first use
 	routed  cuda.Function // splitzip_scatter_routed, looked up on first use
-	// scatterGrid is the most blocks of splitzip_scatter resident at once.
+	// scatterGrid is the most blocks of splitzip_scatter resident at once,
+	// or fewer where SPLITZIP_SCATTER_BLOCKS says (for measuring how a
+	// scatter beside other kernels shares the device).
 	scatterGrid uint32
 	maxGrid     uint32
 	threads     int            // splitzip_decode's block

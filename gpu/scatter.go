@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"unsafe"
 
 	"github.com/splitzip/splitzip/gpu/cuda"
@@ -110,7 +112,15 @@ func (d *Decoder) loadScatter() error {
 	if err != nil {
 		return err
 	}
-	d.scatter, d.routed, d.scatterGrid = fn, routed, uint32(max(1, sms*per))
+	grid := max(1, sms*per)
+	if v := os.Getenv("SPLITZIP_SCATTER_BLOCKS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("gpu: SPLITZIP_SCATTER_BLOCKS=%q: want a block count >= 1", v)
+		}
+		grid = min(grid, n)
+	}
+	d.scatter, d.routed, d.scatterGrid = fn, routed, uint32(grid)
 	return nil
 }
 
