@@ -38,8 +38,9 @@ Where a layer's bytes live between its runs, its tier:
 With experts= (tiers pinned and gpu), a mixture-of-experts layer's
 fused expert tensors are faulted in an expert at a time: only the
 experts its router picks, from a pool of hot experts' packs in GPU memory
-or from pinned memory (splitzip.offload_experts). Its other parameters
-move as a layer.
+or from pinned memory (splitzip.offload_experts; with
+expert_routing="device", decided on the device and capturable,
+splitzip.offload_routed). Its other parameters move as a layer.
 
 Pinned and gpu faults only enqueue work on the upload stream, with fixed
 arguments, so an offloaded forward can be captured in a CUDA graph and

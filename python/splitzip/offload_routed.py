@@ -64,7 +64,7 @@ class DeviceExperts(Experts):
         self.rows_held = torch.full((o.expert_window, n), -1, dtype=torch.int32, device=dev)
         # tally[0]: times routed, tally[1]: times written into a row, per
         # (expert layer, expert), counted on the device.
-        self.tally = torch.zeros((2, len(self.moe), n), dtype=torch.int32, device=dev)
+        self.tally = torch.zeros((2, len(self.moe), n), dtype=torch.int64, device=dev)
         self.seen = torch.zeros((2, len(self.moe), n), dtype=torch.int64)  # tally at the last read
         self.in_pool: Dict[Tuple[int, int], int] = {}  # (layer, expert) -> pool buffer
         self.pooled = torch.zeros((len(self.moe), n), dtype=torch.bool)
@@ -107,7 +107,7 @@ class DeviceExperts(Experts):
         """Add what the device counted since the last read to the stats
         (waits for the device); returns the (layer, expert)s written
         into rows since then."""
-        now = self.tally.to("cpu", torch.int64)
+        now = self.tally.cpu()
         d, self.seen = now - self.seen, now
         st = self.stats
         routed, written = d[0], d[1]
