@@ -91,7 +91,9 @@ var ErrInjected = errors.New("injected fault")
 // table (scatter.TableBytes), which Submit fills after checking the items,
 // its length is a multiple of 16, and it is copied to device staging
 // memory and written to the items' ranges by one pass (raw bytes copied,
-// payloads decoded); Dst and Decode are then unused. Work with neither
+// payloads decoded); Dst and Decode are then unused. Submit keeps
+// neither Items nor their headers once it returns, so a caller may reuse
+// them (Src is read until the event completes). Work with neither
 // Src nor Items enqueues only the event.
 type Work struct {
 	Dst  DevPtr

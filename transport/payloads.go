@@ -174,7 +174,9 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	var zs []target // with resident packs: the fixed payloads, planned together
 	// Most bindings of a batch of small tensors are packed: room for
 	// all of them at once.
-	small := make([]smallItem, 0, len(bs))
+	items := getItems(len(bs))
+	small := *items
+	defer func() { putItems(items, small) }()
 	// The wrapped transport's small bindings are packed with the small
 	// payloads when it can read them into a pack (PackReader).
 	pr, _ := z.inner.(PackReader)

@@ -158,7 +158,9 @@ type piece struct {
 // UploadBatch implements Transport.
 func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	out := make([]Fence, len(bs))
-	small := make([]smallItem, 0, len(bs))
+	items := getItems(len(bs))
+	small := *items
+	defer func() { putItems(items, small) }()
 	isSmall := make([]bool, len(bs))
 	for i, b := range bs {
 		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {

@@ -52,6 +52,27 @@ type smallItem struct {
 	fill func(dst []byte) (*codec.Header, error)
 }
 
+// itemPool recycles batches' item arrays: a smallItem holds pointers, so
+// a batch of a hundred small tensors would otherwise allocate (and the
+// collector scan) some twelve kilobytes.
+var itemPool = sync.Pool{New: func() any { return new([]smallItem) }}
+
+// getItems returns an empty item array with room for n; give it back
+// with putItems once no pack uses its items.
+func getItems(n int) *[]smallItem {
+	p := itemPool.Get().(*[]smallItem)
+	*p = slices.Grow((*p)[:0], n)
+	return p
+}
+
+// putItems gives back p, whose array (or the larger one append made of
+// it) is items.
+func putItems(p *[]smallItem, items []smallItem) {
+	clear(items)
+	*p = items[:0]
+	itemPool.Put(p)
+}
+
 // stagedChecker checks the staged bytes of a payload read from a file.
 type stagedChecker interface {
 	// checkStaged checks b, the stored bytes of it, and writes its
@@ -176,15 +197,7 @@ func (pl *plan) add(it *smallItem, rel uint64, joins bool) {
 // It sorts items in place; each plan's items and offsets are ranges of
 // items and of one array, not copies.
 func planPacks(items []smallItem) []*plan {
-	slices.SortStableFunc(items, func(a, b smallItem) int {
-		switch {
-		case a.file == "" || b.file == "":
-			return cmp.Compare(btoi(a.file == ""), btoi(b.file == ""))
-		case a.file != b.file:
-			return strings.Compare(a.file, b.file)
-		}
-		return cmp.Compare(a.off, b.off)
-	})
+	sortItems(items)
 	rels := make([]uint64, len(items))
 	var plans []*plan
 	pl := &plan{}
@@ -201,6 +214,78 @@ func planPacks(items []smallItem) []*plan {
 		pl.add(it, rel, joins)
 	}
 	return append(plans, pl)
+}
+
+// fileOrder orders items by file (those with none last), then offset.
+func fileOrder(a, b *smallItem) int {
+	switch {
+	case a.file == "" || b.file == "":
+		return cmp.Compare(btoi(a.file == ""), btoi(b.file == ""))
+	case a.file != b.file:
+		return strings.Compare(a.file, b.file)
+	}
+	return cmp.Compare(a.off, b.off)
+}
+
+// maxSortFiles is the most files sortItems groups by hand; a batch's
+// items come from a few (a shard and the packs beside it).
+const maxSortFiles = 8
+
+// sortItems sorts items stably by fileOrder. A batch's items lie in a
+// few files, each in offset order already, interleaved: they are moved
+// into file groups in one pass (through a recycled array), and a group
+// is sorted only when it is not in order, rather than sorting the whole
+// batch of large items by comparison.
+func sortItems(items []smallItem) {
+	var files [maxSortFiles]string
+	var counts [maxSortFiles]int
+	nf := 0
+	for k := range items {
+		f, j := items[k].file, 0
+		for j < nf && files[j] != f {
+			j++
+		}
+		if j == nf {
+			if nf == maxSortFiles {
+				slices.SortStableFunc(items, func(a, b smallItem) int { return fileOrder(&a, &b) })
+				return
+			}
+			files[nf] = f
+			nf++
+		}
+		counts[j]++
+	}
+	order := make([]int, 0, maxSortFiles)
+	for j := range nf {
+		order = append(order, j)
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return fileOrder(&smallItem{file: files[a]}, &smallItem{file: files[b]})
+	})
+	var start [maxSortFiles]int
+	at := 0
+	for _, j := range order {
+		start[j], at = at, at+counts[j]
+	}
+	tmp := getItems(len(items))
+	grouped := (*tmp)[:len(items)]
+	next := start
+	for k := range items {
+		j := 0
+		for files[j] != items[k].file {
+			j++
+		}
+		grouped[next[j]] = items[k]
+		next[j]++
+	}
+	for _, j := range order {
+		g := grouped[start[j] : start[j]+counts[j]]
+		if files[j] != "" && !slices.IsSortedFunc(g, func(a, b smallItem) int { return cmp.Compare(a.off, b.off) }) {
+			slices.SortStableFunc(g, func(a, b smallItem) int { return cmp.Compare(a.off, b.off) })
+		}
+	}
+	copy(items, grouped)
+	putItems(tmp, grouped)
 }
 
 // upload packs items and sets their fences in out.
@@ -248,19 +333,48 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 }
 
 // staged is what stage found of a plan's items: a header for each
-// payload (pointing into hdrs), an error for each item that failed.
+// payload (pointing into hdrs), an error for each item that failed; and
+// the items send submits. Its arrays are recycled (stagedPool): what
+// send hands on (fences, the engine's Submit) keeps none of them.
 type staged struct {
 	hdr  []*codec.Header
 	hdrs []codec.Header
 	errs []error
+	its  []scatter.Item
+}
+
+var stagedPool = sync.Pool{New: func() any { return new(staged) }}
+
+// getStaged returns a staged for n items, cleared.
+func getStaged(n int) *staged {
+	st := stagedPool.Get().(*staged)
+	st.hdr, st.hdrs, st.errs = zeroed(st.hdr, n), zeroed(st.hdrs, n), zeroed(st.errs, n)
+	st.its = slices.Grow(st.its[:0], n)
+	return st
+}
+
+// put clears st and gives it back.
+func (st *staged) put() {
+	clear(st.its[:cap(st.its)]) // send appended within its capacity
+	st.its = st.its[:0]
+	clear(st.hdr)
+	clear(st.errs)
+	stagedPool.Put(st)
+}
+
+// zeroed returns s with length n, zeroed.
+func zeroed[T any](s []T, n int) []T {
+	s = slices.Grow(s[:0], n)[:n]
+	clear(s)
+	return s
 }
 
 // stage fills a staging buffer as planned: its reads and the items with
 // their own fill, in parallel, then the checks. An item that failed is
 // reported in errs and left out of the scatter.
-func (p *packer) stage(pl *plan, buf []byte, base uint64) staged {
+func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 	n := len(pl.items)
-	st := staged{hdr: make([]*codec.Header, n), hdrs: make([]codec.Header, n), errs: make([]error, n)}
+	st := getStaged(n)
 	var read, verify atomic.Int64
 	readOne := func(r stagedRead) {
 		t0 := time.Now()
@@ -331,7 +445,8 @@ func (p *packer) send(pl *plan, out []Fence) {
 	}
 	base := align16(scatter.TableBytes(len(pl.items)))
 	st := p.stage(pl, s.buf, base)
-	its := make([]scatter.Item, 0, len(pl.items))
+	defer st.put()
+	its := st.its
 	for k, it := range pl.items {
 		if st.errs[k] != nil {
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: st.errs[k]}}

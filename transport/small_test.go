@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -258,5 +259,35 @@ func TestStreamedPackMembers(t *testing.T) {
 	restore()
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{streamed})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
+	}
+}
+
+// TestSortItems: sortItems orders like a stable sort by file (none last)
+// then offset, for batches of few and of many files, in order or not.
+func TestSortItems(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for r := range 500 {
+		nf := 1 + rng.IntN(12) // past maxSortFiles too
+		n := rng.IntN(200)
+		items := make([]smallItem, n)
+		for k := range items {
+			f := rng.IntN(nf + 1)
+			if f < nf {
+				items[k].file = fmt.Sprintf("f%02d", f)
+			}
+			items[k].off = uint64(rng.IntN(50))
+			if r%2 == 0 {
+				items[k].off = uint64(k) // in offset order within each file
+			}
+			items[k].i = k
+		}
+		want := slices.Clone(items)
+		slices.SortStableFunc(want, func(a, b smallItem) int { return fileOrder(&a, &b) })
+		sortItems(items)
+		for k := range items {
+			if items[k].i != want[k].i {
+				t.Fatalf("run %d (%d files, %d items): item %d is %d, want %d", r, nf, n, k, items[k].i, want[k].i)
+			}
+		}
 	}
 }

@@ -29,7 +29,7 @@ const batchBytes = 1 << 20
 // batchable reports whether r is a host copy of at most batchBytes, with
 // or without an in-place decode, that may share a batched call.
 func batchable(r *request) bool {
-	return r.wait == nil && r.w.Items == nil && r.w.N == 0 && len(r.w.Src) > 0 && len(r.w.Src) <= batchBytes
+	return r.wait == nil && r.items == 0 && r.w.N == 0 && len(r.w.Src) > 0 && len(r.w.Src) <= batchBytes
 }
 
 // runAll enqueues a run of pending requests in their order on each

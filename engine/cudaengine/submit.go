@@ -23,8 +23,12 @@ var ErrClosed = errors.New("cuda engine: closed")
 // request is one submission, or (wait set) a cross-stream wait whose
 // outcome goes to reply.
 type request struct {
-	s     int
-	w     engine.Work
+	s int
+	w engine.Work // its Items taken out by Submit: the scatter's counts below
+	// items and units of a scatter (items > 0): what the launch needs of
+	// w.Items, counted by Submit so that the caller may reuse them.
+	items int
+	units uint64
 	ev    *cudaEvent
 	wait  *cudaEvent
 	reply chan error
@@ -94,15 +98,22 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	if s < 0 || s >= len(e.streams) {
 		return nil, fmt.Errorf("cuda engine: no stream %d", s)
 	}
+	r := request{s: s, w: w}
 	if w.Items != nil {
 		if err := scatter.Put(w.Src, w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
+		// The table is in Src now; the launch needs only the counts.
+		r.items, r.units, r.w.Items = len(w.Items), scatter.Units(w.Items), nil
+		if r.items == 0 {
+			r.items = -1 // an empty table: nothing to launch, but no plain copy either
+		}
 	}
 	// The submitter launches later: the head is the submission's own.
-	w.Decode = payload.Clone(w.Decode)
+	r.w.Decode = payload.Clone(w.Decode)
 	c := &cudaEvent{e: e, ready: make(chan struct{})}
-	if err := e.send(request{s: s, w: w, ev: c}); err != nil {
+	r.ev = c
+	if err := e.send(r); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -178,7 +189,7 @@ func (e *Engine) run(r request) {
 		r.reply <- e.waitEvent(r.s, r.wait)
 		return
 	}
-	r.ev.ev, r.ev.err = e.submit(r.s, r.w)
+	r.ev.ev, r.ev.err = e.submit(r)
 	if r.ev.ev != 0 {
 		e.track(r.ev)
 	}
@@ -209,12 +220,13 @@ func (e *Engine) waitEvent(s int, c *cudaEvent) error {
 	return err
 }
 
-// submit enqueues w and an event after it on stream s, as the submitter.
-// When no event can be recorded, it waits for the stream instead, so that
-// nothing of w is running once it returns.
-func (e *Engine) submit(s int, w engine.Work) (cuda.Event, error) {
+// submit enqueues r's work and an event after it on its stream, as the
+// submitter. When no event can be recorded, it waits for the stream
+// instead, so that nothing of the work is running once it returns.
+func (e *Engine) submit(r request) (cuda.Event, error) {
+	s, w := r.s, r.w
 	last := e.streams[s]
-	err := e.enqueueCopy(s, w)
+	err := e.enqueueCopy(r)
 	if err == nil && w.Decode != nil {
 		var ds cuda.Stream
 		var dec *gpu.Decoder
@@ -235,12 +247,15 @@ func (e *Engine) fence(last cuda.Stream, err error) (cuda.Event, error) {
 	return ev, err
 }
 
-// enqueueCopy enqueues w's copy, or its copy and scatter, on stream s.
-func (e *Engine) enqueueCopy(s int, w engine.Work) error {
+// enqueueCopy enqueues r's copy, or its copy and scatter, on its stream.
+func (e *Engine) enqueueCopy(r request) error {
+	s, w := r.s, r.w
 	st := e.streams[s]
 	switch {
-	case w.Items != nil:
-		return e.scatter(s, w.Src, w.Items)
+	case r.items < 0:
+		return nil
+	case r.items > 0:
+		return e.scatter(s, w.Src, r.items, r.units)
 	case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):
 		p, ok := w.Peer.(*Engine)
 		if !ok {
@@ -271,7 +286,7 @@ func (e *Engine) launchDecode(ds cuda.Stream, dec *gpu.Decoder, w engine.Work) e
 // scatter enqueues on stream s the copy of packed, whose table is
 // written, into the stream's staging memory (grown as needed) and the
 // scatter kernel.
-func (e *Engine) scatter(s int, packed []byte, items []scatter.Item) error {
+func (e *Engine) scatter(s int, packed []byte, items int, units uint64) error {
 	n := uint64(len(packed))
 	if e.stageCap[s] < n {
 		// Earlier scatters on s may still read the old staging memory.
@@ -292,8 +307,7 @@ func (e *Engine) scatter(s int, packed []byte, items []scatter.Item) error {
 	if err := e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, st) }); err != nil {
 		return err
 	}
-	units := scatter.Units(items)
-	return e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, len(items), units, st) })
+	return e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, items, units, st) })
 }
 
 // reclaimAt is the number of live events at which the submitter takes

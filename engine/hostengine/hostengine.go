@@ -8,6 +8,7 @@ package hostengine
 
 import (
 	"fmt"
+	"github.com/splitzip/splitzip/codec"
 	"sync"
 	"time"
 
@@ -205,7 +206,16 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		if err := scatter.Put(w.Src, w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
+		// The items and their headers are the caller's again once
+		// Submit returns (engine.Work): the scatter runs on copies.
 		its := append([]scatter.Item(nil), w.Items...)
+		hs := make([]codec.Header, len(its))
+		for i := range its {
+			if its[i].Header != nil {
+				hs[i] = *its[i].Header
+				its[i].Header = &hs[i]
+			}
+		}
 		// As on a GPU: the packed buffer is copied to staging memory,
 		// then scattered from there.
 		var staged []byte

@@ -409,11 +409,23 @@ func scatterPack(t *testing.T, e engine.Engine) {
 	defer e.FreePinned(staged)
 	copy(staged[offRaw:], raw)
 	copy(staged[offPay:], p)
+	hc := h
 	items := []scatter.Item{
+		{Name: "raw", Dst: uint64(dst.base) + 1, Src: offRaw, Stored: uint64(len(raw)), Size: uint64(len(raw))},
+		{Name: "payload", Dst: uint64(dst.base) + 4096, Src: offPay, Stored: uint64(len(p)), Size: uint64(len(values)), Header: &hc},
+	}
+	ev := submit(t, e, 1, engine.Work{Src: staged[:len(packed)], Items: items})
+	// Submit keeps neither the items nor their headers (engine.Work):
+	// the caller reuses them at once.
+	hc = codec.Header{}
+	for i := range items {
+		items[i] = scatter.Item{Name: "reused", Dst: uint64(dst.base), Size: 1 << 20}
+	}
+	wait(t, ev)
+	items = []scatter.Item{
 		{Name: "raw", Dst: uint64(dst.base) + 1, Src: offRaw, Stored: uint64(len(raw)), Size: uint64(len(raw))},
 		{Name: "payload", Dst: uint64(dst.base) + 4096, Src: offPay, Stored: uint64(len(p)), Size: uint64(len(values)), Header: &h},
 	}
-	wait(t, submit(t, e, 1, engine.Work{Src: staged[:len(packed)], Items: items}))
 	if got := readBack(t, e, dst.base+1, len(raw)); !bytes.Equal(got, raw) {
 		t.Errorf("scattered raw item: %q", got)
 	}
