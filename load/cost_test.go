@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // TestCostReadsRawFromSource: with a cost model that finds every payload
@@ -44,5 +46,73 @@ func TestCostReadsRawFromSource(t *testing.T) {
 	}
 	if _, err := run(nil); err == nil {
 		t.Fatal("no cost model, objects gone: the load did not need them")
+	}
+}
+
+// TestPredicted: a load counts its tensors by the path each took, and
+// with a cost model predicts a run as the sum of each tensor's predicted
+// time by that path; with the model's Cost choice every tensor goes raw
+// and the prediction follows; without a model there is none.
+func TestPredicted(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 7}, pipeline.CompressOptions{})
+	p := costmodel.Default()
+	run := func(o Options) *Report {
+		t.Helper()
+		eng := hostengine.New(2)
+		defer eng.Close()
+		rep, err := Checkpoint(context.Background(), eng, c, src, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	var asStored float64
+	fixed := 0
+	for _, sh := range src.Shards {
+		for _, tn := range sh.Tensors {
+			n := tn.Size
+			if tn.Stored == shardcache.StoredFixed {
+				asStored += p.Fixed.Time(n)
+				fixed++
+			} else {
+				asStored += p.Raw.Time(n)
+			}
+		}
+	}
+	if fixed == 0 {
+		t.Fatal("the fixture has no fixed payloads")
+	}
+	check := func(what string, rep *Report, want float64, paths map[string]uint64) {
+		t.Helper()
+		var tensors, bytes uint64
+		for k, pc := range rep.Paths {
+			tensors += pc.Tensors
+			bytes += pc.Bytes
+			if pc.Tensors != paths[k] {
+				t.Errorf("%s: %d tensors by path %s, want %d", what, pc.Tensors, k, paths[k])
+			}
+		}
+		if tensors != uint64(rep.Tensors) || bytes != rep.RawBytes {
+			t.Errorf("%s: paths count %d tensors, %d bytes; the load has %d, %d", what, tensors, bytes, rep.Tensors, rep.RawBytes)
+		}
+		pr := rep.Predicted
+		if pr == nil || math.Abs(pr.Seconds-want) > 1e-9*want || pr.Measured != rep.Runs[0].Wall.Seconds() || pr.Ratio <= 0 {
+			t.Fatalf("%s: predicted %+v, want %g s", what, pr, want)
+		}
+	}
+	rep := run(Options{Profile: p})
+	check("as stored", rep, asStored, map[string]uint64{"fixed": uint64(fixed), "raw": uint64(rep.Tensors - fixed)})
+	dear := costmodel.Default()
+	dear.Fixed.Tensor, dear.Entropy.Tensor = 1, 1
+	allRawDear := 0.0
+	for _, sh := range src.Shards {
+		for _, tn := range sh.Tensors {
+			allRawDear += dear.Raw.Time(tn.Size)
+		}
+	}
+	rep = run(Options{Cost: dear})
+	check("cost model, payloads dearer", rep, allRawDear, map[string]uint64{"raw": uint64(rep.Tensors)})
+	if rep := run(Options{}); rep.Predicted != nil {
+		t.Errorf("no cost model: predicted %+v", rep.Predicted)
 	}
 }

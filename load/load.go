@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
@@ -45,9 +46,36 @@ type Report struct {
 	// EntropyTensors counts the tensors stored as entropy payloads: read
 	// raw from their source, or without it decoded from their payloads
 	// (on the device, or on the host: see transport.PayloadOptions).
-	EntropyTensors int         `json:"entropy_tensors"`
-	Settings       Settings    `json:"settings"`
-	Runs           []RunReport `json:"runs"`
+	EntropyTensors int `json:"entropy_tensors"`
+	// Paths counts the tensors uploaded by each path (all runs).
+	Paths     map[string]transport.PathCount `json:"paths"`
+	Settings  Settings                       `json:"settings"`
+	Runs      []RunReport                    `json:"runs"`
+	Predicted *Predicted                     `json:"predicted,omitempty"` // with Options.Profile or Cost
+}
+
+// Predicted is what a cost model predicts a run of the load takes from
+// the page cache, by the paths its tensors took, beside what the first
+// run measured.
+type Predicted struct {
+	Host     string  `json:"host"` // the profile's fingerprint
+	Seconds  float64 `json:"seconds"`
+	Measured float64 `json:"measured_seconds"` // the first run's wall time
+	// Ratio is measured over predicted: above 1, slower than the model
+	// says (a cold page cache, a busy host, a stale profile).
+	Ratio float64 `json:"measured_over_predicted"`
+}
+
+// predict is profile p's time for one run whose tensors took paths
+// (summed over runs runs): each path's cost is a time a tensor plus its
+// bytes at a rate, so counts and bytes suffice.
+func predict(p *costmodel.Profile, paths [transport.NumPaths]transport.PathCount, runs int) float64 {
+	costs := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, p.EntropySmall}
+	var s float64
+	for k, c := range paths {
+		s += float64(c.Tensors)*costs[k].Tensor + float64(c.Bytes)/costs[k].Rate
+	}
+	return s / float64(max(runs, 1))
 }
 
 // Settings are the runtime knobs a load ran with (Streams is the
@@ -234,6 +262,19 @@ func (l *Load) Report() *Report {
 	t := l.ts.Transport()
 	s := t.Stats()
 	r.Read, r.Verify, r.Submit, r.MovedBytes = s.Read, s.Verify, s.Submit, s.Bytes
+	r.Paths = map[string]transport.PathCount{}
+	for k, c := range s.Paths {
+		if c.Tensors > 0 {
+			r.Paths[transport.Path(k).String()] = c
+		}
+	}
+	if p := l.opts.profile(); p != nil && len(r.Runs) > 0 {
+		pr := &Predicted{Host: p.Host, Seconds: predict(p, s.Paths, len(r.Runs)), Measured: r.Runs[0].Wall.Seconds()}
+		if pr.Seconds > 0 {
+			pr.Ratio = pr.Measured / pr.Seconds
+		}
+		r.Predicted = pr
+	}
 	r.PinnedBytes = t.PinnedBytes()
 	if d, ok := t.(interface{ DeviceBytes() uint64 }); ok {
 		r.DeviceBytes = d.DeviceBytes()

@@ -55,6 +55,10 @@ type Options struct {
 	// the cost model predicts that loads faster than its payload
 	// (transport.PayloadOptions.Cost); nil: never.
 	Cost *costmodel.Profile
+	// Profile, when set, predicts what the load takes by the paths its
+	// tensors took (Report.Predicted); it changes nothing of the load.
+	// With Cost, that profile is used.
+	Profile *costmodel.Profile
 	// Check reads the arena back after Checkpoint's load and compares it
 	// with the source.
 	Check   bool
@@ -115,4 +119,12 @@ func (o *Options) resolve() (int64, error) {
 // badOption returns a transport.ErrOption naming the option and its value.
 func badOption(name string, v any, want string) error {
 	return fmt.Errorf("%w: %s is %v, want %s", transport.ErrOption, name, v, want)
+}
+
+// profile is the cost model that predicts the load: Profile, else Cost.
+func (o *Options) profile() *costmodel.Profile {
+	if o.Profile != nil {
+		return o.Profile
+	}
+	return o.Cost
 }

@@ -181,6 +181,12 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	// payloads when it can read them into a pack (PackReader).
 	pr, _ := z.inner.(PackReader)
 	memo := presentMemo{z: z}
+	var ps paths // what the wrapped transport uploads, it counts
+	defer func() {
+		z.mu.Lock()
+		ps.addTo(&z.stats)
+		z.mu.Unlock()
+	}()
 	for i, b := range bs {
 		hit, err := z.cache.LookupSpec(b.Ref, b.Shard, b.Offset, b.Size)
 		if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
@@ -195,9 +201,15 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 				continue
 			case fromPayload && int64(b.Size) <= z.opts.SmallBytes:
 				small = append(small, z.hostItem(i, b, hit))
+				ps.add(PathEntropyHost, b)
 				continue
 			case fromPayload:
 				targets = append(targets, target{i, b, hit, true})
+				if z.opts.HostEntropy {
+					ps.add(PathEntropyHost, b)
+				} else {
+					ps.add(PathEntropy, b)
+				}
 				continue
 			}
 		}
@@ -214,6 +226,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			if pr != nil && b.Size > 0 && int64(b.Size) <= z.opts.SmallBytes {
 				// A payload's tensor read from its source is no copy of the cache's.
 				small = append(small, z.rawItem(i, b, hit, err == nil && !fixed, pr.PackSource(b)))
+				ps.add(PathRaw, b)
 				continue
 			}
 			others = append(others, b)
@@ -221,6 +234,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			continue
 		}
 		t := target{i, b, hit, false}
+		ps.add(PathFixed, b)
 		if z.opts.ResidentPacks {
 			zs = append(zs, t) // planned into regions together, below
 			continue

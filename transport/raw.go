@@ -27,12 +27,37 @@ type Transport interface {
 	Close() error
 }
 
-// Stats splits a transport's time (summed over its goroutines).
+// Stats splits a transport's time (summed over its goroutines), and
+// counts the tensors it uploaded by the path each took.
 type Stats struct {
 	Read   time.Duration // reading files into pinned memory
 	Verify time.Duration // payload checksums
 	Submit time.Duration // enqueueing copies and decodes
 	Bytes  uint64        // bytes moved to the device (payload bytes for Payloads)
+	Paths  [NumPaths]PathCount
+}
+
+// Path is how a tensor was uploaded: the kinds a cost model predicts.
+type Path int
+
+// The paths.
+const (
+	PathRaw         Path = iota // its raw bytes, from the source or the cache
+	PathFixed                   // a fixed payload, decoded on the device
+	PathEntropy                 // an entropy payload, decoded on the device
+	PathEntropyHost             // a small entropy payload, decoded on the host
+	NumPaths
+)
+
+// String names the path as load's JSON does.
+func (p Path) String() string {
+	return [...]string{"raw", "fixed", "entropy", "entropy_host"}[p]
+}
+
+// PathCount is the tensors of one path and their raw bytes.
+type PathCount struct {
+	Tensors uint64 `json:"tensors"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // add returns s plus o.
@@ -41,7 +66,27 @@ func (s Stats) add(o Stats) Stats {
 	s.Verify += o.Verify
 	s.Submit += o.Submit
 	s.Bytes += o.Bytes
+	for k := range s.Paths {
+		s.Paths[k].Tensors += o.Paths[k].Tensors
+		s.Paths[k].Bytes += o.Paths[k].Bytes
+	}
 	return s
+}
+
+// paths counts a batch's tensors by path, to add to Stats at once.
+type paths [NumPaths]PathCount
+
+func (ps *paths) add(p Path, b *vmm.Binding) {
+	ps[p].Tensors++
+	ps[p].Bytes += b.Size
+}
+
+// addTo adds ps to s (its owner's lock held).
+func (ps *paths) addTo(s *Stats) {
+	for k := range ps {
+		s.Paths[k].Tensors += ps[k].Tensors
+		s.Paths[k].Bytes += ps[k].Bytes
+	}
 }
 
 // MaxSmallBytes is the largest packing threshold: a pack must hold at
@@ -161,6 +206,13 @@ func (r *Raw) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	items := getItems(len(bs))
 	small := *items
 	defer func() { putItems(items, small) }()
+	var ps paths
+	for _, b := range bs {
+		ps.add(PathRaw, b)
+	}
+	r.mu.Lock()
+	ps.addTo(&r.stats)
+	r.mu.Unlock()
 	isSmall := make([]bool, len(bs))
 	for i, b := range bs {
 		if b.Size > 0 && int64(b.Size) <= r.opts.SmallBytes {

@@ -85,6 +85,34 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	if code, out, e := splitzip(t, "compress", ck, "-o", cache, "--codec", "cost", "--no-sync"); code != 0 || !strings.Contains(out, "kept raw by the cost model") {
 		t.Fatalf("compress, default profile: %d %q %q", code, out, e)
 	}
+	// A load reports what the model predicts by the paths its tensors
+	// took; with no model for the host it predicts nothing.
+	code, out, e = splitzip(t, "load", cache, "--device", "cpu", "--json")
+	var lr struct {
+		Tensors   int
+		Paths     map[string]struct{ Tensors int }
+		Predicted *struct {
+			Host    string
+			Seconds float64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &lr); err != nil || code != 0 {
+		t.Fatalf("load --json: %v %q %q", err, out, e)
+	}
+	n := 0
+	for _, c := range lr.Paths {
+		n += c.Tensors
+	}
+	if lr.Predicted == nil || lr.Predicted.Host != "default" || lr.Predicted.Seconds <= 0 || n != lr.Tensors || lr.Paths["raw"].Tensors == 0 {
+		t.Fatalf("load --json, default profile: paths %v, predicted %+v", lr.Paths, lr.Predicted)
+	}
+	t.Setenv(costmodel.EnvProfile, "")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu"); code != 0 || strings.Contains(out, "cost model") {
+		t.Fatalf("load, no profile: %d %q %q", code, out, e)
+	}
+	t.Setenv("XDG_CACHE_HOME", home)
+	t.Setenv(costmodel.EnvProfile, "default")
 	// A file that is no profile.
 	bad := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(bad, []byte("{}"), 0o644); err != nil {

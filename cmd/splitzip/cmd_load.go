@@ -175,13 +175,17 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		return err
 	}
 	defer eng.Close()
-	var prof *costmodel.Profile
+	var prof, predictor *costmodel.Profile
 	if o.Cost {
 		if prof, err = hostProfile(ctx, g, o.Device, false); err != nil {
 			return err
 		}
+	} else {
+		// The report's prediction, where this host has a cost model; a
+		// load without one predicts nothing (calibrate makes it).
+		predictor, _ = hostProfile(ctx, g, o.Device, false)
 	}
-	lo := load.Options{Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, Cost: prof,
+	lo := load.Options{Profile: predictor, Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, Cost: prof,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
 	if o.Compare == 0 {
@@ -282,6 +286,16 @@ func printLoad(g *globals, r *load.Report) {
 			where = "read raw from the source where it is there, else " + where
 		}
 		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: %s\n", count(r.EntropyTensors, "tensor"), where)
+	}
+	if p := r.Predicted; p != nil {
+		var by []string
+		for _, k := range []string{"raw", "fixed", "entropy", "entropy_host"} {
+			if c, ok := r.Paths[k]; ok {
+				by = append(by, fmt.Sprintf("%s %d", strings.ReplaceAll(k, "_", " on the "), c.Tensors))
+			}
+		}
+		fmt.Fprintf(g.stdout, "  cost model (%s) predicted %v a run from the page cache; run 1 took %.2fx that (tensors by path: %s)\n",
+			p.Host, time.Duration(p.Seconds*1e9).Round(time.Microsecond), p.Ratio, strings.Join(by, ", "))
 	}
 }
 
