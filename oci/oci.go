@@ -92,6 +92,17 @@ func (o Options) progress() Progress {
 	return o.Progress
 }
 
+// retryStatusCodes are the answers a request is retried after (with the
+// client's backoff): the registry client's own list (timeouts, 500 and
+// the gateways' 502, 503, 504) and 429, a registry's or a CDN's "too
+// many requests", which asks the client to come back later.
+var retryStatusCodes = []int{
+	http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+	http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout,
+	499, // nginx: the client closed the request
+	522, // Cloudflare: the origin timed out
+}
+
 // parse parses a reference as crane does (a tag or a digest, the Docker
 // Hub by default).
 func (o Options) parse(ref string) (name.Reference, error) {
@@ -112,7 +123,8 @@ func (o Options) remote(ctx context.Context) []remote.Option {
 	if kc == nil {
 		kc = authn.DefaultKeychain
 	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithJobs(o.jobs())}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithJobs(o.jobs()),
+		remote.WithRetryStatusCodes(retryStatusCodes...)}
 	switch {
 	case o.Transport != nil:
 		opts = append(opts, remote.WithTransport(o.Transport))

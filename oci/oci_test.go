@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -78,6 +79,24 @@ func (f *faults) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.reg.ServeHTTP(w, r)
+}
+
+// cutBody answers r as the registry would, with a Content-Length of the
+// whole blob, and closes the connection after half of it.
+func (f *faults) cutBody(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	f.reg.ServeHTTP(rec, r)
+	b := rec.Body.Bytes()
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(rec.Code)
+	w.Write(b[:len(b)/2])
+	w.(http.Flusher).Flush()
+	if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+		conn.Close()
+	}
 }
 
 func serve(t *testing.T) (*faults, string) {
@@ -285,6 +304,71 @@ func TestPullFaults(t *testing.T) {
 	}
 	if res.Fetched != pr.Blobs-1-2 {
 		t.Errorf("resumed pull fetched %d of %d objects, want all but the 2 kept", res.Fetched, pr.Blobs-1)
+	}
+	sameCache(t, cache, out)
+}
+
+// TestPullCutAndThrottled: a blob whose connection is cut half way fails
+// the pull with an error naming it, keeps no source and none of its
+// bytes; the pull run again resumes, and a registry's 429 (too many
+// requests) on the way is waited out and retried, as 503 is.
+func TestPullCutAndThrottled(t *testing.T) {
+	f, host := serve(t)
+	dir := t.TempDir()
+	cache := compress(t, dir, synth.Config{Mix: 60, Shards: 2, Seed: 8})
+	ref := host + "/models/cut:v1"
+	pr, err := Push(context.Background(), cache, ref, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "pulled")
+	o := opts()
+	o.Jobs = 1
+	// The third blob GET is cut: the index and one object arrive whole.
+	var cutAt atomic.Int64
+	cutAt.Store(3)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && cutAt.Add(-1) == 0 {
+			f.cutBody(w, r)
+			return
+		}
+		f.ServeHTTP(w, r)
+	})
+	s := httptest.NewServer(h)
+	defer s.Close()
+	ref2 := strings.TrimPrefix(s.URL, "http://") + "/models/cut:v1"
+	_, err = Pull(context.Background(), ref2, out, o)
+	if err == nil {
+		t.Fatal("a pull whose blob was cut half way succeeded")
+	}
+	if !strings.Contains(err.Error(), "blob sha256:") {
+		t.Errorf("the error does not name the blob: %v", err)
+	}
+	c, oerr := shardcache.Open(out)
+	if oerr != nil {
+		t.Fatal(oerr)
+	}
+	if len(c.Index().Sources) != 0 {
+		t.Fatalf("a cut pull left a checkpoint in the cache: %v", c.Index().Sources)
+	}
+	kept, _ := c.Index().Files()
+	if len(kept) != 1 {
+		t.Errorf("the cut pull kept %d objects, want the 1 that arrived whole", len(kept))
+	}
+
+	f.okN.Store(1)
+	f.failN.Store(1)
+	f.fail.Store(http.StatusTooManyRequests)
+	res, err := Pull(context.Background(), ref2, out, opts())
+	f.fail.Store(0)
+	if err != nil {
+		t.Fatalf("a pull with one 429 on the way: %v", err)
+	}
+	if f.failN.Load() >= 0 {
+		t.Error("the 429 was never answered")
+	}
+	if res.Fetched != pr.Blobs-1-1 {
+		t.Errorf("resumed pull fetched %d of %d objects, want all but the 1 kept", res.Fetched, pr.Blobs-1)
 	}
 	sameCache(t, cache, out)
 }

@@ -42,7 +42,7 @@ if [ "$what" != python ]; then
 fi
 if [ "$what" != go ]; then
 	export SPLITZIP_BIN=$B/splitzip SPLITZIP_LIB=$PWD/python/splitzip/libsplitzip.so
-	suite python 240 python/tests python3 -m unittest -v test_offload test_transformers test_source test_pieces
+	suite python 300 python/tests python3 -m unittest -v test_offload test_offload_experts test_transformers test_source test_pieces
 fi
 echo "gpu-suites: failed: ${failed[*]:-none}" | tee "$OUT/summary.txt"
 [ ${#failed[@]} -eq 0 ]
