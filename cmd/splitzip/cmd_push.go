@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/spf13/cobra"
@@ -29,14 +30,18 @@ func (o registryOptions) oci(g *globals) oci.Options {
 }
 
 // registryError gives an error of the registry client its kind: the
-// registry's own answer (denied, unknown, unauthorized) is an input that
-// cannot be used, a network failure a resource the machine lacks.
+// registry's own refusal (denied, unknown, unauthorized) is an input that
+// cannot be used; a registry that still fails or throttles after the
+// retries (5xx, 429) and a network failure are a resource the run lacks
+// now, which a later run may find.
 func registryError(err error) error {
 	var te *transport.Error
 	var ne net.Error
 	switch {
 	case err == nil || failure.KindOf(err) != failure.Internal:
 		return err
+	case errors.As(err, &te) && (te.StatusCode == http.StatusTooManyRequests || te.StatusCode >= 500):
+		return failure.Mark(failure.Resource, err)
 	case errors.As(err, &te):
 		return failure.Mark(failure.Input, err)
 	case errors.As(err, &ne):

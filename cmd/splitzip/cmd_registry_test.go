@@ -2,15 +2,23 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/splitzip/splitzip/internal/failure"
+	"github.com/splitzip/splitzip/oci"
 )
 
 // TestPushPullCommands: a self-contained cache pushed to a registry and
@@ -69,5 +77,26 @@ func TestPushPullCommands(t *testing.T) {
 	_, plain := compressed(t, filepath.Join(dir, "plain"))
 	if code, _, e := splitzip(t, "push", plain, ref, "--insecure"); code != exitInput || !strings.Contains(e, "--self-contained") {
 		t.Errorf("push of a cache needing its source: exit %d, %s", code, e)
+	}
+}
+
+// TestRegistryErrorKinds: the registry's refusals are input errors; its
+// failures and throttling after the retries, and the network's, are
+// resource errors (exit code 4: try again later).
+func TestRegistryErrorKinds(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want failure.Kind
+	}{
+		{&transport.Error{StatusCode: http.StatusUnauthorized}, failure.Input},
+		{&transport.Error{StatusCode: http.StatusNotFound}, failure.Input},
+		{fmt.Errorf("blob: %w", &transport.Error{StatusCode: http.StatusTooManyRequests}), failure.Resource},
+		{&transport.Error{StatusCode: http.StatusServiceUnavailable}, failure.Resource},
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, failure.Resource},
+		{fmt.Errorf("blob: %w", oci.ErrBlob), failure.KindOf(oci.ErrBlob)},
+	} {
+		if got := failure.KindOf(registryError(c.err)); got != c.want {
+			t.Errorf("%v: kind %v, want %v", c.err, got, c.want)
+		}
 	}
 }
