@@ -133,6 +133,7 @@ type Tensor struct {
 	Reader    int       `json:"reader"`
 	Placement Placement `json:"placement"`
 	Parts     []Part    `json:"parts"`
+	unit      int       // the read it is part of (Predict counts each once)
 }
 
 // Rank sums what one rank does.
@@ -150,10 +151,13 @@ type Plan struct {
 	Tensors []Tensor `json:"tensors"`
 	PerRank []Rank   `json:"per_rank"`
 	Read    uint64   `json:"read_bytes"` // stored bytes the node reads, each object once
+	// Predicted is a cost model's prediction of the reads (Predict).
+	Predicted *Prediction `json:"predicted,omitempty"`
 }
 
 // unit is one read: a stored object, or a raw tensor's source slice.
 type unit struct {
+	n       int // its place in the order units were found
 	id      string
 	bytes   uint64
 	tensors []int
@@ -182,11 +186,12 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 			}
 			u := units[id]
 			if u == nil {
-				u = &unit{id: id, bytes: tp.Object}
+				u = &unit{n: len(units), id: id, bytes: tp.Object}
 				units[id] = u
 				order = append(order, id)
 			}
 			u.tensors = append(u.tensors, len(p.Tensors))
+			tp.unit = u.n
 			p.Tensors = append(p.Tensors, tp)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ type planOptions struct {
 	Ranks  int
 	TP     string
 	Source string
+	Cost   bool
 }
 
 // newPlanCommand is `plan`: which rank of a node reads and receives what
@@ -33,19 +35,23 @@ match wins, replicate by default): a replicated tensor to every rank whole, a
 tensor sharded along dimension 0 as the payload chunks covering each rank's
 values, along another dimension as the whole payload, each rank keeping its part.
 Prints per rank the bytes read, received, sent and kept; --json the whole plan.
+With --cost, this host's cost model (splitzip calibrate) predicts each rank's
+reads from the page cache by the path each tensor takes (raw, fixed, entropy),
+as stored and all raw; the peer transfers are not in the prediction.
 Nothing is moved: this is the plan the multi-GPU loaders carry out.`,
 		Args: args(cobra.ExactArgs(1)),
-		RunE: func(_ *cobra.Command, a []string) error { return runPlan(g, o, a[0]) },
+		RunE: func(cmd *cobra.Command, a []string) error { return runPlan(cmd.Context(), g, o, a[0]) },
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Ranks, "ranks", 2, "ranks (GPUs) of the node")
 	f.StringVar(&o.TP, "tp", "", `placement rules, e.g. "*embed*=replicate,*.q_proj.weight=shard:0,*.o_proj.weight=shard:1"`)
 	f.StringVar(&o.Source, "source", "", "source to plan: a recorded root, when the cache holds several")
+	f.BoolVar(&o.Cost, "cost", false, "predict each rank's reads by this host's cost model (splitzip calibrate makes it)")
 	atLeast(f, "ranks", 1, "")
 	return cmd
 }
 
-func runPlan(g *globals, o planOptions, dir string) error {
+func runPlan(ctx context.Context, g *globals, o planOptions, dir string) error {
 	if o.Ranks < 1 {
 		return usageError{fmt.Errorf("--ranks must be at least 1")}
 	}
@@ -68,6 +74,13 @@ func runPlan(g *globals, o planOptions, dir string) error {
 	if err != nil {
 		return err
 	}
+	if o.Cost {
+		prof, err := hostProfile(ctx, g, "", false)
+		if err != nil {
+			return err
+		}
+		p.Predict(prof)
+	}
 	if g.JSON {
 		return printJSON(g.stdout, "plan", p)
 	}
@@ -80,9 +93,30 @@ func runPlan(g *globals, o planOptions, dir string) error {
 	fmt.Fprintf(g.stdout, "%s onto %d ranks: %s sharded, the others replicated; the node reads %s once\n",
 		count(len(p.Tensors), "tensor"), p.Ranks, count(sharded, "tensor"), human(p.Read))
 	tw := tabwriter.NewWriter(g.stdout, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "rank\treads\tobjects\treceives\tsends\tkeeps (raw)")
-	for r, st := range p.PerRank {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", r, human(st.Read), st.Objects, human(st.Received), human(st.Sent), human(st.Bytes))
+	pr := p.Predicted
+	head := "rank\treads\tobjects\treceives\tsends\tkeeps (raw)"
+	if pr != nil {
+		head += "\traw/fixed/entropy\tpredicted\tall raw"
 	}
-	return tw.Flush()
+	fmt.Fprintln(tw, head)
+	for r, st := range p.PerRank {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s", r, human(st.Read), st.Objects, human(st.Received), human(st.Sent), human(st.Bytes))
+		if pr != nil {
+			c := pr.PerRank[r]
+			fmt.Fprintf(tw, "\t%d/%d/%d\t%.2f ms\t%.2f ms", c.Raw, c.Fixed, c.Entropy, c.Seconds*1e3, c.RawS*1e3)
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if pr != nil {
+		model := "the built-in cost model"
+		if pr.Profile != "default" {
+			model = fmt.Sprintf("the cost model of %s, measured %s", pr.Host, pr.Profile)
+		}
+		fmt.Fprintf(g.stdout, "predicted reads from the page cache (%s): %.2f ms as stored (rank %d the slowest), %.2f ms all raw (%.3fx); peer transfers not included\n",
+			model, pr.Seconds*1e3, pr.Slowest, pr.Raw*1e3, pr.Raw/pr.Seconds)
+	}
+	return nil
 }

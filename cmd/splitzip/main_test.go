@@ -310,6 +310,25 @@ func TestPlan(t *testing.T) {
 	if sum != doc.Read || sum == 0 {
 		t.Errorf("plan --json: ranks read %d, the node %d", sum, doc.Read)
 	}
+	t.Setenv("SPLITZIP_PROFILE", "default")
+	code, out, e = splitzip(t, "plan", cache, "--ranks", "2", "--cost")
+	if code != 0 || !strings.Contains(out, "raw/fixed/entropy") || !strings.Contains(out, "predicted reads from the page cache (the built-in cost model)") {
+		t.Fatalf("plan --cost: exit %d, %q %q", code, out, e)
+	}
+	code, out, _ = splitzip(t, "plan", cache, "--ranks", "2", "--cost", "--json")
+	var pd struct {
+		Predicted struct {
+			Seconds float64 `json:"seconds"`
+			PerRank []struct {
+				Fixed   int     `json:"fixed"`
+				Seconds float64 `json:"seconds"`
+			} `json:"per_rank"`
+		} `json:"predicted"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &pd) != nil || len(pd.Predicted.PerRank) != 2 || pd.Predicted.Seconds <= 0 ||
+		pd.Predicted.PerRank[0].Fixed+pd.Predicted.PerRank[1].Fixed == 0 {
+		t.Fatalf("plan --cost --json: exit %d, %+v %q", code, pd, out)
+	}
 	if code, _, e := splitzip(t, "plan", cache, "--ranks", "3", "--tp", "*.weight=shard:0"); code != 2 || !strings.Contains(e, "does not split") {
 		t.Errorf("an indivisible placement: exit %d, %q", code, e)
 	}
