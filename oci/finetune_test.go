@@ -1,0 +1,85 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/safetensors"
+)
+
+// TestDedupeFineTune: a fine-tune that changes every tenth tensor of a
+// base (by name; one value each) pushes, and pulls into a cache holding
+// the base, at most 12% of the base's bytes. Packs are blobs, so a
+// changed small tensor moves its whole pack again: the log line says by
+// how much that multiplies the changed bytes.
+func TestDedupeFineTune(t *testing.T) {
+	_, host := serve(t)
+	dir := t.TempDir()
+	cfg := synth.Config{Mix: 300, Shards: 2, Seed: 12}
+	base := compress(t, filepath.Join(dir, "a"), cfg)
+	bp, err := Push(context.Background(), base, host+"/m/base:1", opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "b", "ck")
+	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var changed, total uint64
+	ents, _ := os.ReadDir(src)
+	n := 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".safetensors") {
+			continue
+		}
+		path := filepath.Join(src, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := safetensors.Read(bytes.NewReader(b), int64(len(b)), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range f.Tensors {
+			total += tn.Size()
+			if n++; n%10 == 0 && tn.Size() > 0 {
+				b[tn.Begin+tn.Size()/2] ^= 0x01 // a mantissa bit of one value
+				changed += tn.Size()
+			}
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tune := filepath.Join(dir, "b", "cache")
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: tune, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true, SelfContained: true}); err != nil {
+		t.Fatal(err)
+	}
+	tp, err := Push(context.Background(), tune, host+"/m/tune:1", opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "pulled")
+	if _, err := Pull(context.Background(), host+"/m/base:1", out, opts()); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := Pull(context.Background(), host+"/m/tune:1", out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("changed %d of %d raw bytes (%.1f%%); the tune pushed %d of the base's %d bytes (%.1f%%), %d of %d blobs; pulled %d bytes (%.1f%%)",
+		changed, total, 100*float64(changed)/float64(total), tp.UploadedBytes, bp.Bytes, 100*float64(tp.UploadedBytes)/float64(bp.Bytes),
+		tp.Uploaded, tp.Blobs, pr.FetchedBytes, 100*float64(pr.FetchedBytes)/float64(bp.Bytes))
+	for what, got := range map[string]uint64{"pushed": tp.UploadedBytes, "pulled": pr.FetchedBytes} {
+		if float64(got) > 0.12*float64(bp.Bytes) {
+			t.Errorf("the tune %s %d bytes, %.1f%% of the base's %d (target 12%%)", what, got, 100*float64(got)/float64(bp.Bytes), bp.Bytes)
+		}
+	}
+}
