@@ -10,7 +10,9 @@
 // blob's size and digest as it streams, records what it has in the
 // cache's index as it goes (so an interrupted pull resumes where it
 // stopped), and adds the artifact's sources to the index last: a cache
-// the pull did not finish holds no source of it.
+// the pull did not finish holds no source of it. A blob whose body breaks
+// off is asked for again from the byte it stopped at (a Range GET), its
+// digest computed over the whole.
 //
 // The registry client is google/go-containerregistry: references,
 // authentication (the Docker credential configuration and helpers, as

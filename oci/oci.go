@@ -119,19 +119,32 @@ func (o Options) parse(ref string) (name.Reference, error) {
 
 // remote returns the registry client's options.
 func (o Options) remote(ctx context.Context) []remote.Option {
-	kc := o.Keychain
-	if kc == nil {
-		kc = authn.DefaultKeychain
-	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithJobs(o.jobs()),
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(o.keychain()), remote.WithJobs(o.jobs()),
 		remote.WithRetryStatusCodes(retryStatusCodes...)}
-	switch {
-	case o.Transport != nil:
-		opts = append(opts, remote.WithTransport(o.Transport))
-	case o.Insecure:
-		t := remote.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with --insecure
+	if t := o.transport(); t != nil {
 		opts = append(opts, remote.WithTransport(t))
 	}
 	return opts
+}
+
+// transport is the transport requests go through: Options.Transport, one
+// that skips TLS verification with Insecure, or nil for the client's
+// default.
+func (o Options) transport() http.RoundTripper {
+	switch {
+	case o.Transport != nil:
+		return o.Transport
+	case o.Insecure:
+		t := remote.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with --insecure
+		return t
+	}
+	return nil
+}
+
+func (o Options) keychain() authn.Keychain {
+	if o.Keychain == nil {
+		return authn.DefaultKeychain
+	}
+	return o.Keychain
 }

@@ -81,11 +81,11 @@ func (f *faults) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.reg.ServeHTTP(w, r)
 }
 
-// cutBody answers r as the registry would, with a Content-Length of the
-// whole blob, and closes the connection after half of it.
-func (f *faults) cutBody(w http.ResponseWriter, r *http.Request) {
+// cutBody answers r as h would, with a Content-Length of the whole blob,
+// and closes the connection after half of it.
+func cutBody(h http.Handler, w http.ResponseWriter, r *http.Request) {
 	rec := httptest.NewRecorder()
-	f.reg.ServeHTTP(rec, r)
+	h.ServeHTTP(rec, r)
 	b := rec.Body.Bytes()
 	for k, v := range rec.Header() {
 		w.Header()[k] = v
@@ -308,38 +308,57 @@ func TestPullFaults(t *testing.T) {
 	sameCache(t, cache, out)
 }
 
-// TestPullCutAndThrottled: a blob whose connection is cut half way fails
-// the pull with an error naming it, keeps no source and none of its
-// bytes; the pull run again resumes, and a registry's 429 (too many
-// requests) on the way is waited out and retried, as 503 is.
+// TestPullCutAndThrottled: a blob whose connection is cut half way is
+// resumed in the same pull, from the byte it stopped at (a Range GET);
+// a blob cut every time fails the pull with an error naming it, keeping
+// no checkpoint; the pull run again resumes, and a registry's 429 (too
+// many requests) on the way is waited out and retried, as 503 is.
 func TestPullCutAndThrottled(t *testing.T) {
 	f, host := serve(t)
 	dir := t.TempDir()
 	cache := compress(t, dir, synth.Config{Mix: 60, Shards: 2, Seed: 8})
-	ref := host + "/models/cut:v1"
-	pr, err := Push(context.Background(), cache, ref, opts())
-	if err != nil {
+	if _, err := Push(context.Background(), cache, host+"/models/cut:v1", opts()); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "pulled")
-	o := opts()
-	o.Jobs = 1
-	// The third blob GET is cut: the index and one object arrive whole.
-	var cutAt atomic.Int64
-	cutAt.Store(3)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && cutAt.Add(-1) == 0 {
-			f.cutBody(w, r)
-			return
+	// The third blob GET is cut (the index and one object arrive whole);
+	// with cutAll, every GET of that blob.
+	var gets, ranged atomic.Int64
+	var cutPath atomic.Value
+	var cutAll atomic.Bool
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			if r.Header.Get("Range") != "" {
+				ranged.Add(1)
+			}
+			if gets.Add(1) == 3 {
+				cutPath.Store(r.URL.Path)
+			}
+			if p, _ := cutPath.Load().(string); p == r.URL.Path && (cutAll.Load() || gets.Load() == 3) {
+				cutBody(f.reg, w, r)
+				return
+			}
 		}
 		f.ServeHTTP(w, r)
-	})
-	s := httptest.NewServer(h)
+	}))
 	defer s.Close()
-	ref2 := strings.TrimPrefix(s.URL, "http://") + "/models/cut:v1"
-	_, err = Pull(context.Background(), ref2, out, o)
+	ref := strings.TrimPrefix(s.URL, "http://") + "/models/cut:v1"
+	o := opts()
+	o.Jobs = 1
+	pr, err := Pull(context.Background(), ref, filepath.Join(dir, "resumed"), o)
+	if err != nil {
+		t.Fatalf("a pull with one blob cut half way: %v", err)
+	}
+	if ranged.Load() != 1 {
+		t.Errorf("%d range requests, want the 1 that resumes the cut blob", ranged.Load())
+	}
+	sameCache(t, cache, filepath.Join(dir, "resumed"))
+
+	out := filepath.Join(dir, "pulled")
+	gets.Store(0)
+	cutAll.Store(true)
+	_, err = Pull(context.Background(), ref, out, o)
 	if err == nil {
-		t.Fatal("a pull whose blob was cut half way succeeded")
+		t.Fatal("a pull whose blob was cut every time succeeded")
 	}
 	if !strings.Contains(err.Error(), "blob sha256:") {
 		t.Errorf("the error does not name the blob: %v", err)
@@ -356,10 +375,12 @@ func TestPullCutAndThrottled(t *testing.T) {
 		t.Errorf("the cut pull kept %d objects, want the 1 that arrived whole", len(kept))
 	}
 
+	cutAll.Store(false)
+	cutPath.Store("")
 	f.okN.Store(1)
 	f.failN.Store(1)
 	f.fail.Store(http.StatusTooManyRequests)
-	res, err := Pull(context.Background(), ref2, out, opts())
+	res, err := Pull(context.Background(), ref, out, opts())
 	f.fail.Store(0)
 	if err != nil {
 		t.Fatalf("a pull with one 429 on the way: %v", err)
@@ -367,8 +388,8 @@ func TestPullCutAndThrottled(t *testing.T) {
 	if f.failN.Load() >= 0 {
 		t.Error("the 429 was never answered")
 	}
-	if res.Fetched != pr.Blobs-1-1 {
-		t.Errorf("resumed pull fetched %d of %d objects, want all but the 1 kept", res.Fetched, pr.Blobs-1)
+	if res.Fetched != pr.Blobs-1 {
+		t.Errorf("resumed pull fetched %d of %d objects, want all but the 1 kept", res.Fetched, pr.Blobs)
 	}
 	sameCache(t, cache, out)
 }

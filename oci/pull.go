@@ -9,12 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -72,8 +76,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	if m.Config.Size < 0 || m.Config.Size > maxIndexBytes {
 		return PullResult{}, fmt.Errorf("pull %s: %w: an index of %d bytes", r, ErrBlob, m.Config.Size)
 	}
+	rs := &resumer{ctx: ctx, r: r, o: o}
 	var buf bytes.Buffer
-	if err := fetch(ctx, pl, r, m.Config, &buf); err != nil {
+	if err := fetch(ctx, pl, rs, r, m.Config, &buf); err != nil {
 		return PullResult{}, err
 	}
 	ix, err := shardcache.ParseIndex(buf.Bytes(), r.String()+" (index)")
@@ -129,7 +134,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	}
 	p := o.progress()
 	p.Start("pull", res.FetchedBytes)
-	err = fetchAll(ctx, pl, r, w, ix, todo, members, layers, o.jobs(), p)
+	err = fetchAll(ctx, pl, rs, r, w, ix, todo, members, layers, o.jobs(), p)
 	p.Finish()
 	if err != nil {
 		// What arrived whole is kept for the next pull (recorded without
@@ -148,7 +153,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 // fetchAll downloads files into the cache, jobs at a time, committing
 // what it has every commitEvery bytes.
-func fetchAll(ctx context.Context, pl *remote.Puller, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
+func fetchAll(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
 	layers map[shardcache.Key]v1.Descriptor, jobs int, p Progress) error {
 	var next atomic.Int64
 	var mu sync.Mutex
@@ -180,7 +185,7 @@ func fetchAll(ctx context.Context, pl *remote.Puller, r name.Reference, w *shard
 					return
 				}
 				k := todo[i]
-				if err := fetchFile(ctx, pl, r, w, ix, k, members[k], layers[k], p); err != nil {
+				if err := fetchFile(ctx, pl, rs, r, w, ix, k, members[k], layers[k], p); err != nil {
 					fail(err)
 					return
 				}
@@ -205,12 +210,12 @@ func fetchAll(ctx context.Context, pl *remote.Puller, r name.Reference, w *shard
 }
 
 // fetchFile downloads one file into the cache and records it.
-func fetchFile(ctx context.Context, pl *remote.Puller, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, p Progress) error {
+func fetchFile(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, p Progress) error {
 	of, err := w.NewObject()
 	if err != nil {
 		return err
 	}
-	if err := fetch(ctx, pl, r, d, progressWriter{of, p}); err != nil {
+	if err := fetch(ctx, pl, rs, r, d, progressWriter{of, p}); err != nil {
 		of.Abort()
 		return fmt.Errorf("object %s: %w", k, err)
 	}
@@ -228,12 +233,27 @@ type progressWriter struct {
 func (pw progressWriter) Write(b []byte) (int, error) {
 	n, err := pw.w.Write(b)
 	pw.p.Add(uint64(n))
+	if err != nil {
+		err = writeError{err}
+	}
 	return n, err
 }
 
+// writeError is an error writing a blob into the cache, which resuming
+// the download does not mend.
+type writeError struct{ error }
+
+func (e writeError) Unwrap() error { return e.error }
+
+// resumeTries is how many times a pull asks again for the rest of a blob
+// whose body broke off (a connection cut, a proxy that gave up), each
+// time from the bytes that arrived.
+const resumeTries = 3
+
 // fetch streams blob d of r's repository into dst, checking its size and
-// sha256 digest as it goes.
-func fetch(ctx context.Context, pl *remote.Puller, r name.Reference, d v1.Descriptor, dst io.Writer) error {
+// sha256 digest as it goes. A body that breaks off is resumed from where
+// it stopped (rs), up to resumeTries times.
+func fetch(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference, d v1.Descriptor, dst io.Writer) error {
 	if d.Digest.Algorithm != "sha256" {
 		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
 	}
@@ -241,20 +261,86 @@ func fetch(ctx context.Context, pl *remote.Puller, r name.Reference, d v1.Descri
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
-	rc, err := l.Compressed()
+	body, err := l.Compressed()
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
-	defer rc.Close()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(dst, h), io.LimitReader(rc, d.Size+1))
+	var n int64
+	for try := 0; ; try++ {
+		m, err := io.Copy(io.MultiWriter(dst, h), io.LimitReader(body, d.Size+1-n))
+		body.Close()
+		n += m
+		if err == nil {
+			break
+		}
+		var we writeError
+		if errors.As(err, &we) || ctx.Err() != nil || try == resumeTries || n >= d.Size {
+			return fmt.Errorf("blob %s: %w", d.Digest, err)
+		}
+		if body, err = rs.from(d, n); err != nil {
+			return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
+		}
+	}
 	switch {
-	case err != nil:
-		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	case n != d.Size:
 		return fmt.Errorf("%w: blob %s: %d bytes, the manifest says %d", ErrBlob, d.Digest, n, d.Size)
 	case hex.EncodeToString(h.Sum(nil)) != d.Digest.Hex:
 		return fmt.Errorf("%w: blob %s: its bytes hash to sha256:%x", ErrBlob, d.Digest, h.Sum(nil))
 	}
 	return nil
+}
+
+// resumer asks a registry for the rest of a blob: a GET with a Range from
+// the bytes that arrived, through a transport authenticated for the
+// repository, made on first use.
+type resumer struct {
+	ctx  context.Context
+	r    name.Reference
+	o    Options
+	once sync.Once
+	rt   http.RoundTripper
+	err  error
+}
+
+// from returns blob d's bytes from off on.
+func (rs *resumer) from(d v1.Descriptor, off int64) (io.ReadCloser, error) {
+	repo := rs.r.Context()
+	rs.once.Do(func() {
+		auth, err := authn.Resolve(rs.ctx, rs.o.keychain(), repo)
+		if err != nil {
+			rs.err = err
+			return
+		}
+		base := rs.o.transport()
+		if base == nil {
+			base = remote.DefaultTransport
+		}
+		rs.rt, rs.err = transport.NewWithContext(rs.ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})
+	})
+	if rs.err != nil {
+		return nil, rs.err
+	}
+	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: "/v2/" + repo.RepositoryStr() + "/blobs/" + d.Digest.String()}
+	req, err := http.NewRequestWithContext(rs.ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, d.Size-1)) // closed: some registries take no open range
+	resp, err := (&http.Client{Transport: rs.rt}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		return resp.Body, nil
+	case http.StatusOK: // the registry ignored the range: skip what arrived
+		if _, err := io.CopyN(io.Discard, resp.Body, off); err != nil {
+			resp.Body.Close()
+			return nil, err
+		}
+		return resp.Body, nil
+	}
+	resp.Body.Close()
+	return nil, fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)
 }

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,6 +108,33 @@ func TestRealRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameCache(t, cache, out)
+
+	// Through a proxy that cuts the second blob GET half way: the pull
+	// resumes it with a Range GET, which the registry answers.
+	u, _ := url.Parse("http://" + host)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	var gets, ranged atomic.Int64
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			if r.Header.Get("Range") != "" {
+				ranged.Add(1)
+			}
+			if gets.Add(1) == 2 {
+				cutBody(proxy, w, r)
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer ps.Close()
+	cutOut := filepath.Join(dir, "pulled-cut")
+	if _, err := Pull(context.Background(), strings.Replace(ref, host, strings.TrimPrefix(ps.URL, "http://"), 1), cutOut, opts()); err != nil {
+		t.Fatalf("a pull with a blob cut half way: %v", err)
+	}
+	if ranged.Load() != 1 {
+		t.Errorf("%d range requests, want 1", ranged.Load())
+	}
+	sameCache(t, cache, cutOut)
 
 	// The registry goes away while a second cache pulls; then it is back.
 	out2 := filepath.Join(dir, "pulled2")
