@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/synth"
-	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/safetensors"
 )
 
@@ -59,9 +58,7 @@ func TestDedupeFineTune(t *testing.T) {
 		}
 	}
 	tune := filepath.Join(dir, "b", "cache")
-	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: tune, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true, SelfContained: true}); err != nil {
-		t.Fatal(err)
-	}
+	compressTo(t, src, tune)
 	tp, err := Push(context.Background(), tune, host+"/m/tune:1", opts())
 	if err != nil {
 		t.Fatal(err)

@@ -30,11 +30,18 @@ func compress(t *testing.T, dir string, cfg synth.Config) string {
 	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
 		t.Fatal(err)
 	}
+	compressTo(t, src, out)
+	return out
+}
+
+// compressTo compresses the checkpoint in src into a self-contained
+// cache at out.
+func compressTo(t *testing.T, src, out string) {
+	t.Helper()
 	opts := pipeline.CompressOptions{Output: out, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true, SelfContained: true}
 	if _, err := pipeline.Compress(context.Background(), src, opts); err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 // faults is an in-process registry (go-containerregistry's) behind a
@@ -227,9 +234,7 @@ func TestDedupe(t *testing.T) {
 		t.Fatal(err)
 	}
 	tune := filepath.Join(dir, "b", "cache")
-	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: tune, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true, SelfContained: true}); err != nil {
-		t.Fatal(err)
-	}
+	compressTo(t, src, tune)
 	pr, err := Push(context.Background(), tune, host+"/m/tune:1", opts())
 	if err != nil {
 		t.Fatal(err)
