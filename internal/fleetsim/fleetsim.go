@@ -39,22 +39,24 @@ var ErrConfig = errors.New("fleetsim: invalid configuration")
 
 // Config is one simulated start.
 type Config struct {
-	Way   string // Origin, Mirrors or P2P
-	Nodes int
+	Way   string `json:"way"` // Origin, Mirrors or P2P
+	Nodes int    `json:"nodes"`
 	// Bytes is what each node must fetch: the checkpoint's bytes as
 	// stored (raw, or a cache's), times the share it lacks (a node that
 	// holds a base model fetches only a fine-tune's new tensors).
-	Bytes float64
+	Bytes float64 `json:"bytes"`
 	// RawBytes is the checkpoint's raw size, which a node loads onto its
 	// GPUs at LoadRate (raw bytes a second) once it holds every piece.
-	RawBytes float64
-	LoadRate float64
-	Piece    float64 // bytes a piece
+	RawBytes float64 `json:"raw_bytes"`
+	LoadRate float64 `json:"load_rate"`
+	Piece    float64 `json:"piece_bytes"`
 	// OriginRate is the origin's egress, NodeRate a node's link (each
 	// way), MirrorRate a mirror's egress; bytes a second.
-	OriginRate, NodeRate, MirrorRate float64
-	MirrorCount                      int
-	Seed                             uint64
+	OriginRate  float64 `json:"origin_rate"`
+	NodeRate    float64 `json:"node_rate"`
+	MirrorRate  float64 `json:"mirror_rate"`
+	MirrorCount int     `json:"mirrors"`
+	Seed        uint64  `json:"seed"`
 }
 
 // Result is what a simulated start moved and took.
@@ -64,7 +66,9 @@ type Result struct {
 	NetworkBytes float64 `json:"network_bytes"` // carried by every link together
 	// Seconds until the first node, the median node and the last node
 	// were ready (fetched and loaded).
-	First, Median, Last float64
+	First  float64 `json:"first_s"`
+	Median float64 `json:"median_s"`
+	Last   float64 `json:"last_s"`
 }
 
 func (c Config) check() error {
