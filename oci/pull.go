@@ -76,9 +76,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	if m.Config.Size < 0 || m.Config.Size > maxIndexBytes {
 		return PullResult{}, fmt.Errorf("pull %s: %w: an index of %d bytes", r, ErrBlob, m.Config.Size)
 	}
-	rs := &resumer{ctx: ctx, r: r, o: o}
+	b := &blobs{ctx: ctx, pl: pl, r: r, o: o}
 	var buf bytes.Buffer
-	if err := fetch(ctx, pl, rs, r, m.Config, &buf); err != nil {
+	if err := b.fetch(m.Config, &buf); err != nil {
 		return PullResult{}, err
 	}
 	ix, err := shardcache.ParseIndex(buf.Bytes(), r.String()+" (index)")
@@ -134,7 +134,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	}
 	p := o.progress()
 	p.Start("pull", res.FetchedBytes)
-	err = fetchAll(ctx, pl, rs, r, w, ix, todo, members, layers, o.jobs(), p)
+	err = fetchAll(b, w, ix, todo, members, layers, o.jobs(), p)
 	p.Finish()
 	if err != nil {
 		// What arrived whole is kept for the next pull (recorded without
@@ -153,7 +153,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 // fetchAll downloads files into the cache, jobs at a time, committing
 // what it has every commitEvery bytes.
-func fetchAll(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
+func fetchAll(b *blobs, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
 	layers map[shardcache.Key]v1.Descriptor, jobs int, p Progress) error {
 	var next atomic.Int64
 	var mu sync.Mutex
@@ -174,7 +174,7 @@ func fetchAll(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Refere
 				if i >= len(todo) {
 					return
 				}
-				if err := ctx.Err(); err != nil {
+				if err := b.ctx.Err(); err != nil {
 					fail(err)
 					return
 				}
@@ -185,7 +185,7 @@ func fetchAll(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Refere
 					return
 				}
 				k := todo[i]
-				if err := fetchFile(ctx, pl, rs, r, w, ix, k, members[k], layers[k], p); err != nil {
+				if err := fetchFile(b, w, ix, k, members[k], layers[k], p); err != nil {
 					fail(err)
 					return
 				}
@@ -210,12 +210,12 @@ func fetchAll(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Refere
 }
 
 // fetchFile downloads one file into the cache and records it.
-func fetchFile(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, p Progress) error {
+func fetchFile(b *blobs, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, p Progress) error {
 	of, err := w.NewObject()
 	if err != nil {
 		return err
 	}
-	if err := fetch(ctx, pl, rs, r, d, progressWriter{of, p}); err != nil {
+	if err := b.fetch(d, progressWriter{of, p}); err != nil {
 		of.Abort()
 		return fmt.Errorf("object %s: %w", k, err)
 	}
@@ -250,14 +250,29 @@ func (e writeError) Unwrap() error { return e.error }
 // time from the bytes that arrived.
 const resumeTries = 3
 
-// fetch streams blob d of r's repository into dst, checking its size and
-// sha256 digest as it goes. A body that breaks off is resumed from where
-// it stopped (rs), up to resumeTries times.
-func fetch(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference, d v1.Descriptor, dst io.Writer) error {
+// blobs fetches the blobs of one pull's repository: through the registry
+// client's puller, which keeps its transport and token for every request,
+// and, for the rest of a blob whose body broke off, a GET with a Range
+// from the bytes that arrived, through a transport authenticated for the
+// repository, made on first use.
+type blobs struct {
+	ctx  context.Context
+	pl   *remote.Puller
+	r    name.Reference
+	o    Options
+	once sync.Once
+	rt   http.RoundTripper
+	err  error
+}
+
+// fetch streams blob d into dst, checking its size and sha256 digest as
+// it goes. A body that breaks off is resumed from where it stopped, up to
+// resumeTries times.
+func (b *blobs) fetch(d v1.Descriptor, dst io.Writer) error {
 	if d.Digest.Algorithm != "sha256" {
 		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
 	}
-	l, err := pl.Layer(ctx, r.Context().Digest(d.Digest.String()))
+	l, err := b.pl.Layer(b.ctx, b.r.Context().Digest(d.Digest.String()))
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
@@ -275,10 +290,10 @@ func fetch(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference
 			break
 		}
 		var we writeError
-		if errors.As(err, &we) || ctx.Err() != nil || try == resumeTries || n >= d.Size {
+		if errors.As(err, &we) || b.ctx.Err() != nil || try == resumeTries || n >= d.Size {
 			return fmt.Errorf("blob %s: %w", d.Digest, err)
 		}
-		if body, err = rs.from(d, n); err != nil {
+		if body, err = b.from(d, n); err != nil {
 			return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
 		}
 	}
@@ -291,43 +306,31 @@ func fetch(ctx context.Context, pl *remote.Puller, rs *resumer, r name.Reference
 	return nil
 }
 
-// resumer asks a registry for the rest of a blob: a GET with a Range from
-// the bytes that arrived, through a transport authenticated for the
-// repository, made on first use.
-type resumer struct {
-	ctx  context.Context
-	r    name.Reference
-	o    Options
-	once sync.Once
-	rt   http.RoundTripper
-	err  error
-}
-
 // from returns blob d's bytes from off on.
-func (rs *resumer) from(d v1.Descriptor, off int64) (io.ReadCloser, error) {
-	repo := rs.r.Context()
-	rs.once.Do(func() {
-		auth, err := authn.Resolve(rs.ctx, rs.o.keychain(), repo)
+func (b *blobs) from(d v1.Descriptor, off int64) (io.ReadCloser, error) {
+	repo := b.r.Context()
+	b.once.Do(func() {
+		auth, err := authn.Resolve(b.ctx, b.o.keychain(), repo)
 		if err != nil {
-			rs.err = err
+			b.err = err
 			return
 		}
-		base := rs.o.transport()
+		base := b.o.transport()
 		if base == nil {
 			base = remote.DefaultTransport
 		}
-		rs.rt, rs.err = transport.NewWithContext(rs.ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})
+		b.rt, b.err = transport.NewWithContext(b.ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})
 	})
-	if rs.err != nil {
-		return nil, rs.err
+	if b.err != nil {
+		return nil, b.err
 	}
 	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: "/v2/" + repo.RepositoryStr() + "/blobs/" + d.Digest.String()}
-	req, err := http.NewRequestWithContext(rs.ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, d.Size-1)) // closed: some registries take no open range
-	resp, err := (&http.Client{Transport: rs.rt}).Do(req)
+	resp, err := (&http.Client{Transport: b.rt}).Do(req)
 	if err != nil {
 		return nil, err
 	}
