@@ -8,29 +8,41 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/safetensors"
 )
 
 // TestDedupeFineTune: a fine-tune that changes every tenth tensor of a
 // base (by name; one value each) pushes, and pulls into a cache holding
-// the base, at most 12% of the base's bytes. Packs are blobs, so a
-// changed small tensor moves its whole pack again: the log line says by
-// how much that multiplies the changed bytes.
+// the base, at most 12% of the base's bytes, through the in-process
+// registry and through a real S3 server. Packs are blobs, so a changed
+// small tensor moves its whole pack again: the log line says by how much
+// that multiplies the changed bytes.
 func TestDedupeFineTune(t *testing.T) {
-	_, host := serve(t)
 	dir := t.TempDir()
+	base, tune, changed, total := fineTune(t, dir)
+	_, host := serve(t)
+	t.Run("registry", func(t *testing.T) {
+		dedupe(t, base, tune, changed, total, host+"/m/base:1", host+"/m/tune:1", opts())
+	})
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		srv.Bucket(t, "models")
+		dedupe(t, base, tune, changed, total, "s3://models/m:base", "s3://models/m:tune", s3Options(srv))
+	})
+}
+
+// fineTune writes a base checkpoint's cache and its fine-tune's under
+// dir, and returns them with the fine-tune's changed and total raw bytes.
+func fineTune(t *testing.T, dir string) (base, tune string, changed, total uint64) {
+	t.Helper()
 	cfg := synth.Config{Mix: 300, Shards: 2, Seed: 12}
-	base := compress(t, filepath.Join(dir, "a"), cfg)
-	bp, err := Push(context.Background(), base, host+"/m/base:1", opts())
-	if err != nil {
-		t.Fatal(err)
-	}
+	base = compress(t, filepath.Join(dir, "a"), cfg)
 	src := filepath.Join(dir, "b", "ck")
 	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
 		t.Fatal(err)
 	}
-	var changed, total uint64
 	ents, _ := os.ReadDir(src)
 	n := 0
 	for _, e := range ents {
@@ -57,17 +69,29 @@ func TestDedupeFineTune(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tune := filepath.Join(dir, "b", "cache")
+	tune = filepath.Join(dir, "b", "cache")
 	compressTo(t, src, tune)
-	tp, err := Push(context.Background(), tune, host+"/m/tune:1", opts())
+	return base, tune, changed, total
+}
+
+// dedupe pushes base and tune to baseRef and tuneRef, pulls both into one
+// cache and holds the tune's bytes moved to 12% of the base's.
+func dedupe(t *testing.T, base, tune string, changed, total uint64, baseRef, tuneRef string, o Options) {
+	t.Helper()
+	dir := t.TempDir()
+	bp, err := Push(context.Background(), base, baseRef, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := Push(context.Background(), tune, tuneRef, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "pulled")
-	if _, err := Pull(context.Background(), host+"/m/base:1", out, opts()); err != nil {
+	if _, err := Pull(context.Background(), baseRef, out, o); err != nil {
 		t.Fatal(err)
 	}
-	pr, err := Pull(context.Background(), host+"/m/tune:1", out, opts())
+	pr, err := Pull(context.Background(), tuneRef, out, o)
 	if err != nil {
 		t.Fatal(err)
 	}

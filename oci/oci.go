@@ -11,6 +11,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/splitzip/splitzip/s3store"
 )
 
 // Media types of a splitzip artifact. The index's own format version is
@@ -60,6 +62,10 @@ type Options struct {
 	// Transport, if set, carries the requests (tests use it to inject
 	// faults); Insecure still decides the reference's scheme.
 	Transport http.RoundTripper
+	// S3 configures the client of s3:// references (its endpoint, part
+	// size, parts in flight, retries); credentials and the rest come
+	// from the environment and the AWS files.
+	S3 s3store.Options
 	// Progress, if set, is told the bytes to move and, as they move,
 	// how many more moved; it must be safe for concurrent calls.
 	Progress Progress

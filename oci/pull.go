@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -51,37 +52,29 @@ type PullResult struct {
 // artifact's sources are recorded last. An interrupted pull leaves a
 // cache without them; pulling again fetches only what is still missing.
 func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
-	r, err := o.parse(ref)
+	src, err := o.source(ctx, ref)
 	if err != nil {
 		return PullResult{}, err
 	}
-	// One puller for every request: it keeps the registry's transport
-	// and token, where a call of remote.Layer a blob would set them up
-	// again.
-	pl, err := remote.NewPuller(o.remote(ctx)...)
+	raw, digest, err := src.manifest()
 	if err != nil {
-		return PullResult{}, err
-	}
-	desc, err := pl.Get(ctx, r)
-	if err != nil {
-		return PullResult{}, fmt.Errorf("pull %s: %w", r, err)
+		return PullResult{}, fmt.Errorf("pull %s: %w", src, err)
 	}
 	var m manifest
-	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
-		return PullResult{}, fmt.Errorf("pull %s: %w: %v", r, ErrNotArtifact, err)
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return PullResult{}, fmt.Errorf("pull %s: %w: %v", src, ErrNotArtifact, err)
 	}
 	if m.Config.MediaType != IndexMediaType {
-		return PullResult{}, fmt.Errorf("pull %s: %w: config media type %q", r, ErrNotArtifact, m.Config.MediaType)
+		return PullResult{}, fmt.Errorf("pull %s: %w: config media type %q", src, ErrNotArtifact, m.Config.MediaType)
 	}
 	if m.Config.Size < 0 || m.Config.Size > maxIndexBytes {
-		return PullResult{}, fmt.Errorf("pull %s: %w: an index of %d bytes", r, ErrBlob, m.Config.Size)
+		return PullResult{}, fmt.Errorf("pull %s: %w: an index of %d bytes", src, ErrBlob, m.Config.Size)
 	}
-	b := &blobs{ctx: ctx, pl: pl, r: r, o: o}
 	var buf bytes.Buffer
-	if err := b.fetch(m.Config, &buf); err != nil {
+	if err := fetch(ctx, src, m.Config, &buf); err != nil {
 		return PullResult{}, err
 	}
-	ix, err := shardcache.ParseIndex(buf.Bytes(), r.String()+" (index)")
+	ix, err := shardcache.ParseIndex(buf.Bytes(), src.String()+" (index)")
 	if err != nil {
 		return PullResult{}, err
 	}
@@ -95,18 +88,18 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		o, ok := ix.Objects[k]
 		switch {
 		case l.MediaType != ObjectMediaType:
-			return PullResult{}, fmt.Errorf("pull %s: %w: a layer of media type %q", r, ErrNotArtifact, l.MediaType)
+			return PullResult{}, fmt.Errorf("pull %s: %w: a layer of media type %q", src, ErrNotArtifact, l.MediaType)
 		case !ok || o.Pack != "":
-			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s names object %q, not a file of the index", r, ErrBlob, l.Digest, k)
+			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s names object %q, not a file of the index", src, ErrBlob, l.Digest, k)
 		case uint64(l.Size) != o.Size || l.Size < 0:
-			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s is %d bytes, the index says %d for %s", r, ErrBlob, l.Digest, l.Size, o.Size, k)
+			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s is %d bytes, the index says %d for %s", src, ErrBlob, l.Digest, l.Size, o.Size, k)
 		}
 		layers[k] = l
 	}
-	res := PullResult{Ref: r.String(), Digest: desc.Digest.String(), Cache: dir, Blobs: len(files)}
+	res := PullResult{Ref: src.String(), Digest: digest.String(), Cache: dir, Blobs: len(files)}
 	for _, k := range files {
 		if _, ok := layers[k]; !ok {
-			return PullResult{}, fmt.Errorf("pull %s: %w: no layer holds object %s", r, ErrBlob, k)
+			return PullResult{}, fmt.Errorf("pull %s: %w: no layer holds object %s", src, ErrBlob, k)
 		}
 		res.Bytes += ix.Objects[k].Size
 	}
@@ -134,7 +127,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	}
 	p := o.progress()
 	p.Start("pull", res.FetchedBytes)
-	err = fetchAll(b, w, ix, todo, members, layers, o.jobs(), p)
+	err = fetchAll(ctx, src, w, ix, todo, members, layers, o.jobs(), p)
 	p.Finish()
 	if err != nil {
 		// What arrived whole is kept for the next pull (recorded without
@@ -153,7 +146,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 // fetchAll downloads files into the cache, jobs at a time, committing
 // what it has every commitEvery bytes.
-func fetchAll(b *blobs, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
+func fetchAll(ctx context.Context, src source, w *shardcache.Writer, ix *shardcache.Index, todo []shardcache.Key, members map[shardcache.Key][]shardcache.Key,
 	layers map[shardcache.Key]v1.Descriptor, jobs int, p Progress) error {
 	var next atomic.Int64
 	var mu sync.Mutex
@@ -174,7 +167,7 @@ func fetchAll(b *blobs, w *shardcache.Writer, ix *shardcache.Index, todo []shard
 				if i >= len(todo) {
 					return
 				}
-				if err := b.ctx.Err(); err != nil {
+				if err := ctx.Err(); err != nil {
 					fail(err)
 					return
 				}
@@ -185,7 +178,7 @@ func fetchAll(b *blobs, w *shardcache.Writer, ix *shardcache.Index, todo []shard
 					return
 				}
 				k := todo[i]
-				if err := fetchFile(b, w, ix, k, members[k], layers[k], p); err != nil {
+				if err := fetchFile(ctx, src, w, ix, k, members[k], layers[k], p); err != nil {
 					fail(err)
 					return
 				}
@@ -210,12 +203,12 @@ func fetchAll(b *blobs, w *shardcache.Writer, ix *shardcache.Index, todo []shard
 }
 
 // fetchFile downloads one file into the cache and records it.
-func fetchFile(b *blobs, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, p Progress) error {
+func fetchFile(ctx context.Context, src source, w *shardcache.Writer, ix *shardcache.Index, k shardcache.Key, members []shardcache.Key, d v1.Descriptor, p Progress) error {
 	of, err := w.NewObject()
 	if err != nil {
 		return err
 	}
-	if err := b.fetch(d, progressWriter{of, p}); err != nil {
+	if err := fetch(ctx, src, d, progressWriter{of, p}); err != nil {
 		of.Abort()
 		return fmt.Errorf("object %s: %w", k, err)
 	}
@@ -250,33 +243,44 @@ func (e writeError) Unwrap() error { return e.error }
 // time from the bytes that arrived.
 const resumeTries = 3
 
-// blobs fetches the blobs of one pull's repository: through the registry
-// client's puller, which keeps its transport and token for every request,
-// and, for the rest of a blob whose body broke off, a GET with a Range
-// from the bytes that arrived, through a transport authenticated for the
-// repository, made on first use.
-type blobs struct {
-	ctx  context.Context
-	pl   *remote.Puller
-	r    name.Reference
-	o    Options
-	once sync.Once
-	rt   http.RoundTripper
-	err  error
+// source is where a pull reads an artifact: a registry's repository or
+// an OCI image layout in an S3 bucket.
+type source interface {
+	// manifest returns the artifact's manifest and its digest.
+	manifest() ([]byte, v1.Hash, error)
+	// open returns blob d's bytes from off on.
+	open(d v1.Descriptor, off int64) (io.ReadCloser, error)
+	// String names the reference in errors and results.
+	String() string
+}
+
+// source returns the source ref names: an s3:// layout or a registry.
+func (o Options) source(ctx context.Context, ref string) (source, error) {
+	if s3store.IsURL(ref) {
+		return o.layout(ctx, ref)
+	}
+	r, err := o.parse(ref)
+	if err != nil {
+		return nil, err
+	}
+	// One puller for every request: it keeps the registry's transport
+	// and token, where a call of remote.Layer a blob would set them up
+	// again.
+	pl, err := remote.NewPuller(o.remote(ctx)...)
+	if err != nil {
+		return nil, err
+	}
+	return &repository{ctx: ctx, pl: pl, r: r, o: o}, nil
 }
 
 // fetch streams blob d into dst, checking its size and sha256 digest as
 // it goes. A body that breaks off is resumed from where it stopped, up to
 // resumeTries times.
-func (b *blobs) fetch(d v1.Descriptor, dst io.Writer) error {
+func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) error {
 	if d.Digest.Algorithm != "sha256" {
 		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
 	}
-	l, err := b.pl.Layer(b.ctx, b.r.Context().Digest(d.Digest.String()))
-	if err != nil {
-		return fmt.Errorf("blob %s: %w", d.Digest, err)
-	}
-	body, err := l.Compressed()
+	body, err := src.open(d, 0)
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
@@ -290,10 +294,10 @@ func (b *blobs) fetch(d v1.Descriptor, dst io.Writer) error {
 			break
 		}
 		var we writeError
-		if errors.As(err, &we) || b.ctx.Err() != nil || try == resumeTries || n >= d.Size {
+		if errors.As(err, &we) || ctx.Err() != nil || try == resumeTries || n >= d.Size {
 			return fmt.Errorf("blob %s: %w", d.Digest, err)
 		}
-		if body, err = b.from(d, n); err != nil {
+		if body, err = src.open(d, n); err != nil {
 			return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
 		}
 	}
@@ -306,8 +310,40 @@ func (b *blobs) fetch(d v1.Descriptor, dst io.Writer) error {
 	return nil
 }
 
-// from returns blob d's bytes from off on.
-func (b *blobs) from(d v1.Descriptor, off int64) (io.ReadCloser, error) {
+// repository fetches the blobs of one pull's repository: through the
+// registry client's puller, which keeps its transport and token for every
+// request, and, for the rest of a blob whose body broke off, a GET with a
+// Range from the bytes that arrived, through a transport authenticated
+// for the repository, made on first use.
+type repository struct {
+	ctx  context.Context
+	pl   *remote.Puller
+	r    name.Reference
+	o    Options
+	once sync.Once
+	rt   http.RoundTripper
+	err  error
+}
+
+func (b *repository) String() string { return b.r.String() }
+
+func (b *repository) manifest() ([]byte, v1.Hash, error) {
+	desc, err := b.pl.Get(b.ctx, b.r)
+	if err != nil {
+		return nil, v1.Hash{}, err
+	}
+	return desc.Manifest, desc.Digest, nil
+}
+
+// open returns blob d's bytes from off on.
+func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
+	if off == 0 {
+		l, err := b.pl.Layer(b.ctx, b.r.Context().Digest(d.Digest.String()))
+		if err != nil {
+			return nil, err
+		}
+		return l.Compressed()
+	}
 	repo := b.r.Context()
 	b.once.Do(func() {
 		auth, err := authn.Resolve(b.ctx, b.o.keychain(), repo)

@@ -12,11 +12,13 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -39,9 +41,22 @@ type PushResult struct {
 // decompresses on its own. Blobs the registry holds already (by digest)
 // are not sent again.
 func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
-	r, err := o.parse(ref)
-	if err != nil {
-		return PushResult{}, err
+	var (
+		r      name.Reference
+		lay    *layout
+		err    error
+		target string
+	)
+	if s3store.IsURL(ref) {
+		if lay, err = o.layout(ctx, ref); err != nil {
+			return PushResult{}, err
+		}
+		target = lay.String()
+	} else {
+		if r, err = o.parse(ref); err != nil {
+			return PushResult{}, err
+		}
+		target = r.String()
 	}
 	c, err := shardcache.Open(dir)
 	if err != nil {
@@ -55,7 +70,7 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 		return PushResult{}, err
 	}
 	files, _ := c.Index().Files()
-	res := PushResult{Ref: r.String(), Blobs: len(files) + 1, Bytes: uint64(len(config))}
+	res := PushResult{Ref: target, Blobs: len(files) + 1, Bytes: uint64(len(config))}
 	p := o.progress()
 	var sent atomic.Uint64
 	var opened atomic.Int64
@@ -70,19 +85,16 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 	if err != nil {
 		return PushResult{}, err
 	}
-	img, err := partial.CompressedToImage(art)
-	if err != nil {
-		return PushResult{}, err
-	}
 	p.Start("push", res.Bytes-uint64(len(config)))
-	err = remote.Write(r, img, o.remote(ctx)...)
+	var d v1.Hash
+	if lay != nil {
+		d, err = lay.push(art, o.jobs(), &sent, &opened, p)
+	} else {
+		d, err = art.write(r, o.remote(ctx))
+	}
 	p.Finish()
 	if err != nil {
-		return PushResult{}, fmt.Errorf("push %s: %w", r, err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		return PushResult{}, err
+		return PushResult{}, fmt.Errorf("push %s: %w", target, err)
 	}
 	res.Digest = d.String()
 	res.Uploaded, res.UploadedBytes = int(opened.Load()), sent.Load()
@@ -218,6 +230,18 @@ func newArtifact(config []byte, layers []*fileLayer) (*artifact, error) {
 	var err error
 	a.manifest, err = json.Marshal(m)
 	return a, err
+}
+
+// write pushes the artifact to a registry and returns its digest.
+func (a *artifact) write(r name.Reference, opts []remote.Option) (v1.Hash, error) {
+	img, err := partial.CompressedToImage(a)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if err := remote.Write(r, img, opts...); err != nil {
+		return v1.Hash{}, err
+	}
+	return img.Digest()
 }
 
 func (a *artifact) RawConfigFile() ([]byte, error)      { return a.config, nil }

@@ -8,11 +8,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitzip/splitzip/costmodel"
+	"github.com/splitzip/splitzip/oci"
 	"github.com/splitzip/splitzip/pipeline"
 )
 
 // compressOptions are the flags of compress.
 type compressOptions struct {
+	remoteOptions
 	Memory        string
 	Output        string
 	Jobs          int
@@ -48,14 +50,20 @@ raw, and compress says (a "hint:" line on stderr) what --codec auto would
 store of them. The summary gives what is stored of a value of each float
 dtype, in bits of that dtype's width. Jobs never exceed what --memory
 admits at once (--json reports the job count). A cache may hold several
-checkpoints; tensors they share are stored once.`,
+checkpoints; tensors they share are stored once.
+
+CACHE may be remote: s3://bucket/prefix[:tag] or oci://registry/repository:tag.
+The cache is then written self-contained into --local-cache (kept) or a
+temporary folder (removed), and pushed there when it is whole: blobs the
+bucket or registry holds already are not sent again (push's help says
+more).`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runCompress(cmd.Context(), g, o, a[0])
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.Output, "output", "o", "", "cache directory (created, or an existing cache to add to)")
+	f.StringVarP(&o.Output, "output", "o", "", "cache directory (created, or an existing cache to add to), or a remote cache: s3://bucket/prefix[:tag], oci://registry/repository:tag")
 	f.IntVarP(&o.Jobs, "jobs", "j", 0, "tensors compressed at once (default: number of CPUs; never more than --memory admits)")
 	atLeast(f, "jobs", 1, jobsHint)
 	f.Float64Var(&o.MinSaving, "min-saving", pipeline.DefaultMinSaving, "store a tensor raw unless its payload makes it at least this fraction smaller")
@@ -64,6 +72,7 @@ checkpoints; tensors they share are stored once.`,
 	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (BF16, 12 bits a value), entropy (every float dtype), auto, or cost (each tensor as this host's cost model predicts loads fastest: raw, fixed or entropy)")
 	f.StringVar(&o.PackMax, "pack-max", "256KiB", "store objects of at most this size together in pack files (0: one file per object)")
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
+	o.remoteOptions.addFlags(cmd)
 	return cmd
 }
 
@@ -101,15 +110,34 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 			return err
 		}
 	}
+	out, done := o.Output, func() {}
+	if isRemote(o.Output) {
+		if out, done, err = o.local("compress"); err != nil {
+			return err
+		}
+		defer done()
+		o.SelfContained = true // a remote cache loads without the source
+	}
 	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
-		Output: o.Output, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Memory: mem, Progress: g.progress(),
+		Output: out, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Memory: mem, Progress: g.progress(),
 		PackMax: pm, Codec: o.Codec, Cost: prof,
 	})
 	if err != nil {
 		return err
 	}
+	var pushed *oci.PushResult
+	if isRemote(o.Output) {
+		pr, err := oci.Push(ctx, out, remoteRef(o.Output), o.remoteOptions.oci(g))
+		if err != nil {
+			return registryError(err)
+		}
+		pushed = &pr
+	}
 	if g.JSON {
-		return printJSON(g.stdout, "compress_summary", res)
+		if err := printJSON(g.stdout, "compress_summary", res); err != nil || pushed == nil {
+			return err
+		}
+		return printJSON(g.stdout, "push_summary", pushed)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(g.stderr, "warning: %s (the reference safetensors loader refuses this)\n", w)
@@ -121,6 +149,9 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		100*(1-ratio(t.StoredBytes, t.RawBytes)), dtypeBits(res.DTypes), secs, float64(t.RawBytes)/secs/1e9)
 	if h := codecHint(res.DTypes); h != "" {
 		fmt.Fprintln(g.stderr, h)
+	}
+	if pushed != nil {
+		printPushed(g, "the cache", *pushed)
 	}
 	return nil
 }

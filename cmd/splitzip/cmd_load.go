@@ -24,6 +24,7 @@ import (
 
 // loadOptions are the flags of load.
 type loadOptions struct {
+	remoteOptions
 	Device        string
 	Raw           bool
 	Resident      bool
@@ -60,7 +61,9 @@ verified, copied and decoded in place on the GPU) or, with --raw, the raw
 transport. Reports effective GB/s (raw tensor bytes per wall second), the
 time until the first layer is ready, time spent reading, verifying and
 submitting, pinned memory and arena size. --compare N alternates raw and
-compressed loads N times in one process and prints the ratio.`,
+compressed loads N times in one process and prints the ratio.
+
+` + remoteHelp + ` The pull is not part of the times reported.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error { return flagError(runLoad(cmd.Context(), g, o, a[0])) },
 	}
@@ -76,6 +79,7 @@ compressed loads N times in one process and prints the ratio.`,
 	o.addRuntimeFlags(f)
 	atLeast(f, "repeat", 1, "")
 	atLeast(f, "compare", 1, "omit --compare for a single load")
+	o.remoteOptions.addFlags(cmd)
 	return cmd
 }
 
@@ -152,6 +156,11 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
 	}
+	dir, done, err := o.pull(ctx, g, dir)
+	if err != nil {
+		return err
+	}
+	defer done()
 	c, err := shardcache.Open(dir)
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ func newPullCommand(g *globals) *cobra.Command {
 	var o registryOptions
 	cmd := &cobra.Command{
 		Use:   "pull REF CACHE",
-		Short: "Pull a cache artifact from an OCI registry into a cache",
+		Short: "Pull a cache artifact from an OCI registry or an S3 bucket into a cache",
 		Long: `Pull the cache artifact at REF into CACHE (made when absent or empty; a cache
 already there keeps what it holds, so only the files it lacks are fetched).
 Every blob is checked against the manifest's size and digest as it streams.

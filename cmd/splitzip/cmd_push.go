@@ -12,30 +12,34 @@ import (
 
 	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/oci"
+	"github.com/splitzip/splitzip/s3store"
 )
 
 // registryOptions are the flags push and pull share.
 type registryOptions struct {
 	Insecure bool
 	Jobs     int
+	Endpoint string
 }
 
 func (o *registryOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.Insecure, "insecure", false, "allow plain HTTP and registries whose TLS certificates do not verify")
 	cmd.Flags().IntVar(&o.Jobs, "jobs", 8, "blobs moved at once")
+	cmd.Flags().StringVar(&o.Endpoint, "endpoint-url", "", "an S3-compatible store's URL for s3:// references (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
 }
 
 func (o registryOptions) oci(g *globals) oci.Options {
-	return oci.Options{Insecure: o.Insecure, Jobs: o.Jobs, Progress: g.progress()}
+	return oci.Options{Insecure: o.Insecure, Jobs: o.Jobs, Progress: g.progress(), S3: s3store.Options{Endpoint: o.Endpoint}}
 }
 
-// registryError gives an error of the registry client its kind: the
-// registry's own refusal (denied, unknown, unauthorized) is an input that
-// cannot be used; a registry that still fails or throttles after the
+// registryError gives an error of the registry or S3 client its kind: the
+// server's own refusal (denied, unknown, unauthorized) is an input that
+// cannot be used; a server that still fails or throttles after the
 // retries (5xx, 429) and a network failure are a resource the run lacks
 // now, which a later run may find.
 func registryError(err error) error {
 	var te *transport.Error
+	var se interface{ HTTPStatusCode() int } // S3's answers
 	var ne net.Error
 	switch {
 	case err == nil || failure.KindOf(err) != failure.Internal:
@@ -43,6 +47,10 @@ func registryError(err error) error {
 	case errors.As(err, &te) && (te.StatusCode == http.StatusTooManyRequests || te.StatusCode >= 500):
 		return failure.Mark(failure.Resource, err)
 	case errors.As(err, &te):
+		return failure.Mark(failure.Input, err)
+	case errors.As(err, &se) && (se.HTTPStatusCode() == http.StatusTooManyRequests || se.HTTPStatusCode() >= 500):
+		return failure.Mark(failure.Resource, err)
+	case errors.As(err, &se) && se.HTTPStatusCode() >= 400:
 		return failure.Mark(failure.Input, err)
 	case errors.As(err, &ne):
 		return failure.Mark(failure.Resource, err)
@@ -52,13 +60,20 @@ func registryError(err error) error {
 
 const registryHelp = `REF is a registry reference as crane and docker take it (registry/repository:tag
 or @sha256:digest; Docker Hub when no registry is named). Credentials come from
-the Docker configuration and its credential helpers (docker login).`
+the Docker configuration and its credential helpers (docker login).
+
+REF may instead be s3://bucket/prefix[:tag|@sha256:digest] (tag "latest" when
+none is named): the prefix holds an OCI image layout (oci-layout, index.json,
+blobs/sha256/...) whose blobs every artifact under it shares. Credentials,
+region and endpoint come from where the AWS CLI finds them (AWS_* variables,
+~/.aws/config and credentials, SSO, the instance's role); --endpoint-url or
+AWS_ENDPOINT_URL_S3 names an S3-compatible store, addressed path-style.`
 
 func newPushCommand(g *globals) *cobra.Command {
 	var o registryOptions
 	cmd := &cobra.Command{
 		Use:   "push CACHE REF",
-		Short: "Push a cache to an OCI registry as an artifact",
+		Short: "Push a cache to an OCI registry or an S3 bucket as an artifact",
 		Long: `Push the cache as one OCI artifact: its index as the config blob, every object
 file and pack as a layer blob (sha256 digest, BLAKE3 key in an annotation).
 The registry keeps blobs by digest, so a checkpoint that shares tensors with
@@ -81,7 +96,12 @@ func runPush(ctx context.Context, g *globals, o registryOptions, cache, ref stri
 	if g.JSON {
 		return printJSON(g.stdout, "push_summary", res)
 	}
-	fmt.Fprintf(g.stdout, "pushed %s to %s@%s: %s, %s; uploaded %s, %s (the registry had the rest)\n", cache, res.Ref, res.Digest,
-		count(res.Blobs, "blob"), human(res.Bytes), count(res.Uploaded, "blob"), human(res.UploadedBytes))
+	printPushed(g, cache, res)
 	return nil
+}
+
+// printPushed says what a push moved.
+func printPushed(g *globals, cache string, res oci.PushResult) {
+	fmt.Fprintf(g.stdout, "pushed %s to %s@%s: %s, %s; uploaded %s, %s (the registry or bucket had the rest)\n", cache, res.Ref, res.Digest,
+		count(res.Blobs, "blob"), human(res.Bytes), count(res.Uploaded, "blob"), human(res.UploadedBytes))
 }

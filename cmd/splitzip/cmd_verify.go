@@ -16,6 +16,7 @@ import (
 
 // verifyOptions are the flags of verify.
 type verifyOptions struct {
+	remoteOptions
 	Source string
 	Memory string
 	Jobs   int
@@ -30,7 +31,9 @@ func newVerifyCommand(g *globals) *cobra.Command {
 		Short: "Check that every tensor round-trips bit for bit against its source",
 		Long: `Decode every payload and compare it with the source tensor, check every
 object's hash and size, and check that no source shard changed since it was
-compressed. Exits 1 on any mismatch.`,
+compressed. Exits 1 on any mismatch.
+
+` + remoteHelp,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runVerify(cmd.Context(), g, o, a[0])
@@ -43,6 +46,7 @@ compressed. Exits 1 on any mismatch.`,
 	addMemoryFlag(cmd.Flags(), &o.Memory)
 	atLeast(cmd.Flags(), "jobs", 1, jobsHint)
 	atLeast(cmd.Flags(), "device", 0, "")
+	o.remoteOptions.addFlags(cmd)
 	return cmd
 }
 
@@ -51,6 +55,11 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	if err != nil {
 		return err
 	}
+	dir, done, err := o.pull(ctx, g, dir)
+	if err != nil {
+		return err
+	}
+	defer done()
 	opts := pipeline.VerifyOptions{Source: o.Source, Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
 	if o.GPU {
 		d, closeGPU, err := gpuDecoder(o.Device)

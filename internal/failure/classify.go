@@ -15,6 +15,7 @@ import (
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/oci"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
@@ -38,6 +39,7 @@ var rules = []rule{
 	{Usage, []error{
 		pipeline.ErrOutputInSource, pipeline.ErrOption, pipeline.ErrOutputExists, transport.ErrOption, distplan.ErrPlan,
 		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded,
+		s3store.ErrURL, s3store.ErrOptions,
 	}},
 	{Input, []error{
 		shardcache.ErrSourceChanged, shardcache.ErrSourceMissing, shardcache.ErrHostDecode, transport.ErrShortRead,
@@ -51,11 +53,11 @@ var rules = []rule{
 	{Input, []error{
 		shardcache.ErrNotCache, shardcache.ErrVersion, shardcache.ErrNotFound, shardcache.ErrNoCheckpoint,
 		codec.ErrVersion, codec.ErrTooLarge,
-		safetensors.ErrFormat, checkpoint.ErrNoShards, oci.ErrNotArtifact,
+		safetensors.ErrFormat, checkpoint.ErrNoShards, oci.ErrNotArtifact, oci.ErrNoTag, s3store.ErrNotFound,
 		fs.ErrNotExist, syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EIO,
 	}},
 	{Resource, []error{
-		shardcache.ErrLocked, transport.ErrTooLarge,
+		shardcache.ErrLocked, transport.ErrTooLarge, s3store.ErrChanged,
 		syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EFBIG, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE,
 	}},
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/s3test"
+)
+
+// TestS3Commands runs the commands that take a cache in S3 against a real
+// S3-compatible server on loopback: compress -o s3://, verify and load of
+// the remote cache without its source, pull, push of a second tag that
+// uploads nothing, decompress of a pulled copy byte for byte, and the
+// errors a missing tag and a bad URL give.
+func TestS3Commands(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Bucket(t, "models")
+	t.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint) // as a user points the AWS CLI at a store
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "4MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	ref := "s3://models/small:v1"
+	code, out, e := splitzip(t, "compress", ck, "-o", ref, "--no-sync", "--json")
+	if code != 0 {
+		t.Fatalf("compress -o %s: %d %s", ref, code, e)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	var summary struct {
+		Type string `json:"message_type"`
+	}
+	var push struct {
+		Type     string `json:"message_type"`
+		Ref      string `json:"ref"`
+		Digest   string `json:"digest"`
+		Uploaded int    `json:"uploaded_blobs"`
+	}
+	if dec.Decode(&summary) != nil || summary.Type != "compress_summary" || dec.Decode(&push) != nil ||
+		push.Type != "push_summary" || push.Ref != ref || push.Uploaded == 0 || dec.More() {
+		t.Fatalf("compress --json to S3: %s", out)
+	}
+	if err := os.Rename(ck, ck+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, e := splitzip(t, "verify", ref); code != 0 || !strings.Contains(out, "verify ok") || !strings.Contains(e, "pulled "+ref) {
+		t.Fatalf("verify %s: %d %s %s", ref, code, out, e)
+	}
+	local := filepath.Join(dir, "local")
+	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 {
+		t.Fatalf("load %s: %d %s %s", ref, code, out, e)
+	}
+	if code, _, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 || !strings.Contains(e, "fetched 0 blobs") {
+		t.Fatalf("second load into the kept local cache: %d %s", code, e)
+	}
+	code, out, e = splitzip(t, "push", local, "s3://models/small:v2", "--endpoint-url", srv.Endpoint)
+	if code != 0 || !strings.Contains(out, "uploaded 0 blobs") || !strings.Contains(out, push.Digest) {
+		t.Fatalf("push of the same cache as v2: %d %s %s", code, out, e)
+	}
+	pulled := filepath.Join(dir, "pulled")
+	if code, out, e := splitzip(t, "pull", "s3://models/small:v2", pulled); code != 0 || !strings.Contains(out, push.Digest) {
+		t.Fatalf("pull: %d %s %s", code, out, e)
+	}
+	restored := filepath.Join(dir, "restored")
+	if code, _, e := splitzip(t, "decompress", pulled, "-o", restored); code != 0 {
+		t.Fatalf("decompress of the pulled cache: %d %s", code, e)
+	}
+	ents, _ := os.ReadDir(ck + ".gone")
+	for _, en := range ents {
+		a, _ := os.ReadFile(filepath.Join(ck+".gone", en.Name()))
+		b, err := os.ReadFile(filepath.Join(restored, en.Name()))
+		if err != nil || string(a) != string(b) {
+			t.Errorf("%s: restored differs (%v)", en.Name(), err)
+		}
+	}
+	if code, _, e := splitzip(t, "verify", "s3://models/small:v9"); code != exitInput || !strings.Contains(e, `no such tag "v9"`) {
+		t.Errorf("verify of a missing tag: exit %d, %s", code, e)
+	}
+	if code, _, e := splitzip(t, "pull", "s3://Models/small", pulled); code != exitUsage {
+		t.Errorf("pull of a bad bucket name: exit %d, %s", code, e)
+	}
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitzip/splitzip/oci"
+	"github.com/splitzip/splitzip/s3store"
+)
+
+// ociScheme marks a registry reference where a command takes a cache
+// folder or a reference (verify, load, compress -o).
+const ociScheme = "oci://"
+
+// isRemote reports whether a cache argument names a remote cache: an
+// s3:// layout or an oci:// registry reference.
+func isRemote(s string) bool { return s3store.IsURL(s) || strings.HasPrefix(s, ociScheme) }
+
+// remoteRef is the reference oci.Push and oci.Pull take for a remote
+// cache argument.
+func remoteRef(s string) string { return strings.TrimPrefix(s, ociScheme) }
+
+// remoteOptions are the flags of a command whose cache may be remote.
+type remoteOptions struct {
+	Insecure   bool
+	Endpoint   string
+	LocalCache string
+}
+
+const remoteHelp = `CACHE may be remote: s3://bucket/prefix[:tag] (an OCI layout in a bucket, as
+push writes it) or oci://registry/repository:tag. It is pulled into
+--local-cache (kept: a later run fetches only what the folder lacks) or, by
+default, into a temporary folder removed at the end; every blob is checked
+against its digest as it arrives.`
+
+func (o *remoteOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.LocalCache, "local-cache", "", "for a remote CACHE: the local cache folder it is pulled into and kept in (default: a temporary folder, removed)")
+	f.BoolVar(&o.Insecure, "insecure", false, "for an oci:// CACHE: allow plain HTTP and registries whose TLS certificates do not verify")
+	f.StringVar(&o.Endpoint, "endpoint-url", "", "for an s3:// CACHE: an S3-compatible store's URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
+}
+
+func (o remoteOptions) oci(g *globals) oci.Options {
+	return oci.Options{Insecure: o.Insecure, Progress: g.progress(), S3: s3store.Options{Endpoint: o.Endpoint}}
+}
+
+// local returns the folder of a local cache: --local-cache, or a new
+// temporary folder that done removes.
+func (o remoteOptions) local(what string) (dir string, done func(), err error) {
+	if o.LocalCache != "" {
+		return o.LocalCache, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", "splitzip-"+what+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Join(tmp, "cache"), func() { os.RemoveAll(tmp) }, nil
+}
+
+// pull brings a remote cache into a local folder and returns it; a local
+// one is returned as it is. done removes a temporary folder.
+func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir string, done func(), err error) {
+	if !isRemote(cache) {
+		return cache, func() {}, nil
+	}
+	dir, done, err = o.local("pull")
+	if err != nil {
+		return "", nil, err
+	}
+	res, err := oci.Pull(ctx, remoteRef(cache), dir, o.oci(g))
+	if err != nil {
+		done()
+		return "", nil, registryError(err)
+	}
+	fmt.Fprintf(g.stderr, "pulled %s@%s into %s: fetched %s, %s of %s\n", res.Ref, res.Digest, dir,
+		count(res.Fetched, "blob"), human(res.FetchedBytes), human(res.Bytes))
+	return dir, done, nil
+}

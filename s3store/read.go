@@ -1,0 +1,148 @@
+package s3store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// resumeTries is how many times Open asks again for the rest of a part
+// whose body broke off, each time from the bytes that arrived.
+const resumeTries = 3
+
+// Open streams object name's bytes from off to size (the object's size,
+// known to the caller) as ranged GETs of the part size, up to Ahead of
+// them in flight, returned in order. A part whose body breaks off is
+// asked for again from the byte it stopped at. Close stops the requests
+// in flight; the reader must be closed.
+func (s *Store) Open(ctx context.Context, name string, off, size int64) io.ReadCloser {
+	ctx, cancel := context.WithCancel(ctx)
+	return &reader{s: s, ctx: ctx, cancel: cancel, name: name, next: off, size: size}
+}
+
+// reader is Open's stream: a queue of parts, the first being read.
+type reader struct {
+	s      *Store
+	ctx    context.Context
+	cancel context.CancelFunc
+	name   string
+	next   int64 // the first byte no part has asked for
+	size   int64
+	queue  []*part
+	cur    []byte // what is left of the part at the queue's head
+	err    error
+}
+
+// part is one ranged GET, read whole into buf.
+type part struct {
+	done chan struct{}
+	buf  []byte
+	err  error
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		r.fill()
+		if len(r.queue) == 0 {
+			r.err = io.EOF
+			return 0, io.EOF
+		}
+		h := r.queue[0]
+		<-h.done
+		r.queue = r.queue[1:]
+		if h.err != nil {
+			r.err = h.err
+			return 0, h.err
+		}
+		r.cur = h.buf
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	r.fill()
+	return n, nil
+}
+
+// fill starts parts until Ahead are in flight or none is left to ask for.
+func (r *reader) fill() {
+	for len(r.queue) < r.s.ahead && r.next < r.size {
+		n := min(r.s.partSize, r.size-r.next)
+		p := &part{done: make(chan struct{})}
+		go r.get(p, r.next, n)
+		r.queue = append(r.queue, p)
+		r.next += n
+	}
+}
+
+// get reads n bytes from off into p, resuming a body that breaks off.
+func (r *reader) get(p *part, off, n int64) {
+	defer close(p.done)
+	p.buf = make([]byte, n)
+	var got int64
+	for try := 0; ; try++ {
+		body, err := r.s.Range(r.ctx, r.name, off+got, n-got)
+		if err != nil {
+			p.err = err
+			return
+		}
+		m, err := io.ReadFull(body, p.buf[got:])
+		body.Close()
+		got += int64(m)
+		switch {
+		case err == nil:
+			return
+		case r.ctx.Err() != nil:
+			p.err = r.ctx.Err()
+			return
+		case try == resumeTries:
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%d of %d bytes at %d: %w", got, n, off, io.ErrUnexpectedEOF)
+			}
+			p.err = fmt.Errorf("%s: %w", r.s.where(r.name), err)
+			return
+		}
+	}
+}
+
+// Close stops the parts in flight and waits for them.
+func (r *reader) Close() error {
+	r.cancel()
+	for _, p := range r.queue {
+		<-p.done
+	}
+	r.queue, r.cur = nil, nil
+	if r.err == nil {
+		r.err = errors.New("read after close")
+	}
+	return nil
+}
+
+var _ io.ReadCloser = (*reader)(nil)
+
+// waitAll is a sync.WaitGroup's Go that keeps the first error.
+type waitAll struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	first error
+}
+
+func (w *waitAll) Go(f func() error) {
+	w.wg.Go(func() {
+		if err := f(); err != nil {
+			w.mu.Lock()
+			if w.first == nil {
+				w.first = err
+			}
+			w.mu.Unlock()
+		}
+	})
+}
+
+func (w *waitAll) Wait() error {
+	w.wg.Wait()
+	return w.first
+}
