@@ -62,6 +62,10 @@ type Options struct {
 	// Transport, if set, carries the requests (tests use it to inject
 	// faults); Insecure still decides the reference's scheme.
 	Transport http.RoundTripper
+	// NoSync makes a pull commit its cache without flushing it to disk
+	// (faster; a power loss may then lose what it fetched, which the
+	// next pull fetches again).
+	NoSync bool
 	// S3 configures the client of s3:// references (its endpoint, part
 	// size, parts in flight, retries); credentials and the rest come
 	// from the environment and the AWS files.

@@ -113,6 +113,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	}
 	defer w.Close()
 	w.SetPackMax(0) // files arrive whole, packs as packs
+	w.SetNoSync(o.NoSync)
 	var todo []shardcache.Key
 	for _, k := range files {
 		if _, ok := w.Has(k); ok {
@@ -310,11 +311,11 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 	return nil
 }
 
-// repository fetches the blobs of one pull's repository: through the
-// registry client's puller, which keeps its transport and token for every
-// request, and, for the rest of a blob whose body broke off, a GET with a
-// Range from the bytes that arrived, through a transport authenticated
-// for the repository, made on first use.
+// repository reads one pull's repository: its manifest through the
+// registry client's puller, and blobs by GETs of their own (with a Range
+// for the rest of a body that broke off) through a transport
+// authenticated for the repository, made on first use, that retries as
+// the client does.
 type repository struct {
 	ctx  context.Context
 	pl   *remote.Puller
@@ -335,15 +336,10 @@ func (b *repository) manifest() ([]byte, v1.Hash, error) {
 	return desc.Manifest, desc.Digest, nil
 }
 
-// open returns blob d's bytes from off on.
+// open returns blob d's bytes from off on, by a GET of its own rather
+// than the client's layer reader, which would hash every byte a second
+// time (fetch hashes them, over resumed bodies too).
 func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
-	if off == 0 {
-		l, err := b.pl.Layer(b.ctx, b.r.Context().Digest(d.Digest.String()))
-		if err != nil {
-			return nil, err
-		}
-		return l.Compressed()
-	}
 	repo := b.r.Context()
 	b.once.Do(func() {
 		auth, err := authn.Resolve(b.ctx, b.o.keychain(), repo)
@@ -355,6 +351,8 @@ func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
 		if base == nil {
 			base = remote.DefaultTransport
 		}
+		// Retried as the client's own requests are (remote.WithRetryStatusCodes).
+		base = transport.NewRetry(base, transport.WithRetryStatusCodes(retryStatusCodes...))
 		b.rt, b.err = transport.NewWithContext(b.ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})
 	})
 	if b.err != nil {
@@ -365,7 +363,9 @@ func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, d.Size-1)) // closed: some registries take no open range
+	if off > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, d.Size-1)) // closed: some registries take no open range
+	}
 	resp, err := (&http.Client{Transport: b.rt}).Do(req)
 	if err != nil {
 		return nil, err
@@ -380,6 +380,11 @@ func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
 		}
 		return resp.Body, nil
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
+	// The registry's error (its status, code and message), as the
+	// client's own requests report it.
+	if err := transport.CheckError(resp, http.StatusOK, http.StatusPartialContent); err != nil {
+		return nil, err
+	}
 	return nil, fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)
 }

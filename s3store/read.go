@@ -31,15 +31,33 @@ type reader struct {
 	next   int64 // the first byte no part has asked for
 	size   int64
 	queue  []*part
-	cur    []byte // what is left of the part at the queue's head
+	cur    []byte // what is left of held's bytes
+	held   *part  // the part being read, its buffer returned when done
 	err    error
+}
+
+// release returns the buffer of the part read to the end.
+func (r *reader) release() {
+	if r.held != nil {
+		r.held.free(r.s)
+		r.held = nil
+	}
 }
 
 // part is one ranged GET, read whole into buf.
 type part struct {
 	done chan struct{}
 	buf  []byte
+	pool *[]byte // buf's buffer from the store's pool, if it is one
 	err  error
+}
+
+// free returns the part's buffer to the pool.
+func (p *part) free(s *Store) {
+	if p.pool != nil {
+		s.buffers.Put(p.pool)
+		p.pool, p.buf = nil, nil
+	}
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -55,14 +73,19 @@ func (r *reader) Read(p []byte) (int, error) {
 		h := r.queue[0]
 		<-h.done
 		r.queue = r.queue[1:]
+		r.release()
 		if h.err != nil {
+			h.free(r.s)
 			r.err = h.err
 			return 0, h.err
 		}
-		r.cur = h.buf
+		r.cur, r.held = h.buf, h
 	}
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
+	if len(r.cur) == 0 {
+		r.release()
+	}
 	r.fill()
 	return n, nil
 }
@@ -81,7 +104,12 @@ func (r *reader) fill() {
 // get reads n bytes from off into p, resuming a body that breaks off.
 func (r *reader) get(p *part, off, n int64) {
 	defer close(p.done)
-	p.buf = make([]byte, n)
+	if n == r.s.partSize {
+		p.pool = r.s.buffers.Get().(*[]byte)
+		p.buf = *p.pool
+	} else {
+		p.buf = make([]byte, n)
+	}
 	var got int64
 	for try := 0; ; try++ {
 		body, err := r.s.Range(r.ctx, r.name, off+got, n-got)
@@ -113,7 +141,9 @@ func (r *reader) Close() error {
 	r.cancel()
 	for _, p := range r.queue {
 		<-p.done
+		p.free(r.s)
 	}
+	r.release()
 	r.queue, r.cur = nil, nil
 	if r.err == nil {
 		r.err = errors.New("read after close")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -116,6 +117,7 @@ type Store struct {
 	url      URL
 	partSize int64
 	ahead    int
+	buffers  sync.Pool // *[]byte of partSize: Open's parts
 }
 
 // New returns the store at u, its client configured from o, the
@@ -168,6 +170,10 @@ func New(ctx context.Context, u URL, o Options) (*Store, error) {
 	}
 	if s.ahead == 0 {
 		s.ahead = DefaultAhead
+	}
+	s.buffers.New = func() any {
+		b := make([]byte, s.partSize)
+		return &b
 	}
 	return s, nil
 }

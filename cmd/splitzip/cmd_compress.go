@@ -134,10 +134,11 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		pushed = &pr
 	}
 	if g.JSON {
-		if err := printJSON(g.stdout, "compress_summary", res); err != nil || pushed == nil {
-			return err
-		}
-		return printJSON(g.stdout, "push_summary", pushed)
+		// One document: a remote cache's push rides in the summary.
+		return printJSON(g.stdout, "compress_summary", struct {
+			*pipeline.CompressResult
+			Push *oci.PushResult `json:"push,omitempty"`
+		}{res, pushed})
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(g.stderr, "warning: %s (the reference safetensors loader refuses this)\n", w)

@@ -26,6 +26,7 @@ artifact's checkpoints only at the end: run it again to fetch the rest.
 		RunE: func(cmd *cobra.Command, a []string) error { return runPull(cmd.Context(), g, o, a[0], a[1]) },
 	}
 	o.addFlags(cmd)
+	cmd.Flags().BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the cache (faster; a power loss may then lose what was fetched, which the next pull fetches again)")
 	return cmd
 }
 

@@ -20,6 +20,7 @@ type registryOptions struct {
 	Insecure bool
 	Jobs     int
 	Endpoint string
+	NoSync   bool // pull only
 }
 
 func (o *registryOptions) addFlags(cmd *cobra.Command) {
@@ -29,7 +30,7 @@ func (o *registryOptions) addFlags(cmd *cobra.Command) {
 }
 
 func (o registryOptions) oci(g *globals) oci.Options {
-	return oci.Options{Insecure: o.Insecure, Jobs: o.Jobs, Progress: g.progress(), S3: s3store.Options{Endpoint: o.Endpoint}}
+	return oci.Options{Insecure: o.Insecure, Jobs: o.Jobs, Progress: g.progress(), NoSync: o.NoSync, S3: s3store.Options{Endpoint: o.Endpoint}}
 }
 
 // registryError gives an error of the registry or S3 client its kind: the

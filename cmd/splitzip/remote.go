@@ -72,7 +72,9 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	if err != nil {
 		return "", nil, err
 	}
-	res, err := oci.Pull(ctx, remoteRef(cache), dir, o.oci(g))
+	oo := o.oci(g)
+	oo.NoSync = o.LocalCache == "" // a temporary copy need not outlive a power loss
+	res, err := oci.Pull(ctx, remoteRef(cache), dir, oo)
 	if err != nil {
 		done()
 		return "", nil, registryError(err)

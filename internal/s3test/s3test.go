@@ -46,7 +46,7 @@ type Server struct {
 // if SPLITZIP_S3_BIN is not set. It points the AWS environment at the
 // server's keys and away from the user's files and endpoint settings, so
 // the test must not be parallel.
-func Start(t *testing.T) *Server {
+func Start(t testing.TB) *Server {
 	t.Helper()
 	bin := os.Getenv(BinEnv)
 	if bin == "" {
@@ -95,7 +95,7 @@ func Start(t *testing.T) *Server {
 }
 
 // run starts the server and waits until it answers.
-func (s *Server) run(t *testing.T) {
+func (s *Server) run(t testing.TB) {
 	t.Helper()
 	s.cmd = exec.Command(s.args[0], s.args[1:]...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -118,7 +118,7 @@ func (s *Server) run(t *testing.T) {
 }
 
 // Restart starts a stopped server again, on its address and folder.
-func (s *Server) Restart(t *testing.T) { s.run(t) }
+func (s *Server) Restart(t testing.TB) { s.run(t) }
 
 // Stop ends the server (a store that disappears).
 func (s *Server) Stop() {
@@ -130,7 +130,7 @@ func (s *Server) Stop() {
 }
 
 // Bucket creates a bucket and returns its name.
-func (s *Server) Bucket(t *testing.T, name string) string {
+func (s *Server) Bucket(t testing.TB, name string) string {
 	t.Helper()
 	cfg, err := config.LoadDefaultConfig(context.Background())
 	if err != nil {
