@@ -2,8 +2,8 @@ package oci
 
 import (
 	"context"
-	"os"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
