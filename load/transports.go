@@ -49,7 +49,7 @@ func newTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 		resident = stage.ResidentPacked(o.Raw)
 	}
 	ro := transport.RawOptions{Readers: o.Readers, Resident: o.Resident, ResidentRuns: o.Raw && o.Resident && o.ResidentPacks,
-		SmallBytes: small, Slots: stage.RawSlots, PackSlots: stage.PackSlots}
+		SmallBytes: small, Slots: stage.RawSlots, PackSlots: stage.PackSlots, Cache: c}
 	if o.Raw {
 		ro.ResidentBytes = resident // the resident plan is the raw bytes'
 	}

@@ -189,8 +189,13 @@ func (l *layout) manifest() ([]byte, v1.Hash, error) {
 	return buf.Bytes(), d.Digest, nil
 }
 
-func (l *layout) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
-	return l.st.Open(l.ctx, blobName(d.Digest), off, d.Size), nil
+// open reads the rest of a blob by ranged GETs read ahead (Open), a
+// range of it by one GET.
+func (l *layout) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
+	if off+n == d.Size {
+		return l.st.Open(l.ctx, blobName(d.Digest), off, d.Size), nil
+	}
+	return l.st.Range(l.ctx, blobName(d.Digest), off, n)
 }
 
 // push writes the artifact's blobs the layout lacks (jobs at a time),

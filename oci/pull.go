@@ -56,51 +56,13 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	if err != nil {
 		return PullResult{}, err
 	}
-	raw, digest, err := src.manifest()
-	if err != nil {
-		return PullResult{}, fmt.Errorf("pull %s: %w", src, err)
-	}
-	var m manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return PullResult{}, fmt.Errorf("pull %s: %w: %v", src, ErrNotArtifact, err)
-	}
-	if m.Config.MediaType != IndexMediaType {
-		return PullResult{}, fmt.Errorf("pull %s: %w: config media type %q", src, ErrNotArtifact, m.Config.MediaType)
-	}
-	if m.Config.Size < 0 || m.Config.Size > maxIndexBytes {
-		return PullResult{}, fmt.Errorf("pull %s: %w: an index of %d bytes", src, ErrBlob, m.Config.Size)
-	}
-	var buf bytes.Buffer
-	if err := fetch(ctx, src, m.Config, &buf); err != nil {
-		return PullResult{}, err
-	}
-	ix, err := shardcache.ParseIndex(buf.Bytes(), src.String()+" (index)")
+	art, err := readArtifact(ctx, src, "pull")
 	if err != nil {
 		return PullResult{}, err
 	}
-	if err := ix.LoadStats(); err != nil {
-		return PullResult{}, err
-	}
-	files, members := ix.Files()
-	layers := map[shardcache.Key]v1.Descriptor{}
-	for _, l := range m.Layers {
-		k := shardcache.Key(l.Annotations[KeyAnnotation])
-		o, ok := ix.Objects[k]
-		switch {
-		case l.MediaType != ObjectMediaType:
-			return PullResult{}, fmt.Errorf("pull %s: %w: a layer of media type %q", src, ErrNotArtifact, l.MediaType)
-		case !ok || o.Pack != "":
-			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s names object %q, not a file of the index", src, ErrBlob, l.Digest, k)
-		case uint64(l.Size) != o.Size || l.Size < 0:
-			return PullResult{}, fmt.Errorf("pull %s: %w: layer %s is %d bytes, the index says %d for %s", src, ErrBlob, l.Digest, l.Size, o.Size, k)
-		}
-		layers[k] = l
-	}
-	res := PullResult{Ref: src.String(), Digest: digest.String(), Cache: dir, Blobs: len(files)}
+	ix, files, members, layers := art.ix, art.files, art.members, art.layers
+	res := PullResult{Ref: src.String(), Digest: art.digest.String(), Cache: dir, Blobs: len(files)}
 	for _, k := range files {
-		if _, ok := layers[k]; !ok {
-			return PullResult{}, fmt.Errorf("pull %s: %w: no layer holds object %s", src, ErrBlob, k)
-		}
 		res.Bytes += ix.Objects[k].Size
 	}
 	for _, s := range ix.Sources {
@@ -143,6 +105,68 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		return PullResult{}, err
 	}
 	return res, nil
+}
+
+// artifact is a cache artifact's manifest digest, index and layers,
+// checked against one another.
+type artifactOf struct {
+	digest  v1.Hash
+	ix      *shardcache.Index
+	files   []shardcache.Key                    // the index's object files and packs
+	members map[shardcache.Key][]shardcache.Key // a pack's members
+	layers  map[shardcache.Key]v1.Descriptor    // the blob of each file
+}
+
+// readArtifact reads the manifest at src and the index it names, and
+// checks that every file of the index is a layer of its size and every
+// layer a file of the index; op ("pull") starts its errors.
+func readArtifact(ctx context.Context, src source, op string) (*artifactOf, error) {
+	raw, digest, err := src.manifest()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, src, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%s %s: %w: %v", op, src, ErrNotArtifact, err)
+	}
+	if m.Config.MediaType != IndexMediaType {
+		return nil, fmt.Errorf("%s %s: %w: config media type %q", op, src, ErrNotArtifact, m.Config.MediaType)
+	}
+	if m.Config.Size < 0 || m.Config.Size > maxIndexBytes {
+		return nil, fmt.Errorf("%s %s: %w: an index of %d bytes", op, src, ErrBlob, m.Config.Size)
+	}
+	var buf bytes.Buffer
+	if err := fetch(ctx, src, m.Config, &buf); err != nil {
+		return nil, err
+	}
+	ix, err := shardcache.ParseIndex(buf.Bytes(), src.String()+" (index)")
+	if err != nil {
+		return nil, err
+	}
+	if err := ix.LoadStats(); err != nil {
+		return nil, err
+	}
+	a := &artifactOf{digest: digest, ix: ix, layers: map[shardcache.Key]v1.Descriptor{}}
+	a.files, a.members = ix.Files()
+	for _, l := range m.Layers {
+		k := shardcache.Key(l.Annotations[KeyAnnotation])
+		o, ok := ix.Objects[k]
+		switch {
+		case l.MediaType != ObjectMediaType:
+			return nil, fmt.Errorf("%s %s: %w: a layer of media type %q", op, src, ErrNotArtifact, l.MediaType)
+		case !ok || o.Pack != "":
+			return nil, fmt.Errorf("%s %s: %w: layer %s names object %q, not a file of the index", op, src, ErrBlob, l.Digest, k)
+		case uint64(l.Size) != o.Size || l.Size < 0:
+			return nil, fmt.Errorf("%s %s: %w: layer %s is %d bytes, the index says %d for %s", op, src, ErrBlob, l.Digest, l.Size, o.Size, k)
+		}
+		a.layers[k] = l
+	}
+	for _, k := range a.files {
+		if _, ok := a.layers[k]; !ok {
+			return nil, fmt.Errorf("%s %s: %w: no layer holds object %s", op, src, ErrBlob, k)
+		}
+	}
+	return a, nil
 }
 
 // fetchAll downloads files into the cache, jobs at a time, committing
@@ -249,8 +273,9 @@ const resumeTries = 3
 type source interface {
 	// manifest returns the artifact's manifest and its digest.
 	manifest() ([]byte, v1.Hash, error)
-	// open returns blob d's bytes from off on.
-	open(d v1.Descriptor, off int64) (io.ReadCloser, error)
+	// open returns n bytes of blob d from off on (a fetch asks for
+	// the rest of the blob, a remote cache's read for a range).
+	open(d v1.Descriptor, off, n int64) (io.ReadCloser, error)
 	// String names the reference in errors and results.
 	String() string
 }
@@ -281,7 +306,7 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 	if d.Digest.Algorithm != "sha256" {
 		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
 	}
-	body, err := src.open(d, 0)
+	body, err := src.open(d, 0, d.Size)
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
@@ -298,7 +323,7 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 		if errors.As(err, &we) || ctx.Err() != nil || try == resumeTries || n >= d.Size {
 			return fmt.Errorf("blob %s: %w", d.Digest, err)
 		}
-		if body, err = src.open(d, n); err != nil {
+		if body, err = src.open(d, n, d.Size-n); err != nil {
 			return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
 		}
 	}
@@ -336,10 +361,10 @@ func (b *repository) manifest() ([]byte, v1.Hash, error) {
 	return desc.Manifest, desc.Digest, nil
 }
 
-// open returns blob d's bytes from off on, by a GET of its own rather
+// open returns n bytes of blob d from off on, by a GET of its own rather
 // than the client's layer reader, which would hash every byte a second
 // time (fetch hashes them, over resumed bodies too).
-func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
+func (b *repository) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
 	repo := b.r.Context()
 	b.once.Do(func() {
 		auth, err := authn.Resolve(b.ctx, b.o.keychain(), repo)
@@ -363,8 +388,8 @@ func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	if off > 0 {
-		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, d.Size-1)) // closed: some registries take no open range
+	if off > 0 || n < d.Size {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1)) // closed: some registries take no open range
 	}
 	resp, err := (&http.Client{Transport: b.rt}).Do(req)
 	if err != nil {
@@ -378,7 +403,10 @@ func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
 			resp.Body.Close()
 			return nil, err
 		}
-		return resp.Body, nil
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(resp.Body, n), resp.Body}, nil
 	}
 	defer resp.Body.Close()
 	// The registry's error (its status, code and message), as the

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -264,5 +265,66 @@ func noSources(t *testing.T, dir string) {
 	}
 	if n := len(c.Index().Sources); n != 0 {
 		t.Fatalf("a failed pull left %d sources in %s", n, dir)
+	}
+}
+
+// TestS3Open: a cache opened in place (no local copy) reads every object
+// as the pushed cache holds it, through cut bodies, throttling and a 503;
+// a read past a blob's end is refused.
+func TestS3Open(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Bucket(t, "models")
+	ctx := context.Background()
+	dir := t.TempDir()
+	cache := compress(t, filepath.Join(dir, "a"), synth.Config{Mix: 80, Shards: 2, Seed: 13})
+	ref := "s3://models/open:v1"
+	if _, err := Push(ctx, cache, ref, s3Options(srv)); err != nil {
+		t.Fatal(err)
+	}
+	o := s3Options(srv)
+	o.S3.HTTPClient = &http.Client{Transport: &cutS3{cutAt: map[int64]int64{4: 100, 9: 5000}, fail: map[int64]int{6: 503, 12: 429}}}
+	rc, err := Open(ctx, ref, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rc.Remote() {
+		t.Fatal("an opened reference is not a remote cache")
+	}
+	local, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := shardcache.NewObjectFiles(rc)
+	defer remote.Close()
+	n := 0
+	for k, obj := range local.Index().Objects {
+		if obj.Kind == shardcache.KindPack {
+			continue
+		}
+		want, _, err := local.ReadObject(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc, _, err := rc.Locate(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(want))
+		if err := remote.ReadAt(loc, got, 0); err != nil {
+			t.Fatalf("object %s: %v", k, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("object %s differs", k)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no object read")
+	}
+	if _, err := rc.FilePath(shardcache.Key("x")); !errors.Is(err, shardcache.ErrRemote) {
+		t.Errorf("FilePath of a remote cache: %v", err)
+	}
+	if _, err := Open(ctx, "s3://models/open:v2", s3Options(srv)); !errors.Is(err, ErrNoTag) {
+		t.Errorf("Open of a missing tag: %v", err)
 	}
 }

@@ -56,8 +56,9 @@ func CheckOutside(dir, path, what string) error {
 
 // Cache is an open cache, read-only.
 type Cache struct {
-	dir string
-	ix  *Index
+	dir    string
+	ix     *Index
+	remote *remote // a cache read through Files (OpenRemote), or nil
 	// packPaths is each pack's file, found once: a pack member is located
 	// with no formatting or allocation (a load locates every payload).
 	packPaths map[Key]string
@@ -161,11 +162,15 @@ func Open(dir string) (*Cache, error) {
 	return newCache(dir, ix), nil
 }
 
-func newCache(dir string, ix *Index) *Cache {
-	c := &Cache{dir: dir, ix: ix, slices: map[sliceKey][]SliceHit{}, byName: map[string][]SliceHit{}, packPaths: map[Key]string{}, shards: map[*Shard]struct{}{}}
+func newCache(dir string, ix *Index) *Cache { return newCacheAt(dir, ix, nil) }
+
+// newCacheAt is newCache of a local cache in dir (r nil) or of a remote
+// one (dir its name).
+func newCacheAt(dir string, ix *Index, r *remote) *Cache {
+	c := &Cache{dir: dir, ix: ix, remote: r, slices: map[sliceKey][]SliceHit{}, byName: map[string][]SliceHit{}, packPaths: map[Key]string{}, shards: map[*Shard]struct{}{}}
 	for k, o := range ix.Objects {
 		if o.Kind == KindPack {
-			if p, err := objectPath(dir, k); err == nil { // else Locate reports it
+			if p, err := c.path(k); err == nil { // else Locate reports it
 				c.packPaths[k] = p
 			}
 		}
@@ -247,6 +252,15 @@ func (c *Cache) pick(hits []SliceHit, shard, what string) (SliceHit, error) {
 		}
 	}
 	return hits[0], nil
+}
+
+// path is the file of the object or pack with key: in the cache's
+// folder, or a remote cache's name for it.
+func (c *Cache) path(key Key) (string, error) {
+	if c.remote != nil {
+		return c.remote.path(key), nil
+	}
+	return objectPath(c.dir, key)
 }
 
 func objectPath(dir string, key Key) (string, error) {

@@ -42,7 +42,7 @@ func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == 
 // A tensor whose bytes are only in an absent source is ErrSourceMissing;
 // an entropy payload's tensor with its source absent, ErrHostDecode.
 func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
-	present, err := SourceState(sh, path)
+	present, err := c.SourcePresent(sh, path)
 	switch {
 	case err != nil:
 		return "", 0, err
@@ -55,6 +55,16 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 		return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrHostDecode)
 	}
 	return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
+}
+
+// SourcePresent is SourceState for the cache's own sources: a remote
+// cache's (OpenRemote) are another machine's files, never read here, so
+// that a file of the same path on this one is not taken for its source.
+func (c *Cache) SourcePresent(sh *Shard, path string) (bool, error) {
+	if c.remote != nil {
+		return false, nil
+	}
+	return SourceState(sh, path)
 }
 
 // CheckAbsent checks that every tensor of a shard whose source file is
@@ -74,6 +84,9 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 		size := o.Size
 		if o.Pack != "" {
 			size = c.ix.Objects[o.Pack].Size
+		}
+		if c.remote != nil {
+			continue // its files' sizes were checked when it was opened
 		}
 		st, err := os.Stat(loc.Path)
 		if err != nil {

@@ -27,7 +27,8 @@ var errNegativeOffset = errors.New("shardcache: read at a negative offset")
 // read with pread alone (no stat: whoever reads it checks what it holds,
 // and a file that ends early is ErrObjectCorrupt). Either way a file
 // that ends before the bytes the index records is a corrupt cache, not a
-// short read. It is safe for concurrent use.
+// short read. A remote cache's objects (OpenRemote) are read through its
+// Files, by the file key their Path names. It is safe for concurrent use.
 type ObjectFiles struct {
 	c     *Cache
 	mu    sync.RWMutex
@@ -73,6 +74,9 @@ func (fs *ObjectFiles) ReadAt(loc Location, p []byte, off int64) error {
 
 // open opens the bytes at loc without allocating the ObjectBytes.
 func (fs *ObjectFiles) open(loc Location) (ObjectBytes, error) {
+	if r := fs.c.remote; r != nil {
+		return ObjectBytes{loc: loc, remote: r, fd: -1}, nil
+	}
 	if loc.Pack != "" {
 		p, err := fs.pack(loc)
 		return ObjectBytes{loc: loc, pack: p, fd: -1}, err
@@ -154,9 +158,10 @@ func (fs *ObjectFiles) Close() error {
 
 // ObjectBytes is an object's bytes open for reading (ObjectFiles.Open).
 type ObjectBytes struct {
-	loc  Location
-	pack *os.File // the member's pack, which ObjectFiles keeps open
-	fd   int      // the object's own file, when pack is nil (-1 once closed)
+	loc    Location
+	pack   *os.File // the member's pack, which ObjectFiles keeps open
+	fd     int      // the object's own file, when pack is nil (-1 once closed)
+	remote *remote  // a remote cache's files, read by key (OpenRemote)
 }
 
 var (
@@ -195,8 +200,15 @@ func (f *ObjectBytes) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// read reads p at offset off of the file, up to the file's end.
+// read reads p at offset off of the file, up to the file's end (a
+// remote file: exactly, its size checked when the cache was opened).
 func (f *ObjectBytes) read(p []byte, off int64) (int, error) {
+	if f.remote != nil {
+		if err := f.remote.fileAt(f.loc.Path, p, off); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	if f.pack != nil {
 		n, err := f.pack.ReadAt(p, off)
 		if err == io.EOF {

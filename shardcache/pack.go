@@ -75,12 +75,12 @@ func (c *Cache) Locate(key Key) (Location, *Object, error) {
 		return Location{}, nil, err
 	}
 	if o.Pack == "" {
-		p, err := objectPath(c.dir, key)
+		p, err := c.path(key)
 		return Location{Path: p, Size: o.Size}, o, err
 	}
 	p, ok := c.packPaths[o.Pack]
 	if !ok {
-		if p, err = objectPath(c.dir, o.Pack); err != nil {
+		if p, err = c.path(o.Pack); err != nil {
 			return Location{}, o, err
 		}
 	}

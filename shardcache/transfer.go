@@ -38,7 +38,12 @@ func (ix *Index) Files() (files []Key, members map[Key][]Key) {
 
 // FilePath returns where the file of key (an object of its own or a
 // pack) lies in the cache.
-func (c *Cache) FilePath(key Key) (string, error) { return objectPath(c.dir, key) }
+func (c *Cache) FilePath(key Key) (string, error) {
+	if c.remote != nil {
+		return "", fmt.Errorf("%s: %w", c.dir, ErrRemote)
+	}
+	return objectPath(c.dir, key)
+}
 
 // CheckSelfContained checks that every tensor of every source has its
 // bytes in the cache, in files of the recorded sizes: a copy of the cache

@@ -35,8 +35,13 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 			var err error
 			f, err = os.Open(b.Shard)
 			if errors.Is(err, fs.ErrNotExist) {
-				// An absent source: the content key is the reference.
-				if shardcache.KeyOf(got) != keys[slice{b.Shard, b.Offset}] {
+				// An absent source (or a remote cache's file): the
+				// content key is the reference.
+				want := keys[slice{b.Shard, b.Offset}]
+				if hit, ok := b.Ref.(*shardcache.SliceHit); ok && hit != nil {
+					want = hit.Tensor.Key
+				}
+				if shardcache.KeyOf(got) != want {
 					return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes do not match the content key")}
 				}
 				continue

@@ -11,12 +11,17 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"github.com/splitzip/splitzip/shardcache"
 )
 
-// fileCache keeps files open that many reads share (source shards).
+// fileCache keeps files open that many reads share (source shards). A
+// path of a remote cache's file (cache set, shardcache.OpenRemote) is read
+// through the cache.
 type fileCache struct {
 	mu    sync.Mutex
 	files map[string]*os.File
+	cache *shardcache.Cache
 }
 
 func (c *fileCache) get(path string) (*os.File, error) {
@@ -37,6 +42,9 @@ func (c *fileCache) get(path string) (*os.File, error) {
 }
 
 func (c *fileCache) readAt(path string, dst []byte, off uint64) error {
+	if ok, err := c.cache.ReadRemote(path, dst, int64(off)); ok {
+		return err
+	}
 	f, err := c.get(path)
 	if err != nil {
 		return err

@@ -141,7 +141,7 @@ func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts,
 		resident: map[shardcache.Key]*held{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), objects: shardcache.NewObjectFiles(cache)}
-	z.pack.objects = z.objects
+	z.pack.objects, z.pack.files.cache = z.objects, cache
 	if opts.Resident || opts.DeviceResident {
 		z.res.expect(opts.ResidentBytes)
 	}
@@ -390,7 +390,7 @@ func (z *Payloads) sourcePresent(hit shardcache.SliceHit, path string) (bool, er
 	defer z.mu.Unlock()
 	st, ok := z.present[path]
 	if !ok {
-		st.present, st.err = shardcache.SourceState(hit.Shard, path)
+		st.present, st.err = z.cache.SourcePresent(hit.Shard, path)
 		z.present[path] = st
 	}
 	return st.present, st.err

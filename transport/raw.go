@@ -8,6 +8,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
@@ -131,6 +132,9 @@ type RawOptions struct {
 	// (Staging.Resident): pinned in blocks of that size, so resident
 	// memory is what the tensors need (0: grown as tensors arrive).
 	ResidentBytes uint64
+	// Cache, if set, reads the files of its own that a binding's spec
+	// names when it is a remote cache (shardcache.OpenRemote).
+	Cache *shardcache.Cache
 }
 
 // rawSlotBytes is the default size of a raw staging slot.
@@ -188,6 +192,7 @@ func NewRaw(eng engine.Engine, opts RawOptions) (*Raw, error) {
 	}
 	r := &Raw{eng: eng, opts: opts, slots: slots, resident: map[*vmm.Binding][]byte{}, runs: map[*vmm.Binding]*rawRun{},
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), pinned: uint64(opts.Slots) * opts.SlotBytes}
+	r.files.cache, r.pack.files.cache = opts.Cache, opts.Cache
 	if opts.Resident {
 		r.res.expect(opts.ResidentBytes)
 	}

@@ -22,7 +22,7 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 	for si := range src.Shards {
 		sh := &src.Shards[si]
 		path := filepath.Join(src.Root, sh.Name)
-		present, err := shardcache.SourceState(sh, path)
+		present, err := c.SourcePresent(sh, path)
 		if err != nil {
 			return nil, err
 		}

@@ -63,7 +63,12 @@ time until the first layer is ready, time spent reading, verifying and
 submitting, pinned memory and arena size. --compare N alternates raw and
 compressed loads N times in one process and prints the ratio.
 
-` + remoteHelp + ` The pull is not part of the times reported.`,
+A remote CACHE (s3://bucket/prefix[:tag] or oci://registry/repository:tag) is
+streamed: payloads and packs are read by ranged GETs of their blobs into
+pinned staging as the load asks for them, with no local copy (--check
+compares every tensor with its content key). With --local-cache DIR it is
+pulled into DIR first (kept; a later run fetches only what DIR lacks) and
+loaded from there; the pull is not part of the times reported.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error { return flagError(runLoad(cmd.Context(), g, o, a[0])) },
 	}
@@ -156,15 +161,14 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
 	}
-	dir, done, err := o.pull(ctx, g, dir)
+	if isRemote(dir) && o.Raw && o.LocalCache == "" {
+		return usageError{fmt.Errorf("--raw reads the checkpoint's files: not with a remote cache streamed (pull it, or give --local-cache)")}
+	}
+	c, done, err := o.open(ctx, g, dir)
 	if err != nil {
 		return err
 	}
 	defer done()
-	c, err := shardcache.Open(dir)
-	if err != nil {
-		return err
-	}
 	src, err := c.PickSource(o.Source)
 	if err != nil {
 		return err

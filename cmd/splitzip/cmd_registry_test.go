@@ -58,6 +58,10 @@ func TestPushPullCommands(t *testing.T) {
 	if err := os.Rename(ck, ck+".gone"); err != nil {
 		t.Fatal(err)
 	}
+	// Streamed from the registry, every tensor checked by its key.
+	if code, out, e := splitzip(t, "load", "oci://"+ref, "--insecure", "--device", "cpu", "--check"); code != 0 || !strings.Contains(e, "streaming oci://"+ref) {
+		t.Fatalf("load oci://%s: %d %s %s", ref, code, out, e)
+	}
 	if code, out, e := splitzip(t, "verify", pulled); code != 0 {
 		t.Fatalf("verify of the pulled cache: %d %s %s", code, out, e)
 	}

@@ -47,6 +47,14 @@ func TestS3Commands(t *testing.T) {
 	if code, out, e := splitzip(t, "verify", ref); code != 0 || !strings.Contains(out, "verify ok") || !strings.Contains(e, "pulled "+ref) {
 		t.Fatalf("verify %s: %d %s %s", ref, code, out, e)
 	}
+	// Streamed: no local copy, every tensor checked against its key.
+	code, out, e = splitzip(t, "load", ref, "--device", "cpu", "--check", "--json")
+	if code != 0 || !strings.Contains(e, "streaming "+ref) || !strings.Contains(out, `"checked": true`) {
+		t.Fatalf("load %s streamed: %d %s %s", ref, code, out, e)
+	}
+	if code, _, e := splitzip(t, "load", ref, "--device", "cpu", "--raw"); code != exitUsage {
+		t.Errorf("load --raw of a streamed cache: exit %d, %s", code, e)
+	}
 	local := filepath.Join(dir, "local")
 	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 {
 		t.Fatalf("load %s: %d %s %s", ref, code, out, e)

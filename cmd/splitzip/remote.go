@@ -11,6 +11,7 @@ import (
 
 	"github.com/splitzip/splitzip/oci"
 	"github.com/splitzip/splitzip/s3store"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // ociScheme marks a registry reference where a command takes a cache
@@ -82,4 +83,28 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	fmt.Fprintf(g.stderr, "pulled %s@%s into %s: fetched %s, %s of %s\n", res.Ref, res.Digest, dir,
 		count(res.Fetched, "blob"), human(res.FetchedBytes), human(res.Bytes))
 	return dir, done, nil
+}
+
+// open opens the cache a load reads: a local folder; a remote cache
+// pulled into --local-cache; or, without it, the remote cache read in
+// place (oci.Open: ranged GETs as the load reads, no local copy).
+func (o remoteOptions) open(ctx context.Context, g *globals, cache string) (*shardcache.Cache, func(), error) {
+	if isRemote(cache) && o.LocalCache == "" {
+		c, err := oci.Open(ctx, remoteRef(cache), o.oci(g))
+		if err != nil {
+			return nil, nil, registryError(err)
+		}
+		fmt.Fprintf(g.stderr, "streaming %s: no local copy\n", cache)
+		return c, func() {}, nil
+	}
+	dir, done, err := o.pull(ctx, g, cache)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := shardcache.Open(dir)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return c, done, nil
 }
