@@ -172,6 +172,10 @@ var (
 // Name describes the object's bytes for errors (Location.Name).
 func (f *ObjectBytes) Name() string { return f.loc.Name() }
 
+// Remote reports whether the bytes are a remote cache's (OpenRemote):
+// each read is a request, so readers read large ranges.
+func (f *ObjectBytes) Remote() bool { return f.remote != nil }
+
 // Location returns where the object's bytes lie.
 func (f *ObjectBytes) Location() Location { return f.loc }
 

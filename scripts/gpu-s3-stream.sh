@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Streaming a remote cache to the GPU (issue 35, item 3): a loopback S3
+# server (versitygw, from scripts/need-s3.sh) on the GPU machine holds a
+# generated checkpoint's caches (raw: every tensor raw; fixed; entropy),
+# pushed by `compress -o s3://`; `load s3://...` streams each to the GPU
+# (ranged GETs into pinned staging, no local copy), beside a load of the
+# same fixed cache pulled to local disk, and the bare loopback GET rate
+# (BenchmarkS3Pull/raw-get: ranged GETs of the shard files into files).
+# Build here first:
+#   F='-ldflags=-s -w'; mkdir -p .dev/s3gpu
+#   CGO_ENABLED=0 go build "$F" -o .dev/s3gpu/splitzip ./cmd/splitzip
+#   CGO_ENABLED=0 go test -c "$F" -o .dev/s3gpu/oci.test ./oci
+#   cp .dev/bin/versitygw .dev/s3gpu/ && tar czf .dev/s3gpu.tgz .dev/s3gpu
+# and carry .dev/s3gpu.tgz. SIZE (default 8GiB); logs to $OUT.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+SIZE=${SIZE:-8GiB}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/s3-stream.log") 2>&1
+[ -d .dev/s3gpu ] || tar xzf .dev/s3gpu.tgz
+B=$PWD/.dev/s3gpu
+W=$(mktemp -d /tmp/s3stream.XXXX)
+mkdir -p "$W/root/bench" "$W/meta"
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1 AWS_ENDPOINT_URL_S3=http://127.0.0.1:7079
+"$B/versitygw" --access bench --secret bench-secret --port 127.0.0.1:7079 --quiet posix --sidecar "$W/meta" "$W/root" >"$OUT/versitygw.log" 2>&1 &
+gw=$!
+trap 'kill $gw; rm -rf "$W"' EXIT
+sleep 1
+nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "=== gen and compress -o s3:// ($SIZE) $(date +%T)"
+"$B/splitzip" gen "$W/ck" --size "$SIZE" --shards 4 >/dev/null
+"$B/splitzip" compress "$W/ck" -o s3://bench/m:fixed --no-sync | tail -1
+"$B/splitzip" compress "$W/ck" -o s3://bench/m:entropy --codec entropy --no-sync | tail -1
+"$B/splitzip" compress "$W/ck" -o s3://bench/m:raw --min-saving 0.99 --no-sync | tail -1
+rm -rf "$W/ck" # the loads must not find the source
+sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
+for c in raw fixed entropy; do
+	echo "=== load s3://bench/m:$c streamed $(date +%T)"
+	timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
+done
+echo "=== load s3://bench/m:fixed --check $(date +%T)"
+timeout 120 "$B/splitzip" load s3://bench/m:fixed --check 2>&1 | tail -2
+echo "=== fixed pulled to local disk, then loaded $(date +%T)"
+timeout 120 "$B/splitzip" pull s3://bench/m:fixed "$W/local" --no-sync | tail -1
+timeout 120 "$B/splitzip" load "$W/local" --repeat 3 2>&1 | grep -E "run|first|moved"
+echo "=== bare loopback GET rate $(date +%T)"
+(cd oci && SPLITZIP_S3_BIN=$B/versitygw SPLITZIP_S3_BENCH_BYTES=$((4 << 30)) timeout 200 "$B/oci.test" -test.run XXX -test.bench 'S3Pull/raw-get' -test.benchtime 3x -test.count 3 2>&1 | grep -E "Benchmark|ok|FAIL")
+echo "=== done $(date +%T)"
