@@ -6,16 +6,20 @@
 package loader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/load"
+	"github.com/splitzip/splitzip/oci"
+	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
@@ -91,7 +95,7 @@ func Open(dir, source string) (*Loader, error) { return OpenWith(dir, Options{So
 
 // OpenWith opens a checkpoint of the cache in dir.
 func OpenWith(dir string, o Options) (*Loader, error) {
-	c, err := shardcache.Open(dir)
+	c, err := openCache(dir)
 	if errors.Is(err, shardcache.ErrNotCache) {
 		// A folder that is no cache is a wrong argument, not corrupt data.
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -227,6 +231,12 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
+	if ok, err := l.c.ReadRemote(path, dst, int64(off)); ok {
+		if err != nil {
+			return fmt.Errorf("tensor %q: %w", t.Name, err)
+		}
+		return nil
+	}
 	f, err := l.file(path)
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
@@ -255,6 +265,19 @@ func (l *Loader) file(path string) (*os.File, error) {
 		return old.(*os.File), nil
 	}
 	return f, nil
+}
+
+// openCache opens a cache folder, or a remote cache in place: an
+// s3://bucket/prefix[:tag] layout or an oci://registry/repo:tag artifact
+// (oci.Open: read by ranged GETs, no local copy; credentials and
+// endpoints from the environment, as the CLI takes them; plain HTTP for a
+// registry with SPLITZIP_INSECURE=1).
+func openCache(dir string) (*shardcache.Cache, error) {
+	ref, isOCI := strings.CutPrefix(dir, "oci://")
+	if !isOCI && !s3store.IsURL(dir) {
+		return shardcache.Open(dir)
+	}
+	return oci.Open(context.Background(), ref, oci.Options{Insecure: os.Getenv("SPLITZIP_INSECURE") == "1"})
 }
 
 // Close waits for uploads and frees everything.

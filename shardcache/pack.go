@@ -100,7 +100,12 @@ type ObjectReader struct {
 func (r *ObjectReader) Name() string { return r.name }
 
 // Close closes the file.
-func (r *ObjectReader) Close() error { return r.f.Close() }
+func (r *ObjectReader) Close() error {
+	if r.f == nil { // a remote cache's
+		return nil
+	}
+	return r.f.Close()
+}
 
 // OpenObject opens the object with key and checks the size of its file
 // (for a pack member, its pack's).
@@ -112,6 +117,10 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 	want := o.Size
 	if o.Pack != "" {
 		want = c.ix.Objects[o.Pack].Size // check ensured the pack is there
+	}
+	if c.remote != nil { // sizes checked when it was opened
+		at := remoteAt{c.remote, loc.Path}
+		return &ObjectReader{SectionReader: io.NewSectionReader(at, int64(loc.Offset), int64(o.Size)), name: loc.Name()}, o, nil
 	}
 	f, err := os.Open(loc.Path)
 	if err != nil {

@@ -68,3 +68,16 @@ func (c *Cache) ReadRemote(path string, p []byte, off int64) (ok bool, err error
 	}
 	return true, c.remote.fileAt(path, p, off)
 }
+
+// remoteAt is a remote file as an io.ReaderAt of exact reads.
+type remoteAt struct {
+	r    *remote
+	path string
+}
+
+func (a remoteAt) ReadAt(p []byte, off int64) (int, error) {
+	if err := a.r.fileAt(a.path, p, off); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
