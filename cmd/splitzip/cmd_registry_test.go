@@ -65,18 +65,7 @@ func TestPushPullCommands(t *testing.T) {
 	if code, out, e := splitzip(t, "verify", pulled); code != 0 {
 		t.Fatalf("verify of the pulled cache: %d %s %s", code, out, e)
 	}
-	restored := filepath.Join(dir, "restored")
-	if code, _, e := splitzip(t, "decompress", pulled, "-o", restored); code != 0 {
-		t.Fatalf("decompress of the pulled cache: %d %s", code, e)
-	}
-	ents, _ := os.ReadDir(ck + ".gone")
-	for _, en := range ents {
-		a, _ := os.ReadFile(filepath.Join(ck+".gone", en.Name()))
-		b, err := os.ReadFile(filepath.Join(restored, en.Name()))
-		if err != nil || string(a) != string(b) {
-			t.Errorf("%s: restored differs (%v)", en.Name(), err)
-		}
-	}
+	decompressesTo(t, pulled, filepath.Join(dir, "restored"), ck+".gone")
 	// A cache that needs its source.
 	_, plain := compressed(t, filepath.Join(dir, "plain"))
 	if code, _, e := splitzip(t, "push", plain, ref, "--insecure"); code != exitInput || !strings.Contains(e, "--self-contained") {
@@ -101,6 +90,23 @@ func TestRegistryErrorKinds(t *testing.T) {
 	} {
 		if got := failure.KindOf(registryError(c.err)); got != c.want {
 			t.Errorf("%v: kind %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// decompressesTo decompresses the cache into out and fails t unless every
+// file of the checkpoint folder ck is restored byte for byte.
+func decompressesTo(t *testing.T, cache, out, ck string) {
+	t.Helper()
+	if code, _, e := splitzip(t, "decompress", cache, "-o", out); code != 0 {
+		t.Fatalf("decompress of %s: %d %s", cache, code, e)
+	}
+	ents, _ := os.ReadDir(ck)
+	for _, en := range ents {
+		a, _ := os.ReadFile(filepath.Join(ck, en.Name()))
+		b, err := os.ReadFile(filepath.Join(out, en.Name()))
+		if err != nil || string(a) != string(b) {
+			t.Errorf("%s: restored differs (%v)", en.Name(), err)
 		}
 	}
 }

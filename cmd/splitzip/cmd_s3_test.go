@@ -70,18 +70,7 @@ func TestS3Commands(t *testing.T) {
 	if code, out, e := splitzip(t, "pull", "s3://models/small:v2", pulled); code != 0 || !strings.Contains(out, push.Digest) {
 		t.Fatalf("pull: %d %s %s", code, out, e)
 	}
-	restored := filepath.Join(dir, "restored")
-	if code, _, e := splitzip(t, "decompress", pulled, "-o", restored); code != 0 {
-		t.Fatalf("decompress of the pulled cache: %d %s", code, e)
-	}
-	ents, _ := os.ReadDir(ck + ".gone")
-	for _, en := range ents {
-		a, _ := os.ReadFile(filepath.Join(ck+".gone", en.Name()))
-		b, err := os.ReadFile(filepath.Join(restored, en.Name()))
-		if err != nil || string(a) != string(b) {
-			t.Errorf("%s: restored differs (%v)", en.Name(), err)
-		}
-	}
+	decompressesTo(t, pulled, filepath.Join(dir, "restored"), ck+".gone")
 	if code, _, e := splitzip(t, "verify", "s3://models/small:v9"); code != exitInput || !strings.Contains(e, `no such tag "v9"`) {
 		t.Errorf("verify of a missing tag: exit %d, %s", code, e)
 	}
