@@ -107,7 +107,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	return res, nil
 }
 
-// artifact is a cache artifact's manifest digest, index and layers,
+// artifactOf is a cache artifact's manifest digest, index and layers,
 // checked against one another.
 type artifactOf struct {
 	digest  v1.Hash

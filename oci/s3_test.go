@@ -162,23 +162,9 @@ func (c *cutS3) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := http.DefaultTransport.RoundTrip(r)
 	if cut, ok := c.cutAt[n]; ok && err == nil {
-		resp.Body = &cutAfter{ReadCloser: resp.Body, left: cut}
+		resp.Body = s3test.CutBody(resp.Body, cut)
 	}
 	return resp, err
-}
-
-type cutAfter struct {
-	io.ReadCloser
-	left int64
-}
-
-func (c *cutAfter) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		return 0, io.ErrUnexpectedEOF
-	}
-	n, err := c.ReadCloser.Read(p[:min(int64(len(p)), c.left)])
-	c.left -= int64(n)
-	return n, err
 }
 
 // TestS3PullFaults: cut bodies, 503 and 429 answers are ridden out; a blob

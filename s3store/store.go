@@ -188,9 +188,6 @@ func (noRateLimit) GetToken(context.Context, uint) (func() error, error) {
 }
 func (noRateLimit) AddTokens(uint) error { return nil }
 
-// URL returns the store's bucket and prefix.
-func (s *Store) URL() URL { return s.url }
-
 // key is the object name of name under the prefix.
 func (s *Store) key(name string) string {
 	if s.url.Prefix == "" {

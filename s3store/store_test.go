@@ -69,24 +69,9 @@ func (f *faults) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := f.next.RoundTrip(r)
 	if err == nil && cut > 0 {
-		resp.Body = &cutBody{ReadCloser: resp.Body, left: cut}
+		resp.Body = s3test.CutBody(resp.Body, cut)
 	}
 	return resp, err
-}
-
-// cutBody ends a body with an error after left bytes: a connection cut.
-type cutBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (c *cutBody) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		return 0, io.ErrUnexpectedEOF
-	}
-	n, err := c.ReadCloser.Read(p[:min(int64(len(p)), c.left)])
-	c.left -= int64(n)
-	return n, err
 }
 
 func newStore(t *testing.T, prefix string, f *faults) *Store {

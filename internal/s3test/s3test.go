@@ -6,7 +6,7 @@ package s3test
 
 import (
 	"context"
-	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -146,5 +146,20 @@ func (s *Server) Bucket(t testing.TB, name string) string {
 	return name
 }
 
-// URL returns s3://bucket/prefix.
-func URL(bucket, prefix string) string { return fmt.Sprintf("s3://%s/%s", bucket, prefix) }
+// CutBody ends body with io.ErrUnexpectedEOF after n bytes: a connection
+// cut mid-body, for fault tests.
+func CutBody(body io.ReadCloser, n int64) io.ReadCloser { return &cutBody{ReadCloser: body, left: n} }
+
+type cutBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (c *cutBody) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n, err := c.ReadCloser.Read(p[:min(int64(len(p)), c.left)])
+	c.left -= int64(n)
+	return n, err
+}
