@@ -155,6 +155,11 @@ func sz_set_resident(h C.uintptr_t, on C.int) C.sz_status {
 	return call(h, func(l *loader.Loader) error { return l.SetResident(on != 0) })
 }
 
+//export sz_set_shared
+func sz_set_shared(h C.uintptr_t, on C.int) C.sz_status {
+	return call(h, func(l *loader.Loader) error { return l.SetShared(on != 0) })
+}
+
 //export sz_event_wait
 func sz_event_wait(h C.uintptr_t, event C.uintptr_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error { return l.EventWait(uintptr(event)) })

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 7
+#define SPLITZIP_ABI_VERSION 8
 
 typedef enum {
     SZ_OK = 0,
@@ -196,6 +196,15 @@ sz_status sz_decode_part(uintptr_t handle, uint64_t index, const void *part, uin
  * bytes uploaded. Call it before the first upload (after it:
  * SZ_ERR_INVALID). */
 sz_status sz_set_resident(uintptr_t handle, int on);
+
+/* sz_set_shared (ABI 8), with on nonzero, makes the handle's uploads
+ * resident (sz_set_resident) with the payloads' copies in one host copy
+ * that the processes of this machine loading the same payloads share:
+ * the first process's first upload stream reads and checks every payload
+ * into it, other streams and processes attach and read none. The memory
+ * is freed when the last process holding it closes its handle, exits or
+ * crashes. Call it before the first upload (after it: SZ_ERR_INVALID). */
+sz_status sz_set_shared(uintptr_t handle, int on);
 
 /* Layer packs (ABI 5): the stored bytes of n tensors (fixed-rate
  * payloads, checked whole, and raw tensors; an entropy payload decoded,

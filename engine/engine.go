@@ -78,6 +78,16 @@ type Peered interface {
 	AllowPeers(peers []Engine) error
 }
 
+// Registrar is implemented by engines that pin host memory they did not
+// allocate, so that copies from it run as from Pinned memory: a segment
+// of memory several processes share, mapped read-only (package
+// nodeshare). Register pins b, read-only for the device; Unregister
+// undoes it. Engines without it copy from such memory as it is.
+type Registrar interface {
+	Register(b []byte) error
+	Unregister(b []byte) error
+}
+
 // ErrInjected is returned by fault hooks in tests.
 var ErrInjected = errors.New("injected fault")
 

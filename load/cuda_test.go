@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/fixture"
@@ -16,6 +17,8 @@ func TestCUDALoad(t *testing.T) {
 		{Options{Raw: true, Check: true}, 2},
 		{Options{Check: true}, 2},
 		{Options{Resident: true, Check: true}, 3},
+		// The payloads' shared host copy, pinned read-only.
+		{Options{Resident: true, Share: true, ShareDir: filepath.Join(t.TempDir(), "share"), Check: true}, 3},
 	} {
 		o.DeviceTimes = true
 		rep, err := loadRuns(context.Background(), eng, c, src, o)

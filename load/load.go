@@ -38,11 +38,14 @@ type Report struct {
 	PinnedBytes uint64 `json:"pinned_bytes"`
 	// DeviceBytes is the device memory the device tier held
 	// (DeviceResident).
-	DeviceBytes uint64        `json:"device_tier_bytes,omitempty"`
-	Read        time.Duration `json:"read_ns"`   // summed over reader goroutines
-	Verify      time.Duration `json:"verify_ns"` // payload checksums
-	Submit      time.Duration `json:"submit_ns"` // enqueueing copies and decodes
-	Checked     bool          `json:"checked"`
+	DeviceBytes uint64 `json:"device_tier_bytes,omitempty"`
+	// Shared is the payloads' host copy shared on this machine
+	// (Options.Share).
+	Shared  *SharedReport `json:"shared,omitempty"`
+	Read    time.Duration `json:"read_ns"`   // summed over reader goroutines
+	Verify  time.Duration `json:"verify_ns"` // payload checksums
+	Submit  time.Duration `json:"submit_ns"` // enqueueing copies and decodes
+	Checked bool          `json:"checked"`
 	// EntropyTensors counts the tensors stored as entropy payloads: read
 	// raw from their source, or without it decoded from their payloads
 	// (on the device, or on the host: see transport.PayloadOptions).
@@ -130,6 +133,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 	if err != nil {
 		return nil, err
 	}
+	stage = withShared(stage, c, specs, opts)
 	if opts.PinnedLimit >= 0 {
 		opts.PinnedLimit = int64(stage.Limit)
 	}
@@ -143,7 +147,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 		return nil, err
 	}
 	l := &Load{eng: eng, src: src, opts: opts, arena: arena, ts: ts, store: transport.NewStore(eng, ts.Transport())}
-	l.rep = Report{Device: eng.Name(), Mode: ts.Mode(), ArenaBytes: arena.Size(),
+	l.rep = Report{Device: eng.Name(), Mode: ts.Mode(), ArenaBytes: arena.Size(), Shared: ts.Shared(),
 		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
 			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource, CostModel: opts.Cost != nil}}
 	for _, b := range arena.Bindings() {

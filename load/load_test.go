@@ -129,7 +129,8 @@ func TestOptionsRefused(t *testing.T) {
 	defer eng.Close()
 	for name, o := range map[string]Options{"negative ahead": {Ahead: -1}, "negative readers": {Readers: -3}, "too large packing": {SmallBytes: 1 << 30},
 		"device tier with raw": {Raw: true, DeviceResident: true}, "both tiers": {Resident: true, DeviceResident: true},
-		"resident packs without residency": {ResidentPacks: true}} {
+		"resident packs without residency": {ResidentPacks: true}, "share without residency": {Share: true},
+		"share with raw": {Raw: true, Resident: true, Share: true}} {
 		if _, err := Checkpoint(context.Background(), eng, c, src, o); !errors.Is(err, transport.ErrOption) || !strings.Contains(err.Error(), "want") {
 			t.Errorf("%s: %v", name, err)
 		}

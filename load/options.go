@@ -45,6 +45,17 @@ type Options struct {
 	// tensors side by side in the arena, re-faulted a run at a time with
 	// one copy (transport.RawOptions.ResidentRuns).
 	ResidentPacks bool
+	// Share, with Resident (not Raw), keeps the resident copies of the
+	// payloads in one host copy that the processes of this machine
+	// loading the same payloads share (package nodeshare): the first
+	// process reads and checks them all into it before its first fault,
+	// and later ones attach to it, reading and pinning none of them
+	// (small entropy payloads decoded on the host are still read from
+	// the cache; raw tensors keep their own resident copies).
+	Share bool
+	// ShareDir is the folder of the shared copies' holders files ("":
+	// nodeshare.DefaultDir()).
+	ShareDir string
 	// EntropyOnHost decodes entropy payloads whose source is absent on
 	// the host (transport.PayloadOptions.HostEntropy).
 	EntropyOnHost bool
@@ -99,6 +110,8 @@ func (o *Options) resolve() (int64, error) {
 		return 0, badOption("DeviceResident", true, "without Raw and Resident (the device tier holds payloads)")
 	case o.ResidentPacks && !o.Resident:
 		return 0, badOption("ResidentPacks", true, "with Resident")
+	case o.Share && (!o.Resident || o.Raw):
+		return 0, badOption("Share", true, "with Resident and without Raw (it shares payloads)")
 	}
 	small, err := transport.ResolveSmallBytes(o.SmallBytes)
 	if err != nil {

@@ -1,7 +1,12 @@
 package load
 
 import (
+	"errors"
+	"fmt"
+	"time"
+
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/nodeshare"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
@@ -16,7 +21,18 @@ func Staging(c *shardcache.Cache, specs []vmm.Spec, o Options) (transport.Stagin
 	if err != nil {
 		return transport.Staging{}, err
 	}
-	return transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.PinnedLimit)
+	s, err := transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.PinnedLimit)
+	return withShared(s, c, specs, o), err
+}
+
+// withShared adds to s the layout of the payloads' shared host copy, for
+// a load with Options.Share.
+func withShared(s transport.Staging, c *shardcache.Cache, specs []vmm.Spec, o Options) transport.Staging {
+	if o.Share && !o.Raw {
+		l := transport.LayoutShared(c, specs)
+		s.Shared = &l
+	}
+	return s
 }
 
 // Transports are what one engine uploads a checkpoint through: the raw
@@ -25,9 +41,12 @@ func Staging(c *shardcache.Cache, specs []vmm.Spec, o Options) (transport.Stagin
 // a load from the CLI, from the C ABI and onto several GPUs runs the same
 // stack with the same defaults.
 type Transports struct {
-	raw  *transport.Raw
-	zip  *transport.Payloads
-	mode string
+	raw   *transport.Raw
+	zip   *transport.Payloads
+	mode  string
+	share *nodeshare.Segment // Options.Share's host copy
+	// shareTime is how long attaching to (or making) it took.
+	shareTime time.Duration
 }
 
 // NewTransports builds the transports of a load on eng with the staging
@@ -68,6 +87,9 @@ func newTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 			Readers: o.Readers, SmallBytes: small, RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
 			DeviceResident: o.DeviceResident, DeviceBytes: stage.Device, HostEntropy: o.EntropyOnHost,
 			EntropyFromSource: o.EntropyFromSource, Cost: o.Cost}
+		if o.Share && stage.Shared != nil {
+			po.ResidentBytes = 0 // the payloads' copies are the shared ones
+		}
 		if o.DeviceResident {
 			po.ResidentBytes = stage.SmallResident
 			if stage.Device == 0 {
@@ -87,6 +109,16 @@ func newTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 			return nil, err
 		}
 		t.zip, t.mode = z, "splitzip"
+		if o.Share && stage.Shared != nil {
+			t0 := time.Now()
+			t.share, err = openShared(eng, z, *stage.Shared, o.ShareDir)
+			t.shareTime = time.Since(t0)
+			if err != nil {
+				z.Close()
+				return nil, err
+			}
+			t.mode += "+shared"
+		}
 	}
 	switch {
 	case o.Resident && o.ResidentPacks:
@@ -116,5 +148,76 @@ func (t *Transports) Payloads() *transport.Payloads { return t.zip }
 // "+resident-packs" or "+device-resident".
 func (t *Transports) Mode() string { return t.mode }
 
-// Close frees the transports' staging.
-func (t *Transports) Close() error { return t.Transport().Close() }
+// SharedReport is what a load with Options.Share found of the payloads'
+// shared host copy.
+type SharedReport struct {
+	ID    string `json:"id"`
+	Bytes uint64 `json:"bytes"`
+	// Made: this process made it, reading and checking every payload
+	// into it (in OpenTime); else it attached to another process's.
+	Made    bool          `json:"made"`
+	Holders int           `json:"holders"` // processes holding it then, this one included
+	Open    time.Duration `json:"open_ns"`
+}
+
+// Shared describes the shared host copy of the payloads (nil without
+// Options.Share).
+func (t *Transports) Shared() *SharedReport {
+	if t.share == nil {
+		return nil
+	}
+	in := t.share.Info()
+	return &SharedReport{ID: in.ID, Bytes: in.Bytes, Made: in.Made, Holders: in.Holders, Open: t.shareTime}
+}
+
+// Close frees the transports' staging and gives back the shared host
+// copy.
+func (t *Transports) Close() error {
+	err := t.Transport().Close()
+	if t.share != nil {
+		err = errors.Join(err, t.share.Close())
+	}
+	return err
+}
+
+// openShared opens the host copy of the payloads of l that processes of
+// this machine share, filled through z when this process makes it, and
+// makes its payloads z's resident copies. Engines that pin memory they
+// did not allocate (engine.Registrar) pin it once a process.
+func openShared(eng engine.Engine, z *transport.Payloads, l transport.SharedLayout, dir string) (*nodeshare.Segment, error) {
+	o := nodeshare.Options{Dir: dir}
+	if r, ok := eng.(engine.Registrar); ok {
+		o.Pin, o.Unpin = r.Register, r.Unregister
+	}
+	seg, err := nodeshare.Open(l.ID, l.Size, func(b []byte) error { return z.FillShared(l, b) }, o)
+	if err != nil {
+		return nil, fmt.Errorf("shared host copy of the payloads: %w", err)
+	}
+	if err := z.UseShared(l, seg.Bytes()); err != nil {
+		seg.Close()
+		return nil, fmt.Errorf("shared host copy of the payloads: %w", err)
+	}
+	return seg, nil
+}
+
+// Share makes or attaches to the shared host copy of the payloads of src
+// in c, as a load with Options.Share (Resident is implied) would, and
+// keeps it held, without loading anything to the device, until the
+// returned Transports are closed: a process that keeps a checkpoint's
+// host copy ready for others to attach to. Shared() reports what it did.
+func Share(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, o Options) (*Transports, error) {
+	o.Resident, o.Share = true, true
+	small, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	specs, err := transport.Specs(c, src)
+	if err != nil {
+		return nil, err
+	}
+	stage, err := transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.PinnedLimit)
+	if err != nil {
+		return nil, err
+	}
+	return newTransports(eng, c, withShared(stage, c, specs, o), o, small)
+}

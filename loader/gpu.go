@@ -182,6 +182,29 @@ func (l *Loader) SetResident(on bool) error {
 	return nil
 }
 
+// SetShared, with on, makes the loader's uploads resident (SetResident)
+// with the resident copies of the payloads in one host copy that the
+// processes of this machine loading the same payloads share (package
+// nodeshare, load.Options.Share): the first upload stream of the first
+// process reads and checks every payload into it; other streams and
+// processes attach and read none. The copy is freed when the last
+// process holding it closes its handle or exits. It must be called
+// before the first upload; after, it is ErrInvalid.
+func (l *Loader) SetShared(on bool) error {
+	if l.uploading.Load() {
+		return fmt.Errorf("%w: sharing is set before the first upload", ErrInvalid)
+	}
+	l.shared.Store(on)
+	if on {
+		l.resident.Store(true)
+		if l.staging.Shared == nil {
+			lay := transport.LayoutShared(l.c, l.specs)
+			l.staging.Shared = &lay
+		}
+	}
+	return nil
+}
+
 // transportFor returns this loader's transport on stream s of device d,
 // creating it on first use.
 func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTransport, error) {
@@ -197,6 +220,7 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	l.uploading.Store(true)
 	o := l.opts
 	o.Resident = l.resident.Load()
+	o.Share = o.Resident && l.shared.Load()
 	ts, err := load.NewTransports(eng, l.c, l.staging, o)
 	if err != nil {
 		release(d, s)

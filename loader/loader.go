@@ -69,8 +69,10 @@ type Loader struct {
 	opts    load.Options
 	staging transport.Staging
 	// resident: uploads keep what they read in pinned memory
-	// (SetResident); uploading: a transport has been made.
-	resident, uploading atomic.Bool
+	// (SetResident); shared: the payloads' copies are the machine's
+	// shared host copy (SetShared); uploading: a transport has been made.
+	resident, shared, uploading atomic.Bool
+	specs                       []vmm.Spec // the tensors, for the shared copy's layout
 }
 
 type slice struct {
@@ -139,6 +141,7 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 		}
 	}
 	l.opts = load.Options{PinnedLimit: o.PinnedLimit}
+	l.specs = specs
 	if l.staging, err = load.Staging(c, specs, l.opts); err != nil {
 		return nil, err
 	}

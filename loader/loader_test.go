@@ -17,6 +17,7 @@ import (
 	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/nodeshare"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
@@ -399,6 +400,90 @@ func TestSetResident(t *testing.T) {
 	l.uploading.Store(true) // as the first upload's transport does
 	if err := l.SetResident(false); !errors.Is(err, ErrInvalid) {
 		t.Errorf("SetResident after an upload: %v, want ErrInvalid", err)
+	}
+}
+
+// TestSetShared: sharing is taken before the first upload and implies
+// residency.
+func TestSetShared(t *testing.T) {
+	l, _ := openFixture(t)
+	if err := l.SetShared(true); err != nil || !l.resident.Load() || !l.shared.Load() || l.staging.Shared == nil || len(l.staging.Shared.Keys) == 0 {
+		t.Fatalf("SetShared: %v", err)
+	}
+	l.uploading.Store(true)
+	if err := l.SetShared(false); !errors.Is(err, ErrInvalid) {
+		t.Errorf("SetShared after an upload: %v, want ErrInvalid", err)
+	}
+}
+
+// TestUploadShared: loaders with SetShared upload every tensor from the
+// shared host copy, pinned read-only: the second attaches to the first's
+// copy, and a third, opened after every payload in the cache was
+// damaged, still uploads every tensor right, for it reads none. It
+// needs a GPU.
+func TestUploadShared(t *testing.T) {
+	t.Setenv(nodeshare.DirEnv, filepath.Join(t.TempDir(), "share"))
+	a, _ := openFixture(t)
+	ctx := requireGPU(t)
+	upload := func(l *Loader) {
+		t.Helper()
+		s, err := ctx.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctx.DestroyStream(s)
+		ts := l.Tensors()
+		var total uint64
+		offs := make([]uint64, len(ts))
+		for i, tn := range ts {
+			offs[i] = total
+			total += (tn.Size + 255) &^ 255
+		}
+		d, err := ctx.Alloc(total)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctx.Free(d)
+		idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
+		for i, tn := range ts {
+			idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size
+		}
+		for range 2 {
+			ev, err := l.UploadBatch(idx, 0, dsts, caps, uintptr(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.EventWait(ev); err != nil {
+				t.Fatal(err)
+			}
+			l.EventRelease(ev)
+			host := make([]byte, total)
+			ctx.CopyDtoHAsync(host, d, s)
+			ctx.StreamSynchronize(s)
+			for i, tn := range ts {
+				if !bytes.Equal(host[offs[i]:offs[i]+tn.Size], source(t, &tn)) {
+					t.Fatalf("%s differs on the device", tn.Name)
+				}
+			}
+		}
+	}
+	if err := a.SetShared(true); err != nil {
+		t.Fatal(err)
+	}
+	upload(a)
+	for i, k := range a.staging.Shared.Keys {
+		defer cachetest.Flip(t, a.c, k, int64(a.staging.Shared.Sizes[i]/2), 0x20)()
+	}
+	for range 2 {
+		b, err := Open(a.c.Dir(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SetShared(true); err != nil {
+			t.Fatal(err)
+		}
+		upload(b)
+		b.Close()
 	}
 }
 

@@ -11,15 +11,19 @@
 #   CGO_ENABLED=0 go build "$F" -o .dev/s3gpu/splitzip ./cmd/splitzip
 #   CGO_ENABLED=0 go test -c "$F" -o .dev/s3gpu/oci.test ./oci
 #   cp .dev/bin/versitygw .dev/s3gpu/ && tar czf .dev/s3gpu.tgz .dev/s3gpu
-# and carry .dev/s3gpu.tgz. SIZE (default 8GiB); logs to $OUT.
+# and carry .dev/s3gpu.tgz (or set B to a folder holding the three).
+# SIZE (default 8GiB); logs to $OUT.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 SIZE=${SIZE:-8GiB}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/s3-stream.log") 2>&1
-[ -d .dev/s3gpu ] || tar xzf .dev/s3gpu.tgz
-B=$PWD/.dev/s3gpu
+B=${B:-}
+if [ -z "$B" ]; then
+	[ -d .dev/s3gpu ] || tar xzf .dev/s3gpu.tgz
+	B=$PWD/.dev/s3gpu
+fi
 W=$(mktemp -d /tmp/s3stream.XXXX)
 mkdir -p "$W/root/bench" "$W/meta"
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1 AWS_ENDPOINT_URL_S3=http://127.0.0.1:7079

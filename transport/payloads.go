@@ -95,6 +95,8 @@ type Payloads struct {
 	res      *slab                   // resident payloads
 	objects  *shardcache.ObjectFiles // the cache's objects, its packs kept open
 	tier     *devTier                // DeviceResident's payloads
+	// sharedBytes is the buffer UseShared took resident copies from.
+	sharedBytes uint64
 }
 
 // sourceState is what SourceState said of a source shard.

@@ -146,6 +146,9 @@ type Staging struct {
 	// its streamed payloads, each once and aligned; SmallResident what
 	// such a load keeps in pinned memory beside it, its small payloads.
 	Device, SmallResident uint64
+	// Shared, for a load whose payloads' resident copies are shared by
+	// the processes of a machine (load.Options.Share), is where they go.
+	Shared *SharedLayout
 }
 
 // PinnedBytes returns the pinned bytes of the rings: raw slots and, for a

@@ -29,6 +29,8 @@ type loadOptions struct {
 	Raw           bool
 	Resident      bool
 	ResidentPacks bool // with Resident: payloads side by side in pinned regions (default on)
+	Share         bool // with Resident: the payloads' copies shared by this machine's processes
+	Hold          time.Duration
 	// DeviceResident keeps payloads in device memory (raw loads of a
 	// comparison keep theirs in pinned memory).
 	DeviceResident bool
@@ -75,6 +77,8 @@ loaded from there; the pull is not part of the times reported.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
 	f.BoolVar(&o.Resident, "resident", false, "keep payloads (raw bytes with --raw) in pinned memory: later repeats read no file")
+	f.BoolVar(&o.Share, "share", false, "keep the payloads' resident copies in one host copy that processes on this machine loading the same payloads share: the first reads and checks them all into it, later ones attach and read none (implies --resident; not with --raw)")
+	f.DurationVar(&o.Hold, "hold", 0, "with --share: keep the shared host copy held for this long after the loads (until interrupted), for other processes to attach to")
 	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory); not with --raw or --resident")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
@@ -146,7 +150,7 @@ func flagError(err error) error {
 	return usageError{errors.New(loadFlags.Replace(strings.TrimPrefix(err.Error(), transport.ErrOption.Error()+": ")))}
 }
 
-func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
+func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err error) {
 	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
 		return usageError{fmt.Errorf("--repeat, --readers, --streams and --ahead must be at least 1")}
 	}
@@ -160,6 +164,15 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
+	}
+	if o.Share {
+		if o.Raw || o.Compare > 0 || o.DeviceResident {
+			return usageError{fmt.Errorf("--share shares payloads: not with --raw, --compare or --device-resident")}
+		}
+		o.Resident = true
+	}
+	if o.Hold < 0 || (o.Hold > 0 && !o.Share) {
+		return usageError{fmt.Errorf("--hold is a positive duration, with --share")}
 	}
 	if isRemote(dir) && o.Raw && o.LocalCache == "" {
 		return usageError{fmt.Errorf("--raw reads the checkpoint's files: not with a remote cache streamed (pull it, or give --local-cache)")}
@@ -198,9 +211,22 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 		// load without one predicts nothing (calibrate makes it).
 		predictor, _ = hostProfile(ctx, g, o.Device, false)
 	}
-	lo := load.Options{Profile: predictor, Raw: o.Raw, Resident: o.Resident, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, Cost: prof,
+	lo := load.Options{Profile: predictor, Raw: o.Raw, Resident: o.Resident, Share: o.Share, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, Cost: prof,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
+	if o.Hold > 0 {
+		// Held from before the loads, so the copy outlives them.
+		held, err := load.Share(eng, c, src, lo)
+		if err != nil {
+			return flagError(err)
+		}
+		defer func() {
+			if err == nil {
+				holdShared(ctx, g, held.Shared(), o.Hold)
+			}
+			err = errors.Join(err, held.Close())
+		}()
+	}
 	if o.Compare == 0 {
 		p.Start("loading", total)
 		rep, err := loadbench.Repeat(ctx, eng, c, src, lo, o.Repeat)
@@ -255,6 +281,18 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) error {
 	return nil
 }
 
+// holdShared keeps the shared host copy s held (by the caller) for d or
+// until ctx ends.
+func holdShared(ctx context.Context, g *globals, s *load.SharedReport, d time.Duration) {
+	if !g.JSON {
+		fmt.Fprintf(g.stderr, "holding the shared host copy %s (%s) for %v; interrupt to stop\n", s.ID, human(s.Bytes), d)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
 // packing describes the small-tensor packing threshold.
 func packing(n int64) string {
 	if n < 0 {
@@ -288,6 +326,13 @@ func printLoad(g *globals, r *load.Report) {
 		tier = ", device tier " + human(r.DeviceBytes)
 	}
 	fmt.Fprintf(g.stdout, "  moved %s to the device; pinned %s%s, arena %s%s\n", human(r.MovedBytes), human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
+	if s := r.Shared; s != nil {
+		how := fmt.Sprintf("attached to another process's in %v", s.Open.Round(time.Millisecond))
+		if s.Made {
+			how = fmt.Sprintf("made by this process in %v (every payload read and checked into it)", s.Open.Round(time.Millisecond))
+		}
+		fmt.Fprintf(g.stdout, "  shared host copy %s of the payloads: %s, %s; %d processes held it then\n", s.ID, human(s.Bytes), how, s.Holders)
+	}
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {

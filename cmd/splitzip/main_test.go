@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sameFiles fails the test unless every file of directory a is in b with
@@ -92,6 +93,30 @@ func TestEndToEnd(t *testing.T) {
 		args := append([]string{"load", cache, "--device", "cpu", "--check", "--resident", "--repeat", "2"}, strings.Fields(c.args)...)
 		if code, out, e := splitzip(t, args...); code != 0 || !strings.Contains(out, "matches the source") || !strings.Contains(out, c.mode) {
 			t.Fatalf("load --resident %s: %d %q %q", c.args, code, out, e)
+		}
+	}
+	// The payloads' host copy shared on this machine: made by the first
+	// load, attached to while a holder (--hold) keeps it; refused with
+	// what it cannot share.
+	t.Setenv("SPLITZIP_SHARE_DIR", filepath.Join(t.TempDir(), "share"))
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--share", "--json"); code != 0 || !strings.Contains(out, `"made": true`) || !strings.Contains(out, "splitzip+shared+resident-packs") {
+		t.Fatalf("load --share: %d %q %q", code, out, e)
+	}
+	held := make(chan string)
+	go func() {
+		_, out, e := splitzip(t, "load", cache, "--device", "cpu", "--share", "--hold", "2s")
+		held <- out + e
+	}()
+	time.Sleep(time.Second)
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--share"); code != 0 || !strings.Contains(out, "matches the source") {
+		t.Fatalf("load --share beside a holder: %d %q %q", code, out, e)
+	}
+	if out := <-held; !strings.Contains(out, "holding the shared host copy") || !strings.Contains(out, "made by this process") {
+		t.Fatalf("load --share --hold: %q", out)
+	}
+	for _, args := range [][]string{{"--share", "--raw"}, {"--share", "--compare", "1"}, {"--hold", "1s"}, {"--share", "--hold", "-1s"}} {
+		if code, _, e := splitzip(t, append([]string{"load", cache, "--device", "cpu"}, args...)...); code != exitUsage {
+			t.Errorf("load %v: %d %q, want a usage error", args, code, e)
 		}
 	}
 	// Onto several devices (host engines), by parts and peer copies, and

@@ -220,6 +220,24 @@ func (e *Engine) FreePinned(b []byte) error {
 	return err
 }
 
+// Register pins b, memory this engine did not allocate that the device
+// only reads (a shared segment mapped read-only), for every context of
+// the process (engine.Registrar).
+func (e *Engine) Register(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return e.ctx.HostRegister(b, cuda.HostRegisterPortable|cuda.HostRegisterReadOnly)
+}
+
+// Unregister unpins memory from Register.
+func (e *Engine) Unregister(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return e.ctx.HostUnregister(b)
+}
+
 // Granularity returns the VMM allocation granularity.
 func (e *Engine) Granularity() uint64 { return e.gran }
 

@@ -230,6 +230,9 @@ const (
 	HostAllocPortable      = 1
 	HostAllocWriteCombined = 4
 	HostRegisterPortable   = 1
+	// HostRegisterReadOnly registers memory the device only reads; it is
+	// required for memory mapped read-only.
+	HostRegisterReadOnly = 8
 )
 
 // HostAlloc allocates n bytes of pinned host memory, returned as a slice

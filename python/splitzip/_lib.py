@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -181,6 +181,7 @@ def lib():
             "sz_event_wait": ([up, up], st),
             "sz_event_release": ([up, up], st),
             "sz_set_resident": ([up, ctypes.c_int], st),
+            "sz_set_shared": ([up, ctypes.c_int], st),
             "sz_stored_size": ([up, u64, P(u64)], st),
             "sz_read_stored": ([up, u64, ctypes.c_void_p, u64, P(u64)], st),
             "sz_decode_host": ([up, u64, ctypes.c_void_p, u64, ctypes.c_void_p, u64], st),
@@ -223,7 +224,11 @@ class Cache:
     """An open splitzip cache. Safe to use from several threads. With
     resident, uploads keep what they read in pinned host memory (per
     upload stream), so uploading a tensor again reads no file: the
-    pinned-host tier of splitzip.offload.
+    pinned-host tier of splitzip.offload. With shared (which implies
+    resident), the payloads' pinned copies are one host copy that every
+    process of this machine loading the same payloads shares: the first
+    reads and checks them into it, later ones attach and read none; the
+    memory is freed when the last process holding it closes or exits.
 
     What is read is what the cache holds: every payload (fixed codec or
     entropy) is decoded from the cache and checked, even when its source
@@ -238,7 +243,7 @@ class Cache:
     OSError) for files, IntegrityError for corrupt data. After close()
     every method raises ValueError("the cache is closed")."""
 
-    def __init__(self, path: str, source: Optional[str] = None, resident: bool = False):
+    def __init__(self, path: str, source: Optional[str] = None, resident: bool = False, shared: bool = False):
         self._hv = 0
         self._index = None
         l = lib()
@@ -259,9 +264,12 @@ class Cache:
                 status = 1
             raise error(status, msg, path)
         self._hv = h.value
-        if resident:
+        if resident or shared:
             try:
-                self._check(l.sz_set_resident(self._h, 1))
+                if shared:
+                    self._check(l.sz_set_shared(self._h, 1))
+                else:
+                    self._check(l.sz_set_resident(self._h, 1))
             except Exception:
                 self.close()
                 raise
