@@ -121,19 +121,10 @@ type Load struct {
 // builds the transports that fault them in, with their staging set up
 // (nothing is read yet). Close frees them.
 func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options) (*Load, error) {
-	small, err := opts.resolve()
+	specs, stage, small, err := plan(c, src, &opts)
 	if err != nil {
 		return nil, err
 	}
-	specs, err := transport.Specs(c, src)
-	if err != nil {
-		return nil, err
-	}
-	stage, err := transport.PlanStaging(c, specs, opts.Readers, small, opts.Raw, opts.PinnedLimit)
-	if err != nil {
-		return nil, err
-	}
-	stage = withShared(stage, c, specs, opts)
 	if opts.PinnedLimit >= 0 {
 		opts.PinnedLimit = int64(stage.Limit)
 	}

@@ -207,17 +207,28 @@ func openShared(eng engine.Engine, z *transport.Payloads, l transport.SharedLayo
 // host copy ready for others to attach to. Shared() reports what it did.
 func Share(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, o Options) (*Transports, error) {
 	o.Resident, o.Share = true, true
-	small, err := o.resolve()
+	_, stage, small, err := plan(c, src, &o)
 	if err != nil {
 		return nil, err
+	}
+	return newTransports(eng, c, stage, o, small)
+}
+
+// plan resolves o and returns the specs of src's tensors in c, their
+// staging plan (with the shared copy's layout for Options.Share) and the
+// packing threshold in effect.
+func plan(c *shardcache.Cache, src *shardcache.Source, o *Options) ([]vmm.Spec, transport.Staging, int64, error) {
+	small, err := o.resolve()
+	if err != nil {
+		return nil, transport.Staging{}, 0, err
 	}
 	specs, err := transport.Specs(c, src)
 	if err != nil {
-		return nil, err
+		return nil, transport.Staging{}, 0, err
 	}
 	stage, err := transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.PinnedLimit)
 	if err != nil {
-		return nil, err
+		return nil, transport.Staging{}, 0, err
 	}
-	return newTransports(eng, c, withShared(stage, c, specs, o), o, small)
+	return specs, withShared(stage, c, specs, *o), small, nil
 }
