@@ -14,6 +14,7 @@ import (
 
 	"github.com/splitzip/splitzip/checkpoint"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/nodeshare"
 	"github.com/splitzip/splitzip/pipeline"
 )
 
@@ -177,5 +178,13 @@ int main(int argc, char **argv) {
 	src, cache := fixture(t, dir)
 	if out := run(t, exe, dir, filepath.Join(dir, "nope"), cache, src); !bytes.Contains([]byte(out), []byte("ok")) {
 		t.Errorf("bad-input program: %s", out)
+	}
+}
+
+// TestShareDirEnv: sz_set_shared reads the variable that package
+// nodeshare names.
+func TestShareDirEnv(t *testing.T) {
+	if shareDirEnvName != nodeshare.DirEnv {
+		t.Fatalf("sz_set_shared reads %s, nodeshare %s", shareDirEnvName, nodeshare.DirEnv)
 	}
 }

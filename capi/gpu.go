@@ -155,9 +155,22 @@ func sz_set_resident(h C.uintptr_t, on C.int) C.sz_status {
 	return call(h, func(l *loader.Loader) error { return l.SetResident(on != 0) })
 }
 
+// shareDirEnvName is nodeshare.DirEnv (capi_test checks), shareDirEnv
+// the C string of it.
+const shareDirEnvName = "SPLITZIP_SHARE_DIR"
+
+var shareDirEnv = C.CString(shareDirEnvName)
+
 //export sz_set_shared
 func sz_set_shared(h C.uintptr_t, on C.int) C.sz_status {
-	return call(h, func(l *loader.Loader) error { return l.SetShared(on != 0) })
+	// The folder comes from the C environment as it is now: Go copied the
+	// environment when the library was loaded, and a host that sets the
+	// variable later (Python's os.environ) changes only the C one.
+	dir := ""
+	if v := C.getenv(shareDirEnv); v != nil {
+		dir = C.GoString(v)
+	}
+	return call(h, func(l *loader.Loader) error { return l.SetShared(on != 0, dir) })
 }
 
 //export sz_event_wait

@@ -203,7 +203,9 @@ sz_status sz_set_resident(uintptr_t handle, int on);
  * the first process's first upload stream reads and checks every payload
  * into it, other streams and processes attach and read none. The memory
  * is freed when the last process holding it closes its handle, exits or
- * crashes. Call it before the first upload (after it: SZ_ERR_INVALID). */
+ * crashes. The holders' folder is $SPLITZIP_SHARE_DIR as the environment
+ * holds it at this call (unset or empty: /dev/shm/splitzip-UID). Call it
+ * before the first upload (after it: SZ_ERR_INVALID). */
 sz_status sz_set_shared(uintptr_t handle, int on);
 
 /* Layer packs (ABI 5): the stored bytes of n tensors (fixed-rate

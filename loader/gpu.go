@@ -188,13 +188,16 @@ func (l *Loader) SetResident(on bool) error {
 // nodeshare, load.Options.Share): the first upload stream of the first
 // process reads and checks every payload into it; other streams and
 // processes attach and read none. The copy is freed when the last
-// process holding it closes its handle or exits. It must be called
-// before the first upload; after, it is ErrInvalid.
-func (l *Loader) SetShared(on bool) error {
+// process holding it closes its handle or exits. dir is the folder of
+// the copies' holders files ("": $SPLITZIP_SHARE_DIR as Go read it at
+// start, else /dev/shm/splitzip-UID; load.Options.ShareDir). It must be
+// called before the first upload; after, it is ErrInvalid.
+func (l *Loader) SetShared(on bool, dir string) error {
 	if l.uploading.Load() {
 		return fmt.Errorf("%w: sharing is set before the first upload", ErrInvalid)
 	}
 	l.shared.Store(on)
+	l.opts.ShareDir = dir
 	if on {
 		l.resident.Store(true)
 		if l.staging.Shared == nil {

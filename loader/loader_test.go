@@ -407,11 +407,11 @@ func TestSetResident(t *testing.T) {
 // residency.
 func TestSetShared(t *testing.T) {
 	l, _ := openFixture(t)
-	if err := l.SetShared(true); err != nil || !l.resident.Load() || !l.shared.Load() || l.staging.Shared == nil || len(l.staging.Shared.Keys) == 0 {
+	if err := l.SetShared(true, ""); err != nil || !l.resident.Load() || !l.shared.Load() || l.staging.Shared == nil || len(l.staging.Shared.Keys) == 0 {
 		t.Fatalf("SetShared: %v", err)
 	}
 	l.uploading.Store(true)
-	if err := l.SetShared(false); !errors.Is(err, ErrInvalid) {
+	if err := l.SetShared(false, ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("SetShared after an upload: %v, want ErrInvalid", err)
 	}
 }
@@ -467,7 +467,7 @@ func TestUploadShared(t *testing.T) {
 			}
 		}
 	}
-	if err := a.SetShared(true); err != nil {
+	if err := a.SetShared(true, ""); err != nil {
 		t.Fatal(err)
 	}
 	upload(a)
@@ -479,7 +479,7 @@ func TestUploadShared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.SetShared(true); err != nil {
+		if err := b.SetShared(true, ""); err != nil {
 			t.Fatal(err)
 		}
 		upload(b)

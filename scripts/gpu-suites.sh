@@ -12,6 +12,7 @@
 #   make capi
 # and carry .dev/gpu and python/splitzip/libsplitzip.so.
 #   scripts/gpu-suites.sh [go|python|all]      (default all)
+# PY_TESTS names the Python test modules (default: those that use the GPU).
 # Logs go to $OUT; the last line says which suites failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ if [ "$what" != python ]; then
 fi
 if [ "$what" != go ]; then
 	export SPLITZIP_BIN=$B/splitzip SPLITZIP_LIB=$PWD/python/splitzip/libsplitzip.so
-	suite python 300 python/tests python3 -m unittest -v test_offload test_offload_experts test_transformers test_source test_pieces
+	suite python 300 python/tests python3 -m unittest -v ${PY_TESTS:-test_offload test_offload_experts test_transformers test_source test_pieces test_shared}
 fi
 echo "gpu-suites: failed: ${failed[*]:-none}" | tee "$OUT/summary.txt"
 [ ${#failed[@]} -eq 0 ]

@@ -229,6 +229,8 @@ class Cache:
     process of this machine loading the same payloads shares: the first
     reads and checks them into it, later ones attach and read none; the
     memory is freed when the last process holding it closes or exits.
+    The holders' folder is os.environ["SPLITZIP_SHARE_DIR"] when the Cache
+    is made (unset: /dev/shm/splitzip-UID).
 
     What is read is what the cache holds: every payload (fixed codec or
     entropy) is decoded from the cache and checked, even when its source
