@@ -110,12 +110,10 @@ func requireGPU(t *testing.T) *cuda.Context {
 	return ctx
 }
 
-// TestUploadBatch uploads every tensor in one batch into one allocation,
-// from four goroutines on four streams at once, and reads them back; then
-// a corrupt payload fails its batch naming the tensor. It needs a GPU.
-func TestUploadBatch(t *testing.T) {
-	l, _ := openFixture(t)
-	ctx := requireGPU(t)
+// uploadAll uploads every tensor of l in one batch, on stream s, into one
+// device allocation, and returns each tensor's bytes as read back from
+// the device, in the order of l.Tensors().
+func uploadAll(ctx *cuda.Context, l *Loader, s cuda.Stream) ([][]byte, error) {
 	ts := l.Tensors()
 	var total uint64
 	offs := make([]uint64, len(ts))
@@ -123,6 +121,44 @@ func TestUploadBatch(t *testing.T) {
 		offs[i] = total
 		total += (tn.Size + 255) &^ 255
 	}
+	d, err := ctx.Alloc(total)
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Free(d)
+	idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
+	for i, tn := range ts {
+		idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size
+	}
+	ev, err := l.UploadBatch(idx, 0, dsts, caps, uintptr(s))
+	if err != nil {
+		return nil, err
+	}
+	defer l.EventRelease(ev)
+	if err := l.EventWait(ev); err != nil {
+		return nil, err
+	}
+	host := make([]byte, total)
+	if err := ctx.CopyDtoHAsync(host, d, s); err != nil {
+		return nil, err
+	}
+	if err := ctx.StreamSynchronize(s); err != nil {
+		return nil, err
+	}
+	got := make([][]byte, len(ts))
+	for i, tn := range ts {
+		got[i] = host[offs[i] : offs[i]+tn.Size]
+	}
+	return got, nil
+}
+
+// TestUploadBatch uploads every tensor in one batch into one allocation,
+// from four goroutines on four streams at once, and reads them back; then
+// a corrupt payload fails its batch naming the tensor. It needs a GPU.
+func TestUploadBatch(t *testing.T) {
+	l, _ := openFixture(t)
+	ctx := requireGPU(t)
+	ts := l.Tensors()
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -132,30 +168,13 @@ func TestUploadBatch(t *testing.T) {
 				return
 			}
 			defer ctx.DestroyStream(s)
-			d, err := ctx.Alloc(total)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer ctx.Free(d)
-			idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
-			for i, tn := range ts {
-				idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size
-			}
-			ev, err := l.UploadBatch(idx, 0, dsts, caps, uintptr(s))
+			got, err := uploadAll(ctx, l, s)
 			if err != nil {
 				t.Errorf("goroutine %d: %v", g, err)
 				return
 			}
-			if err := l.EventWait(ev); err != nil {
-				t.Errorf("goroutine %d: %v", g, err)
-			}
-			l.EventRelease(ev)
-			host := make([]byte, total)
-			ctx.CopyDtoHAsync(host, d, s)
-			ctx.StreamSynchronize(s)
 			for i, tn := range ts {
-				if !bytes.Equal(host[offs[i]:offs[i]+tn.Size], source(t, &tn)) {
+				if !bytes.Equal(got[i], source(t, &tn)) {
 					t.Errorf("goroutine %d: %s differs on the device", g, tn.Name)
 				}
 			}
@@ -339,53 +358,26 @@ func TestReadHostEntropyWithoutSource(t *testing.T) {
 // the payloads are decoded there, bit for bit. It needs a GPU.
 func TestUploadBatchEntropyWithoutSource(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 6 << 20, Shards: 2, Seed: 9}, pipeline.CompressOptions{SelfContained: true, Codec: pipeline.CodecEntropy})
-	ctx := requireGPU(t)
+	ctx, stream := gpuStream(t)
 	l, err := Open(c.Dir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	ts := l.Tensors()
-	want := map[int][]byte{}
-	var total uint64
-	offs := make([]uint64, len(ts))
-	idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
+	want := make([][]byte, len(ts))
 	for i, tn := range ts {
-		want[tn.Index] = source(t, &tn)
-		offs[i] = total
-		total += (tn.Size + 255) &^ 255
+		want[i] = source(t, &tn)
 	}
 	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
 		t.Fatal(err)
 	}
-	d, err := ctx.Alloc(total)
+	got, err := uploadAll(ctx, l, stream)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Free(d)
-	for i, tn := range ts {
-		idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size
-	}
-	ev, err := l.UploadBatch(idx, 0, dsts, caps, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.EventWait(ev); err != nil {
-		t.Fatal(err)
-	}
-	l.EventRelease(ev)
-	host := make([]byte, total)
-	s0, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.DestroyStream(s0)
-	ctx.CopyDtoHAsync(host, d, s0)
-	if err := ctx.StreamSynchronize(s0); err != nil {
 		t.Fatal(err)
 	}
 	for i, tn := range ts {
-		if !bytes.Equal(host[offs[i]:offs[i]+tn.Size], want[tn.Index]) {
+		if !bytes.Equal(got[i], want[i]) {
 			t.Errorf("%s differs on the device", tn.Name)
 		}
 	}
@@ -424,44 +416,16 @@ func TestSetShared(t *testing.T) {
 func TestUploadShared(t *testing.T) {
 	t.Setenv(nodeshare.DirEnv, filepath.Join(t.TempDir(), "share"))
 	a, _ := openFixture(t)
-	ctx := requireGPU(t)
+	ctx, s := gpuStream(t)
 	upload := func(l *Loader) {
 		t.Helper()
-		s, err := ctx.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ctx.DestroyStream(s)
-		ts := l.Tensors()
-		var total uint64
-		offs := make([]uint64, len(ts))
-		for i, tn := range ts {
-			offs[i] = total
-			total += (tn.Size + 255) &^ 255
-		}
-		d, err := ctx.Alloc(total)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ctx.Free(d)
-		idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
-		for i, tn := range ts {
-			idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size
-		}
 		for range 2 {
-			ev, err := l.UploadBatch(idx, 0, dsts, caps, uintptr(s))
+			got, err := uploadAll(ctx, l, s)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := l.EventWait(ev); err != nil {
-				t.Fatal(err)
-			}
-			l.EventRelease(ev)
-			host := make([]byte, total)
-			ctx.CopyDtoHAsync(host, d, s)
-			ctx.StreamSynchronize(s)
-			for i, tn := range ts {
-				if !bytes.Equal(host[offs[i]:offs[i]+tn.Size], source(t, &tn)) {
+			for i, tn := range l.Tensors() {
+				if !bytes.Equal(got[i], source(t, &tn)) {
 					t.Fatalf("%s differs on the device", tn.Name)
 				}
 			}
