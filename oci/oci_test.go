@@ -24,7 +24,7 @@ import (
 
 // compress writes the checkpoint cfg describes and its self-contained
 // cache under dir, and returns the cache's folder.
-func compress(t *testing.T, dir string, cfg synth.Config) string {
+func compress(t testing.TB, dir string, cfg synth.Config) string {
 	t.Helper()
 	src, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
 	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
@@ -36,7 +36,7 @@ func compress(t *testing.T, dir string, cfg synth.Config) string {
 
 // compressTo compresses the checkpoint in src into a self-contained
 // cache at out.
-func compressTo(t *testing.T, src, out string) {
+func compressTo(t testing.TB, src, out string) {
 	t.Helper()
 	opts := pipeline.CompressOptions{Output: out, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true, SelfContained: true}
 	if _, err := pipeline.Compress(context.Background(), src, opts); err != nil {

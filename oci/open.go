@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -25,7 +27,7 @@ func Open(ctx context.Context, ref string, o Options) (*shardcache.Cache, error)
 	if err != nil {
 		return nil, err
 	}
-	return shardcache.OpenRemote(art.ix, src.String(), &remoteFiles{ctx: ctx, src: src, layers: art.layers}), nil
+	return shardcache.OpenRemote(art.ix, src.String(), &remoteFiles{ctx: ctx, src: src, layers: art.layers, gets: make(chan struct{}, maxRangeGETs)}), nil
 }
 
 // remoteFiles reads a remote cache's files as ranges of their blobs.
@@ -33,10 +35,13 @@ type remoteFiles struct {
 	ctx    context.Context
 	src    source
 	layers map[shardcache.Key]v1.Descriptor
+	cost   rangeCost
+	gets   chan struct{} // a slot each ranged GET in flight holds
 }
 
-// ReadFileAt reads len(p) bytes of file key at off by a ranged GET,
-// asking again from where a body broke off, up to resumeTries times.
+// ReadFileAt reads len(p) bytes of file key at off: by one ranged GET, or,
+// for a read of more than the part size rangeCost picks, by parts read in
+// parallel.
 func (r *remoteFiles) ReadFileAt(key shardcache.Key, p []byte, off int64) error {
 	d, ok := r.layers[key]
 	switch {
@@ -45,14 +50,46 @@ func (r *remoteFiles) ReadFileAt(key shardcache.Key, p []byte, off int64) error 
 	case off < 0 || off+int64(len(p)) > d.Size:
 		return fmt.Errorf("%s: blob %s: bytes [%d, %d) past its %d", r.src, d.Digest, off, off+int64(len(p)), d.Size)
 	}
+	parts := splitRange(int64(len(p)), r.cost.part())
+	if len(parts) == 1 {
+		return r.readRange(d, p, off)
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	var at int64
+	for i, n := range parts {
+		q, o := p[at:at+n], off+at
+		at += n
+		wg.Go(func() { errs[i] = r.readRange(d, q, o) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRange reads len(p) bytes of blob d at off by one ranged GET, asking
+// again from where a body broke off, up to resumeTries times, and tells
+// rangeCost what an unbroken one cost.
+func (r *remoteFiles) readRange(d v1.Descriptor, p []byte, off int64) error {
+	r.gets <- struct{}{}
+	defer func() { <-r.gets }()
 	var got int
 	for try := 0; ; try++ {
+		t0 := time.Now()
 		body, err := r.src.open(d, off+int64(got), int64(len(p)-got))
 		if err != nil {
 			return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
 		}
+		t1 := time.Now()
 		n, err := io.ReadFull(body, p[got:])
 		body.Close()
+		if err == nil && try == 0 {
+			r.cost.observe(t1.Sub(t0), int64(n), time.Since(t1))
+		}
 		got += n
 		switch {
 		case err == nil:

@@ -1,0 +1,175 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/splitzip/splitzip/internal/s3test"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/shardcache"
+)
+
+func TestPartFor(t *testing.T) {
+	for _, c := range []struct {
+		request, rate float64
+		want          int64
+	}{
+		{1e-3, 1e9, 8 << 20},                 // 8 MB: rounded up to 8 MiB, the floor
+		{30e-3, 100e6, 23 << 20},             // an object store across a region: 24 MB
+		{1e-4, 2e9, minRangePart},            // loopback: 1.6 MB, the floor
+		{1e-5, 1e9, minRangePart},            // below the floor
+		{1, 1e9, maxRangePart},               // above the ceiling
+		{1e-3, 1.5e9, 12 << 20},              // 12 MB: 12 MiB
+		{0, 1e9, minRangePart},               // no request cost at all
+		{2e-3, 16 << 20, minRangePart},       // a slow link: 256 KiB, the floor
+		{1.0 / 256, 1 << 30, 32 << 20},       // exactly 32 MiB
+		{1.0 / 256, 1<<30 + 1<<10, 33 << 20}, // 32 bytes more: the next MiB
+	} {
+		if got := partFor(c.request, c.rate); got != c.want {
+			t.Errorf("partFor(%g s, %g B/s) = %d, want %d", c.request, c.rate, got, c.want)
+		}
+	}
+}
+
+func TestSplitRange(t *testing.T) {
+	const part = 8 << 20
+	for _, c := range []struct {
+		n     int64
+		parts int
+	}{{1, 1}, {part, 1}, {part + part/2, 1}, {part + part/2 + 1, 2}, {3 * part, 3}, {3*part + 1, 4}, {100 << 20, 13}} {
+		got := splitRange(c.n, part)
+		var sum int64
+		for _, p := range got {
+			if p <= 0 || p > part+part/2 || (len(got) > 1 && p > part) {
+				t.Errorf("splitRange(%d): part of %d bytes", c.n, p)
+			}
+			sum += p
+		}
+		if sum != c.n || len(got) != c.parts {
+			t.Errorf("splitRange(%d) = %d parts summing to %d, want %d parts", c.n, len(got), sum, c.parts)
+		}
+	}
+}
+
+func TestRangeCost(t *testing.T) {
+	var c rangeCost
+	if got := c.part(); got != defaultRangePart {
+		t.Errorf("unmeasured part %d, want the default %d", got, defaultRangePart)
+	}
+	c.observe(time.Second, rateMinBody-1, time.Millisecond) // too small to count
+	if got := c.part(); got != defaultRangePart {
+		t.Errorf("part after a small body: %d, want the default", got)
+	}
+	// 30 ms a request, 100 MB/s: 24 MB parts, approached from 1 ms, 1 GB/s.
+	c.observe(time.Millisecond, 1e9, time.Second)
+	if got := c.part(); got != 8<<20 {
+		t.Errorf("part after one GET: %d, want 8 MiB", got)
+	}
+	for range 60 {
+		c.observe(30*time.Millisecond, 100e6, time.Second)
+	}
+	if got := c.part(); got != 23<<20 {
+		t.Errorf("part after slow GETs: %d, want 23 MiB", got)
+	}
+}
+
+// rangeLog is an HTTP transport that records the Range headers of GETs
+// and the most it saw in flight at once.
+type rangeLog struct {
+	mu            sync.Mutex
+	ranges        []string
+	now, mostSeen int
+}
+
+func (l *rangeLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet || r.Header.Get("Range") == "" {
+		return http.DefaultTransport.RoundTrip(r)
+	}
+	l.mu.Lock()
+	l.ranges = append(l.ranges, r.Header.Get("Range"))
+	l.now++
+	l.mostSeen = max(l.mostSeen, l.now)
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.now--
+		l.mu.Unlock()
+	}()
+	// Hold every GET a moment, so that parts issued together are seen
+	// in flight together.
+	time.Sleep(20 * time.Millisecond)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestRemoteReadParts: a remote cache's read larger than the part size
+// is read as parts of at most that size, in parallel, against the real S3
+// server, and its bytes are the object's.
+func TestRemoteReadParts(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Bucket(t, "models")
+	ctx := context.Background()
+	cache := compress(t, filepath.Join(t.TempDir(), "a"), synth.Config{Bytes: 64 << 20, Hidden: 4096, Shards: 1, Seed: 21})
+	ref := "s3://models/parts:v1"
+	if _, err := Push(ctx, cache, ref, s3Options(srv)); err != nil {
+		t.Fatal(err)
+	}
+	local, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var big shardcache.Key
+	for k, o := range local.Index().Objects {
+		if o.Kind != shardcache.KindPack && (big == "" || o.Size > local.Index().Objects[big].Size) {
+			big = k
+		}
+	}
+	want, _, err := local.ReadObject(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 3*defaultRangePart {
+		t.Fatalf("largest object %d bytes: too small for the test", len(want))
+	}
+	log := &rangeLog{}
+	o := s3Options(srv)
+	o.S3.HTTPClient = &http.Client{Transport: log}
+	rc, err := Open(ctx, ref, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := shardcache.NewObjectFiles(rc)
+	defer files.Close()
+	loc, _, err := rc.Locate(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	log.ranges = nil // Open's own reads: the manifest and the index
+	log.mu.Unlock()
+	got := make([]byte, len(want))
+	if err := files.ReadAt(loc, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("object read in parts differs")
+	}
+	parts := splitRange(int64(len(want)), defaultRangePart)
+	if len(log.ranges) != len(parts) {
+		t.Errorf("%d ranged GETs %v, want %d parts", len(log.ranges), log.ranges, len(parts))
+	}
+	for _, r := range log.ranges {
+		var a, b int64
+		if _, err := fmt.Sscanf(r, "bytes=%d-%d", &a, &b); err != nil || b-a+1 > defaultRangePart {
+			t.Errorf("range %q: more than a part", r)
+		}
+	}
+	if log.mostSeen < 2 {
+		t.Errorf("at most %d GET in flight: the parts were not read in parallel", log.mostSeen)
+	}
+}
