@@ -7,6 +7,8 @@
 # its Go module (the version go.mod pins). Here (Go) or anywhere with Go.
 #   scripts/pull-bench.sh [SIZE (default 1GiB)] [N (default 5)]
 # PROFILE=DIR writes a CPU profile of each splitzip pull there.
+# BASE=BIN adds a baseline splitzip binary's durable pull (a build of
+# main) beside this tree's, in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-1GiB}
@@ -35,11 +37,12 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 timeit() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); echo "$e - $s" | bc; }
 for c in raw fixed entropy; do
 	bytes=$(du -sb "$w/$c" | cut -f1)
-	for tool in crane splitzip splitzip-nosync; do
+	for tool in crane ${BASE:+base} splitzip splitzip-nosync; do
 		ts=()
 		for i in $(seq "$n"); do
 			rm -rf "$w/out"
 			case $tool in
+			base) ts+=("$(timeit "$BASE" pull "$host/bench/m:$c" "$w/out" --insecure)") ;;
 			crane) ts+=("$(timeit "$crane" pull --insecure --format oci "$host/bench/m:$c" "$w/out")") ;;
 			splitzip) ts+=("$(timeit "$sz" pull "$host/bench/m:$c" "$w/out" --insecure ${PROFILE:+--cpuprofile "$PROFILE/$c-$i.prof"})") ;;
 			splitzip-nosync) ts+=("$(timeit "$sz" pull "$host/bench/m:$c" "$w/out" --insecure --no-sync ${PROFILE:+--cpuprofile "$PROFILE/$c-nosync-$i.prof"})") ;;

@@ -166,7 +166,14 @@ type ObjectFile struct {
 	*os.File
 	w       *Writer
 	pending bool // Commit left the file in tmp/ for a pack
+	// written counts the bytes Write wrote; hinted, those of them whose
+	// writeback startWriteback has asked for.
+	written, hinted int64
 }
+
+// writebackStep is how many bytes Write lets pile up in the page cache
+// before it asks the kernel to start writing them to disk.
+const writebackStep = 8 << 20
 
 // NewObject starts a new object in a temporary file.
 func (w *Writer) NewObject() (*ObjectFile, error) {
@@ -181,6 +188,11 @@ func (w *Writer) NewObject() (*ObjectFile, error) {
 // temporary file.
 func (o *ObjectFile) Write(b []byte) (int, error) {
 	n, err := o.File.Write(b)
+	o.written += int64(n)
+	if !o.w.noSync && o.written-o.hinted >= writebackStep {
+		startWriteback(o.File, o.hinted, o.written-o.hinted)
+		o.hinted = o.written
+	}
 	return n, o.w.cacheError(err)
 }
 
@@ -220,6 +232,9 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 		o.Abort()
 		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", key, st.Size(), meta.Size)
 	}
+	if !o.w.noSync {
+		startWriteback(o.File, 0, 0)
+	}
 	if err := o.Close(); err != nil {
 		o.Abort()
 		return err
@@ -253,6 +268,16 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	w.record(key, meta)
 	w.mu.Unlock()
 	return nil
+}
+
+// startWriteback asks the kernel to start writing n bytes of f's dirty
+// pages from off (n 0: to the end) to disk now, without waiting for them,
+// so that Commit's flush (syncfs) finds most of a run's objects written
+// already: writeback overlaps the rest of the run instead of following
+// it. Only a hint; Commit's flush is what makes objects durable, so an
+// error (a filesystem without it) is ignored.
+func startWriteback(f *os.File, off, n int64) {
+	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
 
 // Abort discards an object not committed; after Commit it does nothing.
