@@ -12,6 +12,8 @@
 #   CGO_ENABLED=0 go test -c "$F" -o .dev/s3gpu/oci.test ./oci
 #   cp .dev/bin/versitygw .dev/s3gpu/ && tar czf .dev/s3gpu.tgz .dev/s3gpu
 # and carry .dev/s3gpu.tgz (or set B to a folder holding the three).
+# A baseline build (a build of main) at $B/splitzip-base streams the same
+# caches beside this build's, in the same run.
 # SIZE (default 8GiB); logs to $OUT.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,6 +44,10 @@ sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
 for c in raw fixed entropy; do
 	echo "=== load s3://bench/m:$c streamed $(date +%T)"
 	timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
+	if [ -x "$B/splitzip-base" ]; then
+		echo "--- the same with the baseline binary"
+		timeout 120 "$B/splitzip-base" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
+	fi
 done
 echo "=== load s3://bench/m:fixed --check $(date +%T)"
 timeout 120 "$B/splitzip" load s3://bench/m:fixed --check 2>&1 | tail -2
