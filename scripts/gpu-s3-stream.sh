@@ -5,7 +5,10 @@
 # pushed by `compress -o s3://`; `load s3://...` streams each to the GPU
 # (ranged GETs into pinned staging, no local copy), beside a load of the
 # same fixed cache pulled to local disk, and the bare loopback GET rate
-# (BenchmarkS3Pull/raw-get: ranged GETs of the shard files into files).
+# (s3store's BenchmarkGetRanges, from $B/s3store.test if there: ranged
+# GETs of 8 MiB into memory, as a streamed load's; oci's
+# BenchmarkS3Pull/raw-get: ranged GETs of the shard files into files, as
+# a pull's).
 # Build here first:
 #   F='-ldflags=-s -w'; mkdir -p .dev/s3gpu
 #   CGO_ENABLED=0 go build "$F" -o .dev/s3gpu/splitzip ./cmd/splitzip
@@ -14,7 +17,8 @@
 # and carry .dev/s3gpu.tgz (or set B to a folder holding the three).
 # A baseline build (a build of main) at $B/splitzip-base streams the same
 # caches beside this build's, in the same run.
-# SIZE (default 8GiB); logs to $OUT.
+# SIZE (default 8GiB); VARIANTS="--readers 16|--streams 4" adds streamed
+# loads with each set of load flags; logs to $OUT.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -49,11 +53,21 @@ for c in raw fixed entropy; do
 		timeout 120 "$B/splitzip-base" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
 	fi
 done
+IFS='|' read -ra variants <<<"${VARIANTS:-}"
+for v in "${variants[@]}"; do
+	for c in raw fixed entropy; do
+		echo "=== load s3://bench/m:$c streamed, $v $(date +%T)"
+		timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 $v 2>&1 | grep -E "run|summed"
+	done
+done
 echo "=== load s3://bench/m:fixed --check $(date +%T)"
 timeout 120 "$B/splitzip" load s3://bench/m:fixed --check 2>&1 | tail -2
 echo "=== fixed pulled to local disk, then loaded $(date +%T)"
 timeout 120 "$B/splitzip" pull s3://bench/m:fixed "$W/local" --no-sync | tail -1
 timeout 120 "$B/splitzip" load "$W/local" --repeat 3 2>&1 | grep -E "run|first|moved"
 echo "=== bare loopback GET rate $(date +%T)"
+if [ -x "$B/s3store.test" ]; then
+	(cd s3store && SPLITZIP_S3_BIN=$B/versitygw SPLITZIP_S3_BENCH_BYTES=$((4 << 30)) timeout 200 "$B/s3store.test" -test.run XXX -test.bench GetRanges -test.benchtime 3x -test.count 3 2>&1 | grep -E "Benchmark|ok|FAIL")
+fi
 (cd oci && SPLITZIP_S3_BIN=$B/versitygw SPLITZIP_S3_BENCH_BYTES=$((4 << 30)) timeout 200 "$B/oci.test" -test.run XXX -test.bench 'S3Pull/raw-get' -test.benchtime 3x -test.count 3 2>&1 | grep -E "Benchmark|ok|FAIL")
 echo "=== done $(date +%T)"

@@ -1,0 +1,104 @@
+package s3store
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/splitzip/splitzip/internal/s3test"
+)
+
+// BenchmarkGetRanges is the loopback GET rate a streamed load is held to:
+// four objects on a real S3 server read by ranged GETs of 8 MiB (a load's
+// payload piece) straight into memory, 8, 16 or 32 in flight (a load has
+// twice its readers), no files, no checksums. SPLITZIP_S3_BENCH_BYTES
+// sets the bytes (default 1 GiB).
+func BenchmarkGetRanges(b *testing.B) {
+	size := int64(1 << 30)
+	if v := os.Getenv("SPLITZIP_S3_BENCH_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = n
+	}
+	srv := s3test.Start(b)
+	bucket := srv.Bucket(b, "bench")
+	ctx := context.Background()
+	s, err := New(ctx, URL{bucket, "get"}, Options{Endpoint: srv.Endpoint})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const objects, part = 4, 8 << 20
+	each := size / objects
+	data := random(int(min(each, 64<<20)), 3)
+	for i := range objects {
+		r := repeated{data, each}
+		if err := s.Write(ctx, fmt.Sprint(i), r, each, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, inFlight := range []int{8, 16, 32} {
+		b.Run(fmt.Sprintf("in-flight-%d", inFlight), func(b *testing.B) {
+			b.SetBytes(objects * each)
+			bufs := make(chan []byte, inFlight)
+			for range inFlight {
+				bufs <- make([]byte, part)
+			}
+			for b.Loop() {
+				var wg sync.WaitGroup
+				var failed atomic.Value
+				for i := range objects {
+					for off := int64(0); off < each; off += part {
+						buf := <-bufs
+						n := min(part, each-off)
+						wg.Go(func() {
+							defer func() { bufs <- buf }()
+							body, err := s.Range(ctx, fmt.Sprint(i), off, n)
+							if err == nil {
+								_, err = io.ReadFull(body, buf[:n])
+								body.Close()
+							}
+							if err != nil {
+								failed.Store(err)
+							}
+						})
+					}
+				}
+				wg.Wait()
+				if err, ok := failed.Load().(error); ok {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// repeated is an io.ReaderAt of size bytes: data over and over.
+type repeated struct {
+	data []byte
+	size int64
+}
+
+func (r repeated) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) && off < r.size {
+		m := copy(p[n:min(len(p), n+int(r.size-off))], r.data[off%int64(len(r.data)):])
+		n += m
+		off += int64(m)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+var _ io.ReaderAt = repeated{}
