@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 
@@ -32,14 +31,7 @@ func BenchmarkS3Pull(b *testing.B) {
 	srv := s3test.Start(b)
 	srv.Bucket(b, "bench")
 	dir := b.TempDir()
-	size := uint64(1 << 30)
-	if v := os.Getenv("SPLITZIP_S3_BENCH_BYTES"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		size = n
-	}
+	size := uint64(s3test.BenchBytes(b, 1<<30))
 	ctx := context.Background()
 	src := filepath.Join(dir, "ck")
 	if _, err := synth.Write(ctx, src, synth.Config{Bytes: size, Shards: 4, Seed: 21}); err != nil {

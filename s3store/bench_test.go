@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,14 +17,7 @@ import (
 // twice its readers), no files, no checksums. SPLITZIP_S3_BENCH_BYTES
 // sets the bytes (default 1 GiB).
 func BenchmarkGetRanges(b *testing.B) {
-	size := int64(1 << 30)
-	if v := os.Getenv("SPLITZIP_S3_BENCH_BYTES"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		size = n
-	}
+	size := s3test.BenchBytes(b, 1<<30)
 	srv := s3test.Start(b)
 	bucket := srv.Bucket(b, "bench")
 	ctx := context.Background()

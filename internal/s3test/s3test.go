@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -162,4 +163,22 @@ func (c *cutBody) Read(p []byte) (int, error) {
 	n, err := c.ReadCloser.Read(p[:min(int64(len(p)), c.left)])
 	c.left -= int64(n)
 	return n, err
+}
+
+// BenchBytesEnv names the environment variable that sets how many bytes
+// the S3 benchmarks move.
+const BenchBytesEnv = "SPLITZIP_S3_BENCH_BYTES"
+
+// BenchBytes is the byte count of $SPLITZIP_S3_BENCH_BYTES, or def where
+// it is unset.
+func BenchBytes(b *testing.B, def int64) int64 {
+	v := os.Getenv(BenchBytesEnv)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive byte count", BenchBytesEnv, v)
+	}
+	return n
 }
