@@ -18,7 +18,8 @@
 # A baseline build (a build of main) at $B/splitzip-base streams the same
 # caches beside this build's, in the same run.
 # SIZE (default 8GiB); VARIANTS="--readers 16|--streams 4" adds streamed
-# loads with each set of load flags; logs to $OUT.
+# loads with each set of load flags; PROFILE=1 writes a CPU profile of
+# each streamed load into $OUT; logs to $OUT.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -47,7 +48,7 @@ rm -rf "$W/ck" # the loads must not find the source
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
 for c in raw fixed entropy; do
 	echo "=== load s3://bench/m:$c streamed $(date +%T)"
-	timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
+	timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 ${PROFILE:+--cpuprofile "$OUT/stream-$c.prof"} 2>&1 | grep -E "run|first|moved|summed|streaming"
 	if [ -x "$B/splitzip-base" ]; then
 		echo "--- the same with the baseline binary"
 		timeout 120 "$B/splitzip-base" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
