@@ -12,10 +12,11 @@ import (
 )
 
 // BenchmarkGetRanges is the loopback GET rate a streamed load is held to:
-// four objects on a real S3 server read by ranged GETs of 8 MiB (a load's
-// payload piece) straight into memory, 8, 16 or 32 in flight (a load has
-// twice its readers), no files, no checksums. SPLITZIP_S3_BENCH_BYTES
-// sets the bytes (default 1 GiB).
+// four objects on a real S3 server read by ranged GETs straight into
+// memory, no files, no checksums: GETs of 8 MiB (a load's payload piece)
+// 8, 16 or 32 in flight (a load has twice its readers), and of 16 and 32
+// MiB, to show what a request costs. SPLITZIP_S3_BENCH_BYTES sets the
+// bytes (default 1 GiB).
 func BenchmarkGetRanges(b *testing.B) {
 	size := s3test.BenchBytes(b, 1<<30)
 	srv := s3test.Start(b)
@@ -25,7 +26,7 @@ func BenchmarkGetRanges(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const objects, part = 4, 8 << 20
+	const objects = 4
 	each := size / objects
 	data := random(int(min(each, 64<<20)), 3)
 	for i := range objects {
@@ -34,20 +35,20 @@ func BenchmarkGetRanges(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, inFlight := range []int{8, 16, 32} {
-		b.Run(fmt.Sprintf("in-flight-%d", inFlight), func(b *testing.B) {
+	for _, c := range []struct{ part, inFlight int64 }{{8 << 20, 8}, {8 << 20, 16}, {8 << 20, 32}, {16 << 20, 16}, {32 << 20, 8}, {32 << 20, 16}} {
+		b.Run(fmt.Sprintf("part-%dMiB/in-flight-%d", c.part>>20, c.inFlight), func(b *testing.B) {
 			b.SetBytes(objects * each)
-			bufs := make(chan []byte, inFlight)
-			for range inFlight {
-				bufs <- make([]byte, part)
+			bufs := make(chan []byte, c.inFlight)
+			for range c.inFlight {
+				bufs <- make([]byte, c.part)
 			}
 			for b.Loop() {
 				var wg sync.WaitGroup
 				var failed atomic.Value
 				for i := range objects {
-					for off := int64(0); off < each; off += part {
+					for off := int64(0); off < each; off += c.part {
 						buf := <-bufs
-						n := min(part, each-off)
+						n := min(c.part, each-off)
 						wg.Go(func() {
 							defer func() { bufs <- buf }()
 							body, err := s.Range(ctx, fmt.Sprint(i), off, n)
