@@ -7,6 +7,7 @@
 # pinned-resident rate). Shmem in /proc/meminfo shows one copy. Datasets:
 # an 8 GiB Llama shape (large tensors) and the 4,000-tensor size mix.
 #   scripts/gpu-share.sh D        (D holds splitzip; logs to $OUT)
+# DATASETS="llama" runs one of the two.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$1
@@ -15,8 +16,12 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/share.log") 2>&1
 shmem() { awk '/^Shmem:/ {printf "%.2f GiB", $2/1048576}' /proc/meminfo; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for ds in "llama --size 8GiB --shards 4" "mix --mix 4000 --shards 4"; do
-	set -- $ds
+for name in ${DATASETS:-llama mix}; do
+	case $name in
+	llama) set -- llama --size 8GiB --shards 4 ;;
+	mix) set -- mix --mix 4000 --shards 4 ;;
+	*) echo "unknown dataset $name" && continue ;;
+	esac
 	name=$1
 	shift
 	S=/tmp/sh-$name C=/tmp/sh-$name.c
