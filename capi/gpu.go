@@ -155,19 +155,19 @@ func sz_set_resident(h C.uintptr_t, on C.int) C.sz_status {
 	return call(h, func(l *loader.Loader) error { return l.SetResident(on != 0) })
 }
 
-// shareDirEnvName is nodeshare.DirEnv (capi_test checks), shareDirEnv
-// the C string of it.
+// shareDirEnvName is nodeshare.DirEnv (capi_test checks: capi imports
+// only loader).
 const shareDirEnvName = "SPLITZIP_SHARE_DIR"
-
-var shareDirEnv = C.CString(shareDirEnvName)
 
 //export sz_set_shared
 func sz_set_shared(h C.uintptr_t, on C.int) C.sz_status {
 	// The folder comes from the C environment as it is now: Go copied the
 	// environment when the library was loaded, and a host that sets the
 	// variable later (Python's os.environ) changes only the C one.
+	name := C.CString(shareDirEnvName)
+	defer C.free(unsafe.Pointer(name))
 	dir := ""
-	if v := C.getenv(shareDirEnv); v != nil {
+	if v := C.getenv(name); v != nil {
 		dir = C.GoString(v)
 	}
 	return call(h, func(l *loader.Loader) error { return l.SetShared(on != 0, dir) })

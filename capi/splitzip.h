@@ -204,7 +204,8 @@ sz_status sz_set_resident(uintptr_t handle, int on);
  * into it, other streams and processes attach and read none. The memory
  * is freed when the last process holding it closes its handle, exits or
  * crashes. The holders' folder is $SPLITZIP_SHARE_DIR as the environment
- * holds it at this call (unset or empty: /dev/shm/splitzip-UID). Call it
+ * holds it at this call; unset or empty there, it is the variable's value
+ * when the library was loaded, else /dev/shm/splitzip-UID. Call it
  * before the first upload (after it: SZ_ERR_INVALID). */
 sz_status sz_set_shared(uintptr_t handle, int on);
 

@@ -197,7 +197,7 @@ func (l *Loader) SetShared(on bool, dir string) error {
 		return fmt.Errorf("%w: sharing is set before the first upload", ErrInvalid)
 	}
 	l.shared.Store(on)
-	l.opts.ShareDir = dir
+	l.shareDir.Store(&dir)
 	if on {
 		l.resident.Store(true)
 		if l.staging.Shared == nil {
@@ -224,6 +224,9 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	o := l.opts
 	o.Resident = l.resident.Load()
 	o.Share = o.Resident && l.shared.Load()
+	if dir := l.shareDir.Load(); dir != nil {
+		o.ShareDir = *dir
+	}
 	ts, err := load.NewTransports(eng, l.c, l.staging, o)
 	if err != nil {
 		release(d, s)

@@ -72,7 +72,8 @@ type Loader struct {
 	// (SetResident); shared: the payloads' copies are the machine's
 	// shared host copy (SetShared); uploading: a transport has been made.
 	resident, shared, uploading atomic.Bool
-	specs                       []vmm.Spec // the tensors, for the shared copy's layout
+	shareDir                    atomic.Pointer[string] // SetShared's folder, if set
+	specs                       []vmm.Spec             // the tensors, for the shared copy's layout
 }
 
 type slice struct {

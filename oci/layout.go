@@ -189,13 +189,18 @@ func (l *layout) manifest() ([]byte, v1.Hash, error) {
 	return buf.Bytes(), d.Digest, nil
 }
 
-// open reads a whole blob (a pull's) by ranged GETs read ahead (Open),
-// any other range (the rest of a broken body, a remote cache's read) by
-// one GET, whose timing the remote cache's part sizes learn from.
+// open reads the rest of a blob (a pull's) by ranged GETs read ahead
+// (Open), a range of it by one GET.
 func (l *layout) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
-	if off == 0 && n == d.Size {
+	if off+n == d.Size {
 		return l.st.Open(l.ctx, blobName(d.Digest), off, d.Size), nil
 	}
+	return l.st.Range(l.ctx, blobName(d.Digest), off, n)
+}
+
+// get reads n bytes of a blob from off by one GET (a remote cache's
+// read, whose timing its part sizes learn from).
+func (l *layout) get(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
 	return l.st.Range(l.ctx, blobName(d.Digest), off, n)
 }
 

@@ -75,12 +75,16 @@ func (r *remoteFiles) ReadFileAt(key shardcache.Key, p []byte, off int64) error 
 // again from where a body broke off, up to resumeTries times, and tells
 // rangeCost what an unbroken one cost.
 func (r *remoteFiles) readRange(d v1.Descriptor, p []byte, off int64) error {
-	r.gets <- struct{}{}
+	select {
+	case r.gets <- struct{}{}:
+	case <-r.ctx.Done():
+		return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, r.ctx.Err())
+	}
 	defer func() { <-r.gets }()
 	var got int
 	for try := 0; ; try++ {
 		t0 := time.Now()
-		body, err := r.src.open(d, off+int64(got), int64(len(p)-got))
+		body, err := r.src.get(d, off+int64(got), int64(len(p)-got))
 		if err != nil {
 			return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
 		}

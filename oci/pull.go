@@ -273,9 +273,12 @@ const resumeTries = 3
 type source interface {
 	// manifest returns the artifact's manifest and its digest.
 	manifest() ([]byte, v1.Hash, error)
-	// open returns n bytes of blob d from off on (a fetch asks for
-	// the rest of the blob, a remote cache's read for a range).
+	// open returns n bytes of blob d from off on: a fetch asks for the
+	// rest of the blob, which the source may read ahead in parts.
 	open(d v1.Descriptor, off, n int64) (io.ReadCloser, error)
+	// get returns n bytes of blob d from off on by one request: a
+	// remote cache's read, which sizes and counts its own requests.
+	get(d v1.Descriptor, off, n int64) (io.ReadCloser, error)
 	// String names the reference in errors and results.
 	String() string
 }
@@ -366,6 +369,11 @@ func (b *repository) manifest() ([]byte, v1.Hash, error) {
 		return nil, v1.Hash{}, err
 	}
 	return desc.Manifest, desc.Digest, nil
+}
+
+// get is open: a registry's blob GET is one request either way.
+func (b *repository) get(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
+	return b.open(d, off, n)
 }
 
 // open returns n bytes of blob d from off on, by a GET of its own rather

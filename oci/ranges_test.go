@@ -20,7 +20,7 @@ func TestPartFor(t *testing.T) {
 		request, rate float64
 		want          int64
 	}{
-		{1e-3, 1e9, 8 << 20},                 // 8 MB: rounded up to 8 MiB, the floor
+		{1e-3, 1e9, 8 << 20},                 // 8 MB: below the floor, raised to it
 		{30e-3, 100e6, 23 << 20},             // an object store across a region: 24 MB
 		{1e-4, 2e9, minRangePart},            // loopback: 1.6 MB, the floor
 		{1e-5, 1e9, minRangePart},            // below the floor

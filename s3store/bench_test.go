@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/s3test"
@@ -38,13 +37,15 @@ func BenchmarkGetRanges(b *testing.B) {
 	for _, c := range []struct{ part, inFlight int64 }{{8 << 20, 8}, {8 << 20, 16}, {8 << 20, 32}, {16 << 20, 16}, {32 << 20, 8}, {32 << 20, 16}} {
 		b.Run(fmt.Sprintf("part-%dMiB/in-flight-%d", c.part>>20, c.inFlight), func(b *testing.B) {
 			b.SetBytes(objects * each)
+			b.ReportAllocs()
 			bufs := make(chan []byte, c.inFlight)
 			for range c.inFlight {
 				bufs <- make([]byte, c.part)
 			}
 			for b.Loop() {
 				var wg sync.WaitGroup
-				var failed atomic.Value
+				var mu sync.Mutex
+				var failed error
 				for i := range objects {
 					for off := int64(0); off < each; off += c.part {
 						buf := <-bufs
@@ -57,14 +58,16 @@ func BenchmarkGetRanges(b *testing.B) {
 								body.Close()
 							}
 							if err != nil {
-								failed.Store(err)
+								mu.Lock()
+								failed = err
+								mu.Unlock()
 							}
 						})
 					}
 				}
 				wg.Wait()
-				if err, ok := failed.Load().(error); ok {
-					b.Fatal(err)
+				if failed != nil {
+					b.Fatal(failed)
 				}
 			}
 		})

@@ -172,7 +172,8 @@ type ObjectFile struct {
 }
 
 // writebackStep is how many bytes Write lets pile up in the page cache
-// before it asks the kernel to start writing them to disk.
+// before it asks the kernel to start writing them to disk (WriteAt, the
+// fixed codec's, does not: its objects are hinted whole at Commit).
 const writebackStep = 8 << 20
 
 // NewObject starts a new object in a temporary file.
@@ -232,7 +233,12 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 		o.Abort()
 		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", key, st.Size(), meta.Size)
 	}
-	if !o.w.noSync {
+	// An object bound for a pack is copied into it and removed: only
+	// the others are worth writing back now.
+	o.w.mu.Lock()
+	packed := meta.Size <= o.w.packMax && meta.Kind != KindPack
+	o.w.mu.Unlock()
+	if !o.w.noSync && !packed {
 		startWriteback(o.File, 0, 0)
 	}
 	if err := o.Close(); err != nil {

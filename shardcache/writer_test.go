@@ -22,7 +22,7 @@ func TestWriteErrorsNameCache(t *testing.T) {
 	w, dir := newWriter(t)
 	defer w.Close()
 	var errs [2]error
-	fsizelimit.Run(t, 64<<10, func() {
+	if !fsizelimit.Run(t, 64<<10, func() {
 		_, errs[0] = w.PutBytes(bytes.Repeat([]byte{1}, DefaultPackMax+1)) // an object file of its own
 		for i := range 4 {                                                 // pending, for one pack
 			if _, err := w.PutBytes(bytes.Repeat([]byte{byte(i + 2)}, 40<<10)); err != nil {
@@ -30,8 +30,7 @@ func TestWriteErrorsNameCache(t *testing.T) {
 			}
 		}
 		errs[1] = w.Commit()
-	})
-	if !fsizelimit.Limited() {
+	}) {
 		return // the child process ran it and checked what follows
 	}
 	for i, err := range errs {

@@ -15,20 +15,24 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // env carries, to the child, the limit in bytes.
 const env = "SPLITZIP_TEST_FSIZE_LIMIT"
 
-// Run runs fn with the files of the process limited to limit bytes each.
-// In the test process it runs the test binary again for t's test alone,
-// with the limit in the environment, and fails t with the child's output
-// when the child's test fails; it does not call fn. In that child it sets
-// the limit, calls fn, and lifts the limit again. What a test does before
-// Run runs in both processes (it prepares what fn writes to); its checks
-// after Run must run in the child only: a test returns after Run unless
-// Limited reports true.
-func Run(t *testing.T, limit uint64, fn func()) {
+// Run runs fn with the files of the process limited to limit bytes each,
+// and reports whether it did: a test checks what fn did only when Run
+// returns true.
+//
+// In the test process Run runs the test binary again for t's test alone
+// (with -test.short and the time left to the test passed on), with the
+// limit in the environment; it fails t with the child's output when the
+// child's test fails, does not call fn, and returns false. In that child
+// it sets the limit, calls fn, lifts the limit and returns true. What a
+// test does before Run runs in both processes (it prepares what fn
+// writes to).
+func Run(t *testing.T, limit uint64, fn func()) bool {
 	t.Helper()
 	if v := os.Getenv(env); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -36,9 +40,16 @@ func Run(t *testing.T, limit uint64, fn func()) {
 			t.Fatalf("%s=%q: %v", env, v, err)
 		}
 		withLimit(t, n, fn)
-		return
+		return true
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^"+regexp.QuoteMeta(t.Name())+"$", "-test.count", "1", "-test.v")
+	args := []string{"-test.run", "^" + regexp.QuoteMeta(t.Name()) + "$", "-test.count", "1", "-test.v"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	if d, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout", time.Until(d).Round(time.Second).String())
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
 	cmd.Env = append(os.Environ(), env+"="+strconv.FormatUint(limit, 10))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -47,11 +58,8 @@ func Run(t *testing.T, limit uint64, fn func()) {
 	if !regexp.MustCompile(`(?m)^\s*--- PASS: ` + regexp.QuoteMeta(t.Name()) + ` `).Match(out) {
 		t.Fatalf("the child process did not run %s:\n%s", t.Name(), out)
 	}
+	return false
 }
-
-// Limited reports whether this process is the child Run starts: the one
-// in which fn ran, and whose results a test checks after Run.
-func Limited() bool { return os.Getenv(env) != "" }
 
 // withLimit calls fn with the file size limit set to n bytes.
 func withLimit(t *testing.T, n uint64, fn func()) {

@@ -171,7 +171,7 @@ const BenchBytesEnv = "SPLITZIP_S3_BENCH_BYTES"
 
 // BenchBytes is the byte count of $SPLITZIP_S3_BENCH_BYTES, or def where
 // it is unset.
-func BenchBytes(b *testing.B, def int64) int64 {
+func BenchBytes(b testing.TB, def int64) int64 {
 	v := os.Getenv(BenchBytesEnv)
 	if v == "" {
 		return def
