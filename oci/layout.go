@@ -198,10 +198,10 @@ func (l *layout) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
 	return l.st.Range(l.ctx, blobName(d.Digest), off, n)
 }
 
-// get reads n bytes of a blob from off by one GET (a remote cache's
-// read, whose timing its part sizes learn from).
-func (l *layout) get(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
-	return l.st.Range(l.ctx, blobName(d.Digest), off, n)
+// get reads n bytes of a blob from off by one GET under ctx (a remote
+// cache's read, whose timing its part sizes learn from).
+func (l *layout) get(ctx context.Context, d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
+	return l.st.Range(ctx, blobName(d.Digest), off, n)
 }
 
 // push writes the artifact's blobs the layout lacks (jobs at a time),

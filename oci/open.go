@@ -52,39 +52,42 @@ func (r *remoteFiles) ReadFileAt(key shardcache.Key, p []byte, off int64) error 
 	}
 	parts := splitRange(int64(len(p)), r.cost.part())
 	if len(parts) == 1 {
-		return r.readRange(d, p, off)
+		return r.readRange(r.ctx, d, p, off)
 	}
-	errs := make([]error, len(parts))
+	// The first part to fail stops the others: their bytes are of no use.
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	var once sync.Once
+	var first error
 	var wg sync.WaitGroup
 	var at int64
-	for i, n := range parts {
+	for _, n := range parts {
 		q, o := p[at:at+n], off+at
 		at += n
-		wg.Go(func() { errs[i] = r.readRange(d, q, o) })
+		wg.Go(func() {
+			if err := r.readRange(ctx, d, q, o); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return first
 }
 
 // readRange reads len(p) bytes of blob d at off by one ranged GET, asking
 // again from where a body broke off, up to resumeTries times, and tells
 // rangeCost what an unbroken one cost.
-func (r *remoteFiles) readRange(d v1.Descriptor, p []byte, off int64) error {
+func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, off int64) error {
 	select {
 	case r.gets <- struct{}{}:
-	case <-r.ctx.Done():
-		return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, r.ctx.Err())
+	case <-ctx.Done():
+		return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, ctx.Err())
 	}
 	defer func() { <-r.gets }()
 	var got int
 	for try := 0; ; try++ {
 		t0 := time.Now()
-		body, err := r.src.get(d, off+int64(got), int64(len(p)-got))
+		body, err := r.src.get(ctx, d, off+int64(got), int64(len(p)-got))
 		if err != nil {
 			return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
 		}
@@ -98,7 +101,7 @@ func (r *remoteFiles) readRange(d v1.Descriptor, p []byte, off int64) error {
 		switch {
 		case err == nil:
 			return nil
-		case r.ctx.Err() != nil || try == resumeTries:
+		case ctx.Err() != nil || try == resumeTries:
 			return fmt.Errorf("%s: blob %s: %d of %d bytes at %d: %w", r.src, d.Digest, got, len(p), off, err)
 		}
 	}

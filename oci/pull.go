@@ -276,9 +276,10 @@ type source interface {
 	// open returns n bytes of blob d from off on: a fetch asks for the
 	// rest of the blob, which the source may read ahead in parts.
 	open(d v1.Descriptor, off, n int64) (io.ReadCloser, error)
-	// get returns n bytes of blob d from off on by one request: a
-	// remote cache's read, which sizes and counts its own requests.
-	get(d v1.Descriptor, off, n int64) (io.ReadCloser, error)
+	// get returns n bytes of blob d from off on by one request, made
+	// under ctx: a remote cache's read, which sizes and counts its own
+	// requests and stops the parts of a read when one fails.
+	get(ctx context.Context, d v1.Descriptor, off, n int64) (io.ReadCloser, error)
 	// String names the reference in errors and results.
 	String() string
 }
@@ -371,15 +372,16 @@ func (b *repository) manifest() ([]byte, v1.Hash, error) {
 	return desc.Manifest, desc.Digest, nil
 }
 
-// get is open: a registry's blob GET is one request either way.
-func (b *repository) get(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
-	return b.open(d, off, n)
-}
-
 // open returns n bytes of blob d from off on, by a GET of its own rather
 // than the client's layer reader, which would hash every byte a second
 // time (fetch hashes them, over resumed bodies too).
 func (b *repository) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
+	return b.get(b.ctx, d, off, n)
+}
+
+// get is open's GET, made under ctx: a registry's blob GET is one
+// request either way.
+func (b *repository) get(ctx context.Context, d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
 	repo := b.r.Context()
 	b.once.Do(func() {
 		auth, err := authn.Resolve(b.ctx, b.o.keychain(), repo)
@@ -399,7 +401,7 @@ func (b *repository) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) 
 		return nil, b.err
 	}
 	u := url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: "/v2/" + repo.RepositoryStr() + "/blobs/" + d.Digest.String()}
-	req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}

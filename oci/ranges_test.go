@@ -3,9 +3,12 @@ package oci
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +88,7 @@ type rangeLog struct {
 	mu            sync.Mutex
 	ranges        []string
 	now, mostSeen int
+	deny          int // ranged GETs from this one on (counted in ranges) are answered 404
 }
 
 func (l *rangeLog) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -93,6 +97,11 @@ func (l *rangeLog) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	l.mu.Lock()
 	l.ranges = append(l.ranges, r.Header.Get("Range"))
+	if l.deny > 0 && len(l.ranges) >= l.deny {
+		l.mu.Unlock()
+		return &http.Response{StatusCode: http.StatusNotFound, Status: "404 Not Found", Header: http.Header{},
+			Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+	}
 	l.now++
 	l.mostSeen = max(l.mostSeen, l.now)
 	l.mu.Unlock()
@@ -171,5 +180,21 @@ func TestRemoteReadParts(t *testing.T) {
 	}
 	if log.mostSeen < 2 {
 		t.Errorf("at most %d GET in flight: the parts were not read in parallel", log.mostSeen)
+	}
+	// A part refused (and the parts after it) fails the read with the
+	// refusal, not with the cancellation it sends to the other parts.
+	// A cache opened afresh, whose parts are the default's again.
+	rc, err = Open(ctx, ref, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files2 := shardcache.NewObjectFiles(rc)
+	defer files2.Close()
+	log.mu.Lock()
+	log.ranges, log.deny = nil, 5 // the first four in flight when the fifth fails
+	log.mu.Unlock()
+	err = files2.ReadAt(loc, got, 0)
+	if err == nil || errors.Is(err, context.Canceled) {
+		t.Errorf("a read with a part refused: %v; want the refusal", err)
 	}
 }
