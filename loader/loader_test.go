@@ -126,6 +126,8 @@ func uploadAll(ctx *cuda.Context, l *Loader, s cuda.Stream) ([][]byte, error) {
 		return nil, err
 	}
 	defer ctx.Free(d)
+	// Runs before Free on every path: nothing on s may still use d.
+	defer ctx.StreamSynchronize(s)
 	idx, dsts, caps := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
 	for i, tn := range ts {
 		idx[i], dsts[i], caps[i] = tn.Index, uint64(d)+offs[i], tn.Size

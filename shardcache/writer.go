@@ -233,21 +233,21 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 		o.Abort()
 		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", key, st.Size(), meta.Size)
 	}
+	w := o.w
+	w.mu.Lock()
+	packed := meta.Size <= w.packMax && meta.Kind != KindPack
+	w.mu.Unlock()
 	// An object bound for a pack is copied into it and removed: only
 	// the others are worth writing back now.
-	o.w.mu.Lock()
-	packed := meta.Size <= o.w.packMax && meta.Kind != KindPack
-	o.w.mu.Unlock()
-	if !o.w.noSync && !packed {
+	if !w.noSync && !packed {
 		startWriteback(o.File, 0, 0)
 	}
 	if err := o.Close(); err != nil {
 		o.Abort()
 		return err
 	}
-	w := o.w
 	w.mu.Lock()
-	if meta.Size <= w.packMax && meta.Kind != KindPack {
+	if packed {
 		defer w.mu.Unlock()
 		if _, ok := w.pending[key]; ok {
 			os.Remove(o.Name()) // put twice by concurrent writers
