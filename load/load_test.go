@@ -277,3 +277,37 @@ func TestDeviceResidentSmallOnly(t *testing.T) {
 		t.Errorf("report %+v", rep)
 	}
 }
+
+// TestRemoteDefaults: a load of a remote cache defaults to RemoteReaders
+// and RemotePinnedLimit (a local one to DefaultReaders and the transport's
+// default cap); options set explicitly are kept either way; the load is
+// bit for bit.
+func TestRemoteDefaults(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11}, pipeline.CompressOptions{SelfContained: true})
+	rc, _ := fixture.Remote(c)
+	rsrc, err := rc.PickSource("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c               *shardcache.Cache
+		src             *shardcache.Source
+		o               Options
+		readers, pinned int64
+	}{
+		{c, src, Options{}, int64(DefaultReaders()), transport.DefaultPinnedLimit},
+		{rc, rsrc, Options{}, RemoteReaders, RemotePinnedLimit},
+		{rc, rsrc, Options{Readers: 3, PinnedLimit: 64 << 20}, 3, 64 << 20},
+	} {
+		eng := hostengine.New(2)
+		tc.o.Check = true
+		rep, err := Checkpoint(context.Background(), eng, tc.c, tc.src, tc.o)
+		eng.Close()
+		if err != nil {
+			t.Fatalf("remote %v, %+v: %v", tc.c.Remote(), tc.o, err)
+		}
+		if s := rep.Settings; int64(s.Readers) != tc.readers || s.PinnedLimit != tc.pinned {
+			t.Errorf("remote %v, options %+v: readers %d, pinned limit %d; want %d, %d", tc.c.Remote(), tc.o, s.Readers, s.PinnedLimit, tc.readers, tc.pinned)
+		}
+	}
+}

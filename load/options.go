@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/splitzip/splitzip/costmodel"
+	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -19,6 +20,20 @@ import (
 // 77-96%: past 8, readers compete for memory bandwidth. Every front end
 // (the CLI, the C ABI and Python, several GPUs) uses it.
 func DefaultReaders() int { return min(8, max(2, runtime.GOMAXPROCS(0)/2)) }
+
+// RemoteReaders is how many goroutines read a remote cache (one streamed
+// by ranged GETs, shardcache.OpenRemote) by default, whatever the cores:
+// they wait on the network, and each keeps two GETs in flight. With
+// RemotePinnedLimit, streaming an 8 GiB Llama shape from a loopback S3
+// server on the H100 host (2026-12-06, 16 MiB pieces) went from fixed
+// 17.2-17.5 GB/s and entropy 15.9 (8 readers, 256 MiB) to 19.2-20.5 and
+// 21.9-22.2; raw caches gained nothing (16.0-16.6, the GET rate).
+const RemoteReaders = 16
+
+// RemotePinnedLimit is the default cap on the pinned staging of a load
+// of a remote cache: room for RemoteReaders' GETs in flight, each of a
+// 16 MiB piece, and the pieces whose copies are still queued.
+const RemotePinnedLimit = 1 << 30
 
 // DefaultStreams is how many upload streams an engine made for a load
 // uses by default (see DefaultReaders for the measurement).
@@ -73,11 +88,12 @@ type Options struct {
 	// Check reads the arena back after Checkpoint's load and compares it
 	// with the source.
 	Check   bool
-	Readers int // reader goroutines (0: DefaultReaders)
+	Readers int // reader goroutines (0: DefaultReaders; RemoteReaders for a remote cache)
 	// SmallBytes is the packing threshold (see transport.RawOptions.SmallBytes).
 	SmallBytes int64
 	// PinnedLimit caps the pinned staging buffers (not resident bytes):
-	// 0 means transport.DefaultPinnedLimit, negative means no cap.
+	// 0 means transport.DefaultPinnedLimit (RemotePinnedLimit for a
+	// remote cache), negative means no cap.
 	PinnedLimit int64
 	// DeviceTimes times copies and decodes on the device (engines that
 	// implement engine.Timer), at the cost of two events per operation.
@@ -98,9 +114,10 @@ type Options struct {
 	only func(b *vmm.Binding) bool
 }
 
-// resolve checks o and fills in its defaults; it returns the packing
-// threshold in effect.
-func (o *Options) resolve() (int64, error) {
+// resolve checks o and fills in its defaults for a load from c (a remote
+// cache has defaults of its own); it returns the packing threshold in
+// effect.
+func (o *Options) resolve(c *shardcache.Cache) (int64, error) {
 	switch {
 	case o.Ahead < 0:
 		return 0, badOption("Ahead", o.Ahead, "0 (default) or more")
@@ -120,8 +137,15 @@ func (o *Options) resolve() (int64, error) {
 	if o.Ahead == 0 {
 		o.Ahead = DefaultAhead
 	}
-	if o.Readers == 0 {
+	remote := c != nil && c.Remote()
+	switch {
+	case o.Readers == 0 && remote:
+		o.Readers = RemoteReaders
+	case o.Readers == 0:
 		o.Readers = DefaultReaders()
+	}
+	if o.PinnedLimit == 0 && remote {
+		o.PinnedLimit = RemotePinnedLimit
 	}
 	if o.FirstGroup == nil {
 		o.FirstGroup = func(n string) bool { return strings.HasPrefix(n, "model.layers.0.") }

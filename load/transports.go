@@ -17,7 +17,7 @@ import (
 // what the tensors need, at most two buffers a reader, all within the
 // limit (transport.PlanStaging).
 func Staging(c *shardcache.Cache, specs []vmm.Spec, o Options) (transport.Staging, error) {
-	small, err := o.resolve()
+	small, err := o.resolve(c)
 	if err != nil {
 		return transport.Staging{}, err
 	}
@@ -53,7 +53,7 @@ type Transports struct {
 // plan stage (from Staging with the same options) and sets their staging
 // buffers up, so that the first fault pins nothing.
 func NewTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Staging, o Options) (*Transports, error) {
-	small, err := o.resolve()
+	small, err := o.resolve(c)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func Share(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, o Opt
 // staging plan (with the shared copy's layout for Options.Share) and the
 // packing threshold in effect.
 func plan(c *shardcache.Cache, src *shardcache.Source, o *Options) ([]vmm.Spec, transport.Staging, int64, error) {
-	small, err := o.resolve()
+	small, err := o.resolve(c)
 	if err != nil {
 		return nil, transport.Staging{}, 0, err
 	}

@@ -65,7 +65,7 @@ type Loader struct {
 	// opts and staging make each upload stream's transports: staging is
 	// planned by Open from the checkpoint (load.Staging: what its tensors
 	// need, at most two buffers a reader, all within PinnedLimit, default
-	// 256 MiB) and returned to the stream's engine when the handle closes.
+	// 256 MiB, 1 GiB for a remote cache) and returned to the stream's engine when the handle closes.
 	opts    load.Options
 	staging transport.Staging
 	// resident: uploads keep what they read in pinned memory
@@ -86,7 +86,8 @@ type Options struct {
 	// Source is the checkpoint's root ("" when the cache holds one).
 	Source string
 	// PinnedLimit caps the pinned staging of each upload stream the
-	// loader uses (0: transport.DefaultPinnedLimit; negative: no cap).
+	// loader uses (0: transport.DefaultPinnedLimit, or
+	// load.RemotePinnedLimit for a remote cache; negative: no cap).
 	// Staging is sized from the checkpoint first, so a small one pins
 	// less.
 	PinnedLimit int64

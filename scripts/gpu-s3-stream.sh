@@ -18,7 +18,9 @@
 # A baseline build (a build of main) at $B/splitzip-base streams the same
 # caches beside this build's, in the same run.
 # SIZE (default 8GiB); VARIANTS="--readers 16|--streams 4" adds streamed
-# loads with each set of load flags; PROFILE=1 writes a CPU profile of
+# loads with each set of load flags; ALT="splitzip-x|splitzip-y --readers 16"
+# adds streamed loads by other binaries in $B (an experiment's builds),
+# each with its flags; PROFILE=1 writes a CPU profile of
 # each streamed load into $OUT; logs to $OUT.
 set -u
 cd "$(dirname "$0")/.."
@@ -61,6 +63,14 @@ for v in "${variants[@]}"; do
 		timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 $v 2>&1 | grep -E "run|summed"
 	done
 done
+IFS='|' read -ra alts <<<"${ALT:-}"
+for a in "${alts[@]}"; do
+	read -r bin flags <<<"$a"
+	for c in raw fixed entropy; do
+		echo "=== load s3://bench/m:$c streamed by $bin $flags $(date +%T)"
+		timeout 120 "$B/$bin" load "s3://bench/m:$c" --repeat 3 $flags 2>&1 | grep -E "run|summed|pinned"
+	done
+done
 echo "=== load s3://bench/m:fixed --check $(date +%T)"
 timeout 120 "$B/splitzip" load s3://bench/m:fixed --check 2>&1 | tail -2
 echo "=== fixed pulled to local disk, then loaded $(date +%T)"
@@ -68,7 +78,7 @@ timeout 120 "$B/splitzip" pull s3://bench/m:fixed "$W/local" --no-sync | tail -1
 timeout 120 "$B/splitzip" load "$W/local" --repeat 3 2>&1 | grep -E "run|first|moved"
 echo "=== bare loopback GET rate $(date +%T)"
 if [ -x "$B/s3store.test" ]; then
-	(cd s3store && SPLITZIP_S3_BIN=$B/versitygw SPLITZIP_S3_BENCH_BYTES=$((4 << 30)) timeout 200 "$B/s3store.test" -test.run XXX -test.bench GetRanges -test.benchtime 3x -test.count 3 2>&1 | grep -E "Benchmark|ok|FAIL")
+	(cd s3store && SPLITZIP_S3_BIN=$B/versitygw SPLITZIP_S3_BENCH_BYTES=$((4 << 30)) timeout 200 "$B/s3store.test" -test.run XXX -test.bench GetRanges -test.benchtime 3x -test.count ${COUNT:-3} 2>&1 | grep -E "Benchmark|ok|FAIL")
 fi
 (cd oci && SPLITZIP_S3_BIN=$B/versitygw SPLITZIP_S3_BENCH_BYTES=$((4 << 30)) timeout 200 "$B/oci.test" -test.run XXX -test.bench 'S3Pull/raw-get' -test.benchtime 3x -test.count 3 2>&1 | grep -E "Benchmark|ok|FAIL")
 echo "=== done $(date +%T)"

@@ -16,8 +16,26 @@ import (
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// readPiece is the unit of parallel payload reads.
+// readPiece is the unit of parallel payload reads from local files.
 const readPiece = 8 << 20
+
+// remotePiece is that unit for a remote cache (shardcache.OpenRemote):
+// each piece is a ranged GET, and a request costs far more than a pread.
+// Streaming an 8 GiB Llama shape from a loopback S3 server on the H100
+// host (2026-12-06, runs 2-3, raw bytes a second): 8 MiB pieces gave
+// fixed 14.2-14.7 GB/s and entropy 14.7-16.5; 16 MiB pieces with 16
+// readers and 1 GiB of staging 19.2-20.5 and 21.9-22.2; 32 MiB pieces
+// no more (16.4-16.6 and 18.4-20.5 with 8 readers), and in 256 MiB of
+// staging too few to keep the link busy (7.5-11.3).
+const remotePiece = 16 << 20
+
+// pieceBytes is the unit of parallel payload reads from c.
+func pieceBytes(c *shardcache.Cache) uint64 {
+	if c != nil && c.Remote() {
+		return remotePiece
+	}
+	return readPiece
+}
 
 // piecesPerReader is how many staging pieces the payload ring holds per
 // reader: beyond the one a reader fills, the others hold copies still in
@@ -76,7 +94,7 @@ func (z *Payloads) read(key shardcache.Key, buf []byte) (*held, error) {
 	}
 	defer f.Close()
 	b := buf[:o.Size]
-	sums := codec.NewPieceSums(o.Size, readPiece)
+	sums := codec.NewPieceSums(o.Size, z.piece)
 	n := sums.Pieces()
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -24,13 +24,14 @@ type PayloadOptions struct {
 	// them with one scatter launch (resident_packs.go).
 	ResidentPacks bool
 	// Readers is the number of goroutines reading payloads (default 4);
-	// each payload is read in 8 MiB pieces by up to twice as many.
+	// each payload is read in pieces (8 MiB; 16 MiB from a remote cache)
+	// by up to twice as many.
 	Readers int
 	// SmallBytes: payloads of at most this many bytes, and raw tensors as
 	// small when the wrapped transport is a PackReader, are packed several to a
 	// copy (0: DefaultSmallBytes; negative: never).
 	SmallBytes int64
-	// RingPieces caps the staging ring of 8 MiB payload pieces (0: four
+	// RingPieces caps the staging ring of payload pieces (0: four
 	// per reader, plus two); PackSlots caps the packer's 4 MiB buffers
 	// (0: two per reader, plus two). Load sizes both from the checkpoint.
 	RingPieces int
@@ -80,6 +81,7 @@ type Payloads struct {
 	cache *shardcache.Cache
 	inner Transport
 	opts  PayloadOptions
+	piece uint64 // the unit of payload reads (pieceBytes)
 
 	mu       sync.Mutex
 	resident map[shardcache.Key]*held
@@ -140,7 +142,7 @@ func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 		opts.Readers = 4
 	}
 	opts.SmallBytes = small
-	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts,
+	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts, piece: pieceBytes(cache),
 		resident: map[shardcache.Key]*held{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), objects: shardcache.NewObjectFiles(cache)}
 	z.pack.objects, z.pack.files.cache = z.objects, cache
@@ -416,8 +418,8 @@ func (m *presentMemo) sourcePresent(hit shardcache.SliceHit, path string) (bool,
 	return m.present, m.err
 }
 
-// ensureRing allocates the pinned staging ring: 8 MiB pieces, two per
-// concurrent piece read.
+// ensureRing allocates the pinned staging ring: pieces of z.piece bytes,
+// piecesPerReader a reader (RingPieces at most).
 func (z *Payloads) ensureRing() error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -428,12 +430,12 @@ func (z *Payloads) ensureRing() error {
 	if z.opts.RingPieces > 0 {
 		n = min(n, z.opts.RingPieces)
 	}
-	ring, err := newRing(z.eng, n, readPiece)
+	ring, err := newRing(z.eng, n, z.piece)
 	if err != nil {
 		return err
 	}
 	z.ring = ring
-	z.pinned += uint64(n) * readPiece
+	z.pinned += uint64(n) * z.piece
 	return nil
 }
 

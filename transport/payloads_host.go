@@ -71,7 +71,7 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 		return nil, fmt.Errorf("%s: %w: decodes to %d values, the tensor has %d bytes", loc.Name(), codec.ErrSize, h.Values, t.b.Size)
 	}
 	per := d.ChunkBytes()
-	step := max(1, uint64(readPiece)/per) // chunks a piece
+	step := max(1, z.piece/per) // chunks a piece
 	chunks := h.Chunks()
 	pieces := (chunks + step - 1) / step
 	crcs, lens := make([]uint32, pieces), make([]uint64, pieces)

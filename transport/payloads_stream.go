@@ -21,7 +21,7 @@ import (
 )
 
 // stream uploads a payload, fixed or entropy, through the staging ring:
-// its 8 MiB pieces are read, checksummed and copied to their places in
+// its pieces (8 MiB; 16 MiB from a remote cache) are read, checksummed and copied to their places in
 // the binding's range as they arrive, in parallel, all on one stream;
 // once every piece has been read and the payload passes its check
 // (package payload: the combined checksum, and an entropy payload's
@@ -52,7 +52,7 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 	// The head first where it decides the path (an entropy payload's) or
 	// where the pieces need it (the chunk index of a payload of several).
 	var h payload.Head
-	if kind == payload.KindEntropy || o.Size > readPiece {
+	if kind == payload.KindEntropy || o.Size > z.piece {
 		hb := make([]byte, min(o.Size, payload.HeadBytes))
 		if _, err := f.ReadAt(hb, 0); err != nil {
 			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
@@ -86,7 +86,7 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 			to, tierSlot = p, p
 		}
 	}
-	if o.Size <= readPiece {
+	if o.Size <= z.piece {
 		return z.streamOne(ctx, t, f, loc.Name(), kind, o.Size, stream, to, tierSlot)
 	}
 	tail := payload.NewTail(h)
@@ -112,7 +112,7 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 // checksums. saw, if set, is given each piece (from its goroutine) before
 // its copy is submitted.
 func (z *Payloads) copyPieces(ctx context.Context, f io.ReaderAt, name string, size uint64, stream int, to vmm.Ptr, saw func(off uint64, q []byte)) ([]Fence, *codec.PieceSums, error) {
-	sums := codec.NewPieceSums(size, readPiece)
+	sums := codec.NewPieceSums(size, z.piece)
 	n := sums.Pieces()
 	evs := make([]Fence, n, n+1)
 	err := z.eachPiece(ctx, n, func(i int, s *slot) error {

@@ -24,7 +24,7 @@ func capStaging(s Staging, limit uint64, raw bool) (Staging, error) {
 	}
 	for s.PinnedBytes() > limit {
 		r := uint64(s.RawSlots-1) * rawSlotBytes
-		p := uint64(max(s.Pieces-minPieces, 0)) * readPiece
+		p := uint64(max(s.Pieces-minPieces, 0)) * s.piece()
 		k := uint64(s.PackSlots-2) * packBytes
 		switch {
 		case r == 0 && p == 0 && k == 0:
@@ -61,9 +61,9 @@ type need struct {
 // rawSlots is the raw ring: 16 MiB slots for the raw bytes, plus one.
 func (n need) rawSlots() int { return int((n.raw+rawSlotBytes-1)/rawSlotBytes) + 1 }
 
-// payloadPieces is the payload ring: 8 MiB pieces for the payload bytes,
-// plus two.
-func (n need) payloadPieces() int { return int((n.payload+readPiece-1)/readPiece) + 2 }
+// payloadPieces is the payload ring: pieces of piece bytes for the
+// payload bytes, plus two.
+func (n need) payloadPieces(piece uint64) int { return int((n.payload+piece-1)/piece) + 2 }
 
 // packSlots is the packer's ring: 4 MiB buffers for the packed bytes,
 // plus two.
@@ -133,9 +133,12 @@ func (s Staging) ResidentPacked(raw bool) uint64 {
 // PackSlots), and the cap they were fitted to.
 type Staging struct {
 	RawSlots  int    // 16 MiB raw slots
-	Pieces    int    // 8 MiB payload pieces (0 for a raw-only load)
+	Pieces    int    // payload pieces (0 for a raw-only load)
 	PackSlots int    // 4 MiB pack buffers
 	Limit     uint64 // the cap; 0: none
+	// PieceBytes is the size of a payload piece: 8 MiB, 16 MiB for a
+	// remote cache (0: 8 MiB).
+	PieceBytes uint64
 	// Resident is what a resident load keeps in shared pinned blocks
 	// (its buffers of up to 16 MiB, each rounded up to 16 bytes); larger
 	// buffers are pinned one by one. It is not staging and not capped.
@@ -156,7 +159,15 @@ type Staging struct {
 // slots, payload pieces and the payload packer's (the raw packer is then
 // unused).
 func (s Staging) PinnedBytes() uint64 {
-	return uint64(s.RawSlots)*rawSlotBytes + uint64(s.Pieces)*readPiece + uint64(s.PackSlots)*packBytes
+	return uint64(s.RawSlots)*rawSlotBytes + uint64(s.Pieces)*s.piece() + uint64(s.PackSlots)*packBytes
+}
+
+// piece is PieceBytes, its default filled in.
+func (s Staging) piece() uint64 {
+	if s.PieceBytes == 0 {
+		return readPiece
+	}
+	return s.PieceBytes
 }
 
 // PlanStaging sizes the staging rings of a load of specs from c with
@@ -170,7 +181,8 @@ func (s Staging) PinnedBytes() uint64 {
 func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64, raw bool, limit int64) (Staging, error) {
 	readers = max(readers, 1)
 	n := stagingNeed(c, specs, small, raw)
-	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(piecesPerReader*readers+2, n.payloadPieces()), PackSlots: min(2*readers+2, n.packSlots()),
+	piece := pieceBytes(c)
+	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(piecesPerReader*readers+2, n.payloadPieces(piece)), PieceBytes: piece, PackSlots: min(2*readers+2, n.packSlots()),
 		Resident: n.resident, ResidentItems: n.residentItems, Device: n.device, SmallResident: n.smallResident}
 	var capped uint64
 	if limit >= 0 {

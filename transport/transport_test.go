@@ -437,3 +437,56 @@ func TestPinnedLimit(t *testing.T) {
 		t.Errorf("a 1 MiB cap: %v", err)
 	}
 }
+
+// TestRemotePieces: a remote cache's payloads are staged and read in
+// pieces of remotePiece (a read each), a local cache's of readPiece; a
+// load from the remote view is bit for bit the source's.
+func TestRemotePieces(t *testing.T) {
+	// Hidden 2048: MLP tensors of 22.5 MB, payloads of just over 16 MiB.
+	// Self-contained, as a pushed cache is.
+	c, src := fixture.Compressed(t, synth.Config{Bytes: 96 << 20, Hidden: 2048, Shards: 1, Seed: 5}, pipeline.CompressOptions{SelfContained: true})
+	rc, files := fixture.Remote(c)
+	rsrc, err := rc.PickSource("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := mustSpecs(t, rc, rsrc)
+	for _, tc := range []struct {
+		c     *shardcache.Cache
+		piece uint64
+	}{{c, readPiece}, {rc, remotePiece}} {
+		s, err := PlanStaging(tc.c, specs, 2, 0, false, -1)
+		if err != nil || s.PieceBytes != tc.piece || s.PinnedBytes() != uint64(s.RawSlots)*rawSlotBytes+uint64(s.Pieces)*tc.piece+uint64(s.PackSlots)*packBytes {
+			t.Fatalf("remote %v: staging %+v (%d pinned bytes), %v; want pieces of %d", tc.c.Remote(), s, s.PinnedBytes(), err, tc.piece)
+		}
+		if got, err := capStaging(s, 2*tc.piece+rawSlotBytes+2*packBytes, false); err != nil || got.PinnedBytes() > 2*tc.piece+rawSlotBytes+2*packBytes {
+			t.Errorf("remote %v: capped to %+v, %v", tc.c.Remote(), got, err)
+		}
+	}
+	stage, err := PlanStaging(rc, specs, 3, 0, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := hostengine.New(2)
+	t.Cleanup(func() { eng.Close() })
+	a, _, st := stack(t, eng, rc, specs, RawOptions{Readers: 3, Cache: rc}, &PayloadOptions{Readers: 3, RingPieces: stage.Pieces})
+	bs := a.Bindings()
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		if err != nil {
+			t.Fatalf("%s: %v", bs[i].Name, err)
+		}
+	}
+	if err := CheckArena(eng, bs, src); err != nil {
+		t.Fatal(err)
+	}
+	whole := 0
+	for _, n := range files.Reads() {
+		if n > remotePiece {
+			t.Fatalf("a read of %d bytes from the remote cache, pieces are %d", n, remotePiece)
+		}
+		whole += btoi(n == remotePiece)
+	}
+	if whole == 0 {
+		t.Errorf("no payload read in a whole %d-byte piece (%d reads)", remotePiece, len(files.Reads()))
+	}
+}

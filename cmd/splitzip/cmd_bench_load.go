@@ -15,7 +15,9 @@ the median rates and their ratio: first loads (from files), and with
 --device-resident, compressed re-faults from payloads kept in device memory
 beside raw re-faults from pinned memory.`,
 		Args: args(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, a []string) error { return flagError(runLoad(cmd.Context(), g, o, a[0])) },
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return flagError(runLoad(cmd.Context(), g, o.withDefaults(cmd.Flags()), a[0]))
+		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.Resident, "resident", false, "keep bytes in pinned memory: repeats read no file")

@@ -72,7 +72,9 @@ compares every tensor with its content key). With --local-cache DIR it is
 pulled into DIR first (kept; a later run fetches only what DIR lacks) and
 loaded from there; the pull is not part of the times reported.`,
 		Args: args(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, a []string) error { return flagError(runLoad(cmd.Context(), g, o, a[0])) },
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return flagError(runLoad(cmd.Context(), g, o.withDefaults(cmd.Flags()), a[0]))
+		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
@@ -96,11 +98,11 @@ loaded from there; the pull is not part of the times reported.`,
 func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Device, "device", "0", "GPU ordinal, or cpu for the host implementation")
 	f.StringVar(&o.Source, "source", "", "source to load: a recorded root (when the cache holds several), or the directory a moved source is in now")
-	f.IntVar(&o.Readers, "readers", load.DefaultReaders(), "reader goroutines per transport (half the cores this process may use, 2 to 8, by default)")
+	f.IntVar(&o.Readers, "readers", load.DefaultReaders(), fmt.Sprintf("reader goroutines per transport (half the cores this process may use, 2 to 8, by default; %d for a remote cache streamed)", load.RemoteReaders))
 	f.IntVar(&o.Streams, "streams", load.DefaultStreams, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
-	f.StringVar(&o.Pinned, "pinned-limit", "256MiB", "cap on pinned staging memory (not resident bytes); 0 for none")
+	f.StringVar(&o.Pinned, "pinned-limit", fmt.Sprintf("%dMiB", transport.DefaultPinnedLimit>>20), fmt.Sprintf("cap on pinned staging memory (not resident bytes; %dMiB for a remote cache streamed); 0 for none", load.RemotePinnedLimit>>20))
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 256 KiB; -1: never)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
@@ -110,6 +112,20 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	atLeast(f, "ahead", 1, "")
 	atLeast(f, "small-bytes", -1, "-1 turns packing off, 0 is the default")
 	f.BoolVar(&o.ResidentPacks, "resident-packs", true, "with --resident: keep each layer group's payloads side by side in pinned regions of up to 16 MiB, re-faulted with one copy and one scatter launch a region (raw: runs of tensors adjacent in the arena, one copy a run)")
+}
+
+// withDefaults returns o with the flags whose defaults depend on the
+// cache (a remote cache streamed has its own: load.RemoteReaders,
+// load.RemotePinnedLimit) zeroed where the command line did not set them,
+// for the load to fill in.
+func (o loadOptions) withDefaults(f *pflag.FlagSet) loadOptions {
+	if !f.Changed("readers") {
+		o.Readers = 0
+	}
+	if !f.Changed("pinned-limit") {
+		o.Pinned = ""
+	}
+	return o
 }
 
 func (o loadOptions) engine() (engine.Engine, error) { return o.engineFor("--device", o.Device) }
@@ -151,16 +167,19 @@ func flagError(err error) error {
 }
 
 func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err error) {
-	if o.Repeat < 1 || o.Readers < 1 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
+	if o.Repeat < 1 || o.Readers < 0 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
 		return usageError{fmt.Errorf("--repeat, --readers, --streams and --ahead must be at least 1")}
 	}
-	pinned, err := parseSize(o.Pinned)
-	if err != nil {
-		return usageError{fmt.Errorf("--pinned-limit: %v", err)}
-	}
-	pinnedLimit := int64(pinned)
-	if pinned == 0 {
-		pinnedLimit = -1
+	var pinnedLimit int64 // "": the load's default
+	if o.Pinned != "" {
+		pinned, err := parseSize(o.Pinned)
+		if err != nil {
+			return usageError{fmt.Errorf("--pinned-limit: %v", err)}
+		}
+		pinnedLimit = int64(pinned)
+		if pinned == 0 {
+			pinnedLimit = -1
+		}
 	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}

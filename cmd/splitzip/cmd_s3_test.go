@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/splitzip/splitzip/internal/s3test"
+	"github.com/splitzip/splitzip/load"
 )
 
 // TestS3Commands runs the commands that take a cache in S3 against a real
@@ -51,6 +53,13 @@ func TestS3Commands(t *testing.T) {
 	code, out, e = splitzip(t, "load", ref, "--device", "cpu", "--check", "--json")
 	if code != 0 || !strings.Contains(e, "streaming "+ref) || !strings.Contains(out, `"checked": true`) {
 		t.Fatalf("load %s streamed: %d %s %s", ref, code, out, e)
+	}
+	// A remote cache's own defaults, unless the flags are given.
+	if want := fmt.Sprintf(`"readers": %d,`, load.RemoteReaders); !strings.Contains(out, want) || !strings.Contains(out, fmt.Sprintf(`"pinned_limit": %d,`, load.RemotePinnedLimit)) {
+		t.Errorf("load %s streamed: want %s and a pinned limit of %d in %s", ref, want, load.RemotePinnedLimit, out)
+	}
+	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--readers", "3", "--pinned-limit", "64MiB", "--json"); code != 0 || !strings.Contains(out, `"readers": 3,`) || !strings.Contains(out, `"pinned_limit": 67108864,`) {
+		t.Errorf("load %s --readers 3 --pinned-limit 64MiB: %d %s %s", ref, code, out, e)
 	}
 	if code, _, e := splitzip(t, "load", ref, "--device", "cpu", "--raw"); code != exitUsage {
 		t.Errorf("load --raw of a streamed cache: exit %d, %s", code, e)
