@@ -23,7 +23,8 @@ func DefaultReaders() int { return min(8, max(2, runtime.GOMAXPROCS(0)/2)) }
 
 // RemoteReaders is how many goroutines read a remote cache (one streamed
 // by ranged GETs, shardcache.OpenRemote) by default, whatever the cores:
-// they wait on the network, and each keeps two GETs in flight. With
+// they wait on the network (their piece reads, up to two a reader, go out
+// as ranged GETs, at most 32 in flight a cache: package oci). With
 // RemotePinnedLimit, streaming an 8 GiB Llama shape from a loopback S3
 // server on the H100 host (2026-12-06, 16 MiB pieces) went from fixed
 // 17.2-17.5 GB/s and entropy 15.9 (8 readers, 256 MiB) to 19.2-20.5 and
@@ -31,8 +32,11 @@ func DefaultReaders() int { return min(8, max(2, runtime.GOMAXPROCS(0)/2)) }
 const RemoteReaders = 16
 
 // RemotePinnedLimit is the default cap on the pinned staging of a load
-// of a remote cache: room for RemoteReaders' GETs in flight, each of a
-// 16 MiB piece, and the pieces whose copies are still queued.
+// of a remote cache (of each engine's transports: each device of a
+// multi-device load, each upload stream of a loader), four times the
+// local default: 16 MiB pieces for RemoteReaders' reads in flight and
+// copies still queued (on a large checkpoint about 28 pieces beside the
+// raw and pack rings).
 const RemotePinnedLimit = 1 << 30
 
 // DefaultStreams is how many upload streams an engine made for a load

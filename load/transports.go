@@ -84,7 +84,7 @@ func newTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 		}
 	} else {
 		po := transport.PayloadOptions{Resident: o.Resident, ResidentPacks: o.ResidentPacks,
-			Readers: o.Readers, SmallBytes: small, RingPieces: stage.Pieces, PackSlots: stage.PackSlots, ResidentBytes: resident,
+			Readers: o.Readers, SmallBytes: small, RingPieces: stage.Pieces, PieceBytes: stage.PieceBytes, PackSlots: stage.PackSlots, ResidentBytes: resident,
 			DeviceResident: o.DeviceResident, DeviceBytes: stage.Device, HostEntropy: o.EntropyOnHost,
 			EntropyFromSource: o.EntropyFromSource, Cost: o.Cost}
 		if o.Share && stage.Shared != nil {

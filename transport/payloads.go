@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -36,6 +37,9 @@ type PayloadOptions struct {
 	// (0: two per reader, plus two). Load sizes both from the checkpoint.
 	RingPieces int
 	PackSlots  int
+	// PieceBytes is the size of a payload piece (Staging.PieceBytes;
+	// 0: 8 MiB, 16 MiB for a remote cache).
+	PieceBytes uint64
 	// ResidentBytes, with Resident, is what the resident payloads will
 	// take (Staging.Resident), pinned in blocks of that size (0: grown as
 	// payloads arrive).
@@ -122,6 +126,8 @@ func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 		return nil, badOption("Readers", opts.Readers, "0 (default) or more")
 	case opts.RingPieces < 0:
 		return nil, badOption("RingPieces", opts.RingPieces, "0 (default) or more")
+	case opts.PieceBytes%(64<<10) != 0 || opts.PieceBytes > 256<<20:
+		return nil, badOption("PieceBytes", opts.PieceBytes, "0 (default) or a multiple of 64 KiB up to 256 MiB")
 	case opts.PackSlots < 0:
 		return nil, badOption("PackSlots", opts.PackSlots, "0 (default) or more")
 	case opts.DeviceResident && opts.DeviceBytes == 0:
@@ -142,7 +148,7 @@ func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 		opts.Readers = 4
 	}
 	opts.SmallBytes = small
-	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts, piece: pieceBytes(cache),
+	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts, piece: cmp.Or(opts.PieceBytes, pieceBytes(cache)),
 		resident: map[shardcache.Key]*held{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), objects: shardcache.NewObjectFiles(cache)}
 	z.pack.objects, z.pack.files.cache = z.objects, cache

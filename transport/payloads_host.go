@@ -46,7 +46,8 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 
 // hostDecode decodes an entropy payload on the host into staging pieces
 // and submits their copies on one stream: the pieces of a version 2
-// payload (8 MiB of values each) decoded in parallel, a version 1
+// payload (a piece of values each: 8 MiB, 16 MiB from a remote cache)
+// decoded in parallel, a version 1
 // payload's chunk after chunk. The payload's checksum is checked once
 // every piece is decoded: a payload that fails it has had pieces copied,
 // and its binding stays evicted.

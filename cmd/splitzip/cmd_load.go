@@ -44,9 +44,12 @@ type loadOptions struct {
 	Ahead          int
 	Times          bool
 	Pinned         string
-	EntropyOnHost  bool
-	FromSource     bool
-	Cost           bool
+	// pinnedUnset: --pinned-limit was not given; the load's default
+	// (which depends on the cache) applies.
+	pinnedUnset   bool
+	EntropyOnHost bool
+	FromSource    bool
+	Cost          bool
 	// Devices and Peer: load onto several devices (cmd_load_devices.go).
 	Devices string
 	Peer    bool
@@ -116,15 +119,13 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 
 // withDefaults returns o with the flags whose defaults depend on the
 // cache (a remote cache streamed has its own: load.RemoteReaders,
-// load.RemotePinnedLimit) zeroed where the command line did not set them,
-// for the load to fill in.
+// load.RemotePinnedLimit) marked unset (--readers 0) where the command
+// line did not set them, for the load to fill in.
 func (o loadOptions) withDefaults(f *pflag.FlagSet) loadOptions {
 	if !f.Changed("readers") {
 		o.Readers = 0
 	}
-	if !f.Changed("pinned-limit") {
-		o.Pinned = ""
-	}
+	o.pinnedUnset = !f.Changed("pinned-limit")
 	return o
 }
 
@@ -168,10 +169,10 @@ func flagError(err error) error {
 
 func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err error) {
 	if o.Repeat < 1 || o.Readers < 0 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
-		return usageError{fmt.Errorf("--repeat, --readers, --streams and --ahead must be at least 1")}
+		return usageError{fmt.Errorf("--repeat, --readers (when given), --streams and --ahead must be at least 1")}
 	}
-	var pinnedLimit int64 // "": the load's default
-	if o.Pinned != "" {
+	var pinnedLimit int64 // 0: the load's default
+	if !o.pinnedUnset {
 		pinned, err := parseSize(o.Pinned)
 		if err != nil {
 			return usageError{fmt.Errorf("--pinned-limit: %v", err)}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,11 +54,23 @@ func TestS3Commands(t *testing.T) {
 		t.Fatalf("load %s streamed: %d %s %s", ref, code, out, e)
 	}
 	// A remote cache's own defaults, unless the flags are given.
-	if want := fmt.Sprintf(`"readers": %d,`, load.RemoteReaders); !strings.Contains(out, want) || !strings.Contains(out, fmt.Sprintf(`"pinned_limit": %d,`, load.RemotePinnedLimit)) {
-		t.Errorf("load %s streamed: want %s and a pinned limit of %d in %s", ref, want, load.RemotePinnedLimit, out)
+	settings := func(out string) (s load.Settings) {
+		t.Helper()
+		var rep struct{ Settings load.Settings }
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("load --json: %v: %s", err, out)
+		}
+		return rep.Settings
 	}
-	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--readers", "3", "--pinned-limit", "64MiB", "--json"); code != 0 || !strings.Contains(out, `"readers": 3,`) || !strings.Contains(out, `"pinned_limit": 67108864,`) {
-		t.Errorf("load %s --readers 3 --pinned-limit 64MiB: %d %s %s", ref, code, out, e)
+	if s := settings(out); s.Readers != load.RemoteReaders || s.PinnedLimit != load.RemotePinnedLimit {
+		t.Errorf("load %s streamed: readers %d, pinned limit %d; want %d, %d", ref, s.Readers, s.PinnedLimit, load.RemoteReaders, load.RemotePinnedLimit)
+	}
+	code, out, e = splitzip(t, "load", ref, "--device", "cpu", "--readers", "3", "--pinned-limit", "64MiB", "--json")
+	if s := settings(out); code != 0 || s.Readers != 3 || s.PinnedLimit != 64<<20 {
+		t.Errorf("load %s --readers 3 --pinned-limit 64MiB: %d, %+v, %s", ref, code, s, e)
+	}
+	if code, _, e := splitzip(t, "load", ref, "--device", "cpu", "--pinned-limit="); code != exitUsage {
+		t.Errorf("load --pinned-limit= (empty): exit %d, %s", code, e)
 	}
 	if code, _, e := splitzip(t, "load", ref, "--device", "cpu", "--raw"); code != exitUsage {
 		t.Errorf("load --raw of a streamed cache: exit %d, %s", code, e)
