@@ -65,7 +65,8 @@ type Loader struct {
 	// opts and staging make each upload stream's transports: staging is
 	// planned by Open from the checkpoint (load.Staging: what its tensors
 	// need, at most two buffers a reader, all within PinnedLimit, default
-	// 256 MiB, 1 GiB for a remote cache) and returned to the stream's engine when the handle closes.
+	// 256 MiB, 1 GiB for a remote cache) and returned to the stream's
+	// engine when the handle closes.
 	opts    load.Options
 	staging transport.Staging
 	// resident: uploads keep what they read in pinned memory

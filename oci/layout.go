@@ -190,12 +190,9 @@ func (l *layout) manifest() ([]byte, v1.Hash, error) {
 }
 
 // open reads the rest of a blob (a pull's) by ranged GETs read ahead
-// (Open), a range of it by one GET.
-func (l *layout) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
-	if off+n == d.Size {
-		return l.st.Open(l.ctx, blobName(d.Digest), off, d.Size), nil
-	}
-	return l.st.Range(l.ctx, blobName(d.Digest), off, n)
+// (s3store's Open).
+func (l *layout) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
+	return l.st.Open(l.ctx, blobName(d.Digest), off, d.Size), nil
 }
 
 // get reads n bytes of a blob from off by one GET under ctx (a remote

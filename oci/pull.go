@@ -273,9 +273,9 @@ const resumeTries = 3
 type source interface {
 	// manifest returns the artifact's manifest and its digest.
 	manifest() ([]byte, v1.Hash, error)
-	// open returns n bytes of blob d from off on: a fetch asks for the
-	// rest of the blob, which the source may read ahead in parts.
-	open(d v1.Descriptor, off, n int64) (io.ReadCloser, error)
+	// open returns the rest of blob d from off on (a fetch's), which the
+	// source may read ahead in parts.
+	open(d v1.Descriptor, off int64) (io.ReadCloser, error)
 	// get returns n bytes of blob d from off on by one request, made
 	// under ctx: a remote cache's read, which sizes and counts its own
 	// requests and stops the parts of a read when one fails.
@@ -315,7 +315,7 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 	if d.Digest.Algorithm != "sha256" {
 		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
 	}
-	body, err := src.open(d, 0, d.Size)
+	body, err := src.open(d, 0)
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
@@ -334,7 +334,7 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 		if errors.As(err, &we) || ctx.Err() != nil || try == resumeTries || n >= d.Size {
 			return fmt.Errorf("blob %s: %w", d.Digest, err)
 		}
-		if body, err = src.open(d, n, d.Size-n); err != nil {
+		if body, err = src.open(d, n); err != nil {
 			return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
 		}
 	}
@@ -372,11 +372,11 @@ func (b *repository) manifest() ([]byte, v1.Hash, error) {
 	return desc.Manifest, desc.Digest, nil
 }
 
-// open returns n bytes of blob d from off on, by a GET of its own rather
+// open returns the rest of blob d from off on, by a GET of its own rather
 // than the client's layer reader, which would hash every byte a second
 // time (fetch hashes them, over resumed bodies too).
-func (b *repository) open(d v1.Descriptor, off, n int64) (io.ReadCloser, error) {
-	return b.get(b.ctx, d, off, n)
+func (b *repository) open(d v1.Descriptor, off int64) (io.ReadCloser, error) {
+	return b.get(b.ctx, d, off, d.Size-off)
 }
 
 // get is open's GET, made under ctx: a registry's blob GET is one
