@@ -1,7 +1,8 @@
 package main
 
-// Uploads into device memory, layer packs and their scatter, residency
-// and events (loader/gpu.go, loader/pack.go).
+// Uploads into device memory, layer packs and their scatter, residency,
+// events and products from payloads (loader/gpu.go, loader/pack.go,
+// loader/gemv.go).
 
 /*
 #include <stdint.h>
@@ -190,4 +191,25 @@ func sz_release_idle(closed *C.int) C.sz_status {
 		*closed = C.int(n)
 	}
 	return C.SZ_OK
+}
+
+//export sz_gemv_prepare
+func sz_gemv_prepare(h C.uintptr_t, device C.int) C.sz_status {
+	return call(h, func(l *loader.Loader) error { return l.PrepareGemv(int(device)) })
+}
+
+//export sz_gemv
+func sz_gemv(h C.uintptr_t, device C.int, w C.uint64_t, head *C.uint8_t, rows, cols, x, y C.uint64_t, batch C.int, stream C.uintptr_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		if head == nil {
+			return fmt.Errorf("%w: no payload header", loader.ErrInvalid)
+		}
+		hb := C.GoBytes(unsafe.Pointer(head), C.int(loader.PayloadHeadBytes))
+		return l.Gemv(int(device), uint64(w), hb, uint64(rows), uint64(cols), uint64(x), uint64(y), int(batch), uintptr(stream))
+	})
+}
+
+//export sz_gemv_check
+func sz_gemv_check(h C.uintptr_t, device C.int, stream C.uintptr_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error { return l.GemvCheck(int(device), uintptr(stream)) })
 }

@@ -89,6 +89,21 @@ func TestKernelConstants(t *testing.T) {
 			t.Errorf("decode.cu: %s is %d, the launcher's %d", c.name, got, c.want)
 		}
 	}
+	gz := defs("gemv.cu")
+	for _, c := range []struct {
+		name string
+		want int
+	}{
+		{"GZ_CHUNK", codec.ChunkValues}, {"GZ_HEADER", codec.HeaderSize}, {"GZ_FIRST_GROUP", codec.MinGroupChunks},
+		{"GZ_RAW", codec.RawEscapes}, {"GZ_WARPS", gemvWarps}, {"GZ_TILE", gemvTile}, {"GZ_GROUP", GemvColumns}, {"GZ_ERR_TABLE", errTable}, {"GZ_ERR_ESCAPE", errEscape},
+	} {
+		if got := num(gz, c.name); got != c.want {
+			t.Errorf("gemv.cu: %s is %d, the launcher's %d", c.name, got, c.want)
+		}
+	}
+	if gz["GZ_THREADS"] != "(GZ_WARPS * 32)" {
+		t.Errorf("gemv.cu: GZ_THREADS %q, the launcher's %d threads a block", gz["GZ_THREADS"], 32*gemvWarps)
+	}
 	if sz["SZ_BUF"] != "(2 * SZ_CHUNK)" || stageBytes != 2*codec.ChunkValues {
 		t.Errorf("decode.cu: SZ_BUF %q, the launcher's stage of %d bytes", sz["SZ_BUF"], stageBytes)
 	}

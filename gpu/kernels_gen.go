@@ -2,12 +2,14 @@
 
 package gpu
 
-// Stamps of decode.fatbin and entropy.fatbin: built by nvcc 13.0 from
-// decode.cu and entropy.cu.
+// Stamps of the kernels' fatbins: each built by nvcc 13.0 from the .cu
+// file of its name.
 const (
 	decodeSourceSHA256  = "4b2b5d74e054aa1163087746d77fa98430d413bf649985917efd3f3d61bf772c"
 	decodeFatbinSHA256  = "443412a14c7a218f20cb010476449d86a37c631e231af35b0c7f6b19bc5b463b"
 	entropySourceSHA256 = "aa9e8950d08c36f450d23d6c3872971285a87afcc74b985d5699ef8531f66447"
 	entropyFatbinSHA256 = "7cd149c8a0a83267e6e2d937c5345a42c5c3fbd9debe50ebbd1b45719eddcb07"
+	gemvSourceSHA256    = "db08efc1bc1c38c3c96c788b4eb963081bde1824b1d6aeadb8ddb0fa0dd8a751"
+	gemvFatbinSHA256    = "67fc377b4586ee23f55f0cf5c20452fe9f69bc3f3b726b3b9a18c2b16b3cd2da"
 	kernelsNVCCVersion  = "13.0"
 )

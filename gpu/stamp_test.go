@@ -17,6 +17,7 @@ func TestKernelStamp(t *testing.T) {
 	}{
 		{"decode.cu", decodeSourceSHA256, decodeFatbinSHA256, decodeFatbin},
 		{"entropy.cu", entropySourceSHA256, entropyFatbinSHA256, entropyFatbin},
+		{"gemv.cu", gemvSourceSHA256, gemvFatbinSHA256, gemvFatbin},
 	} {
 		src, err := os.ReadFile(k.src)
 		if err != nil {

@@ -23,6 +23,7 @@ type gpuState struct {
 	streams map[cuda.Stream]*streamTransport
 	evs     map[cuda.Event]*batch
 	dec     *gpu.Decoder // for Scatter, loaded on first use
+	gemv    *gpu.Gemv    // for Gemv, loaded on first use
 }
 
 // streamTransport is a load's transports (load.NewTransports) on an
@@ -390,6 +391,9 @@ func (g *gpuState) close() {
 	}
 	if g.dec != nil {
 		g.dec.Close()
+	}
+	if g.gemv != nil {
+		g.gemv.Close()
 	}
 	g.ctx.Close()
 }

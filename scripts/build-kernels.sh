@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Compiles gpu/decode.cu and gpu/entropy.cu into gpu/decode.fatbin and
-# gpu/entropy.fatbin (SASS for sm_80, sm_90 and sm_100, PTX for compute_80)
+# Compiles gpu/decode.cu, gpu/entropy.cu and gpu/gemv.cu into
+# gpu/decode.fatbin, gpu/entropy.fatbin and gpu/gemv.fatbin (SASS for
+# sm_80, sm_90 and sm_100, PTX for compute_80)
 # and writes gpu/kernels_gen.go, which stamps each fatbin with the SHA-256
 # of its source. `make kernels` runs this; it needs nvcc (CUDA 13.0 on the
 # lent H200) and nothing else, no Go. OUTDIR (default gpu) is where the
-# fatbins and kernels_gen.go go; KERNELS (default "decode entropy") which
+# fatbins and kernels_gen.go go; KERNELS (default "decode entropy gemv") which
 # kernels to build, for experiments (kernels_gen.go then stamps only those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ mkdir -p "$OUTDIR"
 ver=$("$NVCC" --version | grep -o 'release [0-9.]*' | head -1)
 ver=${ver#release }
 consts=""
-for k in ${KERNELS:-decode entropy}; do
+for k in ${KERNELS:-decode entropy gemv}; do
   "$NVCC" -O3 -std=c++17 --fatbin -Xptxas -v ${NVCC_EXTRA:-} \
     -gencode arch=compute_80,code=sm_80 \
     -gencode arch=compute_90,code=sm_90 \
@@ -33,8 +34,8 @@ cat > "$OUTDIR/kernels_gen.go" <<GO
 
 package gpu
 
-// Stamps of decode.fatbin and entropy.fatbin: built by nvcc $ver from
-// decode.cu and entropy.cu.
+// Stamps of the kernels' fatbins: each built by nvcc $ver from the .cu
+// file of its name.
 const (
 ${consts}	kernelsNVCCVersion = "$ver"
 )

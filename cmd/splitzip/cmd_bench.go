@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/gpubench"
 )
@@ -19,6 +20,8 @@ type benchOptions struct {
 	Codec  string // decode: fixed or entropy
 	DTypes string // decode --codec entropy: dtypes, comma separated
 	Layer  bool   // decode: a decoder layer's payloads from one device buffer
+	Shapes string // gemv: ROWSxCOLS, comma separated
+	Batch  string // gemv: batch sizes, comma separated
 }
 
 func newBenchCommand(g *globals) *cobra.Command {
@@ -73,8 +76,79 @@ decode launch per tensor.`,
 	h2d.Flags().IntVar(&h.Device, "device", 0, "GPU ordinal")
 	atLeast(h2d.Flags(), "runs", 1, "")
 	atLeast(h2d.Flags(), "device", 0, "")
-	cmd.AddCommand(dec, h2d, newBenchLoadCommand(g), newBenchEntropyCommand(g))
+	var m benchOptions
+	gemv := &cobra.Command{
+		Use:   "gemv",
+		Short: "Time matrix-vector products straight from fixed payloads against the same from BF16",
+		Long: `Time y = W x for batches of vectors with W held as a fixed payload, decoded in
+registers on the way to the multiply (the weights are never written out),
+beside the reference kernel of the same reduction order reading W in BF16,
+with CUDA events, a warm-up round and the median of --runs launches, matrices
+rotated past the L2 cache. W is N(0, 0.02) with rows scaled by up to 1.5x
+either way, x is N(0, 1). Rates are BF16 bytes of W a second (the effective
+weight rate) and, for the fused kernel, payload bytes a second (against the
+device copy rate of the same run). The default shapes are Llama-3-8B's.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(*cobra.Command, []string) error { return runBenchGemv(g, m) },
+	}
+	gemv.Flags().StringVar(&m.Shapes, "shape", "4096x4096,14336x4096,4096x14336,128256x4096", "matrix shapes ROWSxCOLS (a Linear's out x in; COLS a multiple of 16), comma separated")
+	gemv.Flags().StringVar(&m.Batch, "batch", "1,8,16", "batch sizes (1 to 16), comma separated")
+	gemv.Flags().IntVar(&m.Runs, "runs", 30, "timed launches per configuration (at least 20)")
+	gemv.Flags().IntVar(&m.Device, "device", 0, "GPU ordinal")
+	atLeast(gemv.Flags(), "runs", 20, "")
+	atLeast(gemv.Flags(), "device", 0, "")
+	cmd.AddCommand(dec, h2d, gemv, newBenchLoadCommand(g), newBenchEntropyCommand(g))
 	return cmd
+}
+
+// parseGemv parses bench gemv's --shape and --batch.
+func parseGemv(o benchOptions) ([]gpubench.GemvShape, []int, error) {
+	var shapes []gpubench.GemvShape
+	for _, f := range strings.Split(o.Shapes, ",") {
+		var sh gpubench.GemvShape
+		if _, err := fmt.Sscanf(f, "%dx%d", &sh.Rows, &sh.Cols); err != nil || sh.Rows == 0 || sh.Cols == 0 || sh.Cols%gpu.GemvColumns != 0 || fmt.Sprintf("%dx%d", sh.Rows, sh.Cols) != f {
+			return nil, nil, usageError{fmt.Errorf("--shape: bad shape %q (want ROWSxCOLS with COLS a multiple of 16, such as 4096x14336)", f)}
+		}
+		shapes = append(shapes, sh)
+	}
+	var batches []int
+	for _, f := range strings.Split(o.Batch, ",") {
+		var b int
+		if _, err := fmt.Sscanf(f, "%d", &b); err != nil || b < 1 || b > gpu.MaxGemvBatch || fmt.Sprint(b) != f {
+			return nil, nil, usageError{fmt.Errorf("--batch: bad batch %q (want 1 to %d, comma separated)", f, gpu.MaxGemvBatch)}
+		}
+		batches = append(batches, b)
+	}
+	if o.Runs < 20 {
+		return nil, nil, usageError{fmt.Errorf("--runs must be at least 20")}
+	}
+	return shapes, batches, nil
+}
+
+func runBenchGemv(g *globals, o benchOptions) error {
+	shapes, batches, err := parseGemv(o)
+	if err != nil {
+		return err
+	}
+	ctx, err := openGPU(o.Device)
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	rep, err := gpubench.BenchGemv(ctx, shapes, batches, o.Runs)
+	if err != nil {
+		return err
+	}
+	if g.JSON {
+		return printJSON(g.stdout, "bench_gemv", rep)
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "%s: device-to-device copy %.0f GB/s (read+write)\n", rep.Device, rep.CopyGBps)
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%6d x %-6d batch %2d  fused %8.1f us (%5.0f GB/s of weights, %5.0f GB/s of payload)  reference %8.1f us (%5.0f GB/s)  %.2fx  (%d runs, %d sets)\n",
+			r.Rows, r.Cols, r.Batch, r.Fused.MedianUs, r.Fused.GBps, r.PayloadGBps, r.Reference.MedianUs, r.Reference.GBps, r.Speedup, r.Fused.Runs, r.Fused.SetsRotate)
+	}
+	return nil
 }
 
 func parseSizes(s string) ([]uint64, error) {

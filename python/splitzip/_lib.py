@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 7)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 9)."""
 
 import concurrent.futures
 import ctypes
@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -195,6 +195,9 @@ def lib():
             "sz_scatter_check": ([up, ctypes.c_int, up], st),
             "sz_scatter_routed": ([up, ctypes.c_int, u64, u64, u64, u64, up], st),
             "sz_release_idle": ([P(ctypes.c_int)], st),
+            "sz_gemv_prepare": ([up, ctypes.c_int], st),
+            "sz_gemv": ([up, ctypes.c_int, u64, ctypes.c_char_p, u64, u64, u64, u64, ctypes.c_int, up], st),
+            "sz_gemv_check": ([up, ctypes.c_int, up], st),
         }
         for name, (args, res) in sig.items():
             f = getattr(l, name)
@@ -558,6 +561,28 @@ class Cache:
         """Wait for stream and raise Error (corrupt) if a scatter on
         device found an invalid entry since the last check."""
         self._check(lib().sz_scatter_check(self._h, device, stream))
+
+    def gemv_prepare(self, device: int = 0) -> None:
+        """Load the matrix-vector kernels on device, so that gemv() later
+        only enqueues (and can be captured in a CUDA graph)."""
+        self._check(lib().sz_gemv_prepare(self._h, device))
+
+    def gemv(self, device: int, w: int, head: bytes, rows: int, cols: int, x: int, y: int, batch: int,
+             stream: int = 0) -> None:
+        """Enqueue on stream y = W x for batch (1 to 16) vectors: W is the
+        rows x cols BF16 matrix whose fixed payload lies at w (device
+        memory, 16-byte aligned), head the payload's first 64 bytes; x is
+        batch x cols BF16 (16-byte aligned) and y batch x rows BF16,
+        row-major. The weights are decoded in registers, never written
+        out. A payload the kernel finds bad is reported by gemv_check."""
+        if len(head) != 64:
+            raise ValueError(f"head is a payload's 64-byte header, got {len(head)} bytes")
+        self._check(lib().sz_gemv(self._h, device, w, head, rows, cols, x, y, batch, stream))
+
+    def gemv_check(self, device: int = 0, stream: int = 0) -> None:
+        """Wait for stream and raise Error (corrupt) if a gemv on device
+        found a bad payload since the last check."""
+        self._check(lib().sz_gemv_check(self._h, device, stream))
 
 
 def release_idle() -> int:

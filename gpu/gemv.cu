@@ -1,0 +1,423 @@
+// Matrix-vector products straight from fixed-codec payloads (issue 36):
+// y = W x for a BF16 matrix W of rows x cols (row-major, as a PyTorch
+// Linear's weight) held as a version 1 fixed payload (docs/FORMAT.md
+// section 3), and a batch of 1 to 16 BF16 vectors x (batch x cols,
+// row-major); y is batch x rows, BF16. The weights are decoded in
+// registers on the way to the multiply, never written anywhere: the
+// kernel reads 12 bits a weight (and the rare escapes) where a BF16
+// product reads 16. The multiplies run on the tensor cores
+// (mma.sync m16n8k16, BF16 in, fp32 accumulation), so decoding is the
+// only per-weight work left on the ALUs.
+//
+// The reduction order is fixed, and a reference kernel here computes the
+// same order from the decoded BF16 matrix, so the two agree bit for bit:
+//   - block b computes rows 16b .. 16b + 15 (a tile); its 8 warps split
+//     the columns: the tile's 64-column steps are dealt out in 8
+//     contiguous runs, warp w taking run w;
+//   - in a step, lane l = 4g + t holds the 16 columns 64s + 16t .. + 15
+//     of rows g and g + 8 of the tile, and the warp issues 4 mma
+//     (k = 16 each) per 8 vectors of the batch: mma j takes the lane's
+//     columns 4j .. 4j + 3, as k pairs t and t + 4; the vectors go in as
+//     the mma's n (vector g, and g + 8 for a batch over 8), with the
+//     matching columns of x;
+//   - each warp's fp32 sums go through shared memory and are added warp
+//     0 to 7 in order, then rounded to BF16 (to nearest, ties to even).
+// Columns past the matrix and rows past it take zeros. cols must be a
+// multiple of 16 (a lane's 16 values then never straddle a row or a
+// chunk: chunks hold 16384 values).
+//
+// Safety: every payload offset is checked against the payload's size
+// before use (group table, entry tables, a chunk's data and escapes), so
+// a corrupt payload cannot make the kernel read outside [w, w + size);
+// outputs are y's only, at addresses that depend on the shape alone.
+// Problems set bits in *err (the decode kernel's bits, decode.cu); the
+// rows they touch hold garbage. Rebuild with `make kernels` after any
+// change: the committed fatbin is stamped with this file's SHA-256.
+
+#include <stdint.h>
+
+#define GZ_CHUNK 16384
+#define GZ_RAW 0xFFFFu
+#define GZ_HEADER 64
+#define GZ_FIRST_GROUP 64
+#define GZ_WARPS 8  // warps a block, splitting the tile's columns
+#define GZ_TILE 16  // rows a block
+#define GZ_THREADS (GZ_WARPS * 32)
+#define GZ_GROUP 16 // columns a lane holds in a step
+#ifndef GZ_ROUND
+#define GZ_ROUND 2 // steps whose loads a lane keeps in flight
+#endif
+#ifndef GZ_XEARLY
+#define GZ_XEARLY 1 // 0: x loaded just before the multiply, not with the weights
+#endif
+#ifndef GZ_MINB
+#define GZ_MINB 2 // blocks an SM must fit (registers a thread: 65536 / (256 GZ_MINB))
+#endif
+
+#define GZ_NONE 0xFFFFFFFFu    // no escape left in a chunk
+#define GZ_UNKNOWN 0xFFFFFFFEu // the chunk's escapes not looked up yet
+
+#define GZ_ERR_TABLE 1u
+#define GZ_ERR_ESCAPE 2u
+
+// GemvParams is passed by value; its layout matches gpu.gemvParams.
+struct GemvParams {
+    uint64_t w;     // the payload (fused) or the BF16 matrix (reference)
+    uint64_t size;  // payload bytes (fused)
+    uint64_t x;     // batch x cols BF16
+    uint64_t y;     // batch x rows BF16
+    uint64_t err;   // uint32 error bits
+    uint64_t rows;  // rows of W
+    uint64_t cols;  // cols of W, a multiple of 16
+    uint64_t chunks;
+    uint32_t group_chunks;
+    uint32_t batch; // vectors, at most the kernel's B
+    uint32_t codebook[4];
+};
+
+__device__ __forceinline__ uint64_t gz_align16(uint64_t v) { return (v + 15) & ~(uint64_t)15; }
+
+// gz_bf16 rounds f to BF16, to nearest with ties to even (NaNs stay NaN).
+__device__ __forceinline__ uint16_t gz_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+        return (uint16_t)((u >> 16) | 0x40);
+    }
+    u += 0x7FFFu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+// gz_lut fills the code-pair table (the decode kernel's build_lut): entry
+// c holds the exponent bits of code c & 15 at bits 7-14 and of code c >> 4
+// at bits 23-30, so a byte of two codes gives two BF16 exponents at once.
+__device__ __forceinline__ void gz_lut(uint32_t *lut, const GemvParams &p, uint32_t tid) {
+    const uint32_t a = tid & 15, b = tid >> 4;
+    const uint32_t wa = a < 8 ? (a < 4 ? p.codebook[0] : p.codebook[1]) : (a < 12 ? p.codebook[2] : p.codebook[3]);
+    const uint32_t wb = b < 8 ? (b < 4 ? p.codebook[0] : p.codebook[1]) : (b < 12 ? p.codebook[2] : p.codebook[3]);
+    lut[tid] = (((wa >> (8 * (a & 3))) & 0xFF) << 7) | (((wb >> (8 * (b & 3))) & 0xFF) << 23);
+}
+
+// gz_mma adds A B to d: A is 16 x 16 BF16 (rows g and g + 8, k pairs t
+// and t + 4 from this lane), B 16 x 8 (k pairs t and t + 4 of column g).
+__device__ __forceinline__ void gz_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Chunk is what a lane knows of the chunk one of its rows is in.
+struct Chunk {
+    const uint8_t *data;  // its data; null for a chunk whose table is bad
+    const uint16_t *epos; // escape positions (coded chunks)
+    uint64_t index;       // the chunk's number; ~0 for none yet
+    uint32_t esc;         // escapes, or GZ_RAW
+    uint32_t next;        // the first escape not yet passed, or GZ_UNKNOWN
+    uint32_t at;          // its position (GZ_NONE: none left)
+    uint32_t last;        // the position of the escape before next (GZ_NONE: none)
+    uint32_t codes;       // the codes' offset in data
+};
+
+// gz_chunk looks chunk c of the payload up, checking every offset against
+// the payload's size; on a bad table it reports and leaves data null.
+__device__ __forceinline__ void gz_chunk(Chunk &ch, uint64_t c, const GemvParams &p, uint32_t *err) {
+    const uint8_t *w = (const uint8_t *)p.w;
+    const uint64_t g = c < GZ_FIRST_GROUP ? 0 : 1 + (c - GZ_FIRST_GROUP) / p.group_chunks;
+    const uint64_t i = c < GZ_FIRST_GROUP ? c : (c - GZ_FIRST_GROUP) % p.group_chunks;
+    ch.index = c;
+    ch.data = nullptr;
+    ch.at = GZ_NONE;
+    const uint64_t n = p.rows * p.cols;
+    if (c >= p.chunks || GZ_HEADER + 8 * (g + 1) > p.size) {
+        atomicOr(err, GZ_ERR_TABLE);
+        return;
+    }
+    const uint64_t table = *(const uint64_t *)(w + GZ_HEADER + 8 * g);
+    if (table > p.size || (table & 15) || 16 * (i + 1) > p.size - table) {
+        atomicOr(err, GZ_ERR_TABLE);
+        return;
+    }
+    const uint4 e = *(const uint4 *)(w + table + 16 * i);
+    const uint64_t off = (uint64_t)e.x | ((uint64_t)e.y << 32);
+    const uint64_t k = min((uint64_t)GZ_CHUNK, n - c * GZ_CHUNK);
+    ch.esc = e.w & 0xFFFF;
+    const uint64_t esc_off = gz_align16(k) + gz_align16((k + 1) / 2);
+    const uint64_t bytes = ch.esc == GZ_RAW ? gz_align16(2 * k) : esc_off + gz_align16(3 * (uint64_t)ch.esc);
+    if ((off & 15) || off > p.size || bytes > p.size - off) {
+        atomicOr(err, GZ_ERR_TABLE);
+        return;
+    }
+    ch.data = w + off;
+    ch.codes = (uint32_t)gz_align16(k);
+    ch.epos = (const uint16_t *)(ch.data + esc_off);
+    ch.next = ch.esc == GZ_RAW || ch.esc == 0 ? 0 : GZ_UNKNOWN;
+    ch.last = GZ_NONE;
+}
+
+// gz_escapes applies the escapes at positions pos .. pos + 15 of the
+// chunk to the lane's 8 words. A lane's positions only grow within a
+// chunk, so its cursor only moves forward; it starts where a binary
+// search puts it (the first escape at pos or after), and the next
+// escape's position stays in a register (most groups have none).
+// Positions out of order along the way are reported.
+__device__ __forceinline__ void gz_escapes(uint32_t (&wd)[8], Chunk &ch, uint32_t pos, uint32_t *err) {
+    if (ch.next == GZ_UNKNOWN) {
+        uint32_t lo = 0, hi = ch.esc;
+        while (lo < hi) {
+            const uint32_t mid = (lo + hi) / 2;
+            if (ch.epos[mid] < pos) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        ch.next = lo;
+        ch.at = lo < ch.esc ? ch.epos[lo] : GZ_NONE;
+    }
+    while (ch.at < pos + GZ_GROUP) {
+        if (ch.last != GZ_NONE && ch.at <= ch.last) {
+            atomicOr(err, GZ_ERR_ESCAPE);
+            ch.at = GZ_NONE; // ignore the rest of a bad stream
+            break;
+        }
+        if (ch.at >= pos) {
+            const uint32_t j = ch.at - pos, sh = 16 * (j & 1);
+            const uint8_t *eexp = (const uint8_t *)(ch.epos + ch.esc);
+            const uint32_t e = (uint32_t)eexp[ch.next] << (7 + sh), field = 0x7F80u << sh;
+            // Masks, not a branch per word: the compiler turns `if (k ==
+            // j / 2) wd[k] = ...` back into an indexed store, and wd into
+            // local memory.
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const uint32_t m = 0u - (uint32_t)((j >> 1) == (uint32_t)k);
+                wd[k] = (wd[k] & ~(m & field)) | (m & e);
+            }
+        }
+        ch.last = ch.at;
+        ch.next++;
+        ch.at = ch.next < ch.esc ? ch.epos[ch.next] : GZ_NONE;
+    }
+}
+
+// Held is what a lane loaded for one row of one step: a coded group's 16
+// sign-and-mantissa bytes in a and its 16 codes in b; the reference's 16
+// BF16 values in a, b and c. A raw chunk's values are loaded only when
+// they are multiplied (raw chunks are rare; holding 32 bytes a group
+// would cost every round registers).
+struct Held {
+    uint4 a;
+    uint2 b, c;
+};
+
+// gz_words turns what the lane holds for one row into its 8 words of BF16
+// pairs (value 2k in the low half of word k).
+template <bool FUSED>
+__device__ __forceinline__ void gz_words(uint32_t (&wd)[8], const Held &h, Chunk &ch, uint32_t pos, bool held,
+                                         const uint32_t *lut, uint32_t *err) {
+    if (!held) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            wd[k] = 0;
+        }
+        return;
+    }
+    if (!FUSED) {
+        wd[0] = h.a.x, wd[1] = h.a.y, wd[2] = h.a.z, wd[3] = h.a.w;
+        wd[4] = h.b.x, wd[5] = h.b.y, wd[6] = h.c.x, wd[7] = h.c.y;
+        return;
+    }
+    if (ch.esc == GZ_RAW) {
+        const uint4 *v = (const uint4 *)(ch.data + 2 * (uint64_t)pos);
+        const uint4 q0 = __ldcs(v), q1 = __ldcs(v + 1);
+        wd[0] = q0.x, wd[1] = q0.y, wd[2] = q0.z, wd[3] = q0.w;
+        wd[4] = q1.x, wd[5] = q1.y, wd[6] = q1.z, wd[7] = q1.w;
+        return;
+    }
+    const uint32_t sm[4] = {h.a.x, h.a.y, h.a.z, h.a.w};
+    const uint32_t codes[2] = {h.b.x, h.b.y};
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        // Sign and mantissa of values 2k, 2k + 1: byte b at bits 0-7 and
+        // 8-15 of a half, masked to sign (bit 15) and mantissa (0-6).
+        const uint32_t spread = __byte_perm(sm[k >> 1], 0, (k & 1) ? 0x3322 : 0x1100);
+        wd[k] = (spread & 0x807F807Fu) | lut[__byte_perm(codes[k >> 2], 0, 0x4440 + (k & 3))];
+    }
+    gz_escapes(wd, ch, pos, err);
+}
+
+// gz_fetch starts the loads of one row's 16 values at col for step u of
+// a round (held false: nothing to load, the values count as zeros). It
+// returns false, loading nothing, where a step after a round's first
+// would need another chunk than the row's (the next round starts there).
+template <bool FUSED>
+__device__ __forceinline__ bool gz_fetch(Held &h, uint32_t &pos, bool &held, Chunk &ch, uint64_t row, uint64_t col,
+                                         bool in, bool first, const GemvParams &p, uint32_t *err) {
+    held = in && row < p.rows;
+    pos = 0;
+    if (!held) {
+        return true;
+    }
+    const uint64_t flat = row * p.cols + col;
+    if (!FUSED) {
+        const uint4 *wv = (const uint4 *)((const uint16_t *)p.w + flat);
+        h.a = __ldcs(wv);
+        const uint4 q = __ldcs(wv + 1);
+        h.b = make_uint2(q.x, q.y);
+        h.c = make_uint2(q.z, q.w);
+        return true;
+    }
+    const uint64_t c = flat / GZ_CHUNK;
+    if (c != ch.index) {
+        if (!first) {
+            return false;
+        }
+        gz_chunk(ch, c, p, err);
+    }
+    if (ch.data == nullptr) {
+        held = false;
+        return true;
+    }
+    pos = (uint32_t)(flat - c * GZ_CHUNK);
+    if (ch.esc != GZ_RAW) { // raw values are loaded by gz_words
+        h.a = __ldcs((const uint4 *)(ch.data + pos));
+        h.b = __ldcs((const uint2 *)(ch.data + ch.codes + pos / 2));
+    }
+    return true;
+}
+
+// gz_x loads the 16 values of x at col for the lane's vector (zeros past
+// the matrix's columns).
+__device__ __forceinline__ void gz_x(uint4 (&xv)[2], const uint16_t *x, uint64_t xrow, uint64_t col, bool in) {
+    if (in) {
+        const uint4 *xp = (const uint4 *)(x + xrow + col);
+        xv[0] = __ldg(xp);
+        xv[1] = __ldg(xp + 1);
+    } else {
+        xv[0] = xv[1] = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// gemv_tc: y = W x (see the top of the file), from W's fixed payload
+// (FUSED) or from W in BF16 (the reference). B is the batch the kernel is
+// built for: vectors past the launch's batch repeat its last (their sums
+// are never stored), so no load branches on the batch.
+template <int B, bool FUSED>
+__device__ __forceinline__ void gemv_tc(const GemvParams &p) {
+    constexpr int NT = B > 8 ? 2 : 1; // mma columns of 8 vectors
+    __shared__ uint32_t lut[256];
+    __shared__ float red[GZ_WARPS][GZ_TILE][16];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    if (FUSED) {
+        gz_lut(lut, p, tid);
+        __syncthreads();
+    }
+    uint32_t *err = (uint32_t *)p.err;
+    const uint64_t row0 = (uint64_t)blockIdx.x * GZ_TILE, ra = row0 + g, rb = row0 + g + 8;
+    const uint64_t groups = p.cols / GZ_GROUP, steps = (groups + 3) / 4;
+    const uint64_t lo = warp * steps / GZ_WARPS, hi = (warp + 1) * steps / GZ_WARPS;
+    const uint16_t *x = (const uint16_t *)p.x;
+    uint64_t xrow[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        xrow[nt] = (uint64_t)min(g + 8 * nt, p.batch - 1) * p.cols;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    }
+    Chunk ca, cb; // rows ra and rb
+    ca.index = cb.index = ~(uint64_t)0;
+    ca.data = cb.data = nullptr;
+    ca.esc = cb.esc = GZ_RAW;
+    for (uint64_t s = lo; s < hi;) {
+        // A round loads up to GZ_ROUND steps, each row's in one chunk (a
+        // step that would need another chunk starts the next round). The
+        // warp multiplies as many steps as all its lanes loaded: mma is
+        // the whole warp's.
+        Held h[GZ_ROUND][2];
+        uint32_t pos[GZ_ROUND][2];
+        bool held[GZ_ROUND][2];
+#if GZ_XEARLY
+        uint4 xv[GZ_ROUND][NT][2];
+#endif
+        int n = 0;
+        bool go = true;
+#pragma unroll
+        for (int u = 0; u < GZ_ROUND; u++) {
+            const uint64_t step = s + u, grp = 4 * step + t, col = GZ_GROUP * grp;
+            const bool in = grp < groups;
+            go = go && step < hi;
+            go = go && gz_fetch<FUSED>(h[u][0], pos[u][0], held[u][0], ca, ra, col, in, u == 0, p, err);
+            go = go && gz_fetch<FUSED>(h[u][1], pos[u][1], held[u][1], cb, rb, col, in, u == 0, p, err);
+            if (go) {
+#if GZ_XEARLY
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    gz_x(xv[u][nt], x, xrow[nt], col, in);
+                }
+#endif
+                n = u + 1;
+            }
+        }
+        n = __reduce_min_sync(0xFFFFFFFFu, n);
+#pragma unroll
+        for (int u = 0; u < GZ_ROUND; u++) {
+            if (u < n) {
+                uint32_t wa[8], wb[8];
+                gz_words<FUSED>(wa, h[u][0], ca, pos[u][0], held[u][0], lut, err);
+                gz_words<FUSED>(wb, h[u][1], cb, pos[u][1], held[u][1], lut, err);
+                __syncwarp();
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+#if GZ_XEARLY
+                    const uint4 (&xq)[2] = xv[u][nt];
+#else
+                    const uint64_t grp = 4 * (s + u) + t;
+                    uint4 xq[2];
+                    gz_x(xq, x, xrow[nt], GZ_GROUP * grp, grp < groups);
+#endif
+                    const uint32_t xw[8] = {xq[0].x, xq[0].y, xq[0].z, xq[0].w, xq[1].x, xq[1].y, xq[1].z, xq[1].w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        gz_mma(acc[nt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], xw[2 * j], xw[2 * j + 1]);
+                    }
+                }
+            }
+        }
+        s += n;
+    }
+    // The warps' sums, added in warp order; thread i writes (row i / 16,
+    // vector i % 16).
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        red[warp][g][8 * nt + 2 * t] = acc[nt][0];
+        red[warp][g][8 * nt + 2 * t + 1] = acc[nt][1];
+        red[warp][g + 8][8 * nt + 2 * t] = acc[nt][2];
+        red[warp][g + 8][8 * nt + 2 * t + 1] = acc[nt][3];
+    }
+    __syncthreads();
+    const uint32_t r = tid >> 4, v = tid & 15;
+    if (v < p.batch && row0 + r < p.rows) {
+        float sum = red[0][r][v];
+#pragma unroll
+        for (int w = 1; w < GZ_WARPS; w++) {
+            sum += red[w][r][v];
+        }
+        ((uint16_t *)p.y)[(uint64_t)v * p.rows + row0 + r] = gz_bf16(sum);
+    }
+}
+
+#define GZ_KERNELS(B)                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(GZ_THREADS, GZ_MINB) splitzip_gemv_fixed_b##B(const GemvParams p) {         \
+        gemv_tc<B, true>(p);                                                                                            \
+    }                                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(GZ_THREADS, GZ_MINB) splitzip_gemv_ref_b##B(const GemvParams p) {           \
+        gemv_tc<B, false>(p);                                                                                           \
+    }
+
+GZ_KERNELS(1)
+GZ_KERNELS(2)
+GZ_KERNELS(4)
+GZ_KERNELS(8)
+GZ_KERNELS(16)

@@ -1,0 +1,185 @@
+package gpu
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/gpu/cuda"
+)
+
+// gemvFatbin holds the matrix-vector kernels (gemv.cu), built like
+// decode.fatbin by `make kernels`.
+//
+//go:embed gemv.fatbin
+var gemvFatbin []byte
+
+// MaxGemvBatch is the most vectors one Gemv launch multiplies.
+const MaxGemvBatch = 16
+
+// gemvTile is GZ_TILE, the rows of W a block computes, and gemvWarps is
+// GZ_WARPS, the warps that split its columns.
+const (
+	gemvTile  = 16
+	gemvWarps = 8
+)
+
+// GemvColumns is what the columns of a matrix must be a multiple of: a
+// lane multiplies 16 columns at a time.
+const GemvColumns = 16
+
+// gemvBatches are the batch sizes the kernels are built for (a launch of
+// another count uses the next larger).
+var gemvBatches = [...]int{1, 2, 4, 8, 16}
+
+// ErrShape reports operands that do not fit a matrix-vector product: a
+// payload of another size, columns not a multiple of GemvColumns, a batch out of
+// range, a pointer out of alignment.
+var ErrShape = errors.New("gpu: operands do not fit the product")
+
+// gemvParams mirrors struct GemvParams in gemv.cu.
+type gemvParams struct {
+	W, Size, X, Y, Err, Rows, Cols, Chunks uint64
+	GroupChunks, Batch                     uint32
+	Codebook                               [16]byte
+}
+
+// Gemv multiplies matrices with batches of vectors on the GPU: from a
+// matrix's fixed payload, decoding it in registers on the way to the
+// multiply (Fixed), or from the matrix in BF16 (Reference), in one
+// reduction order, so the two give the same bits. Its launches may run on
+// any streams; error bits are shared, so TakeError reports every launch's.
+type Gemv struct {
+	ctx        *cuda.Context
+	mod        cuda.Module
+	fixed, ref [len(gemvBatches)]cuda.Function
+	err        cuda.DevicePtr // uint32 error bits
+}
+
+// gemvImage returns the matrix-vector fatbin: the embedded one, or the
+// file SPLITZIP_GEMV_FATBIN names (kernel development on the GPU machine).
+func gemvImage() ([]byte, error) {
+	if p := os.Getenv("SPLITZIP_GEMV_FATBIN"); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("gpu: SPLITZIP_GEMV_FATBIN: %w", err)
+		}
+		return b, nil
+	}
+	if len(gemvFatbin) == 0 {
+		return nil, fmt.Errorf("gpu: no matrix-vector kernel image embedded; run make kernels")
+	}
+	return gemvFatbin, nil
+}
+
+// NewGemv loads the matrix-vector kernels into ctx.
+func NewGemv(ctx *cuda.Context) (*Gemv, error) {
+	img, err := gemvImage()
+	if err != nil {
+		return nil, err
+	}
+	g := &Gemv{ctx: ctx}
+	if g.mod, err = ctx.LoadModule(img); err != nil {
+		return nil, err
+	}
+	for i, b := range gemvBatches {
+		if g.fixed[i], err = ctx.Function(g.mod, fmt.Sprintf("splitzip_gemv_fixed_b%d", b)); err == nil {
+			g.ref[i], err = ctx.Function(g.mod, fmt.Sprintf("splitzip_gemv_ref_b%d", b))
+		}
+		if err != nil {
+			ctx.UnloadModule(g.mod)
+			return nil, err
+		}
+	}
+	if g.err, err = ctx.Alloc(4); err == nil {
+		if err = ctx.MemsetD8Async(g.err, 0, 4, 0); err == nil {
+			err = ctx.StreamSynchronize(0) // cleared before any launch, on any stream
+		}
+	}
+	if err != nil {
+		if g.err != 0 {
+			ctx.Free(g.err)
+		}
+		ctx.UnloadModule(g.mod)
+		return nil, err
+	}
+	return g, nil
+}
+
+// Close frees the kernels and their error flag.
+func (g *Gemv) Close() error {
+	return errors.Join(g.ctx.Free(g.err), g.ctx.UnloadModule(g.mod))
+}
+
+// Fixed launches, on s, y = W x for batch vectors: W is the rows x cols
+// BF16 matrix (row-major) whose fixed payload, header h, lies at w
+// (checked when it was uploaded: the kernel reports a bad table or escape
+// in TakeError but does not checksum), x is batch x cols BF16 and y batch
+// x rows BF16, both row-major. w and x must be 16-byte aligned, y 2-byte.
+func (g *Gemv) Fixed(w cuda.DevicePtr, h *codec.Header, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
+	if h.Values != rows*cols || h.ChunkValues != codec.ChunkValues {
+		return fmt.Errorf("%w: a payload of %d values in chunks of %d for a %d x %d matrix", ErrShape, h.Values, h.ChunkValues, rows, cols)
+	}
+	p := gemvParams{W: uint64(w), Size: h.Size, Chunks: h.Chunks(), GroupChunks: h.GroupChunks}
+	copy(p.Codebook[:], h.Codebook[:])
+	return g.launch(&g.fixed, p, rows, cols, x, y, batch, s)
+}
+
+// Reference launches, on s, the product Fixed computes, from W in BF16 at
+// w (rows x cols, row-major, 16-byte aligned): the same bits.
+func (g *Gemv) Reference(w cuda.DevicePtr, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
+	return g.launch(&g.ref, gemvParams{W: uint64(w)}, rows, cols, x, y, batch, s)
+}
+
+func (g *Gemv) launch(fns *[len(gemvBatches)]cuda.Function, p gemvParams, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
+	switch {
+	case batch < 1 || batch > MaxGemvBatch:
+		return fmt.Errorf("%w: a batch of %d vectors, want 1 to %d", ErrShape, batch, MaxGemvBatch)
+	case cols == 0 || cols%GemvColumns != 0 || rows == 0:
+		return fmt.Errorf("%w: a %d x %d matrix, want columns a multiple of %d", ErrShape, rows, cols, GemvColumns)
+	case (rows+gemvTile-1)/gemvTile > 1<<31-1:
+		return fmt.Errorf("%w: %d rows", ErrShape, rows)
+	case p.W%16 != 0 || x%16 != 0 || y%2 != 0:
+		return fmt.Errorf("%w: pointers %#x, %#x, %#x out of alignment", ErrShape, p.W, x, y)
+	}
+	i := 0
+	for gemvBatches[i] < batch {
+		i++
+	}
+	p.X, p.Y, p.Err, p.Rows, p.Cols, p.Batch = uint64(x), uint64(y), uint64(g.err), rows, cols, uint32(batch)
+	grid := cuda.Dim3{X: uint32((rows + gemvTile - 1) / gemvTile)}
+	return g.ctx.Launch(fns[i], grid, cuda.Dim3{X: 32 * gemvWarps}, 0, s, unsafe.Pointer(&p))
+}
+
+// TakeError waits for s, returns the error bits the kernels reported since
+// the last call (nil when none) and clears them.
+func (g *Gemv) TakeError(s cuda.Stream) error {
+	var b [4]byte
+	if err := g.ctx.CopyDtoHAsync(b[:], g.err, s); err != nil {
+		return err
+	}
+	if err := g.ctx.StreamSynchronize(s); err != nil {
+		return err
+	}
+	bits := binary.LittleEndian.Uint32(b[:])
+	if bits == 0 {
+		return nil
+	}
+	if err := g.ctx.MemsetD8Async(g.err, 0, 4, s); err != nil {
+		return err
+	}
+	var why []string
+	for _, f := range []struct {
+		bit  uint32
+		what string
+	}{{errTable, "bad table or entry"}, {errEscape, "bad escape position"}} {
+		if bits&f.bit != 0 {
+			why = append(why, f.what)
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrKernel, why)
+}

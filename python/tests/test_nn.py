@@ -1,0 +1,106 @@
+"""splitzip.nn: Linear layers that multiply straight from fixed payloads
+on the GPU (issue 36)."""
+
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+from testenv import BIN, gpu_missing
+import stfile
+import splitzip
+from splitzip import nn
+
+
+def bf16_bytes(a: np.ndarray) -> bytes:
+    """float32 values rounded to BF16 (to nearest even), as bytes."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype(np.uint16).tobytes()
+
+
+def checkpoint(tmp: str, rows: int, cols: int, seed: int = 36):
+    """A checkpoint of one BF16 weight and one F32 tensor, compressed:
+    returns (cache dir, the weight as a float32 array)."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 0.02, (rows, cols)).astype(np.float32)
+    wb = bf16_bytes(w)
+    w = np.frombuffer(wb, dtype=np.uint16).astype(np.uint32) << 16
+    src, cache = os.path.join(tmp, "ck"), os.path.join(tmp, "cache")
+    os.makedirs(src)
+    stfile.write(os.path.join(src, "model.safetensors"), [
+        ("proj.weight", "BF16", (rows, cols), wb),
+        ("norm.weight", "F32", (4, 8), np.ones(32, dtype=np.float32).tobytes()),
+    ])
+    subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+    return cache, w.view(np.float32).reshape(rows, cols)
+
+
+class TestOp(unittest.TestCase):
+    def test_op_needs_torch_2_4(self):
+        """The custom op is defined where torch has custom_op, else the
+        error names the torch version needed."""
+        if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+            self.assertTrue(callable(nn._gemv_op()))
+        else:
+            with self.assertRaisesRegex(RuntimeError, "torch 2.4"):
+                nn._gemv_op()
+
+
+@unittest.skipIf(gpu_missing("for splitzip.nn"), gpu_missing("for splitzip.nn") or "")
+class TestFixedLinear(unittest.TestCase):
+    def test_matches_linear(self):
+        """Every input size (decode steps and a prefill of several
+        launches) gives x @ W.T within 2 BF16 ulps, plus a bias; a CUDA
+        graph's replay gives the eager result's bits."""
+        with tempfile.TemporaryDirectory() as tmp:
+            rows, cols = 384, 4096
+            cache, w = checkpoint(tmp, rows, cols)
+            with splitzip.Cache(cache) as c:
+                bias = torch.randn(rows, dtype=torch.bfloat16)
+                layer = nn.FixedLinear.from_cache(c, "proj.weight", device=0, bias=bias)
+                self.assertLess(layer.payload.numel(), 0.77 * 2 * rows * cols)
+                wt = torch.from_numpy(w).cuda()
+                gen = torch.Generator(device="cuda").manual_seed(1)
+                for tokens in (1, 3, 16, 37):
+                    x = torch.randn(2, tokens, cols, device="cuda", generator=gen).to(torch.bfloat16)
+                    y = layer(x)
+                    self.assertEqual(y.shape, (2, tokens, rows))
+                    exact = (x.double() @ wt.double().T) + bias.cuda().double()
+                    mag = (x.double().abs() @ wt.double().abs().T)
+                    ulp = torch.exp2(torch.floor(torch.log2(exact.abs().clamp_min(2.0 ** -126))) - 7)
+                    err = (y.double() - exact).abs()
+                    tol = 3 * ulp + 1e-5 * mag + 2 * torch.exp2(torch.floor(torch.log2(bias.cuda().double().abs().clamp_min(2.0 ** -126))) - 7)
+                    self.assertTrue(bool((err <= tol).all()), f"{tokens} tokens: worst {float((err - tol).max())} over tolerance")
+                layer.check()
+                # CUDA graph: capture one decode step, replay, same bits.
+                xs = torch.randn(1, cols, device="cuda", generator=gen).to(torch.bfloat16)
+                eager = layer(xs)
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    layer(xs)  # warm-up on the side stream, as capture wants
+                torch.cuda.current_stream().wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    ys = layer(xs)
+                g.replay()
+                torch.cuda.synchronize()
+                self.assertTrue(torch.equal(ys, eager))
+
+    def test_refuses_what_is_not_a_fixed_payload(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cache, _ = checkpoint(tmp, 64, 4096)
+            with splitzip.Cache(cache) as c:
+                with self.assertRaisesRegex(ValueError, "2-D BF16"):
+                    nn.FixedLinear.from_cache(c, "norm.weight")
+                layer = nn.FixedLinear.from_cache(c, "proj.weight")
+                with self.assertRaisesRegex(ValueError, "want BF16 and 4096"):
+                    layer(torch.zeros(1, 32, dtype=torch.bfloat16, device="cuda"))
+
+
+if __name__ == "__main__":
+    unittest.main()
