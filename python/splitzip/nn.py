@@ -18,7 +18,7 @@ order bit for bit and is within 2 BF16 ulps of ``x @ W.T``.
 """
 
 import threading
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -138,4 +138,34 @@ class FixedLinear(torch.nn.Module):
             _layers.pop(getattr(self, "_layer", None), None)
 
 
-__all__ = ["FixedLinear", "MAX_BATCH", "Error"]
+def replace_linears(model: torch.nn.Module, cache: Cache, device: int = 0) -> List[str]:
+    """Replace, in place, every torch.nn.Linear of model whose weight the
+    cache stores as a fixed payload (by the weight's name in the model's
+    state dict, as the checkpoint names it) with a FixedLinear on device,
+    its bias kept; returns the names of the weights replaced. Linears the
+    cache does not hold, holds raw or in another form, or whose shape the
+    kernel does not take (in_features not a multiple of 16) stay as they
+    are. The cache must stay open while the model runs."""
+    done = []
+    for name, mod in list(model.named_modules()):
+        if not name or type(mod) is not torch.nn.Linear or mod.in_features % 16:
+            continue  # the model itself is not replaced: the caller holds it
+        weight = f"{name}.weight"
+        try:
+            info = cache.info(weight)
+        except (KeyError, Error):
+            continue
+        if info.dtype != "BF16" or tuple(info.shape) != (mod.out_features, mod.in_features) or not info.compressed:
+            continue
+        bias = None if mod.bias is None else mod.bias.detach()
+        try:
+            fixed = FixedLinear.from_cache(cache, weight, device=device, bias=bias)
+        except ValueError:
+            continue  # stored in another form than a fixed payload
+        parent, _, leaf = name.rpartition(".")
+        setattr(model.get_submodule(parent), leaf, fixed)
+        done.append(weight)
+    return done
+
+
+__all__ = ["FixedLinear", "MAX_BATCH", "Error", "replace_linears"]

@@ -101,6 +101,56 @@ class TestFixedLinear(unittest.TestCase):
                 with self.assertRaisesRegex(ValueError, "want BF16 and 4096"):
                     layer(torch.zeros(1, 32, dtype=torch.bfloat16, device="cuda"))
 
+    def test_replace_linears(self):
+        """A model's Linears held as fixed payloads become FixedLinears
+        (biases kept); others stay; the model's output stays within
+        rounding of the original's."""
+        torch.manual_seed(36)
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 384), torch.nn.ReLU(), torch.nn.Linear(384, 200, bias=False),
+                                    torch.nn.Linear(200, 8)).to(torch.bfloat16)
+        with tempfile.TemporaryDirectory() as tmp:
+            src, cache = os.path.join(tmp, "ck"), os.path.join(tmp, "cache")
+            os.makedirs(src)
+            sd = model.state_dict()
+            stfile.write(os.path.join(src, "model.safetensors"), [
+                (k, "BF16", tuple(v.shape), v.contiguous().view(torch.int16).numpy().tobytes()) for k, v in sd.items()])
+            # The last Linear takes 200 features, not a multiple of 16:
+            # it stays a Linear.
+            subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+            model = model.cuda()
+            x = torch.randn(3, 1024, device="cuda").to(torch.bfloat16)
+            want = model(x)
+            with splitzip.Cache(cache) as c:
+                done = nn.replace_linears(model, c)
+                self.assertEqual(done, ["0.weight", "2.weight"])
+                self.assertIsInstance(model[0], nn.FixedLinear)
+                self.assertIsInstance(model[2], nn.FixedLinear)
+                self.assertIs(type(model[3]), torch.nn.Linear)
+                self.assertIsNotNone(model[0].bias)
+                got = model(x)
+                model[0].check()
+                self.assertEqual(got.shape, want.shape)
+                self.assertTrue(torch.allclose(got.float(), want.float(), rtol=0.05, atol=0.05),
+                                f"worst {float((got.float() - want.float()).abs().max())}")
+
+    def test_replace_linears_leaves_what_it_cannot_take(self):
+        """Linears the cache does not hold, or holds raw, stay (no error)."""
+        model = torch.nn.Sequential(torch.nn.Linear(64, 32)).to(torch.bfloat16)
+        with tempfile.TemporaryDirectory() as tmp:
+            cache, _ = checkpoint(tmp, 64, 4096)
+            with splitzip.Cache(cache) as c:
+                self.assertEqual(nn.replace_linears(model, c), [])
+                self.assertIs(type(model[0]), torch.nn.Linear)
+            src, raw = os.path.join(tmp, "ck2"), os.path.join(tmp, "raw")
+            os.makedirs(src)
+            stfile.write(os.path.join(src, "model.safetensors"), [
+                ("0.weight", "BF16", (32, 64), model[0].weight.detach().contiguous().view(torch.int16).numpy().tobytes())])
+            subprocess.run([BIN, "compress", src, "-o", raw, "--min-saving", "0.99", "--no-sync", "-q"], check=True,
+                           stdout=subprocess.DEVNULL)
+            with splitzip.Cache(raw) as c:
+                self.assertFalse(c.info("0.weight").compressed)
+                self.assertEqual(nn.replace_linears(model, c), [])
+
 
 if __name__ == "__main__":
     unittest.main()
