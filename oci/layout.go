@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -40,6 +42,9 @@ const (
 	// tagTries bounds the rereads of index.json when another writer
 	// changed it between a push's read and its conditional write.
 	tagTries = 8
+	// tagBackoff is how much longer, at most, a push waits after each
+	// round it lost (a random wait: 0-5 ms, then 0-10 ms, ...).
+	tagBackoff = 5 * time.Millisecond
 )
 
 // ErrNoTag: the layout's index has no manifest of the tag.
@@ -285,7 +290,7 @@ func (l *layout) tag(md v1.Descriptor) error {
 		return nil // pushed by digest: untagged, found by digest
 	}
 	md.Annotations = map[string]string{RefAnnotation: l.ref.tag}
-	for range tagTries {
+	for try := range tagTries {
 		ix, etag, err := l.index()
 		if err != nil {
 			return err
@@ -310,6 +315,16 @@ func (l *layout) tag(md v1.Descriptor) error {
 		err = l.st.Put(l.ctx, layoutIndex, raw, cond)
 		if !errors.Is(err, s3store.ErrChanged) {
 			return err
+		}
+		// Another writer won the round: wait a random while, up to
+		// tagBackoff more each round, so that writers racing for the
+		// index spread out instead of colliding again.
+		t := time.NewTimer(rand.N(time.Duration(try+1) * tagBackoff))
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return l.ctx.Err()
+		case <-t.C:
 		}
 	}
 	return fmt.Errorf("%s/%s: changed by other writers %d times in a row", l.ref.url, layoutIndex, tagTries)
