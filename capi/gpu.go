@@ -199,13 +199,13 @@ func sz_gemv_prepare(h C.uintptr_t, device C.int) C.sz_status {
 }
 
 //export sz_gemv
-func sz_gemv(h C.uintptr_t, device C.int, w C.uint64_t, head *C.uint8_t, rows, cols, x, y C.uint64_t, batch C.int, stream C.uintptr_t) C.sz_status {
+func sz_gemv(h C.uintptr_t, device C.int, w, wLen C.uint64_t, head *C.uint8_t, rows, cols, x, y C.uint64_t, batch C.int, stream C.uintptr_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error {
 		if head == nil {
 			return fmt.Errorf("%w: no payload header", loader.ErrInvalid)
 		}
 		hb := C.GoBytes(unsafe.Pointer(head), C.int(loader.PayloadHeadBytes))
-		return l.Gemv(int(device), uint64(w), hb, uint64(rows), uint64(cols), uint64(x), uint64(y), int(batch), uintptr(stream))
+		return l.Gemv(int(device), uint64(w), uint64(wLen), hb, uint64(rows), uint64(cols), uint64(x), uint64(y), int(batch), uintptr(stream))
 	})
 }
 

@@ -265,19 +265,21 @@ sz_status sz_scatter_routed(uintptr_t handle, int device, uint64_t packs, uint64
  * stream (a CUstream of device, 0 for the default stream) y = W x for
  * batch (1 to 16) vectors, where W is the rows x cols BF16 matrix (a
  * Linear's weight, row-major; cols a multiple of 16) whose fixed payload
- * (sz_read_stored of a tensor stored fixed) lies at w in device memory,
- * head is a host copy of that payload's first 64 bytes (its header), x
+ * (sz_read_stored of a tensor stored fixed) lies in the w_len bytes at w
+ * in device memory, head is a host copy of that payload's first 64 bytes
+ * (its header; the payload size it gives must fit in w_len), x
  * is batch x cols BF16 and y batch x rows BF16, row-major; w and x
  * 16-byte aligned. The weights are decoded in registers on the way to the
  * multiply, never written out; the result equals, bit for bit, a fixed
- * reduction order (docs/DESIGN.md 3.4), within 2 BF16 ulps of W x. It only
+ * reduction order (docs/DESIGN.md 3.4), within 2 BF16 ulps (plus the
+ * fp32 accumulation) of W x. It only
  * enqueues, so it can be captured in a CUDA graph once sz_gemv_prepare
  * has loaded the kernels; operands that do not fit are SZ_ERR_INVALID; a
  * payload the kernel finds bad is reported by sz_gemv_check (which waits
  * for the stream), and its rows of y are garbage. */
 sz_status sz_gemv_prepare(uintptr_t handle, int device);
-sz_status sz_gemv(uintptr_t handle, int device, uint64_t w, const uint8_t *head, uint64_t rows, uint64_t cols, uint64_t x,
-                  uint64_t y, int batch, uintptr_t stream);
+sz_status sz_gemv(uintptr_t handle, int device, uint64_t w, uint64_t w_len, const uint8_t *head, uint64_t rows,
+                  uint64_t cols, uint64_t x, uint64_t y, int batch, uintptr_t stream);
 sz_status sz_gemv_check(uintptr_t handle, int device, uintptr_t stream);
 
 #endif /* SZ_NO_PROTOTYPES */

@@ -36,8 +36,16 @@ const (
 	errOrder   = 64 // launches of a decoder ran out of the order they were made in
 )
 
-// ErrKernel reports a payload the kernel found invalid.
-var ErrKernel = errors.New("gpu decode failed")
+var (
+	// ErrKernel reports a payload a kernel (a decode or a product) found
+	// invalid.
+	ErrKernel = errors.New("gpu kernel found a bad payload")
+	// ErrShape reports operands that do not fit a matrix-vector product:
+	// a payload of another value count or of more bytes than the caller
+	// has, columns not a multiple of GemvColumns, a batch out of range, a
+	// pointer out of alignment.
+	ErrShape = errors.New("gpu: operands do not fit the product")
+)
 
 // params mirrors struct Params in decode.cu.
 type params struct {
@@ -327,6 +335,11 @@ func (d *Decoder) TakeError(s cuda.Stream) error {
 	if err := d.ctx.MemsetD8Async(d.ctrl+8, 0, 4, s); err != nil {
 		return err
 	}
+	return kernelError(bits)
+}
+
+// kernelError is ErrKernel with what the kernels' error bits say.
+func kernelError(bits uint32) error {
 	var why []string
 	for _, f := range []struct {
 		bit  uint32

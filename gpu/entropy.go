@@ -94,17 +94,7 @@ type entropyShape struct {
 // entropyImage returns the entropy fatbin: the embedded one, or the file
 // SPLITZIP_ENTROPY_FATBIN names (kernel development on the GPU machine).
 func entropyImage() ([]byte, error) {
-	if p := os.Getenv("SPLITZIP_ENTROPY_FATBIN"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("gpu: SPLITZIP_ENTROPY_FATBIN: %w", err)
-		}
-		return b, nil
-	}
-	if len(entropyFatbin) == 0 {
-		return nil, fmt.Errorf("gpu: no entropy kernel image embedded; run make kernels")
-	}
-	return entropyFatbin, nil
+	return imageOf("SPLITZIP_ENTROPY_FATBIN", entropyFatbin, "entropy")
 }
 
 // entropyKernel loads the entropy decoder on first use (d.mu held).

@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
+	"math/bits"
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
@@ -36,11 +36,6 @@ const GemvColumns = 16
 // another count uses the next larger).
 var gemvBatches = [...]int{1, 2, 4, 8, 16}
 
-// ErrShape reports operands that do not fit a matrix-vector product: a
-// payload of another size, columns not a multiple of GemvColumns, a batch out of
-// range, a pointer out of alignment.
-var ErrShape = errors.New("gpu: operands do not fit the product")
-
 // gemvParams mirrors struct GemvParams in gemv.cu.
 type gemvParams struct {
 	W, Size, X, Y, Err, Rows, Cols, Chunks uint64
@@ -63,17 +58,7 @@ type Gemv struct {
 // gemvImage returns the matrix-vector fatbin: the embedded one, or the
 // file SPLITZIP_GEMV_FATBIN names (kernel development on the GPU machine).
 func gemvImage() ([]byte, error) {
-	if p := os.Getenv("SPLITZIP_GEMV_FATBIN"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("gpu: SPLITZIP_GEMV_FATBIN: %w", err)
-		}
-		return b, nil
-	}
-	if len(gemvFatbin) == 0 {
-		return nil, fmt.Errorf("gpu: no matrix-vector kernel image embedded; run make kernels")
-	}
-	return gemvFatbin, nil
+	return imageOf("SPLITZIP_GEMV_FATBIN", gemvFatbin, "matrix-vector")
 }
 
 // NewGemv loads the matrix-vector kernels into ctx.
@@ -116,17 +101,32 @@ func (g *Gemv) Close() error {
 }
 
 // Fixed launches, on s, y = W x for batch vectors: W is the rows x cols
-// BF16 matrix (row-major) whose fixed payload, header h, lies at w
-// (checked when it was uploaded: the kernel reports a bad table or escape
-// in TakeError but does not checksum), x is batch x cols BF16 and y batch
-// x rows BF16, both row-major. w and x must be 16-byte aligned, y 2-byte.
-func (g *Gemv) Fixed(w cuda.DevicePtr, h *codec.Header, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
-	if h.Values != rows*cols || h.ChunkValues != codec.ChunkValues {
-		return fmt.Errorf("%w: a payload of %d values in chunks of %d for a %d x %d matrix", ErrShape, h.Values, h.ChunkValues, rows, cols)
+// BF16 matrix (row-major) whose fixed payload, header h, lies in the
+// wLen bytes at w (checked when it was uploaded: the kernel reports a bad
+// table or escape in TakeError but does not checksum, and reads nothing
+// past the header's size, which must fit in wLen), x is batch x cols BF16
+// and y batch x rows BF16, both row-major. w and x must be 16-byte
+// aligned, y 2-byte.
+func (g *Gemv) Fixed(w cuda.DevicePtr, wLen uint64, h *codec.Header, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
+	if err := fixedFits(h, wLen, rows, cols); err != nil {
+		return err
 	}
 	p := gemvParams{W: uint64(w), Size: h.Size, Chunks: h.Chunks(), GroupChunks: h.GroupChunks}
 	copy(p.Codebook[:], h.Codebook[:])
 	return g.launch(&g.fixed, p, rows, cols, x, y, batch, s)
+}
+
+// fixedFits reports whether a fixed payload of header h in wLen bytes
+// holds a rows x cols matrix.
+func fixedFits(h *codec.Header, wLen, rows, cols uint64) error {
+	hi, n := bits.Mul64(rows, cols)
+	switch {
+	case hi != 0 || h.Values != n || h.ChunkValues != codec.ChunkValues:
+		return fmt.Errorf("%w: a payload of %d values in chunks of %d for a %d x %d matrix", ErrShape, h.Values, h.ChunkValues, rows, cols)
+	case h.Size > wLen:
+		return fmt.Errorf("%w: a payload of %d bytes (its header says) in %d bytes of device memory", ErrShape, h.Size, wLen)
+	}
+	return nil
 }
 
 // Reference launches, on s, the product Fixed computes, from W in BF16 at
@@ -136,15 +136,8 @@ func (g *Gemv) Reference(w cuda.DevicePtr, rows, cols uint64, x, y cuda.DevicePt
 }
 
 func (g *Gemv) launch(fns *[len(gemvBatches)]cuda.Function, p gemvParams, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
-	switch {
-	case batch < 1 || batch > MaxGemvBatch:
-		return fmt.Errorf("%w: a batch of %d vectors, want 1 to %d", ErrShape, batch, MaxGemvBatch)
-	case cols == 0 || cols%GemvColumns != 0 || rows == 0:
-		return fmt.Errorf("%w: a %d x %d matrix, want columns a multiple of %d", ErrShape, rows, cols, GemvColumns)
-	case (rows+gemvTile-1)/gemvTile > 1<<31-1:
-		return fmt.Errorf("%w: %d rows", ErrShape, rows)
-	case p.W%16 != 0 || x%16 != 0 || y%2 != 0:
-		return fmt.Errorf("%w: pointers %#x, %#x, %#x out of alignment", ErrShape, p.W, x, y)
+	if err := operandsFit(p.W, uint64(x), uint64(y), rows, cols, batch); err != nil {
+		return err
 	}
 	i := 0
 	for gemvBatches[i] < batch {
@@ -155,8 +148,34 @@ func (g *Gemv) launch(fns *[len(gemvBatches)]cuda.Function, p gemvParams, rows, 
 	return g.ctx.Launch(fns[i], grid, cuda.Dim3{X: 32 * gemvWarps}, 0, s, unsafe.Pointer(&p))
 }
 
+// operandsFit reports whether a launch's shape and pointers are what the
+// kernels take.
+func operandsFit(w, x, y, rows, cols uint64, batch int) error {
+	switch {
+	case batch < 1 || batch > MaxGemvBatch:
+		return fmt.Errorf("%w: a batch of %d vectors, want 1 to %d", ErrShape, batch, MaxGemvBatch)
+	case cols == 0 || cols%GemvColumns != 0 || rows == 0:
+		return fmt.Errorf("%w: a %d x %d matrix, want columns a multiple of %d", ErrShape, rows, cols, GemvColumns)
+	case tooLarge(rows, cols):
+		return fmt.Errorf("%w: a %d x %d matrix", ErrShape, rows, cols)
+	case w%16 != 0 || x%16 != 0 || y%2 != 0:
+		return fmt.Errorf("%w: pointers %#x, %#x, %#x out of alignment", ErrShape, w, x, y)
+	}
+	return nil
+}
+
+// tooLarge reports a matrix past what a launch's grid and 64-bit offsets
+// take: 2^31 - 1 tiles of rows, 2^62 values.
+func tooLarge(rows, cols uint64) bool {
+	hi, n := bits.Mul64(rows, cols)
+	return hi != 0 || n > 1<<62 || (rows+gemvTile-1)/gemvTile > 1<<31-1
+}
+
 // TakeError waits for s, returns the error bits the kernels reported since
-// the last call (nil when none) and clears them.
+// the last call (nil when none) and clears them. The bits are this Gemv's,
+// shared by its launches on every stream: a call reports what any of them
+// found, and a launch on another stream that runs during the call may have
+// its report taken by this call or lost.
 func (g *Gemv) TakeError(s cuda.Stream) error {
 	var b [4]byte
 	if err := g.ctx.CopyDtoHAsync(b[:], g.err, s); err != nil {
@@ -165,21 +184,12 @@ func (g *Gemv) TakeError(s cuda.Stream) error {
 	if err := g.ctx.StreamSynchronize(s); err != nil {
 		return err
 	}
-	bits := binary.LittleEndian.Uint32(b[:])
-	if bits == 0 {
+	set := binary.LittleEndian.Uint32(b[:])
+	if set == 0 {
 		return nil
 	}
 	if err := g.ctx.MemsetD8Async(g.err, 0, 4, s); err != nil {
 		return err
 	}
-	var why []string
-	for _, f := range []struct {
-		bit  uint32
-		what string
-	}{{errTable, "bad table or entry"}, {errEscape, "bad escape position"}} {
-		if bits&f.bit != 0 {
-			why = append(why, f.what)
-		}
-	}
-	return fmt.Errorf("%w: %v", ErrKernel, why)
+	return kernelError(set)
 }

@@ -31,6 +31,7 @@ func requireGemv(t *testing.T) (*cuda.Context, *Gemv) {
 type gemvRun struct {
 	ctx        *cuda.Context
 	p, w, x, y cuda.DevicePtr
+	pLen       uint64 // payload bytes at p
 	rows, cols uint64
 	batch      int
 	h          codec.Header
@@ -64,7 +65,7 @@ func newGemvRun(t *testing.T, ctx *cuda.Context, w []byte, rows, cols uint64, x 
 	if r.h, err = codec.ParseHeader(p); err != nil {
 		t.Fatal(err)
 	}
-	r.p, r.w, r.x = upload(t, ctx, p, 0), upload(t, ctx, w, 0), upload(t, ctx, x, 0)
+	r.p, r.pLen, r.w, r.x = upload(t, ctx, p, 0), uint64(len(p)), upload(t, ctx, w, 0), upload(t, ctx, x, 0)
 	r.y = upload(t, ctx, nil, r.yBytes+2*guard)
 	return r
 }
@@ -81,7 +82,7 @@ func (r *gemvRun) run(t *testing.T, g *Gemv, ref bool) ([]byte, error) {
 	if ref {
 		err = g.Reference(r.w, r.rows, r.cols, r.x, y, r.batch, 0)
 	} else {
-		err = g.Fixed(r.p, &r.h, r.rows, r.cols, r.x, y, r.batch, 0)
+		err = g.Fixed(r.p, r.pLen, &r.h, r.rows, r.cols, r.x, y, r.batch, 0)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +161,7 @@ func TestGemvMatchesReference(t *testing.T) {
 		{"normal 19x2064 (rows across chunks, odd row count)", 19, 2064, normal},
 		{"normal 3x40000 (a row over three chunks)", 3, 40000, normal},
 		{"row-scaled 96x4096", 96, 4096, func(w []byte) { synth.FillNormal(rng, w, 0.02, 1.5, 4096) }},
+		{"normal 160x8192 (80 chunks: groups past the first)", 160, 8192, normal},
 		{"escape-heavy with raw chunks 33x8192", 33, 8192, func(w []byte) {
 			synth.FillNormal(rng, w, 0.02, 0, 0)
 			for c := uint64(0); c*C < uint64(len(w)/2); c++ {
@@ -184,7 +186,7 @@ func TestGemvMatchesReference(t *testing.T) {
 	for _, m := range mats {
 		w := make([]byte, 2*m.rows*m.cols)
 		m.fill(w)
-		for _, batch := range []int{1, 3, 8, 16} {
+		for _, batch := range []int{1, 2, 3, 8, 12, 16} {
 			x := make([]byte, 2*m.cols*uint64(batch))
 			synth.FillNormal(rng, x, 1, 0, 0)
 			r := newGemvRun(t, ctx, w, m.rows, m.cols, x, batch)
@@ -268,6 +270,11 @@ func TestGemvCorruptPayloads(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
+	// The error bits were taken: a good payload runs clean after them.
+	r := newGemvRun(t, ctx, w, rows, cols, x, 1)
+	if _, err := r.run(t, g, false); err != nil {
+		t.Errorf("a good payload after the damaged ones: %v", err)
+	}
 }
 
 // C is codec.ChunkValues, for offsets in tests.
@@ -280,14 +287,56 @@ func TestGemvShapes(t *testing.T) {
 	synth.FillNormal(rand.New(rand.NewPCG(1, 2)), w, 0.02, 0, 0)
 	r := newGemvRun(t, ctx, w, 16, 64, make([]byte, 2*64*17), 1)
 	for name, f := range map[string]func() error{
-		"wrong value count": func() error { return g.Fixed(r.p, &r.h, 16, 72, r.x, r.y, 1, 0) },
+		"wrong value count": func() error { return g.Fixed(r.p, r.pLen, &r.h, 16, 72, r.x, r.y, 1, 0) },
+		"payload past w":    func() error { return g.Fixed(r.p, r.pLen-1, &r.h, 16, 64, r.x, r.y, 1, 0) },
 		"cols not /16":      func() error { return g.Reference(r.w, 8, 24, r.x, r.y, 1, 0) },
-		"batch 0":           func() error { return g.Fixed(r.p, &r.h, 16, 64, r.x, r.y, 0, 0) },
-		"batch 17":          func() error { return g.Fixed(r.p, &r.h, 16, 64, r.x, r.y, 17, 0) },
-		"x misaligned":      func() error { return g.Fixed(r.p, &r.h, 16, 64, r.x+2, r.y, 1, 0) },
+		"batch 0":           func() error { return g.Fixed(r.p, r.pLen, &r.h, 16, 64, r.x, r.y, 0, 0) },
+		"batch 17":          func() error { return g.Fixed(r.p, r.pLen, &r.h, 16, 64, r.x, r.y, 17, 0) },
+		"x misaligned":      func() error { return g.Fixed(r.p, r.pLen, &r.h, 16, 64, r.x+2, r.y, 1, 0) },
 	} {
 		if err := f(); !errors.Is(err, ErrShape) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestGemvOperands: what a launch is refused for, without a GPU: shapes
+// the kernels do not take, pointers out of alignment, a payload whose
+// header says more bytes than the caller has, a value count that only
+// matches modulo 2^64.
+func TestGemvOperands(t *testing.T) {
+	w := make([]byte, 2*16*64)
+	synth.FillNormal(rand.New(rand.NewPCG(1, 2)), w, 0.02, 0, 0)
+	p, _, err := codec.Encode(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := codec.ParseHeader(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(len(p))
+	if err := fixedFits(&h, n, 16, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := operandsFit(0, 16, 2, 16, 64, 16); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"payload past w":        fixedFits(&h, n-1, 16, 64),
+		"wrong value count":     fixedFits(&h, n, 16, 80),
+		"count wraps past 2^64": fixedFits(&h, n, 1024, 1<<54+1), // 2^64 + 1024 values
+		"batch 0":               operandsFit(0, 16, 2, 16, 64, 0),
+		"batch 17":              operandsFit(0, 16, 2, 16, 64, 17),
+		"cols not /16":          operandsFit(0, 16, 2, 16, 24, 1),
+		"no rows":               operandsFit(0, 16, 2, 0, 64, 1),
+		"values past 2^62":      operandsFit(0, 16, 2, 1<<32, 1<<32, 1),
+		"w misaligned":          operandsFit(8, 16, 2, 16, 64, 1),
+		"x misaligned":          operandsFit(0, 18, 2, 16, 64, 1),
+		"y misaligned":          operandsFit(0, 16, 3, 16, 64, 1),
+	} {
+		if !errors.Is(err, ErrShape) {
+			t.Errorf("%s: %v, want ErrShape", name, err)
 		}
 	}
 }

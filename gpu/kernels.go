@@ -15,15 +15,21 @@ var decodeFatbin []byte
 // kernelImage returns the fatbin to load: the embedded one, or the file
 // SPLITZIP_FATBIN names (for kernel development on the GPU machine).
 func kernelImage() ([]byte, error) {
-	if p := os.Getenv("SPLITZIP_FATBIN"); p != "" {
+	return imageOf("SPLITZIP_FATBIN", decodeFatbin, "decode")
+}
+
+// imageOf returns the fatbin the environment variable env names, or else
+// the embedded one; what names the kernels in errors.
+func imageOf(env string, embedded []byte, what string) ([]byte, error) {
+	if p := os.Getenv(env); p != "" {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("gpu: SPLITZIP_FATBIN: %w", err)
+			return nil, fmt.Errorf("gpu: %s: %w", env, err)
 		}
 		return b, nil
 	}
-	if len(decodeFatbin) == 0 {
-		return nil, fmt.Errorf("gpu: no kernel image embedded; run make kernels")
+	if len(embedded) == 0 {
+		return nil, fmt.Errorf("gpu: no %s kernel image embedded; run make kernels", what)
 	}
-	return decodeFatbin, nil
+	return embedded, nil
 }

@@ -42,21 +42,22 @@ func (l *Loader) PrepareGemv(d int) error {
 
 // Gemv enqueues on the caller's stream (a CUstream of device d, 0 for the
 // default stream) y = W x for batch vectors: W is the rows x cols BF16
-// matrix whose fixed payload lies at w in device memory, head its first
-// codec.HeaderSize bytes (the caller's copy, read on the host now), x is
+// matrix whose fixed payload lies in the wLen bytes at w in device memory,
+// head its first codec.HeaderSize bytes (the caller's copy, read on the
+// host now; the size it gives must fit in wLen), x is
 // batch x cols BF16 and y batch x rows BF16, row-major. It only enqueues,
 // so it can be captured in a CUDA graph; a payload the kernel finds bad is
 // reported by GemvCheck.
-func (l *Loader) Gemv(d int, w uint64, head []byte, rows, cols, x, y uint64, batch int, stream uintptr) error {
+func (l *Loader) Gemv(d int, w, wLen uint64, head []byte, rows, cols, x, y uint64, batch int, stream uintptr) error {
 	h, err := codec.ParseHeader(head)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	k, err := l.gemvKernels(d)
 	if err != nil {
 		return err
 	}
-	if err := k.Fixed(cuda.DevicePtr(w), &h, rows, cols, cuda.DevicePtr(x), cuda.DevicePtr(y), batch, cuda.Stream(stream)); err != nil {
+	if err := k.Fixed(cuda.DevicePtr(w), wLen, &h, rows, cols, cuda.DevicePtr(x), cuda.DevicePtr(y), batch, cuda.Stream(stream)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
@@ -64,7 +65,8 @@ func (l *Loader) Gemv(d int, w uint64, head []byte, rows, cols, x, y uint64, bat
 
 // GemvCheck waits for the caller's stream and returns, as an error
 // wrapping gpu.ErrKernel, what the matrix-vector kernels of device d
-// reported since the last check, clearing it.
+// reported since the last check, clearing it. The report is the device's,
+// not the stream's: it covers every launch on d since the last check.
 func (l *Loader) GemvCheck(d int, stream uintptr) error {
 	k, err := l.gemvKernels(d)
 	if err != nil {

@@ -3,7 +3,7 @@
 times (issue 36's baseline): torch.nn.functional.linear(x, W), as a Linear
 layer computes it, with CUDA events, a warm-up round and the median of
 RUNS launches, W rotated among enough copies to exceed the L2 cache four
-times; W is N(0, 0.02) with rows scaled by up to 1.5x either way, x N(0, 1).
+times; W is N(0, 0.02) with each row scaled by 0.25 to 1.75, x N(0, 1).
 
   python3 scripts/gemv-cublas.py [SHAPES] [BATCHES] [RUNS] [JSON_OUT]
 

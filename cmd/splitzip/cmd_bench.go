@@ -84,8 +84,8 @@ decode launch per tensor.`,
 registers on the way to the multiply (the weights are never written out),
 beside the reference kernel of the same reduction order reading W in BF16,
 with CUDA events, a warm-up round and the median of --runs launches, matrices
-rotated past the L2 cache. W is N(0, 0.02) with rows scaled by up to 1.5x
-either way, x is N(0, 1). Rates are BF16 bytes of W a second (the effective
+rotated past the L2 cache. W is N(0, 0.02) with each row scaled by a factor
+from 0.25 to 1.75, x is N(0, 1). Rates are BF16 bytes of W a second (the effective
 weight rate) and, for the fused kernel, payload bytes a second (against the
 device copy rate of the same run). The default shapes are Llama-3-8B's.`,
 		Args: args(cobra.NoArgs),

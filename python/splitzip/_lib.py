@@ -196,7 +196,7 @@ def lib():
             "sz_scatter_routed": ([up, ctypes.c_int, u64, u64, u64, u64, up], st),
             "sz_release_idle": ([P(ctypes.c_int)], st),
             "sz_gemv_prepare": ([up, ctypes.c_int], st),
-            "sz_gemv": ([up, ctypes.c_int, u64, ctypes.c_char_p, u64, u64, u64, u64, ctypes.c_int, up], st),
+            "sz_gemv": ([up, ctypes.c_int, u64, u64, ctypes.c_char_p, u64, u64, u64, u64, ctypes.c_int, up], st),
             "sz_gemv_check": ([up, ctypes.c_int, up], st),
         }
         for name, (args, res) in sig.items():
@@ -567,17 +567,18 @@ class Cache:
         only enqueues (and can be captured in a CUDA graph)."""
         self._check(lib().sz_gemv_prepare(self._h, device))
 
-    def gemv(self, device: int, w: int, head: bytes, rows: int, cols: int, x: int, y: int, batch: int,
+    def gemv(self, device: int, w: int, w_len: int, head: bytes, rows: int, cols: int, x: int, y: int, batch: int,
              stream: int = 0) -> None:
         """Enqueue on stream y = W x for batch (1 to 16) vectors: W is the
-        rows x cols BF16 matrix whose fixed payload lies at w (device
-        memory, 16-byte aligned), head the payload's first 64 bytes; x is
+        rows x cols BF16 matrix whose fixed payload lies in the w_len bytes
+        at w (device memory, 16-byte aligned), head the payload's first 64
+        bytes (the size it gives must fit in w_len); x is
         batch x cols BF16 (16-byte aligned) and y batch x rows BF16,
         row-major. The weights are decoded in registers, never written
         out. A payload the kernel finds bad is reported by gemv_check."""
         if len(head) != 64:
             raise ValueError(f"head is a payload's 64-byte header, got {len(head)} bytes")
-        self._check(lib().sz_gemv(self._h, device, w, head, rows, cols, x, y, batch, stream))
+        self._check(lib().sz_gemv(self._h, device, w, w_len, head, rows, cols, x, y, batch, stream))
 
     def gemv_check(self, device: int = 0, stream: int = 0) -> None:
         """Wait for stream and raise Error (corrupt) if a gemv on device

@@ -14,7 +14,8 @@ The product runs as the custom op ``splitzip::gemv_fixed`` (torch 2.4 and
 later), so it works under CUDA graph capture and ``torch.compile``; it
 takes up to 16 rows of input a launch (decode steps), more in launches of
 16 (prefill: correct, not fast yet). Its result equals a fixed reduction
-order bit for bit and is within 2 BF16 ulps of ``x @ W.T``.
+order bit for bit and is within 2 BF16 ulps (plus the fp32 accumulation)
+of ``x @ W.T``, before the bias is added.
 """
 
 import threading
@@ -38,14 +39,20 @@ _op = None
 
 
 def _gemv_op():
-    """The custom op splitzip::gemv_fixed, defined on first use."""
+    """The custom op splitzip::gemv_fixed, defined on first use (once, in
+    whichever thread comes first)."""
     global _op
-    if _op is not None:
+    with _layers_lock:
+        if _op is None:
+            _op = _define_op()
         return _op
+
+
+def _define_op():
     if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
         raise RuntimeError(f"splitzip.nn needs torch 2.4 or later (torch.library.custom_op); this is torch {torch.__version__}")
 
-    @torch.library.custom_op("splitzip::gemv_fixed", mutates_args=())
+    @torch.library.custom_op("splitzip::gemv_fixed", mutates_args=(), device_types="cuda")
     def gemv_fixed(payload: torch.Tensor, x: torch.Tensor, layer: int, rows: int) -> torch.Tensor:
         cache, head = _layers[layer]
         y = torch.empty((x.shape[0], rows), dtype=torch.bfloat16, device=x.device)
@@ -53,15 +60,15 @@ def _gemv_op():
         dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
         for lo in range(0, x.shape[0], MAX_BATCH):
             n = min(MAX_BATCH, x.shape[0] - lo)
-            cache.gemv(dev, payload.data_ptr(), head, rows, x.shape[1], x[lo].data_ptr(), y[lo].data_ptr(), n, stream)
+            cache.gemv(dev, payload.data_ptr(), payload.numel(), head, rows, x.shape[1], x[lo].data_ptr(),
+                       y[lo].data_ptr(), n, stream)
         return y
 
     @gemv_fixed.register_fake
     def _(payload, x, layer, rows):
         return x.new_empty((x.shape[0], rows))
 
-    _op = gemv_fixed
-    return _op
+    return gemv_fixed
 
 
 class FixedLinear(torch.nn.Module):
@@ -82,6 +89,8 @@ class FixedLinear(torch.nn.Module):
             raise ValueError(f"in_features {in_features} is not a multiple of 16")
         if payload.data_ptr() % 16:
             raise ValueError("the payload must be 16-byte aligned on the device")
+        if payload.numel() < 64 or bytes(payload[:64].cpu().numpy().tobytes()) != bytes(head):
+            raise ValueError("head is not the payload's header")
         self.in_features, self.out_features = in_features, out_features
         self.register_buffer("payload", payload)
         self.bias = None if bias is None else torch.nn.Parameter(
@@ -113,6 +122,8 @@ class FixedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.bfloat16 or x.shape[-1] != self.in_features:
             raise ValueError(f"input of {x.dtype} and last dimension {x.shape[-1]}, want BF16 and {self.in_features}")
+        if x.device != self.payload.device:
+            raise ValueError(f"input on {x.device}, the layer's weight on {self.payload.device}")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).contiguous()
         if x2.data_ptr() % 16:
@@ -123,8 +134,9 @@ class FixedLinear(torch.nn.Module):
         return y
 
     def check(self) -> None:
-        """Wait for the current stream and raise Error if a product found
-        the payload bad since the last check."""
+        """Wait for the current stream and raise Error if a product on this
+        layer's device found a payload bad since the last check (the
+        report is the device's: any FixedLinear's on it)."""
         cache, _ = _layers[self._layer]
         dev = self.payload.device.index
         cache.gemv_check(dev, torch.cuda.current_stream(self.payload.device).cuda_stream)

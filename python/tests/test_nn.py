@@ -100,6 +100,12 @@ class TestFixedLinear(unittest.TestCase):
                 layer = nn.FixedLinear.from_cache(c, "proj.weight")
                 with self.assertRaisesRegex(ValueError, "want BF16 and 4096"):
                     layer(torch.zeros(1, 32, dtype=torch.bfloat16, device="cuda"))
+                with self.assertRaisesRegex(ValueError, "input on cpu"):
+                    layer(torch.zeros(1, 4096, dtype=torch.bfloat16))
+                bad = bytearray(layer.payload[:64].cpu().numpy().tobytes())
+                bad[48] ^= 1
+                with self.assertRaisesRegex(ValueError, "not the payload's header"):
+                    nn.FixedLinear(c, layer.payload, bytes(bad), 64, 4096)
 
     def test_replace_linears(self):
         """A model's Linears held as fixed payloads become FixedLinears
