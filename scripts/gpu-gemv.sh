@@ -29,6 +29,13 @@ OUTDIR=$OUT/k bash scripts/build-kernels.sh >"$OUT/nvcc.log" 2>&1 || { tail -30 
 cmp -s "$OUT/k/decode.fatbin" gpu/decode.fatbin && cmp -s "$OUT/k/entropy.fatbin" gpu/entropy.fatbin || echo "note: decode or entropy fatbin differs from the committed one"
 grep -A3 "gemv.*for 'sm_90'" "$OUT/nvcc.log" | grep -oE "splitzip_gemv_[a-z0-9_]+|Used [0-9]+ registers|[0-9]+ bytes stack frame|[0-9]+ bytes spill stores" | paste -sd' ' | sed 's/ splitzip/\nsplitzip/g'
 echo "local memory instructions in gemv.fatbin (sm_90): $(cuobjdump -sass -arch sm_90 "$OUT/k/gemv.fatbin" 2>/dev/null | grep -cE '(LDL|STL)')"
+# The sm_90 SASS of the batch-1 kernels, and their instructions by opcode
+# (how many instructions a weight costs: the fused kernel issues, it does
+# not wait on memory; docs/DESIGN.md 3.4).
+for k in fixed_b1 ref_b1; do
+	cuobjdump -sass -arch sm_90 -fun "splitzip_gemv_$k" "$OUT/k/gemv.fatbin" >"$OUT/sass-$k.txt" 2>&1
+	echo "$k: $(grep -cE '^ +/\*[0-9a-f]{4,6}\*/' "$OUT/sass-$k.txt") instructions; most: $(grep -oE '^ +/\*[0-9a-f]{4,6}\*/ +(@!?U?P[0-9T] +)?[A-Z0-9_]+' "$OUT/sass-$k.txt" | awk '{print $NF}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -8 | awk '{printf "%s %s, ", $2, $1}')"
+done
 # $OUT/k/gemv.fatbin and $OUT/k/kernels_gen.go are the files to commit
 # (into gpu/). At most 8 files come back from $OUT: pack it into one at
 # the end (tar czf) and unpack it here.
