@@ -26,8 +26,9 @@ lint:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 
 test: lint
-	@mkdir -p .dev/status; reg=$$(bash scripts/need-registry.sh) && s3=$$(bash scripts/need-s3.sh) && \
-	SPLITZIP_REGISTRY_BIN=$$reg SPLITZIP_S3_BIN=$$s3 $(GO) test -race -count=1 ./... && \
+	@mkdir -p .dev/status; rm -f .dev/status/go; reg=$$(bash scripts/need-registry.sh) && s3=$$(bash scripts/need-s3.sh) && \
+	$(GO) build -o .dev/testsum ./cmd/testsum && \
+	SPLITZIP_REGISTRY_BIN=$$reg SPLITZIP_S3_BIN=$$s3 bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | .dev/testsum -status .dev/status/go' && \
 	echo "oci: pushed and pulled through $$reg (a real registry on loopback)" > .dev/status/registry && \
 	echo "s3: pushed, pulled, verified and loaded through $$s3 (a real S3 server on loopback)" > .dev/status/s3
 	$(GO) test -count=1 -tags noasm ./codec ./codec/entropy
