@@ -73,8 +73,9 @@ def _define_op():
 
 class FixedLinear(torch.nn.Module):
     """A Linear whose BF16 weight (out_features x in_features) is kept in
-    GPU memory as its fixed payload. Build it with from_cache (or from a
-    payload's bytes with from_payload); the Cache it came from must stay
+    GPU memory as its fixed payload. Build it with from_cache (or with the
+    constructor, from a payload already in GPU memory and its header's
+    64 bytes); the Cache it came from must stay
     open while the layer is used (its handle runs the kernels). A bias, if
     given, is kept in BF16 on the payload's device."""
 
