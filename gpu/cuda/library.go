@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -136,7 +137,12 @@ func Open(opts ...Option) (*Library, error) {
 	}
 	h, err := purego.Dlopen(o.path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: loading %s: %v", ErrNoDriver, o.path, err)
+		// dlerror names the file it could not open; say it once.
+		msg := err.Error()
+		if !strings.HasPrefix(msg, o.path) {
+			msg = "loading " + o.path + ": " + msg
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNoDriver, msg)
 	}
 	l := &Library{handle: h}
 	if err := l.resolve(); err != nil {
