@@ -102,7 +102,7 @@ func BenchEntropy(ctx *cuda.Context, dtypes []string, sizes []uint64, runs int) 
 				if err != nil {
 					return nil, err
 				}
-				sets := int(max(1, (4*uint64(l2)+size-1)/size))
+				sets := rotations(l2, size)
 				for _, inPlace := range []bool{true, false} {
 					if inPlace && !h.InPlace {
 						continue

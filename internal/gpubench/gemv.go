@@ -87,7 +87,7 @@ func benchShape(ctx *cuda.Context, g *gpu.Gemv, s cuda.Stream, rng *rand.Rand, s
 	if err != nil {
 		return nil, err
 	}
-	sets := int(max(1, (4*uint64(l2)+uint64(len(p))-1)/uint64(len(p))))
+	sets := rotations(l2, uint64(len(p)))
 	var bufs []cuda.DevicePtr
 	defer func() {
 		for _, d := range bufs {
@@ -142,7 +142,7 @@ func benchShape(ctx *cuda.Context, g *gpu.Gemv, s cuda.Stream, rng *rand.Rand, s
 		if err != nil {
 			return nil, err
 		}
-		r.Fused, r.Reference = timing(fused, r.RawBytes, r.Payload, sets), timing(ref, r.RawBytes, r.RawBytes, sets)
+		r.Fused, r.Reference = timing("gemv", fused, r.RawBytes, r.Payload, sets), timing("gemv", ref, r.RawBytes, r.RawBytes, sets)
 		if r.Fused.MedianUs <= 0 {
 			return nil, errors.New("a launch took no time")
 		}
@@ -151,11 +151,4 @@ func benchShape(ctx *cuda.Context, g *gpu.Gemv, s cuda.Stream, rng *rand.Rand, s
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// timing sums up launch times (ms) of a product of a raw-byte matrix.
-func timing(times []float64, raw, payload uint64, sets int) Timing {
-	med, mn := median(times), minimum(times)
-	return Timing{Mode: "gemv", RawBytes: raw, Payload: payload, Runs: len(times), MedianUs: med * 1e3, MinUs: mn * 1e3,
-		GBps: float64(raw) / (med * 1e-3) / 1e9, SetsRotate: sets}
 }

@@ -77,7 +77,7 @@ func BenchDecode(ctx *cuda.Context, sizes []uint64, runs int) (*DecodeReport, er
 			if err != nil {
 				return nil, err
 			}
-			sets := int(max(1, (4*uint64(l2)+size-1)/size))
+			sets := rotations(l2, size)
 			for _, inPlace := range []bool{true, false} {
 				if inPlace && !st.InPlace {
 					continue
@@ -219,10 +219,21 @@ func timed(ctx *cuda.Context, s cuda.Stream, v, p []byte, inPlace bool, sets, ru
 	if err != nil {
 		return Timing{}, err
 	}
-	n := uint64(len(v))
+	return timing(modeName(inPlace), times, uint64(len(v)), uint64(len(p)), sets), nil
+}
+
+// timing sums up launch times (ms) of work on raw bytes (payload bytes
+// read), rotated among sets of buffers; GBps is raw bytes a second.
+func timing(mode string, times []float64, raw, payload uint64, sets int) Timing {
 	med, mn := median(times), minimum(times)
-	return Timing{Mode: modeName(inPlace), RawBytes: n, Payload: uint64(len(p)), Runs: len(times),
-		MedianUs: med * 1e3, MinUs: mn * 1e3, GBps: float64(n) / (med * 1e-3) / 1e9, SetsRotate: sets}, nil
+	return Timing{Mode: mode, RawBytes: raw, Payload: payload, Runs: len(times), MedianUs: med * 1e3, MinUs: mn * 1e3,
+		GBps: float64(raw) / (med * 1e-3) / 1e9, SetsRotate: sets}
+}
+
+// rotations is how many copies of size bytes exceed an L2 cache of l2
+// bytes four times (at least one), so that timed launches read memory.
+func rotations(l2 int, size uint64) int {
+	return int(max(1, (4*uint64(l2)+size-1)/size))
 }
 
 // launcher is a decoder's launches for timeDecode.

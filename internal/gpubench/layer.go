@@ -149,9 +149,7 @@ func BenchLayer(ctx *cuda.Context, tensors []LayerTensor, runs int) (*LayerRepor
 		if err := check(); err != nil {
 			return nil, err
 		}
-		med := median(times)
-		*w.t = Timing{Mode: "out-of-place", RawBytes: rep.RawBytes, Payload: rep.Payload, Runs: len(times),
-			MedianUs: med * 1e3, MinUs: minimum(times) * 1e3, GBps: float64(rep.RawBytes) / (med * 1e-3) / 1e9, SetsRotate: 1}
+		*w.t = timing("out-of-place", times, rep.RawBytes, rep.Payload, 1)
 	}
 	rep.OfCeiling = rep.Scatter.GBps / rep.CeilingGBps
 	return rep, nil
