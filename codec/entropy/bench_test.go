@@ -2,6 +2,7 @@ package entropy
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -91,6 +92,41 @@ func benchDecode(b *testing.B, raw, p []byte) {
 		}
 	}
 	b.ReportMetric(8*float64(len(p))/float64(len(raw)/2), "bits/value")
+}
+
+// BenchmarkDecodeSmall decodes whole BF16 payloads of 1 Ki to 128 Ki
+// values on one goroutine, checksum and tables included: the tensors a
+// load decodes on the host, where what a payload costs besides its values
+// (its decode tables) counts most.
+func BenchmarkDecodeSmall(b *testing.B) {
+	for _, n := range []int{1 << 10, 4 << 10, 16 << 10, 32 << 10, 128 << 10} {
+		raw := synth.Normal(rand.New(rand.NewPCG(9, 9)), n, 0.02)
+		p, err := Encode(0, raw, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("values=%d", n), func(b *testing.B) { benchDecode(b, raw, p) })
+	}
+}
+
+// BenchmarkTables builds the decode tables of a chunk's code: the
+// single-symbol table every payload needs, and the multi-symbol one of
+// payloads with a full chunk.
+func BenchmarkTables(b *testing.B) {
+	c, _ := benchChunk(b)
+	b.Run("single", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			NewTable(c)
+		}
+	})
+	b.Run("multi", func(b *testing.B) {
+		e := NewTable(c).Entries
+		b.ReportAllocs()
+		for b.Loop() {
+			newMultiTable(e)
+		}
+	})
 }
 
 // BenchmarkPayloadDTypes encodes and decodes 4 Mi values of every field on

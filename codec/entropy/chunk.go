@@ -57,11 +57,23 @@ func NewTable(c *Code) *Table {
 			continue
 		}
 		lo := c.Codes[s] << (c.MaxLen - l)
-		for v := lo; v < lo+1<<(c.MaxLen-l); v++ {
-			t.Entries[v] = uint16(s) | uint16(l)<<8
-		}
+		e := uint16(s) | uint16(l)<<8
+		fillDoubling(t.Entries[lo:lo+1<<(c.MaxLen-l)], e)
 	}
 	return t
+}
+
+// fillDoubling sets every element of s to e: a short run an element a
+// store, a long one by copying each filled prefix after itself, so that
+// memmove's wide stores write most of it.
+func fillDoubling[E uint16 | uint32](s []E, e E) {
+	k := min(len(s), 16)
+	for i := range s[:k] {
+		s[i] = e
+	}
+	for ; k < len(s); k *= 2 {
+		copy(s[k:], s[:k])
+	}
 }
 
 // Chunk modes, the first byte of an encoded chunk.

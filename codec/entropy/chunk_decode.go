@@ -121,8 +121,10 @@ func decodeChunk(t *Table, src []byte, bits int, dst []byte, sc *chunkScratch) (
 	k := copy(pad, src[:min(len(src), p/8+1)])
 	clear(pad[k:])
 	base := 0
-	if mt := t.multiTable(); mt != nil && fullLanes(n, L) {
-		if err := decodeLanes(mt, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n/Lanes); err != nil {
+	// Only a full chunk takes the multi-symbol table, built on first use:
+	// building it costs more than decoding a small payload.
+	if fullLanes(n, L) && t.multiTable() != nil {
+		if err := decodeLanes(t.multiTable(), (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n/Lanes); err != nil {
 			return 0, err
 		}
 		br.pos = p

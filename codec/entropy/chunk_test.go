@@ -501,3 +501,74 @@ func FuzzEncodeChunk(f *testing.F) {
 		}
 	})
 }
+
+// TestTablesMatchReference: NewTable and newMultiTable, built without a
+// branch a symbol, give the entries of the plain definitions (a code's
+// 2^(MaxLen-l) entries; up to three codes a lookup, while they fit) for
+// codes of one symbol, of every length up to MaxLen, skewed and flat.
+func TestTablesMatchReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for trial := range 60 {
+		freq := make([]uint64, MaxSymbols)
+		used := []int{1, 2, 3, 17, 256}[trial%5]
+		for range used {
+			// Geometric weights make codes of every length up to MaxLen.
+			freq[rng.IntN(MaxSymbols)] += 1 + uint64(1)<<rng.IntN(40)
+		}
+		ls, err := Lengths(freq, MaxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewCode(ls, MaxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]uint16, 1<<MaxLen)
+		for s := range MaxSymbols {
+			if l := int(c.Lengths[s]); l > 0 {
+				for v := range 1 << (MaxLen - l) {
+					want[int(c.Codes[s])<<(MaxLen-l)|v] = uint16(s) | uint16(l)<<8
+				}
+			}
+		}
+		tab := NewTable(c)
+		if !slices.Equal(tab.Entries, want) {
+			t.Fatalf("trial %d: NewTable differs from the definition", trial)
+		}
+		mt := newMultiTable(tab.Entries)
+		for v := range uint32(1 << MaxLen) {
+			var syms, count, bits uint32
+			for count < 3 {
+				e := want[(v<<bits)&(1<<MaxLen-1)]
+				l := uint32(e >> 8)
+				if l == 0 || bits+l > MaxLen {
+					break
+				}
+				syms |= uint32(e&0xff) << (8 * count)
+				count++
+				bits += l
+			}
+			var w uint32
+			if count > 0 {
+				w = syms | count<<24 | bits<<26
+			}
+			if mt[v] != w {
+				t.Fatalf("trial %d (%d symbols): multi entry %#x is %#x, want %#x", trial, used, v, mt[v], w)
+			}
+		}
+	}
+}
+
+// TestMultiTableOfNoCode: a table whose entries are no prefix code (a
+// Table built by hand) gives some multi-symbol table, without a panic
+// or a loop that never ends.
+func TestMultiTableOfNoCode(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for range 50 {
+		e := make([]uint16, 1<<MaxLen)
+		for i := range e {
+			e[i] = uint16(rng.Uint32())
+		}
+		newMultiTable(e)
+	}
+}

@@ -7,6 +7,7 @@ package entropy
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // multiTable is a decode table of 2^MaxLen entries for up to three
@@ -17,23 +18,55 @@ import (
 type multiTable [1 << MaxLen]uint32
 
 // newMultiTable returns the multi-symbol table of single-symbol entries
-// (Table.Entries of a MaxLen table).
+// (Table.Entries of a MaxLen table). It is filled a code at a time, not
+// an entry at a time: the entries that start with code a are a block, and
+// within it those whose next code b also fits are a smaller block, and so
+// on for a third; each block is written with one value. That is about
+// three stores an entry, where three dependent lookups an entry cost more
+// than decoding a small payload takes.
 func newMultiTable(single []uint16) *multiTable {
 	var mt multiTable
-	for v := range mt {
-		var syms, count, used uint32
-		for count < 3 {
-			e := single[(v<<used)&(1<<MaxLen-1)]
-			l := uint32(e >> 8)
-			if l == 0 || used+l > MaxLen {
+	tab := (*[1 << MaxLen]uint16)(single)
+	// The codes, shortest first, each with its first entry.
+	type code struct{ sym, bits, lo uint32 }
+	var codes [MaxSymbols]code
+	n := 0
+	for v := uint32(0); v < 1<<MaxLen; {
+		e := uint32(tab[v])
+		l := e >> 8
+		if l == 0 || l > MaxLen { // no code starts here (a one-symbol code's other half)
+			v++
+			continue
+		}
+		if n < len(codes) {
+			codes[n] = code{e & 0xff, l, v}
+			n++
+		}
+		v += 1 << (MaxLen - l)
+	}
+	cs := codes[:n]
+	slices.SortStableFunc(cs, func(a, b code) int { return int(a.bits) - int(b.bits) })
+	fill := func(lo, bits uint32, e uint32) {
+		// Clamped, so that entries of no prefix code (a Table built by
+		// hand) give a wrong table, never a write out of bounds.
+		fillDoubling(mt[min(lo, 1<<MaxLen):min(lo+1<<(MaxLen-bits), 1<<MaxLen)], e)
+	}
+	for _, a := range cs {
+		fill(a.lo, a.bits, a.sym|1<<24|a.bits<<26)
+		for _, b := range cs {
+			ab := a.bits + b.bits
+			if ab > MaxLen {
 				break
 			}
-			syms |= uint32(e&0xff) << (8 * count)
-			count++
-			used += l
-		}
-		if count > 0 {
-			mt[v] = syms | count<<24 | used<<26
+			lo := a.lo + b.lo>>a.bits
+			fill(lo, ab, a.sym|b.sym<<8|2<<24|ab<<26)
+			for _, c := range cs {
+				abc := ab + c.bits
+				if abc > MaxLen {
+					break
+				}
+				fill(lo+c.lo>>ab, abc, a.sym|b.sym<<8|c.sym<<16|3<<24|abc<<26)
+			}
 		}
 	}
 	return &mt
