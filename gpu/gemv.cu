@@ -22,7 +22,11 @@
 //     matching columns of x;
 //   - each warp's fp32 sums go through shared memory and are added warp
 //     0 to 7 in order, then rounded to BF16 (to nearest, ties to even).
-// Columns past the matrix and rows past it take zeros. cols must be a
+// The fused kernel takes a warp's steps in spans: runs of steps in which
+// both rows of every lane stay in one coded chunk, so that a step there
+// is loads, decoding and mma with pointers advanced, and no index or
+// table work (gemv_fused). Columns past the matrix and rows past it take
+// zeros. cols must be a
 // multiple of 16 (a lane's 16 values then never straddle a row or a
 // chunk: chunks hold 16384 values).
 //
@@ -46,9 +50,6 @@
 #define GZ_GROUP 16 // columns a lane holds in a step
 #ifndef GZ_ROUND
 #define GZ_ROUND 2 // steps whose loads a lane keeps in flight
-#endif
-#ifndef GZ_XEARLY
-#define GZ_XEARLY 1 // 0: x loaded just before the multiply, not with the weights
 #endif
 #ifndef GZ_MINB
 #define GZ_MINB 2 // blocks an SM must fit (registers a thread: 65536 / (256 GZ_MINB))
@@ -200,39 +201,17 @@ __device__ __forceinline__ void gz_escapes(uint32_t (&wd)[8], Chunk &ch, uint32_
 }
 
 // Held is what a lane loaded for one row of one step: a coded group's 16
-// sign-and-mantissa bytes in a and its 16 codes in b; the reference's 16
-// BF16 values in a, b and c. A raw chunk's values are loaded only when
-// they are multiplied (raw chunks are rare; holding 32 bytes a group
-// would cost every round registers).
+// sign-and-mantissa bytes in a and its 16 codes in b.
 struct Held {
     uint4 a;
-    uint2 b, c;
+    uint2 b;
 };
 
-// gz_words turns what the lane holds for one row into its 8 words of BF16
-// pairs (value 2k in the low half of word k).
-template <bool FUSED>
-__device__ __forceinline__ void gz_words(uint32_t (&wd)[8], const Held &h, Chunk &ch, uint32_t pos, bool held,
-                                         const uint32_t *lut, uint32_t *err) {
-    if (!held) {
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            wd[k] = 0;
-        }
-        return;
-    }
-    if (!FUSED) {
-        wd[0] = h.a.x, wd[1] = h.a.y, wd[2] = h.a.z, wd[3] = h.a.w;
-        wd[4] = h.b.x, wd[5] = h.b.y, wd[6] = h.c.x, wd[7] = h.c.y;
-        return;
-    }
-    if (ch.esc == GZ_RAW) {
-        const uint4 *v = (const uint4 *)(ch.data + 2 * (uint64_t)pos);
-        const uint4 q0 = __ldcs(v), q1 = __ldcs(v + 1);
-        wd[0] = q0.x, wd[1] = q0.y, wd[2] = q0.z, wd[3] = q0.w;
-        wd[4] = q1.x, wd[5] = q1.y, wd[6] = q1.z, wd[7] = q1.w;
-        return;
-    }
+// gz_decode turns a coded group (16 sign-and-mantissa bytes, 16 codes)
+// into its 8 words of BF16 pairs (value 2k in the low half of word k) and
+// patches its escapes.
+__device__ __forceinline__ void gz_decode(uint32_t (&wd)[8], const Held &h, Chunk &ch, uint32_t pos,
+                                          const uint32_t *lut, uint32_t *err) {
     const uint32_t sm[4] = {h.a.x, h.a.y, h.a.z, h.a.w};
     const uint32_t codes[2] = {h.b.x, h.b.y};
 #pragma unroll
@@ -242,47 +221,9 @@ __device__ __forceinline__ void gz_words(uint32_t (&wd)[8], const Held &h, Chunk
         const uint32_t spread = __byte_perm(sm[k >> 1], 0, (k & 1) ? 0x3322 : 0x1100);
         wd[k] = (spread & 0x807F807Fu) | lut[__byte_perm(codes[k >> 2], 0, 0x4440 + (k & 3))];
     }
-    gz_escapes(wd, ch, pos, err);
-}
-
-// gz_fetch starts the loads of one row's 16 values at col for step u of
-// a round (held false: nothing to load, the values count as zeros). It
-// returns false, loading nothing, where a step after a round's first
-// would need another chunk than the row's (the next round starts there).
-template <bool FUSED>
-__device__ __forceinline__ bool gz_fetch(Held &h, uint32_t &pos, bool &held, Chunk &ch, uint64_t row, uint64_t col,
-                                         bool in, bool first, const GemvParams &p, uint32_t *err) {
-    held = in && row < p.rows;
-    pos = 0;
-    if (!held) {
-        return true;
+    if (ch.at < pos + GZ_GROUP || ch.next == GZ_UNKNOWN) {
+        gz_escapes(wd, ch, pos, err);
     }
-    const uint64_t flat = row * p.cols + col;
-    if (!FUSED) {
-        const uint4 *wv = (const uint4 *)((const uint16_t *)p.w + flat);
-        h.a = __ldcs(wv);
-        const uint4 q = __ldcs(wv + 1);
-        h.b = make_uint2(q.x, q.y);
-        h.c = make_uint2(q.z, q.w);
-        return true;
-    }
-    const uint64_t c = flat / GZ_CHUNK;
-    if (c != ch.index) {
-        if (!first) {
-            return false;
-        }
-        gz_chunk(ch, c, p, err);
-    }
-    if (ch.data == nullptr) {
-        held = false;
-        return true;
-    }
-    pos = (uint32_t)(flat - c * GZ_CHUNK);
-    if (ch.esc != GZ_RAW) { // raw values are loaded by gz_words
-        h.a = __ldcs((const uint4 *)(ch.data + pos));
-        h.b = __ldcs((const uint2 *)(ch.data + ch.codes + pos / 2));
-    }
-    return true;
 }
 
 // gz_x loads the 16 values of x at col for the lane's vector (zeros past
@@ -297,98 +238,29 @@ __device__ __forceinline__ void gz_x(uint4 (&xv)[2], const uint16_t *x, uint64_t
     }
 }
 
-// gemv_tc: y = W x (see the top of the file), from W's fixed payload
-// (FUSED) or from W in BF16 (the reference). B is the batch the kernel is
-// built for: vectors past the launch's batch repeat its last (their sums
-// are never stored), so no load branches on the batch.
-template <int B, bool FUSED>
-__device__ __forceinline__ void gemv_tc(const GemvParams &p) {
-    constexpr int NT = B > 8 ? 2 : 1; // mma columns of 8 vectors
-    __shared__ uint32_t lut[256];
-    __shared__ float red[GZ_WARPS][GZ_TILE][16];
-    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    if (FUSED) {
-        gz_lut(lut, p, tid);
-        __syncthreads();
-    }
-    uint32_t *err = (uint32_t *)p.err;
-    const uint64_t row0 = (uint64_t)blockIdx.x * GZ_TILE, ra = row0 + g, rb = row0 + g + 8;
-    const uint64_t groups = p.cols / GZ_GROUP, steps = (groups + 3) / 4;
-    const uint64_t lo = warp * steps / GZ_WARPS, hi = (warp + 1) * steps / GZ_WARPS;
-    const uint16_t *x = (const uint16_t *)p.x;
-    uint64_t xrow[NT];
+// gz_step multiplies one step's words of rows g (wa) and g + 8 (wb) with
+// x's columns (xv) into acc: 4 mma a column of 8 vectors.
+template <int NT>
+__device__ __forceinline__ void gz_step(float (&acc)[NT][4], const uint32_t (&wa)[8], const uint32_t (&wb)[8],
+                                        const uint4 (&xv)[NT][2]) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        xrow[nt] = (uint64_t)min(g + 8 * nt, p.batch - 1) * p.cols;
-    }
-    float acc[NT][4];
+        const uint32_t xw[8] = {xv[nt][0].x, xv[nt][0].y, xv[nt][0].z, xv[nt][0].w,
+                                xv[nt][1].x, xv[nt][1].y, xv[nt][1].z, xv[nt][1].w};
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    }
-    Chunk ca, cb; // rows ra and rb
-    ca.index = cb.index = ~(uint64_t)0;
-    ca.data = cb.data = nullptr;
-    ca.esc = cb.esc = GZ_RAW;
-    for (uint64_t s = lo; s < hi;) {
-        // A round loads up to GZ_ROUND steps, each row's in one chunk (a
-        // step that would need another chunk starts the next round). The
-        // warp multiplies as many steps as all its lanes loaded: mma is
-        // the whole warp's.
-        Held h[GZ_ROUND][2];
-        uint32_t pos[GZ_ROUND][2];
-        bool held[GZ_ROUND][2];
-#if GZ_XEARLY
-        uint4 xv[GZ_ROUND][NT][2];
-#endif
-        int n = 0;
-        bool go = true;
-#pragma unroll
-        for (int u = 0; u < GZ_ROUND; u++) {
-            const uint64_t step = s + u, grp = 4 * step + t, col = GZ_GROUP * grp;
-            const bool in = grp < groups;
-            go = go && step < hi;
-            go = go && gz_fetch<FUSED>(h[u][0], pos[u][0], held[u][0], ca, ra, col, in, u == 0, p, err);
-            go = go && gz_fetch<FUSED>(h[u][1], pos[u][1], held[u][1], cb, rb, col, in, u == 0, p, err);
-            if (go) {
-#if GZ_XEARLY
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    gz_x(xv[u][nt], x, xrow[nt], col, in);
-                }
-#endif
-                n = u + 1;
-            }
+        for (int j = 0; j < 4; j++) {
+            gz_mma(acc[nt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], xw[2 * j], xw[2 * j + 1]);
         }
-        n = __reduce_min_sync(0xFFFFFFFFu, n);
-#pragma unroll
-        for (int u = 0; u < GZ_ROUND; u++) {
-            if (u < n) {
-                uint32_t wa[8], wb[8];
-                gz_words<FUSED>(wa, h[u][0], ca, pos[u][0], held[u][0], lut, err);
-                gz_words<FUSED>(wb, h[u][1], cb, pos[u][1], held[u][1], lut, err);
-                __syncwarp();
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-#if GZ_XEARLY
-                    const uint4 (&xq)[2] = xv[u][nt];
-#else
-                    const uint64_t grp = 4 * (s + u) + t;
-                    uint4 xq[2];
-                    gz_x(xq, x, xrow[nt], GZ_GROUP * grp, grp < groups);
-#endif
-                    const uint32_t xw[8] = {xq[0].x, xq[0].y, xq[0].z, xq[0].w, xq[1].x, xq[1].y, xq[1].z, xq[1].w};
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        gz_mma(acc[nt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], xw[2 * j], xw[2 * j + 1]);
-                    }
-                }
-            }
-        }
-        s += n;
     }
-    // The warps' sums, added in warp order; thread i writes (row i / 16,
-    // vector i % 16).
+}
+
+// gz_store adds the warps' sums in warp order through red and stores the
+// tile's rows of y, rounded to BF16; thread i adds (row i / 16, vector
+// i % 16).
+template <int NT>
+__device__ __forceinline__ void gz_store(const float (&acc)[NT][4], float (&red)[GZ_WARPS][GZ_TILE][16],
+                                         const GemvParams &p, uint64_t row0) {
+    const uint32_t tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         red[warp][g][8 * nt + 2 * t] = acc[nt][0];
@@ -408,12 +280,229 @@ __device__ __forceinline__ void gemv_tc(const GemvParams &p) {
     }
 }
 
+// gz_one takes one step of one row the general way (gz_span's 0): the
+// chunk looked up, zeros for a group past the matrix or in a chunk whose
+// table is bad, a raw chunk's values loaded as they are, a coded group
+// decoded.
+__device__ __forceinline__ void gz_one(uint32_t (&wd)[8], Chunk &ch, uint64_t row, uint64_t col, bool in,
+                                       const GemvParams &p, const uint32_t *lut, uint32_t *err) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        wd[k] = 0;
+    }
+    if (!in || row >= p.rows) {
+        return;
+    }
+    const uint64_t flat = row * p.cols + col, c = flat / GZ_CHUNK;
+    if (c != ch.index) {
+        gz_chunk(ch, c, p, err);
+    }
+    if (ch.data == nullptr) {
+        return;
+    }
+    const uint32_t pos = (uint32_t)(flat - c * GZ_CHUNK);
+    if (ch.esc == GZ_RAW) {
+        const uint4 *v = (const uint4 *)(ch.data + 2 * (uint64_t)pos);
+        const uint4 q0 = __ldcs(v), q1 = __ldcs(v + 1);
+        wd[0] = q0.x, wd[1] = q0.y, wd[2] = q0.z, wd[3] = q0.w;
+        wd[4] = q1.x, wd[5] = q1.y, wd[6] = q1.z, wd[7] = q1.w;
+        return;
+    }
+    Held h;
+    h.a = __ldcs((const uint4 *)(ch.data + pos));
+    h.b = __ldcs((const uint2 *)(ch.data + ch.codes + pos / 2));
+    gz_decode(wd, h, ch, pos, lut, err);
+}
+
+// gz_span puts row's chunk (ch) at the group at col and returns how many
+// steps from there stay in it with the group coded: 0 where the chunk is
+// raw or its table bad (the step then goes through gz_one). pos gets the
+// group's position in the chunk. The row and col must be in the matrix.
+__device__ __forceinline__ uint32_t gz_span(Chunk &ch, uint32_t &pos, uint64_t row, uint64_t col, const GemvParams &p,
+                                            uint32_t *err) {
+    const uint64_t flat = row * p.cols + col, c = flat / GZ_CHUNK;
+    if (c != ch.index) {
+        gz_chunk(ch, c, p, err);
+    }
+    pos = (uint32_t)(flat - c * GZ_CHUNK);
+    if (ch.data == nullptr || ch.esc == GZ_RAW) {
+        return 0;
+    }
+    const uint32_t end = (uint32_t)min((uint64_t)GZ_CHUNK, p.rows * p.cols - c * GZ_CHUNK);
+    return (end - pos + 4 * GZ_GROUP - 1) / (4 * GZ_GROUP);
+}
+
+// gemv_fused: y = W x from W's fixed payload, in spans. A span is the
+// steps from s on in which every lane's two rows stay in their chunks,
+// every group is coded and within the matrix: its loop only loads,
+// decodes and multiplies, pointers advanced a step at a time, GZ_ROUND
+// steps' loads in flight. Any other step (a raw chunk, a bad table, the
+// matrix's last columns or rows) is taken alone through gz_one. B is the
+// batch the kernel is built for: vectors past the launch's batch repeat
+// its last (their sums are never stored), so no load branches on the
+// batch.
+template <int B>
+__device__ __forceinline__ void gemv_fused(const GemvParams &p) {
+    constexpr int NT = B > 8 ? 2 : 1; // mma columns of 8 vectors
+    __shared__ uint32_t lut[256];
+    __shared__ float red[GZ_WARPS][GZ_TILE][16];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    gz_lut(lut, p, tid);
+    __syncthreads();
+    uint32_t *err = (uint32_t *)p.err;
+    const uint64_t row0 = (uint64_t)blockIdx.x * GZ_TILE, ra = row0 + g, rb = row0 + g + 8;
+    const uint64_t groups = p.cols / GZ_GROUP, steps = (groups + 3) / 4;
+    const uint64_t lo = warp * steps / GZ_WARPS, hi = (warp + 1) * steps / GZ_WARPS;
+    // Steps before whole have every lane's group within the columns; only
+    // a tile of rows all in the matrix takes spans.
+    const uint64_t whole = p.cols / (4 * GZ_GROUP);
+    const bool rows_in = row0 + GZ_TILE <= p.rows;
+    const uint16_t *x = (const uint16_t *)p.x;
+    uint64_t xrow[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        xrow[nt] = (uint64_t)min(g + 8 * nt, p.batch - 1) * p.cols;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    }
+    Chunk ca, cb; // rows ra and rb
+    ca.index = cb.index = ~(uint64_t)0;
+    ca.data = cb.data = nullptr;
+    ca.esc = cb.esc = GZ_RAW;
+    for (uint64_t s = lo; s < hi;) {
+        const uint64_t col = GZ_GROUP * (4 * s + t);
+        uint32_t span = 0, pa = 0, pb = 0;
+        if (rows_in && s < whole) {
+            const uint32_t na = gz_span(ca, pa, ra, col, p, err), nb = gz_span(cb, pb, rb, col, p, err);
+            span = __reduce_min_sync(0xFFFFFFFFu, (uint32_t)min((uint64_t)min(na, nb), min(hi, whole) - s));
+        }
+        if (span == 0) {
+            const bool in = 4 * s + t < groups;
+            uint32_t wa[8], wb[8];
+            gz_one(wa, ca, ra, col, in, p, lut, err);
+            gz_one(wb, cb, rb, col, in, p, lut, err);
+            uint4 xv[NT][2];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                gz_x(xv[nt], x, xrow[nt], col, in);
+            }
+            __syncwarp();
+            gz_step<NT>(acc, wa, wb, xv);
+            s++;
+            continue;
+        }
+        const uint8_t *sa = ca.data + pa, *sb = cb.data + pb;
+        const uint8_t *da = ca.data + ca.codes + pa / 2, *db = cb.data + cb.codes + pb / 2;
+        const uint16_t *xs[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            xs[nt] = x + xrow[nt] + col;
+        }
+        for (uint32_t i = 0; i < span; i += GZ_ROUND) {
+            Held h[GZ_ROUND][2];
+            uint4 xv[GZ_ROUND][NT][2];
+#pragma unroll
+            for (int u = 0; u < GZ_ROUND; u++) {
+                if (i + u < span) {
+                    const uint32_t o = u * 4 * GZ_GROUP;
+                    h[u][0].a = __ldcs((const uint4 *)(sa + o));
+                    h[u][0].b = __ldcs((const uint2 *)(da + o / 2));
+                    h[u][1].a = __ldcs((const uint4 *)(sb + o));
+                    h[u][1].b = __ldcs((const uint2 *)(db + o / 2));
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        xv[u][nt][0] = __ldg((const uint4 *)(xs[nt] + o));
+                        xv[u][nt][1] = __ldg((const uint4 *)(xs[nt] + o) + 1);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GZ_ROUND; u++) {
+                if (i + u < span) {
+                    const uint32_t o = u * 4 * GZ_GROUP;
+                    uint32_t wa[8], wb[8];
+                    gz_decode(wa, h[u][0], ca, pa + o, lut, err);
+                    gz_decode(wb, h[u][1], cb, pb + o, lut, err);
+                    __syncwarp();
+                    gz_step<NT>(acc, wa, wb, xv[u]);
+                }
+            }
+            const uint32_t adv = GZ_ROUND * 4 * GZ_GROUP;
+            sa += adv, sb += adv, da += adv / 2, db += adv / 2, pa += adv, pb += adv;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                xs[nt] += adv;
+            }
+        }
+        s += span;
+    }
+    gz_store<NT>(acc, red, p, row0);
+}
+
+// gemv_ref: the same products in the same order from W in BF16, GZ_ROUND
+// steps' loads in flight.
+template <int B>
+__device__ __forceinline__ void gemv_ref(const GemvParams &p) {
+    constexpr int NT = B > 8 ? 2 : 1;
+    __shared__ float red[GZ_WARPS][GZ_TILE][16];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const uint64_t row0 = (uint64_t)blockIdx.x * GZ_TILE, ra = row0 + g, rb = row0 + g + 8;
+    const uint64_t groups = p.cols / GZ_GROUP, steps = (groups + 3) / 4;
+    const uint64_t lo = warp * steps / GZ_WARPS, hi = (warp + 1) * steps / GZ_WARPS;
+    const uint16_t *x = (const uint16_t *)p.x, *w = (const uint16_t *)p.w;
+    uint64_t xrow[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        xrow[nt] = (uint64_t)min(g + 8 * nt, p.batch - 1) * p.cols;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    }
+    for (uint64_t s = lo; s < hi; s += GZ_ROUND) {
+        uint32_t wv[GZ_ROUND][2][8];
+        uint4 xv[GZ_ROUND][NT][2];
+#pragma unroll
+        for (int u = 0; u < GZ_ROUND; u++) {
+            const uint64_t col = GZ_GROUP * (4 * (s + u) + t);
+            const bool in = s + u < hi && 4 * (s + u) + t < groups;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const uint64_t row = r ? rb : ra;
+                uint4 q0 = make_uint4(0, 0, 0, 0), q1 = q0;
+                if (in && row < p.rows) {
+                    const uint4 *v = (const uint4 *)(w + row * p.cols + col);
+                    q0 = __ldcs(v);
+                    q1 = __ldcs(v + 1);
+                }
+                wv[u][r][0] = q0.x, wv[u][r][1] = q0.y, wv[u][r][2] = q0.z, wv[u][r][3] = q0.w;
+                wv[u][r][4] = q1.x, wv[u][r][5] = q1.y, wv[u][r][6] = q1.z, wv[u][r][7] = q1.w;
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                gz_x(xv[u][nt], x, xrow[nt], col, in);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GZ_ROUND; u++) {
+            if (s + u < hi) {
+                gz_step<NT>(acc, wv[u][0], wv[u][1], xv[u]);
+            }
+        }
+    }
+    gz_store<NT>(acc, red, p, row0);
+}
+
 #define GZ_KERNELS(B)                                                                                                   \
     extern "C" __global__ void __launch_bounds__(GZ_THREADS, GZ_MINB) splitzip_gemv_fixed_b##B(const GemvParams p) {         \
-        gemv_tc<B, true>(p);                                                                                            \
+        gemv_fused<B>(p);                                                                                               \
     }                                                                                                                   \
     extern "C" __global__ void __launch_bounds__(GZ_THREADS, GZ_MINB) splitzip_gemv_ref_b##B(const GemvParams p) {           \
-        gemv_tc<B, false>(p);                                                                                           \
+        gemv_ref<B>(p);                                                                                                 \
     }
 
 GZ_KERNELS(1)

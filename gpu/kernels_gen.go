@@ -9,7 +9,7 @@ const (
 	decodeFatbinSHA256  = "443412a14c7a218f20cb010476449d86a37c631e231af35b0c7f6b19bc5b463b"
 	entropySourceSHA256 = "aa9e8950d08c36f450d23d6c3872971285a87afcc74b985d5699ef8531f66447"
 	entropyFatbinSHA256 = "7cd149c8a0a83267e6e2d937c5345a42c5c3fbd9debe50ebbd1b45719eddcb07"
-	gemvSourceSHA256    = "db08efc1bc1c38c3c96c788b4eb963081bde1824b1d6aeadb8ddb0fa0dd8a751"
-	gemvFatbinSHA256    = "67fc377b4586ee23f55f0cf5c20452fe9f69bc3f3b726b3b9a18c2b16b3cd2da"
+	gemvSourceSHA256    = "06c7d4f86361f4d57b400910e31f9765de7344c03a4acedce5d3690294731147"
+	gemvFatbinSHA256    = "44a24cd0f584b239e35f10353e901decfa143971b3344643cce2441ad95d7740"
 	kernelsNVCCVersion  = "13.0"
 )

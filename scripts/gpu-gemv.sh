@@ -10,7 +10,10 @@
 #   CGO_ENABLED=0 go build "$F" -o .dev/gemv/splitzip ./cmd/splitzip
 #   CGO_ENABLED=0 go test -c "$F" -o .dev/gemv/gpu.test ./gpu
 #   go build -buildmode=c-shared "$F" -o .dev/gemv/libsplitzip.so ./capi  (for python/tests/test_nn.py)
-# and carry .dev/gemv (D names another folder). SHAPES, BATCHES, RUNS as
+# and carry .dev/gemv (D names another folder). NCU=1 adds ncu's speed of
+# light and stalls; NCU_SOURCE=1 each SASS instruction's executed count
+# ($OUT/ncu-sass.csv) and the executed mix (NCU_VARIANT=name: of that
+# variant's build). SHAPES, BATCHES, RUNS as
 # bench gemv's flags; logs to $OUT. To land the kernel afterwards: copy
 # $OUT/k/gemv.fatbin and $OUT/k/kernels_gen.go into gpu/ (go test ./gpu
 # -run KernelStamp checks them).
@@ -65,13 +68,24 @@ for x in r["results"]:
 PY
 fi
 # VARIANTS="name:-DGZ_ROUND=2 ...;name2:..." builds gemv.cu again with
-# each set of nvcc flags and times each the same way (kernel experiments).
+# each set of nvcc flags and times each the same way (kernel experiments);
+# VTEST=1 also runs each variant's Gemv tests and memcheck.
 IFS=';' read -ra vs <<<"${VARIANTS:-}"
 for v in "${vs[@]}"; do
 	name=${v%%:*}
 	mkdir -p "$OUT/v/$name"
 	OUTDIR=$OUT/v/$name KERNELS=gemv NVCC_EXTRA="${v#*:}" bash scripts/build-kernels.sh >"$OUT/v/$name/nvcc.log" 2>&1 || { tail -5 "$OUT/v/$name/nvcc.log"; continue; }
 	echo "=== variant $name (${v#*:}): $(grep -A3 "gemv_fixed_b1' for 'sm_90'" "$OUT/v/$name/nvcc.log" | grep -oE "[0-9]+ bytes stack frame|Used [0-9]+ registers" | paste -sd' ')"
+	cuobjdump -sass -arch sm_90 -fun splitzip_gemv_fixed_b1 "$OUT/v/$name/gemv.fatbin" >"$OUT/v/$name/sass-fixed_b1.txt" 2>&1
+	echo "fixed_b1: $(grep -cE '^ +/\*[0-9a-f]{4,6}\*/' "$OUT/v/$name/sass-fixed_b1.txt") instructions"
+	if [ -n "${VTEST:-}" ]; then
+		# The variant's own tests: its fused kernel against its reference,
+		# bit for bit, and memcheck of the corrupt payloads and shapes.
+		(cd gpu && SPLITZIP_GEMV_FATBIN=$OUT/v/$name/gemv.fatbin timeout 100 "$B/gpu.test" -test.count=1 -test.run 'TestGemv' >"$OUT/v/$name/tests.log" 2>&1; echo "exit $?" >>"$OUT/v/$name/tests.log")
+		echo "tests: $(grep -E '^(--- FAIL|ok|FAIL|PASS|exit)' "$OUT/v/$name/tests.log" | paste -sd' ')"
+		(cd gpu && SPLITZIP_GEMV_FATBIN=$OUT/v/$name/gemv.fatbin timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/gpu.test" -test.count=1 -test.run 'TestGemvCorruptPayloads|TestGemvShapes' >"$OUT/v/$name/memcheck.log" 2>&1; echo "exit $?" >>"$OUT/v/$name/memcheck.log")
+		echo "memcheck: $(grep -E 'ERROR SUMMARY|^exit' "$OUT/v/$name/memcheck.log" | paste -sd' ')"
+	fi
 	SPLITZIP_GEMV_FATBIN=$OUT/v/$name/gemv.fatbin "$B/splitzip" bench gemv --shape "${SHAPES:-4096x4096,14336x4096,4096x14336,128256x4096}" --batch "${VBATCHES:-1,16}" --runs "${RUNS:-30}" --json >"$OUT/v/$name/bench.json" 2>"$OUT/v/$name/bench.err"
 	python3 - "$OUT/v/$name/bench.json" <<'PY' || tail -3 "$OUT/v/$name/bench.err"
 import json, sys
@@ -93,5 +107,18 @@ if [ -n "${NCU:-}" ]; then
 			"$B/splitzip" bench gemv --shape "${NCU_SHAPE:-14336x4096}" --batch 1 --runs 20 >"$OUT/ncu-$k.txt" 2>&1
 		grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Local|stalled_" "$OUT/ncu-$k.txt" | awk '$NF+0 > 0.05 || !/stalled_/' | head -40
 	done
+fi
+if [ -n "${NCU_SOURCE:-}" ]; then
+	# Every SASS instruction of the batch-1 fused kernel with how often
+	# it ran (ncu's source page), and the executed mix by opcode: where a
+	# weight's instructions go.
+	echo "=== ncu source $(date +%T)"
+	[ -n "${NCU_VARIANT:-}" ] && export SPLITZIP_GEMV_FATBIN=$OUT/v/$NCU_VARIANT/gemv.fatbin
+	timeout 200 ncu --section InstructionStats --section SourceCounters --section WarpStateStats -k splitzip_gemv_fixed_b1 --launch-skip 5 --launch-count 1 -f -o "$OUT/src" \
+		"$B/splitzip" bench gemv --shape "${NCU_SHAPE:-14336x4096}" --batch 1 --runs 20 >"$OUT/ncu-src.log" 2>&1
+	ncu -i "$OUT/src.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu-sass.csv" 2>>"$OUT/ncu-src.log"
+	ncu -i "$OUT/src.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>>"$OUT/ncu-src.log"
+	rm -f "$OUT/src.ncu-rep"
+	grep -E "Executed Instructions|Issued Instructions|Warp Cycles Per Issued" "$OUT/ncu-details.txt" | head
 fi
 echo "=== done $(date +%T)"
