@@ -65,20 +65,33 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 	entropyCorruptFails(t, c, s, "source absent")
 }
 
-// entropyCorruptFails flips bytes of the largest entropy payload of c and
-// checks that a load fails its binding only, naming it, leaves it
+// entropyCorruptFails flips bytes of the largest entropy payload of c
+// (streamed and decoded by the engine) and of the largest one that is
+// packed (decoded in place on the host, among its pack's others) and
+// checks that a load fails that binding only, naming it, leaves it
 // evicted, and loads it once repaired.
 func entropyCorruptFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source, what string) {
+	t.Helper()
+	for _, limit := range []uint64{^uint64(0), DefaultSmallBytes} {
+		entropyVictimFails(t, c, s, fmt.Sprintf("%s, payloads up to %d bytes", what, limit), limit)
+	}
+}
+
+func entropyVictimFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source, what string, limit uint64) {
 	t.Helper()
 	_, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
 	var victim *vmm.Binding
 	for _, b := range a.Bindings() {
-		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredEntropy && (victim == nil || b.Size > victim.Size) {
+		hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size)
+		if err != nil || hit.Tensor.Stored != shardcache.StoredEntropy || victim != nil && b.Size <= victim.Size {
+			continue
+		}
+		if o, err := c.Lookup(hit.Tensor.Key); err == nil && o.Size <= limit && b.Size <= limit {
 			victim = b
 		}
 	}
 	if victim == nil {
-		t.Fatal("no entropy payload in the fixture")
+		t.Fatalf("%s: no entropy payload in the fixture", what)
 	}
 	hit, _ := c.LookupSlice(victim.Shard, victim.Offset, victim.Size)
 	o, _ := c.Lookup(hit.Tensor.Key)
@@ -111,8 +124,9 @@ func entropyCorruptFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source
 
 // TestEntropyVersion1WithoutSource: a version 1 entropy payload (the
 // committed golden one, in a cache whose object is replaced by it) loads
-// without its source through the chunk-after-chunk host decoder, bit for
-// bit, and its corruption fails its binding.
+// without its source through the chunk-after-chunk host decoder, and
+// packed with the small ones (decoded from a copy: version 1 has no
+// in-place flag), bit for bit, and its corruption fails its binding.
 func TestEntropyVersion1WithoutSource(t *testing.T) {
 	raw, err := os.ReadFile("../codec/entropy/testdata/golden-v1-bf16.raw")
 	if err != nil {
@@ -185,29 +199,33 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	rawT, err := NewRaw(eng, RawOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Not packed: the streaming path; packed: staged and, having no
+	// in-place flag, decoded from a copy.
+	for _, small := range []int64{-1, 0} {
+		rawT, err := NewRaw(eng, RawOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, err := NewPayloads(eng, c, rawT, PayloadOptions{SmallBytes: small})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := NewStore(eng, z)
+		bs := a.Bindings()
+		if err := st.FaultIn(context.Background(), bs)[0].Wait(); err != nil {
+			t.Fatalf("small bytes %d: %v", small, err)
+		}
+		if err := CheckArena(eng, bs, s); err != nil {
+			t.Fatalf("small bytes %d: %v", small, err)
+		}
+		st.Evict(bs...)
+		restore := cachetest.Flip(t, c, key, -1, 0x20) // version 1: the last chunk's symbols
+		if err := st.FaultIn(context.Background(), bs)[0].Wait(); !errors.Is(err, codec.ErrChecksum) && !errors.Is(err, entropy.ErrStream) || bs[0].State() != vmm.Evicted {
+			t.Errorf("small bytes %d: a corrupt version 1 payload: %v, state %v", small, err, bs[0].State())
+		}
+		restore()
+		z.Close()
 	}
-	z, err := NewPayloads(eng, c, rawT, PayloadOptions{SmallBytes: -1}) // not packed: the streaming path
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer z.Close()
-	st := NewStore(eng, z)
-	bs := a.Bindings()
-	if err := st.FaultIn(context.Background(), bs)[0].Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if err := CheckArena(eng, bs, s); err != nil {
-		t.Fatal(err)
-	}
-	st.Evict(bs...)
-	restore := cachetest.Flip(t, c, key, -1, 0x20) // version 1: the last chunk's symbols
-	if err := st.FaultIn(context.Background(), bs)[0].Wait(); !errors.Is(err, codec.ErrChecksum) && !errors.Is(err, entropy.ErrStream) || bs[0].State() != vmm.Evicted {
-		t.Errorf("a corrupt version 1 payload: %v, state %v", err, bs[0].State())
-	}
-	restore()
 }
 
 // TestDeviceResident: with the device tier, a streamed payload's

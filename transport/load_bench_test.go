@@ -54,7 +54,8 @@ func benchStore(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs 
 // through a payload transport over a raw one on the host engine, and
 // evicts them, from the page cache: the host's share of a load (reads,
 // checks, the packer; the host engine's copies and decodes are in it
-// too). Cases: small payloads packed from pack files, a mix of packed
+// too). Cases: small payloads packed from pack files (fixed; entropy,
+// decoded on the host), a mix of packed
 // and streamed ones, and a self-contained cache's raw copies with the
 // source gone.
 func BenchmarkHostLoad(b *testing.B) {
@@ -65,6 +66,7 @@ func BenchmarkHostLoad(b *testing.B) {
 		gone bool // the source moved away: raw copies from the cache
 	}{
 		{"small", synth.Config{Small: 2000, Shards: 2, Seed: 5}, pipeline.CompressOptions{}, false},
+		{"small-entropy", synth.Config{Small: 2000, Shards: 2, Seed: 5}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy}, false},
 		{"mix", synth.Config{Mix: 300, Shards: 2, Seed: 9}, pipeline.CompressOptions{}, false},
 		{"rawcopies", synth.Config{Small: 2000, Shards: 2, Seed: 3}, pipeline.CompressOptions{SelfContained: true, MinSaving: 0.99}, true},
 	} {

@@ -354,15 +354,17 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 
 // checkStaged checks a small fixed payload staged by the packer against
 // its header and its tensor, and keeps it when payloads stay resident.
-func (z *Payloads) checkStaged(it *smallItem, b []byte, h *codec.Header) error {
+func (z *Payloads) checkStaged(it *smallItem, b []byte, h *codec.Header) (*codec.Header, error) {
 	var err error
 	if *h, err = payload.CheckFixed(b, payload.Sum(b), it.b.Size); err != nil {
-		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+		return nil, fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
 	}
 	if z.opts.Resident || z.opts.DeviceResident {
-		return z.keep(it.key, b, &payload.Fixed{Header: *h})
+		if err := z.keep(it.key, b, &payload.Fixed{Header: *h}); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return h, nil
 }
 
 // rawItem is the packer's item for a small raw binding of the wrapped

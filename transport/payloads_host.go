@@ -1,11 +1,12 @@
 package transport
 
 // Entropy payloads whose source is absent, decoded on the host: small
-// ones into the packer's buffers, version 1 payloads, those not decodable
+// ones in place in the packer's buffers, version 1 payloads, those not decodable
 // in place, and every one with HostEntropy into the staging ring, copied
 // raw (the others are decoded on the device, payloads_stream.go).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,30 +19,39 @@ import (
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// hostItem is the packer's item for a small tensor stored as an entropy
-// payload whose source is absent: its raw bytes, decoded into the staging
-// buffer, packed with other small tensors.
+// hostItem is the packer's item for a small tensor taken from its entropy
+// payload (its source absent, or the payload preferred): the payload read into the start of the
+// tensor's slot in staging (with its pack's other members where they lie
+// side by side) and decoded there in place on the host (hostEntropy).
 func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
-	key := hit.Tensor.Key
-	return smallItem{i: i, b: b, stored: b.Size, fill: func(dst []byte) (*codec.Header, error) {
-		// Its pack kept open (many small payloads share one).
-		loc, o, r, err := z.openPayload(key)
-		if err != nil {
-			return nil, err
-		}
-		defer r.Close()
-		if o.Kind != shardcache.KindEntropy || o.Size > uint64(len(dst)) { // compress stores no payload larger than its tensor
-			return nil, fmt.Errorf("%s: a %s object of %d bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.Size, len(dst))
-		}
-		p := make([]byte, o.Size)
-		if _, err := r.ReadAt(p, 0); err != nil {
-			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
-		}
-		if err := entropy.Decode(dst, p, 1); err != nil {
-			return nil, fmt.Errorf("%s: %w", loc.Name(), err)
-		}
-		return nil, nil
-	}}
+	it := smallItem{i: i, b: b, stored: b.Size, key: hit.Tensor.Key}
+	loc, o, err := z.cache.LocateHit(hit)
+	switch {
+	case err == nil && (o.Kind != shardcache.KindEntropy || o.Size > b.Size || o.Size == 0):
+		// compress stores no payload larger than its tensor
+		err = fmt.Errorf("%s: a %s object of %d bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.Size, b.Size)
+	case err == nil:
+		it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
+		it.read, it.check = o.Size, hostEntropy{}
+		return it
+	}
+	it.fill = func([]byte) (*codec.Header, error) { return nil, err }
+	return it
+}
+
+// hostEntropy decodes the entropy payloads hostItem staged, in place; a
+// payload encoded without the in-place flag is decoded from a copy.
+type hostEntropy struct{}
+
+func (hostEntropy) checkStaged(it *smallItem, b []byte, _ *codec.Header) (*codec.Header, error) {
+	err := entropy.DecodeInPlace(b, it.read)
+	if errors.Is(err, entropy.ErrNotInPlace) {
+		err = entropy.Decode(b, bytes.Clone(b[:it.read]), 1)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+	}
+	return nil, nil // raw values now
 }
 
 // hostDecode decodes an entropy payload on the host into staging pieces

@@ -124,7 +124,7 @@ func BenchmarkTables(b *testing.B) {
 		e := NewTable(c).Entries
 		b.ReportAllocs()
 		for b.Loop() {
-			newMultiTable(e)
+			newMultiTable(e, nil)
 		}
 	})
 }

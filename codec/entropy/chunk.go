@@ -33,6 +33,7 @@ type Table struct {
 	multiOnce sync.Once
 	multi     *multiTable
 	single    bool // one symbol a lookup only (the reference path, tests)
+	pooled    bool // its tables are the pools' (pooledTable)
 	// pairs, for a version 3 payload, is each symbol's two fields (first
 	// | second<<8).
 	pairs *[MaxSymbols]uint16
@@ -44,13 +45,58 @@ func (t *Table) multiTable() *multiTable {
 	if t.single || t.MaxLen != MaxLen || len(t.Entries) != 1<<MaxLen {
 		return nil
 	}
-	t.multiOnce.Do(func() { t.multi = newMultiTable(t.Entries) })
+	t.multiOnce.Do(func() {
+		var mt *multiTable
+		if t.pooled {
+			mt = multiPool.Get().(*multiTable)
+		}
+		t.multi = newMultiTable(t.Entries, mt)
+	})
 	return t.multi
+}
+
+// entriesPool and multiPool hold the tables of payloads decoded whole
+// (pooledTable, release): a small tensor's payload then allocates none
+// of its 24 KiB of tables.
+var (
+	entriesPool = sync.Pool{New: func() any { return new([1 << MaxLen]uint16) }}
+	multiPool   = sync.Pool{New: func() any { return new(multiTable) }}
+)
+
+// pooledTable is NewTable of a MaxLen code with its tables from the
+// pools; give them back with release once nothing decodes with it.
+func pooledTable(c *Code) *Table {
+	if c.MaxLen != MaxLen {
+		return NewTable(c)
+	}
+	e := entriesPool.Get().(*[1 << MaxLen]uint16)
+	clear(e[:])
+	t := &Table{MaxLen: MaxLen, Entries: e[:], pooled: true}
+	t.fill(c)
+	return t
+}
+
+// release gives a pooledTable's tables back; t is unusable after it.
+func (t *Table) release() {
+	if t == nil || !t.pooled {
+		return
+	}
+	entriesPool.Put((*[1 << MaxLen]uint16)(t.Entries))
+	if t.multi != nil {
+		multiPool.Put(t.multi)
+	}
+	t.Entries, t.multi, t.pooled = nil, nil, false
 }
 
 // NewTable returns c's decode table.
 func NewTable(c *Code) *Table {
 	t := &Table{MaxLen: c.MaxLen, Entries: make([]uint16, 1<<c.MaxLen)}
+	t.fill(c)
+	return t
+}
+
+// fill writes c's entries into t's (zeros where no code starts).
+func (t *Table) fill(c *Code) {
 	for s := range MaxSymbols {
 		l := int(c.Lengths[s])
 		if l == 0 {
@@ -60,7 +106,6 @@ func NewTable(c *Code) *Table {
 		e := uint16(s) | uint16(l)<<8
 		fillDoubling(t.Entries[lo:lo+1<<(c.MaxLen-l)], e)
 	}
-	return t
 }
 
 // fillDoubling sets every element of s to e: a short run an element a

@@ -535,7 +535,7 @@ func TestTablesMatchReference(t *testing.T) {
 		if !slices.Equal(tab.Entries, want) {
 			t.Fatalf("trial %d: NewTable differs from the definition", trial)
 		}
-		mt := newMultiTable(tab.Entries)
+		mt := newMultiTable(tab.Entries, nil)
 		for v := range uint32(1 << MaxLen) {
 			var syms, count, bits uint32
 			for count < 3 {
@@ -556,6 +556,12 @@ func TestTablesMatchReference(t *testing.T) {
 				t.Fatalf("trial %d (%d symbols): multi entry %#x is %#x, want %#x", trial, used, v, mt[v], w)
 			}
 		}
+		// The pools' tables, last used for another code, give the same.
+		pt := pooledTable(c)
+		if !slices.Equal(pt.Entries, want) || *pt.multiTable() != *mt {
+			t.Fatalf("trial %d: a pooled table differs", trial)
+		}
+		pt.release()
 	}
 }
 
@@ -569,6 +575,6 @@ func TestMultiTableOfNoCode(t *testing.T) {
 		for i := range e {
 			e[i] = uint16(rng.Uint32())
 		}
-		newMultiTable(e)
+		newMultiTable(e, nil)
 	}
 }

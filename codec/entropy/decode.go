@@ -29,10 +29,11 @@ func Decode(dst, p []byte, workers int) error {
 	case uint64(len(dst)) != h.Values*uint64(f.Size):
 		return fmt.Errorf("%w: %d bytes for %d %s values", codec.ErrSize, len(dst), h.Values, f.DType)
 	}
-	tab, err := h.table(p)
+	tab, err := h.tableFrom(p, true)
 	if err != nil {
 		return err
 	}
+	defer tab.release()
 	at := indexAt(h.indexBytes(p))
 	if err := h.checkIndex(at); err != nil {
 		return err

@@ -50,25 +50,27 @@ func DecodeInPlace(buf []byte, size uint64) error {
 	}
 	head := append([]byte(nil), p[:h.Others]...)
 	idx := append([]byte(nil), h.indexBytes(p)...)
-	tab, err := h.table(head)
+	tab, err := h.tableFrom(head, true)
 	if err != nil {
 		return err
 	}
+	defer tab.release()
 	at := indexAt(idx)
 	if err := h.checkIndex(at); err != nil { // the invariant included
 		return err
 	}
-	cv := uint64(h.ChunkValues)
-	per := cv * uint64(f.Size)
-	syms := make([]byte, cv)
-	var rec []byte
-	sc := new(chunkScratch)
+	per := uint64(h.ChunkValues) * uint64(f.Size)
+	// The decoders' scratch, kept across calls: a small tensor's payload
+	// (the packer decodes hundreds in place) then allocates none.
+	sc := scratchPool.Get().(*chunkScratch)
+	defer scratchPool.Put(sc)
 	for c := h.Chunks(); c > 0; {
 		c--
 		oLo, oHi, _, sHi, _ := h.spans(c, at(c), at(c+1)) // checked
-		rec = append(rec[:0], buf[oLo:sHi]...)
+		sc.rec = append(sc.rec[:0], buf[oLo:sHi]...)
+		rec := sc.rec
 		n := h.chunkValues(c)
-		if err := decodeValues(tab, f, rec[:oHi-oLo], rec[oHi-oLo:], syms[:n], buf[c*per:c*per+n*uint64(f.Size)], sc); err != nil {
+		if err := decodeValues(tab, f, rec[:oHi-oLo], rec[oHi-oLo:], sc.syms[:n], buf[c*per:c*per+n*uint64(f.Size)], sc); err != nil {
 			return fmt.Errorf("chunk %d: %w", c, err)
 		}
 	}

@@ -7,7 +7,6 @@ package entropy
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 )
 
 // multiTable is a decode table of 2^MaxLen entries for up to three
@@ -18,58 +17,80 @@ import (
 type multiTable [1 << MaxLen]uint32
 
 // newMultiTable returns the multi-symbol table of single-symbol entries
-// (Table.Entries of a MaxLen table). It is filled a code at a time, not
+// (Table.Entries of a MaxLen table), written into mt (nil: a new one). It is filled a code at a time, not
 // an entry at a time: the entries that start with code a are a block, and
 // within it those whose next code b also fits are a smaller block, and so
 // on for a third; each block is written with one value. That is about
 // three stores an entry, where three dependent lookups an entry cost more
 // than decoding a small payload takes.
-func newMultiTable(single []uint16) *multiTable {
-	var mt multiTable
+func newMultiTable(single []uint16, mt *multiTable) *multiTable {
+	if mt == nil {
+		mt = new(multiTable)
+	} else {
+		clear(mt[:])
+	}
 	tab := (*[1 << MaxLen]uint16)(single)
-	// The codes, shortest first, each with its first entry.
-	type code struct{ sym, bits, lo uint32 }
-	var codes [MaxSymbols]code
-	n := 0
+	// The codes, shortest first (counted by length, then placed), each
+	// packed in a word: first entry, length and symbol (multiCode); a
+	// kilobyte of stack, so that a decoder's new goroutine does not grow
+	// its stack for it.
+	var count [MaxLen + 2]int
 	for v := uint32(0); v < 1<<MaxLen; {
-		e := uint32(tab[v])
-		l := e >> 8
+		l := uint32(tab[v] >> 8)
 		if l == 0 || l > MaxLen { // no code starts here (a one-symbol code's other half)
 			v++
 			continue
 		}
-		if n < len(codes) {
-			codes[n] = code{e & 0xff, l, v}
-			n++
+		count[l+1]++
+		v += 1 << (MaxLen - l)
+	}
+	for l := 1; l < len(count); l++ {
+		count[l] += count[l-1]
+	}
+	var codes [MaxSymbols]uint32
+	n := 0
+	for v := uint32(0); v < 1<<MaxLen; {
+		e := uint32(tab[v])
+		l := e >> 8
+		if l == 0 || l > MaxLen {
+			v++
+			continue
+		}
+		if i := count[l]; i < len(codes) {
+			codes[i] = v | l<<12 | (e&0xff)<<16
+			count[l]++
+			n = max(n, i+1)
 		}
 		v += 1 << (MaxLen - l)
 	}
 	cs := codes[:n]
-	slices.SortStableFunc(cs, func(a, b code) int { return int(a.bits) - int(b.bits) })
 	fill := func(lo, bits uint32, e uint32) {
 		// Clamped, so that entries of no prefix code (a Table built by
 		// hand) give a wrong table, never a write out of bounds.
 		fillDoubling(mt[min(lo, 1<<MaxLen):min(lo+1<<(MaxLen-bits), 1<<MaxLen)], e)
 	}
 	for _, a := range cs {
-		fill(a.lo, a.bits, a.sym|1<<24|a.bits<<26)
+		alo, abits, asym := a&0xfff, a>>12&0xf, a>>16
+		fill(alo, abits, asym|1<<24|abits<<26)
 		for _, b := range cs {
-			ab := a.bits + b.bits
+			blo, bbits, bsym := b&0xfff, b>>12&0xf, b>>16
+			ab := abits + bbits
 			if ab > MaxLen {
 				break
 			}
-			lo := a.lo + b.lo>>a.bits
-			fill(lo, ab, a.sym|b.sym<<8|2<<24|ab<<26)
+			lo := alo + blo>>abits
+			fill(lo, ab, asym|bsym<<8|2<<24|ab<<26)
 			for _, c := range cs {
-				abc := ab + c.bits
+				clo, cbits, csym := c&0xfff, c>>12&0xf, c>>16
+				abc := ab + cbits
 				if abc > MaxLen {
 					break
 				}
-				fill(lo+c.lo>>ab, abc, a.sym|b.sym<<8|c.sym<<16|3<<24|abc<<26)
+				fill(lo+clo>>ab, abc, asym|bsym<<8|csym<<16|3<<24|abc<<26)
 			}
 		}
 	}
-	return &mt
+	return mt
 }
 
 // laneSyms is the symbols a lane of a full chunk holds (a full chunk of

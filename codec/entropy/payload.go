@@ -132,7 +132,11 @@ func (h *PayloadHeader) headEnd() uint64 {
 // table returns the decode table of the code lengths after the header at
 // the start of head, with a version 3 payload's pair table (nil for a
 // payload of no values).
-func (h *PayloadHeader) table(head []byte) (*Table, error) {
+func (h *PayloadHeader) table(head []byte) (*Table, error) { return h.tableFrom(head, false) }
+
+// tableFrom is table with, where pooled, the tables from the pools
+// (pooledTable): the caller releases it.
+func (h *PayloadHeader) tableFrom(head []byte, pooled bool) (*Table, error) {
 	if h.Values == 0 {
 		return nil, nil
 	}
@@ -147,9 +151,15 @@ func (h *PayloadHeader) table(head []byte) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPayload, err)
 	}
-	t := NewTable(code)
+	var t *Table
+	if pooled {
+		t = pooledTable(code)
+	} else {
+		t = NewTable(code)
+	}
 	if h.Pairs {
 		if t.pairs, err = h.pairTable(head); err != nil {
+			t.release()
 			return nil, err
 		}
 	}
