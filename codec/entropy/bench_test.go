@@ -99,7 +99,7 @@ func benchDecode(b *testing.B, raw, p []byte) {
 // load decodes on the host, where what a payload costs besides its values
 // (its decode tables) counts most.
 func BenchmarkDecodeSmall(b *testing.B) {
-	for _, n := range []int{1 << 10, 4 << 10, 16 << 10, 32 << 10, 128 << 10} {
+	for _, n := range []int{1 << 10, 4 << 10, 12000, 16 << 10, 40000, 128 << 10} {
 		raw := synth.Normal(rand.New(rand.NewPCG(9, 9)), n, 0.02)
 		p, err := Encode(0, raw, 1)
 		if err != nil {

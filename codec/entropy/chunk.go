@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Lanes is the most interleaved bitstreams a chunk's symbols are coded
@@ -30,10 +31,11 @@ type Table struct {
 	Entries []uint16
 	// multi, for MaxLen tables, decodes several symbols a lookup; it is
 	// built on the first full chunk (a small tensor has none).
-	multiOnce sync.Once
-	multi     *multiTable
-	single    bool // one symbol a lookup only (the reference path, tests)
-	pooled    bool // its tables are the pools' (pooledTable)
+	multiOnce  sync.Once
+	multi      *multiTable
+	multiBuilt atomic.Bool // multi is built (a chunk that is not full may then use it)
+	single     bool        // one symbol a lookup only (the reference path, tests)
+	pooled     bool        // its tables are the pools' (pooledTable)
 	// pairs, for a version 3 payload, is each symbol's two fields (first
 	// | second<<8).
 	pairs *[MaxSymbols]uint16
@@ -51,6 +53,7 @@ func (t *Table) multiTable() *multiTable {
 			mt = multiPool.Get().(*multiTable)
 		}
 		t.multi = newMultiTable(t.Entries, mt)
+		t.multiBuilt.Store(true)
 	})
 	return t.multi
 }

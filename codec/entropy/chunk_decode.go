@@ -121,10 +121,18 @@ func decodeChunk(t *Table, src []byte, bits int, dst []byte, sc *chunkScratch) (
 	k := copy(pad, src[:min(len(src), p/8+1)])
 	clear(pad[k:])
 	base := 0
-	// Only a full chunk takes the multi-symbol table, built on first use:
-	// building it costs more than decoding a small payload.
-	if fullLanes(n, L) && t.multiTable() != nil {
-		if err := decodeLanes(t.multiTable(), (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n/Lanes); err != nil {
+	// Only a full chunk, or one of partialLanesMin symbols, builds the
+	// multi-symbol table (on first use: building it costs more than
+	// decoding a small payload); a chunk of 128 symbols a lane or more
+	// takes it once it is built.
+	if (fullLanes(n, L) || n >= partialLanesMin || L == Lanes && t.multiBuilt.Load()) && t.multiTable() != nil {
+		var err error
+		if fullLanes(n, L) {
+			err = decodeLanes(t.multiTable(), (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n/Lanes)
+		} else {
+			err = decodeLanesPartial(t.multiTable(), (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n, L)
+		}
+		if err != nil {
 			return 0, err
 		}
 		br.pos = p

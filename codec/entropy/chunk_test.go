@@ -168,16 +168,19 @@ func TestTranspose8(t *testing.T) {
 }
 
 // TestMultiSymbolLanes: full chunks (16,384 symbols, and the 8,192 of a
-// full chunk of pair symbols) decode through the several-symbols lookup
+// full chunk of pair symbols) and chunks that are not full but hold at
+// least partialLanesMin symbols (lanes of unequal counts, lane counts of
+// 32) decode through the several-symbols lookup
 // (its assembly loop where there is one, and its Go loop) exactly
 // as through the one-symbol reference path, and corrupted ones (bits
 // flipped, lanes cut short) fail or decode the same on all, never
 // panicking.
 func TestMultiSymbolLanes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
-	for trial := range 40 {
+	sizes := []int{16384, 8192, 4096, 5000, 12345, 8191, 16383} // full, then partial chunks
+	for trial := range 8 * len(sizes) {
 		sigma := []float64{0.02, 0.5, 1e-3, 3}[trial%4]
-		n := []int{16384, 8192}[trial/4%2]
+		n := sizes[trial/4%len(sizes)]
 		c, syms := chunkCode(t, synth.Normal(rng, n, sigma))
 		enc, err := EncodeChunk(nil, c, syms, 8)
 		if err != nil {
@@ -187,6 +190,7 @@ func TestMultiSymbolLanes(t *testing.T) {
 			continue
 		}
 		fast := NewTable(c)
+		fast.multiTable() // built, as a payload's full chunks leave it: every chunk of 32 lanes then takes it
 		slow := &Table{MaxLen: fast.MaxLen, Entries: fast.Entries, single: true}
 		for flip := range 20 {
 			src := append([]byte(nil), enc...)

@@ -137,6 +137,53 @@ func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, e
 	return nil
 }
 
+// partialLanesMin is the fewest symbols a chunk that is not full
+// (fullLanes false) must hold to be decoded lane by lane through the
+// multi-symbol table (decodeLanesPartial) when that table is not built
+// yet: below it, building the table costs more than it saves (dev-2,
+// BenchmarkDecodeSmall: 4,096 symbols 22-26 µs without it, 25-27 with).
+const partialLanesMin = 8192
+
+// decodeLanesPartial is decodeLanes for a chunk of n symbols in L lanes
+// that is not full: lane k holds symbols k, k + L, ... (its count is
+// n/L or one more), decoded four lanes side by side while each has room
+// for twelve more symbols, each lane to its end on its own, then written
+// to dst in symbol order. It fails as decodeLanes does.
+func decodeLanesPartial(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte, n, L int) error {
+	const stride = laneStride
+	count := func(k int) int { return (n - k + L - 1) / L }
+	if count(0)+12 > stride {
+		return fmt.Errorf("%w: %d symbols in %d lanes", ErrStream, n, L)
+	}
+	k := 0
+	for ; k+4 <= L; k += 4 {
+		s := laneQuad{lim: count(k+3) - 12} // the four's fewest symbols, less twelve
+		copy(s.q[:], pos[k:k+4])
+		copy(s.end[:], end[k:k+4])
+		if s.lim >= 0 && !laneSteps4(mt, pad, lanes[k*stride:(k+4)*stride], &s) {
+			return fmt.Errorf("%w: lanes %d to %d: a bit pattern no code has", ErrStream, k, k+3)
+		}
+		for i := range 4 {
+			if err := laneTail(mt, single, pad, lanes[(k+i)*stride:(k+i+1)*stride], s.q[i], s.j[i], end[k+i], k+i, count(k+i)); err != nil {
+				return err
+			}
+		}
+	}
+	for ; k < L; k++ {
+		if err := laneTail(mt, single, pad, lanes[k*stride:(k+1)*stride], pos[k], 0, end[k], k, count(k)); err != nil {
+			return err
+		}
+	}
+	dst = dst[:n]
+	for k := range L {
+		lb := lanes[k*stride : k*stride+count(k)]
+		for r, v := range lb {
+			dst[r*L+k] = v
+		}
+	}
+	return nil
+}
+
 // transposeLanesGo writes the lane-major buffer of a full chunk of m
 // symbols a lane (a multiple of 8) to dst (Lanes*m bytes) in symbol
 // order: symbol r*Lanes+k is lane k's symbol r.
