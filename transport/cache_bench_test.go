@@ -18,14 +18,7 @@ import (
 // does no device work (nullEngine), or, with SPLITZIP_BENCH_CUDA set, is
 // the CUDA engine on device 0 (copies and decodes on the GPU too).
 func BenchmarkCacheHostCost(b *testing.B) {
-	dir := os.Getenv("SPLITZIP_BENCH_CACHE")
-	if dir == "" {
-		b.Skip("set SPLITZIP_BENCH_CACHE to a cache folder")
-	}
-	c, err := shardcache.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := envCache(b)
 	src := &c.Index().Sources[0]
 	specs, err := Specs(c, src)
 	if err != nil {
@@ -51,4 +44,19 @@ func BenchmarkCacheHostCost(b *testing.B) {
 			}
 		})
 	}
+}
+
+// envCache opens the cache in SPLITZIP_BENCH_CACHE, or skips the
+// benchmark where it is not set.
+func envCache(b *testing.B) *shardcache.Cache {
+	b.Helper()
+	dir := os.Getenv("SPLITZIP_BENCH_CACHE")
+	if dir == "" {
+		b.Skip("set SPLITZIP_BENCH_CACHE to a cache folder")
+	}
+	c, err := shardcache.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }

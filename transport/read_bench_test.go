@@ -2,7 +2,6 @@ package transport
 
 import (
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -20,14 +19,7 @@ import (
 // crcStep reads checksummed as they land (readChecked). It tells the
 // host's share of a load apart from the device's.
 func BenchmarkReadObjects(b *testing.B) {
-	dir := os.Getenv("SPLITZIP_BENCH_CACHE")
-	if dir == "" {
-		b.Skip("SPLITZIP_BENCH_CACHE is not set")
-	}
-	cache, err := shardcache.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cache := envCache(b)
 	// The files: every object stored in one of its own, packs included.
 	var locs []shardcache.Location
 	var total int64
@@ -43,7 +35,7 @@ func BenchmarkReadObjects(b *testing.B) {
 		total += int64(o.Size)
 	}
 	if len(locs) == 0 {
-		b.Fatalf("no objects in %s", dir)
+		b.Fatalf("no objects in %s", cache.Dir())
 	}
 	slices.SortFunc(locs, func(x, y shardcache.Location) int { return strings.Compare(x.Path, y.Path) })
 	objs := shardcache.NewObjectFiles(cache)
