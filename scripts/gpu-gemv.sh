@@ -12,7 +12,7 @@
 #   go build -buildmode=c-shared "$F" -o .dev/gemv/libsplitzip.so ./capi  (for python/tests/test_nn.py)
 # and carry .dev/gemv (D names another folder). NCU=1 adds ncu's speed of
 # light and stalls; NCU_SOURCE=1 each SASS instruction's executed count
-# ($OUT/ncu-sass.csv) and the executed mix (NCU_VARIANT=name: of that
+# ($OUT/ncu-sass.csv) and the executed totals (NCU_VARIANT=name: of that
 # variant's build). SHAPES, BATCHES, RUNS as
 # bench gemv's flags; logs to $OUT. To land the kernel afterwards: copy
 # $OUT/k/gemv.fatbin and $OUT/k/kernels_gen.go into gpu/ (go test ./gpu
@@ -110,8 +110,8 @@ if [ -n "${NCU:-}" ]; then
 fi
 if [ -n "${NCU_SOURCE:-}" ]; then
 	# Every SASS instruction of the batch-1 fused kernel with how often
-	# it ran (ncu's source page), and the executed mix by opcode: where a
-	# weight's instructions go.
+	# it ran (ncu's source page, ncu-sass.csv: sum it by opcode for where
+	# a weight's instructions go), and the executed totals.
 	echo "=== ncu source $(date +%T)"
 	[ -n "${NCU_VARIANT:-}" ] && export SPLITZIP_GEMV_FATBIN=$OUT/v/$NCU_VARIANT/gemv.fatbin
 	timeout 200 ncu --section InstructionStats --section SourceCounters --section WarpStateStats -k splitzip_gemv_fixed_b1 --launch-skip 5 --launch-count 1 -f -o "$OUT/src" \

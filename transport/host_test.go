@@ -79,7 +79,7 @@ func entropyCorruptFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source
 
 func entropyVictimFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source, what string, limit uint64) {
 	t.Helper()
-	_, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
+	_, a, st, tr := setup(t, c, s, hostengine.Hooks{}, false)
 	var victim *vmm.Binding
 	for _, b := range a.Bindings() {
 		hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size)
@@ -117,8 +117,18 @@ func entropyVictimFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source,
 		restore()
 		st.Evict(a.Bindings()...)
 	}
+	before := tr.Stats().Paths
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
+	}
+	// The path the victim took: packed and decoded on the host where it is
+	// small, streamed and decoded by the engine where not.
+	path := PathEntropy
+	if victim.Size <= DefaultSmallBytes {
+		path = PathEntropyHost
+	}
+	if n := tr.Stats().Paths[path].Tensors - before[path].Tensors; n != 1 {
+		t.Errorf("%s: the victim (%d bytes) took path %s %d times", what, victim.Size, path, n)
 	}
 }
 
@@ -224,6 +234,16 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 			t.Errorf("small bytes %d: a corrupt version 1 payload: %v, state %v", small, err, bs[0].State())
 		}
 		restore()
+		// The path it took, both loads: streamed (counted as the device's
+		// path, then decoded chunk after chunk on the host: version 1 has
+		// no records), or packed and decoded on the host from a copy.
+		path := PathEntropy
+		if small == 0 {
+			path = PathEntropyHost
+		}
+		if p := z.Stats().Paths[path]; p.Tensors != 2 {
+			t.Errorf("small bytes %d: %d loads on path %s, want 2", small, p.Tensors, path)
+		}
 		z.Close()
 	}
 }

@@ -20,16 +20,19 @@ import (
 )
 
 // hostItem is the packer's item for a small tensor taken from its entropy
-// payload (its source absent, or the payload preferred): the payload read into the start of the
-// tensor's slot in staging (with its pack's other members where they lie
-// side by side) and decoded there in place on the host (hostEntropy).
+// payload (its source absent, or the payload preferred): the payload read
+// into the start of the tensor's slot in staging, through the packer's
+// kept-open pack files (a read of its own, or the end of the read of the
+// members before it: its slot, larger than its bytes, ends a read), and
+// decoded there in place on the host (hostEntropy), with no file
+// opened or buffer allocated for it.
 func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
 	it := smallItem{i: i, b: b, stored: b.Size, key: hit.Tensor.Key}
 	loc, o, err := z.cache.LocateHit(hit)
 	switch {
 	case err == nil && (o.Kind != shardcache.KindEntropy || o.Size > b.Size || o.Size == 0):
 		// compress stores no payload larger than its tensor
-		err = fmt.Errorf("%s: a %s object of %d bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.Size, b.Size)
+		err = fmt.Errorf("%s: a %s object of %d bytes, where an entropy payload of a %d-byte tensor belongs", loc.Name(), o.Kind, o.Size, b.Size)
 	case err == nil:
 		it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
 		it.read, it.check = o.Size, hostEntropy{}
@@ -43,6 +46,9 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 // payload encoded without the in-place flag is decoded from a copy.
 type hostEntropy struct{}
 
+// checkStaged decodes the payload in b's first it.read bytes into b, which
+// is its tensor's slot, checking it; it returns no header (b holds raw
+// values).
 func (hostEntropy) checkStaged(it *smallItem, b []byte, _ *codec.Header) (*codec.Header, error) {
 	err := entropy.DecodeInPlace(b, it.read)
 	if errors.Is(err, entropy.ErrNotInPlace) {

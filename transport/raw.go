@@ -31,8 +31,11 @@ type Transport interface {
 // Stats splits a transport's time (summed over its goroutines), and
 // counts the tensors it uploaded by the path each took.
 type Stats struct {
-	Read   time.Duration // reading files into pinned memory
-	Verify time.Duration // payload checksums
+	Read time.Duration // reading files into pinned memory
+	// Verify is payload checks (checksums, headers). A small entropy
+	// payload's in-place decode on the host, which checks it, counts
+	// in neither (its read counts in Read).
+	Verify time.Duration
 	Submit time.Duration // enqueueing copies and decodes
 	Bytes  uint64        // bytes moved to the device (payload bytes for Payloads)
 	Paths  [NumPaths]PathCount

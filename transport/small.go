@@ -35,9 +35,11 @@ type smallItem struct {
 	stored uint64
 	file   string
 	off    uint64
-	// read, where not 0, is the bytes read from the file when fewer than
-	// stored: an entropy payload read into the start of its tensor's
-	// slot and decoded there in place by its check.
+	// read, where not 0, says the item is a payload decoded in place by
+	// its check (an entropy payload, hostItem): only its first read bytes
+	// (at most stored) come from the file, into the start of its slot.
+	// Where that is fewer than stored, its read ends there (the next
+	// item's place in staging no longer mirrors the file).
 	read uint64
 	// cached says the file is the cache's (an object's own, or pack's,
 	// of key pack), read through the packer's objects: packs kept open
@@ -417,7 +419,8 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 			case it.check == nil:
 				continue
 			}
-			q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored]
+			// Capped: a check writes within its item's slot, never the next.
+			q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored : base+pl.rel[k]+it.stored]
 			if it.read == 0 {
 				st.hdr[k], st.errs[k] = it.check.checkStaged(it, q, &st.hdrs[k])
 				checked = true

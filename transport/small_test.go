@@ -179,6 +179,34 @@ func TestPlanPacks(t *testing.T) {
 	if n != 2000 || len(pls) > 2000*8192/packBytes+1 {
 		t.Errorf("%d items in %d plans", n, len(pls))
 	}
+	// Payloads decoded in place (read set): one whose slot is larger than
+	// its bytes joins the read before it and ends it; one whose slot is
+	// its bytes lets the next join.
+	inPlace := func(off, read, stored uint64) smallItem {
+		it := item("p", off, stored)
+		it.read = read
+		return it
+	}
+	pl = planPacks([]smallItem{
+		item("p", 0, 100),
+		inPlace(112, 50, 400), // joins, then ends the read
+		item("p", 176, 64),    // a read of its own, after the slot
+		inPlace(240, 32, 32),  // joins: its slot is its bytes
+		item("p", 272, 16),    // joins
+	})[0]
+	got = got[:0]
+	for _, r := range pl.reads {
+		got = append(got, fmt.Sprintf("%s@%d+%d:%d-%d", r.file, r.off, r.n, r.first, r.last))
+	}
+	want = []string{"p@0+162:0-2", "p@176+112:2-5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("in-place reads %v, want %v", got, want)
+	}
+	for k := 1; k < len(pl.items); k++ {
+		if pl.rel[k] < pl.rel[k-1]+pl.items[k-1].stored {
+			t.Errorf("in-place item %d at %d overlaps its predecessor", k, pl.rel[k])
+		}
+	}
 }
 
 // TestResidentSmallFromPacks: a resident transport stages its first fault

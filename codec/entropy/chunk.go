@@ -30,7 +30,8 @@ type Table struct {
 	MaxLen  int
 	Entries []uint16
 	// multi, for MaxLen tables, decodes several symbols a lookup; it is
-	// built on the first full chunk (a small tensor has none).
+	// built on the first chunk that uses it (full, or of partialLanesMin
+	// symbols and more: a small tensor has none).
 	multiOnce  sync.Once
 	multi      *multiTable
 	multiBuilt atomic.Bool // multi is built (a chunk that is not full may then use it)

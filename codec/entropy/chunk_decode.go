@@ -123,20 +123,22 @@ func decodeChunk(t *Table, src []byte, bits int, dst []byte, sc *chunkScratch) (
 	base := 0
 	// Only a full chunk, or one of partialLanesMin symbols, builds the
 	// multi-symbol table (on first use: building it costs more than
-	// decoding a small payload); a chunk of 128 symbols a lane or more
-	// takes it once it is built.
-	if (fullLanes(n, L) || n >= partialLanesMin || L == Lanes && t.multiBuilt.Load()) && t.multiTable() != nil {
-		var err error
-		if fullLanes(n, L) {
-			err = decodeLanes(t.multiTable(), (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n/Lanes)
-		} else {
-			err = decodeLanesPartial(t.multiTable(), (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n, L)
+	// decoding a small payload); any chunk of Lanes lanes (more than
+	// 3,968 symbols, at most a full chunk's) takes it once it is built.
+	if fullLanes(n, L) || L == Lanes && n <= Lanes*laneSyms && (n >= partialLanesMin || t.multiBuilt.Load()) {
+		if mt := t.multiTable(); mt != nil {
+			var err error
+			if fullLanes(n, L) {
+				err = decodeLanes(mt, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n/Lanes)
+			} else {
+				err = decodeLanesPartial(mt, (*[1 << MaxLen]uint16)(entries), pad, &pos, &end, dst, &sc.lanes, n)
+			}
+			if err != nil {
+				return 0, err
+			}
+			br.pos = p
+			return br.end(), nil
 		}
-		if err != nil {
-			return 0, err
-		}
-		br.pos = p
-		return br.end(), nil
 	}
 	if t.MaxLen == MaxLen && len(entries) == 1<<MaxLen {
 		// Four symbols of each lane a load: 64 bits less at most 7 of

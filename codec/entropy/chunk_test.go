@@ -582,3 +582,22 @@ func TestMultiTableOfNoCode(t *testing.T) {
 		newMultiTable(e, nil)
 	}
 }
+
+// TestChunkLongerThanFull: DecodeChunk of more symbols than a payload's
+// chunk holds (its own callers never ask it) decodes them through the
+// one-symbol path, with the multi-symbol table built, never overrunning
+// the lane buffers.
+func TestChunkLongerThanFull(t *testing.T) {
+	n := Lanes*laneSyms + 4000
+	c, syms := chunkCode(t, synth.Normal(rand.New(rand.NewPCG(3, 4)), n, 0.02))
+	enc, err := EncodeChunk(nil, c, syms, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := NewTable(c)
+	tab.multiTable()
+	got := make([]byte, n)
+	if _, err := DecodeChunk(tab, enc, 8, got); err != nil || !bytes.Equal(got, syms) {
+		t.Fatalf("%d symbols: %v", n, err)
+	}
+}

@@ -60,8 +60,9 @@ func DecodeInPlace(buf []byte, size uint64) error {
 		return err
 	}
 	per := uint64(h.ChunkValues) * uint64(f.Size)
-	// The decoders' scratch, kept across calls: a small tensor's payload
-	// (the packer decodes hundreds in place) then allocates none.
+	// The decoders' scratch and tables, kept across calls: a small
+	// tensor's payload (the packer decodes hundreds in place) allocates
+	// only its head and index copies and its Table.
 	sc := scratchPool.Get().(*chunkScratch)
 	defer scratchPool.Put(sc)
 	for c := h.Chunks(); c > 0; {

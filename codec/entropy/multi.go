@@ -31,9 +31,9 @@ func newMultiTable(single []uint16, mt *multiTable) *multiTable {
 	}
 	tab := (*[1 << MaxLen]uint16)(single)
 	// The codes, shortest first (counted by length, then placed), each
-	// packed in a word: first entry, length and symbol (multiCode); a
-	// kilobyte of stack, so that a decoder's new goroutine does not grow
-	// its stack for it.
+	// packed in a word of codes: first entry (bits 0-11), length (12-15)
+	// and symbol (16-23); a kilobyte of stack, so that a decoder's new
+	// goroutine does not grow its stack for it.
 	var count [MaxLen + 2]int
 	for v := uint32(0); v < 1<<MaxLen; {
 		l := uint32(tab[v] >> 8)
@@ -114,21 +114,8 @@ func fullLanes(n, L int) bool {
 // symbol order. It fails, never reading outside pad, on an entry of no
 // code or a lane that does not end exactly at its length.
 func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte, m int) error {
-	const stride = laneStride
-	// Four lanes side by side while each has room for twelve more symbols,
-	// then each lane to its end on its own.
-	for k := 0; k < Lanes; k += 4 {
-		s := laneQuad{lim: m - 12}
-		copy(s.q[:], pos[k:k+4])
-		copy(s.end[:], end[k:k+4])
-		if !laneSteps4(mt, pad, lanes[k*stride:(k+4)*stride], &s) {
-			return fmt.Errorf("%w: lanes %d to %d: a bit pattern no code has", ErrStream, k, k+3)
-		}
-		for i := range 4 {
-			if err := laneTail(mt, single, pad, lanes[(k+i)*stride:(k+i+1)*stride], s.q[i], s.j[i], end[k+i], k+i, m); err != nil {
-				return err
-			}
-		}
+	if err := decodeLaneBufs(mt, single, pad, pos, end, lanes, func(int) int { return m }); err != nil {
+		return err
 	}
 	// Transpose: symbol r*Lanes+k is lane k's symbol r.
 	if !transposeLanes(dst[:Lanes*m], lanes, m) {
@@ -137,26 +124,13 @@ func decodeLanes(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, e
 	return nil
 }
 
-// partialLanesMin is the fewest symbols a chunk that is not full
-// (fullLanes false) must hold to be decoded lane by lane through the
-// multi-symbol table (decodeLanesPartial) when that table is not built
-// yet: below it, building the table costs more than it saves (dev-2,
-// BenchmarkDecodeSmall: 4,096 symbols 22-26 µs without it, 25-27 with).
-const partialLanesMin = 8192
-
-// decodeLanesPartial is decodeLanes for a chunk of n symbols in L lanes
-// that is not full: lane k holds symbols k, k + L, ... (its count is
-// n/L or one more), decoded four lanes side by side while each has room
-// for twelve more symbols, each lane to its end on its own, then written
-// to dst in symbol order. It fails as decodeLanes does.
-func decodeLanesPartial(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte, n, L int) error {
+// decodeLaneBufs decodes the Lanes lanes of a chunk into their buffers,
+// lane k's count(k) symbols (count not increasing in k, at most
+// laneSyms): four lanes side by side while each has room for twelve more
+// symbols, then each lane to its end on its own.
+func decodeLaneBufs(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, lanes *[Lanes * laneStride]byte, count func(int) int) error {
 	const stride = laneStride
-	count := func(k int) int { return (n - k + L - 1) / L }
-	if count(0)+12 > stride {
-		return fmt.Errorf("%w: %d symbols in %d lanes", ErrStream, n, L)
-	}
-	k := 0
-	for ; k+4 <= L; k += 4 {
+	for k := 0; k < Lanes; k += 4 {
 		s := laneQuad{lim: count(k+3) - 12} // the four's fewest symbols, less twelve
 		copy(s.q[:], pos[k:k+4])
 		copy(s.end[:], end[k:k+4])
@@ -169,16 +143,30 @@ func decodeLanesPartial(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte,
 			}
 		}
 	}
-	for ; k < L; k++ {
-		if err := laneTail(mt, single, pad, lanes[k*stride:(k+1)*stride], pos[k], 0, end[k], k, count(k)); err != nil {
-			return err
-		}
+	return nil
+}
+
+// partialLanesMin is the fewest symbols a chunk that is not full
+// (fullLanes false) must hold to build the multi-symbol table and be
+// decoded lane by lane through it (decodeLanesPartial): below it,
+// building the table costs more than it saves (dev-2,
+// BenchmarkDecodeSmall: 4,096 symbols 22-26 µs without it, 25-27 with).
+const partialLanesMin = 8192
+
+// decodeLanesPartial is decodeLanes for a chunk of n symbols in Lanes
+// lanes that is not full (more than 3,968 symbols: lanesFor gives 32):
+// lane k holds symbols k, k + Lanes, ... (n/Lanes of them, or one more),
+// written to dst in symbol order by a plain loop. It fails as
+// decodeLanes does.
+func decodeLanesPartial(mt *multiTable, single *[1 << MaxLen]uint16, pad []byte, pos, end *[Lanes]int, dst []byte, lanes *[Lanes * laneStride]byte, n int) error {
+	count := func(k int) int { return (n - k + Lanes - 1) / Lanes }
+	if err := decodeLaneBufs(mt, single, pad, pos, end, lanes, count); err != nil {
+		return err
 	}
 	dst = dst[:n]
-	for k := range L {
-		lb := lanes[k*stride : k*stride+count(k)]
-		for r, v := range lb {
-			dst[r*L+k] = v
+	for k := range Lanes {
+		for r, v := range lanes[k*laneStride : k*laneStride+count(k)] {
+			dst[r*Lanes+k] = v
 		}
 	}
 	return nil
