@@ -240,6 +240,10 @@ func TestGemvCorruptPayloads(t *testing.T) {
 		{"group table misaligned", func(p []byte) { binary.LittleEndian.PutUint64(p[codec.HeaderSize:], table+8) }, true},
 		{"chunk data past the end", func(p []byte) { binary.LittleEndian.PutUint64(p[last:], uint64(len(p))) }, true},
 		{"escape count past the end", func(p []byte) { binary.LittleEndian.PutUint16(p[last+12:], 0xFFFE) }, true},
+		// Chunk 0 lies in a full tile, whose steps go in spans: some of
+		// its lanes find the bad entry, others (rows in chunk 1) do not.
+		{"first chunk's data past the end", func(p []byte) { binary.LittleEndian.PutUint64(p[table:], uint64(len(p))) }, true},
+		{"first chunk's escape count past the end", func(p []byte) { binary.LittleEndian.PutUint16(p[table+12:], 0xFFFE) }, true},
 		{"escapes out of order", func(p []byte) {
 			// A chunk whose escapes are made to run backwards.
 			off := binary.LittleEndian.Uint64(p[table:])
