@@ -63,10 +63,21 @@ type Profile struct {
 	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
 	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
 	SmallBytes   uint64 `json:"small_bytes"`   // the transport's packing threshold
+	// Decoders is the revision of the decoders the costs were measured
+	// with (Decoders when measured by this build).
+	Decoders int `json:"decoders"`
 }
 
 // Version is the Profile layout this package writes.
 const Version = 1
+
+// Decoders is the revision of this build's decoders, raised whenever a
+// change moves what a kind of tensor costs to load: a profile measured
+// with another revision is measured again (Lookup). 1: small entropy
+// payloads decoded in place in the packer's staging, with tables built
+// only for the chunks that use them (2026-12-06: their host decode two
+// to ten times faster); 0: profiles written before this field.
+const Decoders = 1
 
 // ErrProfile is returned for a profile that cannot be used.
 var ErrProfile = errors.New("costmodel: bad profile")
@@ -75,10 +86,11 @@ var ErrProfile = errors.New("costmodel: bad profile")
 // (16 host cores, the CUDA engine) on 2026-12-04, rounded: what
 // SPLITZIP_PROFILE=default uses. There a fixed payload pays for itself
 // from about 94 KB, and small entropy payloads, decoded on the host, never
-// do.
+// do. Its small entropy cost predates Decoders 1 (it overstates what they
+// cost now); the H200 was not lent to measure it again.
 func Default() *Profile {
 	return &Profile{
-		Version: Version, Host: "default", Device: "NVIDIA H200", Measured: "default",
+		Version: Version, Host: "default", Device: "NVIDIA H200", Measured: "default", Decoders: Decoders,
 		Raw:          Cost{Tensor: 0.88e-6, Rate: 36.0e9},
 		Fixed:        Cost{Tensor: 1.20e-6, Rate: 41.0e9},
 		Entropy:      Cost{Tensor: 1.20e-6, Rate: 42.9e9},

@@ -95,6 +95,19 @@ func TestStore(t *testing.T) {
 	if _, err := Lookup(dir, Fingerprint("another GPU")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("another host: %v", err)
 	}
+	// Measured with other decoders (or before their revision was kept):
+	// measured again.
+	stale := *p
+	stale.Decoders = Decoders - 1
+	if _, err := Save(dir, &stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Lookup(dir, p.Host); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a profile of other decoders: %v", err)
+	}
+	if _, err := Save(dir, p); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(file, []byte("{\"version\": 1, \"host\""), 0o644); err != nil {
 		t.Fatal(err)
 	}

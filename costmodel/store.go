@@ -87,8 +87,8 @@ func Read(file string) (*Profile, error) {
 }
 
 // Lookup returns the profile kept in dir for host, or fs.ErrNotExist
-// when there is none (or only one of an older layout, or of another host
-// under a colliding name).
+// when there is none (or only one of an older layout, measured with other
+// decoders, or of another host under a colliding name).
 func Lookup(dir, host string) (*Profile, error) {
 	p, err := Read(path(dir, host))
 	switch {
@@ -98,6 +98,8 @@ func Lookup(dir, host string) (*Profile, error) {
 		return nil, err
 	case p.Host != host:
 		return nil, fmt.Errorf("%w: the profile in %s is of %q", fs.ErrNotExist, dir, p.Host)
+	case p.Decoders != Decoders:
+		return nil, fmt.Errorf("%w: the profile in %s was measured with decoders %d, this build's are %d", fs.ErrNotExist, dir, p.Decoders, Decoders)
 	}
 	return p, nil
 }
