@@ -148,18 +148,28 @@ func decodeChunk(t *Table, src []byte, bits int, dst []byte, sc *chunkScratch) (
 		tab := (*[1 << MaxLen]uint16)(entries)
 		const sh = 64 - MaxLen
 		for ; base+4*L <= n; base += 4 * L {
-			out := dst[base : base+4*L]
-			for k := range L {
+			// The group's four rows of L symbols, of one length, so that
+			// their stores need no bounds checks.
+			o0 := dst[base : base+L]
+			o1 := dst[base+L : base+2*L][:len(o0)]
+			o2 := dst[base+2*L : base+3*L][:len(o0)]
+			o3 := dst[base+3*L : base+4*L][:len(o0)]
+			for k := range o0 {
 				q := pos[k]
 				w := binary.BigEndian.Uint64(pad[q>>3:]) << (q & 7)
+				// Shift counts masked to 6 bits, as the processor masks
+				// them, so the compiler adds no check for counts of 64
+				// and more: no code is longer than MaxLen (a table built
+				// by hand with longer ones decodes wrongly, never outside
+				// the lane: q is checked against its end).
 				e0 := tab[w>>sh]
-				w <<= e0 >> 8
+				w <<= e0 >> 8 & 63
 				e1 := tab[w>>sh]
-				w <<= e1 >> 8
+				w <<= e1 >> 8 & 63
 				e2 := tab[w>>sh]
-				w <<= e2 >> 8
+				w <<= e2 >> 8 & 63
 				e3 := tab[w>>sh]
-				out[3*L+k], out[2*L+k], out[L+k], out[k] = byte(e3), byte(e2), byte(e1), byte(e0)
+				o0[k], o1[k], o2[k], o3[k] = byte(e0), byte(e1), byte(e2), byte(e3)
 				q += int(e0>>8 + e1>>8 + e2>>8 + e3>>8)
 				// An entry below 0x100 has no code (length 0).
 				if min(e0, e1, e2, e3) < 0x100 || q > end[k] {
