@@ -216,7 +216,8 @@ func TestMultiSymbolLanes(t *testing.T) {
 
 // FuzzFullChunk damages a full chunk (16,384 symbols in 32 lanes, or a
 // full chunk of pair symbols' 8,192: the chunks the several-symbols
-// lookup and its assembly decode) at the
+// lookup and its assembly decode), or a chunk of 32 lanes that is not
+// full (12,345 or 5,000 symbols, its table built), at the
 // offsets and with the bytes the fuzzer gives, and requires the fast path
 // (assembly where there is one), its Go loop and the one-symbol reference
 // to agree: the same symbols or all failing, none panicking.
@@ -224,10 +225,12 @@ func FuzzFullChunk(f *testing.F) {
 	f.Add(uint64(1), uint16(100), byte(0x10), uint16(0), byte(0), uint16(0))
 	f.Add(uint64(2), uint16(9000), byte(0xff), uint16(40), byte(0x01), uint16(300))
 	f.Add(uint64(3), uint16(0), byte(0), uint16(0), byte(0), uint16(1))
+	f.Add(uint64(9), uint16(5000), byte(0x08), uint16(0), byte(0), uint16(0))      // 12,345 symbols
+	f.Add(uint64(14), uint16(2000), byte(0x80), uint16(77), byte(0x02), uint16(5)) // 5,000 symbols
 	f.Fuzz(func(t *testing.T, seed uint64, off1 uint16, x1 byte, off2 uint16, x2 byte, cut uint16) {
 		rng := rand.New(rand.NewPCG(seed, seed>>32))
 		sigma := []float64{0.02, 0.5, 1e-3, 3}[seed%4]
-		n := []int{16384, 8192}[seed>>2%2]
+		n := []int{16384, 8192, 12345, 5000}[seed>>2%4] // full chunks, then 32 lanes not full
 		c, syms := chunkCode(t, synth.Normal(rng, n, sigma))
 		enc, err := EncodeChunk(nil, c, syms, 8)
 		if err != nil || enc[0] != ModeCoded {
@@ -238,6 +241,7 @@ func FuzzFullChunk(f *testing.F) {
 		src[int(off2)%len(src)] ^= x2
 		src = src[:len(src)-int(cut)%len(src)]
 		fast := NewTable(c)
+		fast.multiTable() // built: every chunk of 32 lanes takes it
 		slow := &Table{MaxLen: fast.MaxLen, Entries: fast.Entries, single: true}
 		if _, err := decodeThreeWays(fast, slow, src, n); err != nil {
 			t.Fatal(err)
