@@ -35,7 +35,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
-from offloadbench import save_random, timed_generate  # noqa: E402
+from offloadbench import interleaved, ratio_line, save_random, timed_generate  # noqa: E402
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
 
@@ -83,50 +83,42 @@ def load_bench(name, cfg, args, tmp, out):
     return src
 
 
-def forward_ms(model, ids, n=20):
-    """Median eager forward time (ms) of n forwards after three warm-ups,
-    and the last logits."""
-    ts = []
-    with torch.no_grad():
-        for _ in range(3):
-            out = model(ids, use_cache=False).logits
-        for _ in range(n):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = model(ids, use_cache=False).logits
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3, out
-
-
-def forward_bench(name, src, cache, out, runs=2):
+def forward_bench(name, src, cache, out, rounds=5):
     """A 128-token eager forward (batch 1): resident against offloaded
-    (window 4, prefetch 2; tiers gpu and pinned), in runs separate runs;
-    also the gpu tier with a window as long as the model (every layer
-    stays in its slot: the hooks' cost without faults). Each offloaded
-    variant reports its hooks' host time a forward."""
+    (window 4, prefetch 2; tiers gpu and pinned) and the gpu tier with a
+    window as long as the model (every layer stays in its slot: the
+    hooks' cost without faults), all held at once and timed in turns
+    (offloadbench.interleaved: the host's speed drifts from run to run),
+    rounds rounds. Each offloaded variant reports its hooks' host time a
+    forward and whether its logits equal the resident model's."""
     torch.manual_seed(5)
     ids = torch.randint(0, 1000, (1, 128), device="cuda:0")
-    for run in range(runs):
-        res = AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0")
-        t_res, want = forward_ms(res, ids)
-        del res
-        torch.cuda.empty_cache()
-        row = {"model": name, "run": run, "resident_ms": t_res}
-        layers = AutoConfig.from_pretrained(src).num_hidden_layers
-        for tier, window in (("gpu", 4), ("pinned", 4), ("gpu-all-slots", layers)):
-            m = offload(cache, src, window=window, prefetch=2, tier=tier.split("-")[0])
-            try:
-                t, got = forward_ms(m, ids)
-                row[f"{tier}_ms"], row[f"{tier}_ratio"] = t, t / t_res
-                row[f"{tier}_equal"] = bool(torch.equal(want, got))
-                row[f"{tier}_hooks_ms"] = m.splitzip_offload.stats.hooks_s * 1e3 / 23  # forward_ms: 3 + 20
-            finally:
+    layers = AutoConfig.from_pretrained(src).num_hidden_layers
+    models = {"resident": AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0")}
+    for tier, window in (("gpu", 4), ("pinned", 4), ("gpu-all-slots", layers)):
+        models[tier] = offload(cache, src, window=window, prefetch=2, tier=tier.split("-")[0])
+    try:
+        with torch.no_grad():
+            logits = {k: m(ids, use_cache=False).logits for k, m in models.items()}
+        hooks = {k: m.splitzip_offload.stats.hooks_s for k, m in models.items() if k != "resident"}
+        times = interleaved(models, ids, rounds, use_cache=False)
+        print(ratio_line(times, "resident"), flush=True)
+        row = {"model": name, "rounds": rounds, "resident_ms": times["resident"]}
+        for k, m in models.items():
+            if k == "resident":
+                continue
+            row[f"{k}_ms"] = times[k]
+            row[f"{k}_ratio"] = [t / r for t, r in zip(times[k], times["resident"])]
+            row[f"{k}_equal"] = bool(torch.equal(logits["resident"], logits[k]))
+            row[f"{k}_hooks_ms"] = (m.splitzip_offload.stats.hooks_s - hooks[k]) * 1e3 / (rounds * 6)  # timed: 1 + 5
+    finally:
+        for k, m in models.items():
+            if k != "resident":
                 m.splitzip_offload.close()
-                del m
-                torch.cuda.empty_cache()
-        out.append(row)
-        print(json.dumps(row), flush=True)
+        del models
+        torch.cuda.empty_cache()
+    out.append(row)
+    print(json.dumps(row), flush=True)
 
 
 def gen_bench(name, src, cache, args, out):

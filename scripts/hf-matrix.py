@@ -11,7 +11,7 @@ cache are made with the splitzip binary; then
 - from_pretrained(cache, folder, device_map="cuda:0") must give the same
   state dict (names, dtypes, devices, bytes) and the same outputs, bit
   for bit, for both caches; load times beside the reference's (median
-  of --repeat);
+  of --repeat, the three loads timed in turns);
 - with --auto, device_map="auto" with a GPU budget of half the model
   (CPU placement), against transformers with the same map;
 - decoder models (AutoModelForCausalLM) are offloaded (tiers cache,
@@ -184,16 +184,13 @@ def same_state(ref, got):
     return None
 
 
-def timed(fn, repeat):
-    ts, last = [], None
-    for _ in range(repeat):
-        last = None
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        last = fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), last
+def timed(fn):
+    """Seconds fn takes, the device synchronized before and after."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
 
 def run_one(arch, args, tmp):
@@ -223,14 +220,39 @@ def run_one(arch, args, tmp):
     x = inputs(ref.config, "cuda:0")
     with torch.no_grad():
         want = ref(**x)
-    row["transformers_s"], _ = timed(lambda: cls.from_pretrained(src, device_map="cuda:0"), args.repeat)
+    caches = {}
     for codec in ("fixed", "entropy"):
-        cache = os.path.join(tmp, f"{name}.{codec}")
-        subprocess.run([args.bin, "compress", src, "-o", cache, "--codec", codec, "--no-sync", "-q"], check=True,
-                       stdout=subprocess.DEVNULL)
+        caches[codec] = os.path.join(tmp, f"{name}.{codec}")
+        subprocess.run([args.bin, "compress", src, "-o", caches[codec], "--codec", codec, "--no-sync", "-q"],
+                       check=True, stdout=subprocess.DEVNULL)
+    # Loads timed in turns (transformers, fixed, entropy, and again): the
+    # host's speed drifts during a run, and a load this small is all host.
+    loaders = {"transformers": lambda: cls.from_pretrained(src, device_map="cuda:0")}
+    for codec, cache in caches.items():
+        loaders[codec] = lambda cache=cache: from_pretrained(cache, src, model_class=cls, device_map="cuda:0")
+    times, failed = {k: [] for k in loaders}, {}
+    for _ in range(args.repeat):
+        for k, fn in loaders.items():
+            if k in failed:
+                continue
+            try:
+                times[k].append(timed(fn))
+            except Exception as e:  # noqa: BLE001 - reported below, with its codec
+                failed[k] = e
+                traceback.print_exc()
+    if "transformers" in failed:
+        e = failed["transformers"]
+        row.update(status="skip", why=f"transformers: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return row
+    row["transformers_s"] = statistics.median(times["transformers"])
+    for codec, cache in caches.items():
+        if codec in failed:
+            e = failed[codec]
+            problems.append(f"{codec}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            continue
+        row[f"{codec}_s"] = statistics.median(times[codec])
         try:
-            t, got = timed(lambda: from_pretrained(cache, src, model_class=cls, device_map="cuda:0"), args.repeat)
-            row[f"{codec}_s"] = t
+            got = from_pretrained(cache, src, model_class=cls, device_map="cuda:0")
             why = same_state(ref, got)
             if why is None:
                 with torch.no_grad():
@@ -296,7 +318,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, ".dev", "splitzip"))
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--only", default="")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-auto", dest="auto", action="store_false", help="skip the device_map=\"auto\" check")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

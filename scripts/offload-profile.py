@@ -5,19 +5,22 @@ the median of 20 eager 128-token forwards, the host time a forward
 spends in the offload's hooks (Stats.hooks_s) and, of it, in the fault
 enqueues and the scatter launches; then a torch.profiler trace of three
 forwards, its operators with the most host time and with the most device
-time. Usage: python3 scripts/offload-profile.py BIN WORKDIR"""
+time. With TRACE=DIR in the environment, each profile is also written
+to DIR as a Chrome trace (trace-LABEL.json.gz) for
+scripts/trace-gaps.py. A last variant keeps every layer in a slot of
+its own (window as long as the model): the hooks' cost without faults.
+Usage: python3 scripts/offload-profile.py BIN WORKDIR"""
 
 import os
 import sys
 import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
-from offloadbench import small_llama, timed  # noqa: E402
+from offloadbench import small_llama, timed, trace  # noqa: E402
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 src, caches, _ = small_llama(BIN, WORK, ("fixed",))
@@ -52,10 +55,7 @@ def report(label, m, o=None):
         parts = ", ".join(f"{k} {v / (N + 1) * 1e3:.2f}" for k, v in sorted(acc.items()))
         line += f"; host in hooks {per:.2f} ms a forward (of it: {parts})"
     print(line, flush=True)
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            m(ids)
-        torch.cuda.synchronize()
+    prof = trace(m, ids, label)
     ka = prof.key_averages()
     print(ka.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=50), flush=True)
     print(ka.table(sort_by="self_cuda_time_total", row_limit=8, max_name_column_width=50), flush=True)
@@ -65,9 +65,9 @@ resident = from_pretrained(caches["fixed"], src)
 report("resident", resident)
 del resident
 torch.cuda.empty_cache()
-for tier in ("gpu", "pinned"):
-    m = offload(caches["fixed"], src, window=4, prefetch=2, tier=tier)
-    report(f"offload fixed, tier {tier}, window 4, prefetch 2", m, m.splitzip_offload)
+for tier, window in (("gpu", 4), ("pinned", 4), ("gpu", 16)):
+    m = offload(caches["fixed"], src, window=window, prefetch=2, tier=tier)
+    report(f"offload fixed, tier {tier}, window {window}, prefetch 2", m, m.splitzip_offload)
     m.splitzip_offload.close()
     del m
     torch.cuda.empty_cache()

@@ -4,7 +4,10 @@ and timings of eager forwards, CUDA graph replays and generations of a
 model, median of n after a warm-up, torch.cuda.synchronize() around
 each."""
 
+import gzip
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,6 +61,95 @@ def timed(m, x, n, **kw):
             torch.cuda.synchronize()
             ts.append(time.perf_counter() - t0)
     return statistics.median(ts) * 1e3, out
+
+
+def trace(m, x, label, n=3, **kw):
+    """Profile n eager forwards of m on x (torch.profiler, host and
+    device); with TRACE=DIR in the environment, also write the Chrome
+    trace to DIR/trace-LABEL.json.gz (scripts/trace-gaps.py reads it).
+    Returns the profile."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            m(x, **kw)
+        torch.cuda.synchronize()
+    out = os.environ.get("TRACE")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, "trace-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") + ".json")
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
+            shutil.copyfileobj(f, g)
+        os.remove(path)
+    return prof
+
+
+def interleaved(models, x, rounds=5, n=5, **kw):
+    """Eager forward times of several models on x measured in turns:
+    each round times n forwards of each model (timed: median after one),
+    so that a host whose speed drifts during the run slows all of them
+    alike. models: {name: model}. Returns {name: [median ms per round]}."""
+    out = {name: [] for name in models}
+    for _ in range(rounds):
+        for name, m in models.items():
+            out[name].append(timed(m, x, n, **kw)[0])
+    return out
+
+
+def ratio_line(times, base):
+    """One line per model of interleaved()'s times: each round's ms and
+    its ratio to base's in the same round."""
+    lines = []
+    for name, ts in times.items():
+        rs = [t / b for t, b in zip(ts, times[base])]
+        lines.append(f"{name}: ms {', '.join(f'{t:.1f}' for t in ts)}; / {base} "
+                     f"{', '.join(f'{r:.2f}' for r in rs)} (max {max(rs):.2f})")
+    return "\n".join(lines)
+
+
+def steps(m, layers, x, n=5, **kw):
+    """Where n eager forwards of m on x spend their time, without a
+    profiler: a pre-hook on each of layers (an nn.ModuleList) takes the
+    host time and records a CUDA event on the current stream. Returns a
+    line: the medians of the host's time to reach the last layer, to
+    return from the forward, and to finish it on the device (all from
+    the forward's start), and the device time between layers (median
+    and max of each forward's median)."""
+    stamps, evs = [], []
+
+    def pre(_mod, _args):
+        stamps.append(time.perf_counter())
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        evs.append(e)
+    hooks = [layer.register_forward_pre_hook(pre) for layer in layers]
+    host_last, host_end, dev_end, gaps = [], [], [], []
+    try:
+        with torch.no_grad():
+            for _ in range(n + 1):
+                stamps.clear()
+                evs.clear()
+                torch.cuda.synchronize()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                t0 = time.perf_counter()
+                start.record()
+                m(x, **kw)
+                t1 = time.perf_counter()
+                end.record()
+                torch.cuda.synchronize()
+                t2 = time.perf_counter()
+                host_last.append((stamps[-1] - t0) * 1e3)
+                host_end.append((t1 - t0) * 1e3)
+                dev_end.append((t2 - t0) * 1e3)
+                gaps.append(statistics.median(a.elapsed_time(b) for a, b in zip(evs, evs[1:])))
+    finally:
+        for h in hooks:
+            h.remove()
+    med = lambda v: statistics.median(v[1:])  # noqa: E731 - the first forward warms up
+    return (f"host reaches the last layer at {med(host_last):.1f} ms, returns at {med(host_end):.1f} ms, "
+            f"device done at {med(dev_end):.1f} ms; device time a layer {med(gaps):.3f} ms "
+            f"(max of forwards {max(gaps[1:]):.3f})")
 
 
 def graph_timed(m, x, n):
