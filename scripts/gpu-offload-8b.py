@@ -17,62 +17,20 @@ two eager forwards (128 tokens and 1 token) of the resident model and of
 each tier (offloadbench.trace). Usage: python3 scripts/gpu-offload-8b.py
 BIN WORKDIR."""
 
-import json
 import os
-import subprocess
 import sys
 import time
 
 import torch
-from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from splitzip.offload import offload  # noqa: E402
 from splitzip.transformers import from_pretrained  # noqa: E402
-from offloadbench import graph_timed, interleaved, ratio_line, steps, timed, trace  # noqa: E402
+from offloadbench import graph_timed, interleaved, llama8b, ratio_line, steps, timed, trace  # noqa: E402
 
 BIN, WORK = sys.argv[1], sys.argv[2]
-src, cache = os.path.join(WORK, "model"), os.path.join(WORK, "fixed")
-cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                  num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                  rope_theta=500000.0, tie_word_embeddings=False, torch_dtype="bfloat16")
-t0 = time.perf_counter()
-if not os.path.exists(os.path.join(src, "model.safetensors.index.json")):
-    os.makedirs(src, exist_ok=True)
-    cfg.save_pretrained(src)
-    with torch.device("meta"):
-        shapes = {k: v.shape for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
-    g = torch.Generator().manual_seed(8)
-    shard, nbytes, n, wmap = {}, 0, 0, {}
-
-    def flush():
-        global shard, nbytes, n
-        name = f"model-{n:05d}.safetensors"
-        save_file(shard, os.path.join(src, name), metadata={"format": "pt"})
-        wmap.update({k: name for k in shard})
-        shard, nbytes, n = {}, 0, n + 1
-
-    for k, s in shapes.items():
-        t = torch.empty(s, dtype=torch.float32)
-        if k.endswith("norm.weight"):
-            t.fill_(1.0)
-        else:
-            t.normal_(0, 0.02, generator=g)
-        shard[k] = t.to(torch.bfloat16)
-        nbytes += shard[k].numel() * 2
-        if nbytes >= 5 << 30:
-            flush()
-    if shard:
-        flush()
-    with open(os.path.join(src, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": sum(s.numel() * 2 for s in shapes.values())}, "weight_map": wmap}, f)
-print(f"generated in {time.perf_counter() - t0:.1f} s", flush=True)
-if not os.path.exists(cache):
-    t0 = time.perf_counter()
-    subprocess.run([BIN, "compress", os.path.join(src, "model.safetensors.index.json"), "-o", cache, "--no-sync", "-q"],
-                   check=True, stdout=subprocess.DEVNULL)
-    print(f"compressed in {time.perf_counter() - t0:.1f} s", flush=True)
+src, cache, cfg = llama8b(BIN, WORK)
 
 
 def size(d):

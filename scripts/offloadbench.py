@@ -49,6 +49,59 @@ def small_llama(bin_, work, codecs=("fixed", "entropy", "raw")):
     return src, caches, cfg
 
 
+def llama8b(bin_, work):
+    """The Llama-3-8B shape (hidden 4096, 32 layers, intermediate 14336, 8
+    key-value heads, vocab 128256, untied head; random N(0, 0.02) BF16
+    weights, norms 1, seed 8) written straight to safetensors shards
+    under work/model (16 GB) and compressed fixed-rate with bin_ into
+    work/fixed, each unless already there. Returns (model dir, cache
+    dir, config)."""
+    import json
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    src, cache = os.path.join(work, "model"), os.path.join(work, "fixed")
+    cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                      rope_theta=500000.0, tie_word_embeddings=False, torch_dtype="bfloat16")
+    t0 = time.perf_counter()
+    if not os.path.exists(os.path.join(src, "model.safetensors.index.json")):
+        os.makedirs(src, exist_ok=True)
+        cfg.save_pretrained(src)
+        with torch.device("meta"):
+            shapes = {k: v.shape for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+        g = torch.Generator().manual_seed(8)
+        shard, nbytes, wmap = {}, 0, {}
+
+        def flush():
+            name = f"model-{len(set(wmap.values())):05d}.safetensors"
+            save_file(shard, os.path.join(src, name), metadata={"format": "pt"})
+            wmap.update({k: name for k in shard})
+            shard.clear()
+
+        for k, s in shapes.items():
+            t = torch.empty(s, dtype=torch.float32)
+            if k.endswith("norm.weight"):
+                t.fill_(1.0)
+            else:
+                t.normal_(0, 0.02, generator=g)
+            shard[k] = t.to(torch.bfloat16)
+            nbytes += shard[k].numel() * 2
+            if nbytes >= 5 << 30:
+                flush()
+                nbytes = 0
+        if shard:
+            flush()
+        with open(os.path.join(src, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": sum(s.numel() * 2 for s in shapes.values())}, "weight_map": wmap}, f)
+    print(f"generated in {time.perf_counter() - t0:.1f} s", flush=True)
+    if not os.path.exists(cache):
+        t0 = time.perf_counter()
+        subprocess.run([bin_, "compress", os.path.join(src, "model.safetensors.index.json"), "-o", cache, "--no-sync",
+                        "-q"], check=True, stdout=subprocess.DEVNULL)
+        print(f"compressed in {time.perf_counter() - t0:.1f} s", flush=True)
+    return src, cache, cfg
+
+
 def timed(m, x, n, **kw):
     """Median ms of n eager forwards of m on x after one, and its logits."""
     with torch.no_grad():
@@ -208,16 +261,17 @@ def timed_generate(model, ids, kw, warm=True, n=3):
 
 
 def graph_decode(model, ids, tokens, n=3):
-    """Greedy decoding of tokens after ids (batch 1) with each one-token
-    step replayed from a CUDA graph over a static KV cache: the prompt's
-    forward runs eagerly, the step is captured once (after two eager
-    warm-up steps on a side stream) and replayed with the token and its
-    position updated on the device, so no step waits for the host.
-    Returns the tokens (prompt included) and the median seconds of the
-    tokens - 1 replays of n decodes after one, or (None, error) when the
+    """Greedy decoding of tokens after ids (batch rows of one length)
+    with each one-token step replayed from a CUDA graph over a static KV
+    cache: the prompt's forward runs eagerly, the step is captured once
+    (after two eager warm-up steps on a side stream) and replayed with
+    the tokens and their position updated on the device, so no step
+    waits for the host. Returns the tokens (prompt included) and the
+    median seconds of the tokens - 1 replays of n decodes after one
+    (None for n=0: one untimed decode), or (None, error) when the
     model's step cannot be captured."""
     from transformers import StaticCache
-    dev, length = ids.device, ids.shape[1]
+    dev, (batch, length) = ids.device, ids.shape
     try:
         times, out_ids = [], None
         with torch.no_grad():
@@ -225,7 +279,7 @@ def graph_decode(model, ids, tokens, n=3):
                 cache = StaticCache(config=model.config, max_cache_len=length + tokens + 1)
                 logits = model(ids, past_key_values=cache, cache_position=torch.arange(length, device=dev),
                                use_cache=True).logits
-                gen = torch.empty((1, tokens), dtype=torch.long, device=dev)
+                gen = torch.empty((batch, tokens), dtype=torch.long, device=dev)
                 gen[:, 0] = logits[:, -1].argmax(-1)
                 tok, pos = gen[:, :1].clone(), torch.tensor([length], device=dev)
 
@@ -245,13 +299,13 @@ def graph_decode(model, ids, tokens, n=3):
                 for k in range(1, tokens):
                     g.replay()
                     gen[:, k] = nxt
-                    tok.copy_(nxt.view(1, 1))
+                    tok.copy_(nxt.view(batch, 1))
                     pos.add_(1)
                 torch.cuda.synchronize()
                 if run:
                     times.append(time.perf_counter() - t0)
                 out_ids = torch.cat([ids, gen], dim=1)
                 del g
-        return out_ids, statistics.median(times)
+        return out_ids, statistics.median(times) if times else None
     except Exception as e:  # noqa: BLE001 - reported
         return None, e

@@ -93,6 +93,7 @@ class FixedLinear(torch.nn.Module):
         if payload.numel() < 64 or bytes(payload[:64].cpu().numpy().tobytes()) != bytes(head):
             raise ValueError("head is not the payload's header")
         self.in_features, self.out_features = in_features, out_features
+        self.head = bytes(head)
         self.register_buffer("payload", payload)
         self.bias = None if bias is None else torch.nn.Parameter(
             bias.to(device=payload.device, dtype=torch.bfloat16), requires_grad=False)

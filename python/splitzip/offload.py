@@ -34,6 +34,9 @@ Where a layer's bytes live between its runs, its tier:
 - "gpu": the pack in GPU memory (a compressed tier, about 75% of the
   layer's raw bytes for BF16). A fault is that one kernel, no PCIe.
   Layers past the `gpu_bytes` budget are pinned instead.
+- "compressed" is no tier of a window: the whole model stays in GPU
+  memory, each linear layer as its fixed payload, multiplied from it by
+  splitzip.nn's fused kernel (splitzip.offload_compressed).
 
 With experts= (tiers pinned and gpu), a mixture-of-experts layer's
 fused expert tensors are faulted in an expert at a time: only the
@@ -70,6 +73,7 @@ from ._lib import Cache, Error, error
 from ._packs import ENTRY, owner
 from ._pieces import Index
 from .offload_experts import Experts, ExpertStats, check_budget, expert_modules, split_rows
+from .offload_compressed import Compressed
 from .offload_plan import TIERS, Plan, tiers
 from .offload_routed import DeviceExperts
 from .transformers import _owner, load
@@ -102,6 +106,12 @@ class Stats:
     layers: Dict[int, int] = field(default_factory=dict)
     tiers: Dict[str, TierStats] = field(default_factory=lambda: {t: TierStats() for t in TIERS})
     experts: Optional[ExpertStats] = None
+
+
+# COMPRESSED is the residency in which the whole model stays in GPU
+# memory and linear layers multiply from their fixed payloads
+# (splitzip.offload_compressed, issue 36); it has no window or faults.
+COMPRESSED = "compressed"
 
 
 def _nbytes(shape_dtype) -> int:
@@ -613,7 +623,11 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     faulted in ahead, each from its tier: "cache" (read from the cache's
     files every time), "pinned" (packs in pinned host memory) or "gpu"
     (packs in GPU memory, at most gpu_bytes of them, default all; the rest
-    pinned). transformers builds the model (kwargs are its from_pretrained
+    pinned). tier "compressed" is no window: the whole model stays in GPU
+    memory, its linear layers as fixed payloads that splitzip.nn's kernel
+    multiplies from (window, prefetch and the expert settings do not
+    apply; model.splitzip_offload is a
+    splitzip.offload_compressed.Compressed). transformers builds the model (kwargs are its from_pretrained
     arguments, such as attn_implementation) on the CPU from the cache's
     tensors, converting them as it does from the files; each layer
     parameter's bytes are then traced back to the checkpoint tensors that
@@ -640,14 +654,23 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window,
-                expert_routing)  # before anything loads
+    if tier == COMPRESSED:
+        if experts is not None or gpu_bytes is not None:
+            raise ValueError("tier 'compressed' keeps the whole model in GPU memory: experts= and gpu_bytes= "
+                             "do not apply")
+    else:
+        _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window,
+                    expert_routing)  # before anything loads
     if kwargs.get("device_map") not in (None, "cpu"):
         raise ValueError("offload places the model itself: give device=, not device_map=")
     kwargs["device_map"] = "cpu"
     c = Cache(cache, source)
     try:
         model, src, _ = load(c, config, model_class, keep=True, **kwargs)
+        if tier == COMPRESSED:
+            model.splitzip_offload = Compressed(model, c, device, src.kept)
+            src.kept.clear()
+            return model
         _, layers = _decoder_layers(model)
         in_layers = {id(p) for p in layers.parameters()}
         for p in model.parameters():

@@ -247,6 +247,67 @@ class TestOffload(unittest.TestCase):
             self.model(window=2, prefetch=2)
         with self.assertRaisesRegex(ValueError, "tier"):
             self.model(window=2, prefetch=1, tier="disk")
+        with self.assertRaisesRegex(ValueError, "compressed.*experts="):
+            self.model(tier="compressed", experts=0.5)
+
+    def test_compressed(self):
+        """tier "compressed": every linear layer of the fixed cache's model
+        multiplies from its payload (FixedLinear), holding less than 0.8
+        of the BF16 bytes; logits are near the resident model's (the
+        fused kernel rounds its sums in another order than cuBLAS, so not
+        bit for bit), a CUDA graph replay equals the eager forward's
+        logits near as well, and greedy generation with a static cache
+        runs at batch 1 and 2. From the entropy cache no linear can use
+        the kernel: each says why, and the logits equal the resident
+        model's bit for bit."""
+        from splitzip.nn import FixedLinear
+        from splitzip.offload import capture
+        m = self.model("fixed", tier="compressed")
+        o = m.splitzip_offload
+        try:
+            linears = [n for n, x in m.named_modules() if isinstance(x, (torch.nn.Linear, FixedLinear))]
+            fixed = [n for n, x in m.named_modules() if isinstance(x, FixedLinear)]
+            self.assertEqual(fixed, linears, o.kept)
+            self.assertEqual(o.stats.layers, 7 * LAYERS + 1, o.stats)
+            self.assertLess(o.stats.held, 0.8 * o.stats.raw, o.stats)
+            self.assertEqual({n for n, _ in o.replaced}, set(fixed))
+
+            def near(got, want, what):
+                rel = float((got.float() - want.float()).norm() / want.float().norm())
+                self.assertLess(rel, 0.05, f"{what}: relative error {rel}")
+                self.assertTrue(bool(torch.isfinite(got).all()), what)
+            for x, want in zip(self.inputs, self.want):
+                with torch.no_grad():
+                    near(m(x).logits, want, f"input of {x.shape[1]} tokens")
+            x = self.same_shape[0]
+            g, static, out = capture(m, x, use_cache=False)
+            for x, want in zip(self.same_shape, self.want_same):
+                static.copy_(x)
+                g.replay()
+                torch.cuda.synchronize()
+                near(out, want, "graph replay")
+                with torch.no_grad():
+                    near(out, m(x, use_cache=False).logits, "graph replay against eager")
+            o.check()
+            for batch in (1, 2):
+                ids = self.inputs[1][:batch, :8]
+                with torch.no_grad():
+                    gen = m.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                                     cache_implementation="static", disable_compile=True)
+                self.assertEqual(tuple(gen.shape), (batch, 14))
+                self.assertTrue(torch.equal(gen[:, :8], ids))
+            o.check()
+        finally:
+            o.close()
+        m = self.model("entropy", tier="compressed")
+        o = m.splitzip_offload
+        try:
+            self.assertEqual(o.stats.layers, 0, o.stats)
+            self.assertEqual(len(o.kept), 7 * LAYERS + 1, o.kept)
+            self.assertTrue(all("fixed payload" in why for _, why in o.kept), o.kept)
+            self.forward_equal(m, "entropy cache, compressed residency")
+        finally:
+            o.close()
 
 
 if __name__ == "__main__":

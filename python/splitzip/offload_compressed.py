@@ -1,0 +1,129 @@
+"""The "compressed" residency of splitzip.offload (issue 36): the whole
+model lives in GPU memory, and each linear layer whose weight the cache
+stores as a fixed payload keeps that payload (about 12 bits a weight)
+instead of the BF16 weight; splitzip.nn.FixedLinear multiplies from it,
+decoding in registers, so the BF16 weight is never written out. The
+other parameters and the buffers are resident as transformers built
+them.
+
+    from splitzip.offload import offload
+    model = offload("llama.sz", "path/to/model", tier="compressed")
+    out = model.generate(ids, max_new_tokens=64, cache_implementation="static")
+
+A linear layer is matched to its checkpoint tensor by storage, not by
+name: transformers builds the model on the CPU from the cache's tensors
+(its own from_pretrained, so its renames apply) and a Linear whose
+weight is one of those tensors unchanged takes that tensor's payload. A
+weight transformers converted (fused, transposed, cast), one stored raw
+or entropy-coded, one that is not BF16, or one whose in_features is not a
+multiple of 16 stays a BF16 Linear in GPU memory; Compressed.kept says
+which and why. A tied output projection (Llama with tied embeddings)
+multiplies from the embedding's payload while the embedding itself
+stays BF16.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import torch
+
+from ._lib import Cache
+from .nn import FixedLinear
+
+
+@dataclass
+class CompressedStats:
+    """What the compressed residency holds: linear layers that multiply
+    from payloads, their payloads' bytes in GPU memory, and the bytes
+    their weights take in BF16."""
+    layers: int = 0
+    held: int = 0
+    raw: int = 0
+
+
+def _why_not(mod: "torch.nn.Linear", name: str, cache: Cache):
+    """None if the cache's tensor name can be mod's payload, else why not."""
+    w = mod.weight
+    if w.dtype != torch.bfloat16:
+        return f"weight is {w.dtype}, not BF16"
+    if mod.in_features % 16:
+        return f"in_features {mod.in_features} is not a multiple of 16"
+    info = cache.info(name)
+    if tuple(info.shape) != (mod.out_features, mod.in_features):
+        return f"checkpoint tensor {name} has shape {tuple(info.shape)}"
+    if not info.compressed:
+        return f"checkpoint tensor {name} is not stored as a fixed payload (raw or entropy-coded)"
+    return None
+
+
+class Compressed:
+    """The runtime behind offload(tier="compressed"): replaced, the
+    (module, checkpoint tensor) pairs of the linear layers that multiply
+    from payloads; kept, the (module, reason) pairs of those that stay
+    BF16; stats. check() raises what the kernels found wrong with a
+    payload; close() closes the cache, after which the model's
+    FixedLinear layers cannot run."""
+
+    def __init__(self, model: "torch.nn.Module", cache: Cache, device: "torch.device",
+                 kept_tensors: Dict[str, "torch.Tensor"]):
+        self.model, self.cache, self.device = model, cache, device
+        self.dev = device.index if device.index is not None else torch.cuda.current_device()
+        self.replaced: List[Tuple[str, str]] = []
+        self.kept: List[Tuple[str, str]] = []
+        self.stats = CompressedStats()
+        by_ptr = {(t.data_ptr(), t.numel() * t.element_size()): name
+                  for name, t in kept_tensors.items() if t.numel() and t.device.type == "cpu"}
+        made: Dict[str, Tuple["torch.Tensor", bytes]] = {}  # checkpoint tensor -> payload on device, header
+        for name, mod in list(model.named_modules()):
+            if not name or type(mod) is not torch.nn.Linear:
+                continue
+            w = mod.weight
+            src = by_ptr.get((w.data_ptr(), w.numel() * w.element_size())) if w.device.type == "cpu" else None
+            if src is None:
+                self.kept.append((name, "weight is no checkpoint tensor unchanged (converted by transformers)"))
+                continue
+            why = _why_not(mod, src, cache)
+            if why is None:
+                try:
+                    fixed = self._linear(src, mod, made)
+                except ValueError as e:
+                    why = str(e)
+            if why is not None:
+                self.kept.append((name, why))
+                continue
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, leaf, fixed)
+            self.replaced.append((name, src))
+            self.stats.layers += 1
+            self.stats.raw += w.numel() * w.element_size()
+        self.stats.held = sum(payload.numel() for payload, _ in made.values())
+        for p in model.parameters():
+            if p.device != device:
+                p.data = p.data.to(device)
+        for mod in model.modules():
+            for k, b in mod._buffers.items():
+                if b is not None and b.device != device:
+                    mod._buffers[k] = b.to(device)
+
+    def _linear(self, src: str, mod: "torch.nn.Linear", made: Dict[str, Tuple["torch.Tensor", bytes]]) -> FixedLinear:
+        """A FixedLinear of checkpoint tensor src with mod's bias; layers
+        of one tensor share its payload in GPU memory."""
+        bias = None if mod.bias is None else mod.bias.detach()
+        if src in made:
+            payload, head = made[src]
+            return FixedLinear(self.cache, payload, head, mod.out_features, mod.in_features, bias)
+        fixed = FixedLinear.from_cache(self.cache, src, device=self.dev, bias=bias)
+        made[src] = (fixed.payload, fixed.head)
+        return fixed
+
+    def check(self) -> None:
+        """Wait for the current stream and raise Error if a product found
+        a payload bad since the last check (after eager forwards or graph
+        replays alike)."""
+        self.cache.gemv_check(self.dev, torch.cuda.current_stream(self.device).cuda_stream)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+__all__ = ["Compressed", "CompressedStats"]
