@@ -6,10 +6,11 @@ the resident BF16 model (splitzip.transformers.from_pretrained), both in
 GPU memory at once.
 
 1. Memory: the linear weights' payload bytes against their BF16 bytes,
-   and the GPU memory each model takes.
+   and the GPU memory each model takes; also the model offloaded with
+   linears="faster" (BF16 where the kernel is slower at batch 1 here).
 2. Decode step: greedy decoding with each one-token step replayed from a
    CUDA graph over a static KV cache (offloadbench.graph_decode), batch 1
-   and 8, the two models in turns (--rounds rounds of a 64-token decode,
+   and 8, the three models in turns (--rounds rounds of a 64-token decode,
    median of 2 after one); milliseconds a token.
 3. Tokens: --prompts random 16-token prompts, --tokens greedy tokens each
    (graph decoding, batch 1), compressed against resident: where the
@@ -68,6 +69,13 @@ def main():
     comp = offload(cache, src, tier="compressed")
     report["compressed_setup_s"] = time.perf_counter() - t0
     m2 = torch.cuda.memory_allocated()
+    fast = offload(cache, src, tier="compressed", linears="faster")
+    m3 = torch.cuda.memory_allocated()
+    of = fast.splitzip_offload
+    print(f"linears='faster': GPU memory {(m3 - m2) / 1e9:.2f} GB ({(m3 - m2) / (m1 - m0):.3f} of resident); "
+          f"{of.stats.layers} linears from payloads; timings (fused, BF16 us at batch 1) {of.timings}", flush=True)
+    report.update(faster_gpu_bytes=m3 - m2, faster_linears=of.stats.layers,
+                  faster_timings={f"{r}x{c}": t for (r, c), t in of.timings.items()})
     o = comp.splitzip_offload
     report.update(resident_gpu_bytes=m1 - m0, compressed_gpu_bytes=m2 - m1, linears=o.stats.layers,
                   payload_bytes=o.stats.held, linear_bf16_bytes=o.stats.raw, kept=o.kept)
@@ -77,7 +85,7 @@ def main():
           f"{o.stats.held / 1e9:.2f} GB for {o.stats.raw / 1e9:.2f} GB of BF16 weights "
           f"({o.stats.held / o.stats.raw:.3f}); kept BF16: {o.kept}", flush=True)
 
-    models = {"resident": res, "compressed": comp}
+    models = {"resident": res, "compressed": comp, "faster": fast}
     vocab = cfg.vocab_size
     steps = {}
     for batch in (1, 8):
@@ -91,10 +99,14 @@ def main():
                     raise RuntimeError(f"{k}, batch {batch}: graph decoding failed: {t!r}")
                 per[k].append(t / 63 * 1e3)
         ratio = [c / r for c, r in zip(per["compressed"], per["resident"])]
-        steps[batch] = {"resident_ms": per["resident"], "compressed_ms": per["compressed"], "ratio": ratio}
+        fratio = [c / r for c, r in zip(per["faster"], per["resident"])]
+        steps[batch] = {"resident_ms": per["resident"], "compressed_ms": per["compressed"], "ratio": ratio,
+                        "faster_ms": per["faster"], "faster_ratio": fratio}
         print(f"graph decode step, batch {batch}: resident {', '.join(f'{t:.2f}' for t in per['resident'])} ms, "
-              f"compressed {', '.join(f'{t:.2f}' for t in per['compressed'])} ms; compressed / resident "
-              f"{', '.join(f'{r:.3f}' for r in ratio)}", flush=True)
+              f"compressed {', '.join(f'{t:.2f}' for t in per['compressed'])} ms, linears='faster' "
+              f"{', '.join(f'{t:.2f}' for t in per['faster'])} ms; compressed / resident "
+              f"{', '.join(f'{r:.3f}' for r in ratio)}; faster / resident {', '.join(f'{r:.3f}' for r in fratio)}",
+              flush=True)
     report["graph_step"] = steps
 
     parts = []
@@ -120,8 +132,8 @@ def main():
                   disable_compile=True)
         row = {"batch": batch}
         outs = {}
-        for k, m in models.items():
-            outs[k], t = timed_generate(m, ids, kw)
+        for k in ("resident", "compressed"):
+            outs[k], t = timed_generate(models[k], ids, kw)
             row[f"{k}_tok_s"] = batch * 32 / t
         row["first_difference"] = [first_difference(outs["resident"][i, 16:], outs["compressed"][i, 16:])
                                    for i in range(batch)]
@@ -131,7 +143,9 @@ def main():
               f"{row['first_difference']}", flush=True)
     report["generate"] = gens
     o.check()
+    of.check()
     o.close()
+    of.close()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compressed.json"), "w") as f:
         json.dump(report, f, indent=1)

@@ -73,7 +73,7 @@ from ._lib import Cache, Error, error
 from ._packs import ENTRY, owner
 from ._pieces import Index
 from .offload_experts import Experts, ExpertStats, check_budget, expert_modules, split_rows
-from .offload_compressed import Compressed
+from .offload_compressed import LINEARS, Compressed
 from .offload_plan import TIERS, Plan, tiers
 from .offload_routed import DeviceExperts
 from .transformers import _owner, load
@@ -616,7 +616,8 @@ def capture(model, example: "torch.Tensor", warmup: int = 2, **kwargs):
 def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:0", window: int = 2,
             prefetch: int = 1, source: Optional[str] = None, model_class=None, tier: str = "cache",
             gpu_bytes: Optional[int] = None, experts: Optional[Union[int, float]] = None,
-            expert_prefetch: int = 0, expert_window: int = 1, expert_routing: str = "host", **kwargs):
+            expert_prefetch: int = 0, expert_window: int = 1, expert_routing: str = "host", linears: str = "all",
+            **kwargs):
     """The model at config (a folder with config.json, such as a hub
     snapshot, or a config) with its decoder layers offloaded: window
     layers' weights in GPU memory at a time, the next prefetch layers
@@ -627,7 +628,9 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     memory, its linear layers as fixed payloads that splitzip.nn's kernel
     multiplies from (window, prefetch and the expert settings do not
     apply; model.splitzip_offload is a
-    splitzip.offload_compressed.Compressed). transformers builds the model (kwargs are its from_pretrained
+    splitzip.offload_compressed.Compressed); linears="faster" keeps
+    BF16 the linear layers whose shape the kernel multiplies slower than
+    torch at batch 1 on this device (timed at setup). transformers builds the model (kwargs are its from_pretrained
     arguments, such as attn_implementation) on the CPU from the cache's
     tensors, converting them as it does from the files; each layer
     parameter's bytes are then traced back to the checkpoint tensors that
@@ -658,6 +661,10 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
         if experts is not None or gpu_bytes is not None:
             raise ValueError("tier 'compressed' keeps the whole model in GPU memory: experts= and gpu_bytes= "
                              "do not apply")
+        if linears not in LINEARS:
+            raise ValueError(f"linears {linears!r}: want one of {', '.join(LINEARS)}")
+    elif linears != "all":
+        raise ValueError("linears= chooses the linear layers of tier 'compressed'")
     else:
         _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window,
                     expert_routing)  # before anything loads
@@ -668,7 +675,7 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     try:
         model, src, _ = load(c, config, model_class, keep=True, **kwargs)
         if tier == COMPRESSED:
-            model.splitzip_offload = Compressed(model, c, device, src.kept)
+            model.splitzip_offload = Compressed(model, c, device, src.kept, linears)
             src.kept.clear()
             return model
         _, layers = _decoder_layers(model)

@@ -20,8 +20,16 @@ multiple of 16 stays a BF16 Linear in GPU memory; Compressed.kept says
 which and why. A tied output projection (Llama with tied embeddings)
 multiplies from the embedding's payload while the embedding itself
 stays BF16.
+
+linears="faster" keeps BF16 also where the fused kernel is slower than
+torch's BF16 product on this device: for each shape it would replace, it
+times both at batch 1 once (CUDA events, the L2 flushed before each,
+median of 15) and replaces only where the kernel wins. That trades some
+memory for speed: on an H100 the kernel spreads a 1024-row matrix (a
+Llama key or value projection) over few blocks.
 """
 
+import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -56,6 +64,36 @@ def _why_not(mod: "torch.nn.Linear", name: str, cache: Cache):
     return None
 
 
+# LINEARS are the choices of which linear layers a compressed residency
+# multiplies from payloads: every one the kernel takes, or only those
+# whose shape it multiplies faster than BF16 here.
+LINEARS = ("all", "faster")
+
+
+def _l2_bytes(device: "torch.device") -> int:
+    """The device's L2 size (64 MiB where torch does not say)."""
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20)
+
+
+def _median_us(fn, flush: "torch.Tensor", n: int = 15) -> float:
+    """Median device microseconds of fn over n runs after three, each
+    timed by CUDA events after flush (a buffer twice the L2) is cleared.
+    The device then spins for about half a millisecond, so that the host
+    has enqueued fn and the closing event before the opening one is
+    reached: the events time the device's work, not the host's call."""
+    pairs = []
+    for _ in range(n + 3):
+        flush.zero_()
+        torch.cuda._sleep(1_000_000)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        pairs.append((a, b))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs[3:]) * 1e3
+
+
 class Compressed:
     """The runtime behind offload(tier="compressed"): replaced, the
     (module, checkpoint tensor) pairs of the linear layers that multiply
@@ -65,12 +103,15 @@ class Compressed:
     FixedLinear layers cannot run."""
 
     def __init__(self, model: "torch.nn.Module", cache: Cache, device: "torch.device",
-                 kept_tensors: Dict[str, "torch.Tensor"]):
+                 kept_tensors: Dict[str, "torch.Tensor"], linears: str = "all"):
+        if linears not in LINEARS:
+            raise ValueError(f"linears {linears!r}: want one of {', '.join(LINEARS)}")
         self.model, self.cache, self.device = model, cache, device
         self.dev = device.index if device.index is not None else torch.cuda.current_device()
         self.replaced: List[Tuple[str, str]] = []
         self.kept: List[Tuple[str, str]] = []
         self.stats = CompressedStats()
+        self.timings: Dict[Tuple[int, int], Tuple[float, float]] = {}  # linears="faster": (fused, BF16) µs a shape
         by_ptr = {(t.data_ptr(), t.numel() * t.element_size()): name
                   for name, t in kept_tensors.items() if t.numel() and t.device.type == "cpu"}
         made: Dict[str, Tuple["torch.Tensor", bytes]] = {}  # checkpoint tensor -> payload on device, header
@@ -83,6 +124,8 @@ class Compressed:
                 self.kept.append((name, "weight is no checkpoint tensor unchanged (converted by transformers)"))
                 continue
             why = _why_not(mod, src, cache)
+            if why is None and linears == "faster":
+                why = self._slower(src, mod, made)
             if why is None:
                 try:
                     fixed = self._linear(src, mod, made)
@@ -116,6 +159,28 @@ class Compressed:
         made[src] = (fixed.payload, fixed.head)
         return fixed
 
+    def _slower(self, src: str, mod: "torch.nn.Linear", made) -> "str | None":
+        """Why mod stays BF16 under linears="faster": the fused kernel,
+        timed once a shape, is slower than torch's BF16 product; None if
+        it is faster."""
+        shape = (mod.out_features, mod.in_features)
+        if shape not in self.timings:
+            had = src in made
+            fixed = self._linear(src, mod, made)
+            w = mod.weight.detach().to(self.device)
+            x = torch.randn(1, mod.in_features, device=self.device).to(torch.bfloat16)
+            flush = torch.empty(2 * _l2_bytes(self.device), dtype=torch.uint8, device=self.device)
+            with torch.no_grad():
+                self.timings[shape] = (_median_us(lambda: fixed(x), flush),
+                                       _median_us(lambda: torch.nn.functional.linear(x, w), flush))
+            del w, flush, fixed
+            if self.timings[shape][0] > self.timings[shape][1] and not had:
+                del made[src]  # its payload was uploaded for the timing only
+        fused, bf16 = self.timings[shape]
+        if fused > bf16:
+            return f"fused kernel slower than BF16 at batch 1 here: {fused:.1f} us against {bf16:.1f} us"
+        return None
+
     def check(self) -> None:
         """Wait for the current stream and raise Error if a product found
         a payload bad since the last check (after eager forwards or graph
@@ -126,4 +191,4 @@ class Compressed:
         self.cache.close()
 
 
-__all__ = ["Compressed", "CompressedStats"]
+__all__ = ["Compressed", "CompressedStats", "LINEARS"]

@@ -249,6 +249,10 @@ class TestOffload(unittest.TestCase):
             self.model(window=2, prefetch=1, tier="disk")
         with self.assertRaisesRegex(ValueError, "compressed.*experts="):
             self.model(tier="compressed", experts=0.5)
+        with self.assertRaisesRegex(ValueError, "linears"):
+            self.model(tier="compressed", linears="some")
+        with self.assertRaisesRegex(ValueError, "linears= chooses"):
+            self.model(tier="pinned", linears="faster")
 
     def test_compressed(self):
         """tier "compressed": every linear layer of the fixed cache's model
@@ -297,6 +301,27 @@ class TestOffload(unittest.TestCase):
                 self.assertEqual(tuple(gen.shape), (batch, 14))
                 self.assertTrue(torch.equal(gen[:, :8], ids))
             o.check()
+        finally:
+            o.close()
+        # linears="faster": each shape timed once; the layers of a shape
+        # the kernel multiplies slower stay BF16 and say so.
+        m = self.model("fixed", tier="compressed", linears="faster")
+        o = m.splitzip_offload
+        try:
+            shapes = {(x.out_features, x.in_features) for x in m.modules()
+                      if isinstance(x, (torch.nn.Linear, FixedLinear))}
+            self.assertEqual(set(o.timings), shapes)
+            for name, x in m.named_modules():
+                if isinstance(x, (torch.nn.Linear, FixedLinear)):
+                    fused, bf16 = o.timings[(x.out_features, x.in_features)]
+                    self.assertEqual(isinstance(x, FixedLinear), fused <= bf16, (name, fused, bf16))
+            self.assertEqual(o.stats.layers, len(o.replaced))
+            self.assertTrue(all("slower than BF16" in why for _, why in o.kept), o.kept)
+            for x, want in zip(self.inputs, self.want):
+                with torch.no_grad():
+                    near(m(x).logits, want, f"linears='faster', input of {x.shape[1]} tokens")
+            print(f"linears='faster': {o.stats.layers} of {7 * LAYERS + 1} replaced; timings (fused, BF16 us) "
+                  f"{o.timings}", file=sys.stderr)
         finally:
             o.close()
         m = self.model("entropy", tier="compressed")
