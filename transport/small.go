@@ -388,6 +388,23 @@ func zeroed[T any](s []T, n int) []T {
 	return s
 }
 
+// parallelReadBytes is the least a goroutine of stage reads, unless
+// fewer bytes are left.
+const parallelReadBytes = 256 << 10
+
+// readRun is how many of reads, from the first, make a run of at least
+// parallelReadBytes (all of them if they make less).
+func readRun(reads []stagedRead) int {
+	var n uint64
+	for k, r := range reads {
+		n += r.n
+		if n >= parallelReadBytes {
+			return k + 1
+		}
+	}
+	return len(reads)
+}
+
 // stage fills a staging buffer as planned: its reads and the items with
 // their own fill, in parallel, then the checks. An item that failed is
 // reported in errs and left out of the scatter.
@@ -440,15 +457,26 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 		fills += btoi(it.file == "")
 	}
 	var wg sync.WaitGroup
-	for k, r := range pl.reads {
-		if k == len(pl.reads)-1 && fills == 0 {
-			readOne(r) // the last (often the only) read in this goroutine
+	// Reads go to goroutines in runs of at least parallelReadBytes: a
+	// goroutine's hand-off costs more than a few KiB copied from the page
+	// cache, so the reads of a batch of tiny tensors run in one.
+	reads := pl.reads
+	for len(reads) > 0 {
+		run := readRun(reads)
+		group := reads[:run]
+		reads = reads[run:]
+		if len(reads) == 0 && fills == 0 {
+			for _, r := range group {
+				readOne(r) // the last (often the only) run in this goroutine
+			}
 			break
 		}
 		p.fills <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-p.fills }()
-			readOne(r)
+			for _, r := range group {
+				readOne(r)
+			}
 		})
 	}
 	for k, it := range pl.items {

@@ -319,3 +319,31 @@ func TestSortItems(t *testing.T) {
 		}
 	}
 }
+
+// TestReadRun: stage hands reads to goroutines in runs of at least
+// parallelReadBytes, the last run taking what is left.
+func TestReadRun(t *testing.T) {
+	sizes := func(ns ...uint64) []stagedRead {
+		rs := make([]stagedRead, len(ns))
+		for k, n := range ns {
+			rs[k].n = n
+		}
+		return rs
+	}
+	const p = parallelReadBytes
+	for _, c := range []struct {
+		reads []stagedRead
+		want  int
+	}{
+		{sizes(100, 200, 300), 3},  // less than a run: all of them
+		{sizes(p, 1), 1},           // one read makes a run
+		{sizes(p/2, p/2, p/2), 2},  // two halves make one
+		{sizes(p-1, 1, p), 2},      // exactly a run
+		{sizes(10, p-11, 1, 5), 3}, // the read that reaches it ends the run
+		{sizes(), 0},
+	} {
+		if got := readRun(c.reads); got != c.want {
+			t.Errorf("readRun of %d reads: %d, want %d", len(c.reads), got, c.want)
+		}
+	}
+}
