@@ -150,6 +150,9 @@ def _candidates() -> List[str]:
 def lib():
     """Load libsplitzip.so once and declare its functions."""
     global _lib
+    loaded = _lib  # set last, once declared: no lock on the hot path (every call into the library)
+    if loaded is not None:
+        return loaded
     with _lib_lock:
         if _lib is not None:
             return _lib
