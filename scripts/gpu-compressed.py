@@ -43,7 +43,8 @@ from offloadbench import graph_decode, llama8b, timed_generate  # noqa: E402
 
 
 def first_difference(a, b):
-    """The first index where token rows a and b differ, or None."""
+    """The first index where token rows a and b (1-D, or one row in 2-D)
+    differ, or None."""
     d = (a != b).nonzero()
     return None if d.numel() == 0 else int(d[0, -1])
 
@@ -113,10 +114,10 @@ def main():
     for p in range(args.prompts):
         g = torch.Generator(device="cuda:0").manual_seed(1000 + p)
         ids = torch.randint(0, vocab, (1, 16), device="cuda:0", generator=g)
-        a, _ = graph_decode(res, ids, args.tokens, n=0)
-        b, _ = graph_decode(comp, ids, args.tokens, n=0)
+        a, ea = graph_decode(res, ids, args.tokens, n=0)
+        b, eb = graph_decode(comp, ids, args.tokens, n=0)
         if a is None or b is None:
-            raise RuntimeError(f"prompt {p}: graph decoding failed")
+            raise RuntimeError(f"prompt {p}: graph decoding failed: {ea if a is None else eb!r}")
         k = first_difference(a[:, 16:], b[:, 16:])
         parts.append(k)
     same = sum(k is None for k in parts)

@@ -90,18 +90,20 @@ def forward_bench(name, src, cache, out, rounds=5):
     hooks' cost without faults), all held at once and timed in turns
     (offloadbench.interleaved: the host's speed drifts from run to run),
     rounds rounds. Each offloaded variant reports its hooks' host time a
-    forward and whether its logits equal the resident model's."""
+    forward and whether its logits, after the timed forwards, equal the
+    resident model's."""
     torch.manual_seed(5)
     ids = torch.randint(0, 1000, (1, 128), device="cuda:0")
     layers = AutoConfig.from_pretrained(src).num_hidden_layers
+    n = 5  # forwards a model a round, after one
     models = {"resident": AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0")}
-    for tier, window in (("gpu", 4), ("pinned", 4), ("gpu-all-slots", layers)):
-        models[tier] = offload(cache, src, window=window, prefetch=2, tier=tier.split("-")[0])
     try:
-        with torch.no_grad():
-            logits = {k: m(ids, use_cache=False).logits for k, m in models.items()}
+        for tier, window in (("gpu", 4), ("pinned", 4), ("gpu-all-slots", layers)):
+            models[tier] = offload(cache, src, window=window, prefetch=2, tier=tier.split("-")[0])
         hooks = {k: m.splitzip_offload.stats.hooks_s for k, m in models.items() if k != "resident"}
-        times = interleaved(models, ids, rounds, use_cache=False)
+        times = interleaved(models, ids, rounds, n, use_cache=False)
+        with torch.no_grad():  # after the slots have cycled: steady-state forwards compared
+            logits = {k: m(ids, use_cache=False).logits for k, m in models.items()}
         print(ratio_line(times, "resident"), flush=True)
         row = {"model": name, "rounds": rounds, "resident_ms": times["resident"]}
         for k, m in models.items():
@@ -110,7 +112,7 @@ def forward_bench(name, src, cache, out, rounds=5):
             row[f"{k}_ms"] = times[k]
             row[f"{k}_ratio"] = [t / r for t, r in zip(times[k], times["resident"])]
             row[f"{k}_equal"] = bool(torch.equal(logits["resident"], logits[k]))
-            row[f"{k}_hooks_ms"] = (m.splitzip_offload.stats.hooks_s - hooks[k]) * 1e3 / (rounds * 6)  # timed: 1 + 5
+            row[f"{k}_hooks_ms"] = (m.splitzip_offload.stats.hooks_s - hooks[k]) * 1e3 / (rounds * (n + 1))
     finally:
         for k, m in models.items():
             if k != "resident":

@@ -185,12 +185,15 @@ def same_state(ref, got):
 
 
 def timed(fn):
-    """Seconds fn takes, the device synchronized before and after."""
+    """Seconds fn takes, the device synchronized before and after; what
+    it returns is freed after the clock stops."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    fn()
+    out = fn()
     torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    t = time.perf_counter() - t0
+    del out
+    return t
 
 
 def run_one(arch, args, tmp):
@@ -234,17 +237,20 @@ def run_one(arch, args, tmp):
     for _ in range(args.repeat):
         for k, fn in loaders.items():
             if k in failed:
-                continue
+                continue  # a loader that failed once is not timed again
             try:
                 times[k].append(timed(fn))
             except Exception as e:  # noqa: BLE001 - reported below, with its codec
                 failed[k] = e
                 traceback.print_exc()
-    if "transformers" in failed:
+    if not times["transformers"]:
         e = failed["transformers"]
         row.update(status="skip", why=f"transformers: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
         return row
     row["transformers_s"] = statistics.median(times["transformers"])
+    if "transformers" in failed:
+        e = failed["transformers"]
+        row["note"] = f"transformers failed a timing round: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
     for codec, cache in caches.items():
         if codec in failed:
             e = failed[codec]
@@ -321,6 +327,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-auto", dest="auto", action="store_false", help="skip the device_map=\"auto\" check")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat: at least 1")
     os.makedirs(args.out, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
     rows = []
@@ -345,7 +353,8 @@ def main():
         ms = lambda k: f"{r[k] * 1e3:.1f} ms" if k in r else "-"  # noqa: E731
         off = "cache, pinned, gpu (fixed); pinned (entropy)" if r.get("offload") else "-"
         lines.append(f"| {r['arch']} | {r['family']} | {r['status']} | {ms('transformers_s')} | {ms('fixed_s')} | "
-                     f"{ms('entropy_s')} | {r.get('auto_cpu_modules', '-')} | {off} | {r.get('why', '')} |")
+                     f"{ms('entropy_s')} | {r.get('auto_cpu_modules', '-')} | {off} | "
+                     f"{'; '.join(x for x in (r.get('why', ''), r.get('note', '')) if x)} |")
     with open(os.path.join(args.out, "matrix.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

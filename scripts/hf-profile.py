@@ -79,14 +79,19 @@ def main():
         spec = importlib.util.spec_from_file_location("hf_matrix", os.path.join(ROOT, "scripts", "hf-matrix.py"))
         matrix = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(matrix)
-        _, _, cfg_name, kw, auto, _ = next(a for a in matrix.arches() if a[0] == args.arch)
+        found = [a for a in matrix.arches() if a[0] == args.arch]
+        if not found:
+            sys.exit(f"--arch {args.arch}: not an architecture of scripts/hf-matrix.py "
+                     f"({', '.join(a[0] for a in matrix.arches())})")
+        _, _, cfg_name, kw, auto, _ = found[0]
         cfg = getattr(transformers, cfg_name)(**kw)
         auto = getattr(transformers, auto) if isinstance(auto, str) else auto
     with tempfile.TemporaryDirectory() as tmp:
         src, cache = os.path.join(tmp, "m"), os.path.join(tmp, "m.sz")
         torch.manual_seed(0)
         with torch.device("cuda:0"):
-            m = auto.from_config(cfg, dtype=torch.bfloat16)
+            m = (auto.from_config(cfg, dtype=torch.bfloat16) if hasattr(auto, "from_config")
+                 else auto._from_config(cfg, dtype=torch.bfloat16))
         m.save_pretrained(src)
         del m
         subprocess.run([args.bin, "compress", src, "-o", cache, "--no-sync", "-q"], check=True)

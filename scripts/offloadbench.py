@@ -165,9 +165,11 @@ def steps(m, layers, x, n=5, **kw):
     profiler: a pre-hook on each of layers (an nn.ModuleList) takes the
     host time and records a CUDA event on the current stream. Returns a
     line: the medians of the host's time to reach the last layer, to
-    return from the forward, and to finish it on the device (all from
-    the forward's start), and the device time between layers (median
-    and max of each forward's median)."""
+    return from the forward, and to see it finished on the device after a
+    synchronization (all from the forward's start), of the device's span
+    from the forward's first work to its last (CUDA events), and the
+    device time between layers (median and max of each forward's median).
+    layers needs at least two modules."""
     stamps, evs = [], []
 
     def pre(_mod, _args):
@@ -176,7 +178,7 @@ def steps(m, layers, x, n=5, **kw):
         e.record()
         evs.append(e)
     hooks = [layer.register_forward_pre_hook(pre) for layer in layers]
-    host_last, host_end, dev_end, gaps = [], [], [], []
+    host_last, host_end, dev_end, dev_span, gaps = [], [], [], [], []
     try:
         with torch.no_grad():
             for _ in range(n + 1):
@@ -195,14 +197,15 @@ def steps(m, layers, x, n=5, **kw):
                 host_last.append((stamps[-1] - t0) * 1e3)
                 host_end.append((t1 - t0) * 1e3)
                 dev_end.append((t2 - t0) * 1e3)
+                dev_span.append(start.elapsed_time(end))
                 gaps.append(statistics.median(a.elapsed_time(b) for a, b in zip(evs, evs[1:])))
     finally:
         for h in hooks:
             h.remove()
     med = lambda v: statistics.median(v[1:])  # noqa: E731 - the first forward warms up
     return (f"host reaches the last layer at {med(host_last):.1f} ms, returns at {med(host_end):.1f} ms, "
-            f"device done at {med(dev_end):.1f} ms; device time a layer {med(gaps):.3f} ms "
-            f"(max of forwards {max(gaps[1:]):.3f})")
+            f"sees the device done at {med(dev_end):.1f} ms; the device's span {med(dev_span):.1f} ms, "
+            f"its time a layer {med(gaps):.3f} ms (max of forwards {max(gaps[1:]):.3f})")
 
 
 def graph_timed(m, x, n):

@@ -332,18 +332,19 @@ func TestReadRun(t *testing.T) {
 	}
 	const p = parallelReadBytes
 	for _, c := range []struct {
+		name  string
 		reads []stagedRead
 		want  int
 	}{
-		{sizes(100, 200, 300), 3},  // less than a run: all of them
-		{sizes(p, 1), 1},           // one read makes a run
-		{sizes(p/2, p/2, p/2), 2},  // two halves make one
-		{sizes(p-1, 1, p), 2},      // exactly a run
-		{sizes(10, p-11, 1, 5), 3}, // the read that reaches it ends the run
-		{sizes(), 0},
+		{"less than a run: all of them", sizes(100, 200, 300), 3},
+		{"one read makes a run", sizes(p, 1), 1},
+		{"two halves make one", sizes(p/2, p/2, p/2), 2},
+		{"exactly a run", sizes(p-1, 1, p), 2},
+		{"the read that reaches it ends the run", sizes(10, p-11, 1, 5), 3},
+		{"no reads", sizes(), 0},
 	} {
 		if got := readRun(c.reads); got != c.want {
-			t.Errorf("readRun of %d reads: %d, want %d", len(c.reads), got, c.want)
+			t.Errorf("%s: readRun %d, want %d", c.name, got, c.want)
 		}
 	}
 }

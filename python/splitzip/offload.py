@@ -626,8 +626,8 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     (packs in GPU memory, at most gpu_bytes of them, default all; the rest
     pinned). tier "compressed" is no window: the whole model stays in GPU
     memory, its linear layers as fixed payloads that splitzip.nn's kernel
-    multiplies from (window, prefetch and the expert settings do not
-    apply; model.splitzip_offload is a
+    multiplies from (window and prefetch are ignored; gpu_bytes and the
+    expert settings are refused; model.splitzip_offload is a
     splitzip.offload_compressed.Compressed); linears="faster" keeps
     BF16 the linear layers whose shape the kernel multiplies slower than
     torch at batch 1 on this device (timed at setup). transformers builds the model (kwargs are its from_pretrained
@@ -658,16 +658,16 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     if tier == COMPRESSED:
-        if experts is not None or gpu_bytes is not None:
-            raise ValueError("tier 'compressed' keeps the whole model in GPU memory: experts= and gpu_bytes= "
-                             "do not apply")
+        if (experts, gpu_bytes, expert_prefetch, expert_window, expert_routing) != (None, None, 0, 1, "host"):
+            raise ValueError("tier 'compressed' keeps the whole model in GPU memory: gpu_bytes= and the expert "
+                             "settings do not apply")
         if linears not in LINEARS:
             raise ValueError(f"linears {linears!r}: want one of {', '.join(LINEARS)}")
-    elif linears != "all":
-        raise ValueError("linears= chooses the linear layers of tier 'compressed'")
     else:
         _check_args(tier, gpu_bytes, experts, expert_prefetch, expert_window, window,
                     expert_routing)  # before anything loads
+        if linears != "all":
+            raise ValueError("linears= chooses the linear layers of tier 'compressed'")
     if kwargs.get("device_map") not in (None, "cpu"):
         raise ValueError("offload places the model itself: give device=, not device_map=")
     kwargs["device_map"] = "cpu"

@@ -17,9 +17,11 @@ weight is one of those tensors unchanged takes that tensor's payload. A
 weight transformers converted (fused, transposed, cast), one stored raw
 or entropy-coded, one that is not BF16, or one whose in_features is not a
 multiple of 16 stays a BF16 Linear in GPU memory; Compressed.kept says
-which and why. A tied output projection (Llama with tied embeddings)
-multiplies from the embedding's payload while the embedding itself
-stays BF16.
+which and why. A Linear whose weight is tied to another parameter (an
+output projection tied to the embeddings) stays BF16 too: the embedding
+keeps its BF16 weight, and a payload beside it would add memory. Only
+plain torch.nn.Linear modules are replaced (a subclass may compute
+otherwise); the others are kept and named.
 
 linears="faster" keeps BF16 also where the fused kernel is slower than
 torch's BF16 product on this device: for each shape it would replace, it
@@ -56,6 +58,8 @@ def _why_not(mod: "torch.nn.Linear", name: str, cache: Cache):
         return f"weight is {w.dtype}, not BF16"
     if mod.in_features % 16:
         return f"in_features {mod.in_features} is not a multiple of 16"
+    if not w.is_contiguous():
+        return "weight is a strided view of a checkpoint tensor (a transpose), not the tensor"
     info = cache.info(name)
     if tuple(info.shape) != (mod.out_features, mod.in_features):
         return f"checkpoint tensor {name} has shape {tuple(info.shape)}"
@@ -115,13 +119,25 @@ class Compressed:
         by_ptr = {(t.data_ptr(), t.numel() * t.element_size()): name
                   for name, t in kept_tensors.items() if t.numel() and t.device.type == "cpu"}
         made: Dict[str, Tuple["torch.Tensor", bytes]] = {}  # checkpoint tensor -> payload on device, header
+        owners: Dict[int, List[str]] = {}  # a parameter's id -> the names it has in the model (tied: several)
+        for mname, m in model.named_modules():
+            for pname, p in m._parameters.items():
+                if p is not None:
+                    owners.setdefault(id(p), []).append(f"{mname}.{pname}" if mname else pname)
         for name, mod in list(model.named_modules()):
-            if not name or type(mod) is not torch.nn.Linear:
+            if not name or not isinstance(mod, torch.nn.Linear):
+                continue
+            if type(mod) is not torch.nn.Linear:
+                self.kept.append((name, f"a {type(mod).__name__}, not a plain Linear: its forward may differ"))
                 continue
             w = mod.weight
             src = by_ptr.get((w.data_ptr(), w.numel() * w.element_size())) if w.device.type == "cpu" else None
             if src is None:
                 self.kept.append((name, "weight is no checkpoint tensor unchanged (converted by transformers)"))
+                continue
+            tied = [o for o in owners.get(id(w), []) if o != f"{name}.weight"]
+            if tied:
+                self.kept.append((name, f"weight tied to {tied[0]}, which stays BF16: a payload would add memory"))
                 continue
             why = _why_not(mod, src, cache)
             if why is None and linears == "faster":
@@ -166,11 +182,16 @@ class Compressed:
         shape = (mod.out_features, mod.in_features)
         if shape not in self.timings:
             had = src in made
-            fixed = self._linear(src, mod, made)
+            try:
+                fixed = self._linear(src, mod, made)
+            except ValueError as e:
+                return str(e)
             w = mod.weight.detach().to(self.device)
-            x = torch.randn(1, mod.in_features, device=self.device).to(torch.bfloat16)
-            flush = torch.empty(2 * _l2_bytes(self.device), dtype=torch.uint8, device=self.device)
-            with torch.no_grad():
+            # The events, the spin and the synchronization act on the
+            # current device: make it the one the layers run on.
+            with torch.cuda.device(self.device), torch.no_grad():
+                x = torch.randn(1, mod.in_features, device=self.device).to(torch.bfloat16)
+                flush = torch.empty(2 * _l2_bytes(self.device), dtype=torch.uint8, device=self.device)
                 self.timings[shape] = (_median_us(lambda: fixed(x), flush),
                                        _median_us(lambda: torch.nn.functional.linear(x, w), flush))
             del w, flush, fixed
