@@ -329,6 +329,21 @@ class TestOffload(unittest.TestCase):
                 near(out, want, "graph replay")
                 with torch.no_grad():
                     near(out, m(x, use_cache=False).logits, "graph replay against eager")
+            # The same kernel on the same weights, matched by name
+            # (replace_linears on transformers' own model) instead of by
+            # storage: the same bits.
+            import splitzip
+            from splitzip.nn import replace_linears
+            from transformers import AutoModelForCausalLM
+            byname = AutoModelForCausalLM.from_pretrained(self.src, device_map="cuda:0", dtype=torch.bfloat16).eval()
+            with splitzip.Cache(self.caches["fixed"]) as c:
+                self.assertEqual(len(replace_linears(byname, c)), 7 * LAYERS + 1)
+                for x in self.inputs:
+                    with torch.no_grad():
+                        a, b = byname(x).logits, m(x).logits
+                    self.assertTrue(torch.equal(a, b), f"against replace_linears: differ by "
+                                                       f"{(a.float() - b.float()).abs().max().item()}")
+            del byname
             o.check()
             for batch in (1, 2):
                 ids = self.inputs[1][:batch, :8]
