@@ -94,6 +94,8 @@ demo: build
 	cmp $(DEMO)/checkpoint/model-00002-of-00002.safetensors $(DEMO)/restored/model-00002-of-00002.safetensors
 	cmp $(DEMO)/checkpoint/model.safetensors.index.json $(DEMO)/restored/model.safetensors.index.json
 	@echo "demo ok: restored files are identical to the originals"
+	@echo "  checkpoint $(DEMO)/checkpoint, cache $(DEMO)/cache, restored files $(DEMO)/restored; the binary is $(BIN)"
+	@echo "  next: $(BIN) inspect $(DEMO)/cache --tensors, $(BIN) load $(DEMO)/cache --device cpu, $(BIN) --help"
 
 FUZZTIME ?= 60s
 fuzz:

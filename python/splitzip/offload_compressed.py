@@ -26,9 +26,12 @@ otherwise); the others are kept and named.
 linears="faster" keeps BF16 also where the fused kernel is slower than
 torch's BF16 product on this device: for each shape it would replace, it
 times both at batch 1 once (CUDA events, the L2 flushed before each,
-median of 15) and replaces only where the kernel wins. That trades some
-memory for speed: on an H100 the kernel spreads a 1024-row matrix (a
-Llama key or value projection) over few blocks.
+median of 15) and replaces only where the kernel wins. That trades memory for
+speed, and which layers stay BF16 depends on the device: on an H100 the
+kernel was 0.95x cuBLAS on a 14336x4096 matrix and 1.70x on 4096x4096
+(docs/PERF.md), so such a choice may keep the largest layers BF16.
+The results are not bit-exact against the resident model (the kernel's
+sums are rounded in another order than cuBLAS's).
 """
 
 import statistics
@@ -192,9 +195,10 @@ class Compressed:
             with torch.cuda.device(self.device), torch.no_grad():
                 x = torch.randn(1, mod.in_features, device=self.device).to(torch.bfloat16)
                 flush = torch.empty(2 * _l2_bytes(self.device), dtype=torch.uint8, device=self.device)
+                b = None if mod.bias is None else mod.bias.detach().to(self.device)
                 self.timings[shape] = (_median_us(lambda: fixed(x), flush),
-                                       _median_us(lambda: torch.nn.functional.linear(x, w), flush))
-            del w, flush, fixed
+                                       _median_us(lambda: torch.nn.functional.linear(x, w, b), flush))
+            del w, b, flush, fixed
             if self.timings[shape][0] > self.timings[shape][1] and not had:
                 del made[src]  # its payload was uploaded for the timing only
         fused, bf16 = self.timings[shape]
