@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // inspectOptions are the flags of inspect.
@@ -29,7 +30,16 @@ against the exponents' entropy bound; with --tensors every tensor, with
 --bits where entropy payloads' bits go; with --cost what this host's cost
 model (splitzip calibrate) predicts a first load from the page cache takes,
 as stored and all raw. In --json the count of fixed-codec payloads keeps the
-key "splitzip_tensors" of earlier releases.`,
+key "splitzip_tensors" of earlier releases, and a tensor's "stored" the
+on-disk name "splitzip" for a fixed-codec payload ("fixed" in the table).
+
+Columns of --tensors: stored (fixed, entropy or raw), bits/value (stored
+bits a value), bound (the bits a value of an ideal coder of the tensor's
+exponents), coverage (the share of values whose exponent is one of the
+tensor's 16 coded exponents), escapes (the share that is not), exp-entropy
+(the entropy of the exponents alone, bits a value), why raw (why a tensor
+was left raw). The summary gives, per dtype, tensor counts (all, fixed,
+entropy) and sizes (raw, stored).`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runInspect(cmd.Context(), g, o, a[0])
@@ -66,15 +76,15 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	t := res.Totals
 	if o.Tensors {
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tbound\tcoverage\tescapes\tentropy\twhy raw")
+		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tbound\tcoverage\tescapes\texp-entropy\twhy raw")
 		for _, r := range res.Tensors {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%.5f\t%.2e\t%.3f\t%s\n", r.Name, r.DType, r.Values, r.Stored,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%.5f\t%.2e\t%.3f\t%s\n", r.Name, r.DType, r.Values, storedName(r.Stored),
 				r.BitsPerValue, bound(r.BoundBits), r.Coverage, r.EscapeRate, r.ExponentEntropy, r.Reason)
 		}
 		tw.Flush()
 	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "dtype\ttensors\tfixed\tentropy\traw\tstored\tbits/value\tentropy bound")
+	fmt.Fprintln(tw, "dtype\ttensors\tfixed\tentropy\traw size\tstored size\tbits/value\tentropy bound")
 	for _, d := range res.DTypes {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%.3f\t%s\n", d.DType, d.Tensors, d.Fixed, d.Entropy, human(d.RawBytes), human(d.StoredBytes), d.BitsPerValue, bound(d.BoundBits))
 	}
@@ -152,6 +162,16 @@ func payloadKinds(t pipeline.Totals) string {
 	}
 	if t.CostRawTensors > 0 {
 		s += fmt.Sprintf(", %d kept raw by the cost model (%s)", t.CostRawTensors, human(t.CostRawBytes))
+	}
+	return s
+}
+
+// storedName is how the table names a tensor's stored form: the fixed
+// codec's on-disk name ("splitzip", kept in the index and in --json) as
+// the codec is called everywhere else.
+func storedName(s string) string {
+	if s == shardcache.StoredFixed {
+		return pipeline.CodecFixed
 	}
 	return s
 }
