@@ -630,8 +630,9 @@ def offload(cache: str, config, device: Union[str, int, "torch.device"] = "cuda:
     expert settings are refused; model.splitzip_offload is a
     splitzip.offload_compressed.Compressed); linears="faster" keeps
     BF16 the linear layers whose shape the kernel multiplies slower than
-    torch at batch 1 on this device (timed at setup). transformers builds the model (kwargs are its from_pretrained
-    arguments, such as attn_implementation) on the CPU from the cache's
+    torch at batch 1 on this device (timed at setup). transformers
+    builds the model (kwargs are its from_pretrained arguments, such as
+    attn_implementation) on the CPU from the cache's
     tensors, converting them as it does from the files; each layer
     parameter's bytes are then traced back to the checkpoint tensors that
     tile them, and faults write those tensors into the slots. Everything
