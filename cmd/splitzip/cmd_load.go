@@ -16,6 +16,7 @@ import (
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/cudaengine"
 	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/internal/loadbench"
 	"github.com/splitzip/splitzip/load"
 	"github.com/splitzip/splitzip/shardcache"
@@ -146,6 +147,9 @@ func (o loadOptions) engineFor(flag, dev string) (engine.Engine, error) {
 	}
 	ctx, err := openGPU(n) // for its clear error when there is no GPU
 	if err != nil {
+		if failure.KindOf(err) == failure.Device {
+			return nil, fmt.Errorf("%w (%s cpu loads through the host implementation)", err, flag)
+		}
 		return nil, err
 	}
 	ctx.Close()
