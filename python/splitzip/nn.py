@@ -42,6 +42,9 @@ def _gemv_op():
     """The custom op splitzip::gemv_fixed, defined on first use (once, in
     whichever thread comes first)."""
     global _op
+    op = _op  # set once, under the lock: no lock on a forward's path
+    if op is not None:
+        return op
     with _layers_lock:
         if _op is None:
             _op = _define_op()
