@@ -24,6 +24,13 @@ func codeLimited(t testing.TB, syms []byte, limit int) *Code {
 	t.Helper()
 	freq := make([]uint64, 256)
 	histogram(freq, syms)
+	return codeOfFreq(t, freq, limit)
+}
+
+// codeOfFreq builds the code of the symbol frequencies freq, no code
+// longer than limit bits.
+func codeOfFreq(t testing.TB, freq []uint64, limit int) *Code {
+	t.Helper()
 	ls, err := Lengths(freq, limit)
 	if err != nil {
 		t.Fatal(err)
@@ -523,14 +530,7 @@ func TestTablesMatchReference(t *testing.T) {
 			// Geometric weights make codes of every length up to MaxLen.
 			freq[rng.IntN(MaxSymbols)] += 1 + uint64(1)<<rng.IntN(40)
 		}
-		ls, err := Lengths(freq, MaxLen)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := NewCode(ls, MaxLen)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := codeOfFreq(t, freq, MaxLen)
 		want := make([]uint16, 1<<MaxLen)
 		for s := range MaxSymbols {
 			if l := int(c.Lengths[s]); l > 0 {

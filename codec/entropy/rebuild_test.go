@@ -110,16 +110,7 @@ func TestLaneBitsVec(t *testing.T) {
 			}
 			syms[i] = byte(g.base + v)
 		}
-		freq := make([]uint64, 256)
-		histogram(freq, syms)
-		ls, err := Lengths(freq, g.maxL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := NewCode(ls, g.maxL)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := codeLimited(t, syms, g.maxL)
 		encode := func(vec bool, s []byte) ([]byte, error) {
 			saved := useAVX2
 			useAVX2 = useAVX2 && vec
