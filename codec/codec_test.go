@@ -338,6 +338,15 @@ func TestPieceChecksums(t *testing.T) {
 		if crc != Checksum(p) {
 			t.Errorf("pieces of %d bytes: %08x, want %08x", piece, crc, Checksum(p))
 		}
+		// The same spans continued in order, as a piece that arrives
+		// span by span is checksummed (UpdatePieceChecksum).
+		crc = 0
+		for off := 0; off < len(p); off += piece {
+			crc = UpdatePieceChecksum(crc, p[off:min(off+piece, len(p))], uint64(off))
+		}
+		if crc != Checksum(p) {
+			t.Errorf("spans of %d bytes continued: %08x, want %08x", piece, crc, Checksum(p))
+		}
 	}
 }
 

@@ -25,15 +25,21 @@ func CombineChecksums(crcA, crcB uint32, lenB uint64) uint32 { return crc32c.Com
 // PieceChecksum returns the CRC-32C of piece p, which starts at offset off
 // of a payload, taking the header's checksum field as zero as Checksum does.
 // Folding the pieces in order with CombineChecksums gives Checksum.
-func PieceChecksum(p []byte, off uint64) uint32 {
+func PieceChecksum(p []byte, off uint64) uint32 { return UpdatePieceChecksum(0, p, off) }
+
+// UpdatePieceChecksum returns the checksum of the bytes before piece p
+// (whose checksum as a piece is crc) followed by p, which starts at
+// offset off of a payload: PieceChecksum of the two pieces as one. It
+// lets a piece that arrives in order be checksummed span by span.
+func UpdatePieceChecksum(crc uint32, p []byte, off uint64) uint32 {
 	lo, hi := uint64(offChecksum), uint64(offChecksum+4)
 	end := off + uint64(len(p))
 	if end <= lo || off >= hi {
-		return crc32c.Update(0, p)
+		return crc32c.Update(crc, p)
 	}
 	var zero [4]byte
 	a := min(lo, end) - min(lo, off) // bytes before the field
-	crc := crc32c.Update(0, p[:a])
+	crc = crc32c.Update(crc, p[:a])
 	zs := max(off, lo) - off
 	ze := min(end, hi) - off
 	crc = crc32c.Update(crc, zero[:ze-zs])

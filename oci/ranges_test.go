@@ -2,12 +2,14 @@ package oci
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -181,6 +183,15 @@ func TestRemoteReadParts(t *testing.T) {
 	if log.mostSeen < 2 {
 		t.Errorf("at most %d GET in flight: the parts were not read in parallel", log.mostSeen)
 	}
+	// The same read telling its stretches as they land, on a cache
+	// opened afresh (the first read's GETs taught this one larger parts).
+	rr, err := Open(ctx, ref, s3Options(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFiles := shardcache.NewObjectFiles(rr)
+	defer runFiles.Close()
+	checkRuns(t, runFiles, loc, want, len(parts))
 	// A part refused (and the parts after it) fails the read with the
 	// refusal, not with the cancellation it sends to the other parts.
 	// A cache opened afresh, whose parts are the default's again.
@@ -196,5 +207,120 @@ func TestRemoteReadParts(t *testing.T) {
 	err = files2.ReadAt(loc, got, 0)
 	if err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("a read with a part refused: %v; want the refusal", err)
+	}
+}
+
+// checkRuns reads the object at loc through ObjectBytes.ReadAtRuns and
+// checks what it tells: one stretch a part, each told in order in spans
+// of at most spanBytes that are in place (equal to want) when told, the
+// stretches tiling the object.
+func checkRuns(t *testing.T, files *shardcache.ObjectFiles, loc shardcache.Location, want []byte, parts int) {
+	t.Helper()
+	ob, err := files.Open(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	type stretch struct {
+		off, n int64
+		bad    string
+	}
+	var mu sync.Mutex
+	var stretches []*stretch
+	got := make([]byte, len(want))
+	err = ob.ReadAtRuns(got, 0, func(off int64) func([]byte) {
+		s := &stretch{off: off}
+		mu.Lock()
+		stretches = append(stretches, s)
+		mu.Unlock()
+		return func(q []byte) {
+			at := s.off + s.n
+			switch {
+			case len(q) == 0 || len(q) > spanBytes:
+				s.bad = fmt.Sprintf("a span of %d bytes", len(q))
+			case &q[0] != &got[at]:
+				s.bad = fmt.Sprintf("a span out of place at %d", at)
+			case !bytes.Equal(q, want[at:at+int64(len(q))]):
+				s.bad = fmt.Sprintf("a span at %d told before its bytes were in place", at)
+			}
+			s.n += int64(len(q))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("object read with runs differs")
+	}
+	if len(stretches) != parts {
+		t.Errorf("%d stretches, want one a part (%d)", len(stretches), parts)
+	}
+	slices.SortFunc(stretches, func(a, b *stretch) int { return cmp.Compare(a.off, b.off) })
+	var at int64
+	for _, s := range stretches {
+		if s.bad != "" || s.off != at {
+			t.Errorf("stretch at %d (%d bytes, want it at %d): %s", s.off, s.n, at, s.bad)
+		}
+		at = s.off + s.n
+	}
+	if at != int64(len(want)) {
+		t.Errorf("stretches end at %d of %d bytes", at, len(want))
+	}
+}
+
+// cutReader gives its bytes in reads of at most step bytes, then fails
+// with err after cut bytes.
+type cutReader struct {
+	b         []byte
+	step, cut int
+	err       error
+}
+
+func (r *cutReader) Read(p []byte) (int, error) {
+	if r.cut == 0 {
+		return 0, r.err
+	}
+	n := copy(p[:min(len(p), r.step, r.cut)], r.b)
+	r.b, r.cut = r.b[n:], r.cut-n
+	return n, nil
+}
+
+// TestReadSpans: readSpans fills p as io.ReadFull does, telling each
+// span of at most spanBytes once it is in p, and reports a body that
+// ends early as io.ErrUnexpectedEOF with the bytes that arrived told.
+func TestReadSpans(t *testing.T) {
+	b := make([]byte, 3*spanBytes+5)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	for _, c := range []struct {
+		step, cut int
+		err       error
+		want      error
+	}{
+		{1 << 20, len(b), io.EOF, nil},
+		{1000, len(b), io.EOF, nil},
+		{1 << 20, spanBytes, io.EOF, io.ErrUnexpectedEOF},   // ends on a span's end
+		{4096, spanBytes + 17, io.EOF, io.ErrUnexpectedEOF}, // ends within a span
+		{4096, 0, io.EOF, io.EOF},                           // nothing arrived
+		{4096, 999, errors.New("reset"), nil},               // a broken connection
+	} {
+		p := make([]byte, len(b))
+		told := 0
+		n, err := readSpans(&cutReader{b: b, step: c.step, cut: c.cut, err: c.err}, p, func(q []byte) {
+			if len(q) > spanBytes || !bytes.Equal(q, b[told:told+len(q)]) || &q[0] != &p[told] {
+				t.Errorf("step %d, cut %d: span of %d bytes at %d not in place", c.step, c.cut, len(q), told)
+			}
+			told += len(q)
+		})
+		switch {
+		case c.want == nil && c.cut == len(b) && (err != nil || n != len(b)):
+			t.Errorf("step %d: %d bytes, %v; want all %d", c.step, n, err, len(b))
+		case c.cut < len(b) && (n != c.cut || err == nil || c.want != nil && !errors.Is(err, c.want)):
+			t.Errorf("step %d, cut %d: %d bytes, %v; want %d, %v", c.step, c.cut, n, err, c.cut, c.want)
+		}
+		if told != n {
+			t.Errorf("step %d, cut %d: told %d bytes of %d read", c.step, c.cut, told, n)
+		}
 	}
 }

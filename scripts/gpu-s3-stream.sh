@@ -21,7 +21,9 @@
 # loads with each set of load flags; ALT="splitzip-x|splitzip-y --readers 16"
 # adds streamed loads by other binaries in $B (an experiment's builds),
 # each with its flags; PROFILE=1 writes a CPU profile of
-# each streamed load into $OUT; logs to $OUT.
+# each streamed load into $OUT; logs to $OUT. Each streamed load reports
+# the CPU time it took and the server's CPU time over it (both share the
+# host's cores: on loopback the stream is bound by them).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -40,6 +42,16 @@ export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-
 gw=$!
 trap 'kill $gw; rm -rf "$W"' EXIT
 sleep 1
+# srv prints the server's CPU seconds so far (user + system, from /proc).
+tick=$(getconf CLK_TCK)
+srv() { awk -v t="$tick" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$gw/stat"; }
+# cpu runs a command, then prints its CPU seconds and the server's over it.
+cpu() {
+	local s0 TIMEFORMAT="  load process: %R s wall, %U s user, %S s system"
+	s0=$(srv)
+	time "$@"
+	echo "  server: $(awk -v a="$s0" -v b="$(srv)" 'BEGIN { printf "%.2f", b - a }') s of CPU"
+}
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "=== gen and compress -o s3:// ($SIZE) $(date +%T)"
 "$B/splitzip" gen "$W/ck" --size "$SIZE" --shards 4 >/dev/null
@@ -50,7 +62,7 @@ rm -rf "$W/ck" # the loads must not find the source
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
 for c in raw fixed entropy; do
 	echo "=== load s3://bench/m:$c streamed $(date +%T)"
-	timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 ${PROFILE:+--cpuprofile "$OUT/stream-$c.prof"} 2>&1 | grep -E "run|first|moved|summed|streaming"
+	{ cpu timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 ${PROFILE:+--cpuprofile "$OUT/stream-$c.prof"}; } 2>&1 | grep -E "run|first|moved|summed|streaming|process|server"
 	if [ -x "$B/splitzip-base" ]; then
 		echo "--- the same with the baseline binary"
 		timeout 120 "$B/splitzip-base" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
@@ -60,7 +72,7 @@ IFS='|' read -ra variants <<<"${VARIANTS:-}"
 for v in "${variants[@]}"; do
 	for c in raw fixed entropy; do
 		echo "=== load s3://bench/m:$c streamed, $v $(date +%T)"
-		timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 $v 2>&1 | grep -E "run|summed"
+		{ cpu timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 $v; } 2>&1 | grep -E "run|summed|process|server"
 	done
 done
 IFS='|' read -ra alts <<<"${ALT:-}"
@@ -68,7 +80,7 @@ for a in "${alts[@]}"; do
 	read -r bin flags <<<"$a"
 	for c in raw fixed entropy; do
 		echo "=== load s3://bench/m:$c streamed by $bin $flags $(date +%T)"
-		timeout 120 "$B/$bin" load "s3://bench/m:$c" --repeat 3 $flags 2>&1 | grep -E "run|summed|pinned"
+		{ cpu timeout 120 "$B/$bin" load "s3://bench/m:$c" --repeat 3 $flags; } 2>&1 | grep -E "run|summed|pinned|process|server"
 	done
 done
 echo "=== load s3://bench/m:fixed --check $(date +%T)"

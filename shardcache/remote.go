@@ -19,6 +19,25 @@ type Files interface {
 	ReadFileAt(key Key, p []byte, off int64) error
 }
 
+// Runs is told of a read's bytes as they land, for work best done while
+// they are still in the processor's cache (a checksum). For each stretch
+// of the read that arrives in order (one ranged GET), Runs is called once
+// with the stretch's offset, from the goroutine that reads it; the
+// function it returns is then called from that goroutine with each span
+// of the stretch, in order, as soon as the span's bytes are in place.
+// The stretches tile the read; several may be under way at once. A
+// stretch that breaks off before its end fails the read.
+type Runs func(off int64) (span func(q []byte))
+
+// RunFiles is Files that can also tell a read's Runs (oci's ranged GETs
+// in parallel parts do).
+type RunFiles interface {
+	Files
+	// ReadFileRuns reads as ReadFileAt does, telling runs (if not nil)
+	// of the bytes as they land, in offsets of the file.
+	ReadFileRuns(key Key, p []byte, off int64, runs Runs) error
+}
+
 // remote is a remote cache's files and the name each goes by in a
 // Location (Path), which ObjectFiles maps back to its key.
 type remote struct {
@@ -67,6 +86,26 @@ func (c *Cache) ReadRemote(path string, p []byte, off int64) (ok bool, err error
 		return false, nil
 	}
 	return true, c.remote.fileAt(path, p, off)
+}
+
+// fileRuns reads len(p) bytes at off of the remote file named path,
+// telling runs of them (in offsets of the file) as they land: through
+// RunFiles where files is one, else as one stretch once all are read.
+func (r *remote) fileRuns(path string, p []byte, off int64, runs Runs) error {
+	k, ok := r.keys[path]
+	if !ok {
+		return fmt.Errorf("%s: %w: no file of the index", path, ErrObjectCorrupt)
+	}
+	if rf, ok := r.files.(RunFiles); ok {
+		return rf.ReadFileRuns(k, p, off, runs)
+	}
+	if err := r.files.ReadFileAt(k, p, off); err != nil {
+		return err
+	}
+	if len(p) > 0 {
+		runs(off)(p)
+	}
+	return nil
 }
 
 // remoteAt is a remote file as an io.ReaderAt of exact reads.

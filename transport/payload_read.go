@@ -5,9 +5,11 @@ package transport
 // the packer. The checks themselves are package payload's.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +60,9 @@ const crcStep = 512 << 10
 func readChecked(f io.ReaderAt, q []byte, off uint64) (sum uint32, read, verify time.Duration, err error) {
 	step := crcStep
 	if r, ok := f.(interface{ Remote() bool }); ok && r.Remote() {
+		if rr, ok := f.(runsReader); ok {
+			return readRuns(rr, q, off)
+		}
 		step = max(len(q), 1) // one ranged GET a piece: a request costs a round trip
 	}
 	for o := 0; o < len(q); o += step {
@@ -77,6 +82,65 @@ func readChecked(f io.ReaderAt, q []byte, off uint64) (sum uint32, read, verify 
 		verify += time.Since(t1)
 	}
 	return sum, read, verify, nil
+}
+
+// runsReader reads an object telling of its bytes as they land
+// (shardcache.ObjectBytes).
+type runsReader interface {
+	ReadAtRuns(p []byte, off int64, runs shardcache.Runs) error
+}
+
+// run is one stretch of a piece read by readRuns: where it starts, the
+// bytes checksummed so far and their checksum, and the time that took.
+type run struct {
+	off, n uint64
+	sum    uint32
+	verify time.Duration
+}
+
+// readRuns is readChecked of a remote object, in one read (a request
+// costs a round trip) whose stretches, read in parallel, are checksummed
+// span by span as they land, while the bytes are in the core's cache;
+// the stretches' checksums are then folded in order. A reader whose
+// stretches do not tile q exactly has q checksummed again, whole.
+func readRuns(f runsReader, q []byte, off uint64) (sum uint32, read, verify time.Duration, err error) {
+	var mu sync.Mutex
+	var runs []*run
+	t0 := time.Now()
+	err = f.ReadAtRuns(q, int64(off), func(at int64) func([]byte) {
+		r := &run{off: uint64(at)}
+		mu.Lock()
+		runs = append(runs, r)
+		mu.Unlock()
+		return func(s []byte) {
+			t := time.Now()
+			r.sum = codec.UpdatePieceChecksum(r.sum, s, r.off+r.n)
+			r.n += uint64(len(s))
+			r.verify += time.Since(t)
+		}
+	})
+	total := time.Since(t0)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	slices.SortFunc(runs, func(a, b *run) int { return cmp.Compare(a.off, b.off) })
+	at, tiled := off, 0
+	for _, r := range runs {
+		if r.off != at {
+			break
+		}
+		sum = codec.CombineChecksums(sum, r.sum, r.n)
+		at += r.n
+		verify += r.verify
+		tiled++
+	}
+	if at != off+uint64(len(q)) || tiled != len(runs) {
+		t := time.Now()
+		sum = codec.PieceChecksum(q, off)
+		verify = time.Since(t)
+		return sum, total, verify, nil
+	}
+	return sum, max(total-verify, 0), verify, nil
 }
 
 // read loads a payload object into buf, in pieces read and checksummed in

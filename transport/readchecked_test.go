@@ -1,13 +1,16 @@
 package transport
 
 import (
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // TestReadCheckedMatchesChecksum checks that pieces read in crcStep steps
@@ -39,6 +42,83 @@ func TestReadCheckedMatchesChecksum(t *testing.T) {
 		}
 		if sum != h.Checksum {
 			t.Errorf("pieces of %d bytes: checksum %08x, header says %08x", piece, sum, h.Checksum)
+		}
+	}
+}
+
+// stretchReader serves p as a remote object whose reads arrive in
+// stretches read in parallel (shardcache.RunFiles), each told span by
+// span; gap leaves a byte of each read untold after its first stretch,
+// and dup tells the first stretch twice (readers that break the
+// contract: readRuns must checksum the bytes whole then).
+type stretchReader struct {
+	p         []byte
+	stretches int
+	span      int
+	gap, dup  bool
+}
+
+func (r stretchReader) ReadAtRuns(q []byte, off int64, runs shardcache.Runs) error {
+	copy(q, r.p[off:])
+	each := (len(q) + r.stretches - 1) / r.stretches
+	var wg sync.WaitGroup
+	for i := 0; i*each < len(q); i++ {
+		s, at := q[i*each:min((i+1)*each, len(q))], off+int64(i*each)
+		if r.gap && i > 0 {
+			s, at = s[1:], at+1
+		}
+		times := 1
+		if r.dup && i == 0 {
+			times = 2
+		}
+		for range times {
+			wg.Go(func() {
+				tell := runs(at)
+				for o := 0; o < len(s); o += r.span {
+					tell(s[o:min(o+r.span, len(s))])
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+func (stretchReader) ReadAt([]byte, int64) (int, error) {
+	return 0, errors.New("ReadAt: want ReadAtRuns")
+}
+func (stretchReader) Remote() bool { return true }
+
+// TestReadRunsMatchesChecksum: a remote piece checksummed span by span
+// in parallel stretches (readRuns) folds to the payload's checksum, for
+// spans across the header's checksum field and pieces on and off the
+// stretches' ends; a reader whose stretches leave a gap or overlap still
+// gives the right checksum (the bytes are checksummed again, whole).
+func TestReadRunsMatchesChecksum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	p, _, err := codec.Encode(synth.Normal(rng, 200_001, 0.02))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := codec.ParseHeader(p)
+	for _, r := range []stretchReader{
+		{stretches: 1, span: 1}, {stretches: 3, span: 7}, {stretches: 4, span: 4096},
+		{stretches: 2, span: 1 << 20}, {stretches: 3, span: 61, gap: true}, {stretches: 2, span: 999, dup: true},
+	} {
+		r.p = p
+		for _, piece := range []int{len(p), 100_000, 4099} {
+			var sum uint32
+			for off := 0; off < len(p); off += piece {
+				q := make([]byte, min(piece, len(p)-off))
+				c, _, _, err := readChecked(r, q, uint64(off))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum = codec.CombineChecksums(sum, c, uint64(len(q)))
+			}
+			if sum != h.Checksum {
+				t.Errorf("%+v, pieces of %d bytes: checksum %08x, header says %08x", r, piece, sum, h.Checksum)
+			}
 		}
 	}
 }
