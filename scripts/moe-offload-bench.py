@@ -25,6 +25,15 @@ device-routed offload, whose tokens must equal the resident graph's.
     python3 scripts/moe-offload-bench.py --bin .dev/splitzip --out $OUT [--work DIR]
 
 Writes moe.json and prints one JSON line a variant and a table.
+
+With --interleave R the resident model, the whole-layer offload and the
+host-routed expert offload are held at once and timed in turns instead:
+R rounds, each one timed generation of every model (after a warm-up
+generation each), so that a host whose speed drifts during the run
+(eager decoding is bound by its kernel launches) slows all of them
+alike; each round's ratios to the resident model are printed, and the
+tokens of every generation are checked against the resident model's.
+Writes moe-turns.json.
 """
 
 import argparse
@@ -62,6 +71,59 @@ def make(cfg, src, bin_, cache):
         print(f"compress: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
+def turns(args, cfg, src, cache, pool, ids, kw):
+    """--interleave: the three models held at once, timed in turns."""
+    models = {"resident": AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0").eval(),
+              "layers": offload(cache, src, prefetch=1, tier="pinned", window=WINDOW),
+              "experts": offload(cache, src, prefetch=1, tier="pinned", window=cfg.num_hidden_layers, experts=pool)}
+    times = {name: [] for name in models}
+    want, unequal = None, []
+    with torch.no_grad():
+        for name, m in models.items():
+            got = m.generate(ids, **kw)  # warm-up
+            if want is None:
+                want = got
+            elif not torch.equal(want, got):
+                unequal.append(name)
+        for r in range(args.interleave):
+            order = list(models.items())
+            if r % 2:
+                order.reverse()
+            for name, m in order:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                got = m.generate(ids, **kw)
+                torch.cuda.synchronize()
+                times[name].append(args.tokens / (time.perf_counter() - t0))
+                if not torch.equal(want, got):
+                    unequal.append(name)
+    rows = []
+    for name, ts in times.items():
+        rs = [t / b for t, b in zip(ts, times["resident"])]
+        layer_rs = [t / b for t, b in zip(ts, times["layers"])]
+        row = {"variant": name, "tok_s": ts, "x_resident": rs, "x_layers": layer_rs}
+        rows.append(row)
+        print(f"{name:<10} tokens/s {', '.join(f'{t:.2f}' for t in ts)}; x resident {', '.join(f'{r:.3f}' for r in rs)} "
+              f"(min {min(rs):.3f}); x layers {', '.join(f'{r:.2f}' for r in layer_rs)} (min {min(layer_rs):.2f})",
+              flush=True)
+    st = models["experts"].splitzip_offload.stats.experts
+    print(f"experts: {st.resident_fraction:.3f} of the experts' bytes in GPU memory; routed {st.routed}, "
+          f"pool hits {st.pool_hits}, copies {st.copies}", flush=True)
+    print(f"tokens equal to the resident model's in every generation: {not unequal} {sorted(set(unequal))}", flush=True)
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
+            "resident_cap": args.resident, "resident_fraction": st.resident_fraction, "rounds": args.interleave,
+            "unequal": sorted(set(unequal))}
+    with open(os.path.join(args.out, "moe-turns.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    for m in models.values():
+        o = getattr(m, "splitzip_offload", None)
+        if o is not None:
+            o.close()
+    if unequal:
+        sys.exit(f"tokens differ from the resident model's: {sorted(set(unequal))}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, ".dev", "splitzip"))
@@ -73,6 +135,8 @@ def main():
     ap.add_argument("--resident", type=float, default=0.25)
     ap.add_argument("--skip", default="", help="comma-separated variants to skip")
     ap.add_argument("--graph-experts", default="batched_mm", help="experts_implementation of the -graph variants")
+    ap.add_argument("--interleave", type=int, default=0,
+                    help="time resident, whole-layer and expert offload in turns, this many rounds")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     cfg = config()
@@ -93,6 +157,8 @@ def main():
         rows.append(row)
         print(json.dumps(row), flush=True)
 
+    if args.interleave:
+        return turns(args, cfg, src, cache, pool, ids, kw)
     res = AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0").eval()
     size = sum(p.numel() * p.element_size() for p in res.parameters())
     want, t = timed_generate(res, ids, kw, n=args.repeat)
