@@ -4,6 +4,11 @@ times (issue 36's baseline): torch.nn.functional.linear(x, W), as a Linear
 layer computes it, with CUDA events, a warm-up round and the median of
 RUNS launches, W rotated among enough copies to exceed the L2 cache four
 times; W is N(0, 0.02) with each row scaled by 0.25 to 1.75, x N(0, 1).
+Each timed launch is queued behind a spin of the GPU (torch.cuda._sleep),
+so that its events time the device's work and not the host's call:
+without it, F.linear's host time (about as long as a small product's)
+opened gaps between the events, and cuBLAS timed 29-40 us on 4096x4096
+and 1024x4096 where the spin gives 23 and 12 us (H100, 2026-12-06).
 
   python3 scripts/gemv-cublas.py [SHAPES] [BATCHES] [RUNS] [JSON_OUT]
 
@@ -15,6 +20,11 @@ import statistics
 import sys
 
 import torch
+
+
+# SPIN is the GPU cycles each timed launch waits behind (about 100 us):
+# longer than the host takes to queue the launch and its two events.
+SPIN = 200_000
 
 
 def main():
@@ -43,6 +53,7 @@ def main():
             rounds = 1 + -(-runs // sets)
             for r in range(rounds):
                 for i, w in enumerate(ws):
+                    torch.cuda._sleep(SPIN)
                     starts[i].record()
                     torch.nn.functional.linear(x, w)
                     ends[i].record()
