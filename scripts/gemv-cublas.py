@@ -7,8 +7,9 @@ times; W is N(0, 0.02) with each row scaled by 0.25 to 1.75, x N(0, 1).
 Each timed launch is queued behind a spin of the GPU (torch.cuda._sleep),
 so that its events time the device's work and not the host's call:
 without it, F.linear's host time (about as long as a small product's)
-opened gaps between the events, and cuBLAS timed 29-40 us on 4096x4096
-and 1024x4096 where the spin gives 23 and 12 us (H100, 2026-12-06).
+opened gaps between the events, and cuBLAS timed 28-36 us on 4096x4096
+and 40 us on 1024x4096 where the spin gives 17.8 and 10.3 us (H100,
+2026-12-06).
 
   python3 scripts/gemv-cublas.py [SHAPES] [BATCHES] [RUNS] [JSON_OUT]
 
