@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -31,19 +32,26 @@ func TestReadCheckedMatchesChecksum(t *testing.T) {
 	}
 	defer f.Close()
 	for _, piece := range []int{len(p), crcStep, crcStep + 16, 1000} {
-		var sum uint32
-		for off := 0; off < len(p); off += piece {
-			q := make([]byte, min(piece, len(p)-off))
-			c, _, _, err := readChecked(f, q, uint64(off))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sum = codec.CombineChecksums(sum, c, uint64(len(q)))
-		}
-		if sum != h.Checksum {
+		if sum := foldPieces(t, f, len(p), piece); sum != h.Checksum {
 			t.Errorf("pieces of %d bytes: checksum %08x, header says %08x", piece, sum, h.Checksum)
 		}
 	}
+}
+
+// foldPieces reads a payload of n bytes from f in pieces of piece bytes
+// with readChecked and folds their checksums in order.
+func foldPieces(t *testing.T, f io.ReaderAt, n, piece int) uint32 {
+	t.Helper()
+	var sum uint32
+	for off := 0; off < n; off += piece {
+		q := make([]byte, min(piece, n-off))
+		c, _, _, err := readChecked(f, q, uint64(off))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum = codec.CombineChecksums(sum, c, uint64(len(q)))
+	}
+	return sum
 }
 
 // stretchReader serves p as a remote object whose reads arrive in
@@ -107,16 +115,7 @@ func TestReadRunsMatchesChecksum(t *testing.T) {
 	} {
 		r.p = p
 		for _, piece := range []int{len(p), 100_000, 4099} {
-			var sum uint32
-			for off := 0; off < len(p); off += piece {
-				q := make([]byte, min(piece, len(p)-off))
-				c, _, _, err := readChecked(r, q, uint64(off))
-				if err != nil {
-					t.Fatal(err)
-				}
-				sum = codec.CombineChecksums(sum, c, uint64(len(q)))
-			}
-			if sum != h.Checksum {
+			if sum := foldPieces(t, r, len(p), piece); sum != h.Checksum {
 				t.Errorf("%+v, pieces of %d bytes: checksum %08x, header says %08x", r, piece, sum, h.Checksum)
 			}
 		}
