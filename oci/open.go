@@ -43,12 +43,13 @@ type remoteFiles struct {
 // for a read of more than the part size rangeCost picks, by parts read in
 // parallel.
 func (r *remoteFiles) ReadFileAt(key shardcache.Key, p []byte, off int64) error {
-	return r.ReadFileRuns(key, p, off, nil)
+	return r.ReadFileStretches(key, p, off, nil)
 }
 
-// ReadFileRuns is ReadFileAt telling runs (if set) of each part as it
-// arrives, spanBytes at a time (shardcache.RunFiles).
-func (r *remoteFiles) ReadFileRuns(key shardcache.Key, p []byte, off int64, runs shardcache.Runs) error {
+// ReadFileStretches is ReadFileAt telling stretches (if set) of each part
+// as it arrives, a span of at most spanBytes at a time
+// (shardcache.StretchFiles).
+func (r *remoteFiles) ReadFileStretches(key shardcache.Key, p []byte, off int64, stretches shardcache.Stretches) error {
 	d, ok := r.layers[key]
 	switch {
 	case !ok:
@@ -58,7 +59,7 @@ func (r *remoteFiles) ReadFileRuns(key shardcache.Key, p []byte, off int64, runs
 	}
 	parts := splitRange(int64(len(p)), r.cost.part())
 	if len(parts) == 1 {
-		return r.readRange(r.ctx, d, p, off, runs)
+		return r.readRange(r.ctx, d, p, off, stretches)
 	}
 	// The first part to fail stops the others: their bytes are of no use.
 	ctx, cancel := context.WithCancel(r.ctx)
@@ -71,7 +72,7 @@ func (r *remoteFiles) ReadFileRuns(key shardcache.Key, p []byte, off int64, runs
 		q, o := p[at:at+n], off+at
 		at += n
 		wg.Go(func() {
-			if err := r.readRange(ctx, d, q, o, runs); err != nil {
+			if err := r.readRange(ctx, d, q, o, stretches); err != nil {
 				once.Do(func() { first = err; cancel() })
 			}
 		})
@@ -82,9 +83,10 @@ func (r *remoteFiles) ReadFileRuns(key shardcache.Key, p []byte, off int64, runs
 
 // readRange reads len(p) bytes of blob d at off by one ranged GET, asking
 // again from where a body broke off, up to resumeTries times, and tells
-// rangeCost what an unbroken one cost; runs, if set, is told of the bytes
-// as one stretch.
-func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, off int64, runs shardcache.Runs) error {
+// rangeCost what an unbroken one cost (the time its spans took not
+// counted); stretches, if set, is told of the bytes as one stretch, the
+// GETs that resume it included.
+func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, off int64, stretches shardcache.Stretches) error {
 	select {
 	case r.gets <- struct{}{}:
 	case <-ctx.Done():
@@ -92,8 +94,8 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 	}
 	defer func() { <-r.gets }()
 	var span func([]byte)
-	if runs != nil && len(p) > 0 {
-		span = runs(off)
+	if stretches != nil && len(p) > 0 {
+		span = stretches(off)
 	}
 	var got int
 	for try := 0; ; try++ {
@@ -103,10 +105,10 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 			return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
 		}
 		t1 := time.Now()
-		n, err := readSpans(body, p[got:], span)
+		n, spent, err := readSpans(body, p[got:], span)
 		body.Close()
 		if err == nil && try == 0 {
-			r.cost.observe(t1.Sub(t0), int64(n), time.Since(t1))
+			r.cost.observe(t1.Sub(t0), int64(n), time.Since(t1)-spent)
 		}
 		got += n
 		switch {
@@ -122,28 +124,35 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 // be in the core's cache still. Checksummed after the whole 16 MiB piece
 // had arrived, a streamed load's pieces ran at about 6 GB/s a core on the
 // H100 host (a CPU profile, 2026-12-06), read back from memory that the
-// loopback copies kept busy.
+// loopback copies kept busy. Smaller than transport's crcStep (512 KiB, a
+// pread from the page cache) so that a span and the socket's next bytes
+// fit a core's L2; the size was not tuned.
 const spanBytes = 128 << 10
 
 // readSpans reads len(p) bytes of r into p as io.ReadFull does, giving
-// span (if set) each stretch of at most spanBytes as soon as it is in p.
-func readSpans(r io.Reader, p []byte, span func([]byte)) (int, error) {
+// span (if set) each span of at most spanBytes as soon as it is in p, and
+// returns the time span took.
+func readSpans(r io.Reader, p []byte, span func([]byte)) (int, time.Duration, error) {
 	if span == nil {
-		return io.ReadFull(r, p)
+		n, err := io.ReadFull(r, p)
+		return n, 0, err
 	}
 	got := 0
+	var spent time.Duration
 	for got < len(p) {
 		n, err := io.ReadFull(r, p[got:min(got+spanBytes, len(p))])
 		if n > 0 {
+			t := time.Now()
 			span(p[got : got+n])
+			spent += time.Since(t)
 		}
 		got += n
 		switch {
 		case err == io.EOF && got > 0:
-			return got, io.ErrUnexpectedEOF
+			return got, spent, io.ErrUnexpectedEOF
 		case err != nil:
-			return got, err
+			return got, spent, err
 		}
 	}
-	return got, nil
+	return got, spent, nil
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,7 +192,23 @@ func TestRemoteReadParts(t *testing.T) {
 	}
 	runFiles := shardcache.NewObjectFiles(rr)
 	defer runFiles.Close()
-	checkRuns(t, runFiles, loc, want, len(parts))
+	checkStretches(t, runFiles, loc, want, len(parts))
+	// Again with each part's first GET broken off inside a span: the
+	// GET that resumes it continues its stretch.
+	cut := &cutOnce{cut: spanBytes + 17, seen: map[string]bool{}}
+	co := s3Options(srv)
+	co.S3.HTTPClient = &http.Client{Transport: cut}
+	rc2, err := Open(ctx, ref, co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutFiles := shardcache.NewObjectFiles(rc2)
+	defer cutFiles.Close()
+	cut.cuts.Store(0) // Open's own reads, broken off and resumed too
+	checkStretches(t, cutFiles, loc, want, len(parts))
+	if n := cut.cuts.Load(); n != int64(len(parts)) {
+		t.Errorf("%d bodies broken off, want one a part (%d)", n, len(parts))
+	}
 	// A part refused (and the parts after it) fails the read with the
 	// refusal, not with the cancellation it sends to the other parts.
 	// A cache opened afresh, whose parts are the default's again.
@@ -210,11 +227,11 @@ func TestRemoteReadParts(t *testing.T) {
 	}
 }
 
-// checkRuns reads the object at loc through ObjectBytes.ReadAtRuns and
-// checks what it tells: one stretch a part, each told in order in spans
+// checkStretches reads the object at loc through
+// ObjectBytes.ReadAtStretches and checks what it tells: one stretch a part, each told in order in spans
 // of at most spanBytes that are in place (equal to want) when told, the
 // stretches tiling the object.
-func checkRuns(t *testing.T, files *shardcache.ObjectFiles, loc shardcache.Location, want []byte, parts int) {
+func checkStretches(t *testing.T, files *shardcache.ObjectFiles, loc shardcache.Location, want []byte, parts int) {
 	t.Helper()
 	ob, err := files.Open(loc)
 	if err != nil {
@@ -228,7 +245,7 @@ func checkRuns(t *testing.T, files *shardcache.ObjectFiles, loc shardcache.Locat
 	var mu sync.Mutex
 	var stretches []*stretch
 	got := make([]byte, len(want))
-	err = ob.ReadAtRuns(got, 0, func(off int64) func([]byte) {
+	err = ob.ReadAtStretches(got, 0, func(off int64) func([]byte) {
 		s := &stretch{off: off}
 		mu.Lock()
 		stretches = append(stretches, s)
@@ -293,6 +310,7 @@ func TestReadSpans(t *testing.T) {
 	for i := range b {
 		b[i] = byte(i * 7)
 	}
+	reset := errors.New("connection reset")
 	for _, c := range []struct {
 		step, cut int
 		err       error
@@ -303,11 +321,11 @@ func TestReadSpans(t *testing.T) {
 		{1 << 20, spanBytes, io.EOF, io.ErrUnexpectedEOF},   // ends on a span's end
 		{4096, spanBytes + 17, io.EOF, io.ErrUnexpectedEOF}, // ends within a span
 		{4096, 0, io.EOF, io.EOF},                           // nothing arrived
-		{4096, 999, errors.New("reset"), nil},               // a broken connection
+		{4096, 999, reset, reset},                           // a broken connection
 	} {
 		p := make([]byte, len(b))
 		told := 0
-		n, err := readSpans(&cutReader{b: b, step: c.step, cut: c.cut, err: c.err}, p, func(q []byte) {
+		n, _, err := readSpans(&cutReader{b: b, step: c.step, cut: c.cut, err: c.err}, p, func(q []byte) {
 			if len(q) > spanBytes || !bytes.Equal(q, b[told:told+len(q)]) || &q[0] != &p[told] {
 				t.Errorf("step %d, cut %d: span of %d bytes at %d not in place", c.step, c.cut, len(q), told)
 			}
@@ -324,3 +342,49 @@ func TestReadSpans(t *testing.T) {
 		}
 	}
 }
+
+// cutOnce carries requests to the server, breaking off the body of the
+// first GET of each part (the ranges that end on one byte: a resumed GET
+// asks for the rest of its part) after cut bytes, as a connection that
+// drops does.
+type cutOnce struct {
+	mu   sync.Mutex
+	seen map[string]bool
+	cut  int64
+	cuts atomic.Int64
+}
+
+func (c *cutOnce) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	rg := r.Header.Get("Range")
+	if err != nil || r.Method != http.MethodGet || rg == "" || resp.StatusCode != http.StatusPartialContent {
+		return resp, err
+	}
+	_, end, _ := strings.Cut(rg, "-")
+	c.mu.Lock()
+	first := !c.seen[end]
+	c.seen[end] = true
+	c.mu.Unlock()
+	if first {
+		c.cuts.Add(1)
+		resp.Body = &brokenBody{rc: resp.Body, left: c.cut}
+	}
+	return resp, nil
+}
+
+// brokenBody gives left bytes of rc, then io.ErrUnexpectedEOF.
+type brokenBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n, err := b.rc.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *brokenBody) Close() error { return b.rc.Close() }

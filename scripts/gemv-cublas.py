@@ -9,7 +9,11 @@ so that its events time the device's work and not the host's call:
 without it, F.linear's host time (about as long as a small product's)
 opened gaps between the events, and cuBLAS timed 28-36 us on 4096x4096
 and 40 us on 1024x4096 where the spin gives 17.8 and 10.3 us (H100,
-2026-12-06).
+2026-12-06). `splitzip bench gemv` times its kernels without a spin (it
+has no spin kernel): a driver launch queues faster than these products
+run, and its fused times are below the spin-timed ones the compressed
+residency measures for the same kernel (12.6 against 14.3 us on
+1024x4096), so the comparison does not favour the fused kernel.
 
   python3 scripts/gemv-cublas.py [SHAPES] [BATCHES] [RUNS] [JSON_OUT]
 

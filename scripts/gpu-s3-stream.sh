@@ -65,7 +65,7 @@ for c in raw fixed entropy; do
 	{ cpu timeout 120 "$B/splitzip" load "s3://bench/m:$c" --repeat 3 ${PROFILE:+--cpuprofile "$OUT/stream-$c.prof"}; } 2>&1 | grep -E "run|first|moved|summed|streaming|process|server"
 	if [ -x "$B/splitzip-base" ]; then
 		echo "--- the same with the baseline binary"
-		timeout 120 "$B/splitzip-base" load "s3://bench/m:$c" --repeat 3 2>&1 | grep -E "run|first|moved|summed|streaming"
+		{ cpu timeout 120 "$B/splitzip-base" load "s3://bench/m:$c" --repeat 3; } 2>&1 | grep -E "run|first|moved|summed|streaming|process|server"
 	fi
 done
 IFS='|' read -ra variants <<<"${VARIANTS:-}"

@@ -72,10 +72,25 @@ def make(cfg, src, bin_, cache):
 
 
 def turns(args, cfg, src, cache, pool, ids, kw):
-    """--interleave: the three models held at once, timed in turns."""
-    models = {"resident": AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0").eval(),
-              "layers": offload(cache, src, prefetch=1, tier="pinned", window=WINDOW),
-              "experts": offload(cache, src, prefetch=1, tier="pinned", window=cfg.num_hidden_layers, experts=pool)}
+    """--interleave: the three models held at once, timed in turns
+    (--repeat and --skip do not apply)."""
+    models = {"resident": AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0").eval()}
+    try:
+        models["layers"] = offload(cache, src, prefetch=1, tier="pinned", window=WINDOW)
+        models["experts"] = offload(cache, src, prefetch=1, tier="pinned", window=cfg.num_hidden_layers, experts=pool)
+        timed_turns(args, models, ids, kw)
+    finally:
+        for m in models.values():
+            o = getattr(m, "splitzip_offload", None)
+            if o is not None:
+                o.close()
+
+
+def timed_turns(args, models, ids, kw):
+    """Times models (the resident one first) in args.interleave rounds of
+    one generation each after a warm-up, prints and writes each round's
+    ratios, and exits with an error if any generation's tokens differ from
+    the resident model's."""
     times = {name: [] for name in models}
     want, unequal = None, []
     with torch.no_grad():
@@ -116,10 +131,6 @@ def turns(args, cfg, src, cache, pool, ids, kw):
             "unequal": sorted(set(unequal))}
     with open(os.path.join(args.out, "moe-turns.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    for m in models.values():
-        o = getattr(m, "splitzip_offload", None)
-        if o is not None:
-            o.close()
     if unequal:
         sys.exit(f"tokens differ from the resident model's: {sorted(set(unequal))}")
 
@@ -138,6 +149,8 @@ def main():
     ap.add_argument("--interleave", type=int, default=0,
                     help="time resident, whole-layer and expert offload in turns, this many rounds")
     args = ap.parse_args()
+    if args.interleave < 0:
+        ap.error("--interleave takes a number of rounds, 1 or more (0: time the variants one after another)")
     skip = set(filter(None, args.skip.split(",")))
     cfg = config()
     src, cache = os.path.join(args.work, "model"), os.path.join(args.work, "fixed")

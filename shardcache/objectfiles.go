@@ -204,29 +204,31 @@ func (f *ObjectBytes) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// ReadAtRuns reads exactly len(p) bytes at offset off of the object's
-// bytes, telling runs (offsets of the object) of them as they land: a
-// remote cache's in the stretches its Files reads in parallel, where
-// they are RunFiles; any other as one stretch once read. Bytes past the
-// object's end are an error, as a short file is (ErrObjectCorrupt).
-func (f *ObjectBytes) ReadAtRuns(p []byte, off int64, runs Runs) error {
+// ReadAtStretches reads exactly len(p) bytes at offset off of the
+// object's bytes, telling stretches (if not nil; offsets of the object)
+// of them as they land: a remote cache's in the stretches its Files reads
+// in parallel, where they are StretchFiles; any other as one stretch once
+// read. Asking for bytes past the object's end is io.ErrUnexpectedEOF; a
+// file that ends before the object does is ErrObjectCorrupt, as with
+// ReadAt.
+func (f *ObjectBytes) ReadAtStretches(p []byte, off int64, stretches Stretches) error {
 	if off < 0 {
 		return errNegativeOffset
 	}
 	if size := int64(f.loc.Size); int64(len(p)) > size-off {
-		return fmt.Errorf("%w: bytes [%d, %d) of an object of %d", ErrObjectCorrupt, off, off+int64(len(p)), size)
+		return fmt.Errorf("bytes [%d, %d) of an object of %d: %w", off, off+int64(len(p)), size, io.ErrUnexpectedEOF)
 	}
-	if f.remote == nil {
+	if f.remote == nil || stretches == nil {
 		if _, err := f.ReadAt(p, off); err != nil {
 			return err
 		}
-		if len(p) > 0 {
-			runs(off)(p)
+		if stretches != nil {
+			stretches.Whole(off, p)
 		}
 		return nil
 	}
 	base := int64(f.loc.Offset)
-	return f.remote.fileRuns(f.loc.Path, p, base+off, func(at int64) func([]byte) { return runs(at - base) })
+	return f.remote.fileStretches(f.loc.Path, p, base+off, func(at int64) func([]byte) { return stretches(at - base) })
 }
 
 // read reads p at offset off of the file, up to the file's end (a

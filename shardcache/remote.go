@@ -19,23 +19,32 @@ type Files interface {
 	ReadFileAt(key Key, p []byte, off int64) error
 }
 
-// Runs is told of a read's bytes as they land, for work best done while
-// they are still in the processor's cache (a checksum). For each stretch
-// of the read that arrives in order (one ranged GET), Runs is called once
-// with the stretch's offset, from the goroutine that reads it; the
-// function it returns is then called from that goroutine with each span
-// of the stretch, in order, as soon as the span's bytes are in place.
-// The stretches tile the read; several may be under way at once. A
-// stretch that breaks off before its end fails the read.
-type Runs func(off int64) (span func(q []byte))
+// Stretches is told of a read's bytes as they land, for work best done
+// while they are still in the processor's cache (a checksum). A read
+// arrives in stretches, each in order: one ranged GET, with the GETs
+// that resume it where its body broke off. For each stretch Stretches is
+// called once with the stretch's offset, from the goroutine that reads
+// it; the function it returns is then called from that goroutine with
+// each span of the stretch, in order, as soon as the span's bytes are in
+// place. The stretches tile the read; several may be under way at once.
+// A stretch that breaks off for good fails the read.
+type Stretches func(off int64) (span func(q []byte))
 
-// RunFiles is Files that can also tell a read's Runs (oci's ranged GETs
-// in parallel parts do).
-type RunFiles interface {
+// Whole tells s of p, read at off, as one stretch of one span (nothing of
+// an empty p): what a reader that reads p at once tells.
+func (s Stretches) Whole(off int64, p []byte) {
+	if len(p) > 0 {
+		s(off)(p)
+	}
+}
+
+// StretchFiles is Files that can also tell a read's Stretches (oci's
+// ranged GETs in parallel parts do).
+type StretchFiles interface {
 	Files
-	// ReadFileRuns reads as ReadFileAt does, telling runs (if not nil)
-	// of the bytes as they land, in offsets of the file.
-	ReadFileRuns(key Key, p []byte, off int64, runs Runs) error
+	// ReadFileStretches reads as ReadFileAt does, telling stretches (if
+	// not nil) of the bytes as they land, in offsets of the file.
+	ReadFileStretches(key Key, p []byte, off int64, stretches Stretches) error
 }
 
 // remote is a remote cache's files and the name each goes by in a
@@ -88,23 +97,22 @@ func (c *Cache) ReadRemote(path string, p []byte, off int64) (ok bool, err error
 	return true, c.remote.fileAt(path, p, off)
 }
 
-// fileRuns reads len(p) bytes at off of the remote file named path,
-// telling runs of them (in offsets of the file) as they land: through
-// RunFiles where files is one, else as one stretch once all are read.
-func (r *remote) fileRuns(path string, p []byte, off int64, runs Runs) error {
+// fileStretches reads len(p) bytes at off of the remote file named path,
+// telling stretches (not nil) of them, in offsets of the file, as they
+// land: through StretchFiles where files is one, else as one stretch once
+// all are read.
+func (r *remote) fileStretches(path string, p []byte, off int64, stretches Stretches) error {
 	k, ok := r.keys[path]
 	if !ok {
 		return fmt.Errorf("%s: %w: no file of the index", path, ErrObjectCorrupt)
 	}
-	if rf, ok := r.files.(RunFiles); ok {
-		return rf.ReadFileRuns(k, p, off, runs)
+	if sf, ok := r.files.(StretchFiles); ok {
+		return sf.ReadFileStretches(k, p, off, stretches)
 	}
 	if err := r.files.ReadFileAt(k, p, off); err != nil {
 		return err
 	}
-	if len(p) > 0 {
-		runs(off)(p)
-	}
+	stretches.Whole(off, p)
 	return nil
 }
 

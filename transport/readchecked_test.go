@@ -54,19 +54,21 @@ func foldPieces(t *testing.T, f io.ReaderAt, n, piece int) uint32 {
 	return sum
 }
 
-// stretchReader serves p as a remote object whose reads arrive in
-// stretches read in parallel (shardcache.RunFiles), each told span by
-// span; gap leaves a byte of each read untold after its first stretch,
-// and dup tells the first stretch twice (readers that break the
-// contract: readRuns must checksum the bytes whole then).
-type stretchReader struct {
-	p         []byte
-	stretches int
-	span      int
-	gap, dup  bool
+// fakeStretches serves p as a remote object whose reads arrive in
+// stretches read in parallel (shardcache.StretchFiles), each told span
+// by span; gap leaves a byte of each read untold after its first
+// stretch, and dup tells the first stretch twice (readers that break the
+// contract: readStretches must checksum the bytes whole then). scrub
+// zeroes the bytes once told, so that a checksum of the whole piece
+// afterwards would be wrong: only the stretches' own checksums give the
+// right one.
+type fakeStretches struct {
+	p               []byte
+	stretches, span int
+	gap, dup, scrub bool
 }
 
-func (r stretchReader) ReadAtRuns(q []byte, off int64, runs shardcache.Runs) error {
+func (r fakeStretches) ReadAtStretches(q []byte, off int64, stretches shardcache.Stretches) error {
 	copy(q, r.p[off:])
 	each := (len(q) + r.stretches - 1) / r.stretches
 	var wg sync.WaitGroup
@@ -81,7 +83,7 @@ func (r stretchReader) ReadAtRuns(q []byte, off int64, runs shardcache.Runs) err
 		}
 		for range times {
 			wg.Go(func() {
-				tell := runs(at)
+				tell := stretches(at)
 				for o := 0; o < len(s); o += r.span {
 					tell(s[o:min(o+r.span, len(s))])
 				}
@@ -89,34 +91,43 @@ func (r stretchReader) ReadAtRuns(q []byte, off int64, runs shardcache.Runs) err
 		}
 	}
 	wg.Wait()
+	if r.scrub {
+		clear(q)
+	}
 	return nil
 }
 
-func (stretchReader) ReadAt([]byte, int64) (int, error) {
-	return 0, errors.New("ReadAt: want ReadAtRuns")
+func (fakeStretches) ReadAt([]byte, int64) (int, error) {
+	return 0, errors.New("ReadAt: want ReadAtStretches")
 }
-func (stretchReader) Remote() bool { return true }
+func (fakeStretches) Remote() bool { return true }
 
-// TestReadRunsMatchesChecksum: a remote piece checksummed span by span
-// in parallel stretches (readRuns) folds to the payload's checksum, for
-// spans across the header's checksum field and pieces on and off the
-// stretches' ends; a reader whose stretches leave a gap or overlap still
-// gives the right checksum (the bytes are checksummed again, whole).
-func TestReadRunsMatchesChecksum(t *testing.T) {
+// TestReadStretchesMatchesChecksum: a remote piece checksummed span by
+// span in parallel stretches (readStretches) folds to the payload's
+// checksum, for spans across the header's checksum field and pieces on
+// and off the stretches' ends, from the stretches' checksums alone
+// (scrub); a reader whose stretches leave a gap or overlap has its
+// pieces checksummed again whole (wholeChecks), with the right sum.
+func TestReadStretchesMatchesChecksum(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	p, _, err := codec.Encode(synth.Normal(rng, 200_001, 0.02))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, _ := codec.ParseHeader(p)
-	for _, r := range []stretchReader{
-		{stretches: 1, span: 1}, {stretches: 3, span: 7}, {stretches: 4, span: 4096},
-		{stretches: 2, span: 1 << 20}, {stretches: 3, span: 61, gap: true}, {stretches: 2, span: 999, dup: true},
+	for _, r := range []fakeStretches{
+		{stretches: 1, span: 1, scrub: true}, {stretches: 3, span: 7, scrub: true}, {stretches: 4, span: 4096, scrub: true},
+		{stretches: 2, span: 1 << 20, scrub: true}, {stretches: 3, span: 61, gap: true}, {stretches: 2, span: 999, dup: true},
 	} {
 		r.p = p
 		for _, piece := range []int{len(p), 100_000, 4099} {
+			before := wholeChecks.Load()
 			if sum := foldPieces(t, r, len(p), piece); sum != h.Checksum {
 				t.Errorf("%+v, pieces of %d bytes: checksum %08x, header says %08x", r, piece, sum, h.Checksum)
+			}
+			whole := wholeChecks.Load() - before
+			if broken := r.gap || r.dup; broken != (whole > 0) {
+				t.Errorf("%+v, pieces of %d bytes: %d pieces checksummed again whole", r, piece, whole)
 			}
 		}
 	}
