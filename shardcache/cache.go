@@ -145,6 +145,9 @@ func Open(dir string) (*Cache, error) {
 		}
 		return nil, fmt.Errorf("%s: %w: no %s (the index a cache holds)", dir, ErrNotCache, IndexName)
 	}
+	if ds, derr := os.Stat(dir); err != nil && derr == nil && !ds.IsDir() {
+		return nil, fmt.Errorf("%s: %w: a file, where a cache is a folder (splitzip compress makes one)", dir, ErrNotCache)
+	}
 	if err != nil {
 		return nil, err
 	}

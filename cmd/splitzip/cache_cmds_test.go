@@ -205,4 +205,9 @@ func TestEmptyCacheSaysSo(t *testing.T) {
 	if code, _, e := splitzip(t, "verify", empty); code == 0 || !strings.Contains(e, "not a splitzip cache: the folder is empty") {
 		t.Errorf("verify of an empty folder: exit %d, %q", code, e)
 	}
+	file := filepath.Join(dir, "model.safetensors")
+	os.WriteFile(file, []byte("{}"), 0o644)
+	if code, _, e := splitzip(t, "verify", file); code != exitInput || !strings.Contains(e, "not a splitzip cache: a file, where a cache is a folder") {
+		t.Errorf("verify of a file: exit %d, %q", code, e)
+	}
 }

@@ -144,7 +144,7 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 	case err == nil || !errors.Is(err, fs.ErrNotExist):
 		return p, err
 	case !measure:
-		return nil, fmt.Errorf("no cost model of this host with %s in %s: run splitzip calibrate --device %s (or set %s=default): %w",
+		return nil, fmt.Errorf("no cost model measured on this host for %s (looked in %s): run splitzip calibrate --device %s (or set %s=default): %w",
 			name, dir, device, costmodel.EnvProfile, err)
 	}
 	fmt.Fprintf(g.stderr, "measuring this host's cost model once (splitzip calibrate; SPLITZIP_PROFILE=default skips it)\n")

@@ -118,7 +118,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 		if p.Packs == 1 {
 			verb = "holds"
 		}
-		fmt.Fprintf(w, "packs: %s of %s %s %s", count(p.Packs, "pack"), human(p.PackBytes), verb, count(p.Members, "small object"))
+		fmt.Fprintf(w, "packs: %s, %s in all, %s %s", count(p.Packs, "pack"), human(p.PackBytes), verb, count(p.Members, "small object"))
 		if p.DeadBytes > 0 {
 			fmt.Fprintf(w, "; %s in them belong to no object (gc frees them)", human(p.DeadBytes))
 		}
@@ -154,7 +154,10 @@ func printEntropyBits(w io.Writer, dtypes []pipeline.DTypeReport) {
 	tw.Flush()
 }
 
-// payloadKinds says how many tensors are payloads of each codec.
+// payloadKinds says how many tensors are payloads of each codec and how
+// many are stored raw (kept so by the cost model, or for any other reason:
+// a dtype the codec does not take, a payload that would not save enough),
+// so that the counts add up to the tensors.
 func payloadKinds(t pipeline.Totals) string {
 	s := fmt.Sprintf("%d fixed", t.CompressedTensors-t.EntropyTensors)
 	if t.EntropyTensors > 0 {
@@ -162,6 +165,9 @@ func payloadKinds(t pipeline.Totals) string {
 	}
 	if t.CostRawTensors > 0 {
 		s += fmt.Sprintf(", %d kept raw by the cost model (%s)", t.CostRawTensors, human(t.CostRawBytes))
+	}
+	if raw := t.Tensors - t.CompressedTensors - t.CostRawTensors; raw > 0 {
+		s += fmt.Sprintf(", %d raw", raw)
 	}
 	return s
 }

@@ -349,7 +349,11 @@ func printLoad(g *globals, r *load.Report) {
 	if r.DeviceBytes > 0 {
 		tier = ", device tier " + human(r.DeviceBytes)
 	}
-	fmt.Fprintf(g.stdout, "  moved %s to the device; pinned %s%s, arena %s%s\n", human(r.MovedBytes), human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
+	to, pinned := "the device", "pinned"
+	if r.Device == "cpu" { // the host engine: its arena and staging are host memory
+		to, pinned = "the arena in host memory", "staging"
+	}
+	fmt.Fprintf(g.stdout, "  moved %s to %s; %s %s%s, arena %s%s\n", human(r.MovedBytes), to, pinned, human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
 	if s := r.Shared; s != nil {
 		how := fmt.Sprintf("attached to another process's in %v", s.Open.Round(time.Millisecond))
 		if s.Made {
