@@ -149,14 +149,7 @@ func TestRemoteReadParts(t *testing.T) {
 		t.Fatalf("largest object %d bytes: too small for the test", len(want))
 	}
 	log := &rangeLog{}
-	o := s3Options(srv)
-	o.S3.HTTPClient = &http.Client{Transport: log}
-	rc, err := Open(ctx, ref, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := shardcache.NewObjectFiles(rc)
-	defer files.Close()
+	rc, files := openFiles(t, ref, s3Options(srv), log)
 	loc, _, err := rc.Locate(big)
 	if err != nil {
 		t.Fatal(err)
@@ -186,24 +179,12 @@ func TestRemoteReadParts(t *testing.T) {
 	}
 	// The same read telling its stretches as they land, on a cache
 	// opened afresh (the first read's GETs taught this one larger parts).
-	rr, err := Open(ctx, ref, s3Options(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runFiles := shardcache.NewObjectFiles(rr)
-	defer runFiles.Close()
+	_, runFiles := openFiles(t, ref, s3Options(srv), nil)
 	checkStretches(t, runFiles, loc, want, len(parts))
 	// Again with each part's first GET broken off inside a span: the
 	// GET that resumes it continues its stretch.
 	cut := &cutOnce{cut: spanBytes + 17, seen: map[string]bool{}}
-	co := s3Options(srv)
-	co.S3.HTTPClient = &http.Client{Transport: cut}
-	rc2, err := Open(ctx, ref, co)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cutFiles := shardcache.NewObjectFiles(rc2)
-	defer cutFiles.Close()
+	_, cutFiles := openFiles(t, ref, s3Options(srv), cut)
 	cut.cuts.Store(0) // Open's own reads, broken off and resumed too
 	checkStretches(t, cutFiles, loc, want, len(parts))
 	if n := cut.cuts.Load(); n != int64(len(parts)) {
@@ -212,12 +193,7 @@ func TestRemoteReadParts(t *testing.T) {
 	// A part refused (and the parts after it) fails the read with the
 	// refusal, not with the cancellation it sends to the other parts.
 	// A cache opened afresh, whose parts are the default's again.
-	rc, err = Open(ctx, ref, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files2 := shardcache.NewObjectFiles(rc)
-	defer files2.Close()
+	_, files2 := openFiles(t, ref, s3Options(srv), log)
 	log.mu.Lock()
 	log.ranges, log.deny = nil, 5 // the first four in flight when the fifth fails
 	log.mu.Unlock()
@@ -228,9 +204,9 @@ func TestRemoteReadParts(t *testing.T) {
 }
 
 // checkStretches reads the object at loc through
-// ObjectBytes.ReadAtStretches and checks what it tells: one stretch a part, each told in order in spans
-// of at most spanBytes that are in place (equal to want) when told, the
-// stretches tiling the object.
+// ObjectBytes.ReadAtStretches and checks what it tells: one stretch a
+// part, each told in order in spans of at most spanBytes that are in
+// place (equal to want) when told, the stretches tiling the object.
 func checkStretches(t *testing.T, files *shardcache.ObjectFiles, loc shardcache.Location, want []byte, parts int) {
 	t.Helper()
 	ob, err := files.Open(loc)
@@ -367,24 +343,23 @@ func (c *cutOnce) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Unlock()
 	if first {
 		c.cuts.Add(1)
-		resp.Body = &brokenBody{rc: resp.Body, left: c.cut}
+		resp.Body = s3test.CutBody(resp.Body, c.cut)
 	}
 	return resp, nil
 }
 
-// brokenBody gives left bytes of rc, then io.ErrUnexpectedEOF.
-type brokenBody struct {
-	rc   io.ReadCloser
-	left int64
-}
-
-func (b *brokenBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, io.ErrUnexpectedEOF
+// openFiles opens the remote cache at ref with o, its requests carried
+// by rt where set, and its object reader, closed when the test ends.
+func openFiles(t *testing.T, ref string, o Options, rt http.RoundTripper) (*shardcache.Cache, *shardcache.ObjectFiles) {
+	t.Helper()
+	if rt != nil {
+		o.S3.HTTPClient = &http.Client{Transport: rt}
 	}
-	n, err := b.rc.Read(p[:min(int64(len(p)), b.left)])
-	b.left -= int64(n)
-	return n, err
+	c, err := Open(context.Background(), ref, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := shardcache.NewObjectFiles(c)
+	t.Cleanup(func() { files.Close() })
+	return c, files
 }
-
-func (b *brokenBody) Close() error { return b.rc.Close() }
