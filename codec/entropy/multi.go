@@ -18,11 +18,12 @@ type multiTable [1 << MaxLen]uint32
 
 // newMultiTable returns the multi-symbol table of single-symbol entries
 // (Table.Entries of a MaxLen table), written into mt (nil: a new one).
-// It is filled a code at a time, not an entry at a time: the entries that start with code a are a block, and
-// within it those whose next code b also fits are a smaller block, and so
-// on for a third; each block is written with one value. That is about
-// three stores an entry, where three dependent lookups an entry cost more
-// than decoding a small payload takes.
+// It is filled a code at a time, not an entry at a time: the entries
+// that start with code a are a block, and within it those whose next
+// code b also fits are a smaller block, and so on for a third; each
+// block is written with one value. That is about three stores an entry,
+// where three dependent lookups an entry cost more than decoding a small
+// payload takes.
 func newMultiTable(single []uint16, mt *multiTable) *multiTable {
 	if mt == nil {
 		mt = new(multiTable)
