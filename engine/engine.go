@@ -103,8 +103,14 @@ var ErrInjected = errors.New("injected fault")
 // memory and written to the items' ranges by one pass (raw bytes copied,
 // payloads decoded); Dst and Decode are then unused. Submit keeps
 // neither Items nor their headers once it returns, so a caller may reuse
-// them (Src is read until the event completes). Work with neither
-// Src nor Items enqueues only the event.
+// them (Src is read until the event completes). With Items and Table,
+// the item table is written into Table (at least scatter.TableBytes
+// bytes, pinned as Src is and, like Src, read until the event
+// completes) and Src's room for it is left as it is, so
+// that Src may be memory this process must not write (a segment that
+// processes share read-only): the room is copied with Src and Table
+// over it, before the pass. Work with neither Src nor Items enqueues only
+// the event.
 type Work struct {
 	Dst  DevPtr
 	Src  []byte
@@ -116,4 +122,14 @@ type Work struct {
 	Peer   Engine
 	Decode payload.Head
 	Items  []scatter.Item
+	Table  []byte
+}
+
+// TableBytes returns where Submit writes the item table of Work with
+// Items: Table when set, else Src, whose room at the start it fills.
+func (w *Work) TableBytes() []byte {
+	if w.Table != nil {
+		return w.Table
+	}
+	return w.Src
 }

@@ -2,8 +2,8 @@ package load
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -312,25 +312,21 @@ func Checkpoint(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src
 func layerGroups(bs []*vmm.Binding, firstOf func(string) bool) ([][]*vmm.Binding, int) {
 	byLayer := map[int][]*vmm.Binding{}
 	var rest []*vmm.Binding
-	maxLayer := -1
 	for _, b := range bs {
-		var n int
-		if _, err := fmt.Sscanf(b.Name, "model.layers.%d.", &n); err == nil && strings.HasPrefix(b.Name, "model.layers.") {
+		if n, ok := transport.LayerOf(b.Name); ok {
 			byLayer[n] = append(byLayer[n], b)
-			maxLayer = max(maxLayer, n)
 			continue
 		}
 		rest = append(rest, b)
 	}
 	groups := [][]*vmm.Binding{rest}
 	first := 0
-	for n := 0; n <= maxLayer; n++ {
-		if g := byLayer[n]; len(g) > 0 {
-			if first == 0 && firstOf(g[0].Name) {
-				first = len(groups)
-			}
-			groups = append(groups, g)
+	for _, n := range slices.Sorted(maps.Keys(byLayer)) {
+		g := byLayer[n]
+		if first == 0 && firstOf(g[0].Name) {
+			first = len(groups)
 		}
+		groups = append(groups, g)
 	}
 	return groups, first
 }

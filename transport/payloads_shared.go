@@ -13,56 +13,123 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
 	"github.com/splitzip/splitzip/codec/payload"
+	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
 
-// SharedLayout places the payloads of a load in one buffer, each at a
-// 16-byte aligned offset, in key order.
+// SharedLayout places the payloads of a load in one buffer. The fixed
+// payloads of each layer group (LayerOf), in spec order, go in regions
+// laid out as resident packs are: room for a scatter table, then the
+// members, each at a 16-byte aligned offset. A process that uses the
+// buffer (UseShared) can then upload a whole region with one copy and
+// one scatter launch, the table written in its own pinned memory, since
+// the buffer is read-only to it. The other payloads (entropy, those that
+// would fill a region alone) follow, each alone and 16-byte aligned.
 type SharedLayout struct {
 	Keys  []shardcache.Key
 	Offs  []uint64
 	Sizes []uint64
+	Packs []SharedPack
 	Size  uint64 // the buffer's bytes
-	// ID names the contents: a digest of every payload's key, kind, size
-	// and checksum, so that processes loading the same payloads (from
-	// one cache or from copies of it) find the same buffer.
+	// ID names the contents: a digest of the layout's version and every
+	// payload's key, kind, size, checksum and offset, so that processes
+	// loading the same payloads (from one cache or from copies of it)
+	// find the same buffer, whatever front end they load through.
 	ID string
 }
+
+// SharedPack is a region of a SharedLayout holding the payloads
+// Keys[First : First+N], after room for their scatter table at Off.
+type SharedPack struct {
+	Off, Bytes uint64
+	First, N   int
+}
+
+// sharedLayoutVersion goes into a layout's ID: a process of a build that
+// lays payloads out otherwise makes a buffer of its own.
+const sharedLayoutVersion = "shared-layout-2"
 
 // LayoutShared lays out the payloads (fixed and entropy) of the tensors
 // of specs that c stores compressed, each once.
 func LayoutShared(c *shardcache.Cache, specs []vmm.Spec) SharedLayout {
+	type member struct {
+		key  shardcache.Key
+		o    *shardcache.Object
+		pack bool // a fixed payload of its binding's size: the scatter kernel decodes it
+	}
+	groups := map[int][]member{}
 	objs := map[shardcache.Key]*shardcache.Object{}
 	for _, s := range specs {
 		hit, err := c.LookupSpec(s.Ref, s.Shard, s.Offset, s.Size)
-		if err != nil || (hit.Tensor.Stored != shardcache.StoredFixed && hit.Tensor.Stored != shardcache.StoredEntropy) {
+		if err != nil || (hit.Tensor.Stored != shardcache.StoredFixed && hit.Tensor.Stored != shardcache.StoredEntropy) || objs[hit.Tensor.Key] != nil {
 			continue
 		}
-		if o, err := c.Lookup(hit.Tensor.Key); err == nil && payloadKind(o) != 0 {
-			objs[hit.Tensor.Key] = o
+		o, err := c.Lookup(hit.Tensor.Key)
+		if err != nil || payloadKind(o) == 0 {
+			continue
 		}
+		objs[hit.Tensor.Key] = o
+		g, ok := LayerOf(s.Name)
+		if !ok {
+			g = -1 // the others first, as loads fault them
+		}
+		groups[g] = append(groups[g], member{hit.Tensor.Key, o, payloadKind(o) == payload.KindFixed && hit.Tensor.Size == s.Size})
 	}
 	var l SharedLayout
-	for k := range objs {
-		l.Keys = append(l.Keys, k)
+	add := func(m member, off uint64) {
+		l.Keys, l.Offs, l.Sizes = append(l.Keys, m.key), append(l.Offs, off), append(l.Sizes, m.o.Size)
 	}
-	slices.Sort(l.Keys)
+	var alone []member
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		var run []member
+		for _, m := range groups[g] {
+			if m.pack {
+				run = append(run, m)
+			} else {
+				alone = append(alone, m)
+			}
+		}
+		for len(run) > 0 {
+			sizes := make([]uint64, len(run))
+			for i, m := range run {
+				sizes[i] = m.o.Size
+			}
+			n, bytes := packMembers(sizes)
+			if n < 2 {
+				alone, run = append(alone, run[0]), run[1:]
+				continue
+			}
+			l.Packs = append(l.Packs, SharedPack{Off: l.Size, Bytes: bytes, First: len(l.Keys), N: n})
+			off := l.Size + align16(scatter.TableBytes(n))
+			for _, m := range run[:n] {
+				add(m, off)
+				off += align16(m.o.Size)
+			}
+			l.Size += bytes
+			run = run[n:]
+		}
+	}
+	for _, m := range alone {
+		add(m, l.Size)
+		l.Size += align16(m.o.Size)
+	}
 	h := sha256.New()
-	var rec [16]byte
-	for _, k := range l.Keys {
+	h.Write([]byte(sharedLayoutVersion))
+	var rec [24]byte
+	for i, k := range l.Keys {
 		o := objs[k]
-		l.Offs, l.Sizes = append(l.Offs, l.Size), append(l.Sizes, o.Size)
-		l.Size += align16(o.Size)
 		h.Write([]byte(k))
 		h.Write([]byte{0})
 		binary.LittleEndian.PutUint64(rec[:], o.Size)
 		binary.LittleEndian.PutUint32(rec[8:], o.Checksum)
 		rec[12] = byte(payloadKind(o))
+		binary.LittleEndian.PutUint64(rec[16:], l.Offs[i])
 		h.Write(rec[:])
 	}
 	l.ID = "payloads-" + hex.EncodeToString(h.Sum(nil)[:16])
@@ -129,13 +196,57 @@ func (z *Payloads) UseShared(l SharedLayout, b []byte) error {
 		}
 		shared[k] = &held{buf: p, h: h}
 	}
+	packs, err := z.sharedPacks(l, b)
+	if err != nil {
+		return err
+	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	for k, p := range shared {
 		z.resident[k] = p
 	}
+	for _, rp := range packs {
+		for i, k := range rp.keys {
+			z.places[k] = place{rp, i}
+		}
+	}
 	z.sharedBytes = l.Size
 	return nil
+}
+
+// sharedPacks makes the regions of l in b resident packs, with
+// ResidentPacks: each with its scatter table in this process's pinned
+// memory (one allocation for all), since b is read-only here.
+func (z *Payloads) sharedPacks(l SharedLayout, b []byte) ([]*residentPack, error) {
+	if !z.opts.ResidentPacks || len(l.Packs) == 0 {
+		return nil, nil
+	}
+	var tables uint64
+	for _, pk := range l.Packs {
+		tables += align16(scatter.TableBytes(pk.N))
+	}
+	tb, err := z.res.alone(tables)
+	if err != nil {
+		return nil, err
+	}
+	packs := make([]*residentPack, len(l.Packs))
+	for i, pk := range l.Packs {
+		if pk.N < 1 || pk.First < 0 || pk.First+pk.N > len(l.Keys) || pk.Off > l.Size || pk.Bytes > l.Size-pk.Off {
+			return nil, fmt.Errorf("%w: shared pack %d of a layout of %d payloads and %d bytes: %+v", ErrTooLarge, i, len(l.Keys), l.Size, pk)
+		}
+		n := align16(scatter.TableBytes(pk.N))
+		rp := &residentPack{buf: b[pk.Off : pk.Off+pk.Bytes : pk.Off+pk.Bytes], keys: l.Keys[pk.First : pk.First+pk.N : pk.First+pk.N], table: tb[:n:n]}
+		tb = tb[n:]
+		for j := pk.First; j < pk.First+pk.N; j++ {
+			rel := l.Offs[j] - pk.Off
+			if l.Offs[j] < pk.Off || rel < n || rel > pk.Bytes || l.Sizes[j] > pk.Bytes-rel {
+				return nil, fmt.Errorf("%w: shared payload %s at %d, outside its pack [%d, +%d)", ErrTooLarge, l.Keys[j], l.Offs[j], pk.Off, pk.Bytes)
+			}
+			rp.rel = append(rp.rel, rel)
+		}
+		packs[i] = rp
+	}
+	return packs, nil
 }
 
 // SharedBytes returns the bytes of shared payloads this transport uses

@@ -33,6 +33,10 @@ type residentPack struct {
 	buf  []byte
 	keys []shardcache.Key
 	rel  []uint64 // where each member's payload starts in buf
+	// table, for a pack in memory this process must not write (a shared
+	// copy's region, UseShared), is where its scatter table is written
+	// (engine.Work.Table); nil: in the room at the start of buf.
+	table []byte
 
 	mu sync.Mutex   // serializes submissions, which rewrite the table
 	ev engine.Event // the last submission's event
@@ -184,7 +188,7 @@ func (z *Payloads) submitPack(u packUpload, out []Fence) {
 		rp.ev.Wait() // its error is its own fences'; the table may be rewritten once it is done
 	}
 	t0 := time.Now()
-	ev, err := z.eng.Submit(z.streams.pick(z.eng), engine.Work{Src: rp.buf[:end], Items: items})
+	ev, err := z.eng.Submit(z.streams.pick(z.eng), engine.Work{Src: rp.buf[:end], Items: items, Table: rp.table})
 	if err == nil {
 		rp.ev = ev
 	}

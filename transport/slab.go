@@ -62,16 +62,7 @@ func newSlab(eng engine.Engine) *slab { return &slab{eng: eng, own: map[*byte]bo
 // alloc returns n bytes of pinned memory (len n, 16-byte aligned start).
 func (s *slab) alloc(n uint64) ([]byte, error) {
 	if n > slabBlock/4 {
-		b, err := s.eng.Pinned(n)
-		if err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.blocks = append(s.blocks, b)
-		s.own[&b[:1][0]] = true
-		s.bytes += n
-		return b[:n:n], nil
+		return s.alone(n)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,6 +101,21 @@ func (s *slab) alloc(n uint64) ([]byte, error) {
 	out := s.cur[:n:n]
 	s.cur = s.cur[min(a, uint64(len(s.cur))):]
 	return out, nil
+}
+
+// alone returns n bytes of pinned memory in an allocation of their own
+// (n > 0), freed with the slab or by release.
+func (s *slab) alone(n uint64) ([]byte, error) {
+	b, err := s.eng.Pinned(n)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blocks = append(s.blocks, b)
+	s.own[&b[:1][0]] = true
+	s.bytes += n
+	return b[:n:n], nil
 }
 
 // release frees a buffer that has its own allocation; for one cut from a

@@ -3,6 +3,8 @@ package transport
 import (
 	"errors"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
@@ -52,4 +54,24 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 		}
 	}
 	return out, nil
+}
+
+// layerPrefix starts the names of a decoder layer's tensors.
+const layerPrefix = "model.layers."
+
+// LayerOf returns the layer of a tensor named "model.layers.N. ...": the
+// groups a load faults in, one layer at a time after the others
+// (embeddings, final norm, head), and the groups in which a shared copy
+// of the payloads lays them out (LayoutShared).
+func LayerOf(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, layerPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, _, ok := strings.Cut(rest, ".")
+	if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil
 }

@@ -493,3 +493,26 @@ func TestRemotePieces(t *testing.T) {
 		t.Errorf("no payload read in a whole %d-byte piece (%d reads)", remotePiece, len(files.Reads()))
 	}
 }
+
+// TestLayerOf: the layer of "model.layers.N." names, and none for others.
+func TestLayerOf(t *testing.T) {
+	for name, want := range map[string]int{
+		"model.layers.0.self_attn.q_proj.weight": 0,
+		"model.layers.31.mlp.down_proj.weight":   31,
+		"model.layers.007.x":                     7,
+		"model.layers.12.":                       12,
+		"model.embed_tokens.weight":              -1,
+		"model.layers.x.weight":                  -1,
+		"model.layers.+1.weight":                 -1,
+		"model.layers.-1.weight":                 -1,
+		"model.layers.3":                         -1,
+		"model.layers..weight":                   -1,
+		"model.layers.99999999999999999999.w":    -1,
+		"lm_head.weight":                         -1,
+	} {
+		n, ok := LayerOf(name)
+		if got := map[bool]int{true: n, false: -1}[ok]; got != want {
+			t.Errorf("LayerOf(%q) = %d, %v; want %d", name, n, ok, want)
+		}
+	}
+}

@@ -100,10 +100,14 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	}
 	r := request{s: s, w: w}
 	if w.Items != nil {
-		if err := scatter.Put(w.Src, w.Items, uint64(len(w.Src))); err != nil {
+		if err := scatter.Put(w.TableBytes(), w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
-		// The table is in Src now; the launch needs only the counts.
+		if w.Table != nil {
+			r.w.Table = w.Table[:scatter.TableBytes(len(w.Items))]
+		}
+		// The table is written (into Src, or Table); the launch needs only
+		// the counts.
 		r.items, r.units, r.w.Items = len(w.Items), scatter.Units(w.Items), nil
 		if r.items == 0 {
 			r.items = -1 // an empty table: nothing to launch, but no plain copy either
@@ -255,7 +259,7 @@ func (e *Engine) enqueueCopy(r request) error {
 	case r.items < 0:
 		return nil
 	case r.items > 0:
-		return e.scatter(s, w.Src, r.items, r.units)
+		return e.scatter(s, w.Src, w.Table, r.items, r.units)
 	case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):
 		p, ok := w.Peer.(*Engine)
 		if !ok {
@@ -284,9 +288,9 @@ func (e *Engine) launchDecode(ds cuda.Stream, dec *gpu.Decoder, w engine.Work) e
 }
 
 // scatter enqueues on stream s the copy of packed, whose table is
-// written, into the stream's staging memory (grown as needed) and the
-// scatter kernel.
-func (e *Engine) scatter(s int, packed []byte, items int, units uint64) error {
+// written (or is table, copied over its room), into the stream's staging
+// memory (grown as needed) and the scatter kernel.
+func (e *Engine) scatter(s int, packed, table []byte, items int, units uint64) error {
 	n := uint64(len(packed))
 	if e.stageCap[s] < n {
 		// Earlier scatters on s may still read the old staging memory.
@@ -306,6 +310,11 @@ func (e *Engine) scatter(s int, packed []byte, items int, units uint64) error {
 	st := e.streams[s]
 	if err := e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, st) }); err != nil {
 		return err
+	}
+	if len(table) > 0 {
+		if err := e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], table, st) }); err != nil {
+			return err
+		}
 	}
 	return e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, items, units, st) })
 }

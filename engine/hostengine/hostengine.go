@@ -203,7 +203,8 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	var run []func() error
 	switch {
 	case w.Items != nil:
-		if err := scatter.Put(w.Src, w.Items, uint64(len(w.Src))); err != nil {
+		// The scatter below works from the items, not the table.
+		if err := scatter.Put(w.TableBytes(), w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
 		// The items and their headers are the caller's again once

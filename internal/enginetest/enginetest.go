@@ -432,6 +432,33 @@ func scatterPack(t *testing.T, e engine.Engine) {
 	if got := readBack(t, e, dst.base+4096, len(values)); !bytes.Equal(got, values) {
 		t.Error("scattered payload differs from the reference")
 	}
+	// The table apart (engine.Work.Table), as from a buffer this process
+	// must not write: the room in Src is left as it is and overwritten
+	// on the device.
+	room := staged[:table]
+	for i := range room {
+		room[i] = 0xA5
+	}
+	tb, err := e.Pinned(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.FreePinned(tb)
+	dst2 := alloc(t, e, 1<<20)
+	items2 := []scatter.Item{
+		{Name: "raw", Dst: uint64(dst2.base) + 3, Src: offRaw, Stored: uint64(len(raw)), Size: uint64(len(raw))},
+		{Name: "payload", Dst: uint64(dst2.base) + 8192, Src: offPay, Stored: uint64(len(p)), Size: uint64(len(values)), Header: &h},
+	}
+	wait(t, submit(t, e, 0, engine.Work{Src: staged[:len(packed)], Items: items2, Table: tb}))
+	if got := readBack(t, e, dst2.base+3, len(raw)); !bytes.Equal(got, raw) {
+		t.Errorf("scattered raw item, table apart: %q", got)
+	}
+	if got := readBack(t, e, dst2.base+8192, len(values)); !bytes.Equal(got, values) {
+		t.Error("scattered payload, table apart, differs from the reference")
+	}
+	if bytes.Count(room, []byte{0xA5}) != len(room) {
+		t.Error("a scatter with its table apart wrote the room in Src")
+	}
 	// An item outside the staging buffer is refused before anything runs.
 	items[0].Src = uint64(len(packed))
 	if ev, err := e.Submit(1, engine.Work{Src: staged[:len(packed)], Items: items}); err == nil || ev != nil {
