@@ -51,12 +51,6 @@
 #ifndef GZ_ROUND
 #define GZ_ROUND 2 // steps whose loads a lane keeps in flight
 #endif
-#ifndef GZ_ROLL
-#define GZ_ROLL 0 // 1: a span's loads one step ahead, rolling (gemv_fused)
-#endif
-#ifndef GZ_PREFETCH
-#define GZ_PREFETCH 0 // with GZ_ROLL: steps ahead a span's bytes are prefetched into L2 (0: none)
-#endif
 #ifndef GZ_MINB
 #define GZ_MINB 2 // blocks an SM must fit (registers a thread: 65536 / (256 GZ_MINB))
 #endif
@@ -338,37 +332,6 @@ __device__ __forceinline__ uint32_t gz_span(Chunk &ch, uint32_t &pos, uint64_t r
     return (end - pos + 4 * GZ_GROUP - 1) / (4 * GZ_GROUP);
 }
 
-// gz_load loads one step of a span at byte offset o (of the
-// sign-and-mantissa arrays; the codes at o / 2): both rows' bytes and
-// codes into h, the lane's columns of x into xv.
-template <int NT>
-__device__ __forceinline__ void gz_load(Held (&h)[2], uint4 (&xv)[NT][2], const uint8_t *sa, const uint8_t *sb,
-                                        const uint8_t *da, const uint8_t *db, const uint16_t *const *xs,
-                                        uint32_t o) {
-    h[0].a = __ldcs((const uint4 *)(sa + o));
-    h[0].b = __ldcs((const uint2 *)(da + o / 2));
-    h[1].a = __ldcs((const uint4 *)(sb + o));
-    h[1].b = __ldcs((const uint2 *)(db + o / 2));
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        xv[nt][0] = __ldg((const uint4 *)(xs[nt] + o));
-        xv[nt][1] = __ldg((const uint4 *)(xs[nt] + o) + 1);
-    }
-}
-
-// gz_compute decodes a loaded step (positions pa and pb of the rows'
-// chunks) and multiplies it into acc.
-template <int NT>
-__device__ __forceinline__ void gz_compute(float (&acc)[NT][4], const Held (&h)[2], const uint4 (&xv)[NT][2],
-                                           Chunk &ca, Chunk &cb, uint32_t pa, uint32_t pb, const uint32_t *lut,
-                                           uint32_t *err) {
-    uint32_t wa[8], wb[8];
-    gz_decode(wa, h[0], ca, pa, lut, err);
-    gz_decode(wb, h[1], cb, pb, lut, err);
-    __syncwarp();
-    gz_step<NT>(acc, wa, wb, xv);
-}
-
 // gemv_fused: y = W x from W's fixed payload, in spans. A span is the
 // steps from s on in which every lane's two rows stay in their chunks,
 // every group is coded and within the matrix: its loop only loads,
@@ -438,41 +401,6 @@ __device__ __forceinline__ void gemv_fused(const GemvParams &p) {
         for (int nt = 0; nt < NT; nt++) {
             xs[nt] = x + xrow[nt] + col;
         }
-#if GZ_ROLL
-        // Rolling: the loads of step i + 1 go out before step i is
-        // decoded, so every step's loads have a step's decoding to land
-        // in, with two steps' registers (h0/x0 and h1/x1 in turns).
-        Held h0[2], h1[2];
-        uint4 x0[NT][2], x1[NT][2];
-        gz_load<NT>(h0, x0, sa, sb, da, db, xs, 0);
-        for (uint32_t i = 0; i < span; i += 2) {
-            const uint32_t o = i * 4 * GZ_GROUP;
-#if GZ_PREFETCH
-            // The two steps GZ_PREFETCH ahead into L2 (no registers held).
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                if (i + GZ_PREFETCH + u < span) {
-                    const uint32_t f = o + (GZ_PREFETCH + u) * 4 * GZ_GROUP;
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(sa + f));
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(sb + f));
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(da + f / 2));
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(db + f / 2));
-                }
-            }
-#endif
-            if (i + 1 < span) {
-                gz_load<NT>(h1, x1, sa, sb, da, db, xs, o + 4 * GZ_GROUP);
-            }
-            gz_compute<NT>(acc, h0, x0, ca, cb, pa + o, pb + o, lut, err);
-            if (i + 1 >= span) {
-                break;
-            }
-            if (i + 2 < span) {
-                gz_load<NT>(h0, x0, sa, sb, da, db, xs, o + 8 * GZ_GROUP);
-            }
-            gz_compute<NT>(acc, h1, x1, ca, cb, pa + o + 4 * GZ_GROUP, pb + o + 4 * GZ_GROUP, lut, err);
-        }
-#else
         for (uint32_t i = 0; i < span; i += GZ_ROUND) {
             Held h[GZ_ROUND][2];
             uint4 xv[GZ_ROUND][NT][2];
@@ -509,7 +437,6 @@ __device__ __forceinline__ void gemv_fused(const GemvParams &p) {
                 xs[nt] += adv;
             }
         }
-#endif
         s += span;
     }
     gz_store<NT>(acc, red, p, row0);
