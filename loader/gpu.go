@@ -225,6 +225,10 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	o := l.opts
 	o.Resident = l.resident.Load()
 	o.Share = o.Resident && l.shared.Load()
+	// The shared copy's regions (each layer's fixed payloads) upload
+	// with one copy and one scatter a region when a batch holds a whole
+	// one; nothing else is packed (every payload is in the copy).
+	o.ResidentPacks = o.Share
 	if dir := l.shareDir.Load(); dir != nil {
 		o.ShareDir = *dir
 	}
