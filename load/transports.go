@@ -154,10 +154,13 @@ type SharedReport struct {
 	ID    string `json:"id"`
 	Bytes uint64 `json:"bytes"`
 	// Made: this process made it, reading and checking every payload
-	// into it (in OpenTime); else it attached to another process's.
+	// into it (in Open); else it attached to another process's.
 	Made    bool          `json:"made"`
 	Holders int           `json:"holders"` // processes holding it then, this one included
 	Open    time.Duration `json:"open_ns"`
+	// Held: this process opened the copy before its loads, to hold it
+	// after them (load --hold); Made and Open say how that went.
+	Held bool `json:"held,omitempty"`
 }
 
 // Shared describes the shared host copy of the payloads (nil without

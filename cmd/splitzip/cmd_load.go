@@ -47,7 +47,10 @@ type loadOptions struct {
 	Pinned         string
 	// pinnedUnset: --pinned-limit was not given; the load's default
 	// (which depends on the cache) applies.
-	pinnedUnset   bool
+	pinnedUnset bool
+	// holdSet: --hold was given (0 then means nothing, and is refused);
+	// residentOff: --resident=false was given (which --share contradicts).
+	holdSet, residentOff bool
 	EntropyOnHost bool
 	FromSource    bool
 	Cost          bool
@@ -84,7 +87,7 @@ loaded from there; the pull is not part of the times reported.`,
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
 	f.BoolVar(&o.Resident, "resident", false, "keep payloads (raw bytes with --raw) in pinned memory: later repeats read no file")
 	f.BoolVar(&o.Share, "share", false, "keep the payloads' resident copies in one host copy that processes on this machine loading the same payloads share: the first reads and checks them all into it, later ones attach and read none (implies --resident; not with --raw)")
-	f.DurationVar(&o.Hold, "hold", 0, "with --share: keep the shared host copy held for this long after the loads (until interrupted), for other processes to attach to")
+	f.DurationVar(&o.Hold, "hold", 0, "with --share: keep the shared host copy held for this long after the loads, for other processes to attach to (an interrupt ends the hold early, exit 0)")
 	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory); not with --raw or --resident")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
 	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
@@ -127,6 +130,8 @@ func (o loadOptions) withDefaults(f *pflag.FlagSet) loadOptions {
 		o.Readers = 0
 	}
 	o.pinnedUnset = !f.Changed("pinned-limit")
+	o.holdSet = f.Changed("hold")
+	o.residentOff = f.Changed("resident") && !o.Resident
 	return o
 }
 
@@ -190,12 +195,12 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
 	}
 	if o.Share {
-		if o.Raw || o.Compare > 0 || o.DeviceResident {
-			return usageError{fmt.Errorf("--share shares payloads: not with --raw, --compare or --device-resident")}
+		if o.Raw || o.Compare > 0 || o.DeviceResident || o.residentOff {
+			return usageError{fmt.Errorf("--share shares payloads' resident copies: not with --raw, --compare, --device-resident or --resident=false")}
 		}
 		o.Resident = true
 	}
-	if o.Hold < 0 || (o.Hold > 0 && !o.Share) {
+	if o.Hold < 0 || (o.holdSet || o.Hold > 0) && (o.Hold == 0 || !o.Share) {
 		return usageError{fmt.Errorf("--hold is a positive duration, with --share")}
 	}
 	if isRemote(dir) && o.Raw && o.LocalCache == "" {
@@ -238,17 +243,19 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	lo := load.Options{Profile: predictor, Raw: o.Raw, Resident: o.Resident, Share: o.Share, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, Cost: prof,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
+	var held *load.SharedReport
 	if o.Hold > 0 {
 		// Held from before the loads, so the copy outlives them.
-		held, err := load.Share(eng, c, src, lo)
+		ts, err := load.Share(eng, c, src, lo)
 		if err != nil {
 			return flagError(err)
 		}
+		held = ts.Shared()
 		defer func() {
 			if err == nil {
-				holdShared(ctx, g, held.Shared(), o.Hold)
+				holdShared(ctx, g, held, o.Hold)
 			}
-			err = errors.Join(err, held.Close())
+			err = errors.Join(err, ts.Close())
 		}()
 	}
 	if o.Compare == 0 {
@@ -259,6 +266,11 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 			return err
 		}
 		rep.Settings.Streams = o.Streams
+		if s := rep.Shared; s != nil && held != nil && s.ID == held.ID {
+			// The loads found the copy this process opened for --hold:
+			// how that went is the report's.
+			s.Made, s.Open, s.Held = held.Made, held.Open, true
+		}
 		if g.JSON {
 			return printJSON(g.stdout, "load", rep)
 		}
@@ -307,13 +319,23 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 
 // holdShared keeps the shared host copy s held (by the caller) for d or
 // until ctx ends.
+// An interrupt ends a hold as its time does (exit 0): it is how a hold
+// without a known end stops. A copy with no payload in it is not held.
 func holdShared(ctx context.Context, g *globals, s *load.SharedReport, d time.Duration) {
+	if s.Bytes == 0 {
+		fmt.Fprintf(g.stderr, "splitzip: warning: not holding the shared host copy: this checkpoint has no payload to share (every tensor is stored raw)\n")
+		return
+	}
 	if !g.JSON {
 		fmt.Fprintf(g.stderr, "holding the shared host copy %s (%s) for %v; interrupt to stop\n", s.ID, human(s.Bytes), d)
 	}
+	t0 := time.Now()
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
+	}
+	if !g.JSON {
+		fmt.Fprintf(g.stderr, "released the shared host copy %s after holding it %v\n", s.ID, time.Since(t0).Round(time.Second))
 	}
 }
 
@@ -359,7 +381,13 @@ func printLoad(g *globals, r *load.Report) {
 		if s.Made {
 			how = fmt.Sprintf("made by this process in %v (every payload read and checked into it)", s.Open.Round(time.Millisecond))
 		}
-		fmt.Fprintf(g.stdout, "  shared host copy %s of the payloads: %s, %s; %d processes held it then\n", s.ID, human(s.Bytes), how, s.Holders)
+		if s.Held {
+			how += " before the loads, for --hold"
+		}
+		if s.Bytes == 0 {
+			how = "empty: no tensor of this checkpoint is stored as a payload"
+		}
+		fmt.Fprintf(g.stdout, "  shared host copy %s of the payloads: %s, %s; %s held it then\n", s.ID, human(s.Bytes), how, count(s.Holders, "process"))
 	}
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))

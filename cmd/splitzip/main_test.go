@@ -111,10 +111,14 @@ func TestEndToEnd(t *testing.T) {
 	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--share"); code != 0 || !strings.Contains(out, "matches the source") {
 		t.Fatalf("load --share beside a holder: %d %q %q", code, out, e)
 	}
-	if out := <-held; !strings.Contains(out, "holding the shared host copy") || !strings.Contains(out, "made by this process") {
+	// The holder's report says it made the copy before its loads, and
+	// how long that took, and it says when it let the copy go.
+	if out := <-held; !strings.Contains(out, "holding the shared host copy") || !strings.Contains(out, "before the loads, for --hold") ||
+		strings.Contains(out, "made by this process in 0s") || !strings.Contains(out, "released the shared host copy") {
 		t.Fatalf("load --share --hold: %q", out)
 	}
-	for _, args := range [][]string{{"--share", "--raw"}, {"--share", "--compare", "1"}, {"--hold", "1s"}, {"--share", "--hold", "-1s"}} {
+	for _, args := range [][]string{{"--share", "--raw"}, {"--share", "--compare", "1"}, {"--hold", "1s"}, {"--share", "--hold", "-1s"},
+		{"--share", "--hold", "0s"}, {"--hold", "0s"}, {"--share", "--resident=false"}} {
 		if code, _, e := splitzip(t, append([]string{"load", cache, "--device", "cpu"}, args...)...); code != exitUsage {
 			t.Errorf("load %v: %d %q, want a usage error", args, code, e)
 		}

@@ -123,10 +123,14 @@ func human(n uint64) string {
 	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// count formats n with a noun, plural when n is not 1: "1 shard", "2 shards".
+// count formats n with a noun, plural when n is not 1: "1 shard", "2
+// shards", "2 processes".
 func count(n int, noun string) string {
-	if n == 1 {
+	switch {
+	case n == 1:
 		return fmt.Sprintf("%d %s", n, noun)
+	case strings.HasSuffix(noun, "s"):
+		return fmt.Sprintf("%d %ses", n, noun)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
