@@ -103,14 +103,14 @@ var ErrInjected = errors.New("injected fault")
 // memory and written to the items' ranges by one pass (raw bytes copied,
 // payloads decoded); Dst and Decode are then unused. Submit keeps
 // neither Items nor their headers once it returns, so a caller may reuse
-// them (Src is read until the event completes). With Items and Table,
-// the item table is written into Table (at least scatter.TableBytes
-// bytes, pinned as Src is and, like Src, read until the event
-// completes) and Src's room for it is left as it is, so
-// that Src may be memory this process must not write (a segment that
-// processes share read-only): the room is copied with Src and Table
-// over it, before the pass. Work with neither Src nor Items enqueues only
-// the event.
+// them (Src is read until the event completes). Table, with Items, is
+// where the item table goes instead: Submit writes it there (at least
+// scatter.TableBytes bytes, pinned as Src is, and read until the event
+// completes, as Src is), never writes Src, and the table lands over the
+// room at the start of the staged copy before the pass runs. Src may
+// then be memory this process must not write (a segment that processes
+// share read-only). Work with neither Src nor Items enqueues only the
+// event.
 type Work struct {
 	Dst  DevPtr
 	Src  []byte
@@ -125,9 +125,9 @@ type Work struct {
 	Table  []byte
 }
 
-// TableBytes returns where Submit writes the item table of Work with
+// TableDst returns where Submit writes the item table of Work with
 // Items: Table when set, else Src, whose room at the start it fills.
-func (w *Work) TableBytes() []byte {
+func (w Work) TableDst() []byte {
 	if w.Table != nil {
 		return w.Table
 	}

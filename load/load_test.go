@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -259,6 +260,38 @@ func TestLayerGroups(t *testing.T) {
 				t.Errorf("group %d holds %s", i+1, b.Name)
 			}
 		}
+	}
+
+	// Names that look like layers but are not ("-1", "+1"), and a layer
+	// number far past the others: every binding is in exactly one group
+	// (the odd ones among the others), the layers in order.
+	odd := slices.Clone(specs)
+	for i, name := range []string{"model.layers.-1.w", "model.layers.+1.w", "model.layers.2000000000.w"} {
+		odd[i].Name = name
+	}
+	arena2, err := vmm.New(eng, odd, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer arena2.Close()
+	groups, _ = layerGroups(arena2.Bindings(), func(string) bool { return false })
+	seen, last := 0, -1
+	for i, g := range groups {
+		seen += len(g)
+		if i == 0 {
+			if !slices.ContainsFunc(g, func(b *vmm.Binding) bool { return b.Name == "model.layers.-1.w" }) {
+				t.Errorf("model.layers.-1.w is not among the others")
+			}
+			continue
+		}
+		n, ok := transport.LayerOf(g[0].Name)
+		if !ok || n <= last {
+			t.Errorf("group %d (%s) after layer %d", i, g[0].Name, last)
+		}
+		last = n
+	}
+	if seen != len(odd) || last != 2000000000 {
+		t.Errorf("groups hold %d bindings of %d, the last layer %d", seen, len(odd), last)
 	}
 }
 

@@ -227,7 +227,7 @@ func (l *Loader) transportFor(g *gpuState, d int, s cuda.Stream) (*streamTranspo
 	o.Share = o.Resident && l.shared.Load()
 	// The shared copy's regions (each layer's fixed payloads) upload
 	// with one copy and one scatter a region when a batch holds a whole
-	// one; nothing else is packed (every payload is in the copy).
+	// one; payloads are packed privately only where the copy lacks them.
 	o.ResidentPacks = o.Share
 	if dir := l.shareDir.Load(); dir != nil {
 		o.ShareDir = *dir

@@ -404,6 +404,15 @@ func TestSetShared(t *testing.T) {
 	if err := l.SetShared(true, ""); err != nil || !l.resident.Load() || !l.shared.Load() || l.staging.Shared == nil || len(l.staging.Shared.Keys) == 0 {
 		t.Fatalf("SetShared: %v", err)
 	}
+	// The same copy as a load from the command line asks for: the layout
+	// is the cache's and the checkpoint's, whatever builds the specs.
+	specs, err := transport.Specs(l.c, l.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := transport.LayoutShared(l.c, specs); l.staging.Shared.ID != want.ID || len(want.Packs) == 0 {
+		t.Fatalf("the loader's shared copy %s, a load's %s (%d packs)", l.staging.Shared.ID, want.ID, len(want.Packs))
+	}
 	l.uploading.Store(true)
 	if err := l.SetShared(false, ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("SetShared after an upload: %v, want ErrInvalid", err)

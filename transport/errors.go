@@ -14,6 +14,9 @@ var (
 	// ErrOption reports an option out of its range, refused where the
 	// options are built rather than clamped.
 	ErrOption = errors.New("invalid transport option")
+	// ErrLayout reports a shared copy's layout (SharedLayout) that does
+	// not fit its buffer or places payloads and packs inconsistently.
+	ErrLayout = errors.New("inconsistent shared layout")
 )
 
 // badOption returns an ErrOption naming the option and its value.

@@ -61,7 +61,7 @@ func LayoutShared(c *shardcache.Cache, specs []vmm.Spec) SharedLayout {
 	type member struct {
 		key  shardcache.Key
 		o    *shardcache.Object
-		pack bool // a fixed payload of its binding's size: the scatter kernel decodes it
+		kind payload.Kind
 	}
 	groups := map[int][]member{}
 	objs := map[shardcache.Key]*shardcache.Object{}
@@ -71,7 +71,8 @@ func LayoutShared(c *shardcache.Cache, specs []vmm.Spec) SharedLayout {
 			continue
 		}
 		o, err := c.Lookup(hit.Tensor.Key)
-		if err != nil || payloadKind(o) == 0 {
+		kind := payloadKind(o)
+		if err != nil || kind == 0 {
 			continue
 		}
 		objs[hit.Tensor.Key] = o
@@ -79,7 +80,7 @@ func LayoutShared(c *shardcache.Cache, specs []vmm.Spec) SharedLayout {
 		if !ok {
 			g = -1 // the others first, as loads fault them
 		}
-		groups[g] = append(groups[g], member{hit.Tensor.Key, o, payloadKind(o) == payload.KindFixed && hit.Tensor.Size == s.Size})
+		groups[g] = append(groups[g], member{hit.Tensor.Key, o, kind})
 	}
 	var l SharedLayout
 	add := func(m member, off uint64) {
@@ -87,32 +88,30 @@ func LayoutShared(c *shardcache.Cache, specs []vmm.Spec) SharedLayout {
 	}
 	var alone []member
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		// Fixed payloads in regions (the scatter kernel decodes them),
+		// the others alone.
 		var run []member
+		var sizes []uint64
 		for _, m := range groups[g] {
-			if m.pack {
-				run = append(run, m)
+			if m.kind == payload.KindFixed {
+				run, sizes = append(run, m), append(sizes, m.o.Size)
 			} else {
 				alone = append(alone, m)
 			}
 		}
 		for len(run) > 0 {
-			sizes := make([]uint64, len(run))
-			for i, m := range run {
-				sizes[i] = m.o.Size
-			}
-			n, bytes := packMembers(sizes)
+			n := packMembers(sizes)
 			if n < 2 {
-				alone, run = append(alone, run[0]), run[1:]
+				alone, run, sizes = append(alone, run[0]), run[1:], sizes[1:]
 				continue
 			}
-			l.Packs = append(l.Packs, SharedPack{Off: l.Size, Bytes: bytes, First: len(l.Keys), N: n})
-			off := l.Size + align16(scatter.TableBytes(n))
-			for _, m := range run[:n] {
-				add(m, off)
-				off += align16(m.o.Size)
+			rel, size := packLayout(sizes[:n])
+			l.Packs = append(l.Packs, SharedPack{Off: l.Size, Bytes: size, First: len(l.Keys), N: n})
+			for k, m := range run[:n] {
+				add(m, l.Size+rel[k])
 			}
-			l.Size += bytes
-			run = run[n:]
+			l.Size += size
+			run, sizes = run[n:], sizes[n:]
 		}
 	}
 	for _, m := range alone {
@@ -132,15 +131,64 @@ func LayoutShared(c *shardcache.Cache, specs []vmm.Spec) SharedLayout {
 		binary.LittleEndian.PutUint64(rec[16:], l.Offs[i])
 		h.Write(rec[:])
 	}
+	for _, pk := range l.Packs {
+		binary.LittleEndian.PutUint64(rec[:], pk.Off)
+		binary.LittleEndian.PutUint64(rec[8:], uint64(pk.First))
+		binary.LittleEndian.PutUint64(rec[16:], uint64(pk.N))
+		h.Write(rec[:])
+	}
 	l.ID = "payloads-" + hex.EncodeToString(h.Sum(nil)[:16])
 	return l
+}
+
+// check reports, as ErrLayout, a layout whose payloads or packs fall
+// outside its buffer or are not where LayoutShared puts them: each
+// payload once, at a 16-byte aligned offset, clear of the one before;
+// each pack's members in order after room for their table (packLayout).
+func (l *SharedLayout) check() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w %s: "+format, append([]any{ErrLayout, l.ID}, a...)...)
+	}
+	if len(l.Offs) != len(l.Keys) || len(l.Sizes) != len(l.Keys) {
+		return bad("%d keys, %d offsets, %d sizes", len(l.Keys), len(l.Offs), len(l.Sizes))
+	}
+	seen := make(map[shardcache.Key]bool, len(l.Keys))
+	var end uint64
+	for i, k := range l.Keys {
+		off, n := l.Offs[i], l.Sizes[i]
+		if seen[k] || off%16 != 0 || off < end || off > l.Size || align16(n) > l.Size-off || n > align16(n) {
+			return bad("payload %d (%s) of %d bytes at %d, the one before ending at %d, in %d bytes", i, k, n, off, end, l.Size)
+		}
+		seen[k] = true
+		end = off + align16(n)
+	}
+	first := 0
+	for p, pk := range l.Packs {
+		if pk.N < 2 || pk.First < first || pk.First > len(l.Keys)-pk.N || pk.Off > l.Size || pk.Bytes > l.Size-pk.Off {
+			return bad("pack %d %+v of %d payloads in %d bytes", p, pk, len(l.Keys), l.Size)
+		}
+		rel, size := packLayout(l.Sizes[pk.First : pk.First+pk.N])
+		if size != pk.Bytes || (pk.First > 0 && l.Offs[pk.First-1]+align16(l.Sizes[pk.First-1]) > pk.Off) {
+			return bad("pack %d %+v: want %d bytes, clear of the payload before", p, pk, size)
+		}
+		for k, r := range rel {
+			if l.Offs[pk.First+k] != pk.Off+r {
+				return bad("pack %d: member %d at %d, want %d", p, k, l.Offs[pk.First+k], pk.Off+r)
+			}
+		}
+		first = pk.First + pk.N
+	}
+	return nil
 }
 
 // FillShared reads and checks each payload of l into its place in b (of
 // l.Size bytes), as a fault does, several at once.
 func (z *Payloads) FillShared(l SharedLayout, b []byte) error {
+	if err := l.check(); err != nil {
+		return err
+	}
 	if uint64(len(b)) != l.Size {
-		return fmt.Errorf("%w: a shared buffer of %d bytes for a layout of %d", ErrTooLarge, len(b), l.Size)
+		return fmt.Errorf("%w: a shared buffer of %d bytes for a layout of %d", ErrLayout, len(b), l.Size)
 	}
 	next := make(chan int)
 	errs := make([]error, z.opts.Readers)
@@ -164,17 +212,23 @@ func (z *Payloads) FillShared(l SharedLayout, b []byte) error {
 
 // UseShared makes the payloads of l in b, filled by FillShared in this
 // process or another, this transport's resident copies: faults copy them
-// from there, read nothing and pin nothing for them. Their heads are
-// parsed and checked against the index and against the bytes (sizes,
-// bounds, an entropy payload's chunk index); their checksums are the
-// filler's, which checked them before the buffer was sealed. It is
-// called before the first fault.
+// from there and read nothing for them; b is only read. With
+// ResidentPacks, l's regions become resident packs whose scatter tables
+// (64 bytes a member) are the only memory pinned for them. Their heads
+// are parsed and checked against the index and against the bytes
+// (sizes, bounds, an entropy payload's chunk index); their checksums are
+// the filler's, which checked them before the buffer was sealed. A
+// layout that does not fit b is refused (ErrLayout). It is called before
+// the first fault.
 func (z *Payloads) UseShared(l SharedLayout, b []byte) error {
 	if !z.opts.Resident {
 		return badOption("Resident", false, "true, to use shared payloads")
 	}
+	if err := l.check(); err != nil {
+		return err
+	}
 	if uint64(len(b)) != l.Size {
-		return fmt.Errorf("%w: a shared buffer of %d bytes for a layout of %d", ErrTooLarge, len(b), l.Size)
+		return fmt.Errorf("%w: a shared buffer of %d bytes for a layout of %d", ErrLayout, len(b), l.Size)
 	}
 	shared := make(map[shardcache.Key]*held, len(l.Keys))
 	for i, k := range l.Keys {
@@ -214,7 +268,7 @@ func (z *Payloads) UseShared(l SharedLayout, b []byte) error {
 	return nil
 }
 
-// sharedPacks makes the regions of l in b resident packs, with
+// sharedPacks makes the regions of l (checked) in b resident packs, with
 // ResidentPacks: each with its scatter table in this process's pinned
 // memory (one allocation for all), since b is read-only here.
 func (z *Payloads) sharedPacks(l SharedLayout, b []byte) ([]*residentPack, error) {
@@ -231,20 +285,10 @@ func (z *Payloads) sharedPacks(l SharedLayout, b []byte) ([]*residentPack, error
 	}
 	packs := make([]*residentPack, len(l.Packs))
 	for i, pk := range l.Packs {
-		if pk.N < 1 || pk.First < 0 || pk.First+pk.N > len(l.Keys) || pk.Off > l.Size || pk.Bytes > l.Size-pk.Off {
-			return nil, fmt.Errorf("%w: shared pack %d of a layout of %d payloads and %d bytes: %+v", ErrTooLarge, i, len(l.Keys), l.Size, pk)
-		}
 		n := align16(scatter.TableBytes(pk.N))
-		rp := &residentPack{buf: b[pk.Off : pk.Off+pk.Bytes : pk.Off+pk.Bytes], keys: l.Keys[pk.First : pk.First+pk.N : pk.First+pk.N], table: tb[:n:n]}
+		rel, _ := packLayout(l.Sizes[pk.First : pk.First+pk.N])
+		packs[i] = &residentPack{buf: b[pk.Off : pk.Off+pk.Bytes : pk.Off+pk.Bytes], keys: l.Keys[pk.First : pk.First+pk.N : pk.First+pk.N], rel: rel, table: tb[:n:n]}
 		tb = tb[n:]
-		for j := pk.First; j < pk.First+pk.N; j++ {
-			rel := l.Offs[j] - pk.Off
-			if l.Offs[j] < pk.Off || rel < n || rel > pk.Bytes || l.Sizes[j] > pk.Bytes-rel {
-				return nil, fmt.Errorf("%w: shared payload %s at %d, outside its pack [%d, +%d)", ErrTooLarge, l.Keys[j], l.Offs[j], pk.Off, pk.Bytes)
-			}
-			rp.rel = append(rp.rel, rel)
-		}
-		packs[i] = rp
 	}
 	return packs, nil
 }

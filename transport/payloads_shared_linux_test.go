@@ -1,14 +1,21 @@
 package transport
 
 import (
+	"errors"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/fixture"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
+	"github.com/splitzip/splitzip/vmm"
 )
 
 // TestSharedPacks: a shared copy's layout puts each layer's fixed
@@ -22,11 +29,12 @@ func TestSharedPacks(t *testing.T) {
 	specs := mustSpecs(t, c, src)
 	l := LayoutShared(c, specs)
 	checkSharedLayout(t, c, l)
-	layerOfKey := map[shardcache.Key]int{}
+	layerOfKey := map[shardcache.Key]int{} // the first binding's, as LayoutShared
 	for _, s := range specs {
 		if hit, err := c.LookupSpec(s.Ref, s.Shard, s.Offset, s.Size); err == nil {
-			n, ok := LayerOf(s.Name)
-			layerOfKey[hit.Tensor.Key] = map[bool]int{true: n, false: -1}[ok]
+			if _, ok := layerOfKey[hit.Tensor.Key]; !ok {
+				layerOfKey[hit.Tensor.Key] = layerOrNone(s.Name)
+			}
 		}
 	}
 	members := 0
@@ -70,15 +78,39 @@ func TestSharedPacks(t *testing.T) {
 		}
 		verify := z.Stats().Verify
 		bs := a.Bindings()
-		for _, what := range []string{"first fault", "re-fault"} {
+		want, wantMembers := 0, 0
+		if packs {
+			want, wantMembers = len(l.Packs), members
+		}
+		faults := func(what string, batches [][]*vmm.Binding, want, members int) {
+			t.Helper()
 			eng.packs.Store(0)
 			eng.members.Store(0)
-			faultCheckEvict(t, eng, st, bs, src, what)
-			want := map[bool]int{true: len(l.Packs), false: 0}[packs]
-			if n, m := eng.packs.Load(), eng.members.Load(); n != int64(want) || (packs && m != int64(members)) {
+			for _, b := range batches {
+				faultCheckEvict(t, eng, st, b, src, what)
+			}
+			if n, m := eng.packs.Load(), eng.members.Load(); n != int64(want) || m != int64(members) {
 				t.Fatalf("packs %v, %s: %d scatters with their tables apart, of %d items; want %d of %d", packs, what, n, m, want, members)
 			}
 		}
+		faults("first fault", [][]*vmm.Binding{bs}, want, wantMembers)
+		faults("re-fault", [][]*vmm.Binding{bs}, want, wantMembers)
+		// A layer at a time, as loads fault them: each region is whole in
+		// its layer's batch.
+		byLayer := map[int][]*vmm.Binding{}
+		for _, b := range bs {
+			byLayer[layerOrNone(b.Name)] = append(byLayer[layerOrNone(b.Name)], b)
+		}
+		faults("by layer", slices.Collect(maps.Values(byLayer)), want, wantMembers)
+		// Half of the bindings: no region is whole, each payload is
+		// uploaded from the copy on its own.
+		var half []*vmm.Binding
+		for i, b := range bs {
+			if i%2 == 0 {
+				half = append(half, b)
+			}
+		}
+		faults("half", [][]*vmm.Binding{half}, 0, 0)
 		if got := z.Stats().Verify; got != verify {
 			t.Errorf("packs %v: faults from the shared copy checked payloads for %v", packs, got-verify)
 		}
@@ -98,6 +130,65 @@ func (e *tableCounter) Submit(s int, w engine.Work) (engine.Event, error) {
 		e.members.Add(int64(len(w.Items)))
 	}
 	return e.Engine.Submit(s, w)
+}
+
+// layerOrNone is LayerOf's layer, or -1 for a name of no layer.
+func layerOrNone(name string) int {
+	if n, ok := LayerOf(name); ok {
+		return n
+	}
+	return -1
+}
+
+// TestSharedLayoutChecked: a layout whose payloads or packs are not where
+// LayoutShared puts them is refused, naming ErrLayout, before the buffer
+// is read or written; a layout without packs (entropy payloads only) is
+// used as it is.
+func TestSharedLayoutChecked(t *testing.T) {
+	c, src := llama(t)
+	l := LayoutShared(c, mustSpecs(t, c, src))
+	_, _, _, tr := setupWith(t, c, src, hostengine.Hooks{}, PayloadOptions{Resident: true, ResidentPacks: true, Readers: 2})
+	z := tr.(*Payloads)
+	for name, damage := range map[string]func(l *SharedLayout){
+		"an offset not 16-byte aligned": func(l *SharedLayout) { l.Offs[len(l.Offs)-1] += 8 },
+		"a payload past the buffer":     func(l *SharedLayout) { l.Sizes[len(l.Sizes)-1] = l.Size },
+		"two payloads overlapping":      func(l *SharedLayout) { l.Offs[1] = l.Offs[0] },
+		"a key twice":                   func(l *SharedLayout) { l.Keys[1] = l.Keys[0] },
+		"a pack of one":                 func(l *SharedLayout) { l.Packs[0].N = 1 },
+		"a pack of more than there are": func(l *SharedLayout) { l.Packs[0].N = len(l.Keys) + 1 },
+		"a pack's bytes short":          func(l *SharedLayout) { l.Packs[0].Bytes -= 16 },
+		"packs overlapping":             func(l *SharedLayout) { l.Packs[1].First = l.Packs[0].First },
+		"a member moved":                func(l *SharedLayout) { l.Offs[l.Packs[0].First+1] += 16 },
+		"fewer sizes than keys":         func(l *SharedLayout) { l.Sizes = l.Sizes[1:] },
+	} {
+		bad := l
+		bad.Keys, bad.Offs, bad.Sizes, bad.Packs = slices.Clone(l.Keys), slices.Clone(l.Offs), slices.Clone(l.Sizes), slices.Clone(l.Packs)
+		damage(&bad)
+		buf := make([]byte, bad.Size)
+		if err := z.FillShared(bad, buf); !errors.Is(err, ErrLayout) {
+			t.Errorf("%s: FillShared: %v, want ErrLayout", name, err)
+		}
+		if err := z.UseShared(bad, buf); !errors.Is(err, ErrLayout) {
+			t.Errorf("%s: UseShared: %v, want ErrLayout", name, err)
+		}
+	}
+
+	ce, srce := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
+	le := LayoutShared(ce, mustSpecs(t, ce, srce))
+	checkSharedLayout(t, ce, le)
+	if len(le.Packs) != 0 {
+		t.Fatalf("entropy payloads only: %d packs", len(le.Packs))
+	}
+	eng, a, st, tre := setupWith(t, ce, srce, hostengine.Hooks{}, PayloadOptions{Resident: true, ResidentPacks: true, Readers: 2})
+	ze := tre.(*Payloads)
+	buf := make([]byte, le.Size)
+	if err := ze.FillShared(le, buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := ze.UseShared(le, buf); err != nil {
+		t.Fatal(err)
+	}
+	faultCheckEvict(t, eng, st, a.Bindings(), srce, "entropy payloads from the shared copy")
 }
 
 // checkSharedLayout checks that l places each payload once, 16-byte

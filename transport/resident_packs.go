@@ -78,21 +78,17 @@ func (z *Payloads) planResidentPacks(targets []target) error {
 		}
 	}
 	for len(keys) > 0 {
-		n, end := packMembers(sizes)
+		n := packMembers(sizes)
 		if n < 2 {
 			keys, sizes = keys[1:], sizes[1:]
 			continue
 		}
+		rel, end := packLayout(sizes[:n])
 		buf, err := z.res.alloc(end)
 		if err != nil {
 			return err
 		}
-		rp := &residentPack{buf: buf, keys: keys[:n:n]}
-		off := align16(scatter.TableBytes(n))
-		for _, s := range sizes[:n] {
-			rp.rel = append(rp.rel, off)
-			off += align16(s)
-		}
+		rp := &residentPack{buf: buf, keys: keys[:n:n], rel: rel}
 		z.mu.Lock()
 		for i, k := range rp.keys {
 			if _, ok := z.places[k]; !ok { // else placed meanwhile: this place stays unused
@@ -106,8 +102,8 @@ func (z *Payloads) planResidentPacks(targets []target) error {
 }
 
 // packMembers returns how many of the payloads of sizes, from the first,
-// share one region, and the region's bytes.
-func packMembers(sizes []uint64) (int, uint64) {
+// share one region (packLayout) of at most residentPackBytes.
+func packMembers(sizes []uint64) int {
 	var body uint64
 	n := 0
 	for _, s := range sizes {
@@ -118,7 +114,21 @@ func packMembers(sizes []uint64) (int, uint64) {
 		body += align16(s)
 		n++
 	}
-	return n, align16(scatter.TableBytes(n)) + body
+	return n
+}
+
+// packLayout lays out a region of the payloads of sizes: room for their
+// scatter table, then each at a 16-byte aligned offset (rel) after the
+// one before; size is the region's bytes, a multiple of 16. Resident
+// packs and the regions of a shared copy (LayoutShared) are laid out so.
+func packLayout(sizes []uint64) (rel []uint64, size uint64) {
+	size = align16(scatter.TableBytes(len(sizes)))
+	rel = make([]uint64, len(sizes))
+	for i, s := range sizes {
+		rel[i] = size
+		size += align16(s)
+	}
+	return rel, size
 }
 
 // residentGroups takes out of targets those whose payloads make up whole

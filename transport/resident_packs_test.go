@@ -133,9 +133,22 @@ func TestPackMembers(t *testing.T) {
 		{[]uint64{8 * mib, 8 * mib}, 1}, // the table does not fit beside both
 		{[]uint64{1, 2, 3}, 3},
 	} {
-		n, end := packMembers(c.sizes)
-		if n != c.n || end > residentPackBytes {
+		n := packMembers(c.sizes)
+		rel, end := packLayout(c.sizes[:n])
+		if n != c.n || end > residentPackBytes || end%16 != 0 {
 			t.Errorf("%v: %d members in %d bytes, want %d within %d", c.sizes, n, end, c.n, residentPackBytes)
+		}
+		// Members after the table's room, 16-byte aligned, each clear of
+		// the one before, the last inside the region.
+		at := align16(scatter.TableBytes(n))
+		for i, r := range rel {
+			if r != at || r%16 != 0 {
+				t.Errorf("%v: member %d at %d, want %d", c.sizes, i, r, at)
+			}
+			at += align16(c.sizes[i])
+		}
+		if at != end {
+			t.Errorf("%v: members end at %d, the region at %d", c.sizes, at, end)
 		}
 	}
 }

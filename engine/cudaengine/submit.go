@@ -100,7 +100,7 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	}
 	r := request{s: s, w: w}
 	if w.Items != nil {
-		if err := scatter.Put(w.TableBytes(), w.Items, uint64(len(w.Src))); err != nil {
+		if err := scatter.Put(w.TableDst(), w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
 		if w.Table != nil {
@@ -308,13 +308,19 @@ func (e *Engine) scatter(s int, packed, table []byte, items int, units uint64) e
 		e.stage[s], e.stageCap[s] = p, max(n, 8<<20)
 	}
 	st := e.streams[s]
-	if err := e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], packed, st) }); err != nil {
-		return err
-	}
-	if len(table) > 0 {
-		if err := e.timed(st, false, func() error { return e.ctx.CopyHtoDAsync(e.stage[s], table, st) }); err != nil {
+	err := e.timed(st, false, func() error {
+		if len(table) == 0 {
+			return e.ctx.CopyHtoDAsync(e.stage[s], packed, st)
+		}
+		// The table from its own buffer, then what follows its room.
+		tb := uint64(len(table))
+		if err := e.ctx.CopyHtoDAsync(e.stage[s], table, st); err != nil {
 			return err
 		}
+		return e.ctx.CopyHtoDAsync(e.stage[s]+cuda.DevicePtr(tb), packed[tb:], st)
+	})
+	if err != nil {
+		return err
 	}
 	return e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, items, units, st) })
 }

@@ -203,8 +203,9 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	var run []func() error
 	switch {
 	case w.Items != nil:
-		// The scatter below works from the items, not the table.
-		if err := scatter.Put(w.TableBytes(), w.Items, uint64(len(w.Src))); err != nil {
+		// Put checks the items; the table it writes is not what the
+		// scatter below reads (it works from the items).
+		if err := scatter.Put(w.TableDst(), w.Items, uint64(len(w.Src))); err != nil {
 			return nil, err
 		}
 		// The items and their headers are the caller's again once

@@ -459,6 +459,17 @@ func scatterPack(t *testing.T, e engine.Engine) {
 	if bytes.Count(room, []byte{0xA5}) != len(room) {
 		t.Error("a scatter with its table apart wrote the room in Src")
 	}
+	// A Table too short for the items is refused, nothing written.
+	short := tb[:table-1]
+	for i := range short {
+		short[i] = 0x5A
+	}
+	if ev, err := e.Submit(0, engine.Work{Src: staged[:len(packed)], Items: items2, Table: short}); err == nil || ev != nil {
+		t.Errorf("a scatter with a table of %d bytes for %d: event %v, error %v; want no event and an error", len(short), table, ev, err)
+	}
+	if bytes.Count(short, []byte{0x5A}) != len(short) || bytes.Count(room, []byte{0xA5}) != len(room) {
+		t.Error("a refused scatter wrote its table or the room in Src")
+	}
 	// An item outside the staging buffer is refused before anything runs.
 	items[0].Src = uint64(len(packed))
 	if ev, err := e.Submit(1, engine.Work{Src: staged[:len(packed)], Items: items}); err == nil || ev != nil {
