@@ -51,9 +51,10 @@ type loadOptions struct {
 	// holdSet: --hold was given (0 then means nothing, and is refused);
 	// residentOff: --resident=false was given (which --share contradicts).
 	holdSet, residentOff bool
-	EntropyOnHost        bool
-	FromSource           bool
-	Cost                 bool
+
+	EntropyOnHost bool
+	FromSource    bool
+	Cost          bool
 	// Devices and Peer: load onto several devices (cmd_load_devices.go).
 	Devices string
 	Peer    bool
