@@ -138,6 +138,28 @@ func TestOptionsRefused(t *testing.T) {
 	}
 }
 
+// TestSmallBytesDefault: a local load packs up to DefaultSmallBytes by
+// default, the device tier's load up to transport.DefaultSmallBytes, and
+// a threshold given is kept.
+func TestSmallBytesDefault(t *testing.T) {
+	c, _ := llama(t)
+	for _, tc := range []struct {
+		o    Options
+		want int64
+	}{
+		{Options{}, DefaultSmallBytes},
+		{Options{Resident: true}, DefaultSmallBytes},
+		{Options{DeviceResident: true}, transport.DefaultSmallBytes},
+		{Options{SmallBytes: 1000}, 1000},
+		{Options{SmallBytes: -1}, -1},
+	} {
+		o := tc.o
+		if got, err := o.resolve(c); err != nil || got != tc.want {
+			t.Errorf("%+v: packing threshold %d (%v), want %d", tc.o, got, err, tc.want)
+		}
+	}
+}
+
 // TestCanceled: a Load whose context has ended returns its error and
 // frees everything.
 func TestCanceled(t *testing.T) {

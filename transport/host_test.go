@@ -324,3 +324,29 @@ func TestDeviceResident(t *testing.T) {
 		t.Errorf("a device tier of no bytes: %v", err)
 	}
 }
+
+// TestEntropyHostLimit: with a packing threshold above HostEntropyBytes,
+// entropy payloads of larger tensors are still decoded by the engine,
+// not packed and decoded on the host; smaller ones are packed.
+func TestEntropyHostLimit(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
+	eng, a, st, tr := setupWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3, SmallBytes: MaxSmallBytes})
+	var host, device uint64
+	for _, b := range a.Bindings() {
+		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
+			if b.Size <= HostEntropyBytes {
+				host++
+			} else if b.Size <= MaxSmallBytes {
+				device++
+			}
+		}
+	}
+	if host == 0 || device == 0 {
+		t.Fatalf("the fixture has %d entropy tensors up to %d bytes and %d between that and %d", host, HostEntropyBytes, device, MaxSmallBytes)
+	}
+	faultCheckEvict(t, eng, st, a.Bindings(), s, "entropy payloads")
+	paths := tr.Stats().Paths
+	if paths[PathEntropyHost].Tensors != host || paths[PathEntropy].Tensors < device {
+		t.Errorf("%d tensors decoded on the host, %d by the engine; want %d, and %d at least", paths[PathEntropyHost].Tensors, paths[PathEntropy].Tensors, host, device)
+	}
+}

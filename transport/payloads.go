@@ -209,7 +209,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			case err != nil:
 				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 				continue
-			case fromPayload && int64(b.Size) <= z.opts.SmallBytes:
+			case fromPayload && int64(b.Size) <= min(z.opts.SmallBytes, HostEntropyBytes):
 				small = append(small, z.hostItem(i, b, hit))
 				ps.add(PathEntropyHost, b)
 				continue

@@ -18,9 +18,16 @@ import (
 )
 
 // DefaultSmallBytes is the stored size at or below which a binding is
-// packed with others: below it, a copy's fixed cost (a few microseconds)
-// outweighs its transfer time.
+// packed with others by default: below it, a copy's fixed cost (a few
+// microseconds) outweighs its transfer time. Loads pack more by default
+// (load.DefaultSmallBytes); compress's pack objects and the cost model's
+// calibration keep this one.
 const DefaultSmallBytes = 256 << 10
+
+// HostEntropyBytes is the largest tensor whose entropy payload the
+// packer decodes on the host (a core decodes about 1 GB/s): larger ones
+// are decoded on the device, whatever the packing threshold.
+const HostEntropyBytes = 256 << 10
 
 // packBytes is the size of one pack's pinned staging buffer.
 const packBytes = 4 << 20
