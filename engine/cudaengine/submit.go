@@ -314,7 +314,7 @@ func (e *Engine) scatter(s int, packed, table []byte, items int, units uint64) e
 		}
 		// The table from its own buffer, then what follows its room.
 		tb := uint64(len(table))
-		if err := e.ctx.CopyHtoDAsync(e.stage[s], table, st); err != nil {
+		if err := e.ctx.CopyHtoDAsync(e.stage[s], table, st); err != nil || n <= tb {
 			return err
 		}
 		return e.ctx.CopyHtoDAsync(e.stage[s]+cuda.DevicePtr(tb), packed[tb:], st)
