@@ -10,8 +10,9 @@
  * stream it owns (sz_upload_batch, sz_upload), in the primary context of
  * the device (the one the CUDA runtime and PyTorch use). Tensors with a SplitZip payload
  * are copied compressed and decoded in place on the GPU; the others are
- * copied raw from their source shard. Small tensors (up to 256 KiB stored)
- * are packed several to a copy and written to their ranges by one kernel.
+ * copied raw from their source shard. Small tensors (stored in up to 2 MiB
+ * for a local cache, 256 KiB when resident or remote) are packed several
+ * to a copy and written to their ranges by one kernel.
  *
  * Errors: every function returns an sz_status; SZ_OK is 0. The message of
  * the calling thread's last failed call on a handle is returned by

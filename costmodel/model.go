@@ -62,7 +62,7 @@ type Profile struct {
 	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads
 	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
 	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
-	SmallBytes   uint64 `json:"small_bytes"`   // the transport's packing threshold
+	SmallBytes   uint64 `json:"small_bytes"`   // the largest entropy payload decoded on the host (transport.HostEntropyBytes)
 	// Decoders is the revision of the decoders the costs were measured
 	// with (Decoders when measured by this build).
 	Decoders int `json:"decoders"`
@@ -73,11 +73,13 @@ const Version = 1
 
 // Decoders is the revision of this build's decoders, raised whenever a
 // change moves what a kind of tensor costs to load: a profile measured
-// with another revision is measured again (Lookup). 1: small entropy
+// with another revision is measured again (Lookup). 2: local loads pack
+// tensors stored in up to 2 MiB (load.DefaultSmallBytes, 2026-12-06:
+// first loads of 256 KiB to 2 MiB tensors 1.4-1.7x faster); 1: small entropy
 // payloads decoded in place in the packer's staging, with tables built
 // only for the chunks that use them (2026-12-06: their host decode two
 // to ten times faster); 0: profiles written before this field.
-const Decoders = 1
+const Decoders = 2
 
 // ErrProfile is returned for a profile that cannot be used.
 var ErrProfile = errors.New("costmodel: bad profile")

@@ -138,9 +138,10 @@ func TestOptionsRefused(t *testing.T) {
 	}
 }
 
-// TestSmallBytesDefault: a local load packs up to DefaultSmallBytes by
-// default, the device tier's load up to transport.DefaultSmallBytes, and
-// a threshold given is kept.
+// TestSmallBytesDefault: a local load that keeps nothing resident packs
+// up to DefaultSmallBytes by default, resident loads (pinned, shared, the
+// device tier) up to transport.DefaultSmallBytes, and a threshold given
+// is kept.
 func TestSmallBytesDefault(t *testing.T) {
 	c, _ := llama(t)
 	for _, tc := range []struct {
@@ -148,8 +149,10 @@ func TestSmallBytesDefault(t *testing.T) {
 		want int64
 	}{
 		{Options{}, DefaultSmallBytes},
-		{Options{Resident: true}, DefaultSmallBytes},
+		{Options{Resident: true}, transport.DefaultSmallBytes},
+		{Options{Resident: true, ResidentPacks: true, Share: true}, transport.DefaultSmallBytes},
 		{Options{DeviceResident: true}, transport.DefaultSmallBytes},
+		{Options{DeviceResident: true, SmallBytes: 1000}, 1000},
 		{Options{SmallBytes: 1000}, 1000},
 		{Options{SmallBytes: -1}, -1},
 	} {
@@ -349,10 +352,11 @@ func TestRemoteDefaults(t *testing.T) {
 		src             *shardcache.Source
 		o               Options
 		readers, pinned int64
+		small           int64
 	}{
-		{c, src, Options{}, int64(DefaultReaders()), transport.DefaultPinnedLimit},
-		{rc, rsrc, Options{}, RemoteReaders, RemotePinnedLimit},
-		{rc, rsrc, Options{Readers: 3, PinnedLimit: 64 << 20}, 3, 64 << 20},
+		{c, src, Options{}, int64(DefaultReaders()), transport.DefaultPinnedLimit, DefaultSmallBytes},
+		{rc, rsrc, Options{}, RemoteReaders, RemotePinnedLimit, transport.DefaultSmallBytes},
+		{rc, rsrc, Options{Readers: 3, PinnedLimit: 64 << 20, SmallBytes: 1000}, 3, 64 << 20, 1000},
 	} {
 		eng := hostengine.New(2)
 		tc.o.Check = true
@@ -361,8 +365,8 @@ func TestRemoteDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatalf("remote %v, %+v: %v", tc.c.Remote(), tc.o, err)
 		}
-		if s := rep.Settings; int64(s.Readers) != tc.readers || s.PinnedLimit != tc.pinned {
-			t.Errorf("remote %v, options %+v: readers %d, pinned limit %d; want %d, %d", tc.c.Remote(), tc.o, s.Readers, s.PinnedLimit, tc.readers, tc.pinned)
+		if s := rep.Settings; int64(s.Readers) != tc.readers || s.PinnedLimit != tc.pinned || s.SmallBytes != tc.small {
+			t.Errorf("remote %v, options %+v: readers %d, pinned limit %d, packing up to %d; want %d, %d, %d", tc.c.Remote(), tc.o, s.Readers, s.PinnedLimit, s.SmallBytes, tc.readers, tc.pinned, tc.small)
 		}
 	}
 }

@@ -46,19 +46,21 @@ const DefaultStreams = 2
 // DefaultAhead is how many layer groups a load faults in at once.
 const DefaultAhead = 8
 
-// DefaultSmallBytes is a local load's packing threshold by default:
-// tensors stored in up to 2 MiB travel several to a copy and one scatter
-// launch (transport.MaxSmallBytes). On the H100 host (2026-12-06, first
-// loads from the page cache, this threshold against 256 KiB,
-// transport.DefaultSmallBytes, in the same call) a 48-layer MoE (9,555
-// tensors, 1.8-2.4 MB payloads) went from 34.8-39.8 GB/s to 51.5-55.5
-// (raw 35.4-39.4), the 4,000-tensor size mix from 25.9-30.7 to 44.4-48.4
-// (raw packing too: 24.9-27.9 to 35.9-39.9), an 8 GiB Llama shape from
-// 59.7-59.8 to 63.5-64.0, real weights within their noise. The device
-// tier (DeviceResident) and remote caches keep 256 KiB: the tier holds
-// only payloads above the threshold, and streamed GETs were measured so.
-// Entropy payloads are decoded on the host only up to
-// transport.HostEntropyBytes whatever the threshold.
+// DefaultSmallBytes is the packing threshold of a local load that keeps
+// nothing resident, by default: tensors stored in up to 2 MiB travel
+// several to a copy and one scatter launch (transport.MaxSmallBytes). On
+// the H100 host (2026-12-06, first loads from the page cache, this
+// threshold against 256 KiB, transport.DefaultSmallBytes, in the same
+// call) a 48-layer MoE (9,555 tensors, 1.8-2.4 MB payloads) went from
+// 34.8-39.8 GB/s to 51.5-55.5 (raw 35.4-36.6 to 37.6-39.4), the
+// 4,000-tensor size mix from 25.9-30.7 to 44.4-48.4 (raw, packed too:
+// 24.9-27.9 to 35.9-39.9), an 8 GiB Llama shape from 59.7-59.8 to
+// 63.5-64.0, real weights within their noise. Resident loads (pinned,
+// shared or the device tier) and remote caches keep 256 KiB: their
+// re-faults and streamed GETs were not measured at 2 MiB, and the device
+// tier holds only payloads above the threshold. Entropy payloads are
+// packed and decoded on the host only up to transport.HostEntropyBytes
+// whatever the threshold.
 const DefaultSmallBytes = transport.MaxSmallBytes
 
 // Options configures a load. The zero value loads through the payload
@@ -110,7 +112,8 @@ type Options struct {
 	Readers int // reader goroutines (0: DefaultReaders; RemoteReaders for a remote cache)
 	// SmallBytes is the packing threshold (see
 	// transport.RawOptions.SmallBytes): 0 is DefaultSmallBytes, or
-	// transport.DefaultSmallBytes with DeviceResident or a remote cache.
+	// transport.DefaultSmallBytes with Resident, DeviceResident or a
+	// remote cache.
 	SmallBytes int64
 	// PinnedLimit caps the pinned staging buffers (not resident bytes):
 	// 0 means transport.DefaultPinnedLimit (RemotePinnedLimit for a
@@ -159,7 +162,7 @@ func (o *Options) resolve(c *shardcache.Cache) (int64, error) {
 		o.Ahead = DefaultAhead
 	}
 	remote := c != nil && c.Remote()
-	if o.SmallBytes == 0 && !o.DeviceResident && !remote {
+	if o.SmallBytes == 0 && !o.Resident && !o.DeviceResident && !remote {
 		small = DefaultSmallBytes
 	}
 	switch {

@@ -22,9 +22,10 @@ import (
 const KindPack = "pack"
 
 // DefaultPackMax is the stored size at or below which compress puts an
-// object into a pack: the loaders' packing threshold
-// (transport.DefaultSmallBytes), so that the tensors a loader packs into
-// one staging buffer are read from one file.
+// object into a pack: the loaders' packing threshold before 2026-12-06
+// (transport.DefaultSmallBytes; local loads now pack up to 2 MiB), so
+// that the tensors a loader packs into one staging buffer are read from
+// one file.
 const DefaultPackMax = 256 << 10
 
 // MaxPackMax is the largest pack size threshold (SetPackMax): half a pack,

@@ -30,7 +30,8 @@ type PayloadOptions struct {
 	Readers int
 	// SmallBytes: payloads of at most this many bytes, and raw tensors as
 	// small when the wrapped transport is a PackReader, are packed several to a
-	// copy (0: DefaultSmallBytes; negative: never).
+	// copy (0: DefaultSmallBytes; negative: never); entropy payloads, which
+	// the packer decodes on the host, only up to HostEntropyBytes.
 	SmallBytes int64
 	// RingPieces caps the staging ring of payload pieces (0: four
 	// per reader, plus two); PackSlots caps the packer's 4 MiB buffers

@@ -19,9 +19,9 @@ import (
 
 // DefaultSmallBytes is the stored size at or below which a binding is
 // packed with others by default: below it, a copy's fixed cost (a few
-// microseconds) outweighs its transfer time. Loads pack more by default
-// (load.DefaultSmallBytes); compress's pack objects and the cost model's
-// calibration keep this one.
+// microseconds) outweighs its transfer time. Local loads that keep
+// nothing resident pack more (load.DefaultSmallBytes); compress's pack
+// objects keep this one.
 const DefaultSmallBytes = 256 << 10
 
 // HostEntropyBytes is the largest tensor whose entropy payload the

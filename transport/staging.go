@@ -77,15 +77,12 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 	for _, s := range specs {
 		size := s.Size
 		payload := false
-		streamed := false // an entropy payload too large to decode on the host
 		if !raw {
 			hit, err := c.LookupSpec(s.Ref, s.Shard, s.Offset, s.Size)
 			if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
 				// Read raw from its source, or, with that absent, decoded
 				// on the host into payload pieces: staged by either ring.
-				// The packer takes those it decodes on the host.
 				n.payload += size
-				streamed = size > HostEntropyBytes
 			}
 			if err == nil && hit.Tensor.Stored == shardcache.StoredFixed {
 				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
@@ -107,7 +104,7 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 			n.residentItems += btoi(slabBytes(s.Size) > 0)
 		}
 		switch {
-		case small > 0 && size <= uint64(small) && !streamed:
+		case small > 0 && size <= uint64(small):
 			n.small += size
 		case payload:
 			n.payload += size

@@ -111,7 +111,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", fmt.Sprintf("%dMiB", transport.DefaultPinnedLimit>>20), fmt.Sprintf("cap on pinned staging memory (not resident bytes; %dMiB for a remote cache streamed); 0 for none", load.RemotePinnedLimit>>20))
-	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes, 256 KiB with --device-resident or a remote cache; -1: never; entropy payloads are decoded on the host up to 256 KiB whatever this is)")
+	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes, 256 KiB with --resident, --share, --device-resident or a remote cache; -1: never; entropy payloads are packed, and decoded on the host, up to 256 KiB whatever this is)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
 	f.BoolVar(&o.Cost, "cost", false, "read tensors raw from their source, where it is there, when this host's cost model (splitzip calibrate) predicts that loads faster than their payloads (small tensors; a corrupt payload of theirs then goes unnoticed)")

@@ -87,8 +87,8 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	defer os.RemoveAll(tmp)
 	p := costmodel.Default()
 	p.Host, p.Device = costmodel.Fingerprint(eng.Name()), eng.Name()
-	// Loads decode entropy payloads the transport packs on the host.
-	p.SmallBytes = transport.DefaultSmallBytes
+	// Loads decode on the host the entropy payloads the transport packs.
+	p.SmallBytes = transport.HostEntropyBytes
 	cfgs := []struct {
 		name string
 		cfg  synth.Config
