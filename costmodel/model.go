@@ -7,8 +7,9 @@
 // to look it up, read, check, stage and launch it, which dominates for
 // small tensors) and a rate in raw bytes a second (what the bytes cost on
 // the way to the device, decode included, which dominates for large
-// ones). Entropy payloads of at most SmallBytes are decoded on the host,
-// with their own pair. A Profile holds the pairs of one host: measured on
+// ones). Entropy payloads of at most SmallBytes are packed, and decoded
+// by one batch launch a pack (on the host where loads say so), with their
+// own pair. A Profile holds the pairs of one host: measured on
 // it (internal/calibrate) or, failing that, Default's H200 numbers.
 package costmodel
 
@@ -62,7 +63,7 @@ type Profile struct {
 	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads
 	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
 	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
-	SmallBytes   uint64 `json:"small_bytes"`   // the largest entropy payload decoded on the host (transport.HostEntropyBytes)
+	SmallBytes   uint64 `json:"small_bytes"`   // the largest entropy payload packed (transport.PackedEntropyBytes)
 	// Decoders is the revision of the decoders the costs were measured
 	// with (Decoders when measured by this build).
 	Decoders int `json:"decoders"`
@@ -73,13 +74,15 @@ const Version = 1
 
 // Decoders is the revision of this build's decoders, raised whenever a
 // change moves what a kind of tensor costs to load: a profile measured
-// with another revision is measured again (Lookup). 2: local loads pack
+// with another revision is measured again (Lookup). 3: small entropy
+// payloads are packed and decoded on the device, one batch launch a pack
+// (2026-12-06), not on the host; 2: local loads pack
 // tensors stored in up to 2 MiB (load.DefaultSmallBytes, 2026-12-06:
 // first loads of 256 KiB to 2 MiB tensors 1.4-1.7x faster); 1: small entropy
 // payloads decoded in place in the packer's staging, with tables built
 // only for the chunks that use them (2026-12-06: their host decode two
 // to ten times faster); 0: profiles written before this field.
-const Decoders = 2
+const Decoders = 3
 
 // ErrProfile is returned for a profile that cannot be used.
 var ErrProfile = errors.New("costmodel: bad profile")

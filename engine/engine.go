@@ -109,8 +109,14 @@ var ErrInjected = errors.New("injected fault")
 // completes, as Src is), never writes Src, and the table lands over the
 // room at the start of the staged copy before the pass runs. Src may
 // then be memory this process must not write (a segment that processes
-// share read-only). Work with neither Src nor Items enqueues only the
-// event.
+// share read-only). Entropy, with Items or without, are entropy payloads
+// of the packed staging buffer Src: EntropyAt is the end of its table and
+// staged bytes (a multiple of 16, where the items' stored bytes end),
+// after which Src has room for their descriptors
+// (scatter.EntropyBytes), which Submit writes; once copied (and after the
+// scatter) they are decoded out of place into their destinations by one
+// pass. Table must then be nil. Work with neither Src nor Items nor
+// Entropy enqueues only the event.
 type Work struct {
 	Dst  DevPtr
 	Src  []byte
@@ -123,6 +129,31 @@ type Work struct {
 	Decode payload.Head
 	Items  []scatter.Item
 	Table  []byte
+	// Entropy and EntropyAt: see above.
+	Entropy   []scatter.Entropy
+	EntropyAt uint64
+}
+
+// ErrEntropyTable is returned by Submit for Work with both Entropy and
+// Table: the descriptors are written into Src.
+var ErrEntropyTable = errors.New("entropy payloads of a staging buffer that has its table apart")
+
+// Staged returns the end of w's table and staged bytes, the bytes its
+// scatter items must lie in: EntropyAt with Entropy, else all of Src.
+func (w Work) Staged() uint64 {
+	if len(w.Entropy) > 0 {
+		return w.EntropyAt
+	}
+	return uint64(len(w.Src))
+}
+
+// PutEntropy checks w's entropy payloads and writes their descriptors
+// into Src (scatter.PutEntropy), after its table of Items.
+func (w Work) PutEntropy() error {
+	if w.Table != nil {
+		return ErrEntropyTable
+	}
+	return scatter.PutEntropy(w.Src, w.EntropyAt, scatter.TableBytes(len(w.Items)), w.Entropy)
 }
 
 // TableDst returns where Submit writes the item table of Work with

@@ -569,7 +569,7 @@ __device__ __forceinline__ uint64_t ez_guess(uint64_t lo, uint64_t hi, uint64_t 
 // (in place), and decodes it. The warp's buffer is the symbol chunk, the
 // ring of decoded fields (EzMode<PAIR>::ring bytes), then the other-bits
 // ring.
-template <int VS, int SHIFT, int BITS, bool WHOLE, bool PAIR>
+template <int VS, int SHIFT, int BITS, bool WHOLE, bool PAIR, bool BATCH>
 __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf) {
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
     using M = EzMode<PAIR>;
@@ -593,12 +593,20 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, c
         }
         return;
     }
+    // A batch launch's block decodes one payload: its warps take its
+    // chunks in turn, with no counter.
+    uint32_t next = threadIdx.x >> 5;
     for (;;) {
         uint32_t t = 0;
-        if (lane == 0) {
-            t = atomicAdd(&ctrl[0], 1u);
+        if (BATCH) {
+            t = next;
+            next += blockDim.x >> 5;
+        } else {
+            if (lane == 0) {
+                t = atomicAdd(&ctrl[0], 1u);
+            }
+            t = __shfl_sync(0xFFFFFFFFu, t, 0);
         }
-        t = __shfl_sync(0xFFFFFFFFu, t, 0);
         if (t >= p.chunks) {
             break;
         }
@@ -699,27 +707,27 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, c
 }
 
 // ez_field runs the variant of the payload's field.
-template <bool PAIR>
+template <bool PAIR, bool BATCH>
 __device__ __forceinline__ void ez_field(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf) {
     switch (p.field) { // the index into entropy.Fields
     case 0:
-        ez_run<2, 7, 8, false, PAIR>(p, tab2, ptab, buf); // BF16
+        ez_run<2, 7, 8, false, PAIR, BATCH>(p, tab2, ptab, buf); // BF16
         break;
     case 1:
-        ez_run<2, 10, 5, false, PAIR>(p, tab2, ptab, buf); // F16
+        ez_run<2, 10, 5, false, PAIR, BATCH>(p, tab2, ptab, buf); // F16
         break;
     case 2:
-        ez_run<4, 23, 8, false, PAIR>(p, tab2, ptab, buf); // F32
+        ez_run<4, 23, 8, false, PAIR, BATCH>(p, tab2, ptab, buf); // F32
         break;
     case 3:
-        ez_run<1, 3, 4, false, PAIR>(p, tab2, ptab, buf); // F8_E4M3 exponent
+        ez_run<1, 3, 4, false, PAIR, BATCH>(p, tab2, ptab, buf); // F8_E4M3 exponent
         break;
     case 5:
-        ez_run<1, 2, 5, false, PAIR>(p, tab2, ptab, buf); // F8_E5M2 exponent
+        ez_run<1, 2, 5, false, PAIR, BATCH>(p, tab2, ptab, buf); // F8_E5M2 exponent
         break;
     case 4:
     case 6:
-        ez_run<1, 0, 8, true, PAIR>(p, tab2, ptab, buf); // FP8 whole bytes
+        ez_run<1, 0, 8, true, PAIR, BATCH>(p, tab2, ptab, buf); // FP8 whole bytes
         break;
     default: // the host passes only the fields above
         if (threadIdx.x == 0) {
@@ -744,7 +752,7 @@ template <bool PAIR> __device__ __forceinline__ void ez_main(const EParams &p) {
     }
     ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, bits, cnt, first, offs); // the buffers are free until then (it syncs)
     if ((p.pair != 0) == PAIR) {
-        ez_field<PAIR>(p, tab2, ptab, ez_bufs + (threadIdx.x >> 5) * (uint64_t)p.buf_bytes);
+        ez_field<PAIR, false>(p, tab2, ptab, ez_bufs + (threadIdx.x >> 5) * (uint64_t)p.buf_bytes);
     } else if (threadIdx.x == 0) { // the host launched the other kernel
         atomicOr((uint32_t *)p.err, EZ_ERR_INDEX);
     }
@@ -770,4 +778,96 @@ extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy
 
 extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy_decode_pairs(const EParams p) {
     ez_main<true>(p);
+}
+
+// A batch launch decodes many entropy payloads of one packed staging
+// buffer out of place, a block a payload (docs/DESIGN.md 4.4): each
+// payload's descriptor, written by the host after checking its head and
+// chunk index (package scatter, EntropyEntryBytes each, little-endian):
+//
+//   [0, 8)     destination address (16-byte aligned)
+//   [8, 16)    offset of the payload in the staging buffer
+//   [16, 24)   values
+//   [24, 32)   chunks, at most EZB_MAX_CHUNKS
+//   [32, 40)   where the records start in the payload
+//   [40, 48)   the records' bytes (the index follows them)
+//   [48, 52)   field (the index into entropy.Fields)
+//   [52, 56)   1 for pair symbols (version 3)
+//   [56, 60)   the longest symbol chunk
+//   [64, 320)  code lengths
+//   [320, 832) pair table (version 3)
+//   [832, ...) the chunk index, chunks + 1 u64 (copied here: aligned)
+//
+// The block copies the descriptor into shared memory, builds the
+// payload's decode table and its warps decode its chunks in turn; blocks
+// take payloads in turn. Nothing is written outside a destination's
+// values, whatever the payload's bytes: as for one payload out of place.
+#define EZB_ENTRY 1024
+#define EZB_INDEX 832
+#define EZB_MAX_CHUNKS 23 // (EZB_ENTRY - EZB_INDEX) / 8 - 1
+#ifndef EZB_THREADS
+#define EZB_THREADS 256 // 8 warps: a small payload's chunks at once, and two blocks a multiprocessor
+#endif
+
+// EBParams is passed by value; its layout matches gpu.entropyBatchParams.
+struct EBParams {
+    uint64_t base;      // the staging buffer on the device
+    uint64_t desc;      // offset of the first descriptor in it
+    uint64_t err;       // uint32 error bits
+    uint32_t count;     // descriptors
+    uint32_t buf_bytes; // shared buffer per warp (as EParams.buf_bytes), for every payload of the batch
+};
+
+extern "C" __global__ void __launch_bounds__(EZB_THREADS, 2) splitzip_entropy_batch(const EBParams b) {
+    extern __shared__ __align__(16) uint8_t ez_bufs[]; // buf_bytes a warp, at least 8 KiB in all
+    __shared__ uint32_t tab2[1 << EZ_MAXLEN];
+    __shared__ uint8_t len[256], sorted[256];
+    __shared__ uint16_t ptab[256];
+    __shared__ uint32_t bits[8][EZ_MAXLEN + 1], cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
+    __shared__ EParams p;
+    const uint32_t tid = threadIdx.x;
+    for (uint32_t item = blockIdx.x; item < b.count; item += gridDim.x) {
+        const uint64_t at = b.base + b.desc + (uint64_t)item * EZB_ENTRY;
+        const uint64_t *e64 = (const uint64_t *)at;
+        const uint32_t *e32 = (const uint32_t *)at;
+        if (tid == 0) {
+            p.dst = e64[0];
+            p.src = b.base + e64[1];
+            p.n = e64[2];
+            p.chunks = e64[3];
+            p.records = e64[4];
+            p.rec_bytes = e64[5];
+            p.index = at + EZB_INDEX;
+            p.flags = p.ctrl = p.scratch = 0;
+            p.err = b.err;
+            p.field = e32[12];
+            p.pair = e32[13];
+            p.max_sym = e32[14];
+            p.in_place = p.epoch = p.slot_bytes = 0;
+            p.buf_bytes = b.buf_bytes;
+            // What the host checked, checked again: the index lies in the
+            // descriptor, and the chunks cover the values.
+            if (p.chunks > EZB_MAX_CHUNKS || p.chunks != (p.n + EZ_CHUNK - 1) / EZ_CHUNK || p.field > 6 ||
+                p.pair > 1) {
+                atomicOr((uint32_t *)b.err, EZ_ERR_INDEX);
+                p.chunks = 0;
+            }
+        }
+        for (uint32_t s = tid; s < 256; s += blockDim.x) {
+            p.lengths[s] = ((const uint8_t *)at)[64 + s];
+            p.pairs[s] = ((const uint16_t *)(at + 320))[s];
+        }
+        __syncthreads();
+        for (uint32_t s = tid; s < 256; s += blockDim.x) {
+            ptab[s] = p.pairs[s];
+        }
+        ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, bits, cnt, first, offs); // syncs first and last
+        uint8_t *buf = ez_bufs + (tid >> 5) * (uint64_t)b.buf_bytes;
+        if (p.pair) {
+            ez_field<true, true>(p, tab2, ptab, buf);
+        } else {
+            ez_field<false, true>(p, tab2, ptab, buf);
+        }
+        __syncthreads(); // the descriptor, tables and buffers are free for the next payload
+    }
 }

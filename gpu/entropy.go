@@ -66,6 +66,10 @@ type entropyKernel struct {
 	// scratch bounds an in-place launch's scratch bytes.
 	scratch int
 	shapes  map[shapeKey]entropyShape
+	// batch is the kernel of batch launches (entropy_batch.go), with at
+	// most batchWarps warps a block.
+	batch      cuda.Function
+	batchWarps int
 }
 
 // fn returns the kernel for payloads of pair symbols or of single fields.
@@ -150,6 +154,9 @@ func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 			return fail(err)
 		}
 	}
+	if err := k.loadBatch(d.ctx); err != nil {
+		return fail(err)
+	}
 	d.ent = k
 	return k, nil
 }
@@ -165,11 +172,7 @@ func (k *entropyKernel) shape(ctx *cuda.Context, fi int, pairs bool, sym, slot u
 	if s, ok := k.shapes[key]; ok {
 		return s, nil
 	}
-	ring := entropyRing
-	if pairs {
-		ring *= 2
-	}
-	buf := int((sym+15+15)&^15) + 16 + ring + entropyORing(fi, pairs)
+	buf := entropyBuf(fi, pairs, sym)
 	warps := min(k.maxWarps, (k.optin-entropyStatic)/buf)
 	if warps < 1 {
 		return entropyShape{}, fmt.Errorf("gpu: %d bytes of shared memory a block hold no %d-byte chunk buffer", k.optin, buf)

@@ -73,7 +73,7 @@ type Predicted struct {
 // (summed over runs runs): each path's cost is a time a tensor plus its
 // bytes at a rate, so counts and bytes suffice.
 func predict(p *costmodel.Profile, paths [transport.NumPaths]transport.PathCount, runs int) float64 {
-	costs := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, p.EntropySmall}
+	costs := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, p.EntropySmall, p.EntropySmall}
 	var s float64
 	for k, c := range paths {
 		s += float64(c.Tensors)*costs[k].Tensor + float64(c.Bytes)/costs[k].Rate

@@ -59,7 +59,7 @@ const DefaultAhead = 8
 // shared or the device tier) and remote caches keep 256 KiB: their
 // re-faults and streamed GETs were not measured at 2 MiB, and the device
 // tier holds only payloads above the threshold. Entropy payloads are
-// packed and decoded on the host only up to transport.HostEntropyBytes
+// packed (and decoded by one batch launch a pack) only up to transport.PackedEntropyBytes
 // whatever the threshold.
 const DefaultSmallBytes = transport.MaxSmallBytes
 

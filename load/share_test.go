@@ -64,7 +64,9 @@ func TestShare(t *testing.T) {
 				if rep.Shared == nil || rep.Shared.ID != s.ID || rep.Mode != fmt.Sprintf("splitzip+shared+%s", map[bool]string{true: "resident-packs", false: "resident"}[packs]) {
 					t.Fatalf("report: %s %+v", rep.Mode, rep.Shared)
 				}
-				if rep.Verify != 0 {
+				// Small entropy payloads, not in the copy, are read and
+				// checked from the cache (and decoded on the device).
+				if rep.Verify != 0 && kind == "fixed" {
 					t.Errorf("packs %v: a load attached to the shared copy checked payloads for %v", packs, rep.Verify)
 				}
 			}

@@ -121,11 +121,11 @@ func entropyVictimFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source,
 	if err := st.FaultIn(context.Background(), []*vmm.Binding{victim})[0].Wait(); err != nil {
 		t.Fatalf("after repair: %v", err)
 	}
-	// The path the victim took: packed and decoded on the host where it is
-	// small, streamed and decoded by the engine where not.
+	// The path the victim took: packed and decoded by the engine's batch
+	// where it is small, streamed and decoded by the engine where not.
 	path := PathEntropy
 	if victim.Size <= DefaultSmallBytes {
-		path = PathEntropyHost
+		path = PathEntropyPacked
 	}
 	if n := tr.Stats().Paths[path].Tensors - before[path].Tensors; n != 1 {
 		t.Errorf("%s: the victim (%d bytes) took path %s %d times", what, victim.Size, path, n)
@@ -236,10 +236,11 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 		restore()
 		// The path it took, both loads: streamed (counted as the device's
 		// path, then decoded chunk after chunk on the host: version 1 has
-		// no records), or packed and decoded on the host from a copy.
+		// no records), or packed (counted as the batch's, then decoded on
+		// the host from a copy: no batch decodes version 1).
 		path := PathEntropy
 		if small == 0 {
-			path = PathEntropyHost
+			path = PathEntropyPacked
 		}
 		if p := z.Stats().Paths[path]; p.Tensors != 2 {
 			t.Errorf("small bytes %d: %d loads on path %s, want 2", small, p.Tensors, path)
@@ -325,16 +326,17 @@ func TestDeviceResident(t *testing.T) {
 	}
 }
 
-// TestEntropyHostLimit: with a packing threshold above HostEntropyBytes,
-// entropy payloads of larger tensors are still decoded by the engine,
-// not packed and decoded on the host; smaller ones are packed.
+// TestEntropyHostLimit: with a packing threshold above PackedEntropyBytes,
+// entropy payloads of larger tensors are still streamed and decoded one
+// by one by the engine, not packed; smaller ones are packed (and
+// decoded by the engine's batch launch).
 func TestEntropyHostLimit(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
 	eng, a, st, tr := setupWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3, SmallBytes: MaxSmallBytes})
 	var host, device uint64
 	for _, b := range a.Bindings() {
 		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
-			if b.Size <= HostEntropyBytes {
+			if b.Size <= PackedEntropyBytes {
 				host++
 			} else if b.Size <= MaxSmallBytes {
 				device++
@@ -342,11 +344,11 @@ func TestEntropyHostLimit(t *testing.T) {
 		}
 	}
 	if host == 0 || device == 0 {
-		t.Fatalf("the fixture has %d entropy tensors up to %d bytes and %d between that and %d", host, HostEntropyBytes, device, MaxSmallBytes)
+		t.Fatalf("the fixture has %d entropy tensors up to %d bytes and %d between that and %d", host, PackedEntropyBytes, device, MaxSmallBytes)
 	}
 	faultCheckEvict(t, eng, st, a.Bindings(), s, "entropy payloads")
 	paths := tr.Stats().Paths
-	if paths[PathEntropyHost].Tensors != host || paths[PathEntropy].Tensors < device {
-		t.Errorf("%d tensors decoded on the host, %d by the engine; want %d, and %d at least", paths[PathEntropyHost].Tensors, paths[PathEntropy].Tensors, host, device)
+	if paths[PathEntropyPacked].Tensors != host || paths[PathEntropy].Tensors < device {
+		t.Errorf("%d tensors packed, %d streamed; want %d, and %d at least", paths[PathEntropyPacked].Tensors, paths[PathEntropy].Tensors, host, device)
 	}
 }

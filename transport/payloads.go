@@ -30,8 +30,8 @@ type PayloadOptions struct {
 	Readers int
 	// SmallBytes: payloads of at most this many bytes, and raw tensors as
 	// small when the wrapped transport is a PackReader, are packed several to a
-	// copy (0: DefaultSmallBytes; negative: never); entropy payloads, which
-	// the packer decodes on the host, only up to HostEntropyBytes.
+	// copy (0: DefaultSmallBytes; negative: never); entropy payloads only
+	// up to PackedEntropyBytes (one batch launch decodes a pack's).
 	SmallBytes int64
 	// RingPieces caps the staging ring of payload pieces (0: four
 	// per reader, plus two); PackSlots caps the packer's 4 MiB buffers
@@ -210,9 +210,13 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			case err != nil:
 				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 				continue
-			case fromPayload && int64(b.Size) <= min(z.opts.SmallBytes, HostEntropyBytes):
+			case fromPayload && int64(b.Size) <= min(z.opts.SmallBytes, PackedEntropyBytes):
 				small = append(small, z.hostItem(i, b, hit))
-				ps.add(PathEntropyHost, b)
+				if z.opts.HostEntropy {
+					ps.add(PathEntropyHost, b)
+				} else {
+					ps.add(PathEntropyPacked, b)
+				}
 				continue
 			case fromPayload:
 				targets = append(targets, target{i, b, hit, true})
@@ -355,17 +359,19 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 
 // checkStaged checks a small fixed payload staged by the packer against
 // its header and its tensor, and keeps it when payloads stay resident.
-func (z *Payloads) checkStaged(it *smallItem, b []byte, h *codec.Header) (*codec.Header, error) {
+func (z *Payloads) checkStaged(it *smallItem, b []byte, k int, st *staged) error {
+	h := &st.hdrs[k]
 	var err error
 	if *h, err = payload.CheckFixed(b, payload.Sum(b), it.b.Size); err != nil {
-		return nil, fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
 	}
 	if z.opts.Resident || z.opts.DeviceResident {
 		if err := z.keep(it.key, b, &payload.Fixed{Header: *h}); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return h, nil
+	st.hdr[k] = h
+	return nil
 }
 
 // rawItem is the packer's item for a small raw binding of the wrapped

@@ -15,6 +15,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
+	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -23,9 +24,11 @@ import (
 // payload (its source absent, or the payload preferred): the payload read
 // into the start of the tensor's slot in staging, through the packer's
 // kept-open pack files (a read of its own, or the end of the read of the
-// members before it: its slot, larger than its bytes, ends a read), and
-// decoded there in place on the host (hostEntropy), with no file
-// opened or buffer allocated for it.
+// members before it: its slot, larger than its bytes, ends a read),
+// with no file opened or buffer allocated for it; there it is checked
+// and left for the engine to decode, with the pack's other entropy
+// payloads, by one batch launch (devEntropy), or with HostEntropy
+// decoded in place on the host (hostEntropy).
 func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
 	it := smallItem{i: i, b: b, stored: b.Size, key: hit.Tensor.Key}
 	loc, o, err := z.cache.LocateHit(hit)
@@ -36,6 +39,9 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 	case err == nil:
 		it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
 		it.read, it.check = o.Size, hostEntropy{}
+		if !z.opts.HostEntropy {
+			it.check, it.dev = devEntropy{}, true
+		}
 		return it
 	}
 	it.fill = func([]byte) (*codec.Header, error) { return nil, err }
@@ -47,17 +53,42 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 type hostEntropy struct{}
 
 // checkStaged decodes the payload in b's first it.read bytes into b, which
-// is its tensor's slot, checking it; it returns no header (b holds raw
-// values).
-func (hostEntropy) checkStaged(it *smallItem, b []byte, _ *codec.Header) (*codec.Header, error) {
+// is its tensor's slot, checking it; b then holds raw values.
+func (hostEntropy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error {
 	err := entropy.DecodeInPlace(b, it.read)
 	if errors.Is(err, entropy.ErrNotInPlace) {
 		err = entropy.Decode(b, bytes.Clone(b[:it.read]), 1)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
 	}
-	return nil, nil // raw values now
+	return nil
+}
+
+// devEntropy checks the entropy payloads hostItem staged and leaves them
+// for the engine's batch decode (engine.Work.Entropy); one no batch
+// decodes (version 1, more chunks than a descriptor holds, a destination
+// not 16-byte aligned) is decoded on the host as hostEntropy does.
+type devEntropy struct{}
+
+// checkStaged checks the payload in b's first it.read bytes whole (head,
+// checksum, chunk index) into a head for the engine, st.ent[k].
+func (devEntropy) checkStaged(it *smallItem, b []byte, k int, st *staged) error {
+	h := headPool.Get().(*entropy.Head)
+	err := entropy.CheckTo(b[:it.read], h)
+	switch {
+	case errors.Is(err, entropy.ErrNoRecords) || err == nil && (h.Chunks() > scatter.EntropyMaxChunks || it.b.Addr%16 != 0):
+		headPool.Put(h)
+		return hostEntropy{}.checkStaged(it, b, k, st)
+	case err == nil && h.ValueBytes() != it.b.Size:
+		err = fmt.Errorf("%w: entropy payload decodes to %d bytes, the tensor has %d", codec.ErrSize, h.ValueBytes(), it.b.Size)
+	}
+	if err != nil {
+		headPool.Put(h)
+		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+	}
+	st.ent[k] = h
+	return nil
 }
 
 // hostDecode decodes an entropy payload on the host into staging pieces

@@ -49,13 +49,17 @@ const (
 	PathRaw         Path = iota // its raw bytes, from the source or the cache
 	PathFixed                   // a fixed payload, decoded on the device
 	PathEntropy                 // an entropy payload, decoded on the device
-	PathEntropyHost             // a small entropy payload, decoded on the host
+	PathEntropyHost             // a small entropy payload, decoded on the host (PayloadOptions.HostEntropy)
+	// PathEntropyPacked is a small entropy payload packed with others and
+	// decoded by the engine's batch launch (a version 1 payload among
+	// them, which no batch decodes, on the host).
+	PathEntropyPacked
 	NumPaths
 )
 
 // String names the path as load's JSON does.
 func (p Path) String() string {
-	return [...]string{"raw", "fixed", "entropy", "entropy_host"}[p]
+	return [...]string{"raw", "fixed", "entropy", "entropy_host", "entropy_packed"}[p]
 }
 
 // PathCount is the tensors of one path and their raw bytes.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/scatter"
@@ -24,10 +25,11 @@ import (
 // objects keep this one.
 const DefaultSmallBytes = 256 << 10
 
-// HostEntropyBytes is the largest tensor whose entropy payload the
-// packer decodes on the host (a core decodes about 1 GB/s): larger ones
-// are decoded on the device, whatever the packing threshold.
-const HostEntropyBytes = 256 << 10
+// PackedEntropyBytes is the largest tensor whose entropy payload is
+// packed with others (and decoded by the engine's batch launch, or with
+// HostEntropy on the host, in place in staging): larger ones are streamed
+// and decoded on the device one by one, whatever the packing threshold.
+const PackedEntropyBytes = 256 << 10
 
 // packBytes is the size of one pack's pinned staging buffer.
 const packBytes = 4 << 20
@@ -42,12 +44,16 @@ type smallItem struct {
 	stored uint64
 	file   string
 	off    uint64
-	// read, where not 0, says the item is a payload decoded in place by
-	// its check (an entropy payload, hostItem): only its first read bytes
-	// (at most stored) come from the file, into the start of its slot.
-	// Where that is fewer than stored, its read ends there (the next
-	// item's place in staging no longer mirrors the file).
+	// read, where not 0, says the item is an entropy payload (hostItem):
+	// only its first read bytes (at most stored) come from the file, into
+	// the start of its slot, where its check decodes them in place or
+	// leaves them for the engine's batch decode (dev). Where that is fewer
+	// than stored, its read ends there (the next item's place in staging
+	// no longer mirrors the file).
 	read uint64
+	// dev says its check may leave the payload for the engine to decode:
+	// the pack keeps room for its descriptor (scatter.PutEntropy).
+	dev bool
 	// cached says the file is the cache's (an object's own, or pack's,
 	// of key pack), read through the packer's objects: packs kept open
 	// and checked against the index, an object's own file opened per
@@ -88,9 +94,11 @@ func putItems(p *[]smallItem, items []smallItem) {
 
 // stagedChecker checks the staged bytes of a payload read from a file.
 type stagedChecker interface {
-	// checkStaged checks b, the stored bytes of it, and returns its
-	// header, written to h, or nil where b now holds raw values.
-	checkStaged(it *smallItem, b []byte, h *codec.Header) (*codec.Header, error)
+	// checkStaged checks b, the stored bytes of item k of st's plan, it,
+	// and sets its header in st: a fixed payload's st.hdr[k] (pointing
+	// into st.hdrs), an entropy payload's left for the engine st.ent[k];
+	// neither where b now holds raw values.
+	checkStaged(it *smallItem, b []byte, k int, st *staged) error
 }
 
 // maxGap is the most bytes between two items of one file that a staged
@@ -162,6 +170,7 @@ type plan struct {
 	rel   []uint64
 	reads []stagedRead
 	end   uint64 // bytes after the table
+	devs  int    // items with room for an entropy descriptor (smallItem.dev)
 }
 
 // stagedRead is one read of a file range into a plan: items [first,
@@ -185,8 +194,15 @@ func (it *smallItem) fileBytes() uint64 {
 	return it.stored
 }
 
-// bytes is the staging buffer the plan fills: the table, then the items.
-func (pl *plan) bytes() uint64 { return align16(scatter.TableBytes(len(pl.items))) + pl.end }
+// bytes is the staging buffer the plan fills: the table, the items, and
+// room for their entropy descriptors.
+func (pl *plan) bytes() uint64 { return packedBytes(len(pl.items), pl.end, pl.devs) }
+
+// packedBytes is the staging buffer of n items whose stored bytes end at
+// end after the table, devs of them with room for a descriptor.
+func packedBytes(n int, end uint64, devs int) uint64 {
+	return align16(align16(scatter.TableBytes(n))+end) + scatter.EntropyBytes(devs)
+}
 
 // place returns where item it would lie in the plan and whether it joins
 // the plan's last read, without changing the plan.
@@ -206,6 +222,7 @@ func (pl *plan) add(it *smallItem, rel uint64, joins bool) {
 	k := len(pl.items) - 1
 	pl.rel[k] = rel
 	pl.end = rel + it.stored
+	pl.devs += btoi(it.dev)
 	n := it.fileBytes()
 	switch {
 	case joins:
@@ -231,7 +248,7 @@ func planPacks(items []smallItem) []*plan {
 	for k := range items {
 		it := &items[k]
 		rel, joins := pl.place(it)
-		if k > lo && align16(scatter.TableBytes(k-lo+1))+align16(rel+it.stored) > packBytes {
+		if k > lo && packedBytes(k-lo+1, rel+it.stored, pl.devs+btoi(it.dev)) > packBytes {
 			plans = append(plans, pl)
 			pl, lo = &plan{}, k
 			rel, joins = pl.place(it)
@@ -367,22 +384,38 @@ type staged struct {
 	hdrs []codec.Header
 	errs []error
 	its  []scatter.Item
+	// ent: the heads of entropy payloads the engine decodes (from
+	// headPool, given back by put), and ents what send submits of them.
+	ent  []*entropy.Head
+	ents []scatter.Entropy
 }
+
+// headPool recycles the heads of entropy payloads staged for the engine
+// (a kilobyte each: code lengths and a pair table).
+var headPool = sync.Pool{New: func() any { return new(entropy.Head) }}
 
 var stagedPool = sync.Pool{New: func() any { return new(staged) }}
 
 // getStaged returns a staged for n items, cleared.
 func getStaged(n int) *staged {
 	st := stagedPool.Get().(*staged)
-	st.hdr, st.hdrs, st.errs = zeroed(st.hdr, n), zeroed(st.hdrs, n), zeroed(st.errs, n)
+	st.hdr, st.hdrs, st.errs, st.ent = zeroed(st.hdr, n), zeroed(st.hdrs, n), zeroed(st.errs, n), zeroed(st.ent, n)
 	st.its = slices.Grow(st.its[:0], n)
 	return st
 }
 
-// put clears st and gives it back.
+// put clears st and gives it back, with its entropy heads.
 func (st *staged) put() {
 	clear(st.its[:cap(st.its)]) // send appended within its capacity
 	st.its = st.its[:0]
+	clear(st.ents[:cap(st.ents)])
+	st.ents = st.ents[:0]
+	for _, h := range st.ent {
+		if h != nil {
+			headPool.Put(h)
+		}
+	}
+	clear(st.ent)
 	clear(st.hdr)
 	clear(st.errs)
 	stagedPool.Put(st)
@@ -446,13 +479,17 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 			// Capped: a check writes within its item's slot, never the next.
 			q := buf[base+pl.rel[k] : base+pl.rel[k]+it.stored : base+pl.rel[k]+it.stored]
 			if it.read == 0 {
-				st.hdr[k], st.errs[k] = it.check.checkStaged(it, q, &st.hdrs[k])
+				st.errs[k] = it.check.checkStaged(it, q, k, st)
 				checked = true
 				continue
 			}
 			d0 := time.Now()
-			st.hdr[k], st.errs[k] = it.check.checkStaged(it, q, &st.hdrs[k])
-			decoding += time.Since(d0)
+			st.errs[k] = it.check.checkStaged(it, q, k, st)
+			if st.ent[k] == nil {
+				decoding += time.Since(d0)
+			} else {
+				checked = true // left for the engine: only checked
+			}
 		}
 		read.Add(int64(t1.Sub(t0)))
 		if checked {
@@ -515,28 +552,37 @@ func (p *packer) send(pl *plan, out []Fence) {
 	base := align16(scatter.TableBytes(len(pl.items)))
 	st := p.stage(pl, s.buf, base)
 	defer st.put()
-	its := st.its
+	its, ents := st.its, st.ents
 	for k, it := range pl.items {
-		if st.errs[k] != nil {
+		switch {
+		case st.errs[k] != nil:
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: st.errs[k]}}
-			continue
+		case st.ent[k] != nil:
+			ents = append(ents, scatter.Entropy{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Head: st.ent[k]})
+		default:
+			its = append(its, scatter.Item{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Stored: it.stored, Size: it.b.Size, Header: st.hdr[k]})
 		}
-		its = append(its, scatter.Item{Name: it.b.Name, Dst: uint64(it.b.Addr), Src: base + pl.rel[k], Stored: it.stored, Size: it.b.Size, Header: st.hdr[k]})
 	}
-	if len(its) == 0 {
+	n := len(its) + len(ents)
+	if n == 0 {
 		return
 	}
 	off := align16(base + pl.end)
+	w := work(s.buf[:off], its)
+	if len(ents) > 0 {
+		// The entropy payloads' descriptors go after the staged bytes.
+		w = engine.Work{Src: s.buf[:off+scatter.EntropyBytes(len(ents))], Items: its, Entropy: ents, EntropyAt: off}
+	}
 	t1 := time.Now()
-	ev, err := p.eng.Submit(p.streams.pick(p.eng), work(s.buf[:off], its))
+	ev, err := p.eng.Submit(p.streams.pick(p.eng), w)
 	p.mu.Lock()
 	p.stats.Submit += time.Since(t1)
 	if err == nil {
-		p.stats.Bytes += off
+		p.stats.Bytes += off + scatter.EntropyBytes(len(ents))
 	}
 	p.mu.Unlock()
 	// One fence an item naming it, allocated together.
-	fs := make([]wrapFence, len(its))
+	fs := make([]wrapFence, n)
 	j := 0
 	for k, it := range pl.items {
 		switch {

@@ -111,7 +111,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", fmt.Sprintf("%dMiB", transport.DefaultPinnedLimit>>20), fmt.Sprintf("cap on pinned staging memory (not resident bytes; %dMiB for a remote cache streamed); 0 for none", load.RemotePinnedLimit>>20))
-	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes, 256 KiB with --resident, --share, --device-resident or a remote cache; -1: never; entropy payloads are packed, and decoded on the host, up to 256 KiB whatever this is)")
+	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes, 256 KiB with --resident, --share, --device-resident or a remote cache; -1: never; entropy payloads are packed, and decoded by one launch a pack, up to 256 KiB whatever this is)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
 	f.BoolVar(&o.Cost, "cost", false, "read tensors raw from their source, where it is there, when this host's cost model (splitzip calibrate) predicts that loads faster than their payloads (small tensors; a corrupt payload of theirs then goes unnoticed)")
@@ -393,7 +393,7 @@ func printLoad(g *globals, r *load.Report) {
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {
-		where := "decoded on the device after their upload (on the host: payloads of version 1, small ones packed with others, and with --entropy-on-host)"
+		where := "decoded on the device after their upload, the small ones packed with others and decoded by one launch a pack (on the host: payloads of version 1, and with --entropy-on-host)"
 		if r.Settings.EntropyOnHost {
 			where = "decoded on the host"
 		}
@@ -404,9 +404,9 @@ func printLoad(g *globals, r *load.Report) {
 	}
 	if p := r.Predicted; p != nil {
 		var by []string
-		for _, k := range []string{"raw", "fixed", "entropy", "entropy_host"} {
-			if c, ok := r.Paths[k]; ok {
-				by = append(by, fmt.Sprintf("%s %d", strings.ReplaceAll(k, "_", " on the "), c.Tensors))
+		for _, k := range [...][2]string{{"raw", "raw"}, {"fixed", "fixed"}, {"entropy", "entropy"}, {"entropy_host", "entropy on the host"}, {"entropy_packed", "entropy packed"}} {
+			if c, ok := r.Paths[k[0]]; ok {
+				by = append(by, fmt.Sprintf("%s %d", k[1], c.Tensors))
 			}
 		}
 		fmt.Fprintf(g.stdout, "  cost model (%s) predicted %v a run from the page cache; run 1 took %.2fx that (tensors by path: %s)\n",

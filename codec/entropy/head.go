@@ -40,28 +40,44 @@ const MaxHead = headerSize + MaxSymbols/2 + 2*MaxSymbols
 // of head.
 // Version 1 payloads are ErrNoRecords: no decoder on a device reads them.
 func ParseHead(head []byte) (*Head, error) {
+	e := new(Head)
+	if err := parseHeadTo(head, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// parseHeadTo is ParseHead writing the head to e. It checks the code
+// lengths and the pair table without building a decode table.
+func parseHeadTo(head []byte, e *Head) error {
 	h, err := ParsePayloadHeader(head)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !h.records() {
-		return nil, ErrNoRecords
+		return ErrNoRecords
 	}
-	e := &Head{PayloadHeader: h}
+	*e = Head{PayloadHeader: h}
 	if h.Values == 0 {
-		return e, nil
+		return nil
 	}
-	t, err := h.table(head) // checks the lengths make a code, and the pairs
-	if err != nil {
-		return nil, err
-	}
-	if t.pairs != nil {
-		e.PairFields = *t.pairs
+	if uint64(len(head)) < h.headEnd() {
+		return fmt.Errorf("%w: code lengths past the data", ErrPayload)
 	}
 	for k := range h.Count {
 		e.Lengths[h.Lo+k] = head[headerSize+k/2] >> (4 * (1 - k%2)) & 15
 	}
-	return e, nil
+	if _, err := NewCode(e.Lengths[:1<<h.symbolBits()], h.MaxLen); err != nil {
+		return fmt.Errorf("%w: %v", ErrPayload, err)
+	}
+	if h.Pairs {
+		pt, err := h.pairTable(head)
+		if err != nil {
+			return err
+		}
+		e.PairFields = *pt
+	}
+	return nil
 }
 
 // ValueBytes returns the bytes of the decoded values.
@@ -71,20 +87,26 @@ func (h *PayloadHeader) ValueBytes() uint64 { return h.Values * uint64(Fields[h.
 // size, checksum and chunk index (every record's span, and the in-place
 // flag against the invariant), and returns its head.
 func Check(p []byte) (*Head, error) {
-	e, err := ParseHead(p)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case uint64(len(p)) != e.Size:
-		return nil, fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, len(p), e.Size)
-	case codec.Checksum(p) != e.Checksum:
-		return nil, &codec.ChecksumError{Payload: "entropy payload", Computed: codec.Checksum(p), Stored: e.Checksum}
-	}
-	if err := e.CheckIndex(e.indexBytes(p)); err != nil {
+	e := new(Head)
+	if err := CheckTo(p, e); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// CheckTo is Check writing the head to e: the staging path checks small
+// payloads by the hundred into heads it recycles.
+func CheckTo(p []byte, e *Head) error {
+	if err := parseHeadTo(p, e); err != nil {
+		return err
+	}
+	switch sum := codec.Checksum(p); {
+	case uint64(len(p)) != e.Size:
+		return fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, len(p), e.Size)
+	case sum != e.Checksum:
+		return &codec.ChecksumError{Payload: "entropy payload", Computed: sum, Stored: e.Checksum}
+	}
+	return e.CheckIndex(e.indexBytes(p))
 }
 
 // CheckIndex checks a version 2 or 3 payload's chunk index, the last

@@ -29,6 +29,9 @@ type request struct {
 	// w.Items, counted by Submit so that the caller may reuse them.
 	items int
 	units uint64
+	// ent is the batch launch of w's entropy payloads (ent.Count > 0),
+	// whose descriptors Submit wrote at w.EntropyAt.
+	ent   gpu.EntropyBatch
 	ev    *cudaEvent
 	wait  *cudaEvent
 	reply chan error
@@ -99,8 +102,17 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		return nil, fmt.Errorf("cuda engine: no stream %d", s)
 	}
 	r := request{s: s, w: w}
+	if len(w.Entropy) > 0 {
+		if err := w.PutEntropy(); err != nil {
+			return nil, err
+		}
+		r.ent, r.w.Entropy = gpu.PlanEntropyBatch(w.Entropy), nil
+		if w.Items == nil {
+			r.items = -1 // the staging buffer is copied, no scatter launched
+		}
+	}
 	if w.Items != nil {
-		if err := scatter.Put(w.TableDst(), w.Items, uint64(len(w.Src))); err != nil {
+		if err := scatter.Put(w.TableDst(), w.Items, w.Staged()); err != nil {
 			return nil, err
 		}
 		if w.Table != nil {
@@ -256,10 +268,10 @@ func (e *Engine) enqueueCopy(r request) error {
 	s, w := r.s, r.w
 	st := e.streams[s]
 	switch {
-	case r.items < 0:
+	case r.items < 0 && r.ent.Count == 0:
 		return nil
-	case r.items > 0:
-		return e.scatter(s, w.Src, w.Table, r.items, r.units)
+	case r.items != 0:
+		return e.scatter(s, w, max(r.items, 0), r.units, r.ent)
 	case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):
 		p, ok := w.Peer.(*Engine)
 		if !ok {
@@ -287,10 +299,13 @@ func (e *Engine) launchDecode(ds cuda.Stream, dec *gpu.Decoder, w engine.Work) e
 	return fmt.Errorf("cuda engine: %w: %v", payload.ErrKind, w.Decode.Kind())
 }
 
-// scatter enqueues on stream s the copy of packed, whose table is
-// written (or is table, copied over its room), into the stream's staging
-// memory (grown as needed) and the scatter kernel.
-func (e *Engine) scatter(s int, packed, table []byte, items int, units uint64) error {
+// scatter enqueues on stream s the copy of w's packed staging buffer
+// Src, whose table is written (or is w.Table, copied over its room), into
+// the stream's staging memory (grown as needed), the scatter kernel over
+// its items (if any) and the batch decode of its entropy payloads (if
+// any), whose descriptors lie at w.EntropyAt.
+func (e *Engine) scatter(s int, w engine.Work, items int, units uint64, ent gpu.EntropyBatch) error {
+	packed, table := w.Src, w.Table
 	n := uint64(len(packed))
 	if e.stageCap[s] < n {
 		// Earlier scatters on s may still read the old staging memory.
@@ -322,7 +337,15 @@ func (e *Engine) scatter(s int, packed, table []byte, items int, units uint64) e
 	if err != nil {
 		return err
 	}
-	return e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], n, items, units, st) })
+	if items > 0 {
+		if err := e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], w.Staged(), items, units, st) }); err != nil {
+			return err
+		}
+	}
+	if ent.Count == 0 {
+		return nil
+	}
+	return e.timed(st, true, func() error { return e.decs[s].LaunchEntropyBatch(e.stage[s], w.EntropyAt, ent, st) })
 }
 
 // reclaimAt is the number of live events at which the submitter takes

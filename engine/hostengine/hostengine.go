@@ -8,10 +8,11 @@ package hostengine
 
 import (
 	"fmt"
-	"github.com/splitzip/splitzip/codec"
 	"sync"
 	"time"
 
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/scatter"
@@ -202,11 +203,22 @@ func (e *Engine) stream(s int) (*streamState, error) {
 func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	var run []func() error
 	switch {
-	case w.Items != nil:
+	case w.Items != nil || len(w.Entropy) > 0:
 		// Put checks the items; the table it writes is not what the
 		// scatter below reads (it works from the items).
-		if err := scatter.Put(w.TableDst(), w.Items, uint64(len(w.Src))); err != nil {
+		if len(w.Entropy) > 0 {
+			if err := w.PutEntropy(); err != nil {
+				return nil, err
+			}
+		}
+		if err := scatter.Put(w.TableDst(), w.Items, w.Staged()); err != nil {
 			return nil, err
+		}
+		ents := append([]scatter.Entropy(nil), w.Entropy...)
+		ehs := make([]entropy.Head, len(ents))
+		for i := range ents {
+			ehs[i] = *ents[i].Head
+			ents[i].Head = &ehs[i]
 		}
 		// The items and their headers are the caller's again once
 		// Submit returns (engine.Work): the scatter runs on copies.
@@ -225,7 +237,8 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 			func() error {
 				return e.timed(false, func() error { staged = append([]byte(nil), w.Src...); return nil })
 			},
-			func() error { return e.timed(true, func() error { return e.scatter(staged, its) }) })
+			func() error { return e.timed(true, func() error { return e.scatter(staged, its) }) },
+			func() error { return e.timed(true, func() error { return e.decodeEntropy(staged, ents) }) })
 	default:
 		switch {
 		case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):

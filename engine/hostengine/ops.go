@@ -4,6 +4,7 @@ package hostengine
 // reference decoders, and scatters, each first shown to the fault hooks.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/splitzip/splitzip/codec"
@@ -120,4 +121,26 @@ func (e *Engine) scatter(packed []byte, its []scatter.Item) error {
 		}
 	}
 	return nil
+}
+
+// decodeEntropy decodes checked entropy payloads of packed out of place
+// into their ranges, each whatever the others hold (as a device's batch
+// does), and returns their errors; the hooks see each as a decode.
+func (e *Engine) decodeEntropy(packed []byte, ents []scatter.Entropy) error {
+	var errs []error
+	for _, it := range ents {
+		if e.hooks.Decode != nil {
+			if err := e.hooks.Decode(engine.DevPtr(it.Dst), &payload.Entropy{Head: it.Head}); err != nil {
+				return err
+			}
+		}
+		d, err := e.mem(engine.DevPtr(it.Dst), it.Head.ValueBytes())
+		if err == nil {
+			err = entropy.Decode(d, packed[it.Src:it.Src+it.Head.Size], 1)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tensor %q: %w", it.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -88,7 +88,7 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	p := costmodel.Default()
 	p.Host, p.Device = costmodel.Fingerprint(eng.Name()), eng.Name()
 	// Loads decode on the host the entropy payloads the transport packs.
-	p.SmallBytes = transport.HostEntropyBytes
+	p.SmallBytes = transport.PackedEntropyBytes
 	cfgs := []struct {
 		name string
 		cfg  synth.Config

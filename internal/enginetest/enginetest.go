@@ -9,7 +9,10 @@
 // waits, events that follow exactly their own submission while many
 // goroutines submit, that a corrupt payload is reported (by the event
 // after its decode, or by engine.DecodeErrorer) while later work still
-// runs, and copies from another engine's memory (engine.Peered).
+// runs, batch decodes of entropy payloads of a staging buffer (every
+// field, pair symbols, raw and constant chunks, damaged ones reported
+// without a byte written outside their destinations), and copies from
+// another engine's memory (engine.Peered).
 package enginetest
 
 import (
@@ -43,6 +46,7 @@ func Run(t *testing.T, newEngine func(t *testing.T) engine.Engine) {
 		{"DecodesFollowTheirCopies", decodesFollowTheirCopies},
 		{"EntropyDecodeInPlace", entropyDecodeInPlace},
 		{"Scatter", scatterPack},
+		{"EntropyBatch", entropyBatch},
 		{"CorruptPayloadReported", corruptPayload},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -506,4 +510,193 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 	if got := readBack(t, e, good.base, len(values)); !bytes.Equal(got, values) {
 		t.Fatal("a decode after a failed one differs from the reference")
 	}
+}
+
+// batchPayloads returns entropy payloads for a batch decode, each with
+// its values: every field, single and pair symbols, a chunk's worth and
+// odd lengths up to scatter.EntropyMaxChunks' worth of chunks, and raw
+// and constant chunks (random bytes, zeros).
+func batchPayloads(t *testing.T) (ps, vals [][]byte, hs []*entropy.Head) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	C := codec.ChunkValues
+	bf := synth.Normal(rng, 7*C+77, 0.02)
+	random := make([]byte, 2*C+30)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	for _, c := range []struct {
+		field  int
+		values []byte
+	}{
+		{0, bf}, {0, bf[:2000]}, {0, random}, {0, make([]byte, 2*C)},
+		{1, synth.Cast(bf, "F16", 4096)}, {2, synth.Cast(bf[:2*(C+3)], "F32", 4096)},
+		{3, synth.Cast(bf, "F8_E4M3", 4096)}, {4, synth.Cast(synth.Normal(rng, 16*C, 0.02), "F8_E4M3", 4096)},
+		{5, synth.Cast(bf[:2*3001], "F8_E5M2", 4096)}, {6, synth.Cast(bf, "F8_E5M2", 4096)},
+	} {
+		p, err := entropy.Encode(c.field, c.values, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := entropy.Check(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, vals, hs = append(ps, p), append(vals, c.values), append(hs, h)
+	}
+	pairs := 0
+	for _, h := range hs {
+		pairs += btoi(h.Pairs)
+	}
+	if pairs == 0 || pairs == len(hs) {
+		t.Fatalf("%d of %d payloads of pair symbols: the batch must hold both kinds", pairs, len(hs))
+	}
+	return ps, vals, hs
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// entropyBatch: entropy payloads of a staging buffer (engine.Work.Entropy),
+// beside a scatter's items and without any, decode into their
+// destinations and nowhere else; Submit keeps neither them nor their
+// heads; bad descriptors' room or payloads are refused before anything
+// runs; a payload damaged after its check is reported, and the others of
+// its batch still decode.
+func entropyBatch(t *testing.T, e engine.Engine) {
+	ps, vals, hs := batchPayloads(t)
+	raw := []byte("raw bytes beside the entropy payloads")
+	align := func(n uint64) uint64 { return (n + 15) &^ 15 }
+	// The staging buffer: a table of one raw item, the raw bytes, the
+	// payloads, then their descriptors.
+	offRaw := align(scatter.TableBytes(1))
+	at := align(offRaw + uint64(len(raw)))
+	offs := make([]uint64, len(ps))
+	for i, p := range ps {
+		offs[i], at = at, align(at+uint64(len(p)))
+	}
+	staged, err := e.Pinned(at + scatter.EntropyBytes(len(ps)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.FreePinned(staged)
+	copy(staged[offRaw:], raw)
+	for i, p := range ps {
+		copy(staged[offs[i]:], p)
+	}
+	// Destinations 4 KiB apart past their values, the gaps filled with a
+	// guard pattern the decodes must leave.
+	dsts := make([]uint64, len(ps))
+	var size uint64
+	for i, v := range vals {
+		dsts[i], size = size, size+align(uint64(len(v)))+4096
+	}
+	dst := alloc(t, e, size+4096)
+	guard := bytes.Repeat([]byte{0xCC}, int(size+4096))
+	copy(dst.host, guard)
+	run := func(s int, items []scatter.Item, ents []scatter.Entropy) error {
+		wait(t, submit(t, e, s, engine.Work{Dst: dst.base, Src: dst.host[:len(guard)]}))
+		ev, err := e.Submit(s, engine.Work{Src: staged, Items: items, Entropy: ents, EntropyAt: at})
+		if err != nil {
+			return err
+		}
+		// Submit keeps neither the payloads nor their heads.
+		for i := range ents {
+			ents[i] = scatter.Entropy{Name: "reused", Dst: uint64(dst.base), Head: &entropy.Head{}}
+		}
+		err = ev.Wait()
+		if de, ok := e.(engine.DecodeErrorer); ok && err == nil {
+			err = de.DecodeErrors()
+		}
+		return err
+	}
+	entsFor := func() []scatter.Entropy {
+		ents := make([]scatter.Entropy, len(ps))
+		for i := range ps {
+			h := *hs[i]
+			ents[i] = scatter.Entropy{Name: fmt.Sprintf("payload %d (%s)", i, entropy.Fields[h.Field].Name()), Dst: uint64(dst.base) + dsts[i], Src: offs[i], Head: &h}
+		}
+		return ents
+	}
+	check := func(what string, bad int) {
+		t.Helper()
+		got := readBack(t, e, dst.base, len(guard))
+		for i, v := range vals {
+			if i == bad {
+				continue
+			}
+			if !bytes.Equal(got[dsts[i]:dsts[i]+uint64(len(v))], v) {
+				t.Errorf("%s: payload %d (%s, pairs %v, %d values) differs from the reference", what, i, entropy.Fields[hs[i].Field].Name(), hs[i].Pairs, hs[i].Values)
+			}
+		}
+		for i := range vals {
+			end := dsts[i] + uint64(len(vals[i]))
+			next := size // the raw item lies after the last gap
+			if i+1 < len(vals) {
+				next = dsts[i+1]
+			}
+			if !bytes.Equal(got[end:next], guard[end:next]) {
+				t.Fatalf("%s: bytes written past payload %d's values", what, i)
+			}
+		}
+	}
+	items := []scatter.Item{{Name: "raw", Dst: uint64(dst.base) + size, Src: offRaw, Stored: uint64(len(raw)), Size: uint64(len(raw))}}
+	if err := run(0, items, entsFor()); err != nil {
+		t.Fatal(err)
+	}
+	check("with a scatter", -1)
+	if got := readBack(t, e, dst.base+engine.DevPtr(size), len(raw)); !bytes.Equal(got, raw) {
+		t.Errorf("the scatter's raw item beside the entropy payloads: %q", got)
+	}
+	if err := run(1, nil, entsFor()); err != nil {
+		t.Fatal(err)
+	}
+	check("alone", -1)
+
+	// Refused before anything runs.
+	for _, c := range []struct {
+		name string
+		w    func(ents []scatter.Entropy) engine.Work
+	}{
+		{"no room for the descriptors", func(ents []scatter.Entropy) engine.Work {
+			return engine.Work{Src: staged[:len(staged)-1], Entropy: ents, EntropyAt: at}
+		}},
+		{"a payload over the descriptors' room", func(ents []scatter.Entropy) engine.Work {
+			return engine.Work{Src: staged, Entropy: ents, EntropyAt: offs[len(offs)-1]}
+		}},
+		{"a table apart", func(ents []scatter.Entropy) engine.Work {
+			return engine.Work{Src: staged, Items: items, Table: make([]byte, scatter.TableBytes(1)), Entropy: ents, EntropyAt: at}
+		}},
+		{"a head whose index was not checked", func(ents []scatter.Entropy) engine.Work {
+			ents[0].Head.MaxRecord = 0
+			return engine.Work{Src: staged, Entropy: ents, EntropyAt: at}
+		}},
+		{"an unaligned destination", func(ents []scatter.Entropy) engine.Work {
+			ents[1].Dst++
+			return engine.Work{Src: staged, Entropy: ents, EntropyAt: at}
+		}},
+	} {
+		before := bytes.Clone(staged)
+		if ev, err := e.Submit(0, c.w(entsFor())); err == nil || ev != nil {
+			t.Errorf("%s: event %v, error %v; want no event and an error", c.name, ev, err)
+		}
+		if !bytes.Equal(staged, before) {
+			t.Errorf("%s: the refused submission wrote the staging buffer", c.name)
+		}
+	}
+
+	// One payload's symbol chunk damaged after its check: reported, and
+	// the others decoded all the same.
+	h := hs[0]
+	sym := offs[0] + h.Others + uint64(codec.ChunkValues*entropy.Fields[h.Field].Other()/8)
+	for i := sym; i < sym+8; i++ {
+		staged[i] ^= 0xFF
+	}
+	if err := run(0, nil, entsFor()); err == nil {
+		t.Error("a damaged entropy payload of a batch decoded without an error")
+	}
+	check("beside a damaged payload", 0)
 }

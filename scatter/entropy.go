@@ -1,0 +1,116 @@
+package scatter
+
+// Entropy payloads of a packed staging buffer, decoded by one batch
+// launch out of place into their tensors' ranges after the scatter (the
+// kernel: gpu/entropy.cu, splitzip_entropy_batch). Each has a descriptor
+// of EntropyEntryBytes, written after the staged bytes, little-endian:
+//
+//	[0, 8)     destination address (16-byte aligned)
+//	[8, 16)    offset of the payload in the buffer (16-aligned)
+//	[16, 24)   values
+//	[24, 32)   chunks (at most EntropyMaxChunks)
+//	[32, 40)   where the chunk records start in the payload
+//	[40, 48)   the records' bytes (the chunk index follows them)
+//	[48, 52)   field (the index into entropy.Fields)
+//	[52, 56)   1 for pair symbols (payload version 3)
+//	[56, 60)   the longest symbol chunk
+//	[64, 320)  code lengths
+//	[320, 832) pair table (version 3)
+//	[832, ...) the chunk index: chunks + 1 u64 record offsets, copied
+//	           from the payload (where they need not be 8-byte aligned)
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
+)
+
+// EntropyEntryBytes is the size of one entropy payload's descriptor.
+const EntropyEntryBytes = 1024
+
+// entropyIndexAt is where a descriptor's copy of the chunk index starts.
+const entropyIndexAt = 832
+
+// EntropyMaxChunks is the most chunks a payload of a batch has: its
+// chunk index must fit its descriptor. A tensor of up to 256 KiB has at
+// most 16 (an FP8 one).
+const EntropyMaxChunks = (EntropyEntryBytes-entropyIndexAt)/8 - 1
+
+// Entropy is an entropy payload of a packed staging buffer: its Head.Size
+// bytes lie at offset Src, and its Head.ValueBytes() bytes of values are
+// written at Dst. Head must come from a check of the whole payload
+// (entropy.Check, or payload.CheckBytes), which checks its chunk index:
+// a batch decodes only payloads whose index was checked.
+type Entropy struct {
+	Name string // for errors
+	Dst  uint64
+	Src  uint64
+	Head *entropy.Head
+}
+
+// EntropyBytes returns the bytes the descriptors of n payloads take.
+func EntropyBytes(n int) uint64 { return uint64(n) * EntropyEntryBytes }
+
+// PutEntropy checks ents against buf, a staging buffer whose first at
+// bytes are the table and the staged bytes (from after the table, whose
+// end is tableEnd), and writes their descriptors into buf at at, which
+// must hold EntropyBytes(len(ents)) bytes. Nothing is written when a
+// payload is invalid: it must lie inside [tableEnd, at), 16-byte aligned,
+// be a checked version 2 or 3 payload of standard chunks (at most
+// EntropyMaxChunks), and decode to a 16-byte aligned destination.
+func PutEntropy(buf []byte, at, tableEnd uint64, ents []Entropy) error {
+	room := EntropyBytes(len(ents))
+	if at%16 != 0 || at < tableEnd || at > uint64(len(buf)) || room > uint64(len(buf))-at {
+		return fmt.Errorf("%w: %d entropy descriptors at %d of a %d-byte buffer whose table ends at %d", ErrInvalid, len(ents), at, len(buf), tableEnd)
+	}
+	for i := range ents {
+		e := &ents[i]
+		bad := func(why string) error {
+			return fmt.Errorf("tensor %q: %w: %s", e.Name, ErrInvalid, why)
+		}
+		h := e.Head
+		switch {
+		case h == nil:
+			return bad("an entropy payload without its head")
+		case e.Src%16 != 0 || e.Src < tableEnd || e.Src > at || h.Size > at-e.Src:
+			return bad(fmt.Sprintf("payload [%d, +%d) outside the staged [%d, %d)", e.Src, h.Size, tableEnd, at))
+		case h.Version < 2 || h.ChunkValues != codec.ChunkValues || h.Field < 0 || h.Field >= len(entropy.Fields):
+			return bad(fmt.Sprintf("a version %d payload of field %d, %d values a chunk: no batch decodes it", h.Version, h.Field, h.ChunkValues))
+		case h.Values > 0 && h.MaxRecord == 0:
+			return bad("the payload's chunk index was not checked")
+		case h.Chunks() > EntropyMaxChunks:
+			return bad(fmt.Sprintf("%d chunks, a batch takes at most %d", h.Chunks(), EntropyMaxChunks))
+		case h.Others > h.Index || h.Index > h.Size || h.Size-h.Index != 8*(h.Chunks()+1):
+			return bad(fmt.Sprintf("records at %d, index at %d of %d bytes", h.Others, h.Index, h.Size))
+		case h.Values > 0 && (e.Dst == 0 || e.Dst%16 != 0):
+			return bad("payload destination is null or not 16-byte aligned")
+		}
+	}
+	for i := range ents {
+		e := &ents[i]
+		h := e.Head
+		d := buf[at+uint64(i)*EntropyEntryBytes : at+uint64(i+1)*EntropyEntryBytes]
+		clear(d)
+		le := binary.LittleEndian
+		le.PutUint64(d[0:], e.Dst)
+		le.PutUint64(d[8:], e.Src)
+		le.PutUint64(d[16:], h.Values)
+		le.PutUint64(d[24:], h.Chunks())
+		le.PutUint64(d[32:], h.Others)
+		le.PutUint64(d[40:], h.Index-h.Others)
+		le.PutUint32(d[48:], uint32(h.Field))
+		if h.Pairs {
+			le.PutUint32(d[52:], 1)
+			for s, f := range h.PairFields {
+				le.PutUint16(d[320+2*s:], f)
+			}
+		}
+		le.PutUint32(d[56:], uint32(min(h.MaxSymbols, 1<<31)))
+		copy(d[64:320], h.Lengths[:])
+		n := 8 * (h.Chunks() + 1)
+		copy(d[entropyIndexAt:entropyIndexAt+n], buf[e.Src+h.Index:e.Src+h.Index+n])
+	}
+	return nil
+}
