@@ -223,3 +223,35 @@ func FuzzIndex(f *testing.F) {
 		}
 	})
 }
+
+// TestCreateAfterBareCreate: a directory holding only the empty objects
+// and tmp folders an interrupted Create of an earlier build left (it made
+// them before the marker) is taken as empty; one with anything in them,
+// or beside them, is refused.
+func TestCreateAfterBareCreate(t *testing.T) {
+	bare := func(t *testing.T) string {
+		dir := t.TempDir()
+		for _, d := range []string{"objects", "tmp"} {
+			if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	dir := bare(t)
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatalf("empty objects and tmp folders: %v", err)
+	}
+	w.Close()
+	if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
+		t.Errorf("no marker: %v", err)
+	}
+	for _, extra := range []string{"objects/x", "tmp/x", "other"} {
+		dir := bare(t)
+		os.WriteFile(filepath.Join(dir, extra), []byte("x"), 0o644)
+		if _, err := Create(dir); !errors.Is(err, ErrNotCache) {
+			t.Errorf("with %s: %v, want ErrNotCache", extra, err)
+		}
+	}
+}

@@ -65,19 +65,24 @@ func Create(dir string) (*Writer, error) {
 	case err != nil:
 		return nil, err
 	case len(ents) > 0:
-		if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil && !bareCreate(dir, ents) {
 			return nil, fmt.Errorf("%s: %w, and not empty: refusing to write into it", dir, ErrNotCache)
 		}
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "objects"), filepath.Join(dir, "tmp")} {
-		if err := os.MkdirAll(d, atomicfile.DirPerm); err != nil {
+	if err := os.MkdirAll(dir, atomicfile.DirPerm); err != nil {
+		return nil, err
+	}
+	// The marker first, so that a writer killed at any point after it
+	// leaves a directory the next one knows as a cache. It is written
+	// once: rewriting it on every open would change a cache that nothing
+	// else changes, and a full disk could truncate it.
+	if _, err := os.Stat(filepath.Join(dir, MarkerName)); errors.Is(err, fs.ErrNotExist) {
+		if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
 			return nil, err
 		}
 	}
-	// The marker is written once: rewriting it on every open would change
-	// a cache that nothing else changes, and a full disk could truncate it.
-	if _, err := os.Stat(filepath.Join(dir, MarkerName)); errors.Is(err, fs.ErrNotExist) {
-		if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
+	for _, d := range []string{filepath.Join(dir, "objects"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, atomicfile.DirPerm); err != nil {
 			return nil, err
 		}
 	}
@@ -107,6 +112,21 @@ func Create(dir string) (*Writer, error) {
 	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
 	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
 	return w, nil
+}
+
+// bareCreate reports whether ents, dir's entries, are only what an
+// interrupted Create of a build that made them before the marker left:
+// empty objects and tmp folders.
+func bareCreate(dir string, ents []fs.DirEntry) bool {
+	for _, e := range ents {
+		if !e.IsDir() || e.Name() != "objects" && e.Name() != "tmp" {
+			return false
+		}
+		if sub, err := os.ReadDir(filepath.Join(dir, e.Name())); err != nil || len(sub) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // removeTemps removes every file in a cache's tmp/ (the cache's lock
