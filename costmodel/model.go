@@ -90,9 +90,10 @@ var ErrProfile = errors.New("costmodel: bad profile")
 // Default is the model `splitzip calibrate` measured on the lent H200
 // (16 host cores, the CUDA engine) on 2026-12-04, rounded: what
 // SPLITZIP_PROFILE=default uses. There a fixed payload pays for itself
-// from about 94 KB, and small entropy payloads, decoded on the host, never
-// do. Its small entropy cost predates Decoders 1 (it overstates what they
-// cost now); the H200 was not lent to measure it again.
+// from about 94 KB, and small entropy payloads, then decoded on the host,
+// never do. Its small entropy cost predates Decoders 1 and 3 (it
+// overstates what they cost now); the H200 was not lent to measure it
+// again.
 func Default() *Profile {
 	return &Profile{
 		Version: Version, Host: "default", Device: "NVIDIA H200", Measured: "default", Decoders: Decoders,

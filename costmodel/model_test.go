@@ -26,7 +26,7 @@ func TestChoose(t *testing.T) {
 		{64 << 20, false, true, Entropy},
 		{64 << 20, false, false, Raw},
 		{64 << 20, true, true, Entropy}, // 42.9 against 41.0 GB/s
-		{128 << 10, false, true, Raw},   // decoded on the host
+		{128 << 10, false, true, Raw},   // packed: the small entropy cost
 	} {
 		got := p.Choose(c.size, c.fixed, c.entropy)
 		if got.Kind != c.want {
@@ -39,7 +39,7 @@ func TestChoose(t *testing.T) {
 	if p.Choose(uint64(even*0.5), true, false).Kind != Raw || p.Choose(uint64(even*2), true, false).Kind != Fixed {
 		t.Errorf("break-even near %.0f bytes not where the costs put it", even)
 	}
-	// Entropy payloads of at most SmallBytes cost their host decode.
+	// Entropy payloads of at most SmallBytes cost what packed ones do.
 	if p.Time(Entropy, p.SmallBytes) != p.EntropySmall.Time(p.SmallBytes) || p.Time(Entropy, p.SmallBytes+1) != p.Entropy.Time(p.SmallBytes+1) {
 		t.Error("entropy time ignores SmallBytes")
 	}

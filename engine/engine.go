@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/splitzip/splitzip/codec/payload"
 	"github.com/splitzip/splitzip/scatter"
@@ -88,6 +89,14 @@ type Registrar interface {
 	Unregister(b []byte) error
 }
 
+// Preparer is implemented by engines whose decoders load on first use
+// (the CUDA engine's entropy kernels, a few milliseconds a decoder):
+// PrepareEntropy loads them now, so that a load whose cache holds entropy
+// payloads does not wait for them in its first upload.
+type Preparer interface {
+	PrepareEntropy() error
+}
+
 // ErrInjected is returned by fault hooks in tests.
 var ErrInjected = errors.New("injected fault")
 
@@ -135,8 +144,9 @@ type Work struct {
 }
 
 // ErrEntropyTable is returned by Submit for Work with both Entropy and
-// Table: the descriptors are written into Src.
-var ErrEntropyTable = errors.New("entropy payloads of a staging buffer that has its table apart")
+// Table (the descriptors are written into Src); it is a
+// scatter.ErrInvalid, as Submit's other refusals of a staging buffer.
+var ErrEntropyTable = fmt.Errorf("%w: entropy payloads of a staging buffer that has its table apart", scatter.ErrInvalid)
 
 // Staged returns the end of w's table and staged bytes, the bytes its
 // scatter items must lie in: EntropyAt with Entropy, else all of Src.
@@ -147,8 +157,17 @@ func (w Work) Staged() uint64 {
 	return uint64(len(w.Src))
 }
 
-// PutEntropy checks w's entropy payloads and writes their descriptors
-// into Src (scatter.PutEntropy), after its table of Items.
+// CheckEntropy checks w's entropy payloads (scatter.CheckEntropy): Submit
+// checks them, and its items, before it writes anything.
+func (w Work) CheckEntropy() error {
+	if w.Table != nil {
+		return ErrEntropyTable
+	}
+	return scatter.CheckEntropy(w.Src, w.EntropyAt, scatter.TableBytes(len(w.Items)), w.Entropy)
+}
+
+// PutEntropy writes the descriptors of w's entropy payloads into Src
+// (scatter.PutEntropy), after its table of Items.
 func (w Work) PutEntropy() error {
 	if w.Table != nil {
 		return ErrEntropyTable

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -45,6 +46,16 @@ func TestKernelConstants(t *testing.T) {
 		if got := num(ez, c.name); got != c.want {
 			t.Errorf("entropy.cu: %s is %d, the launcher's %d", c.name, got, c.want)
 		}
+	}
+	// EBParams: three u64, three u32, padded to 8 bytes.
+	if n := unsafe.Sizeof(entropyBatchParams{}); n != 40 {
+		t.Errorf("entropyBatchParams is %d bytes, struct EBParams 40", n)
+	}
+	if got := num(ez, "EZB_ENTRY"); got != scatter.EntropyEntryBytes {
+		t.Errorf("entropy.cu: EZB_ENTRY is %d, scatter's descriptors %d bytes", got, scatter.EntropyEntryBytes)
+	}
+	if got := num(ez, "EZB_UNIT"); got != scatter.EntropyUnitChunks {
+		t.Errorf("entropy.cu: EZB_UNIT is %d, scatter's units %d chunks", got, scatter.EntropyUnitChunks)
 	}
 	if ez["EZ_BATCH_ROWS"] != "(2 * EZ_STEPS + 2)" || 2*num(ez, "EZ_STEPS")+2 != entropyBatchRows {
 		t.Errorf("entropy.cu: EZ_BATCH_ROWS %q with EZ_STEPS %s, the launcher's %d", ez["EZ_BATCH_ROWS"], ez["EZ_STEPS"], entropyBatchRows)

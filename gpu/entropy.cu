@@ -5,14 +5,18 @@
 // fields of a symbol into the ring, which is then twice as many bytes, and
 // a rebuild writes twice as many values a row of symbols.
 //
-// Two kernels, splitzip_entropy_decode for payloads of single fields and
-// splitzip_entropy_decode_pairs for those of pairs (the same code, a
-// template each), and two modes, as decode.cu: in place (the payload at the start
-// of [dst, dst + n * vsize), overwritten by the values) and out of place.
-// The host parses the head (header and code lengths) and passes the code
-// lengths as a kernel argument; the chunk index is read from `index`, which
-// for an in-place launch is a copy the host made before the launch (the
-// index lies at the payload's end, inside the values of the last chunks).
+// Two kernels for one payload a launch, splitzip_entropy_decode for
+// payloads of single fields and splitzip_entropy_decode_pairs for those of
+// pairs (the same code, a template each), and two modes, as decode.cu: in
+// place (the payload at the start of [dst, dst + n * vsize), overwritten
+// by the values) and out of place. The host parses the head (header and
+// code lengths) and passes the code lengths as a kernel argument; the
+// chunk index is read from `index`, a copy the host made before the launch
+// (in place the index lies at the payload's end, inside the values of the
+// last chunks). A third kernel, splitzip_entropy_batch (at the end),
+// decodes the many payloads of a packed staging buffer out of place with
+// one launch, from descriptors in that buffer, reading each chunk index
+// where it lies.
 //
 // Each warp decodes one chunk at a time: lane 0 claims chunks in descending
 // order from an atomic ticket counter; the warp copies the chunk's symbol
@@ -562,15 +566,28 @@ __device__ __forceinline__ uint64_t ez_guess(uint64_t lo, uint64_t hi, uint64_t 
     return w0 + __ffs(m) - 1;
 }
 
+// ez_ld64 is the little-endian u64 at p, which need not be aligned.
+__device__ __forceinline__ uint64_t ez_ld64(const uint8_t *p) {
+    uint64_t v = 0;
+#pragma unroll
+    for (int i = 7; i >= 0; i--) {
+        v = v << 8 | p[i];
+    }
+    return v;
+}
+
 // ez_run is a warp decoding chunks until none is left: lane 0 claims a
 // chunk, the warp copies its symbol chunk into the warp's buffer, starts
 // the copy of the first other bits into its other-bits ring (and in place
 // copies all of them into the warp's scratch slot), publishes and waits
 // (in place), and decodes it. The warp's buffer is the symbol chunk, the
 // ring of decoded fields (EzMode<PAIR>::ring bytes), then the other-bits
-// ring.
+// ring. In a batch launch (BATCH) it decodes the payload's chunks [lo,
+// hi) only, its block's unit, and reads the chunk index where it lies in
+// the payload (p.index, perhaps not 8-byte aligned), not from a copy.
 template <int VS, int SHIFT, int BITS, bool WHOLE, bool PAIR, bool BATCH>
-__device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf) {
+__device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf,
+                                       uint64_t lo, uint64_t hi) {
     constexpr int OB = EzField<VS, SHIFT, BITS, WHOLE>::other;
     using M = EzMode<PAIR>;
     constexpr uint32_t ORING = ez_oring(OB, M::rows);
@@ -593,26 +610,31 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, c
         }
         return;
     }
-    // A batch launch's block decodes one payload: its warps take its
-    // chunks in turn, with no counter.
-    uint32_t next = threadIdx.x >> 5;
+    // A batch launch's block decodes a unit of one payload: its warps take
+    // the unit's chunks in turn, with no counter.
+    uint64_t claim = lo + (threadIdx.x >> 5);
     for (;;) {
-        uint32_t t = 0;
+        uint64_t c;
         if (BATCH) {
-            t = next;
-            next += blockDim.x >> 5;
+            if (claim >= hi) {
+                break;
+            }
+            c = claim;
+            claim += blockDim.x >> 5;
         } else {
+            uint32_t t = 0;
             if (lane == 0) {
                 t = atomicAdd(&ctrl[0], 1u);
             }
             t = __shfl_sync(0xFFFFFFFFu, t, 0);
+            if (t >= p.chunks) {
+                break;
+            }
+            c = p.chunks - 1 - t;
         }
-        if (t >= p.chunks) {
-            break;
-        }
-        const uint64_t c = p.chunks - 1 - t;
         const uint32_t cnt = (uint32_t)ez_min(EZ_CHUNK, p.n - c * EZ_CHUNK);
-        const uint64_t at = index[c], next = index[c + 1];
+        const uint64_t at = BATCH ? ez_ld64((const uint8_t *)p.index + 8 * c) : index[c];
+        const uint64_t next = BATCH ? ez_ld64((const uint8_t *)p.index + 8 * (c + 1)) : index[c + 1];
         const uint64_t obytes = ((uint64_t)cnt * OB + 7) / 8;
         const uint64_t a = p.records + at, a0 = a & ~(uint64_t)15;
         const uint32_t skew = (uint32_t)(a - a0);
@@ -708,26 +730,27 @@ __device__ __forceinline__ void ez_run(const EParams &p, const uint32_t *tab2, c
 
 // ez_field runs the variant of the payload's field.
 template <bool PAIR, bool BATCH>
-__device__ __forceinline__ void ez_field(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf) {
+__device__ __forceinline__ void ez_field(const EParams &p, const uint32_t *tab2, const uint16_t *ptab, uint8_t *buf,
+                                         uint64_t lo = 0, uint64_t hi = 0) {
     switch (p.field) { // the index into entropy.Fields
     case 0:
-        ez_run<2, 7, 8, false, PAIR, BATCH>(p, tab2, ptab, buf); // BF16
+        ez_run<2, 7, 8, false, PAIR, BATCH>(p, tab2, ptab, buf, lo, hi); // BF16
         break;
     case 1:
-        ez_run<2, 10, 5, false, PAIR, BATCH>(p, tab2, ptab, buf); // F16
+        ez_run<2, 10, 5, false, PAIR, BATCH>(p, tab2, ptab, buf, lo, hi); // F16
         break;
     case 2:
-        ez_run<4, 23, 8, false, PAIR, BATCH>(p, tab2, ptab, buf); // F32
+        ez_run<4, 23, 8, false, PAIR, BATCH>(p, tab2, ptab, buf, lo, hi); // F32
         break;
     case 3:
-        ez_run<1, 3, 4, false, PAIR, BATCH>(p, tab2, ptab, buf); // F8_E4M3 exponent
+        ez_run<1, 3, 4, false, PAIR, BATCH>(p, tab2, ptab, buf, lo, hi); // F8_E4M3 exponent
         break;
     case 5:
-        ez_run<1, 2, 5, false, PAIR, BATCH>(p, tab2, ptab, buf); // F8_E5M2 exponent
+        ez_run<1, 2, 5, false, PAIR, BATCH>(p, tab2, ptab, buf, lo, hi); // F8_E5M2 exponent
         break;
     case 4:
     case 6:
-        ez_run<1, 0, 8, true, PAIR, BATCH>(p, tab2, ptab, buf); // FP8 whole bytes
+        ez_run<1, 0, 8, true, PAIR, BATCH>(p, tab2, ptab, buf, lo, hi); // FP8 whole bytes
         break;
     default: // the host passes only the fields above
         if (threadIdx.x == 0) {
@@ -780,33 +803,35 @@ extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy
     ez_main<true>(p);
 }
 
-// A batch launch decodes many entropy payloads of one packed staging
-// buffer out of place, a block a payload (docs/DESIGN.md 4.4): each
-// payload's descriptor, written by the host after checking its head and
-// chunk index (package scatter, EntropyEntryBytes each, little-endian):
+// A batch launch decodes the entropy payloads of one packed staging
+// buffer out of place (docs/DESIGN.md 4.4). Each payload's descriptor,
+// written by the host after checking its head and chunk index (package
+// scatter, EZB_ENTRY bytes each, little-endian):
 //
 //   [0, 8)     destination address (16-byte aligned)
 //   [8, 16)    offset of the payload in the staging buffer
 //   [16, 24)   values
-//   [24, 32)   chunks, at most EZB_MAX_CHUNKS
+//   [24, 32)   chunks
 //   [32, 40)   where the records start in the payload
-//   [40, 48)   the records' bytes (the index follows them)
+//   [40, 48)   the records' bytes (the chunk index follows them)
 //   [48, 52)   field (the index into entropy.Fields)
 //   [52, 56)   1 for pair symbols (version 3)
 //   [56, 60)   the longest symbol chunk
+//   [60, 64)   the payload's first unit of work
 //   [64, 320)  code lengths
 //   [320, 832) pair table (version 3)
-//   [832, ...) the chunk index, chunks + 1 u64 (copied here: aligned)
 //
-// The block copies the descriptor into shared memory, builds the
-// payload's decode table and its warps decode its chunks in turn; blocks
-// take payloads in turn. Nothing is written outside a destination's
-// values, whatever the payload's bytes: as for one payload out of place.
-#define EZB_ENTRY 1024
-#define EZB_INDEX 832
-#define EZB_MAX_CHUNKS 23 // (EZB_ENTRY - EZB_INDEX) / 8 - 1
+// A payload's units are runs of EZB_UNIT chunks, numbered across the
+// payloads; blocks take units in turn. A block finds its unit's payload,
+// copies its descriptor into shared memory and builds its decode table
+// (unless the block's last unit was the same payload's), and its warps
+// decode the unit's chunks. A chunk that breaks a check writes nothing
+// more, and nothing is written outside a destination's values, whatever
+// the payload's bytes: as for one payload out of place.
+#define EZB_ENTRY 832
+#define EZB_UNIT 8 // chunks a unit: one a warp
 #ifndef EZB_THREADS
-#define EZB_THREADS 256 // 8 warps: a small payload's chunks at once, and two blocks a multiprocessor
+#define EZB_THREADS 256 // 8 warps, and two blocks a multiprocessor
 #endif
 
 // EBParams is passed by value; its layout matches gpu.entropyBatchParams.
@@ -816,6 +841,7 @@ struct EBParams {
     uint64_t err;       // uint32 error bits
     uint32_t count;     // descriptors
     uint32_t buf_bytes; // shared buffer per warp (as EParams.buf_bytes), for every payload of the batch
+    uint32_t units;     // units of work of all the payloads
 };
 
 extern "C" __global__ void __launch_bounds__(EZB_THREADS, 2) splitzip_entropy_batch(const EBParams b) {
@@ -825,49 +851,71 @@ extern "C" __global__ void __launch_bounds__(EZB_THREADS, 2) splitzip_entropy_ba
     __shared__ uint16_t ptab[256];
     __shared__ uint32_t bits[8][EZ_MAXLEN + 1], cnt[EZ_MAXLEN + 1], first[EZ_MAXLEN + 1], offs[EZ_MAXLEN + 1];
     __shared__ EParams p;
+    __shared__ uint32_t item, unit0; // the payload of the block's unit, and its first unit
     const uint32_t tid = threadIdx.x;
-    for (uint32_t item = blockIdx.x; item < b.count; item += gridDim.x) {
-        const uint64_t at = b.base + b.desc + (uint64_t)item * EZB_ENTRY;
-        const uint64_t *e64 = (const uint64_t *)at;
-        const uint32_t *e32 = (const uint32_t *)at;
+    const uint8_t *descs = (const uint8_t *)(b.base + b.desc);
+    uint32_t cur = 0xFFFFFFFFu; // the payload whose table the block holds
+    for (uint32_t u = blockIdx.x; u < b.units; u += gridDim.x) {
         if (tid == 0) {
-            p.dst = e64[0];
-            p.src = b.base + e64[1];
-            p.n = e64[2];
-            p.chunks = e64[3];
-            p.records = e64[4];
-            p.rec_bytes = e64[5];
-            p.index = at + EZB_INDEX;
-            p.flags = p.ctrl = p.scratch = 0;
-            p.err = b.err;
-            p.field = e32[12];
-            p.pair = e32[13];
-            p.max_sym = e32[14];
-            p.in_place = p.epoch = p.slot_bytes = 0;
-            p.buf_bytes = b.buf_bytes;
-            // What the host checked, checked again: the index lies in the
-            // descriptor, and the chunks cover the values.
-            if (p.chunks > EZB_MAX_CHUNKS || p.chunks != (p.n + EZ_CHUNK - 1) / EZ_CHUNK || p.field > 6 ||
-                p.pair > 1) {
-                atomicOr((uint32_t *)b.err, EZ_ERR_INDEX);
-                p.chunks = 0;
+            // The last payload whose first unit is at most u: first units
+            // rise with the descriptors (the host numbers them in order).
+            uint32_t lo = 0, hi = b.count;
+            while (hi - lo > 1) {
+                const uint32_t mid = (lo + hi) / 2;
+                if (*(const uint32_t *)(descs + (uint64_t)mid * EZB_ENTRY + 60) <= u) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
             }
-        }
-        for (uint32_t s = tid; s < 256; s += blockDim.x) {
-            p.lengths[s] = ((const uint8_t *)at)[64 + s];
-            p.pairs[s] = ((const uint16_t *)(at + 320))[s];
+            item = lo;
+            unit0 = *(const uint32_t *)(descs + (uint64_t)lo * EZB_ENTRY + 60);
         }
         __syncthreads();
-        for (uint32_t s = tid; s < 256; s += blockDim.x) {
-            ptab[s] = p.pairs[s];
+        const uint8_t *at = descs + (uint64_t)item * EZB_ENTRY;
+        if (item != cur) {
+            cur = item;
+            const uint64_t *e64 = (const uint64_t *)at;
+            const uint32_t *e32 = (const uint32_t *)at;
+            if (tid == 0) {
+                p.dst = e64[0];
+                p.src = b.base + e64[1];
+                p.n = e64[2];
+                p.chunks = e64[3];
+                p.records = e64[4];
+                p.rec_bytes = e64[5];
+                p.index = p.src + p.records + p.rec_bytes; // the index follows the records
+                p.flags = p.ctrl = p.scratch = 0;
+                p.err = b.err;
+                p.field = e32[12];
+                p.pair = e32[13];
+                p.max_sym = e32[14];
+                p.in_place = p.epoch = p.slot_bytes = 0;
+                p.buf_bytes = b.buf_bytes;
+                // What the host checked, checked again: the chunks cover
+                // the values, and the field and the pair flag are known.
+                if (p.chunks != (p.n + EZ_CHUNK - 1) / EZ_CHUNK || p.field > 6 || p.pair > 1) {
+                    atomicOr((uint32_t *)b.err, EZ_ERR_INDEX);
+                    p.chunks = 0;
+                }
+            }
+            for (uint32_t s = tid; s < 256; s += blockDim.x) {
+                p.lengths[s] = at[64 + s];
+                p.pairs[s] = ((const uint16_t *)(at + 320))[s];
+            }
+            __syncthreads();
+            for (uint32_t s = tid; s < 256; s += blockDim.x) {
+                ptab[s] = p.pairs[s];
+            }
+            ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, bits, cnt, first, offs); // syncs first and last
         }
-        ez_table(p, tab2, (uint16_t *)ez_bufs, len, sorted, bits, cnt, first, offs); // syncs first and last
+        const uint64_t c0 = (uint64_t)(u - unit0) * EZB_UNIT, c1 = min(p.chunks, c0 + EZB_UNIT);
         uint8_t *buf = ez_bufs + (tid >> 5) * (uint64_t)b.buf_bytes;
         if (p.pair) {
-            ez_field<true, true>(p, tab2, ptab, buf);
+            ez_field<true, true>(p, tab2, ptab, buf, c0, c1);
         } else {
-            ez_field<false, true>(p, tab2, ptab, buf);
+            ez_field<false, true>(p, tab2, ptab, buf, c0, c1);
         }
-        __syncthreads(); // the descriptor, tables and buffers are free for the next payload
+        __syncthreads(); // the unit is decoded: the block's shared memory is free for the next
     }
 }

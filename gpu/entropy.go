@@ -101,6 +101,15 @@ func entropyImage() ([]byte, error) {
 	return imageOf("SPLITZIP_ENTROPY_FATBIN", entropyFatbin, "entropy")
 }
 
+// PrepareEntropy loads the entropy decoder now rather than on its first
+// launch (it takes a few milliseconds, once a decoder).
+func (d *Decoder) PrepareEntropy() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, err := d.loadEntropy()
+	return err
+}
+
 // entropyKernel loads the entropy decoder on first use (d.mu held).
 func (d *Decoder) loadEntropy() (*entropyKernel, error) {
 	if d.ent != nil {

@@ -1,12 +1,14 @@
 package gpu
 
-// Batch launches of the entropy decoder: many small payloads of one
-// packed staging buffer, decoded out of place by one launch, a block a
-// payload, from descriptors that scatter.PutEntropy wrote after the
-// staged bytes (entropy.cu, splitzip_entropy_batch).
+// Batch launches of the entropy decoder: the payloads of one packed
+// staging buffer, decoded out of place by one launch whose blocks take
+// units of a payload's chunks in turn, from descriptors that
+// scatter.PutEntropy wrote after the staged bytes (entropy.cu,
+// splitzip_entropy_batch).
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
@@ -21,16 +23,18 @@ const entropyBatchStatic = 20 << 10
 
 // entropyBatchParams mirrors struct EBParams in entropy.cu.
 type entropyBatchParams struct {
-	Base, Desc, Err uint64
-	Count, BufBytes uint32
+	Base, Desc, Err        uint64
+	Count, BufBytes, Units uint32
+	_                      uint32
 }
 
 // EntropyBatch is the shape of a batch launch over some payloads
-// (PlanEntropyBatch): how many, the shared buffer each warp needs for
-// the largest of their symbol chunks and rings, and the most chunks one
-// has.
+// (PlanEntropyBatch): how many, their units of work
+// (scatter.EntropyUnits), the shared buffer each warp needs for the
+// largest of their symbol chunks and rings, and the most chunks one has.
 type EntropyBatch struct {
 	Count  int
+	Units  uint64
 	Buf    int
 	Chunks uint64
 }
@@ -38,7 +42,7 @@ type EntropyBatch struct {
 // PlanEntropyBatch returns the launch shape for ents, whose heads are
 // checked (scatter.PutEntropy checks them again).
 func PlanEntropyBatch(ents []scatter.Entropy) EntropyBatch {
-	b := EntropyBatch{Count: len(ents)}
+	b := EntropyBatch{Count: len(ents), Units: scatter.EntropyUnits(ents)}
 	for i := range ents {
 		h := ents[i].Head
 		if h == nil || h.Field < 0 || h.Field >= len(entropy.Fields) {
@@ -93,8 +97,11 @@ func (k *entropyKernel) loadBatch(ctx *cuda.Context) error {
 // the decoder's error (TakeError); nothing is written outside the
 // destinations' values.
 func (d *Decoder) LaunchEntropyBatch(base cuda.DevicePtr, desc uint64, b EntropyBatch, s cuda.Stream) error {
-	if b.Count == 0 || b.Chunks == 0 {
+	if b.Count == 0 || b.Chunks == 0 || b.Units == 0 {
 		return nil
+	}
+	if b.Units > math.MaxUint32 {
+		return fmt.Errorf("%w: %d units of work in one batch", scatter.ErrInvalid, b.Units)
 	}
 	if base%16 != 0 || desc%16 != 0 {
 		return fmt.Errorf("%w: entropy descriptors at %#x + %d are not 16-byte aligned", scatter.ErrInvalid, base, desc)
@@ -105,11 +112,11 @@ func (d *Decoder) LaunchEntropyBatch(base cuda.DevicePtr, desc uint64, b Entropy
 	if err != nil {
 		return err
 	}
-	warps := min(uint64(k.batchWarps), b.Chunks, uint64((k.optin-entropyBatchStatic)/max(b.Buf, 1)))
+	warps := min(uint64(k.batchWarps), scatter.EntropyUnitChunks, b.Chunks, uint64((k.optin-entropyBatchStatic)/max(b.Buf, 1)))
 	if warps < 1 {
 		return fmt.Errorf("gpu: %d bytes of shared memory a block hold no %d-byte chunk buffer", k.optin, b.Buf)
 	}
-	pr := entropyBatchParams{Base: uint64(base), Desc: desc, Err: uint64(d.ctrl) + 8, Count: uint32(b.Count), BufBytes: uint32(b.Buf)}
-	grid := uint32(min(b.Count, 1<<20)) // blocks take payloads in turn
+	pr := entropyBatchParams{Base: uint64(base), Desc: desc, Err: uint64(d.ctrl) + 8, Count: uint32(b.Count), BufBytes: uint32(b.Buf), Units: uint32(b.Units)}
+	grid := uint32(min(b.Units, 1<<20)) // blocks take units in turn
 	return d.ctx.Launch(k.batch, cuda.Dim3{X: grid}, cuda.Dim3{X: uint32(32 * warps)}, uint32(dynBytes(int(warps), b.Buf)), s, unsafe.Pointer(&pr))
 }

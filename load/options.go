@@ -86,8 +86,8 @@ type Options struct {
 	// loading the same payloads share (package nodeshare): the first
 	// process reads and checks them all into it before its first fault,
 	// and later ones attach to it, reading and pinning none of them
-	// (small entropy payloads decoded on the host are still read from
-	// the cache; raw tensors keep their own resident copies).
+	// (small entropy payloads, packed, are still read from the cache;
+	// raw tensors keep their own resident copies).
 	Share bool
 	// ShareDir is the folder of the shared copies' holders files ("":
 	// nodeshare.DefaultDir()).

@@ -8,59 +8,59 @@ package scatter
 //	[0, 8)     destination address (16-byte aligned)
 //	[8, 16)    offset of the payload in the buffer (16-aligned)
 //	[16, 24)   values
-//	[24, 32)   chunks (at most EntropyMaxChunks)
+//	[24, 32)   chunks
 //	[32, 40)   where the chunk records start in the payload
 //	[40, 48)   the records' bytes (the chunk index follows them)
 //	[48, 52)   field (the index into entropy.Fields)
 //	[52, 56)   1 for pair symbols (payload version 3)
 //	[56, 60)   the longest symbol chunk
+//	[60, 64)   the payload's first unit of work: units are runs of
+//	           EntropyUnitChunks chunks, numbered across the payloads
 //	[64, 320)  code lengths
 //	[320, 832) pair table (version 3)
-//	[832, ...) the chunk index: chunks + 1 u64 record offsets, copied
-//	           from the payload (where they need not be 8-byte aligned)
+//
+// The kernel reads each payload's chunk index where it lies in the
+// payload, checked on the host before the copy.
 
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 )
 
 // EntropyEntryBytes is the size of one entropy payload's descriptor.
-const EntropyEntryBytes = 1024
+const EntropyEntryBytes = 832
 
-// entropyIndexAt is where a descriptor's copy of the chunk index starts.
-const entropyIndexAt = 832
-
-// EntropyMaxChunks is the most chunks a payload of a batch has: its
-// chunk index must fit its descriptor. A tensor of up to 256 KiB has at
-// most 16 (an FP8 one).
-const EntropyMaxChunks = (EntropyEntryBytes-entropyIndexAt)/8 - 1
+// EntropyUnitChunks is the chunks of a unit of work of a batch (the
+// kernel's EZB_UNIT): a block decodes a unit, a chunk a warp.
+const EntropyUnitChunks = 8
 
 // Entropy is an entropy payload of a packed staging buffer: its Head.Size
-// bytes lie at offset Src, and its Head.ValueBytes() bytes of values are
-// written at Dst. Head must come from a check of the whole payload
+// bytes lie at offset Src, and its Size bytes of values (which
+// Head.ValueBytes() must be) are written at Dst. Head must come from a check of the whole payload
 // (entropy.Check, or payload.CheckBytes), which checks its chunk index:
 // a batch decodes only payloads whose index was checked.
 type Entropy struct {
 	Name string // for errors
 	Dst  uint64
 	Src  uint64
+	Size uint64
 	Head *entropy.Head
 }
 
 // EntropyBytes returns the bytes the descriptors of n payloads take.
 func EntropyBytes(n int) uint64 { return uint64(n) * EntropyEntryBytes }
 
-// PutEntropy checks ents against buf, a staging buffer whose first at
+// CheckEntropy checks ents against buf, a staging buffer whose first at
 // bytes are the table and the staged bytes (from after the table, whose
-// end is tableEnd), and writes their descriptors into buf at at, which
-// must hold EntropyBytes(len(ents)) bytes. Nothing is written when a
-// payload is invalid: it must lie inside [tableEnd, at), 16-byte aligned,
-// be a checked version 2 or 3 payload of standard chunks (at most
-// EntropyMaxChunks), and decode to a 16-byte aligned destination.
-func PutEntropy(buf []byte, at, tableEnd uint64, ents []Entropy) error {
+// end is tableEnd), with room at at for their descriptors
+// (EntropyBytes(len(ents)) bytes). A payload must lie inside [tableEnd,
+// at), 16-byte aligned, be a checked version 2 or 3 payload of standard
+// chunks, and decode to Size bytes at a 16-byte aligned destination.
+func CheckEntropy(buf []byte, at, tableEnd uint64, ents []Entropy) error {
 	room := EntropyBytes(len(ents))
 	if at%16 != 0 || at < tableEnd || at > uint64(len(buf)) || room > uint64(len(buf))-at {
 		return fmt.Errorf("%w: %d entropy descriptors at %d of a %d-byte buffer whose table ends at %d", ErrInvalid, len(ents), at, len(buf), tableEnd)
@@ -80,14 +80,27 @@ func PutEntropy(buf []byte, at, tableEnd uint64, ents []Entropy) error {
 			return bad(fmt.Sprintf("a version %d payload of field %d, %d values a chunk: no batch decodes it", h.Version, h.Field, h.ChunkValues))
 		case h.Values > 0 && h.MaxRecord == 0:
 			return bad("the payload's chunk index was not checked")
-		case h.Chunks() > EntropyMaxChunks:
-			return bad(fmt.Sprintf("%d chunks, a batch takes at most %d", h.Chunks(), EntropyMaxChunks))
 		case h.Others > h.Index || h.Index > h.Size || h.Size-h.Index != 8*(h.Chunks()+1):
 			return bad(fmt.Sprintf("records at %d, index at %d of %d bytes", h.Others, h.Index, h.Size))
+		case h.ValueBytes() != e.Size:
+			return bad(fmt.Sprintf("payload decodes to %d bytes for %d", h.ValueBytes(), e.Size))
 		case h.Values > 0 && (e.Dst == 0 || e.Dst%16 != 0):
 			return bad("payload destination is null or not 16-byte aligned")
 		}
 	}
+	if u := EntropyUnits(ents); u > math.MaxUint32 {
+		return fmt.Errorf("%w: %d units of work in one batch", ErrInvalid, u)
+	}
+	return nil
+}
+
+// PutEntropy checks ents (CheckEntropy) and writes their descriptors
+// into buf at at; nothing is written when a payload is invalid.
+func PutEntropy(buf []byte, at, tableEnd uint64, ents []Entropy) error {
+	if err := CheckEntropy(buf, at, tableEnd, ents); err != nil {
+		return err
+	}
+	var first uint64
 	for i := range ents {
 		e := &ents[i]
 		h := e.Head
@@ -108,9 +121,25 @@ func PutEntropy(buf []byte, at, tableEnd uint64, ents []Entropy) error {
 			}
 		}
 		le.PutUint32(d[56:], uint32(min(h.MaxSymbols, 1<<31)))
+		le.PutUint32(d[60:], uint32(first))
+		first += entropyUnits(h)
 		copy(d[64:320], h.Lengths[:])
-		n := 8 * (h.Chunks() + 1)
-		copy(d[entropyIndexAt:entropyIndexAt+n], buf[e.Src+h.Index:e.Src+h.Index+n])
 	}
 	return nil
+}
+
+// entropyUnits is a payload's units of work.
+func entropyUnits(h *entropy.Head) uint64 {
+	return (h.Chunks() + EntropyUnitChunks - 1) / EntropyUnitChunks
+}
+
+// EntropyUnits returns the units of work of a batch over ents.
+func EntropyUnits(ents []Entropy) uint64 {
+	var n uint64
+	for i := range ents {
+		if h := ents[i].Head; h != nil {
+			n += entropyUnits(h)
+		}
+	}
+	return n
 }

@@ -33,11 +33,15 @@ func TestPutEntropy(t *testing.T) {
 	at := uint64(src+len(p)+15) &^ 15
 	buf := make([]byte, at+EntropyBytes(2))
 	copy(buf[src:], p)
-	ents := []Entropy{{Name: "a", Dst: 1 << 20, Src: src, Head: h}, {Name: "b", Dst: 2 << 20, Src: src, Head: h}}
+	ents := []Entropy{{Name: "a", Dst: 1 << 20, Src: src, Size: h.ValueBytes(), Head: h}, {Name: "b", Dst: 2 << 20, Src: src, Size: h.ValueBytes(), Head: h}}
 	if err := PutEntropy(buf, at, tableEnd, ents); err != nil {
 		t.Fatal(err)
 	}
 	le := binary.LittleEndian
+	pairs := uint64(0)
+	if h.Pairs {
+		pairs = 1
+	}
 	for i, e := range ents {
 		d := buf[at+uint64(i)*EntropyEntryBytes:]
 		for _, f := range []struct {
@@ -46,20 +50,16 @@ func TestPutEntropy(t *testing.T) {
 		}{
 			{"dst", le.Uint64(d[0:]), e.Dst}, {"src", le.Uint64(d[8:]), src}, {"values", le.Uint64(d[16:]), h.Values},
 			{"chunks", le.Uint64(d[24:]), 4}, {"records", le.Uint64(d[32:]), h.Others}, {"record bytes", le.Uint64(d[40:]), h.Index - h.Others},
-			{"field", uint64(le.Uint32(d[48:])), 0}, {"pairs", uint64(le.Uint32(d[52:])), uint64(btoi(h.Pairs))}, {"longest symbols", uint64(le.Uint32(d[56:])), h.MaxSymbols},
+			{"field", uint64(le.Uint32(d[48:])), 0}, {"pairs", uint64(le.Uint32(d[52:])), pairs}, {"longest symbols", uint64(le.Uint32(d[56:])), h.MaxSymbols},
+			{"first unit", uint64(le.Uint32(d[60:])), uint64(i)}, // a unit each: 4 chunks
 		} {
 			if f.got != f.want {
 				t.Errorf("%s: %s %d, want %d", e.Name, f.name, f.got, f.want)
 			}
 		}
 		for s := range 256 {
-			if d[64+s] != h.Lengths[s] || le.Uint16(d[320+2*s:]) != h.PairFields[s]*uint16(btoi(h.Pairs)) {
+			if d[64+s] != h.Lengths[s] || le.Uint16(d[320+2*s:]) != h.PairFields[s]*uint16(pairs) {
 				t.Fatalf("%s: symbol %d's length or pair", e.Name, s)
-			}
-		}
-		for c := range 5 {
-			if got, want := le.Uint64(d[entropyIndexAt+8*c:]), le.Uint64(p[h.Index+uint64(8*c):]); got != want {
-				t.Errorf("%s: index entry %d %d, want %d", e.Name, c, got, want)
 			}
 		}
 	}
@@ -68,8 +68,14 @@ func TestPutEntropy(t *testing.T) {
 	unchecked.MaxRecord = 0
 	v1 := *h
 	v1.Version = 1
-	many := *h
-	many.Values = (EntropyMaxChunks + 1) * 16384
+	field := *h
+	field.Field = len(entropy.Fields)
+	index := *h
+	index.Index--
+	n := h.ValueBytes()
+	ok := func(src uint64, hh *entropy.Head) Entropy {
+		return Entropy{Name: "a", Dst: 1 << 20, Src: src, Size: n, Head: hh}
+	}
 	for _, c := range []struct {
 		name     string
 		at, tEnd uint64
@@ -77,19 +83,27 @@ func TestPutEntropy(t *testing.T) {
 	}{
 		{"descriptors unaligned", at + 8, tableEnd, ents[0]},
 		{"no room for the descriptors", at + 16, tableEnd, ents[0]},
-		{"descriptors inside the table", 32, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: 0, Head: h}},
-		{"payload unaligned", at, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: src + 8, Head: h}},
-		{"payload over the descriptors", at, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: at - 16, Head: h}},
+		{"descriptors past the buffer", at + 1<<20, tableEnd, ents[0]},
+		{"descriptors inside the table", 32, tableEnd, ok(0, h)},
+		{"payload unaligned", at + 16, tableEnd, ok(src+8, h)},
+		{"payload over the descriptors", at, tableEnd, ok(at-16, h)},
 		{"payload in the table", at, src + 16, ents[0]},
-		{"no head", at, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: src}},
-		{"index unchecked", at, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: src, Head: &unchecked}},
-		{"version 1", at, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: src, Head: &v1}},
-		{"too many chunks", at, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: src, Head: &many}},
-		{"destination unaligned", at, tableEnd, Entropy{Name: "a", Dst: 1<<20 + 4, Src: src, Head: h}},
-		{"null destination", at, tableEnd, Entropy{Name: "a", Src: src, Head: h}},
+		{"no head", at, tableEnd, ok(src, nil)},
+		{"index unchecked", at, tableEnd, ok(src, &unchecked)},
+		{"version 1", at, tableEnd, ok(src, &v1)},
+		{"no such field", at, tableEnd, ok(src, &field)},
+		{"index not where the records end", at, tableEnd, ok(src, &index)},
+		{"values not the tensor's", at, tableEnd, Entropy{Name: "a", Dst: 1 << 20, Src: src, Size: n - 2, Head: h}},
+		{"destination unaligned", at, tableEnd, Entropy{Name: "a", Dst: 1<<20 + 4, Src: src, Size: n, Head: h}},
+		{"null destination", at, tableEnd, Entropy{Name: "a", Src: src, Size: n, Head: h}},
 	} {
-		b := make([]byte, len(buf))
+		// Room for the descriptors at at + 16 too, so that each case
+		// fails for its own reason.
+		b := make([]byte, at+16+EntropyBytes(2))
 		copy(b, buf[:at])
+		if c.name == "no room for the descriptors" {
+			b = b[:at+EntropyBytes(2)]
+		}
 		if err := PutEntropy(b, c.at, c.tEnd, []Entropy{ents[1], c.e}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", c.name, err)
 		}
@@ -101,9 +115,35 @@ func TestPutEntropy(t *testing.T) {
 	}
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
+// TestEntropyUnits: a payload's units of work are its chunks in runs of
+// EntropyUnitChunks, numbered across the payloads in order.
+func TestEntropyUnits(t *testing.T) {
+	var ents []Entropy
+	var ps [][]byte
+	at := uint64(64)
+	for _, chunks := range []int{1, 8, 9, 17, 16} {
+		p, h := entropyPayload(t, (chunks-1)*16384+77)
+		if h.Chunks() != uint64(chunks) {
+			t.Fatalf("%d chunks, want %d", h.Chunks(), chunks)
+		}
+		ents = append(ents, Entropy{Name: "p", Dst: 1 << 30, Src: at, Size: h.ValueBytes(), Head: h})
+		ps = append(ps, p)
+		at = (at + uint64(len(p)) + 15) &^ 15
 	}
-	return 0
+	buf := make([]byte, at+EntropyBytes(len(ents)))
+	for i, p := range ps {
+		copy(buf[ents[i].Src:], p)
+	}
+	if err := PutEntropy(buf, at, 64, ents); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint32{0, 1, 2, 4, 7}
+	for i, w := range want {
+		if got := binary.LittleEndian.Uint32(buf[at+uint64(i)*EntropyEntryBytes+60:]); got != w {
+			t.Errorf("payload %d: first unit %d, want %d", i, got, w)
+		}
+	}
+	if u := EntropyUnits(ents); u != 9 {
+		t.Errorf("%d units, want 9", u)
+	}
 }

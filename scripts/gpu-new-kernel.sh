@@ -8,8 +8,9 @@
 # SAN_RUN's tests of the gpu package under compute-sanitizer memcheck.
 # The stamp test is skipped: the embedded fatbins are the old ones.
 #   scripts/gpu-new-kernel.sh D
-# With the kernels built, D/splitzip-new runs D/splitzip with them (for
-# measurements beside a baseline D/base-splitzip, which keeps its own).
+# With the kernels built, D/NAME-new runs D/NAME with them for each NAME
+# of WRAP (default splitzip), for measurements beside a baseline
+# D/base-splitzip, which keeps its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 D=$(cd "$1" && pwd)
@@ -44,10 +45,12 @@ suite cudaengine 60 engine/cudaengine "$D/cudaengine.test" -test.v -test.count=1
 suite transport 60 transport "$D/transport.test" -test.v -test.count=1 -test.run CUDA
 suite load 45 load "$D/load.test" -test.v -test.count=1 -test.run CUDA
 suite loader 60 loader "$D/loader.test" -test.v -test.count=1
-cat >"$D/splitzip-new" <<SH
+for b in ${WRAP:-splitzip}; do
+	cat >"$D/$b-new" <<SH
 #!/bin/sh
-SPLITZIP_FATBIN=${SPLITZIP_FATBIN:-} SPLITZIP_ENTROPY_FATBIN=${SPLITZIP_ENTROPY_FATBIN:-} SPLITZIP_GEMV_FATBIN=${SPLITZIP_GEMV_FATBIN:-} exec "$D/splitzip" "\$@"
+SPLITZIP_FATBIN=${SPLITZIP_FATBIN:-} SPLITZIP_ENTROPY_FATBIN=${SPLITZIP_ENTROPY_FATBIN:-} SPLITZIP_GEMV_FATBIN=${SPLITZIP_GEMV_FATBIN:-} exec "$D/$b" "\$@"
 SH
-chmod +x "$D/splitzip-new"
+	chmod +x "$D/$b-new"
+done
 echo "gpu-new-kernel: failed: ${failed[*]:-none}" | tee "$OUT/summary.txt"
 [ ${#failed[@]} -eq 0 ]

@@ -67,7 +67,7 @@ func TestEntropyPayloadsWithoutSource(t *testing.T) {
 
 // entropyCorruptFails flips bytes of the largest entropy payload of c
 // (streamed and decoded by the engine) and of the largest one that is
-// packed (decoded in place on the host, among its pack's others) and
+// packed (decoded by the batch launch of its pack) and
 // checks that a load fails that binding only, naming it, leaves it
 // evicted, and loads it once repaired.
 func entropyCorruptFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source, what string) {
@@ -326,29 +326,74 @@ func TestDeviceResident(t *testing.T) {
 	}
 }
 
-// TestEntropyHostLimit: with a packing threshold above PackedEntropyBytes,
-// entropy payloads of larger tensors are still streamed and decoded one
-// by one by the engine, not packed; smaller ones are packed (and
-// decoded by the engine's batch launch).
-func TestEntropyHostLimit(t *testing.T) {
+// TestEntropyPackThreshold: entropy payloads of tensors up to the lesser
+// of the packing threshold and PackedEntropyBytes are packed (and decoded
+// by the engine's batch launch), larger ones streamed and decoded one by
+// one, with the default threshold and with the most it may be.
+func TestEntropyPackThreshold(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
-	eng, a, st, tr := setupWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3, SmallBytes: MaxSmallBytes})
-	var host, device uint64
-	for _, b := range a.Bindings() {
-		if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
-			if b.Size <= PackedEntropyBytes {
-				host++
-			} else if b.Size <= MaxSmallBytes {
-				device++
+	for _, small := range []int64{DefaultSmallBytes / 4, MaxSmallBytes} {
+		eng, a, st, tr := setupWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3, SmallBytes: small})
+		limit := min(small, PackedEntropyBytes)
+		var packed, streamed uint64
+		for _, b := range a.Bindings() {
+			if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
+				if int64(b.Size) <= limit {
+					packed++
+				} else {
+					streamed++
+				}
 			}
 		}
+		if packed == 0 || streamed == 0 {
+			t.Fatalf("threshold %d: the fixture has %d entropy tensors up to %d bytes and %d above", small, packed, limit, streamed)
+		}
+		faultCheckEvict(t, eng, st, a.Bindings(), s, "entropy payloads")
+		paths := tr.Stats().Paths
+		if paths[PathEntropyPacked].Tensors != packed || paths[PathEntropy].Tensors != streamed {
+			t.Errorf("threshold %d: %d tensors packed, %d streamed; want %d and %d", small, paths[PathEntropyPacked].Tensors, paths[PathEntropy].Tensors, packed, streamed)
+		}
 	}
-	if host == 0 || device == 0 {
-		t.Fatalf("the fixture has %d entropy tensors up to %d bytes and %d between that and %d", host, PackedEntropyBytes, device, MaxSmallBytes)
-	}
-	faultCheckEvict(t, eng, st, a.Bindings(), s, "entropy payloads")
-	paths := tr.Stats().Paths
-	if paths[PathEntropyPacked].Tensors != host || paths[PathEntropy].Tensors < device {
-		t.Errorf("%d tensors packed, %d streamed; want %d, and %d at least", paths[PathEntropyPacked].Tensors, paths[PathEntropy].Tensors, host, device)
+}
+
+// preparing is a host engine that counts PrepareEntropy calls.
+type preparing struct {
+	*hostengine.Engine
+	n int
+}
+
+func (p *preparing) PrepareEntropy() error { p.n++; return nil }
+
+// TestPrepareEntropy: Prepare has an engine that loads decoders on first
+// use (engine.Preparer) load its entropy decoders when the cache holds
+// entropy payloads that the engine decodes, and not otherwise.
+func TestPrepareEntropy(t *testing.T) {
+	ent, es := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 5}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
+	fix, fs := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 5}, pipeline.CompressOptions{})
+	for _, c := range []struct {
+		name   string
+		cache  *shardcache.Cache
+		src    *shardcache.Source
+		onHost bool
+		want   int
+	}{{"entropy", ent, es, false, 1}, {"entropy on the host", ent, es, true, 0}, {"fixed", fix, fs, false, 0}} {
+		eng := &preparing{Engine: hostengine.New(1)}
+		raw, err := NewRaw(eng, RawOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, err := NewPayloads(eng, c.cache, raw, PayloadOptions{HostEntropy: c.onHost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := z.Prepare(); err != nil {
+			t.Fatal(err)
+		}
+		if eng.n != c.want {
+			t.Errorf("%s: PrepareEntropy called %d times, want %d", c.name, eng.n, c.want)
+		}
+		z.Close()
+		raw.Close()
+		eng.Close()
 	}
 }

@@ -55,7 +55,7 @@ func benchStore(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs 
 // evicts them, from the page cache: the host's share of a load (reads,
 // checks, the packer; the host engine's copies and decodes are in it
 // too). Cases: small payloads packed from pack files (fixed; entropy,
-// decoded on the host), a mix of packed
+// decoded by the host engine's batch), a mix of packed
 // and streamed ones, and a self-contained cache's raw copies with the
 // source gone.
 func BenchmarkHostLoad(b *testing.B) {

@@ -390,13 +390,29 @@ func (z *Payloads) rawItem(i int, b *vmm.Binding, hit shardcache.SliceHit, found
 	return it
 }
 
-// Prepare sets up the pinned staging ring, so that doing so is not part
-// of the first upload.
+// Prepare sets up the pinned staging ring and, when the cache holds
+// entropy payloads, the engine's entropy decoders (engine.Preparer), so
+// that doing so is not part of the first upload.
 func (z *Payloads) Prepare() error {
+	if p, ok := z.eng.(engine.Preparer); ok && !z.opts.HostEntropy && hasEntropy(z.cache.Index()) {
+		if err := p.PrepareEntropy(); err != nil {
+			return err
+		}
+	}
 	if err := z.pack.ensure(); err != nil || z.opts.Resident {
 		return err
 	}
 	return z.ensureRing()
+}
+
+// hasEntropy reports whether ix holds an entropy payload.
+func hasEntropy(ix *shardcache.Index) bool {
+	for _, o := range ix.Objects {
+		if o.Kind == shardcache.KindEntropy {
+			return true
+		}
+	}
+	return false
 }
 
 // sourcePresent reports whether the shard a slice came from is at path

@@ -1,9 +1,11 @@
 package transport
 
-// Entropy payloads whose source is absent, decoded on the host: small
-// ones in place in the packer's buffers, version 1 payloads, those not decodable
-// in place, and every one with HostEntropy into the staging ring, copied
-// raw (the others are decoded on the device, payloads_stream.go).
+// Entropy payloads whose source is absent: small ones packed (hostItem),
+// checked in the packer's buffers and decoded by the engine's batch
+// launch, or with HostEntropy decoded there in place on the host; and,
+// decoded on the host into the staging ring and copied raw, version 1
+// payloads, those not decodable in place, and every one with HostEntropy
+// (the others are decoded on the device, payloads_stream.go).
 
 import (
 	"bytes"
@@ -15,7 +17,6 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/engine"
-	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
@@ -67,8 +68,8 @@ func (hostEntropy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error 
 
 // devEntropy checks the entropy payloads hostItem staged and leaves them
 // for the engine's batch decode (engine.Work.Entropy); one no batch
-// decodes (version 1, more chunks than a descriptor holds, a destination
-// not 16-byte aligned) is decoded on the host as hostEntropy does.
+// decodes (version 1, or a destination not 16-byte aligned) is decoded on
+// the host as hostEntropy does.
 type devEntropy struct{}
 
 // checkStaged checks the payload in b's first it.read bytes whole (head,
@@ -77,7 +78,7 @@ func (devEntropy) checkStaged(it *smallItem, b []byte, k int, st *staged) error 
 	h := headPool.Get().(*entropy.Head)
 	err := entropy.CheckTo(b[:it.read], h)
 	switch {
-	case errors.Is(err, entropy.ErrNoRecords) || err == nil && (h.Chunks() > scatter.EntropyMaxChunks || it.b.Addr%16 != 0):
+	case errors.Is(err, entropy.ErrNoRecords) || err == nil && it.b.Addr%16 != 0:
 		headPool.Put(h)
 		return hostEntropy{}.checkStaged(it, b, k, st)
 	case err == nil && h.ValueBytes() != it.b.Size:

@@ -348,3 +348,31 @@ func TestReadRun(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanPacksEntropyRoom: a pack keeps room for the descriptor of each
+// entropy payload the engine may decode (smallItem.dev) after its staged
+// bytes, and none is planned past its staging buffer with that room.
+func TestPlanPacksEntropyRoom(t *testing.T) {
+	b := &vmm.Binding{}
+	var items []smallItem
+	for k := range 3000 {
+		// Payloads of 1,000 bytes in slots of 1,344 (their tensors'), a
+		// descriptor each: as many as fit 4 MiB without the descriptors'
+		// room would overflow with it.
+		items = append(items, smallItem{b: b, stored: 1344, read: 1000, dev: true, file: "p", off: uint64(k) * 1008})
+	}
+	pls := planPacks(items)
+	n := 0
+	for _, pl := range pls {
+		n += len(pl.items)
+		if pl.devs != len(pl.items) {
+			t.Errorf("a plan of %d entropy payloads keeps room for %d descriptors", len(pl.items), pl.devs)
+		}
+		if end := align16(align16(scatter.TableBytes(len(pl.items)))+pl.end) + scatter.EntropyBytes(pl.devs); pl.bytes() != end || end > packBytes {
+			t.Errorf("a plan of %d items takes %d bytes (room for descriptors included: %d), a staging buffer has %d", len(pl.items), pl.bytes(), end, packBytes)
+		}
+	}
+	if n != len(items) || len(pls) < 2 {
+		t.Errorf("%d plans of %d items, want all %d in two or more", len(pls), n, len(items))
+	}
+}

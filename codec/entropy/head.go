@@ -71,11 +71,7 @@ func parseHeadTo(head []byte, e *Head) error {
 		return fmt.Errorf("%w: %v", ErrPayload, err)
 	}
 	if h.Pairs {
-		pt, err := h.pairTable(head)
-		if err != nil {
-			return err
-		}
-		e.PairFields = *pt
+		return h.pairTableTo(head, &e.PairFields)
 	}
 	return nil
 }
@@ -100,10 +96,10 @@ func CheckTo(p []byte, e *Head) error {
 	if err := parseHeadTo(p, e); err != nil {
 		return err
 	}
-	switch sum := codec.Checksum(p); {
-	case uint64(len(p)) != e.Size:
+	if uint64(len(p)) != e.Size {
 		return fmt.Errorf("%w: %d bytes, header says %d", ErrPayload, len(p), e.Size)
-	case sum != e.Checksum:
+	}
+	if sum := codec.Checksum(p); sum != e.Checksum {
 		return &codec.ChecksumError{Payload: "entropy payload", Computed: sum, Stored: e.Checksum}
 	}
 	return e.CheckIndex(e.indexBytes(p))

@@ -171,19 +171,28 @@ func (h *PayloadHeader) tableFrom(head []byte, pooled bool) (*Table, error) {
 // than the field's bits is an error.
 func (h *PayloadHeader) pairTable(head []byte) (*[MaxSymbols]uint16, error) {
 	pt := new([MaxSymbols]uint16)
+	if err := h.pairTableTo(head, pt); err != nil {
+		return nil, err
+	}
+	return pt, nil
+}
+
+// pairTableTo is pairTable writing into pt, whose entries of symbols
+// without a pair it leaves as they are.
+func (h *PayloadHeader) pairTableTo(head []byte, pt *[MaxSymbols]uint16) error {
 	at := uint64(headerSize) + uint64((h.Count+1)/2)
 	if uint64(len(head)) < at+2*uint64(h.Count) {
-		return nil, fmt.Errorf("%w: pair table past the data", ErrPayload)
+		return fmt.Errorf("%w: pair table past the data", ErrPayload)
 	}
 	limit := uint16(1) << Fields[h.Field].Bits
 	for k := range h.Count {
 		a, b := uint16(head[at+2*uint64(k)]), uint16(head[at+2*uint64(k)+1])
 		if a >= limit || b >= limit {
-			return nil, fmt.Errorf("%w: pair %d holds fields %d and %d of %d bits", ErrPayload, h.Lo+k, a, b, Fields[h.Field].Bits)
+			return fmt.Errorf("%w: pair %d holds fields %d and %d of %d bits", ErrPayload, h.Lo+k, a, b, Fields[h.Field].Bits)
 		}
 		pt[h.Lo+k] = a | b<<8
 	}
-	return pt, nil
+	return nil
 }
 
 // Chunks returns the number of chunks.

@@ -614,3 +614,36 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 	}
 	return b
 }
+
+// TestCheckRefusesBadCode: code lengths that make no complete code, in a
+// payload whose checksum matches, are refused by Check, CheckTo and
+// ParseHead.
+func TestCheckRefusesBadCode(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, pairs := range []bool{false, true} {
+		raw := synth.Normal(rng, 3*16384+9, 0.02)
+		if pairs {
+			raw = synth.Peaked(rng, 3*16384+9, 2, 7, 8, false)
+		}
+		p, err := Encode(0, raw, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := ParseHead(p)
+		if err != nil || h.Pairs != pairs {
+			t.Fatalf("pairs %v: %v, pairs %v", pairs, err, h != nil && h.Pairs)
+		}
+		q := bytes.Clone(p)
+		q[headerSize] ^= 0x10 // the first symbol's code length, one more or one less
+		binary.LittleEndian.PutUint32(q[offCRC:], codec.Checksum(q))
+		var e Head
+		_, err1 := Check(q)
+		err2 := CheckTo(q, &e)
+		_, err3 := ParseHead(q)
+		for k, err := range []error{err1, err2, err3} {
+			if !errors.Is(err, ErrPayload) {
+				t.Errorf("pairs %v, check %d: %v, want ErrPayload", pairs, k, err)
+			}
+		}
+	}
+}

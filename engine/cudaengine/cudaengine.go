@@ -410,3 +410,22 @@ var (
 	_ engine.Timer         = (*Engine)(nil)
 	_ engine.DecodeErrorer = (*Engine)(nil)
 )
+
+// PrepareEntropy implements engine.Preparer: every decoder of the engine
+// (one an upload stream, and one a decode stream) loads its entropy
+// kernels.
+func (e *Engine) PrepareEntropy() error {
+	for _, d := range e.decs {
+		if err := d.PrepareEntropy(); err != nil {
+			return err
+		}
+	}
+	for _, d := range e.dstreams {
+		if err := d.dec.PrepareEntropy(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ engine.Preparer = (*Engine)(nil)

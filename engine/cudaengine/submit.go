@@ -30,11 +30,13 @@ type request struct {
 	items int
 	units uint64
 	// ent is the batch launch of w's entropy payloads (ent.Count > 0),
-	// whose descriptors Submit wrote at w.EntropyAt.
-	ent   gpu.EntropyBatch
-	ev    *cudaEvent
-	wait  *cudaEvent
-	reply chan error
+	// whose descriptors Submit wrote at w.EntropyAt; staged is where w's
+	// staged bytes end (w.Staged(), kept when w.Entropy is let go).
+	ent    gpu.EntropyBatch
+	staged uint64
+	ev     *cudaEvent
+	wait   *cudaEvent
+	reply  chan error
 }
 
 // cudaEvent is an engine event: the event recorded after a submission's
@@ -101,12 +103,11 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 	if s < 0 || s >= len(e.streams) {
 		return nil, fmt.Errorf("cuda engine: no stream %d", s)
 	}
-	r := request{s: s, w: w}
+	r := request{s: s, w: w, staged: w.Staged()}
 	if len(w.Entropy) > 0 {
-		if err := w.PutEntropy(); err != nil {
+		if err := w.CheckEntropy(); err != nil {
 			return nil, err
 		}
-		r.ent, r.w.Entropy = gpu.PlanEntropyBatch(w.Entropy), nil
 		if w.Items == nil {
 			r.items = -1 // the staging buffer is copied, no scatter launched
 		}
@@ -124,6 +125,12 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		if r.items == 0 {
 			r.items = -1 // an empty table: nothing to launch, but no plain copy either
 		}
+	}
+	if len(w.Entropy) > 0 {
+		if err := w.PutEntropy(); err != nil {
+			return nil, err
+		}
+		r.ent, r.w.Entropy = gpu.PlanEntropyBatch(w.Entropy), nil
 	}
 	// The submitter launches later: the head is the submission's own.
 	r.w.Decode = payload.Clone(w.Decode)
@@ -271,7 +278,7 @@ func (e *Engine) enqueueCopy(r request) error {
 	case r.items < 0 && r.ent.Count == 0:
 		return nil
 	case r.items != 0:
-		return e.scatter(s, w, max(r.items, 0), r.units, r.ent)
+		return e.scatter(s, w, r.staged, max(r.items, 0), r.units, r.ent)
 	case w.N > 0 && w.Peer != nil && w.Peer != engine.Engine(e):
 		p, ok := w.Peer.(*Engine)
 		if !ok {
@@ -303,8 +310,9 @@ func (e *Engine) launchDecode(ds cuda.Stream, dec *gpu.Decoder, w engine.Work) e
 // Src, whose table is written (or is w.Table, copied over its room), into
 // the stream's staging memory (grown as needed), the scatter kernel over
 // its items (if any) and the batch decode of its entropy payloads (if
-// any), whose descriptors lie at w.EntropyAt.
-func (e *Engine) scatter(s int, w engine.Work, items int, units uint64, ent gpu.EntropyBatch) error {
+// any), whose descriptors lie at w.EntropyAt; staged is where its staged
+// bytes end.
+func (e *Engine) scatter(s int, w engine.Work, staged uint64, items int, units uint64, ent gpu.EntropyBatch) error {
 	packed, table := w.Src, w.Table
 	n := uint64(len(packed))
 	if e.stageCap[s] < n {
@@ -338,7 +346,7 @@ func (e *Engine) scatter(s int, w engine.Work, items int, units uint64, ent gpu.
 		return err
 	}
 	if items > 0 {
-		if err := e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], w.Staged(), items, units, st) }); err != nil {
+		if err := e.timed(st, true, func() error { return e.decs[s].LaunchScatter(e.stage[s], staged, items, units, st) }); err != nil {
 			return err
 		}
 	}

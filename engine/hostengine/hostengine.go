@@ -207,12 +207,17 @@ func (e *Engine) Submit(s int, w engine.Work) (engine.Event, error) {
 		// Put checks the items; the table it writes is not what the
 		// scatter below reads (it works from the items).
 		if len(w.Entropy) > 0 {
-			if err := w.PutEntropy(); err != nil {
+			if err := w.CheckEntropy(); err != nil {
 				return nil, err
 			}
 		}
 		if err := scatter.Put(w.TableDst(), w.Items, w.Staged()); err != nil {
 			return nil, err
+		}
+		if len(w.Entropy) > 0 {
+			if err := w.PutEntropy(); err != nil {
+				return nil, err
+			}
 		}
 		ents := append([]scatter.Entropy(nil), w.Entropy...)
 		ehs := make([]entropy.Head, len(ents))

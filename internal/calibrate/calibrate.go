@@ -57,7 +57,7 @@ func (c counts) time(k costmodel.Cost) float64 {
 // set is one generated checkpoint and what its loads measured: its
 // tensors, those each codec's cache stores as payloads (the others, which
 // failed the gate, load raw), the entropy payloads of at most SmallBytes
-// (decoded on the host), and the fastest load of each kind.
+// (packed), and the fastest load of each kind.
 type set struct {
 	all        counts
 	coded      map[costmodel.Kind]counts
@@ -87,7 +87,7 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	defer os.RemoveAll(tmp)
 	p := costmodel.Default()
 	p.Host, p.Device = costmodel.Fingerprint(eng.Name()), eng.Name()
-	// Loads decode on the host the entropy payloads the transport packs.
+	// The entropy payloads the transport packs have their own costs.
 	p.SmallBytes = transport.PackedEntropyBytes
 	cfgs := []struct {
 		name string
@@ -118,7 +118,7 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 		return w * float64(c.bytes) / float64(s.all.bytes)
 	}
 	p.Fixed = fit(small.coded[costmodel.Fixed], coded(small, costmodel.Fixed), large.coded[costmodel.Fixed], coded(large, costmodel.Fixed))
-	// The tiny and small sets' entropy payloads are all decoded on the host.
+	// The tiny and small sets' entropy payloads are all packed.
 	p.EntropySmall = fit(tiny.coded[costmodel.Entropy], coded(tiny, costmodel.Entropy), small.coded[costmodel.Entropy], coded(small, costmodel.Entropy))
 	// The large set's entropy loads, less its small payloads at that fit,
 	// give the large payloads' rate; a tensor costs the host what a fixed

@@ -514,7 +514,7 @@ func corruptPayload(t *testing.T, e engine.Engine) {
 
 // batchPayloads returns entropy payloads for a batch decode, each with
 // its values: every field, single and pair symbols, a chunk's worth and
-// odd lengths up to scatter.EntropyMaxChunks' worth of chunks, and raw
+// odd lengths, more chunks than a unit of work (scatter.EntropyUnitChunks), and raw
 // and constant chunks (random bytes, zeros).
 func batchPayloads(t *testing.T) (ps, vals [][]byte, hs []*entropy.Head) {
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -545,19 +545,14 @@ func batchPayloads(t *testing.T) (ps, vals [][]byte, hs []*entropy.Head) {
 	}
 	pairs := 0
 	for _, h := range hs {
-		pairs += btoi(h.Pairs)
+		if h.Pairs {
+			pairs++
+		}
 	}
 	if pairs == 0 || pairs == len(hs) {
 		t.Fatalf("%d of %d payloads of pair symbols: the batch must hold both kinds", pairs, len(hs))
 	}
 	return ps, vals, hs
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // entropyBatch: entropy payloads of a staging buffer (engine.Work.Entropy),
@@ -605,6 +600,7 @@ func entropyBatch(t *testing.T, e engine.Engine) {
 		}
 		// Submit keeps neither the payloads nor their heads.
 		for i := range ents {
+			*ents[i].Head = entropy.Head{}
 			ents[i] = scatter.Entropy{Name: "reused", Dst: uint64(dst.base), Head: &entropy.Head{}}
 		}
 		err = ev.Wait()
@@ -617,7 +613,7 @@ func entropyBatch(t *testing.T, e engine.Engine) {
 		ents := make([]scatter.Entropy, len(ps))
 		for i := range ps {
 			h := *hs[i]
-			ents[i] = scatter.Entropy{Name: fmt.Sprintf("payload %d (%s)", i, entropy.Fields[h.Field].Name()), Dst: uint64(dst.base) + dsts[i], Src: offs[i], Head: &h}
+			ents[i] = scatter.Entropy{Name: fmt.Sprintf("payload %d (%s)", i, entropy.Fields[h.Field].Name()), Dst: uint64(dst.base) + dsts[i], Src: offs[i], Size: h.ValueBytes(), Head: &h}
 		}
 		return ents
 	}
@@ -677,6 +673,14 @@ func entropyBatch(t *testing.T, e engine.Engine) {
 		{"an unaligned destination", func(ents []scatter.Entropy) engine.Work {
 			ents[1].Dst++
 			return engine.Work{Src: staged, Entropy: ents, EntropyAt: at}
+		}},
+		{"a payload whose values are not its tensor's", func(ents []scatter.Entropy) engine.Work {
+			ents[2].Size -= 2
+			return engine.Work{Src: staged, Entropy: ents, EntropyAt: at}
+		}},
+		{"a scatter item refused beside valid payloads", func(ents []scatter.Entropy) engine.Work {
+			bad := []scatter.Item{{Name: "raw", Dst: uint64(dst.base) + size, Src: at, Stored: uint64(len(raw)), Size: uint64(len(raw))}}
+			return engine.Work{Src: staged, Items: bad, Entropy: ents, EntropyAt: at}
 		}},
 	} {
 		before := bytes.Clone(staged)
