@@ -42,7 +42,7 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 					want = hit.Tensor.Key
 				}
 				if shardcache.KeyOf(got) != want {
-					return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes do not match the content key")}
+					return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they do not match the content key", ErrMismatch)}
 				}
 				continue
 			}
@@ -56,7 +56,7 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 			return fmt.Errorf("%s: %w", b.Shard, err)
 		}
 		if !bytes.Equal(got, want) {
-			return &Error{Tensor: b.Name, Err: fmt.Errorf("device bytes differ from the source")}
+			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they differ from the source", ErrMismatch)}
 		}
 	}
 	return nil

@@ -17,6 +17,11 @@ var (
 	// ErrLayout reports a shared copy's layout (SharedLayout) that does
 	// not fit its buffer or places payloads and packs inconsistently.
 	ErrLayout = errors.New("inconsistent shared layout")
+	// ErrMismatch reports a tensor whose bytes in device memory, read
+	// back by CheckArena, differ from its source or its content key:
+	// stored data that decoded wrong (a payload forged with a matching
+	// checksum, say), not a fault of the load.
+	ErrMismatch = errors.New("device bytes differ from their reference")
 )
 
 // badOption returns an ErrOption naming the option and its value.

@@ -111,7 +111,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", fmt.Sprintf("%dMiB", transport.DefaultPinnedLimit>>20), fmt.Sprintf("cap on pinned staging memory (not resident bytes; %dMiB for a remote cache streamed); 0 for none", load.RemotePinnedLimit>>20))
-	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes, 256 KiB with --resident, --share, --device-resident or a remote cache; -1: never; entropy payloads are packed, and decoded by one launch a pack, up to 256 KiB whatever this is)")
+	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes, 256 KiB with --resident, --share, --device-resident or a remote cache; -1: never; entropy payloads are packed, and decoded by one launch a pack, only up to the lesser of this and 256 KiB)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
 	f.BoolVar(&o.Cost, "cost", false, "read tensors raw from their source, where it is there, when this host's cost model (splitzip calibrate) predicts that loads faster than their payloads (small tensors; a corrupt payload of theirs then goes unnoticed)")
@@ -191,6 +191,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		if pinned == 0 {
 			pinnedLimit = -1
 		}
+	}
+	if o.Raw && (o.EntropyOnHost || o.FromSource) {
+		return usageError{fmt.Errorf("--entropy-on-host and --entropy-from-source choose how entropy payloads load: not with --raw")}
 	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
@@ -393,14 +396,7 @@ func printLoad(g *globals, r *load.Report) {
 	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
 		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {
-		where := "decoded on the device after their upload, the small ones packed with others and decoded by one launch a pack (on the host: payloads of version 1, and with --entropy-on-host)"
-		if r.Settings.EntropyOnHost {
-			where = "decoded on the host"
-		}
-		if r.Settings.EntropyFromSource {
-			where = "read raw from the source where it is there, else " + where
-		}
-		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: %s\n", count(r.EntropyTensors, "tensor"), where)
+		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: %s\n", count(r.EntropyTensors, "tensor"), entropyPaths(r))
 	}
 	if p := r.Predicted; p != nil {
 		var by []string
@@ -423,4 +419,33 @@ func sourceBytes(src *shardcache.Source) uint64 {
 		}
 	}
 	return n
+}
+
+// entropyPaths says how a load's entropy-coded tensors came, from its
+// path counts (summed over its runs): streamed and decoded one by one,
+// packed and decoded by one launch a pack, decoded on the host, or, the
+// rest, read raw from their source. (A version 1 payload, which no
+// device decodes, is counted where it went and decoded on the host.)
+func entropyPaths(r *load.Report) string {
+	runs := uint64(max(len(r.Runs), 1))
+	engine, packed := "the device", "one launch a pack"
+	if r.Device == "cpu" {
+		engine, packed = "the host engine", "a pack at a time"
+	}
+	var parts []string
+	seen := uint64(0)
+	for _, p := range [...][2]string{
+		{"entropy", "streamed and decoded by " + engine + " one by one"},
+		{"entropy_packed", "packed and decoded by " + engine + ", " + packed},
+		{"entropy_host", "decoded on the host"},
+	} {
+		if n := r.Paths[p[0]].Tensors / runs; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, p[1]))
+			seen += n
+		}
+	}
+	if rest := uint64(r.EntropyTensors) - min(seen, uint64(r.EntropyTensors)); rest > 0 {
+		parts = append(parts, fmt.Sprintf("%d read raw from their source", rest))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -363,5 +364,63 @@ func TestPlan(t *testing.T) {
 	}
 	if code, _, _ := splitzip(t, "plan", cache, "--tp", "*=copy"); code != 2 {
 		t.Errorf("a bad rule: exit %d", code)
+	}
+}
+
+// TestLoadEntropyReport: load's report says how the entropy-coded tensors
+// came, by their counts a run (streamed, packed, on the host, raw from the
+// source), matching the flags; --raw with a flag that chooses how
+// entropy payloads load is a usage error.
+func TestLoadEntropyReport(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if code, _, e := splitzip(t, "gen", ck, "--mix", "60", "--shards", "1"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--codec", "entropy", "--no-sync", "-q"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	line := func(args ...string) string {
+		t.Helper()
+		code, out, e := splitzip(t, append([]string{"load", cache, "--device", "cpu", "--repeat", "2"}, args...)...)
+		if code != 0 {
+			t.Fatalf("load %v: %d %s", args, code, e)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "stored as entropy payloads") {
+				return l
+			}
+		}
+		t.Fatalf("load %v: no entropy line in %q", args, out)
+		return ""
+	}
+	count := func(l, what string) int {
+		t.Helper()
+		i := strings.Index(l, what)
+		if i < 0 {
+			return 0
+		}
+		f := strings.Fields(l[:i])
+		n, err := strconv.Atoi(f[len(f)-1])
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		return n
+	}
+	l := line()
+	streamed, packed := count(l, "streamed and decoded by the host engine"), count(l, "packed and decoded by the host engine")
+	if streamed == 0 || packed == 0 || !strings.HasPrefix(strings.TrimSpace(l), strconv.Itoa(streamed+packed)+" tensors") || strings.Contains(l, "on the host") {
+		t.Errorf("default: %q", l)
+	}
+	if l := line("--entropy-on-host"); count(l, "decoded on the host") != streamed+packed || strings.Contains(l, "engine") {
+		t.Errorf("--entropy-on-host: %q", l)
+	}
+	if l := line("--entropy-from-source"); count(l, "read raw from their source") != streamed+packed {
+		t.Errorf("--entropy-from-source: %q", l)
+	}
+	for _, f := range []string{"--entropy-on-host", "--entropy-from-source"} {
+		if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--raw", f); code != exitUsage || !strings.Contains(e, "not with --raw") {
+			t.Errorf("--raw %s: %d %q", f, code, e)
+		}
 	}
 }

@@ -48,7 +48,7 @@ var rules = []rule{
 		codec.ErrCorrupt, codec.ErrChecksum, codec.ErrSize,
 		entropy.ErrStream, entropy.ErrCode, entropy.ErrPayload,
 		shardcache.ErrIndexCorrupt, shardcache.ErrObjectCorrupt,
-		pipeline.ErrMismatch, gpu.ErrKernel, oci.ErrBlob,
+		pipeline.ErrMismatch, transport.ErrMismatch, gpu.ErrKernel, oci.ErrBlob,
 	}},
 	{Input, []error{
 		shardcache.ErrNotCache, shardcache.ErrVersion, shardcache.ErrNotFound, shardcache.ErrNoCheckpoint,

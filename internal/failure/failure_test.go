@@ -45,6 +45,7 @@ func TestKindOf(t *testing.T) {
 		{"entropy payload", wrap(entropy.ErrPayload), Integrity},
 		{"object corrupt with a path error", fmt.Errorf("%w: %w", shardcache.ErrObjectCorrupt, &fs.PathError{Op: "read", Path: "o", Err: syscall.EIO}), Integrity},
 		{"mismatch", wrap(pipeline.ErrMismatch), Integrity},
+		{"arena check", wrap(&transport.Error{Tensor: "w", Err: transport.ErrMismatch}), Integrity},
 		{"not a cache", wrap(shardcache.ErrNotCache), Input},
 		{"cache version", wrap(shardcache.ErrVersion), Input},
 		{"not safetensors", wrap(&safetensors.FormatError{File: "f", Reason: "r"}), Input},
