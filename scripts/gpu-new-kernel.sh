@@ -29,16 +29,8 @@ for k in ${KERNELS:-entropy}; do
 	gemv) export SPLITZIP_GEMV_FATBIN=$K/gemv.fatbin ;;
 	esac
 done
-suite() { # name seconds dir command...
-	local name=$1 secs=$2 dir=$3
-	shift 3
-	echo "=== $name ($(date +%T))"
-	(cd "$dir" && timeout "$secs" "$@") >"$OUT/$name.log" 2>&1
-	local rc=$?
-	grep -E "^(--- FAIL|--- SKIP|ok|FAIL|PASS)|panic|ERROR SUMMARY|entropy_batch_test|enginetest" "$OUT/$name.log" | head -20
-	echo "$name: exit $rc"
-	[ $rc -eq 0 ] || failed+=("$name")
-}
+. scripts/gpu-lib.sh
+SUITE_LINES='entropy_batch_test|enginetest'
 suite gpu 150 gpu "$D/gpu.test" -test.v -test.count=1 -test.short -test.skip Stamp
 suite memcheck 200 gpu compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gpu.test" -test.count=1 -test.short -test.run "${SAN_RUN:-EntropyBatch}"
 suite cudaengine 60 engine/cudaengine "$D/cudaengine.test" -test.v -test.count=1

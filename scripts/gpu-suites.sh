@@ -21,16 +21,7 @@ D=${D:-.dev/gpu}
 mkdir -p "$OUT"
 what=${1:-all}
 failed=()
-suite() { # name seconds dir command...
-	local name=$1 secs=$2 dir=$3
-	shift 3
-	echo "=== $name ($(date +%T))"
-	(cd "$dir" && timeout "$secs" "$@") >"$OUT/$name.log" 2>&1
-	local rc=$?
-	grep -E "^(--- FAIL|--- SKIP|ok|FAIL|PASS|Ran |OK|FAILED)|panic" "$OUT/$name.log" | head -20
-	echo "$name: exit $rc"
-	[ $rc -eq 0 ] || failed+=("$name")
-}
+. scripts/gpu-lib.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
 B=$PWD/$D
 if [ "$what" != python ]; then
