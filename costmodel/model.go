@@ -63,7 +63,7 @@ type Profile struct {
 	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads
 	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
 	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
-	SmallBytes   uint64 `json:"small_bytes"`   // the largest entropy payload packed (transport.PackedEntropyBytes)
+	SmallBytes   uint64 `json:"small_bytes"`   // the largest entropy payload with the small cost (transport.DefaultSmallBytes)
 	// Decoders is the revision of the decoders the costs were measured
 	// with (Decoders when measured by this build).
 	Decoders int `json:"decoders"`

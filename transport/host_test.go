@@ -326,15 +326,15 @@ func TestDeviceResident(t *testing.T) {
 	}
 }
 
-// TestEntropyPackThreshold: entropy payloads of tensors up to the lesser
-// of the packing threshold and PackedEntropyBytes are packed (and decoded
-// by the engine's batch launch), larger ones streamed and decoded one by
-// one, with the default threshold and with the most it may be.
+// TestEntropyPackThreshold: entropy payloads of tensors up to the
+// packing threshold are packed (and decoded by the engine's batch
+// launch), larger ones streamed and decoded one by one, with a small
+// threshold and with the most it may be.
 func TestEntropyPackThreshold(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 21}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
 	for _, small := range []int64{DefaultSmallBytes / 4, MaxSmallBytes} {
 		eng, a, st, tr := setupWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3, SmallBytes: small})
-		limit := min(small, PackedEntropyBytes)
+		limit := small
 		var packed, streamed uint64
 		for _, b := range a.Bindings() {
 			if hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size); err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {

@@ -30,8 +30,8 @@ type PayloadOptions struct {
 	Readers int
 	// SmallBytes: payloads of at most this many bytes, and raw tensors as
 	// small when the wrapped transport is a PackReader, are packed several to a
-	// copy (0: DefaultSmallBytes; negative: never); entropy payloads only
-	// up to PackedEntropyBytes (one batch launch decodes a pack's).
+	// copy (0: DefaultSmallBytes; negative: never); entropy payloads by
+	// their tensors' size (one batch launch decodes a pack's).
 	SmallBytes int64
 	// RingPieces caps the staging ring of payload pieces (0: four
 	// per reader, plus two); PackSlots caps the packer's 4 MiB buffers
@@ -210,7 +210,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			case err != nil:
 				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 				continue
-			case fromPayload && int64(b.Size) <= min(z.opts.SmallBytes, PackedEntropyBytes):
+			case fromPayload && int64(b.Size) <= z.opts.SmallBytes:
 				small = append(small, z.hostItem(i, b, hit))
 				if z.opts.HostEntropy {
 					ps.add(PathEntropyHost, b)

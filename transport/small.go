@@ -25,14 +25,6 @@ import (
 // objects keep this one.
 const DefaultSmallBytes = 256 << 10
 
-// PackedEntropyBytes is the largest tensor whose entropy payload is
-// packed with others (and decoded by the engine's batch launch, or with
-// HostEntropy on the host, in place in staging): larger ones are streamed
-// and decoded on the device one by one, whatever the packing threshold.
-// Packing them up to 2 MiB was tried on the H100 (2026-12-06) and not
-// found faster within the noise of real weights' loads.
-const PackedEntropyBytes = 256 << 10
-
 // packBytes is the size of one pack's pinned staging buffer.
 const packBytes = 4 << 20
 

@@ -407,10 +407,13 @@ func TestLoadEntropyReport(t *testing.T) {
 		}
 		return n
 	}
-	l := line()
+	l := line("--small-bytes", "65536") // some packed, some streamed
 	streamed, packed := count(l, "streamed and decoded by the host engine"), count(l, "packed and decoded by the host engine")
 	if streamed == 0 || packed == 0 || !strings.HasPrefix(strings.TrimSpace(l), strconv.Itoa(streamed+packed)+" tensors") || strings.Contains(l, "on the host") {
-		t.Errorf("default: %q", l)
+		t.Errorf("--small-bytes 65536: %q", l)
+	}
+	if l := line(); count(l, "packed and decoded by the host engine") != streamed+packed {
+		t.Errorf("default (every tensor of the mix up to 2 MiB, packed): %q", l)
 	}
 	if l := line("--entropy-on-host"); count(l, "decoded on the host") != streamed+packed || strings.Contains(l, "engine") {
 		t.Errorf("--entropy-on-host: %q", l)

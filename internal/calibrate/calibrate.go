@@ -87,8 +87,11 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	defer os.RemoveAll(tmp)
 	p := costmodel.Default()
 	p.Host, p.Device = costmodel.Fingerprint(eng.Name()), eng.Name()
-	// The entropy payloads the transport packs have their own costs.
-	p.SmallBytes = transport.PackedEntropyBytes
+	// Entropy payloads of tensors of up to 256 KiB, packed by every load,
+	// have their own costs; larger ones, packed by local loads up to 2 MiB
+	// and streamed above, share the large ones' (the sets' tensors are
+	// 1-64 KiB or Llama-sized: none measures the range between).
+	p.SmallBytes = transport.DefaultSmallBytes
 	cfgs := []struct {
 		name string
 		cfg  synth.Config
