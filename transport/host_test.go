@@ -345,13 +345,23 @@ func TestEntropyPackThreshold(t *testing.T) {
 				}
 			}
 		}
-		if packed == 0 || streamed == 0 {
+		if packed == 0 || small < MaxSmallBytes && streamed == 0 {
 			t.Fatalf("threshold %d: the fixture has %d entropy tensors up to %d bytes and %d above", small, packed, limit, streamed)
 		}
 		faultCheckEvict(t, eng, st, a.Bindings(), s, "entropy payloads")
-		paths := tr.Stats().Paths
+		stats := tr.Stats()
+		paths := stats.Paths
 		if paths[PathEntropyPacked].Tensors != packed || paths[PathEntropy].Tensors != streamed {
 			t.Errorf("threshold %d: %d tensors packed, %d streamed; want %d and %d", small, paths[PathEntropyPacked].Tensors, paths[PathEntropy].Tensors, packed, streamed)
+		}
+		// Packed payloads cross to the device as payloads, not in slots
+		// of their tensors' size: fewer bytes than the tensors'.
+		var raw uint64
+		for _, pc := range paths {
+			raw += pc.Bytes
+		}
+		if small == MaxSmallBytes && stats.Bytes > raw*9/10 {
+			t.Errorf("threshold %d: %d bytes moved to the device for %d of tensors", small, stats.Bytes, raw)
 		}
 	}
 }

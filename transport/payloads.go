@@ -152,7 +152,7 @@ func NewPayloads(eng engine.Engine, cache *shardcache.Cache, inner Transport, op
 	z := &Payloads{eng: eng, cache: cache, inner: inner, opts: opts, piece: cmp.Or(opts.PieceBytes, pieceBytes(cache)),
 		resident: map[shardcache.Key]*held{}, places: map[shardcache.Key]place{}, reading: map[shardcache.Key]chan struct{}{}, present: map[string]sourceState{}, io: make(chan struct{}, 2*opts.Readers),
 		pack: newPacker(eng, 2*opts.Readers, opts.PackSlots), res: newSlab(eng), objects: shardcache.NewObjectFiles(cache)}
-	z.pack.objects, z.pack.files.cache = z.objects, cache
+	z.pack.objects, z.pack.files.cache, z.pack.fallback = z.objects, cache, z.uploadFallback
 	if opts.Resident || opts.DeviceResident {
 		z.res.expect(opts.ResidentBytes)
 	}

@@ -22,14 +22,17 @@ import (
 )
 
 // hostItem is the packer's item for a small tensor taken from its entropy
-// payload (its source absent, or the payload preferred): the payload read
-// into the start of the tensor's slot in staging, through the packer's
-// kept-open pack files (a read of its own, or the end of the read of the
-// members before it: its slot, larger than its bytes, ends a read),
-// with no file opened or buffer allocated for it; there it is checked
-// and left for the engine to decode, with the pack's other entropy
-// payloads, by one batch launch (devEntropy), or with HostEntropy
-// decoded in place on the host (hostEntropy).
+// payload (its source absent, or the payload preferred), read through the
+// packer's kept-open pack files with no file opened or buffer allocated
+// for it. For the engine to decode (devEntropy) the payload is the item's
+// stored bytes, checked in staging and decoded by the engine's batch
+// launch with the pack's other entropy payloads (one no batch decodes,
+// of version 1, goes the streamed way instead: uploadFallback). With
+// HostEntropy, or a destination a batch cannot write (not 16-byte
+// aligned), it is read into the start of the tensor's slot (a read of its
+// own, or the end of the read of the members before it: its slot, larger
+// than its bytes, ends a read) and decoded there in place on the host
+// (hostEntropy).
 func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smallItem {
 	it := smallItem{i: i, b: b, stored: b.Size, key: hit.Tensor.Key}
 	loc, o, err := z.cache.LocateHit(hit)
@@ -39,10 +42,11 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 		err = fmt.Errorf("%s: a %s object of %d bytes, where an entropy payload of a %d-byte tensor belongs", loc.Name(), o.Kind, o.Size, b.Size)
 	case err == nil:
 		it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
-		it.read, it.check = o.Size, hostEntropy{}
-		if !z.opts.HostEntropy {
-			it.check, it.dev = devEntropy{}, true
+		if !z.opts.HostEntropy && b.Addr%16 == 0 {
+			it.stored, it.check, it.dev = o.Size, devEntropy{}, true
+			return it
 		}
+		it.read, it.check = o.Size, hostEntropy{}
 		return it
 	}
 	it.fill = func([]byte) (*codec.Header, error) { return nil, err }
@@ -67,20 +71,19 @@ func (hostEntropy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error 
 }
 
 // devEntropy checks the entropy payloads hostItem staged and leaves them
-// for the engine's batch decode (engine.Work.Entropy); one no batch
-// decodes (version 1, or a destination not 16-byte aligned) is decoded on
-// the host as hostEntropy does.
+// for the engine's batch decode (engine.Work.Entropy).
 type devEntropy struct{}
 
-// checkStaged checks the payload in b's first it.read bytes whole (head,
-// checksum, chunk index) into a head for the engine, st.ent[k].
+// checkStaged checks the payload b whole (head, checksum, chunk index)
+// into a head for the engine, st.ent[k]; a version 1 payload, which no
+// batch decodes, is errFallback.
 func (devEntropy) checkStaged(it *smallItem, b []byte, k int, st *staged) error {
 	h := headPool.Get().(*entropy.Head)
-	err := entropy.CheckTo(b[:it.read], h)
+	err := entropy.CheckTo(b, h)
 	switch {
-	case errors.Is(err, entropy.ErrNoRecords) || err == nil && it.b.Addr%16 != 0:
+	case errors.Is(err, entropy.ErrNoRecords):
 		headPool.Put(h)
-		return hostEntropy{}.checkStaged(it, b, k, st)
+		return errFallback
 	case err == nil && h.ValueBytes() != it.b.Size:
 		err = fmt.Errorf("%w: entropy payload decodes to %d bytes, the tensor has %d", codec.ErrSize, h.ValueBytes(), it.b.Size)
 	}
@@ -90,6 +93,17 @@ func (devEntropy) checkStaged(it *smallItem, b []byte, k int, st *staged) error 
 	}
 	st.ent[k] = h
 	return nil
+}
+
+// uploadFallback uploads a packed entropy payload that its check found no
+// batch decodes (errFallback: version 1) the way a streamed one of its
+// version goes: decoded on the host into the staging ring.
+func (z *Payloads) uploadFallback(ctx context.Context, it *smallItem) Fence {
+	f, err := z.hostDecode(ctx, target{i: it.i, b: it.b, hit: shardcache.SliceHit{Tensor: &shardcache.Tensor{Key: it.key}}, host: true})
+	if err != nil {
+		return errFence{&Error{Tensor: it.b.Name, Err: err}}
+	}
+	return f
 }
 
 // hostDecode decodes an entropy payload on the host into staging pieces

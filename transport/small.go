@@ -3,6 +3,7 @@ package transport
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -95,6 +96,10 @@ type stagedChecker interface {
 	checkStaged(it *smallItem, b []byte, k int, st *staged) error
 }
 
+// errFallback is a check's answer for an item that is to be uploaded
+// another way than packed (packer.fallback), not an error of its own.
+var errFallback = errors.New("transport: not for a pack")
+
 // maxGap is the most bytes between two items of one file that a staged
 // read takes along rather than issuing a second read: about what a read
 // system call costs in copying time.
@@ -115,6 +120,10 @@ type packer struct {
 	// raw transport's).
 	objects *shardcache.ObjectFiles
 	streams streams
+
+	// fallback uploads an item whose check said errFallback (nil: such an
+	// item fails with it).
+	fallback func(ctx context.Context, it *smallItem) Fence
 
 	mu     sync.Mutex
 	slots  chan *slot // allocated on first use
@@ -347,7 +356,7 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 			}
 			return
 		}
-		p.send(pl, out)
+		p.send(ctx, pl, out)
 	}
 	if len(plans) == 1 {
 		send(plans[0])
@@ -535,8 +544,9 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 	return st
 }
 
-// send stages one pack in a staging buffer and submits it.
-func (p *packer) send(pl *plan, out []Fence) {
+// send stages one pack in a staging buffer and submits it; items whose
+// check said errFallback are uploaded by p.fallback after it.
+func (p *packer) send(ctx context.Context, pl *plan, out []Fence) {
 	s := <-p.slots
 	defer func() { p.slots <- s }()
 	if s.ev != nil {
@@ -547,8 +557,11 @@ func (p *packer) send(pl *plan, out []Fence) {
 	st := p.stage(pl, s.buf, base)
 	defer st.put()
 	its, ents := st.its, st.ents
+	fallbacks := 0
 	for k, it := range pl.items {
 		switch {
+		case st.errs[k] == errFallback && p.fallback != nil:
+			fallbacks++
 		case st.errs[k] != nil:
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: st.errs[k]}}
 		case st.ent[k] != nil:
@@ -558,6 +571,15 @@ func (p *packer) send(pl *plan, out []Fence) {
 		}
 	}
 	st.its, st.ents = its, ents // their arrays, grown, go back to the pool with st
+	if fallbacks > 0 {
+		defer func() {
+			for k := range pl.items {
+				if st.errs[k] == errFallback {
+					out[pl.items[k].i] = p.fallback(ctx, &pl.items[k])
+				}
+			}
+		}()
+	}
 	n := len(its) + len(ents)
 	if n == 0 {
 		return
