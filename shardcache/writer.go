@@ -69,7 +69,7 @@ func Create(dir string) (*Writer, error) {
 			return nil, fmt.Errorf("%s: %w, and not empty: refusing to write into it", dir, ErrNotCache)
 		}
 	}
-	if err := os.MkdirAll(dir, atomicfile.DirPerm); err != nil {
+	if err := makeMarked(dir); err != nil {
 		return nil, err
 	}
 	// The marker first, so that a writer killed at any point after it
@@ -112,6 +112,38 @@ func Create(dir string) (*Writer, error) {
 	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
 	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
 	return w, nil
+}
+
+// makeMarked makes dir, when it does not exist, as a folder holding the
+// marker: made beside it under a temporary name and renamed into place,
+// so that a writer killed meanwhile leaves no folder at dir that is
+// neither absent nor a cache (at most the temporary one, a dot file
+// beside it).
+func makeMarked(dir string) error {
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, atomicfile.DirPerm); err != nil {
+		return err
+	}
+	tmp := filepath.Join(parent, fmt.Sprintf(".%s.splitzip-new-%d", filepath.Base(dir), os.Getpid()))
+	os.RemoveAll(tmp) // a killed writer's of the same process id
+	if err := os.Mkdir(tmp, atomicfile.DirPerm); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(dir); serr == nil {
+			return nil // made meanwhile by another: Create checks it below
+		}
+		return err
+	}
+	return nil
 }
 
 // bareCreate reports whether ents, dir's entries, are only what an
