@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -253,5 +255,49 @@ func TestCreateAfterBareCreate(t *testing.T) {
 		if _, err := Create(dir); !errors.Is(err, ErrNotCache) {
 			t.Errorf("with %s: %v, want ErrNotCache", extra, err)
 		}
+	}
+}
+
+// TestCreateNewFolder: Create makes a cache folder that did not exist
+// with its marker in one step (renamed into place), whatever the path's
+// trailing slash, with the umask's permissions, leaving nothing beside
+// it; an existing empty folder is taken as before.
+func TestCreateNewFolder(t *testing.T) {
+	old := syscall.Umask(0o027)
+	defer syscall.Umask(old)
+	for _, name := range []string{"cache", "cache/"} {
+		parent := filepath.Join(t.TempDir(), "p")
+		dir := filepath.Join(parent, name)
+		w, err := Create(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		w.Close()
+		st, err := os.Stat(filepath.Join(parent, "cache"))
+		if err != nil || st.Mode().Perm() != 0o750 {
+			t.Fatalf("%s: the folder: %v, mode %v, want 0750 (umask 027)", name, err, st.Mode())
+		}
+		if _, err := os.Stat(filepath.Join(parent, "cache", MarkerName)); err != nil {
+			t.Errorf("%s: no marker: %v", name, err)
+		}
+		ents, _ := os.ReadDir(parent)
+		if len(ents) != 1 {
+			t.Errorf("%s: %d entries beside the cache, want none: %v", name, len(ents)-1, ents)
+		}
+		sub, _ := os.ReadDir(filepath.Join(parent, "cache"))
+		for _, e := range sub {
+			if strings.Contains(e.Name(), "splitzip-new") {
+				t.Errorf("%s: a temporary folder inside the cache: %s", name, e.Name())
+			}
+		}
+	}
+	empty := t.TempDir()
+	w, err := Create(empty)
+	if err != nil {
+		t.Fatalf("an empty folder: %v", err)
+	}
+	w.Close()
+	if _, err := os.Stat(filepath.Join(empty, MarkerName)); err != nil {
+		t.Errorf("an empty folder: no marker: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,7 @@ const markerText = "This directory is a splitzip cache. Its index is " + IndexNa
 // earlier writer was interrupted before its first commit is reused, and
 // the temporary files of writers that were killed are removed.
 func Create(dir string) (*Writer, error) {
+	dir = filepath.Clean(dir) // "cache/" names the folder, not a parent of it
 	ents, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -117,8 +119,9 @@ func Create(dir string) (*Writer, error) {
 // makeMarked makes dir, when it does not exist, as a folder holding the
 // marker: made beside it under a temporary name and renamed into place,
 // so that a writer killed meanwhile leaves no folder at dir that is
-// neither absent nor a cache (at most the temporary one, a dot file
-// beside it).
+// neither absent nor a cache (at most the temporary one, a dot folder
+// beside it). A folder another writer makes at dir meanwhile is taken
+// as it is.
 func makeMarked(dir string) error {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -127,21 +130,21 @@ func makeMarked(dir string) error {
 	if err := os.MkdirAll(parent, atomicfile.DirPerm); err != nil {
 		return err
 	}
-	tmp := filepath.Join(parent, fmt.Sprintf(".%s.splitzip-new-%d", filepath.Base(dir), os.Getpid()))
-	os.RemoveAll(tmp) // a killed writer's of the same process id
-	if err := os.Mkdir(tmp, atomicfile.DirPerm); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		if _, serr := os.Stat(dir); serr == nil {
-			return nil // made meanwhile by another: Create checks it below
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := filepath.Join(parent, fmt.Sprintf(".%s.splitzip-new-%d-%x", filepath.Base(dir), os.Getpid(), rnd))
+	err := os.Mkdir(tmp, atomicfile.DirPerm) // the umask applies, as to every folder of a cache
+	if err == nil {
+		if err = os.WriteFile(filepath.Join(tmp, MarkerName), []byte(markerText), atomicfile.Perm); err == nil {
+			err = os.Rename(tmp, dir)
 		}
-		return err
+		os.RemoveAll(tmp) // gone after the rename
+	}
+	if _, serr := os.Stat(dir); err != nil && serr == nil {
+		return nil // made meanwhile by another writer
+	}
+	if err != nil {
+		return fmt.Errorf("%s: making the cache folder: %w", dir, err)
 	}
 	return nil
 }

@@ -135,8 +135,9 @@ func entropyVictimFails(t *testing.T, c *shardcache.Cache, s *shardcache.Source,
 // TestEntropyVersion1WithoutSource: a version 1 entropy payload (the
 // committed golden one, in a cache whose object is replaced by it) loads
 // without its source through the chunk-after-chunk host decoder, and
-// packed with the small ones (decoded from a copy: version 1 has no
-// in-place flag), bit for bit, and its corruption fails its binding.
+// packed with the small ones (staged, then, as no batch decodes version
+// 1, uploaded the streamed way), bit for bit, and its corruption fails
+// its binding.
 func TestEntropyVersion1WithoutSource(t *testing.T) {
 	raw, err := os.ReadFile("../codec/entropy/testdata/golden-v1-bf16.raw")
 	if err != nil {
@@ -209,8 +210,8 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	// Not packed: the streaming path; packed: staged and, having no
-	// in-place flag, decoded from a copy.
+	// Not packed: the streaming path; packed: staged, checked, and
+	// uploaded the streaming way after its pack (uploadFallback).
 	for _, small := range []int64{-1, 0} {
 		rawT, err := NewRaw(eng, RawOptions{})
 		if err != nil {
@@ -236,8 +237,8 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 		restore()
 		// The path it took, both loads: streamed (counted as the device's
 		// path, then decoded chunk after chunk on the host: version 1 has
-		// no records), or packed (counted as the batch's, then decoded on
-		// the host from a copy: no batch decodes version 1).
+		// no records), or packed (counted as the batch's, then uploaded
+		// the streaming way: no batch decodes version 1).
 		path := PathEntropy
 		if small == 0 {
 			path = PathEntropyPacked
@@ -406,4 +407,52 @@ func TestPrepareEntropy(t *testing.T) {
 		raw.Close()
 		eng.Close()
 	}
+}
+
+// TestCheckArenaMismatch: a binding whose bytes in device memory differ
+// from its source, or (the source absent) from its content key, fails
+// CheckArena with ErrMismatch, naming the tensor.
+func TestCheckArenaMismatch(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 8}, pipeline.CompressOptions{SelfContained: true})
+	eng, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
+	bs := a.Bindings()
+	for _, f := range st.FaultIn(context.Background(), bs) {
+		if err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := CheckArena(eng, bs, s); err != nil {
+		t.Fatal(err)
+	}
+	// One byte of the last binding changed in device memory.
+	b := bs[len(bs)-1]
+	one := make([]byte, 1)
+	if err := eng.ReadBack(one, b.Addr); err != nil {
+		t.Fatal(err)
+	}
+	one[0] ^= 1
+	pin, err := eng.Pinned(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.FreePinned(pin)
+	copy(pin, one)
+	ev, err := eng.Submit(0, engine.Work{Dst: b.Addr, Src: pin})
+	if err != nil || ev.Wait() != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		err := CheckArena(eng, bs, s)
+		var te *Error
+		if !errors.Is(err, ErrMismatch) || !errors.As(err, &te) || te.Tensor != b.Name {
+			t.Errorf("%s: %v, want ErrMismatch naming %s", what, err, b.Name)
+		}
+	}
+	check("source present")
+	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(s.Root+".gone", s.Root)
+	check("source absent")
 }

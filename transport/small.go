@@ -39,15 +39,16 @@ type smallItem struct {
 	stored uint64
 	file   string
 	off    uint64
-	// read, where not 0, says the item is an entropy payload (hostItem):
-	// only its first read bytes (at most stored) come from the file, into
-	// the start of its slot, where its check decodes them in place or
-	// leaves them for the engine's batch decode (dev). Where that is fewer
-	// than stored, its read ends there (the next item's place in staging
-	// no longer mirrors the file).
+	// read, where not 0, says the item is an entropy payload decoded on
+	// the host (hostItem, hostEntropy): only its first read bytes (at
+	// most stored) come from the file, into the start of its slot, where
+	// its check decodes them in place. Where that is fewer than stored,
+	// its read ends there (the next item's place in staging no longer
+	// mirrors the file).
 	read uint64
-	// dev says its check may leave the payload for the engine to decode:
-	// the pack keeps room for its descriptor (scatter.PutEntropy).
+	// dev says the item is an entropy payload (its stored bytes) that its
+	// check leaves for the engine's batch decode: the pack keeps room for
+	// its descriptor (scatter.PutEntropy).
 	dev bool
 	// cached says the file is the cache's (an object's own, or pack's,
 	// of key pack), read through the packer's objects: packs kept open
@@ -572,6 +573,8 @@ func (p *packer) send(ctx context.Context, pl *plan, out []Fence) {
 	}
 	st.its, st.ents = its, ents // their arrays, grown, go back to the pool with st
 	if fallbacks > 0 {
+		// After the pack's submission, and before st.put (deferred
+		// earlier, so run later), which clears errs.
 		defer func() {
 			for k := range pl.items {
 				if st.errs[k] == errFallback {

@@ -425,7 +425,8 @@ func sourceBytes(src *shardcache.Source) uint64 {
 // path counts (summed over its runs): streamed and decoded one by one,
 // packed and decoded by one launch a pack, decoded on the host, or, the
 // rest, read raw from their source. (A version 1 payload, which no
-// device decodes, is counted where it went and decoded on the host.)
+// device decodes, is counted by the path it was sent down, streamed or
+// packed, though the host decodes it.)
 func entropyPaths(r *load.Report) string {
 	runs := uint64(max(len(r.Runs), 1))
 	engine, packed := "the device", "one launch a pack"
