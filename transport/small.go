@@ -546,8 +546,16 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 }
 
 // send stages one pack in a staging buffer and submits it; items whose
-// check said errFallback are uploaded by p.fallback after it.
+// check said errFallback are uploaded by p.fallback after it, once the
+// staging buffer is given back (a fallback reads its payload again, the
+// way it goes).
 func (p *packer) send(ctx context.Context, pl *plan, out []Fence) {
+	var falls []*smallItem
+	defer func() { // run last, after the deferred calls below
+		for _, it := range falls {
+			out[it.i] = p.fallback(ctx, it)
+		}
+	}()
 	s := <-p.slots
 	defer func() { p.slots <- s }()
 	if s.ev != nil {
@@ -558,11 +566,10 @@ func (p *packer) send(ctx context.Context, pl *plan, out []Fence) {
 	st := p.stage(pl, s.buf, base)
 	defer st.put()
 	its, ents := st.its, st.ents
-	fallbacks := 0
 	for k, it := range pl.items {
 		switch {
 		case st.errs[k] == errFallback && p.fallback != nil:
-			fallbacks++
+			falls = append(falls, &pl.items[k])
 		case st.errs[k] != nil:
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: st.errs[k]}}
 		case st.ent[k] != nil:
@@ -572,17 +579,6 @@ func (p *packer) send(ctx context.Context, pl *plan, out []Fence) {
 		}
 	}
 	st.its, st.ents = its, ents // their arrays, grown, go back to the pool with st
-	if fallbacks > 0 {
-		// After the pack's submission, and before st.put (deferred
-		// earlier, so run later), which clears errs.
-		defer func() {
-			for k := range pl.items {
-				if st.errs[k] == errFallback {
-					out[pl.items[k].i] = p.fallback(ctx, &pl.items[k])
-				}
-			}
-		}()
-	}
 	n := len(its) + len(ents)
 	if n == 0 {
 		return

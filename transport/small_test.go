@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -374,5 +376,71 @@ func TestPlanPacksEntropyRoom(t *testing.T) {
 	}
 	if n != len(items) || len(pls) < 2 {
 		t.Errorf("%d plans of %d items, want all %d in two or more", len(pls), n, len(items))
+	}
+}
+
+// TestPackFallback: an item of a pack whose check (or fill) answers
+// errFallback is uploaded by the packer's fallback after the pack, once,
+// beside items that land from the pack, and also when the pack's own
+// upload fails; every item gets exactly its own fence.
+func TestPackFallback(t *testing.T) {
+	c, src := smallFixture(t, 6)
+	var failScatter atomic.Bool
+	eng, a, _, _ := setup(t, c, src, hostengine.Hooks{Scatter: func([]scatter.Item) error {
+		if failScatter.Load() {
+			return engine.ErrInjected
+		}
+		return nil
+	}}, false)
+	bs := a.Bindings()[:4]
+	p := newPacker(eng, 2, 0)
+	defer p.Close()
+	var calls []string
+	var mu sync.Mutex
+	p.fallback = func(_ context.Context, it *smallItem) Fence {
+		mu.Lock()
+		calls = append(calls, it.b.Name)
+		mu.Unlock()
+		return doneFence{}
+	}
+	for _, fail := range []bool{false, true} {
+		failScatter.Store(fail)
+		calls = nil
+		items := make([]smallItem, len(bs))
+		for k, b := range bs {
+			items[k] = smallItem{i: k, b: b, stored: b.Size, fill: func(dst []byte) (*codec.Header, error) {
+				for i := range dst {
+					dst[i] = byte(k + 1)
+				}
+				if k == 1 {
+					return nil, errFallback
+				}
+				return nil, nil
+			}}
+		}
+		out := make([]Fence, len(bs))
+		p.upload(context.Background(), items, out)
+		if len(calls) != 1 || calls[0] != bs[1].Name {
+			t.Fatalf("fail %v: fallback called for %v, want %s once", fail, calls, bs[1].Name)
+		}
+		if _, ok := out[1].(doneFence); !ok {
+			t.Errorf("fail %v: the fallen-back item's fence is %T, not the fallback's", fail, out[1])
+		}
+		for k, b := range bs {
+			if k == 1 {
+				continue
+			}
+			err := out[k].Wait()
+			if fail != (err != nil) {
+				t.Errorf("fail %v: %s: %v", fail, b.Name, err)
+			}
+			if fail {
+				continue
+			}
+			got := make([]byte, b.Size)
+			if err := eng.ReadBack(got, b.Addr); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(k + 1)}, int(b.Size))) {
+				t.Errorf("%s: its bytes did not land (%v)", b.Name, err)
+			}
+		}
 	}
 }
