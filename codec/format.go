@@ -54,6 +54,11 @@ const (
 	offFlags       = 60
 )
 
+// ChecksumAt is where a payload's header keeps its CRC-32C (Checksum
+// leaves these 4 bytes out): byte 56 of a fixed payload, and of an
+// entropy payload too.
+const ChecksumAt = offChecksum
+
 // Header is the decoded fixed header of a payload.
 type Header struct {
 	Values      uint64   // number of BF16 values

@@ -456,3 +456,43 @@ func TestCheckArenaMismatch(t *testing.T) {
 	defer os.Rename(s.Root+".gone", s.Root)
 	check("source absent")
 }
+
+// TestForgedPayloadRefused: a payload rewritten with a checksum of its
+// own (it checks as whole by itself) is refused by its binding, naming
+// it, by the checksum the cache's index records: packed and streamed,
+// fixed and entropy, the others of the load unharmed.
+func TestForgedPayloadRefused(t *testing.T) {
+	for _, codecName := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
+		c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 31}, pipeline.CompressOptions{Codec: codecName})
+		for _, small := range []int64{DefaultSmallBytes, -1} {
+			_, a, st, _ := setupWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3, SmallBytes: small})
+			var victim *vmm.Binding
+			var key shardcache.Key
+			for _, b := range a.Bindings() {
+				hit, err := c.LookupSlice(b.Shard, b.Offset, b.Size)
+				if err != nil || hit.Tensor.Stored == shardcache.StoredRaw || hit.Tensor.Stored == "" {
+					continue
+				}
+				if o, err := c.Lookup(hit.Tensor.Key); err == nil && (small < 0 || int64(o.Size) <= small) && (victim == nil || b.Size > victim.Size) {
+					victim, key = b, hit.Tensor.Key
+				}
+			}
+			if victim == nil {
+				t.Fatalf("%s, threshold %d: no payload in the fixture", codecName, small)
+			}
+			o, _ := c.Lookup(key)
+			restore := cachetest.Forge(t, c, key, int64(o.Size/2), 0x08) // a byte of the data (an entropy payload's records)
+			for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
+				b := a.Bindings()[i]
+				var te *Error
+				switch {
+				case b == victim && (!errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum)):
+					t.Errorf("%s, threshold %d: a forged payload: %v", codecName, small, err)
+				case b != victim && err != nil:
+					t.Errorf("%s, threshold %d: %s beside a forged payload: %v", codecName, small, b.Name, err)
+				}
+			}
+			restore()
+		}
+	}
+}

@@ -353,8 +353,20 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 	// checksum, checked once staged (checkStaged), cover one of the
 	// wrong length.
 	it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
-	it.key, it.check = key, z
+	it.key, it.check, it.sum = key, z, o.Checksum
 	return it
+}
+
+// checkRecorded checks a payload's checksum, its header's (checked
+// against its bytes), against the one the cache's index records (0: none
+// recorded, as in indexes older than the field): a payload rewritten with
+// a checksum of its own fails here, since the index's own hash covers
+// what it records.
+func checkRecorded(got, recorded uint32) error {
+	if recorded == 0 || got == recorded {
+		return nil
+	}
+	return fmt.Errorf("%w: the payload's checksum is %08x, the cache's index records %08x", codec.ErrChecksum, got, recorded)
 }
 
 // checkStaged checks a small fixed payload staged by the packer against
@@ -362,7 +374,10 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 func (z *Payloads) checkStaged(it *smallItem, b []byte, k int, st *staged) error {
 	h := &st.hdrs[k]
 	var err error
-	if *h, err = payload.CheckFixed(b, payload.Sum(b), it.b.Size); err != nil {
+	if *h, err = payload.CheckFixed(b, payload.Sum(b), it.b.Size); err == nil {
+		err = checkRecorded(h.Checksum, it.sum)
+	}
+	if err != nil {
 		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
 	}
 	if z.opts.Resident || z.opts.DeviceResident {

@@ -41,7 +41,7 @@ func (z *Payloads) hostItem(i int, b *vmm.Binding, hit shardcache.SliceHit) smal
 		// compress stores no payload larger than its tensor
 		err = fmt.Errorf("%s: a %s object of %d bytes, where an entropy payload of a %d-byte tensor belongs", loc.Name(), o.Kind, o.Size, b.Size)
 	case err == nil:
-		it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
+		it.file, it.off, it.cached, it.pack, it.sum = loc.Path, loc.Offset, true, loc.Pack, o.Checksum
 		if !z.opts.HostEntropy && b.Addr%16 == 0 {
 			it.stored, it.check, it.dev = o.Size, devEntropy{}, true
 			return it
@@ -60,7 +60,13 @@ type hostEntropy struct{}
 // checkStaged decodes the payload in b's first it.read bytes into b, which
 // is its tensor's slot, checking it; b then holds raw values.
 func (hostEntropy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error {
-	err := entropy.DecodeInPlace(b, it.read)
+	ph, err := entropy.ParsePayloadHeader(b[:it.read])
+	if err == nil {
+		err = checkRecorded(ph.Checksum, it.sum)
+	}
+	if err == nil {
+		err = entropy.DecodeInPlace(b, it.read)
+	}
 	if errors.Is(err, entropy.ErrNotInPlace) {
 		err = entropy.Decode(b, bytes.Clone(b[:it.read]), 1)
 	}
@@ -86,6 +92,8 @@ func (devEntropy) checkStaged(it *smallItem, b []byte, k int, st *staged) error 
 		return errFallback
 	case err == nil && h.ValueBytes() != it.b.Size:
 		err = fmt.Errorf("%w: entropy payload decodes to %d bytes, the tensor has %d", codec.ErrSize, h.ValueBytes(), it.b.Size)
+	case err == nil:
+		err = checkRecorded(h.Checksum, it.sum)
 	}
 	if err != nil {
 		headPool.Put(h)
@@ -130,6 +138,9 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	h := d.Header()
+	if err := checkRecorded(h.Checksum, o.Checksum); err != nil {
+		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
+	}
 	if h.Values*uint64(entropy.Fields[h.Field].Size) != t.b.Size {
 		return nil, fmt.Errorf("%s: %w: decodes to %d values, the tensor has %d bytes", loc.Name(), codec.ErrSize, h.Values, t.b.Size)
 	}

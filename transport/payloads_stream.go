@@ -87,7 +87,7 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 		}
 	}
 	if o.Size <= z.piece {
-		return z.streamOne(ctx, t, f, loc.Name(), kind, o.Size, stream, to, tierSlot)
+		return z.streamOne(ctx, t, f, loc.Name(), kind, o.Size, o.Checksum, stream, to, tierSlot)
 	}
 	tail := payload.NewTail(h)
 	evs, sums, err := z.copyPieces(ctx, f, loc.Name(), o.Size, stream, to, tail.Add)
@@ -95,6 +95,9 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 		return nil, err
 	}
 	if err := payload.Check(h, o.Size, sums.Sum(), t.b.Size, tail.Bytes()); err != nil {
+		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
+	}
+	if err := checkRecorded(h.Checksum(), o.Checksum); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	ev, err := z.eng.Submit(stream, z.decodeWork(t, tierSlot, o.Size, h))
@@ -169,7 +172,7 @@ func (z *Payloads) keepOnDevice(key shardcache.Key, slot vmm.Ptr, h payload.Head
 // submission (two with the tier: the copy to the slot, then the copy
 // within the device and the decode), where a payload of several pieces
 // takes one per piece and one for the decode.
-func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, kind payload.Kind, size uint64, stream int, to, slot vmm.Ptr) (Fence, error) {
+func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name string, kind payload.Kind, size uint64, recorded uint32, stream int, to, slot vmm.Ptr) (Fence, error) {
 	// A read token, then a slot, in that order everywhere (eachPiece):
 	// a reader holding a slot while it waits for a token, beside one
 	// holding a token while it waits for a slot, deadlocked loads.
@@ -188,6 +191,9 @@ func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	h, err := payload.CheckBytes(kind, q, sum, t.b.Size)
+	if err == nil {
+		err = checkRecorded(h.Checksum(), recorded)
+	}
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", name, err)

@@ -62,6 +62,9 @@ type smallItem struct {
 	// closure an item: small tensors come by the hundred).
 	key   shardcache.Key
 	check stagedChecker
+	// sum is the payload's checksum as the cache's index records it (0:
+	// not recorded), which its check compares with its header's.
+	sum uint32
 	// fill, for an item not read from a file, writes the stored bytes
 	// into dst and, for a payload, returns its checked header.
 	fill func(dst []byte) (*codec.Header, error)

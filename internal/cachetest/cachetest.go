@@ -3,9 +3,12 @@
 package cachetest
 
 import (
+	"bytes"
+	"encoding/binary"
 	"os"
 	"testing"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -61,5 +64,50 @@ func Remove(t testing.TB, c *shardcache.Cache, key shardcache.Key) {
 	}
 	if err := os.Remove(loc.Path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Forge flips bytes of the payload object with key by mask at byte at
+// (from its end when negative) and writes the payload's header a
+// checksum of its new bytes, so that the payload checks as whole by
+// itself: only the checksum its cache's index records tells it apart.
+// restore puts the object back.
+func Forge(t testing.TB, c *shardcache.Cache, key shardcache.Key, at int64, mask byte) (restore func()) {
+	t.Helper()
+	loc, o, err := c.Locate(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := make([]byte, o.Size)
+	if _, err := f.ReadAt(p, int64(loc.Offset)); err != nil {
+		t.Fatal(err)
+	}
+	orig := bytes.Clone(p)
+	if at < 0 {
+		at += int64(o.Size)
+	}
+	if at < codec.ChecksumAt+4 || at >= int64(o.Size) {
+		t.Fatalf("byte %d of a %d-byte payload: not past its header's checksum", at, o.Size)
+	}
+	p[at] ^= mask
+	binary.LittleEndian.PutUint32(p[codec.ChecksumAt:], codec.Checksum(p))
+	if _, err := f.WriteAt(p, int64(loc.Offset)); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		f, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt(orig, int64(loc.Offset)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
