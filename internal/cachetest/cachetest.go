@@ -41,16 +41,19 @@ func Flip(t testing.TB, c *shardcache.Cache, key shardcache.Key, at int64, mask 
 	if _, err := f.WriteAt(b[:], off); err != nil {
 		t.Fatal(err)
 	}
-	return func() {
-		t.Helper()
-		f, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteAt([]byte{orig}, off); err != nil {
-			t.Fatal(err)
-		}
+	return func() { writeAt(t, loc.Path, []byte{orig}, off) }
+}
+
+// writeAt writes b at off of the file at path.
+func writeAt(t testing.TB, path string, b []byte, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -99,15 +102,5 @@ func Forge(t testing.TB, c *shardcache.Cache, key shardcache.Key, at int64, mask
 	if _, err := f.WriteAt(p, int64(loc.Offset)); err != nil {
 		t.Fatal(err)
 	}
-	return func() {
-		t.Helper()
-		f, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteAt(orig, int64(loc.Offset)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return func() { writeAt(t, loc.Path, orig, int64(loc.Offset)) }
 }
