@@ -124,7 +124,8 @@ var ErrInjected = errors.New("injected fault")
 // after which Src has room for their descriptors
 // (scatter.EntropyBytes), which Submit writes; once copied (and after the
 // scatter) they are decoded out of place into their destinations by one
-// pass. Table must then be nil. Work with neither Src nor Items nor
+// pass. Table must then be nil. Submit keeps neither Entropy nor their
+// heads once it returns, as with Items. Work with neither Src nor Items nor
 // Entropy enqueues only the event.
 type Work struct {
 	Dst  DevPtr
