@@ -116,3 +116,42 @@ func TestPredicted(t *testing.T) {
 		t.Errorf("no cost model: predicted %+v", rep.Predicted)
 	}
 }
+
+// TestPredictedEntropyHost: entropy payloads decoded on the device are
+// priced by the model's entropy costs; decoded on the host
+// (EntropyOnHost), which calibrate does not measure, they leave the load
+// with no prediction and the reason in Unpredicted, and their decodes are
+// counted as HostDecode (their reads as Read).
+func TestPredictedEntropyHost(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 1, Seed: 9}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
+	p := costmodel.Default()
+	run := func(o Options) *Report {
+		t.Helper()
+		eng := hostengine.New(2)
+		defer eng.Close()
+		o.Profile = p
+		rep, err := Checkpoint(context.Background(), eng, c, src, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	rep := run(Options{})
+	if rep.Paths["entropy_packed"].Tensors+rep.Paths["entropy"].Tensors == 0 || rep.Predicted == nil || !(rep.Predicted.Seconds > 0) || rep.Unpredicted != "" {
+		t.Fatalf("on the engine: paths %v, predicted %+v, unpredicted %q", rep.Paths, rep.Predicted, rep.Unpredicted)
+	}
+	if rep.HostDecode != 0 {
+		t.Errorf("on the engine: %v decoding on the host", rep.HostDecode)
+	}
+	// Packed (decoded in the packer's staging) and, with packing off,
+	// streamed (hostDecode): their decodes and reads are counted.
+	for _, small := range []int64{0, -1} {
+		rep = run(Options{EntropyOnHost: true, SmallBytes: small})
+		if rep.Paths["entropy_host"].Tensors == 0 || rep.Predicted != nil || rep.Unpredicted == "" {
+			t.Fatalf("on the host, small bytes %d: paths %v, predicted %+v, unpredicted %q", small, rep.Paths, rep.Predicted, rep.Unpredicted)
+		}
+		if rep.HostDecode <= 0 || rep.Read <= 0 {
+			t.Errorf("on the host, small bytes %d: read %v, decoded %v", small, rep.Read, rep.HostDecode)
+		}
+	}
+}

@@ -41,11 +41,14 @@ type Report struct {
 	DeviceBytes uint64 `json:"device_tier_bytes,omitempty"`
 	// Shared is the payloads' host copy shared on this machine
 	// (Options.Share).
-	Shared  *SharedReport `json:"shared,omitempty"`
-	Read    time.Duration `json:"read_ns"`   // summed over reader goroutines
-	Verify  time.Duration `json:"verify_ns"` // payload checksums
-	Submit  time.Duration `json:"submit_ns"` // enqueueing copies and decodes
-	Checked bool          `json:"checked"`
+	Shared *SharedReport `json:"shared,omitempty"`
+	Read   time.Duration `json:"read_ns"`   // summed over reader goroutines
+	Verify time.Duration `json:"verify_ns"` // payload checksums
+	// HostDecode is entropy payloads decoded on the host (which checks
+	// them), summed over goroutines.
+	HostDecode time.Duration `json:"host_decode_ns,omitempty"`
+	Submit     time.Duration `json:"submit_ns"` // enqueueing copies and decodes
+	Checked    bool          `json:"checked"`
 	// EntropyTensors counts the tensors stored as entropy payloads: read
 	// raw from their source, or without it decoded from their payloads
 	// (on the device, or on the host: see transport.PayloadOptions).
@@ -55,6 +58,9 @@ type Report struct {
 	Settings  Settings                       `json:"settings"`
 	Runs      []RunReport                    `json:"runs"`
 	Predicted *Predicted                     `json:"predicted,omitempty"` // with Options.Profile or Cost
+	// Unpredicted says why a load with a cost model has no Predicted: a
+	// path the model does not price was taken.
+	Unpredicted string `json:"unpredicted,omitempty"`
 }
 
 // Predicted is what a cost model predicts a run of the load takes from
@@ -73,10 +79,13 @@ type Predicted struct {
 // (summed over runs runs): each path's cost is a time a tensor plus its
 // bytes at a rate, so counts and bytes suffice.
 func predict(p *costmodel.Profile, paths [transport.NumPaths]transport.PathCount, runs int) float64 {
-	costs := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, p.EntropySmall, p.EntropySmall}
+	// PathEntropyHost is not priced (Report.Unpredicted).
+	costs := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, {}, p.EntropySmall}
 	var s float64
 	for k, c := range paths {
-		s += float64(c.Tensors)*costs[k].Tensor + float64(c.Bytes)/costs[k].Rate
+		if c.Tensors > 0 {
+			s += float64(c.Tensors)*costs[k].Tensor + float64(c.Bytes)/costs[k].Rate
+		}
 	}
 	return s / float64(max(runs, 1))
 }
@@ -256,14 +265,17 @@ func (l *Load) Report() *Report {
 	r.Runs = append([]RunReport(nil), l.rep.Runs...)
 	t := l.ts.Transport()
 	s := t.Stats()
-	r.Read, r.Verify, r.Submit, r.MovedBytes = s.Read, s.Verify, s.Submit, s.Bytes
+	r.Read, r.Verify, r.HostDecode, r.Submit, r.MovedBytes = s.Read, s.Verify, s.HostDecode, s.Submit, s.Bytes
 	r.Paths = map[string]transport.PathCount{}
 	for k, c := range s.Paths {
 		if c.Tensors > 0 {
 			r.Paths[transport.Path(k).String()] = c
 		}
 	}
-	if p := l.opts.profile(); p != nil && len(r.Runs) > 0 {
+	if p := l.opts.profile(); p != nil && s.Paths[transport.PathEntropyHost].Tensors > 0 {
+		// calibrate measures entropy payloads decoded on the device only.
+		r.Unpredicted = "the cost model does not price entropy payloads decoded on the host"
+	} else if p != nil && len(r.Runs) > 0 {
 		pr := &Predicted{Host: p.Host, Seconds: predict(p, s.Paths, len(r.Runs)), Measured: r.Runs[0].Wall.Seconds()}
 		if pr.Seconds > 0 {
 			pr.Ratio = pr.Measured / pr.Seconds

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
+	"time"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -122,18 +124,29 @@ func (z *Payloads) uploadFallback(ctx context.Context, it *smallItem) Fence {
 // every piece is decoded: a payload that fails it has had pieces copied,
 // and its binding stays evicted.
 func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
-	loc, o, r, err := z.openPayload(t.hit.Tensor.Key)
+	loc, o, f, err := z.openPayload(t.hit.Tensor.Key)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
+	defer f.Close()
+	// Reads count as reading; decodes, less the reads in them, as
+	// decoding on the host; submits as submitting.
+	r := &timedReader{r: f}
+	var decoding, submitting atomic.Int64
+	defer func() {
+		z.mu.Lock()
+		z.stats.Read += time.Duration(r.d.Load())
+		z.stats.HostDecode += time.Duration(decoding.Load())
+		z.stats.Submit += time.Duration(submitting.Load())
+		z.mu.Unlock()
+	}()
 	if o.Kind != shardcache.KindEntropy || o.RawSize != t.b.Size {
 		return nil, fmt.Errorf("%s: a %s object of %d raw bytes, the tensor is an entropy payload of %d", loc.Name(), o.Kind, o.RawSize, t.b.Size)
 	}
 	d, err := entropy.NewReader(r, o.Size)
 	switch {
 	case errors.Is(err, entropy.ErrNoRecords):
-		return z.hostDecodeStream(ctx, t, loc, o, r)
+		return z.hostDecodeStream(ctx, t, loc, o, r, &decoding, &submitting)
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
@@ -155,11 +168,18 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 		c0, c1 := uint64(i)*step, min(chunks, uint64(i+1)*step)
 		off := c0 * per
 		q := s.buf[:min(t.b.Size, c1*per)-off]
+		t0, r0 := time.Now(), r.d.Load()
 		var err error
-		if crcs[i], lens[i], err = d.DecodeChunks(c0, c1, q); err != nil {
+		crcs[i], lens[i], err = d.DecodeChunks(c0, c1, q)
+		t1 := time.Now()
+		// Reads of other pieces may land in this one's span: summed over
+		// pieces they cancel out.
+		decoding.Add(int64(t1.Sub(t0)) - (r.d.Load() - r0))
+		if err != nil {
 			return fmt.Errorf("%s: %w", loc.Name(), err)
 		}
 		ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(off), Src: q})
+		submitting.Add(int64(time.Since(t1)))
 		if err != nil {
 			return err
 		}
@@ -178,16 +198,41 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 	return evs, nil
 }
 
+// timedReader is an io.ReaderAt that sums the time its reads take, for a
+// host decode's time to split into reading and decoding.
+type timedReader struct {
+	r io.ReaderAt
+	d atomic.Int64
+}
+
+func (t *timedReader) ReadAt(p []byte, off int64) (int, error) {
+	t0 := time.Now()
+	n, err := t.r.ReadAt(p, off)
+	t.d.Add(int64(time.Since(t0)))
+	return n, err
+}
+
 // hostDecodeStream is hostDecode of a version 1 payload: decoded a chunk
 // at a time (entropy.DecodeStream) into staging pieces, each full piece's
-// copy submitted as it fills.
-func (z *Payloads) hostDecodeStream(ctx context.Context, t target, loc shardcache.Location, o *shardcache.Object, r io.ReaderAt) (Fence, error) {
+// copy submitted as it fills. Its time, less its reads (r's) and the
+// staging's waits and submits, adds to decoding; its submits to
+// submitting.
+func (z *Payloads) hostDecodeStream(ctx context.Context, t target, loc shardcache.Location, o *shardcache.Object, r *timedReader, decoding, submitting *atomic.Int64) (Fence, error) {
 	stream := z.streams.pick(z.eng)
 	var evs allFence
 	var s *slot
 	var fill, done uint64 // bytes in s, bytes submitted before them
+	var staging time.Duration
+	t0, r0 := time.Now(), r.d.Load()
+	defer func() {
+		decoding.Add(int64(time.Since(t0)-staging) - (r.d.Load() - r0))
+	}()
 	flush := func() error {
+		f0 := time.Now()
 		ev, err := z.eng.Submit(stream, engine.Work{Dst: t.b.Addr + vmm.Ptr(done), Src: s.buf[:fill]})
+		d := time.Since(f0)
+		submitting.Add(int64(d))
+		staging += d
 		if err != nil {
 			return err
 		}
@@ -206,8 +251,11 @@ func (z *Payloads) hostDecodeStream(ctx context.Context, t target, loc shardcach
 		}
 		for len(vals) > 0 {
 			if s == nil {
+				w0 := time.Now()
 				var err error
-				if s, err = z.takeSlot(ctx); err != nil {
+				s, err = z.takeSlot(ctx)
+				staging += time.Since(w0)
+				if err != nil {
 					return err
 				}
 			}

@@ -32,13 +32,14 @@ type Transport interface {
 // counts the tensors it uploaded by the path each took.
 type Stats struct {
 	Read time.Duration // reading files into pinned memory
-	// Verify is payload checks (checksums, headers). A small entropy
-	// payload's in-place decode on the host, which checks it, counts
-	// in neither (its read counts in Read).
+	// Verify is payload checks (checksums, headers).
 	Verify time.Duration
-	Submit time.Duration // enqueueing copies and decodes
-	Bytes  uint64        // bytes moved to the device (payload bytes for Payloads)
-	Paths  [NumPaths]PathCount
+	// HostDecode is entropy payloads decoded on the host, which checks
+	// them (their reads count in Read).
+	HostDecode time.Duration
+	Submit     time.Duration // enqueueing copies and decodes
+	Bytes      uint64        // bytes moved to the device (payload bytes for Payloads)
+	Paths      [NumPaths]PathCount
 }
 
 // Path is how a tensor was uploaded: the kinds a cost model predicts.
@@ -72,6 +73,7 @@ type PathCount struct {
 func (s Stats) add(o Stats) Stats {
 	s.Read += o.Read
 	s.Verify += o.Verify
+	s.HostDecode += o.HostDecode
 	s.Submit += o.Submit
 	s.Bytes += o.Bytes
 	for k := range s.Paths {

@@ -458,7 +458,7 @@ func readRun(reads []stagedRead) int {
 func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 	n := len(pl.items)
 	st := getStaged(n)
-	var read, verify atomic.Int64
+	var read, verify, decode atomic.Int64
 	readOne := func(r stagedRead) {
 		t0 := time.Now()
 		dst := buf[base+r.rel : base+r.rel+r.n]
@@ -471,7 +471,7 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 		}
 		t1 := time.Now()
 		// A payload decoded in place (smallItem.read) is checked by its
-		// decode, which is not counted as checking.
+		// decode, which counts as decoding, not checking.
 		var decoding time.Duration
 		checked := false
 		for k := r.first; k < r.last; k++ {
@@ -499,6 +499,7 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 			}
 		}
 		read.Add(int64(t1.Sub(t0)))
+		decode.Add(int64(decoding))
 		if checked {
 			verify.Add(int64(time.Since(t1) - decoding))
 		}
@@ -544,6 +545,7 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 	p.mu.Lock()
 	p.stats.Read += time.Duration(read.Load())
 	p.stats.Verify += time.Duration(verify.Load())
+	p.stats.HostDecode += time.Duration(decode.Load())
 	p.mu.Unlock()
 	return st
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -106,6 +107,11 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	if lr.Predicted == nil || lr.Predicted.Host != "default" || lr.Predicted.Seconds <= 0 || n != lr.Tensors || lr.Paths["raw"].Tensors == 0 {
 		t.Fatalf("load --json, default profile: paths %v, predicted %+v", lr.Paths, lr.Predicted)
 	}
+	// The human report counts a run's tensors by path, whatever --repeat.
+	code, out, e = splitzip(t, "load", cache, "--device", "cpu", "--repeat", "3")
+	if code != 0 || byPath(t, out) != lr.Tensors {
+		t.Fatalf("load --repeat 3: %d tensors by path in %q (%q), want %d", byPath(t, out), out, e, lr.Tensors)
+	}
 	t.Setenv(costmodel.EnvProfile, "")
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	if code, out, e := splitzip(t, "load", cache, "--device", "cpu"); code != 0 || strings.Contains(out, "cost model") {
@@ -125,4 +131,24 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	if code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c5"), "--codec", "cheap"); code != 2 || !strings.Contains(e, "cost") {
 		t.Fatalf("bad codec: %d %q", code, e)
 	}
+}
+
+// byPath sums the tensor counts of load's "tensors by path" list.
+func byPath(t *testing.T, out string) int {
+	t.Helper()
+	_, list, ok := strings.Cut(out, "tensors by path: ")
+	if !ok {
+		return -1
+	}
+	list, _, _ = strings.Cut(list, ")")
+	n := 0
+	for _, part := range strings.Split(list, ", ") {
+		f := strings.Fields(part)
+		k, err := strconv.Atoi(f[len(f)-1])
+		if err != nil {
+			t.Fatalf("%q: %v", part, err)
+		}
+		n += k
+	}
+	return n
 }

@@ -111,7 +111,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
 	f.StringVar(&o.Pinned, "pinned-limit", fmt.Sprintf("%dMiB", transport.DefaultPinnedLimit>>20), fmt.Sprintf("cap on pinned staging memory (not resident bytes; %dMiB for a remote cache streamed); 0 for none", load.RemotePinnedLimit>>20))
-	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes, 256 KiB with --resident, --share, --device-resident or a remote cache; -1: never; entropy payloads by their tensors' size, packed and decoded by one launch a pack)")
+	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes for loads from local files that keep no copy resident, else 256 KiB; -1: never; entropy payloads by their tensors' size, packed and decoded by one launch a pack)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
 	f.BoolVar(&o.Cost, "cost", false, "read tensors raw from their source, where it is there, when this host's cost model (splitzip calibrate) predicts that loads faster than their payloads (small tensors; a corrupt payload of theirs then goes unnoticed)")
@@ -192,8 +192,8 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 			pinnedLimit = -1
 		}
 	}
-	if o.Raw && (o.EntropyOnHost || o.FromSource) {
-		return usageError{fmt.Errorf("--entropy-on-host and --entropy-from-source choose how entropy payloads load: not with --raw")}
+	if o.Raw && (o.EntropyOnHost || o.FromSource || o.Cost) {
+		return usageError{fmt.Errorf("--entropy-on-host, --entropy-from-source and --cost choose how payloads load: not with --raw")}
 	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
@@ -393,16 +393,23 @@ func printLoad(g *globals, r *load.Report) {
 		}
 		fmt.Fprintf(g.stdout, "  shared host copy %s of the payloads: %s, %s; %s held it then\n", s.ID, human(s.Bytes), how, count(s.Holders, "process"))
 	}
-	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v, submitting %v\n",
-		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), r.Submit.Round(time.Millisecond))
+	decoding := ""
+	if r.HostDecode > 0 {
+		decoding = fmt.Sprintf(", decoding on the host %v", r.HostDecode.Round(time.Millisecond))
+	}
+	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v%s, submitting %v\n",
+		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), decoding, r.Submit.Round(time.Millisecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {
 		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: %s\n", count(r.EntropyTensors, "tensor"), entropyPaths(r))
+	}
+	if r.Unpredicted != "" {
+		fmt.Fprintf(g.stdout, "  no prediction: %s\n", r.Unpredicted)
 	}
 	if p := r.Predicted; p != nil {
 		var by []string
 		for _, k := range [...][2]string{{"raw", "raw"}, {"fixed", "fixed"}, {"entropy", "entropy"}, {"entropy_host", "entropy on the host"}, {"entropy_packed", "entropy packed"}} {
-			if c, ok := r.Paths[k[0]]; ok {
-				by = append(by, fmt.Sprintf("%s %d", k[1], c.Tensors))
+			if n := perRun(r, k[0]); n > 0 {
+				by = append(by, fmt.Sprintf("%s %d", k[1], n))
 			}
 		}
 		fmt.Fprintf(g.stdout, "  cost model (%s) predicted %v a run from the page cache; run 1 took %.2fx that (tensors by path: %s)\n",
@@ -428,7 +435,6 @@ func sourceBytes(src *shardcache.Source) uint64 {
 // device decodes, is counted by the path it was sent down, streamed or
 // packed, though the host decodes it.)
 func entropyPaths(r *load.Report) string {
-	runs := uint64(max(len(r.Runs), 1))
 	engine, packed := "the device", "one launch a pack"
 	if r.Device == "cpu" {
 		engine, packed = "the host engine", "a pack at a time"
@@ -440,7 +446,7 @@ func entropyPaths(r *load.Report) string {
 		{"entropy_packed", "packed and decoded by " + engine + ", " + packed},
 		{"entropy_host", "decoded on the host"},
 	} {
-		if n := r.Paths[p[0]].Tensors / runs; n > 0 {
+		if n := perRun(r, p[0]); n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, p[1]))
 			seen += n
 		}
@@ -449,4 +455,10 @@ func entropyPaths(r *load.Report) string {
 		parts = append(parts, fmt.Sprintf("%d read raw from their source", rest))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// perRun is the tensors a run of load r uploaded by path (r.Paths sums
+// its runs).
+func perRun(r *load.Report, path string) uint64 {
+	return r.Paths[path].Tensors / uint64(max(len(r.Runs), 1))
 }

@@ -370,7 +370,7 @@ func TestPlan(t *testing.T) {
 // TestLoadEntropyReport: load's report says how the entropy-coded tensors
 // came, by their counts a run (streamed, packed, on the host, raw from the
 // source), matching the flags; --raw with a flag that chooses how
-// entropy payloads load is a usage error.
+// payloads load is a usage error.
 func TestLoadEntropyReport(t *testing.T) {
 	dir := t.TempDir()
 	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
@@ -418,10 +418,13 @@ func TestLoadEntropyReport(t *testing.T) {
 	if l := line("--entropy-on-host"); count(l, "decoded on the host") != streamed+packed || strings.Contains(l, "engine") {
 		t.Errorf("--entropy-on-host: %q", l)
 	}
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--entropy-on-host"); code != 0 || !strings.Contains(out, "decoding on the host") {
+		t.Errorf("--entropy-on-host: the host's decodes are not reported: %d %q %q", code, out, e)
+	}
 	if l := line("--entropy-from-source"); count(l, "read raw from their source") != streamed+packed {
 		t.Errorf("--entropy-from-source: %q", l)
 	}
-	for _, f := range []string{"--entropy-on-host", "--entropy-from-source"} {
+	for _, f := range []string{"--entropy-on-host", "--entropy-from-source", "--cost"} {
 		if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--raw", f); code != exitUsage || !strings.Contains(e, "not with --raw") {
 			t.Errorf("--raw %s: %d %q", f, code, e)
 		}
