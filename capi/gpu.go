@@ -82,27 +82,47 @@ func batchArgs(l *loader.Loader, n C.uint64_t, indices *C.uint64_t, dsts, caps *
 	return idx, d, c, nil
 }
 
+// packFlags checks sz_pack's flags (SZ_PACK_*).
+func packFlags(flags C.uint64_t) (loader.PackFlags, error) {
+	if flags&^C.SZ_PACK_ENTROPY != 0 {
+		return 0, fmt.Errorf("%w: unknown pack flags %#x", loader.ErrInvalid, uint64(flags))
+	}
+	var f loader.PackFlags
+	if flags&C.SZ_PACK_ENTROPY != 0 {
+		f |= loader.PackEntropy
+	}
+	return f, nil
+}
+
 //export sz_pack_size
-func sz_pack_size(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, size *C.uint64_t) C.sz_status {
+func sz_pack_size(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, flags C.uint64_t, size *C.uint64_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error {
 		if size == nil {
 			return fmt.Errorf("%w: NULL size", loader.ErrInvalid)
+		}
+		f, err := packFlags(flags)
+		if err != nil {
+			return err
 		}
 		idx, _, _, err := batchArgs(l, n, indices, nil, nil, false)
 		if err != nil {
 			return err
 		}
-		s, err := l.PackSize(idx)
+		s, err := l.PackSize(idx, f)
 		*size = C.uint64_t(s)
 		return err
 	})
 }
 
 //export sz_pack
-func sz_pack(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, dsts, caps *C.uint64_t, buf unsafe.Pointer, capacity C.uint64_t, info *C.sz_pack_info) C.sz_status {
+func sz_pack(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, dsts, caps *C.uint64_t, buf unsafe.Pointer, capacity C.uint64_t, flags C.uint64_t, info *C.sz_pack_info) C.sz_status {
 	return call(h, func(l *loader.Loader) error {
 		if info == nil {
 			return fmt.Errorf("%w: NULL info", loader.ErrInvalid)
+		}
+		f, err := packFlags(flags)
+		if err != nil {
+			return err
 		}
 		idx, d, c, err := batchArgs(l, n, indices, dsts, caps, true)
 		if err != nil {
@@ -112,9 +132,12 @@ func sz_pack(h C.uintptr_t, n C.uint64_t, indices *C.uint64_t, dsts, caps *C.uin
 		if err != nil {
 			return err
 		}
-		pi, err := l.Pack(idx, d, c, b)
+		pi, err := l.Pack(idx, d, c, b, f)
 		if err == nil {
-			*info = C.sz_pack_info{staged: C.uint64_t(pi.Staged), count: C.uint64_t(pi.Count), units: C.uint64_t(pi.Units)}
+			e := pi.Entropy
+			*info = C.sz_pack_info{staged: C.uint64_t(pi.Staged), count: C.uint64_t(pi.Count), units: C.uint64_t(pi.Units),
+				entropy_at: C.uint64_t(pi.EntropyAt), entropy_count: C.uint64_t(e.Count), entropy_units: C.uint64_t(e.Units),
+				entropy_buf: C.uint64_t(e.Buf), entropy_chunks: C.uint64_t(e.Chunks)}
 		}
 		return err
 	})
@@ -131,7 +154,12 @@ func sz_scatter(h C.uintptr_t, device C.int, base C.uint64_t, info *C.sz_pack_in
 		if info == nil || info.count > maxBatch {
 			return fmt.Errorf("%w: no pack info, or more than %d tensors", loader.ErrInvalid, maxBatch)
 		}
-		pi := loader.PackInfo{Staged: uint64(info.staged), Count: int(info.count), Units: uint64(info.units)}
+		pi := loader.PackInfo{Staged: uint64(info.staged), Count: int(info.count), Units: uint64(info.units),
+			EntropyAt: uint64(info.entropy_at), Entropy: loader.EntropyBatch{Count: int(info.entropy_count),
+				Units: uint64(info.entropy_units), Buf: int(info.entropy_buf), Chunks: uint64(info.entropy_chunks)}}
+		if pi.Entropy.Count > 0 && (info.entropy_count > maxBatch || info.entropy_buf > 1<<30 || pi.EntropyAt > pi.Staged) {
+			return fmt.Errorf("%w: pack info with %d entropy payloads, a %d-byte buffer a warp, descriptors at %d of %d bytes", loader.ErrInvalid, uint64(info.entropy_count), uint64(info.entropy_buf), pi.EntropyAt, pi.Staged)
+		}
 		return l.Scatter(int(device), uint64(base), pi, uintptr(stream))
 	})
 }

@@ -1,5 +1,5 @@
 /*
- * splitzip.h - C ABI of libsplitzip.so, version 9.
+ * splitzip.h - C ABI of libsplitzip.so, version 10.
  *
  * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
  *
@@ -50,7 +50,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 9
+#define SPLITZIP_ABI_VERSION 10
 
 typedef enum {
     SZ_OK = 0,
@@ -77,12 +77,25 @@ typedef struct {
     char dtype[16];      /* safetensors dtype string, NUL-terminated */
 } sz_tensor;
 
-/* sz_pack_info describes a pack sz_pack wrote (ABI 5). */
+/* sz_pack_info describes a pack sz_pack wrote (ABI 10): what sz_scatter
+ * needs, as sz_pack filled it in. */
 typedef struct {
-    uint64_t staged; /* bytes of the pack */
-    uint64_t count;  /* tensors */
-    uint64_t units;  /* the scatter kernel's units of work */
+    uint64_t staged;         /* bytes of the pack */
+    uint64_t count;          /* tensors */
+    uint64_t units;          /* the scatter kernel's units of work */
+    uint64_t entropy_at;     /* SZ_PACK_ENTROPY: where the entropy payloads' descriptors start */
+    uint64_t entropy_count;  /* the entropy payloads kept (0: none, and the fields below unused) */
+    uint64_t entropy_units;  /* the batch decode's units of work */
+    uint64_t entropy_buf;    /* its shared buffer a warp */
+    uint64_t entropy_chunks; /* the most chunks one of the payloads has */
 } sz_pack_info;
+
+/* Flags of sz_pack_size and sz_pack. SZ_PACK_ENTROPY keeps entropy
+ * payloads in a pack as they are stored, decoded on the device by
+ * sz_scatter (one batch launch after the scatter): fewer bytes a copy, a
+ * slower decode than the fixed rate's; not for sz_scatter_routed. Without
+ * it they are decoded when the pack is made. */
+#define SZ_PACK_ENTROPY 1
 
 /* The library's own build defines SZ_NO_PROTOTYPES: cgo declares the
  * functions itself, without const. */
@@ -210,9 +223,10 @@ sz_status sz_set_resident(uintptr_t handle, int on);
  * before the first upload (after it: SZ_ERR_INVALID). */
 sz_status sz_set_shared(uintptr_t handle, int on);
 
-/* Layer packs (ABI 5): the stored bytes of n tensors (fixed-rate
- * payloads, checked whole, and raw tensors; an entropy payload decoded,
- * as a fixed-rate payload for BF16 when that is smaller, else raw)
+/* Layer packs (ABI 5; flags ABI 10): the stored bytes of n tensors
+ * (fixed-rate payloads, checked whole, and raw tensors; an entropy
+ * payload decoded, as a fixed-rate payload for BF16 when that is
+ * smaller, else raw, or with SZ_PACK_ENTROPY kept and checked whole)
  * behind a table that sends each, decoded, to its device
  * range [dsts[k], dsts[k] + caps[k]), in one buffer the caller keeps
  * where it likes: pinned host memory, copied to the device before each
@@ -226,9 +240,9 @@ sz_status sz_set_shared(uintptr_t handle, int on);
  * sz_pack_size gives the buffer's size (a bound when entropy payloads
  * are packed); sz_pack fills it (cap bytes) and *info (info->staged: the
  * bytes the pack took). Payload destinations must be 16-byte aligned. */
-sz_status sz_pack_size(uintptr_t handle, uint64_t n, const uint64_t *indices, uint64_t *size);
+sz_status sz_pack_size(uintptr_t handle, uint64_t n, const uint64_t *indices, uint64_t flags, uint64_t *size);
 sz_status sz_pack(uintptr_t handle, uint64_t n, const uint64_t *indices, const uint64_t *dsts, const uint64_t *caps,
-                  void *buf, uint64_t cap, sz_pack_info *info);
+                  void *buf, uint64_t cap, uint64_t flags, sz_pack_info *info);
 sz_status sz_gpu_prepare(uintptr_t handle, int device);
 sz_status sz_scatter(uintptr_t handle, int device, uint64_t base, const sz_pack_info *info, uintptr_t stream);
 sz_status sz_scatter_check(uintptr_t handle, int device, uintptr_t stream);

@@ -10,45 +10,103 @@ package loader
 // reads is in device memory, checked there.
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// PackInfo is what Pack wrote: the bytes of the pack (staged), its items
-// and the scatter kernel's units of work, the arguments of Scatter.
+// PackInfo is what Pack wrote: the bytes of the pack (Staged), its
+// items and the scatter kernel's units of work, the arguments of Scatter;
+// and, with PackEntropy, the entropy payloads it keeps: their descriptors
+// lie at EntropyAt (where the stored bytes end; Staged is past them) and
+// Entropy is the shape of their batch launch.
 type PackInfo struct {
-	Staged uint64
-	Count  int
-	Units  uint64
+	Staged    uint64
+	Count     int
+	Units     uint64
+	EntropyAt uint64
+	Entropy   EntropyBatch
 }
+
+// EntropyBatch is the shape of the batch launch that decodes a pack's
+// entropy payloads (gpu.PlanEntropyBatch's).
+type EntropyBatch = gpu.EntropyBatch
+
+// PackFlags choose how Pack lays tensors out.
+type PackFlags uint64
+
+// PackEntropy keeps entropy payloads in a pack as they are stored, for
+// Scatter to decode on the device after the scatter with one batch
+// launch over the pack's payloads (scatter.PutEntropy's descriptors, and
+// a table entry that writes nothing): a pack copied to the device before
+// each use then moves fewer bytes, for a decode slower than the fixed
+// rate's. Without it an entropy payload is decoded on the host when the
+// pack is made. ScatterRouted decodes no entropy payload: its packs are
+// made without it. A version 1 payload, which no batch decodes, is
+// packed decoded either way; a kept payload's destination must be
+// 16-byte aligned, as a fixed-rate payload's.
+const PackEntropy PackFlags = 1
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
 
 // packBound returns the bytes a tensor's stored form takes in a pack at
-// most: its payload, or its raw size (an entropy payload is packed
-// decoded, as a fixed-rate payload when that is smaller, else raw).
-func (l *Loader) packBound(t *Tensor) (uint64, error) {
-	if t.rec.Stored == shardcache.StoredEntropy {
-		return t.Size, nil
+// most: its payload, or its raw size (an entropy payload packed decoded,
+// as a fixed-rate payload when that is smaller, else raw); an entropy
+// payload kept (PackEntropy, payload version 2 and later) and its
+// descriptor.
+func (l *Loader) packBound(t *Tensor, flags PackFlags) (uint64, error) {
+	if t.rec.Stored != shardcache.StoredEntropy {
+		return l.StoredSize(t.Index)
 	}
-	return l.StoredSize(t.Index)
+	if flags&PackEntropy != 0 {
+		n, err := l.StoredSize(t.Index)
+		if err != nil {
+			return 0, err
+		}
+		v, err := l.entropyVersion(t)
+		if err != nil {
+			return 0, err
+		}
+		if v >= 2 {
+			return align16(n) + scatter.EntropyEntryBytes, nil
+		}
+	}
+	return t.Size, nil
 }
 
-// PackSize returns the bytes Pack needs for the pack of tensors idx (the
-// pack itself may take fewer: PackInfo.Staged).
-func (l *Loader) PackSize(idx []int) (uint64, error) {
+// entropyVersion reads the payload version of entropy-coded tensor t
+// from its payload's first bytes.
+func (l *Loader) entropyVersion(t *Tensor) (int, error) {
+	f, _, err := l.c.OpenObject(t.Key)
+	if err != nil {
+		return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	defer f.Close()
+	var b [6]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil || string(b[:4]) != entropy.PayloadMagic {
+		return 0, fmt.Errorf("tensor %q: %s: %w: no entropy payload header (%v)", t.Name, f.Name(), entropy.ErrPayload, err)
+	}
+	return int(binary.LittleEndian.Uint16(b[4:])), nil
+}
+
+// PackSize returns the bytes Pack needs for the pack of tensors idx made
+// with flags (the pack itself may take fewer: PackInfo.Staged).
+func (l *Loader) PackSize(idx []int, flags PackFlags) (uint64, error) {
 	n := align16(scatter.TableBytes(len(idx)))
 	for _, i := range idx {
 		t, err := l.Tensor(i)
 		if err != nil {
 			return 0, err
 		}
-		b, err := l.packBound(t)
+		b, err := l.packBound(t, flags)
 		if err != nil {
 			return 0, err
 		}
@@ -64,13 +122,14 @@ func (l *Loader) PackSize(idx []int) (uint64, error) {
 // and raw tensors pack as they are stored. The scatter kernel decodes
 // fixed-rate payloads only, so an entropy payload is decoded here and
 // packed as a fixed-rate payload (BF16, when that is smaller) or as raw
-// bytes. A payload's destination must be 16-byte aligned (as tensors of
-// an arena or of torch's allocator are).
-func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, error) {
+// bytes, or with PackEntropy kept for Scatter's batch launch. A payload's
+// destination must be 16-byte aligned (as tensors of an arena or of
+// torch's allocator are).
+func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlags) (PackInfo, error) {
 	if len(dsts) != len(idx) || len(caps) != len(idx) {
 		return PackInfo{}, fmt.Errorf("%w: %d tensors, %d destinations, %d capacities", ErrInvalid, len(idx), len(dsts), len(caps))
 	}
-	bound, err := l.PackSize(idx)
+	bound, err := l.PackSize(idx, flags)
 	if err != nil {
 		return PackInfo{}, err
 	}
@@ -79,6 +138,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, err
 	}
 	items := make([]scatter.Item, len(idx))
 	heads := make([]codec.Header, len(idx))
+	var ents []scatter.Entropy
 	tb := scatter.TableBytes(len(idx))
 	pos := align16(tb)
 	clear(buf[tb:pos])
@@ -87,13 +147,30 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, err
 		if caps[k] < t.Size {
 			return PackInfo{}, fmt.Errorf("tensor %q: %w: %d bytes at %#x for %d", t.Name, ErrTooSmall, caps[k], dsts[k], t.Size)
 		}
-		b, _ := l.packBound(t)
+		b, _ := l.packBound(t, flags)
+		items[k] = scatter.Item{Name: t.Name, Dst: dsts[k], Src: pos}
+		if flags&PackEntropy != 0 && t.rec.Stored == shardcache.StoredEntropy {
+			if dsts[k]%16 != 0 {
+				return PackInfo{}, fmt.Errorf("tensor %q: %w: an entropy payload's destination %#x is not 16-byte aligned", t.Name, ErrInvalid, dsts[k])
+			}
+			n, h, err := l.keepEntropy(t, buf[pos:pos+b])
+			if err != nil {
+				return PackInfo{}, err
+			}
+			if h != nil {
+				// The table's entry writes nothing; the batch does.
+				clear(buf[pos+n : pos+align16(n)])
+				ents = append(ents, scatter.Entropy{Name: t.Name, Dst: dsts[k], Src: pos, Size: t.Size, Head: h})
+				pos += align16(n)
+				continue
+			}
+		}
 		n, payload, err := l.packItem(t, buf[pos:pos+b])
 		if err != nil {
 			return PackInfo{}, err
 		}
 		clear(buf[pos+n : pos+align16(n)])
-		items[k] = scatter.Item{Name: t.Name, Dst: dsts[k], Src: pos, Stored: n, Size: t.Size}
+		items[k].Stored, items[k].Size = n, t.Size
 		if payload {
 			if heads[k], err = codec.ParseHeader(buf[pos : pos+n]); err != nil {
 				return PackInfo{}, fmt.Errorf("tensor %q: %w", t.Name, err)
@@ -105,7 +182,50 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte) (PackInfo, err
 	if err := scatter.Put(buf, items, pos); err != nil {
 		return PackInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return PackInfo{Staged: pos, Count: len(idx), Units: scatter.Units(items)}, nil
+	info := PackInfo{Staged: pos, Count: len(idx), Units: scatter.Units(items)}
+	if len(ents) > 0 {
+		if err := scatter.PutEntropy(buf, pos, tb, ents); err != nil {
+			return PackInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		info.EntropyAt, info.Entropy = pos, gpu.PlanEntropyBatch(ents)
+		info.Staged = pos + scatter.EntropyBytes(len(ents))
+	}
+	return info, nil
+}
+
+// keepEntropy reads tensor t's entropy payload into dst and checks it
+// whole (head, checksum, chunk index, the index's recorded checksum),
+// returning its size and head; a version 1 payload, which no batch
+// decodes, returns a nil head (packed decoded instead).
+func (l *Loader) keepEntropy(t *Tensor, dst []byte) (uint64, *entropy.Head, error) {
+	o, err := l.c.Lookup(t.Key)
+	if err != nil {
+		return 0, nil, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	f, _, err := l.c.OpenObject(t.Key)
+	if err != nil {
+		return 0, nil, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	defer f.Close()
+	if uint64(len(dst)) < o.Size {
+		return 0, nil, fmt.Errorf("tensor %q: %w: %d bytes for a payload of %d", t.Name, ErrTooSmall, len(dst), o.Size)
+	}
+	p := dst[:o.Size]
+	if _, err := io.ReadFull(f, p); err != nil {
+		return 0, nil, fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+	}
+	h := new(entropy.Head)
+	switch err := entropy.CheckTo(p, h); {
+	case errors.Is(err, entropy.ErrNoRecords):
+		return 0, nil, nil
+	case err != nil:
+		return 0, nil, fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+	case h.ValueBytes() != t.Size:
+		return 0, nil, fmt.Errorf("tensor %q: %w: entropy payload decodes to %d bytes, the tensor has %d", t.Name, codec.ErrSize, h.ValueBytes(), t.Size)
+	case o.Checksum != 0 && h.Checksum != o.Checksum:
+		return 0, nil, fmt.Errorf("tensor %q: %s: %w: payload checksum %08x, the index records %08x", t.Name, f.Name(), entropy.ErrPayload, h.Checksum, o.Checksum)
+	}
+	return o.Size, h, nil
 }
 
 // packItem writes tensor t's packed form into dst (its packBound bytes)
@@ -151,7 +271,8 @@ func (l *Loader) decoder(d int) (*gpuState, *gpu.Decoder, error) {
 	return g, g.dec, nil
 }
 
-// PrepareScatter loads device d's scatter kernel, so that Scatter, later,
+// PrepareScatter loads device d's scatter kernel, and its entropy
+// decoder when the cache holds entropy payloads, so that Scatter, later,
 // makes no call a CUDA graph capture forbids (memory allocation, module
 // loading, synchronization).
 func (l *Loader) PrepareScatter(d int) error {
@@ -159,20 +280,37 @@ func (l *Loader) PrepareScatter(d int) error {
 	if err != nil {
 		return err
 	}
-	return dec.PrepareScatter()
+	if err := dec.PrepareScatter(); err != nil {
+		return err
+	}
+	for i := range l.tensors {
+		if l.tensors[i].rec.Stored == shardcache.StoredEntropy {
+			return dec.PrepareEntropy()
+		}
+	}
+	return nil
 }
 
 // Scatter enqueues on the caller's stream (a CUstream of device d, 0 for
 // the default stream) the scatter kernel over a pack in device memory at
-// base, as Pack described it (info). It only enqueues, so it can be
-// captured in a CUDA graph; items the kernel finds invalid are skipped,
-// writing nothing, and reported by ScatterCheck.
+// base, as Pack described it (info), and after it the batch decode of
+// the entropy payloads the pack keeps (PackEntropy). It only enqueues, so
+// it can be captured in a CUDA graph; items the kernels find invalid are
+// skipped, writing nothing, and reported by ScatterCheck.
 func (l *Loader) Scatter(d int, base uint64, info PackInfo, stream uintptr) error {
 	_, dec, err := l.decoder(d)
 	if err != nil {
 		return err
 	}
-	return dec.LaunchScatter(cuda.DevicePtr(base), info.Staged, info.Count, info.Units, cuda.Stream(stream))
+	staged := info.Staged
+	if info.Entropy.Count > 0 {
+		staged = info.EntropyAt // the stored bytes end where the descriptors start
+	}
+	s := cuda.Stream(stream)
+	if err := dec.LaunchScatter(cuda.DevicePtr(base), staged, info.Count, info.Units, s); err != nil {
+		return err
+	}
+	return dec.LaunchEntropyBatch(cuda.DevicePtr(base), info.EntropyAt, info.Entropy, s)
 }
 
 // ScatterRouted enqueues on the caller's stream one scatter launch over n

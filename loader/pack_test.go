@@ -10,16 +10,19 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
+	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu"
+	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/scatter"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
-// packAll packs every tensor of l for destinations at base plus offsets
-// 256 bytes apart, returning the pack, its info and each tensor's offset.
-func packAll(t *testing.T, l *Loader, base uint64) ([]byte, PackInfo, []uint64, uint64) {
+// packAll packs every tensor of l (with flags) for destinations at base
+// plus offsets 256 bytes apart, returning the pack, its info and each
+// tensor's offset.
+func packAll(t *testing.T, l *Loader, base uint64, flags PackFlags) ([]byte, PackInfo, []uint64, uint64) {
 	t.Helper()
 	ts := l.Tensors()
 	idx, dsts, caps, offs := make([]int, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts)), make([]uint64, len(ts))
@@ -29,12 +32,12 @@ func packAll(t *testing.T, l *Loader, base uint64) ([]byte, PackInfo, []uint64, 
 		idx[i], dsts[i], caps[i] = tn.Index, base+total, tn.Size
 		total += (tn.Size + 255) &^ 255
 	}
-	n, err := l.PackSize(idx)
+	n, err := l.PackSize(idx, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
 	buf := bytes.Repeat([]byte{0xEE}, int(n)+7)
-	info, err := l.Pack(idx, dsts, caps, buf)
+	info, err := l.Pack(idx, dsts, caps, buf, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +52,30 @@ func packAll(t *testing.T, l *Loader, base uint64) ([]byte, PackInfo, []uint64, 
 // destination, and every tensor comes out equal to its source.
 func TestPackLayout(t *testing.T) {
 	l, _ := openFixture(t)
-	checkPack(t, l)
+	checkPack(t, l, 0)
+	checkPack(t, l, PackEntropy) // no entropy payload: the same pack
 }
 
 // TestPackEntropy: entropy payloads are packed decoded, as fixed-rate
-// payloads (BF16) or raw bytes, and come out exact.
+// payloads (BF16) or raw bytes, or with PackEntropy kept with their
+// descriptors, and come out exact either way.
 func TestPackEntropy(t *testing.T) {
+	l := openEntropyFixture(t)
+	checkPack(t, l, 0)
+	checkPack(t, l, PackEntropy)
+	// Kept, the payloads are smaller than decoded into fixed-rate ones.
+	_, decoded, _, _ := packAll(t, l, 1<<40, 0)
+	_, kept, _, _ := packAll(t, l, 1<<40, PackEntropy)
+	if kept.Staged >= decoded.Staged {
+		t.Errorf("a pack of %d bytes with its entropy payloads kept, %d with them decoded", kept.Staged, decoded.Staged)
+	}
+	t.Logf("pack of %d tensors: %d bytes decoded, %d kept", decoded.Count, decoded.Staged, kept.Staged)
+}
+
+// openEntropyFixture opens a cache of a generated checkpoint compressed
+// with the entropy codec.
+func openEntropyFixture(t *testing.T) *Loader {
+	t.Helper()
 	dir := t.TempDir()
 	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
 	if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 2 << 20, Shards: 1, Seed: 7}); err != nil {
@@ -67,7 +88,7 @@ func TestPackEntropy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	entropy := 0
 	for _, tn := range l.Tensors() {
 		if tn.rec.Stored == shardcache.StoredEntropy {
@@ -77,22 +98,33 @@ func TestPackEntropy(t *testing.T) {
 	if entropy == 0 {
 		t.Fatal("no entropy payloads in the cache")
 	}
-	checkPack(t, l)
+	return l
 }
 
-// checkPack packs every tensor of l and reads the pack as the scatter
-// kernel would.
-func checkPack(t *testing.T, l *Loader) {
+// checkPack packs every tensor of l with flags and reads the pack as the
+// kernels would: the scatter table's entries, then the entropy payloads'
+// descriptors (PackEntropy: one for each entropy-coded tensor, whose
+// entry writes nothing).
+func checkPack(t *testing.T, l *Loader, flags PackFlags) {
 	t.Helper()
 	const base = 1 << 40
-	buf, info, offs, total := packAll(t, l, base)
+	buf, info, offs, total := packAll(t, l, base, flags)
 	dev := make([]byte, total)
 	var units uint64
-	compressed := 0
+	compressed, kept := 0, 0
+	byDst := map[uint64]int{}
 	for i, tn := range l.Tensors() {
 		e := buf[i*scatter.EntryBytes:]
 		dst, src := binary.LittleEndian.Uint64(e[0:]), binary.LittleEndian.Uint64(e[8:])
 		stored, size := binary.LittleEndian.Uint64(e[16:]), binary.LittleEndian.Uint64(e[24:])
+		byDst[dst] = i
+		if flags&PackEntropy != 0 && tn.rec.Stored == shardcache.StoredEntropy {
+			if dst != base+offs[i] || stored != 0 || size != 0 {
+				t.Fatalf("%s: a kept entropy payload's entry dst %#x stored %d size %d", tn.Name, dst, stored, size)
+			}
+			kept++
+			continue
+		}
 		if dst != base+offs[i] || size != tn.Size || src%16 != 0 || src+stored > info.Staged {
 			t.Fatalf("%s: entry dst %#x src %d stored %d size %d", tn.Name, dst, src, stored, size)
 		}
@@ -110,8 +142,39 @@ func checkPack(t *testing.T, l *Loader) {
 		}
 		units += uint64(binary.LittleEndian.Uint32(e[60:]))
 	}
-	if compressed == 0 || units != info.Units {
-		t.Fatalf("%d payloads, %d units against %d", compressed, units, info.Units)
+	if compressed+kept == 0 || units != info.Units || info.Entropy.Count != kept {
+		t.Fatalf("%d payloads, %d kept entropy payloads, %d units; info %+v", compressed, kept, units, info)
+	}
+	if kept == 0 {
+		if info.EntropyAt != 0 || info.Entropy != (EntropyBatch{}) {
+			t.Fatalf("no entropy payload kept, info %+v", info)
+		}
+		return
+	}
+	// The descriptors, after the stored bytes: each payload lies before
+	// them and decodes to its tensor.
+	if info.Staged != info.EntropyAt+scatter.EntropyBytes(kept) || info.Entropy.Units == 0 || info.Entropy.Buf == 0 {
+		t.Fatalf("info %+v for %d kept payloads", info, kept)
+	}
+	for k := range kept {
+		d := buf[info.EntropyAt+uint64(k)*scatter.EntropyEntryBytes:]
+		dst, src := binary.LittleEndian.Uint64(d[0:]), binary.LittleEndian.Uint64(d[8:])
+		i, ok := byDst[dst]
+		if !ok || src%16 != 0 || src >= info.EntropyAt {
+			t.Fatalf("descriptor %d: dst %#x, payload at %d", k, dst, src)
+		}
+		tn := l.Tensors()[i]
+		h, err := entropy.ParsePayloadHeader(buf[src:])
+		if err != nil || src+h.Size > info.EntropyAt {
+			t.Fatalf("%s: payload at %d: %v", tn.Name, src, err)
+		}
+		out := dev[offs[i] : offs[i]+tn.Size]
+		if err := entropy.Decode(out, buf[src:src+h.Size], 1); err != nil {
+			t.Fatalf("%s: %v", tn.Name, err)
+		}
+		if !bytes.Equal(out, source(t, &tn)) {
+			t.Fatalf("%s (a kept entropy payload) differs from the source", tn.Name)
+		}
 	}
 }
 
@@ -120,22 +183,37 @@ func checkPack(t *testing.T, l *Loader) {
 func TestPackRejects(t *testing.T) {
 	l, _ := openFixture(t)
 	tn := l.Tensors()[0]
-	n, err := l.PackSize([]int{tn.Index})
+	n, err := l.PackSize([]int{tn.Index}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	one := []int{tn.Index}
-	if _, err := l.Pack(one, []uint64{1 << 20}, []uint64{tn.Size}, make([]byte, n-1)); !errors.Is(err, ErrTooSmall) {
+	if _, err := l.Pack(one, []uint64{1 << 20}, []uint64{tn.Size}, make([]byte, n-1), 0); !errors.Is(err, ErrTooSmall) {
 		t.Errorf("short buffer: %v", err)
 	}
-	if _, err := l.Pack(one, []uint64{1 << 20}, []uint64{tn.Size - 1}, make([]byte, n)); !errors.Is(err, ErrTooSmall) || !strings.Contains(err.Error(), tn.Name) {
+	if _, err := l.Pack(one, []uint64{1 << 20}, []uint64{tn.Size - 1}, make([]byte, n), 0); !errors.Is(err, ErrTooSmall) || !strings.Contains(err.Error(), tn.Name) {
 		t.Errorf("short capacity: %v", err)
 	}
-	if _, err := l.Pack(one, nil, nil, make([]byte, n)); !errors.Is(err, ErrInvalid) {
+	if _, err := l.Pack(one, nil, nil, make([]byte, n), 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("no destinations: %v", err)
 	}
-	if _, err := l.PackSize([]int{len(l.Tensors())}); !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalid) {
+	if _, err := l.PackSize([]int{len(l.Tensors())}, 0); !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalid) {
 		t.Errorf("index out of range: %v", err)
+	}
+	// A kept entropy payload's destination must be 16-byte aligned.
+	el := openEntropyFixture(t)
+	for _, et := range el.Tensors() {
+		if et.rec.Stored != shardcache.StoredEntropy {
+			continue
+		}
+		n, err := el.PackSize([]int{et.Index}, PackEntropy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := el.Pack([]int{et.Index}, []uint64{1<<20 + 8}, []uint64{et.Size}, make([]byte, n), PackEntropy); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), et.Name) {
+			t.Errorf("an unaligned destination: %v", err)
+		}
+		break
 	}
 
 }
@@ -143,61 +221,93 @@ func TestPackRejects(t *testing.T) {
 // TestScatterPack uploads a pack of every tensor to the device, scatters
 // it with one launch on a stream of our own, and reads the tensors back;
 // then a pack whose table sends a payload out of range writes nothing
-// and ScatterCheck reports it. It needs a GPU.
+// and ScatterCheck reports it. The same with an entropy cache, its
+// payloads packed decoded and kept (PackEntropy: decoded by the batch
+// launch after the scatter), where a descriptor whose payload would run
+// into the descriptors is reported and writes nothing. It needs a GPU.
 func TestScatterPack(t *testing.T) {
-	l, _ := openFixture(t)
+	fixed, _ := openFixture(t)
 	ctx, s := gpuStream(t)
+	ent := openEntropyFixture(t)
+	for _, c := range []struct {
+		name  string
+		l     *Loader
+		flags PackFlags
+	}{{"fixed", fixed, 0}, {"entropy decoded", ent, 0}, {"entropy kept", ent, PackEntropy}} {
+		t.Run(c.name, func(t *testing.T) { scatterPack(t, ctx, s, c.l, c.flags) })
+	}
+}
+
+func scatterPack(t *testing.T, ctx *cuda.Context, s cuda.Stream, l *Loader, flags PackFlags) {
 	if err := l.PrepareScatter(0); err != nil {
 		t.Fatal(err)
 	}
 	// Destinations are known only once allocated: size first.
-	_, _, _, total := packAll(t, l, 1<<40)
+	_, _, _, total := packAll(t, l, 1<<40, flags)
 	dst, err := ctx.Alloc(total)
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf, info, offs, _ := packAll(t, l, uint64(dst))
+	buf, info, offs, _ := packAll(t, l, uint64(dst), flags)
 	defer ctx.Free(dst)
+	if (flags&PackEntropy != 0) != (info.Entropy.Count > 0) {
+		t.Fatalf("flags %d: info %+v", flags, info)
+	}
 	dev, err := ctx.Alloc(info.Staged)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ctx.Free(dev)
-	if err := ctx.CopyHtoDAsync(dev, buf, s); err != nil {
-		t.Fatal(err)
-	}
-	ctx.MemsetD8Async(dst, 0xA5, total, s)
-	if err := l.Scatter(0, uint64(dev), info, uintptr(s)); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.ScatterCheck(0, uintptr(s)); err != nil {
-		t.Fatal(err)
-	}
 	host := make([]byte, total)
-	ctx.CopyDtoHAsync(host, dst, s)
-	ctx.StreamSynchronize(s)
+	run := func(pack []byte) error {
+		t.Helper()
+		if err := ctx.CopyHtoDAsync(dev, pack, s); err != nil {
+			t.Fatal(err)
+		}
+		ctx.MemsetD8Async(dst, 0xA5, total, s)
+		if err := l.Scatter(0, uint64(dev), info, uintptr(s)); err != nil {
+			t.Fatal(err)
+		}
+		err := l.ScatterCheck(0, uintptr(s))
+		ctx.CopyDtoHAsync(host, dst, s)
+		ctx.StreamSynchronize(s)
+		return err
+	}
+	if err := run(buf); err != nil {
+		t.Fatal(err)
+	}
 	for i, tn := range l.Tensors() {
 		if !bytes.Equal(host[offs[i]:offs[i]+tn.Size], source(t, &tn)) {
 			t.Errorf("%s differs on the device", tn.Name)
 		}
 	}
 
-	// Item 0's stored bytes claimed to run past the pack: the kernel
-	// must skip it and report it.
+	// A damaged pack: the kernel must skip the item and report it.
 	bad := append([]byte(nil), buf...)
-	binary.LittleEndian.PutUint64(bad[16:], info.Staged)
-	ctx.CopyHtoDAsync(dev, bad, s)
-	ctx.MemsetD8Async(dst, 0xA5, total, s)
-	if err := l.Scatter(0, uint64(dev), info, uintptr(s)); err != nil {
-		t.Fatal(err)
+	victim := 0
+	if info.Entropy.Count > 0 {
+		// The first descriptor's payload moved to where the descriptors
+		// start: it would run into them.
+		d := bad[info.EntropyAt:]
+		binary.LittleEndian.PutUint64(d[8:], info.EntropyAt)
+		victim = -1
+		for i := range l.Tensors() {
+			if uint64(dst)+offs[i] == binary.LittleEndian.Uint64(d[0:]) {
+				victim = i
+			}
+		}
+	} else {
+		// Item 0's stored bytes claimed to run past the pack.
+		binary.LittleEndian.PutUint64(bad[16:], info.Staged)
 	}
-	if err := l.ScatterCheck(0, uintptr(s)); !errors.Is(err, gpu.ErrKernel) {
-		t.Errorf("bad table entry: %v, want gpu.ErrKernel", err)
+	if victim < 0 {
+		t.Fatal("the damaged descriptor's tensor is not found")
 	}
-	ctx.CopyDtoHAsync(host, dst, s)
-	ctx.StreamSynchronize(s)
-	tn := l.Tensors()[0]
-	if !bytes.Equal(host[:tn.Size], bytes.Repeat([]byte{0xA5}, int(tn.Size))) {
+	if err := run(bad); !errors.Is(err, gpu.ErrKernel) {
+		t.Errorf("a damaged pack: %v, want gpu.ErrKernel", err)
+	}
+	tn := l.Tensors()[victim]
+	if !bytes.Equal(host[offs[victim]:offs[victim]+tn.Size], bytes.Repeat([]byte{0xA5}, int(tn.Size))) {
 		t.Errorf("the bad item %s wrote its range", tn.Name)
 	}
 	if err := l.ScatterCheck(0, uintptr(s)); err != nil {

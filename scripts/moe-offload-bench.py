@@ -29,7 +29,9 @@ Writes moe.json and prints one JSON line a variant and a table.
 With --interleave R the resident model, the whole-layer offload and the
 host-routed expert offload are held at once and timed in turns instead:
 R rounds, each one timed generation of every model (after a warm-up
-generation each), so that a host whose speed drifts during the run
+generation each; with --entropy also whole layers and experts= from an
+entropy cache, whose pinned packs keep their entropy payloads), so that
+a host whose speed drifts during the run
 (eager decoding is bound by its kernel launches) slows all of them
 alike; each round's ratios to the resident model are printed, and the
 tokens of every generation are checked against the resident model's.
@@ -62,22 +64,31 @@ def config():
                                       num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=2048)
 
 
-def make(cfg, src, bin_, cache):
+def make(cfg, src, bin_, cache, codec="fixed"):
     if not os.path.exists(os.path.join(src, "config.json")):
         save_random(cfg, src)
     if not os.path.exists(cache):
         t0 = time.perf_counter()
-        subprocess.run([bin_, "compress", src, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
-        print(f"compress: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        subprocess.run([bin_, "compress", src, "-o", cache, "--codec", codec, "--no-sync", "-q"], check=True,
+                       stdout=subprocess.DEVNULL)
+        print(f"compress {codec}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
 def turns(args, cfg, src, cache, pool, ids, kw):
-    """--interleave: the three models held at once, timed in turns
-    (--repeat and --skip do not apply)."""
+    """--interleave: the three models (with --entropy five: whole layers
+    and experts= from an entropy cache, whose pinned packs keep their
+    entropy payloads) held at once, timed in turns (--repeat and --skip
+    do not apply)."""
     models = {"resident": AutoModelForCausalLM.from_pretrained(src, device_map="cuda:0").eval()}
     try:
         models["layers"] = offload(cache, src, prefetch=1, tier="pinned", window=WINDOW)
         models["experts"] = offload(cache, src, prefetch=1, tier="pinned", window=cfg.num_hidden_layers, experts=pool)
+        if args.entropy:
+            ecache = os.path.join(args.work, "entropy")
+            make(cfg, src, args.bin, ecache, "entropy")
+            models["layers-entropy"] = offload(ecache, src, prefetch=1, tier="pinned", window=WINDOW)
+            models["experts-entropy"] = offload(ecache, src, prefetch=1, tier="pinned", window=cfg.num_hidden_layers,
+                                                experts=pool)
         timed_turns(args, models, ids, kw)
     finally:
         for m in models.values():
@@ -121,9 +132,13 @@ def timed_turns(args, models, ids, kw):
         print(f"{name:<10} tokens/s {', '.join(f'{t:.2f}' for t in ts)}; x resident {', '.join(f'{r:.3f}' for r in rs)} "
               f"(min {min(rs):.3f}); x layers {', '.join(f'{r:.2f}' for r in layer_rs)} (min {min(layer_rs):.2f})",
               flush=True)
+    for name in ("experts", "experts-entropy"):
+        if name in models:
+            st = models[name].splitzip_offload.stats.experts
+            print(f"{name}: {st.resident_fraction:.3f} of the experts' bytes in GPU memory, packs {st.pinned_bytes} "
+                  f"bytes pinned; routed {st.routed}, pool hits {st.pool_hits}, copies {st.copies}, "
+                  f"copied {st.copied_bytes} bytes", flush=True)
     st = models["experts"].splitzip_offload.stats.experts
-    print(f"experts: {st.resident_fraction:.3f} of the experts' bytes in GPU memory; routed {st.routed}, "
-          f"pool hits {st.pool_hits}, copies {st.copies}", flush=True)
     print(f"tokens equal to the resident model's in every generation: {not unequal} {sorted(set(unequal))}", flush=True)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
@@ -148,6 +163,8 @@ def main():
     ap.add_argument("--graph-experts", default="batched_mm", help="experts_implementation of the -graph variants")
     ap.add_argument("--interleave", type=int, default=0,
                     help="time resident, whole-layer and expert offload in turns, this many rounds")
+    ap.add_argument("--entropy", action="store_true",
+                    help="with --interleave: also experts= from an entropy cache (its packs keep the payloads)")
     args = ap.parse_args()
     if args.interleave < 0:
         ap.error("--interleave takes a number of rounds, 1 or more (0: time the variants one after another)")

@@ -62,18 +62,24 @@ int main(int argc, char **argv) {
         free(stored);
     }
     uint64_t psz = 0;
-    sz_status st = sz_pack_size(h, n, idx, &psz);
+    sz_status st = sz_pack_size(h, n, idx, 0, &psz);
     if (st != SZ_OK) return fail(h, "pack_size", st);
     unsigned char *pack = malloc(psz);
     sz_pack_info info;
-    if ((st = sz_pack(h, n, idx, dst, cap, pack, psz, &info)) != SZ_OK) return fail(h, "pack", st);
-    if (info.staged != psz || info.count != n || info.units == 0) {
+    if ((st = sz_pack(h, n, idx, dst, cap, pack, psz, 0, &info)) != SZ_OK) return fail(h, "pack", st);
+    if (info.staged != psz || info.count != n || info.units == 0 || info.entropy_count != 0) {
         printf("pack info %llu %llu %llu for %llu bytes\n", (unsigned long long)info.staged,
                (unsigned long long)info.count, (unsigned long long)info.units, (unsigned long long)psz);
         return 1;
     }
-    if (sz_pack(h, n, idx, dst, cap, pack, psz - 1, &info) != SZ_ERR_TOO_SMALL) return 2;
-    if (sz_pack(h, n, idx, NULL, cap, pack, psz, &info) != SZ_ERR_INVALID) return 3;
+    if (sz_pack(h, n, idx, dst, cap, pack, psz - 1, 0, &info) != SZ_ERR_TOO_SMALL) return 2;
+    if (sz_pack(h, n, idx, NULL, cap, pack, psz, 0, &info) != SZ_ERR_INVALID) return 3;
+    if (sz_pack(h, n, idx, dst, cap, pack, psz, 2, &info) != SZ_ERR_INVALID) return 5; /* an unknown flag */
+    /* SZ_PACK_ENTROPY: with no entropy payload in this cache, the same pack. */
+    uint64_t esz = 0;
+    if ((st = sz_pack_size(h, n, idx, SZ_PACK_ENTROPY, &esz)) != SZ_OK || esz != psz) return fail(h, "pack_size entropy", st);
+    if ((st = sz_pack(h, n, idx, dst, cap, pack, psz, SZ_PACK_ENTROPY, &info)) != SZ_OK || info.staged != psz || info.entropy_count != 0)
+        return fail(h, "pack entropy", st);
     st = sz_scatter(h, 0, 4096, &info, 0);
     if (st != SZ_ERR_NO_GPU && st != SZ_OK && st != SZ_ERR_CUDA) return fail(h, "scatter", st);
     printf("ok: %llu parts, a pack of %llu tensors in %llu bytes\n", (unsigned long long)parts, (unsigned long long)n,

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -117,8 +117,17 @@ class _Tensor(ctypes.Structure):
 
 class PackInfo(ctypes.Structure):
     """What Cache.pack_into_ptr wrote: the pack's bytes (staged), its
-    tensors (count) and the scatter kernel's units of work."""
-    _fields_ = [("staged", ctypes.c_uint64), ("count", ctypes.c_uint64), ("units", ctypes.c_uint64)]
+    tensors (count) and the scatter kernel's units of work; with
+    entropy=True, the entropy payloads it keeps (entropy_count) and their
+    batch decode's arguments (zero when it keeps none)."""
+    _fields_ = [("staged", ctypes.c_uint64), ("count", ctypes.c_uint64), ("units", ctypes.c_uint64),
+                ("entropy_at", ctypes.c_uint64), ("entropy_count", ctypes.c_uint64),
+                ("entropy_units", ctypes.c_uint64), ("entropy_buf", ctypes.c_uint64),
+                ("entropy_chunks", ctypes.c_uint64)]
+
+
+# sz_pack's flags (splitzip.h).
+_PACK_ENTROPY = 1
 
 
 @dataclass(frozen=True)
@@ -191,8 +200,8 @@ def lib():
             "sz_plan": ([up, ctypes.c_int, cp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
             "sz_part": ([up, u64, ctypes.c_void_p, u64, u64, u64, ctypes.c_void_p, u64, P(u64)], st),
             "sz_decode_part": ([up, u64, ctypes.c_void_p, u64, u64, u64, ctypes.c_void_p, u64], st),
-            "sz_pack_size": ([up, u64, P(u64), P(u64)], st),
-            "sz_pack": ([up, u64, P(u64), P(u64), P(u64), ctypes.c_void_p, u64, P(PackInfo)], st),
+            "sz_pack_size": ([up, u64, P(u64), u64, P(u64)], st),
+            "sz_pack": ([up, u64, P(u64), P(u64), P(u64), ctypes.c_void_p, u64, u64, P(PackInfo)], st),
             "sz_gpu_prepare": ([up, ctypes.c_int], st),
             "sz_scatter": ([up, ctypes.c_int, u64, P(PackInfo), up], st),
             "sz_scatter_check": ([up, ctypes.c_int, up], st),
@@ -515,28 +524,33 @@ class Cache:
                                           stream, ctypes.byref(ev)))
         return Event(self, ev.value)
 
-    def pack_size(self, indices: List[int]) -> int:
-        """The bytes pack_into_ptr needs for the pack of tensors indices."""
+    def pack_size(self, indices: List[int], entropy: bool = False) -> int:
+        """The bytes pack_into_ptr needs for the pack of tensors indices
+        (made with the same entropy)."""
         arr = (ctypes.c_uint64 * len(indices))(*indices)
         n = ctypes.c_uint64()
-        self._check(lib().sz_pack_size(self._h, len(indices), arr, ctypes.byref(n)))
+        self._check(lib().sz_pack_size(self._h, len(indices), arr, _PACK_ENTROPY if entropy else 0, ctypes.byref(n)))
         return n.value
 
     def pack_into_ptr(self, indices: List[int], device_ptrs: List[int], capacities: List[int],
-                      ptr: int, capacity: int) -> PackInfo:
+                      ptr: int, capacity: int, entropy: bool = False) -> PackInfo:
         """Write into host memory at ptr (capacity bytes) the pack of
         tensors indices bound for device memory [device_ptrs[k],
         +capacities[k]): their stored bytes, checked, behind the table
-        scatter() follows; an entropy payload is packed decoded (BF16 as
-        a fixed-rate payload, others raw). pack_size() bounds the pack;
-        the returned info.staged is what it took."""
+        scatter() follows. An entropy payload is packed decoded (BF16 as
+        a fixed-rate payload, others raw), or with entropy=True kept as
+        it is stored, for scatter() to decode on the device after the
+        scatter: fewer bytes a copy, a slower decode (not for
+        scatter_routed). pack_size() bounds the pack; the returned
+        info.staged is what it took."""
         n = len(indices)
         if len(device_ptrs) != n or len(capacities) != n:
             raise ValueError("indices, device_ptrs and capacities differ in length")
         arr = ctypes.c_uint64 * n
         info = PackInfo()
         self._check(lib().sz_pack(self._h, n, arr(*indices), arr(*device_ptrs), arr(*capacities),
-                                  ctypes.c_void_p(ptr), capacity, ctypes.byref(info)))
+                                  ctypes.c_void_p(ptr), capacity, _PACK_ENTROPY if entropy else 0,
+                                  ctypes.byref(info)))
         return info
 
     def gpu_prepare(self, device: int = 0) -> None:
@@ -546,8 +560,9 @@ class Cache:
 
     def scatter(self, device: int, base: int, info: PackInfo, stream: int = 0) -> None:
         """Enqueue on stream one kernel that writes every tensor of the
-        pack in device memory at base to its range. Entries the kernel
-        finds invalid write nothing; scatter_check reports them."""
+        pack in device memory at base to its range (and, for a pack that
+        keeps entropy payloads, one that decodes them). Entries the
+        kernels find invalid write nothing; scatter_check reports them."""
         self._check(lib().sz_scatter(self._h, device, base, ctypes.byref(info), stream))
 
     def scatter_routed(self, device: int, packs: int, want: int, n: int, active: int, stream: int = 0) -> None:

@@ -269,6 +269,7 @@ class Offload:
         self.enqueued = False  # pack tiers: this forward enqueued a fault on the upload stream
         self.where: List[str] = ["cache"] * len(self.layers)
         self.packs: List[Optional[tuple]] = [None] * len(self.layers)  # (tensor, PackInfo)
+        self.pack_entropy: List[bool] = [False] * len(self.layers)  # a pack keeps its entropy payloads
         self.staging: List[Optional["torch.Tensor"]] = []
         self.pool = None
         if tier == "cache":
@@ -319,26 +320,33 @@ class Offload:
         ps, slot = self.pieces[i] if pieces is None else pieces, self.slots[self.plan.slot(i)]
         return [p[2] for p in ps], [slot[p[0]].data_ptr() + p[1] for p in ps], [p[3] for p in ps]
 
-    def pack_pieces(self, i: int, pieces: Optional[List[tuple]], buf: "torch.Tensor"):
+    def pack_pieces(self, i: int, pieces: Optional[List[tuple]], buf: "torch.Tensor", entropy: bool = False):
         """Write into buf (pinned) the pack of pieces of layer i (None: the
-        layer's own) bound for its slot; returns its PackInfo."""
+        layer's own) bound for its slot, its entropy payloads kept with
+        entropy (decoded on the device by the scatter); returns its
+        PackInfo."""
         idx, dsts, caps = self._pack_args(i, pieces)
-        return self.cache.pack_into_ptr(idx, dsts, caps, buf.data_ptr(), buf.numel())
-
-    def _pack_into(self, i: int, buf: "torch.Tensor"):
-        return self.pack_pieces(i, None, buf)
+        return self.cache.pack_into_ptr(idx, dsts, caps, buf.data_ptr(), buf.numel(), entropy=entropy)
 
     def _build_packs(self, gpu_bytes: Optional[int]) -> None:
         """Each layer's pack, checked: in GPU memory while gpu_bytes
         allows (tier gpu), else in pinned host memory, plus one staging
-        buffer per slot for pinned layers' copies. A pack is built in a
-        pinned scratch buffer of the size the library bounds it by, and
-        kept in one of the size it took (smaller for entropy payloads,
-        which are packed decoded)."""
-        bounds = [self.cache.pack_size(self._pack_args(i)[0]) for i in range(len(self.layers))]
+        buffer per slot for pinned layers' copies. A pinned layer's pack
+        keeps its entropy payloads as they are stored (fewer bytes for
+        each fault's copy over PCIe, decoded on the device after it); a
+        GPU-tier layer's has them decoded when it is made (its faults
+        copy nothing, and the fixed rate's decode is the faster). A pack
+        is built in a pinned scratch buffer of the size the library bounds
+        it by, and kept in one of the size it took."""
+        n = len(self.layers)
+        bounds = [self.cache.pack_size(self._pack_args(i)[0]) for i in range(n)]
+        places = tiers(bounds, self.tier, gpu_bytes)
+        self.pack_entropy = [w == "pinned" for w in places]
+        bounds = [self.cache.pack_size(self._pack_args(i)[0], entropy=True) if self.pack_entropy[i] else bounds[i]
+                  for i in range(n)]
         scratch = torch.empty(max(bounds), dtype=torch.uint8, pin_memory=True)
-        for i, where in enumerate(tiers(bounds, self.tier, gpu_bytes)):
-            info = self._pack_into(i, scratch)
+        for i, where in enumerate(places):
+            info = self.pack_pieces(i, None, scratch, entropy=self.pack_entropy[i])
             if where == "gpu":
                 held = torch.empty(info.staged, dtype=torch.uint8, device=self.device)
             else:
@@ -377,18 +385,20 @@ class Offload:
         torch.cuda.synchronize(self.device)
         names = []
         for i in layers:
-            name = self.refresh(i, self.pieces[i], self.packs[i][0])
+            name = self.refresh(i, self.pieces[i], self.packs[i][0], self.pack_entropy[i])
             if name:
                 names.append(name)
         torch.cuda.synchronize(self.device)
         return names
 
-    def refresh(self, i: int, pieces: List[tuple], held: "torch.Tensor") -> Optional[str]:
-        """Compare held, the pack of pieces of layer i, with a fresh one;
-        where they differ, overwrite held and return the tensor whose
-        table entry or stored bytes hold the first differing byte."""
-        fresh = torch.empty(self.cache.pack_size([p[2] for p in pieces]), dtype=torch.uint8, pin_memory=True)
-        fresh = fresh[:self.pack_pieces(i, pieces, fresh).staged]
+    def refresh(self, i: int, pieces: List[tuple], held: "torch.Tensor", entropy: bool = False) -> Optional[str]:
+        """Compare held, the pack of pieces of layer i (made with entropy),
+        with a fresh one; where they differ, overwrite held and return the
+        tensor whose table entry or stored bytes hold the first differing
+        byte."""
+        fresh = torch.empty(self.cache.pack_size([p[2] for p in pieces], entropy=entropy), dtype=torch.uint8,
+                            pin_memory=True)
+        fresh = fresh[:self.pack_pieces(i, pieces, fresh, entropy=entropy).staged]
         diff = (held.cpu() != fresh).nonzero()
         if diff.numel() == 0:
             return None

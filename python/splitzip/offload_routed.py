@@ -51,6 +51,7 @@ class DeviceExperts(Experts):
     REBALANCE_MAX = 256  # forwards between automatic rebalances, at most
 
     capturable = True
+    entropy = False  # the routed scatter kernel decodes fixed-rate payloads only
 
     def __init__(self, o, mods, units, found, budget, prefetch):
         super().__init__(o, mods, units, found, budget, 0)  # no prediction: offload checked prefetch == 0

@@ -108,6 +108,44 @@ class TestNumpy(unittest.TestCase):
                 self.assertEqual(got[name].tobytes(), data, name)
             self.assertTrue(any(dtype == "F16" for dtype, _, _ in want.values()))
 
+    def test_pack_keeps_entropy(self):
+        """A pack of an entropy cache made with entropy=True keeps its entropy
+        payloads (their table entries write nothing, the batch decode's
+        arguments in the info) and is smaller than one made with them
+        decoded; a fixed cache's pack is the same either way."""
+        import struct
+        import splitzip
+        with tempfile.TemporaryDirectory() as d:
+            cache = os.path.join(d, "c")
+            subprocess.run([BIN, "compress", self.src, "-o", cache, "--codec", "entropy", "--no-sync", "-q"],
+                           check=True, stdout=subprocess.DEVNULL)
+            for path, entropy_cache in ((cache, True), (self.cache, False)):
+                with splitzip.Cache(path) as c:
+                    idx = list(range(len(c.names())))
+                    dsts, caps, off = [], [], 1 << 40
+                    for i in idx:
+                        n = c.info(c.names()[i]).nbytes
+                        dsts.append(off)
+                        caps.append(n)
+                        off += (n + 255) & ~255
+                    infos, packs = [], []
+                    for entropy in (False, True):
+                        buf = np.zeros(c.pack_size(idx, entropy=entropy), dtype=np.uint8)
+                        info = c.pack_into_ptr(idx, dsts, caps, buf.ctypes.data, buf.nbytes, entropy=entropy)
+                        infos.append(info)
+                        packs.append(buf[:info.staged].tobytes())
+                    decoded, kept = infos
+                    self.assertEqual(decoded.entropy_count, 0)
+                    if not entropy_cache:
+                        self.assertEqual(packs[0], packs[1])
+                        continue
+                    self.assertGreater(kept.entropy_count, 0)
+                    self.assertLess(kept.staged, decoded.staged)
+                    self.assertEqual(kept.staged, kept.entropy_at + 832 * kept.entropy_count)
+                    # Each kept payload's table entry (dst, src, stored, size) writes nothing.
+                    empty = sum(struct.unpack_from("<4Q", packs[1], 64 * k)[2:] == (0, 0) for k in idx)
+                    self.assertEqual(empty, kept.entropy_count)
+
     def test_lookups_and_errors(self):
         import splitzip
         with splitzip.Cache(self.cache) as c:

@@ -115,13 +115,21 @@ class TestOffload(unittest.TestCase):
             m.splitzip_offload.close()
 
     def test_entropy_packs(self):
-        """An entropy cache's layers pack decoded (BF16 as fixed-rate
-        payloads) for the pinned and gpu tiers, exact."""
+        """An entropy cache's layers pack with their entropy payloads kept
+        for the pinned tier (decoded on the device after each fault's
+        copy) and decoded (BF16 as fixed-rate payloads) for the gpu tier,
+        exact either way."""
         for tier in ("pinned", "gpu"):
             m = self.model("entropy", window=2, prefetch=1, tier=tier)
             try:
                 self.forward_equal(m, f"entropy, tier {tier}")
-                self.assertGreater(m.splitzip_offload.stats.tiers[tier].held, 0)
+                o = m.splitzip_offload
+                self.assertGreater(o.stats.tiers[tier].held, 0)
+                kept = [info.entropy_count for _, info in o.packs]
+                if tier == "pinned":
+                    self.assertTrue(all(k > 0 for k in kept), kept)
+                else:
+                    self.assertEqual(set(kept), {0})
             finally:
                 m.splitzip_offload.close()
 

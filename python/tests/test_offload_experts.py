@@ -95,6 +95,10 @@ class TestOffloadExperts(unittest.TestCase):
                     self.assertGreater(st.predicted, 0, st)
                 else:
                     self.assertEqual((st.prefetches, st.predicted), (0, 0), st)
+                # An entropy cache's expert packs keep their payloads
+                # (decoded on the device after each copy).
+                kept = {info.entropy_count > 0 for _, _, info in o.experts.packs.values()}
+                self.assertEqual(kept, {codec == "entropy"}, what)
                 # Each layer's experts leave the layer pack: a layer fault
                 # writes the attention and norms only.
                 self.assertTrue(all("experts" not in p[0] for ps in o.pieces for p in ps), what)
@@ -194,6 +198,8 @@ class TestOffloadExperts(unittest.TestCase):
             try:
                 o = m.splitzip_offload
                 self.assertTrue(o.experts.capturable, what)
+                # The routed scatter decodes fixed-rate payloads only.
+                self.assertEqual({info.entropy_count for _, _, info in o.experts.packs.values()}, {0}, what)
                 self.run_equal(m, what)
                 st = o.stats.experts
                 self.assertEqual(st.routed, st.row_hits + st.pool_hits + st.copies, st)
