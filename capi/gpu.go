@@ -157,8 +157,9 @@ func sz_scatter(h C.uintptr_t, device C.int, base C.uint64_t, info *C.sz_pack_in
 		pi := loader.PackInfo{Staged: uint64(info.staged), Count: int(info.count), Units: uint64(info.units),
 			EntropyAt: uint64(info.entropy_at), Entropy: loader.EntropyBatch{Count: int(info.entropy_count),
 				Units: uint64(info.entropy_units), Buf: int(info.entropy_buf), Chunks: uint64(info.entropy_chunks)}}
-		if pi.Entropy.Count > 0 && (info.entropy_count > maxBatch || info.entropy_buf > 1<<30 || pi.EntropyAt > pi.Staged) {
-			return fmt.Errorf("%w: pack info with %d entropy payloads, a %d-byte buffer a warp, descriptors at %d of %d bytes", loader.ErrInvalid, uint64(info.entropy_count), uint64(info.entropy_buf), pi.EntropyAt, pi.Staged)
+		if info.entropy_count > maxBatch || info.entropy_buf > 1<<30 {
+			// Checked before they become ints: loader.Scatter checks the rest.
+			return fmt.Errorf("%w: pack info with %d entropy payloads, a %d-byte buffer a warp", loader.ErrInvalid, uint64(info.entropy_count), uint64(info.entropy_buf))
 		}
 		return l.Scatter(int(device), uint64(base), pi, uintptr(stream))
 	})

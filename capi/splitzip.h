@@ -232,11 +232,16 @@ sz_status sz_set_shared(uintptr_t handle, int on);
  * where it likes: pinned host memory, copied to the device before each
  * use, or device memory. sz_scatter then writes every tensor of a pack
  * in device memory at base to its range with one kernel launch on the
- * caller's stream, and only enqueues: with sz_gpu_prepare called once
- * before, it can be captured in a CUDA graph and replayed. The kernel
- * reads the table from device memory and checks every entry there: an
- * invalid one writes nothing and is reported by sz_scatter_check, which
- * waits for the stream and clears what it reports.
+ * caller's stream (two for a pack that keeps entropy payloads: the
+ * scatter, then their batch decode), and only enqueues: with
+ * sz_gpu_prepare called once before, it can be captured in a CUDA graph
+ * and replayed. The kernels read the table and the descriptors from
+ * device memory and check every entry there: an invalid one writes
+ * nothing and is reported by sz_scatter_check, which waits for the
+ * stream and clears what it reports. Pass sz_scatter the sz_pack_info
+ * sz_pack filled in, unchanged (info it cannot have written is
+ * SZ_ERR_INVALID); a pack that keeps entropy payloads is not for
+ * sz_scatter_routed.
  * sz_pack_size gives the buffer's size (a bound when entropy payloads
  * are packed); sz_pack fills it (cap bytes) and *info (info->staged: the
  * bytes the pack took). Payload destinations must be 16-byte aligned. */

@@ -46,7 +46,7 @@ type Report struct {
 	Verify time.Duration `json:"verify_ns"` // payload checksums
 	// HostDecode is entropy payloads decoded on the host (which checks
 	// them), summed over goroutines.
-	HostDecode time.Duration `json:"host_decode_ns,omitempty"`
+	HostDecode time.Duration `json:"host_decode_ns"`
 	Submit     time.Duration `json:"submit_ns"` // enqueueing copies and decodes
 	Checked    bool          `json:"checked"`
 	// EntropyTensors counts the tensors stored as entropy payloads: read

@@ -10,10 +10,7 @@ package loader
 // reads is in device memory, checked there.
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -57,56 +54,61 @@ const PackEntropy PackFlags = 1
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
 
-// packBound returns the bytes a tensor's stored form takes in a pack at
-// most: its payload, or its raw size (an entropy payload packed decoded,
-// as a fixed-rate payload when that is smaller, else raw); an entropy
-// payload kept (PackEntropy, payload version 2 and later) and its
-// descriptor.
-func (l *Loader) packBound(t *Tensor, flags PackFlags) (uint64, error) {
-	if t.rec.Stored != shardcache.StoredEntropy {
-		return l.StoredSize(t.Index)
+// checkFlags refuses PackFlags this build does not know.
+func checkFlags(flags PackFlags) error {
+	if flags&^PackEntropy != 0 {
+		return fmt.Errorf("%w: unknown pack flags %#x", ErrInvalid, uint64(flags))
 	}
-	if flags&PackEntropy != 0 {
-		n, err := l.StoredSize(t.Index)
-		if err != nil {
-			return 0, err
-		}
-		v, err := l.entropyVersion(t)
-		if err != nil {
-			return 0, err
-		}
-		if v >= 2 {
-			return align16(n) + scatter.EntropyEntryBytes, nil
-		}
-	}
-	return t.Size, nil
+	return nil
 }
 
-// entropyVersion reads the payload version of entropy-coded tensor t
-// from its payload's first bytes.
-func (l *Loader) entropyVersion(t *Tensor) (int, error) {
-	f, _, err := l.c.OpenObject(t.Key)
+// packBound returns the bytes a tensor's stored form takes in a pack at
+// most, and whether it is an entropy payload the pack keeps: its
+// payload, or its raw size (an entropy payload packed decoded, as a
+// fixed-rate payload when that is smaller, else raw); an entropy payload
+// kept (PackEntropy, payload version 2 and later) and its descriptor.
+func (l *Loader) packBound(t *Tensor, flags PackFlags) (uint64, bool, error) {
+	if t.rec.Stored != shardcache.StoredEntropy {
+		n, err := l.StoredSize(t.Index)
+		return n, false, err
+	}
+	if flags&PackEntropy == 0 {
+		return t.Size, false, nil
+	}
+	n, err := l.StoredSize(t.Index)
 	if err != nil {
-		return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+		return 0, false, err
 	}
-	defer f.Close()
-	var b [6]byte
-	if _, err := io.ReadFull(f, b[:]); err != nil || string(b[:4]) != entropy.PayloadMagic {
-		return 0, fmt.Errorf("tensor %q: %s: %w: no entropy payload header (%v)", t.Name, f.Name(), entropy.ErrPayload, err)
+	var head [64]byte
+	if n < uint64(len(head)) {
+		return 0, false, fmt.Errorf("tensor %q: %w: an entropy payload of %d bytes", t.Name, entropy.ErrPayload, n)
 	}
-	return int(binary.LittleEndian.Uint16(b[4:])), nil
+	if _, err := l.readObject(t, head[:]); err != nil {
+		return 0, false, err
+	}
+	h, err := entropy.ParsePayloadHeader(head[:])
+	if err != nil {
+		return 0, false, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	if h.Version < 2 {
+		return t.Size, false, nil // no chunk records: no batch decodes it
+	}
+	return align16(n) + scatter.EntropyEntryBytes, true, nil
 }
 
 // PackSize returns the bytes Pack needs for the pack of tensors idx made
 // with flags (the pack itself may take fewer: PackInfo.Staged).
 func (l *Loader) PackSize(idx []int, flags PackFlags) (uint64, error) {
+	if err := checkFlags(flags); err != nil {
+		return 0, err
+	}
 	n := align16(scatter.TableBytes(len(idx)))
 	for _, i := range idx {
 		t, err := l.Tensor(i)
 		if err != nil {
 			return 0, err
 		}
-		b, err := l.packBound(t, flags)
+		b, _, err := l.packBound(t, flags)
 		if err != nil {
 			return 0, err
 		}
@@ -129,7 +131,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 	if len(dsts) != len(idx) || len(caps) != len(idx) {
 		return PackInfo{}, fmt.Errorf("%w: %d tensors, %d destinations, %d capacities", ErrInvalid, len(idx), len(dsts), len(caps))
 	}
-	bound, err := l.PackSize(idx, flags)
+	bound, err := l.PackSize(idx, flags) // checks flags
 	if err != nil {
 		return PackInfo{}, err
 	}
@@ -147,9 +149,9 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 		if caps[k] < t.Size {
 			return PackInfo{}, fmt.Errorf("tensor %q: %w: %d bytes at %#x for %d", t.Name, ErrTooSmall, caps[k], dsts[k], t.Size)
 		}
-		b, _ := l.packBound(t, flags)
+		b, keep, _ := l.packBound(t, flags)
 		items[k] = scatter.Item{Name: t.Name, Dst: dsts[k], Src: pos}
-		if flags&PackEntropy != 0 && t.rec.Stored == shardcache.StoredEntropy {
+		if keep {
 			if dsts[k]%16 != 0 {
 				return PackInfo{}, fmt.Errorf("tensor %q: %w: an entropy payload's destination %#x is not 16-byte aligned", t.Name, ErrInvalid, dsts[k])
 			}
@@ -157,13 +159,11 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 			if err != nil {
 				return PackInfo{}, err
 			}
-			if h != nil {
-				// The table's entry writes nothing; the batch does.
-				clear(buf[pos+n : pos+align16(n)])
-				ents = append(ents, scatter.Entropy{Name: t.Name, Dst: dsts[k], Src: pos, Size: t.Size, Head: h})
-				pos += align16(n)
-				continue
-			}
+			// The table's entry writes nothing; the batch does.
+			clear(buf[pos+n : pos+align16(n)])
+			ents = append(ents, scatter.Entropy{Name: t.Name, Dst: dsts[k], Src: pos, Size: t.Size, Head: h})
+			pos += align16(n)
+			continue
 		}
 		n, payload, err := l.packItem(t, buf[pos:pos+b])
 		if err != nil {
@@ -193,37 +193,30 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 	return info, nil
 }
 
-// keepEntropy reads tensor t's entropy payload into dst and checks it
-// whole (head, checksum, chunk index, the index's recorded checksum),
-// returning its size and head; a version 1 payload, which no batch
-// decodes, returns a nil head (packed decoded instead).
+// keepEntropy reads tensor t's entropy payload (version 2 or later)
+// into dst and checks it whole (head, checksum, chunk index, the index's
+// recorded checksum), returning its size and head.
 func (l *Loader) keepEntropy(t *Tensor, dst []byte) (uint64, *entropy.Head, error) {
 	o, err := l.c.Lookup(t.Key)
 	if err != nil {
 		return 0, nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
-	f, _, err := l.c.OpenObject(t.Key)
-	if err != nil {
-		return 0, nil, fmt.Errorf("tensor %q: %w", t.Name, err)
-	}
-	defer f.Close()
 	if uint64(len(dst)) < o.Size {
 		return 0, nil, fmt.Errorf("tensor %q: %w: %d bytes for a payload of %d", t.Name, ErrTooSmall, len(dst), o.Size)
 	}
 	p := dst[:o.Size]
-	if _, err := io.ReadFull(f, p); err != nil {
-		return 0, nil, fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+	name, err := l.readObject(t, p)
+	if err != nil {
+		return 0, nil, err
 	}
 	h := new(entropy.Head)
 	switch err := entropy.CheckTo(p, h); {
-	case errors.Is(err, entropy.ErrNoRecords):
-		return 0, nil, nil
 	case err != nil:
-		return 0, nil, fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+		return 0, nil, fmt.Errorf("tensor %q: %s: %w", t.Name, name, err)
 	case h.ValueBytes() != t.Size:
 		return 0, nil, fmt.Errorf("tensor %q: %w: entropy payload decodes to %d bytes, the tensor has %d", t.Name, codec.ErrSize, h.ValueBytes(), t.Size)
 	case o.Checksum != 0 && h.Checksum != o.Checksum:
-		return 0, nil, fmt.Errorf("tensor %q: %s: %w: payload checksum %08x, the index records %08x", t.Name, f.Name(), entropy.ErrPayload, h.Checksum, o.Checksum)
+		return 0, nil, fmt.Errorf("tensor %q: %s: %w: the payload's checksum is %08x, the cache's index records %08x", t.Name, name, codec.ErrChecksum, h.Checksum, o.Checksum)
 	}
 	return o.Size, h, nil
 }
@@ -298,19 +291,23 @@ func (l *Loader) PrepareScatter(d int) error {
 // it can be captured in a CUDA graph; items the kernels find invalid are
 // skipped, writing nothing, and reported by ScatterCheck.
 func (l *Loader) Scatter(d int, base uint64, info PackInfo, stream uintptr) error {
+	staged, e := info.Staged, info.Entropy
+	if e.Count < 0 || e.Count > 0 && (info.EntropyAt%16 != 0 || info.EntropyAt > info.Staged ||
+		uint64(e.Count) > (info.Staged-info.EntropyAt)/scatter.EntropyEntryBytes) {
+		return fmt.Errorf("%w: pack info with %d entropy payloads whose descriptors start at %d of %d bytes", ErrInvalid, e.Count, info.EntropyAt, info.Staged)
+	}
+	if e.Count > 0 {
+		staged = info.EntropyAt // the stored bytes end where the descriptors start
+	}
 	_, dec, err := l.decoder(d)
 	if err != nil {
 		return err
-	}
-	staged := info.Staged
-	if info.Entropy.Count > 0 {
-		staged = info.EntropyAt // the stored bytes end where the descriptors start
 	}
 	s := cuda.Stream(stream)
 	if err := dec.LaunchScatter(cuda.DevicePtr(base), staged, info.Count, info.Units, s); err != nil {
 		return err
 	}
-	return dec.LaunchEntropyBatch(cuda.DevicePtr(base), info.EntropyAt, info.Entropy, s)
+	return dec.LaunchEntropyBatch(cuda.DevicePtr(base), info.EntropyAt, e, s)
 }
 
 // ScatterRouted enqueues on the caller's stream one scatter launch over n

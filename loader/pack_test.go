@@ -156,20 +156,18 @@ func checkPack(t *testing.T, l *Loader, flags PackFlags) {
 	if info.Staged != info.EntropyAt+scatter.EntropyBytes(kept) || info.Entropy.Units == 0 || info.Entropy.Buf == 0 {
 		t.Fatalf("info %+v for %d kept payloads", info, kept)
 	}
-	for k := range kept {
-		d := buf[info.EntropyAt+uint64(k)*scatter.EntropyEntryBytes:]
-		dst, src := binary.LittleEndian.Uint64(d[0:]), binary.LittleEndian.Uint64(d[8:])
-		i, ok := byDst[dst]
-		if !ok || src%16 != 0 || src >= info.EntropyAt {
-			t.Fatalf("descriptor %d: dst %#x, payload at %d", k, dst, src)
+	ds, err := scatter.ReadEntropy(buf, info.EntropyAt, kept, info.Entropy.Units)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, d := range ds {
+		i, ok := byDst[d.Dst]
+		if !ok {
+			t.Fatalf("descriptor %d: no tensor at %#x", k, d.Dst)
 		}
 		tn := l.Tensors()[i]
-		h, err := entropy.ParsePayloadHeader(buf[src:])
-		if err != nil || src+h.Size > info.EntropyAt {
-			t.Fatalf("%s: payload at %d: %v", tn.Name, src, err)
-		}
 		out := dev[offs[i] : offs[i]+tn.Size]
-		if err := entropy.Decode(out, buf[src:src+h.Size], 1); err != nil {
+		if err := entropy.Decode(out, buf[d.Src:d.End()], 1); err != nil {
 			t.Fatalf("%s: %v", tn.Name, err)
 		}
 		if !bytes.Equal(out, source(t, &tn)) {
@@ -282,33 +280,52 @@ func scatterPack(t *testing.T, ctx *cuda.Context, s cuda.Stream, l *Loader, flag
 		}
 	}
 
-	// A damaged pack: the kernel must skip the item and report it.
-	bad := append([]byte(nil), buf...)
-	victim := 0
+	// A damaged pack: the kernels must skip the item and report it.
+	type damage struct {
+		what   string
+		victim int // the tensor that must keep the fill
+		apply  func(b []byte)
+	}
+	var damages []damage
 	if info.Entropy.Count > 0 {
-		// The first descriptor's payload moved to where the descriptors
-		// start: it would run into them.
-		d := bad[info.EntropyAt:]
-		binary.LittleEndian.PutUint64(d[8:], info.EntropyAt)
-		victim = -1
+		d0 := info.EntropyAt
+		victim := -1
 		for i := range l.Tensors() {
-			if uint64(dst)+offs[i] == binary.LittleEndian.Uint64(d[0:]) {
+			if uint64(dst)+offs[i] == binary.LittleEndian.Uint64(buf[d0:]) {
 				victim = i
 			}
 		}
+		if victim < 0 {
+			t.Fatal("the first descriptor's tensor is not found")
+		}
+		damages = append(damages, damage{"a payload moved to where the descriptors start", victim,
+			func(b []byte) { binary.LittleEndian.PutUint64(b[d0+8:], info.EntropyAt) }})
+		if info.Entropy.Count > 1 {
+			damages = append(damages, damage{"the second payload's first unit moved on", victim, func(b []byte) {
+				at := d0 + scatter.EntropyEntryBytes + 60
+				binary.LittleEndian.PutUint32(b[at:], binary.LittleEndian.Uint32(b[at:])+1)
+			}})
+		}
 	} else {
-		// Item 0's stored bytes claimed to run past the pack.
-		binary.LittleEndian.PutUint64(bad[16:], info.Staged)
+		damages = append(damages, damage{"item 0's stored bytes run past the pack", 0,
+			func(b []byte) { binary.LittleEndian.PutUint64(b[16:], info.Staged) }})
 	}
-	if victim < 0 {
-		t.Fatal("the damaged descriptor's tensor is not found")
-	}
-	if err := run(bad); !errors.Is(err, gpu.ErrKernel) {
-		t.Errorf("a damaged pack: %v, want gpu.ErrKernel", err)
-	}
-	tn := l.Tensors()[victim]
-	if !bytes.Equal(host[offs[victim]:offs[victim]+tn.Size], bytes.Repeat([]byte{0xA5}, int(tn.Size))) {
-		t.Errorf("the bad item %s wrote its range", tn.Name)
+	for _, dm := range damages {
+		bad := append([]byte(nil), buf...)
+		dm.apply(bad)
+		if info.Entropy.Count > 0 {
+			// The kernel's checks in Go refuse it too.
+			if _, err := scatter.ReadEntropy(bad, info.EntropyAt, info.Entropy.Count, info.Entropy.Units); !errors.Is(err, scatter.ErrInvalid) {
+				t.Errorf("%s: ReadEntropy: %v", dm.what, err)
+			}
+		}
+		if err := run(bad); !errors.Is(err, gpu.ErrKernel) {
+			t.Errorf("%s: %v, want gpu.ErrKernel", dm.what, err)
+		}
+		tn := l.Tensors()[dm.victim]
+		if !bytes.Equal(host[offs[dm.victim]:offs[dm.victim]+tn.Size], bytes.Repeat([]byte{0xA5}, int(tn.Size))) {
+			t.Errorf("%s: the bad item %s wrote its range", dm.what, tn.Name)
+		}
 	}
 	if err := l.ScatterCheck(0, uintptr(s)); err != nil {
 		t.Errorf("check after check: %v", err)

@@ -52,19 +52,28 @@ func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
 		return n, l.readSource(t, dst[:n])
 	}
 	// Read straight into dst, then checked there.
-	f, _, err := l.c.OpenObject(t.Key)
-	if err != nil {
-		return n, fmt.Errorf("tensor %q: %w", t.Name, err)
-	}
-	defer f.Close()
 	p := dst[:n]
-	if _, err := io.ReadFull(f, p); err != nil {
-		return n, fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+	if _, err := l.readObject(t, p); err != nil {
+		return n, err
 	}
 	if err := checkStored(k, p, t.Size); err != nil {
 		return n, fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	return n, nil
+}
+
+// readObject reads tensor t's payload object into p (its size, from
+// the index), unchecked, and returns the file's name for errors.
+func (l *Loader) readObject(t *Tensor, p []byte) (string, error) {
+	f, _, err := l.c.OpenObject(t.Key)
+	if err != nil {
+		return "", fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, p); err != nil {
+		return f.Name(), fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+	}
+	return f.Name(), nil
 }
 
 // checkStored checks a whole payload of kind (shardcache.Stored*) that

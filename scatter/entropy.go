@@ -143,3 +143,63 @@ func EntropyUnits(ents []Entropy) uint64 {
 	}
 	return n
 }
+
+// Descriptor is an entropy payload's descriptor as ReadEntropy reads it
+// back from a buffer (the fields of the layout above).
+type Descriptor struct {
+	Dst, Src       uint64
+	Values, Chunks uint64
+	Records        uint64 // where the records start in the payload
+	RecordBytes    uint64 // their bytes; the chunk index follows them
+	Field          uint32
+	Pairs          bool
+	MaxSymbols     uint32
+	FirstUnit      uint32
+	Lengths        [256]byte
+	PairFields     [256]uint16
+}
+
+// End is the offset in the buffer where the payload's chunk index ends.
+func (d *Descriptor) End() uint64 { return d.Src + d.Records + d.RecordBytes + 8*(d.Chunks+1) }
+
+// ReadEntropy reads back the n descriptors at offset at of buf and
+// checks each as the batch kernel does when it reads one (a buffer kept
+// in memory may have changed since PutEntropy wrote it): its chunks
+// cover its values, its field and pair flag are known, its payload, to
+// the end of its chunk index, lies 16-byte aligned before at, and its
+// units run from its first to the next payload's first (units, the
+// batch's, for the last), as many as its chunks make. It is the kernel's
+// reference: a descriptor it refuses, the kernel decodes nothing of.
+func ReadEntropy(buf []byte, at uint64, n int, units uint64) ([]Descriptor, error) {
+	if n < 0 || at%16 != 0 || at > uint64(len(buf)) || uint64(n) > (uint64(len(buf))-at)/EntropyEntryBytes {
+		return nil, fmt.Errorf("%w: %d entropy descriptors at %d of a %d-byte buffer", ErrInvalid, n, at, len(buf))
+	}
+	le := binary.LittleEndian
+	out := make([]Descriptor, n)
+	for i := range out {
+		b := buf[at+uint64(i)*EntropyEntryBytes:]
+		d := &out[i]
+		d.Dst, d.Src, d.Values, d.Chunks = le.Uint64(b[0:]), le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:])
+		d.Records, d.RecordBytes = le.Uint64(b[32:]), le.Uint64(b[40:])
+		d.Field, d.MaxSymbols, d.FirstUnit = le.Uint32(b[48:]), le.Uint32(b[56:]), le.Uint32(b[60:])
+		pair := le.Uint32(b[52:])
+		d.Pairs = pair == 1
+		copy(d.Lengths[:], b[64:320])
+		for s := range d.PairFields {
+			d.PairFields[s] = le.Uint16(b[320+2*s:])
+		}
+		next := units
+		if i+1 < n {
+			next = uint64(le.Uint32(buf[at+uint64(i+1)*EntropyEntryBytes+60:]))
+		}
+		switch {
+		case d.Chunks != (d.Values+codec.ChunkValues-1)/codec.ChunkValues || d.Field >= uint32(len(entropy.Fields)) || pair > 1:
+			return nil, fmt.Errorf("%w: entropy descriptor %d: %d values in %d chunks, field %d, pair flag %d", ErrInvalid, i, d.Values, d.Chunks, d.Field, pair)
+		case d.Src%16 != 0 || d.Src > at || d.Records > at || d.RecordBytes > at || d.Chunks >= at/8 || d.End() > at:
+			return nil, fmt.Errorf("%w: entropy descriptor %d: a payload at %d whose index ends past the descriptors at %d", ErrInvalid, i, d.Src, at)
+		case next < uint64(d.FirstUnit) || next-uint64(d.FirstUnit) != (d.Chunks+EntropyUnitChunks-1)/EntropyUnitChunks:
+			return nil, fmt.Errorf("%w: entropy descriptor %d: units %d to %d for %d chunks", ErrInvalid, i, d.FirstUnit, next, d.Chunks)
+		}
+	}
+	return out, nil
+}

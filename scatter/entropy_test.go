@@ -147,3 +147,52 @@ func TestEntropyUnits(t *testing.T) {
 		t.Errorf("%d units, want 9", u)
 	}
 }
+
+// TestReadEntropy: descriptors PutEntropy wrote read back as written;
+// changed ones that the batch kernel would decode nothing of are refused
+// (the kernel's checks, in Go).
+func TestReadEntropy(t *testing.T) {
+	p, h := entropyPayload(t, 20*16384+3) // 21 chunks: 3 units
+	const tableEnd, src = 64, 80
+	at := uint64(src+len(p)+15) &^ 15
+	buf := make([]byte, at+EntropyBytes(2))
+	copy(buf[src:], p)
+	ents := []Entropy{{Name: "a", Dst: 1 << 20, Src: src, Size: h.ValueBytes(), Head: h}, {Name: "b", Dst: 2 << 20, Src: src, Size: h.ValueBytes(), Head: h}}
+	if err := PutEntropy(buf, at, tableEnd, ents); err != nil {
+		t.Fatal(err)
+	}
+	units := EntropyUnits(ents)
+	ds, err := ReadEntropy(buf, at, 2, units)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		if d.Dst != ents[i].Dst || d.Src != src || d.Values != h.Values || d.Chunks != 21 || d.FirstUnit != uint32(3*i) ||
+			d.End() != src+h.Size || d.Lengths != h.Lengths || d.Pairs != h.Pairs {
+			t.Errorf("descriptor %d: %+v", i, d)
+		}
+	}
+	le := binary.LittleEndian
+	for _, c := range []struct {
+		what  string
+		apply func(b []byte)
+		units uint64
+	}{
+		{"payload moved to the descriptors", func(b []byte) { le.PutUint64(b[at+8:], at) }, units},
+		{"payload not 16-byte aligned", func(b []byte) { le.PutUint64(b[at+8:], src+8) }, units},
+		{"records past the descriptors", func(b []byte) { le.PutUint64(b[at+32:], at) }, units},
+		{"chunks short of the values", func(b []byte) { le.PutUint64(b[at+24:], 20) }, units},
+		{"unknown field", func(b []byte) { le.PutUint32(b[at+48:], 7) }, units},
+		{"second payload's first unit moved", func(b []byte) { le.PutUint32(b[at+EntropyEntryBytes+60:], 4) }, units},
+		{"the batch's units short", func(b []byte) {}, units - 1},
+	} {
+		bad := append([]byte(nil), buf...)
+		c.apply(bad)
+		if _, err := ReadEntropy(bad, at, 2, c.units); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", c.what, err)
+		}
+	}
+	if _, err := ReadEntropy(buf, at, 3, units); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a third descriptor past the buffer: %v", err)
+	}
+}

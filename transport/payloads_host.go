@@ -164,17 +164,19 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 	crcs, lens := make([]uint32, pieces), make([]uint64, pieces)
 	evs := make(allFence, pieces)
 	stream := z.streams.pick(z.eng)
+	// A piece's reads all happen within its DecodeChunks: the spans
+	// summed, less every read of the pieces, are the decoding.
+	r0 := r.d.Load()
+	defer func() { decoding.Add(-(r.d.Load() - r0)) }()
 	err = z.eachPiece(ctx, int(pieces), func(i int, s *slot) error {
 		c0, c1 := uint64(i)*step, min(chunks, uint64(i+1)*step)
 		off := c0 * per
 		q := s.buf[:min(t.b.Size, c1*per)-off]
-		t0, r0 := time.Now(), r.d.Load()
+		t0 := time.Now()
 		var err error
 		crcs[i], lens[i], err = d.DecodeChunks(c0, c1, q)
 		t1 := time.Now()
-		// Reads of other pieces may land in this one's span: summed over
-		// pieces they cancel out.
-		decoding.Add(int64(t1.Sub(t0)) - (r.d.Load() - r0))
+		decoding.Add(int64(t1.Sub(t0))) // less the pieces' reads, below
 		if err != nil {
 			return fmt.Errorf("%s: %w", loc.Name(), err)
 		}

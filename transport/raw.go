@@ -50,7 +50,7 @@ const (
 	PathRaw         Path = iota // its raw bytes, from the source or the cache
 	PathFixed                   // a fixed payload, decoded on the device
 	PathEntropy                 // an entropy payload, decoded on the device
-	PathEntropyHost             // a small entropy payload, decoded on the host (PayloadOptions.HostEntropy)
+	PathEntropyHost             // an entropy payload decoded on the host (PayloadOptions.HostEntropy)
 	// PathEntropyPacked is a small entropy payload packed with others and
 	// decoded by the engine's batch launch (a version 1 payload among
 	// them, which no batch decodes, on the host).

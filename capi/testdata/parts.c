@@ -80,6 +80,13 @@ int main(int argc, char **argv) {
     if ((st = sz_pack_size(h, n, idx, SZ_PACK_ENTROPY, &esz)) != SZ_OK || esz != psz) return fail(h, "pack_size entropy", st);
     if ((st = sz_pack(h, n, idx, dst, cap, pack, psz, SZ_PACK_ENTROPY, &info)) != SZ_OK || info.staged != psz || info.entropy_count != 0)
         return fail(h, "pack entropy", st);
+    /* Pack info that no pack has: refused before any device work. */
+    sz_pack_info bad = info;
+    bad.entropy_count = 1ULL << 63;
+    if (sz_scatter(h, 0, 4096, &bad, 0) != SZ_ERR_INVALID) return 6;
+    bad.entropy_count = 2;
+    bad.entropy_at = info.staged - 832; /* room for one descriptor, not two */
+    if (sz_scatter(h, 0, 4096, &bad, 0) != SZ_ERR_INVALID) return 7;
     st = sz_scatter(h, 0, 4096, &info, 0);
     if (st != SZ_ERR_NO_GPU && st != SZ_OK && st != SZ_ERR_CUDA) return fail(h, "scatter", st);
     printf("ok: %llu parts, a pack of %llu tensors in %llu bytes\n", (unsigned long long)parts, (unsigned long long)n,

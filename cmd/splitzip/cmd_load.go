@@ -195,6 +195,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	if o.Raw && (o.EntropyOnHost || o.FromSource || o.Cost) {
 		return usageError{fmt.Errorf("--entropy-on-host, --entropy-from-source and --cost choose how payloads load: not with --raw")}
 	}
+	if o.Cost && o.EntropyOnHost {
+		return usageError{fmt.Errorf("--cost weighs entropy payloads decoded on the device, which calibrate measures: not with --entropy-on-host")}
+	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
 	}

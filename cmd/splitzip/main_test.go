@@ -429,4 +429,7 @@ func TestLoadEntropyReport(t *testing.T) {
 			t.Errorf("--raw %s: %d %q", f, code, e)
 		}
 	}
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--cost", "--entropy-on-host"); code != exitUsage || !strings.Contains(e, "not with --entropy-on-host") {
+		t.Errorf("--cost --entropy-on-host: %d %q", code, e)
+	}
 }

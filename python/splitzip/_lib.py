@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 9)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 10)."""
 
 import concurrent.futures
 import ctypes

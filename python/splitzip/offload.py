@@ -30,7 +30,9 @@ Where a layer's bytes live between its runs, its tier:
 - "pinned": the layer's pack (its payloads and raw tensors behind a
   scatter table, built and checked once, Cache.pack_into_ptr) in pinned
   host memory. A fault copies the pack over PCIe into the slot's staging
-  buffer and launches one kernel that decodes every tensor into the slot.
+  buffer and launches one kernel that decodes every tensor into the slot
+  (two from an entropy cache, whose pinned packs keep the entropy
+  payloads: fewer bytes over PCIe, decoded by a second kernel).
 - "gpu": the pack in GPU memory (a compressed tier, about 75% of the
   layer's raw bytes for BF16). A fault is that one kernel, no PCIe.
   Layers past the `gpu_bytes` budget are pinned instead.
@@ -398,12 +400,15 @@ class Offload:
         byte."""
         fresh = torch.empty(self.cache.pack_size([p[2] for p in pieces], entropy=entropy), dtype=torch.uint8,
                             pin_memory=True)
-        fresh = fresh[:self.pack_pieces(i, pieces, fresh, entropy=entropy).staged]
+        info = self.pack_pieces(i, pieces, fresh, entropy=entropy)
+        fresh = fresh[:info.staged]
         diff = (held.cpu() != fresh).nonzero()
         if diff.numel() == 0:
             return None
         held.copy_(fresh)
-        k = owner(fresh[:ENTRY * len(pieces)].numpy().tobytes(), len(pieces), int(diff[0]))
+        # The table, or the whole pack where descriptors follow it.
+        table = fresh if info.entropy_count else fresh[:ENTRY * len(pieces)]
+        k = owner(table.numpy().tobytes(), len(pieces), int(diff[0]), info.entropy_at, info.entropy_count)
         return pieces[k][4] if k is not None else f"layer {i}"
 
     # Faults.

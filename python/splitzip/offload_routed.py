@@ -59,6 +59,7 @@ class DeviceExperts(Experts):
         self.slot_of = {m: k for k, m in enumerate(self.moe)}  # layer -> its index among expert layers
         table = torch.zeros((len(self.moe), n, CANDIDATE_WORDS), dtype=torch.int64)
         for (i, e), (held, off, info) in self.packs.items():
+            assert info.entropy_count == 0, "the routed scatter decodes fixed-rate payloads only"
             table[self.slot_of[i], e] = torch.tensor([held.data_ptr() + off, info.staged, info.count, info.units])
         self.table = table.to(dev)
         self.want = torch.zeros((len(self.moe), n), dtype=torch.uint8, device=dev)

@@ -121,10 +121,11 @@ class TestNumpy(unittest.TestCase):
                            check=True, stdout=subprocess.DEVNULL)
             for path, entropy_cache in ((cache, True), (self.cache, False)):
                 with splitzip.Cache(path) as c:
-                    idx = list(range(len(c.names())))
+                    byindex = {c.info(name).index: c.info(name) for name in c.names()}
+                    idx = sorted(byindex)
                     dsts, caps, off = [], [], 1 << 40
                     for i in idx:
-                        n = c.info(c.names()[i]).nbytes
+                        n = byindex[i].nbytes
                         dsts.append(off)
                         caps.append(n)
                         off += (n + 255) & ~255
@@ -142,9 +143,12 @@ class TestNumpy(unittest.TestCase):
                     self.assertGreater(kept.entropy_count, 0)
                     self.assertLess(kept.staged, decoded.staged)
                     self.assertEqual(kept.staged, kept.entropy_at + 832 * kept.entropy_count)
-                    # Each kept payload's table entry (dst, src, stored, size) writes nothing.
-                    empty = sum(struct.unpack_from("<4Q", packs[1], 64 * k)[2:] == (0, 0) for k in idx)
+                    # Each kept payload's table entry (dst, src, stored, size) writes nothing,
+                    # and every coded tensor's payload (stored in fewer bytes) is kept.
+                    coded = [k for k in idx if c.stored_size(k) < byindex[k].nbytes]
+                    empty = sum(struct.unpack_from("<4Q", packs[1], 64 * k)[2:] == (0, 0) for k in coded)
                     self.assertEqual(empty, kept.entropy_count)
+                    self.assertEqual(len(coded), kept.entropy_count)
 
     def test_lookups_and_errors(self):
         import splitzip
