@@ -827,7 +827,10 @@ extern "C" __global__ void __launch_bounds__(EZ_MAX_THREADS, 1) splitzip_entropy
 // (unless the block's last unit was the same payload's), and its warps
 // decode the unit's chunks. A chunk that breaks a check writes nothing
 // more, and nothing is written outside a destination's values, whatever
-// the payload's bytes: as for one payload out of place.
+// the payload's bytes: as for one payload out of place. A descriptor is
+// checked again when it is read: a payload that would not end before the
+// descriptors (a pack kept in memory whose bytes changed) decodes nothing
+// and is reported, as does one whose units do not match its chunks.
 #define EZB_ENTRY 832
 #define EZB_UNIT 8 // chunks a unit: one a warp
 #ifndef EZB_THREADS
@@ -892,9 +895,21 @@ extern "C" __global__ void __launch_bounds__(EZB_THREADS, 2) splitzip_entropy_ba
                 p.max_sym = e32[14];
                 p.in_place = p.epoch = p.slot_bytes = 0;
                 p.buf_bytes = b.buf_bytes;
-                // What the host checked, checked again: the chunks cover
-                // the values, and the field and the pair flag are known.
-                if (p.chunks != (p.n + EZ_CHUNK - 1) / EZ_CHUNK || p.field > 6 || p.pair > 1) {
+                // What the host checked, checked again (a pack may be kept
+                // in memory and used many times): the chunks cover the
+                // values, the field and the pair flag are known, and the
+                // payload, to the end of its chunk index, lies before the
+                // descriptors.
+                // Its units run to the next payload's first (the launch's
+                // last unit for the last payload): as many as its chunks
+                // make, so that none is left undecoded unreported.
+                const uint64_t off = e64[1], d = b.desc;
+                const uint32_t next0 =
+                    item + 1 < b.count ? *(const uint32_t *)(descs + (uint64_t)(item + 1) * EZB_ENTRY + 60) : b.units;
+                if (p.chunks != (p.n + EZ_CHUNK - 1) / EZ_CHUNK || p.field > 6 || p.pair > 1 || (off & 15) ||
+                    off > d || p.records > d || p.rec_bytes > d || p.chunks >= d / 8 ||
+                    off + p.records + p.rec_bytes + 8 * (p.chunks + 1) > d ||
+                    next0 < unit0 || next0 - unit0 != (p.chunks + EZB_UNIT - 1) / EZB_UNIT) {
                     atomicOr((uint32_t *)b.err, EZ_ERR_INDEX);
                     p.chunks = 0;
                 }

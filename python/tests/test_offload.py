@@ -134,24 +134,27 @@ class TestOffload(unittest.TestCase):
                 m.splitzip_offload.close()
 
     def test_graph_replay(self):
+        """Graph replays of the pack tiers equal eager logits; from the
+        entropy cache, pinned packs keep their entropy payloads, so the
+        capture holds the batch decode's launch too."""
         from splitzip.offload import capture
-        for tier in ("pinned", "gpu"):
-            for window, prefetch in ((2, 1), (3, 2), (LAYERS, 1)):
-                m = self.model(window=window, prefetch=prefetch, tier=tier)
-                try:
-                    g, static, out = capture(m, self.same_shape[0], use_cache=False)
-                    for rep in range(2):
-                        for x, want in zip(self.same_shape, self.want_same):
-                            static.copy_(x)
-                            g.replay()
-                            torch.cuda.synchronize()
-                            self.assertTrue(torch.equal(out, want), f"tier {tier}, window {window}, replay {rep}: "
-                                            f"logits differ by {(out.float() - want.float()).abs().max().item()}")
-                    m.splitzip_offload.check()
-                    print(f"graph replay, tier {tier}, window {window}, prefetch {prefetch}: "
-                          f"{2 * len(self.same_shape)} replays equal", file=sys.stderr)
-                finally:
-                    m.splitzip_offload.close()
+        cases = [(tier, "fixed", w, p) for tier in ("pinned", "gpu") for w, p in ((2, 1), (3, 2), (LAYERS, 1))]
+        for tier, codec, window, prefetch in cases + [("pinned", "entropy", 2, 1)]:
+            m = self.model(codec, window=window, prefetch=prefetch, tier=tier)
+            try:
+                g, static, out = capture(m, self.same_shape[0], use_cache=False)
+                for rep in range(2):
+                    for x, want in zip(self.same_shape, self.want_same):
+                        static.copy_(x)
+                        g.replay()
+                        torch.cuda.synchronize()
+                        self.assertTrue(torch.equal(out, want), f"{codec}, tier {tier}, window {window}, replay {rep}: "
+                                        f"logits differ by {(out.float() - want.float()).abs().max().item()}")
+                m.splitzip_offload.check()
+                print(f"graph replay, {codec}, tier {tier}, window {window}, prefetch {prefetch}: "
+                      f"{2 * len(self.same_shape)} replays equal", file=sys.stderr)
+            finally:
+                m.splitzip_offload.close()
 
     def test_graph_capture_cache_tier_refused(self):
         m = self.model(window=2, prefetch=1, tier="cache")
