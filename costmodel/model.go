@@ -87,6 +87,11 @@ const Decoders = 3
 // ErrProfile is returned for a profile that cannot be used.
 var ErrProfile = errors.New("costmodel: bad profile")
 
+// ErrStale reports a profile measured with other decoders than this
+// build's (Profile.Decoders): it is not used, and calibrate makes a new
+// one. Lookup's error wraps it beside fs.ErrNotExist.
+var ErrStale = errors.New("costmodel: profile measured with other decoders")
+
 // Default is the model `splitzip calibrate` measured on the lent H200
 // (16 host cores, the CUDA engine) on 2026-12-04, rounded: what
 // SPLITZIP_PROFILE=default uses. There a fixed payload pays for itself

@@ -102,7 +102,7 @@ func TestStore(t *testing.T) {
 	if _, err := Save(dir, &stale); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Lookup(dir, p.Host); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := Lookup(dir, p.Host); !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, ErrStale) {
 		t.Fatalf("a profile of other decoders: %v", err)
 	}
 	if _, err := Save(dir, p); err != nil {

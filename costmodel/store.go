@@ -99,7 +99,7 @@ func Lookup(dir, host string) (*Profile, error) {
 	case p.Host != host:
 		return nil, fmt.Errorf("%w: the profile in %s is of %q", fs.ErrNotExist, dir, p.Host)
 	case p.Decoders != Decoders:
-		return nil, fmt.Errorf("%w: the profile in %s was measured with decoders %d, this build's are %d", fs.ErrNotExist, dir, p.Decoders, Decoders)
+		return nil, fmt.Errorf("%w (%w): the profile in %s was measured with decoders %d, this build's are %d", fs.ErrNotExist, ErrStale, dir, p.Decoders, Decoders)
 	}
 	return p, nil
 }

@@ -47,9 +47,10 @@ type PackFlags uint64
 // each use then moves fewer bytes, for a decode slower than the fixed
 // rate's. Without it an entropy payload is decoded on the host when the
 // pack is made. ScatterRouted decodes no entropy payload: its packs are
-// made without it. A version 1 payload, which no batch decodes, is
-// packed decoded either way; a kept payload's destination must be
-// 16-byte aligned, as a fixed-rate payload's.
+// made without it. A version 1 payload, which no batch decodes, and a
+// small one, which with its 832-byte descriptor would take more than
+// packed decoded, are packed decoded either way; a kept payload's
+// destination must be 16-byte aligned, as a fixed-rate payload's.
 const PackEntropy PackFlags = 1
 
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
@@ -66,7 +67,9 @@ func checkFlags(flags PackFlags) error {
 // most, and whether it is an entropy payload the pack keeps: its
 // payload, or its raw size (an entropy payload packed decoded, as a
 // fixed-rate payload when that is smaller, else raw); an entropy payload
-// kept (PackEntropy, payload version 2 and later) and its descriptor.
+// kept (PackEntropy, payload version 2 and later, when it and its
+// descriptor take fewer bytes than its tensor packed decoded would) and
+// its descriptor.
 func (l *Loader) packBound(t *Tensor, flags PackFlags) (uint64, bool, error) {
 	if t.rec.Stored != shardcache.StoredEntropy {
 		n, err := l.StoredSize(t.Index)
@@ -78,6 +81,9 @@ func (l *Loader) packBound(t *Tensor, flags PackFlags) (uint64, bool, error) {
 	n, err := l.StoredSize(t.Index)
 	if err != nil {
 		return 0, false, err
+	}
+	if align16(n)+scatter.EntropyEntryBytes >= decodedSize(t) {
+		return t.Size, false, nil // a small tensor: its descriptor costs more than it saves
 	}
 	var head [64]byte
 	if n < uint64(len(head)) {
@@ -94,6 +100,15 @@ func (l *Loader) packBound(t *Tensor, flags PackFlags) (uint64, bool, error) {
 		return t.Size, false, nil // no chunk records: no batch decodes it
 	}
 	return align16(n) + scatter.EntropyEntryBytes, true, nil
+}
+
+// decodedSize is about what an entropy-coded tensor packed decoded
+// takes: BF16 as a fixed-rate payload (12 bits a value), others raw.
+func decodedSize(t *Tensor) uint64 {
+	if t.DType == "BF16" {
+		return t.Size / 4 * 3
+	}
+	return t.Size
 }
 
 // PackSize returns the bytes Pack needs for the pack of tensors idx made

@@ -53,7 +53,9 @@ func packAll(t *testing.T, l *Loader, base uint64, flags PackFlags) ([]byte, Pac
 func TestPackLayout(t *testing.T) {
 	l, _ := openFixture(t)
 	checkPack(t, l, 0)
-	checkPack(t, l, PackEntropy) // no entropy payload: the same pack
+	if kept := checkPack(t, l, PackEntropy); kept != 0 { // no entropy payload: the same pack
+		t.Errorf("%d entropy payloads kept from a fixed cache", kept)
+	}
 }
 
 // TestPackEntropy: entropy payloads are packed decoded, as fixed-rate
@@ -62,14 +64,29 @@ func TestPackLayout(t *testing.T) {
 func TestPackEntropy(t *testing.T) {
 	l := openEntropyFixture(t)
 	checkPack(t, l, 0)
-	checkPack(t, l, PackEntropy)
+	kept := checkPack(t, l, PackEntropy)
+	// A payload is kept where it and its descriptor take fewer bytes than
+	// its tensor packed decoded: the large ones, not the smallest.
+	coded, small := 0, 0
+	for _, tn := range l.Tensors() {
+		if tn.rec.Stored == shardcache.StoredEntropy {
+			coded++
+			n, _ := l.StoredSize(tn.Index)
+			if align16(n)+scatter.EntropyEntryBytes >= decodedSize(&tn) {
+				small++
+			}
+		}
+	}
+	if kept == 0 || small == 0 || kept != coded-small {
+		t.Errorf("%d entropy payloads, %d of them small, %d kept", coded, small, kept)
+	}
 	// Kept, the payloads are smaller than decoded into fixed-rate ones.
 	_, decoded, _, _ := packAll(t, l, 1<<40, 0)
-	_, kept, _, _ := packAll(t, l, 1<<40, PackEntropy)
-	if kept.Staged >= decoded.Staged {
-		t.Errorf("a pack of %d bytes with its entropy payloads kept, %d with them decoded", kept.Staged, decoded.Staged)
+	_, keeping, _, _ := packAll(t, l, 1<<40, PackEntropy)
+	if keeping.Staged >= decoded.Staged {
+		t.Errorf("a pack of %d bytes with its entropy payloads kept, %d with them decoded", keeping.Staged, decoded.Staged)
 	}
-	t.Logf("pack of %d tensors: %d bytes decoded, %d kept", decoded.Count, decoded.Staged, kept.Staged)
+	t.Logf("pack of %d tensors: %d bytes decoded, %d with %d payloads kept", decoded.Count, decoded.Staged, keeping.Staged, kept)
 }
 
 // openEntropyFixture opens a cache of a generated checkpoint compressed
@@ -103,9 +120,9 @@ func openEntropyFixture(t *testing.T) *Loader {
 
 // checkPack packs every tensor of l with flags and reads the pack as the
 // kernels would: the scatter table's entries, then the entropy payloads'
-// descriptors (PackEntropy: one for each entropy-coded tensor, whose
-// entry writes nothing).
-func checkPack(t *testing.T, l *Loader, flags PackFlags) {
+// descriptors (PackEntropy: one for each entropy payload kept, whose
+// entry writes nothing); it returns how many were kept.
+func checkPack(t *testing.T, l *Loader, flags PackFlags) int {
 	t.Helper()
 	const base = 1 << 40
 	buf, info, offs, total := packAll(t, l, base, flags)
@@ -118,7 +135,9 @@ func checkPack(t *testing.T, l *Loader, flags PackFlags) {
 		dst, src := binary.LittleEndian.Uint64(e[0:]), binary.LittleEndian.Uint64(e[8:])
 		stored, size := binary.LittleEndian.Uint64(e[16:]), binary.LittleEndian.Uint64(e[24:])
 		byDst[dst] = i
-		if flags&PackEntropy != 0 && tn.rec.Stored == shardcache.StoredEntropy {
+		if _, keep, err := l.packBound(&tn, flags); err != nil {
+			t.Fatal(err)
+		} else if keep {
 			if dst != base+offs[i] || stored != 0 || size != 0 {
 				t.Fatalf("%s: a kept entropy payload's entry dst %#x stored %d size %d", tn.Name, dst, stored, size)
 			}
@@ -149,7 +168,7 @@ func checkPack(t *testing.T, l *Loader, flags PackFlags) {
 		if info.EntropyAt != 0 || info.Entropy != (EntropyBatch{}) {
 			t.Fatalf("no entropy payload kept, info %+v", info)
 		}
-		return
+		return 0
 	}
 	// The descriptors, after the stored bytes: each payload lies before
 	// them and decodes to its tensor.
@@ -174,6 +193,7 @@ func checkPack(t *testing.T, l *Loader, flags PackFlags) {
 			t.Fatalf("%s (a kept entropy payload) differs from the source", tn.Name)
 		}
 	}
+	return kept
 }
 
 // TestPackRejects: short buffers and capacities and mismatched arrays
@@ -201,14 +221,14 @@ func TestPackRejects(t *testing.T) {
 	// A kept entropy payload's destination must be 16-byte aligned.
 	el := openEntropyFixture(t)
 	for _, et := range el.Tensors() {
-		if et.rec.Stored != shardcache.StoredEntropy {
+		if _, keep, err := el.packBound(&et, PackEntropy); err != nil || !keep {
 			continue
 		}
 		n, err := el.PackSize([]int{et.Index}, PackEntropy)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := el.Pack([]int{et.Index}, []uint64{1<<20 + 8}, []uint64{et.Size}, make([]byte, n), PackEntropy); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), et.Name) {
+		if _, err := el.Pack([]int{et.Index}, []uint64{1<<20 + 8}, []uint64{et.Size}, make([]byte, n), PackEntropy); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "entropy payload's destination") {
 			t.Errorf("an unaligned destination: %v", err)
 		}
 		break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -36,6 +37,9 @@ var (
 	// ErrBlob: a blob's bytes are not what the manifest says (size or
 	// digest), or the manifest and the index disagree.
 	ErrBlob = errors.New("blob does not match the manifest")
+	// ErrReference: a reference that names no repository and tag or
+	// digest (a command-line mistake).
+	ErrReference = errors.New("not a registry reference")
 )
 
 // manifest is an OCI image manifest with the artifactType field of
@@ -122,7 +126,7 @@ func (o Options) parse(ref string) (name.Reference, error) {
 	}
 	r, err := name.ParseReference(ref, opts...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %q: %v", ErrReference, ref, err)
 	}
 	return r, nil
 }

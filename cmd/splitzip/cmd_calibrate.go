@@ -143,6 +143,9 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 	switch {
 	case err == nil || !errors.Is(err, fs.ErrNotExist):
 		return p, err
+	case !measure && errors.Is(err, costmodel.ErrStale):
+		return nil, fmt.Errorf("this host's cost model for %s (in %s) was measured with an older build's decoders: run splitzip calibrate --device %s again (or set %s=default): %w",
+			name, dir, device, costmodel.EnvProfile, err)
 	case !measure:
 		return nil, fmt.Errorf("no cost model measured on this host for %s (looked in %s): run splitzip calibrate --device %s (or set %s=default): %w",
 			name, dir, device, costmodel.EnvProfile, err)

@@ -69,8 +69,9 @@ func newLoadCommand(g *globals) *cobra.Command {
 tensor in through the payload transport (payloads read into pinned memory,
 verified, copied and decoded in place on the GPU) or, with --raw, the raw
 transport. Reports effective GB/s (raw tensor bytes per wall second), the
-time until the first layer is ready, time spent reading, verifying and
-submitting, pinned memory and arena size. --compare N alternates raw and
+time until the first layer is ready, time spent reading, verifying,
+decoding on the host (--entropy-on-host) and submitting (summed over
+goroutines and runs), pinned memory and arena size. --compare N alternates raw and
 compressed loads N times in one process and prints the ratio.
 
 A remote CACHE (s3://bucket/prefix[:tag] or oci://registry/repository:tag) is
@@ -87,7 +88,7 @@ loaded from there; the pull is not part of the times reported.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.Raw, "raw", false, "use the raw transport only")
 	f.BoolVar(&o.Resident, "resident", false, "keep payloads (raw bytes with --raw) in pinned memory: later repeats read no file")
-	f.BoolVar(&o.Share, "share", false, "keep the payloads' resident copies in one host copy that processes on this machine loading the same payloads share: the first reads and checks them all into it, later ones attach and read none (implies --resident; not with --raw)")
+	f.BoolVar(&o.Share, "share", false, "keep the payloads' resident copies in one host copy that processes on this machine loading the same payloads share: the first reads and checks them all into it, later ones attach and read none (implies --resident; not with --raw, --compare, --device-resident or --resident=false)")
 	f.DurationVar(&o.Hold, "hold", 0, "with --share: keep the shared host copy held for this long after the loads, for other processes to attach to (an interrupt ends the hold early, exit 0)")
 	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory); not with --raw or --resident")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
@@ -192,11 +193,21 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 			pinnedLimit = -1
 		}
 	}
-	if o.Raw && (o.EntropyOnHost || o.FromSource || o.Cost) {
-		return usageError{fmt.Errorf("--entropy-on-host, --entropy-from-source and --cost choose how payloads load: not with --raw")}
+	if o.Raw {
+		for _, f := range []struct {
+			on   bool
+			name string
+		}{{o.EntropyOnHost, "--entropy-on-host"}, {o.FromSource, "--entropy-from-source"}, {o.Cost, "--cost"}, {o.Compare > 0, "--compare"}} {
+			if f.on {
+				return usageError{fmt.Errorf("%s chooses how payloads load (--compare: alternates raw and compressed loads): not with --raw", f.name)}
+			}
+		}
 	}
 	if o.Cost && o.EntropyOnHost {
 		return usageError{fmt.Errorf("--cost weighs entropy payloads decoded on the device, which calibrate measures: not with --entropy-on-host")}
+	}
+	if o.EntropyOnHost && o.FromSource {
+		return usageError{fmt.Errorf("--entropy-on-host decodes entropy payloads, --entropy-from-source reads their tensors raw instead: choose one")}
 	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
@@ -382,7 +393,11 @@ func printLoad(g *globals, r *load.Report) {
 	if r.Device == "cpu" { // the host engine: its arena and staging are host memory
 		to, pinned = "the arena in host memory", "staging"
 	}
-	fmt.Fprintf(g.stdout, "  moved %s to %s; %s %s%s, arena %s%s\n", human(r.MovedBytes), to, pinned, human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
+	runs := ""
+	if len(r.Runs) > 1 {
+		runs = fmt.Sprintf(" in %d runs", len(r.Runs))
+	}
+	fmt.Fprintf(g.stdout, "  moved %s to %s%s; %s %s%s, arena %s%s\n", human(r.MovedBytes), to, runs, pinned, human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
 	if s := r.Shared; s != nil {
 		how := fmt.Sprintf("attached to another process's in %v", s.Open.Round(time.Millisecond))
 		if s.Made {
@@ -398,10 +413,14 @@ func printLoad(g *globals, r *load.Report) {
 	}
 	decoding := ""
 	if r.HostDecode > 0 {
-		decoding = fmt.Sprintf(", decoding on the host %v", r.HostDecode.Round(time.Millisecond))
+		decoding = fmt.Sprintf(", decoding (and so checking) on the host %v", r.HostDecode.Round(time.Microsecond))
 	}
-	fmt.Fprintf(g.stdout, "  summed over goroutines: reading %v, verifying %v%s, submitting %v\n",
-		r.Read.Round(time.Millisecond), r.Verify.Round(time.Millisecond), decoding, r.Submit.Round(time.Millisecond))
+	over := "goroutines"
+	if len(r.Runs) > 1 {
+		over = fmt.Sprintf("goroutines and %d runs", len(r.Runs))
+	}
+	fmt.Fprintf(g.stdout, "  summed over %s: reading %v, verifying %v%s, submitting %v\n",
+		over, r.Read.Round(time.Microsecond), r.Verify.Round(time.Microsecond), decoding, r.Submit.Round(time.Microsecond))
 	if r.EntropyTensors > 0 && !strings.HasPrefix(r.Mode, "raw") {
 		fmt.Fprintf(g.stdout, "  %s stored as entropy payloads: %s\n", count(r.EntropyTensors, "tensor"), entropyPaths(r))
 	}

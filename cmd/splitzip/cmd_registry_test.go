@@ -92,6 +92,13 @@ func TestRegistryErrorKinds(t *testing.T) {
 			t.Errorf("%v: kind %v, want %v", c.err, got, c.want)
 		}
 	}
+	// A reference that names no repository is the command line's mistake,
+	// not a bug of splitzip's.
+	for _, args := range [][]string{{"load", "oci://localhost:5999/x:v1", "--device", "cpu"}, {"pull", "oci://127.0.0.1:1/x:y", t.TempDir()}} {
+		if code, _, e := splitzip(t, args...); code != exitUsage || !strings.Contains(e, "not a registry reference") {
+			t.Errorf("%v: exit %d, %q", args, code, e)
+		}
+	}
 }
 
 // decompressesTo decompresses the cache into out and fails t unless every

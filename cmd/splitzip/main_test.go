@@ -418,18 +418,20 @@ func TestLoadEntropyReport(t *testing.T) {
 	if l := line("--entropy-on-host"); count(l, "decoded on the host") != streamed+packed || strings.Contains(l, "engine") {
 		t.Errorf("--entropy-on-host: %q", l)
 	}
-	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--entropy-on-host"); code != 0 || !strings.Contains(out, "decoding on the host") {
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--entropy-on-host"); code != 0 || !strings.Contains(out, "decoding (and so checking) on the host") {
 		t.Errorf("--entropy-on-host: the host's decodes are not reported: %d %q %q", code, out, e)
 	}
 	if l := line("--entropy-from-source"); count(l, "read raw from their source") != streamed+packed {
 		t.Errorf("--entropy-from-source: %q", l)
 	}
 	for _, f := range []string{"--entropy-on-host", "--entropy-from-source", "--cost"} {
-		if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--raw", f); code != exitUsage || !strings.Contains(e, "not with --raw") {
+		if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--raw", f); code != exitUsage || !strings.Contains(e, f+" chooses") {
 			t.Errorf("--raw %s: %d %q", f, code, e)
 		}
 	}
-	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--cost", "--entropy-on-host"); code != exitUsage || !strings.Contains(e, "not with --entropy-on-host") {
-		t.Errorf("--cost --entropy-on-host: %d %q", code, e)
+	for _, args := range [][]string{{"--cost", "--entropy-on-host"}, {"--entropy-on-host", "--entropy-from-source"}, {"--raw", "--compare", "1"}} {
+		if code, _, e := splitzip(t, append([]string{"load", cache, "--device", "cpu"}, args...)...); code != exitUsage || !strings.Contains(e, args[0]) {
+			t.Errorf("%v: %d %q", args, code, e)
+		}
 	}
 }

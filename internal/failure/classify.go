@@ -39,7 +39,7 @@ var rules = []rule{
 	{Usage, []error{
 		pipeline.ErrOutputInSource, pipeline.ErrOption, pipeline.ErrOutputExists, transport.ErrOption, distplan.ErrPlan,
 		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded,
-		s3store.ErrURL, s3store.ErrOptions,
+		s3store.ErrURL, s3store.ErrOptions, oci.ErrReference,
 	}},
 	{Input, []error{
 		shardcache.ErrSourceChanged, shardcache.ErrSourceMissing, shardcache.ErrHostDecode, transport.ErrShortRead,

@@ -143,12 +143,13 @@ class TestNumpy(unittest.TestCase):
                     self.assertGreater(kept.entropy_count, 0)
                     self.assertLess(kept.staged, decoded.staged)
                     self.assertEqual(kept.staged, kept.entropy_at + 832 * kept.entropy_count)
-                    # Each kept payload's table entry (dst, src, stored, size) writes nothing,
-                    # and every coded tensor's payload (stored in fewer bytes) is kept.
+                    # Each kept payload's table entry (dst, src, stored, size) writes nothing;
+                    # coded tensors (stored in fewer bytes) keep their payloads, but for the
+                    # smallest, whose 832-byte descriptor would cost more than they save.
                     coded = [k for k in idx if c.stored_size(k) < byindex[k].nbytes]
                     empty = sum(struct.unpack_from("<4Q", packs[1], 64 * k)[2:] == (0, 0) for k in coded)
                     self.assertEqual(empty, kept.entropy_count)
-                    self.assertEqual(len(coded), kept.entropy_count)
+                    self.assertLessEqual(kept.entropy_count, len(coded))
 
     def test_lookups_and_errors(self):
         import splitzip
