@@ -70,9 +70,10 @@ typedef struct {
     uint64_t index;      /* 0 .. sz_count()-1 */
     uint64_t nbytes;     /* size of the original tensor */
     uint64_t offset;     /* byte offset in its source shard */
-    uint64_t stored;     /* bytes stored (payload size, or nbytes when raw) */
+    uint64_t stored;     /* a fixed-rate payload's size, else nbytes (sz_stored_size: any payload's) */
     uint32_t ndim;       /* the tensor's rank; shape[] holds the first 8 dims, sz_shape all */
-    uint32_t compressed; /* 1 when a SplitZip payload exists */
+    uint32_t compressed; /* 1 when a fixed-rate payload exists, which an upload decodes in place on the GPU
+                          * (an entropy payload is 0 here: sz_stored_size tells it apart) */
     uint64_t shape[8];
     char dtype[16];      /* safetensors dtype string, NUL-terminated */
 } sz_tensor;

@@ -132,7 +132,10 @@ _PACK_ENTROPY = 1
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """What the cache knows of one tensor."""
+    """What the cache knows of one tensor. compressed: a fixed-rate payload
+    exists (an upload decodes it in place on the GPU), and stored is its
+    size, else nbytes; an entropy payload's tensor reads compressed=False
+    (Cache.stored_size gives its payload's size)."""
     index: int
     name: str
     dtype: str
