@@ -24,12 +24,16 @@ func entropyPayload(t *testing.T, n int) ([]byte, *entropy.Head) {
 	return p, h
 }
 
-// TestPutEntropy: descriptors hold what the kernel reads, at the offsets
-// the format gives, with the chunk index copied; invalid payloads are
-// refused with nothing written.
-func TestPutEntropy(t *testing.T) {
-	p, h := entropyPayload(t, 3*16384+5)
-	const tableEnd, src = 64, 80
+// The layout of twoDescriptors' buffer: its table ends at tableEnd, its
+// one payload starts at src.
+const tableEnd, src = 64, 80
+
+// twoDescriptors writes a payload of n values at src of a buffer and, after
+// it, two descriptors of it (tensors a and b), returning the buffer, the
+// descriptors' offset, the payloads and the payload's head.
+func twoDescriptors(t *testing.T, n int) ([]byte, uint64, []Entropy, *entropy.Head) {
+	t.Helper()
+	p, h := entropyPayload(t, n)
 	at := uint64(src+len(p)+15) &^ 15
 	buf := make([]byte, at+EntropyBytes(2))
 	copy(buf[src:], p)
@@ -37,6 +41,14 @@ func TestPutEntropy(t *testing.T) {
 	if err := PutEntropy(buf, at, tableEnd, ents); err != nil {
 		t.Fatal(err)
 	}
+	return buf, at, ents, h
+}
+
+// TestPutEntropy: descriptors hold what the kernel reads, at the offsets
+// the format gives, with the chunk index copied; invalid payloads are
+// refused with nothing written.
+func TestPutEntropy(t *testing.T) {
+	buf, at, ents, h := twoDescriptors(t, 3*16384+5)
 	le := binary.LittleEndian
 	pairs := uint64(0)
 	if h.Pairs {
@@ -152,15 +164,7 @@ func TestEntropyUnits(t *testing.T) {
 // changed ones that the batch kernel would decode nothing of are refused
 // (the kernel's checks, in Go).
 func TestReadEntropy(t *testing.T) {
-	p, h := entropyPayload(t, 20*16384+3) // 21 chunks: 3 units
-	const tableEnd, src = 64, 80
-	at := uint64(src+len(p)+15) &^ 15
-	buf := make([]byte, at+EntropyBytes(2))
-	copy(buf[src:], p)
-	ents := []Entropy{{Name: "a", Dst: 1 << 20, Src: src, Size: h.ValueBytes(), Head: h}, {Name: "b", Dst: 2 << 20, Src: src, Size: h.ValueBytes(), Head: h}}
-	if err := PutEntropy(buf, at, tableEnd, ents); err != nil {
-		t.Fatal(err)
-	}
+	buf, at, ents, h := twoDescriptors(t, 20*16384+3) // 21 chunks: 3 units
 	units := EntropyUnits(ents)
 	ds, err := ReadEntropy(buf, at, 2, units)
 	if err != nil {
