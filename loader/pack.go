@@ -114,22 +114,34 @@ func decodedSize(t *Tensor) uint64 {
 // PackSize returns the bytes Pack needs for the pack of tensors idx made
 // with flags (the pack itself may take fewer: PackInfo.Staged).
 func (l *Loader) PackSize(idx []int, flags PackFlags) (uint64, error) {
+	n, _, err := l.packBounds(idx, flags)
+	return n, err
+}
+
+// packed is one tensor's place in a pack as packBound finds it.
+type packed struct {
+	bound uint64
+	keep  bool
+}
+
+// packBounds returns PackSize's bytes and each tensor's packBound.
+func (l *Loader) packBounds(idx []int, flags PackFlags) (uint64, []packed, error) {
 	if err := checkFlags(flags); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	n := align16(scatter.TableBytes(len(idx)))
-	for _, i := range idx {
+	ps := make([]packed, len(idx))
+	for k, i := range idx {
 		t, err := l.Tensor(i)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		b, _, err := l.packBound(t, flags)
-		if err != nil {
-			return 0, err
+		if ps[k].bound, ps[k].keep, err = l.packBound(t, flags); err != nil {
+			return 0, nil, err
 		}
-		n += align16(b)
+		n += align16(ps[k].bound)
 	}
-	return n, nil
+	return n, ps, nil
 }
 
 // Pack writes into buf (PackSize bytes) the pack of tensors idx whose
@@ -146,7 +158,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 	if len(dsts) != len(idx) || len(caps) != len(idx) {
 		return PackInfo{}, fmt.Errorf("%w: %d tensors, %d destinations, %d capacities", ErrInvalid, len(idx), len(dsts), len(caps))
 	}
-	bound, err := l.PackSize(idx, flags) // checks flags
+	bound, ps, err := l.packBounds(idx, flags) // checks flags
 	if err != nil {
 		return PackInfo{}, err
 	}
@@ -164,7 +176,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 		if caps[k] < t.Size {
 			return PackInfo{}, fmt.Errorf("tensor %q: %w: %d bytes at %#x for %d", t.Name, ErrTooSmall, caps[k], dsts[k], t.Size)
 		}
-		b, keep, _ := l.packBound(t, flags)
+		b, keep := ps[k].bound, ps[k].keep
 		items[k] = scatter.Item{Name: t.Name, Dst: dsts[k], Src: pos}
 		if keep {
 			if dsts[k]%16 != 0 {
