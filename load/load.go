@@ -23,8 +23,9 @@ type RunReport struct {
 	PerTensor  time.Duration `json:"per_tensor_ns"`
 	FirstLayer time.Duration `json:"first_layer_ready_ns"`
 	// Device is how long copies and decodes kept the device busy (engines
-	// that time their work).
-	Device engine.DeviceTimes `json:"device"`
+	// that time their work, Options.DeviceTimes; left out of the JSON
+	// when not measured).
+	Device engine.DeviceTimes `json:"device,omitzero"`
 }
 
 // Report is what a load did.
