@@ -58,7 +58,7 @@ typedef enum {
     SZ_ERR_NOT_FOUND = 2,      /* no such tensor */
     SZ_ERR_CORRUPT = 3,        /* a payload or the cache is corrupt */
     SZ_ERR_SOURCE_CHANGED = 4, /* a source shard changed since compression, or is missing for a tensor only in it */
-    SZ_ERR_TOO_SMALL = 5,      /* the destination is smaller than the tensor */
+    SZ_ERR_TOO_SMALL = 5,      /* a destination or buffer is smaller than what it must hold */
     SZ_ERR_NO_GPU = 6,         /* no CUDA driver or device */
     SZ_ERR_CUDA = 7,           /* a CUDA call failed */
     SZ_ERR_IO = 8,             /* reading a file failed */

@@ -272,7 +272,7 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 		}
 		switch {
 		case caps[k] < t.Size:
-			return 0, fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, caps[k], t.Size)
+			return 0, fmt.Errorf("tensor %q: %w: a destination of %d bytes for %d", t.Name, ErrTooSmall, caps[k], t.Size)
 		case dsts[k] == 0 && t.Size > 0:
 			return 0, fmt.Errorf("tensor %q: %w: null destination", t.Name, ErrInvalid)
 		case t.Compressed && dsts[k]%16 != 0:

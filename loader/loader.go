@@ -28,7 +28,7 @@ import (
 // Errors callers test with errors.Is (the C ABI maps them to codes).
 var (
 	ErrNotFound = shardcache.ErrNotFound
-	ErrTooSmall = errors.New("destination smaller than the tensor")
+	ErrTooSmall = errors.New("too small for what it must hold")
 	ErrInvalid  = errors.New("invalid argument")
 )
 
@@ -207,7 +207,7 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 		return err
 	}
 	if uint64(len(dst)) < t.Size {
-		return fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, len(dst), t.Size)
+		return fmt.Errorf("tensor %q: %w: a destination of %d bytes for %d", t.Name, ErrTooSmall, len(dst), t.Size)
 	}
 	dst = dst[:t.Size]
 	switch t.rec.Stored {

@@ -163,7 +163,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 		return PackInfo{}, err
 	}
 	if uint64(len(buf)) < bound {
-		return PackInfo{}, fmt.Errorf("%w: a pack of up to %d bytes in a buffer of %d", ErrTooSmall, bound, len(buf))
+		return PackInfo{}, fmt.Errorf("%w: a pack of up to %d bytes in a buffer of %d (PackSize gives its size)", ErrTooSmall, bound, len(buf))
 	}
 	items := make([]scatter.Item, len(idx))
 	heads := make([]codec.Header, len(idx))
@@ -174,7 +174,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 	for k, i := range idx {
 		t, _ := l.Tensor(i)
 		if caps[k] < t.Size {
-			return PackInfo{}, fmt.Errorf("tensor %q: %w: %d bytes at %#x for %d", t.Name, ErrTooSmall, caps[k], dsts[k], t.Size)
+			return PackInfo{}, fmt.Errorf("tensor %q: %w: a destination of %d bytes at %#x for %d", t.Name, ErrTooSmall, caps[k], dsts[k], t.Size)
 		}
 		b, keep := ps[k].bound, ps[k].keep
 		items[k] = scatter.Item{Name: t.Name, Dst: dsts[k], Src: pos}

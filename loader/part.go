@@ -93,7 +93,7 @@ func (l *Loader) DecodePart(i int, part []byte, lo, hi uint64, dst []byte) error
 		return err
 	}
 	if uint64(len(dst)) < hi-lo {
-		return fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, len(dst), hi-lo)
+		return fmt.Errorf("tensor %q: %w: a destination of %d bytes for a part of %d", t.Name, ErrTooSmall, len(dst), hi-lo)
 	}
 	dst = dst[:hi-lo]
 	switch t.rec.Stored {

@@ -45,7 +45,7 @@ func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
 		return 0, err
 	}
 	if uint64(len(dst)) < n {
-		return n, fmt.Errorf("tensor %q: %w: %d bytes for %d stored", t.Name, ErrTooSmall, len(dst), n)
+		return n, fmt.Errorf("tensor %q: %w: a buffer of %d bytes for %d stored", t.Name, ErrTooSmall, len(dst), n)
 	}
 	k := t.rec.Stored
 	if k != shardcache.StoredFixed && k != shardcache.StoredEntropy {
@@ -115,7 +115,7 @@ func (l *Loader) DecodeHost(i int, src, dst []byte) error {
 		return err
 	}
 	if uint64(len(dst)) < t.Size {
-		return fmt.Errorf("tensor %q: %w: %d bytes for %d", t.Name, ErrTooSmall, len(dst), t.Size)
+		return fmt.Errorf("tensor %q: %w: a destination of %d bytes for %d", t.Name, ErrTooSmall, len(dst), t.Size)
 	}
 	dst = dst[:t.Size]
 	switch t.rec.Stored {

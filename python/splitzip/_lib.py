@@ -12,7 +12,7 @@ ABI_VERSION = 10
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
-    5: "destination too small", 6: "no GPU", 7: "CUDA error", 8: "I/O error", 9: "internal error",
+    5: "too small", 6: "no GPU", 7: "CUDA error", 8: "I/O error", 9: "internal error",
 }
 
 
