@@ -435,3 +435,25 @@ func TestLoadEntropyReport(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteFlagsRefused: a remote cache's flags that would do nothing
+// are usage errors that name the flag: any for a local cache,
+// --insecure for s3://, --endpoint-url for oci://.
+func TestRemoteFlagsRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"load", dir, "--device", "cpu", "--local-cache", filepath.Join(dir, "l")},
+		{"verify", dir, "--insecure"},
+		{"load", dir, "--device", "cpu", "--endpoint-url", "http://127.0.0.1:1"},
+		{"load", "s3://bucket/model:v1", "--device", "cpu", "--insecure"},
+		{"verify", "oci://localhost:5999/model:v1", "--endpoint-url", "http://127.0.0.1:1"},
+	} {
+		flag := args[len(args)-1]
+		if strings.HasPrefix(flag, "/") || strings.HasPrefix(flag, "http") {
+			flag = args[len(args)-2]
+		}
+		if code, _, e := splitzip(t, args...); code != exitUsage || !strings.Contains(e, flag+" is for") {
+			t.Errorf("%v: exit %d, %q", args, code, e)
+		}
+	}
+}

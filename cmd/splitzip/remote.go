@@ -46,6 +46,26 @@ func (o *remoteOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.Endpoint, "endpoint-url", "", "for an s3:// CACHE: an S3-compatible store's URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
 }
 
+// check refuses the flags that would do nothing for cache: any of them
+// for a local cache, --insecure for an s3:// one, --endpoint-url for an
+// oci:// one.
+func (o remoteOptions) check(cache string) error {
+	s3, reg := s3store.IsURL(cache), strings.HasPrefix(cache, ociScheme)
+	for _, f := range []struct {
+		set, applies bool
+		name, what   string
+	}{
+		{o.LocalCache != "", s3 || reg, "--local-cache", "a remote cache (s3:// or oci://)"},
+		{o.Insecure, reg, "--insecure", "an oci:// cache"},
+		{o.Endpoint != "", s3, "--endpoint-url", "an s3:// cache"},
+	} {
+		if f.set && !f.applies {
+			return usageError{fmt.Errorf("%s is for %s, not %s", f.name, f.what, cache)}
+		}
+	}
+	return nil
+}
+
 func (o remoteOptions) oci(g *globals) oci.Options {
 	return oci.Options{Insecure: o.Insecure, Progress: g.progress(), S3: s3store.Options{Endpoint: o.Endpoint}}
 }
@@ -66,6 +86,9 @@ func (o remoteOptions) local(what string) (dir string, done func(), err error) {
 // pull brings a remote cache into a local folder and returns it; a local
 // one is returned as it is. done removes a temporary folder.
 func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir string, done func(), err error) {
+	if err := o.check(cache); err != nil {
+		return "", nil, err
+	}
 	if !isRemote(cache) {
 		return cache, func() {}, nil
 	}
@@ -89,6 +112,9 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 // pulled into --local-cache; or, without it, the remote cache read in
 // place (oci.Open: ranged GETs as the load reads, no local copy).
 func (o remoteOptions) open(ctx context.Context, g *globals, cache string) (*shardcache.Cache, func(), error) {
+	if err := o.check(cache); err != nil {
+		return nil, nil, err
+	}
 	if isRemote(cache) && o.LocalCache == "" {
 		c, err := oci.Open(ctx, remoteRef(cache), o.oci(g))
 		if err != nil {
