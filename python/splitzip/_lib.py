@@ -24,7 +24,9 @@ class Error(Exception):
     and `except KeyError` catch a missing tensor."""
 
     def __init__(self, status: int, message: str, filename: Optional[str] = None):
-        text = f"splitzip: {_STATUS.get(status, status)}: {message}"
+        name = str(_STATUS.get(status, status))
+        # The status's name, unless the library's text already says it.
+        text = f"splitzip: {message}" if name in message else f"splitzip: {name}: {message}"
         if isinstance(self, OSError):
             OSError.__init__(self, getattr(self, "_errno", None), text, filename)
         else:

@@ -73,6 +73,11 @@ class TestErrors(unittest.TestCase):
                 c.read_into(name, bytearray(3))
             self.assertIsInstance(e.exception, splitzip.InvalidArgumentError)
             self.assertIn(name, str(e.exception))
+            with self.assertRaises(ValueError) as e:
+                c.pack_into_ptr([0], [0x1000008], [c.info(name).nbytes], 0, 0)
+            # The status's name once, though the library's text says it too.
+            self.assertEqual(str(e.exception).count("invalid argument") + str(e.exception).count("too small"), 1,
+                             str(e.exception))
             with self.assertRaises(ValueError):
                 c.info_at(len(c))
             with self.assertRaises(ValueError):
