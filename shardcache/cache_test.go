@@ -241,14 +241,7 @@ func TestCreateAfterBareCreate(t *testing.T) {
 		return dir
 	}
 	dir := bare(t)
-	w, err := Create(dir)
-	if err != nil {
-		t.Fatalf("empty objects and tmp folders: %v", err)
-	}
-	w.Close()
-	if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
-		t.Errorf("no marker: %v", err)
-	}
+	createMarked(t, dir, "empty objects and tmp folders")
 	for _, extra := range []string{"objects/x", "tmp/x", "other"} {
 		dir := bare(t)
 		os.WriteFile(filepath.Join(dir, extra), []byte("x"), 0o644)
@@ -291,13 +284,19 @@ func TestCreateNewFolder(t *testing.T) {
 			}
 		}
 	}
-	empty := t.TempDir()
-	w, err := Create(empty)
+	createMarked(t, t.TempDir(), "an empty folder")
+}
+
+// createMarked creates a cache in dir (what names the case) and fails t
+// unless Create succeeds and leaves the cache's marker.
+func createMarked(t *testing.T, dir, what string) {
+	t.Helper()
+	w, err := Create(dir)
 	if err != nil {
-		t.Fatalf("an empty folder: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	w.Close()
-	if _, err := os.Stat(filepath.Join(empty, MarkerName)); err != nil {
-		t.Errorf("an empty folder: no marker: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil {
+		t.Errorf("%s: no marker: %v", what, err)
 	}
 }

@@ -47,15 +47,22 @@ func TestSingleSmallBindingCopiesDirectly(t *testing.T) {
 	}
 }
 
-func TestSmallFaults(t *testing.T) {
-	c, src := smallFixture(t, 40)
-	var failScatter atomic.Bool
-	eng, a, st, tr := setup(t, c, src, hostengine.Hooks{Scatter: func([]scatter.Item) error {
-		if failScatter.Load() {
+// failingScatter returns engine hooks whose scatters fail with
+// engine.ErrInjected while the flag is set.
+func failingScatter() (*atomic.Bool, hostengine.Hooks) {
+	fail := new(atomic.Bool)
+	return fail, hostengine.Hooks{Scatter: func([]scatter.Item) error {
+		if fail.Load() {
 			return engine.ErrInjected
 		}
 		return nil
-	}}, false)
+	}}
+}
+
+func TestSmallFaults(t *testing.T) {
+	c, src := smallFixture(t, 40)
+	failScatter, hooks := failingScatter()
+	eng, a, st, tr := setup(t, c, src, hooks, false)
 	bs := a.Bindings()
 
 	// A failed pack fails each of its bindings, names them, leaves them
@@ -385,13 +392,8 @@ func TestPlanPacksEntropyRoom(t *testing.T) {
 // upload fails; every item gets exactly its own fence.
 func TestPackFallback(t *testing.T) {
 	c, src := smallFixture(t, 6)
-	var failScatter atomic.Bool
-	eng, a, _, _ := setup(t, c, src, hostengine.Hooks{Scatter: func([]scatter.Item) error {
-		if failScatter.Load() {
-			return engine.ErrInjected
-		}
-		return nil
-	}}, false)
+	failScatter, hooks := failingScatter()
+	eng, a, _, _ := setup(t, c, src, hooks, false)
 	bs := a.Bindings()[:4]
 	p := newPacker(eng, 2, 0)
 	defer p.Close()
