@@ -65,3 +65,15 @@ func (p *PieceSums) Sum() uint32 {
 func (p *PieceSums) Check(h *Header, values uint64) error {
 	return CheckPayload(h, p.size, p.Sum(), values)
 }
+
+// CheckRecorded checks a payload's checksum, its header's (checked
+// against its bytes), against the one the cache's index records (0: none
+// recorded, as in indexes older than the field): a payload rewritten with
+// a checksum of its own fails here, since the index's own hash covers
+// what it records.
+func CheckRecorded(got, recorded uint32) error {
+	if recorded == 0 || got == recorded {
+		return nil
+	}
+	return fmt.Errorf("%w: the payload's checksum is %08x, the cache's index records %08x", ErrChecksum, got, recorded)
+}

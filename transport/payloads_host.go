@@ -64,7 +64,7 @@ type hostEntropy struct{}
 func (hostEntropy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error {
 	ph, err := entropy.ParsePayloadHeader(b[:it.read])
 	if err == nil {
-		err = checkRecorded(ph.Checksum, it.sum)
+		err = codec.CheckRecorded(ph.Checksum, it.sum)
 	}
 	if err == nil {
 		err = entropy.DecodeInPlace(b, it.read)
@@ -95,7 +95,7 @@ func (devEntropy) checkStaged(it *smallItem, b []byte, k int, st *staged) error 
 	case err == nil && h.ValueBytes() != it.b.Size:
 		err = fmt.Errorf("%w: entropy payload decodes to %d bytes, the tensor has %d", codec.ErrSize, h.ValueBytes(), it.b.Size)
 	case err == nil:
-		err = checkRecorded(h.Checksum, it.sum)
+		err = codec.CheckRecorded(h.Checksum, it.sum)
 	}
 	if err != nil {
 		headPool.Put(h)
@@ -151,7 +151,7 @@ func (z *Payloads) hostDecode(ctx context.Context, t target) (Fence, error) {
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	h := d.Header()
-	if err := checkRecorded(h.Checksum, o.Checksum); err != nil {
+	if err := codec.CheckRecorded(h.Checksum, o.Checksum); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	if h.Values*uint64(entropy.Fields[h.Field].Size) != t.b.Size {

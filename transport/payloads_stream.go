@@ -97,7 +97,7 @@ func (z *Payloads) stream(ctx context.Context, t target) (Fence, error) {
 	if err := payload.Check(h, o.Size, sums.Sum(), t.b.Size, tail.Bytes()); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
-	if err := checkRecorded(h.Checksum(), o.Checksum); err != nil {
+	if err := codec.CheckRecorded(h.Checksum(), o.Checksum); err != nil {
 		return nil, fmt.Errorf("%s: %w", loc.Name(), err)
 	}
 	ev, err := z.eng.Submit(stream, z.decodeWork(t, tierSlot, o.Size, h))
@@ -192,7 +192,7 @@ func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 	}
 	h, err := payload.CheckBytes(kind, q, sum, t.b.Size)
 	if err == nil {
-		err = checkRecorded(h.Checksum(), recorded)
+		err = codec.CheckRecorded(h.Checksum(), recorded)
 	}
 	switch {
 	case err != nil:
