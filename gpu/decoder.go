@@ -310,19 +310,37 @@ func (d *Decoder) growFlags(N uint64, s cuda.Stream) error {
 	return nil
 }
 
+// ErrorBytes is the size of the words ReadError copies: the error flag
+// to the read counter.
+const ErrorBytes = 4 * (ctrlWords - 2)
+
 // TakeError waits for s, returns the kernel error bits reported since the
 // last call as an error (nil when none) and clears them. After launches
 // that ran out of order it takes the decode kernel's counters from the
 // device, so that later launches (on s, once it is done) work again.
 func (d *Decoder) TakeError(s cuda.Stream) error {
-	var b [4 * (ctrlWords - 2)]byte // the error flag to the read counter
-	if err := d.ctx.CopyDtoHAsync(b[:], d.ctrl+8, s); err != nil {
+	var b [ErrorBytes]byte
+	if err := d.ReadError(b[:], s); err != nil {
 		return err
 	}
 	if err := d.ctx.StreamSynchronize(s); err != nil {
 		return err
 	}
-	bits := binary.LittleEndian.Uint32(b[:])
+	return d.CheckError(b[:], s)
+}
+
+// ReadError enqueues on s the copy of the decoder's error words into b
+// (ErrorBytes long; pinned, for the copy not to wait): the first half of
+// TakeError, so that one synchronization serves several decoders.
+func (d *Decoder) ReadError(b []byte, s cuda.Stream) error {
+	return d.ctx.CopyDtoHAsync(b[:ErrorBytes], d.ctrl+8, s)
+}
+
+// CheckError is the second half of TakeError: what the words b, copied by
+// ReadError on s and synchronized since, report, with the flag cleared on
+// s when they report an error.
+func (d *Decoder) CheckError(b []byte, s cuda.Stream) error {
+	bits := binary.LittleEndian.Uint32(b)
 	if bits == 0 {
 		return nil
 	}

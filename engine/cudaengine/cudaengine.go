@@ -6,10 +6,9 @@ package cudaengine
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/gpu"
@@ -68,6 +67,9 @@ type Engine struct {
 	spare       map[uint64][][]byte // freed pinned buffers kept for reuse, by size
 	kept        uint64              // bytes in spare
 	keep        uint64              // most bytes spare may hold
+
+	errMu    sync.Mutex
+	errWords []byte // DecodeErrors' copies of the decoders' error words (pinned)
 }
 
 // New opens device ordinal with the given number of upload streams. An
@@ -166,25 +168,26 @@ func (e *Engine) KeepPinned(limit uint64) {
 	}
 }
 
-// Pinned maps anonymous memory and registers it with the driver, which
-// pins already-touched pages about ten times faster than cuMemHostAlloc.
+// Pinned maps anonymous memory (mapHost: huge pages for buffers of 2 MiB
+// and more) and registers it with the driver, which pins already-touched
+// pages about ten times faster than cuMemHostAlloc.
 func (e *Engine) Pinned(n uint64) ([]byte, error) {
-	n1 := max(n, 1)
+	size := hostSize(n)
 	e.mu.Lock()
-	if l := e.spare[n1]; len(l) > 0 {
+	if l := e.spare[size]; len(l) > 0 {
 		b := l[len(l)-1]
-		e.spare[n1] = l[:len(l)-1]
-		e.kept -= n1
+		e.spare[size] = l[:len(l)-1]
+		e.kept -= size
 		e.mu.Unlock()
 		return b[:n], nil
 	}
 	e.mu.Unlock()
-	b, err := unix.Mmap(-1, 0, int(max(n, 1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	b, err := mapHost(n)
 	if err != nil {
 		return nil, fmt.Errorf("pinning %d bytes: %w", n, err)
 	}
 	if err := e.ctx.HostRegister(b, cuda.HostRegisterPortable); err != nil {
-		unix.Munmap(b)
+		unmapHost(b)
 		return nil, err
 	}
 	e.mu.Lock()
@@ -214,7 +217,7 @@ func (e *Engine) FreePinned(b []byte) error {
 	}
 	b = b[:n]
 	err := e.ctx.HostUnregister(b)
-	if uerr := unix.Munmap(b); err == nil {
+	if uerr := unmapHost(b); err == nil {
 		err = uerr
 	}
 	return err
@@ -335,13 +338,30 @@ func (e *Engine) ReadBack(dst []byte, src vmm.Ptr) error {
 // reads the reports on a stream of its own, never touching the upload
 // streams (which, for NewEngineOn, may be gone by then).
 func (e *Engine) DecodeErrors() error {
-	for _, d := range e.decs {
-		if err := d.TakeError(e.readS); err != nil {
+	decs := slices.Clone(e.decs)
+	for _, d := range e.dstreams {
+		decs = append(decs, d.dec)
+	}
+	e.errMu.Lock()
+	defer e.errMu.Unlock()
+	if e.errWords == nil {
+		b, err := e.Pinned(uint64(len(decs)) * gpu.ErrorBytes)
+		if err != nil {
+			return err
+		}
+		e.errWords = b
+	}
+	// Every decoder's words in one pinned buffer, then one wait.
+	for i, d := range decs {
+		if err := d.ReadError(e.errWords[i*gpu.ErrorBytes:], e.readS); err != nil {
 			return err
 		}
 	}
-	for _, d := range e.dstreams {
-		if err := d.dec.TakeError(e.readS); err != nil {
+	if err := e.ctx.StreamSynchronize(e.readS); err != nil {
+		return err
+	}
+	for i, d := range decs {
+		if err := d.CheckError(e.errWords[i*gpu.ErrorBytes:], e.readS); err != nil {
 			return err
 		}
 	}
@@ -394,6 +414,10 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	for _, b := range spare {
 		e.FreePinned(b)
+	}
+	if e.errWords != nil {
+		e.FreePinned(e.errWords)
+		e.errWords = nil
 	}
 	if e.readS != 0 {
 		e.ctx.DestroyStream(e.readS)
