@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -368,7 +370,7 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	}
 	work := make(chan *plan)
 	var wg sync.WaitGroup
-	for range min(p.workers, len(plans)) {
+	for range min(p.workers, packsInFlight, len(plans)) {
 		wg.Go(func() {
 			for pl := range work {
 				send(pl)
@@ -452,6 +454,76 @@ func readRun(reads []stagedRead) int {
 	return len(reads)
 }
 
+// packsInFlight is how many packs of one batch are staged at once. Each
+// spreads its reads and checks over the free goroutines (spread), so two
+// finish one after the other, the first copied while the next is read,
+// where eight at once shared the goroutines, all finished together, and
+// left every copy until the end (a face-api load on the H100, 2026-12-06:
+// the last pack read at 0.78 ms, the first copy at 0.81 ms).
+// SPLITZIP_PACKS_IN_FLIGHT sets it, for measurements.
+var packsInFlight = envInt("SPLITZIP_PACKS_IN_FLIGHT", 2)
+
+// envInt is the positive integer of the environment variable name, or def
+// when it is unset or not one.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// splitReadBytes is the most of one staged read a goroutine reads while
+// others are free to take the rest. One core copies a few GB/s from the
+// page cache, so a pack's 4 MiB read by one goroutine took 0.4-1.2 ms on
+// the H100's host, the critical path of loading a checkpoint of small
+// tensors (docs/perf/LOG.md, 2026-12-06, stop 58).
+const splitReadBytes = 512 << 10
+
+// readStaged reads r's bytes into dst (len(dst) == r.n): a read of more
+// than splitReadBytes in parts, those after the first handed to other
+// goroutines while fewer than p.fills read (else read here too).
+func (p *packer) readStaged(r stagedRead, dst []byte) error {
+	read := func(k uint64) error {
+		part := dst[k:min(k+splitReadBytes, r.n)]
+		if r.cached {
+			// The range may span several members of a pack.
+			return p.objects.ReadAt(shardcache.Location{Path: r.file, Offset: r.off, Size: r.n, Packed: r.pack != "", Pack: r.pack}, part, int64(k))
+		}
+		return p.files.readAt(r.file, part, r.off+k)
+	}
+	if r.n <= splitReadBytes {
+		return read(0)
+	}
+	errs := make([]error, (r.n+splitReadBytes-1)/splitReadBytes)
+	p.spread(len(errs), func(i int) { errs[i] = read(uint64(i) * splitReadBytes) })
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spread calls fn(i) for i in [0, n): fn(0) in this goroutine, last, the
+// others each on a goroutine of its own while p.fills has room, else here
+// too; it returns when every call has.
+func (p *packer) spread(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		select {
+		case p.fills <- struct{}{}:
+			wg.Go(func() {
+				defer func() { <-p.fills }()
+				fn(i)
+			})
+		default:
+			fn(i)
+		}
+	}
+	fn(0)
+	wg.Wait()
+}
+
 // stage fills a staging buffer as planned: its reads and the items with
 // their own fill, in parallel, then the checks. An item that failed is
 // reported in errs and left out of the scatter.
@@ -459,28 +531,17 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 	n := len(pl.items)
 	st := getStaged(n)
 	var read, verify, decode atomic.Int64
-	readOne := func(r stagedRead) {
-		t0 := time.Now()
-		dst := buf[base+r.rel : base+r.rel+r.n]
-		var err error
-		if r.cached {
-			// The range may span several members of a pack.
-			err = p.objects.ReadAt(shardcache.Location{Path: r.file, Offset: r.off, Size: r.n, Packed: r.pack != "", Pack: r.pack}, dst, 0)
-		} else {
-			err = p.files.readAt(r.file, dst, r.off)
-		}
+	// check checks items [lo, hi) of read r, read without error from t1
+	// on, and counts its time.
+	check := func(lo, hi int) {
 		t1 := time.Now()
 		// A payload decoded in place (smallItem.read) is checked by its
 		// decode, which counts as decoding, not checking.
 		var decoding time.Duration
 		checked := false
-		for k := r.first; k < r.last; k++ {
+		for k := lo; k < hi; k++ {
 			it := &pl.items[k]
-			switch {
-			case err != nil:
-				st.errs[k] = err
-				continue
-			case it.check == nil:
+			if it.check == nil {
 				continue
 			}
 			// Capped: a check writes within its item's slot, never the next.
@@ -498,11 +559,43 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 				checked = true // left for the engine: only checked
 			}
 		}
-		read.Add(int64(t1.Sub(t0)))
 		decode.Add(int64(decoding))
 		if checked {
 			verify.Add(int64(time.Since(t1) - decoding))
 		}
+	}
+	readOne := func(r stagedRead) {
+		t0 := time.Now()
+		err := p.readStaged(r, buf[base+r.rel:base+r.rel+r.n])
+		read.Add(int64(time.Since(t0)))
+		if err != nil {
+			for k := r.first; k < r.last; k++ {
+				st.errs[k] = err
+			}
+			return
+		}
+		// The checks of a large read's items, in runs of about
+		// splitReadBytes, spread over free goroutines as its parts were.
+		var cuts []int
+		var n uint64
+		for k := r.first; k < r.last; k++ {
+			if n >= splitReadBytes {
+				cuts, n = append(cuts, k), 0
+			}
+			n += pl.items[k].stored
+		}
+		if len(cuts) == 0 {
+			check(r.first, r.last)
+			return
+		}
+		cuts = append(cuts, r.last)
+		p.spread(len(cuts), func(i int) {
+			lo := r.first
+			if i > 0 {
+				lo = cuts[i-1]
+			}
+			check(lo, cuts[i])
+		})
 	}
 	fills := 0
 	for _, it := range pl.items {

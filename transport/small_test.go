@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -444,5 +445,50 @@ func TestPackFallback(t *testing.T) {
 				t.Errorf("%s: its bytes did not land (%v)", b.Name, err)
 			}
 		}
+	}
+}
+
+// readStaged reads a staged read of more than splitReadBytes in parts,
+// on other goroutines while p.fills has room and here when it has none,
+// the same bytes either way; a part past the file's end fails the read.
+func TestReadStagedParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shard")
+	want := make([]byte, 3*splitReadBytes+12345)
+	for i := range want {
+		want[i] = byte(i*7 + i>>11)
+	}
+	if err := os.WriteFile(path, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := newPacker(nil, 2, 0)
+	defer p.files.close()
+	for _, c := range []struct {
+		name      string
+		off, n    uint64
+		fillsHeld int
+	}{
+		{"one part", 100, splitReadBytes, 0},
+		{"parts, goroutines free", 5, uint64(len(want)) - 5, 0},
+		{"parts, some goroutines", 0, uint64(len(want)), cap(p.fills) - 1},
+		{"parts, all here", 1, 2*splitReadBytes + 1, cap(p.fills)},
+	} {
+		for range c.fillsHeld {
+			p.fills <- struct{}{}
+		}
+		got := make([]byte, c.n)
+		err := p.readStaged(stagedRead{file: path, off: c.off, n: c.n}, got)
+		for range c.fillsHeld {
+			<-p.fills
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !bytes.Equal(got, want[c.off:c.off+c.n]) {
+			t.Errorf("%s: bytes differ from the file's", c.name)
+		}
+	}
+	err := p.readStaged(stagedRead{file: path, off: splitReadBytes, n: 3 * splitReadBytes}, make([]byte, 3*splitReadBytes))
+	if !errors.Is(err, ErrShortRead) {
+		t.Errorf("a read past the end: %v, want ErrShortRead", err)
 	}
 }
