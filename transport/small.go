@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -370,7 +368,7 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	}
 	work := make(chan *plan)
 	var wg sync.WaitGroup
-	for range min(p.workers, packsInFlight, len(plans)) {
+	for range min(p.workers, len(plans)) {
 		wg.Go(func() {
 			for pl := range work {
 				send(pl)
@@ -452,24 +450,6 @@ func readRun(reads []stagedRead) int {
 		}
 	}
 	return len(reads)
-}
-
-// packsInFlight is how many packs of one batch are staged at once. Each
-// spreads its reads and checks over the free goroutines (spread), so two
-// finish one after the other, the first copied while the next is read,
-// where eight at once shared the goroutines, all finished together, and
-// left every copy until the end (a face-api load on the H100, 2026-12-06:
-// the last pack read at 0.78 ms, the first copy at 0.81 ms).
-// SPLITZIP_PACKS_IN_FLIGHT sets it, for measurements.
-var packsInFlight = envInt("SPLITZIP_PACKS_IN_FLIGHT", 2)
-
-// envInt is the positive integer of the environment variable name, or def
-// when it is unset or not one.
-func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
-		return n
-	}
-	return def
 }
 
 // splitReadBytes is the most of one staged read a goroutine reads while
