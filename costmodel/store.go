@@ -99,10 +99,24 @@ func Lookup(dir, host string) (*Profile, error) {
 	case p.Host != host:
 		return nil, fmt.Errorf("%w: the profile in %s is of %q", fs.ErrNotExist, dir, p.Host)
 	case p.Decoders != Decoders:
-		return nil, fmt.Errorf("%w (%w): the profile in %s was measured with decoders %d, this build's are %d", fs.ErrNotExist, ErrStale, dir, p.Decoders, Decoders)
+		return nil, staleError{dir: dir, have: p.Decoders}
 	}
 	return p, nil
 }
+
+// staleError is Lookup's error for a profile of other decoders: ErrStale,
+// and fs.ErrNotExist to callers that measure a missing profile, without
+// the latter's "file does not exist" in its text (the file is there).
+type staleError struct {
+	dir  string
+	have int
+}
+
+func (e staleError) Error() string {
+	return fmt.Sprintf("%v: the profile in %s was measured with decoders %d, this build's are %d", ErrStale, e.dir, e.have, Decoders)
+}
+
+func (e staleError) Is(target error) bool { return target == ErrStale || target == fs.ErrNotExist }
 
 // Save writes p into dir (made if need be) as the profile of p.Host, and
 // returns the file's path.

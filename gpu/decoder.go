@@ -340,6 +340,7 @@ func (d *Decoder) ReadError(b []byte, s cuda.Stream) error {
 // ReadError on s and synchronized since, report, with the flag cleared on
 // s when they report an error.
 func (d *Decoder) CheckError(b []byte, s cuda.Stream) error {
+	b = b[:ErrorBytes]
 	bits := binary.LittleEndian.Uint32(b)
 	if bits == 0 {
 		return nil

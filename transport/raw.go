@@ -31,7 +31,7 @@ type Transport interface {
 // Stats splits a transport's time (summed over its goroutines), and
 // counts the tensors it uploaded by the path each took.
 type Stats struct {
-	Read time.Duration // reading files into pinned memory
+	Read time.Duration // reading files into pinned memory (a read in parts counts its wall time once)
 	// Verify is payload checks (checksums, headers).
 	Verify time.Duration
 	// HostDecode is entropy payloads decoded on the host, which checks

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -464,12 +465,22 @@ const splitReadBytes = 512 << 10
 // goroutines while fewer than p.fills read (else read here too).
 func (p *packer) readStaged(r stagedRead, dst []byte) error {
 	read := func(k uint64) error {
-		part := dst[k:min(k+splitReadBytes, r.n)]
-		if r.cached {
-			// The range may span several members of a pack.
-			return p.objects.ReadAt(shardcache.Location{Path: r.file, Offset: r.off, Size: r.n, Packed: r.pack != "", Pack: r.pack}, part, int64(k))
+		return p.files.readAt(r.file, dst[k:min(k+splitReadBytes, r.n)], r.off+k)
+	}
+	if r.cached {
+		// The range may span several members of a pack; an object's own
+		// file is opened once for all the parts.
+		ob, err := p.objects.Open(shardcache.Location{Path: r.file, Offset: r.off, Size: r.n, Packed: r.pack != "", Pack: r.pack})
+		if err != nil {
+			return err
 		}
-		return p.files.readAt(r.file, part, r.off+k)
+		defer ob.Close()
+		read = func(k uint64) error {
+			if _, err := ob.ReadAt(dst[k:min(k+splitReadBytes, r.n)], int64(k)); err != nil {
+				return fmt.Errorf("%s: %w", ob.Name(), err)
+			}
+			return nil
+		}
 	}
 	if r.n <= splitReadBytes {
 		return read(0)
@@ -511,8 +522,8 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 	n := len(pl.items)
 	st := getStaged(n)
 	var read, verify, decode atomic.Int64
-	// check checks items [lo, hi) of read r, read without error from t1
-	// on, and counts its time.
+	// check runs the checks of items [lo, hi), already read, adding their
+	// time to verify and decode.
 	check := func(lo, hi int) {
 		t1 := time.Now()
 		// A payload decoded in place (smallItem.read) is checked by its
@@ -557,12 +568,12 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 		// The checks of a large read's items, in runs of about
 		// splitReadBytes, spread over free goroutines as its parts were.
 		var cuts []int
-		var n uint64
+		var run uint64
 		for k := r.first; k < r.last; k++ {
-			if n >= splitReadBytes {
-				cuts, n = append(cuts, k), 0
+			if run >= splitReadBytes {
+				cuts, run = append(cuts, k), 0
 			}
-			n += pl.items[k].stored
+			run += pl.items[k].stored
 		}
 		if len(cuts) == 0 {
 			check(r.first, r.last)

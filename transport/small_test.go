@@ -448,9 +448,10 @@ func TestPackFallback(t *testing.T) {
 	}
 }
 
-// readStaged reads a staged read of more than splitReadBytes in parts,
-// on other goroutines while p.fills has room and here when it has none,
-// the same bytes either way; a part past the file's end fails the read.
+// TestReadStagedParts: readStaged reads a staged read of more than
+// splitReadBytes in parts, on other goroutines while p.fills has room and
+// here when it has none, the same bytes either way; a part past the
+// file's end fails the read.
 func TestReadStagedParts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shard")
 	want := make([]byte, 3*splitReadBytes+12345)

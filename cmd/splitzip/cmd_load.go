@@ -49,8 +49,9 @@ type loadOptions struct {
 	// (which depends on the cache) applies.
 	pinnedUnset bool
 	// holdSet: --hold was given (0 then means nothing, and is refused);
-	// residentOff: --resident=false was given (which --share contradicts).
-	holdSet, residentOff bool
+	// residentOff: --resident=false was given (which --share contradicts);
+	// peerSet: --peer was given (which only --devices reads).
+	holdSet, residentOff, peerSet bool
 
 	EntropyOnHost bool
 	FromSource    bool
@@ -134,6 +135,7 @@ func (o loadOptions) withDefaults(f *pflag.FlagSet) loadOptions {
 	o.pinnedUnset = !f.Changed("pinned-limit")
 	o.holdSet = f.Changed("hold")
 	o.residentOff = f.Changed("resident") && !o.Resident
+	o.peerSet = f.Changed("peer")
 	return o
 }
 
@@ -218,8 +220,14 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		}
 		o.Resident = true
 	}
-	if o.Hold < 0 || (o.holdSet || o.Hold > 0) && (o.Hold == 0 || !o.Share) {
-		return usageError{fmt.Errorf("--hold is a positive duration, with --share")}
+	if (o.holdSet || o.Hold != 0) && !o.Share {
+		return usageError{fmt.Errorf("--hold keeps a shared copy held: only with --share")}
+	}
+	if o.Hold < 0 || o.holdSet && o.Hold == 0 {
+		return usageError{fmt.Errorf("--hold is a positive duration, got %v", o.Hold)}
+	}
+	if o.peerSet && o.Devices == "" {
+		return usageError{fmt.Errorf("--peer chooses how --devices share a load: only with --devices")}
 	}
 	if isRemote(dir) && o.Raw && o.LocalCache == "" {
 		return usageError{fmt.Errorf("--raw reads the checkpoint's files: not with a remote cache streamed (pull it, or give --local-cache)")}

@@ -119,7 +119,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("load --share --hold: %q", out)
 	}
 	for _, args := range [][]string{{"--share", "--raw"}, {"--share", "--compare", "1"}, {"--hold", "1s"}, {"--share", "--hold", "-1s"},
-		{"--share", "--hold", "0s"}, {"--hold", "0s"}, {"--share", "--resident=false"}} {
+		{"--share", "--hold", "0s"}, {"--hold", "0s"}, {"--share", "--resident=false"}, {"--peer=false"}} {
 		if code, _, e := splitzip(t, append([]string{"load", cache, "--device", "cpu"}, args...)...); code != exitUsage {
 			t.Errorf("load %v: %d %q, want a usage error", args, code, e)
 		}

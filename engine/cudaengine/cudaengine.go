@@ -5,6 +5,7 @@
 package cudaengine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -334,7 +335,8 @@ func (e *Engine) ReadBack(dst []byte, src vmm.Ptr) error {
 }
 
 // DecodeErrors returns the decode kernels' error reports since the last
-// call. Call it once the events after the decodes have completed: it
+// call (every decoder's, joined). Its first call pins a small buffer for
+// them, which can fail. Call it once the events after the decodes have completed: it
 // reads the reports on a stream of its own, never touching the upload
 // streams (which, for NewEngineOn, may be gone by then).
 func (e *Engine) DecodeErrors() error {
@@ -352,18 +354,24 @@ func (e *Engine) DecodeErrors() error {
 		e.errWords = b
 	}
 	// Every decoder's words in one pinned buffer, then one wait.
+	n := gpu.ErrorBytes
 	for i, d := range decs {
-		if err := d.ReadError(e.errWords[i*gpu.ErrorBytes:], e.readS); err != nil {
+		if err := d.ReadError(e.errWords[i*n:(i+1)*n], e.readS); err != nil {
 			return err
 		}
 	}
 	if err := e.ctx.StreamSynchronize(e.readS); err != nil {
 		return err
 	}
+	var errs []error
 	for i, d := range decs {
-		if err := d.CheckError(e.errWords[i*gpu.ErrorBytes:], e.readS); err != nil {
-			return err
+		if err := d.CheckError(e.errWords[i*n:(i+1)*n], e.readS); err != nil {
+			errs = append(errs, err)
 		}
+	}
+	if len(errs) > 0 {
+		// The flags were cleared on readS: done before the next call's reads.
+		return errors.Join(append(errs, e.ctx.StreamSynchronize(e.readS))...)
 	}
 	return nil
 }
@@ -415,10 +423,12 @@ func (e *Engine) Close() error {
 	for _, b := range spare {
 		e.FreePinned(b)
 	}
+	e.errMu.Lock()
 	if e.errWords != nil {
 		e.FreePinned(e.errWords)
 		e.errWords = nil
 	}
+	e.errMu.Unlock()
 	if e.readS != 0 {
 		e.ctx.DestroyStream(e.readS)
 	}

@@ -8,18 +8,37 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// hugePage is the size of a transparent huge page (x86-64 and arm64 with
-// 4 KiB base pages).
+// hugePage is the size of a transparent huge page where base pages are
+// 4 KiB (x86-64, arm64 with 4 KiB pages); with other base pages (arm64's
+// 64 KiB, whose huge pages are 512 MiB) mapHost maps base pages only.
 const hugePage = 2 << 20
 
+// basePage is the kernel's page size.
+var basePage = os.Getpagesize()
+
 // hugePinned says whether mapHost backs buffers of a huge page or more
-// with transparent huge pages (SPLITZIP_PINNED_PAGES=small: never).
-var hugePinned = os.Getenv("SPLITZIP_PINNED_PAGES") != "small"
+// with transparent huge pages: SPLITZIP_PINNED_PAGES=huge (the default)
+// or small (never); errPages refuses any other value.
+var hugePinned, errPages = pinnedPages(os.Getenv("SPLITZIP_PINNED_PAGES"))
+
+// pinnedPages reads a value of SPLITZIP_PINNED_PAGES.
+func pinnedPages(v string) (bool, error) {
+	switch v {
+	case "", "huge":
+		return true, nil
+	case "small":
+		return false, nil
+	}
+	return true, fmt.Errorf("cuda engine: SPLITZIP_PINNED_PAGES=%q: want huge (the default) or small", v)
+}
+
+// hugeFor says whether mapHost maps n bytes on huge pages.
+func hugeFor(n uint64) bool { return hugePinned && basePage == 4096 && n >= hugePage }
 
 // hostSize is the length of mapHost(n)'s mapping.
 func hostSize(n uint64) uint64 {
 	n = max(n, 1)
-	if !hugePinned || n < hugePage {
+	if !hugeFor(n) {
 		return n
 	}
 	return (n + hugePage - 1) &^ (hugePage - 1)
@@ -32,8 +51,11 @@ func hostSize(n uint64) uint64 {
 // effort): the device then reads it with one translation a huge page,
 // not 512.
 func mapHost(n uint64) ([]byte, error) {
+	if errPages != nil {
+		return nil, errPages
+	}
 	size := hostSize(n)
-	if !hugePinned || size < hugePage {
+	if !hugeFor(size) {
 		p, err := unix.MmapPtr(-1, 0, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 		if err != nil {
 			return nil, fmt.Errorf("mapping %d bytes: %w", size, err)
@@ -50,16 +72,18 @@ func mapHost(n uint64) ([]byte, error) {
 		unix.MunmapPtr(p, head)
 	}
 	start := unsafe.Add(p, head)
-	if tail := hugePage - head; tail > 0 {
-		unix.MunmapPtr(unsafe.Add(start, size), tail)
-	}
+	unix.MunmapPtr(unsafe.Add(start, size), hugePage-head)
 	b := unsafe.Slice((*byte)(start), size)
 	unix.Madvise(b, unix.MADV_HUGEPAGE) // advice: refused where THP is off, and then small pages serve
-	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) != nil {
+	switch err := unix.Madvise(b, unix.MADV_POPULATE_WRITE); {
+	case err == unix.EINVAL:
 		// Kernels before 5.14: touch a byte of every base page.
-		for i := 0; i < len(b); i += 4096 {
+		for i := 0; i < len(b); i += basePage {
 			b[i] = 0
 		}
+	case err != nil: // out of memory: an error, not a fault when touched
+		unmapHost(b)
+		return nil, fmt.Errorf("populating %d bytes: %w", size, err)
 	}
 	return b, nil
 }

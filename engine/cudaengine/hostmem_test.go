@@ -1,6 +1,7 @@
 package cudaengine
 
 import (
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -53,6 +54,19 @@ func testMapHost(t *testing.T) {
 		b[0], b[len(b)-1] = 1, 2
 		if err := unmapHost(b); err != nil {
 			t.Errorf("unmapHost(%d bytes): %v", len(b), err)
+		}
+	}
+}
+
+func TestPinnedPages(t *testing.T) {
+	for v, huge := range map[string]bool{"": true, "huge": true, "small": false} {
+		if h, err := pinnedPages(v); err != nil || h != huge {
+			t.Errorf("SPLITZIP_PINNED_PAGES=%q: huge %v, %v; want %v", v, h, err, huge)
+		}
+	}
+	for _, v := range []string{"SMALL", "4k", "bogus"} {
+		if _, err := pinnedPages(v); err == nil || !strings.Contains(err.Error(), v) {
+			t.Errorf("SPLITZIP_PINNED_PAGES=%q: %v, want an error naming it", v, err)
 		}
 	}
 }
