@@ -335,10 +335,10 @@ func (e *Engine) ReadBack(dst []byte, src vmm.Ptr) error {
 }
 
 // DecodeErrors returns the decode kernels' error reports since the last
-// call (every decoder's, joined). Its first call pins a small buffer for
-// them, which can fail. Call it once the events after the decodes have completed: it
-// reads the reports on a stream of its own, never touching the upload
-// streams (which, for NewEngineOn, may be gone by then).
+// call (every decoder's, joined). Call it once the events after the
+// decodes have completed: it reads the reports on a stream of its own,
+// never touching the upload streams (which, for NewEngineOn, may be gone
+// by then). Its first call pins a small buffer for them, which can fail.
 func (e *Engine) DecodeErrors() error {
 	decs := slices.Clone(e.decs)
 	for _, d := range e.dstreams {
