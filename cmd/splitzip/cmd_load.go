@@ -335,7 +335,11 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	if g.JSON {
 		return printJSON(g.stdout, "load_compare", map[string]any{"raw": raws, "splitzip": zips, "summary": cmp})
 	}
-	fmt.Fprintf(g.stdout, "compare (%d rounds): first load raw %.1f GB/s, compressed %.1f GB/s, ratio %.3f", o.Compare, cmp.ColdRaw, cmp.ColdZip, cmp.ColdRatio)
+	rounds := "rounds"
+	if o.Compare == 1 {
+		rounds = "round"
+	}
+	fmt.Fprintf(g.stdout, "compare (%d %s, medians; ratio = compressed ÷ raw): first load raw %.1f GB/s, compressed %.1f GB/s, ratio %.3f", o.Compare, rounds, cmp.ColdRaw, cmp.ColdZip, cmp.ColdRatio)
 	if cmp.WarmRaw > 0 {
 		fmt.Fprintf(g.stdout, "; repeats raw %.1f GB/s, compressed %.1f GB/s, ratio %.3f", cmp.WarmRaw, cmp.WarmZip, cmp.WarmRatio)
 	}
