@@ -28,7 +28,7 @@ func capStaging(s Staging, limit uint64, raw bool) (Staging, error) {
 		k := uint64(s.PackSlots-2) * packBytes
 		switch {
 		case r == 0 && p == 0 && k == 0:
-			return s, badOption("PinnedLimit", limit, fmt.Sprintf("at least %d bytes, the smallest staging", s.PinnedBytes()))
+			return s, badOption("PinnedLimit", limit, fmt.Sprintf("at least %d bytes (%.1f MiB), the smallest staging", s.PinnedBytes(), float64(s.PinnedBytes())/(1<<20)))
 		case r >= p && r >= k:
 			s.RawSlots--
 		case p >= k:
