@@ -91,7 +91,8 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	cfg := synth.Config{Bytes: size, Shards: o.Shards, Seed: o.Seed, Small: o.Small, Tiny: o.Tiny, Mix: o.Mix, MoE: o.MoE, Layers: o.Layers, Hidden: o.Hidden, DType: dt}
 	// The bar counts the tensor bytes the plan will write.
 	var total uint64
-	for _, t := range synth.Plan(cfg) {
+	plan := synth.Plan(cfg)
+	for _, t := range plan {
 		total += t.Size
 	}
 	p.Start("gen", total)
@@ -102,10 +103,21 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if err != nil {
 		return err
 	}
+	// A Llama-like checkpoint has a smallest shape (one layer of the
+	// smallest hidden size): say so where --size asked for less.
+	over := o.Small+o.Tiny+o.Mix+o.MoE == 0 && total > size+size/2
 	if g.JSON {
-		return printJSON(g.stdout, "gen_summary", map[string]any{"dir": dir, "files": paths})
+		doc := map[string]any{"dir": dir, "files": paths, "tensors": len(plan), "tensor_bytes": total}
+		if over {
+			doc["size_requested"] = size
+		}
+		return printJSON(g.stdout, "gen_summary", doc)
 	}
-	fmt.Fprintf(g.stdout, "wrote %d files into %s\n", len(paths), dir)
+	fmt.Fprintf(g.stdout, "wrote %d files into %s: %d tensors, %s", len(paths), dir, len(plan), human(total))
+	if over {
+		fmt.Fprintf(g.stdout, " (the smallest Llama-like checkpoint; --size asked for %s)", human(size))
+	}
+	fmt.Fprintln(g.stdout)
 	return nil
 }
 

@@ -199,7 +199,16 @@ func TestCLIEdges(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	splitzip(t, "gen", src, "--size", "1MiB", "--shards", "1")
+	if _, out, _ := splitzip(t, "gen", src, "--size", "1MiB", "--shards", "1"); !strings.Contains(out, "tensors, ") || strings.Contains(out, "asked for") {
+		t.Errorf("gen summary: %q", out)
+	}
+	// A --size below the smallest Llama-like shape is not met silently.
+	if _, out, _ := splitzip(t, "gen", filepath.Join(dir, "tiny"), "--size", "1KiB"); !strings.Contains(out, "--size asked for 1.00 KiB") {
+		t.Errorf("gen summary of a size it cannot meet: %q", out)
+	}
+	if _, out, _ := splitzip(t, "gen", filepath.Join(dir, "tiny2"), "--size", "1KiB", "--json"); !strings.Contains(out, `"size_requested": 1024`) {
+		t.Errorf("gen --json of a size it cannot meet: %q", out)
+	}
 	if _, out, _ := splitzip(t, "compress", src, "-o", cache, "--no-sync"); !strings.Contains(out, "from 1 shard:") {
 		t.Errorf("compress summary: %q", out)
 	}

@@ -7,6 +7,7 @@ package cudaengine
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,7 @@ type Engine struct {
 	spare       map[uint64][][]byte // freed pinned buffers kept for reuse, by size
 	kept        uint64              // bytes in spare
 	keep        uint64              // most bytes spare may hold
+	hugePages   bool                // pinned buffers of 2 MiB and more on huge pages (SPLITZIP_PINNED_PAGES)
 
 	errMu    sync.Mutex
 	errWords []byte // DecodeErrors' copies of the decoders' error words (pinned)
@@ -82,6 +84,10 @@ func New(ordinal, streams int) (*Engine, error) {
 // newEngine is New, with a decode stream beside each upload stream when
 // decodeStreams is set.
 func newEngine(ordinal, streams int, decodeStreams bool) (*Engine, error) {
+	huge, err := pinnedPages(os.Getenv("SPLITZIP_PINNED_PAGES"))
+	if err != nil {
+		return nil, err
+	}
 	l, err := cuda.Open()
 	if err != nil {
 		return nil, err
@@ -90,7 +96,7 @@ func newEngine(ordinal, streams int, decodeStreams bool) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{ctx: ctx, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+	e := &Engine{ctx: ctx, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}, hugePages: huge}
 	e.idle.L = &e.qmu
 	if e.gran, err = ctx.Granularity(false); err != nil {
 		return nil, err
@@ -132,9 +138,12 @@ func newEngine(ordinal, streams int, decodeStreams bool) (*Engine, error) {
 // decodes and events go on it in order, with no decode stream beside it.
 // Close leaves s and ctx open.
 func NewOn(ctx *cuda.Context, s cuda.Stream) (*Engine, error) {
-	e := &Engine{ctx: ctx, external: true, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}}
+	huge, err := pinnedPages(os.Getenv("SPLITZIP_PINNED_PAGES"))
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{ctx: ctx, external: true, maps: map[vmm.Ptr]cuda.MemHandle{}, pinned: map[*byte]uint64{}, hugePages: huge}
 	e.idle.L = &e.qmu
-	var err error
 	if e.gran, err = ctx.Granularity(false); err != nil {
 		return nil, err
 	}
@@ -173,7 +182,7 @@ func (e *Engine) KeepPinned(limit uint64) {
 // and more) and registers it with the driver, which pins already-touched
 // pages about ten times faster than cuMemHostAlloc.
 func (e *Engine) Pinned(n uint64) ([]byte, error) {
-	size := hostSize(n)
+	size := hostSize(n, e.hugePages)
 	e.mu.Lock()
 	if l := e.spare[size]; len(l) > 0 {
 		b := l[len(l)-1]
@@ -183,7 +192,7 @@ func (e *Engine) Pinned(n uint64) ([]byte, error) {
 		return b[:n], nil
 	}
 	e.mu.Unlock()
-	b, err := mapHost(n)
+	b, err := mapHost(n, e.hugePages)
 	if err != nil {
 		return nil, fmt.Errorf("pinning %d bytes: %w", n, err)
 	}

@@ -16,12 +16,9 @@ const hugePage = 2 << 20
 // basePage is the kernel's page size.
 var basePage = os.Getpagesize()
 
-// hugePinned says whether mapHost backs buffers of a huge page or more
-// with transparent huge pages: SPLITZIP_PINNED_PAGES=huge (the default)
-// or small (never); errPages refuses any other value.
-var hugePinned, errPages = pinnedPages(os.Getenv("SPLITZIP_PINNED_PAGES"))
-
-// pinnedPages reads a value of SPLITZIP_PINNED_PAGES.
+// pinnedPages reads a value of SPLITZIP_PINNED_PAGES, which an engine
+// reads when it is made: whether mapHost backs buffers of a huge page or
+// more with transparent huge pages, huge (the default) or small (never).
 func pinnedPages(v string) (bool, error) {
 	switch v {
 	case "", "huge":
@@ -32,13 +29,14 @@ func pinnedPages(v string) (bool, error) {
 	return true, fmt.Errorf("cuda engine: SPLITZIP_PINNED_PAGES=%q: want huge (the default) or small", v)
 }
 
-// hugeFor says whether mapHost maps n bytes on huge pages.
-func hugeFor(n uint64) bool { return hugePinned && basePage == 4096 && n >= hugePage }
+// hugeFor says whether mapHost maps n bytes on huge pages, where huge
+// pages are asked for.
+func hugeFor(n uint64, huge bool) bool { return huge && basePage == 4096 && n >= hugePage }
 
-// hostSize is the length of mapHost(n)'s mapping.
-func hostSize(n uint64) uint64 {
+// hostSize is the length of mapHost(n, huge)'s mapping.
+func hostSize(n uint64, huge bool) uint64 {
 	n = max(n, 1)
-	if !hugeFor(n) {
+	if !hugeFor(n, huge) {
 		return n
 	}
 	return (n + hugePage - 1) &^ (hugePage - 1)
@@ -49,13 +47,10 @@ func hostSize(n uint64) uint64 {
 // more is rounded up to whole huge pages, aligned to one and advised to
 // the kernel as huge (MADV_HUGEPAGE; what the kernel grants is best
 // effort): the device then reads it with one translation a huge page,
-// not 512.
-func mapHost(n uint64) ([]byte, error) {
-	if errPages != nil {
-		return nil, errPages
-	}
-	size := hostSize(n)
-	if !hugeFor(size) {
+// not 512. With huge false every buffer is mapped on base pages.
+func mapHost(n uint64, huge bool) ([]byte, error) {
+	size := hostSize(n, huge)
+	if !hugeFor(size, huge) {
 		p, err := unix.MmapPtr(-1, 0, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 		if err != nil {
 			return nil, fmt.Errorf("mapping %d bytes: %w", size, err)

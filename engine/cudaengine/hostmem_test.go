@@ -11,13 +11,12 @@ import (
 // from one huge page up), alignment, every byte zero and writable, and
 // unmapHost giving them back.
 func TestMapHost(t *testing.T) {
-	defer func(h bool) { hugePinned = h }(hugePinned)
-	for _, hugePinned = range []bool{true, false} {
-		testMapHost(t)
+	for _, huge := range []bool{true, false} {
+		testMapHost(t, huge)
 	}
 }
 
-func testMapHost(t *testing.T) {
+func testMapHost(t *testing.T, huge bool) {
 	for _, c := range []struct {
 		n, size uint64
 		huge    bool
@@ -30,13 +29,13 @@ func testMapHost(t *testing.T) {
 		{4 << 20, 4 << 20, true},
 		{5<<20 + 17, 6 << 20, true},
 	} {
-		if !hugePinned || basePage != 4096 {
+		if !huge || basePage != 4096 {
 			c.size, c.huge = max(c.n, 1), false
 		}
-		if got := hostSize(c.n); got != c.size {
-			t.Errorf("huge pages %v: hostSize(%d) = %d, want %d", hugePinned, c.n, got, c.size)
+		if got := hostSize(c.n, huge); got != c.size {
+			t.Errorf("huge pages %v: hostSize(%d) = %d, want %d", huge, c.n, got, c.size)
 		}
-		b, err := mapHost(c.n)
+		b, err := mapHost(c.n, huge)
 		if err != nil {
 			t.Fatalf("mapHost(%d): %v", c.n, err)
 		}

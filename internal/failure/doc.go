@@ -3,7 +3,7 @@
 // command of the CLI.
 //
 //	Kind         exit  what it means
-//	usage           2  the command line is wrong: an unknown flag, a bad value, a missing argument
+//	usage           2  the command line is wrong: an unknown flag, a bad value, a missing argument, an output that already exists
 //	input           3  an input cannot be used: a file missing or unreadable, not a safetensors
 //	                   file, not a cache (or one of a version this build does not read), a
 //	                   source that changed or vanished since it was compressed

@@ -32,7 +32,7 @@ var kindInfo = [...]struct {
 	what string
 }{
 	OK:          {"ok", 0, "success"},
-	Usage:       {"usage", 2, "the command line is wrong (a flag, a value, an argument)"},
+	Usage:       {"usage", 2, "the command line is wrong (a flag, a value, an argument, an output that already exists)"},
 	Input:       {"input", 3, "an input is missing, unreadable, not what was expected, or changed since it was compressed"},
 	Integrity:   {"integrity", 1, "stored data is wrong: a corrupt cache or payload, a checksum or verify mismatch"},
 	Resource:    {"resource", 4, "disk full, quota, an unwritable output, memory, a cache locked by another writer, or a network or registry that fails or throttles after retries"},
