@@ -110,6 +110,14 @@ var errFallback = errors.New("transport: not for a pack")
 // system call costs in copying time.
 const maxGap = 16 << 10
 
+// bounceBytes is the most bytes of a bounced read (stagedRead.bounce): its
+// bytes are copied a second time, item by item, so only short runs of
+// tiny neighbours are worth it.
+const bounceBytes = 64 << 10
+
+// bouncePool recycles bounced reads' buffers (bounceBytes each).
+var bouncePool = sync.Pool{New: func() any { b := make([]byte, bounceBytes); return &b }}
+
 // packer uploads small bindings in packs: each pack is planned so that
 // items side by side in a file arrive with one read into one pinned
 // buffer, copied with one DMA, and written to their bindings' ranges by
@@ -192,6 +200,13 @@ type stagedRead struct {
 	// closed says its last item's slot runs past its bytes (smallItem.read):
 	// the next item's place in staging no longer mirrors the file.
 	closed bool
+	// bounce says the read goes to a buffer of its own, from which each of
+	// its items is copied to its slot: neighbours whose offsets differ by
+	// other than a multiple of 16 (tensors of a few bytes, such as the
+	// int64 step counters of batch norms) cannot lie in 16-byte aligned
+	// slots the way they lie in the file, and a read each cost a system
+	// call a tensor.
+	bounce bool
 }
 
 // fileBytes is the bytes of it read from its file.
@@ -217,8 +232,15 @@ func packedBytes(n int, end uint64, devs int) uint64 {
 func (pl *plan) place(it *smallItem) (rel uint64, joins bool) {
 	if n := len(pl.reads); n > 0 && it.file != "" {
 		r := pl.reads[n-1]
-		if end := r.off + r.n; !r.closed && r.file == it.file && it.off >= end && it.off-end <= maxGap && (it.off-r.off)%16 == 0 {
-			return r.rel + it.off - r.off, true
+		if end := r.off + r.n; !r.closed && r.file == it.file && it.off >= end && it.off-end <= maxGap {
+			switch {
+			case !r.bounce && (it.off-r.off)%16 == 0:
+				return r.rel + it.off - r.off, true
+			case it.off+it.fileBytes()-r.off <= bounceBytes:
+				// A misaligned neighbour (or any after one) joins a short
+				// read, bounced, in a slot of its own.
+				return align16(pl.end), true
+			}
 		}
 	}
 	return align16(pl.end), false
@@ -235,6 +257,7 @@ func (pl *plan) add(it *smallItem, rel uint64, joins bool) {
 	switch {
 	case joins:
 		r := &pl.reads[len(pl.reads)-1]
+		r.bounce = r.bounce || rel != r.rel+it.off-r.off
 		r.n = it.off + n - r.off
 		r.last = k + 1
 		r.closed = n < it.stored
@@ -495,6 +518,24 @@ func (p *packer) readStaged(r stagedRead, dst []byte) error {
 	return nil
 }
 
+// readBounced reads r, a bounced read (stagedRead.bounce), into a
+// buffer of its own and copies each of its items to its slot in staged,
+// the staging buffer after the table.
+func (p *packer) readBounced(r stagedRead, pl *plan, staged []byte) error {
+	bp := bouncePool.Get().(*[]byte)
+	defer bouncePool.Put(bp)
+	b := (*bp)[:r.n]
+	if err := p.readStaged(r, b); err != nil {
+		return err
+	}
+	for k := r.first; k < r.last; k++ {
+		it := &pl.items[k]
+		n, at := it.fileBytes(), it.off-r.off
+		copy(staged[pl.rel[k]:pl.rel[k]+n], b[at:at+n])
+	}
+	return nil
+}
+
 // spread calls fn(i) for i in [0, n): fn(0) in this goroutine, last, the
 // others each on a goroutine of its own while p.fills has room, else here
 // too; it returns when every call has.
@@ -557,7 +598,12 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 	}
 	readOne := func(r stagedRead) {
 		t0 := time.Now()
-		err := p.readStaged(r, buf[base+r.rel:base+r.rel+r.n])
+		var err error
+		if r.bounce {
+			err = p.readBounced(r, pl, buf[base:])
+		} else {
+			err = p.readStaged(r, buf[base+r.rel:base+r.rel+r.n])
+		}
 		read.Add(int64(time.Since(t0)))
 		if err != nil {
 			for k := r.first; k < r.last; k++ {

@@ -3,8 +3,10 @@ package transport
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -119,9 +121,10 @@ func TestSmallFaults(t *testing.T) {
 }
 
 // TestPlanPacks: items side by side in a file, at offsets 16 bytes apart
-// or a multiple of that, share one read; a misaligned neighbour, a wide
-// gap or another file starts a new one; items with their own fill are
-// staged after the reads; no plan outgrows a staging buffer.
+// or a multiple of that, share one read; a misaligned neighbour joins a
+// short read bounced (each item in a slot of its own); a wide gap or
+// another file starts a new one; items with their own fill are staged
+// after the reads; no plan outgrows a staging buffer.
 func TestPlanPacks(t *testing.T) {
 	b := &vmm.Binding{}
 	item := func(file string, off, n uint64) smallItem {
@@ -148,7 +151,7 @@ func TestPlanPacks(t *testing.T) {
 	for _, r := range pl.reads {
 		got = append(got, fmt.Sprintf("%s@%d+%d:%d-%d", r.file, r.off, r.n, r.first, r.last))
 	}
-	want := []string{"p@0+4196:0-3", "p@20608+10:3-4", "p@20632+10:4-5", "q@0+10:5-6"}
+	want := []string{"p@0+4196:0-3", "p@20608+34:3-5", "q@0+10:5-6"}
 	if !slices.Equal(got, want) {
 		t.Errorf("reads %v, want %v", got, want)
 	}
@@ -164,10 +167,34 @@ func TestPlanPacks(t *testing.T) {
 		}
 	}
 	for _, r := range pl.reads {
-		for k := r.first; k < r.last; k++ {
+		if r.bounce != (r.first == 3) {
+			t.Errorf("read of items %d-%d: bounce %v", r.first, r.last, r.bounce)
+		}
+		for k := r.first; k < r.last && !r.bounce; k++ {
 			if pl.rel[k]-r.rel != pl.items[k].off-r.off {
 				t.Errorf("item %d does not lie where its read puts it", k)
 			}
+		}
+	}
+	// Tiny neighbours 8 bytes apart (int64 counters beside odd-length
+	// tensors): one bounced read a bounceBytes run, an aligned item after
+	// a misaligned one in a slot of its own, no slots overlapping.
+	var tiny []smallItem
+	for i := range uint64(6000) {
+		tiny = append(tiny, item("p", i*24, 8), item("p", i*24+8, 16))
+	}
+	pl = planPacks(tiny)[0]
+	for _, r := range pl.reads {
+		if !r.bounce || r.n > bounceBytes || r.n < bounceBytes-24 && r.last < len(pl.items) {
+			t.Errorf("tiny neighbours: read @%d+%d of items %d-%d, bounce %v", r.off, r.n, r.first, r.last, r.bounce)
+		}
+	}
+	if want := (len(tiny)*12 + bounceBytes - 1) / bounceBytes; len(pl.reads) != want {
+		t.Errorf("tiny neighbours: %d reads, want %d", len(pl.reads), want)
+	}
+	for k := 1; k < len(pl.items); k++ {
+		if pl.rel[k]%16 != 0 || pl.rel[k] < pl.rel[k-1]+pl.items[k-1].stored {
+			t.Fatalf("tiny item %d at %d: misaligned or over its predecessor", k, pl.rel[k])
 		}
 	}
 	// Many items: several plans, each within a staging buffer.
@@ -216,6 +243,63 @@ func TestPlanPacks(t *testing.T) {
 		if pl.rel[k] < pl.rel[k-1]+pl.items[k-1].stored {
 			t.Errorf("in-place item %d at %d overlaps its predecessor", k, pl.rel[k])
 		}
+	}
+}
+
+// TestSmallMisaligned loads a checkpoint whose tensors lie at offsets
+// that are not multiples of 16 (int64 counters and three-value tensors
+// between weights, as in a network with batch norms): the bounced reads
+// land every tensor bit for bit, raw and through payloads in packs.
+func TestSmallMisaligned(t *testing.T) {
+	dir, out := t.TempDir(), filepath.Join(t.TempDir(), "cache")
+	path := filepath.Join(dir, "model.safetensors")
+	rng := rand.New(rand.NewPCG(3, 4))
+	var specs []string
+	var data []byte
+	add := func(name, dtype string, shape string, b []byte) {
+		specs = append(specs, fmt.Sprintf("%q:{\"dtype\":%q,\"shape\":[%s],\"data_offsets\":[%d,%d]}", name, dtype, shape, len(data), len(data)+len(b)))
+		data = append(data, b...)
+	}
+	bf16 := func(n int) []byte {
+		b := make([]byte, 2*n)
+		for i := range n {
+			v := math.Float32bits(float32(rng.NormFloat64() * 0.02))
+			b[2*i], b[2*i+1] = byte(v>>16), byte(v>>24)
+		}
+		return b
+	}
+	for i := range 150 {
+		add(fmt.Sprintf("l%d.weight", i), "BF16", "32,32", bf16(1024))
+		add(fmt.Sprintf("l%d.steps", i), "I64", "", []byte{byte(i), 0, 0, 0, 0, 0, 0, 1})
+		add(fmt.Sprintf("l%d.scale", i), "BF16", "3", bf16(3))
+	}
+	hdr := []byte("{" + strings.Join(specs, ",") + "}")
+	file := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
+	if err := os.WriteFile(path, append(append(file, hdr...), data...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Compress(context.Background(), path, pipeline.CompressOptions{Output: out, Jobs: 2, MinSaving: pipeline.DefaultMinSaving, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Index().Packs().Packs == 0 {
+		t.Fatal("no packs in the fixture")
+	}
+	src := &c.Index().Sources[0]
+	loadAll(t, c, src, false)
+	eng := hostengine.New(2)
+	t.Cleanup(func() { eng.Close() })
+	a, _, st := stack(t, eng, c, mustSpecs(t, c, src), RawOptions{SlotBytes: 64 << 10, Readers: 3}, nil)
+	for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
+		if err != nil {
+			t.Fatalf("raw: %s: %v", a.Bindings()[i].Name, err)
+		}
+	}
+	if err := CheckArena(eng, a.Bindings(), src); err != nil {
+		t.Fatalf("raw: %v", err)
 	}
 }
 
