@@ -41,13 +41,21 @@ func CreateTemp(dir, label string) (*os.File, error) {
 	var f *os.File
 	_, err := makeTemp(dir, label, "createtemp", func(name string) (err error) {
 		f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, Perm)
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			pe.Op = "create" // a file made for writing, whatever open's flags say
-		}
-		return err
+		return Created(err)
 	})
 	return f, err
+}
+
+// Created returns err, from opening a file to create or write it, with
+// its *fs.PathError's operation "create" rather than "open": a file made
+// for writing, whatever open's flags say, so that a refused permission
+// reads as an output the machine refuses, not an unreadable input.
+func Created(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Op == "open" {
+		pe.Op = "create"
+	}
+	return err
 }
 
 // MkdirTemp creates a new folder in dir named as TempPrefix says, ending

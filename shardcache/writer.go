@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"github.com/splitzip/splitzip/atomicfile"
 
@@ -44,6 +45,10 @@ type Writer struct {
 // checksum, so nothing wrong is served, but the cache must be rebuilt.
 func (w *Writer) SetNoSync(b bool) { w.noSync = b }
 
+// ErrOccupied reports an output folder for a cache that holds other
+// files, or is a file: a usage error, as for any output that exists.
+var ErrOccupied = errors.New("refusing to write a cache there")
+
 // MarkerName is the file that marks a directory as a splitzip cache from
 // its creation on, before any index is committed.
 const MarkerName = "SPLITZIP-CACHE"
@@ -64,11 +69,13 @@ func Create(dir string) (*Writer, error) {
 	ents, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, fmt.Errorf("%s: a file, not a folder: %w (choose another folder)", dir, ErrOccupied)
 	case err != nil:
 		return nil, err
 	case len(ents) > 0:
 		if _, err := os.Stat(filepath.Join(dir, MarkerName)); err != nil && !bareCreate(dir, ents) {
-			return nil, fmt.Errorf("%s: %w, and not empty: refusing to write into it", dir, ErrNotCache)
+			return nil, fmt.Errorf("%s: %w, and not empty: %w (choose another folder)", dir, ErrNotCache, ErrOccupied)
 		}
 	}
 	if err := makeMarked(dir); err != nil {
@@ -80,7 +87,7 @@ func Create(dir string) (*Writer, error) {
 	// else changes, and a full disk could truncate it.
 	if _, err := os.Stat(filepath.Join(dir, MarkerName)); errors.Is(err, fs.ErrNotExist) {
 		if err := os.WriteFile(filepath.Join(dir, MarkerName), []byte(markerText), atomicfile.Perm); err != nil {
-			return nil, err
+			return nil, atomicfile.Created(err)
 		}
 	}
 	for _, d := range []string{filepath.Join(dir, "objects"), filepath.Join(dir, "tmp")} {
@@ -90,7 +97,7 @@ func Create(dir string) (*Writer, error) {
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, LockName), os.O_CREATE|os.O_RDWR, atomicfile.Perm)
 	if err != nil {
-		return nil, err
+		return nil, atomicfile.Created(err)
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()

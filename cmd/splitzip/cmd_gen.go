@@ -23,6 +23,8 @@ type genOptions struct {
 	Layers int
 	Hidden uint64
 	DType  string
+	// sizeSet and layersSet say --size and --layers were given.
+	sizeSet, layersSet bool
 }
 
 func newGenCommand(g *globals) *cobra.Command {
@@ -33,15 +35,16 @@ func newGenCommand(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			o.sizeSet, o.layersSet = cmd.Flags().Changed("size"), cmd.Flags().Changed("layers")
 			return runGen(cmd.Context(), g, o, a[0])
 		},
 	}
 	cmd.Flags().StringVar(&o.Size, "size", "64MiB", "approximate checkpoint size")
 	cmd.Flags().IntVar(&o.Shards, "shards", 2, "number of shard files")
 	cmd.Flags().Uint64Var(&o.Seed, "seed", 1, "random seed")
-	cmd.Flags().Uint64Var(&o.Hidden, "hidden", 0, "hidden size (default: chosen from --size; 4096 gives 90 MB MLP tensors)")
-	cmd.Flags().IntVar(&o.Small, "small", 0, "write this many small BF16 tensors (1-64 KiB) instead; --size is ignored")
-	cmd.Flags().IntVar(&o.Tiny, "tiny", 0, "write this many tiny BF16 tensors (32 B to 4 KiB) instead; --size is ignored")
+	cmd.Flags().Uint64Var(&o.Hidden, "hidden", 0, "hidden size, a multiple of 32 from 64 to 65536 (default: chosen from --size; 4096 gives 90 MB MLP tensors)")
+	cmd.Flags().IntVar(&o.Small, "small", 0, "write this many small BF16 tensors (1-64 KiB) instead of --size's checkpoint")
+	cmd.Flags().IntVar(&o.Tiny, "tiny", 0, "write this many tiny BF16 tensors (32 B to 4 KiB) instead of --size's checkpoint")
 	cmd.Flags().IntVar(&o.Mix, "mix", 0, "write this many BF16 tensors with the size mix of real models (60% under 16 KiB, the rest up to 4 MiB) instead")
 	cmd.Flags().IntVar(&o.MoE, "moe", 0, "write a mixture of experts with this many experts per layer instead (--layers, --hidden: 48, 2048)")
 	cmd.Flags().IntVar(&o.Layers, "layers", 0, "layers of --moe (default 48)")
@@ -65,6 +68,15 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	}
 	if size == 0 && o.Small+o.Tiny+o.Mix+o.MoE == 0 {
 		return usageError{fmt.Errorf("--size must be more than 0")}
+	}
+	if o.sizeSet && o.Small+o.Tiny+o.Mix+o.MoE > 0 {
+		return usageError{fmt.Errorf("--size applies to the Llama-like checkpoint: --small, --tiny, --mix and --moe set their own size")}
+	}
+	if o.layersSet && o.MoE == 0 {
+		return usageError{fmt.Errorf("--layers applies to --moe only (the Llama-like checkpoint's layers follow --size)")}
+	}
+	if o.Hidden > 0 && (o.Hidden%32 != 0 || o.Hidden < 64 || o.Hidden > 1<<16) {
+		return usageError{fmt.Errorf("--hidden must be a multiple of 32 from 64 to 65536, got %d", o.Hidden)}
 	}
 	// Shards written beside another checkpoint's would make a folder of
 	// neither (and every cache of it fail its source check): a new or

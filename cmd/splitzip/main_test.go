@@ -212,6 +212,23 @@ func TestCLIEdges(t *testing.T) {
 	if _, out, _ := splitzip(t, "compress", src, "-o", cache, "--no-sync"); !strings.Contains(out, "from 1 shard:") {
 		t.Errorf("compress summary: %q", out)
 	}
+	// An output that exists as something else is a usage error (exit 2),
+	// one the machine refuses to write a resource error (exit 4).
+	other := filepath.Join(dir, "other")
+	os.MkdirAll(other, 0o755)
+	os.WriteFile(filepath.Join(other, "notes.txt"), []byte("x"), 0o644)
+	for _, out := range []string{other, filepath.Join(other, "notes.txt")} {
+		if code, _, e := splitzip(t, "compress", src, "-o", out, "--no-sync"); code != exitUsage || !strings.Contains(e, "refusing to write a cache there") {
+			t.Errorf("compress -o %s: exit %d, %q; want %d", out, code, e, exitUsage)
+		}
+	}
+	if os.Geteuid() != 0 {
+		ro := filepath.Join(dir, "ro")
+		os.MkdirAll(ro, 0o555)
+		if code, _, e := splitzip(t, "compress", src, "-o", ro, "--no-sync"); code != exitResource || !strings.Contains(e, "cannot create") {
+			t.Errorf("compress into a read-only folder: exit %d, %q; want %d", code, e, exitResource)
+		}
+	}
 	// An interrupted run says so and exits 130, as shells expect.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -120,7 +120,7 @@ func plainText(e error) (string, bool) {
 // was a read (the path and the reason say enough).
 func pathText(op, path, reason string) string {
 	verb := map[string]string{
-		"write": "write", "mkdir": "create the folder", "mkdirat": "create the folder",
+		"write": "write", "create": "create", "mkdir": "create the folder", "mkdirat": "create the folder",
 		"remove": "remove", "unlinkat": "remove", "truncate": "truncate", "sync": "flush", "fsync": "flush",
 		"chmod": "change the permissions of", "chtimes": "set the times of", "close": "close",
 	}[op]

@@ -18,7 +18,7 @@ import (
 
 // Config describes a synthetic checkpoint.
 type Config struct {
-	Bytes  uint64 // approximate total size
+	Bytes  uint64 // approximate total size, in bytes of the dtype (DType)
 	Shards int    // number of shard files; 1 writes model.safetensors
 	Hidden uint64 // hidden size; 0 picks one from Bytes (4096 gives Llama-7B's 90 MB MLP tensors)
 	Seed   uint64
@@ -68,13 +68,19 @@ func Plan(cfg Config) []Tensor {
 	case cfg.MoE > 0:
 		return planMoE(cfg)
 	}
+	// The shape is planned in BF16 bytes: a Bytes of another dtype is
+	// that many BF16 bytes scaled by the dtype's width.
+	budget := cfg.Bytes
+	if es := dtypeSize[cfg.DType]; es > 0 {
+		budget = cfg.Bytes / es * 2
+	}
 	layerBytes := func(h uint64) uint64 {
 		kv, inter := h/4, h*43/16
 		return 2 * (2*h*h + 2*kv*h + 3*inter*h + 2*h)
 	}
 	h := uint64(64)
 	for _, c := range []uint64{4096, 2048, 1024, 512, 256, 128} {
-		if layerBytes(c)*12 <= cfg.Bytes {
+		if layerBytes(c)*12 <= budget {
 			h = c
 			break
 		}
@@ -83,12 +89,12 @@ func Plan(cfg Config) []Tensor {
 		h = cfg.Hidden
 	}
 	vocab := uint64(32003)
-	if 4*vocab*h > cfg.Bytes/4 {
-		vocab = max(67, cfg.Bytes/(16*h)) | 1
+	if 4*vocab*h > budget/4 {
+		vocab = max(67, budget/(16*h)) | 1
 	}
 	layers := uint64(1)
-	if fixed := 4*vocab*h + 2*h; cfg.Bytes > fixed+layerBytes(h) {
-		layers = (cfg.Bytes - fixed) / layerBytes(h)
+	if fixed := 4*vocab*h + 2*h; budget > fixed+layerBytes(h) {
+		layers = (budget - fixed) / layerBytes(h)
 	}
 	kv, inter := h/4, h*43/16
 	var ts []Tensor
