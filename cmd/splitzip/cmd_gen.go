@@ -2,12 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/internal/synth"
 )
 
@@ -83,7 +90,11 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	// empty folder only.
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		return usageError{fmt.Errorf("%s is a file; gen writes a checkpoint into a new or empty folder", dir)}
-	} else if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+	} else if err == nil {
+		// What a killed gen left there (temporary files only) goes first.
+		atomicfile.RemoveStale(dir)
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		return usageError{fmt.Errorf("%s is not empty (%d entries); gen writes a checkpoint into a new or empty folder", dir, len(ents))}
 	}
 	p := g.progress()
@@ -96,6 +107,12 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if err := ctx.Err(); err != nil {
 		return err // planning a large checkpoint takes a while: not after Ctrl-C
 	}
+	if o.Small+o.Tiny+o.Mix+o.MoE == 0 {
+		// The plan of a size the disk cannot hold could fill memory.
+		if err := roomFor(dir, size); err != nil {
+			return err
+		}
+	}
 	dt := o.DType
 	if dt == "BF16" {
 		dt = ""
@@ -106,6 +123,9 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	plan := synth.Plan(cfg)
 	for _, t := range plan {
 		total += t.Size
+	}
+	if err := roomFor(dir, total); err != nil {
+		return err
 	}
 	p.Start("gen", total)
 	var last uint64
@@ -131,6 +151,28 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	}
 	fmt.Fprintln(g.stdout)
 	return nil
+}
+
+// roomFor checks that the file system of dir (or of its nearest existing
+// parent) has n bytes free, with a margin for the headers: a checkpoint
+// too large for the disk is refused before a byte is written.
+func roomFor(dir string, n uint64) error {
+	at := dir
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(at, &st)
+		if err == nil {
+			if free := st.Bavail * uint64(st.Bsize); n+n/64 > free {
+				return fmt.Errorf("%s: %w: the checkpoint needs %s, %s are free", dir, syscall.ENOSPC, human(n), human(free))
+			}
+			return nil
+		}
+		parent := filepath.Dir(at)
+		if !errors.Is(err, fs.ErrNotExist) || parent == at {
+			return nil // no answer: the writes will tell
+		}
+		at = parent
+	}
 }
 
 func btoi(b bool) int {

@@ -233,12 +233,24 @@ func TestCLIEdges(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var o, e bytes.Buffer
-	for _, args := range [][]string{{"verify", cache}, {"load", cache, "--device", "cpu"}} {
+	gen := filepath.Join(dir, "interrupted")
+	for _, args := range [][]string{{"verify", cache}, {"load", cache, "--device", "cpu"}, {"gen", gen, "--size", "8MiB"}} {
 		o.Reset()
 		e.Reset()
 		if code := runContext(ctx, args, &o, &e); code != exitInterrupted || !strings.Contains(e.String(), "interrupted") {
 			t.Errorf("interrupted %s: exit %d, %q", args[0], code, e.String())
 		}
+	}
+	// An interrupted gen leaves no file behind, temporary or not.
+	if ents, _ := os.ReadDir(gen); len(ents) > 0 {
+		t.Errorf("an interrupted gen left %d files, the first %s", len(ents), ents[0].Name())
+	}
+	// A checkpoint larger than the disk is refused before anything is written.
+	if code, _, e := splitzip(t, "gen", filepath.Join(dir, "huge"), "--size", "1000000TiB"); code != exitResource || !strings.Contains(e, "are free") {
+		t.Errorf("gen larger than the disk: exit %d, %q", code, e)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "huge")); err == nil {
+		t.Errorf("gen larger than the disk made its folder")
 	}
 }
 

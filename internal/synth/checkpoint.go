@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/safetensors"
 )
 
@@ -185,7 +186,9 @@ func (t *Tensor) fillBF16(dst []byte, rng *rand.Rand, off uint64) {
 }
 
 // Write generates the checkpoint into dir, which must not exist or be
-// empty, and returns the paths it wrote.
+// empty, and returns the paths it wrote. The files are written under
+// temporary names (atomicfile) and renamed into place once all are
+// written; a Write that fails or is cancelled removes what it wrote.
 func Write(ctx context.Context, dir string, cfg Config) ([]string, error) {
 	if cfg.Shards < 1 {
 		return nil, fmt.Errorf("synth: need at least one shard, got %d", cfg.Shards)
@@ -206,7 +209,18 @@ func Write(ctx context.Context, dir string, cfg Config) ([]string, error) {
 		groups[s] = append(groups[s], i)
 		acc += t.Size
 	}
-	var paths []string
+	// Every file is written under a temporary name and renamed into
+	// place once all are written: a failed or interrupted run leaves no
+	// file a reader would take for a checkpoint, and removes its own.
+	var paths, temps []string
+	done := false
+	defer func() {
+		if !done {
+			for _, t := range temps {
+				os.Remove(t)
+			}
+		}
+	}()
 	weightMap := map[string]string{}
 	var written uint64
 	for s, g := range groups {
@@ -226,31 +240,47 @@ func Write(ctx context.Context, dir string, cfg Config) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		path := filepath.Join(dir, name)
-		if err := writeShard(ctx, path, head, ts, g, cfg, &written); err != nil {
+		f, err := atomicfile.CreateTemp(dir, name)
+		if err != nil {
 			return nil, err
 		}
-		paths = append(paths, path)
+		temps, paths = append(temps, f.Name()), append(paths, filepath.Join(dir, name))
+		if err := writeShard(ctx, f, head, ts, g, cfg, &written); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Shards > 1 {
 		ix, _ := json.MarshalIndent(map[string]any{
 			"metadata":   map[string]any{"total_size": total},
 			"weight_map": weightMap,
 		}, "", "  ")
-		path := filepath.Join(dir, safetensors.IndexFileName)
-		if err := os.WriteFile(path, append(ix, '\n'), 0o644); err != nil {
+		f, err := atomicfile.CreateTemp(dir, safetensors.IndexFileName)
+		if err != nil {
 			return nil, err
 		}
-		paths = append(paths, path)
+		temps, paths = append(temps, f.Name()), append(paths, filepath.Join(dir, safetensors.IndexFileName))
+		_, err = f.Write(append(ix, '\n'))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
+	for k, t := range temps {
+		if err := os.Rename(t, paths[k]); err != nil {
+			for _, p := range paths[:k] {
+				os.Remove(p)
+			}
+			return nil, err
+		}
+	}
+	done = true
 	return paths, nil
 }
 
-func writeShard(ctx context.Context, path string, head []byte, ts []Tensor, g []int, cfg Config, written *uint64) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
+// writeShard writes a shard's header and tensors g to f, and closes it.
+func writeShard(ctx context.Context, f *os.File, head []byte, ts []Tensor, g []int, cfg Config, written *uint64) error {
 	defer f.Close()
 	w := bufio.NewWriterSize(f, 1<<20)
 	if _, err := w.Write(head); err != nil {
