@@ -163,11 +163,15 @@ type unit struct {
 	tensors []int
 }
 
+// MaxRanks is the most ranks New plans for: a node's GPUs, with room to
+// spare (a plan holds a table of every tensor for each rank).
+const MaxRanks = 1024
+
 // New plans the load of src (a checkpoint of cache c) onto ranks ranks
-// under rules.
+// (1 to MaxRanks) under rules.
 func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (*Plan, error) {
-	if ranks < 1 {
-		return nil, fmt.Errorf("%w: %d ranks", ErrPlan, ranks)
+	if ranks < 1 || ranks > MaxRanks {
+		return nil, fmt.Errorf("%w: %d ranks (1 to %d: the GPUs of one node)", ErrPlan, ranks, MaxRanks)
 	}
 	p := &Plan{Ranks: ranks, PerRank: make([]Rank, ranks)}
 	units := map[string]*unit{}

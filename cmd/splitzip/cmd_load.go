@@ -180,9 +180,17 @@ func flagError(err error) error {
 	return usageError{errors.New(loadFlags.Replace(strings.TrimPrefix(err.Error(), transport.ErrOption.Error()+": ")))}
 }
 
+// maxReaders and maxStreams bound --readers and --streams: each reader is
+// a goroutine with its own staging, each stream a CUDA stream with its
+// own decoder, far past where either pays.
+const maxReaders, maxStreams = 256, 64
+
 func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err error) {
 	if o.Repeat < 1 || o.Readers < 0 || o.Streams < 1 || o.Compare < 0 || o.Ahead < 1 {
 		return usageError{fmt.Errorf("--repeat, --readers (when given), --streams and --ahead must be at least 1")}
+	}
+	if o.Readers > maxReaders || o.Streams > maxStreams {
+		return usageError{fmt.Errorf("--readers must be at most %d and --streams at most %d, got %d and %d", maxReaders, maxStreams, o.Readers, o.Streams)}
 	}
 	var pinnedLimit int64 // 0: the load's default
 	if !o.pinnedUnset {

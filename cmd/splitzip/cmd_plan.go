@@ -43,7 +43,7 @@ Nothing is moved: this is the plan the multi-GPU loaders carry out.`,
 		RunE: func(cmd *cobra.Command, a []string) error { return runPlan(cmd.Context(), g, o, a[0]) },
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.Ranks, "ranks", 2, "ranks (GPUs) of the node")
+	f.IntVar(&o.Ranks, "ranks", 2, fmt.Sprintf("ranks (GPUs) of the node, 1 to %d", distplan.MaxRanks))
 	f.StringVar(&o.TP, "tp", "", `placement rules, e.g. "*embed*=replicate,*.q_proj.weight=shard:0,*.o_proj.weight=shard:1"`)
 	f.StringVar(&o.Source, "source", "", "source to plan: a recorded root, when the cache holds several")
 	f.BoolVar(&o.Cost, "cost", false, "predict each rank's reads by this host's cost model (splitzip calibrate makes it)")
@@ -52,8 +52,8 @@ Nothing is moved: this is the plan the multi-GPU loaders carry out.`,
 }
 
 func runPlan(ctx context.Context, g *globals, o planOptions, dir string) error {
-	if o.Ranks < 1 {
-		return usageError{fmt.Errorf("--ranks must be at least 1")}
+	if o.Ranks < 1 || o.Ranks > distplan.MaxRanks {
+		return usageError{fmt.Errorf("--ranks must be 1 to %d (the GPUs of one node), got %d", distplan.MaxRanks, o.Ranks)}
 	}
 	rules, err := distplan.ParseRules(o.TP)
 	if err != nil {

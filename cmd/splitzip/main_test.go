@@ -357,6 +357,9 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("compress: %s", e)
 	}
 	tp := "*embed*=replicate,*lm_head*=replicate,*.weight=shard:0"
+	if code, _, e := splitzip(t, "plan", cache, "--ranks", "100000"); code != exitUsage || !strings.Contains(e, "--ranks must be 1 to 1024") {
+		t.Errorf("plan --ranks 100000: exit %d, %q", code, e)
+	}
 	code, out, e := splitzip(t, "plan", cache, "--ranks", "4", "--tp", tp)
 	if code != 0 || !strings.Contains(out, "onto 4 ranks") || strings.Count(out, "\n") != 6 {
 		t.Fatalf("plan: exit %d, %q %q", code, out, e)
