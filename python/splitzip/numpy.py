@@ -1,7 +1,9 @@
 """Load a cached checkpoint into numpy arrays (host memory).
 
-numpy has no bfloat16: BF16 tensors come back as uint16 arrays holding the
-exact bits (view them with ml_dtypes.bfloat16 if you have it).
+numpy has no bfloat16 and no FP8: BF16 tensors come back as uint16 arrays
+holding the exact bits, F8_E4M3 and F8_E5M2 as uint8 arrays of their shape
+(view them with ml_dtypes.bfloat16, float8_e4m3fn or float8_e5m2 if you
+have it).
 """
 
 from typing import Dict, Optional
@@ -17,12 +19,14 @@ DTYPES = {
     "BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
     "I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64,
     "U8": np.uint8, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "BOOL": np.bool_,
+    "F8_E4M3": np.uint8, "F8_E5M2": np.uint8,
 }
 
 
 def load_file(cache: str, source: Optional[str] = None) -> Dict[str, np.ndarray]:
     """Every tensor of the checkpoint, bit for bit, as numpy arrays.
-    Unknown dtypes come back as flat uint8 arrays of their bytes."""
+    BF16 and FP8 come back as unsigned integers of their width, with their
+    shapes; unknown dtypes as flat uint8 arrays of their bytes."""
     out, items = {}, []
     with Cache(cache, source) as c:
         for t in c.infos():

@@ -108,6 +108,28 @@ class TestNumpy(unittest.TestCase):
                 self.assertEqual(got[name].tobytes(), data, name)
             self.assertTrue(any(dtype == "F16" for dtype, _, _ in want.values()))
 
+    def test_fp8_shapes(self):
+        """FP8 tensors (F8_E4M3 weights, entropy payloads) come back as uint8
+        arrays of their shapes, bit for bit."""
+        from splitzip.numpy import load_file
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = os.path.join(d, "ck"), os.path.join(d, "c")
+            subprocess.run([BIN, "gen", src, "--size", "1MiB", "--dtype", "F8_E4M3", "-q"], check=True, stdout=subprocess.DEVNULL)
+            want = {}
+            for f in sorted(os.listdir(src)):
+                if f.endswith(".safetensors"):
+                    want.update(stfile.read(os.path.join(src, f)))
+            subprocess.run([BIN, "compress", src, "-o", cache, "--codec", "entropy", "--no-sync", "-q"],
+                           check=True, stdout=subprocess.DEVNULL)
+            got = load_file(cache)
+            fp8 = [n for n, (dtype, _, _) in want.items() if dtype == "F8_E4M3"]
+            self.assertTrue(fp8)
+            for name in fp8:
+                dtype, shape, data = want[name]
+                self.assertEqual(got[name].dtype, np.uint8, name)
+                self.assertEqual(list(got[name].shape), list(shape), name)
+                self.assertEqual(got[name].tobytes(), data, name)
+
     def test_pack_keeps_entropy(self):
         """A pack of an entropy cache made with entropy=True keeps its entropy
         payloads (their table entries write nothing, the batch decode's
