@@ -207,13 +207,33 @@ func TestCorruption(t *testing.T) {
 		q := bytes.Clone(p)
 		pos := rng.IntN(len(q))
 		q[pos] ^= byte(1 + rng.IntN(255))
-		if err := Decode(out, q); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrChecksum) && !errors.Is(err, ErrVersion) {
+		if err := Decode(out, q); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrChecksum) {
 			t.Fatalf("flip at %d: %v", pos, err)
 		}
 		// With the checksum fixed up, the structure checks must catch it
 		// or the payload must still decode to something, without panics.
 		binary.LittleEndian.PutUint32(q[offChecksum:], Checksum(q))
 		_ = Decode(out, q)
+	}
+	// A version field its checksum covers is another version (ErrVersion);
+	// of the header alone it cannot be told from damage, and says so too.
+	q := bytes.Clone(p)
+	binary.LittleEndian.PutUint16(q[offVersion:], Version+1)
+	if err := Decode(out, q); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a flipped version: %v, want ErrCorrupt", err)
+	}
+	if _, err := ParseHeader(q[:HeaderSize]); !errors.Is(err, ErrVersion) {
+		t.Errorf("a header of another version: %v, want ErrVersion", err)
+	}
+	if _, err := NewReader(bytes.NewReader(q), uint64(len(q))); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a flipped version, read from a file: %v, want ErrCorrupt", err)
+	}
+	binary.LittleEndian.PutUint32(q[offChecksum:], Checksum(q))
+	if err := Decode(out, q); !errors.Is(err, ErrVersion) {
+		t.Errorf("a payload of another version: %v, want ErrVersion", err)
+	}
+	if _, err := NewReader(bytes.NewReader(q), uint64(len(q))); !errors.Is(err, ErrVersion) {
+		t.Errorf("a payload of another version, read from a file: %v, want ErrVersion", err)
 	}
 	for _, n := range []int{0, 10, 63, 64, len(p) - 1} {
 		if err := Decode(out, p[:n]); err == nil {

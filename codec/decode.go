@@ -8,7 +8,10 @@ import (
 )
 
 // ParseHeader decodes and checks the fixed header of a payload. It needs
-// only the first HeaderSize bytes and does not verify the checksum.
+// only the first HeaderSize bytes and does not verify the checksum, but
+// for a version this build does not read: given the whole payload, a
+// version its checksum does not cover is corruption (ErrCorrupt), not
+// ErrVersion.
 func ParseHeader(p []byte) (Header, error) {
 	var h Header
 	if len(p) < HeaderSize {
@@ -18,6 +21,11 @@ func ParseHeader(p []byte) (Header, error) {
 		return h, corrupt(offMagic, -1, "bad magic %q", p[offMagic:offMagic+4])
 	}
 	if v := binary.LittleEndian.Uint16(p[offVersion:]); v != Version {
+		// Given a whole payload, a version field that its checksum does
+		// not cover is damage, not a payload of another version.
+		if binary.LittleEndian.Uint64(p[offSize:]) == uint64(len(p)) && Checksum(p) != binary.LittleEndian.Uint32(p[offChecksum:]) {
+			return h, corrupt(offVersion, -1, "version %d (this build reads version %d) and a checksum that does not match", v, Version)
+		}
 		return h, fmt.Errorf("%w: version %d; this build reads version %d", ErrVersion, v, Version)
 	}
 	if hs := binary.LittleEndian.Uint16(p[offHeaderSize:]); hs != HeaderSize {

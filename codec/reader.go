@@ -1,8 +1,12 @@
 package codec
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+
+	"github.com/splitzip/splitzip/codec/internal/crc32c"
 )
 
 // Reader decodes a payload held in a file (any io.ReaderAt) a range of
@@ -35,6 +39,9 @@ func NewReader(r io.ReaderAt, size uint64) (*Reader, error) {
 		return nil, err
 	}
 	h, err := ParseHeader(head)
+	if errors.Is(err, ErrVersion) {
+		return nil, versionOrDamage(err, head, size, r)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +66,34 @@ func NewReader(r io.ReaderAt, size uint64) (*Reader, error) {
 		return nil, err
 	}
 	return &Reader{r: r, L: L, lut: pairTable(&h.Codebook), codes: h.Codebook.codeTable()}, nil
+}
+
+// versionOrDamage tells a payload of a version this build does not read
+// (err, from its header) from a damaged one: every version sums itself
+// with its checksum field, where version 1 keeps it, taken as zero, so a
+// payload of size bytes read through r whose sum does not match is
+// damage (ErrCorrupt), as ParseHeader finds of a whole payload in memory.
+func versionOrDamage(err error, head []byte, size uint64, r io.ReaderAt) error {
+	if len(head) < HeaderSize || binary.LittleEndian.Uint64(head[offSize:]) != size {
+		return err
+	}
+	buf := make([]byte, min(size, readBlock))
+	var crc uint32
+	for off := uint64(0); off < size; off += readBlock {
+		b := buf[:min(readBlock, size-off)]
+		if _, rerr := r.ReadAt(b, int64(off)); rerr != nil {
+			return err
+		}
+		if off == 0 {
+			clear(b[offChecksum : offChecksum+4])
+		}
+		crc = crc32c.Update(crc, b)
+	}
+	if crc != binary.LittleEndian.Uint32(head[offChecksum:]) {
+		v := binary.LittleEndian.Uint16(head[offVersion:])
+		return corrupt(offVersion, -1, "version %d (this build reads version %d) and a checksum that does not match", v, Version)
+	}
+	return err
 }
 
 // Header returns the payload's header.
