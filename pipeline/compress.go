@@ -84,6 +84,12 @@ type Totals struct {
 	// bytes.
 	CostRawTensors int    `json:"cost_raw_tensors,omitempty"`
 	CostRawBytes   uint64 `json:"cost_raw_bytes,omitempty"`
+	// KeptTensors are the tensors an earlier run into the same cache
+	// stored as payloads of another codec than this run's: a tensor has
+	// one form in a cache, so they keep it (compress into a new cache to
+	// change it). KeptBytes is their raw bytes.
+	KeptTensors int    `json:"kept_tensors,omitempty"`
+	KeptBytes   uint64 `json:"kept_bytes,omitempty"`
 }
 
 // costRaw counts a tensor the cost model kept raw (by its reason).
@@ -286,6 +292,9 @@ type shardJob struct {
 	// auto is, per tensor, about what --codec auto would store of it, where
 	// the fixed codec left it raw by its dtype (see tensorCompressor.compress).
 	auto []uint64
+	// kept: tensors an earlier run stored as payloads of another codec,
+	// kept as they are (tensorCompressor.compress).
+	kept []bool
 }
 
 // openShardJob maps a shard and stores its header and gaps, streaming
@@ -300,7 +309,7 @@ func openShardJob(w *shardcache.Writer, s *checkpoint.Shard, buf []byte) (*shard
 		f.Close()
 		return nil, err
 	}
-	j := &shardJob{s: s, f: f, m: m, auto: make([]uint64, len(s.Header.Tensors))}
+	j := &shardJob{s: s, f: f, m: m, auto: make([]uint64, len(s.Header.Tensors)), kept: make([]bool, len(s.Header.Tensors))}
 	for i, t := range s.Header.Tensors {
 		j.auto[i] = t.Size()
 	}
@@ -382,7 +391,7 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 				release, err := mem.hold(ctx, compressCost+tableBytes(t.Size()))
 				if err == nil {
 					r := j.m.reader()
-					err = tc.compress(r, t, &j.rec.Tensors[i], &j.auto[i])
+					err = tc.compress(r, t, &j.rec.Tensors[i], &j.auto[i], &j.kept[i])
 					r.close()
 					release()
 				}
@@ -421,6 +430,10 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*
 			}
 			o, _ := w.Has(t.Key)
 			stored = o.Size
+			if j.kept[i] {
+				tot.KeptTensors++
+				tot.KeptBytes += t.Size
+			}
 		}
 		tot.StoredBytes += stored
 		tot.costRaw(t.Reason, t.Size)

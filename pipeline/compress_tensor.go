@@ -39,8 +39,10 @@ const compressCost = 4 * segmentBytes
 //
 // With the fixed codec, a float tensor of another dtype is counted too, so
 // that *auto is what --codec auto would store of it (its size when that
-// saves nothing); *auto is left alone otherwise.
-func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64) error {
+// saves nothing); *auto is left alone otherwise. *kept is set when an
+// earlier run stored the tensor as a payload of another codec, which it
+// keeps.
+func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64, kept *bool) error {
 	*rec = shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	codecName := tc.opts.Codec
 	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
@@ -100,7 +102,9 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 		return tc.storeRaw(r, t, rec)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
-		// Stored by an earlier tensor or checkpoint.
+		// Stored by an earlier tensor or checkpoint: a tensor has one form
+		// in a cache, so a payload an earlier run stored in another codec
+		// than this run's is kept, and counted.
 		tc.opts.Progress.Add(t.Size())
 		switch o.Kind {
 		case shardcache.KindFixed:
@@ -110,6 +114,9 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 		default:
 			rec.Reason = "stored raw before"
 			rec.CopyStored = true
+		}
+		if want, ok := codecKind(codecName, t.DType); ok && rec.Payload() && o.Kind != want && tc.w.Earlier(rec.Key) {
+			*kept = true
 		}
 		return nil
 	}
@@ -142,6 +149,20 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 	}
 	rec.Reason = reason
 	return tc.storeRaw(r, t, rec)
+}
+
+// codecKind is the object kind codecName stores a tensor of dtype in, as
+// far as the codec alone decides it (false for cost, which measures).
+func codecKind(codecName, dtype string) (string, bool) {
+	switch {
+	case codecName == CodecCost:
+		return "", false
+	case dtype == "BF16" && codecName != CodecEntropy:
+		return shardcache.KindFixed, true
+	case codecName == CodecFixed:
+		return shardcache.KindRaw, true
+	}
+	return shardcache.KindEntropy, true
 }
 
 // storeRaw copies a raw tensor into the cache when the cache is to be

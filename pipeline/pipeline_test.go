@@ -377,3 +377,26 @@ func TestForgetAndGC(t *testing.T) {
 		t.Fatalf("verify after gc: %+v", v.Problems)
 	}
 }
+
+// TestKeptPayloads: a second compress into the same cache with another
+// codec keeps the payloads the first stored (a tensor has one form in a
+// cache) and counts them; the same codec again counts none.
+func TestKeptPayloads(t *testing.T) {
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 1, 9)
+	first := compress(t, src, out, false)
+	if first.Totals.KeptTensors != 0 {
+		t.Errorf("first run: %d kept", first.Totals.KeptTensors)
+	}
+	res, err := Compress(context.Background(), src, CompressOptions{Output: out, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true, Codec: CodecEntropy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := res.Totals; tot.KeptTensors != first.Totals.CompressedTensors || tot.EntropyTensors != 0 || tot.KeptBytes == 0 {
+		t.Errorf("entropy over fixed: %d kept (%d bytes), %d entropy; want the %d fixed payloads kept", tot.KeptTensors, tot.KeptBytes, tot.EntropyTensors, first.Totals.CompressedTensors)
+	}
+	if again := compress(t, src, out, false); again.Totals.KeptTensors != 0 {
+		t.Errorf("fixed over fixed: %d kept", again.Totals.KeptTensors)
+	}
+}

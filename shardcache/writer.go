@@ -194,6 +194,18 @@ func (w *Writer) Dir() string { return w.dir }
 
 // Has reports whether the object with key is stored, so it need not be
 // written again.
+// Earlier reports whether the object of key was stored before this
+// writer's last Commit, or before it was opened: by an earlier run.
+func (w *Writer) Earlier(key Key) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.pending[key]; ok {
+		return false
+	}
+	_, ok := w.ix.Objects[key]
+	return ok && !w.added[key]
+}
+
 func (w *Writer) Has(key Key) (*Object, bool) {
 	w.mu.Lock()
 	if p, ok := w.pending[key]; ok {

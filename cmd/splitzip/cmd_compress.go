@@ -138,7 +138,10 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		return printJSON(g.stdout, "compress_summary", struct {
 			*pipeline.CompressResult
 			Push *oci.PushResult `json:"push,omitempty"`
-		}{res, pushed})
+			// The lines the text output gives on stderr.
+			Hint string `json:"hint,omitempty"`
+			Note string `json:"note,omitempty"`
+		}{res, pushed, strings.TrimPrefix(codecHint(res.DTypes), "hint: "), strings.TrimPrefix(keptNote(res.Totals), "note: ")})
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(g.stderr, "warning: %s (the reference safetensors loader refuses this)\n", w)
@@ -150,6 +153,9 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		100*(1-ratio(t.StoredBytes, t.RawBytes)), dtypeBits(res.DTypes), secs, float64(t.RawBytes)/secs/1e9)
 	if h := codecHint(res.DTypes); h != "" {
 		fmt.Fprintln(g.stderr, h)
+	}
+	if n := keptNote(res.Totals); n != "" {
+		fmt.Fprintln(g.stderr, n)
 	}
 	if pushed != nil {
 		printPushed(g, "the cache", *pushed)
@@ -201,6 +207,16 @@ func codecHint(dtypes []pipeline.DTypeTotals) string {
 	}
 	return fmt.Sprintf("hint: the fixed codec (the default) codes only BF16 and left %s (%s) raw; --codec auto would store them in about %s, %.0f%% smaller",
 		strings.Join(names, ", "), human(raw), human(auto), 100*(1-ratio(auto, raw)))
+}
+
+// keptNote returns the line that says how many tensors kept the payloads
+// an earlier run into the same cache stored in another codec, or "".
+func keptNote(t pipeline.Totals) string {
+	if t.KeptTensors == 0 {
+		return ""
+	}
+	return fmt.Sprintf("note: %s (%s) kept the payloads an earlier run stored in another codec: a tensor has one form in a cache; compress into a new cache to store them with this --codec",
+		count(t.KeptTensors, "tensor"), human(t.KeptBytes))
 }
 
 func ratio(a, b uint64) float64 {
