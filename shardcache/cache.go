@@ -337,8 +337,12 @@ func CheckStat(sh *Shard, path string) error {
 		return fmt.Errorf("source shard: %w", err) // the error names path
 	}
 	if uint64(st.Size()) != sh.Size || !st.ModTime().Equal(sh.ModTime) {
+		sentinel := ErrSourceChanged
+		if uint64(st.Size()) == sh.Size {
+			sentinel = ErrSourceTime
+		}
 		return fmt.Errorf("%s: %w (size %d, mtime %s; compressed from size %d, mtime %s)",
-			path, ErrSourceChanged, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))
+			path, sentinel, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))
 	}
 	return nil
 }

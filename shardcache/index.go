@@ -53,6 +53,10 @@ var (
 	ErrObjectCorrupt = errors.New("cache object is corrupt")
 	// ErrSourceChanged reports a source shard that differs from the one compressed.
 	ErrSourceChanged = errors.New("source shard changed")
+	// ErrSourceTime is ErrSourceChanged for a shard of the same size
+	// whose modification time differs: perhaps a copy of the same bytes
+	// (Rehash tells).
+	ErrSourceTime = fmt.Errorf("%w", ErrSourceChanged)
 	// ErrLocked reports a cache another writer holds.
 	ErrLocked = errors.New("cache is locked by another writer")
 	// ErrVersion reports an index of a format version this build does

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -174,6 +175,55 @@ func TestRelocateSameRoot(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(index); !bytes.Equal(before, after) {
 		t.Error("relocate to the recorded folder rewrote the index")
+	}
+}
+
+// TestRelocateCopy: a copy of the source that did not keep its
+// modification times is refused by verify, with a note that relocate
+// re-hashes it; relocate reads it whole, records the new times, and then
+// verify accepts it; a copy with a byte changed is refused by relocate,
+// naming the tensor, and the index is left as it was.
+func TestRelocateCopy(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	copyTo := func(to string) {
+		os.MkdirAll(to, 0o755)
+		ents, _ := os.ReadDir(ck)
+		for _, e := range ents {
+			b, _ := os.ReadFile(filepath.Join(ck, e.Name()))
+			os.WriteFile(filepath.Join(to, e.Name()), b, 0o644)
+			os.Chtimes(filepath.Join(to, e.Name()), time.Now().Add(time.Hour), time.Now().Add(time.Hour))
+		}
+	}
+	good, bad := filepath.Join(dir, "copy"), filepath.Join(dir, "bad")
+	copyTo(good)
+	copyTo(bad)
+	if code, _, e := splitzip(t, "verify", cache, "--source", good); code != exitInput || !strings.Contains(e, "re-hashes it") {
+		t.Errorf("verify of a copy before relocate: exit %d, %q", code, e)
+	}
+	shard := ""
+	ents, _ := os.ReadDir(bad)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			shard = filepath.Join(bad, e.Name())
+		}
+	}
+	b, _ := os.ReadFile(shard)
+	b[len(b)-3] ^= 1
+	os.WriteFile(shard, b, 0o644)
+	index := filepath.Join(cache, shardcache.IndexName)
+	before, _ := os.ReadFile(index)
+	if code, _, e := splitzip(t, "relocate", cache, bad); code != exitInput || !strings.Contains(e, "differs from what was compressed") || !strings.Contains(e, "tensor ") {
+		t.Errorf("relocate to a changed copy: exit %d, %q", code, e)
+	}
+	if after, _ := os.ReadFile(index); !bytes.Equal(before, after) {
+		t.Error("a refused relocate rewrote the index")
+	}
+	if code, out, e := splitzip(t, "relocate", cache, good, "--json"); code != 0 || !strings.Contains(out, `"rehashed_shards": `) || strings.Contains(out, `"rehashed_shards": 0`) {
+		t.Errorf("relocate to a copy: exit %d, %q %q", code, out, e)
+	}
+	if code, _, e := splitzip(t, "verify", cache); code != 0 {
+		t.Errorf("verify after relocating to a copy: exit %d, %q", code, e)
 	}
 }
 

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,17 +29,21 @@ func newRelocateCommand(g *globals) *cobra.Command {
 		Long: `Record in the cache's index that the source checkpoint now lives in DIR
 (moved, copied to another machine, mounted elsewhere). The source is found
 by its shards in DIR (names and sizes), or named by its recorded root with
---source. DIR must be outside the cache; the folder the source is recorded
-at already changes nothing. verify, decompress and load also take
+--source. DIR must be outside the cache. Shards whose modification time
+differs from the one recorded (a copy that did not keep it: scp, rsync
+without -t, a download) are read whole and hashed against the index: when
+every byte is the same their new times are recorded, else relocate refuses
+and names what differs. The folder the source is recorded at, with its
+times unchanged, changes nothing. verify, decompress and load also take
 --source DIR to use a moved source without changing the index.`,
 		Args: args(cobra.ExactArgs(2)),
-		RunE: func(cmd *cobra.Command, a []string) error { return runRelocate(g, o, a[0], a[1]) },
+		RunE: func(cmd *cobra.Command, a []string) error { return runRelocate(cmd.Context(), g, o, a[0], a[1]) },
 	}
 	cmd.Flags().StringVar(&o.Source, "source", "", "recorded root of the source to move (default: the one whose shards are in DIR)")
 	return cmd
 }
 
-func runRelocate(g *globals, o relocateOptions, cache, dir string) error {
+func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir string) error {
 	c, err := shardcache.Open(cache)
 	if err != nil {
 		return err
@@ -57,32 +67,103 @@ func runRelocate(g *globals, o relocateOptions, cache, dir string) error {
 		return err
 	}
 	old := rec.Root
-	if old == abs {
-		if g.JSON {
-			return printJSON(g.stdout, "relocate_summary", map[string]any{"cache": cache, "from": old, "to": abs, "changed": false})
-		}
-		fmt.Fprintf(g.stdout, "source %s is recorded at %s already; nothing to change\n", rec.Path(), abs)
-		return nil
-	}
-	if o.Source != "" {
+	if o.Source != "" && old != abs {
 		if at, _, err := c.FindSource(abs); err != nil || at != rec {
 			return failure.Mark(failure.Input, fmt.Errorf("%s does not hold the shards of source %s", abs, rec.Path()))
 		}
+	}
+	// Shards whose modification time differs (a copy that did not keep
+	// it) are read whole and hashed against the index; if every byte is
+	// the same, their new times are recorded.
+	path := rec.Path()
+	times, bytes, err := rehashCopies(ctx, g, rec, abs)
+	if err != nil {
+		return err
+	}
+	if old == abs && len(times) == 0 {
+		if g.JSON {
+			return printJSON(g.stdout, "relocate_summary", map[string]any{"cache": cache, "from": old, "to": abs, "changed": false, "rehashed_shards": 0})
+		}
+		fmt.Fprintf(g.stdout, "source %s is recorded at %s already; nothing to change\n", path, abs)
+		return nil
 	}
 	w, err := shardcache.Create(cache)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := w.Relocate(rec.Path(), abs); err != nil {
+	if old != abs {
+		if err := w.Relocate(path, abs); err != nil {
+			return err
+		}
+		moved := *rec // the path it is recorded at now
+		moved.Root = abs
+		path = moved.Path()
+	}
+	if err := w.Restamp(path, times); err != nil {
 		return err
 	}
 	if err := w.Commit(); err != nil {
 		return err
 	}
 	if g.JSON {
-		return printJSON(g.stdout, "relocate_summary", map[string]any{"cache": cache, "from": old, "to": abs, "changed": true})
+		return printJSON(g.stdout, "relocate_summary", map[string]any{"cache": cache, "from": old, "to": abs, "changed": true, "rehashed_shards": len(times)})
 	}
-	fmt.Fprintf(g.stdout, "relocated source %s to %s\n", old, abs)
+	if old != abs {
+		fmt.Fprintf(g.stdout, "relocated source %s to %s\n", old, abs)
+	}
+	if len(times) > 0 {
+		fmt.Fprintf(g.stdout, "re-hashed %s (%s) whose modification times differed: the same bytes; their new times are recorded\n", count(len(times), "shard"), human(bytes))
+	}
 	return nil
+}
+
+// rehashCopies hashes the shards of rec found in dir whose modification
+// times differ from the recorded ones (shardcache.Rehash), several at
+// once, and returns their new times by name and their bytes.
+func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir string) (map[string]time.Time, uint64, error) {
+	var todo []*shardcache.Shard
+	var total uint64
+	for i := range rec.Shards {
+		sh := &rec.Shards[i]
+		st, err := os.Stat(filepath.Join(dir, sh.Name))
+		if err != nil {
+			return nil, 0, err
+		}
+		if uint64(st.Size()) != sh.Size {
+			return nil, 0, fmt.Errorf("%s: %w (size %d; compressed from size %d)", filepath.Join(dir, sh.Name), shardcache.ErrSourceChanged, st.Size(), sh.Size)
+		}
+		if !st.ModTime().Equal(sh.ModTime) {
+			todo = append(todo, sh)
+			total += sh.Size
+		}
+	}
+	times := map[string]time.Time{}
+	if len(todo) == 0 {
+		return times, 0, nil
+	}
+	p := g.progress()
+	p.Start("re-hashing", total)
+	defer p.Finish()
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, sh := range todo {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t, err := shardcache.Rehash(ctx, sh, filepath.Join(dir, sh.Name))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			times[sh.Name] = t
+			p.Add(sh.Size)
+		})
+	}
+	wg.Wait()
+	return times, total, errors.Join(errs...)
 }

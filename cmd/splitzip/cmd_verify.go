@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // verifyOptions are the flags of verify.
@@ -93,6 +95,15 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		}
 		for _, a := range res.Absent {
 			fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
+		}
+		touched := 0
+		for _, p := range res.Problems {
+			if errors.Is(p.Err, shardcache.ErrSourceTime) {
+				touched++
+			}
+		}
+		if touched > 0 {
+			fmt.Fprintf(g.stderr, "note: only the modification time of %s differs: if the source is a copy of the same bytes, 'splitzip relocate %s DIR' re-hashes it and records its new times\n", count(touched, "shard"), dir)
 		}
 		status := "ok"
 		if !res.OK() {

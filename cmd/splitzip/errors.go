@@ -63,6 +63,9 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 		// The library's text names no flag (Python sees it too).
 		msg += " (pass --source PATH, one of the paths above)"
 	}
+	if errors.Is(err, shardcache.ErrSourceTime) {
+		msg += " (only the modification time differs: if the source is a copy of the same bytes, 'splitzip relocate CACHE DIR' re-hashes it and records its new times)"
+	}
 	switch kind {
 	case failure.Usage:
 		name := "splitzip"
