@@ -130,7 +130,7 @@ func (o *CompressOptions) validate() error {
 		o.Jobs = runtime.GOMAXPROCS(0)
 	}
 	if o.PackMax > shardcache.MaxPackMax {
-		return fmt.Errorf("%w: pack-max must be at most %d bytes, got %d", ErrOption, shardcache.MaxPackMax, o.PackMax)
+		return fmt.Errorf("%w: pack-max must be at most %d MiB (%d bytes), got %d bytes", ErrOption, shardcache.MaxPackMax>>20, shardcache.MaxPackMax, o.PackMax)
 	}
 	// Written so that NaN fails too.
 	if !(o.MinSaving >= 0 && o.MinSaving < 1) {

@@ -10,6 +10,7 @@ import (
 	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/oci"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // compressOptions are the flags of compress.
@@ -70,7 +71,7 @@ more).`,
 	f.BoolVar(&o.SelfContained, "self-contained", false, "copy tensors left raw into the cache too, so decompress needs no source")
 	addMemoryFlag(f, &o.Memory)
 	f.StringVar(&o.Codec, "codec", pipeline.CodecFixed, "payloads: fixed (BF16, 12 bits a value), entropy (every float dtype), auto, or cost (each tensor as this host's cost model predicts loads fastest: raw, fixed or entropy)")
-	f.StringVar(&o.PackMax, "pack-max", "256KiB", "store objects of at most this size together in pack files (0: one file per object)")
+	f.StringVar(&o.PackMax, "pack-max", "256KiB", fmt.Sprintf("store objects of at most this size together in pack files (0: one file per object; at most %d MiB)", shardcache.MaxPackMax>>20))
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	o.remoteOptions.addFlags(cmd)
 	return cmd

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -34,6 +35,12 @@ given as for compress: relative to the working directory, symlinks allowed.
 }
 
 func runGC(g *globals, o gcOptions, dir string) error {
+	for _, f := range o.Forget {
+		if strings.HasPrefix(f, "-") {
+			// "--forget --json" takes --json for the path: say so.
+			return usageError{fmt.Errorf("--forget %s: a path, not a flag (write ./%s for a file of that name)", f, f)}
+		}
+	}
 	res, err := gc(o, dir)
 	if err != nil {
 		return err

@@ -50,8 +50,9 @@ type loadOptions struct {
 	pinnedUnset bool
 	// holdSet: --hold was given (0 then means nothing, and is refused);
 	// residentOff: --resident=false was given (which --share contradicts);
-	// peerSet: --peer was given (which only --devices reads).
-	holdSet, residentOff, peerSet bool
+	// peerSet: --peer was given (which only --devices reads); deviceSet:
+	// --device was given (which --devices replaces).
+	holdSet, residentOff, peerSet, deviceSet bool
 
 	EntropyOnHost bool
 	FromSource    bool
@@ -136,6 +137,7 @@ func (o loadOptions) withDefaults(f *pflag.FlagSet) loadOptions {
 	o.holdSet = f.Changed("hold")
 	o.residentOff = f.Changed("resident") && !o.Resident
 	o.peerSet = f.Changed("peer")
+	o.deviceSet = f.Changed("device")
 	return o
 }
 
@@ -236,6 +238,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	}
 	if o.peerSet && o.Devices == "" {
 		return usageError{fmt.Errorf("--peer chooses how --devices share a load: only with --devices")}
+	}
+	if o.deviceSet && o.Devices != "" {
+		return usageError{fmt.Errorf("--devices names every device of the load: give it or --device, not both")}
 	}
 	if isRemote(dir) && o.Raw && o.LocalCache == "" {
 		return usageError{fmt.Errorf("--raw reads the checkpoint's files: not with a remote cache streamed (pull it, or give --local-cache)")}

@@ -71,8 +71,10 @@ func goTypeKind(name string) string {
 		return "a list"
 	case strings.HasPrefix(name, "map["):
 		return "an object"
-	case strings.HasPrefix(name, "int"), strings.HasPrefix(name, "uint"):
+	case strings.HasPrefix(name, "int"):
 		return "a whole number"
+	case strings.HasPrefix(name, "uint"):
+		return "a whole number of 0 or more"
 	case strings.HasPrefix(name, "float"):
 		return "a number"
 	case name == "string":
@@ -149,9 +151,10 @@ func jsonKind(t reflect.Type) string {
 		return "another value"
 	}
 	switch t.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number of 0 or more"
 	case reflect.Float32, reflect.Float64:
 		return "a number"
 	case reflect.String:
