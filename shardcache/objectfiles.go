@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"sync"
 
@@ -86,6 +87,9 @@ func (fs *ObjectFiles) open(loc Location) (ObjectBytes, error) {
 		switch {
 		case err == unix.EINTR:
 			continue
+		case err == unix.ENOENT:
+			// The index names it: a cache that lost a file is damaged.
+			return ObjectBytes{}, fmt.Errorf("%w: %w", ErrObjectCorrupt, &os.PathError{Op: "open", Path: loc.Path, Err: err})
 		case err != nil:
 			return ObjectBytes{}, &os.PathError{Op: "open", Path: loc.Path, Err: err}
 		}
@@ -127,6 +131,9 @@ func (c *Cache) openPack(key Key, path string) (*os.File, error) {
 		return nil, fmt.Errorf("%s: %w: pack %s is not in the index", path, ErrObjectCorrupt, key)
 	}
 	f, err := os.Open(path)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %w", ErrObjectCorrupt, err) // a lost pack; err names path
+	}
 	if err != nil {
 		return nil, err // it names path
 	}

@@ -5,9 +5,11 @@ package shardcache
 // files, each read with one open and one read (index version 2).
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -124,6 +126,10 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 		return &ObjectReader{SectionReader: io.NewSectionReader(at, int64(loc.Offset), int64(o.Size)), name: loc.Name()}, o, nil
 	}
 	f, err := os.Open(loc.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The index names it: a cache that lost a file is damaged.
+		return nil, nil, fmt.Errorf("%s: object %s: %w: %w", c.dir, key, ErrObjectCorrupt, err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: object %s: %w", c.dir, key, err)
 	}

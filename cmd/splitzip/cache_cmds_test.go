@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -259,5 +260,34 @@ func TestEmptyCacheSaysSo(t *testing.T) {
 	os.WriteFile(file, []byte("{}"), 0o644)
 	if code, _, e := splitzip(t, "verify", file); code != exitInput || !strings.Contains(e, "not a splitzip cache: a file, where a cache is a folder") {
 		t.Errorf("verify of a file: exit %d, %q", code, e)
+	}
+}
+
+// TestLostObject: a cache missing a file its index names (an object, or
+// a pack) is damaged: verify, load and decompress fail with the integrity
+// code, naming the file.
+func TestLostObject(t *testing.T) {
+	dir := t.TempDir()
+	_, cache := compressed(t, dir)
+	var lost string
+	filepath.WalkDir(filepath.Join(cache, "objects"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && lost == "" {
+			lost = p
+		}
+		return nil
+	})
+	if lost == "" {
+		t.Fatal("no object file in the cache")
+	}
+	os.Remove(lost)
+	for _, args := range [][]string{
+		{"verify", cache},
+		{"load", cache, "--device", "cpu"},
+		{"decompress", cache, "-o", filepath.Join(dir, "out")},
+	} {
+		code, _, e := splitzip(t, args...)
+		if code != exitFailure || !strings.Contains(e, filepath.Base(lost)) {
+			t.Errorf("%s with an object file lost: exit %d, %q; want %d naming %s", args[0], code, e, exitFailure, filepath.Base(lost))
+		}
 	}
 }
