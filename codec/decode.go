@@ -100,7 +100,7 @@ func parse(p []byte, workers int) (*layout, error) {
 
 func checksumError(got, want uint32) error {
 	return &CorruptError{Offset: offChecksum, Chunk: -1, Err: ErrChecksum,
-		Reason: fmt.Sprintf("computed %08x, header says %08x", got, want)}
+		Reason: fmt.Sprintf("computed %08x over the payload, the header says %08x (the damage may be anywhere in it)", got, want)}
 }
 
 // parseTables reads and checks the tables of a payload whose header is h,

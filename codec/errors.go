@@ -37,7 +37,8 @@ type CorruptError struct {
 func (e *CorruptError) Error() string {
 	what := e.Err.Error()
 	if e.Err == ErrChecksum {
-		what = "fixed " + what
+		// Offset is the checksum field's, not where the damage is.
+		return "fixed " + what + ": " + e.Reason
 	}
 	if e.Chunk >= 0 {
 		return fmt.Sprintf("%s: chunk %d at offset %d: %s", what, e.Chunk, e.Offset, e.Reason)
