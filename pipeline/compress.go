@@ -113,8 +113,13 @@ type CompressResult struct {
 	DTypes []DTypeTotals `json:"dtypes"`
 	// Warnings lists what the sources have that the reference
 	// safetensors implementation refuses and the cache keeps.
-	Warnings []string      `json:"warnings,omitempty"`
-	Duration time.Duration `json:"duration_ns"`
+	Warnings []string `json:"warnings,omitempty"`
+	// StrayFiles are files in the cache's objects/ and tmp/ that its index
+	// does not name (a killed run's objects; gc removes them), StrayBytes
+	// their bytes.
+	StrayFiles int           `json:"stray_files,omitempty"`
+	StrayBytes uint64        `json:"stray_bytes,omitempty"`
+	Duration   time.Duration `json:"duration_ns"`
 }
 
 // validate checks the options before any work or output, wrapping
@@ -279,6 +284,9 @@ func compressInto(ctx context.Context, src string, opts CompressOptions) (*Compr
 	if err := w.Commit(); err != nil {
 		return nil, err
 	}
+	// What a killed run left is not this run's to remove (gc does), but
+	// it is said: a note, so an error counting it is not the run's.
+	res.StrayFiles, res.StrayBytes, _ = w.Strays()
 	res.Duration = time.Since(start)
 	return res, nil
 }

@@ -396,7 +396,17 @@ func TestKeptPayloads(t *testing.T) {
 	if tot := res.Totals; tot.KeptTensors != first.Totals.CompressedTensors || tot.EntropyTensors != 0 || tot.KeptBytes == 0 {
 		t.Errorf("entropy over fixed: %d kept (%d bytes), %d entropy; want the %d fixed payloads kept", tot.KeptTensors, tot.KeptBytes, tot.EntropyTensors, first.Totals.CompressedTensors)
 	}
-	if again := compress(t, src, out, false); again.Totals.KeptTensors != 0 {
-		t.Errorf("fixed over fixed: %d kept", again.Totals.KeptTensors)
+	if again := compress(t, src, out, false); again.Totals.KeptTensors != 0 || again.StrayFiles != 0 {
+		t.Errorf("fixed over fixed: %d kept, %d stray files", again.Totals.KeptTensors, again.StrayFiles)
+	}
+	// A file a killed run moved into objects/ is counted, not removed.
+	stray := filepath.Join(out, "objects", "zz", "stray")
+	os.MkdirAll(filepath.Dir(stray), 0o755)
+	os.WriteFile(stray, make([]byte, 100), 0o644)
+	if res := compress(t, src, out, false); res.StrayFiles != 1 || res.StrayBytes != 100 {
+		t.Errorf("with a stray file: %d stray files, %d bytes; want 1, 100", res.StrayFiles, res.StrayBytes)
+	}
+	if _, err := os.Stat(stray); err != nil {
+		t.Errorf("compress removed a stray file: %v", err)
 	}
 }

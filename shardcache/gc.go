@@ -176,6 +176,21 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	return res, err
 }
 
+// Strays counts the files under objects/ and tmp/ that the index does not
+// name: objects a killed writer moved into place before its index was
+// committed (GC removes them).
+func (w *Writer) Strays() (files int, bytes uint64, err error) {
+	w.mu.Lock()
+	known := knownFiles(w.dir, w.ix)
+	w.mu.Unlock()
+	err = walkStrays(w.dir, known, func(_ string, size int64) error {
+		files++
+		bytes += uint64(size)
+		return nil
+	})
+	return files, bytes, err
+}
+
 // DryRunGC reports what GC would remove from the cache in dir after
 // forgetting the checkpoints forget names (Writer.Forget), and changes
 // nothing: it opens no file for writing, so it works on a read-only cache.

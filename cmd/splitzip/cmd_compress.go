@@ -158,6 +158,10 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if n := keptNote(res.Totals); n != "" {
 		fmt.Fprintln(g.stderr, n)
 	}
+	if res.StrayFiles > 0 {
+		fmt.Fprintf(g.stderr, "note: the cache holds %s (%s) its index does not name, left by a run that was killed: 'splitzip gc %s' removes them\n",
+			count(res.StrayFiles, "file"), human(res.StrayBytes), out)
+	}
 	if pushed != nil {
 		printPushed(g, "the cache", *pushed)
 	}
