@@ -51,8 +51,9 @@ type loadOptions struct {
 	// holdSet: --hold was given (0 then means nothing, and is refused);
 	// residentOff: --resident=false was given (which --share contradicts);
 	// peerSet: --peer was given (which only --devices reads); deviceSet:
-	// --device was given (which --devices replaces).
-	holdSet, residentOff, peerSet, deviceSet bool
+	// --device was given (which --devices replaces); packsSet:
+	// --resident-packs was given (which only resident loads read).
+	holdSet, residentOff, peerSet, deviceSet, packsSet bool
 
 	EntropyOnHost bool
 	FromSource    bool
@@ -138,6 +139,7 @@ func (o loadOptions) withDefaults(f *pflag.FlagSet) loadOptions {
 	o.residentOff = f.Changed("resident") && !o.Resident
 	o.peerSet = f.Changed("peer")
 	o.deviceSet = f.Changed("device")
+	o.packsSet = f.Changed("resident-packs")
 	return o
 }
 
@@ -235,6 +237,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	}
 	if o.Hold < 0 || o.holdSet && o.Hold == 0 {
 		return usageError{fmt.Errorf("--hold is a positive duration, got %v", o.Hold)}
+	}
+	if o.packsSet && !o.Resident && !o.DeviceResident {
+		return usageError{fmt.Errorf("--resident-packs lays out what a resident load keeps: only with --resident, --share or --device-resident")}
 	}
 	if o.peerSet && o.Devices == "" {
 		return usageError{fmt.Errorf("--peer chooses how --devices share a load: only with --devices")}
