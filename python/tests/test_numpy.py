@@ -17,6 +17,16 @@ import stfile  # noqa: E402  (python/tests)
 BIN = testenv.BIN
 
 
+
+def gen_compressed(d, size, dtype, *flags):
+    """A generated checkpoint of dtype in d, compressed with flags: its
+    folder, the cache, and its tensors as read from the files."""
+    src, cache = os.path.join(d, "ck"), os.path.join(d, "c")
+    subprocess.run([BIN, "gen", src, "--size", size, "--dtype", dtype, "-q"], check=True, stdout=subprocess.DEVNULL)
+    want = stfile.read_dir(src)
+    subprocess.run([BIN, "compress", src, "-o", cache, "--no-sync", "-q", *flags], check=True, stdout=subprocess.DEVNULL)
+    return src, cache, want
+
 class TestNumpy(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -93,14 +103,7 @@ class TestNumpy(unittest.TestCase):
         import shutil
         from splitzip.numpy import load_file
         with tempfile.TemporaryDirectory() as d:
-            src, cache = os.path.join(d, "ck"), os.path.join(d, "c")
-            subprocess.run([BIN, "gen", src, "--size", "2MiB", "--dtype", "F16", "-q"], check=True, stdout=subprocess.DEVNULL)
-            want = {}
-            for f in sorted(os.listdir(src)):
-                if f.endswith(".safetensors"):
-                    want.update(stfile.read(os.path.join(src, f)))
-            subprocess.run([BIN, "compress", src, "-o", cache, "--codec", "entropy", "--no-sync", "--self-contained", "-q"],
-                           check=True, stdout=subprocess.DEVNULL)
+            src, cache, want = gen_compressed(d, "2MiB", "F16", "--codec", "entropy", "--self-contained")
             shutil.rmtree(src)
             got = load_file(cache)
             self.assertEqual(set(got), set(want))
@@ -113,14 +116,7 @@ class TestNumpy(unittest.TestCase):
         arrays of their shapes, bit for bit."""
         from splitzip.numpy import load_file
         with tempfile.TemporaryDirectory() as d:
-            src, cache = os.path.join(d, "ck"), os.path.join(d, "c")
-            subprocess.run([BIN, "gen", src, "--size", "1MiB", "--dtype", "F8_E4M3", "-q"], check=True, stdout=subprocess.DEVNULL)
-            want = {}
-            for f in sorted(os.listdir(src)):
-                if f.endswith(".safetensors"):
-                    want.update(stfile.read(os.path.join(src, f)))
-            subprocess.run([BIN, "compress", src, "-o", cache, "--codec", "entropy", "--no-sync", "-q"],
-                           check=True, stdout=subprocess.DEVNULL)
+            _, cache, want = gen_compressed(d, "1MiB", "F8_E4M3", "--codec", "entropy")
             got = load_file(cache)
             fp8 = [n for n, (dtype, _, _) in want.items() if dtype == "F8_E4M3"]
             self.assertTrue(fp8)
