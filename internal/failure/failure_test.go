@@ -134,6 +134,7 @@ func TestMessage(t *testing.T) {
 
 // TestLocate: the outermost file and tensor named in a chain.
 func TestLocate(t *testing.T) {
+	dir := t.TempDir()
 	for _, c := range []struct {
 		err          error
 		file, tensor string
@@ -143,6 +144,10 @@ func TestLocate(t *testing.T) {
 		{&safetensors.FormatError{File: "b.safetensors", Reason: "r"}, "b.safetensors", ""},
 		{&transport.Error{Tensor: "t", Err: &fs.PathError{Op: "read", Path: "c.safetensors", Err: syscall.EIO}}, "c.safetensors", "t"},
 		{&fs.PathError{Op: "open", Path: "/d", Err: syscall.ENOENT}, "/d", ""},
+		// Failing those, the path the text starts with, where it exists.
+		{fmt.Errorf("%s: not a cache", dir), dir, ""},
+		{fmt.Errorf("%s/missing: not a cache", dir), "", ""},
+		{errors.New("tensor \"w\": bad"), "", ""},
 	} {
 		if f, tn := Locate(c.err); f != c.file || tn != c.tensor {
 			t.Errorf("Locate(%v) = %q, %q; want %q, %q", c.err, f, tn, c.file, c.tensor)

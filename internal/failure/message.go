@@ -195,6 +195,15 @@ func Locate(err error) (file, tensor string) {
 			tensor = t
 		}
 	})
+	if file == "" {
+		// Most errors start with the path they are about ("dir: not a
+		// splitzip cache"): taken where that names an existing file.
+		if p, _, ok := strings.Cut(err.Error(), ": "); ok && p != "" && !strings.ContainsAny(p, " \t\n\"") {
+			if _, serr := os.Lstat(p); serr == nil {
+				file = p
+			}
+		}
+	}
 	return file, tensor
 }
 
