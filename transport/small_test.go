@@ -246,33 +246,69 @@ func TestPlanPacks(t *testing.T) {
 	}
 }
 
-// TestSmallMisaligned loads a checkpoint whose tensors lie at offsets
-// that are not multiples of 16 (int64 counters and three-value tensors
-// between weights, as in a network with batch norms): the bounced reads
-// land every tensor bit for bit, raw and through payloads in packs.
+// TestSmallMisaligned loads checkpoints whose tensors lie at offsets that
+// are not multiples of 16 (int64 counters and three-value tensors between
+// weights, as in a network with batch norms; and random layouts of tiny
+// tensors of odd byte lengths): the bounced reads land every tensor bit
+// for bit, raw and through payloads in packs.
 func TestSmallMisaligned(t *testing.T) {
+	t.Run("batch-norms", func(t *testing.T) {
+		loadMisaligned(t, 3, func(add func(name, dtype, shape string, b []byte), rng *rand.Rand) {
+			for i := range 150 {
+				add(fmt.Sprintf("l%d.weight", i), "BF16", "32,32", bf16Normal(rng, 1024))
+				add(fmt.Sprintf("l%d.steps", i), "I64", "", []byte{byte(i), 0, 0, 0, 0, 0, 0, 1})
+				add(fmt.Sprintf("l%d.scale", i), "BF16", "3", bf16Normal(rng, 3))
+			}
+		})
+	})
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprintf("random-%d", seed), func(t *testing.T) {
+			loadMisaligned(t, seed, func(add func(name, dtype, shape string, b []byte), rng *rand.Rand) {
+				for i := range 400 {
+					switch rng.IntN(4) {
+					case 0: // a weight its payload codes
+						n := 16 * (32 + rng.IntN(512))
+						add(fmt.Sprintf("t%d", i), "BF16", fmt.Sprint(n), bf16Normal(rng, n))
+					case 1: // bytes of any length
+						b := make([]byte, 1+rng.IntN(300))
+						for k := range b {
+							b[k] = byte(rng.Uint32())
+						}
+						add(fmt.Sprintf("t%d", i), "U8", fmt.Sprint(len(b)), b)
+					case 2:
+						n := 1 + rng.IntN(9)
+						add(fmt.Sprintf("t%d", i), "BF16", fmt.Sprint(n), bf16Normal(rng, n))
+					default:
+						add(fmt.Sprintf("t%d", i), "I64", "", binary.LittleEndian.AppendUint64(nil, rng.Uint64()))
+					}
+				}
+			})
+		})
+	}
+}
+
+// bf16Normal returns n BF16 values drawn from N(0, 0.02).
+func bf16Normal(rng *rand.Rand, n int) []byte {
+	b := make([]byte, 2*n)
+	for i := range n {
+		v := math.Float32bits(float32(rng.NormFloat64() * 0.02))
+		b[2*i], b[2*i+1] = byte(v>>16), byte(v>>24)
+	}
+	return b
+}
+
+// loadMisaligned writes the checkpoint build lays out (one file, tensors
+// in the order added), compresses it and loads it through a payload
+// transport and through a raw one, checking every tensor.
+func loadMisaligned(t *testing.T, seed uint64, build func(add func(name, dtype, shape string, b []byte), rng *rand.Rand)) {
 	dir, out := t.TempDir(), filepath.Join(t.TempDir(), "cache")
 	path := filepath.Join(dir, "model.safetensors")
-	rng := rand.New(rand.NewPCG(3, 4))
 	var specs []string
 	var data []byte
-	add := func(name, dtype string, shape string, b []byte) {
+	build(func(name, dtype, shape string, b []byte) {
 		specs = append(specs, fmt.Sprintf("%q:{\"dtype\":%q,\"shape\":[%s],\"data_offsets\":[%d,%d]}", name, dtype, shape, len(data), len(data)+len(b)))
 		data = append(data, b...)
-	}
-	bf16 := func(n int) []byte {
-		b := make([]byte, 2*n)
-		for i := range n {
-			v := math.Float32bits(float32(rng.NormFloat64() * 0.02))
-			b[2*i], b[2*i+1] = byte(v>>16), byte(v>>24)
-		}
-		return b
-	}
-	for i := range 150 {
-		add(fmt.Sprintf("l%d.weight", i), "BF16", "32,32", bf16(1024))
-		add(fmt.Sprintf("l%d.steps", i), "I64", "", []byte{byte(i), 0, 0, 0, 0, 0, 0, 1})
-		add(fmt.Sprintf("l%d.scale", i), "BF16", "3", bf16(3))
-	}
+	}, rand.New(rand.NewPCG(seed, 4)))
 	hdr := []byte("{" + strings.Join(specs, ",") + "}")
 	file := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
 	if err := os.WriteFile(path, append(append(file, hdr...), data...), 0o644); err != nil {
