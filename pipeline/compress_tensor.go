@@ -115,7 +115,7 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 			rec.Reason = "stored raw before"
 			rec.CopyStored = true
 		}
-		if want, ok := codecKind(codecName, t.DType); ok && rec.Payload() && o.Kind != want && tc.w.Earlier(rec.Key) {
+		if rec.Payload() && !codecStores(codecName, t.DType, o.Kind) && tc.w.Earlier(rec.Key) {
 			*kept = true
 		}
 		return nil
@@ -151,18 +151,19 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 	return tc.storeRaw(r, t, rec)
 }
 
-// codecKind is the object kind codecName stores a tensor of dtype in, as
-// far as the codec alone decides it (false for cost, which measures).
-func codecKind(codecName, dtype string) (string, bool) {
-	switch {
-	case codecName == CodecCost:
-		return "", false
-	case dtype == "BF16" && codecName != CodecEntropy:
-		return shardcache.KindFixed, true
-	case codecName == CodecFixed:
-		return shardcache.KindRaw, true
+// codecStores reports whether codecName may store a tensor of dtype as a
+// payload of kind (cost measures, so any kind is its own).
+func codecStores(codecName, dtype, kind string) bool {
+	switch codecName {
+	case CodecCost:
+		return true
+	case CodecFixed:
+		return kind == shardcache.KindFixed && dtype == "BF16"
+	case CodecAuto:
+		// BF16 fixed, or entropy where its fixed payload fails the gate.
+		return kind == shardcache.KindEntropy || kind == shardcache.KindFixed && dtype == "BF16"
 	}
-	return shardcache.KindEntropy, true
+	return kind == shardcache.KindEntropy
 }
 
 // storeRaw copies a raw tensor into the cache when the cache is to be

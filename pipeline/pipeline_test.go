@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/synth"
@@ -396,13 +397,19 @@ func TestKeptPayloads(t *testing.T) {
 	if tot := res.Totals; tot.KeptTensors != first.Totals.CompressedTensors || tot.EntropyTensors != 0 || tot.KeptBytes == 0 {
 		t.Errorf("entropy over fixed: %d kept (%d bytes), %d entropy; want the %d fixed payloads kept", tot.KeptTensors, tot.KeptBytes, tot.EntropyTensors, first.Totals.CompressedTensors)
 	}
+	// auto over the fixed BF16 payloads: what auto stores too.
+	if res, err := Compress(context.Background(), src, CompressOptions{Output: out, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true, Codec: CodecAuto}); err != nil || res.Totals.KeptTensors != 0 {
+		t.Errorf("auto over the same payloads: %v, %+v kept", err, res)
+	}
 	if again := compress(t, src, out, false); again.Totals.KeptTensors != 0 || again.StrayFiles != 0 {
 		t.Errorf("fixed over fixed: %d kept, %d stray files", again.Totals.KeptTensors, again.StrayFiles)
 	}
-	// A file a killed run moved into objects/ is counted, not removed.
+	// A file a killed run moved into objects/ is counted, not removed,
+	// where the run left a temporary file (of a process that is gone).
 	stray := filepath.Join(out, "objects", "zz", "stray")
 	os.MkdirAll(filepath.Dir(stray), 0o755)
 	os.WriteFile(stray, make([]byte, 100), 0o644)
+	os.WriteFile(filepath.Join(out, "tmp", atomicfile.TempPrefix+"999999999-x-object"), nil, 0o644)
 	if res := compress(t, src, out, false); res.StrayFiles != 1 || res.StrayBytes != 100 {
 		t.Errorf("with a stray file: %d stray files, %d bytes; want 1, 100", res.StrayFiles, res.StrayBytes)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/splitzip/splitzip/checkpoint"
 )
@@ -197,6 +198,24 @@ func newCacheAt(dir string, ix *Index, r *remote) *Cache {
 
 // Dir returns the cache directory.
 func (c *Cache) Dir() string { return c.dir }
+
+// Holds reports whether path is a file of the cache's objects/ folder (a
+// loose object or a pack), by name: a read of it that finds it missing or
+// short finds the cache damaged (ErrObjectCorrupt), not an input missing.
+func (c *Cache) Holds(path string) bool {
+	if c == nil || c.remote != nil {
+		return false
+	}
+	objects, err := filepath.Abs(filepath.Join(c.dir, "objects"))
+	if err != nil {
+		return false
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(objects, path)
+	return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
+}
 
 // Index returns the cache's index. Callers must not modify it but by
 // its LoadStats.

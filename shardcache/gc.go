@@ -178,8 +178,13 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 
 // Strays counts the files under objects/ and tmp/ that the index does not
 // name: objects a killed writer moved into place before its index was
-// committed (GC removes them).
+// committed (GC removes them). It walks the cache only where Create found
+// a killed writer's temporary files (which a writer holds while it works),
+// so that a cache no writer was killed in costs nothing.
 func (w *Writer) Strays() (files int, bytes uint64, err error) {
+	if w.leftFiles == 0 {
+		return 0, 0, nil
+	}
 	w.mu.Lock()
 	known := knownFiles(w.dir, w.ix)
 	w.mu.Unlock()

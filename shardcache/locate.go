@@ -89,6 +89,10 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 			continue // its files' sizes were checked when it was opened
 		}
 		st, err := os.Stat(loc.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The index names it: a cache that lost a file is damaged.
+			return fmt.Errorf("tensor %q: %s: %w: %w", t.Name, loc.Path, ErrObjectCorrupt, fs.ErrNotExist)
+		}
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}

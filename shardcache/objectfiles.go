@@ -89,7 +89,7 @@ func (fs *ObjectFiles) open(loc Location) (ObjectBytes, error) {
 			continue
 		case err == unix.ENOENT:
 			// The index names it: a cache that lost a file is damaged.
-			return ObjectBytes{}, fmt.Errorf("%w: %w", ErrObjectCorrupt, &os.PathError{Op: "open", Path: loc.Path, Err: err})
+			return ObjectBytes{}, fmt.Errorf("%s: %w: %w", loc.Path, ErrObjectCorrupt, iofs.ErrNotExist)
 		case err != nil:
 			return ObjectBytes{}, &os.PathError{Op: "open", Path: loc.Path, Err: err}
 		}
@@ -132,7 +132,7 @@ func (c *Cache) openPack(key Key, path string) (*os.File, error) {
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %w", ErrObjectCorrupt, err) // a lost pack; err names path
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrObjectCorrupt, iofs.ErrNotExist) // a lost pack
 	}
 	if err != nil {
 		return nil, err // it names path

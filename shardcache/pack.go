@@ -128,7 +128,7 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 	f, err := os.Open(loc.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The index names it: a cache that lost a file is damaged.
-		return nil, nil, fmt.Errorf("%s: object %s: %w: %w", c.dir, key, ErrObjectCorrupt, err)
+		return nil, nil, fmt.Errorf("%s: object %s: %w: %w", loc.Path, key, ErrObjectCorrupt, fs.ErrNotExist)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: object %s: %w", c.dir, key, err)

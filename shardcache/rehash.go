@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"time"
 )
 
@@ -14,55 +15,99 @@ import (
 // a copy that lost its modification time on the way (scp, rsync without
 // -t, a download) is proved to hold the same bytes, so that its new time
 // may be recorded (Writer.Restamp). A region that differs is
-// ErrSourceChanged, naming it. It returns the file's modification time.
+// ErrSourceChanged, naming it; so is a file changed or replaced while it
+// was read. Regions that do not tile the file are ErrIndexCorrupt. It
+// returns the file's modification time.
 func Rehash(ctx context.Context, sh *Shard, path string) (time.Time, error) {
+	regions, err := tiling(sh)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", path, err)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return time.Time{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	before, err := f.Stat()
 	if err != nil {
 		return time.Time{}, err
 	}
-	if uint64(st.Size()) != sh.Size {
-		return time.Time{}, fmt.Errorf("%s: %w (size %d; compressed from size %d)", path, ErrSourceChanged, st.Size(), sh.Size)
+	if uint64(before.Size()) != sh.Size {
+		return time.Time{}, fmt.Errorf("%s: %w (size %d; compressed from size %d)", path, ErrSourceChanged, before.Size(), sh.Size)
 	}
 	h := NewHasher()
 	buf := make([]byte, 1<<20)
-	check := func(what string, r Region) error {
+	for _, r := range regions {
 		if err := ctx.Err(); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		h.Reset()
 		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, int64(r.Offset), int64(r.Size)), buf); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return time.Time{}, fmt.Errorf("%s: %w", path, err)
 		}
 		if KeyFromSum([32]byte(h.Sum(nil))) != r.Key {
-			return fmt.Errorf("%s: %w: %s (bytes %d to %d) differs from what was compressed", path, ErrSourceChanged, what, r.Offset, r.Offset+r.Size)
+			return time.Time{}, fmt.Errorf("%s: %w: %s (bytes %d to %d) differs from what was compressed", path, ErrSourceChanged, r.what, r.Offset, r.Offset+r.Size)
 		}
-		return nil
 	}
-	if err := check("the header", sh.Header); err != nil {
+	// The bytes hashed are the file's at path only if it was neither
+	// written nor replaced meanwhile.
+	after, err := f.Stat()
+	if err != nil {
 		return time.Time{}, err
 	}
+	now, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !os.SameFile(before, now) || after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) {
+		return time.Time{}, fmt.Errorf("%s: %w while it was re-hashed", path, ErrSourceChanged)
+	}
+	return before.ModTime(), nil
+}
+
+// region is a byte range of a shard with its content key, named.
+type region struct {
+	Region
+	what string
+}
+
+// tiling returns sh's regions (header, tensors, gaps) in file order,
+// checked to cover its size exactly, each byte once.
+func tiling(sh *Shard) ([]region, error) {
+	rs := []region{{sh.Header, "the header"}}
 	for _, t := range sh.Tensors {
-		if err := check(fmt.Sprintf("tensor %q", t.Name), Region{Offset: t.Offset, Size: t.Size, Key: t.Key}); err != nil {
-			return time.Time{}, err
-		}
+		rs = append(rs, region{Region{Offset: t.Offset, Size: t.Size, Key: t.Key}, fmt.Sprintf("tensor %q", t.Name)})
 	}
 	for _, g := range sh.Gaps {
-		if err := check("a gap between tensors", g); err != nil {
-			return time.Time{}, err
-		}
+		rs = append(rs, region{g, "a gap between tensors"})
 	}
-	return st.ModTime(), nil
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Offset < rs[j].Offset })
+	var at uint64
+	for _, r := range rs {
+		if r.Offset != at {
+			return nil, fmt.Errorf("%w: shard %s: its regions leave bytes %d to %d unaccounted for (or overlap there)", ErrIndexCorrupt, sh.Name, min(at, r.Offset), max(at, r.Offset))
+		}
+		at += r.Size
+	}
+	if at != sh.Size {
+		return nil, fmt.Errorf("%w: shard %s: its regions end at %d, the file at %d", ErrIndexCorrupt, sh.Name, at, sh.Size)
+	}
+	return rs, nil
+}
+
+// Stamp is a shard's new modification time (Writer.Restamp), with the
+// fingerprint of the record Rehash checked it against.
+type Stamp struct {
+	Fingerprint string
+	ModTime     time.Time
 }
 
 // Restamp records new modification times for shards of the checkpoint
 // that path names (Index.SourceFor), by shard name: copies Rehash proved
-// to hold the bytes the index records. It takes effect with Commit.
-func (w *Writer) Restamp(path string, times map[string]time.Time) error {
+// to hold the bytes the index records. A shard whose record no longer has
+// the fingerprint it was checked against (the index changed meanwhile) is
+// ErrSourceChanged, and nothing is stamped. It takes effect with Commit.
+func (w *Writer) Restamp(path string, stamps map[string]Stamp) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	at, err := w.ix.SourceFor(path)
@@ -70,9 +115,14 @@ func (w *Writer) Restamp(path string, times map[string]time.Time) error {
 		return fmt.Errorf("%s: %w", w.dir, err)
 	}
 	src := &w.ix.Sources[at]
+	for _, sh := range src.Shards {
+		if s, ok := stamps[sh.Name]; ok && s.Fingerprint != sh.Fingerprint {
+			return fmt.Errorf("%s: shard %s: %w: its record changed while it was re-hashed; run relocate again", w.dir, sh.Name, ErrSourceChanged)
+		}
+	}
 	for i := range src.Shards {
-		if t, ok := times[src.Shards[i].Name]; ok {
-			src.Shards[i].ModTime = t
+		if s, ok := stamps[src.Shards[i].Name]; ok {
+			src.Shards[i].ModTime = s.ModTime
 		}
 	}
 	return nil

@@ -192,8 +192,6 @@ func removeTemps(tmp string) (files int, bytes uint64) {
 // Dir returns the cache directory.
 func (w *Writer) Dir() string { return w.dir }
 
-// Has reports whether the object with key is stored, so it need not be
-// written again.
 // Earlier reports whether the object of key was stored before this
 // writer's last Commit, or before it was opened: by an earlier run.
 func (w *Writer) Earlier(key Key) bool {
@@ -206,6 +204,8 @@ func (w *Writer) Earlier(key Key) bool {
 	return ok && !w.added[key]
 }
 
+// Has reports whether the object with key is stored, so it need not be
+// written again.
 func (w *Writer) Has(key Key) (*Object, bool) {
 	w.mu.Lock()
 	if p, ok := w.pending[key]; ok {

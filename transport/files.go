@@ -7,8 +7,10 @@ package transport
 // against the index, small raw copies among them.
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sync"
 
@@ -31,6 +33,10 @@ func (c *fileCache) get(path string) (*os.File, error) {
 		return f, nil
 	}
 	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) && c.cache.Holds(path) {
+		// A raw copy the index names, gone: the cache is damaged.
+		return nil, fmt.Errorf("%s: %w: %w", path, shardcache.ErrObjectCorrupt, fs.ErrNotExist)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +57,11 @@ func (c *fileCache) readAt(path string, dst []byte, off uint64) error {
 	}
 	n, err := f.ReadAt(dst, int64(off))
 	if err == io.EOF && n < len(dst) {
-		return fmt.Errorf("%s: %w (%d of %d bytes at offset %d)", path, ErrShortRead, n, len(dst), off)
+		short := ErrShortRead
+		if c.cache.Holds(path) {
+			short = shardcache.ErrObjectCorrupt // a raw copy of the cache's, truncated
+		}
+		return fmt.Errorf("%s: %w (%d of %d bytes at offset %d)", path, short, n, len(dst), off)
 	}
 	return err
 }

@@ -200,7 +200,8 @@ type stagedRead struct {
 	// closed says its last item's slot runs past its bytes (smallItem.read):
 	// the next item's place in staging no longer mirrors the file.
 	closed bool
-	// bounce says the read goes to a buffer of its own, from which each of
+	// bounce says the read goes to a buffer of its own (rel then means
+	// nothing: each item lies at its own rel), from which each of
 	// its items is copied to its slot: neighbours whose offsets differ by
 	// other than a multiple of 16 (tensors of a few bytes, such as the
 	// int64 step counters of batch norms) cannot lie in 16-byte aligned
@@ -227,37 +228,46 @@ func packedBytes(n int, end uint64, devs int) uint64 {
 	return align16(align16(scatter.TableBytes(n))+end) + scatter.EntropyBytes(devs)
 }
 
-// place returns where item it would lie in the plan and whether it joins
-// the plan's last read, without changing the plan.
-func (pl *plan) place(it *smallItem) (rel uint64, joins bool) {
+// join says how an item joins the plan's last read, if it does.
+type join int
+
+const (
+	joinNone   join = iota // a read of its own, or none (an item with its own fill)
+	joinMirror             // in the read, at its place in the file
+	joinBounce             // in the read, bounced (stagedRead.bounce): a slot of its own
+)
+
+// place returns where item it would lie in the plan and how it joins the
+// plan's last read, without changing the plan.
+func (pl *plan) place(it *smallItem) (rel uint64, how join) {
 	if n := len(pl.reads); n > 0 && it.file != "" {
 		r := pl.reads[n-1]
 		if end := r.off + r.n; !r.closed && r.file == it.file && it.off >= end && it.off-end <= maxGap {
 			switch {
 			case !r.bounce && (it.off-r.off)%16 == 0:
-				return r.rel + it.off - r.off, true
+				return r.rel + it.off - r.off, joinMirror
 			case it.off+it.fileBytes()-r.off <= bounceBytes:
 				// A misaligned neighbour (or any after one) joins a short
 				// read, bounced, in a slot of its own.
-				return align16(pl.end), true
+				return align16(pl.end), joinBounce
 			}
 		}
 	}
-	return align16(pl.end), false
+	return align16(pl.end), joinNone
 }
 
 // add puts it, the plan's next item, into the plan at rel (items and
 // rel are laid out by planPacks; add records the read).
-func (pl *plan) add(it *smallItem, rel uint64, joins bool) {
+func (pl *plan) add(it *smallItem, rel uint64, how join) {
 	k := len(pl.items) - 1
 	pl.rel[k] = rel
 	pl.end = rel + it.stored
 	pl.devs += btoi(it.dev)
 	n := it.fileBytes()
 	switch {
-	case joins:
+	case how != joinNone:
 		r := &pl.reads[len(pl.reads)-1]
-		r.bounce = r.bounce || rel != r.rel+it.off-r.off
+		r.bounce = r.bounce || how == joinBounce
 		r.n = it.off + n - r.off
 		r.last = k + 1
 		r.closed = n < it.stored
@@ -278,14 +288,14 @@ func planPacks(items []smallItem) []*plan {
 	lo := 0
 	for k := range items {
 		it := &items[k]
-		rel, joins := pl.place(it)
+		rel, how := pl.place(it)
 		if k > lo && packedBytes(k-lo+1, rel+it.stored, pl.devs+btoi(it.dev)) > packBytes {
 			plans = append(plans, pl)
 			pl, lo = &plan{}, k
-			rel, joins = pl.place(it)
+			rel, how = pl.place(it)
 		}
 		pl.items, pl.rel = items[lo:k+1], rels[lo:k+1]
-		pl.add(it, rel, joins)
+		pl.add(it, rel, how)
 	}
 	return append(plans, pl)
 }

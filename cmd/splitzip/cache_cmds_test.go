@@ -264,9 +264,44 @@ func TestEmptyCacheSaysSo(t *testing.T) {
 }
 
 // TestLostObject: a cache missing a file its index names (an object, or
-// a pack) is damaged: verify, load and decompress fail with the integrity
-// code, naming the file.
+// a pack; a raw copy read with the source gone) is damaged: verify, load
+// and decompress fail with the integrity code, naming the file.
 func TestLostObject(t *testing.T) {
+	t.Run("raw-copy", func(t *testing.T) {
+		dir := t.TempDir()
+		ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+		if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "1"); code != 0 {
+			t.Fatalf("gen: %d %s", code, e)
+		}
+		if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "--self-contained", "--pack-max", "0"); code != 0 {
+			t.Fatalf("compress: %d %s", code, e)
+		}
+		os.Rename(ck, ck+".away")
+		c, err := shardcache.Open(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lost string
+		for _, tn := range c.Index().Sources[0].Shards[0].Tensors {
+			if !tn.Payload() && tn.CopyStored {
+				loc, _, err := c.Locate(tn.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lost = loc.Path
+				break
+			}
+		}
+		if lost == "" {
+			t.Fatal("no raw copy in the cache")
+		}
+		os.Remove(lost)
+		for _, args := range [][]string{{"load", cache, "--device", "cpu"}, {"load", cache, "--device", "cpu", "--raw"}} {
+			if code, _, e := splitzip(t, args...); code != exitFailure || !strings.Contains(e, filepath.Base(lost)) {
+				t.Errorf("%v with a raw copy lost: exit %d, %q; want %d", args, code, e, exitFailure)
+			}
+		}
+	})
 	dir := t.TempDir()
 	_, cache := compressed(t, dir)
 	var lost string

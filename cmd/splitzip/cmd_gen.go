@@ -90,8 +90,11 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	// empty folder only.
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		return usageError{fmt.Errorf("%s is a file; gen writes a checkpoint into a new or empty folder", dir)}
-	} else if err == nil {
-		// What a killed gen left there (temporary files only) goes first.
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 && onlyTemps(ents) {
+		// A killed gen's temporary files, and nothing else: removed
+		// (those of a process still running stay, and the folder is
+		// refused below).
 		atomicfile.RemoveStale(dir)
 	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
@@ -151,6 +154,16 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	}
 	fmt.Fprintln(g.stdout)
 	return nil
+}
+
+// onlyTemps reports whether every entry is a temporary file (atomicfile).
+func onlyTemps(ents []os.DirEntry) bool {
+	for _, e := range ents {
+		if !atomicfile.IsTemp(e.Name()) {
+			return false
+		}
+	}
+	return true
 }
 
 // roomFor checks that the file system of dir (or of its nearest existing

@@ -238,8 +238,10 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	if o.Hold < 0 || o.holdSet && o.Hold == 0 {
 		return usageError{fmt.Errorf("--hold is a positive duration, got %v", o.Hold)}
 	}
-	if o.packsSet && !o.Resident && !o.DeviceResident {
-		return usageError{fmt.Errorf("--resident-packs lays out what a resident load keeps: only with --resident, --share or --device-resident")}
+	if o.packsSet && !o.Resident && !(o.DeviceResident && o.Compare > 0) {
+		// Beside --device-resident it lays out only --compare's raw loads,
+		// whose bytes are kept pinned.
+		return usageError{fmt.Errorf("--resident-packs lays out what a resident load keeps: only with --resident or --share (or --device-resident with --compare, for the raw loads)")}
 	}
 	if o.peerSet && o.Devices == "" {
 		return usageError{fmt.Errorf("--peer chooses how --devices share a load: only with --devices")}

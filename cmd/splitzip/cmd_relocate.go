@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -120,8 +119,9 @@ func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir 
 
 // rehashCopies hashes the shards of rec found in dir whose modification
 // times differ from the recorded ones (shardcache.Rehash), several at
-// once, and returns their new times by name and their bytes.
-func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir string) (map[string]time.Time, uint64, error) {
+// once, and returns their new times by name (with the fingerprints they
+// were checked against) and their bytes.
+func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir string) (map[string]shardcache.Stamp, uint64, error) {
 	var todo []*shardcache.Shard
 	var total uint64
 	for i := range rec.Shards {
@@ -138,7 +138,7 @@ func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir s
 			total += sh.Size
 		}
 	}
-	times := map[string]time.Time{}
+	times := map[string]shardcache.Stamp{}
 	if len(todo) == 0 {
 		return times, 0, nil
 	}
@@ -160,10 +160,13 @@ func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir s
 				errs = append(errs, err)
 				return
 			}
-			times[sh.Name] = t
+			times[sh.Name] = shardcache.Stamp{Fingerprint: sh.Fingerprint, ModTime: t}
 			p.Add(sh.Size)
 		})
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err // once, not once a shard
+	}
 	return times, total, errors.Join(errs...)
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splitzip/splitzip/atomicfile"
 )
 
 // sameFiles fails the test unless every file of directory a is in b with
@@ -241,9 +243,28 @@ func TestCLIEdges(t *testing.T) {
 			t.Errorf("interrupted %s: exit %d, %q", args[0], code, e.String())
 		}
 	}
-	// An interrupted gen leaves no file behind, temporary or not.
-	if ents, _ := os.ReadDir(gen); len(ents) > 0 {
-		t.Errorf("an interrupted gen left %d files, the first %s", len(ents), ents[0].Name())
+	// A killed gen's temporary file alone is removed and the folder used
+	// (synth.TestWriteLeavesNothing checks that a failed write leaves
+	// none); beside another file, the folder is refused and nothing removed.
+	os.MkdirAll(gen, 0o755)
+	stale := filepath.Join(gen, atomicfile.TempPrefix+"999999999-x-model.safetensors")
+	os.WriteFile(stale, []byte("x"), 0o644)
+	if code, _, e := splitzip(t, "gen", gen, "--size", "1MiB"); code != 0 {
+		t.Errorf("gen over a killed gen's temporary file: exit %d, %q", code, e)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("gen kept a killed gen's temporary file")
+	}
+	occupied := filepath.Join(dir, "other-gen")
+	os.MkdirAll(occupied, 0o755)
+	stale = filepath.Join(occupied, atomicfile.TempPrefix+"999999999-x-model.safetensors")
+	os.WriteFile(stale, []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(occupied, "notes.txt"), []byte("x"), 0o644)
+	if code, _, _ := splitzip(t, "gen", occupied, "--size", "1MiB"); code != exitUsage {
+		t.Errorf("gen into a folder with other files: exit %d", code)
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Errorf("gen refused a folder but removed a file in it: %v", err)
 	}
 	// A checkpoint larger than the disk is refused before anything is written.
 	if code, _, e := splitzip(t, "gen", filepath.Join(dir, "huge"), "--size", "1000000TiB"); code != exitResource || !strings.Contains(e, "are free") {

@@ -135,6 +135,8 @@ func TestMessage(t *testing.T) {
 // TestLocate: the outermost file and tensor named in a chain.
 func TestLocate(t *testing.T) {
 	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "codec"), 0o755)
+	t.Chdir(dir)
 	for _, c := range []struct {
 		err          error
 		file, tensor string
@@ -148,6 +150,7 @@ func TestLocate(t *testing.T) {
 		{fmt.Errorf("%s: not a cache", dir), dir, ""},
 		{fmt.Errorf("%s/missing: not a cache", dir), "", ""},
 		{errors.New("tensor \"w\": bad"), "", ""},
+		{errors.New("codec: a package's words, not the folder ./codec"), "", ""},
 	} {
 		if f, tn := Locate(c.err); f != c.file || tn != c.tensor {
 			t.Errorf("Locate(%v) = %q, %q; want %q, %q", c.err, f, tn, c.file, c.tensor)

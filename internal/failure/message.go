@@ -197,8 +197,9 @@ func Locate(err error) (file, tensor string) {
 	})
 	if file == "" {
 		// Most errors start with the path they are about ("dir: not a
-		// splitzip cache"): taken where that names an existing file.
-		if p, _, ok := strings.Cut(err.Error(), ": "); ok && p != "" && !strings.ContainsAny(p, " \t\n\"") {
+		// splitzip cache"): taken where that names an existing file, and
+		// is not a bare lower-case word as packages start theirs ("codec:").
+		if p, _, ok := strings.Cut(err.Error(), ": "); ok && p != "" && !strings.ContainsAny(p, " \t\n\"") && strings.Trim(p, "abcdefghijklmnopqrstuvwxyz") != "" {
 			if _, serr := os.Lstat(p); serr == nil {
 				file = p
 			}

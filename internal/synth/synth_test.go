@@ -177,3 +177,33 @@ func TestPeaked(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteLeavesNothing: a Write cancelled after its first piece, and
+// one whose index cannot be written (a folder in its place), leave no
+// file behind, temporary or not.
+func TestWriteLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := Config{Bytes: 96 << 20, Shards: 2, Seed: 1, Progress: func(uint64) { cancel() }}
+	if _, err := Write(ctx, dir, cfg); err == nil {
+		t.Fatal("a cancelled Write returned no error")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("a cancelled Write left %d files, the first %s", len(ents), ents[0].Name())
+	}
+	dir = t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, safetensors.IndexFileName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(context.Background(), dir, Config{Bytes: 1 << 20, Shards: 2, Seed: 1}); err == nil {
+		t.Fatal("a Write whose index cannot be renamed into place returned no error")
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != safetensors.IndexFileName {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("a failed Write left %v", names)
+	}
+}
