@@ -411,7 +411,7 @@ func printLoad(g *globals, r *load.Report) {
 	if r.Settings.PinnedLimit >= 0 {
 		limit = "pinned staging capped at " + human(uint64(r.Settings.PinnedLimit))
 	}
-	fmt.Fprintf(g.stdout, "  settings: readers %d, streams %d, ahead %d, %s, %s (defaults from %d cores)\n",
+	fmt.Fprintf(g.stdout, "  settings: readers %d, streams %d, ahead %d, %s, %s (the defaults follow this machine's %d cores)\n",
 		r.Settings.Readers, r.Settings.Streams, r.Settings.Ahead, packing(r.Settings.SmallBytes), limit, runtime.NumCPU())
 	check := ""
 	if r.Checked {
