@@ -181,7 +181,7 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestParseSize(t *testing.T) {
-	for s, want := range map[string]uint64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100MB": 100e6, "4096": 4096, "1.5KiB": 1536} {
+	for s, want := range map[string]uint64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100MB": 100e6, "4096": 4096, "1.5KiB": 1536, "1EiB": 1 << 60, "2PB": 2e15} {
 		if got, err := parseSize(s); err != nil || got != want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
 		}

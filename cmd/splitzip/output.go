@@ -93,7 +93,8 @@ func parseSize(s string) (uint64, error) {
 	units := []struct {
 		suffix string
 		mult   uint64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"PiB", 1 << 50}, {"EiB", 1 << 60},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"PB", 1e15}, {"EB", 1e18}, {"B", 1}}
 	t := strings.TrimSpace(s)
 	mult := uint64(1)
 	for _, u := range units {
@@ -104,7 +105,7 @@ func parseSize(s string) (uint64, error) {
 	}
 	f, err := strconv.ParseFloat(t, 64)
 	if err != nil || math.IsNaN(f) || f < 0 || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("bad size %q (want a number with an optional unit such as MiB or GiB)", s)
+		return 0, fmt.Errorf("bad size %q (want a number of 0 to 4 EiB with an optional unit such as MiB or GiB)", s)
 	}
 	return uint64(f * float64(mult)), nil
 }
