@@ -24,7 +24,7 @@ func ParseHeader(p []byte) (Header, error) {
 		// Given a whole payload, a version field that its checksum does
 		// not cover is damage, not a payload of another version.
 		if binary.LittleEndian.Uint64(p[offSize:]) == uint64(len(p)) && Checksum(p) != binary.LittleEndian.Uint32(p[offChecksum:]) {
-			return h, corrupt(offVersion, -1, "version %d (this build reads version %d) and a checksum that does not match", v, Version)
+			return h, damagedVersion(v)
 		}
 		return h, fmt.Errorf("%w: version %d; this build reads version %d", ErrVersion, v, Version)
 	}
@@ -54,6 +54,12 @@ func ParseHeader(p []byte) (Header, error) {
 		return h, corrupt(offSize, -1, "payload size %d below the table end %d", h.Size, h.DataStart())
 	}
 	return h, nil
+}
+
+// damagedVersion is the error of a payload whose version field v, not
+// one this build reads, its checksum does not cover: damage.
+func damagedVersion(v uint16) error {
+	return corrupt(offVersion, -1, "version %d (this build reads version %d) and a checksum that does not match", v, Version)
 }
 
 // Checksum returns the CRC-32C of a payload with its checksum field taken as zero.

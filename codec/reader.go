@@ -90,8 +90,7 @@ func versionOrDamage(err error, head []byte, size uint64, r io.ReaderAt) error {
 		crc = crc32c.Update(crc, b)
 	}
 	if crc != binary.LittleEndian.Uint32(head[offChecksum:]) {
-		v := binary.LittleEndian.Uint16(head[offVersion:])
-		return corrupt(offVersion, -1, "version %d (this build reads version %d) and a checksum that does not match", v, Version)
+		return damagedVersion(binary.LittleEndian.Uint16(head[offVersion:]))
 	}
 	return err
 }

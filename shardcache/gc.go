@@ -141,11 +141,9 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	known := knownFiles(w.dir, w.ix)
 	if dryRun {
 		w.mu.Unlock()
-		err := walkStrays(w.dir, known, func(_ string, size int64) error {
-			res.Files++
-			res.Bytes += uint64(size)
-			return nil
-		})
+		files, bytes, err := countStrays(w.dir, known)
+		res.Files += files
+		res.Bytes += bytes
 		return res, err
 	}
 	if err := w.unpackLive(pl.used, pl.live, pl.dead); err != nil {
@@ -188,7 +186,12 @@ func (w *Writer) Strays() (files int, bytes uint64, err error) {
 	w.mu.Lock()
 	known := knownFiles(w.dir, w.ix)
 	w.mu.Unlock()
-	err = walkStrays(w.dir, known, func(_ string, size int64) error {
+	return countStrays(w.dir, known)
+}
+
+// countStrays counts the files walkStrays finds and their bytes.
+func countStrays(dir string, known map[string]bool) (files int, bytes uint64, err error) {
+	err = walkStrays(dir, known, func(_ string, size int64) error {
 		files++
 		bytes += uint64(size)
 		return nil
@@ -225,11 +228,9 @@ func DryRunGC(dir string, forget []string) (GCResult, error) {
 		plan.Sources = append(plan.Sources[:i], plan.Sources[i+1:]...)
 	}
 	res := planGC(&plan).res
-	err = walkStrays(dir, knownFiles(dir, ix), func(_ string, size int64) error {
-		res.Files++
-		res.Bytes += uint64(size)
-		return nil
-	})
+	files, bytes, err := countStrays(dir, knownFiles(dir, ix))
+	res.Files += files
+	res.Bytes += bytes
 	return res, err
 }
 

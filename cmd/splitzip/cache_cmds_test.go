@@ -64,11 +64,18 @@ func watchWrites(t *testing.T, dir string) func() []string {
 // the checkpoint's and the cache's paths.
 func compressed(t *testing.T, dir string) (string, string) {
 	t.Helper()
+	return compressedWith(t, dir, []string{"--shards", "2"})
+}
+
+// compressedWith is compressed with more flags: gen's (after --size
+// 1MiB) and compress's.
+func compressedWith(t *testing.T, dir string, genFlags []string, compressFlags ...string) (string, string) {
+	t.Helper()
 	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "2"); code != 0 {
+	if code, _, e := splitzip(t, append([]string{"gen", ck, "--size", "1MiB"}, genFlags...)...); code != 0 {
 		t.Fatalf("gen: %d %s", code, e)
 	}
-	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync"); code != 0 {
+	if code, _, e := splitzip(t, append([]string{"compress", ck, "-o", cache, "--no-sync"}, compressFlags...)...); code != 0 {
 		t.Fatalf("compress: %d %s", code, e)
 	}
 	return ck, cache
@@ -268,14 +275,7 @@ func TestEmptyCacheSaysSo(t *testing.T) {
 // and decompress fail with the integrity code, naming the file.
 func TestLostObject(t *testing.T) {
 	t.Run("raw-copy", func(t *testing.T) {
-		dir := t.TempDir()
-		ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-		if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "1"); code != 0 {
-			t.Fatalf("gen: %d %s", code, e)
-		}
-		if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "--self-contained", "--pack-max", "0"); code != 0 {
-			t.Fatalf("compress: %d %s", code, e)
-		}
+		ck, cache := compressedWith(t, t.TempDir(), []string{"--shards", "1"}, "--self-contained", "--pack-max", "0")
 		os.Rename(ck, ck+".away")
 		c, err := shardcache.Open(cache)
 		if err != nil {

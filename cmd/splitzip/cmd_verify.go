@@ -103,7 +103,7 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			}
 		}
 		if touched > 0 {
-			fmt.Fprintf(g.stderr, "note: only the modification time of %s differs: if the source is a copy of the same bytes, 'splitzip relocate %s DIR' re-hashes it and records its new times\n", count(touched, "shard"), dir)
+			fmt.Fprintf(g.stderr, "note: %s, of %s\n", relocateHint(dir), count(touched, "shard"))
 		}
 		status := "ok"
 		if !res.OK() {

@@ -40,6 +40,12 @@ func (usageError) FailureKind() failure.Kind { return failure.Usage }
 // (verify's mismatches): an integrity failure with nothing more to say.
 var errFailed = errors.New("failed")
 
+// relocateHint says what to do about a source shard whose modification
+// time alone differs (shardcache.ErrSourceTime), for cache.
+func relocateHint(cache string) string {
+	return "only the modification time differs: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times"
+}
+
 // exitCodes is the table of exit codes the root command's help prints
 // (README.md has the same; a test checks both).
 func exitCodes() string {
@@ -64,7 +70,7 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 		msg += " (pass --source PATH, one of the paths above)"
 	}
 	if errors.Is(err, shardcache.ErrSourceTime) {
-		msg += " (only the modification time differs: if the source is a copy of the same bytes, 'splitzip relocate CACHE DIR' re-hashes it and records its new times)"
+		msg += " (" + relocateHint("CACHE") + ")"
 	}
 	switch kind {
 	case failure.Usage:
