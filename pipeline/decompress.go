@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/splitzip/splitzip/atomicfile"
@@ -168,7 +169,10 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 				return err
 			}
 			defer obj.Close()
-			return copyChecked(w, obj, 0, s.Index.Size, s.Index.Key, buf.a, shardcache.ErrObjectCorrupt)
+			if err := copyChecked(w, obj, 0, s.Index.Size, s.Index.Key, buf.a, shardcache.ErrObjectCorrupt); err != nil {
+				return objectFault(c, s.Index.Key, "", err)
+			}
+			return nil
 		})
 		if err != nil {
 			return nil, err
@@ -276,33 +280,41 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 		if r.off != pos {
 			return fmt.Errorf("%w: region at %d, expected %d", shardcache.ErrIndexCorrupt, r.off, pos)
 		}
+		name := ""
+		if r.t != nil {
+			name = r.t.Name
+		}
 		var err error
 		switch {
 		case r.t != nil && r.t.Payload():
-			err = restorePayload(c, r.t, dec, w, buf)
+			if err = restorePayload(c, r.t, dec, w, buf); err != nil {
+				err = objectFault(c, r.key, name, err)
+			}
 		case r.t != nil && !r.t.CopyStored:
 			// A raw alias: the bytes are in the source only.
+			path := filepath.Join(s.Root, sh.Name)
 			if src == nil {
-				path := filepath.Join(s.Root, sh.Name)
-				if err := shardcache.CheckStat(sh, path); err != nil {
-					return err
-				}
-				if src, err = os.Open(path); err != nil {
-					return err
+				if err = shardcache.CheckStat(sh, path); err == nil {
+					src, err = os.Open(path)
 				}
 			}
-			err = copyChecked(w, src, r.off, r.size, r.key, buf.a, shardcache.ErrSourceChanged)
+			if err == nil {
+				err = copyChecked(w, src, r.off, r.size, r.key, buf.a, shardcache.ErrSourceChanged)
+			}
+			if err != nil {
+				err = &TensorError{File: path, Tensor: name, Err: err}
+			}
 		default:
 			var obj *shardcache.ObjectReader
 			if obj, _, err = c.OpenObject(r.key); err == nil {
 				err = copyChecked(w, obj, 0, r.size, r.key, buf.a, shardcache.ErrObjectCorrupt)
 				obj.Close()
 			}
+			if err != nil {
+				err = objectFault(c, r.key, name, err)
+			}
 		}
 		if err != nil {
-			if r.t != nil {
-				return fmt.Errorf("tensor %q: %w", r.t.Name, err)
-			}
 			return err
 		}
 		p.Add(r.size) // the header and gaps too: the total is the shards' sizes
@@ -313,6 +325,33 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 	}
 	return nil
 }
+
+// objectFault is err, a failure reading the object with key (or checking
+// what it decodes to) for tensor name ("" for a file's other bytes), as a
+// *TensorError naming the object's file: the cache is what is damaged,
+// not the file being restored. A pack member's range is in the message.
+func objectFault(c *shardcache.Cache, key shardcache.Key, name string, err error) error {
+	loc, _, lerr := c.Locate(key)
+	if lerr != nil {
+		return &TensorError{File: c.Dir(), Tensor: name, Err: err}
+	}
+	if rest, ok := strings.CutPrefix(err.Error(), loc.Path+": "); ok {
+		err = reworded{rest, err} // the error named the file already
+	}
+	if loc.Packed {
+		err = fmt.Errorf("bytes [%d:+%d] of the pack: %w", loc.Offset, loc.Size, err)
+	}
+	return &TensorError{File: loc.Path, Tensor: name, Err: err}
+}
+
+// reworded is err with another message.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }
 
 // restorePayload decodes a payload into w a piece at a time and checks
 // the result against the content key.
@@ -336,7 +375,8 @@ func restorePayload(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, w *b
 // flushed to disk, and returns that name; the caller renames it. Errors
 // name final, the file's name once in place: a failure to write it (a
 // full disk) is that file's, never a tensor's or a temporary name's; one
-// of fill, a *TensorError naming final.
+// of fill that names what it read (a *TensorError) keeps that name, and
+// says final was being restored; any other, a *TensorError naming final.
 func writeTemp(path, final string, fill func(*bufio.Writer) error) (string, error) {
 	f, err := atomicfile.CreateTemp(filepath.Dir(path), filepath.Base(path))
 	if err != nil {
@@ -354,6 +394,11 @@ func writeTemp(path, final string, fill func(*bufio.Writer) error) (string, erro
 	if err := fill(w); err != nil {
 		if fw.err != nil {
 			return "", outputError(fw.err, final)
+		}
+		if _, ok := errors.AsType[*TensorError](err); ok {
+			// The fault is in what was read (a cache object, the
+			// source), which the error names: final is where it was going.
+			return "", fmt.Errorf("restoring %s: %w", final, err)
 		}
 		return "", &TensorError{File: final, Err: err}
 	}

@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/splitzip/splitzip/atomicfile"
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/internal/fsizelimit"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // deadPID returns the process id of a process that has exited.
@@ -172,5 +175,64 @@ func TestDecompressFullDisk(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
 		t.Errorf("a failed decompress left %d entries beside its output folder, want ck and cache", len(ents))
+	}
+}
+
+// TestDecompressNamesDamagedObject: a decompress that meets a damaged or
+// missing cache object names that object's file and the tensor (what the
+// JSON error's file and tensor come from), says which output file it was
+// restoring, and is an integrity error.
+func TestDecompressNamesDamagedObject(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 4<<20, 1, 5)
+	compress(t, src, cache, false)
+	ca, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &ca.Index().Sources[0].Shards[0]
+	var tn *shardcache.Tensor // the largest payload: a file of its own
+	for i := range sh.Tensors {
+		if x := &sh.Tensors[i]; x.Payload() && (tn == nil || x.Size > tn.Size) {
+			tn = x
+		}
+	}
+	loc, _, err := ca.Locate(tn.Key)
+	if err != nil || loc.Packed {
+		t.Fatalf("the largest payload is not a file of its own: %+v, %v", loc, err)
+	}
+	b, err := os.ReadFile(loc.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := slices.Clone(b)
+	damaged[len(b)/2] ^= 0x40
+	for _, c := range []struct {
+		name string
+		harm func() error
+	}{
+		{"a flipped bit", func() error { return os.WriteFile(loc.Path, damaged, 0o644) }},
+		{"a missing file", func() error { return os.Remove(loc.Path) }},
+	} {
+		if err := c.harm(); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "out")
+		_, err := Decompress(context.Background(), cache, DecompressOptions{Output: out})
+		te, ok := errors.AsType[*TensorError](err)
+		switch {
+		case !ok:
+			t.Errorf("%s: %v, want a *TensorError", c.name, err)
+		case te.File != loc.Path || te.Tensor != tn.Name:
+			t.Errorf("%s: the error names %s, tensor %q; want %s, tensor %q", c.name, te.File, te.Tensor, loc.Path, tn.Name)
+		case !errors.Is(err, shardcache.ErrObjectCorrupt) && !errors.Is(err, codec.ErrChecksum):
+			t.Errorf("%s: %v is not an integrity error", c.name, err)
+		case !strings.Contains(err.Error(), filepath.Join(out, sh.Name)) || strings.Count(err.Error(), loc.Path) != 1:
+			t.Errorf("%s: %q should name the file restored and the object once", c.name, err)
+		}
+		if err := os.WriteFile(loc.Path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
