@@ -130,6 +130,54 @@ func TestNewCodeRejects(t *testing.T) {
 	}
 }
 
+// TestCheckLengthsAgrees: CheckLengths accepts exactly the lengths
+// NewCode builds a code of, with the same error, on valid codes, random
+// lengths (mostly invalid) and the edge cases of one symbol.
+func TestCheckLengthsAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	cases := [][]uint8{{}, {0}, {1}, {2}, {1, 1}, {0, 1, 0}, {1, 1, 1}, {1, 2}, {1, 13, 13}, {24, 24}, {25}}
+	for range 2000 {
+		freq := make([]uint64, 1+rng.IntN(MaxSymbols))
+		for i := range freq {
+			freq[i] = uint64(rng.IntN(3)) * rng.Uint64N(1000)
+		}
+		if ls, err := Lengths(freq, 12); err == nil {
+			cases = append(cases, ls) // a valid code
+		}
+		ls := make([]uint8, 1+rng.IntN(MaxSymbols+2))
+		for i := range ls {
+			ls[i] = uint8(rng.IntN(14))
+		}
+		cases = append(cases, ls)
+	}
+	valid := 0
+	for _, ls := range cases {
+		for _, maxLen := range []int{12, 24, 0} {
+			code, cerr := NewCode(ls, maxLen)
+			count, err := CheckLengths(ls, maxLen)
+			if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
+				t.Fatalf("lengths %v, limit %d: CheckLengths says %v, NewCode %v", ls, maxLen, err, cerr)
+			}
+			if err != nil {
+				continue
+			}
+			valid++
+			var want [25]uint32
+			for _, l := range code.Lengths {
+				if l > 0 {
+					want[l]++
+				}
+			}
+			if count != want {
+				t.Fatalf("lengths %v: counts %v, want %v", ls, count, want)
+			}
+		}
+	}
+	if valid < 1000 {
+		t.Fatalf("only %d valid codes among the cases", valid)
+	}
+}
+
 // TestHistogramAndSplit: the eight-table histogram counts as a plain loop
 // does, and the eight-at-a-time BF16 split gives every value's exponent
 // and other bits, at every length around its steps.

@@ -108,35 +108,12 @@ type Code struct {
 // bits). The lengths must form a complete prefix code (Kraft sum 1), or
 // name a single symbol with length 1.
 func NewCode(lengths []uint8, maxLen int) (*Code, error) {
-	if len(lengths) > MaxSymbols || maxLen < 1 || maxLen > 24 {
-		return nil, fmt.Errorf("%w: %d lengths, limit %d", ErrCode, len(lengths), maxLen)
+	count, err := CheckLengths(lengths, maxLen)
+	if err != nil {
+		return nil, err
 	}
 	c := &Code{MaxLen: maxLen}
-	var count [25]uint32
-	used := 0
-	for s, l := range lengths {
-		if int(l) > maxLen {
-			return nil, fmt.Errorf("%w: symbol %d has %d bits, the limit is %d", ErrCode, s, l, maxLen)
-		}
-		c.Lengths[s] = l
-		if l > 0 {
-			count[l]++
-			used++
-		}
-	}
-	// Kraft: sum of 2^(maxLen-l) must be exactly 2^maxLen (one symbol:
-	// half of it, a code of one bit whose other value is never used).
-	var kraft uint64
-	for l := 1; l <= maxLen; l++ {
-		kraft += uint64(count[l]) << (maxLen - l)
-	}
-	full := uint64(1) << maxLen
-	if used == 1 && kraft == full/2 && count[1] == 1 {
-		kraft = full
-	}
-	if used > 0 && kraft != full {
-		return nil, fmt.Errorf("%w: Kraft sum %d/%d", ErrCode, kraft, full)
-	}
+	copy(c.Lengths[:], lengths)
 	var next [26]uint32
 	code := uint32(0)
 	for l := 1; l <= maxLen; l++ {
@@ -150,6 +127,37 @@ func NewCode(lengths []uint8, maxLen int) (*Code, error) {
 		}
 	}
 	return c, nil
+}
+
+// CheckLengths checks code lengths as NewCode does, without building the
+// code (a payload's head checked before a device decodes it), and
+// returns how many symbols have each length.
+func CheckLengths(lengths []uint8, maxLen int) (count [25]uint32, err error) {
+	if len(lengths) > MaxSymbols || maxLen < 1 || maxLen > 24 {
+		return count, fmt.Errorf("%w: %d lengths, limit %d", ErrCode, len(lengths), maxLen)
+	}
+	for s, l := range lengths {
+		if int(l) > maxLen {
+			return count, fmt.Errorf("%w: symbol %d has %d bits, the limit is %d", ErrCode, s, l, maxLen)
+		}
+		count[l]++
+	}
+	used := len(lengths) - int(count[0])
+	count[0] = 0
+	// Kraft: sum of 2^(maxLen-l) must be exactly 2^maxLen (one symbol:
+	// half of it, a code of one bit whose other value is never used).
+	var kraft uint64
+	for l := 1; l <= maxLen; l++ {
+		kraft += uint64(count[l]) << (maxLen - l)
+	}
+	full := uint64(1) << maxLen
+	if used == 1 && kraft == full/2 && count[1] == 1 {
+		kraft = full
+	}
+	if used > 0 && kraft != full {
+		return count, fmt.Errorf("%w: Kraft sum %d/%d", ErrCode, kraft, full)
+	}
+	return count, nil
 }
 
 // Bits returns the bits the code spends on symbols of frequencies freq.
