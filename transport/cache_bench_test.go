@@ -16,7 +16,9 @@ import (
 // the payload transport over a raw one (compressed) and through the raw
 // one alone: the host's share of a load of a real checkpoint. The engine
 // does no device work (nullEngine), or, with SPLITZIP_BENCH_CUDA set, is
-// the CUDA engine on device 0 (copies and decodes on the GPU too).
+// the CUDA engine on device 0 (copies and decodes on the GPU too). Tensors
+// stored in up to MaxSmallBytes are packed, as a load of a local cache
+// packs them (load.DefaultSmallBytes).
 func BenchmarkCacheHostCost(b *testing.B) {
 	c := envCache(b)
 	src := &c.Index().Sources[0]
@@ -33,7 +35,7 @@ func BenchmarkCacheHostCost(b *testing.B) {
 				}
 			}
 			b.Cleanup(func() { eng.Close() }) // after what benchStore made (cleanups run last first)
-			st, bs := benchStore(b, eng, c, specs, raw)
+			st, bs := benchStore(b, eng, c, specs, raw, MaxSmallBytes)
 			for b.Loop() {
 				for i, f := range st.FaultIn(context.Background(), bs) {
 					if err := f.Wait(); err != nil {

@@ -41,7 +41,7 @@ func BenchmarkHostCost(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			eng := nullEngine{hostengine.New(2)}
 			b.Cleanup(func() { eng.Close() }) // after what benchStore made (cleanups run last first)
-			st, bs := benchStore(b, eng, cache, specs, raw)
+			st, bs := benchStore(b, eng, cache, specs, raw, 0)
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			cpu0 := cpuTime()

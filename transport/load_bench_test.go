@@ -34,16 +34,16 @@ func benchCache(b *testing.B, cfg synth.Config, opts pipeline.CompressOptions) (
 	return c, &c.Index().Sources[0]
 }
 
-// benchStore is stack with 4 readers (raw: the raw transport alone), its
-// staging set up outside the timing; it returns the store and the
-// arena's bindings.
-func benchStore(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs []vmm.Spec, raw bool) (*Store, []*vmm.Binding) {
+// benchStore is stack with 4 readers (raw: the raw transport alone) and
+// packing threshold small (0: the transports' default), its staging set
+// up outside the timing; it returns the store and the arena's bindings.
+func benchStore(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs []vmm.Spec, raw bool, small int64) (*Store, []*vmm.Binding) {
 	b.Helper()
 	var po *PayloadOptions
 	if !raw {
-		po = &PayloadOptions{Readers: 4}
+		po = &PayloadOptions{Readers: 4, SmallBytes: small}
 	}
-	a, tr, st := stack(b, eng, cache, specs, RawOptions{Readers: 4}, po)
+	a, tr, st := stack(b, eng, cache, specs, RawOptions{Readers: 4, SmallBytes: small}, po)
 	if err := tr.(interface{ Prepare() error }).Prepare(); err != nil {
 		b.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func BenchmarkHostLoad(b *testing.B) {
 			}
 			eng := hostengine.New(2)
 			b.Cleanup(func() { eng.Close() }) // after what benchStore made (cleanups run last first)
-			st, bs := benchStore(b, eng, cache, specs, false)
+			st, bs := benchStore(b, eng, cache, specs, false, 0)
 			var total int64
 			for _, x := range bs {
 				total += int64(x.Size)

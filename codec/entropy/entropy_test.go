@@ -158,6 +158,15 @@ func TestCheckLengthsAgrees(t *testing.T) {
 			if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
 				t.Fatalf("lengths %v, limit %d: CheckLengths says %v, NewCode %v", ls, maxLen, err, cerr)
 			}
+			// The same of only the symbols from the first with a length,
+			// as a payload's head names them.
+			lo := 0
+			for lo < len(ls) && ls[lo] == 0 {
+				lo++
+			}
+			if part, perr := checkLengths(ls[lo:], lo, maxLen); (perr == nil) != (err == nil) || perr != nil && perr.Error() != err.Error() || err == nil && part != count {
+				t.Fatalf("lengths %v from symbol %d, limit %d: %v, %v; all of them: %v, %v", ls[lo:], lo, maxLen, part, perr, count, err)
+			}
 			if err != nil {
 				continue
 			}

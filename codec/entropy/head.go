@@ -67,7 +67,8 @@ func parseHeadTo(head []byte, e *Head) error {
 	for k := range h.Count {
 		e.Lengths[h.Lo+k] = head[headerSize+k/2] >> (4 * (1 - k%2)) & 15
 	}
-	if _, err := CheckLengths(e.Lengths[:1<<h.symbolBits()], h.MaxLen); err != nil {
+	// Symbols outside [Lo, Lo + Count) have no code: only those are checked.
+	if _, err := checkLengths(e.Lengths[h.Lo:h.Lo+h.Count], h.Lo, h.MaxLen); err != nil {
 		return fmt.Errorf("%w: %v", ErrPayload, err)
 	}
 	if h.Pairs {

@@ -133,12 +133,18 @@ func NewCode(lengths []uint8, maxLen int) (*Code, error) {
 // code (a payload's head checked before a device decodes it), and
 // returns how many symbols have each length.
 func CheckLengths(lengths []uint8, maxLen int) (count [25]uint32, err error) {
-	if len(lengths) > MaxSymbols || maxLen < 1 || maxLen > 24 {
-		return count, fmt.Errorf("%w: %d lengths, limit %d", ErrCode, len(lengths), maxLen)
+	return checkLengths(lengths, 0, maxLen)
+}
+
+// checkLengths is CheckLengths of the lengths of symbols first, first + 1,
+// ...: every other symbol has none.
+func checkLengths(lengths []uint8, first, maxLen int) (count [25]uint32, err error) {
+	if first+len(lengths) > MaxSymbols || maxLen < 1 || maxLen > 24 {
+		return count, fmt.Errorf("%w: %d lengths, limit %d", ErrCode, first+len(lengths), maxLen)
 	}
 	for s, l := range lengths {
 		if int(l) > maxLen {
-			return count, fmt.Errorf("%w: symbol %d has %d bits, the limit is %d", ErrCode, s, l, maxLen)
+			return count, fmt.Errorf("%w: symbol %d has %d bits, the limit is %d", ErrCode, first+s, l, maxLen)
 		}
 		count[l]++
 	}
