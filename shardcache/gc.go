@@ -132,6 +132,9 @@ func planGC(ix *Index) gcPlan {
 // dryRun it only counts (DryRunGC counts without opening a Writer, which
 // writes the marker and the lock file).
 func (w *Writer) GC(dryRun bool) (GCResult, error) {
+	if err := refuseUncommitted(w.dir); err != nil {
+		return GCResult{}, err
+	}
 	w.mu.Lock()
 	pl := planGC(w.ix)
 	res := pl.res
@@ -189,6 +192,40 @@ func (w *Writer) Strays() (files int, bytes uint64, err error) {
 	return countStrays(w.dir, known)
 }
 
+// refuseUncommitted is ErrNotCache for a cache in dir with no committed
+// index whose objects/ holds files: they are those of a first compress
+// that was killed, or those of a cache whose index was lost (the only
+// copy of a self-contained cache's tensors), and nothing tells which, so
+// GC removes none of them. Without object files (temporary ones at most)
+// it is nil.
+func refuseUncommitted(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, IndexName)); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var files int
+	var bytes uint64
+	err := filepath.WalkDir(filepath.Join(dir, "objects"), func(_ string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if info, err := d.Info(); err == nil {
+			files++
+			bytes += uint64(info.Size())
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if files == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: no committed index, and objects/ holds %d files (%d bytes) that no index names: "+
+		"a compress killed before its first commit leaves them, and so does a cache that lost its %s; gc removes none of them "+
+		"(run compress again to finish the cache, which reuses them, or remove the folder if it is not wanted)",
+		dir, ErrNotCache, files, bytes, IndexName)
+}
+
 // countStrays counts the files walkStrays finds and their bytes.
 func countStrays(dir string, known map[string]bool) (files int, bytes uint64, err error) {
 	err = walkStrays(dir, known, func(_ string, size int64) error {
@@ -214,7 +251,10 @@ func DryRunGC(dir string, forget []string) (GCResult, error) {
 	case err == nil:
 		ix = c.ix
 	case errors.Is(err, ErrNotCache) && IsCache(dir):
-		ix = &Index{Objects: map[Key]*Object{}} // no index committed yet
+		if err := refuseUncommitted(dir); err != nil {
+			return GCResult{}, err
+		}
+		ix = &Index{Objects: map[Key]*Object{}} // no index committed yet: temporary files only
 	default:
 		return GCResult{}, err
 	}

@@ -34,8 +34,10 @@ func TestUncommittedObjectsRemoved(t *testing.T) {
 }
 
 // TestGCStrays: files a killed run leaves (objects no index names, temp
-// files) are reported by a dry run and removed by gc, also in a cache
-// whose first compress never committed an index.
+// files) are reported by a dry run and removed by gc. In a cache whose
+// first compress never committed an index, gc removes temporary files
+// only: object files there are refused (they may be a cache's that lost
+// its index), by a dry run too, and kept.
 func TestGCStrays(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "c")
 	w, err := Create(dir)
@@ -46,21 +48,43 @@ func TestGCStrays(t *testing.T) {
 	if !IsCache(dir) || IsCache(t.TempDir()) {
 		t.Fatal("IsCache")
 	}
-	stray := filepath.Join(dir, "objects", "ab", strings.Repeat("ab", 32))
-	os.MkdirAll(filepath.Dir(stray), 0o755)
-	os.WriteFile(stray, make([]byte, 1000), 0o644)
-	os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
-	for _, dry := range []bool{true, false} {
-		// The writer's own Close cleans tmp/, so a killed run is
-		// simulated by writing the files again before each pass.
+	// gc runs Create, and GC or DryRunGC; a killed run is simulated by
+	// writing the temporary file again before each pass (a writer's own
+	// Close cleans tmp/).
+	gc := func(dry bool) (GCResult, error) {
 		os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
+		if dry {
+			return DryRunGC(dir, nil)
+		}
 		w, err := Create(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := w.GC(dry)
-		w.Close()
-		if err != nil || res.Files != 2 || res.Bytes != 1500 {
+		defer w.Close()
+		return w.GC(false)
+	}
+	stray := filepath.Join(dir, "objects", "ab", strings.Repeat("ab", 32))
+	os.MkdirAll(filepath.Dir(stray), 0o755)
+	os.WriteFile(stray, make([]byte, 1000), 0o644)
+	for _, dry := range []bool{true, false} {
+		if res, err := gc(dry); !errors.Is(err, ErrNotCache) || !strings.Contains(err.Error(), "1 files (1000 bytes)") || res != (GCResult{}) {
+			t.Errorf("gc dry-run=%v, no index, an object file: %+v, %v; want it refused", dry, res, err)
+		}
+	}
+	if n := countFiles(t, filepath.Join(dir, "objects")); n != 1 {
+		t.Fatalf("%d files under objects/ after gc refused, want the 1", n)
+	}
+	// Temporary files only: removed (and gc commits an index).
+	os.Remove(stray)
+	for _, dry := range []bool{true, false} {
+		if res, err := gc(dry); err != nil || res.Files != 1 || res.Bytes != 500 {
+			t.Errorf("gc dry-run=%v, no index, temporary files: %+v, %v; want 1 file, 500 bytes", dry, res, err)
+		}
+	}
+	// Committed: the object file is a stray.
+	os.WriteFile(stray, make([]byte, 1000), 0o644)
+	for _, dry := range []bool{true, false} {
+		if res, err := gc(dry); err != nil || res.Files != 2 || res.Bytes != 1500 {
 			t.Errorf("gc dry-run=%v: %+v, %v; want 2 files, 1500 bytes", dry, res, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -167,7 +168,25 @@ func (h *crashHarness) gcClean(f *crashFindings, cache, detail string) {
 	if _, err := os.Stat(cache); errors.Is(err, fs.ErrNotExist) {
 		return // killed before it made the cache: nothing to collect
 	}
-	if g := h.run("gc", cache, "-q"); g.code != 0 {
+	g := h.run("gc", cache, "-q")
+	if _, err := os.Stat(filepath.Join(cache, shardcache.IndexName)); errors.Is(err, fs.ErrNotExist) {
+		// Never committed: gc removes temporary files only, and refuses
+		// (exit 3) where object files are there.
+		left := crashStrays(h.t, cache)
+		objects := "objects" + string(filepath.Separator) // crashStrays's paths are relative
+		switch {
+		case slices.ContainsFunc(left, func(p string) bool { return strings.HasPrefix(p, objects) }):
+			if g.code != 3 || !strings.Contains(g.stderr, "no committed index") {
+				f.add("gc does not refuse an uncommitted cache's objects", detail+"; "+g.String())
+			}
+		case g.code != 0:
+			f.add("gc fails on an uncommitted cache without objects", detail+"; "+g.String())
+		case len(left) > 0:
+			f.add("gc leaves strays", fmt.Sprintf("%s; left %s", detail, strings.Join(left, ", ")))
+		}
+		return
+	}
+	if g.code != 0 {
 		f.add("gc fails after the interrupted run", detail+"; "+g.String())
 		return
 	}
