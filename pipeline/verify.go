@@ -32,6 +32,9 @@ type Problem struct {
 	File   string `json:"file"`
 	Tensor string `json:"tensor,omitempty"`
 	Error  string `json:"error"`
+	// Kind is the failure kind of Err (the exit code's row), set by the
+	// caller that classifies it.
+	Kind string `json:"kind,omitempty"`
 	// Err is the error itself, for callers that classify or reword it.
 	Err error `json:"-"`
 }
@@ -175,7 +178,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 		return nil
 	default:
 		defer f.Close()
-		src = f
+		src = shardFile{f}
 		if err := shardcache.CheckStat(sh, path); err != nil {
 			// Go on: the tensors' checks say which of them changed.
 			fail(path, "", err)
@@ -209,7 +212,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 					continue
 				}
 				t := &sh.Tensors[i]
-				payload, err := verifyTensor(c, f, t, opts.Decoder, work)
+				payload, err := verifyTensor(c, src, t, opts.Decoder, work)
 				release()
 				if err != nil {
 					fail(path, t.Name, err)
@@ -240,6 +243,19 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 	return ctx.Err()
 }
 
+// shardFile reads a source shard for verify: a read that ends at the
+// file's end before the bytes asked for (a shard that shrank since it was
+// compressed) is ErrSourceChanged, not a short read to blame on a payload.
+type shardFile struct{ f *os.File }
+
+func (s shardFile) ReadAt(b []byte, off int64) (int, error) {
+	n, err := s.f.ReadAt(b, off)
+	if n < len(b) && (err == nil || errors.Is(err, io.EOF)) {
+		return n, fmt.Errorf("%w: the file ends at byte %d", shardcache.ErrSourceChanged, off+int64(n))
+	}
+	return n, err
+}
+
 // payloadReader opens a tensor's payload and checks that its index
 // record decodes to the tensor's size.
 func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*shardcache.ObjectReader, *shardcache.Object, error) {
@@ -268,13 +284,18 @@ func decodeTensor(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pie
 	}
 	defer obj.Close()
 	var n uint64
+	var fnErr error // what fn met (the source, the output): not the payload's fault
 	err = dec.DecodeStream(obj, o.Size, p.a, func(off uint64, b []byte) error {
 		if off != n || uint64(len(b)) > t.Size-n {
 			return fmt.Errorf("%w: decodes past the tensor's %d bytes", codec.ErrSize, t.Size)
 		}
 		n += uint64(len(b))
-		return fn(off, b)
+		fnErr = fn(off, b)
+		return fnErr
 	})
+	if fnErr != nil {
+		return fnErr
+	}
 	if err == nil && n != t.Size {
 		err = fmt.Errorf("%w: decodes to %d bytes, the tensor has %d", codec.ErrSize, n, t.Size)
 	}
@@ -288,7 +309,7 @@ func decodeTensor(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *pie
 // source bytes against the content key and, for a payload or a raw copy,
 // the stored bytes against the source. It reports whether it decoded a
 // payload.
-func verifyTensor(c *shardcache.Cache, f *os.File, t *shardcache.Tensor, dec Decoder, p *pieces) (bool, error) {
+func verifyTensor(c *shardcache.Cache, f io.ReaderAt, t *shardcache.Tensor, dec Decoder, p *pieces) (bool, error) {
 	if f == nil {
 		return verifyByKey(c, t, dec, p)
 	}
