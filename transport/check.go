@@ -14,8 +14,8 @@ import (
 )
 
 // CheckArena reads every binding of bs (of src's tensors, as Specs makes
-// them) back from eng and compares it with its source slice or, where
-// the source is absent, with its content key; the first difference is an
+// them) back from eng and compares it with its content key and, where
+// the source is there, with its source slice; the first difference is an
 // *Error naming the tensor.
 func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) error {
 	keys := keysOf(src)
@@ -30,18 +30,23 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 		if err := eng.ReadBack(got, b.Addr); err != nil {
 			return &Error{Tensor: b.Name, Err: err}
 		}
+		// The content key recorded at compress time is the reference,
+		// also where the source is there: bytes read raw from a source
+		// edited in place since (its size and time kept) equal that
+		// source, not what was compressed.
+		want := keys[slice{b.Shard, b.Offset}]
+		if hit, ok := b.Ref.(*shardcache.SliceHit); ok && hit != nil {
+			want = hit.Tensor.Key
+		}
+		keyed := want == "" || shardcache.KeyOf(got) == want
 		f, ok := files[b.Shard]
 		if !ok {
 			var err error
 			f, err = os.Open(b.Shard)
 			if errors.Is(err, fs.ErrNotExist) {
-				// An absent source (or a remote cache's file): the
-				// content key is the reference.
-				want := keys[slice{b.Shard, b.Offset}]
-				if hit, ok := b.Ref.(*shardcache.SliceHit); ok && hit != nil {
-					want = hit.Tensor.Key
-				}
-				if shardcache.KeyOf(got) != want {
+				// An absent source (or a remote cache's file): the key
+				// is the check.
+				if !keyed {
 					return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they do not match the content key", ErrMismatch)}
 				}
 				continue
@@ -51,12 +56,15 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 			}
 			files[b.Shard] = f
 		}
-		want := make([]byte, b.Size)
-		if _, err := f.ReadAt(want, int64(b.Offset)); err != nil {
+		src := make([]byte, b.Size)
+		if _, err := f.ReadAt(src, int64(b.Offset)); err != nil {
 			return fmt.Errorf("%s: %w", b.Shard, err)
 		}
-		if !bytes.Equal(got, want) {
+		switch {
+		case !bytes.Equal(got, src):
 			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they differ from the source", ErrMismatch)}
+		case !keyed:
+			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: %s: the tensor's bytes there no longer match the content key recorded when it was compressed (%s), though its size and time do (edited in place?)", shardcache.ErrSourceChanged, b.Shard, want)}
 		}
 	}
 	return nil

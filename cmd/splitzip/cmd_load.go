@@ -415,7 +415,7 @@ func printLoad(g *globals, r *load.Report) {
 		r.Settings.Readers, r.Settings.Streams, r.Settings.Ahead, packing(r.Settings.SmallBytes), limit, runtime.NumCPU())
 	check := ""
 	if r.Checked {
-		check = "; arena matches the source bit for bit (its content keys where a shard is absent)"
+		check = "; arena matches the content keys recorded at compress time, and the source bit for bit where it is there"
 	}
 	tier := ""
 	if r.DeviceBytes > 0 {

@@ -76,7 +76,7 @@ func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcach
 			human(r.MovedBytes), human(r.PinnedBytes))
 	}
 	if rep.Checked {
-		fmt.Fprintln(g.stdout, "  every device's arena matches the source bit for bit (or, where a shard is absent, its content keys)")
+		fmt.Fprintln(g.stdout, "  every device's arena matches the content keys recorded at compress time, and the source bit for bit where it is there")
 	}
 	return nil
 }

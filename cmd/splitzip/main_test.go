@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/splitzip/splitzip/atomicfile"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // sameFiles fails the test unless every file of directory a is in b with
@@ -78,7 +80,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	sameFiles(t, ck, rest)
 	// Load on the host implementation, both paths, checked bit for bit.
-	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--repeat", "2"); code != 0 || !strings.Contains(out, "matches the source") {
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--repeat", "2"); code != 0 || !strings.Contains(out, "matches the content keys") {
 		t.Fatalf("load --device cpu: %d %q %q", code, out, e)
 	}
 	// An option the load refuses names its flag, not the field behind it.
@@ -94,7 +96,7 @@ func TestEndToEnd(t *testing.T) {
 		{"--resident-packs=false", "splitzip+resident "}, {"--raw --resident-packs=false", "raw+resident "},
 	} {
 		args := append([]string{"load", cache, "--device", "cpu", "--check", "--resident", "--repeat", "2"}, strings.Fields(c.args)...)
-		if code, out, e := splitzip(t, args...); code != 0 || !strings.Contains(out, "matches the source") || !strings.Contains(out, c.mode) {
+		if code, out, e := splitzip(t, args...); code != 0 || !strings.Contains(out, "matches the content keys") || !strings.Contains(out, c.mode) {
 			t.Fatalf("load --resident %s: %d %q %q", c.args, code, out, e)
 		}
 	}
@@ -111,7 +113,7 @@ func TestEndToEnd(t *testing.T) {
 		held <- out + e
 	}()
 	time.Sleep(time.Second)
-	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--share"); code != 0 || !strings.Contains(out, "matches the source") {
+	if code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check", "--share"); code != 0 || !strings.Contains(out, "matches the content keys") {
 		t.Fatalf("load --share beside a holder: %d %q %q", code, out, e)
 	}
 	// The holder's report says it made the copy before its loads, and
@@ -129,7 +131,7 @@ func TestEndToEnd(t *testing.T) {
 	// Onto several devices (host engines), by parts and peer copies, and
 	// each device loading everything.
 	for _, peer := range []string{"--peer=true", "--peer=false"} {
-		if code, out, e := splitzip(t, "load", cache, "--devices", "cpu,cpu,cpu", peer, "--check"); code != 0 || !strings.Contains(out, "every device's arena matches the source") {
+		if code, out, e := splitzip(t, "load", cache, "--devices", "cpu,cpu,cpu", peer, "--check"); code != 0 || !strings.Contains(out, "every device's arena matches the content keys") {
 			t.Fatalf("load --devices cpu,cpu,cpu %s: %d %q %q", peer, code, out, e)
 		}
 	}
@@ -517,5 +519,52 @@ func TestRemoteFlagsRefused(t *testing.T) {
 		if code, _, e := splitzip(t, args...); code != exitUsage || !strings.Contains(e, flag+" is for") {
 			t.Errorf("%v: exit %d, %q", args, code, e)
 		}
+	}
+}
+
+// TestLoadCheckSourceEditedInPlace: a source edited in place with its
+// size and modification time kept loads (its raw tensors are read from
+// it), but load --check compares the arena with the content keys recorded
+// at compress time, not only with the source it was read from: a changed
+// source (exit 3) naming the tensor, never "matches".
+func TestLoadCheckSourceEditedInPlace(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "2MiB", "--shards", "1"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "-q"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := c.Index().Sources[0].Shards[0]
+	i := slices.IndexFunc(sh.Tensors, func(t shardcache.Tensor) bool { return !t.InCache() && t.Size > 0 })
+	if i < 0 {
+		t.Fatal("no tensor is read from the source")
+	}
+	tn := sh.Tensors[i]
+	path := filepath.Join(ck, sh.Name)
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	f.ReadAt(b, int64(tn.Offset))
+	b[0] ^= 1
+	f.WriteAt(b, int64(tn.Offset))
+	f.Close()
+	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check")
+	if code != 3 || strings.Contains(out, "matches") || !strings.Contains(e, tn.Name) || !strings.Contains(e, "edited in place") {
+		t.Errorf("load --check of a source edited in place: exit %d, %q, %q; want exit 3 naming %s", code, out, e, tn.Name)
 	}
 }
