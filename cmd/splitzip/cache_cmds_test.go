@@ -326,3 +326,23 @@ func TestLostObject(t *testing.T) {
 		}
 	}
 }
+
+// TestGCForgetAmbiguousNamesFlag: where a folder holds several
+// checkpoints of a cache, gc's error names its own flag that picks one,
+// --forget (TestAmbiguousSourceNamesFlag: --source for the others).
+func TestGCForgetAmbiguousNamesFlag(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	shards, _ := filepath.Glob(filepath.Join(ck, "*.safetensors"))
+	if len(shards) == 0 {
+		t.Fatal("no shard")
+	}
+	if code, _, e := splitzip(t, "compress", shards[0], "-o", cache, "-q", "--no-sync"); code != 0 {
+		t.Fatalf("compress one shard: %d %s", code, e)
+	}
+	for _, args := range [][]string{{"gc", "--forget", ck, cache}, {"gc", "--dry-run", "--forget", ck, cache}} {
+		if code, _, e := splitzip(t, args...); code != exitUsage || !strings.Contains(e, "pass --forget PATH") {
+			t.Errorf("%v: exit %d, %q; want a usage error naming --forget", args, code, e)
+		}
+	}
+}

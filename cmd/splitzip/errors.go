@@ -66,8 +66,13 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	kind := failure.KindOf(err)
 	msg := failure.Message(err)
 	if errors.Is(err, shardcache.ErrAmbiguousSource) {
-		// The library's text names no flag (Python sees it too).
-		msg += " (pass --source PATH, one of the paths above)"
+		// The library's text names no flag (Python sees it too): the
+		// command's own that names a checkpoint (gc's is --forget).
+		flag := "source"
+		if cmd != nil && cmd.Flags().Lookup("source") == nil && cmd.Flags().Lookup("forget") != nil {
+			flag = "forget"
+		}
+		msg += " (pass --" + flag + " PATH, one of the paths above)"
 	}
 	if errors.Is(err, shardcache.ErrSourceTime) {
 		msg += " (" + relocateHint("CACHE") + ")"
