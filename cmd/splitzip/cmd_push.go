@@ -26,6 +26,7 @@ type registryOptions struct {
 func (o *registryOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.Insecure, "insecure", false, "allow plain HTTP and registries whose TLS certificates do not verify")
 	cmd.Flags().IntVar(&o.Jobs, "jobs", 8, "blobs moved at once")
+	atLeast(cmd.Flags(), "jobs", 1, "omit --jobs for the default, 8")
 	cmd.Flags().StringVar(&o.Endpoint, "endpoint-url", "", "an S3-compatible store's URL for s3:// references (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
 }
 
