@@ -93,6 +93,17 @@ func (fs *ObjectFiles) open(loc Location) (ObjectBytes, error) {
 		case err != nil:
 			return ObjectBytes{}, &os.PathError{Op: "open", Path: loc.Path, Err: err}
 		}
+		// The file's size is the index's, as OpenObject checks: a file
+		// that grew (or shrank) is damaged even where the bytes read are
+		// right. One fstat an object of its own (packs are checked once).
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || uint64(st.Size) != loc.Size {
+			unix.Close(fd)
+			if err != nil {
+				return ObjectBytes{}, &os.PathError{Op: "stat", Path: loc.Path, Err: err}
+			}
+			return ObjectBytes{}, fmt.Errorf("%s: %w: %d bytes, index says %d", loc.Path, ErrObjectCorrupt, st.Size, loc.Size)
+		}
 		return ObjectBytes{loc: loc, fd: fd}, nil
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -189,25 +190,24 @@ func TestObjectFilesCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// An object's own file is not stat'ed: its read finds it short.
+	// An object's own file is stat'ed when opened: cut short, or grown
+	// (bytes appended), it is damaged, named, though the bytes read are
+	// right.
 	ob, err := os.ReadFile(own.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(own.Path, ob[:10], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := objs.Open(own)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := f.ReadAt(make([]byte, own.Size), 0)
-	f.Close()
-	if n != 10 || !errors.Is(err, ErrObjectCorrupt) {
-		t.Errorf("an object's own file cut short: %d bytes, %v", n, err)
-	}
-	if err := objs.ReadAt(own, make([]byte, own.Size), 0); !errors.Is(err, ErrObjectCorrupt) || !strings.Contains(err.Error(), own.Path) {
-		t.Errorf("an object's own file cut short, ReadAt: %v", err)
+	for _, b := range [][]byte{ob[:10], append(slices.Clone(ob), "junk"...)} {
+		if err := os.WriteFile(own.Path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%d bytes, index says %d", len(b), own.Size)
+		if _, err := objs.Open(own); !errors.Is(err, ErrObjectCorrupt) || !strings.Contains(err.Error(), own.Path) || !strings.Contains(err.Error(), want) {
+			t.Errorf("an object's own file of %d bytes: %v", len(b), err)
+		}
+		if err := objs.ReadAt(own, make([]byte, own.Size), 0); !errors.Is(err, ErrObjectCorrupt) || !strings.Contains(err.Error(), own.Path) {
+			t.Errorf("an object's own file of %d bytes, ReadAt: %v", len(b), err)
+		}
 	}
 	os.Remove(own.Path)
 	if _, err := objs.Open(own); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), own.Path) {
