@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -118,15 +119,16 @@ var retryStatusCodes = []int{
 }
 
 // parse parses a reference as crane does (a tag or a digest, the Docker
-// Hub by default).
+// Hub by default), with or without the oci:// scheme the cache commands
+// take it with.
 func (o Options) parse(ref string) (name.Reference, error) {
 	var opts []name.Option
 	if o.Insecure {
 		opts = append(opts, name.Insecure)
 	}
-	r, err := name.ParseReference(ref, opts...)
+	r, err := name.ParseReference(strings.TrimPrefix(ref, "oci://"), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %v", ErrReference, ref, err)
+		return nil, fmt.Errorf("%w: %q: %v (want [oci://]REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST], a repository of lower-case letters, digits and separators, at least 2 characters)", ErrReference, ref, err)
 	}
 	return r, nil
 }

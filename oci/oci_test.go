@@ -411,9 +411,13 @@ func TestPushRefusesCacheWithSource(t *testing.T) {
 	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: out, Jobs: 2, MinSaving: 0.5, NoSync: true}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Push(context.Background(), out, host+"/m/x:1", opts())
-	if !errors.Is(err, shardcache.ErrSourceMissing) {
-		t.Fatalf("push of a cache needing its source: %v", err)
+	// The source is there: the cache is refused all the same, as one
+	// whose tensors are only in it (not as one whose source is missing).
+	for _, ref := range []string{host + "/m/x:1", "oci://" + host + "/m/x:1"} {
+		_, err := Push(context.Background(), out, ref, opts())
+		if !errors.Is(err, shardcache.ErrNotSelfContained) || errors.Is(err, shardcache.ErrSourceMissing) || !strings.Contains(err.Error(), "--self-contained") {
+			t.Fatalf("push of a cache needing its source to %s: %v", ref, err)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -45,12 +46,33 @@ func (c *Cache) FilePath(key Key) (string, error) {
 	return objectPath(c.dir, key)
 }
 
+// ErrNotSelfContained reports a cache some of whose tensors have their
+// bytes only in their source (compress --self-contained copies them in).
+var ErrNotSelfContained = errors.New("the cache is not self-contained")
+
 // CheckSelfContained checks that every tensor of every source has its
 // bytes in the cache, in files of the recorded sizes: a copy of the cache
-// then loads and decompresses without its source. The error names a
-// tensor that lacks them (ErrSourceMissing: compress with
-// --self-contained copies tensors left raw).
+// then loads and decompresses without its source. A cache with tensors
+// whose bytes are only in their source is ErrNotSelfContained, counting
+// them and naming the first, whether or not that source is there.
 func (c *Cache) CheckSelfContained() error {
+	n, first := 0, ""
+	for si := range c.ix.Sources {
+		s := &c.ix.Sources[si]
+		for hi := range s.Shards {
+			sh := &s.Shards[hi]
+			for i := range sh.Tensors {
+				if t := &sh.Tensors[i]; !t.InCache() {
+					if n++; first == "" {
+						first = fmt.Sprintf("%q of %s", t.Name, filepath.Join(s.Root, sh.Name))
+					}
+				}
+			}
+		}
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: the bytes of %d tensors are only in their source shards (the first: %s)", ErrNotSelfContained, n, first)
+	}
 	for si := range c.ix.Sources {
 		s := &c.ix.Sources[si]
 		for hi := range s.Shards {

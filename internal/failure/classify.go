@@ -38,7 +38,7 @@ var rules = []rule{
 	{Device, []error{cuda.ErrNoDriver, cuda.ErrNoBatchCopy}},
 	{Usage, []error{
 		pipeline.ErrOutputInSource, pipeline.ErrOption, pipeline.ErrOutputExists, transport.ErrOption, distplan.ErrPlan,
-		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded, shardcache.ErrOccupied,
+		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded, shardcache.ErrOccupied, shardcache.ErrNotSelfContained,
 		s3store.ErrURL, s3store.ErrOptions, oci.ErrReference,
 	}},
 	{Input, []error{
