@@ -236,3 +236,54 @@ func TestDecompressNamesDamagedObject(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyNamesDamagedObject: verify's problem for a damaged payload
+// names the cache object it lies in, beside the source file and tensor;
+// one for a source that shrank names none (the cache is not at fault).
+func TestVerifyNamesDamagedObject(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 4<<20, 1, 6)
+	compress(t, src, cache, false)
+	ca, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &ca.Index().Sources[0].Shards[0]
+	var tn *shardcache.Tensor
+	for i := range sh.Tensors {
+		if x := &sh.Tensors[i]; x.Payload() && (tn == nil || x.Size > tn.Size) {
+			tn = x
+		}
+	}
+	loc, _, err := ca.Locate(tn.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(loc.Path)
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(loc.Path, b, 0o644)
+	res, err := Verify(context.Background(), cache, VerifyOptions{})
+	if err != nil || len(res.Problems) != 1 {
+		t.Fatalf("verify: %v, %+v", err, res)
+	}
+	if p := res.Problems[0]; p.Object != loc.Name() || p.Tensor != tn.Name || p.File != filepath.Join(src, sh.Name) {
+		t.Errorf("problem %+v: want object %s, tensor %s", p, loc.Name(), tn.Name)
+	}
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(loc.Path, b, 0o644)
+	shard := filepath.Join(src, sh.Name)
+	st, _ := os.Stat(shard)
+	if err := os.Truncate(shard, st.Size()-100); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Verify(context.Background(), cache, VerifyOptions{})
+	if err != nil || len(res.Problems) == 0 {
+		t.Fatalf("verify of a shrunk source: %v, %+v", err, res)
+	}
+	for _, p := range res.Problems {
+		if p.Object != "" || !errors.Is(p.Err, shardcache.ErrSourceChanged) {
+			t.Errorf("a shrunk source's problem %+v: want a changed source, no object", p)
+		}
+	}
+}

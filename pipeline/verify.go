@@ -31,6 +31,9 @@ type VerifyOptions struct {
 type Problem struct {
 	File   string `json:"file"`
 	Tensor string `json:"tensor,omitempty"`
+	// Object is the cache object a tensor's problem lies in (its file,
+	// and its range of a pack), where the stored bytes are at fault.
+	Object string `json:"object,omitempty"`
 	Error  string `json:"error"`
 	// Kind is the failure kind of Err (the exit code's row), set by the
 	// caller that classifies it.
@@ -84,7 +87,11 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	var mu sync.Mutex
 	fail := func(file, tensor string, err error) {
 		mu.Lock()
-		res.Problems = append(res.Problems, Problem{File: file, Tensor: tensor, Error: err.Error(), Err: err})
+		pr := Problem{File: file, Tensor: tensor, Error: err.Error(), Err: err}
+		if oe, ok := errors.AsType[*objectError](err); ok {
+			pr.Object = oe.object
+		}
+		res.Problems = append(res.Problems, pr)
 		mu.Unlock()
 	}
 	if err := c.RequireCheckpoint(); err != nil {
@@ -215,7 +222,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 				payload, err := verifyTensor(c, src, t, opts.Decoder, work)
 				release()
 				if err != nil {
-					fail(path, t.Name, err)
+					fail(path, t.Name, inObject(c, t, err))
 				}
 				p.Add(t.Size)
 				mu.Lock()
@@ -241,6 +248,29 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 		return runErr
 	}
 	return ctx.Err()
+}
+
+// objectError is a tensor's problem that lies in its cache object.
+type objectError struct {
+	object string // Location.Name: the file, and a pack member's range
+	err    error
+}
+
+func (e *objectError) Error() string { return e.err.Error() }
+func (e *objectError) Unwrap() error { return e.err }
+
+// inObject marks err, tensor t's problem, as its cache object's where
+// the stored bytes are at fault: t's bytes are in the cache and the
+// source has not changed.
+func inObject(c *shardcache.Cache, t *shardcache.Tensor, err error) error {
+	if !t.InCache() || errors.Is(err, shardcache.ErrSourceChanged) {
+		return err
+	}
+	loc, _, lerr := c.Locate(t.Key)
+	if lerr != nil {
+		return err
+	}
+	return &objectError{loc.Name(), err}
 }
 
 // shardFile reads a source shard for verify: a read that ends at the

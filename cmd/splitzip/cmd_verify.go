@@ -88,9 +88,12 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		}
 	} else {
 		for _, p := range res.Problems {
-			if p.Tensor != "" {
+			switch {
+			case p.Object != "" && !strings.Contains(p.Error, p.Object):
+				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s (cache object %s)\n", p.File, p.Tensor, p.Error, p.Object)
+			case p.Tensor != "":
 				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s\n", p.File, p.Tensor, p.Error)
-			} else {
+			default:
 				fmt.Fprintf(g.stderr, "FAIL %s: %s\n", p.File, p.Error)
 			}
 		}
