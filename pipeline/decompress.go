@@ -79,11 +79,11 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		names = append(names, sh.Name)
 	}
 	if st, err := os.Stat(opts.Output); err == nil && !st.IsDir() {
-		return nil, fmt.Errorf("%s: %w: it is a file, and the restored files need a folder", opts.Output, ErrOutputExists)
+		return nil, &TensorError{File: opts.Output, Err: fmt.Errorf("%w: it is a file, and the restored files need a folder", ErrOutputExists)}
 	}
 	for _, n := range names {
 		if _, err := os.Lstat(filepath.Join(opts.Output, n)); !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: %w: refusing to overwrite it; choose another folder or remove it", filepath.Join(opts.Output, n), ErrOutputExists)
+			return nil, &TensorError{File: filepath.Join(opts.Output, n), Err: fmt.Errorf("%w: refusing to overwrite it; choose another folder or remove it", ErrOutputExists)}
 		}
 	}
 	// Folders this run makes; a failed run removes them again when they

@@ -146,9 +146,21 @@ func TestLocate(t *testing.T) {
 		{&safetensors.FormatError{File: "b.safetensors", Reason: "r"}, "b.safetensors", ""},
 		{&transport.Error{Tensor: "t", Err: &fs.PathError{Op: "read", Path: "c.safetensors", Err: syscall.EIO}}, "c.safetensors", "t"},
 		{&fs.PathError{Op: "open", Path: "/d", Err: syscall.ENOENT}, "/d", ""},
-		// Failing those, the path the text starts with, where it exists.
+		// Failing those, the path the text starts with, where it exists
+		// or is an absolute one in a folder that exists (a file found
+		// missing), or the one an error it wraps starts with, less a pack
+		// member's range.
 		{fmt.Errorf("%s: not a cache", dir), dir, ""},
-		{fmt.Errorf("%s/missing: not a cache", dir), "", ""},
+		// A file that could not be written, below a tensor's error that
+		// names its source.
+		{&pipeline.TensorError{File: "src.safetensors", Tensor: "w", Err: &fs.PathError{Op: "write", Path: "/out/obj", Err: syscall.EFBIG}}, "/out/obj", "w"},
+		{&pipeline.TensorError{File: "src.safetensors", Tensor: "w", Err: &fs.PathError{Op: "read", Path: "/out/obj", Err: syscall.EIO}}, "src.safetensors", "w"},
+		{fmt.Errorf("%s/missing: not a cache", dir), dir + "/missing", ""},
+		{fmt.Errorf("%s/no/missing: not a cache", dir), "", ""},
+		{errors.New("missing: not a cache"), "", ""},
+		{fmt.Errorf("tensor \"w\": %w", fmt.Errorf("%s/objects/ab/abcd: %w", dir, codec.ErrChecksum)), "", ""}, // no such folder
+		{&transport.Error{Tensor: "w", Err: fmt.Errorf("%s/pack[16:+32]: %w", dir, codec.ErrChecksum)}, dir + "/pack", "w"},
+		{&transport.Error{Tensor: "w", Err: fmt.Errorf("%s: %w", dir, codec.ErrChecksum)}, dir, "w"},
 		{errors.New("tensor \"w\": bad"), "", ""},
 		{errors.New("codec: a package's words, not the folder ./codec"), "", ""},
 	} {

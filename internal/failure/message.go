@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -172,8 +173,16 @@ func jsonKind(t reflect.Type) string {
 // Locate returns the file and the tensor err is about, where an error in
 // its chain names them (the outermost that does): a
 // *pipeline.TensorError, a *safetensors.FormatError, a *transport.Error,
-// or for the file alone an *fs.PathError or *os.LinkError.
+// or for the file alone an *fs.PathError or *os.LinkError; but a file
+// that could not be written is the file, wherever it lies in the chain.
 func Locate(err error) (file, tensor string) {
+	// A failure to write a file is about that file, whatever the input
+	// being read then (compress's errors name their source shard).
+	walk(err, func(e error) {
+		if pe, ok := e.(*fs.PathError); ok && file == "" && writing(pe) {
+			file = pe.Path
+		}
+	})
 	walk(err, func(e error) {
 		f, t := "", ""
 		switch e := e.(type) {
@@ -197,15 +206,37 @@ func Locate(err error) (file, tensor string) {
 	})
 	if file == "" {
 		// Most errors start with the path they are about ("dir: not a
-		// splitzip cache"): taken where that names an existing file, and
-		// is not a bare lower-case word as packages start theirs ("codec:").
-		if p, _, ok := strings.Cut(err.Error(), ": "); ok && p != "" && !strings.ContainsAny(p, " \t\n\"") && strings.Trim(p, "abcdefghijklmnopqrstuvwxyz") != "" {
-			if _, serr := os.Lstat(p); serr == nil {
-				file = p
+		// splitzip cache"), or wrap one that does (`tensor "w":
+		// objects/ab/ab…: cache object is corrupt`): the outermost such
+		// path is taken.
+		walk(err, func(e error) {
+			if file == "" {
+				file = leadingPath(e.Error())
 			}
-		}
+		})
 	}
 	return file, tensor
+}
+
+// leadingPath returns the path msg starts with ("path: ..."), where that
+// names an existing file, or an absolute path in an existing folder (a
+// file found missing), less a pack member's range ("pack[0:+16]"); not
+// a bare lower-case word, as packages start their errors ("codec:").
+func leadingPath(msg string) string {
+	p, _, ok := strings.Cut(msg, ": ")
+	if !ok || p == "" || strings.ContainsAny(p, " \t\n\"") || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz") == "" {
+		return ""
+	}
+	if i := strings.LastIndexByte(p, '['); i > 0 && strings.HasSuffix(p, "]") && strings.Contains(p[i:], ":+") {
+		p = p[:i]
+	}
+	if _, err := os.Lstat(p); err == nil {
+		return p
+	}
+	if st, err := os.Stat(filepath.Dir(p)); err == nil && st.IsDir() && filepath.IsAbs(p) {
+		return p
+	}
+	return ""
 }
 
 // walk calls fn on err and every error it wraps, outermost first, depth
