@@ -66,6 +66,9 @@ func (tc *tensorCompressor) entropyPayload(r *sourceReader, t *safetensors.Tenso
 		if progress {
 			tc.opts.Progress.Add(t.Size())
 		}
+		if n == 0 {
+			return false, "no values to code", nil
+		}
 		return false, fmt.Sprintf("entropy payload of about %d bytes saves %.1f%%, below %.1f%%",
 			bestEst, 100*(1-float64(bestEst)/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving), nil
 	}

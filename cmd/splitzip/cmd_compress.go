@@ -41,9 +41,10 @@ too); with --codec auto BF16 tensors take fixed-codec payloads (entropy ones
 where those would not pass) and the other float dtypes entropy payloads; with
 --codec cost each tensor is stored as this host's cost model (splitzip
 calibrate, measured on first use) predicts loads fastest from the page cache:
-raw, fixed or entropy, so small tensors, whose host cost a load outweighs the
-bytes they save, stay raw (inspect --tensors gives each one's predicted
-times).
+raw, fixed or entropy, a tensor's cost on this host against the bytes it
+saves (on a GPU host small tensors stay raw; on a host without one, where
+the profile prices decodes on the CPU, the choice may differ; inspect
+--tensors says why a tensor was left raw).
 Other dtypes, and tensors that
 would not save at least --min-saving, are recorded as raw aliases of their
 source slice. With the default codec, float tensors of other dtypes stay

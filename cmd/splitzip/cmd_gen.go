@@ -38,7 +38,7 @@ func newGenCommand(g *globals) *cobra.Command {
 	var o genOptions
 	cmd := &cobra.Command{
 		Use:    "gen DIR",
-		Short:  "Write a synthetic Llama-like BF16 checkpoint (for demos and benchmarks)",
+		Short:  "Write a synthetic Llama-like checkpoint (BF16 unless --dtype says otherwise; for demos and benchmarks)",
 		Hidden: true,
 		Args:   args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {

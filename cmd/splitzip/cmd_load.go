@@ -459,7 +459,7 @@ func printLoad(g *globals, r *load.Report) {
 	if r.Unpredicted != "" {
 		fmt.Fprintf(g.stdout, "  no prediction: %s\n", r.Unpredicted)
 	}
-	if p := r.Predicted; p != nil {
+	if p := r.Predicted; p != nil && len(r.Paths) > 0 {
 		var by []string
 		for _, k := range [...][2]string{{"raw", "raw"}, {"fixed", "fixed"}, {"entropy", "entropy"}, {"entropy_host", "entropy on the host"}, {"entropy_packed", "entropy packed"}} {
 			if n := perRun(r, k[0]); n > 0 {

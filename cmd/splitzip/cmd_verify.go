@@ -33,7 +33,9 @@ func newVerifyCommand(g *globals) *cobra.Command {
 		Short: "Check that every tensor round-trips bit for bit against its source",
 		Long: `Decode every payload and compare it with the source tensor, check every
 object's hash and size, and check that no source shard changed since it was
-compressed. Exits 1 on any mismatch.
+compressed. Exits 1 when stored data is wrong (a damaged object or
+index), 3 when only the source is (changed or missing), with each problem
+and its kind in --json.
 
 ` + remoteHelp,
 		Args: args(cobra.ExactArgs(1)),

@@ -12,7 +12,7 @@ import (
 // addMemoryFlag adds --memory, the budget of compress, verify and
 // decompress.
 func addMemoryFlag(f *pflag.FlagSet, s *string) {
-	f.StringVar(s, "memory", "512MiB", fmt.Sprintf("memory budget: what the run's buffers may hold at once, whatever --jobs and the tensor sizes (at least %d MiB)", pipeline.MinMemory>>20))
+	f.StringVar(s, "memory", "512MiB", fmt.Sprintf("memory budget: what the run's buffers may hold at once, whatever the job count and the tensor sizes (at least %d MiB)", pipeline.MinMemory>>20))
 }
 
 // memoryBudget parses --memory and makes it the Go runtime's soft memory
