@@ -297,6 +297,9 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 				if err = shardcache.CheckStat(sh, path); err == nil {
 					src, err = os.Open(path)
 				}
+				if errors.Is(err, fs.ErrNotExist) {
+					err = fmt.Errorf("%w: %w", shardcache.ErrSourceMissing, err)
+				}
 			}
 			if err == nil {
 				err = copyChecked(w, src, r.off, r.size, r.key, buf.a, shardcache.ErrSourceChanged)

@@ -346,3 +346,23 @@ func TestGCForgetAmbiguousNamesFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestMovedSourceHint: a cache whose source moved away says what to do
+// about it (--source, relocate) in load's and decompress's errors and in
+// verify's note, besides exit 3.
+func TestMovedSourceHint(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	if err := os.Rename(ck, ck+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"load", cache, "--device", "cpu"},
+		{"decompress", cache, "-o", filepath.Join(dir, "out")},
+		{"verify", cache},
+	} {
+		if code, _, e := splitzip(t, args...); code != exitInput || !strings.Contains(e, "pass --source DIR") || !strings.Contains(e, "splitzip relocate") {
+			t.Errorf("%v with the source moved: exit %d, %q", args, code, e)
+		}
+	}
+}

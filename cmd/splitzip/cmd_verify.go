@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 
@@ -114,6 +116,9 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			if len(errs) == 1 && errors.Is(errs[0], shardcache.ErrSourceTime) {
 				touched++
 			}
+		}
+		if slices.ContainsFunc(res.Problems, func(p pipeline.Problem) bool { return errors.Is(p.Err, fs.ErrNotExist) && p.Object == "" }) {
+			fmt.Fprintf(g.stderr, "note: %s\n", movedHint(dir))
 		}
 		if touched > 0 {
 			fmt.Fprintf(g.stderr, "note: %s: %s\n", count(touched, "shard"), relocateHint(dir))

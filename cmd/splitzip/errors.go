@@ -42,6 +42,12 @@ var errFailed = errors.New("failed")
 
 // relocateHint says what to do about a source shard whose modification
 // time alone differs (shardcache.ErrSourceTime), for cache.
+// movedHint is what to do about a source shard that is not where the
+// cache recorded it.
+func movedHint(cache string) string {
+	return "if the source moved, pass --source DIR, the folder it is in now, or record its new place with 'splitzip relocate " + cache + " DIR'"
+}
+
 func relocateHint(cache string) string {
 	return "only the modification time differs: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times"
 }
@@ -76,6 +82,9 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	}
 	if errors.Is(err, shardcache.ErrSourceTime) {
 		msg += " (" + relocateHint("CACHE") + ")"
+	}
+	if errors.Is(err, shardcache.ErrSourceMissing) {
+		msg += " (" + movedHint("CACHE") + ")"
 	}
 	switch kind {
 	case failure.Usage:
