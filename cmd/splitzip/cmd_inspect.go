@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -78,7 +80,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tbound\tcoverage\tescapes\texp-entropy\twhy raw")
 		for _, r := range res.Tensors {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%.5f\t%.2e\t%.3f\t%s\n", r.Name, r.DType, r.Values, storedName(r.Stored),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%.5f\t%.2e\t%.3f\t%s\n", cell(r.Name), r.DType, r.Values, storedName(r.Stored),
 				r.BitsPerValue, bound(r.BoundBits), r.Coverage, r.EscapeRate, r.ExponentEntropy, r.Reason)
 		}
 		tw.Flush()
@@ -188,4 +190,16 @@ func bound(bits float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.3f", bits)
+}
+
+// cell is a name as a table cell: quoted (Go syntax) where it holds
+// characters that would break the table's rows or columns (a newline, a
+// tab, other control characters), else as it is.
+func cell(name string) string {
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(name)
+		}
+	}
+	return name
 }

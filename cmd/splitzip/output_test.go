@@ -32,3 +32,13 @@ func TestBarEndsFull(t *testing.T) {
 		t.Errorf("the compress bar's last drawing is not full: %q", rest)
 	}
 }
+
+// TestCell: a tensor name that would break a table row or column is
+// quoted; others are kept as they are (non-ASCII letters too).
+func TestCell(t *testing.T) {
+	for in, want := range map[string]string{"a.b": "a.b", "ü.w": "ü.w", "evil\nname": `"evil\nname"`, "tab\tname": `"tab\tname"`, "x\x1b[2J": `"x\x1b[2J"`} {
+		if got := cell(in); got != want {
+			t.Errorf("cell(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
