@@ -183,9 +183,15 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestParseSize(t *testing.T) {
-	for s, want := range map[string]uint64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100MB": 100e6, "4096": 4096, "1.5KiB": 1536, "1EiB": 1 << 60, "2PB": 2e15} {
+	for s, want := range map[string]uint64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100MB": 100e6, "4096": 4096, "1.5KiB": 1536, "1EiB": 1 << 60, "2PB": 2e15,
+		"512M": 512 << 20, "512m": 512 << 20, "512mb": 512e6, "512mib": 512 << 20, "2g": 2 << 30, "7b": 7, "1 GiB": 1 << 30} {
 		if got, err := parseSize(s); err != nil || got != want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "M", "abc", "-1M", "1e30GiB", "NaN", "Inf", "12XB", "1MiBs"} {
+		if got, err := parseSize(s); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", s, got)
 		}
 	}
 }

@@ -88,24 +88,27 @@ func (p *bar) Finish() {
 	}
 }
 
-// parseSize parses a byte size such as 512MiB, 2GiB, 100MB or 4096.
+// parseSize parses a byte size such as 512MiB, 2GiB, 100MB or 4096. Units
+// are case-insensitive; a bare K, M, G, T, P or E is binary, as GNU tools
+// read it (512M is 512MiB).
 func parseSize(s string) (uint64, error) {
 	units := []struct {
 		suffix string
 		mult   uint64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"PiB", 1 << 50}, {"EiB", 1 << 60},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"PB", 1e15}, {"EB", 1e18}, {"B", 1}}
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40}, {"pib", 1 << 50}, {"eib", 1 << 60},
+		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"pb", 1e15}, {"eb", 1e18},
+		{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"p", 1 << 50}, {"e", 1 << 60}, {"b", 1}}
 	t := strings.TrimSpace(s)
 	mult := uint64(1)
 	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+		if n := len(t) - len(u.suffix); n >= 0 && strings.EqualFold(t[n:], u.suffix) {
+			t, mult = strings.TrimSpace(t[:n]), u.mult
 			break
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("bad size %q (want a number of 0 to 4 EiB with an optional unit such as MiB or GiB)", s)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("bad size %q (want a number of 0 to 4 EiB with an optional unit such as MiB, GiB, MB or M, which is MiB)", s)
 	}
 	return uint64(f * float64(mult)), nil
 }
