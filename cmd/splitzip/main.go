@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -133,6 +134,12 @@ func args(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, a []string) error {
 		if err := check(cmd, a); err != nil {
 			return usageError{argsError(cmd, a)}
+		}
+		// An empty argument (an unset shell variable) names no path: it
+		// would be taken for the working folder.
+		if i := slices.Index(a, ""); i >= 0 {
+			return usageError{fmt.Errorf("%s: argument %d is empty (an unset shell variable?); %s",
+				strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), i+1, argsError(cmd, a))}
 		}
 		return nil
 	}

@@ -574,3 +574,18 @@ func TestLoadCheckSourceEditedInPlace(t *testing.T) {
 		t.Errorf("load --check of a source edited in place: exit %d, %q, %q; want exit 3 naming %s", code, out, e, tn.Name)
 	}
 }
+
+// TestEmptyArgument: an empty positional argument (an unset shell
+// variable) is a usage error, not the working folder.
+func TestEmptyArgument(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, args := range [][]string{{"compress", "", "-o", "c"}, {"verify", ""}, {"inspect", ""}} {
+		if code, _, e := splitzip(t, args...); code != exitUsage || !strings.Contains(e, "is empty") {
+			t.Errorf("%q: exit %d, %q", args, code, e)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left %s behind", ents[0].Name())
+	}
+}
