@@ -40,8 +40,8 @@ and that is smaller (its table of pairs counted); huff0 4X in independent
 Memory: the largest tensor, a few times over.`,
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if len(a) == 0 && !o.Synthetic {
-				return usageError{fmt.Errorf("give a source or --synthetic")}
+			if (len(a) == 0) != o.Synthetic {
+				return usageError{fmt.Errorf("give a source or --synthetic, not both")}
 			}
 			if err := cmd.Context().Err(); err != nil {
 				return err

@@ -102,6 +102,9 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if err != nil {
 		return usageError{fmt.Errorf("--pack-max: %v", err)}
 	}
+	if packMax > shardcache.MaxPackMax {
+		return usageError{fmt.Errorf("--pack-max %s is refused: want at most %d MiB (0: one file per object)", o.PackMax, shardcache.MaxPackMax>>20)}
+	}
 	pm := int64(packMax)
 	if packMax == 0 {
 		pm = -1

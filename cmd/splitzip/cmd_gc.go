@@ -52,7 +52,18 @@ func runGC(g *globals, o gcOptions, dir string) error {
 	if o.DryRun {
 		verb = "would remove"
 	}
-	fmt.Fprintf(g.stdout, "gc: %s %s and %s, %s\n", verb, count(res.Objects, "object"), count(res.Files, "stray file"), human(res.Bytes))
+	for _, f := range o.Forget {
+		if o.DryRun {
+			fmt.Fprintf(g.stdout, "gc: would forget the checkpoint compressed from %s\n", f)
+		} else {
+			fmt.Fprintf(g.stdout, "gc: forgot the checkpoint compressed from %s\n", f)
+		}
+	}
+	repacked := ""
+	if res.Repacked > 0 {
+		repacked = fmt.Sprintf("; %s %s with the members still in use", map[bool]string{false: "rewrote", true: "would rewrite"}[o.DryRun], count(res.Repacked, "pack"))
+	}
+	fmt.Fprintf(g.stdout, "gc: %s %s and %s, %s%s\n", verb, count(res.Objects, "object"), count(res.Files, "stray file"), human(res.Bytes), repacked)
 	return nil
 }
 

@@ -55,9 +55,10 @@ func newGenCommand(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&o.Mix, "mix", 0, "write this many BF16 tensors with the size mix of real models (60% under 16 KiB, the rest up to 4 MiB) instead")
 	cmd.Flags().IntVar(&o.MoE, "moe", 0, "write a mixture of experts with this many experts per layer instead (--layers, --hidden: 48, 2048)")
 	cmd.Flags().IntVar(&o.Layers, "layers", 0, "layers of --moe (default 48)")
-	for _, n := range []string{"shards", "small", "tiny", "mix", "moe", "layers", "hidden"} {
+	for _, n := range []string{"shards", "small", "tiny", "mix", "moe", "layers"} {
 		atLeast(cmd.Flags(), n, 1, "")
 	}
+	atLeast(cmd.Flags(), "hidden", 64, "a multiple of 32 from 64 to 65536")
 	cmd.Flags().StringVar(&o.DType, "dtype", "BF16", "dtype of the Llama-like checkpoint's weights and norms: BF16, F16, F32, F8_E4M3 or F8_E5M2 (cast from BF16; FP8 scaled per row)")
 	return cmd
 }
