@@ -95,9 +95,12 @@ type Predicted struct {
 
 // SourceReport sums one source.
 type SourceReport struct {
-	Root   string `json:"root"`
-	Shards int    `json:"shards"`
-	Totals Totals `json:"totals"`
+	Root string `json:"root"`
+	// Checkpoint is the path that names the checkpoint (--source takes
+	// it): its index file, its one shard, or its folder (Source.Path).
+	Checkpoint string `json:"checkpoint"`
+	Shards     int    `json:"shards"`
+	Totals     Totals `json:"totals"`
 }
 
 // InspectResult is what inspect reports; docs/DESIGN.md documents it as
@@ -153,7 +156,7 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	dtypes := map[string]*DTypeReport{}
 	explained := map[shardcache.Key]entropy.Breakdown{}
 	for _, s := range ix.Sources {
-		sr := SourceReport{Root: s.Root, Shards: len(s.Shards)}
+		sr := SourceReport{Root: s.Root, Checkpoint: s.Path(), Shards: len(s.Shards)}
 		for _, sh := range s.Shards {
 			for _, t := range sh.Tensors {
 				r := report(ix, &s, &sh, &t)

@@ -73,7 +73,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	for _, s := range res.Sources {
 		t := s.Totals
 		fmt.Fprintf(w, "source %s: %s, %s (%s), %s -> %s\n",
-			s.Root, count(s.Shards, "shard"), count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes))
+			s.Checkpoint, count(s.Shards, "shard"), count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes))
 	}
 	t := res.Totals
 	if o.Tensors {
