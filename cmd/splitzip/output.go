@@ -57,17 +57,19 @@ func (p *bar) Start(label string, total uint64) {
 	if p.b != nil {
 		p.b.Finish()
 	}
-	max := int64(total)
-	if total == 0 {
-		max = -1 // a phase of unknown length: a spinner with its label
-	}
-	p.b = progressbar.NewOptions64(max, progressbar.OptionSetWriter(p.w),
-		progressbar.OptionSetDescription(label), progressbar.OptionShowBytes(true),
-		progressbar.OptionUseIECUnits(true), // MiB and GiB, as the summaries print
+	opts := []progressbar.Option{progressbar.OptionSetWriter(p.w), progressbar.OptionSetDescription(label),
 		// Finish draws the full bar and leaves it, on a line of its own:
 		// a phase ends at 100%.
 		progressbar.OptionThrottle(100_000_000), progressbar.OptionOnCompletion(func() { fmt.Fprintln(p.w) }),
-		progressbar.OptionSetWidth(30), progressbar.OptionShowCount())
+		progressbar.OptionSetWidth(30)}
+	max := int64(total)
+	if total == 0 {
+		max = -1 // a phase of unknown length: a spinner with its label, no byte count ("( 0 B)")
+	} else {
+		opts = append(opts, progressbar.OptionShowBytes(true), progressbar.OptionShowCount(),
+			progressbar.OptionUseIECUnits(true)) // MiB and GiB, as the summaries print
+	}
+	p.b = progressbar.NewOptions64(max, opts...)
 	p.b.RenderBlank()
 }
 

@@ -31,6 +31,10 @@ func TestBarEndsFull(t *testing.T) {
 	if !strings.Contains(rest, "100%") {
 		t.Errorf("the compress bar's last drawing is not full: %q", rest)
 	}
+	// A phase of unknown length counts no bytes: "( 0 B)" meant nothing.
+	if flush := out[strings.LastIndex(out, "flushing"):]; strings.Contains(flush, "B)") {
+		t.Errorf("the spinner shows a byte count: %q", flush)
+	}
 }
 
 // TestCell: a tensor name that would break a table row or column is
