@@ -171,17 +171,20 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	}
 	_, err := os.Lstat(opts.Output)
 	fresh := errors.Is(err, fs.ErrNotExist)
+	ents, err := os.ReadDir(opts.Output)
+	empty := err == nil && len(ents) == 0 // a folder made for it
 	res, err := compressInto(ctx, src, opts)
-	if err != nil && fresh {
-		removeUnused(opts.Output)
+	if err != nil && (fresh || empty) {
+		removeUnused(opts.Output, empty)
 	}
 	return res, err
 }
 
-// removeUnused removes the cache folder dir that a failed run created,
-// if it holds nothing but the empty skeleton Create makes (its marker,
-// its lock file and empty folders): never what another run put there.
-func removeUnused(dir string) {
+// removeUnused removes the cache folder dir that a failed run created (or,
+// with keep, what it put in dir, an empty folder before), if it holds
+// nothing but the empty skeleton Create makes (its marker, its lock file
+// and empty folders): never what another run put there.
+func removeUnused(dir string, keep bool) {
 	unused := true
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -197,7 +200,14 @@ func removeUnused(dir string) {
 		}
 		return nil
 	})
-	if unused {
+	switch {
+	case !unused:
+	case keep:
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	default:
 		os.RemoveAll(dir)
 	}
 }

@@ -244,9 +244,23 @@ func TestInterruptedCompressLeavesNoCache(t *testing.T) {
 	gen(t, src, 2<<20, 2, 6)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	// Into a folder that was there before, so the run leaves its skeleton.
+	// Into an empty folder that was there before: the run removes what
+	// it put there, and leaves the folder.
 	if err := os.Mkdir(cache, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := Compress(ctx, src, CompressOptions{Output: cache}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled compress: %v", err)
+	}
+	if ents, err := os.ReadDir(cache); err != nil || len(ents) != 0 {
+		t.Errorf("an interrupted compress into an empty folder left %d entries there (%v)", len(ents), err)
+	}
+	// Into a folder that holds another run's skeleton (a killed first
+	// compress's): it is left as it is.
+	if w, err := shardcache.Create(cache); err != nil {
+		t.Fatal(err)
+	} else {
+		w.Close()
 	}
 	if _, err := Compress(ctx, src, CompressOptions{Output: cache}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled compress: %v", err)
