@@ -57,6 +57,10 @@ type Checkpoint struct {
 	Index     *safetensors.Index
 	IndexName string // file name of the index in Root, if any
 	Shards    []*Shard
+	// Unindexed names the .safetensors files of a folder opened through
+	// its index that the index does not name (not part of the
+	// checkpoint: a consolidated copy, another model's file).
+	Unindexed []string
 }
 
 // Open resolves path to a checkpoint and reads every shard's header.
@@ -95,7 +99,11 @@ func Open(path string) (*Checkpoint, error) {
 	switch {
 	case st.IsDir():
 		if _, err := os.Stat(filepath.Join(abs, safetensors.IndexFileName)); err == nil {
-			return openIndexed(ck, filepath.Join(abs, safetensors.IndexFileName))
+			if _, err := openIndexed(ck, filepath.Join(abs, safetensors.IndexFileName)); err != nil {
+				return nil, err
+			}
+			ck.Unindexed = ck.unindexed()
+			return ck, nil
 		}
 		ents, err := os.ReadDir(abs)
 		if err != nil {
@@ -130,6 +138,26 @@ func Open(path string) (*Checkpoint, error) {
 	}
 	sort.Strings(names)
 	return ck, ck.readShards(names)
+}
+
+// unindexed returns the .safetensors files in Root that are not shards
+// of ck.
+func (ck *Checkpoint) unindexed() []string {
+	ents, err := os.ReadDir(ck.Root)
+	if err != nil {
+		return nil
+	}
+	shard := map[string]bool{}
+	for _, s := range ck.Shards {
+		shard[s.Name] = true
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".safetensors") && !e.IsDir() && !shard[e.Name()] {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 func openIndexed(ck *Checkpoint, path string) (*Checkpoint, error) {

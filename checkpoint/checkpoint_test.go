@@ -21,10 +21,19 @@ func TestOpenForms(t *testing.T) {
 	}
 	for _, p := range []string{dir, filepath.Join(dir, safetensors.IndexFileName)} {
 		ck, err := Open(p)
-		if err != nil || len(ck.Shards) != 2 || ck.Index == nil {
-			t.Fatalf("open %s: %v", p, err)
+		if err != nil || len(ck.Shards) != 2 || ck.Index == nil || ck.Unindexed != nil {
+			t.Fatalf("open %s: %v, %v", p, err, ck)
 		}
 	}
+	// A file beside the index that it does not name is no shard, and is
+	// named (the folder was given, not the index).
+	extra := filepath.Join(dir, "consolidated.safetensors")
+	b, _ := os.ReadFile(filepath.Join(dir, "model-00001-of-00002.safetensors"))
+	os.WriteFile(extra, b, 0o644)
+	if ck, err := Open(dir); err != nil || len(ck.Shards) != 2 || len(ck.Unindexed) != 1 || ck.Unindexed[0] != "consolidated.safetensors" {
+		t.Errorf("open a folder with an extra file: %v, %+v", err, ck)
+	}
+	os.Remove(extra)
 	ck, err := Open(filepath.Join(dir, "model-00001-of-00002.safetensors"))
 	if err != nil || len(ck.Shards) != 1 || ck.Index != nil {
 		t.Fatalf("open one shard: %v", err)

@@ -114,6 +114,9 @@ type CompressResult struct {
 	// Warnings lists what the sources have that the reference
 	// safetensors implementation refuses and the cache keeps.
 	Warnings []string `json:"warnings,omitempty"`
+	// Unindexed names the .safetensors files beside the checkpoint's
+	// index that it does not name, and so were not compressed.
+	Unindexed []string `json:"unindexed,omitempty"`
 	// StrayFiles are files in the cache's objects/ and tmp/ that its index
 	// does not name (a killed run's objects; gc removes them), StrayBytes
 	// their bytes.
@@ -242,7 +245,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions) (*Compr
 		w.SetPackMax(uint64(opts.PackMax))
 	}
 
-	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards)}
+	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards), Unindexed: ck.Unindexed}
 	for _, s := range ck.Shards {
 		for _, d := range s.Header.Deviations {
 			res.Warnings = append(res.Warnings, s.Path+": "+d)

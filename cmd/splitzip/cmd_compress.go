@@ -148,6 +148,10 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 			Note string `json:"note,omitempty"`
 		}{res, pushed, strings.TrimPrefix(codecHint(res.DTypes), "hint: "), strings.TrimPrefix(keptNote(res.Totals), "note: ")})
 	}
+	if len(res.Unindexed) > 0 {
+		fmt.Fprintf(g.stderr, "note: %s in %s not named by its index (%s): not compressed (compress a file by its path to keep it too)\n",
+			count(len(res.Unindexed), ".safetensors file"), res.Source, strings.Join(res.Unindexed, ", "))
+	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(g.stderr, "warning: %s (the reference safetensors loader refuses this)\n", w)
 	}
