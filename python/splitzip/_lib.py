@@ -134,10 +134,13 @@ _PACK_ENTROPY = 1
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """What the cache knows of one tensor. compressed: a fixed-rate payload
-    exists (an upload decodes it in place on the GPU), and stored is its
-    size, else nbytes; an entropy payload's tensor reads compressed=False
-    (Cache.stored_size gives its payload's size)."""
+    """What the cache knows of one tensor. payload: how it is stored,
+    "fixed" (a fixed-rate payload), "entropy" (an entropy payload) or
+    "raw". compressed: a fixed-rate payload exists (an upload decodes it
+    in place on the GPU; what splitzip.nn's fused kernel reads), and stored
+    is its size, else nbytes; an entropy payload's tensor reads
+    compressed=False and payload="entropy" (Cache.stored_size gives its
+    payload's size)."""
     index: int
     name: str
     dtype: str
@@ -146,6 +149,7 @@ class TensorInfo:
     offset: int
     stored: int
     compressed: bool
+    payload: str = "raw"
 
 
 _lib = None
@@ -355,9 +359,12 @@ class Cache:
                 break
             size *= 16
         raw = name.raw.rstrip(b"\xff")[:-1]  # the name, without its terminating NUL
+        payload = "fixed" if t.compressed else "raw"
+        if not t.compressed and t.nbytes > 0 and self.stored_size(index) < t.nbytes:
+            payload = "entropy"  # the only other payload: smaller than its tensor, as compress keeps them
         return TensorInfo(index=t.index, name=raw.decode(errors="surrogateescape"), dtype=t.dtype.decode(),
                           shape=self._shape(index, t), nbytes=t.nbytes,
-                          offset=t.offset, stored=t.stored, compressed=bool(t.compressed))
+                          offset=t.offset, stored=t.stored, compressed=bool(t.compressed), payload=payload)
 
     def _shape(self, index: int, t: "_Tensor") -> Tuple[int, ...]:
         if t.ndim <= 8:

@@ -110,6 +110,16 @@ class TestNumpy(unittest.TestCase):
             for name, (dtype, shape, data) in want.items():
                 self.assertEqual(got[name].tobytes(), data, name)
             self.assertTrue(any(dtype == "F16" for dtype, _, _ in want.values()))
+            # info says how each tensor is stored: entropy payloads are not
+            # "compressed" (a fixed-rate payload) but are payloads.
+            from splitzip import Cache
+            with Cache(cache) as c:
+                kinds = {i.payload for i in c.infos()}
+                self.assertIn("entropy", kinds)
+                self.assertLessEqual(kinds, {"entropy", "raw"})
+                for i in c.infos():
+                    self.assertEqual(i.payload == "entropy", c.stored_size(i.index) < i.nbytes, i.name)
+                    self.assertFalse(i.compressed, i.name)
 
     def test_fp8_shapes(self):
         """FP8 tensors (F8_E4M3 weights, entropy payloads) come back as uint8
