@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -167,7 +166,9 @@ func (o *CompressOptions) validate() error {
 
 // Compress compresses the checkpoint at src into the cache opts.Output.
 // Nothing becomes visible in the cache unless the whole run succeeds, and
-// a run that fails leaves no cache folder it created.
+// a run that fails leaves a folder that was absent or empty before it as
+// it was (shardcache.Writer.Discard, under the writer's lock: never what
+// another run put there).
 func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressResult, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -176,50 +177,16 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	fresh := errors.Is(err, fs.ErrNotExist)
 	ents, err := os.ReadDir(opts.Output)
 	empty := err == nil && len(ents) == 0 // a folder made for it
-	res, err := compressInto(ctx, src, opts)
-	if err != nil && (fresh || empty) {
-		removeUnused(opts.Output, empty)
+	res, err := compressInto(ctx, src, opts, fresh || empty)
+	if err != nil && fresh {
+		os.Remove(opts.Output) // only where Discard left it empty
 	}
 	return res, err
 }
 
-// removeUnused removes the cache folder dir that a failed run created (or,
-// with keep, what it put in dir, an empty folder before), if it holds
-// nothing but the empty skeleton Create makes (its marker, its lock file
-// and empty folders): never what another run put there.
-func removeUnused(dir string, keep bool) {
-	unused := true
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			unused = false
-			return fs.SkipAll
-		}
-		if d.IsDir() {
-			return nil
-		}
-		if n, _ := filepath.Rel(dir, p); n != shardcache.MarkerName && n != cacheLockName {
-			unused = false
-			return fs.SkipAll
-		}
-		return nil
-	})
-	switch {
-	case !unused:
-	case keep:
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
-		}
-	default:
-		os.RemoveAll(dir)
-	}
-}
-
-// cacheLockName is the file shardcache.Create locks in a cache folder.
-const cacheLockName = "lock"
-
 // compressInto is Compress after its options are checked.
-func compressInto(ctx context.Context, src string, opts CompressOptions) (*CompressResult, error) {
+// With discard, a failed run discards what it wrote (Writer.Discard).
+func compressInto(ctx context.Context, src string, opts CompressOptions, discard bool) (_ *CompressResult, err error) {
 	start := time.Now()
 	mem, err := newBudget(opts.Memory)
 	if err != nil {
@@ -236,7 +203,13 @@ func compressInto(ctx context.Context, src string, opts CompressOptions) (*Compr
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
+	defer func() {
+		if err != nil && discard {
+			w.Discard()
+			return
+		}
+		w.Close()
+	}()
 	w.SetNoSync(opts.NoSync)
 	switch {
 	case opts.PackMax < 0:

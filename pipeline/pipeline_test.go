@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -429,5 +431,44 @@ func TestKeptPayloads(t *testing.T) {
 	}
 	if _, err := os.Stat(stray); err != nil {
 		t.Errorf("compress removed a stray file: %v", err)
+	}
+}
+
+// TestConcurrentFirstCompress: two compresses into one folder, absent or
+// empty before them: one may lose the writer's lock, and its cleanup
+// never takes the winner's files from under it; the winner's cache
+// verifies. (The loser's cleanup once removed the winner's marker, lock
+// and objects/ where the folder had been empty.)
+func TestConcurrentFirstCompress(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "ck")
+	gen(t, src, 1<<20, 1, 8)
+	for i := range 24 {
+		out := filepath.Join(dir, fmt.Sprintf("c%d", i))
+		if i%2 == 0 {
+			os.Mkdir(out, 0o755)
+		}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for k := range errs {
+			wg.Go(func() { _, errs[k] = Compress(context.Background(), src, CompressOptions{Output: out, NoSync: true, Jobs: 1}) })
+		}
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, shardcache.ErrLocked):
+				t.Errorf("run %d: %v", i, err)
+			}
+		}
+		if ok == 0 {
+			t.Errorf("run %d: neither compress succeeded: %v", i, errs)
+			continue
+		}
+		if res, err := Verify(context.Background(), out, VerifyOptions{}); err != nil || !res.OK() {
+			t.Errorf("run %d: the winner's cache: %v, %+v", i, err, res)
+		}
 	}
 }

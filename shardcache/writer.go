@@ -103,6 +103,13 @@ func Create(dir string) (*Writer, error) {
 		lock.Close()
 		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
 	}
+	// A lock file a Discard removed after this one opened it is no lock
+	// (a writer that opens the path now makes a new one): locked by the
+	// writer that removed it, as far as this one can tell.
+	if !sameFile(lock, filepath.Join(dir, LockName)) {
+		lock.Close()
+		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+	}
 	ix := &Index{Objects: map[Key]*Object{}}
 	if _, err := os.Stat(filepath.Join(dir, IndexName)); err == nil {
 		c, err := Open(dir)
@@ -512,6 +519,48 @@ func (w *Writer) Close() error {
 	w.pendingOrder = nil
 	w.mu.Unlock()
 	return w.lock.Close()
+}
+
+// Discard is Close for a writer whose run failed into a folder that was
+// empty or absent before it: where no index was ever committed, it also
+// removes the skeleton Create made (marker, objects/ and tmp/ where they
+// hold no file, and the lock file, unlinked while it is still held), so
+// the folder is as empty as it was. A folder with an index, or files
+// another run put there, keeps them.
+func (w *Writer) Discard() error {
+	removeTemps(filepath.Join(w.dir, "tmp"))
+	w.mu.Lock()
+	for k := range w.added {
+		if p, err := objectPath(w.dir, k); err == nil {
+			os.Remove(p)
+		}
+	}
+	w.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(w.dir, IndexName)); errors.Is(err, fs.ErrNotExist) {
+		// Empty folders only: os.Remove refuses one that holds a file.
+		objects := filepath.Join(w.dir, "objects")
+		if ents, err := os.ReadDir(objects); err == nil {
+			for _, e := range ents {
+				os.Remove(filepath.Join(objects, e.Name()))
+			}
+		}
+		err1, err2 := os.Remove(objects), os.Remove(filepath.Join(w.dir, "tmp"))
+		if err1 == nil && err2 == nil {
+			os.Remove(filepath.Join(w.dir, MarkerName))
+			os.Remove(filepath.Join(w.dir, LockName))
+		}
+	}
+	return w.Close()
+}
+
+// sameFile reports whether the open file f is the one at path now.
+func sameFile(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(path)
+	return err == nil && os.SameFile(a, b)
 }
 
 // IsCache reports whether dir is a splitzip cache: it holds the marker

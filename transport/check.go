@@ -31,14 +31,15 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 			return &Error{Tensor: b.Name, Err: err}
 		}
 		// The content key recorded at compress time is the reference,
-		// also where the source is there: bytes read raw from a source
-		// edited in place since (its size and time kept) equal that
-		// source, not what was compressed.
+		// also where the source is there: a source edited in place since
+		// (its size and time kept) is a changed source, whether the arena
+		// holds its new bytes (read raw from it) or what was compressed
+		// (decoded from a payload).
 		want := keys[slice{b.Shard, b.Offset}]
 		if hit, ok := b.Ref.(*shardcache.SliceHit); ok && hit != nil {
 			want = hit.Tensor.Key
 		}
-		keyed := want == "" || shardcache.KeyOf(got) == want
+		keyed := want != "" && shardcache.KeyOf(got) == want
 		f, ok := files[b.Shard]
 		if !ok {
 			var err error
@@ -60,11 +61,14 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 		if _, err := f.ReadAt(src, int64(b.Offset)); err != nil {
 			return fmt.Errorf("%s: %w", b.Shard, err)
 		}
+		same := bytes.Equal(got, src)
 		switch {
-		case !bytes.Equal(got, src):
+		case keyed && !same:
+			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: %s: the tensor's bytes there differ from what was compressed (the arena holds those: its content key %s), though the file's size and time are the same (edited in place?)", shardcache.ErrSourceChanged, b.Shard, want)}
+		case !keyed && same && want != "":
+			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: %s: the tensor's bytes there no longer match the content key recorded when it was compressed (%s), though the file's size and time do (edited in place?)", shardcache.ErrSourceChanged, b.Shard, want)}
+		case !same:
 			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they differ from the source", ErrMismatch)}
-		case !keyed:
-			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: %s: the tensor's bytes there no longer match the content key recorded when it was compressed (%s), though its size and time do (edited in place?)", shardcache.ErrSourceChanged, b.Shard, want)}
 		}
 	}
 	return nil

@@ -530,48 +530,52 @@ func TestRemoteFlagsRefused(t *testing.T) {
 
 // TestLoadCheckSourceEditedInPlace: a source edited in place with its
 // size and modification time kept loads (its raw tensors are read from
-// it), but load --check compares the arena with the content keys recorded
-// at compress time, not only with the source it was read from: a changed
-// source (exit 3) naming the tensor, never "matches".
+// it, its payloads decoded from the cache), but load --check compares the
+// arena with the content keys recorded at compress time, not only with
+// the source: a changed source (exit 3) naming the tensor, never
+// "matches", whether the edited tensor is read raw from the source or
+// decoded from its payload.
 func TestLoadCheckSourceEditedInPlace(t *testing.T) {
-	dir := t.TempDir()
-	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if code, _, e := splitzip(t, "gen", ck, "--size", "2MiB", "--shards", "1"); code != 0 {
-		t.Fatalf("gen: %d %s", code, e)
-	}
-	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "-q"); code != 0 {
-		t.Fatalf("compress: %d %s", code, e)
-	}
-	c, err := shardcache.Open(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := c.Index().Sources[0].Shards[0]
-	i := slices.IndexFunc(sh.Tensors, func(t shardcache.Tensor) bool { return !t.InCache() && t.Size > 0 })
-	if i < 0 {
-		t.Fatal("no tensor is read from the source")
-	}
-	tn := sh.Tensors[i]
-	path := filepath.Join(ck, sh.Name)
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := []byte{0}
-	f.ReadAt(b, int64(tn.Offset))
-	b[0] ^= 1
-	f.WriteAt(b, int64(tn.Offset))
-	f.Close()
-	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
-		t.Fatal(err)
-	}
-	code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check")
-	if code != 3 || strings.Contains(out, "matches") || !strings.Contains(e, tn.Name) || !strings.Contains(e, "edited in place") {
-		t.Errorf("load --check of a source edited in place: exit %d, %q, %q; want exit 3 naming %s", code, out, e, tn.Name)
+	for _, payload := range []bool{false, true} {
+		dir := t.TempDir()
+		ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+		if code, _, e := splitzip(t, "gen", ck, "--size", "2MiB", "--shards", "1"); code != 0 {
+			t.Fatalf("gen: %d %s", code, e)
+		}
+		if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "-q"); code != 0 {
+			t.Fatalf("compress: %d %s", code, e)
+		}
+		c, err := shardcache.Open(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh := c.Index().Sources[0].Shards[0]
+		i := slices.IndexFunc(sh.Tensors, func(t shardcache.Tensor) bool { return t.Payload() == payload && t.InCache() == payload && t.Size > 0 })
+		if i < 0 {
+			t.Fatalf("no tensor with payload %v", payload)
+		}
+		tn := sh.Tensors[i]
+		path := filepath.Join(ck, sh.Name)
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := []byte{0}
+		f.ReadAt(b, int64(tn.Offset))
+		b[0] ^= 1
+		f.WriteAt(b, int64(tn.Offset))
+		f.Close()
+		if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		code, out, e := splitzip(t, "load", cache, "--device", "cpu", "--check")
+		if code != 3 || strings.Contains(out, "matches") || !strings.Contains(e, tn.Name) || !strings.Contains(e, "edited in place") {
+			t.Errorf("load --check of a source edited in place (a payload: %v): exit %d, %q, %q; want exit 3 naming %s", payload, code, out, e, tn.Name)
+		}
 	}
 }
 
