@@ -166,7 +166,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		tmp, err := writeTemp(path, filepath.Join(opts.Output, s.Index.Name), func(w *bufio.Writer) error {
 			obj, _, err := c.OpenObject(s.Index.Key)
 			if err != nil {
-				return err
+				return objectFault(c, s.Index.Key, "", err)
 			}
 			defer obj.Close()
 			if err := copyChecked(w, obj, 0, s.Index.Size, s.Index.Key, buf.a, shardcache.ErrObjectCorrupt); err != nil {
@@ -297,8 +297,8 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 				if err = shardcache.CheckStat(sh, path); err == nil {
 					src, err = os.Open(path)
 				}
-				if errors.Is(err, fs.ErrNotExist) {
-					err = fmt.Errorf("%w: %w", shardcache.ErrSourceMissing, err)
+				if pe, ok := errors.AsType[*fs.PathError](err); ok && errors.Is(err, fs.ErrNotExist) {
+					err = fmt.Errorf("%w: %w", shardcache.ErrSourceMissing, pe.Err) // the TensorError names the path
 				}
 			}
 			if err == nil {

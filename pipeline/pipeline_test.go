@@ -451,7 +451,9 @@ func TestConcurrentFirstCompress(t *testing.T) {
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for k := range errs {
-			wg.Go(func() { _, errs[k] = Compress(context.Background(), src, CompressOptions{Output: out, NoSync: true, Jobs: 1}) })
+			wg.Go(func() {
+				_, errs[k] = Compress(context.Background(), src, CompressOptions{Output: out, NoSync: true, Jobs: 1})
+			})
 		}
 		wg.Wait()
 		ok := 0

@@ -125,7 +125,9 @@ func planGC(ix *Index) gcPlan {
 }
 
 // GC removes objects no source references, and files under objects/ and
-// tmp/ the index does not know (left by an interrupted writer). A pack
+// tmp/ the index does not know (left by an interrupted writer). A cache
+// with no committed index whose objects/ holds files is refused
+// (refuseUncommitted), and nothing is removed. A pack
 // goes when none of its members is used; one with both used members and
 // removed ones is rewritten with the used ones only. The index is
 // committed first, so a crash midway leaves only unreferenced files. With
@@ -220,10 +222,14 @@ func refuseUncommitted(dir string) error {
 	if files == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %w: no committed index, and objects/ holds %d files (%d bytes) that no index names: "+
+	noun := "files"
+	if files == 1 {
+		noun = "file"
+	}
+	return fmt.Errorf("%s: %w: no committed index, and objects/ holds %d %s (%d bytes) that no index names: "+
 		"a compress killed before its first commit leaves them, and so does a cache that lost its %s; gc removes none of them "+
-		"(run compress again to finish the cache, which reuses them, or remove the folder if it is not wanted)",
-		dir, ErrNotCache, files, bytes, IndexName)
+		"(run compress again to finish the cache, after which gc removes what its index does not name, or remove the folder if it is not wanted)",
+		dir, ErrNotCache, files, noun, bytes, IndexName)
 }
 
 // countStrays counts the files walkStrays finds and their bytes.

@@ -67,7 +67,7 @@ func TestGCStrays(t *testing.T) {
 	os.MkdirAll(filepath.Dir(stray), 0o755)
 	os.WriteFile(stray, make([]byte, 1000), 0o644)
 	for _, dry := range []bool{true, false} {
-		if res, err := gc(dry); !errors.Is(err, ErrNotCache) || !strings.Contains(err.Error(), "1 files (1000 bytes)") || res != (GCResult{}) {
+		if res, err := gc(dry); !errors.Is(err, ErrNotCache) || !strings.Contains(err.Error(), "1 file (1000 bytes)") || res != (GCResult{}) {
 			t.Errorf("gc dry-run=%v, no index, an object file: %+v, %v; want it refused", dry, res, err)
 		}
 	}

@@ -62,6 +62,10 @@ var (
 	// ErrVersion reports an index of a format version this build does
 	// not read.
 	ErrVersion = errors.New("unsupported splitzip cache index version")
+	// ErrNotSelfContained reports a cache some of whose tensors have
+	// their bytes only in their source (compress --self-contained copies
+	// them in).
+	ErrNotSelfContained = errors.New("the cache is not self-contained")
 )
 
 // Key is a content key: "blake3:" and the hex BLAKE3-256 hash of the raw

@@ -24,9 +24,9 @@ var errNegativeOffset = errors.New("shardcache: read at a negative offset")
 // reads: a pack member from its range of its pack, whose file it keeps
 // open until Close, having checked the file's size against the index when
 // it opened it (a pack cut short or grown is ErrObjectCorrupt); an object
-// stored in a file of its own from that file, opened for the read and
-// read with pread alone (no stat: whoever reads it checks what it holds,
-// and a file that ends early is ErrObjectCorrupt). Either way a file
+// stored in a file of its own from that file, opened for the read, its
+// size checked against the index with one fstat (a file cut short or
+// grown is ErrObjectCorrupt, as OpenObject finds it). Either way a file
 // that ends before the bytes the index records is a corrupt cache, not a
 // short read. A remote cache's objects (OpenRemote) are read through its
 // Files, by the file key their Path names. It is safe for concurrent use.

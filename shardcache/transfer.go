@@ -1,7 +1,6 @@
 package shardcache
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -46,10 +45,6 @@ func (c *Cache) FilePath(key Key) (string, error) {
 	return objectPath(c.dir, key)
 }
 
-// ErrNotSelfContained reports a cache some of whose tensors have their
-// bytes only in their source (compress --self-contained copies them in).
-var ErrNotSelfContained = errors.New("the cache is not self-contained")
-
 // CheckSelfContained checks that every tensor of every source has its
 // bytes in the cache, in files of the recorded sizes: a copy of the cache
 // then loads and decompresses without its source. A cache with tensors
@@ -71,7 +66,11 @@ func (c *Cache) CheckSelfContained() error {
 		}
 	}
 	if n > 0 {
-		return fmt.Errorf("%w: the bytes of %d tensors are only in their source shards (the first: %s)", ErrNotSelfContained, n, first)
+		what := fmt.Sprintf("the bytes of %d tensors are", n)
+		if n == 1 {
+			what = "the bytes of 1 tensor are"
+		}
+		return fmt.Errorf("%w: %s only in their source shards (the first: %s)", ErrNotSelfContained, what, first)
 	}
 	for si := range c.ix.Sources {
 		s := &c.ix.Sources[si]

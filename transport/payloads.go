@@ -349,9 +349,9 @@ func (z *Payloads) packItem(t target, loc shardcache.Location, o *shardcache.Obj
 			return it
 		}
 	}
-	// An object's own file is not stat'ed: the header's size and
-	// checksum, checked once staged (checkStaged), cover one of the
-	// wrong length.
+	// An object's own file's size is checked when the staged read opens
+	// it (ObjectFiles.Open); the header's size and checksum, checked once
+	// staged (checkStaged), cover what it holds.
 	it.file, it.off, it.cached, it.pack = loc.Path, loc.Offset, true, loc.Pack
 	it.key, it.check, it.sum = key, z, o.Checksum
 	return it

@@ -41,7 +41,7 @@ Memory: the largest tensor, a few times over.`,
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if (len(a) == 0) != o.Synthetic {
-				return usageError{fmt.Errorf("give a source or --synthetic, not both")}
+				return usageError{fmt.Errorf("give a source or --synthetic (one of them)")}
 			}
 			if err := cmd.Context().Err(); err != nil {
 				return err

@@ -22,7 +22,10 @@ func newGCCommand(g *globals) *cobra.Command {
 		Short: "Remove objects no checkpoint of the cache uses",
 		Long: `Remove objects that no source of the cache references (left when a
 checkpoint is compressed again or forgotten) and stray files left by an
-interrupted compress. --forget PATH first drops the record of the checkpoint
+interrupted compress. A folder with no committed index (a first compress
+that was killed, or a cache that lost its index) is refused where its
+objects/ holds files: nothing tells which it is; compress again, or remove
+the folder. --forget PATH first drops the record of the checkpoint
 compressed from PATH (a folder, or the file of a single-file checkpoint),
 given as for compress: relative to the working directory, symlinks allowed.
 --dry-run changes nothing, and works on a read-only cache.`,

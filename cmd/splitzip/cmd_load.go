@@ -95,7 +95,7 @@ loaded from there; the pull is not part of the times reported.`,
 	f.DurationVar(&o.Hold, "hold", 0, "with --share: keep the shared host copy held for this long after the loads, for other processes to attach to (an interrupt ends the hold early, exit 0)")
 	f.BoolVar(&o.DeviceResident, "device-resident", false, "keep payloads compressed in device memory: later repeats copy within the device and decode in place (small ones stay in pinned memory); not with --raw or --resident")
 	f.IntVar(&o.Repeat, "repeat", 1, "fault everything in this many times, evicting in between")
-	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare with the source")
+	f.BoolVar(&o.Check, "check", false, "read the arena back after the first load and compare it with the content keys recorded at compress time and, where it is there, with the source")
 	f.IntVar(&o.Compare, "compare", 0, "alternate raw and compressed loads this many times and print the ratio")
 	f.StringVar(&o.Devices, "devices", "", "load onto every one of these GPU ordinals (comma separated; cpu for host engines) instead of --device")
 	f.BoolVar(&o.Peer, "peer", true, "with --devices: each device loads a part and copies the others from their devices (peer copies); false: each loads everything over its own link")

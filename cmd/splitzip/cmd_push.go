@@ -61,7 +61,8 @@ func registryError(err error) error {
 }
 
 const registryHelp = `REF is a registry reference as crane and docker take it (registry/repository:tag
-or @sha256:digest; Docker Hub when no registry is named). Credentials come from
+or @sha256:digest; Docker Hub when no registry is named), with or without the
+oci:// prefix the cache commands take it with. Credentials come from
 the Docker configuration and its credential helpers (docker login).
 
 REF may instead be s3://bucket/prefix[:tag|@sha256:digest] (tag "latest" when

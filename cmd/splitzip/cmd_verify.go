@@ -93,8 +93,21 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	} else {
 		for _, p := range res.Problems {
 			switch {
-			case p.Object != "" && !strings.Contains(p.Error, p.Object):
-				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s (cache object %s)\n", p.File, p.Tensor, p.Error, p.Object)
+			case p.Object != "":
+				// The object's file, where the error does not name it
+				// already; a pack member's range in any case.
+				file, span := p.Object, ""
+				if i := strings.LastIndex(file, "["); i > 0 && strings.HasSuffix(file, "]") && strings.Contains(file[i:], ":+") {
+					file, span = file[:i], file[i+1:]
+				}
+				where := ""
+				switch {
+				case !strings.Contains(p.Error, file):
+					where = " (cache object " + p.Object + ")"
+				case span != "":
+					where = " (bytes [" + span + " of that pack)"
+				}
+				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s%s\n", p.File, p.Tensor, p.Error, where)
 			case p.Tensor != "":
 				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s\n", p.File, p.Tensor, p.Error)
 			default:
@@ -117,7 +130,9 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 				touched++
 			}
 		}
-		if slices.ContainsFunc(res.Problems, func(p pipeline.Problem) bool { return errors.Is(p.Err, fs.ErrNotExist) && p.Object == "" }) {
+		if slices.ContainsFunc(res.Problems, func(p pipeline.Problem) bool {
+			return errors.Is(p.Err, fs.ErrNotExist) && !errors.Is(p.Err, shardcache.ErrObjectCorrupt) // a source file, not a cache object
+		}) {
 			fmt.Fprintf(g.stderr, "note: %s\n", movedHint(dir))
 		}
 		if touched > 0 {

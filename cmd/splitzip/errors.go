@@ -40,14 +40,14 @@ func (usageError) FailureKind() failure.Kind { return failure.Usage }
 // (verify's mismatches): an integrity failure with nothing more to say.
 var errFailed = errors.New("failed")
 
-// relocateHint says what to do about a source shard whose modification
-// time alone differs (shardcache.ErrSourceTime), for cache.
 // movedHint is what to do about a source shard that is not where the
 // cache recorded it.
 func movedHint(cache string) string {
 	return "if the source moved, pass --source DIR, the folder it is in now, or record its new place with 'splitzip relocate " + cache + " DIR'"
 }
 
+// relocateHint says what to do about a source shard whose modification
+// time alone differs (shardcache.ErrSourceTime), for cache.
 func relocateHint(cache string) string {
 	return "only the modification time differs: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times"
 }

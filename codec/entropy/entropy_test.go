@@ -130,7 +130,7 @@ func TestNewCodeRejects(t *testing.T) {
 	}
 }
 
-// TestCheckLengthsAgrees: CheckLengths accepts exactly the lengths
+// TestCheckLengthsAgrees: checkLengths accepts exactly the lengths
 // NewCode builds a code of, with the same error, on valid codes, random
 // lengths (mostly invalid) and the edge cases of one symbol.
 func TestCheckLengthsAgrees(t *testing.T) {
@@ -154,9 +154,9 @@ func TestCheckLengthsAgrees(t *testing.T) {
 	for _, ls := range cases {
 		for _, maxLen := range []int{12, 24, 0} {
 			code, cerr := NewCode(ls, maxLen)
-			count, err := CheckLengths(ls, maxLen)
+			count, err := checkLengths(ls, 0, maxLen)
 			if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
-				t.Fatalf("lengths %v, limit %d: CheckLengths says %v, NewCode %v", ls, maxLen, err, cerr)
+				t.Fatalf("lengths %v, limit %d: checkLengths says %v, NewCode %v", ls, maxLen, err, cerr)
 			}
 			// The same of only the symbols from the first with a length,
 			// as a payload's head names them.

@@ -108,7 +108,7 @@ type Code struct {
 // bits). The lengths must form a complete prefix code (Kraft sum 1), or
 // name a single symbol with length 1.
 func NewCode(lengths []uint8, maxLen int) (*Code, error) {
-	count, err := CheckLengths(lengths, maxLen)
+	count, err := checkLengths(lengths, 0, maxLen)
 	if err != nil {
 		return nil, err
 	}
@@ -129,15 +129,10 @@ func NewCode(lengths []uint8, maxLen int) (*Code, error) {
 	return c, nil
 }
 
-// CheckLengths checks code lengths as NewCode does, without building the
+// checkLengths checks the code lengths of symbols first, first + 1, ...
+// (every other symbol has none) as NewCode does, without building the
 // code (a payload's head checked before a device decodes it), and
 // returns how many symbols have each length.
-func CheckLengths(lengths []uint8, maxLen int) (count [25]uint32, err error) {
-	return checkLengths(lengths, 0, maxLen)
-}
-
-// checkLengths is CheckLengths of the lengths of symbols first, first + 1,
-// ...: every other symbol has none.
 func checkLengths(lengths []uint8, first, maxLen int) (count [25]uint32, err error) {
 	if first+len(lengths) > MaxSymbols || maxLen < 1 || maxLen > 24 {
 		return count, fmt.Errorf("%w: %d lengths, limit %d", ErrCode, first+len(lengths), maxLen)
