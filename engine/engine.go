@@ -90,11 +90,13 @@ type Registrar interface {
 }
 
 // Preparer is implemented by engines whose decoders load on first use
-// (the CUDA engine's entropy kernels, a few milliseconds a decoder):
-// PrepareEntropy loads them now, so that a load whose cache holds entropy
-// payloads does not wait for them in its first upload.
+// (the CUDA engine's entropy kernels, a few milliseconds a decoder; its
+// scatter kernel): PrepareEntropy loads the entropy kernels now, so that
+// a load whose cache holds entropy payloads does not wait for them in its
+// first upload, and PrepareScatter the kernel that writes packs.
 type Preparer interface {
 	PrepareEntropy() error
+	PrepareScatter() error
 }
 
 // ErrInjected is returned by fault hooks in tests.

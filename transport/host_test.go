@@ -367,17 +367,21 @@ func TestEntropyPackThreshold(t *testing.T) {
 	}
 }
 
-// preparing is a host engine that counts PrepareEntropy calls.
+// preparing is a host engine that counts PrepareEntropy and
+// PrepareScatter calls.
 type preparing struct {
 	*hostengine.Engine
-	n int
+	n, scatter int
 }
 
 func (p *preparing) PrepareEntropy() error { p.n++; return nil }
+func (p *preparing) PrepareScatter() error { p.scatter++; return nil }
 
 // TestPrepareEntropy: Prepare has an engine that loads decoders on first
 // use (engine.Preparer) load its entropy decoders when the cache holds
-// entropy payloads that the engine decodes, and not otherwise.
+// entropy payloads that the engine decodes, and not otherwise; its
+// scatter kernel always (the raw transport's Prepare, and the payload
+// transport's).
 func TestPrepareEntropy(t *testing.T) {
 	ent, es := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 5}, pipeline.CompressOptions{Codec: pipeline.CodecEntropy})
 	fix, fs := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 5}, pipeline.CompressOptions{})
@@ -397,11 +401,14 @@ func TestPrepareEntropy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := raw.Prepare(); err != nil {
+			t.Fatal(err)
+		}
 		if err := z.Prepare(); err != nil {
 			t.Fatal(err)
 		}
-		if eng.n != c.want {
-			t.Errorf("%s: PrepareEntropy called %d times, want %d", c.name, eng.n, c.want)
+		if eng.n != c.want || eng.scatter != 2 {
+			t.Errorf("%s: PrepareEntropy called %d times, want %d; PrepareScatter %d, want 2", c.name, eng.n, c.want, eng.scatter)
 		}
 		z.Close()
 		raw.Close()

@@ -397,9 +397,14 @@ func (z *Payloads) rawItem(i int, b *vmm.Binding, hit shardcache.SliceHit, found
 // entropy payloads, the engine's entropy decoders (engine.Preparer), so
 // that doing so is not part of the first upload.
 func (z *Payloads) Prepare() error {
-	if p, ok := z.eng.(engine.Preparer); ok && !z.opts.HostEntropy && hasEntropy(z.cache.Index()) {
-		if err := p.PrepareEntropy(); err != nil {
+	if p, ok := z.eng.(engine.Preparer); ok {
+		if err := p.PrepareScatter(); err != nil {
 			return err
+		}
+		if !z.opts.HostEntropy && hasEntropy(z.cache.Index()) {
+			if err := p.PrepareEntropy(); err != nil {
+				return err
+			}
 		}
 	}
 	if err := z.pack.ensure(); err != nil || z.opts.Resident {

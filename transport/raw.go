@@ -359,9 +359,17 @@ func (r *Raw) submit(dst vmm.Ptr, src []byte, s *slot) (Fence, error) {
 	return ev, nil
 }
 
-// Prepare sets up the small-tensor staging ring, so that doing so is not
-// part of the first upload.
-func (r *Raw) Prepare() error { return r.pack.ensure() }
+// Prepare sets up the small-tensor staging ring and the engine's scatter
+// kernel (engine.Preparer), so that doing so is not part of the first
+// upload.
+func (r *Raw) Prepare() error {
+	if p, ok := r.eng.(engine.Preparer); ok {
+		if err := p.PrepareScatter(); err != nil {
+			return err
+		}
+	}
+	return r.pack.ensure()
+}
 
 // PackReader is implemented by transports whose small bindings another
 // transport may pack beside its own (Payloads packs small raw tensors with

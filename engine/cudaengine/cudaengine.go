@@ -471,4 +471,20 @@ func (e *Engine) PrepareEntropy() error {
 	return nil
 }
 
+// PrepareScatter implements engine.Preparer: every decoder of the engine
+// looks its scatter kernels up and sets their attributes.
+func (e *Engine) PrepareScatter() error {
+	for _, d := range e.decs {
+		if err := d.PrepareScatter(); err != nil {
+			return err
+		}
+	}
+	for _, d := range e.dstreams {
+		if err := d.dec.PrepareScatter(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 var _ engine.Preparer = (*Engine)(nil)
