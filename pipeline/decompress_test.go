@@ -182,26 +182,34 @@ func TestDecompressFullDisk(t *testing.T) {
 // missing cache object names that object's file and the tensor (what the
 // JSON error's file and tensor come from), says which output file it was
 // restoring, and is an integrity error.
-func TestDecompressNamesDamagedObject(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 4<<20, 1, 5)
+// largestPayload compresses a generated one-shard checkpoint of 4 MiB
+// (seed) into dir and returns the source, the cache, its shard, and its
+// largest payload's tensor and location (a file of its own).
+func largestPayload(t *testing.T, dir string, seed uint64) (src, cache string, sh *shardcache.Shard, tn *shardcache.Tensor, loc shardcache.Location) {
+	t.Helper()
+	src, cache = filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 4<<20, 1, seed)
 	compress(t, src, cache, false)
 	ca, err := shardcache.Open(cache)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := &ca.Index().Sources[0].Shards[0]
-	var tn *shardcache.Tensor // the largest payload: a file of its own
+	sh = &ca.Index().Sources[0].Shards[0]
 	for i := range sh.Tensors {
 		if x := &sh.Tensors[i]; x.Payload() && (tn == nil || x.Size > tn.Size) {
 			tn = x
 		}
 	}
-	loc, _, err := ca.Locate(tn.Key)
+	loc, _, err = ca.Locate(tn.Key)
 	if err != nil || loc.Packed {
 		t.Fatalf("the largest payload is not a file of its own: %+v, %v", loc, err)
 	}
+	return src, cache, sh, tn, loc
+}
+
+func TestDecompressNamesDamagedObject(t *testing.T) {
+	dir := t.TempDir()
+	_, cache, sh, tn, loc := largestPayload(t, dir, 5)
 	b, err := os.ReadFile(loc.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -241,25 +249,7 @@ func TestDecompressNamesDamagedObject(t *testing.T) {
 // names the cache object it lies in, beside the source file and tensor;
 // one for a source that shrank names none (the cache is not at fault).
 func TestVerifyNamesDamagedObject(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 4<<20, 1, 6)
-	compress(t, src, cache, false)
-	ca, err := shardcache.Open(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := &ca.Index().Sources[0].Shards[0]
-	var tn *shardcache.Tensor
-	for i := range sh.Tensors {
-		if x := &sh.Tensors[i]; x.Payload() && (tn == nil || x.Size > tn.Size) {
-			tn = x
-		}
-	}
-	loc, _, err := ca.Locate(tn.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, cache, sh, tn, loc := largestPayload(t, t.TempDir(), 6)
 	b, _ := os.ReadFile(loc.Path)
 	b[len(b)/2] ^= 0x40
 	os.WriteFile(loc.Path, b, 0o644)

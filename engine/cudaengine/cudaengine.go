@@ -457,30 +457,22 @@ var (
 // PrepareEntropy implements engine.Preparer: every decoder of the engine
 // (one an upload stream, and one a decode stream) loads its entropy
 // kernels.
-func (e *Engine) PrepareEntropy() error {
-	for _, d := range e.decs {
-		if err := d.PrepareEntropy(); err != nil {
-			return err
-		}
-	}
-	for _, d := range e.dstreams {
-		if err := d.dec.PrepareEntropy(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (e *Engine) PrepareEntropy() error { return e.eachDecoder((*gpu.Decoder).PrepareEntropy) }
 
 // PrepareScatter implements engine.Preparer: every decoder of the engine
 // looks its scatter kernels up and sets their attributes.
-func (e *Engine) PrepareScatter() error {
+func (e *Engine) PrepareScatter() error { return e.eachDecoder((*gpu.Decoder).PrepareScatter) }
+
+// eachDecoder calls fn on every decoder of the engine (one an upload
+// stream, and one a decode stream) and returns the first error.
+func (e *Engine) eachDecoder(fn func(*gpu.Decoder) error) error {
 	for _, d := range e.decs {
-		if err := d.PrepareScatter(); err != nil {
+		if err := fn(d); err != nil {
 			return err
 		}
 	}
 	for _, d := range e.dstreams {
-		if err := d.dec.PrepareScatter(); err != nil {
+		if err := fn(d.dec); err != nil {
 			return err
 		}
 	}
