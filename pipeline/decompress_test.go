@@ -277,3 +277,32 @@ func TestVerifyNamesDamagedObject(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifySourceGoneChecksPayloads: with a source shard gone from a
+// cache that is not self-contained, verify still checks the shard's
+// payloads against their content keys: a damaged one is the cache's
+// problem (named by its object), beside the missing shard's.
+func TestVerifySourceGoneChecksPayloads(t *testing.T) {
+	src, cache, sh, tn, loc := largestPayload(t, t.TempDir(), 7)
+	if err := os.Remove(filepath.Join(src, sh.Name)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Verify(context.Background(), cache, VerifyOptions{})
+	if err != nil || len(res.Problems) != 1 || res.Payloads == 0 || !errors.Is(res.Problems[0].Err, fs.ErrNotExist) {
+		t.Fatalf("verify with the shard gone: %v, %+v", err, res)
+	}
+	b, _ := os.ReadFile(loc.Path)
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(loc.Path, b, 0o644)
+	res, err = Verify(context.Background(), cache, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := false
+	for _, p := range res.Problems {
+		damaged = damaged || p.Tensor == tn.Name && p.Object == loc.Name()
+	}
+	if len(res.Problems) != 2 || !damaged {
+		t.Errorf("verify with the shard gone and %s damaged: %+v", tn.Name, res.Problems)
+	}
+}

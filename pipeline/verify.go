@@ -173,10 +173,17 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 		mu.Lock()
 		res.Absent = append(res.Absent, path)
 		mu.Unlock()
-	case err != nil:
+	case errors.Is(err, fs.ErrNotExist):
+		// Its tensors only in the source cannot be checked: the shard's
+		// problem. The others, in the cache, are checked against their
+		// content keys, as for a self-contained cache (a damaged payload
+		// is the cache's problem, whatever became of the source).
 		if n := aliases(sh); n > 0 {
-			err = fmt.Errorf("%w (%d tensors are only in the source; compress --self-contained copies them into the cache)", err, n)
+			err = fmt.Errorf("%w (%d tensors are only in the source; compress --self-contained copies them into the cache; the others were checked against their content keys)", err, n)
 		}
+		fail(path, "", err)
+		f = nil
+	case err != nil:
 		fail(path, "", err)
 		// Its tensors are done with: the bar counts them.
 		for _, t := range sh.Tensors {
@@ -219,6 +226,11 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 					continue
 				}
 				t := &sh.Tensors[i]
+				if src == nil && !t.InCache() {
+					release() // in the absent source only: the shard's problem
+					p.Add(t.Size)
+					continue
+				}
 				payload, err := verifyTensor(c, src, t, opts.Decoder, work)
 				release()
 				if err != nil {
