@@ -12,6 +12,7 @@ import (
 
 	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/oci"
+	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/s3store"
 )
 
@@ -81,7 +82,9 @@ func newPushCommand(g *globals) *cobra.Command {
 file and pack as a layer blob (sha256 digest, BLAKE3 key in an annotation).
 The registry keeps blobs by digest, so a checkpoint that shares tensors with
 one pushed before uploads only its new files. The cache must not need its
-source: compress it with --self-contained.
+source: compress it with --self-contained. Every tensor is verified against
+its content key first (as verify does): a cache with damaged stored bytes
+is not pushed (exit 1).
 
 ` + registryHelp,
 		Args: args(cobra.ExactArgs(2)),
@@ -92,6 +95,9 @@ source: compress it with --self-contained.
 }
 
 func runPush(ctx context.Context, g *globals, o registryOptions, cache, ref string) error {
+	if err := checkBeforePush(ctx, g, cache); err != nil {
+		return err
+	}
 	res, err := oci.Push(ctx, cache, ref, o.oci(g))
 	if err != nil {
 		return registryError(err)
@@ -100,6 +106,37 @@ func runPush(ctx context.Context, g *globals, o registryOptions, cache, ref stri
 		return printJSON(g.stdout, "push_summary", res)
 	}
 	printPushed(g, cache, res)
+	return nil
+}
+
+// checkBeforePush verifies a cache's stored bytes against their content
+// keys before a push publishes them: a damaged object or record is
+// refused (integrity), never uploaded for every puller to receive with
+// digests that match. Problems of the source alone (changed, gone) do not
+// stop a push of a self-contained cache.
+func checkBeforePush(ctx context.Context, g *globals, cache string) error {
+	res, err := pipeline.Verify(ctx, cache, pipeline.VerifyOptions{Progress: g.progress()})
+	if err != nil {
+		return err
+	}
+	bad := 0
+	for _, p := range res.Problems {
+		if failure.KindOf(p.Err) != failure.Integrity {
+			continue
+		}
+		bad++
+		if !g.JSON {
+			what := p.File
+			if p.Tensor != "" {
+				what += fmt.Sprintf(": tensor %q", p.Tensor)
+			}
+			fmt.Fprintf(g.stderr, "FAIL %s: %s\n", what, failure.Message(p.Err))
+		}
+	}
+	if bad > 0 {
+		return failure.Mark(failure.Integrity, fmt.Errorf("%s: the cache's stored bytes are damaged (%s): not pushed (verify %s says more; compress the checkpoint into a new cache)",
+			cache, count(bad, "problem"), cache))
+	}
 	return nil
 }
 

@@ -71,6 +71,26 @@ func TestPushPullCommands(t *testing.T) {
 	if code, _, e := splitzip(t, "push", plain, ref, "--insecure"); code != exitUsage || !strings.Contains(e, "not self-contained") {
 		t.Errorf("push of a cache needing its source: exit %d, %s", code, e)
 	}
+	// A damaged object is not published: push verifies the cache first,
+	// and the tag still names the good artifact.
+	var largest string
+	var size int64
+	filepath.Walk(filepath.Join(pulled, "objects"), func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && info.Size() > size {
+			largest, size = p, info.Size()
+		}
+		return nil
+	})
+	b, _ := os.ReadFile(largest)
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(largest, b, 0o644)
+	if code, _, e := splitzip(t, "push", pulled, ref, "--insecure"); code != exitFailure || !strings.Contains(e, "not pushed") {
+		t.Errorf("push of a damaged cache: exit %d, %s", code, e)
+	}
+	again := filepath.Join(dir, "again")
+	if code, out, e := splitzip(t, "pull", ref, again, "--insecure"); code != 0 || !strings.Contains(out, push.Digest) {
+		t.Errorf("pull after a refused push: %d %s %s", code, out, e)
+	}
 }
 
 // TestRegistryErrorKinds: the registry's refusals are input errors; its
