@@ -193,6 +193,10 @@ func openShared(eng engine.Engine, z *transport.Payloads, l transport.SharedLayo
 		o.Pin, o.Unpin = r.Register, r.Unregister
 	}
 	seg, err := nodeshare.Open(l.ID, l.Size, func(b []byte) error { return z.FillShared(l, b) }, o)
+	if errors.Is(err, nodeshare.ErrDir) {
+		// The folder the user named (SPLITZIP_SHARE_DIR) cannot be used.
+		return nil, fmt.Errorf("shared host copy of the payloads: %w: %w (it must be a folder of this user's that no one else may write, mode 700: chmod 700 it, or name another)", transport.ErrOption, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shared host copy of the payloads: %w", err)
 	}

@@ -91,7 +91,7 @@ func parseLayoutRef(s string) (layoutRef, error) {
 		}
 	}
 	if u.Prefix == "" {
-		return r, fmt.Errorf("%s: name a prefix under the bucket (s3://bucket/prefix)", s)
+		return r, fmt.Errorf("%w: %s: name a prefix under the bucket (s3://bucket/prefix)", s3store.ErrURL, s)
 	}
 	return r, nil
 }

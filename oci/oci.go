@@ -126,7 +126,11 @@ func (o Options) parse(ref string) (name.Reference, error) {
 	if o.Insecure {
 		opts = append(opts, name.Insecure)
 	}
-	r, err := name.ParseReference(strings.TrimPrefix(ref, "oci://"), opts...)
+	bare := strings.TrimPrefix(ref, "oci://")
+	r, err := name.ParseReference(bare, opts...)
+	if err == nil && (bare == "" || strings.HasPrefix(bare, "/")) {
+		err = errors.New("no registry named") // oci:///repo would be Docker Hub's "/repo"
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v (want [oci://]REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST], a repository of lower-case letters, digits and separators, at least 2 characters)", ErrReference, ref, err)
 	}

@@ -36,6 +36,18 @@ type PushResult struct {
 	UploadedBytes uint64 `json:"uploaded_bytes"`
 }
 
+// CheckRef checks a reference's form, as Push and Pull take it (a
+// registry reference, or an s3:// layout), without reaching it:
+// ErrReference or s3store.ErrURL.
+func (o Options) CheckRef(ref string) error {
+	if s3store.IsURL(ref) {
+		_, err := parseLayoutRef(ref)
+		return err
+	}
+	_, err := o.parse(ref)
+	return err
+}
+
 // Push makes the cache in dir an OCI artifact at ref. The cache must not
 // need its sources (compress --self-contained): a pulled copy loads and
 // decompresses on its own. Blobs the registry holds already (by digest)

@@ -13,6 +13,7 @@ import (
 	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/gpu/cuda"
 	"github.com/splitzip/splitzip/internal/calibrate"
+	"github.com/splitzip/splitzip/internal/failure"
 )
 
 // calibrateOptions are the flags of calibrate.
@@ -114,7 +115,12 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 	case "default":
 		return costmodel.Default(), nil
 	default:
-		return costmodel.Read(env)
+		p, err := costmodel.Read(env)
+		if errors.Is(err, costmodel.ErrProfile) {
+			// The file the variable names cannot be used: the user's input.
+			return nil, failure.Mark(failure.Input, fmt.Errorf("%s=%s: %w (run splitzip calibrate to measure one, or set %s=default)", costmodel.EnvProfile, env, err, costmodel.EnvProfile))
+		}
+		return p, err
 	}
 	dir, err := costmodel.Dir()
 	if err != nil {

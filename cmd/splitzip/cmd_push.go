@@ -95,6 +95,11 @@ is not pushed (exit 1).
 }
 
 func runPush(ctx context.Context, g *globals, o registryOptions, cache, ref string) error {
+	// The reference's form first: a mistyped one is refused before the
+	// cache is verified.
+	if err := o.oci(g).CheckRef(ref); err != nil {
+		return registryError(err)
+	}
 	if err := checkBeforePush(ctx, g, cache); err != nil {
 		return err
 	}

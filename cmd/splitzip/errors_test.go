@@ -368,3 +368,40 @@ func TestVerifySourceGoneIsInput(t *testing.T) {
 		t.Fatalf("verify with the source back: exit %d, %q", code, e)
 	}
 }
+
+// TestInputErrorsNotInternal: inputs a user gets wrong are usage or input
+// errors, not bugs (exit 70): an s3:// reference without a prefix, an
+// oci:// one without a registry, a malformed SPLITZIP_PROFILE, a shared
+// folder others may write.
+func TestInputErrorsNotInternal(t *testing.T) {
+	dir := t.TempDir()
+	_, cache := compressed(t, dir)
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte("{garbage"), 0o644)
+	share := filepath.Join(dir, "share")
+	os.Mkdir(share, 0o755)
+	os.Chmod(share, 0o777)
+	for _, c := range []struct {
+		env  []string
+		args []string
+		code int
+	}{
+		{nil, []string{"push", cache, "s3://bucket"}, exitUsage},
+		{nil, []string{"pull", "s3://bucket", filepath.Join(dir, "p")}, exitUsage},
+		{nil, []string{"push", cache, "oci:///repo"}, exitUsage},
+		{[]string{"SPLITZIP_PROFILE=" + bad}, []string{"inspect", cache, "--cost"}, exitInput},
+		{[]string{"SPLITZIP_SHARE_DIR=" + share}, []string{"load", cache, "--device", "cpu", "--share"}, exitUsage},
+	} {
+		for _, e := range c.env {
+			k, v, _ := strings.Cut(e, "=")
+			t.Setenv(k, v)
+		}
+		if code, _, e := splitzip(t, c.args...); code != c.code || strings.Contains(e, "internal error") {
+			t.Errorf("%v %v: exit %d, %q; want %d", c.env, c.args, code, e, c.code)
+		}
+		for _, e := range c.env {
+			k, _, _ := strings.Cut(e, "=")
+			os.Unsetenv(k)
+		}
+	}
+}
