@@ -293,7 +293,11 @@ type shardFile struct{ f *os.File }
 func (s shardFile) ReadAt(b []byte, off int64) (int, error) {
 	n, err := s.f.ReadAt(b, off)
 	if n < len(b) && (err == nil || errors.Is(err, io.EOF)) {
-		return n, fmt.Errorf("%w: the file ends at byte %d", shardcache.ErrSourceChanged, off+int64(n))
+		now := fmt.Sprintf("ends before byte %d", off+int64(len(b)))
+		if st, err := s.f.Stat(); err == nil {
+			now = fmt.Sprintf("is now %d bytes", st.Size())
+		}
+		return n, fmt.Errorf("%w: the file %s, short of the %d bytes a read of the tensor needs", shardcache.ErrSourceChanged, now, off+int64(len(b)))
 	}
 	return n, err
 }
