@@ -24,7 +24,7 @@ func newDecompressCommand(g *globals) *cobra.Command {
 		Long: `Rebuild the original safetensors files (and index.json) of a cached
 checkpoint. Tensors left raw are read from the source unless the cache was
 made with --self-contained.`,
-		Args: args(cobra.ExactArgs(1)),
+		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runDecompress(cmd.Context(), g, o, a[0])
 		},

@@ -29,7 +29,7 @@ the folder. --forget PATH first drops the record of the checkpoint
 compressed from PATH (a folder, or the file of a single-file checkpoint),
 given as for compress: relative to the working directory, symlinks allowed.
 --dry-run changes nothing, and works on a read-only cache.`,
-		Args: args(cobra.ExactArgs(1)),
+		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error { return runGC(g, o, a[0]) },
 	}
 	cmd.Flags().BoolVarP(&o.DryRun, "dry-run", "n", false, "only report what would be removed")

@@ -42,7 +42,7 @@ exponent is one of the tensor's 16 coded exponents), escapes (the share
 that is not), exp-entropy (the entropy of the exponents alone, bits a
 value), why raw (why a tensor was left raw). The summary gives, per
 dtype, tensor counts (all, fixed, entropy) and sizes (raw, stored).`,
-		Args: args(cobra.ExactArgs(1)),
+		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runInspect(cmd.Context(), g, o, a[0])
 		},

@@ -39,7 +39,7 @@ With --cost, this host's cost model (splitzip calibrate) predicts each rank's
 reads from the page cache by the path each tensor takes (raw, fixed, entropy),
 as stored and all raw; the peer transfers are not in the prediction.
 Nothing is moved: this is the plan the multi-GPU loaders carry out.`,
-		Args: args(cobra.ExactArgs(1)),
+		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error { return runPlan(cmd.Context(), g, o, a[0]) },
 	}
 	f := cmd.Flags()

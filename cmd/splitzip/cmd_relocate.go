@@ -35,7 +35,7 @@ every byte is the same their new times are recorded, else relocate refuses
 and names what differs. The folder the source is recorded at, with its
 times unchanged, changes nothing. verify, decompress and load also take
 --source DIR to use a moved source without changing the index.`,
-		Args: args(cobra.ExactArgs(2)),
+		Args: localCache(args(cobra.ExactArgs(2))),
 		RunE: func(cmd *cobra.Command, a []string) error { return runRelocate(cmd.Context(), g, o, a[0], a[1]) },
 	}
 	cmd.Flags().StringVar(&o.Source, "source", "", "recorded root of the source to move (default: the one whose shards are in DIR)")

@@ -389,6 +389,9 @@ func TestInputErrorsNotInternal(t *testing.T) {
 		{nil, []string{"push", cache, "s3://bucket"}, exitUsage},
 		{nil, []string{"pull", "s3://bucket", filepath.Join(dir, "p")}, exitUsage},
 		{nil, []string{"push", cache, "oci:///repo"}, exitUsage},
+		{nil, []string{"inspect", "oci://localhost:1/m/a:v1"}, exitUsage},
+		{nil, []string{"gc", "s3://bucket/prefix"}, exitUsage},
+		{nil, []string{"decompress", "oci://localhost:1/m/a:v1", "-o", filepath.Join(dir, "out")}, exitUsage},
 		{[]string{"SPLITZIP_PROFILE=" + bad}, []string{"inspect", cache, "--cost"}, exitInput},
 		{[]string{"SPLITZIP_SHARE_DIR=" + share}, []string{"load", cache, "--device", "cpu", "--share"}, exitUsage},
 	} {

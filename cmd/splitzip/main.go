@@ -145,6 +145,22 @@ func args(check cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
+// localCache is check, and a usage error where the first argument, the
+// cache, names a remote one (s3:// or oci://), which only verify, load
+// and compress -o read or write in place.
+func localCache(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if err := check(cmd, a); err != nil {
+			return err
+		}
+		if isRemote(a[0]) {
+			return usageError{fmt.Errorf("%s takes a local cache folder, not %s: pull it first (splitzip pull %s DIR), then name DIR",
+				strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), a[0], remoteRef(a[0]))}
+		}
+		return nil
+	}
+}
+
 // argsError says what cmd takes and what it was given.
 func argsError(cmd *cobra.Command, a []string) error {
 	takes := "no arguments"
