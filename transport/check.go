@@ -64,9 +64,9 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 		same := bytes.Equal(got, src)
 		switch {
 		case keyed && !same:
-			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: %s: the tensor's bytes there differ from what was compressed (the arena holds those: its content key %s), though the file's size and time are the same (edited in place?)", shardcache.ErrSourceChanged, b.Shard, want)}
+			return &Error{Tensor: b.Name, Err: fmt.Errorf("%s: %w: the tensor's bytes there differ from what was compressed (the arena holds those: its content key %s), though the file's size and time are the same (edited in place?)", b.Shard, shardcache.ErrSourceChanged, want)}
 		case !keyed && same && want != "":
-			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: %s: the tensor's bytes there no longer match the content key recorded when it was compressed (%s), though the file's size and time do (edited in place?)", shardcache.ErrSourceChanged, b.Shard, want)}
+			return &Error{Tensor: b.Name, Err: fmt.Errorf("%s: %w: the tensor's bytes there no longer match the content key recorded when it was compressed (%s), though the file's size and time do (edited in place?)", b.Shard, shardcache.ErrSourceChanged, want)}
 		case !same:
 			return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they differ from the source", ErrMismatch)}
 		}

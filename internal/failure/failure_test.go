@@ -157,6 +157,8 @@ func TestLocate(t *testing.T) {
 		{&pipeline.TensorError{File: "src.safetensors", Tensor: "w", Err: &fs.PathError{Op: "read", Path: "/out/obj", Err: syscall.EIO}}, "src.safetensors", "w"},
 		{fmt.Errorf("%s/missing: not a cache", dir), dir + "/missing", ""},
 		{fmt.Errorf("%s/no/missing: not a cache", dir), "", ""},
+		{&transport.Error{Tensor: "w", Err: fmt.Errorf("%s/pack (payload blake3:ab): %w", dir, codec.ErrChecksum)}, dir + "/pack", "w"},
+		{&transport.Error{Tensor: "w", Err: fmt.Errorf("codec/gone: %w", codec.ErrChecksum)}, "codec/gone", "w"}, // relative, its folder there
 		{errors.New("missing: not a cache"), "", ""},
 		{fmt.Errorf("tensor \"w\": %w", fmt.Errorf("%s/objects/ab/abcd: %w", dir, codec.ErrChecksum)), "", ""}, // no such folder
 		{&transport.Error{Tensor: "w", Err: fmt.Errorf("%s/pack[16:+32]: %w", dir, codec.ErrChecksum)}, dir + "/pack", "w"},

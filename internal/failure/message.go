@@ -218,12 +218,14 @@ func Locate(err error) (file, tensor string) {
 	return file, tensor
 }
 
-// leadingPath returns the path msg starts with ("path: ..."), where that
-// names an existing file, or an absolute path in an existing folder (a
-// file found missing), less a pack member's range ("pack[0:+16]"); not
-// a bare lower-case word, as packages start their errors ("codec:").
+// leadingPath returns the path msg starts with ("path: ..." or "path
+// (note): ..."), where that names an existing file, or a path with a
+// folder in it that exists (a file found missing), less a pack member's
+// range ("pack[0:+16]"); not a bare lower-case word, as packages start
+// their errors ("codec:").
 func leadingPath(msg string) string {
 	p, _, ok := strings.Cut(msg, ": ")
+	p, _, _ = strings.Cut(p, " (") // "path (payload KEY): ..."
 	if !ok || p == "" || strings.ContainsAny(p, " \t\n\"") || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz") == "" {
 		return ""
 	}
@@ -233,7 +235,7 @@ func leadingPath(msg string) string {
 	if _, err := os.Lstat(p); err == nil {
 		return p
 	}
-	if st, err := os.Stat(filepath.Dir(p)); err == nil && st.IsDir() && filepath.IsAbs(p) {
+	if st, err := os.Stat(filepath.Dir(p)); err == nil && st.IsDir() && strings.Contains(p, string(filepath.Separator)) {
 		return p
 	}
 	return ""
