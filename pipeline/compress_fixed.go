@@ -29,7 +29,10 @@ func (tc *tensorCompressor) fixedPayload(r *sourceReader, t *safetensors.Tensor,
 	cb := codec.NewCodebook(hist)
 	rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
 	est := fixedEstimate(hist, cb, n)
-	if n == 0 || est > (1-tc.opts.MinSaving)*float64(t.Size()) {
+	if n == 0 {
+		return false, false, "no values to code", nil
+	}
+	if est > (1-tc.opts.MinSaving)*float64(t.Size()) {
 		return false, false, fmt.Sprintf("saving at most %.1f%%, below %.1f%% (exponent coverage %.2f%%)",
 			100*(1-est/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving, 100*cb.Coverage(hist)), nil
 	}

@@ -149,7 +149,7 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 		}
 		return printJSON(g.stdout, "gen_summary", doc)
 	}
-	fmt.Fprintf(g.stdout, "wrote %d files into %s: %d tensors, %s", len(paths), dir, len(plan), human(total))
+	fmt.Fprintf(g.stdout, "wrote %s into %s: %d tensors, %s", count(len(paths), "file"), dir, len(plan), human(total))
 	if over {
 		fmt.Fprintf(g.stdout, " (the smallest Llama-like checkpoint; --size asked for %s)", human(size))
 	}

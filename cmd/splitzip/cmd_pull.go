@@ -38,7 +38,15 @@ func runPull(ctx context.Context, g *globals, o registryOptions, ref, cache stri
 	if g.JSON {
 		return printJSON(g.stdout, "pull_summary", res)
 	}
-	fmt.Fprintf(g.stdout, "pulled %s@%s into %s: %s, %s; fetched %s, %s (the cache had the rest); checkpoints %s\n", res.Ref, res.Digest, res.Cache,
-		count(res.Blobs, "blob"), human(res.Bytes), count(res.Fetched, "blob"), human(res.FetchedBytes), strings.Join(res.Sources, ", "))
+	pulled := res.Ref // a reference by digest names it already
+	if !strings.HasSuffix(pulled, "@"+res.Digest) {
+		pulled += "@" + res.Digest
+	}
+	rest := ""
+	if res.Fetched < res.Blobs {
+		rest = " (the cache had the rest)"
+	}
+	fmt.Fprintf(g.stdout, "pulled %s into %s: %s, %s; fetched %s, %s%s; checkpoints %s\n", pulled, res.Cache,
+		count(res.Blobs, "blob"), human(res.Bytes), count(res.Fetched, "blob"), human(res.FetchedBytes), rest, strings.Join(res.Sources, ", "))
 	return nil
 }

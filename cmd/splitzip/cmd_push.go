@@ -147,6 +147,10 @@ func checkBeforePush(ctx context.Context, g *globals, cache string) error {
 
 // printPushed says what a push moved.
 func printPushed(g *globals, cache string, res oci.PushResult) {
-	fmt.Fprintf(g.stdout, "pushed %s to %s@%s: %s, %s; uploaded %s, %s (the registry or bucket had the rest)\n", cache, res.Ref, res.Digest,
-		count(res.Blobs, "blob"), human(res.Bytes), count(res.Uploaded, "blob"), human(res.UploadedBytes))
+	rest := ""
+	if res.Uploaded < res.Blobs {
+		rest = " (the registry or bucket had the rest)"
+	}
+	fmt.Fprintf(g.stdout, "pushed %s to %s@%s: %s, %s; uploaded %s, %s%s\n", cache, res.Ref, res.Digest,
+		count(res.Blobs, "blob"), human(res.Bytes), count(res.Uploaded, "blob"), human(res.UploadedBytes), rest)
 }
