@@ -345,6 +345,14 @@ func TestGCForgetAmbiguousNamesFlag(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want a usage error naming --forget", args, code, e)
 		}
 	}
+	// One checkpoint named twice is forgotten once; an empty name is refused.
+	ix := filepath.Join(ck, "model.safetensors.index.json")
+	if code, out, e := splitzip(t, "gc", "-n", "--forget", ix, "--forget", ix, cache); code != 0 || strings.Count(out, "would forget") != 1 {
+		t.Errorf("gc --forget twice: exit %d, %q %q", code, out, e)
+	}
+	if code, _, e := splitzip(t, "gc", "--forget", "", cache); code != exitUsage || !strings.Contains(e, "--forget is empty") {
+		t.Errorf("gc --forget \"\": exit %d, %q", code, e)
+	}
 }
 
 // TestMovedSourceHint: a cache whose source moved away says what to do

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -43,6 +44,24 @@ func runGC(g *globals, o gcOptions, dir string) error {
 			// "--forget --json" takes --json for the path: say so.
 			return usageError{fmt.Errorf("--forget %s: a path, not a flag (write ./%s for a file of that name)", f, f)}
 		}
+		if f == "" {
+			return usageError{errors.New("--forget is empty: name the checkpoint's folder or file (an unset shell variable?)")}
+		}
+	}
+	// One checkpoint named twice (its folder and its index, say) is
+	// forgotten once.
+	if c, err := shardcache.Open(dir); err == nil && len(o.Forget) > 1 {
+		seen := map[int]bool{}
+		var once []string
+		for _, f := range o.Forget {
+			i, err := c.Index().SourceFor(f)
+			if err == nil && seen[i] {
+				continue
+			}
+			seen[i] = err == nil
+			once = append(once, f)
+		}
+		o.Forget = once
 	}
 	res, err := gc(o, dir)
 	if err != nil {
