@@ -57,6 +57,10 @@ func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir 
 	if abs, err = filepath.EvalSymlinks(abs); err != nil {
 		return err
 	}
+	if st, err := os.Stat(abs); err == nil && !st.IsDir() {
+		// A single-file checkpoint's new file: relocate records folders.
+		return usageError{fmt.Errorf("%s is a file: relocate takes the folder a checkpoint is in now (splitzip relocate %s %s)", dir, cache, filepath.Dir(dir))}
+	}
 	sel := o.Source
 	if sel == "" {
 		sel = abs
