@@ -73,14 +73,7 @@ func TestPushPullCommands(t *testing.T) {
 	}
 	// A damaged object is not published: push verifies the cache first,
 	// and the tag still names the good artifact.
-	var largest string
-	var size int64
-	filepath.Walk(filepath.Join(pulled, "objects"), func(p string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() && info.Size() > size {
-			largest, size = p, info.Size()
-		}
-		return nil
-	})
+	largest, _ := largestObject(pulled)
 	b, _ := os.ReadFile(largest)
 	b[len(b)/2] ^= 0x40
 	os.WriteFile(largest, b, 0o644)

@@ -318,20 +318,25 @@ func TestDecompressOutputTaken(t *testing.T) {
 	}
 }
 
+// largestObject returns the largest file under the cache's objects/ and
+// its size.
+func largestObject(cache string) (path string, size int64) {
+	filepath.Walk(filepath.Join(cache, "objects"), func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && info.Size() > size {
+			path, size = p, info.Size()
+		}
+		return nil
+	})
+	return path, size
+}
+
 // TestTruncatedObjectIsIntegrity: a cache object cut short is a corrupt
 // cache (exit 1) for verify, decompress and load alike; load called it a
 // truncated source file (exit 3).
 func TestTruncatedObjectIsIntegrity(t *testing.T) {
 	dir := t.TempDir()
 	_, cache := compressed(t, dir)
-	var obj string
-	var size int64
-	filepath.Walk(filepath.Join(cache, "objects"), func(p string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() && info.Size() > size {
-			obj, size = p, info.Size()
-		}
-		return nil
-	})
+	obj, size := largestObject(cache)
 	if err := os.Truncate(obj, size/2); err != nil {
 		t.Fatal(err)
 	}
