@@ -201,6 +201,27 @@ func TestPushPull(t *testing.T) {
 	if res.Fetched != 0 || f.downloads.Load()-down != 1 { // the index only
 		t.Errorf("second pull fetched %d blobs, %d GETs", res.Fetched, f.downloads.Load()-down)
 	}
+	// A copy here that is damaged (its size kept) is not the blob: the
+	// next pull fetches it again and the cache is whole.
+	var largest string
+	var size int64
+	filepath.Walk(filepath.Join(out, "objects"), func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && info.Size() > size {
+			largest, size = p, info.Size()
+		}
+		return nil
+	})
+	b, _ := os.ReadFile(largest)
+	b[len(b)/2] ^= 0x40
+	os.WriteFile(largest, b, 0o644)
+	res, err = Pull(context.Background(), ref, out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched != 1 {
+		t.Errorf("pull over a damaged copy fetched %d blobs, want 1", res.Fetched)
+	}
+	sameCache(t, cache, out)
 }
 
 // TestDedupe: a checkpoint sharing most tensors with one pushed before

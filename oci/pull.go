@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -77,13 +78,16 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	w.SetPackMax(0) // files arrive whole, packs as packs
 	w.SetNoSync(o.NoSync)
 	var todo []shardcache.Key
+	have := w.Cache()
 	for _, k := range files {
-		if _, ok := w.Has(k); ok {
+		if _, ok := w.Has(k); ok && sameBlob(have, k, layers[k]) {
 			if err := w.Adopt(ix, k, members[k]); err != nil {
 				return PullResult{}, err
 			}
 			continue
 		}
+		// Absent, or a copy here that is not the blob (damaged): fetched,
+		// and the copy replaced.
 		todo = append(todo, k)
 		res.Fetched++
 		res.FetchedBytes += ix.Objects[k].Size
@@ -105,6 +109,26 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		return PullResult{}, err
 	}
 	return res, nil
+}
+
+// sameBlob reports whether the cache's file of key k holds the bytes of
+// the layer d (its sha256): a file kept from before is trusted only when
+// it does, so a damaged copy is fetched again rather than kept.
+func sameBlob(c *shardcache.Cache, k shardcache.Key, d v1.Descriptor) bool {
+	path, err := c.FilePath(k)
+	if err != nil {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false
+	}
+	return d.Digest.Algorithm == "sha256" && hex.EncodeToString(h.Sum(nil)) == d.Digest.Hex
 }
 
 // artifactOf is a cache artifact's manifest digest, index and layers,
