@@ -13,17 +13,8 @@ load's readers do). Prints GB/s for each, and the threads' own rate.
 """
 import ctypes, os, statistics, sys, tempfile, threading, time
 import torch
-torch.cuda.init(); torch.zeros(1, device="cuda")
-cuda = ctypes.CDLL("libcuda.so.1")
-libc = ctypes.CDLL("libc.so.6", use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-libc.memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-libc.pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
-libc.pread.restype = ctypes.c_ssize_t
-cuda.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-cuda.cuMemcpyHtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+from h2d_probe_lib import bind
+cuda, libc = bind()
 N, PIECE = 64 << 20, 4 << 20
 
 

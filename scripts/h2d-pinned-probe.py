@@ -13,16 +13,8 @@ between two streams (wall time). Ends with the host's THP setting.
 """
 import ctypes, statistics, time, sys
 import torch
-torch.cuda.init(); torch.zeros(1, device="cuda")
-cuda = ctypes.CDLL("libcuda.so.1")
-libc = ctypes.CDLL("libc.so.6", use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-cuda.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-cuda.cuMemHostAlloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
-cuda.cuMemcpyHtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+from h2d_probe_lib import bind
+cuda, libc = bind()
 N = 64 << 20
 def chk(r, w):
     if r: raise RuntimeError(f"{w}: {r}")

@@ -506,6 +506,13 @@ func (w *Writer) Cache() *Cache {
 // Close releases the lock and removes leftover temporary files, and the
 // objects written since the last Commit: no committed index names them.
 func (w *Writer) Close() error {
+	w.dropUncommitted()
+	return w.lock.Close()
+}
+
+// dropUncommitted removes leftover temporary files and the objects
+// written since the last Commit, and forgets them.
+func (w *Writer) dropUncommitted() {
 	removeTemps(filepath.Join(w.dir, "tmp"))
 	w.mu.Lock()
 	for k := range w.added {
@@ -518,7 +525,6 @@ func (w *Writer) Close() error {
 	clear(w.pending) // their files were in tmp/
 	w.pendingOrder = nil
 	w.mu.Unlock()
-	return w.lock.Close()
 }
 
 // Discard is Close for a writer whose run failed into a folder that was
@@ -528,14 +534,7 @@ func (w *Writer) Close() error {
 // the folder is as empty as it was. A folder with an index, or files
 // another run put there, keeps them.
 func (w *Writer) Discard() error {
-	removeTemps(filepath.Join(w.dir, "tmp"))
-	w.mu.Lock()
-	for k := range w.added {
-		if p, err := objectPath(w.dir, k); err == nil {
-			os.Remove(p)
-		}
-	}
-	w.mu.Unlock()
+	w.dropUncommitted()
 	if _, err := os.Stat(filepath.Join(w.dir, IndexName)); errors.Is(err, fs.ErrNotExist) {
 		// Empty folders only: os.Remove refuses one that holds a file.
 		objects := filepath.Join(w.dir, "objects")
@@ -550,7 +549,7 @@ func (w *Writer) Discard() error {
 			os.Remove(filepath.Join(w.dir, LockName))
 		}
 	}
-	return w.Close()
+	return w.lock.Close()
 }
 
 // sameFile reports whether the open file f is the one at path now.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -304,13 +303,7 @@ func TestLostObject(t *testing.T) {
 	})
 	dir := t.TempDir()
 	_, cache := compressed(t, dir)
-	var lost string
-	filepath.WalkDir(filepath.Join(cache, "objects"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && lost == "" {
-			lost = p
-		}
-		return nil
-	})
+	lost, _ := largestObject(cache)
 	if lost == "" {
 		t.Fatal("no object file in the cache")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/spf13/cobra"
@@ -131,11 +132,8 @@ func checkBeforePush(ctx context.Context, g *globals, cache string) error {
 		}
 		bad++
 		if !g.JSON {
-			what := p.File
-			if p.Tensor != "" {
-				what += fmt.Sprintf(": tensor %q", p.Tensor)
-			}
-			fmt.Fprintf(g.stderr, "FAIL %s: %s\n", what, failure.Message(p.Err))
+			p.Error = strings.TrimPrefix(failure.Message(p.Err), p.File+": ")
+			fmt.Fprintln(g.stderr, failLine(p))
 		}
 	}
 	if bad > 0 {

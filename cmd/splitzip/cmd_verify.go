@@ -92,27 +92,7 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		}
 	} else {
 		for _, p := range res.Problems {
-			switch {
-			case p.Object != "":
-				// The object's file, where the error does not name it
-				// already; a pack member's range in any case.
-				file, span := p.Object, ""
-				if i := strings.LastIndex(file, "["); i > 0 && strings.HasSuffix(file, "]") && strings.Contains(file[i:], ":+") {
-					file, span = file[:i], file[i+1:]
-				}
-				where := ""
-				switch {
-				case !strings.Contains(p.Error, file):
-					where = " (cache object " + p.Object + ")"
-				case span != "":
-					where = " (bytes [" + span + " of that pack)"
-				}
-				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s%s\n", p.File, p.Tensor, p.Error, where)
-			case p.Tensor != "":
-				fmt.Fprintf(g.stderr, "FAIL %s: tensor %q: %s\n", p.File, p.Tensor, p.Error)
-			default:
-				fmt.Fprintf(g.stderr, "FAIL %s: %s\n", p.File, p.Error)
-			}
+			fmt.Fprintln(g.stderr, failLine(p))
 		}
 		for _, a := range res.Absent {
 			fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
@@ -153,6 +133,29 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		return failure.Mark(problemsKind(res.Problems), errFailed)
 	}
 	return nil
+}
+
+// failLine is a problem's FAIL line: its file, tensor and message (the
+// Error field, reworded as runVerify does), and the cache object it lies
+// in where the message does not name it (a pack member's range always).
+func failLine(p pipeline.Problem) string {
+	where := ""
+	if p.Object != "" {
+		file, span := p.Object, ""
+		if i := strings.LastIndex(file, "["); i > 0 && strings.HasSuffix(file, "]") && strings.Contains(file[i:], ":+") {
+			file, span = file[:i], file[i+1:]
+		}
+		switch {
+		case !strings.Contains(p.Error, file):
+			where = " (cache object " + p.Object + ")"
+		case span != "":
+			where = " (bytes [" + span + " of that pack)"
+		}
+	}
+	if p.Tensor != "" {
+		return fmt.Sprintf("FAIL %s: tensor %q: %s%s", p.File, p.Tensor, p.Error, where)
+	}
+	return fmt.Sprintf("FAIL %s: %s%s", p.File, p.Error, where)
 }
 
 // problemsKind is the kind of failure verify's problems make: integrity
