@@ -30,13 +30,7 @@ func TestPushPullCommands(t *testing.T) {
 	defer s.Close()
 	ref := strings.TrimPrefix(s.URL, "http://") + "/models/small:1"
 	dir := t.TempDir()
-	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "2"); code != 0 {
-		t.Fatalf("gen: %d %s", code, e)
-	}
-	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "--self-contained"); code != 0 {
-		t.Fatalf("compress: %d %s", code, e)
-	}
+	ck, cache := compressedWith(t, dir, []string{"--shards", "2"}, "--self-contained")
 	code, out, e := splitzip(t, "push", cache, ref, "--insecure", "--json")
 	if code != 0 {
 		t.Fatalf("push: %d %s", code, e)

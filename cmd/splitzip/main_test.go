@@ -537,14 +537,7 @@ func TestRemoteFlagsRefused(t *testing.T) {
 // decoded from its payload.
 func TestLoadCheckSourceEditedInPlace(t *testing.T) {
 	for _, payload := range []bool{false, true} {
-		dir := t.TempDir()
-		ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-		if code, _, e := splitzip(t, "gen", ck, "--size", "2MiB", "--shards", "1"); code != 0 {
-			t.Fatalf("gen: %d %s", code, e)
-		}
-		if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "-q"); code != 0 {
-			t.Fatalf("compress: %d %s", code, e)
-		}
+		ck, cache := compressedWith(t, t.TempDir(), []string{"--shards", "1"})
 		c, err := shardcache.Open(cache)
 		if err != nil {
 			t.Fatal(err)
