@@ -32,8 +32,15 @@ func main() {}
 type handle struct {
 	l      *loader.Loader
 	mu     sync.Mutex
-	last   map[int]string // last error message per calling thread
+	last   map[int]lastError // last error per calling thread
 	closed bool
+}
+
+// lastError is what sz_last_error and sz_last_error_file report of a
+// thread's last failed call: its message and the file it is about ("" for
+// none), located when the call failed, while the error chain is at hand.
+type lastError struct {
+	msg, file string
 }
 
 // handles tracks live handles so that a stale or forged value is
@@ -75,7 +82,7 @@ func call(h C.uintptr_t, fn func(l *loader.Loader) error) (st C.sz_status) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			hd.setError(fmt.Sprintf("internal error: %v", r))
+			hd.setError(lastError{msg: fmt.Sprintf("internal error: %v", r)})
 			st = C.SZ_ERR_INTERNAL
 		}
 	}()
@@ -87,16 +94,16 @@ func call(h C.uintptr_t, fn func(l *loader.Loader) error) (st C.sz_status) {
 	}
 	err := fn(hd.l)
 	if err != nil {
-		hd.setError(err.Error())
+		hd.setError(lastError{msg: err.Error(), file: loader.FileOf(err)})
 	}
 	return status(err)
 }
 
 // setError records the calling thread's last error (a C caller's thread:
 // cgo runs an exported function on the thread that called it).
-func (h *handle) setError(s string) {
+func (h *handle) setError(e lastError) {
 	h.mu.Lock()
-	h.last[unix.Gettid()] = s
+	h.last[unix.Gettid()] = e
 	h.mu.Unlock()
 }
 
@@ -134,7 +141,7 @@ func sz_open(dir, source *C.char, out *C.uintptr_t, errbuf *C.char, errcap C.siz
 		copyString(err.Error(), errbuf, errcap)
 		return status(err)
 	}
-	hv := cgo.NewHandle(&handle{l: l, last: map[int]string{}})
+	hv := cgo.NewHandle(&handle{l: l, last: map[int]lastError{}})
 	handles.Store(uintptr(hv), hv.Value())
 	*out = C.uintptr_t(hv)
 	return C.SZ_OK
@@ -163,7 +170,31 @@ func sz_last_error(h C.uintptr_t, buf *C.char, capacity C.size_t) C.sz_status {
 	}
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	copyString(hd.last[unix.Gettid()], buf, capacity)
+	copyString(hd.last[unix.Gettid()].msg, buf, capacity)
+	return C.SZ_OK
+}
+
+// sz_last_error_file records no error of its own, so that a caller may
+// ask for the message and the file in either order.
+//
+//export sz_last_error_file
+func sz_last_error_file(h C.uintptr_t, buf *C.char, capacity C.size_t, size *C.size_t) C.sz_status {
+	hd, st := lookup(h)
+	if st != C.SZ_OK {
+		return st
+	}
+	hd.mu.Lock()
+	file := hd.last[unix.Gettid()].file
+	hd.mu.Unlock()
+	if size != nil {
+		*size = C.size_t(len(file) + 1)
+	}
+	if buf == nil || uint64(capacity) < uint64(len(file))+1 {
+		// A path cut short names another file: none is written.
+		copyString("", buf, capacity)
+		return C.SZ_ERR_TOO_SMALL
+	}
+	copyString(file, buf, capacity)
 	return C.SZ_OK
 }
 

@@ -13,9 +13,12 @@ import (
 	"testing"
 
 	"github.com/splitzip/splitzip/checkpoint"
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/loader"
 	"github.com/splitzip/splitzip/nodeshare"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // build compiles libsplitzip.so and a C program against it.
@@ -178,6 +181,42 @@ int main(int argc, char **argv) {
 	src, cache := fixture(t, dir)
 	if out := run(t, exe, dir, filepath.Join(dir, "nope"), cache, src); !bytes.Contains([]byte(out), []byte("ok")) {
 		t.Errorf("bad-input program: %s", out)
+	}
+}
+
+// TestLastErrorFile: sz_last_error_file names the object file of a
+// payload that fails its checksum (its pack's, where it is a member of
+// one), and no file for a failure about none (testdata/errfile.c).
+func TestLastErrorFile(t *testing.T) {
+	dir := t.TempDir()
+	exe := build(t, dir, filepath.Join("testdata", "errfile.c"))
+	_, cache := fixture(t, dir)
+	l, err := loader.Open(cache, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim *loader.Tensor
+	for i := range l.Tensors() {
+		if tn := &l.Tensors()[i]; tn.Compressed {
+			victim = tn
+			break
+		}
+	}
+	l.Close()
+	if victim == nil {
+		t.Fatal("no fixed payload in the fixture")
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, _, err := c.Locate(victim.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cachetest.Flip(t, c, victim.Key, int64(victim.Stored)/2, 0x40)
+	if got := strings.TrimSpace(run(t, exe, dir, cache, victim.Name)); got != loc.Path {
+		t.Errorf("sz_last_error_file after %s failed its checksum: %q, want %q", victim.Name, got, loc.Path)
 	}
 }
 

@@ -1,5 +1,5 @@
 /*
- * splitzip.h - C ABI of libsplitzip.so, version 10.
+ * splitzip.h - C ABI of libsplitzip.so, version 11.
  *
  * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
  *
@@ -16,9 +16,11 @@
  *
  * Errors: every function returns an sz_status; SZ_OK is 0. The message of
  * the calling thread's last failed call on a handle is returned by
- * sz_last_error (threads do not see each other's messages). sz_open
- * writes its message into the caller's buffer. A Go panic never crosses
- * this boundary: it is reported as SZ_ERR_INTERNAL.
+ * sz_last_error, and the file it is about (a damaged cache object, a
+ * source shard that changed or is missing), if any, by
+ * sz_last_error_file (threads do not see each other's). sz_open writes
+ * its message into the caller's buffer. A Go panic never crosses this
+ * boundary: it is reported as SZ_ERR_INTERNAL.
  *
  * Threads: every function may be called from several threads at once.
  *
@@ -50,7 +52,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 10
+#define SPLITZIP_ABI_VERSION 11
 
 typedef enum {
     SZ_OK = 0,
@@ -118,6 +120,20 @@ sz_status sz_close(uintptr_t handle);
 /* sz_last_error copies the message of the calling thread's last failed
  * call on the handle ("" if none). */
 sz_status sz_last_error(uintptr_t handle, char *buf, size_t cap);
+
+/* sz_last_error_file (ABI 11) copies, NUL-terminated, the path of the
+ * file the calling thread's last failed call on the handle is about, so
+ * that a caller can act on it (delete or fetch again a damaged object):
+ * for SZ_ERR_CORRUPT the cache object that failed its checksum or is
+ * missing (a pack's file for a member of one), for
+ * SZ_ERR_SOURCE_CHANGED the source shard, for SZ_ERR_IO the file that
+ * could not be read; "" when the failure is about no file (or there was
+ * none). The path is as the library opened it (relative when the cache
+ * was opened by a relative path). *size, when not NULL, receives the
+ * bytes it takes with its NUL; a buffer smaller than that (or NULL) is
+ * SZ_ERR_TOO_SMALL and receives "" (cap > 0), never a path cut short.
+ * Neither this call nor sz_last_error changes what the other reports. */
+sz_status sz_last_error_file(uintptr_t handle, char *buf, size_t cap, size_t *size);
 
 /* sz_count returns the number of tensors of the checkpoint. */
 sz_status sz_count(uintptr_t handle, uint64_t *count);

@@ -109,6 +109,9 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 		return nil, err
 	}
 	src, err := c.PickSource(o.Source)
+	if err != nil {
+		c.Close()
+	}
 	if errors.Is(err, shardcache.ErrAmbiguousSource) {
 		return nil, fmt.Errorf("%w: %w; give its root as the source argument", ErrInvalid, err)
 	}
@@ -130,6 +133,7 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 			if t.Stored == shardcache.StoredFixed {
 				o, err := c.Lookup(t.Key)
 				if err != nil {
+					c.Close()
 					return nil, err
 				}
 				tt.Compressed, tt.Stored = true, o.Size
@@ -146,6 +150,7 @@ func OpenWith(dir string, o Options) (*Loader, error) {
 	l.opts = load.Options{PinnedLimit: o.PinnedLimit}
 	l.specs = specs
 	if l.staging, err = load.Staging(c, specs, l.opts); err != nil {
+		c.Close()
 		return nil, err
 	}
 	// Resident memory grows with what a stream uploads (SetResident), in
@@ -222,6 +227,11 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 			err = codec.Decode(dst, p)
 		}
 		if err != nil {
+			// A payload that does not decode is a damaged object:
+			// the error names its file (a pack's with the range).
+			if loc, _, lerr := l.c.Locate(t.Key); lerr == nil {
+				return fileError(t, loc.Name(), err)
+			}
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
 		return nil
@@ -248,7 +258,7 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	if _, err := f.ReadAt(dst, int64(off)); err != nil {
-		return fmt.Errorf("tensor %q: %s: %w", t.Name, path, err)
+		return fileError(t, path, err)
 	}
 	return nil
 }
@@ -299,5 +309,5 @@ func (l *Loader) Close() error {
 		l.files.Delete(k)
 		return true
 	})
-	return nil
+	return l.c.Close() // the cache's readers lock: gc may run
 }

@@ -243,7 +243,7 @@ func (l *Loader) keepEntropy(t *Tensor, dst []byte) (uint64, *entropy.Head, erro
 	}
 	switch {
 	case err != nil:
-		return 0, nil, fmt.Errorf("tensor %q: %s: %w", t.Name, name, err)
+		return 0, nil, fileError(t, name, err)
 	case h.ValueBytes() != t.Size:
 		return 0, nil, fmt.Errorf("tensor %q: %w: entropy payload decodes to %d bytes, the tensor has %d", t.Name, codec.ErrSize, h.ValueBytes(), t.Size)
 	}

@@ -63,3 +63,12 @@ func StatusOf(err error) Status {
 	}
 	return StatusIO
 }
+
+// FileOf returns the file err is about, where its chain names one
+// (failure.Locate): a cache object that fails its checksum or is missing,
+// a source shard that changed or vanished, a file that could not be read;
+// "" for errors about no file. The C ABI reports it by sz_last_error_file.
+func FileOf(err error) string {
+	file, _ := failure.Locate(err)
+	return file
+}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -11,6 +14,10 @@ import (
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/gpu"
 	"github.com/splitzip/splitzip/gpu/cuda"
+	"github.com/splitzip/splitzip/internal/cachetest"
+	"github.com/splitzip/splitzip/internal/fixture"
+	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 )
@@ -49,5 +56,69 @@ func TestStatusOf(t *testing.T) {
 		if got := StatusOf(c.err); got != c.want {
 			t.Errorf("%s: StatusOf(%v) = %d, want %d", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+// TestFileOf: the file an error of the loader is about, as
+// sz_last_error_file reports it: a damaged payload's object file (its
+// pack's, without the member's range) whether it was decoded or read
+// stored, an object file gone, a source shard gone; none for an error
+// about no file.
+func TestFileOf(t *testing.T) {
+	c, _ := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 9}, pipeline.CompressOptions{})
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var fixed, raw *Tensor
+	for i := range l.Tensors() {
+		tn := &l.Tensors()[i]
+		switch {
+		case tn.rec.Stored == shardcache.StoredFixed && fixed == nil:
+			fixed = tn
+		case tn.rec.Stored == shardcache.StoredRaw && raw == nil && tn.Size > 0:
+			raw = tn
+		}
+	}
+	if fixed == nil || raw == nil {
+		t.Fatal("the fixture has no fixed payload or no raw tensor")
+	}
+	loc, _, err := c.Locate(fixed.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(loc.Path, filepath.Join(c.Dir(), "objects")+string(filepath.Separator)) {
+		t.Fatalf("object %s lies outside %s/objects", loc.Path, c.Dir())
+	}
+	buf := make([]byte, fixed.Size)
+	restore := cachetest.Flip(t, c, fixed.Key, int64(fixed.Stored)/2, 0x40)
+	errHost := l.ReadHost(fixed.Index, buf)
+	_, errStored := l.ReadStored(fixed.Index, buf)
+	restore()
+	for what, err := range map[string]error{"ReadHost": errHost, "ReadStored": errStored} {
+		if StatusOf(err) != StatusCorrupt || FileOf(err) != loc.Path {
+			t.Errorf("%s of a damaged payload: %v (status %d), file %q; want corrupt in %s", what, err, StatusOf(err), FileOf(err), loc.Path)
+		}
+	}
+	if err := l.ReadHost(fixed.Index, buf[:1]); StatusOf(err) != StatusTooSmall || FileOf(err) != "" {
+		t.Errorf("a buffer too small: %v, file %q; want no file", err, FileOf(err))
+	}
+	if _, err := l.FindName("no.such.tensor"); FileOf(err) != "" {
+		t.Errorf("a missing tensor: %v, file %q; want no file", err, FileOf(err))
+	}
+
+	if err := os.Rename(raw.Shard, raw.Shard+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	err = l.ReadHost(raw.Index, make([]byte, raw.Size))
+	os.Rename(raw.Shard+".moved", raw.Shard)
+	if StatusOf(err) != StatusSourceChanged || FileOf(err) != raw.Shard {
+		t.Errorf("a raw tensor of a missing shard: %v (status %d), file %q; want source changed in %s", err, StatusOf(err), FileOf(err), raw.Shard)
+	}
+
+	cachetest.Remove(t, c, fixed.Key)
+	if err := l.ReadHost(fixed.Index, buf); StatusOf(err) != StatusCorrupt || FileOf(err) != loc.Path {
+		t.Errorf("a payload whose file is gone: %v (status %d), file %q; want corrupt in %s", err, StatusOf(err), FileOf(err), loc.Path)
 	}
 }

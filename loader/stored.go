@@ -53,11 +53,12 @@ func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
 	}
 	// Read straight into dst, then checked there.
 	p := dst[:n]
-	if _, err := l.readObject(t, p); err != nil {
+	name, err := l.readObject(t, p)
+	if err != nil {
 		return n, err
 	}
 	if err := checkStored(k, p, t.Size); err != nil {
-		return n, fmt.Errorf("tensor %q: %w", t.Name, err)
+		return n, fileError(t, name, err)
 	}
 	return n, nil
 }
@@ -71,9 +72,17 @@ func (l *Loader) readObject(t *Tensor, p []byte) (string, error) {
 	}
 	defer f.Close()
 	if _, err := io.ReadFull(f, p); err != nil {
-		return f.Name(), fmt.Errorf("tensor %q: %s: %w", t.Name, f.Name(), err)
+		return f.Name(), fileError(t, f.Name(), err)
 	}
 	return f.Name(), nil
+}
+
+// fileError is err of tensor t found in file (a cache object, "path" or
+// "path[offset:+size]" for a pack member, or a source shard), reading
+// `tensor "NAME": FILE: ...`. The file starts an error of its own in the
+// chain, so that FileOf (failure.Locate) finds it.
+func fileError(t *Tensor, file string, err error) error {
+	return fmt.Errorf("tensor %q: %w", t.Name, fmt.Errorf("%s: %w", file, err))
 }
 
 // checkStored checks a whole payload of kind (shardcache.Stored*) that

@@ -38,6 +38,9 @@ var (
 	// ErrBlob: a blob's bytes are not what the manifest says (size or
 	// digest), or the manifest and the index disagree.
 	ErrBlob = errors.New("blob does not match the manifest")
+	// ErrNotFound: the reference names no manifest (a tag not pushed
+	// yet); Stat's.
+	ErrNotFound = errors.New("no artifact at the reference")
 	// ErrReference: a reference that names no repository and tag or
 	// digest (a command-line mistake).
 	ErrReference = errors.New("not a registry reference")

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/registry"
 
+	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -442,9 +443,10 @@ func TestPushRefusesCacheWithSource(t *testing.T) {
 	}
 }
 
-// TestPullNotArtifact: an image that is not a splitzip cache is refused.
-func TestPullNotArtifact(t *testing.T) {
-	_, host := serve(t)
+// putImage tags an image manifest, not a splitzip cache's, as m/x:1 in
+// the registry at host.
+func putImage(t *testing.T, host string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPut, "http://"+host+"/v2/m/x/manifests/1", strings.NewReader(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","size":2,"digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"},"layers":[]}`))
 	req.Header.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 	resp, err := http.DefaultClient.Do(req)
@@ -453,7 +455,56 @@ func TestPullNotArtifact(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+}
+
+// TestPullNotArtifact: an image that is not a splitzip cache is refused.
+func TestPullNotArtifact(t *testing.T) {
+	_, host := serve(t)
+	putImage(t, host)
 	if _, err := Pull(context.Background(), host+"/m/x:1", filepath.Join(t.TempDir(), "c"), opts()); !errors.Is(err, ErrNotArtifact) {
 		t.Fatalf("pull of an image: %v", err)
+	}
+}
+
+// TestStat: Stat of a reference that names nothing yet is ErrNotFound (a
+// new repository, a new tag of one, a new layout, a new tag of one); of
+// a pushed cache it gives the push's digest, blobs and checkpoints; of
+// an image, ErrNotArtifact. On the in-process registry and an S3 layout.
+func TestStat(t *testing.T) {
+	ctx := context.Background()
+	cache := compress(t, t.TempDir(), synth.Config{Bytes: 1 << 20, Shards: 2, Seed: 5})
+	for _, c := range []struct {
+		name  string
+		start func(t *testing.T) (repo string, o Options)
+	}{
+		{"registry", func(t *testing.T) (string, Options) { _, host := serve(t); return host + "/m/x", opts() }},
+		{"s3", func(t *testing.T) (string, Options) {
+			srv := s3test.Start(t)
+			srv.Bucket(t, "models")
+			return "s3://models/x", s3Options(srv)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			repo, o := c.start(t)
+			if _, err := Stat(ctx, repo+":v1", o); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("stat of a new repository: %v", err)
+			}
+			pr, err := Push(ctx, cache, repo+":v1", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Stat(ctx, repo+":v2", o); !errors.Is(err, ErrNotFound) {
+				t.Errorf("stat of a new tag: %v", err)
+			}
+			a, err := Stat(ctx, repo+":v1", o)
+			if err != nil || a.Digest != pr.Digest || a.Blobs != pr.Blobs-1 || len(a.Sources) != 1 {
+				t.Errorf("stat of the pushed tag: %+v, %v; push %+v", a, err, pr)
+			}
+		})
+	}
+	_, host := serve(t)
+	putImage(t, host)
+	if _, err := Stat(ctx, host+"/m/x:1", opts()); !errors.Is(err, ErrNotArtifact) || errors.Is(err, ErrNotFound) {
+		t.Errorf("stat of an image: %v", err)
 	}
 }

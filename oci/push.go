@@ -74,6 +74,7 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 	if err != nil {
 		return PushResult{}, err
 	}
+	defer c.Close()
 	if err := c.CheckSelfContained(); err != nil {
 		return PushResult{}, fmt.Errorf("%s: %w (compress it with --self-contained to push it)", dir, err)
 	}

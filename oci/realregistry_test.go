@@ -2,83 +2,19 @@ package oci
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/splitzip/splitzip/internal/regtest"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/shardcache"
 )
-
-// registryBin is the environment variable naming the CNCF Distribution
-// registry binary (Debian's docker-registry) for TestRealRegistry; make
-// test installs the package and sets it.
-const registryBin = "SPLITZIP_REGISTRY_BIN"
-
-// realRegistry runs the registry at bin on a free loopback port, storing
-// in store, until the test ends or stop is called; it returns its host.
-func realRegistry(t *testing.T, bin, store string) (host string, stop func()) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host = l.Addr().String()
-	l.Close()
-	cfg := filepath.Join(t.TempDir(), "config.yml")
-	conf := fmt.Sprintf("version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n", store, host)
-	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(t.TempDir(), "registry.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", cfg)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	t.Cleanup(func() {
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("registry log (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
-		}
-	})
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}
-	t.Cleanup(stop)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + host + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			return host, stop
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer on %s in 20 s: %v", bin, host, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // TestRealRegistry pushes and pulls through the CNCF Distribution
 // registry (a separate process on loopback): the round trip is byte for
@@ -86,13 +22,10 @@ func realRegistry(t *testing.T, bin, store string) (host string, stop func()) {
 // away mid-pull fails, leaves no checkpoint in the cache, and completes
 // once the registry is back, fetching only what it lacked.
 func TestRealRegistry(t *testing.T) {
-	bin := os.Getenv(registryBin)
-	if bin == "" {
-		t.Skipf("%s is not set (make test installs Debian's docker-registry and sets it)", registryBin)
-	}
+	bin := regtest.Bin(t)
 	dir := t.TempDir()
 	store := filepath.Join(dir, "store")
-	host, stop := realRegistry(t, bin, store)
+	host, stop := regtest.Run(t, bin, store)
 	cache := compress(t, dir, synth.Config{Mix: 120, Shards: 2, Seed: 9})
 	ref := host + "/splitzip/mix:v1"
 	pr, err := Push(context.Background(), cache, ref, opts())
@@ -147,7 +80,7 @@ func TestRealRegistry(t *testing.T) {
 	if c, err := shardcache.Open(out2); err == nil && len(c.Index().Sources) != 0 {
 		t.Fatal("an interrupted pull left a checkpoint in the cache")
 	}
-	host2, _ := realRegistry(t, bin, store)
+	host2, _ := regtest.Run(t, bin, store)
 	res, err := Pull(context.Background(), strings.Replace(ref, host, host2, 1), out2, opts())
 	if err != nil {
 		t.Fatal(err)

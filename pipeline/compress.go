@@ -119,9 +119,13 @@ type CompressResult struct {
 	// StrayFiles are files in the cache's objects/ and tmp/ that its index
 	// does not name (a killed run's objects; gc removes them), StrayBytes
 	// their bytes.
-	StrayFiles int           `json:"stray_files,omitempty"`
-	StrayBytes uint64        `json:"stray_bytes,omitempty"`
-	Duration   time.Duration `json:"duration_ns"`
+	StrayFiles int    `json:"stray_files,omitempty"`
+	StrayBytes uint64 `json:"stray_bytes,omitempty"`
+	// Mended lists the objects the cache held that were missing, cut
+	// short or damaged (as verify reports them) and that this run
+	// stored again: compressing a checkpoint again mends its objects.
+	Mended   []Mended      `json:"mended,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
 }
 
 // validate checks the options before any work or output, wrapping
@@ -211,6 +215,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 		w.Close()
 	}()
 	w.SetNoSync(opts.NoSync)
+	w.SetPayloadCheck(CheckStoredPayload)
 	switch {
 	case opts.PackMax < 0:
 		w.SetPackMax(0)
@@ -273,6 +278,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	// What a killed run left is not this run's to remove (gc does), but
 	// it is said: a note, so an error counting it is not the run's.
 	res.StrayFiles, res.StrayBytes, _ = w.Strays()
+	res.Mended = mended(w)
 	res.Duration = time.Since(start)
 	return res, nil
 }
@@ -422,7 +428,10 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*
 			if t.Stored == shardcache.StoredEntropy {
 				tot.EntropyTensors++
 			}
-			o, _ := w.Has(t.Key)
+			o, ok := w.Has(t.Key)
+			if !ok {
+				return fmt.Errorf("%s: tensor %s: payload %s: not stored", j.s.Path, t.Name, t.Key)
+			}
 			stored = o.Size
 			if j.kept[i] {
 				tot.KeptTensors++

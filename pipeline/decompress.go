@@ -52,6 +52,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	mem, err := newBudget(opts.Memory)
 	if err != nil {
 		return nil, err

@@ -118,7 +118,9 @@ func TestEntropyCodecs(t *testing.T) {
 					t.Errorf("%s: %d bits of %d stored bytes, bound %.3f: %+v", d.DType, e.Bits, entropyStored(ins, d.DType), e.BoundBits, e)
 				}
 			}
-			// gc keeps every payload the source uses.
+			// gc keeps every payload the source uses (and runs with no
+			// reader holding the cache: ca is opened again after it).
+			ca.Close()
 			w, err := shardcache.Create(cache)
 			if err != nil {
 				t.Fatal(err)
@@ -129,6 +131,10 @@ func TestEntropyCodecs(t *testing.T) {
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
 			}
+			if ca, err = shardcache.Open(cache); err != nil {
+				t.Fatal(err)
+			}
+			defer ca.Close()
 			// With the source gone: against the content keys, and restored.
 			moved := filepath.Join(dir, "moved")
 			if err := os.Rename(src, moved); err != nil {

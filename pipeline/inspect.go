@@ -133,6 +133,7 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	if err := c.RequireCheckpoint(); err != nil {
 		return nil, err
 	}

@@ -72,6 +72,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	if opts.Jobs < 0 {
 		return nil, fmt.Errorf("%w: jobs must be at least 1, got %d", ErrOption, opts.Jobs)
 	}

@@ -68,6 +68,8 @@ type Cache struct {
 	shards map[*Shard]struct{}
 	slices map[sliceKey][]SliceHit
 	byName map[string][]SliceHit
+	// rlock holds the readers lock of a local cache from Open to Close.
+	rlock *os.File
 }
 
 type sliceKey struct {
@@ -130,7 +132,10 @@ func (c *Cache) LookupSpec(ref any, shard string, offset, size uint64) (SliceHit
 	return c.LookupSlice(shard, offset, size)
 }
 
-// Open opens the cache in dir for reading and checks its index.
+// Open opens the cache in dir for reading and checks its index. It holds
+// the cache's readers lock shared until Close, so that gc removes nothing
+// meanwhile; while a gc runs it waits for it to finish (up to two
+// minutes, then ErrLocked).
 func Open(dir string) (*Cache, error) {
 	path := filepath.Join(dir, IndexName)
 	st, err := os.Stat(path)
@@ -155,15 +160,31 @@ func Open(dir string) (*Cache, error) {
 	if st.Size() > maxIndexSize {
 		return nil, fmt.Errorf("%s: %w: %d bytes", path, ErrIndexCorrupt, st.Size())
 	}
+	// The lock before the index: a gc that ran between reading the
+	// index and locking could have removed what it names.
+	lock, err := readLock(dir)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := readIndex(path)
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, err
+	}
+	c := newCache(dir, ix)
+	c.rlock = lock
+	return c, nil
+}
+
+// readIndex reads and checks the index file at path.
+func readIndex(path string) (*Index, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	ix, err := unmarshalIndex(b, path)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(dir, ix), nil
+	return unmarshalIndex(b, path)
 }
 
 func newCache(dir string, ix *Index) *Cache { return newCacheAt(dir, ix, nil) }

@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -132,7 +133,8 @@ func planGC(ix *Index) gcPlan {
 // removed ones is rewritten with the used ones only. The index is
 // committed first, so a crash midway leaves only unreferenced files. With
 // dryRun it only counts (DryRunGC counts without opening a Writer, which
-// writes the marker and the lock file).
+// writes the marker and the lock file). While another process has the
+// cache open for reading (Open) it is ErrInUse and removes nothing.
 func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	if err := refuseUncommitted(w.dir); err != nil {
 		return GCResult{}, err
@@ -151,6 +153,12 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 		res.Bytes += bytes
 		return res, err
 	}
+	rlock, err := gcLock(w.dir)
+	if err != nil {
+		w.mu.Unlock()
+		return res, err
+	}
+	defer rlock.Close()
 	if err := w.unpackLive(pl.used, pl.live, pl.dead); err != nil {
 		w.mu.Unlock()
 		return res, err
@@ -169,7 +177,7 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	w.mu.Lock()
 	keep := knownFiles(w.dir, w.ix)
 	w.mu.Unlock()
-	err := walkStrays(w.dir, keep, func(p string, size int64) error {
+	err = walkStrays(w.dir, keep, func(p string, size int64) error {
 		if !known[p] {
 			res.Files++
 			res.Bytes += uint64(size)
@@ -255,6 +263,7 @@ func DryRunGC(dir string, forget []string) (GCResult, error) {
 	var ix *Index
 	switch c, err := Open(dir); {
 	case err == nil:
+		c.Close() // the writer lock, held shared, keeps the index as it is
 		ix = c.ix
 	case errors.Is(err, ErrNotCache) && IsCache(dir):
 		if err := refuseUncommitted(dir); err != nil {
@@ -368,6 +377,11 @@ func (w *Writer) unpackLive(used, live, dead map[Key]bool) error {
 		b := make([]byte, o.Size)
 		if _, err := f.ReadAt(b, int64(o.Offset)); err != nil {
 			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		name := fmt.Sprintf("%s[%d:+%d]", f.Name(), o.Offset, o.Size)
+		if err := checkContent(name, k, o, bytes.NewReader(b), w.check); err != nil {
+			return fmt.Errorf("%w; gc copies the members of this pack still in use into a new one, and refuses a damaged one: nothing was removed "+
+				"(compressing its checkpoint again, or pulling it again, stores it anew; then run gc)", err)
 		}
 		tmp, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestUncommittedObjectsRemoved: a writer closed without a Commit (a
@@ -296,5 +297,68 @@ func TestCreateRemovesLeftovers(t *testing.T) {
 	}
 	if _, err := os.Stat(o.Name()); err != nil {
 		t.Errorf("a refused writer removed the live writer's temporary file: %v", err)
+	}
+}
+
+// TestGCWaitsForReaders: gc refuses a cache another reader has open
+// (ErrInUse) and removes nothing; once the reader closes it, gc runs. A
+// reader that opens the cache while gc holds it waits for it to finish.
+func TestGCWaitsForReaders(t *testing.T) {
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100, 200)
+	w.SetSource(a)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := countFiles(t, filepath.Join(dir, "objects"))
+	w, err = Create(dir) // writers and readers do not exclude each other
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Forget("/a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.GC(false); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("gc while a reader has the cache open: %v, want ErrInUse", err)
+	}
+	if n := countFiles(t, filepath.Join(dir, "objects")); n != before || n == 0 {
+		t.Fatalf("%d object files after the refused gc, %d before", n, before)
+	}
+	if _, _, err := c.ReadObject(a.Shards[0].Tensors[0].Key); err != nil {
+		t.Fatalf("the reader after the refused gc: %v", err)
+	}
+	c.Close()
+	// gc holds the readers lock while it works: a reader that comes
+	// meanwhile waits.
+	lock, err := gcLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		c, err := Open(dir)
+		if err == nil {
+			c.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		t.Fatalf("Open while gc holds the cache returned at once: %v", err)
+	case <-time.After(5 * readPoll):
+	}
+	lock.Close()
+	if err := <-opened; err != nil {
+		t.Fatalf("Open after gc let go: %v", err)
+	}
+	res, err := w.GC(false)
+	w.Close()
+	if err != nil || res.Objects == 0 {
+		t.Fatalf("gc with no reader: %+v, %v", res, err)
 	}
 }

@@ -333,6 +333,7 @@ func (w *Writer) record(key Key, meta *Object) {
 		w.added[key] = true
 	}
 	w.ix.Objects[key] = meta
+	w.checked[key] = true // written by this writer: a damaged one replaced
 }
 
 // PackStats counts a cache's packs.

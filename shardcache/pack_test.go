@@ -202,6 +202,7 @@ func commitAndOpen(t *testing.T, w *Writer, dir string) *Cache {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -244,5 +245,109 @@ func TestEntropyIndexRejects(t *testing.T) {
 	plain.Sources = nil
 	if b, _ := marshalIndexJSON(plain); !bytes.Contains(b, []byte(`"version": 2,`)) {
 		t.Errorf("an index without entropy objects is not version 2: %.80s", b)
+	}
+}
+
+// TestGCRefusesDamagedMember: a pack gc would rewrite whose member still
+// in use is damaged is refused, naming the member, and the cache is left
+// as it was: the damaged bytes are not copied into a new pack, where they
+// would pass for good ones.
+func TestGCRefusesDamagedMember(t *testing.T) {
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
+	b, _ := packedSource(t, w, "/b", 2, 400, 500)
+	w.SetSource(a)
+	w.SetSource(b)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, _, err := c.Locate(b.Shards[0].Tensors[1].Key)
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(loc.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff, 0xee}, int64(loc.Offset)+7); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	before := snapshot(t, dir)
+	w, err = Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Forget("/a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.GC(false)
+	if !errors.Is(err, ErrObjectCorrupt) || !strings.Contains(err.Error(), loc.Name()) || !strings.Contains(err.Error(), "nothing was removed") {
+		t.Fatalf("gc of a pack with a damaged member in use: %v", err)
+	}
+	w.Close()
+	after := snapshot(t, dir)
+	for _, m := range []map[string]fileState{before, after} {
+		delete(m, filepath.Join(dir, LockName))
+		delete(m, filepath.Join(dir, "tmp")) // its time: the copies made and removed
+	}
+	sameSnapshot(t, "the refused gc", before, after)
+}
+
+// TestHasChecksEarlierRaw: a raw object an earlier run stored is not
+// reported stored when its bytes no longer hash to its key; putting it
+// again replaces it, and Mended names it.
+func TestHasChecksEarlierRaw(t *testing.T) {
+	w, dir := newWriter(t)
+	w.SetPackMax(0)
+	data := bytes.Repeat([]byte("splitzip"), 512)
+	key, err := w.PutBytes(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p, _ := objectPath(dir, key)
+	bad := bytes.Clone(data)
+	bad[100] ^= 1
+	if err := os.WriteFile(p, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err = Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, ok := w.Has(key); ok {
+		t.Fatal("Has trusts a damaged raw object")
+	}
+	if m := w.Mended(); !errors.Is(m[key], ErrObjectCorrupt) || !strings.Contains(m[key].Error(), p) {
+		t.Fatalf("Mended: %v", m)
+	}
+	if _, err := w.PutBytes(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.Has(key); !ok {
+		t.Fatal("the object written again is not stored")
+	}
+	w.Close()
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := c.ReadObject(key); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after putting it again: %v", err)
 	}
 }

@@ -63,6 +63,7 @@ func TestSingleFilesShareAFolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.Close()
 	srcs := c.Index().Sources
 	if len(srcs) != 2 || srcs[0].Path() != files[0] || srcs[1].Path() != files[1] {
 		var got []string

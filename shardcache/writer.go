@@ -37,6 +37,13 @@ type Writer struct {
 	// tmp/, which Create removed (GC reports them).
 	leftFiles int
 	leftBytes uint64
+	// checked holds the objects of earlier runs Has found intact;
+	// damaged, those it found missing, cut short or damaged (for a
+	// caller to store again), with what was wrong; check, the check of
+	// payloads' bytes (SetPayloadCheck).
+	checked map[Key]bool
+	damaged map[Key]error
+	check   PayloadCheck
 }
 
 // SetNoSync makes Commit skip flushing objects and the index to disk. A
@@ -117,6 +124,7 @@ func Create(dir string) (*Writer, error) {
 			lock.Close()
 			return nil, err
 		}
+		c.Close() // a writer only adds files: readers may come and go
 		// The statistics before anything changes the index, which
 		// Commit writes with them.
 		if err := c.ix.LoadStats(); err != nil {
@@ -125,7 +133,7 @@ func Create(dir string) (*Writer, error) {
 		}
 		ix = c.ix
 	}
-	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
+	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, checked: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
 	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
 	return w, nil
 }
@@ -212,7 +220,10 @@ func (w *Writer) Earlier(key Key) bool {
 }
 
 // Has reports whether the object with key is stored, so it need not be
-// written again.
+// written again. An object an earlier run stored (Earlier) is checked
+// once before it is trusted (Writer.checkEarlier): one that is missing,
+// cut short or damaged is not stored, so the caller writes it again and
+// its Commit replaces the damaged one (Mended counts them).
 func (w *Writer) Has(key Key) (*Object, bool) {
 	w.mu.Lock()
 	if p, ok := w.pending[key]; ok {
@@ -220,25 +231,26 @@ func (w *Writer) Has(key Key) (*Object, bool) {
 		return p.meta, true
 	}
 	o, ok := w.ix.Objects[key]
-	file, size := key, uint64(0)
-	if ok {
-		size = o.Size
-		if o.Pack != "" {
-			file, size = o.Pack, w.ix.Objects[o.Pack].Size
-		}
-	}
+	trusted := w.added[key] || w.checked[key]
 	w.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	p, err := objectPath(w.dir, file)
-	if err != nil {
+	if trusted {
+		return o, true
+	}
+	if err := w.checkEarlier(key, o); err != nil {
+		w.mu.Lock()
+		if w.damaged == nil {
+			w.damaged = map[Key]error{}
+		}
+		w.damaged[key] = err
+		w.mu.Unlock()
 		return nil, false
 	}
-	st, err := os.Stat(p)
-	if err != nil || uint64(st.Size()) != size {
-		return nil, false
-	}
+	w.mu.Lock()
+	w.checked[key] = true
+	w.mu.Unlock()
 	return o, true
 }
 
@@ -485,6 +497,11 @@ func (w *Writer) Commit() (err error) {
 		return err
 	}
 	clear(w.added)
+	// A cache with an index has readers, and their lock (a cache of an
+	// older build gets it here).
+	if err := makeReaders(w.dir); err != nil {
+		return err
+	}
 	if w.noSync {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -365,5 +366,29 @@ func TestMovedSourceHint(t *testing.T) {
 		if code, _, e := splitzip(t, args...); code != exitInput || !strings.Contains(e, "pass --source DIR") || !strings.Contains(e, "splitzip relocate") {
 			t.Errorf("%v with the source moved: exit %d, %q", args, code, e)
 		}
+	}
+}
+
+// TestGCRefusedWhileRead: gc of a cache another reader has open (a load,
+// say) exits with the resource code, says why, and removes nothing; it
+// runs once the reader is done.
+func TestGCRefusedWhileRead(t *testing.T) {
+	ck, cache := compressed(t, t.TempDir())
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, e := splitzip(t, "gc", "--forget", ck, cache)
+	if code != failure.Resource.ExitCode() || !strings.Contains(e, "open in a process that reads it") {
+		t.Fatalf("gc while a reader has the cache open: exit %d, %q", code, e)
+	}
+	again, err := shardcache.Open(cache)
+	if err != nil || len(again.Index().Sources) != 1 {
+		t.Fatalf("the cache after the refused gc: %v", err)
+	}
+	again.Close()
+	c.Close()
+	if code, out, e := splitzip(t, "gc", "--forget", ck, cache); code != 0 || !strings.Contains(out, "removed") {
+		t.Fatalf("gc with no reader: exit %d, %q %q", code, out, e)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -58,7 +59,13 @@ CACHE may be remote: s3://bucket/prefix[:tag] or oci://registry/repository:tag.
 The cache is then written self-contained into --local-cache (kept) or a
 temporary folder (removed), and pushed there when it is whole: blobs the
 bucket or registry holds already are not sent again (push's help says
-more).`,
+more). As with a local cache, the checkpoint is added to what the tag
+holds: a tag that exists is pulled into that folder first (fetching what
+the folder lacks: all of it into a temporary folder, nothing into a kept
+--local-cache that holds it), so the push keeps its checkpoints beside the
+new one; a checkpoint compressed again replaces its own record. A tag that
+holds something other than a splitzip cache is refused, not replaced. Two
+runs onto one tag at once: the last push wins.`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runCompress(cmd.Context(), g, o, a[0])
@@ -116,12 +123,27 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		}
 	}
 	out, done := o.Output, func() {}
+	var existing *tagBase
 	if isRemote(o.Output) {
+		// The source first: a mistyped one fails before a pull of the
+		// tag's checkpoints.
+		if _, err := os.Stat(src); err != nil {
+			return err
+		}
 		if out, done, err = o.local("compress"); err != nil {
 			return err
 		}
 		defer done()
 		o.SelfContained = true // a remote cache loads without the source
+		// The tag's checkpoints join the local cache first: the push
+		// replaces the tag's manifest with the local cache's.
+		pulled, err := o.base(ctx, g, o.Output, out, o.NoSync || o.LocalCache == "")
+		if err != nil {
+			return err
+		}
+		if pulled != nil {
+			existing = &tagBase{PullResult: *pulled}
+		}
 	}
 	res, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{
 		Output: out, Jobs: o.Jobs, MinSaving: o.MinSaving, SelfContained: o.SelfContained, NoSync: o.NoSync, Memory: mem, Progress: g.progress(),
@@ -129,6 +151,9 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	})
 	if err != nil {
 		return err
+	}
+	if existing != nil {
+		existing.split(out, src)
 	}
 	var pushed *oci.PushResult
 	if isRemote(o.Output) {
@@ -139,14 +164,15 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		pushed = &pr
 	}
 	if g.JSON {
-		// One document: a remote cache's push rides in the summary.
+		// One document: a remote cache's pull and push ride in the summary.
 		return printJSON(g.stdout, "compress_summary", struct {
 			*pipeline.CompressResult
-			Push *oci.PushResult `json:"push,omitempty"`
+			Existing *tagBase        `json:"existing,omitempty"`
+			Push     *oci.PushResult `json:"push,omitempty"`
 			// The lines the text output gives on stderr.
 			Hint string `json:"hint,omitempty"`
 			Note string `json:"note,omitempty"`
-		}{res, pushed, strings.TrimPrefix(codecHint(res.DTypes), "hint: "), strings.TrimPrefix(keptNote(res.Totals), "note: ")})
+		}{res, existing, pushed, strings.TrimPrefix(codecHint(res.DTypes), "hint: "), strings.TrimPrefix(keptNote(res.Totals), "note: ")})
 	}
 	if len(res.Unindexed) > 0 {
 		fmt.Fprintf(g.stderr, "note: %s in %s not named by its index (%s): not compressed (compress a file by its path to keep it too)\n",
@@ -166,14 +192,68 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if n := keptNote(res.Totals); n != "" {
 		fmt.Fprintln(g.stderr, n)
 	}
+	if n := len(res.Mended); n > 0 {
+		fmt.Fprintf(g.stderr, "note: the cache held %s that %s missing, cut short or damaged; this run stored %s again (first: %s)\n",
+			count(n, "object"), map[bool]string{true: "was", false: "were"}[n == 1], map[bool]string{true: "it", false: "them"}[n == 1], res.Mended[0].Error)
+	}
 	if res.StrayFiles > 0 {
 		fmt.Fprintf(g.stderr, "note: the cache holds %s (%s) its index does not name, left by a run that was killed: 'splitzip gc %s' removes them\n",
 			count(res.StrayFiles, "file"), human(res.StrayBytes), out)
+	}
+	if existing != nil {
+		existing.print(g, o.Output)
 	}
 	if pushed != nil {
 		printPushed(g, "the cache", *pushed)
 	}
 	return nil
+}
+
+// tagBase is what a remote cache's tag held before compress added a
+// checkpoint to it: the artifact pulled into the local cache first, the
+// checkpoints of it that the push keeps beside the new one, and the one
+// compressed again, whose record the new one replaces.
+type tagBase struct {
+	oci.PullResult
+	Kept     []string `json:"kept"`
+	Replaced string   `json:"replaced,omitempty"`
+}
+
+// split sorts the tag's checkpoints into kept and replaced by the path
+// that identifies the checkpoint src compressed into the cache dir.
+func (b *tagBase) split(dir, src string) {
+	var path string
+	if c, err := shardcache.Open(dir); err == nil {
+		if i, err := c.Index().SourceFor(src); err == nil {
+			path = c.Index().Sources[i].Path()
+		}
+		c.Close()
+	}
+	b.Kept = []string{}
+	for _, s := range b.Sources {
+		if s == path {
+			b.Replaced = s
+		} else {
+			b.Kept = append(b.Kept, s)
+		}
+	}
+}
+
+// print says what the tag held and what of it the push keeps.
+func (b *tagBase) print(g *globals, cache string) {
+	var parts []string
+	if len(b.Kept) > 0 {
+		parts = append(parts, fmt.Sprintf("kept %s already at %s (%s)", count(len(b.Kept), "checkpoint"), cache, strings.Join(b.Kept, ", ")))
+	}
+	if b.Replaced != "" {
+		parts = append(parts, fmt.Sprintf("replaced %s at %s (compressed again)", b.Replaced, cache))
+	}
+	rest := ""
+	if b.Fetched < b.Blobs {
+		rest = " (the local cache had the rest)"
+	}
+	fmt.Fprintf(g.stdout, "%s: pulled %s first, fetched %s, %s of %s%s\n", strings.Join(parts, "; "), b.Digest,
+		count(b.Fetched, "blob"), human(b.FetchedBytes), human(b.Bytes), rest)
 }
 
 // dtypeBits lists what the cache stores of a value of each float dtype,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -50,18 +51,21 @@ func runGC(g *globals, o gcOptions, dir string) error {
 	}
 	// One checkpoint named twice (its folder and its index, say) is
 	// forgotten once.
-	if c, err := shardcache.Open(dir); err == nil && len(o.Forget) > 1 {
-		seen := map[int]bool{}
-		var once []string
-		for _, f := range o.Forget {
-			i, err := c.Index().SourceFor(f)
-			if err == nil && seen[i] {
-				continue
+	if len(o.Forget) > 1 {
+		if c, err := shardcache.Open(dir); err == nil {
+			c.Close() // its index is all this reads; gc takes the cache from readers
+			seen := map[int]bool{}
+			var once []string
+			for _, f := range o.Forget {
+				i, err := c.Index().SourceFor(f)
+				if err == nil && seen[i] {
+					continue
+				}
+				seen[i] = err == nil
+				once = append(once, f)
 			}
-			seen[i] = err == nil
-			once = append(once, f)
+			o.Forget = once
 		}
-		o.Forget = once
 	}
 	res, err := gc(o, dir)
 	if err != nil {
@@ -96,15 +100,18 @@ func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
 	}
 	if !shardcache.IsCache(dir) {
 		// Open says why: missing, not a directory, or not a cache.
-		if _, err := shardcache.Open(dir); err != nil {
+		c, err := shardcache.Open(dir)
+		if err != nil {
 			return shardcache.GCResult{}, err
 		}
+		c.Close()
 	}
 	w, err := shardcache.Create(dir)
 	if err != nil {
 		return shardcache.GCResult{}, err
 	}
 	defer w.Close()
+	w.SetPayloadCheck(pipeline.CheckStoredPayload) // the members a repack copies
 	for _, p := range o.Forget {
 		if err := w.Forget(p); err != nil {
 			return shardcache.GCResult{}, err

@@ -63,6 +63,7 @@ func runPlan(ctx context.Context, g *globals, o planOptions, dir string) error {
 	if err != nil {
 		return err
 	}
+	defer c.Close()
 	src, err := c.PickSource(o.Source)
 	if err != nil {
 		return err

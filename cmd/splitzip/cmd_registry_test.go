@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,10 +15,15 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/splitzip/splitzip/internal/failure"
+	"github.com/splitzip/splitzip/internal/regtest"
+	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/oci"
 )
 
@@ -122,5 +128,177 @@ func decompressesTo(t *testing.T, cache, out, ck string) {
 		if err != nil || string(a) != string(b) {
 			t.Errorf("%s: restored differs (%v)", en.Name(), err)
 		}
+	}
+}
+
+// TestCompressOntoTag: compress -o onto a tag that holds a checkpoint
+// adds the new one beside it, as compress -o DIR does (the tag then pulls
+// both, and each verifies and decompresses without its source; the blobs
+// already there are not sent again); compressing one of them again leaves
+// one record of it; --local-cache is the folder the tag is pulled into,
+// so a second run fetches nothing; and a tag that holds another kind of
+// artifact is refused, not replaced. On the in-process registry, the CNCF
+// Distribution registry (docker-registry) and an S3 layout.
+func TestCompressOntoTag(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		start func(t *testing.T) (ref string, flags []string)
+	}{
+		{"registry", func(t *testing.T) (string, []string) {
+			s := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+			t.Cleanup(s.Close)
+			return "oci://" + strings.TrimPrefix(s.URL, "http://") + "/models/multi:v1", []string{"--insecure"}
+		}},
+		{"docker-registry", func(t *testing.T) (string, []string) {
+			return "oci://" + regtest.Start(t) + "/models/multi:v1", []string{"--insecure"}
+		}},
+		{"s3", func(t *testing.T) (string, []string) {
+			srv := s3test.Start(t)
+			srv.Bucket(t, "models")
+			return "s3://models/multi:v1", []string{"--endpoint-url", srv.Endpoint}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ref, flags := c.start(t)
+			compressOntoTag(t, ref, flags)
+		})
+	}
+}
+
+// compressSummary is what TestCompressOntoTag reads of compress --json.
+type compressSummary struct {
+	Type     string `json:"message_type"`
+	Existing *struct {
+		Digest  string   `json:"digest"`
+		Blobs   int      `json:"blobs"`
+		Fetched int      `json:"fetched_blobs"`
+		Sources []string `json:"sources"`
+		Kept    []string `json:"kept"`
+		Seen    string   `json:"replaced"`
+	} `json:"existing"`
+	Push struct {
+		Digest   string `json:"digest"`
+		Blobs    int    `json:"blobs"`
+		Uploaded int    `json:"uploaded_blobs"`
+	} `json:"push"`
+}
+
+func compressOntoTag(t *testing.T, ref string, flags []string) {
+	dir := t.TempDir()
+	cks := [2]string{filepath.Join(dir, "a"), filepath.Join(dir, "b")}
+	for i, ck := range cks {
+		if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "2", "--seed", fmt.Sprint(i+1)); code != 0 {
+			t.Fatalf("gen: %d %s", code, e)
+		}
+	}
+	compress := func(ck string, more ...string) compressSummary {
+		t.Helper()
+		code, out, e := splitzip(t, append(append([]string{"compress", ck, "-o", ref, "--no-sync", "--json"}, flags...), more...)...)
+		var s compressSummary
+		if err := json.Unmarshal([]byte(out), &s); code != 0 || err != nil || s.Type != "compress_summary" {
+			t.Fatalf("compress %s -o %s: exit %d (%v): %s %s", ck, ref, code, err, out, e)
+		}
+		return s
+	}
+	// sources pulls the tag into a new folder and returns its checkpoints.
+	sources := func(into string) []string {
+		t.Helper()
+		code, out, e := splitzip(t, append([]string{"pull", ref, into, "--json"}, flags...)...)
+		var p struct{ Sources []string }
+		if err := json.Unmarshal([]byte(out), &p); code != 0 || err != nil {
+			t.Fatalf("pull %s: exit %d (%v): %s %s", ref, code, err, out, e)
+		}
+		return p.Sources
+	}
+	// A new tag, as before.
+	first := compress(cks[0])
+	if first.Existing != nil || first.Push.Uploaded == 0 {
+		t.Fatalf("compress onto a new tag: existing %+v, push %+v", first.Existing, first.Push)
+	}
+	// The second checkpoint joins the first.
+	second := compress(cks[1])
+	if e := second.Existing; e == nil || e.Digest != first.Push.Digest || len(e.Kept) != 1 || !strings.HasPrefix(e.Kept[0], cks[0]) || e.Seen != "" {
+		t.Fatalf("compress of a second checkpoint onto the tag: existing %+v", e)
+	}
+	if p := second.Push; p.Uploaded == 0 || p.Uploaded >= p.Blobs {
+		t.Errorf("second push uploaded %d of %d blobs: want only the new checkpoint's", p.Uploaded, p.Blobs)
+	}
+	pulled := filepath.Join(dir, "pulled")
+	if got := sources(pulled); len(got) != 2 {
+		t.Fatalf("the tag holds %q after two checkpoints", got)
+	}
+	for _, ck := range cks {
+		if err := os.Rename(ck, ck+".gone"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out, e := splitzip(t, "verify", pulled); code != 0 {
+		t.Fatalf("verify of both checkpoints without their sources: %d %s %s", code, out, e)
+	}
+	for i, ck := range cks {
+		restored := filepath.Join(dir, fmt.Sprint("restored", i))
+		if code, _, e := splitzip(t, "decompress", pulled, "-o", restored, "--source", ck); code != 0 {
+			t.Fatalf("decompress --source %s: %d %s", ck, code, e)
+		}
+		ents, _ := os.ReadDir(ck + ".gone")
+		for _, en := range ents {
+			a, _ := os.ReadFile(filepath.Join(ck+".gone", en.Name()))
+			b, err := os.ReadFile(filepath.Join(restored, en.Name()))
+			if err != nil || !bytes.Equal(a, b) {
+				t.Errorf("%s of %s: restored differs (%v)", en.Name(), ck, err)
+			}
+		}
+		if err := os.Rename(ck+".gone", ck); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first again, into a kept local cache: its record is replaced,
+	// the other kept; a second run finds the local cache whole.
+	local := filepath.Join(dir, "local")
+	code, out, e := splitzip(t, append([]string{"compress", cks[0], "-o", ref, "--no-sync", "--local-cache", local}, flags...)...)
+	if code != 0 || !strings.Contains(out, "kept 1 checkpoint already at "+ref+" ("+cks[1]) || !strings.Contains(out, "replaced "+cks[0]) {
+		t.Fatalf("compress of the first checkpoint again: %d %s %s", code, out, e)
+	}
+	again := compress(cks[0], "--local-cache", local)
+	if x := again.Existing; x == nil || x.Fetched != 0 || x.Blobs == 0 || len(x.Kept) != 1 || !strings.HasPrefix(x.Kept[0], cks[1]) || !strings.HasPrefix(x.Seen, cks[0]) {
+		t.Errorf("compress again with --local-cache: existing %+v", x)
+	}
+	if again.Push.Uploaded != 0 {
+		t.Errorf("compress of a checkpoint the tag holds uploaded %d blobs", again.Push.Uploaded)
+	}
+	if got := sources(filepath.Join(dir, "pulled2")); len(got) != 2 {
+		t.Errorf("the tag holds %q after a checkpoint compressed again", got)
+	}
+}
+
+// TestCompressOntoForeignTag: a tag that holds an artifact other than a
+// splitzip cache (an image) is refused with the input exit code, and the
+// tag still names the image.
+func TestCompressOntoForeignTag(t *testing.T) {
+	s := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer s.Close()
+	ref := strings.TrimPrefix(s.URL, "http://") + "/models/image:v1"
+	img, err := random.Image(1024, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := img.Digest()
+	ck := filepath.Join(t.TempDir(), "ck")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	code, _, e := splitzip(t, "compress", ck, "-o", "oci://"+ref, "--insecure")
+	if code != exitInput || !strings.Contains(e, "not a splitzip cache artifact") || !strings.Contains(e, "name another tag") {
+		t.Errorf("compress onto an image's tag: exit %d, %s", code, e)
+	}
+	if d, err := remote.Head(r); err != nil || d.Digest != want {
+		t.Errorf("the tag names %v (%v), want the image %s", d, err, want)
 	}
 }

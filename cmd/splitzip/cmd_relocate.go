@@ -47,6 +47,7 @@ func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir 
 	if err != nil {
 		return err
 	}
+	c.Close() // its index is all relocate reads; the writer it opens next holds the cache
 	if err := shardcache.CheckOutside(cache, dir, "the source folder"); err != nil {
 		return err
 	}

@@ -140,6 +140,7 @@ func (h *crashHarness) checkCache(f *crashFindings, cache string, cps map[string
 		f.add("verify accepts a cache the library cannot open", fmt.Sprintf("%s; %v", detail, err))
 		return true
 	}
+	c.Close() // its index is all this reads
 	for _, s := range c.Index().Sources {
 		cp, ok := cps[s.Root]
 		if !ok {
@@ -412,6 +413,7 @@ func crashRelocate(t *testing.T, h *crashHarness, fx *crashFixture) {
 			f.add("a killed relocate leaves a cache that cannot be opened", fmt.Sprintf("%s; %v", detail, err))
 			continue
 		}
+		c.Close() // its index is all this reads
 		if srcs := c.Index().Sources; len(srcs) != 1 || (srcs[0].Root != fx.a.dir && srcs[0].Root != moved) {
 			f.add("a killed relocate records neither the old root nor the new one", fmt.Sprintf("%s; %d sources", detail, len(srcs)))
 		}

@@ -27,7 +27,7 @@ import (
 )
 
 // abiVersion is SPLITZIP_ABI_VERSION of capi/splitzip.h (a test checks).
-const abiVersion = 10
+const abiVersion = 11
 
 // version is the release; python/splitzip/_version.py says the same (a
 // test checks).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -108,6 +109,30 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	return dir, done, nil
 }
 
+// base pulls what a remote cache's tag holds into dir, the local folder
+// compress writes before it pushes, so that the push keeps the tag's
+// checkpoints beside the new one (a pull fetches only what dir lacks). It
+// returns nil when the tag names nothing yet; a tag that holds something
+// other than a splitzip cache is refused, never replaced.
+func (o remoteOptions) base(ctx context.Context, g *globals, cache, dir string, noSync bool) (*oci.PullResult, error) {
+	oo := o.oci(g)
+	_, err := oci.Stat(ctx, remoteRef(cache), oo)
+	switch {
+	case errors.Is(err, oci.ErrNotFound):
+		return nil, nil
+	case errors.Is(err, oci.ErrNotArtifact):
+		return nil, fmt.Errorf("%w; compress adds checkpoints to a splitzip cache and replaces nothing else: name another tag", err)
+	case err != nil:
+		return nil, registryError(err)
+	}
+	oo.NoSync = noSync
+	res, err := oci.Pull(ctx, remoteRef(cache), dir, oo)
+	if err != nil {
+		return nil, registryError(err)
+	}
+	return &res, nil
+}
+
 // open opens the cache a load reads: a local folder; a remote cache
 // pulled into --local-cache; or, without it, the remote cache read in
 // place (oci.Open: ranged GETs as the load reads, no local copy).
@@ -132,5 +157,5 @@ func (o remoteOptions) open(ctx context.Context, g *globals, cache string) (*sha
 		done()
 		return nil, nil, err
 	}
-	return c, done, nil
+	return c, func() { c.Close(); done() }, nil
 }

@@ -1,7 +1,9 @@
 package payload
 
 import (
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
@@ -150,4 +152,74 @@ func checkFixed(h *codec.Header, size uint64, sum uint32, decoded uint64) error 
 		values = decoded / 2
 	}
 	return codec.CheckPayload(h, size, sum, values)
+}
+
+// CheckFrom checks the payload of size bytes that r reads, a piece of
+// len(buf) bytes at a time (buf at least HeadBytes long), without
+// holding it whole: its head parsed (Parse, of the kind Sniff finds),
+// its checksum and tail checked (Check) against decoded bytes (0: not
+// checked), and its checksum against recorded, the one the cache's index
+// records (codec.CheckRecorded). A version 1 entropy payload, which has
+// no head Parse takes, is checked by its header's checksum. It returns
+// the payload's kind.
+func CheckFrom(r io.ReaderAt, size, decoded uint64, recorded uint32, buf []byte) (Kind, error) {
+	if len(buf) < HeadBytes {
+		return 0, fmt.Errorf("payload.CheckFrom: a buffer of %d bytes, short of HeadBytes", len(buf))
+	}
+	head := buf[:min(size, HeadBytes)]
+	if err := readFullAt(r, head, 0); err != nil {
+		return 0, err
+	}
+	k := Sniff(head)
+	h, err := Parse(k, head)
+	var v1 entropy.PayloadHeader // a version 1 entropy payload's header
+	if errors.Is(err, entropy.ErrNoRecords) {
+		v1, err = entropy.ParsePayloadHeader(head)
+	}
+	if err != nil {
+		return k, err
+	}
+	var tail *Tail
+	if h != nil {
+		tail = NewTail(h)
+	}
+	var sum uint32
+	for off := uint64(0); off < size; off += uint64(len(buf)) {
+		b := buf[:min(uint64(len(buf)), size-off)]
+		if err := readFullAt(r, b, off); err != nil {
+			return k, err
+		}
+		sum = codec.UpdatePieceChecksum(sum, b, off)
+		if tail != nil {
+			tail.Add(off, b)
+		}
+	}
+	stored := v1.Checksum
+	if h == nil {
+		switch {
+		case v1.Size != size:
+			return k, fmt.Errorf("%w: %d bytes, header says %d", entropy.ErrPayload, size, v1.Size)
+		case sum != v1.Checksum:
+			return k, &codec.ChecksumError{Payload: "entropy payload", Computed: sum, Stored: v1.Checksum}
+		}
+	} else {
+		if err := Check(h, size, sum, decoded, tail.Bytes()); err != nil {
+			return k, err
+		}
+		stored = h.Checksum()
+	}
+	return k, codec.CheckRecorded(stored, recorded)
+}
+
+// readFullAt reads len(b) bytes of r at off; a file that ends before them
+// is io.ErrUnexpectedEOF.
+func readFullAt(r io.ReaderAt, b []byte, off uint64) error {
+	n, err := r.ReadAt(b, int64(off))
+	if n == len(b) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }

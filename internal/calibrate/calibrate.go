@@ -175,6 +175,7 @@ func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Co
 		if err != nil {
 			return nil, err
 		}
+		defer c.Close()
 		from, err := c.PickSource("")
 		if err != nil {
 			return nil, err

@@ -53,11 +53,11 @@ var rules = []rule{
 	{Input, []error{
 		shardcache.ErrNotCache, shardcache.ErrVersion, shardcache.ErrNotFound, shardcache.ErrNoCheckpoint,
 		codec.ErrVersion, codec.ErrTooLarge,
-		safetensors.ErrFormat, checkpoint.ErrNoShards, oci.ErrNotArtifact, oci.ErrNoTag, s3store.ErrNotFound,
+		safetensors.ErrFormat, checkpoint.ErrNoShards, oci.ErrNotArtifact, oci.ErrNoTag, oci.ErrNotFound, s3store.ErrNotFound,
 		fs.ErrNotExist, syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EIO,
 	}},
 	{Resource, []error{
-		shardcache.ErrLocked, transport.ErrTooLarge, s3store.ErrChanged,
+		shardcache.ErrLocked, shardcache.ErrInUse, transport.ErrTooLarge, s3store.ErrChanged,
 		syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EFBIG, syscall.ENOMEM, syscall.EMFILE, syscall.ENFILE,
 	}},
 }

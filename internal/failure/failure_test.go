@@ -57,6 +57,7 @@ func TestKindOf(t *testing.T) {
 		{"quota", wrap(syscall.EDQUOT), Resource},
 		{"read-only", wrap(syscall.EROFS), Resource},
 		{"locked", wrap(shardcache.ErrLocked), Resource},
+		{"in use", wrap(shardcache.ErrInUse), Resource},
 		{"output inside the cache", wrap(shardcache.ErrInsideCache), Usage},
 		{"empty cache", wrap(shardcache.ErrNoCheckpoint), Input},
 		{"marked over sentinel", Mark(Resource, wrap(codec.ErrChecksum)), Resource},

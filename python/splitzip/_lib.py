@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 10)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 11)."""
 
 import concurrent.futures
 import ctypes
@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 10
+ABI_VERSION = 11
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -18,10 +18,14 @@ _STATUS = {
 
 class Error(Exception):
     """A failed call: status is the sz_status code, message the library's
-    text. Every error the library reports is an instance of one of the
-    subclasses below, each also the builtin exception Python code expects
-    (KeyError, ValueError, OSError, ...), so both `except splitzip.Error`
-    and `except KeyError` catch a missing tensor."""
+    text, filename the file the failure is about (a damaged cache object,
+    a source shard that changed or is missing, a file that could not be
+    read; sz_last_error_file), or None when it is about no file. Every
+    error the library reports is an instance of one of the subclasses
+    below, each also the builtin exception Python code expects (KeyError,
+    ValueError, OSError, ...), so both `except splitzip.Error` and
+    `except KeyError` catch a missing tensor. For the OSError subclasses
+    filename is OSError's own."""
 
     def __init__(self, status: int, message: str, filename: Optional[str] = None):
         name = str(_STATUS.get(status, status))
@@ -31,6 +35,7 @@ class Error(Exception):
             OSError.__init__(self, getattr(self, "_errno", None), text, filename)
         else:
             Exception.__init__(self, text)
+            self.filename = filename
         self.status = status
         self.message = message
         self._text = text
@@ -52,16 +57,20 @@ class NotFoundError(Error, KeyError):
 
 class IntegrityError(Error):
     """Corrupt data: a payload failing its checksum, a damaged object or
-    index. The bytes were not returned."""
+    index. The bytes were not returned. filename is the damaged file,
+    where the library knows it: the object's file under the cache's
+    objects/ folder (a pack's, for a payload packed with others), which
+    may be deleted and compressed or fetched again; else None."""
 
 
 class SourceChangedError(Error, OSError):
     """A source shard changed or vanished since compression, and the
-    tensor's bytes are only there."""
+    tensor's bytes are only there; filename is the shard."""
 
 
 class FileError(Error, OSError):
-    """A file could not be read."""
+    """A file could not be read; filename names it where the library
+    knows it."""
 
 
 class MissingFileError(FileError, FileNotFoundError):
@@ -190,6 +199,7 @@ def lib():
             "sz_open": ([cp, cp, P(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t], st),
             "sz_close": ([up], st),
             "sz_last_error": ([up, ctypes.c_char_p, ctypes.c_size_t], st),
+            "sz_last_error_file": ([up, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
             "sz_count": ([up, P(u64)], st),
             "sz_info": ([up, u64, P(_Tensor), ctypes.c_char_p, ctypes.c_size_t], st),
             "sz_shape": ([up, u64, P(u64), ctypes.c_size_t, P(ctypes.c_uint32)], st),
@@ -266,8 +276,10 @@ class Cache:
     them). Errors are subclasses of Error: NotFoundError (a KeyError) for
     a missing tensor, InvalidArgumentError (a ValueError) for a bad
     argument, MissingFileError (a FileNotFoundError) and FileError (an
-    OSError) for files, IntegrityError for corrupt data. After close()
-    every method raises ValueError("the cache is closed")."""
+    OSError) for files, IntegrityError for corrupt data; each has
+    filename, the file it is about (a damaged object, a missing shard)
+    or None. After close() every method raises ValueError("the cache is
+    closed")."""
 
     def __init__(self, path: str, source: Optional[str] = None, resident: bool = False, shared: bool = False):
         self._hv = 0
@@ -337,7 +349,18 @@ class Cache:
         if status:
             buf = ctypes.create_string_buffer(4096)
             lib().sz_last_error(self._h, buf, len(buf))
-            raise error(status, buf.value.decode(errors="replace"))
+            raise error(status, buf.value.decode(errors="replace"), self._last_error_file())
+
+    def _last_error_file(self) -> Optional[str]:
+        """The file this thread's last failed call is about, or None."""
+        size = ctypes.c_size_t(4096)
+        while True:
+            buf = ctypes.create_string_buffer(size.value)
+            status = lib().sz_last_error_file(self._h, buf, len(buf), ctypes.byref(size))
+            if status != 5 or size.value <= len(buf):  # 5: too small, with the size
+                break
+        # Bytes as the file system holds them, as Python's own OSErrors give them.
+        return os.fsdecode(buf.value) if status == 0 and buf.value else None
 
     def __len__(self) -> int:
         n = ctypes.c_uint64()

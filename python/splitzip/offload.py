@@ -377,7 +377,7 @@ class Offload:
             if self.experts is not None:
                 names += self.experts.repair()
             raise error(e.status, f"{e.message}: a layer pack failed on the device"
-                        f"{' (' + ', '.join(names) + ')' if names else ''}") from None
+                        f"{' (' + ', '.join(names) + ')' if names else ''}", e.filename) from None
         if self.experts is not None:
             self.experts.finish(eager)
 

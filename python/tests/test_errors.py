@@ -1,8 +1,8 @@
 """What the binding raises, and that it reads what it says it reads: the
 exceptions Python code expects (KeyError, ValueError, FileNotFoundError,
-IntegrityError), a closed Cache, corrupt entropy payloads with their
-source present, tensor names byte for byte. Needs neither numpy nor
-torch."""
+IntegrityError), the file each names in filename, a closed Cache,
+corrupt entropy payloads with their source present, tensor names byte
+for byte. Needs neither numpy nor torch."""
 
 import ctypes
 import json
@@ -32,7 +32,7 @@ def stored(c, index):
 
 def flip(cache, payload, at, mask=0x40):
     """XOR byte at of payload, found among the cache's object files (in a
-    file of its own or in a pack), with mask."""
+    file of its own or in a pack), with mask; returns that file's path."""
     for d, _, files in os.walk(os.path.join(cache, "objects")):
         for name in files:
             path = os.path.join(d, name)
@@ -43,7 +43,7 @@ def flip(cache, payload, at, mask=0x40):
                     b = f.read(1)
                     f.seek(off + at)
                     f.write(bytes([b[0] ^ mask]))
-                    return
+                    return path
     raise AssertionError(f"payload of {len(payload)} bytes not found under {cache}/objects")
 
 
@@ -82,6 +82,9 @@ class TestErrors(unittest.TestCase):
                 c.info_at(len(c))
             with self.assertRaises(ValueError):
                 c.info_at(-1)
+            with self.assertRaises(KeyError) as e:
+                c.info("no.such.tensor")
+            self.assertIsNone(e.exception.filename)  # about no file
         with self.assertRaises(FileNotFoundError) as e:
             splitzip.Cache(os.path.join(self.tmp.name, "nope"))
         self.assertIsInstance(e.exception, splitzip.Error)
@@ -175,6 +178,50 @@ class TestErrors(unittest.TestCase):
                     buf = bytearray(t.nbytes)
                     c.read_into(t.name, buf)
                     self.assertEqual(bytes(buf), want[t.name][2], t.name)
+
+    def test_damaged_object_names_its_file(self):
+        """A payload failing its checksum, or whose file is gone, is an IntegrityError whose filename is that
+        object file under the cache's objects/ folder, however the tensor is read."""
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = testenv.generated(d)
+            with splitzip.Cache(cache) as c:
+                t = next(t for t in c.infos() if t.payload == "fixed")
+                p = stored(c, t.index)
+            path = flip(cache, p, len(p) // 2)
+            self.assertEqual(os.path.dirname(os.path.dirname(path)), os.path.join(cache, "objects"))
+            with splitzip.Cache(cache) as c:
+                reads = {"read_into": lambda: c.read_into(t.name, bytearray(t.nbytes)),
+                         "read_stored_into_ptr": lambda: stored(c, t.index)}
+                for what, read in reads.items():
+                    with self.assertRaises(splitzip.IntegrityError, msg=what) as e:
+                        read()
+                    self.assertEqual(e.exception.filename, path, what)
+                    self.assertIn(f'"{t.name}"', str(e.exception))
+            os.remove(path)
+            with splitzip.Cache(cache) as c:
+                with self.assertRaises(splitzip.IntegrityError) as e:
+                    c.read_into(t.name, bytearray(t.nbytes))
+                self.assertEqual(e.exception.filename, path)
+
+    def test_missing_source_names_its_file(self):
+        """A raw tensor whose source shard is gone is a SourceChangedError (an OSError) whose filename is the
+        shard; the tensors of the other shard still read."""
+        with tempfile.TemporaryDirectory() as d:
+            src, cache = testenv.generated(d)
+            shard = os.path.join(src, sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))[0])
+            os.rename(shard, shard + ".moved")
+            failed = 0
+            with splitzip.Cache(cache) as c:
+                for t in c.infos():
+                    if t.payload != "raw" or t.nbytes == 0:
+                        continue
+                    try:
+                        c.read_into(t.name, bytearray(t.nbytes))
+                    except splitzip.SourceChangedError as e:
+                        self.assertIsInstance(e, OSError)
+                        self.assertEqual(e.filename, shard, t.name)
+                        failed += 1
+            self.assertTrue(failed, f"no raw tensor of {shard}")
 
     def test_names_round_trip(self):
         """Names with non-ASCII, escaped and control characters (NUL too) come back byte for byte."""

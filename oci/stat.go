@@ -1,0 +1,101 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/splitzip/splitzip/s3store"
+)
+
+// Artifact describes the cache artifact at a reference, as Stat reads it.
+type Artifact struct {
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"` // the manifest's
+	// Blobs and Bytes: the artifact's object files and packs.
+	Blobs   int      `json:"blobs"`
+	Bytes   uint64   `json:"bytes"`
+	Sources []string `json:"sources"` // its checkpoints, by Source.Path
+}
+
+// Stat reads the manifest and the index of the cache artifact at ref,
+// checked against each other as Pull checks them, and fetches none of
+// its objects. A reference that names nothing yet (a tag not pushed, a
+// repository not made) is ErrNotFound; a manifest that is not a splitzip
+// cache's is ErrNotArtifact.
+//
+// It is the look a writer takes before replacing a tag: a registry is
+// asked with the push scope, the one the push that follows asks for, so
+// that a repository the caller may create but not yet read is told
+// apart from one it may not use.
+func Stat(ctx context.Context, ref string, o Options) (Artifact, error) {
+	src, err := o.writerSource(ctx, ref)
+	if err != nil {
+		return Artifact{}, err
+	}
+	// The manifest alone first: a blob it names that is missing is a
+	// broken artifact, not an absent one.
+	if _, _, err := src.manifest(); notFound(err) {
+		return Artifact{}, fmt.Errorf("stat %s: %w: %w", src, ErrNotFound, err)
+	} else if err != nil {
+		return Artifact{}, fmt.Errorf("stat %s: %w", src, err)
+	}
+	art, err := readArtifact(ctx, src, "stat")
+	if err != nil {
+		return Artifact{}, err
+	}
+	a := Artifact{Ref: src.String(), Digest: art.digest.String(), Blobs: len(art.files)}
+	for _, k := range art.files {
+		a.Bytes += art.ix.Objects[k].Size
+	}
+	for _, s := range art.ix.Sources {
+		a.Sources = append(a.Sources, s.Path())
+	}
+	return a, nil
+}
+
+// notFound reports whether err says that the reference names no
+// manifest: a layout without the tag (or the digest's blob), or a
+// registry's 404 (MANIFEST_UNKNOWN, NAME_UNKNOWN).
+func notFound(err error) bool {
+	var te *transport.Error
+	return errors.Is(err, ErrNoTag) || errors.Is(err, s3store.ErrNotFound) ||
+		errors.As(err, &te) && te.StatusCode == http.StatusNotFound
+}
+
+// writerSource is source with a registry's requests authenticated for
+// the push scope (push and pull); an s3:// layout's are as a pull's.
+func (o Options) writerSource(ctx context.Context, ref string) (source, error) {
+	if s3store.IsURL(ref) {
+		return o.layout(ctx, ref)
+	}
+	r, err := o.parse(ref)
+	if err != nil {
+		return nil, err
+	}
+	repo := r.Context()
+	auth, err := authn.Resolve(ctx, o.keychain(), repo)
+	if err != nil {
+		return nil, err
+	}
+	base := o.transport()
+	if base == nil {
+		base = remote.DefaultTransport
+	}
+	base = transport.NewRetry(base, transport.WithRetryStatusCodes(retryStatusCodes...))
+	// A transport.Wrapper: the client uses it as it is, with its scope.
+	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PushScope)})
+	if err != nil {
+		return nil, err
+	}
+	pl, err := remote.NewPuller(append(o.remote(ctx), remote.WithTransport(rt))...)
+	if err != nil {
+		return nil, err
+	}
+	return &repository{ctx: ctx, pl: pl, r: r, o: o}, nil
+}

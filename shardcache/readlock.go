@@ -1,0 +1,106 @@
+package shardcache
+
+// Readers and gc: a process that opens a cache (Open) holds a shared lock
+// on its readers file until Close, and gc holds it exclusively while it
+// rewrites packs and removes files, so that no file a reader may still
+// open goes away under it. Writers (compress, pull) take no part: they
+// only add files, and a reader sees their objects once their index is
+// committed.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/splitzip/splitzip/atomicfile"
+
+	"golang.org/x/sys/unix"
+)
+
+// ReadersName is the file that readers of a cache hold a shared lock on
+// (flock) and gc an exclusive one.
+const ReadersName = "readers"
+
+// ErrInUse reports a gc refused because another reader has the cache
+// open: removing files then could fail a load midway.
+var ErrInUse = errors.New("the cache is open in a process that reads it (a load, verify, decompress or push); gc removes nothing while one does")
+
+// readWait is how long Open waits for a gc that holds the cache to
+// finish, and readPoll how often it looks.
+const (
+	readWait = 2 * time.Minute
+	readPoll = 20 * time.Millisecond
+)
+
+// readLock takes the readers lock of the cache in dir shared, waiting up
+// to readWait for a gc that holds it, and returns the file that holds it
+// (nil where the cache has no readers file, as one made before it was
+// introduced, or the caller may not open it: such a reader takes no part).
+func readLock(dir string) (*os.File, error) {
+	f, err := os.Open(filepath.Join(dir, ReadersName))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(readWait); ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("%s: %w: gc has held it for %v", dir, ErrLocked, readWait)
+			}
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		time.Sleep(readPoll)
+	}
+}
+
+// makeReaders creates the readers file of the cache in dir if it lacks
+// one.
+func makeReaders(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, ReadersName), os.O_CREATE|os.O_RDONLY, atomicfile.Perm)
+	if err != nil {
+		return atomicfile.Created(err)
+	}
+	return f.Close()
+}
+
+// gcLock takes the readers lock of the cache in dir exclusively, without
+// waiting: ErrInUse while a reader holds it.
+func gcLock(dir string) (*os.File, error) {
+	if err := makeReaders(dir); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, ReadersName))
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", dir, ErrInUse)
+		}
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	return f, nil
+}
+
+// Close lets go of the cache: a local cache's readers lock, which gc
+// waits for. A Cache is not used after Close; Close of a remote one does
+// nothing.
+func (c *Cache) Close() error {
+	if c == nil || c.rlock == nil {
+		return nil
+	}
+	err := c.rlock.Close()
+	c.rlock = nil
+	return err
+}

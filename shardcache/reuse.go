@@ -1,0 +1,104 @@
+package shardcache
+
+// Objects an earlier run stored are checked before a writer reuses them:
+// a cache verify found damaged is mended by compressing (or pulling)
+// again, which writes the damaged objects anew instead of counting them
+// as stored.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// PayloadCheck checks the stored bytes of a payload object (a fixed or
+// entropy one): r reads exactly its o.Size bytes. Package shardcache
+// knows no payload layout, so a writer checks payloads only through the
+// PayloadCheck its user sets (SetPayloadCheck); raw objects it checks
+// against their content keys itself.
+type PayloadCheck func(key Key, o *Object, r io.ReaderAt) error
+
+// SetPayloadCheck sets the check Has applies to payloads an earlier run
+// stored before it reports them stored.
+func (w *Writer) SetPayloadCheck(fn PayloadCheck) {
+	w.mu.Lock()
+	w.check = fn
+	w.mu.Unlock()
+}
+
+// Mended returns the objects of earlier runs that Has found missing, cut
+// short or damaged, and what was wrong with each: their callers stored
+// them again, and Commit replaced them.
+func (w *Writer) Mended() map[Key]error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := make(map[Key]error, len(w.damaged))
+	for k, err := range w.damaged {
+		m[k] = err
+	}
+	return m
+}
+
+// checkEarlier checks the object o of key that an earlier run stored:
+// its file (or its pack) of the size the index records, a raw object's
+// bytes against key, a payload's with the PayloadCheck. Its error names
+// the file and matches ErrObjectCorrupt.
+func (w *Writer) checkEarlier(key Key, o *Object) error {
+	w.mu.Lock()
+	file, want, check := key, o.Size, w.check
+	if o.Pack != "" {
+		file = o.Pack
+		if p := w.ix.Objects[o.Pack]; p != nil {
+			want = p.Size
+		}
+	}
+	w.mu.Unlock()
+	p, err := objectPath(w.dir, file)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s: object %s: %w: %w", p, key, ErrObjectCorrupt, fs.ErrNotExist)
+		}
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if uint64(st.Size()) != want {
+		return fmt.Errorf("%s: %w: %d bytes, index says %d", p, ErrObjectCorrupt, st.Size(), want)
+	}
+	name := p
+	if o.Pack != "" {
+		name = fmt.Sprintf("%s[%d:+%d]", p, o.Offset, o.Size)
+	}
+	return checkContent(name, key, o, io.NewSectionReader(f, int64(o.Offset), int64(o.Size)), check)
+}
+
+// checkContent checks the bytes of the object o of key that r reads, the
+// object name names for errors: a raw object's against key, a payload's
+// with check (nil: not checked). Its error matches ErrObjectCorrupt where
+// the bytes are wrong.
+func checkContent(name string, key Key, o *Object, r io.ReaderAt, check PayloadCheck) error {
+	switch {
+	case o.Kind == KindRaw:
+		h := NewHasher()
+		if _, err := io.Copy(h, io.NewSectionReader(r, 0, int64(o.Size))); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if KeyFromSum([32]byte(h.Sum(nil))) != key {
+			return fmt.Errorf("%s: %w: its bytes do not hash to its content key %s", name, ErrObjectCorrupt, key)
+		}
+	case check != nil:
+		if err := check(key, o, r); err != nil {
+			return fmt.Errorf("%s: %w: %w", name, ErrObjectCorrupt, err)
+		}
+	}
+	return nil
+}
