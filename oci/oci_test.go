@@ -306,8 +306,11 @@ func TestPullFaults(t *testing.T) {
 	if err == nil {
 		t.Fatal("a corrupt blob was accepted")
 	}
-	if c, oerr := shardcache.Open(out); oerr == nil && len(c.Index().Sources) != 0 {
-		t.Fatalf("a failed pull left a cache with sources: %v", c.Index().Sources)
+	if c, oerr := shardcache.Open(out); oerr == nil {
+		c.Close()
+		if len(c.Index().Sources) != 0 {
+			t.Fatalf("a failed pull left a cache with sources: %v", c.Index().Sources)
+		}
 	}
 
 	// After the index and two objects every blob GET fails: the pull
@@ -322,6 +325,21 @@ func TestPullFaults(t *testing.T) {
 	if err == nil {
 		t.Fatal("a pull whose blobs failed succeeded")
 	}
+	// gc keeps what the unfinished pull fetched, for the next pull (its
+	// pin says whose they are); a dry run of gc --unfinished would let
+	// them go.
+	w, err := shardcache.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := w.GC(false)
+	w.Close()
+	if err != nil || g.Pinned != 2 || g.Objects != 0 || len(g.Pins) != 1 || !strings.Contains(g.Pins[0].Note, "/models/mix:v1") {
+		t.Fatalf("gc after an unfinished pull: %+v, %v; want its 2 objects kept by its pin", g, err)
+	}
+	if dry, err := shardcache.DryRunGC(out, nil, true); err != nil || dry.Objects != 2 || dry.Pinned != 0 || len(dry.Pins) != 1 {
+		t.Fatalf("dry run of gc --unfinished: %+v, %v; want the 2 objects", dry, err)
+	}
 	f.okN.Store(1)
 	f.failN.Store(1)
 	f.fail.Store(http.StatusServiceUnavailable)
@@ -333,6 +351,9 @@ func TestPullFaults(t *testing.T) {
 		t.Errorf("resumed pull fetched %d of %d objects, want all but the 2 kept", res.Fetched, pr.Blobs-1)
 	}
 	sameCache(t, cache, out)
+	if ents, err := os.ReadDir(filepath.Join(out, shardcache.PinsDir)); err != nil || len(ents) != 0 {
+		t.Errorf("the finished pull left pins %v (%v)", ents, err)
+	}
 }
 
 // TestPullCutAndThrottled: a blob whose connection is cut half way is

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -92,6 +93,18 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		res.Fetched++
 		res.FetchedBytes += ix.Objects[k].Size
 	}
+	// Until the sources are recorded, no checkpoint uses what arrives: a
+	// pin keeps it from gc for a pull run again to resume from.
+	pin := "pull-" + strings.ReplaceAll(art.digest.String(), ":", "-")
+	if len(todo) > 0 {
+		keys := append([]shardcache.Key(nil), files...)
+		for _, k := range files {
+			keys = append(keys, members[k]...)
+		}
+		if err := w.Pin(pin, fmt.Sprintf("an unfinished pull of %s (%s)", src, art.digest), keys); err != nil {
+			return PullResult{}, err
+		}
+	}
 	p := o.progress()
 	p.Start("pull", res.FetchedBytes)
 	err = fetchAll(ctx, src, w, ix, todo, members, layers, o.jobs(), p)
@@ -106,6 +119,10 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	}
 	w.AddSources(ix)
 	if err := w.Commit(); err != nil {
+		return PullResult{}, err
+	}
+	// Its own pin, or an interrupted run's of the same artifact.
+	if err := w.Unpin(pin); err != nil {
 		return PullResult{}, err
 	}
 	return res, nil

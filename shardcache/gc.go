@@ -13,6 +13,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// DropPins makes GC remove the cache's pins and let go of the objects
+// only they kept (an unfinished pull's, which a pull run again would
+// fetch anew).
+func (w *Writer) DropPins() {
+	w.mu.Lock()
+	w.dropPins = true
+	w.mu.Unlock()
+}
+
 // Forget removes the record of the checkpoint that path names, a path as
 // the shell gave it (Index.SourceFor): relative to the working directory,
 // symlinks allowed. Its objects stay until GC. It takes effect with Commit.
@@ -79,6 +88,11 @@ type GCResult struct {
 	// Repacked counts packs rewritten because some of their members were
 	// removed and others are still used.
 	Repacked int `json:"repacked"`
+	// Pinned counts the objects kept only because a pin names them (an
+	// unfinished pull's), and Pins lists the pins that kept them; with
+	// DropPins, the pins removed.
+	Pinned int   `json:"pinned_objects,omitempty"`
+	Pins   []Pin `json:"pins,omitempty"`
 }
 
 // gcPlan is what GC removes from an index: the objects no source uses,
@@ -90,9 +104,25 @@ type gcPlan struct {
 	res              GCResult     // objects and bytes, stray files not counted
 }
 
-// planGC works out what GC removes from ix; it changes nothing.
-func planGC(ix *Index) gcPlan {
+// planGC works out what GC removes from ix, keeping what pins name; it
+// changes nothing.
+func planGC(ix *Index, pins []Pin) gcPlan {
 	pl := gcPlan{used: referenced(ix), live: map[Key]bool{}, dead: map[Key]bool{}}
+	for _, p := range pins {
+		kept := 0
+		for _, k := range p.Keys {
+			if o, ok := ix.Objects[k]; ok && !pl.used[k] {
+				pl.used[k] = true
+				if o.Kind != KindPack {
+					kept++
+				}
+			}
+		}
+		pl.res.Pinned += kept
+		if kept > 0 {
+			pl.res.Pins = append(pl.res.Pins, p)
+		}
+	}
 	// A pack is used while a member is; it is rewritten when it also has
 	// members that go.
 	liveBytes := map[Key]uint64{} // aligned bytes of used members, per pack
@@ -135,13 +165,26 @@ func planGC(ix *Index) gcPlan {
 // dryRun it only counts (DryRunGC counts without opening a Writer, which
 // writes the marker and the lock file). While another process has the
 // cache open for reading (Open) it is ErrInUse and removes nothing.
+// Objects a pin names are kept (GCResult.Pinned), unless DropPins was
+// called: then the pins go too.
 func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	if err := refuseUncommitted(w.dir); err != nil {
 		return GCResult{}, err
 	}
+	pins, err := readPins(w.dir)
+	if err != nil {
+		return GCResult{}, err
+	}
+	keptPins, drop := pins, w.dropPins
+	if drop {
+		keptPins = nil
+	}
 	w.mu.Lock()
-	pl := planGC(w.ix)
+	pl := planGC(w.ix, keptPins)
 	res := pl.res
+	if drop {
+		res.Pins = pins
+	}
 	// Killed writers' temporary files, which Create removed.
 	res.Files += w.leftFiles
 	res.Bytes += w.leftBytes
@@ -169,6 +212,13 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	w.mu.Unlock()
 	if err := w.Commit(); err != nil {
 		return res, err
+	}
+	if drop {
+		for _, p := range pins {
+			if err := w.Unpin(p.Name); err != nil {
+				return res, err
+			}
+		}
 	}
 	// Files no index entry names: objects of a run that was killed, and
 	// its temporary files. They are counted against the index GC began
@@ -253,8 +303,9 @@ func countStrays(dir string, known map[string]bool) (files int, bytes uint64, er
 // DryRunGC reports what GC would remove from the cache in dir after
 // forgetting the checkpoints forget names (Writer.Forget), and changes
 // nothing: it opens no file for writing, so it works on a read-only cache.
-// A cache a writer holds is ErrLocked, as for GC.
-func DryRunGC(dir string, forget []string) (GCResult, error) {
+// A cache a writer holds is ErrLocked, as for GC. With dropPins it counts
+// as GC after DropPins does.
+func DryRunGC(dir string, forget []string, dropPins bool) (GCResult, error) {
 	unlock, err := sharedLock(dir)
 	if err != nil {
 		return GCResult{}, err
@@ -282,7 +333,17 @@ func DryRunGC(dir string, forget []string) (GCResult, error) {
 		}
 		plan.Sources = append(plan.Sources[:i], plan.Sources[i+1:]...)
 	}
-	res := planGC(&plan).res
+	pins, err := readPins(dir)
+	if err != nil {
+		return GCResult{}, err
+	}
+	var res GCResult
+	if dropPins {
+		res = planGC(&plan, nil).res
+		res.Pins = pins
+	} else {
+		res = planGC(&plan, pins).res
+	}
 	files, bytes, err := countStrays(dir, knownFiles(dir, ix))
 	res.Files += files
 	res.Bytes += bytes

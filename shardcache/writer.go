@@ -44,6 +44,8 @@ type Writer struct {
 	checked map[Key]bool
 	damaged map[Key]error
 	check   PayloadCheck
+	// dropPins makes GC remove the pins (DropPins).
+	dropPins bool
 }
 
 // SetNoSync makes Commit skip flushing objects and the index to disk. A

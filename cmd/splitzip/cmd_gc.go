@@ -13,8 +13,9 @@ import (
 
 // gcOptions are the flags of gc.
 type gcOptions struct {
-	DryRun bool
-	Forget []string
+	DryRun     bool
+	Forget     []string
+	Unfinished bool
 }
 
 func newGCCommand(g *globals) *cobra.Command {
@@ -30,12 +31,18 @@ objects/ holds files: nothing tells which it is; compress again, or remove
 the folder. --forget PATH first drops the record of the checkpoint
 compressed from PATH (a folder, or the file of a single-file checkpoint),
 given as for compress: relative to the working directory, symlinks allowed.
+A pull that did not finish keeps what it fetched for the next pull to
+resume from (a pin under pins/ names it): gc keeps those objects and says
+so, unless --unfinished lets them go. gc refuses a cache that a load,
+verify, decompress or push has open, and a pack it would rewrite whose
+members still in use are damaged.
 --dry-run changes nothing, and works on a read-only cache.`,
 		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error { return runGC(g, o, a[0]) },
 	}
 	cmd.Flags().BoolVarP(&o.DryRun, "dry-run", "n", false, "only report what would be removed")
 	cmd.Flags().StringArrayVar(&o.Forget, "forget", nil, "drop the record of the checkpoint compressed from this path first (repeatable)")
+	cmd.Flags().BoolVar(&o.Unfinished, "unfinished", false, "also remove what unfinished pulls fetched (a pull run again fetches it anew)")
 	return cmd
 }
 
@@ -90,13 +97,22 @@ func runGC(g *globals, o gcOptions, dir string) error {
 		repacked = fmt.Sprintf("; %s %s with the members still in use", map[bool]string{false: "rewrote", true: "would rewrite"}[o.DryRun], count(res.Repacked, "pack"))
 	}
 	fmt.Fprintf(g.stdout, "gc: %s %s and %s, %s%s\n", verb, count(res.Objects, "object"), count(res.Files, "stray file"), human(res.Bytes), repacked)
+	if o.Unfinished {
+		for _, p := range res.Pins {
+			fmt.Fprintf(g.stdout, "gc: %s what an unfinished pull fetched (%s): %s\n", map[bool]string{false: "let go of", true: "would let go of"}[o.DryRun], p.Name, p.Note)
+		}
+	}
+	if res.Pinned > 0 {
+		fmt.Fprintf(g.stderr, "note: kept %s that unfinished pulls fetched, for a pull run again to resume from (%s); --unfinished removes them\n",
+			count(res.Pinned, "object"), pinNotes(res.Pins))
+	}
 	return nil
 }
 
 // gc runs gc, or its dry run, which opens nothing for writing.
 func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
 	if o.DryRun {
-		return shardcache.DryRunGC(dir, o.Forget)
+		return shardcache.DryRunGC(dir, o.Forget, o.Unfinished)
 	}
 	if !shardcache.IsCache(dir) {
 		// Open says why: missing, not a directory, or not a cache.
@@ -111,6 +127,9 @@ func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
 		return shardcache.GCResult{}, err
 	}
 	defer w.Close()
+	if o.Unfinished {
+		w.DropPins()
+	}
 	w.SetPayloadCheck(pipeline.CheckStoredPayload) // the members a repack copies
 	for _, p := range o.Forget {
 		if err := w.Forget(p); err != nil {
@@ -118,4 +137,13 @@ func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
 		}
 	}
 	return w.GC(false)
+}
+
+// pinNotes says what pins keep objects for, one after another.
+func pinNotes(pins []shardcache.Pin) string {
+	notes := make([]string, len(pins))
+	for i, p := range pins {
+		notes[i] = p.Note
+	}
+	return strings.Join(notes, "; ")
 }
