@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -235,18 +236,29 @@ func (s *Store) Range(ctx context.Context, name string, off, n int64) (io.ReadCl
 // and returns its ETag for a conditional write. An object rewritten while
 // it is read can arrive torn from some servers (the new object's checksum
 // over the old bytes); the SDK's checksum check catches that, and the
-// object is read again, up to tornTries times.
+// object is read again, up to tornTries times, a little later each time
+// (writers that keep rewriting it, as pushes of several tags at once do,
+// tore four reads in a row on a loaded machine when they came at once).
 func (s *Store) ReadAll(ctx context.Context, name string, max int64) ([]byte, string, error) {
 	for try := 1; ; try++ {
 		b, etag, err := s.readAll(ctx, name, max)
 		if err == nil || try == tornTries || !strings.Contains(err.Error(), "checksum did not match") {
 			return b, etag, err
 		}
+		select {
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		case <-time.After(time.Duration(try) * tornPause):
+		}
 	}
 }
 
-// tornTries bounds ReadAll's reads of an object that arrives torn.
-const tornTries = 4
+// tornTries bounds ReadAll's reads of an object that arrives torn, and
+// tornPause is the wait after the first (twice that after the second...).
+const (
+	tornTries = 8
+	tornPause = 5 * time.Millisecond
+)
 
 func (s *Store) readAll(ctx context.Context, name string, max int64) ([]byte, string, error) {
 	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.url.Bucket, Key: aws.String(s.key(name))})

@@ -79,6 +79,9 @@ func Create(dir string) (*Writer, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case errors.Is(err, syscall.ENOTDIR):
+		if f := fileAbove(dir); f != dir {
+			return nil, fmt.Errorf("%s: %s is a file, not a folder: %w (choose another folder)", dir, f, ErrOccupied)
+		}
 		return nil, fmt.Errorf("%s: a file, not a folder: %w (choose another folder)", dir, ErrOccupied)
 	case err != nil:
 		return nil, err
@@ -138,6 +141,19 @@ func Create(dir string) (*Writer, error) {
 	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, checked: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
 	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
 	return w, nil
+}
+
+// fileAbove returns the path of dir itself or of the folder above it
+// that is a file (what makes reading dir ENOTDIR), or dir when none is.
+func fileAbove(dir string) string {
+	for p := dir; ; p = filepath.Dir(p) {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+		if filepath.Dir(p) == p {
+			return dir
+		}
+	}
 }
 
 // makeMarked makes dir, when it does not exist, as a folder holding the

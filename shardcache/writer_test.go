@@ -62,3 +62,22 @@ func TestCreateKeepsMarker(t *testing.T) {
 		t.Errorf("Create rewrote the marker: %v", err)
 	}
 }
+
+// TestCreateOnAFile: a cache at a file, or under one, is ErrOccupied
+// naming the file that is in the way.
+func TestCreateOnAFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ at, says string }{
+		{file, file + ": a file, not a folder"},
+		{filepath.Join(file, "cache"), filepath.Join(file, "cache") + ": " + file + " is a file, not a folder"},
+		{filepath.Join(file, "a", "b"), filepath.Join(file, "a", "b") + ": " + file + " is a file, not a folder"},
+	} {
+		if _, err := Create(c.at); !errors.Is(err, ErrOccupied) || !strings.HasPrefix(err.Error(), c.says) {
+			t.Errorf("Create(%s): %v, want %q", c.at, err, c.says)
+		}
+	}
+}

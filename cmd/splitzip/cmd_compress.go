@@ -261,8 +261,8 @@ func (b *tagBase) print(g *globals, cache string) {
 func dtypeBits(dtypes []pipeline.DTypeTotals) string {
 	var parts []string
 	for _, d := range dtypes {
-		if d.Bits == 0 || !floatDType(d.DType) {
-			continue
+		if d.Bits == 0 || !floatDType(d.DType) || d.RawBytes == 0 {
+			continue // no values: no bits a value to say
 		}
 		parts = append(parts, fmt.Sprintf("%s %.3f bits/value (of %d)", d.DType, d.BitsPerValue, d.Bits))
 	}

@@ -88,7 +88,11 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "dtype\ttensors\tfixed\tentropy\traw size\tstored size\tbits/value\tentropy bound")
 	for _, d := range res.DTypes {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%.3f\t%s\n", d.DType, d.Tensors, d.Fixed, d.Entropy, human(d.RawBytes), human(d.StoredBytes), d.BitsPerValue, bound(d.BoundBits))
+		bits := "-" // no values
+		if d.RawBytes > 0 {
+			bits = fmt.Sprintf("%.3f", d.BitsPerValue)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", d.DType, d.Tensors, d.Fixed, d.Entropy, human(d.RawBytes), human(d.StoredBytes), bits, bound(d.BoundBits))
 	}
 	tw.Flush()
 	var ent, inPlace int
@@ -103,7 +107,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 			p.Host, p.Stored*1e3, p.Raw*1e3, p.Raw/p.Stored)
 	}
 	bf16 := "" // the dtype table gives every dtype's bits in its own width
-	if t.BF16Tensors > 0 {
+	if t.BF16RawBytes > 0 {
 		bf16 = fmt.Sprintf("; BF16 %s -> %s (%.3f bits/value of 16)", human(t.BF16RawBytes), human(t.BF16StoredBytes), 16*ratio(t.BF16StoredBytes, t.BF16RawBytes))
 	}
 	fmt.Fprintf(w, "total: %s (%s), %s -> %s (%.1f%% saved)%s; cache holds %s, %s in %s\n",

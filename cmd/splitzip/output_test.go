@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/splitzip/splitzip/safetensors"
 )
 
 // TestBarEndsFull: a phase's bar, however its drawing was throttled, is
@@ -44,5 +48,32 @@ func TestCell(t *testing.T) {
 		if got := cell(in); got != want {
 			t.Errorf("cell(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestZeroValuesNoBits: a checkpoint whose BF16 tensors hold no values
+// has no bits a value: compress and inspect say "-" or nothing, never a
+// number (the ratio of 0 bytes to 0 read as 16 bits a value).
+func TestZeroValuesNoBits(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if err := os.Mkdir(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := safetensors.EncodeHeader(nil, []safetensors.TensorSpec{{Name: "z", DType: "BF16", Shape: []uint64{0, 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ck, "model.safetensors"), h, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	code, out, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync")
+	if code != 0 || strings.Contains(out, "bits/value") {
+		t.Fatalf("compress: exit %d, %q %q", code, out, e)
+	}
+	code, out, e = splitzip(t, "inspect", cache)
+	if code != 0 || strings.Contains(out, "16.000") || strings.Contains(out, "0.000") {
+		t.Fatalf("inspect: exit %d, %q %q", code, out, e)
 	}
 }
