@@ -210,6 +210,7 @@ func TestLastErrorFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	loc, _, err := c.Locate(victim.Key)
 	if err != nil {
 		t.Fatal(err)

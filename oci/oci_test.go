@@ -125,10 +125,12 @@ func sameCache(t *testing.T, a, b string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer ca.Close()
 	cb, err := shardcache.Open(b)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer cb.Close()
 	if err := cb.CheckSelfContained(); err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +281,7 @@ func TestDedupe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	if len(c.Index().Sources) != 2 {
 		t.Errorf("%d sources after pulling both", len(c.Index().Sources))
 	}
@@ -332,12 +335,12 @@ func TestPullFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := w.GC(false)
+	g, err := w.GC(shardcache.GCOptions{})
 	w.Close()
 	if err != nil || g.Pinned != 2 || g.Objects != 0 || len(g.Pins) != 1 || !strings.Contains(g.Pins[0].Note, "/models/mix:v1") {
 		t.Fatalf("gc after an unfinished pull: %+v, %v; want its 2 objects kept by its pin", g, err)
 	}
-	if dry, err := shardcache.DryRunGC(out, nil, true); err != nil || dry.Objects != 2 || dry.Pinned != 0 || len(dry.Pins) != 1 {
+	if dry, err := shardcache.DryRunGC(out, shardcache.GCOptions{DropPins: true}); err != nil || dry.Objects != 2 || dry.Pinned != 0 || len(dry.Dropped) != 1 {
 		t.Fatalf("dry run of gc --unfinished: %+v, %v; want the 2 objects", dry, err)
 	}
 	f.okN.Store(1)
@@ -415,6 +418,7 @@ func TestPullCutAndThrottled(t *testing.T) {
 	if oerr != nil {
 		t.Fatal(oerr)
 	}
+	c.Close() // its index is all this reads
 	if len(c.Index().Sources) != 0 {
 		t.Fatalf("a cut pull left a checkpoint in the cache: %v", c.Index().Sources)
 	}
@@ -489,11 +493,13 @@ func TestPullNotArtifact(t *testing.T) {
 
 // TestStat: Stat of a reference that names nothing yet is ErrNotFound (a
 // new repository, a new tag of one, a new layout, a new tag of one); of
-// a pushed cache it gives the push's digest, blobs and checkpoints; of
-// an image, ErrNotArtifact. On the in-process registry and an S3 layout.
+// a pushed cache it gives the push's digest, blobs and checkpoints, and
+// the reference by digest, which names it after the tag moves on; of an
+// image, ErrNotArtifact. On the in-process registry and an S3 layout.
 func TestStat(t *testing.T) {
 	ctx := context.Background()
 	cache := compress(t, t.TempDir(), synth.Config{Bytes: 1 << 20, Shards: 2, Seed: 5})
+	other := compress(t, t.TempDir(), synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 6})
 	for _, c := range []struct {
 		name  string
 		start func(t *testing.T) (repo string, o Options)
@@ -518,8 +524,15 @@ func TestStat(t *testing.T) {
 				t.Errorf("stat of a new tag: %v", err)
 			}
 			a, err := Stat(ctx, repo+":v1", o)
-			if err != nil || a.Digest != pr.Digest || a.Blobs != pr.Blobs-1 || len(a.Sources) != 1 {
+			if err != nil || a.Digest != pr.Digest || a.Blobs != pr.Blobs-1 || len(a.Sources) != 1 || a.ByDigest != repo+"@"+pr.Digest {
 				t.Errorf("stat of the pushed tag: %+v, %v; push %+v", a, err, pr)
+			}
+			// The artifact by digest, after the tag moved on.
+			if _, err := Push(ctx, other, repo+":v1", o); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := Stat(ctx, a.ByDigest, o); err != nil || b.Digest != a.Digest {
+				t.Errorf("stat by digest after the tag moved: %+v, %v", b, err)
 			}
 		})
 	}
@@ -528,4 +541,50 @@ func TestStat(t *testing.T) {
 	if _, err := Stat(ctx, host+"/m/x:1", opts()); !errors.Is(err, ErrNotArtifact) || errors.Is(err, ErrNotFound) {
 		t.Errorf("stat of an image: %v", err)
 	}
+}
+
+// TestPullKilledBeforeCommit: a pull killed before its first commit
+// leaves whole files in place, no index, and its pin: gc refuses the
+// folder, naming the pull, and removes nothing; the pull run again adopts
+// the files whose bytes are their blobs and fetches only the rest.
+func TestPullKilledBeforeCommit(t *testing.T) {
+	f, host := serve(t)
+	dir := t.TempDir()
+	cache := compress(t, dir, synth.Config{Mix: 60, Shards: 2, Seed: 8})
+	ref := host + "/models/killed:v1"
+	pr, err := Push(context.Background(), cache, ref, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "pulled")
+	o := opts()
+	o.Jobs = 1
+	f.okN.Store(3) // the index and two files, then every blob GET fails
+	f.failN.Store(1 << 30)
+	f.fail.Store(http.StatusInternalServerError)
+	if _, err := Pull(context.Background(), ref, out, o); err == nil {
+		t.Fatal("a pull whose blobs failed succeeded")
+	}
+	f.fail.Store(0)
+	// What a kill before the commit leaves: the files, the pin, no index.
+	if err := os.Remove(filepath.Join(out, shardcache.IndexName)); err != nil {
+		t.Fatal(err)
+	}
+	w, err := shardcache.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.GC(shardcache.GCOptions{})
+	w.Close()
+	if !errors.Is(err, shardcache.ErrNotCache) || !strings.Contains(err.Error(), "an unfinished pull of") || !strings.Contains(err.Error(), "run the pull again") {
+		t.Fatalf("gc of a pull killed before its first commit: %v", err)
+	}
+	res, err := Pull(context.Background(), ref, out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched != pr.Blobs-1-2 {
+		t.Errorf("the pull run again fetched %d of %d files, want all but the 2 in place", res.Fetched, pr.Blobs-1)
+	}
+	sameCache(t, cache, out)
 }

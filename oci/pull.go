@@ -81,7 +81,10 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	var todo []shardcache.Key
 	have := w.Cache()
 	for _, k := range files {
-		if _, ok := w.Has(k); ok && sameBlob(have, k, layers[k]) {
+		// A file in place whose bytes are the blob is kept, recorded in
+		// the index or not (a pull killed before its first commit leaves
+		// such files, which its pin kept from gc).
+		if sameBlob(have, k, layers[k]) {
 			if err := w.Adopt(ix, k, members[k]); err != nil {
 				return PullResult{}, err
 			}
@@ -130,7 +133,8 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 // sameBlob reports whether the cache's file of key k holds the bytes of
 // the layer d (its sha256): a file kept from before is trusted only when
-// it does, so a damaged copy is fetched again rather than kept.
+// it does, so a damaged copy is fetched again rather than kept. A file of
+// another size is not read.
 func sameBlob(c *shardcache.Cache, k shardcache.Key, d v1.Descriptor) bool {
 	path, err := c.FilePath(k)
 	if err != nil {
@@ -141,6 +145,9 @@ func sameBlob(c *shardcache.Cache, k shardcache.Key, d v1.Descriptor) bool {
 		return false
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() != d.Size {
+		return false
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return false

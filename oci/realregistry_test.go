@@ -77,8 +77,11 @@ func TestRealRegistry(t *testing.T) {
 	if _, err := Pull(context.Background(), ref, out2, o); err == nil {
 		t.Fatal("a pull whose registry went away succeeded")
 	}
-	if c, err := shardcache.Open(out2); err == nil && len(c.Index().Sources) != 0 {
-		t.Fatal("an interrupted pull left a checkpoint in the cache")
+	if c, err := shardcache.Open(out2); err == nil {
+		c.Close() // its index is all this reads
+		if len(c.Index().Sources) != 0 {
+			t.Fatal("an interrupted pull left a checkpoint in the cache")
+		}
 	}
 	host2, _ := regtest.Run(t, bin, store)
 	res, err := Pull(context.Background(), strings.Replace(ref, host, host2, 1), out2, opts())

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -17,6 +19,9 @@ import (
 type Artifact struct {
 	Ref    string `json:"ref"`
 	Digest string `json:"digest"` // the manifest's
+	// ByDigest is Ref with the digest for its tag: the artifact Stat
+	// read, however the tag moves after it.
+	ByDigest string `json:"by_digest"`
 	// Blobs and Bytes: the artifact's object files and packs.
 	Blobs   int      `json:"blobs"`
 	Bytes   uint64   `json:"bytes"`
@@ -50,6 +55,9 @@ func Stat(ctx context.Context, ref string, o Options) (Artifact, error) {
 		return Artifact{}, err
 	}
 	a := Artifact{Ref: src.String(), Digest: art.digest.String(), Blobs: len(art.files)}
+	if a.ByDigest, err = o.digestRef(ref, a.Digest); err != nil {
+		return Artifact{}, err
+	}
 	for _, k := range art.files {
 		a.Bytes += art.ix.Objects[k].Size
 	}
@@ -98,4 +106,21 @@ func (o Options) writerSource(ctx context.Context, ref string) (source, error) {
 		return nil, err
 	}
 	return &repository{ctx: ctx, pl: pl, r: r, o: o}, nil
+}
+
+// digestRef is ref (a registry's or an s3:// layout's) naming digest
+// instead of its tag or digest.
+func (o Options) digestRef(ref, digest string) (string, error) {
+	if s3store.IsURL(ref) {
+		dir, last := path.Split(ref)
+		if i := strings.IndexAny(last, ":@"); i >= 0 {
+			last = last[:i]
+		}
+		return dir + last + "@" + digest, nil
+	}
+	r, err := o.parse(ref)
+	if err != nil {
+		return "", err
+	}
+	return r.Context().Digest(digest).String(), nil
 }

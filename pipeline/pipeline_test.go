@@ -380,7 +380,7 @@ func TestForgetAndGC(t *testing.T) {
 	if err := w.Forget(absA); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(false)
+	res, err := w.GC(shardcache.GCOptions{})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)

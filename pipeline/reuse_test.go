@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -54,6 +55,7 @@ func TestCompressMendsDamage(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						defer c.Close()
 						key, o := objectOf(c, kind, packMax == 0)
 						if o == nil {
 							t.Fatalf("no %s object (packed: %v)", kind, packMax == 0)
@@ -75,6 +77,28 @@ func TestCompressMendsDamage(t *testing.T) {
 						}
 						if res, err := Compress(context.Background(), src, opts); err != nil || len(res.Mended) != 0 {
 							t.Fatalf("a third compress: mended %+v, %v", res.Mended, err)
+						}
+						// The damaged bytes left in a pack go with gc.
+						c.Close()
+						w, err := shardcache.Create(cache)
+						if err != nil {
+							t.Fatal(err)
+						}
+						_, err = w.GC(shardcache.GCOptions{Check: CheckStoredPayload})
+						w.Close()
+						if err != nil {
+							t.Fatal(err)
+						}
+						after, err := shardcache.Open(cache)
+						if err != nil {
+							t.Fatal(err)
+						}
+						after.Close()
+						if dead := after.Index().Packs().DeadBytes; dead != 0 {
+							t.Fatalf("gc after the mend left %d bytes in packs that no object covers", dead)
+						}
+						if v := mustVerify(t, cache); !v.OK() {
+							t.Fatalf("verify after gc: %+v", v.Problems)
 						}
 					})
 				}
@@ -109,23 +133,36 @@ func TestCheckStoredPayloadKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	key, o := objectOf(c, shardcache.KindFixed, true)
+	if o == nil {
+		t.Fatal("no packed fixed payload")
+	}
 	r, _, err := c.OpenObject(key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if err := CheckStoredPayload(key, o, r); err != nil {
+	if err := CheckStoredPayload(o, r); err != nil {
 		t.Fatalf("an intact payload: %v", err)
 	}
 	wrong := *o
 	wrong.Kind = shardcache.KindEntropy
-	if err := CheckStoredPayload(key, &wrong, r); err == nil {
-		t.Fatal("a fixed payload recorded as entropy passes")
+	if err := CheckStoredPayload(&wrong, r); !errors.Is(err, shardcache.ErrObjectCorrupt) {
+		t.Fatalf("a fixed payload recorded as entropy: %v", err)
 	}
 	short := *o
 	short.Size--
-	if err := CheckStoredPayload(key, &short, r); err == nil {
-		t.Fatalf("a payload a byte short passes: %v", err)
+	if err := CheckStoredPayload(&short, r); !errors.Is(err, shardcache.ErrObjectCorrupt) {
+		t.Fatalf("a payload a byte short: %v", err)
+	}
+	broken := errors.New("the disk says no")
+	if err := CheckStoredPayload(o, failingReader{broken}); !errors.Is(err, broken) || errors.Is(err, shardcache.ErrObjectCorrupt) {
+		t.Fatalf("a payload that cannot be read: %v, want the read's error, not a damaged object", err)
 	}
 }
+
+// failingReader fails every read with err.
+type failingReader struct{ err error }
+
+func (f failingReader) ReadAt([]byte, int64) (int, error) { return 0, f.err }

@@ -144,7 +144,7 @@ func Open(dir string) (*Cache, error) {
 			return nil, derr
 		}
 		if _, merr := os.Stat(filepath.Join(dir, MarkerName)); merr == nil {
-			return nil, fmt.Errorf("%s: %w: no committed index (was compress interrupted?)", dir, ErrNotCache)
+			return nil, fmt.Errorf("%s: %w: no committed index (was compress or pull interrupted? run it again)", dir, ErrNotCache)
 		}
 		if ents, rerr := os.ReadDir(dir); rerr == nil && len(ents) == 0 {
 			return nil, fmt.Errorf("%s: %w: the folder is empty", dir, ErrNotCache)

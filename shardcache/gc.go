@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,15 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// DropPins makes GC remove the cache's pins and let go of the objects
-// only they kept (an unfinished pull's, which a pull run again would
-// fetch anew).
-func (w *Writer) DropPins() {
-	w.mu.Lock()
-	w.dropPins = true
-	w.mu.Unlock()
-}
 
 // Forget removes the record of the checkpoint that path names, a path as
 // the shell gave it (Index.SourceFor): relative to the working directory,
@@ -89,10 +81,36 @@ type GCResult struct {
 	// removed and others are still used.
 	Repacked int `json:"repacked"`
 	// Pinned counts the objects kept only because a pin names them (an
-	// unfinished pull's), and Pins lists the pins that kept them; with
-	// DropPins, the pins removed.
-	Pinned int   `json:"pinned_objects,omitempty"`
-	Pins   []Pin `json:"pins,omitempty"`
+	// unfinished pull's), and Pins lists the pins that kept them; Dropped
+	// lists the pins GCOptions.DropPins removed (or would).
+	Pinned  int   `json:"pinned_objects,omitempty"`
+	Pins    []Pin `json:"pins,omitempty"`
+	Dropped []Pin `json:"dropped_pins,omitempty"`
+}
+
+// GCOptions say what GC does besides removing what no checkpoint uses.
+type GCOptions struct {
+	// DryRun only counts (Writer.GC; DryRunGC always does).
+	DryRun bool
+	// Forget names checkpoints whose records go first (Writer.Forget).
+	Forget []string
+	// DropPins removes the pins, letting go of what only they kept (an
+	// unfinished pull's objects, which a pull run again fetches anew).
+	DropPins bool
+	// Check checks the payload members a pack being rewritten keeps
+	// (nil: the writer's, SetPayloadCheck; raw members are checked
+	// against their keys regardless).
+	Check PayloadCheck
+}
+
+// gcPins returns the pins of the cache in dir that GC keeps objects for,
+// and those it drops.
+func gcPins(dir string, drop bool) (kept, dropped []Pin, err error) {
+	pins, err := readPins(dir)
+	if drop {
+		return nil, pins, err
+	}
+	return pins, nil, err
 }
 
 // gcPlan is what GC removes from an index: the objects no source uses,
@@ -137,6 +155,13 @@ func planGC(ix *Index, pins []Pin) gcPlan {
 			pl.dead[o.Pack] = true
 		}
 	}
+	// A pack with bytes no member covers (a member stored again
+	// elsewhere, a damaged one that compress mended) is rewritten too.
+	for k, o := range ix.Objects {
+		if o.Kind == KindPack && pl.live[k] && o.Size > liveBytes[k] {
+			pl.dead[k] = true
+		}
+	}
 	for k, o := range ix.Objects {
 		switch {
 		case o.Kind == KindPack && pl.live[k] && pl.dead[k]:
@@ -165,32 +190,40 @@ func planGC(ix *Index, pins []Pin) gcPlan {
 // dryRun it only counts (DryRunGC counts without opening a Writer, which
 // writes the marker and the lock file). While another process has the
 // cache open for reading (Open) it is ErrInUse and removes nothing.
-// Objects a pin names are kept (GCResult.Pinned), unless DropPins was
-// called: then the pins go too.
-func (w *Writer) GC(dryRun bool) (GCResult, error) {
+// Objects a pin names are kept (GCResult.Pinned), unless o.DropPins. A
+// member of a pack it would rewrite that is damaged fails it, dry run or
+// not, and nothing is removed.
+func (w *Writer) GC(o GCOptions) (GCResult, error) {
 	if err := refuseUncommitted(w.dir); err != nil {
 		return GCResult{}, err
 	}
-	pins, err := readPins(w.dir)
+	for _, p := range o.Forget {
+		if err := w.Forget(p); err != nil {
+			return GCResult{}, err
+		}
+	}
+	keptPins, dropped, err := gcPins(w.dir, o.DropPins)
 	if err != nil {
 		return GCResult{}, err
 	}
-	keptPins, drop := pins, w.dropPins
-	if drop {
-		keptPins = nil
-	}
 	w.mu.Lock()
+	check := o.Check
+	if check == nil {
+		check = w.check
+	}
 	pl := planGC(w.ix, keptPins)
 	res := pl.res
-	if drop {
-		res.Pins = pins
-	}
+	res.Dropped = dropped
 	// Killed writers' temporary files, which Create removed.
 	res.Files += w.leftFiles
 	res.Bytes += w.leftBytes
-	known := knownFiles(w.dir, w.ix)
-	if dryRun {
+	known := knownFiles(w.dir, w.ix, keptPins)
+	if o.DryRun {
+		err := checkRepack(w.dir, w.ix, pl, check)
 		w.mu.Unlock()
+		if err != nil {
+			return res, err
+		}
 		files, bytes, err := countStrays(w.dir, known)
 		res.Files += files
 		res.Bytes += bytes
@@ -202,7 +235,7 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 		return res, err
 	}
 	defer rlock.Close()
-	if err := w.unpackLive(pl.used, pl.live, pl.dead); err != nil {
+	if err := w.unpackLive(pl, check); err != nil {
 		w.mu.Unlock()
 		return res, err
 	}
@@ -213,11 +246,9 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	if err := w.Commit(); err != nil {
 		return res, err
 	}
-	if drop {
-		for _, p := range pins {
-			if err := w.Unpin(p.Name); err != nil {
-				return res, err
-			}
+	for _, p := range dropped {
+		if err := w.Unpin(p.Name); err != nil {
+			return res, err
 		}
 	}
 	// Files no index entry names: objects of a run that was killed, and
@@ -225,7 +256,7 @@ func (w *Writer) GC(dryRun bool) (GCResult, error) {
 	// with, and removed against the one it committed (which names the
 	// packs this gc wrote).
 	w.mu.Lock()
-	keep := knownFiles(w.dir, w.ix)
+	keep := knownFiles(w.dir, w.ix, keptPins)
 	w.mu.Unlock()
 	err = walkStrays(w.dir, keep, func(p string, size int64) error {
 		if !known[p] {
@@ -246,8 +277,12 @@ func (w *Writer) Strays() (files int, bytes uint64, err error) {
 	if w.leftFiles == 0 {
 		return 0, 0, nil
 	}
+	pins, err := readPins(w.dir)
+	if err != nil {
+		return 0, 0, err
+	}
 	w.mu.Lock()
-	known := knownFiles(w.dir, w.ix)
+	known := knownFiles(w.dir, w.ix, pins)
 	w.mu.Unlock()
 	return countStrays(w.dir, known)
 }
@@ -284,6 +319,11 @@ func refuseUncommitted(dir string) error {
 	if files == 1 {
 		noun = "file"
 	}
+	if pins, err := readPins(dir); err == nil && len(pins) > 0 {
+		return fmt.Errorf("%s: %w: no committed index, and objects/ holds %d %s (%d bytes) that no index names: %s was killed before its first commit; "+
+			"gc removes none of them (run the pull again: it keeps the files that arrived whole and fetches the rest; or remove the folder if it is not wanted)",
+			dir, ErrNotCache, files, noun, bytes, pins[0].Note)
+	}
 	return fmt.Errorf("%s: %w: no committed index, and objects/ holds %d %s (%d bytes) that no index names: "+
 		"a compress killed before its first commit leaves them, and so does a cache that lost its %s; gc removes none of them "+
 		"(run compress again to finish the cache, after which gc removes what its index does not name, or remove the folder if it is not wanted)",
@@ -300,12 +340,12 @@ func countStrays(dir string, known map[string]bool) (files int, bytes uint64, er
 	return files, bytes, err
 }
 
-// DryRunGC reports what GC would remove from the cache in dir after
-// forgetting the checkpoints forget names (Writer.Forget), and changes
-// nothing: it opens no file for writing, so it works on a read-only cache.
-// A cache a writer holds is ErrLocked, as for GC. With dropPins it counts
-// as GC after DropPins does.
-func DryRunGC(dir string, forget []string, dropPins bool) (GCResult, error) {
+// DryRunGC reports what GC with o would remove from the cache in dir
+// (after forgetting o.Forget), and changes nothing: it opens no file for
+// writing, so it works on a read-only cache. It reads and checks the
+// members a repack would copy, failing where GC would. A cache a writer
+// holds is ErrLocked, as for GC.
+func DryRunGC(dir string, o GCOptions) (GCResult, error) {
 	unlock, err := sharedLock(dir)
 	if err != nil {
 		return GCResult{}, err
@@ -326,25 +366,24 @@ func DryRunGC(dir string, forget []string, dropPins bool) (GCResult, error) {
 	}
 	plan := *ix
 	plan.Sources = append([]Source(nil), ix.Sources...)
-	for _, p := range forget {
+	for _, p := range o.Forget {
 		i, err := plan.SourceFor(p)
 		if err != nil {
 			return GCResult{}, fmt.Errorf("%s: %w", dir, err)
 		}
 		plan.Sources = append(plan.Sources[:i], plan.Sources[i+1:]...)
 	}
-	pins, err := readPins(dir)
+	keptPins, dropped, err := gcPins(dir, o.DropPins)
 	if err != nil {
 		return GCResult{}, err
 	}
-	var res GCResult
-	if dropPins {
-		res = planGC(&plan, nil).res
-		res.Pins = pins
-	} else {
-		res = planGC(&plan, pins).res
+	pl := planGC(&plan, keptPins)
+	res := pl.res
+	res.Dropped = dropped
+	if err := checkRepack(dir, &plan, pl, o.Check); err != nil {
+		return res, err
 	}
-	files, bytes, err := countStrays(dir, knownFiles(dir, ix))
+	files, bytes, err := countStrays(dir, knownFiles(dir, ix, keptPins))
 	res.Files += files
 	res.Bytes += bytes
 	return res, err
@@ -395,8 +434,9 @@ func walkStrays(dir string, known map[string]bool, fn func(path string, size int
 	return nil
 }
 
-// knownFiles returns the paths of the files ix names in the cache in dir.
-func knownFiles(dir string, ix *Index) map[string]bool {
+// knownFiles returns the paths of the files ix names in the cache in dir,
+// and of those the pins name (a pull killed before it committed them).
+func knownFiles(dir string, ix *Index, pins []Pin) map[string]bool {
 	known := map[string]bool{}
 	for k, o := range ix.Objects {
 		if o.Pack != "" {
@@ -406,6 +446,16 @@ func knownFiles(dir string, ix *Index) map[string]bool {
 			known[p] = true
 		}
 	}
+	for _, pin := range pins {
+		for _, k := range pin.Keys {
+			if o := ix.Objects[k]; o != nil && o.Pack != "" {
+				continue // a member: its pack is the file
+			}
+			if p, err := objectPath(dir, k); err == nil {
+				known[p] = true
+			}
+		}
+	}
 	return known
 }
 
@@ -413,36 +463,16 @@ func knownFiles(dir string, ix *Index) map[string]bool {
 // into tmp/ as pending objects, so that Commit writes them into new packs
 // (w.mu held). Their records leave the index until then; the old pack
 // file stays until the new index is committed.
-func (w *Writer) unpackLive(used, live, dead map[Key]bool) error {
-	files := map[Key]*os.File{}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
+func (w *Writer) unpackLive(pl gcPlan, check PayloadCheck) error {
+	files := packFiles{dir: w.dir, open: map[Key]*os.File{}}
+	defer files.close()
 	for k, o := range w.ix.Objects {
-		if o.Pack == "" || !used[k] || !live[o.Pack] || !dead[o.Pack] || w.pending[k].path != "" {
+		if !repacked(k, o, pl.used, pl.live, pl.dead) || w.pending[k].path != "" {
 			continue
 		}
-		f, ok := files[o.Pack]
-		if !ok {
-			p, err := objectPath(w.dir, o.Pack)
-			if err != nil {
-				return err
-			}
-			if f, err = os.Open(p); err != nil {
-				return err
-			}
-			files[o.Pack] = f
-		}
-		b := make([]byte, o.Size)
-		if _, err := f.ReadAt(b, int64(o.Offset)); err != nil {
-			return fmt.Errorf("%s: %w", f.Name(), err)
-		}
-		name := fmt.Sprintf("%s[%d:+%d]", f.Name(), o.Offset, o.Size)
-		if err := checkContent(name, k, o, bytes.NewReader(b), w.check); err != nil {
-			return fmt.Errorf("%w; gc copies the members of this pack still in use into a new one, and refuses a damaged one: nothing was removed "+
-				"(compressing its checkpoint again, or pulling it again, stores it anew; then run gc)", err)
+		b, err := files.member(k, o, check)
+		if err != nil {
+			return err
 		}
 		tmp, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
 		if err != nil {
@@ -463,4 +493,83 @@ func (w *Writer) unpackLive(used, live, dead map[Key]bool) error {
 		delete(w.ix.Objects, k)
 	}
 	return nil
+}
+
+// repacked reports whether the object o of key k is a member that GC
+// copies into a new pack: used, in a pack with used members that it
+// rewrites.
+func repacked(k Key, o *Object, used, live, dead map[Key]bool) bool {
+	return o.Pack != "" && used[k] && live[o.Pack] && dead[o.Pack]
+}
+
+// checkRepack reads and checks every member of ix that GC would copy into
+// a new pack (pl), as GC does, changing nothing: a dry run fails where GC
+// would.
+func checkRepack(dir string, ix *Index, pl gcPlan, check PayloadCheck) error {
+	files := packFiles{dir: dir, open: map[Key]*os.File{}}
+	defer files.close()
+	for k, o := range ix.Objects {
+		if repacked(k, o, pl.used, pl.live, pl.dead) {
+			if _, err := files.member(k, o, check); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// packFiles reads pack members for GC, each pack opened once.
+type packFiles struct {
+	dir  string
+	open map[Key]*os.File
+}
+
+func (pf packFiles) close() {
+	for _, f := range pf.open {
+		f.Close()
+	}
+}
+
+// member reads the member o of key k from its pack and checks it
+// (checkContent): a pack that is gone or ends before it, or wrong bytes,
+// are ErrObjectCorrupt, naming the member.
+func (pf packFiles) member(k Key, o *Object, check PayloadCheck) ([]byte, error) {
+	f, ok := pf.open[o.Pack]
+	if !ok {
+		p, err := objectPath(pf.dir, o.Pack)
+		if err != nil {
+			return nil, err
+		}
+		f, err = os.Open(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, refuseRepack(fmt.Errorf("%s: pack of object %s: %w: %w", p, k, ErrObjectCorrupt, err))
+		}
+		if err != nil {
+			return nil, err
+		}
+		pf.open[o.Pack] = f
+	}
+	name := fmt.Sprintf("%s[%d:+%d]", f.Name(), o.Offset, o.Size)
+	b := make([]byte, o.Size)
+	n, err := f.ReadAt(b, int64(o.Offset))
+	switch {
+	case n == len(b):
+	case err == io.EOF:
+		return nil, refuseRepack(fmt.Errorf("%s: %w: the pack ends %d bytes into the member", name, ErrObjectCorrupt, n))
+	default:
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := checkContent(name, k, o, bytes.NewReader(b), check); err != nil {
+		if errors.Is(err, ErrObjectCorrupt) {
+			err = refuseRepack(err)
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// refuseRepack says what GC does about a damaged member it would copy.
+func refuseRepack(err error) error {
+	return fmt.Errorf("%w; gc copies the members of this pack still in use into a new one, and refuses a damaged one: nothing was removed "+
+		"(compressing its checkpoint again, or pulling it again, stores it anew; then run gc)", err)
 }

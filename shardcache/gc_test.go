@@ -56,14 +56,14 @@ func TestGCStrays(t *testing.T) {
 	gc := func(dry bool) (GCResult, error) {
 		os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
 		if dry {
-			return DryRunGC(dir, nil, false)
+			return DryRunGC(dir, GCOptions{})
 		}
 		w, err := Create(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		return w.GC(false)
+		return w.GC(GCOptions{})
 	}
 	stray := filepath.Join(dir, "objects", "ab", strings.Repeat("ab", 32))
 	os.MkdirAll(filepath.Dir(stray), 0o755)
@@ -186,7 +186,7 @@ func TestDryRunGC(t *testing.T) {
 	os.Remove(filepath.Join(dir, LockName)) // a dry run must not make one
 	for _, forget := range [][]string{nil, {"/a"}} {
 		before := snapshot(t, dir)
-		dry, err := DryRunGC(dir, forget, false)
+		dry, err := DryRunGC(dir, GCOptions{Forget: forget})
 		if err != nil {
 			t.Fatalf("forget %v: %v", forget, err)
 		}
@@ -198,18 +198,18 @@ func TestDryRunGC(t *testing.T) {
 			t.Errorf("dry run with every source live would remove %d objects", dry.Objects)
 		}
 	}
-	dry, _ := DryRunGC(dir, []string{"/a"}, false)
+	dry, _ := DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
 	w, err = Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := DryRunGC(dir, nil, false); !errors.Is(err, ErrLocked) {
+	if _, err := DryRunGC(dir, GCOptions{}); !errors.Is(err, ErrLocked) {
 		t.Errorf("dry run while a writer holds the cache: %v, want ErrLocked", err)
 	}
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(false)
+	res, err := w.GC(GCOptions{})
 	w.Close()
 	if err != nil || !reflect.DeepEqual(res, dry) {
 		t.Errorf("gc after the dry run: %+v, %v; the dry run predicted %+v", res, err, dry)
@@ -230,12 +230,12 @@ func TestDryRunGCUncommitted(t *testing.T) {
 	w.Close()
 	os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
 	before := snapshot(t, dir)
-	res, err := DryRunGC(dir, nil, false)
+	res, err := DryRunGC(dir, GCOptions{})
 	if err != nil || !reflect.DeepEqual(res, GCResult{Files: 1, Bytes: 500}) {
 		t.Errorf("dry run: %+v, %v; want 1 file of 500 bytes", res, err)
 	}
 	sameSnapshot(t, "gc --dry-run", before, snapshot(t, dir))
-	if _, err := DryRunGC(t.TempDir(), nil, false); !errors.Is(err, ErrNotCache) {
+	if _, err := DryRunGC(t.TempDir(), GCOptions{}); !errors.Is(err, ErrNotCache) {
 		t.Errorf("dry run of an empty folder: %v, want ErrNotCache", err)
 	}
 }
@@ -324,7 +324,7 @@ func TestGCWaitsForReaders(t *testing.T) {
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.GC(false); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), dir) {
+	if _, err := w.GC(GCOptions{}); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("gc while a reader has the cache open: %v, want ErrInUse", err)
 	}
 	if n := countFiles(t, filepath.Join(dir, "objects")); n != before || n == 0 {
@@ -357,7 +357,7 @@ func TestGCWaitsForReaders(t *testing.T) {
 	if err := <-opened; err != nil {
 		t.Fatalf("Open after gc let go: %v", err)
 	}
-	res, err := w.GC(false)
+	res, err := w.GC(GCOptions{})
 	w.Close()
 	if err != nil || res.Objects == 0 {
 		t.Fatalf("gc with no reader: %+v, %v", res, err)

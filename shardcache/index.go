@@ -59,6 +59,12 @@ var (
 	ErrSourceTime = fmt.Errorf("%w", ErrSourceChanged)
 	// ErrLocked reports a cache another writer holds.
 	ErrLocked = errors.New("cache is locked by another writer")
+	// ErrInUse reports a gc refused because a reader has the cache open
+	// (Open, until Close): removing files then could fail it midway.
+	ErrInUse = errors.New("the cache is open in a process that reads it; gc removes nothing while one does")
+	// ErrPinCorrupt reports a pin file (Writer.Pin) that does not parse:
+	// gc keeps what it cannot read rather than remove what it may pin.
+	ErrPinCorrupt = errors.New("pin file is corrupt")
 	// ErrVersion reports an index of a format version this build does
 	// not read.
 	ErrVersion = errors.New("unsupported splitzip cache index version")

@@ -30,17 +30,17 @@ func richIndex() *Index {
 	ix := &Index{Objects: map[Key]*Object{
 		hk: {Kind: KindRaw, Size: 64, RawSize: 64},
 		gk: {Kind: KindRaw, Size: 8, RawSize: 8},
-		ik: {Kind: KindRaw, Size: 10, RawSize: 10, Pack: pk, Offset: 16},
+		ik: {Kind: KindRaw, Size: 10, RawSize: 10, Pack: pk, Offset: 0},
 		sk: {Kind: KindFixed, Size: 1500, RawSize: 2048, Checksum: 0xdeadbeef, ObjectStats: ObjectStats{Values: 1024,
 			Codebook: []int{120, 121, 119, 122, 118, 123, 117, 124, 116, 125, 115, 126, 114, 127, 113},
 			Escapes:  7, RawChunks: 1, Chunks: 2, Coverage: 0.9931640625, Entropy: 2.718281828459045, InPlace: true, EscapeRate: 7.0 / 1024}},
 		s2: {Kind: KindFixed, Size: 1400, RawSize: 2048, Checksum: 1, ObjectStats: ObjectStats{Values: 1024,
 			Codebook: []int{120, 121, 119, 122, 118, 123, 117, 124, 116, 125, 115, 126, 114, 127, 113},
 			Escapes:  3, Chunks: 2, Coverage: 1, Entropy: 0.5, InPlace: true, EscapeRate: 0.25}}, // a rate that is not escapes/values
-		ek: {Kind: KindEntropy, Size: 900, RawSize: 4096, Checksum: 42, Pack: pk, Offset: 32,
+		ek: {Kind: KindEntropy, Size: 900, RawSize: 4096, Checksum: 42, Pack: pk, Offset: 16,
 			ObjectStats: ObjectStats{Values: 2048, Field: "BF16 exponent", Entropy: 2.25, Chunks: 1, InPlace: true}},
 		rk: {Kind: KindRaw, Size: 16, RawSize: 16},
-		pk: {Kind: KindPack, Size: 960, RawSize: 960},
+		pk: {Kind: KindPack, Size: 928, RawSize: 928},
 	}}
 	shard := Shard{Name: "model.safetensors", Size: 64 + 2048 + 2048 + 8 + 4096 + 16 + 2, ModTime: t0, Fingerprint: "blake3:" + strings.Repeat("ab", 32),
 		Header: Region{0, 64, hk},
@@ -382,7 +382,7 @@ func TestLoadStats(t *testing.T) {
 	if err := w.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.GC(false); err != nil {
+	if _, err := w.GC(GCOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()

@@ -151,11 +151,11 @@ func TestGCRepacks(t *testing.T) {
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
-	dry, err := w.GC(true)
+	dry, err := w.GC(GCOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(false)
+	res, err := w.GC(GCOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +167,7 @@ func TestGCRepacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	if st := c.Index().Packs(); st.Packs != 1 || st.Members != 3 || st.DeadBytes != 0 {
 		t.Errorf("after gc: %+v", st)
 	}
@@ -280,18 +281,21 @@ func TestGCRefusesDamagedMember(t *testing.T) {
 	}
 	f.Close()
 	before := snapshot(t, dir)
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrObjectCorrupt) || !strings.Contains(err.Error(), loc.Path) || !strings.Contains(err.Error(), "nothing was removed") {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	_, err = DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
+	refused("a dry run of gc of a pack with a damaged member in use", err)
 	w, err = Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if err := w.Forget("/a"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = w.GC(false)
-	if !errors.Is(err, ErrObjectCorrupt) || !strings.Contains(err.Error(), loc.Name()) || !strings.Contains(err.Error(), "nothing was removed") {
-		t.Fatalf("gc of a pack with a damaged member in use: %v", err)
-	}
+	_, err = w.GC(GCOptions{Forget: []string{"/a"}})
+	refused("gc of a pack with a damaged member in use", err)
 	w.Close()
 	after := snapshot(t, dir)
 	for _, m := range []map[string]fileState{before, after} {
@@ -299,6 +303,18 @@ func TestGCRefusesDamagedMember(t *testing.T) {
 		delete(m, filepath.Join(dir, "tmp")) // its time: the copies made and removed
 	}
 	sameSnapshot(t, "the refused gc", before, after)
+	// A pack cut short, and one that is gone: damaged too, not an I/O
+	// failure of gc's.
+	if err := os.Truncate(loc.Path, int64(loc.Offset)+3); err != nil {
+		t.Fatal(err)
+	}
+	_, err = DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
+	refused("gc of a pack cut short", err)
+	if err := os.Remove(loc.Path); err != nil {
+		t.Fatal(err)
+	}
+	_, err = DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
+	refused("gc of a pack that is gone", err)
 }
 
 // TestHasChecksEarlierRaw: a raw object an earlier run stored is not
@@ -347,6 +363,7 @@ func TestHasChecksEarlierRaw(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	if got, _, err := c.ReadObject(key); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("after putting it again: %v", err)
 	}

@@ -131,11 +131,11 @@ func readPin(path string) (Pin, error) {
 		case line == 1 && strings.HasPrefix(t, "# "):
 			p.Note = t[2:]
 		case len(p.Keys) == maxPinKeys:
-			return Pin{}, fmt.Errorf("%s: %w: more than %d keys", path, ErrIndexCorrupt, maxPinKeys)
+			return Pin{}, fmt.Errorf("%s: %w: more than %d keys", path, ErrPinCorrupt, maxPinKeys)
 		default:
 			k := Key(t)
 			if _, err := k.hexPart(); err != nil {
-				return Pin{}, fmt.Errorf("%s: line %d: %w: %q is not a content key", path, line, ErrIndexCorrupt, t)
+				return Pin{}, fmt.Errorf("%s: line %d: %w: %q is not a content key (remove the file, and gc lets go of what it kept)", path, line, ErrPinCorrupt, t)
 			}
 			p.Keys = append(p.Keys, k)
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 // TestPins: a pin keeps unreferenced objects from gc and is listed with
-// its note; DropPins lets them go and removes the pin; a pin file that
+// its note; GCOptions.DropPins lets them go and removes the pin; a pin file that
 // does not parse stops gc (it keeps what it cannot read); names other
 // than plain file names are refused.
 func TestPins(t *testing.T) {
@@ -31,26 +31,37 @@ func TestPins(t *testing.T) {
 			t.Errorf("pin name %q accepted", bad)
 		}
 	}
-	if err := w.Pin("pull-1", "an unfinished pull of r", keys[:2]); err != nil {
+	// A file in place that no index names yet (a pull killed before it
+	// committed it), pinned: not a stray.
+	loose := KeyOf([]byte("arrived whole"))
+	lp, _ := objectPath(dir, loose)
+	os.MkdirAll(filepath.Dir(lp), 0o755)
+	os.WriteFile(lp, []byte("arrived whole"), 0o644)
+	if err := w.Pin("pull-1", "an unfinished pull of r", append(keys[:2:2], loose)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(false)
-	if err != nil || res.Objects != 1 || res.Pinned != 2 || len(res.Pins) != 1 || res.Pins[0].Name != "pull-1" || res.Pins[0].Note != "an unfinished pull of r" {
-		t.Fatalf("gc with a pin of 2 of 3 unreferenced objects: %+v, %v", res, err)
+	res, err := w.GC(GCOptions{})
+	if err != nil || res.Objects != 1 || res.Files != 0 || res.Pinned != 2 || len(res.Pins) != 1 || res.Pins[0].Name != "pull-1" || res.Pins[0].Note != "an unfinished pull of r" {
+		t.Fatalf("gc with a pin of 2 of 3 unreferenced objects and a file no index names: %+v, %v", res, err)
+	}
+	if _, err := os.Stat(lp); err != nil {
+		t.Fatalf("gc removed a pinned file: %v", err)
 	}
 	bad := filepath.Join(dir, PinsDir, "junk")
 	os.WriteFile(bad, []byte("# a note\nnot a key\n"), 0o644)
-	if _, err := w.GC(false); !errors.Is(err, ErrIndexCorrupt) || !strings.Contains(err.Error(), bad) {
+	if _, err := w.GC(GCOptions{}); !errors.Is(err, ErrPinCorrupt) || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("gc with a malformed pin: %v", err)
 	}
-	if _, err := DryRunGC(dir, nil, false); err == nil {
+	if _, err := DryRunGC(dir, GCOptions{}); err == nil {
 		t.Fatal("dry run with a malformed pin")
 	}
 	os.Remove(bad)
-	w.DropPins()
-	res, err = w.GC(false)
-	if err != nil || res.Objects != 2 || res.Pinned != 0 || len(res.Pins) != 1 {
+	res, err = w.GC(GCOptions{DropPins: true})
+	if err != nil || res.Objects != 2 || res.Files != 1 || res.Pinned != 0 || len(res.Pins) != 0 || len(res.Dropped) != 1 {
 		t.Fatalf("gc after DropPins: %+v, %v", res, err)
+	}
+	if _, err := os.Stat(lp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the file only a dropped pin kept: %v", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, PinsDir)); len(ents) != 0 {
 		t.Errorf("pins left after DropPins: %v", ents)

@@ -24,10 +24,6 @@ import (
 // (flock) and gc an exclusive one.
 const ReadersName = "readers"
 
-// ErrInUse reports a gc refused because another reader has the cache
-// open: removing files then could fail a load midway.
-var ErrInUse = errors.New("the cache is open in a process that reads it (a load, verify, decompress or push); gc removes nothing while one does")
-
 // readWait is how long Open waits for a gc that holds the cache to
 // finish, and readPoll how often it looks.
 const (
@@ -86,7 +82,7 @@ func gcLock(dir string) (*os.File, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w", dir, ErrInUse)
+			return nil, fmt.Errorf("%s: %w (a load, verify, decompress or push; run gc when it is done)", dir, ErrInUse)
 		}
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
@@ -94,8 +90,9 @@ func gcLock(dir string) (*os.File, error) {
 }
 
 // Close lets go of the cache: a local cache's readers lock, which gc
-// waits for. A Cache is not used after Close; Close of a remote one does
-// nothing.
+// waits for. Its index stays readable (Index, lookups); its objects may
+// go under a gc from then on, so they are read before Close. Close of a
+// remote cache does nothing.
 func (c *Cache) Close() error {
 	if c == nil || c.rlock == nil {
 		return nil

@@ -13,12 +13,13 @@ import (
 	"os"
 )
 
-// PayloadCheck checks the stored bytes of a payload object (a fixed or
-// entropy one): r reads exactly its o.Size bytes. Package shardcache
-// knows no payload layout, so a writer checks payloads only through the
-// PayloadCheck its user sets (SetPayloadCheck); raw objects it checks
-// against their content keys itself.
-type PayloadCheck func(key Key, o *Object, r io.ReaderAt) error
+// PayloadCheck checks the stored bytes of a payload object o (a fixed
+// or entropy one): r reads exactly its o.Size bytes. Wrong bytes are an
+// error matching ErrObjectCorrupt; any other error is one of reading
+// them. Package shardcache knows no payload layout, so a writer checks
+// payloads only through the PayloadCheck its user sets (SetPayloadCheck);
+// raw objects it checks against their content keys itself.
+type PayloadCheck func(o *Object, r io.ReaderAt) error
 
 // SetPayloadCheck sets the check Has applies to payloads an earlier run
 // stored before it reports them stored.
@@ -29,8 +30,9 @@ func (w *Writer) SetPayloadCheck(fn PayloadCheck) {
 }
 
 // Mended returns the objects of earlier runs that Has found missing, cut
-// short or damaged, and what was wrong with each: their callers stored
-// them again, and Commit replaced them.
+// short or damaged (ErrObjectCorrupt), and what was wrong with each: Has
+// reported them not stored, so a caller that stores them (as compress
+// does) replaces them at Commit.
 func (w *Writer) Mended() map[Key]error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -96,8 +98,8 @@ func checkContent(name string, key Key, o *Object, r io.ReaderAt, check PayloadC
 			return fmt.Errorf("%s: %w: its bytes do not hash to its content key %s", name, ErrObjectCorrupt, key)
 		}
 	case check != nil:
-		if err := check(key, o, r); err != nil {
-			return fmt.Errorf("%s: %w: %w", name, ErrObjectCorrupt, err)
+		if err := check(o, r); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nil

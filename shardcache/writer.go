@@ -43,9 +43,10 @@ type Writer struct {
 	// payloads' bytes (SetPayloadCheck).
 	checked map[Key]bool
 	damaged map[Key]error
-	check   PayloadCheck
-	// dropPins makes GC remove the pins (DropPins).
-	dropPins bool
+	// checkErr is the first error of a check that could not read an
+	// object (not a damaged one): Commit returns it.
+	checkErr error
+	check    PayloadCheck
 }
 
 // SetNoSync makes Commit skip flushing objects and the index to disk. A
@@ -241,7 +242,9 @@ func (w *Writer) Earlier(key Key) bool {
 // written again. An object an earlier run stored (Earlier) is checked
 // once before it is trusted (Writer.checkEarlier): one that is missing,
 // cut short or damaged is not stored, so the caller writes it again and
-// its Commit replaces the damaged one (Mended counts them).
+// its Commit replaces the damaged one (Mended lists them). One the check
+// could not read (an I/O error, too many open files) is not stored either,
+// and Commit fails with that error.
 func (w *Writer) Has(key Key) (*Object, bool) {
 	w.mu.Lock()
 	if p, ok := w.pending[key]; ok {
@@ -259,10 +262,17 @@ func (w *Writer) Has(key Key) (*Object, bool) {
 	}
 	if err := w.checkEarlier(key, o); err != nil {
 		w.mu.Lock()
-		if w.damaged == nil {
-			w.damaged = map[Key]error{}
+		switch {
+		case errors.Is(err, ErrObjectCorrupt):
+			if w.damaged == nil {
+				w.damaged = map[Key]error{}
+			}
+			w.damaged[key] = err
+		case w.checkErr == nil:
+			// Not known to be damaged, nor known to be whole: stored
+			// again, and the run fails at Commit with what happened.
+			w.checkErr = fmt.Errorf("checking object %s stored before: %w", key, err)
 		}
-		w.damaged[key] = err
 		w.mu.Unlock()
 		return nil, false
 	}
@@ -472,11 +482,16 @@ func (w *Writer) SetSource(s Source) {
 
 // Commit makes everything recorded so far durable and visible: it flushes
 // the objects to disk, then writes the index to a temporary file and
-// renames it over the old one.
+// renames it over the old one. Where Has could not check an object an
+// earlier run stored (not a damaged one: an error reading it) it commits
+// nothing and returns that error.
 func (w *Writer) Commit() (err error) {
 	defer func() { err = w.cacheError(err) }()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.checkErr != nil {
+		return w.checkErr
+	}
 	if err := w.packPending(); err != nil {
 		return err
 	}
@@ -511,15 +526,15 @@ func (w *Writer) Commit() (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	// A cache with an index has readers, and their lock (a cache of an
+	// older build gets it here), before the index that lets them in.
+	if err := makeReaders(w.dir); err != nil {
+		return err
+	}
 	if err := os.Rename(f.Name(), filepath.Join(w.dir, IndexName)); err != nil {
 		return err
 	}
 	clear(w.added)
-	// A cache with an index has readers, and their lock (a cache of an
-	// older build gets it here).
-	if err := makeReaders(w.dir); err != nil {
-		return err
-	}
 	if w.noSync {
 		return nil
 	}

@@ -155,6 +155,14 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if existing != nil {
 		existing.split(out, src)
 	}
+	if isRemote(o.Output) {
+		// Where the cache goes: the local folder is a temporary one, gone
+		// when the command ends, or --local-cache (the pull's cache).
+		res.Output = o.Output
+		if existing != nil && o.LocalCache == "" {
+			existing.Cache = ""
+		}
+	}
 	var pushed *oci.PushResult
 	if isRemote(o.Output) {
 		pr, err := oci.Push(ctx, out, remoteRef(o.Output), o.remoteOptions.oci(g))

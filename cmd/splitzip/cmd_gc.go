@@ -79,7 +79,7 @@ func runGC(g *globals, o gcOptions, dir string) error {
 		return err
 	}
 	if g.JSON {
-		return printJSON(g.stdout, "gc_summary", map[string]any{"cache": dir, "dry_run": o.DryRun, "result": res})
+		return printJSON(g.stdout, "gc_summary", map[string]any{"cache": dir, "dry_run": o.DryRun, "forgot": o.Forget, "result": res})
 	}
 	verb := "removed"
 	if o.DryRun {
@@ -97,10 +97,8 @@ func runGC(g *globals, o gcOptions, dir string) error {
 		repacked = fmt.Sprintf("; %s %s with the members still in use", map[bool]string{false: "rewrote", true: "would rewrite"}[o.DryRun], count(res.Repacked, "pack"))
 	}
 	fmt.Fprintf(g.stdout, "gc: %s %s and %s, %s%s\n", verb, count(res.Objects, "object"), count(res.Files, "stray file"), human(res.Bytes), repacked)
-	if o.Unfinished {
-		for _, p := range res.Pins {
-			fmt.Fprintf(g.stdout, "gc: %s what an unfinished pull fetched (%s): %s\n", map[bool]string{false: "let go of", true: "would let go of"}[o.DryRun], p.Name, p.Note)
-		}
+	for _, p := range res.Dropped {
+		fmt.Fprintf(g.stdout, "gc: %s what an unfinished pull fetched (%s): %s\n", map[bool]string{false: "let go of", true: "would let go of"}[o.DryRun], p.Name, p.Note)
 	}
 	if res.Pinned > 0 {
 		fmt.Fprintf(g.stderr, "note: kept %s that unfinished pulls fetched, for a pull run again to resume from (%s); --unfinished removes them\n",
@@ -111,8 +109,10 @@ func runGC(g *globals, o gcOptions, dir string) error {
 
 // gc runs gc, or its dry run, which opens nothing for writing.
 func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
+	// Payload members a repack copies are checked as loads check them.
+	opts := shardcache.GCOptions{DryRun: o.DryRun, Forget: o.Forget, DropPins: o.Unfinished, Check: pipeline.CheckStoredPayload}
 	if o.DryRun {
-		return shardcache.DryRunGC(dir, o.Forget, o.Unfinished)
+		return shardcache.DryRunGC(dir, opts)
 	}
 	if !shardcache.IsCache(dir) {
 		// Open says why: missing, not a directory, or not a cache.
@@ -127,16 +127,7 @@ func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
 		return shardcache.GCResult{}, err
 	}
 	defer w.Close()
-	if o.Unfinished {
-		w.DropPins()
-	}
-	w.SetPayloadCheck(pipeline.CheckStoredPayload) // the members a repack copies
-	for _, p := range o.Forget {
-		if err := w.Forget(p); err != nil {
-			return shardcache.GCResult{}, err
-		}
-	}
-	return w.GC(false)
+	return w.GC(opts)
 }
 
 // pinNotes says what pins keep objects for, one after another.

@@ -116,7 +116,7 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 // other than a splitzip cache is refused, never replaced.
 func (o remoteOptions) base(ctx context.Context, g *globals, cache, dir string, noSync bool) (*oci.PullResult, error) {
 	oo := o.oci(g)
-	_, err := oci.Stat(ctx, remoteRef(cache), oo)
+	art, err := oci.Stat(ctx, remoteRef(cache), oo)
 	switch {
 	case errors.Is(err, oci.ErrNotFound):
 		return nil, nil
@@ -126,7 +126,8 @@ func (o remoteOptions) base(ctx context.Context, g *globals, cache, dir string, 
 		return nil, registryError(err)
 	}
 	oo.NoSync = noSync
-	res, err := oci.Pull(ctx, remoteRef(cache), dir, oo)
+	// By digest: what Stat found, though the tag moves meanwhile.
+	res, err := oci.Pull(ctx, art.ByDigest, dir, oo)
 	if err != nil {
 		return nil, registryError(err)
 	}

@@ -160,8 +160,8 @@ func checkFixed(h *codec.Header, size uint64, sum uint32, decoded uint64) error 
 // its checksum and tail checked (Check) against decoded bytes (0: not
 // checked), and its checksum against recorded, the one the cache's index
 // records (codec.CheckRecorded). A version 1 entropy payload, which has
-// no head Parse takes, is checked by its header's checksum. It returns
-// the payload's kind.
+// no head Parse takes, is checked by its header's size and checksum (not
+// against decoded). It returns the payload's kind.
 func CheckFrom(r io.ReaderAt, size, decoded uint64, recorded uint32, buf []byte) (Kind, error) {
 	if len(buf) < HeadBytes {
 		return 0, fmt.Errorf("payload.CheckFrom: a buffer of %d bytes, short of HeadBytes", len(buf))
@@ -181,6 +181,11 @@ func CheckFrom(r io.ReaderAt, size, decoded uint64, recorded uint32, buf []byte)
 	}
 	var tail *Tail
 	if h != nil {
+		// The size first: a damaged head may claim any size, and its
+		// tail is allocated from it.
+		if h.Size() != size {
+			return k, Check(h, size, 0, 0, nil)
+		}
 		tail = NewTail(h)
 	}
 	var sum uint32

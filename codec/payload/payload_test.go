@@ -227,3 +227,46 @@ func TestTail(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFrom: both kinds check piece by piece as CheckBytes checks
+// them whole, against the recorded checksum too; a flipped byte, a
+// payload cut short, a wrong decoded size and a wrong recorded checksum
+// fail; a head that claims more bytes than there are fails before
+// anything is allocated from it.
+func TestCheckFrom(t *testing.T) {
+	raw, ps := payloads(t, 3)
+	for k, p := range ps {
+		buf := make([]byte, HeadBytes+100) // pieces that cut the payload anywhere
+		sum := Sum(p)
+		if got, err := CheckFrom(bytes.NewReader(p), uint64(len(p)), uint64(len(raw)), sum, buf); err != nil || got != k {
+			t.Fatalf("%s: %s, %v", k, got, err)
+		}
+		if _, err := CheckFrom(bytes.NewReader(p), uint64(len(p)), 0, 0, buf); err != nil {
+			t.Fatalf("%s, nothing recorded: %v", k, err)
+		}
+		bad := bytes.Clone(p)
+		bad[len(bad)/2] ^= 4
+		for name, c := range map[string]struct {
+			p        []byte
+			size     uint64
+			decoded  uint64
+			recorded uint32
+		}{
+			"flipped":          {bad, uint64(len(p)), 0, 0},
+			"cut short":        {p[:len(p)-1], uint64(len(p) - 1), 0, 0},
+			"decoded size":     {p, uint64(len(p)), uint64(len(raw)) + 2, 0},
+			"recorded":         {p, uint64(len(p)), 0, sum + 1},
+			"reader ends":      {p[:len(p)-9], uint64(len(p)), 0, 0},
+			"head claims more": {p, uint64(len(p)) - 16, 0, 0},
+		} {
+			if _, err := CheckFrom(bytes.NewReader(c.p), c.size, c.decoded, c.recorded, buf); err == nil {
+				t.Errorf("%s, %s: passes", k, name)
+			}
+		}
+	}
+	huge := bytes.Clone(ps[KindEntropy])
+	binary.LittleEndian.PutUint64(huge[48:], 1<<46) // the head's size field
+	if _, err := CheckFrom(bytes.NewReader(huge), uint64(len(huge)), 0, 0, make([]byte, HeadBytes)); err == nil {
+		t.Error("an entropy head claiming 64 TiB passes")
+	}
+}

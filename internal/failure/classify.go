@@ -47,7 +47,7 @@ var rules = []rule{
 	{Integrity, []error{
 		codec.ErrCorrupt, codec.ErrChecksum, codec.ErrSize,
 		entropy.ErrStream, entropy.ErrCode, entropy.ErrPayload,
-		shardcache.ErrIndexCorrupt, shardcache.ErrObjectCorrupt,
+		shardcache.ErrIndexCorrupt, shardcache.ErrObjectCorrupt, shardcache.ErrPinCorrupt,
 		pipeline.ErrMismatch, transport.ErrMismatch, gpu.ErrKernel, oci.ErrBlob,
 	}},
 	{Input, []error{

@@ -1,0 +1,73 @@
+package shardcache
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestHasPayloadCheck: a payload an earlier run stored goes through the
+// writer's PayloadCheck once; wrong bytes (ErrObjectCorrupt) make it not
+// stored and listed by Mended; an error reading them makes it not stored
+// and Commit fail with that error, committing nothing, and Mended stays
+// empty.
+func TestHasPayloadCheck(t *testing.T) {
+	w, dir := newWriter(t)
+	w.SetPackMax(0)
+	o, err := w.NewObject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte{7}, 4096)
+	o.Write(data)
+	key := KeyOf(data)
+	if err := o.Commit(key, &Object{Kind: KindFixed, Size: 4096, RawSize: 8192}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	for _, c := range []struct {
+		name    string
+		err     error
+		corrupt bool
+	}{
+		{"whole", nil, false},
+		{"wrong bytes", fmt.Errorf("%w: checksum", ErrObjectCorrupt), true},
+		{"unreadable", errors.New("input/output error"), false},
+	} {
+		w, err := Create(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		w.SetPayloadCheck(func(o *Object, r io.ReaderAt) error {
+			calls++
+			if o.Size != 4096 {
+				t.Errorf("%s: checked %d bytes", c.name, o.Size)
+			}
+			return c.err
+		})
+		_, ok := w.Has(key)
+		w.Has(key)
+		m := w.Mended()
+		cerr := w.Commit()
+		w.Close()
+		switch {
+		case calls != 1 && c.err == nil:
+			t.Errorf("%s: %d checks of one object, want 1", c.name, calls)
+		case ok != (c.err == nil):
+			t.Errorf("%s: Has says stored %v", c.name, ok)
+		case (len(m) == 1) != c.corrupt:
+			t.Errorf("%s: Mended %v", c.name, m)
+		case c.err != nil && !c.corrupt && (cerr == nil || !strings.Contains(cerr.Error(), "input/output error")):
+			t.Errorf("%s: Commit %v, want the read's error", c.name, cerr)
+		case (c.err == nil || c.corrupt) && cerr != nil:
+			t.Errorf("%s: Commit %v", c.name, cerr)
+		}
+	}
+}
