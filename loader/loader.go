@@ -219,7 +219,7 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 	case shardcache.StoredFixed, shardcache.StoredEntropy:
 		p, _, err := l.c.ReadObject(t.Key)
 		if err != nil {
-			return fmt.Errorf("tensor %q: %w", t.Name, err)
+			return l.objectError(t, err)
 		}
 		if t.rec.Stored == shardcache.StoredEntropy {
 			err = entropy.Decode(dst, p, 0)
@@ -230,7 +230,7 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 			// A payload that does not decode is a damaged object:
 			// the error names its file (a pack's with the range).
 			if loc, _, lerr := l.c.Locate(t.Key); lerr == nil {
-				return fileError(t, loc.Name(), err)
+				return fileError(t, loc.Name(), loc.Path, err)
 			}
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
@@ -258,7 +258,7 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	if _, err := f.ReadAt(dst, int64(off)); err != nil {
-		return fileError(t, path, err)
+		return fileError(t, path, path, err)
 	}
 	return nil
 }

@@ -89,7 +89,7 @@ func (l *Loader) packBound(t *Tensor, flags PackFlags) (uint64, bool, error) {
 	if n < uint64(len(head)) {
 		return 0, false, fmt.Errorf("tensor %q: %w: an entropy payload of %d bytes", t.Name, entropy.ErrPayload, n)
 	}
-	if _, err := l.readObject(t, head[:]); err != nil {
+	if _, _, err := l.readObject(t, head[:]); err != nil {
 		return 0, false, err
 	}
 	h, err := entropy.ParsePayloadHeader(head[:])
@@ -232,7 +232,7 @@ func (l *Loader) keepEntropy(t *Tensor, dst []byte) (uint64, *entropy.Head, erro
 		return 0, nil, fmt.Errorf("tensor %q: %w: %d bytes for a payload of %d", t.Name, ErrTooSmall, len(dst), o.Size)
 	}
 	p := dst[:o.Size]
-	name, err := l.readObject(t, p)
+	name, path, err := l.readObject(t, p)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -243,7 +243,7 @@ func (l *Loader) keepEntropy(t *Tensor, dst []byte) (uint64, *entropy.Head, erro
 	}
 	switch {
 	case err != nil:
-		return 0, nil, fileError(t, name, err)
+		return 0, nil, fileError(t, name, path, err)
 	case h.ValueBytes() != t.Size:
 		return 0, nil, fmt.Errorf("tensor %q: %w: entropy payload decodes to %d bytes, the tensor has %d", t.Name, codec.ErrSize, h.ValueBytes(), t.Size)
 	}

@@ -65,7 +65,9 @@ func TestStatusOf(t *testing.T) {
 // stored, an object file gone, a source shard gone; none for an error
 // about no file.
 func TestFileOf(t *testing.T) {
-	c, _ := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 9}, pipeline.CompressOptions{})
+	// A folder with a space: the file is the error's field, not read out
+	// of its text.
+	c, _ := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 9}, pipeline.CompressOptions{Output: filepath.Join(t.TempDir(), "My Models", "cache")})
 	l, err := Open(c.Dir(), "")
 	if err != nil {
 		t.Fatal(err)

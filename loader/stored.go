@@ -53,36 +53,65 @@ func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
 	}
 	// Read straight into dst, then checked there.
 	p := dst[:n]
-	name, err := l.readObject(t, p)
+	name, path, err := l.readObject(t, p)
 	if err != nil {
 		return n, err
 	}
 	if err := checkStored(k, p, t.Size); err != nil {
-		return n, fileError(t, name, err)
+		return n, fileError(t, name, path, err)
 	}
 	return n, nil
 }
 
 // readObject reads tensor t's payload object into p (its size, from
-// the index), unchecked, and returns the file's name for errors.
-func (l *Loader) readObject(t *Tensor, p []byte) (string, error) {
+// the index), unchecked, and returns its name and file for errors
+// (FileError.Name, Path).
+func (l *Loader) readObject(t *Tensor, p []byte) (name, path string, err error) {
 	f, _, err := l.c.OpenObject(t.Key)
 	if err != nil {
-		return "", fmt.Errorf("tensor %q: %w", t.Name, err)
+		return "", "", l.objectError(t, err)
 	}
 	defer f.Close()
 	if _, err := io.ReadFull(f, p); err != nil {
-		return f.Name(), fileError(t, f.Name(), err)
+		return f.Name(), f.Path(), fileError(t, f.Name(), f.Path(), err)
 	}
-	return f.Name(), nil
+	return f.Name(), f.Path(), nil
 }
 
-// fileError is err of tensor t found in file (a cache object, "path" or
-// "path[offset:+size]" for a pack member, or a source shard), reading
-// `tensor "NAME": FILE: ...`. The file starts an error of its own in the
-// chain, so that FileOf (failure.Locate) finds it.
-func fileError(t *Tensor, file string, err error) error {
-	return fmt.Errorf("tensor %q: %w", t.Name, fmt.Errorf("%s: %w", file, err))
+// FileError is an error of a tensor found in a file: a cache object's
+// (a payload that fails its checks, a file cut short) or a source
+// shard's. FileOf gives its Path.
+type FileError struct {
+	Tensor string
+	// Name says where, for the message: the file, and for a pack member
+	// its range ("path[offset:+size]"); "" where Err says it. Path is the
+	// file alone.
+	Name, Path string
+	Err        error
+}
+
+func (e *FileError) Error() string {
+	if e.Name == "" { // Err names the file
+		return fmt.Sprintf("tensor %q: %v", e.Tensor, e.Err)
+	}
+	return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.Name, e.Err)
+}
+func (e *FileError) Unwrap() error { return e.Err }
+
+// objectError is err of opening or reading tensor t's object (whose
+// text names the file already): a FileError with the file as its Path,
+// for a local cache.
+func (l *Loader) objectError(t *Tensor, err error) error {
+	if loc, _, lerr := l.c.Locate(t.Key); lerr == nil && !l.c.Remote() {
+		return &FileError{Tensor: t.Name, Path: loc.Path, Err: err}
+	}
+	return fmt.Errorf("tensor %q: %w", t.Name, err)
+}
+
+// fileError is err of tensor t found at name (FileError.Name) in the
+// file at path.
+func fileError(t *Tensor, name, path string, err error) error {
+	return &FileError{Tensor: t.Name, Name: name, Path: path, Err: err}
 }
 
 // checkStored checks a whole payload of kind (shardcache.Stored*) that

@@ -102,6 +102,15 @@ type ObjectReader struct {
 // member its range.
 func (r *ObjectReader) Name() string { return r.name }
 
+// Path is the file that holds the object's bytes (its pack's for a
+// member), or for a remote cache's object its Name.
+func (r *ObjectReader) Path() string {
+	if r.f == nil {
+		return r.name
+	}
+	return r.f.Name()
+}
+
 // Close closes the file.
 func (r *ObjectReader) Close() error {
 	if r.f == nil { // a remote cache's
