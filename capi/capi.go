@@ -174,8 +174,12 @@ func sz_last_error(h C.uintptr_t, buf *C.char, capacity C.size_t) C.sz_status {
 	return C.SZ_OK
 }
 
-// sz_last_error_file records no error of its own, so that a caller may
-// ask for the message and the file in either order.
+// sz_last_error_file copies the path of the file the calling thread's
+// last failed call is about (loader.FileOf: a damaged cache object, a
+// source shard) into buf, "" where it is about none; a buf too small is
+// SZ_ERR_TOO_SMALL with *size the bytes needed. It records no error of
+// its own, so that a caller may ask for the message and the file in
+// either order.
 //
 //export sz_last_error_file
 func sz_last_error_file(h C.uintptr_t, buf *C.char, capacity C.size_t, size *C.size_t) C.sz_status {

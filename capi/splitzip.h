@@ -111,7 +111,10 @@ int sz_abi_version(void);
  * holds one checkpoint, else the root directory of the checkpoint to
  * serve. On failure the message is written into errbuf (errcap bytes).
  * A cache_dir that is no splitzip cache, and a cache of several
- * checkpoints opened with a NULL source, are SZ_ERR_INVALID. */
+ * checkpoints opened with a NULL source, are SZ_ERR_INVALID. The handle
+ * holds the cache open for reading until sz_close, so that `splitzip gc`
+ * removes nothing meanwhile (it refuses the cache); while a gc runs,
+ * sz_open waits for it to finish, up to two minutes. */
 sz_status sz_open(const char *cache_dir, const char *source, uintptr_t *handle, char *errbuf, size_t errcap);
 
 /* sz_close frees the handle, waiting for its uploads. */

@@ -272,6 +272,10 @@ class Cache:
     the tensor; only tensors stored raw are read from their source file
     (checked unchanged since compression by size and time).
 
+    An open Cache holds the cache open for reading until close(), so that
+    `splitzip gc` removes nothing meanwhile (it refuses the cache); while
+    a gc runs, opening waits for it to finish (up to two minutes).
+
     A cache of several checkpoints needs source= (the root of one of
     them). Errors are subclasses of Error: NotFoundError (a KeyError) for
     a missing tensor, InvalidArgumentError (a ValueError) for a bad
