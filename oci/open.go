@@ -19,7 +19,7 @@ import (
 // be checked on ranges: what a load reads is checked as a local cache's
 // is (payload checksums); `verify` of the reference checks every digest.
 func Open(ctx context.Context, ref string, o Options) (*shardcache.Cache, error) {
-	src, err := o.source(ctx, ref)
+	src, err := o.source(ctx, ref, false)
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ type PullResult struct {
 // artifact's sources are recorded last. An interrupted pull leaves a
 // cache without them; pulling again fetches only what is still missing.
 func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
-	src, err := o.source(ctx, ref)
+	src, err := o.source(ctx, ref, false)
 	if err != nil {
 		return PullResult{}, err
 	}
@@ -332,8 +332,10 @@ type source interface {
 	String() string
 }
 
-// source returns the source ref names: an s3:// layout or a registry.
-func (o Options) source(ctx context.Context, ref string) (source, error) {
+// source returns the source ref names: an s3:// layout or a registry,
+// whose requests, forPush, ask for the push scope (Options.pushScope: the
+// look a writer takes before it pushes).
+func (o Options) source(ctx context.Context, ref string, forPush bool) (source, error) {
 	if s3store.IsURL(ref) {
 		return o.layout(ctx, ref)
 	}
@@ -341,10 +343,18 @@ func (o Options) source(ctx context.Context, ref string) (source, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts := o.remote(ctx)
+	if forPush {
+		rt, err := o.pushScope(ctx, r.Context())
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, remote.WithTransport(rt))
+	}
 	// One puller for every request: it keeps the registry's transport
 	// and token, where a call of remote.Layer a blob would set them up
 	// again.
-	pl, err := remote.NewPuller(o.remote(ctx)...)
+	pl, err := remote.NewPuller(opts...)
 	if err != nil {
 		return nil, err
 	}

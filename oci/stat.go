@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
@@ -39,7 +40,7 @@ type Artifact struct {
 // that a repository the caller may create but not yet read is told
 // apart from one it may not use.
 func Stat(ctx context.Context, ref string, o Options) (Artifact, error) {
-	src, err := o.writerSource(ctx, ref)
+	src, err := o.source(ctx, ref, true)
 	if err != nil {
 		return Artifact{}, err
 	}
@@ -76,17 +77,10 @@ func notFound(err error) bool {
 		errors.As(err, &te) && te.StatusCode == http.StatusNotFound
 }
 
-// writerSource is source with a registry's requests authenticated for
-// the push scope (push and pull); an s3:// layout's are as a pull's.
-func (o Options) writerSource(ctx context.Context, ref string) (source, error) {
-	if s3store.IsURL(ref) {
-		return o.layout(ctx, ref)
-	}
-	r, err := o.parse(ref)
-	if err != nil {
-		return nil, err
-	}
-	repo := r.Context()
+// pushScope returns the transport of a registry's requests for repo
+// authenticated for the push scope (push and pull), which a writer's look
+// at a tag asks for.
+func (o Options) pushScope(ctx context.Context, repo name.Repository) (http.RoundTripper, error) {
 	auth, err := authn.Resolve(ctx, o.keychain(), repo)
 	if err != nil {
 		return nil, err
@@ -97,15 +91,7 @@ func (o Options) writerSource(ctx context.Context, ref string) (source, error) {
 	}
 	base = transport.NewRetry(base, transport.WithRetryStatusCodes(retryStatusCodes...))
 	// A transport.Wrapper: the client uses it as it is, with its scope.
-	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PushScope)})
-	if err != nil {
-		return nil, err
-	}
-	pl, err := remote.NewPuller(append(o.remote(ctx), remote.WithTransport(rt))...)
-	if err != nil {
-		return nil, err
-	}
-	return &repository{ctx: ctx, pl: pl, r: r, o: o}, nil
+	return transport.NewWithContext(ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PushScope)})
 }
 
 // digestRef is ref (a registry's or an s3:// layout's) naming digest

@@ -140,14 +140,7 @@ func TestPackIndexRejects(t *testing.T) {
 // another that is forgotten, gc rewrites the pack with the used members
 // and the cache stays whole.
 func TestGCRepacks(t *testing.T) {
-	w, dir := newWriter(t)
-	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
-	b, bdata := packedSource(t, w, "/b", 2, 400, 500)
-	w.SetSource(a)
-	w.SetSource(b)
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	w, dir, b, bdata := sharedPack(t)
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +172,22 @@ func TestGCRepacks(t *testing.T) {
 	if n := countFiles(t, filepath.Join(dir, "objects")); n != 1 {
 		t.Errorf("%d object files after gc, want the new pack", n)
 	}
+}
+
+// sharedPack commits two sources, /a with three tensors and /b with two,
+// whose objects share a pack, and returns the writer, the cache and /b
+// with its tensors' bytes.
+func sharedPack(t *testing.T) (*Writer, string, Source, [][]byte) {
+	t.Helper()
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
+	b, bdata := packedSource(t, w, "/b", 2, 400, 500)
+	w.SetSource(a)
+	w.SetSource(b)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return w, dir, b, bdata
 }
 
 // newWriter creates a cache in a temporary directory.
@@ -254,14 +263,7 @@ func TestEntropyIndexRejects(t *testing.T) {
 // as it was: the damaged bytes are not copied into a new pack, where they
 // would pass for good ones.
 func TestGCRefusesDamagedMember(t *testing.T) {
-	w, dir := newWriter(t)
-	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
-	b, _ := packedSource(t, w, "/b", 2, 400, 500)
-	w.SetSource(a)
-	w.SetSource(b)
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	w, dir, b, _ := sharedPack(t)
 	w.Close()
 	c, err := Open(dir)
 	if err != nil {
