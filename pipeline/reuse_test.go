@@ -166,3 +166,28 @@ func TestCheckStoredPayloadKind(t *testing.T) {
 type failingReader struct{ err error }
 
 func (f failingReader) ReadAt([]byte, int64) (int, error) { return 0, f.err }
+
+// TestVerifyNamesDamagedRegion: a damaged copy of a shard's header (a
+// region stored whole) is a problem naming the cache object it lies in,
+// as a damaged tensor's is.
+func TestVerifyNamesDamagedRegion(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 1<<20, 1, 12)
+	compress(t, src, cache, true)
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hk := c.Index().Sources[0].Shards[0].Header.Key
+	loc, _, err := c.Locate(hk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cachetest.Flip(t, c, hk, 3, 0x20)
+	v := mustVerify(t, cache)
+	if len(v.Problems) != 1 || v.Problems[0].Object != loc.Name() || !errors.Is(v.Problems[0].Err, shardcache.ErrObjectCorrupt) {
+		t.Fatalf("verify of a damaged header copy: %+v", v.Problems)
+	}
+}

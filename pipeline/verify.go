@@ -131,7 +131,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 				err = compareRegion(c, nil, shardcache.Region{Size: s.Index.Size, Key: s.Index.Key}, newPieces())
 			}
 			if err != nil {
-				fail(path, "", err)
+				fail(path, "", regionInObject(c, s.Index.Key, err))
 			}
 		}
 		for hi := range s.Shards {
@@ -220,7 +220,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 				if i < 0 {
 					for _, r := range append([]shardcache.Region{sh.Header}, sh.Gaps...) {
 						if err := compareRegion(c, src, r, work); err != nil {
-							fail(path, "", fmt.Errorf("bytes [%d, %d): %w", r.Offset, r.Offset+r.Size, err))
+							fail(path, "", regionInObject(c, r.Key, fmt.Errorf("bytes [%d, %d): %w", r.Offset, r.Offset+r.Size, err)))
 						}
 					}
 					release()
@@ -280,6 +280,20 @@ func inObject(c *shardcache.Cache, t *shardcache.Tensor, err error) error {
 		return err
 	}
 	loc, _, lerr := c.Locate(t.Key)
+	if lerr != nil {
+		return err
+	}
+	return &objectError{loc.Name(), err}
+}
+
+// regionInObject marks err, the problem of a region stored whole (a
+// shard's header or gap, a checkpoint's index), as the cache object of
+// key's where that object is damaged.
+func regionInObject(c *shardcache.Cache, key shardcache.Key, err error) error {
+	if !errors.Is(err, shardcache.ErrObjectCorrupt) {
+		return err
+	}
+	loc, _, lerr := c.Locate(key)
 	if lerr != nil {
 		return err
 	}
