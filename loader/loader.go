@@ -241,7 +241,8 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 
 // readSource reads a raw tensor from its shard, which must not have
 // changed since compression, or, when the shard is absent, from its copy
-// in the cache. Payloads never come here (ReadHost decodes them).
+// in the cache, checked (checkCopy). Payloads never come here (ReadHost
+// decodes them).
 func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	path, off, err := l.rawSlice(t)
 	if err != nil {
@@ -251,7 +252,7 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		return nil
+		return l.checkCopy(t, dst)
 	}
 	f, err := l.file(path)
 	if err != nil {
@@ -259,6 +260,29 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	}
 	if _, err := f.ReadAt(dst, int64(off)); err != nil {
 		return fileError(t, path, path, err)
+	}
+	if path == t.Shard {
+		return nil // the source, unchanged since compression (size and time)
+	}
+	return l.checkCopy(t, dst)
+}
+
+// checkCopy checks b, tensor t's bytes read from its raw copy in the
+// cache: against the copy's CRC-32C where the index records one (a
+// cache written since 2026-12-07), else against the content key. Wrong
+// bytes are ErrObjectCorrupt naming the copy's file.
+func (l *Loader) checkCopy(t *Tensor, b []byte) error {
+	loc, o, err := l.c.Locate(t.Key)
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	switch {
+	case o.Checksum != 0:
+		if sum := codec.UpdateChecksum(0, b); sum != o.Checksum {
+			return fileError(t, loc.Name(), loc.Path, fmt.Errorf("%w: the raw copy's CRC-32C is %08x, the index records %08x", shardcache.ErrObjectCorrupt, sum, o.Checksum))
+		}
+	case shardcache.KeyOf(b) != t.Key:
+		return fileError(t, loc.Name(), loc.Path, fmt.Errorf("%w: the raw copy's bytes do not hash to the content key %s", shardcache.ErrObjectCorrupt, t.Key))
 	}
 	return nil
 }

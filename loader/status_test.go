@@ -124,3 +124,53 @@ func TestFileOf(t *testing.T) {
 		t.Errorf("a payload whose file is gone: %v (status %d), file %q; want corrupt in %s", err, StatusOf(err), FileOf(err), loc.Path)
 	}
 }
+
+// TestRawCopyChecked: a tensor read from its raw copy in the cache (a
+// self-contained cache whose source is gone) is checked against the
+// copy's CRC-32C, which compress records: a damaged copy is corrupt,
+// naming its file, never returned; an intact one reads back.
+func TestRawCopyChecked(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 13}, pipeline.CompressOptions{SelfContained: true})
+	var raw *shardcache.Tensor
+	for i, tn := range src.Shards[0].Tensors {
+		if tn.Stored == shardcache.StoredRaw && tn.CopyStored && tn.Size > 16 {
+			raw = &src.Shards[0].Tensors[i]
+			break
+		}
+	}
+	if raw == nil {
+		t.Fatal("the fixture has no raw copy")
+	}
+	if o, err := c.Lookup(raw.Key); err != nil || o.Checksum == 0 {
+		t.Fatalf("the raw copy's record has no checksum: %+v, %v", o, err)
+	}
+	shard := filepath.Join(src.Root, src.Shards[0].Name)
+	if err := os.Rename(shard, shard+".away"); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(shard+".away", shard)
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	i, err := l.FindName(raw.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, raw.Size)
+	if err := l.ReadHost(i, want); err != nil {
+		t.Fatalf("an intact raw copy: %v", err)
+	}
+	loc, _, _ := c.Locate(raw.Key)
+	restore := cachetest.Flip(t, c, raw.Key, int64(raw.Size)/2, 0x08)
+	defer restore()
+	got := make([]byte, raw.Size)
+	err = l.ReadHost(i, got)
+	if StatusOf(err) != StatusCorrupt || FileOf(err) != loc.Path {
+		t.Fatalf("a damaged raw copy: %v (status %d), file %q; want corrupt in %s", err, StatusOf(err), FileOf(err), loc.Path)
+	}
+	if _, err := l.ReadStored(i, got); StatusOf(err) != StatusCorrupt {
+		t.Fatalf("a damaged raw copy read stored: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -290,7 +291,15 @@ type ObjectFile struct {
 	// written counts the bytes Write wrote; hinted, those of them whose
 	// writeback startWriteback has asked for.
 	written, hinted int64
+	// crc is the CRC-32C of what Write wrote, in order; scattered says
+	// WriteAt wrote too, so crc is not the file's.
+	crc       uint32
+	scattered bool
 }
+
+// castagnoli is the CRC-32C table: raw objects' checksums are CRC-32C, as
+// payloads' are (package codec).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // writebackStep is how many bytes Write lets pile up in the page cache
 // before it asks the kernel to start writing them to disk (WriteAt, the
@@ -310,6 +319,7 @@ func (w *Writer) NewObject() (*ObjectFile, error) {
 // temporary file.
 func (o *ObjectFile) Write(b []byte) (int, error) {
 	n, err := o.File.Write(b)
+	o.crc = crc32.Update(o.crc, castagnoli, b[:n])
 	o.written += int64(n)
 	if !o.w.noSync && o.written-o.hinted >= writebackStep {
 		startWriteback(o.File, o.hinted, o.written-o.hinted)
@@ -322,6 +332,7 @@ func (o *ObjectFile) Write(b []byte) (int, error) {
 // temporary file.
 func (o *ObjectFile) WriteAt(b []byte, off int64) (int, error) {
 	n, err := o.File.WriteAt(b, off)
+	o.scattered = true
 	return n, o.w.cacheError(err)
 }
 
@@ -342,7 +353,9 @@ func (w *Writer) cacheError(err error) error {
 
 // Commit moves the object into place under key and records it; an object
 // of at most the pack size (SetPackMax) waits in tmp/ for the writer's
-// Commit to put it into a pack. The file's size must equal meta.Size.
+// Commit to put it into a pack. The file's size must equal meta.Size. A
+// raw object written in order (Write) gets its CRC-32C recorded
+// (Object.Checksum), for loads to check its bytes by.
 func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	defer func() { err = o.w.cacheError(err) }()
 	st, err := o.Stat()
@@ -353,6 +366,13 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	if uint64(st.Size()) != meta.Size {
 		o.Abort()
 		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", key, st.Size(), meta.Size)
+	}
+	if meta.Kind == KindRaw && !o.scattered && o.written == st.Size() {
+		if meta.Checksum != 0 && meta.Checksum != o.crc {
+			o.Abort()
+			return fmt.Errorf("shardcache: raw object %s: %w: its bytes' CRC-32C is %08x, its record says %08x", key, ErrObjectCorrupt, o.crc, meta.Checksum)
+		}
+		meta.Checksum = o.crc
 	}
 	w := o.w
 	w.mu.Lock()

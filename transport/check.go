@@ -36,10 +36,19 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 		// holds its new bytes (read raw from it) or what was compressed
 		// (decoded from a payload).
 		want := keys[slice{b.Shard, b.Offset}]
-		if hit, ok := b.Ref.(*shardcache.SliceHit); ok && hit != nil {
+		hit, _ := b.Ref.(*shardcache.SliceHit)
+		if hit != nil {
 			want = hit.Tensor.Key
 		}
 		keyed := want != "" && shardcache.KeyOf(got) == want
+		if hit != nil && hit.Tensor.CopyStored && b.Shard != filepath.Join(src.Root, hit.Shard.Name) {
+			// Read from its raw copy in the cache (the source is absent):
+			// bytes that miss the key are the copy's damage.
+			if !keyed {
+				return &Error{Tensor: b.Name, Err: fmt.Errorf("%s: %w: the raw copy's bytes do not match the content key %s", b.Shard, shardcache.ErrObjectCorrupt, want)}
+			}
+			continue
+		}
 		f, ok := files[b.Shard]
 		if !ok {
 			var err error

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -501,5 +502,43 @@ func TestForgedPayloadRefused(t *testing.T) {
 			}
 			restore()
 		}
+	}
+}
+
+// TestCheckArenaDamagedCopy: with the source absent, a raw tensor comes
+// from its copy in the cache; a damaged copy fails CheckArena as a
+// corrupt cache object naming the copy's file, not as a changed source.
+func TestCheckArenaDamagedCopy(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 14}, pipeline.CompressOptions{SelfContained: true})
+	var raw *shardcache.Tensor
+	for i, tn := range s.Shards[0].Tensors {
+		if tn.Stored == shardcache.StoredRaw && tn.CopyStored && tn.Size > 16 {
+			raw = &s.Shards[0].Tensors[i]
+			break
+		}
+	}
+	if raw == nil {
+		t.Fatal("the fixture has no raw copy")
+	}
+	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(s.Root+".gone", s.Root)
+	loc, _, err := c.Locate(raw.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cachetest.Flip(t, c, raw.Key, int64(raw.Size)/2, 0x04)
+	eng, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
+	bs := a.Bindings()
+	for _, f := range st.FaultIn(context.Background(), bs) {
+		if err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = CheckArena(eng, bs, s)
+	var te *Error
+	if !errors.Is(err, shardcache.ErrObjectCorrupt) || errors.Is(err, shardcache.ErrSourceChanged) || !errors.As(err, &te) || te.Tensor != raw.Name || !strings.Contains(err.Error(), loc.Path) {
+		t.Fatalf("a damaged raw copy: %v, want a corrupt object naming %s in %s", err, raw.Name, loc.Path)
 	}
 }
