@@ -287,7 +287,7 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 			if path, off, err = l.rawSlice(t); errors.Is(err, shardcache.ErrHostDecode) {
 				path, off = t.Shard, t.Offset
 			} else if err != nil {
-				return 0, fmt.Errorf("tensor %q: %w", t.Name, err)
+				return 0, err
 			}
 		} else {
 			shards[t.shard] = t.Shard

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -246,7 +247,7 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	path, off, err := l.rawSlice(t)
 	if err != nil {
-		return fmt.Errorf("tensor %q: %w", t.Name, err)
+		return err
 	}
 	if ok, err := l.c.ReadRemote(path, dst, int64(off)); ok {
 		if err != nil {
@@ -255,6 +256,10 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 		return l.checkCopy(t, dst)
 	}
 	f, err := l.file(path)
+	if err != nil && path != t.Shard && errors.Is(err, fs.ErrNotExist) {
+		// The index names the copy: a cache that lost a file is damaged.
+		return fileError(t, path, path, fmt.Errorf("%w: %w", shardcache.ErrObjectCorrupt, fs.ErrNotExist))
+	}
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
@@ -287,9 +292,14 @@ func (l *Loader) checkCopy(t *Tensor, b []byte) error {
 	return nil
 }
 
-// rawSlice returns where a raw tensor's bytes are read (shardcache.RawSlice).
+// rawSlice returns where a raw tensor's bytes are read (shardcache.RawSlice); its
+// errors name the tensor once.
 func (l *Loader) rawSlice(t *Tensor) (string, uint64, error) {
-	return l.c.RawSlice(t.shard, t.Shard, t.rec)
+	path, off, err := l.c.RawSlice(t.shard, t.Shard, t.rec)
+	if te := (*shardcache.TensorError)(nil); err != nil && !errors.As(err, &te) {
+		err = fmt.Errorf("tensor %q: %w", t.Name, err) // one that names it already is left as it is
+	}
+	return path, off, err
 }
 
 func (l *Loader) file(path string) (*os.File, error) {

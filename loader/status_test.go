@@ -173,4 +173,18 @@ func TestRawCopyChecked(t *testing.T) {
 	if _, err := l.ReadStored(i, got); StatusOf(err) != StatusCorrupt {
 		t.Fatalf("a damaged raw copy read stored: %v", err)
 	}
+	// A copy that is gone: damaged too, not a missing input file.
+	restore()
+	if err := os.Rename(loc.Path, loc.Path+".away"); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(loc.Path+".away", loc.Path)
+	l2, err := Open(c.Dir(), "") // l keeps the file it read open
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if err := l2.ReadHost(i, got); StatusOf(err) != StatusCorrupt || FileOf(err) != loc.Path {
+		t.Fatalf("a raw copy that is gone: %v (status %d), file %q; want corrupt in %s", err, StatusOf(err), FileOf(err), loc.Path)
+	}
 }

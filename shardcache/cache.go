@@ -381,8 +381,8 @@ func CheckStat(sh *Shard, path string) error {
 		if uint64(st.Size()) == sh.Size {
 			sentinel = ErrSourceTime
 		}
-		return fmt.Errorf("%s: %w (size %d, mtime %s; compressed from size %d, mtime %s)",
-			path, sentinel, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))
+		return &FileError{File: path, Err: fmt.Errorf("%w (size %d, mtime %s; compressed from size %d, mtime %s)",
+			sentinel, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))}
 	}
 	return nil
 }

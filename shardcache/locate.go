@@ -54,7 +54,7 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 	case t.Stored == StoredEntropy:
 		return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrHostDecode)
 	}
-	return "", 0, fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
+	return "", 0, &TensorError{Tensor: t.Name, File: path, Err: ErrSourceMissing}
 }
 
 // SourcePresent is SourceState for the cache's own sources: a remote
@@ -75,7 +75,7 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 	for i := range sh.Tensors {
 		t := &sh.Tensors[i]
 		if !t.InCache() {
-			return fmt.Errorf("%s: tensor %q: %w", path, t.Name, ErrSourceMissing)
+			return &TensorError{Tensor: t.Name, File: path, Err: ErrSourceMissing}
 		}
 		loc, o, err := c.Locate(t.Key)
 		if err != nil {
@@ -91,14 +91,35 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 		st, err := os.Stat(loc.Path)
 		if errors.Is(err, fs.ErrNotExist) {
 			// The index names it: a cache that lost a file is damaged.
-			return fmt.Errorf("tensor %q: %s: %w: %w", t.Name, loc.Path, ErrObjectCorrupt, fs.ErrNotExist)
+			return &TensorError{Tensor: t.Name, File: loc.Path, Err: fmt.Errorf("%w: %w", ErrObjectCorrupt, fs.ErrNotExist)}
 		}
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
 		if uint64(st.Size()) != size {
-			return fmt.Errorf("%s: %w: %d bytes, index says %d", loc.Path, ErrObjectCorrupt, st.Size(), size)
+			return &TensorError{Tensor: t.Name, File: loc.Path, Err: fmt.Errorf("%w: %d bytes, index says %d", ErrObjectCorrupt, st.Size(), size)}
 		}
 	}
 	return nil
 }
+
+// TensorError is an error of a tensor's bytes in a file: its cache
+// object's (a file lost or cut short) or its source shard's. Its fields
+// name both, for callers that report them apart from the text.
+type TensorError struct {
+	Tensor, File string
+	Err          error
+}
+
+func (e *TensorError) Error() string { return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.File, e.Err) }
+func (e *TensorError) Unwrap() error { return e.Err }
+
+// FileError is an error about a file (a source shard that changed): its
+// field names the file for callers that report it apart from the text.
+type FileError struct {
+	File string
+	Err  error
+}
+
+func (e *FileError) Error() string { return e.File + ": " + e.Err.Error() }
+func (e *FileError) Unwrap() error { return e.Err }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/safetensors"
+	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
 )
 
@@ -188,6 +189,10 @@ func Locate(err error) (file, tensor string) {
 		switch e := e.(type) {
 		case *pipeline.TensorError:
 			f, t = e.File, e.Tensor
+		case *shardcache.TensorError:
+			f, t = e.File, e.Tensor
+		case *shardcache.FileError:
+			f = e.File
 		case *safetensors.FormatError:
 			f, t = e.File, e.Tensor
 		case *transport.Error:
