@@ -111,7 +111,9 @@ type TensorError struct {
 	Err          error
 }
 
-func (e *TensorError) Error() string { return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.File, e.Err) }
+func (e *TensorError) Error() string {
+	return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.File, e.Err)
+}
 func (e *TensorError) Unwrap() error { return e.Err }
 
 // FileError is an error about a file (a source shard that changed): its
