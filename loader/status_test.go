@@ -118,6 +118,16 @@ func TestFileOf(t *testing.T) {
 	if StatusOf(err) != StatusSourceChanged || FileOf(err) != raw.Shard {
 		t.Errorf("a raw tensor of a missing shard: %v (status %d), file %q; want source changed in %s", err, StatusOf(err), FileOf(err), raw.Shard)
 	}
+	// The whole source folder gone: the shard's path names no folder.
+	root := filepath.Dir(raw.Shard)
+	if err := os.Rename(root, root+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	err = l.ReadHost(raw.Index, make([]byte, raw.Size))
+	os.Rename(root+".moved", root)
+	if StatusOf(err) != StatusSourceChanged || FileOf(err) != raw.Shard || strings.Count(err.Error(), raw.Name) != 1 {
+		t.Errorf("a raw tensor of a source folder gone: %v (status %d), file %q; want source changed in %s, the tensor named once", err, StatusOf(err), FileOf(err), raw.Shard)
+	}
 
 	cachetest.Remove(t, c, fixed.Key)
 	if err := l.ReadHost(fixed.Index, buf); StatusOf(err) != StatusCorrupt || FileOf(err) != loc.Path {
