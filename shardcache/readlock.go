@@ -82,7 +82,7 @@ func gcLock(dir string) (*os.File, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w (a load, verify, decompress or push; run gc when it is done)", dir, ErrInUse)
+			return nil, fmt.Errorf("%s: %w (a load, verify, decompress or push, or a Python or C loader holding it open until close; run gc when it is done)", dir, ErrInUse)
 		}
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}

@@ -34,7 +34,8 @@ given as for compress: relative to the working directory, symlinks allowed.
 A pull that did not finish keeps what it fetched for the next pull to
 resume from (a pin under pins/ names it): gc keeps those objects and says
 so, unless --unfinished lets them go. gc refuses a cache that a load,
-verify, decompress or push has open, and a pack it would rewrite whose
+verify, decompress or push has open, or a Python or C loader (from
+opening the cache to closing it), and a pack it would rewrite whose
 members still in use are damaged.
 --dry-run changes nothing, and works on a read-only cache.`,
 		Args: localCache(args(cobra.ExactArgs(1))),

@@ -304,7 +304,10 @@ class Cache:
             msg = err.value.decode(errors="replace")
             if status == 2 and source is not None:  # source= names none of the cache's checkpoints
                 status = 1
-            raise error(status, msg, path)
+            # sz_open has no handle to ask sz_last_error_file with: a
+            # damaged index is named by the message's start.
+            index = os.path.join(path, "splitzip.json")
+            raise error(status, msg, index if status == 3 and msg.startswith(index + ":") else path)
         self._hv = h.value
         if resident or shared:
             try:

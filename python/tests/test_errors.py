@@ -203,6 +203,23 @@ class TestErrors(unittest.TestCase):
                     c.read_into(t.name, bytearray(t.nbytes))
                 self.assertEqual(e.exception.filename, path)
 
+    def test_damaged_index_names_its_file(self):
+        """A cache whose index is damaged: IntegrityError naming the index
+        file, not the cache folder (code that removes filename and fetches
+        again must not remove the cache)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "c")
+            subprocess.run(["cp", "-r", self.cache, cache], check=True)
+            index = os.path.join(cache, "splitzip.json")
+            with open(index, "r+b") as f:
+                f.seek(300)
+                b = f.read(1)
+                f.seek(300)
+                f.write(bytes([b[0] ^ 1]))
+            with self.assertRaises(splitzip.IntegrityError) as e:
+                splitzip.Cache(cache)
+            self.assertEqual(e.exception.filename, index)
+
     def test_missing_source_names_its_file(self):
         """A raw tensor whose source shard is gone is a SourceChangedError (an OSError) whose filename is the
         shard; the tensors of the other shard still read."""
