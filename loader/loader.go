@@ -284,7 +284,11 @@ func (l *Loader) checkCopy(t *Tensor, b []byte) error {
 	switch {
 	case o.Checksum != 0:
 		if sum := codec.UpdateChecksum(0, b); sum != o.Checksum {
-			return fileError(t, loc.Name(), loc.Path, fmt.Errorf("%w: the raw copy's CRC-32C is %08x, the index records %08x", shardcache.ErrObjectCorrupt, sum, o.Checksum))
+			what := "its bytes are damaged"
+			if shardcache.KeyOf(b) == t.Key {
+				what = "its bytes are its content key's: the index's record of it is wrong"
+			}
+			return fileError(t, loc.Name(), loc.Path, fmt.Errorf("%w: the raw copy's CRC-32C is %08x, the index records %08x (%s)", shardcache.ErrObjectCorrupt, sum, o.Checksum, what))
 		}
 	case shardcache.KeyOf(b) != t.Key:
 		return fileError(t, loc.Name(), loc.Path, fmt.Errorf("%w: the raw copy's bytes do not hash to the content key %s", shardcache.ErrObjectCorrupt, t.Key))

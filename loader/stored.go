@@ -90,12 +90,15 @@ type FileError struct {
 	Err        error
 }
 
+// Error says the tensor, where, and what is wrong.
 func (e *FileError) Error() string {
 	if e.Name == "" { // Err names the file
 		return fmt.Sprintf("tensor %q: %v", e.Tensor, e.Err)
 	}
 	return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.Name, e.Err)
 }
+
+// Unwrap returns what is wrong.
 func (e *FileError) Unwrap() error { return e.Err }
 
 // objectError is err of opening or reading tensor t's object (whose

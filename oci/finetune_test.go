@@ -11,6 +11,7 @@ import (
 	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/safetensors"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // TestDedupeFineTune: a fine-tune that changes every tenth tensor of a
@@ -101,6 +102,81 @@ func dedupe(t *testing.T, base, tune string, changed, total uint64, baseRef, tun
 	for what, got := range map[string]uint64{"pushed": tp.UploadedBytes, "pulled": pr.FetchedBytes} {
 		if float64(got) > 0.12*float64(bp.Bytes) {
 			t.Errorf("the tune %s %d bytes, %.1f%% of the base's %d (target 12%%)", what, got, 100*float64(got)/float64(bp.Bytes), bp.Bytes)
+		}
+	}
+}
+
+// TestPullAfterRepack: pulling a fine-tune into a cache that holds its
+// base adopts packs some of whose members the base's packs hold; gc then
+// rewrites those packs, and pulling the fine-tune again fetches nothing
+// (a pack whose members the cache holds is not fetched), and a second gc
+// finds nothing to rewrite.
+func TestPullAfterRepack(t *testing.T) {
+	dir := t.TempDir()
+	base, tune, _, _ := fineTune(t, dir)
+	_, host := serve(t)
+	for _, c := range []struct{ cache, ref string }{{base, host + "/m/base:1"}, {tune, host + "/m/tune:1"}} {
+		if _, err := Push(context.Background(), c.cache, c.ref, opts()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "pulled")
+	for _, ref := range []string{host + "/m/base:1", host + "/m/tune:1"} {
+		if _, err := Pull(context.Background(), ref, out, opts()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gc := func() shardcache.GCResult {
+		t.Helper()
+		w, err := shardcache.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		res, err := w.GC(shardcache.GCOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := gc()
+	if first.Repacked == 0 {
+		t.Fatal("gc rewrote no pack after the fine-tune's pull: the case this test is for did not arise")
+	}
+	res, err := Pull(context.Background(), host+"/m/tune:1", out, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Fetched != 0 {
+		t.Errorf("pulling the fine-tune again after gc (which rewrote %d packs) fetched %d blobs, %d bytes", first.Repacked, res.Fetched, res.FetchedBytes)
+	}
+	if again := gc(); again.Repacked != 0 || again.Objects != 0 {
+		t.Errorf("a second gc: %+v", again)
+	}
+	// Every object of the fine-tune's tensors, byte for byte, wherever
+	// the pulled cache keeps it now.
+	want, err := shardcache.Open(tune)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	got, err := shardcache.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	for _, sh := range want.Index().Sources[0].Shards {
+		for _, tn := range sh.Tensors {
+			if !tn.InCache() {
+				continue
+			}
+			a, _, err := want.ReadObject(tn.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, _, err := got.ReadObject(tn.Key); err != nil || !bytes.Equal(a, b) {
+				t.Fatalf("tensor %s in the pulled cache: %v", tn.Name, err)
+			}
 		}
 	}
 }

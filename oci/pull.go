@@ -90,6 +90,12 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 			}
 			continue
 		}
+		if held(w, members[k]) {
+			// A pack whose members this cache holds already, in packs of
+			// its own (gc rewrote the pack, which held a member that
+			// another artifact brought too): nothing to fetch.
+			continue
+		}
 		// Absent, or a copy here that is not the blob (damaged): fetched,
 		// and the copy replaced.
 		todo = append(todo, k)
@@ -129,6 +135,17 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		return PullResult{}, err
 	}
 	return res, nil
+}
+
+// held reports whether w holds every one of members (none: false), each
+// checked as Writer.Has checks what an earlier run stored.
+func held(w *shardcache.Writer, members []shardcache.Key) bool {
+	for _, m := range members {
+		if _, ok := w.Has(m); !ok {
+			return false
+		}
+	}
+	return len(members) > 0
 }
 
 // sameBlob reports whether the cache's file of key k holds the bytes of

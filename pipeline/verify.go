@@ -400,7 +400,7 @@ func verifyTensor(c *shardcache.Cache, f io.ReaderAt, t *shardcache.Tensor, dec 
 		}
 		return true, nil
 	case t.CopyStored:
-		obj, _, err := c.OpenObject(t.Key)
+		obj, o, err := c.OpenObject(t.Key)
 		if err != nil {
 			return false, err
 		}
@@ -414,6 +414,7 @@ func verifyTensor(c *shardcache.Cache, f io.ReaderAt, t *shardcache.Tensor, dec 
 		case objKey != t.Key || diff >= 0:
 			return false, fmt.Errorf("%w: raw object differs from the source", ErrMismatch)
 		}
+		return false, checkRawCRC(obj, o, p)
 	default:
 		key, err := streamRange(f, t.Offset, t.Size, p.b, nil)
 		if err != nil {
@@ -440,16 +441,49 @@ func verifyByKey(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, p *piec
 		}
 		return true, nil
 	}
-	obj, _, err := c.OpenObject(t.Key)
+	obj, o, err := c.OpenObject(t.Key)
 	if err != nil {
 		return false, err
 	}
 	defer obj.Close()
-	key, err := streamRange(obj, 0, t.Size, p.a, nil)
-	if err == nil && key != t.Key {
-		err = bad
+	var crc uint32
+	key, err := streamRange(obj, 0, t.Size, p.a, func(_ uint64, b []byte) error {
+		crc = codec.UpdateChecksum(crc, b)
+		return nil
+	})
+	switch {
+	case err != nil:
+		return false, err
+	case key != t.Key:
+		return false, bad
+	case o.Checksum != 0 && crc != o.Checksum:
+		return false, rawCRCError(obj.Name(), o.Checksum, crc)
 	}
-	return false, err
+	return false, nil
+}
+
+// checkRawCRC checks a raw object that matched its content key against
+// the CRC-32C its record gives (none recorded: nothing to check), by
+// which loads check it.
+func checkRawCRC(obj *shardcache.ObjectReader, o *shardcache.Object, p *pieces) error {
+	if o.Checksum == 0 {
+		return nil
+	}
+	var crc uint32
+	_, err := streamRange(obj, 0, o.Size, p.a, func(_ uint64, b []byte) error {
+		crc = codec.UpdateChecksum(crc, b)
+		return nil
+	})
+	if err == nil && crc != o.Checksum {
+		err = rawCRCError(obj.Name(), o.Checksum, crc)
+	}
+	return err
+}
+
+// rawCRCError is a raw object whose bytes are its content key's but not
+// the CRC-32C its record gives: the index is wrong about it.
+func rawCRCError(name string, recorded, got uint32) error {
+	return fmt.Errorf("%s: %w: its bytes match its content key, but the index records a CRC-32C of %08x for them, not %08x", name, shardcache.ErrObjectCorrupt, recorded, got)
 }
 
 // selfContained reports whether every byte of a source is in the cache:

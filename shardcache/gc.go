@@ -103,6 +103,21 @@ type GCOptions struct {
 	Check PayloadCheck
 }
 
+// forgetIn returns a copy of ix without the checkpoints forget names
+// (Index.SourceFor); it shares ix's objects, and changes nothing.
+func forgetIn(ix *Index, forget []string) (*Index, error) {
+	plan := *ix
+	plan.Sources = append([]Source(nil), ix.Sources...)
+	for _, p := range forget {
+		i, err := plan.SourceFor(p)
+		if err != nil {
+			return nil, err
+		}
+		plan.Sources = append(plan.Sources[:i], plan.Sources[i+1:]...)
+	}
+	return &plan, nil
+}
+
 // gcPins returns the pins of the cache in dir that GC keeps objects for,
 // and those it drops.
 func gcPins(dir string, drop bool) (kept, dropped []Pin, err error) {
@@ -197,11 +212,6 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 	if err := refuseUncommitted(w.dir); err != nil {
 		return GCResult{}, err
 	}
-	for _, p := range o.Forget {
-		if err := w.Forget(p); err != nil {
-			return GCResult{}, err
-		}
-	}
 	keptPins, dropped, err := gcPins(w.dir, o.DropPins)
 	if err != nil {
 		return GCResult{}, err
@@ -211,7 +221,14 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 	if check == nil {
 		check = w.check
 	}
-	pl := planGC(w.ix, keptPins)
+	// The forgotten checkpoints leave a copy of the index; the writer's
+	// changes only when the run goes ahead.
+	plan, err := forgetIn(w.ix, o.Forget)
+	if err != nil {
+		w.mu.Unlock()
+		return GCResult{}, fmt.Errorf("%s: %w", w.dir, err)
+	}
+	pl := planGC(plan, keptPins)
 	res := pl.res
 	res.Dropped = dropped
 	// Killed writers' temporary files, which Create removed.
@@ -239,6 +256,7 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 		w.mu.Unlock()
 		return res, err
 	}
+	w.ix.Sources = plan.Sources
 	for _, k := range pl.drop {
 		delete(w.ix.Objects, k)
 	}
@@ -343,8 +361,9 @@ func countStrays(dir string, known map[string]bool) (files int, bytes uint64, er
 // DryRunGC reports what GC with o would remove from the cache in dir
 // (after forgetting o.Forget), and changes nothing: it opens no file for
 // writing, so it works on a read-only cache. It reads and checks the
-// members a repack would copy, failing where GC would. A cache a writer
-// holds is ErrLocked, as for GC.
+// members a repack would copy (raw ones by their keys, payloads with
+// o.Check where set), failing where GC with the same o would. A cache a
+// writer holds is ErrLocked, as for GC.
 func DryRunGC(dir string, o GCOptions) (GCResult, error) {
 	unlock, err := sharedLock(dir)
 	if err != nil {
@@ -364,23 +383,18 @@ func DryRunGC(dir string, o GCOptions) (GCResult, error) {
 	default:
 		return GCResult{}, err
 	}
-	plan := *ix
-	plan.Sources = append([]Source(nil), ix.Sources...)
-	for _, p := range o.Forget {
-		i, err := plan.SourceFor(p)
-		if err != nil {
-			return GCResult{}, fmt.Errorf("%s: %w", dir, err)
-		}
-		plan.Sources = append(plan.Sources[:i], plan.Sources[i+1:]...)
+	plan, err := forgetIn(ix, o.Forget)
+	if err != nil {
+		return GCResult{}, fmt.Errorf("%s: %w", dir, err)
 	}
 	keptPins, dropped, err := gcPins(dir, o.DropPins)
 	if err != nil {
 		return GCResult{}, err
 	}
-	pl := planGC(&plan, keptPins)
+	pl := planGC(plan, keptPins)
 	res := pl.res
 	res.Dropped = dropped
-	if err := checkRepack(dir, &plan, pl, o.Check); err != nil {
+	if err := checkRepack(dir, plan, pl, o.Check); err != nil {
 		return res, err
 	}
 	files, bytes, err := countStrays(dir, knownFiles(dir, ix, keptPins))

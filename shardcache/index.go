@@ -115,8 +115,9 @@ type Object struct {
 	Size    uint64 `json:"size"`     // stored bytes
 	RawSize uint64 `json:"raw_size"` // bytes it decodes to
 	// Checksum is a payload's CRC-32C (its header's checksum field), or
-	// a raw object's, of its bytes (written since 2026-12-07; 0 where an
-	// older build wrote it, or where the CRC is 0: not checked).
+	// a raw object's, of its bytes (written since 2026-12-07). 0 is none
+	// recorded (an older build's raw object): readers check such a copy
+	// against its content key instead.
 	Checksum uint32 `json:"crc32c,omitempty"`
 	// Pack, for an object stored in a pack (version 2), is the pack's
 	// key; its bytes are [Offset, Offset+Size) of the pack.

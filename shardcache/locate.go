@@ -111,9 +111,12 @@ type TensorError struct {
 	Err          error
 }
 
+// Error says the tensor, the file and what is wrong.
 func (e *TensorError) Error() string {
 	return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.File, e.Err)
 }
+
+// Unwrap returns what is wrong.
 func (e *TensorError) Unwrap() error { return e.Err }
 
 // FileError is an error about a file (a source shard that changed): its
@@ -123,5 +126,8 @@ type FileError struct {
 	Err  error
 }
 
+// Error says the file and what is wrong with it.
 func (e *FileError) Error() string { return e.File + ": " + e.Err.Error() }
+
+// Unwrap returns what is wrong.
 func (e *FileError) Unwrap() error { return e.Err }

@@ -71,3 +71,29 @@ func TestPins(t *testing.T) {
 	}
 	w.Close()
 }
+
+// TestGCDryRunForgetsNothing: a dry run of Writer.GC with Forget counts
+// as if the checkpoint were forgotten, and the writer's index keeps it
+// (a later Commit drops nothing); so does a GC that fails.
+func TestGCDryRunForgetsNothing(t *testing.T) {
+	w, dir, _, _ := sharedPack(t)
+	defer w.Close()
+	res, err := w.GC(GCOptions{DryRun: true, Forget: []string{"/a"}})
+	if err != nil || res.Objects == 0 {
+		t.Fatalf("dry run forgetting /a: %+v, %v", res, err)
+	}
+	if _, err := w.GC(GCOptions{Forget: []string{"/a", "/nowhere"}}); err == nil {
+		t.Fatal("gc forgetting a checkpoint the cache does not hold")
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n := len(c.Index().Sources); n != 2 {
+		t.Fatalf("%d sources after a dry run and a failed gc, want the 2", n)
+	}
+}

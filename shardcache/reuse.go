@@ -8,6 +8,7 @@ package shardcache
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -90,12 +91,16 @@ func (w *Writer) checkEarlier(key Key, o *Object) error {
 func checkContent(name string, key Key, o *Object, r io.ReaderAt, check PayloadCheck) error {
 	switch {
 	case o.Kind == KindRaw:
-		h := NewHasher()
-		if _, err := io.Copy(h, io.NewSectionReader(r, 0, int64(o.Size))); err != nil {
+		h, crc := NewHasher(), crc32.New(castagnoli)
+		if _, err := io.Copy(io.MultiWriter(h, crc), io.NewSectionReader(r, 0, int64(o.Size))); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if KeyFromSum([32]byte(h.Sum(nil))) != key {
 			return fmt.Errorf("%s: %w: its bytes do not hash to its content key %s", name, ErrObjectCorrupt, key)
+		}
+		// Its record too: loads check a raw copy by the CRC-32C it gives.
+		if o.Checksum != 0 && crc.Sum32() != o.Checksum {
+			return fmt.Errorf("%s: %w: its bytes are its content key's, but the index records a CRC-32C of %08x for them, not %08x", name, ErrObjectCorrupt, o.Checksum, crc.Sum32())
 		}
 	case check != nil:
 		if err := check(o, r); err != nil {

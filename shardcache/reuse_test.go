@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"strings"
 	"testing"
@@ -69,5 +70,50 @@ func TestHasPayloadCheck(t *testing.T) {
 		case (c.err == nil || c.corrupt) && cerr != nil:
 			t.Errorf("%s: Commit %v", c.name, cerr)
 		}
+	}
+}
+
+// TestRawObjectCRC: a raw object's recorded CRC-32C is its bytes', by
+// whichever path they were written (Write, WriteString, io.Copy's
+// ReadFrom); where the writes were not in order (WriteAt, Seek,
+// Truncate) none is recorded.
+func TestRawObjectCRC(t *testing.T) {
+	data := bytes.Repeat([]byte("crc of a raw object "), 300)
+	for _, c := range []struct {
+		name    string
+		write   func(o *ObjectFile)
+		ordered bool
+	}{
+		{"Write", func(o *ObjectFile) { o.Write(data[:100]); o.Write(data[100:]) }, true},
+		{"WriteString", func(o *ObjectFile) { io.WriteString(o, string(data)) }, true},
+		{"io.Copy", func(o *ObjectFile) { io.Copy(o, bytes.NewReader(data)) }, true},
+		{"WriteAt", func(o *ObjectFile) { o.WriteAt(data[100:], 100); o.WriteAt(data[:100], 0) }, false},
+		{"Seek", func(o *ObjectFile) {
+			o.Write(bytes.Repeat([]byte{1}, len(data)))
+			o.Seek(0, io.SeekStart)
+			o.Write(data)
+		}, false},
+		{"Truncate", func(o *ObjectFile) { o.Write(data); o.Write(data[:7]); o.Truncate(int64(len(data))) }, false},
+	} {
+		w, _ := newWriter(t)
+		w.SetPackMax(0)
+		o, err := w.NewObject()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.write(o)
+		key := KeyOf(data)
+		meta := &Object{Kind: KindRaw, Size: uint64(len(data)), RawSize: uint64(len(data))}
+		if err := o.Commit(key, meta); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		want := uint32(0)
+		if c.ordered {
+			want = crc32.Checksum(data, castagnoli)
+		}
+		if meta.Checksum != want {
+			t.Errorf("%s: recorded CRC-32C %08x, want %08x", c.name, meta.Checksum, want)
+		}
+		w.Close()
 	}
 }

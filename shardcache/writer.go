@@ -328,6 +328,33 @@ func (o *ObjectFile) Write(b []byte) (int, error) {
 	return n, o.w.cacheError(err)
 }
 
+// ReadFrom writes what r reads through Write (not around it, as
+// *os.File's would), so that the CRC-32C and the writeback hints see it.
+func (o *ObjectFile) ReadFrom(r io.Reader) (int64, error) {
+	bp := readFromBufs.Get().(*[]byte)
+	defer readFromBufs.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{o}, r, *bp)
+}
+
+// readFromBufs hold ReadFrom's buffers: 1 MiB, for few write calls.
+var readFromBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+// WriteString is Write of s.
+func (o *ObjectFile) WriteString(s string) (int, error) { return o.Write([]byte(s)) }
+
+// Seek moves the file's offset: what Write writes next is no longer the
+// object's bytes in order, so no CRC-32C is recorded for it.
+func (o *ObjectFile) Seek(off int64, whence int) (int64, error) {
+	o.scattered = true
+	return o.File.Seek(off, whence)
+}
+
+// Truncate changes the file's size; no CRC-32C is recorded for it then.
+func (o *ObjectFile) Truncate(size int64) error {
+	o.scattered = true
+	return o.File.Truncate(size)
+}
+
 // WriteAt writes to the object at off; an error names the cache, not the
 // temporary file.
 func (o *ObjectFile) WriteAt(b []byte, off int64) (int, error) {

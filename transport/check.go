@@ -43,9 +43,9 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 		keyed := want != "" && shardcache.KeyOf(got) == want
 		if hit != nil && hit.Tensor.CopyStored && b.Shard != filepath.Join(src.Root, hit.Shard.Name) {
 			// Read from its raw copy in the cache (the source is absent):
-			// bytes that miss the key are the copy's damage.
+			// the copy is read again to tell its damage from the load's.
 			if !keyed {
-				return &Error{Tensor: b.Name, Err: fmt.Errorf("%s: %w: the raw copy's bytes do not match the content key %s", b.Shard, shardcache.ErrObjectCorrupt, want)}
+				return copyMismatch(b, want)
 			}
 			continue
 		}
@@ -81,6 +81,25 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 		}
 	}
 	return nil
+}
+
+// copyMismatch is the error of binding b, loaded from its raw copy in
+// the cache, whose bytes miss their content key want: a corrupt object
+// where the copy misses it too, else a mismatch of the load's.
+func copyMismatch(b *vmm.Binding, want shardcache.Key) error {
+	copied := make([]byte, b.Size)
+	f, err := os.Open(b.Shard)
+	if err == nil {
+		_, err = f.ReadAt(copied, int64(b.Offset))
+		f.Close()
+	}
+	switch {
+	case err != nil:
+		return &Error{Tensor: b.Name, Err: fmt.Errorf("%s: %w", b.Shard, err)}
+	case shardcache.KeyOf(copied) != want:
+		return &Error{Tensor: b.Name, Err: fmt.Errorf("%s: %w: the raw copy's bytes do not match the content key %s", b.Shard, shardcache.ErrObjectCorrupt, want)}
+	}
+	return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they differ from the raw copy in the cache (%s), which matches its content key", ErrMismatch, b.Shard)}
 }
 
 // slice is a tensor's source slice: shard path and offset.

@@ -434,21 +434,7 @@ func TestCheckArenaMismatch(t *testing.T) {
 	}
 	// One byte of the last binding changed in device memory.
 	b := bs[len(bs)-1]
-	one := make([]byte, 1)
-	if err := eng.ReadBack(one, b.Addr); err != nil {
-		t.Fatal(err)
-	}
-	one[0] ^= 1
-	pin, err := eng.Pinned(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.FreePinned(pin)
-	copy(pin, one)
-	ev, err := eng.Submit(0, engine.Work{Dst: b.Addr, Src: pin})
-	if err != nil || ev.Wait() != nil {
-		t.Fatal(err)
-	}
+	poke(t, eng, b)
 	check := func(what string) {
 		t.Helper()
 		err := CheckArena(eng, bs, s)
@@ -505,9 +491,30 @@ func TestForgedPayloadRefused(t *testing.T) {
 	}
 }
 
+// poke flips a bit of binding b's first byte in device memory.
+func poke(t *testing.T, eng *hostengine.Engine, b *vmm.Binding) {
+	t.Helper()
+	one := make([]byte, 1)
+	if err := eng.ReadBack(one, b.Addr); err != nil {
+		t.Fatal(err)
+	}
+	one[0] ^= 1
+	pin, err := eng.Pinned(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.FreePinned(pin)
+	copy(pin, one)
+	ev, err := eng.Submit(0, engine.Work{Dst: b.Addr, Src: pin})
+	if err != nil || ev.Wait() != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCheckArenaDamagedCopy: with the source absent, a raw tensor comes
 // from its copy in the cache; a damaged copy fails CheckArena as a
-// corrupt cache object naming the copy's file, not as a changed source.
+// corrupt cache object naming the copy's file, not as a changed source;
+// an intact copy whose loaded bytes differ is the load's mismatch.
 func TestCheckArenaDamagedCopy(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 14}, pipeline.CompressOptions{SelfContained: true})
 	var raw *shardcache.Tensor
@@ -528,7 +535,7 @@ func TestCheckArenaDamagedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cachetest.Flip(t, c, raw.Key, int64(raw.Size)/2, 0x04)
+	restore := cachetest.Flip(t, c, raw.Key, int64(raw.Size)/2, 0x04)
 	eng, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
 	bs := a.Bindings()
 	for _, f := range st.FaultIn(context.Background(), bs) {
@@ -537,8 +544,15 @@ func TestCheckArenaDamagedCopy(t *testing.T) {
 		}
 	}
 	err = CheckArena(eng, bs, s)
+	restore()
 	var te *Error
 	if !errors.Is(err, shardcache.ErrObjectCorrupt) || errors.Is(err, shardcache.ErrSourceChanged) || !errors.As(err, &te) || te.Tensor != raw.Name || !strings.Contains(err.Error(), loc.Path) {
 		t.Fatalf("a damaged raw copy: %v, want a corrupt object naming %s in %s", err, raw.Name, loc.Path)
+	}
+	// The copy mended, the arena still holds what the damaged copy gave:
+	// the load's mismatch, not the cache's damage.
+	err = CheckArena(eng, bs, s)
+	if !errors.Is(err, ErrMismatch) || errors.Is(err, shardcache.ErrObjectCorrupt) {
+		t.Fatalf("an intact raw copy, loaded wrong: %v, want ErrMismatch", err)
 	}
 }
