@@ -141,16 +141,7 @@ func TestFileOf(t *testing.T) {
 // naming its file, never returned; an intact one reads back.
 func TestRawCopyChecked(t *testing.T) {
 	c, src := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 13}, pipeline.CompressOptions{SelfContained: true})
-	var raw *shardcache.Tensor
-	for i, tn := range src.Shards[0].Tensors {
-		if tn.Stored == shardcache.StoredRaw && tn.CopyStored && tn.Size > 16 {
-			raw = &src.Shards[0].Tensors[i]
-			break
-		}
-	}
-	if raw == nil {
-		t.Fatal("the fixture has no raw copy")
-	}
+	raw := fixture.RawCopy(t, src)
 	if o, err := c.Lookup(raw.Key); err != nil || o.Checksum == 0 {
 		t.Fatalf("the raw copy's record has no checksum: %+v, %v", o, err)
 	}

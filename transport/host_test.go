@@ -517,16 +517,7 @@ func poke(t *testing.T, eng *hostengine.Engine, b *vmm.Binding) {
 // an intact copy whose loaded bytes differ is the load's mismatch.
 func TestCheckArenaDamagedCopy(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 14}, pipeline.CompressOptions{SelfContained: true})
-	var raw *shardcache.Tensor
-	for i, tn := range s.Shards[0].Tensors {
-		if tn.Stored == shardcache.StoredRaw && tn.CopyStored && tn.Size > 16 {
-			raw = &s.Shards[0].Tensors[i]
-			break
-		}
-	}
-	if raw == nil {
-		t.Fatal("the fixture has no raw copy")
-	}
+	raw := fixture.RawCopy(t, s)
 	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
 		t.Fatal(err)
 	}
