@@ -69,8 +69,8 @@ func StatusOf(err error) Status {
 // a source shard that changed or vanished, a file that could not be read;
 // "" for errors about no file. The C ABI reports it by sz_last_error_file.
 func FileOf(err error) string {
-	if fe := (*FileError)(nil); errors.As(err, &fe) {
-		return fe.Path
+	if te := (*shardcache.TensorError)(nil); errors.As(err, &te) {
+		return te.File
 	}
 	file, _ := failure.Locate(err)
 	return file

@@ -64,8 +64,8 @@ func (l *Loader) ReadStored(i int, dst []byte) (uint64, error) {
 }
 
 // readObject reads tensor t's payload object into p (its size, from
-// the index), unchecked, and returns its name and file for errors
-// (FileError.Name, Path).
+// the index), unchecked, and returns where it is (its file, or its range
+// of a pack) and its file, for errors (fileError).
 func (l *Loader) readObject(t *Tensor, p []byte) (name, path string, err error) {
 	f, _, err := l.c.OpenObject(t.Key)
 	if err != nil {
@@ -78,43 +78,20 @@ func (l *Loader) readObject(t *Tensor, p []byte) (name, path string, err error) 
 	return f.Name(), f.Path(), nil
 }
 
-// FileError is an error of a tensor found in a file: a cache object's
-// (a payload that fails its checks, a file cut short) or a source
-// shard's. FileOf gives its Path.
-type FileError struct {
-	Tensor string
-	// Name says where, for the message: the file, and for a pack member
-	// its range ("path[offset:+size]"); "" where Err says it. Path is the
-	// file alone.
-	Name, Path string
-	Err        error
-}
-
-// Error says the tensor, where, and what is wrong.
-func (e *FileError) Error() string {
-	if e.Name == "" { // Err names the file
-		return fmt.Sprintf("tensor %q: %v", e.Tensor, e.Err)
-	}
-	return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.Name, e.Err)
-}
-
-// Unwrap returns what is wrong.
-func (e *FileError) Unwrap() error { return e.Err }
-
 // objectError is err of opening or reading tensor t's object (whose
-// text names the file already): a FileError with the file as its Path,
+// text names the file already): a shardcache.TensorError with the file,
 // for a local cache.
 func (l *Loader) objectError(t *Tensor, err error) error {
 	if loc, _, lerr := l.c.Locate(t.Key); lerr == nil && !l.c.Remote() {
-		return &FileError{Tensor: t.Name, Path: loc.Path, Err: err}
+		return &shardcache.TensorError{Tensor: t.Name, File: loc.Path, Named: true, Err: err}
 	}
 	return fmt.Errorf("tensor %q: %w", t.Name, err)
 }
 
-// fileError is err of tensor t found at name (FileError.Name) in the
-// file at path.
-func fileError(t *Tensor, name, path string, err error) error {
-	return &FileError{Tensor: t.Name, Name: name, Path: path, Err: err}
+// fileError is err of tensor t found at at (the file, or a pack member's
+// range of it) in the file at path.
+func fileError(t *Tensor, at, path string, err error) error {
+	return &shardcache.TensorError{Tensor: t.Name, File: path, At: at, Err: err}
 }
 
 // checkStored checks a whole payload of kind (shardcache.Stored*) that

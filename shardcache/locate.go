@@ -104,15 +104,26 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 }
 
 // TensorError is an error of a tensor's bytes in a file: its cache
-// object's (a file lost or cut short) or its source shard's. Its fields
+// object's (lost, cut short, damaged) or its source shard's. Its fields
 // name both, for callers that report them apart from the text.
 type TensorError struct {
 	Tensor, File string
-	Err          error
+	// At says where in the message, where that is not File: a pack
+	// member's range ("path[offset:+size]"). Named says Err's text
+	// names the file already.
+	At    string
+	Named bool
+	Err   error
 }
 
-// Error says the tensor, the file and what is wrong.
+// Error says the tensor, the file (or At) and what is wrong.
 func (e *TensorError) Error() string {
+	switch {
+	case e.Named:
+		return fmt.Sprintf("tensor %q: %v", e.Tensor, e.Err)
+	case e.At != "":
+		return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.At, e.Err)
+	}
 	return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.File, e.Err)
 }
 
