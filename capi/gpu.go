@@ -71,7 +71,7 @@ func batchArgs(l *loader.Loader, n C.uint64_t, indices *C.uint64_t, dsts, caps *
 	}
 	for k, i := range unsafe.Slice((*uint64)(unsafe.Pointer(indices)), int(n)) {
 		if i >= uint64(len(l.Tensors())) {
-			return nil, nil, nil, fmt.Errorf("%w: tensor index %d of %d", loader.ErrInvalid, i, len(l.Tensors()))
+			return nil, nil, nil, fmt.Errorf("%w: tensor index %d: want 0 to %d", loader.ErrInvalid, i, len(l.Tensors())-1)
 		}
 		idx[k] = int(i)
 	}

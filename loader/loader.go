@@ -171,7 +171,7 @@ func (l *Loader) Tensors() []Tensor { return l.tensors }
 // Tensor returns tensor i.
 func (l *Loader) Tensor(i int) (*Tensor, error) {
 	if i < 0 || i >= len(l.tensors) {
-		return nil, fmt.Errorf("%w: tensor index %d of %d", ErrInvalid, i, len(l.tensors))
+		return nil, fmt.Errorf("%w: tensor index %d: want 0 to %d", ErrInvalid, i, len(l.tensors)-1)
 	}
 	return &l.tensors[i], nil
 }
