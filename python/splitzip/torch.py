@@ -96,7 +96,8 @@ def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source:
         for info in c.infos():
             dt = DTYPES.get(info.dtype)
             if dt is None:
-                raise ValueError(f"{info.name}: dtype {info.dtype} has no torch equivalent")
+                raise error(1, f"{info.name}: dtype {info.dtype} has no torch equivalent in torch {torch.__version__} "
+                               "(FP8 dtypes need torch 2.1 or later)")
             t = torch.empty(info.shape, dtype=dt, device=device)
             items.append((info, t))
             out[info.name] = t
