@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/safetensors"
@@ -178,5 +179,57 @@ func TestPullAfterRepack(t *testing.T) {
 				t.Fatalf("tensor %s in the pulled cache: %v", tn.Name, err)
 			}
 		}
+	}
+}
+
+// TestPullMendsSharedMember: a tensor the cache holds damaged, in a pack
+// of its own, that a pulled artifact brings in another pack: the pull
+// fetches that pack and records the tensor there, so the cache reads it
+// whole.
+func TestPullMendsSharedMember(t *testing.T) {
+	dir := t.TempDir()
+	base, tune, _, _ := fineTune(t, dir)
+	_, host := serve(t)
+	for _, c := range []struct{ cache, ref string }{{base, host + "/m/base:1"}, {tune, host + "/m/tune:1"}} {
+		if _, err := Push(context.Background(), c.cache, c.ref, opts()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "pulled")
+	if _, err := Pull(context.Background(), host+"/m/base:1", out, opts()); err != nil {
+		t.Fatal(err)
+	}
+	// A packed tensor of both that lies in different packs.
+	tc, err := shardcache.Open(tune)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Close()
+	c, err := shardcache.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var shared shardcache.Key
+	for k, o := range tc.Index().Objects {
+		if mine, ok := c.Index().Objects[k]; ok && o.Pack != "" && mine.Pack != "" && mine.Pack != o.Pack && o.Kind == shardcache.KindRaw {
+			shared = k
+			break
+		}
+	}
+	if shared == "" {
+		t.Fatal("no raw tensor of both lies in different packs: the case this test is for did not arise")
+	}
+	cachetest.Flip(t, c, shared, 0, 0x01)
+	if _, err := Pull(context.Background(), host+"/m/tune:1", out, opts()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := shardcache.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if _, _, err := after.ReadObject(shared); err != nil {
+		t.Fatalf("the shared tensor after the pull: %v", err)
 	}
 }

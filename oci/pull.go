@@ -138,14 +138,17 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 }
 
 // held reports whether w holds every one of members (none: false), each
-// checked as Writer.Has checks what an earlier run stored.
+// checked as Writer.Has checks what an earlier run stored. It asks about
+// every one, so that those found damaged are known to Adopt, which
+// records the fetched pack's copies of them in their place.
 func held(w *shardcache.Writer, members []shardcache.Key) bool {
+	all := len(members) > 0
 	for _, m := range members {
 		if _, ok := w.Has(m); !ok {
-			return false
+			all = false
 		}
 	}
-	return len(members) > 0
+	return all
 }
 
 // sameBlob reports whether the cache's file of key k holds the bytes of

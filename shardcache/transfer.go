@@ -96,7 +96,9 @@ func (w *Writer) Adopt(ix *Index, key Key, members []Key) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.ix.Objects[key]; !ok {
+	// A record of this cache is kept unless Has found its object
+	// damaged: then the adopted copy replaces it.
+	if _, ok := w.ix.Objects[key]; !ok || w.damaged[key] != nil {
 		w.record(key, o)
 	}
 	for _, m := range members {
@@ -104,7 +106,7 @@ func (w *Writer) Adopt(ix *Index, key Key, members []Key) error {
 		if !ok || mo.Pack != key {
 			return fmt.Errorf("shardcache: object %s is not a member of pack %s", m, key)
 		}
-		if _, ok := w.ix.Objects[m]; !ok {
+		if _, ok := w.ix.Objects[m]; !ok || w.damaged[m] != nil {
 			w.record(m, mo)
 		}
 	}
