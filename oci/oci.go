@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/splitzip/splitzip/s3store"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // Media types of a splitzip artifact. The index's own format version is
@@ -81,6 +82,10 @@ type Options struct {
 	// Progress, if set, is told the bytes to move and, as they move,
 	// how many more moved; it must be safe for concurrent calls.
 	Progress Progress
+	// Check, if set, checks the payloads a pull finds in the cache
+	// already before it counts them as held (shardcache.PayloadCheck;
+	// raw objects are checked against their keys regardless).
+	Check shardcache.PayloadCheck
 }
 
 // Progress follows the bytes a push or pull moves.

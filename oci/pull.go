@@ -78,6 +78,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	defer w.Close()
 	w.SetPackMax(0) // files arrive whole, packs as packs
 	w.SetNoSync(o.NoSync)
+	w.SetPayloadCheck(o.Check)
 	var todo []shardcache.Key
 	have := w.Cache()
 	for _, k := range files {

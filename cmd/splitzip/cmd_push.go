@@ -33,7 +33,8 @@ func (o *registryOptions) addFlags(cmd *cobra.Command) {
 }
 
 func (o registryOptions) oci(g *globals) oci.Options {
-	return oci.Options{Insecure: o.Insecure, Jobs: o.Jobs, Progress: g.progress(), NoSync: o.NoSync, S3: s3store.Options{Endpoint: o.Endpoint}}
+	return oci.Options{Insecure: o.Insecure, Jobs: o.Jobs, Progress: g.progress(), NoSync: o.NoSync, S3: s3store.Options{Endpoint: o.Endpoint},
+		Check: pipeline.CheckStoredPayload}
 }
 
 // registryError gives an error of the registry or S3 client its kind: the

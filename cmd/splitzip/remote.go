@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitzip/splitzip/oci"
+	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -68,7 +69,7 @@ func (o remoteOptions) check(cache string) error {
 }
 
 func (o remoteOptions) oci(g *globals) oci.Options {
-	return oci.Options{Insecure: o.Insecure, Progress: g.progress(), S3: s3store.Options{Endpoint: o.Endpoint}}
+	return oci.Options{Insecure: o.Insecure, Progress: g.progress(), S3: s3store.Options{Endpoint: o.Endpoint}, Check: pipeline.CheckStoredPayload}
 }
 
 // local returns the folder of a local cache: --local-cache, or a new
