@@ -107,6 +107,21 @@ func dedupe(t *testing.T, base, tune string, changed, total uint64, baseRef, tun
 	}
 }
 
+// pushedFineTune makes a base's cache and its fine-tune's under dir and
+// pushes them to an in-process registry at host as m/base:1 and
+// m/tune:1.
+func pushedFineTune(t *testing.T, dir string) (base, tune, host string) {
+	t.Helper()
+	base, tune, _, _ = fineTune(t, dir)
+	_, host = serve(t)
+	for _, c := range []struct{ cache, ref string }{{base, host + "/m/base:1"}, {tune, host + "/m/tune:1"}} {
+		if _, err := Push(context.Background(), c.cache, c.ref, opts()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base, tune, host
+}
+
 // TestPullAfterRepack: pulling a fine-tune into a cache that holds its
 // base adopts packs some of whose members the base's packs hold; gc then
 // rewrites those packs, and pulling the fine-tune again fetches nothing
@@ -114,13 +129,7 @@ func dedupe(t *testing.T, base, tune string, changed, total uint64, baseRef, tun
 // finds nothing to rewrite.
 func TestPullAfterRepack(t *testing.T) {
 	dir := t.TempDir()
-	base, tune, _, _ := fineTune(t, dir)
-	_, host := serve(t)
-	for _, c := range []struct{ cache, ref string }{{base, host + "/m/base:1"}, {tune, host + "/m/tune:1"}} {
-		if _, err := Push(context.Background(), c.cache, c.ref, opts()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, tune, host := pushedFineTune(t, dir)
 	out := filepath.Join(dir, "pulled")
 	for _, ref := range []string{host + "/m/base:1", host + "/m/tune:1"} {
 		if _, err := Pull(context.Background(), ref, out, opts()); err != nil {
@@ -188,13 +197,7 @@ func TestPullAfterRepack(t *testing.T) {
 // whole.
 func TestPullMendsSharedMember(t *testing.T) {
 	dir := t.TempDir()
-	base, tune, _, _ := fineTune(t, dir)
-	_, host := serve(t)
-	for _, c := range []struct{ cache, ref string }{{base, host + "/m/base:1"}, {tune, host + "/m/tune:1"}} {
-		if _, err := Push(context.Background(), c.cache, c.ref, opts()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	_, tune, host := pushedFineTune(t, dir)
 	out := filepath.Join(dir, "pulled")
 	if _, err := Pull(context.Background(), host+"/m/base:1", out, opts()); err != nil {
 		t.Fatal(err)
