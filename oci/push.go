@@ -26,8 +26,9 @@ import (
 type PushResult struct {
 	Ref    string `json:"ref"`    // the reference pushed to
 	Digest string `json:"digest"` // the manifest's digest
-	// Blobs and Bytes: the artifact's blobs (the index and every object
-	// file and pack) and their bytes.
+	// Blobs and Bytes: the artifact's object files and packs and their
+	// bytes, as Pull and Stat count them (the index, the manifest's
+	// config, is not counted).
 	Blobs int    `json:"blobs"`
 	Bytes uint64 `json:"bytes"`
 	// Uploaded and UploadedBytes: the blobs the registry lacked, which
@@ -83,7 +84,7 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 		return PushResult{}, err
 	}
 	files, _ := c.Index().Files()
-	res := PushResult{Ref: target, Blobs: len(files) + 1, Bytes: uint64(len(config))}
+	res := PushResult{Ref: target, Blobs: len(files)}
 	p := o.progress()
 	var sent atomic.Uint64
 	var opened atomic.Int64
@@ -98,7 +99,7 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 	if err != nil {
 		return PushResult{}, err
 	}
-	p.Start("push", res.Bytes-uint64(len(config)))
+	p.Start("push", res.Bytes)
 	var d v1.Hash
 	if lay != nil {
 		d, err = lay.push(art, o.jobs(), &sent, &opened, p)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -46,6 +47,7 @@ func registryError(err error) error {
 	var te *transport.Error
 	var se interface{ HTTPStatusCode() int } // S3's answers
 	var ne net.Error
+	err = plainDetail(err)
 	switch {
 	case err == nil || failure.KindOf(err) != failure.Internal:
 		return err
@@ -61,6 +63,40 @@ func registryError(err error) error {
 		return failure.Mark(failure.Resource, err)
 	}
 	return err
+}
+
+// detailedError is an error whose text shows a registry's diagnostic
+// details as JSON, not in Go's syntax ("map[Tag:v1]").
+type detailedError struct {
+	msg string
+	err error
+}
+
+func (e *detailedError) Error() string { return e.msg }
+func (e *detailedError) Unwrap() error { return e.err }
+
+// plainDetail rewrites the text of a registry's refusal in err whose
+// diagnostics carry details: each detail as the JSON the registry sent.
+func plainDetail(err error) error {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return err
+	}
+	msg := err.Error()
+	for _, d := range te.Errors {
+		if d.Detail == nil {
+			continue
+		}
+		j, jerr := json.Marshal(d.Detail)
+		if jerr != nil {
+			continue
+		}
+		msg = strings.Replace(msg, fmt.Sprintf("; %v", d.Detail), " "+string(j), 1)
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &detailedError{msg, err}
 }
 
 const registryHelp = `REF is a registry reference as crane and docker take it (registry/repository:tag

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -104,6 +105,14 @@ func TestRegistryErrorKinds(t *testing.T) {
 		if got := failure.KindOf(registryError(c.err)); got != c.want {
 			t.Errorf("%v: kind %v, want %v", c.err, got, c.want)
 		}
+	}
+	// A refusal's details read as the registry's JSON, not Go's syntax,
+	// and the error keeps its kind.
+	unknown := &transport.Error{StatusCode: http.StatusNotFound, Errors: []transport.Diagnostic{
+		{Code: transport.ManifestUnknownErrorCode, Message: "manifest unknown", Detail: map[string]any{"Tag": "v1"}}}}
+	err := registryError(fmt.Errorf("pull x:v1: %w", unknown))
+	if want := `pull x:v1: MANIFEST_UNKNOWN: manifest unknown {"Tag":"v1"}`; err.Error() != want || failure.KindOf(err) != failure.Input || !errors.Is(err, unknown) {
+		t.Errorf("refusal with details: %q (kind %v), want %q", err, failure.KindOf(err), want)
 	}
 	// A reference that names no repository is the command line's mistake,
 	// not a bug of splitzip's.
