@@ -224,7 +224,19 @@ func TestPushPull(t *testing.T) {
 	if res.Fetched != 1 {
 		t.Errorf("pull over a damaged copy fetched %d blobs, want 1", res.Fetched)
 	}
+	if len(res.Mended) != 1 || !strings.Contains(res.Mended[0].Error, filepath.Base(largest)) || !strings.Contains(res.Mended[0].Error, "sha256:") {
+		t.Errorf("pull over a damaged copy reports it mended as %+v", res.Mended)
+	}
 	sameCache(t, cache, out)
+	// One cut short is mended the same way, and said to be.
+	os.Truncate(largest, size/2)
+	if res, err = Pull(context.Background(), ref, out, opts()); err != nil || res.Fetched != 1 || len(res.Mended) != 1 || !strings.Contains(res.Mended[0].Error, "bytes") {
+		t.Errorf("pull over a cut copy: fetched %d, mended %+v, %v", res.Fetched, res.Mended, err)
+	}
+	sameCache(t, cache, out)
+	if res, err = Pull(context.Background(), ref, out, opts()); err != nil || res.Fetched != 0 || len(res.Mended) != 0 {
+		t.Errorf("a pull into the mended cache: fetched %d, mended %+v, %v", res.Fetched, res.Mended, err)
+	}
 }
 
 // TestDedupe: a checkpoint sharing most tensors with one pushed before

@@ -46,6 +46,9 @@ type PullResult struct {
 	Fetched      int      `json:"fetched_blobs"`
 	FetchedBytes uint64   `json:"fetched_bytes"`
 	Sources      []string `json:"sources"`
+	// Mended lists the files and pack members the cache held that were
+	// cut short or damaged, fetched again and replaced.
+	Mended []shardcache.Mend `json:"mended,omitempty"`
 }
 
 // Pull adds the cache artifact at ref to the cache in dir (made if dir is
@@ -81,11 +84,16 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	w.SetPayloadCheck(o.Check)
 	var todo []shardcache.Key
 	have := w.Cache()
+	damaged := map[shardcache.Key]error{}
 	for _, k := range files {
 		// A file in place whose bytes are the blob is kept, recorded in
 		// the index or not (a pull killed before its first commit leaves
 		// such files, which its pin kept from gc).
-		if sameBlob(have, k, layers[k]) {
+		same, bad := sameBlob(have, k, layers[k])
+		if bad != nil {
+			damaged[k] = bad
+		}
+		if same {
 			if err := w.Adopt(ix, k, members[k]); err != nil {
 				return PullResult{}, err
 			}
@@ -131,6 +139,10 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	if err := w.Commit(); err != nil {
 		return PullResult{}, err
 	}
+	for k, err := range w.Mended() {
+		damaged[k] = err
+	}
+	res.Mended = shardcache.Mends(damaged)
 	// Its own pin, or an interrupted run's of the same artifact.
 	if err := w.Unpin(pin); err != nil {
 		return PullResult{}, err
@@ -155,25 +167,34 @@ func held(w *shardcache.Writer, members []shardcache.Key) bool {
 // sameBlob reports whether the cache's file of key k holds the bytes of
 // the layer d (its sha256): a file kept from before is trusted only when
 // it does, so a damaged copy is fetched again rather than kept. A file of
-// another size is not read.
-func sameBlob(c *shardcache.Cache, k shardcache.Key, d v1.Descriptor) bool {
+// another size is not read. bad says what is wrong with a file in place
+// that is not the blob (ErrObjectCorrupt); an absent or unreadable file
+// is fetched without one.
+func sameBlob(c *shardcache.Cache, k shardcache.Key, d v1.Descriptor) (same bool, bad error) {
 	path, err := c.FilePath(k)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || st.Size() != d.Size {
-		return false
+	st, err := f.Stat()
+	if err != nil {
+		return false, nil
+	}
+	if st.Size() != d.Size {
+		return false, fmt.Errorf("%s: %w: %d bytes, the artifact's blob %d", path, shardcache.ErrObjectCorrupt, st.Size(), d.Size)
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return false
+		return false, nil
 	}
-	return d.Digest.Algorithm == "sha256" && hex.EncodeToString(h.Sum(nil)) == d.Digest.Hex
+	if got := hex.EncodeToString(h.Sum(nil)); d.Digest.Algorithm != "sha256" || got != d.Digest.Hex {
+		return false, fmt.Errorf("%s: %w: sha256:%s, the artifact's blob %s", path, shardcache.ErrObjectCorrupt, got, d.Digest)
+	}
+	return true, nil
 }
 
 // artifactOf is a cache artifact's manifest digest, index and layers,

@@ -124,8 +124,8 @@ type CompressResult struct {
 	// Mended lists the objects the cache held that were missing, cut
 	// short or damaged (as verify reports them) and that this run
 	// stored again: compressing a checkpoint again mends its objects.
-	Mended   []Mended      `json:"mended,omitempty"`
-	Duration time.Duration `json:"duration_ns"`
+	Mended   []shardcache.Mend `json:"mended,omitempty"`
+	Duration time.Duration     `json:"duration_ns"`
 }
 
 // validate checks the options before any work or output, wrapping
@@ -278,7 +278,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	// What a killed run left is not this run's to remove (gc does), but
 	// it is said: a note, so an error counting it is not the run's.
 	res.StrayFiles, res.StrayBytes, _ = w.Strays()
-	res.Mended = mended(w)
+	res.Mended = shardcache.Mends(w.Mended())
 	res.Duration = time.Since(start)
 	return res, nil
 }

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"io"
-	"sort"
 	"sync"
 
 	"github.com/splitzip/splitzip/codec/payload"
@@ -56,21 +55,4 @@ func (r *readErrs) ReadAt(p []byte, off int64) (int, error) {
 		r.err = err
 	}
 	return n, err
-}
-
-// Mended is an object an earlier run stored that compress found missing,
-// cut short or damaged, and stored again.
-type Mended struct {
-	Key   shardcache.Key `json:"key"`
-	Error string         `json:"error"` // what was wrong with it
-}
-
-// mended lists w's mended objects by key.
-func mended(w *shardcache.Writer) []Mended {
-	var ms []Mended
-	for k, err := range w.Mended() {
-		ms = append(ms, Mended{Key: k, Error: err.Error()})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].Key < ms[j].Key })
-	return ms
 }

@@ -69,7 +69,7 @@ func TestCompressMendsDamage(t *testing.T) {
 							t.Fatal(err)
 						}
 						// A removed pack takes its other members with it.
-						if !slices.ContainsFunc(res.Mended, func(m Mended) bool { return m.Key == key }) || len(res.Mended) > 1 && d.name != "remove" {
+						if !slices.ContainsFunc(res.Mended, func(m shardcache.Mend) bool { return m.Key == key }) || len(res.Mended) > 1 && d.name != "remove" {
 							t.Fatalf("mended %d objects, want %s among them: %.500v", len(res.Mended), key, res.Mended)
 						}
 						if v := mustVerify(t, cache); !v.OK() {

@@ -12,7 +12,27 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
+	"strings"
 )
+
+// Mend is an object an earlier run stored that a later run found
+// missing, cut short or damaged, and stored again: what compress and
+// pull report of Mended.
+type Mend struct {
+	Key   Key    `json:"key"`
+	Error string `json:"error"` // what was wrong with it
+}
+
+// Mends lists m (as Mended returns it) by key.
+func Mends(m map[Key]error) []Mend {
+	ms := make([]Mend, 0, len(m))
+	for k, err := range m {
+		ms = append(ms, Mend{Key: k, Error: err.Error()})
+	}
+	slices.SortFunc(ms, func(a, b Mend) int { return strings.Compare(string(a.Key), string(b.Key)) })
+	return ms
+}
 
 // PayloadCheck checks the stored bytes of a payload object o (a fixed
 // or entropy one): r reads exactly its o.Size bytes. Wrong bytes are an

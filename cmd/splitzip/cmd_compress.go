@@ -200,10 +200,7 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if n := keptNote(res.Totals); n != "" {
 		fmt.Fprintln(g.stderr, n)
 	}
-	if n := len(res.Mended); n > 0 {
-		fmt.Fprintf(g.stderr, "note: the cache held %s that %s missing, cut short or damaged; this run stored %s again (first: %s)\n",
-			count(n, "object"), map[bool]string{true: "was", false: "were"}[n == 1], map[bool]string{true: "it", false: "them"}[n == 1], res.Mended[0].Error)
-	}
+	mendedNote(g, res.Mended, "stored")
 	if res.StrayFiles > 0 {
 		fmt.Fprintf(g.stderr, "note: the cache holds %s (%s) its index does not name, left by a run that was killed: 'splitzip gc %s' removes them\n",
 			count(res.StrayFiles, "file"), human(res.StrayBytes), out)
@@ -325,4 +322,13 @@ func ratio(a, b uint64) float64 {
 		return 1
 	}
 	return float64(a) / float64(b)
+}
+
+// mendedNote tells of the objects a run found missing, cut short or
+// damaged in the cache and replaced (did: "stored", "fetched").
+func mendedNote(g *globals, ms []shardcache.Mend, did string) {
+	if n := len(ms); n > 0 {
+		fmt.Fprintf(g.stderr, "note: the cache held %s that %s missing, cut short or damaged; this run %s %s again (first: %s)\n",
+			count(n, "object"), map[bool]string{true: "was", false: "were"}[n == 1], did, map[bool]string{true: "it", false: "them"}[n == 1], ms[0].Error)
+	}
 }

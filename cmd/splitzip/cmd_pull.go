@@ -38,6 +38,7 @@ func runPull(ctx context.Context, g *globals, o registryOptions, ref, cache stri
 	if g.JSON {
 		return printJSON(g.stdout, "pull_summary", res)
 	}
+	mendedNote(g, res.Mended, "fetched")
 	pulled := res.Ref // a reference by digest names it already
 	if !strings.HasSuffix(pulled, "@"+res.Digest) {
 		pulled += "@" + res.Digest

@@ -107,6 +107,7 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	}
 	fmt.Fprintf(g.stderr, "pulled %s@%s into %s: fetched %s, %s of %s\n", res.Ref, res.Digest, dir,
 		count(res.Fetched, "blob"), human(res.FetchedBytes), human(res.Bytes))
+	mendedNote(g, res.Mended, "fetched")
 	return dir, done, nil
 }
 
