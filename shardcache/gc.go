@@ -139,7 +139,7 @@ type gcPlan struct {
 
 // planGC works out what GC removes from ix, keeping what pins name; it
 // changes nothing.
-func planGC(ix *Index, pins []Pin) gcPlan {
+func planGC(dir string, ix *Index, pins []Pin) gcPlan {
 	pl := gcPlan{used: referenced(ix), live: map[Key]bool{}, dead: map[Key]bool{}}
 	for _, p := range pins {
 		kept := 0
@@ -185,7 +185,7 @@ func planGC(ix *Index, pins []Pin) gcPlan {
 		case o.Kind == KindPack && pl.live[k], pl.used[k]:
 			continue
 		case o.Kind == KindPack || o.Pack == "":
-			pl.res.Bytes += o.Size // a file of its own
+			pl.res.Bytes += onDisk(dir, k) // a file of its own
 		}
 		pl.drop = append(pl.drop, k)
 		if o.Kind != KindPack {
@@ -193,6 +193,21 @@ func planGC(ix *Index, pins []Pin) gcPlan {
 		}
 	}
 	return pl
+}
+
+// onDisk is the size of the file of key k in the cache at dir: what
+// removing it frees (0 where it is gone already, as a pack whose members
+// compress stored anew elsewhere).
+func onDisk(dir string, k Key) uint64 {
+	p, err := objectPath(dir, k)
+	if err != nil {
+		return 0
+	}
+	st, err := os.Stat(p)
+	if err != nil || !st.Mode().IsRegular() {
+		return 0
+	}
+	return uint64(st.Size())
 }
 
 // GC removes objects no source references, and files under objects/ and
@@ -228,7 +243,7 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 		w.mu.Unlock()
 		return GCResult{}, fmt.Errorf("%s: %w", w.dir, err)
 	}
-	pl := planGC(plan, keptPins)
+	pl := planGC(w.dir, plan, keptPins)
 	res := pl.res
 	res.Dropped = dropped
 	// Killed writers' temporary files, which Create removed.
@@ -391,7 +406,7 @@ func DryRunGC(dir string, o GCOptions) (GCResult, error) {
 	if err != nil {
 		return GCResult{}, err
 	}
-	pl := planGC(plan, keptPins)
+	pl := planGC(dir, plan, keptPins)
 	res := pl.res
 	res.Dropped = dropped
 	if err := checkRepack(dir, plan, pl, o.Check); err != nil {

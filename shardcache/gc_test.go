@@ -363,3 +363,41 @@ func TestGCWaitsForReaders(t *testing.T) {
 		t.Fatalf("gc with no reader: %+v, %v", res, err)
 	}
 }
+
+// TestGCBytesOnDisk: gc counts the bytes it frees, so an object whose
+// file is gone already (a pack whose members compress stored anew
+// elsewhere) counts as an object but frees nothing.
+func TestGCBytesOnDisk(t *testing.T) {
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100)
+	big := bytes.Repeat([]byte{7}, DefaultPackMax+1)
+	bk, err := w.PutBytes(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Shards[0].Gaps = []Region{{Offset: a.Shards[0].Size, Size: uint64(len(big)), Key: bk}}
+	a.Shards[0].Size += uint64(len(big))
+	a.Shards[0].Fingerprint = Fingerprint(&a.Shards[0])
+	w.SetSource(a)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Forget("/a"); err != nil {
+		t.Fatal(err)
+	}
+	dry, err := w.GC(GCOptions{DryRun: true})
+	if err != nil || dry.Bytes < uint64(len(big)) {
+		t.Fatalf("dry run with the object's file in place: %+v, %v; want its %d bytes counted", dry, err, len(big))
+	}
+	p, err := objectPath(dir, bk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.GC(GCOptions{})
+	if err != nil || res.Objects != dry.Objects || res.Bytes != dry.Bytes-uint64(len(big)) {
+		t.Errorf("gc with the object's file gone: %+v, %v; want %d objects, %d bytes", res, err, dry.Objects, dry.Bytes-uint64(len(big)))
+	}
+}
