@@ -392,3 +392,30 @@ func TestGCRefusedWhileRead(t *testing.T) {
 		t.Fatalf("gc with no reader: exit %d, %q %q", code, out, e)
 	}
 }
+
+// TestDamagedIndexHint: a damaged index says how to rebuild it, and doing
+// what it says gives a cache verify accepts.
+func TestDamagedIndexHint(t *testing.T) {
+	ck, cache := compressed(t, t.TempDir())
+	ix := filepath.Join(cache, shardcache.IndexName)
+	b, err := os.ReadFile(ix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	os.WriteFile(ix, b, 0o644)
+	for _, cmd := range []string{"verify", "inspect"} {
+		if code, _, e := splitzip(t, cmd, cache); code != exitFailure || !strings.Contains(e, "move the cache's "+shardcache.IndexName+" aside") {
+			t.Errorf("%s with a damaged index: exit %d, %q", cmd, code, e)
+		}
+	}
+	if err := os.Rename(ix, ix+".bad"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress after moving the index aside: exit %d, %q", code, e)
+	}
+	if code, out, e := splitzip(t, "verify", cache); code != 0 {
+		t.Errorf("verify of the rebuilt cache: exit %d, %q %q", code, out, e)
+	}
+}

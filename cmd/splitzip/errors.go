@@ -52,6 +52,9 @@ func relocateHint(cache string) string {
 	return "only the modification time differs: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times"
 }
 
+// indexHint is what to do about a damaged index.
+const indexHint = "to rebuild it, move the cache's " + shardcache.IndexName + " aside and compress each checkpoint into the cache again, or pull it again: the objects stay, and each is checked before it is used again"
+
 // exitCodes is the table of exit codes the root command's help prints
 // (README.md has the same; a test checks both).
 func exitCodes() string {
@@ -85,6 +88,9 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	}
 	if errors.Is(err, shardcache.ErrSourceMissing) {
 		msg += " (" + movedHint("CACHE") + ")"
+	}
+	if errors.Is(err, shardcache.ErrIndexCorrupt) {
+		msg += " (" + indexHint + ")"
 	}
 	switch kind {
 	case failure.Usage:
