@@ -155,7 +155,7 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, "", fmt.Errorf("%s: %s is no recorded source root and holds the shards of none of the cache's sources: %w", c.Dir(), sel, ErrNotFound)
+		return nil, "", fmt.Errorf("%s: %s is no recorded source root and holds the shards of none of the cache's sources: %w%s", c.Dir(), sel, ErrNotFound, nearest(dir, name, srcs))
 	case 1:
 		return found[0], dir, nil
 	}
@@ -169,19 +169,52 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 // holdsShards reports whether dir has every shard of s with its recorded
 // size (and the index file, if s has one).
 func holdsShards(dir string, s *Source) bool {
-	if len(s.Shards) == 0 {
-		return false
-	}
+	held, lacks := shardsIn(dir, s)
+	return held > 0 && len(lacks) == 0
+}
+
+// shardsIn counts the shards of s that dir has with their recorded
+// size, and says what is wrong with each of the rest (and with the index
+// file, if s has one and dir lacks it).
+func shardsIn(dir string, s *Source) (held int, lacks []string) {
 	for _, sh := range s.Shards {
 		st, err := os.Stat(filepath.Join(dir, sh.Name))
-		if err != nil || uint64(st.Size()) != sh.Size {
-			return false
+		switch {
+		case err != nil:
+			lacks = append(lacks, sh.Name+" is missing")
+		case uint64(st.Size()) != sh.Size:
+			lacks = append(lacks, fmt.Sprintf("%s has %d bytes, the recorded shard %d", sh.Name, st.Size(), sh.Size))
+		default:
+			held++
 		}
 	}
 	if s.Index != nil {
 		if _, err := os.Stat(filepath.Join(dir, s.Index.Name)); err != nil {
-			return false
+			lacks = append(lacks, s.Index.Name+" is missing")
 		}
 	}
-	return true
+	return held, lacks
+}
+
+// nearest says which source dir holds some shards of, and what it
+// lacks of it ("" where it holds none of any): why dir is no moved copy.
+func nearest(dir, name string, srcs []Source) string {
+	best, most := -1, 0
+	var lacks []string
+	for i := range srcs {
+		if name != "" && filepath.Base(srcs[i].Path()) != name {
+			continue
+		}
+		if held, l := shardsIn(dir, &srcs[i]); held > most {
+			best, most, lacks = i, held, l
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	more := ""
+	if len(lacks) > 3 {
+		lacks, more = lacks[:3], fmt.Sprintf(" and %d more", len(lacks)-3)
+	}
+	return fmt.Sprintf("; it holds %d of the %d shards of %s: %s%s", most, len(srcs[best].Shards), srcs[best].Path(), strings.Join(lacks, ", "), more)
 }

@@ -126,3 +126,36 @@ func TestAmbiguousSourceNamesNoFlag(t *testing.T) {
 		t.Errorf("ErrAmbiguousSource = %q", s)
 	}
 }
+
+// TestMovedCopyLacksShard: a folder given as a moved checkpoint that
+// holds only some of its shards (or one of another size) is refused,
+// naming the source and what the folder lacks.
+func TestMovedCopyLacksShard(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	if _, err := synth.Write(context.Background(), ck, synth.Config{Bytes: 1 << 20, Shards: 3, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	compressInto(t, ck, cache)
+	moved := filepath.Join(dir, "moved")
+	if err := os.Rename(ck, moved); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if s, err := c.PickSource(moved); err != nil || s.Root != moved {
+		t.Fatalf("the whole moved copy: %v", err)
+	}
+	shards := c.Index().Sources[0].Shards
+	os.Remove(filepath.Join(moved, shards[1].Name))
+	os.Truncate(filepath.Join(moved, shards[2].Name), 8)
+	_, err = c.PickSource(moved)
+	for _, want := range []string{"holds 1 of the 3 shards of " + c.Index().Sources[0].Path(), shards[1].Name + " is missing", shards[2].Name + " has 8 bytes"} {
+		if !errors.Is(err, shardcache.ErrNotFound) || err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a moved copy lacking shards: %v; want it to say %q", err, want)
+		}
+	}
+}
