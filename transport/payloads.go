@@ -366,7 +366,7 @@ func (z *Payloads) checkStaged(it *smallItem, b []byte, k int, st *staged) error
 		err = codec.CheckRecorded(h.Checksum, it.sum)
 	}
 	if err != nil {
-		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+		return it.payloadError(err)
 	}
 	if z.opts.Resident || z.opts.DeviceResident {
 		if err := z.keep(it.key, b, &payload.Fixed{Header: *h}); err != nil {

@@ -73,7 +73,7 @@ func (hostEntropy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error 
 		err = entropy.Decode(b, bytes.Clone(b[:it.read]), 1)
 	}
 	if err != nil {
-		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+		return it.payloadError(err)
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func (devEntropy) checkStaged(it *smallItem, b []byte, k int, st *staged) error 
 	}
 	if err != nil {
 		headPool.Put(h)
-		return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+		return it.payloadError(err)
 	}
 	st.ent[k] = h
 	return nil

@@ -71,6 +71,15 @@ type smallItem struct {
 	fill func(dst []byte) (*codec.Header, error)
 }
 
+// payloadError says where the payload of it lies whose check failed with
+// err: its file, and for a pack member its bytes there.
+func (it *smallItem) payloadError(err error) error {
+	if it.pack != "" {
+		return fmt.Errorf("%s: bytes [%d:+%d] of the pack (payload %s): %w", it.file, it.off, it.stored, it.key, err)
+	}
+	return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
+}
+
 // itemPool recycles batches' item arrays: a smallItem holds pointers, so
 // a batch of a hundred small tensors would otherwise allocate (and the
 // collector scan) some twelve kilobytes.

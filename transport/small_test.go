@@ -98,6 +98,10 @@ func TestSmallFaults(t *testing.T) {
 			if !errors.As(err, &te) || te.Tensor != victim.Name || !errors.Is(err, codec.ErrChecksum) {
 				t.Fatalf("corrupt small payload: %v", err)
 			}
+			// A pack member's error says where in its pack it lies.
+			if loc, _, _ := c.Locate(hit.Tensor.Key); loc.Pack == "" || !strings.Contains(err.Error(), fmt.Sprintf("bytes [%d:+%d] of the pack", loc.Offset, loc.Size)) {
+				t.Errorf("corrupt pack member at [%d:+%d]: %v", loc.Offset, loc.Size, err)
+			}
 			continue
 		}
 		if err != nil {
