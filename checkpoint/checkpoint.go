@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -18,6 +19,16 @@ import (
 
 // ErrNoShards reports a path that holds no safetensors files.
 var ErrNoShards = errors.New("no safetensors files found")
+
+// ErrIndexes reports a folder with several indexes (variants of one
+// model, say) and none named model.safetensors.index.json: which one is
+// the checkpoint is for the caller to say, by its path.
+var ErrIndexes = errors.New("the folder holds several safetensors indexes")
+
+// indexSuffix ends the name of any safetensors index: the conventional
+// model.safetensors.index.json, diffusers' diffusion_pytorch_model
+// .safetensors.index.json and its variants (...fp16.safetensors.index.json).
+const indexSuffix = ".safetensors.index.json"
 
 // MissingError reports a shard the checkpoint names that is not there: a
 // file the index names that does not exist, or a link, named in the index
@@ -61,6 +72,23 @@ type Checkpoint struct {
 	// its index that the index does not name (not part of the
 	// checkpoint: a consolidated copy, another model's file).
 	Unindexed []string
+	// Left names what a folder holds beside the checkpoint that is not
+	// part of it: other indexes, and subfolders with .safetensors files
+	// (diffusers' unet/, text_encoder/), which are checkpoints of their
+	// own.
+	Left []string
+	// Duplicates lists the tensor names that more than one shard holds:
+	// a checkpoint a loader cannot serve by name (decompress restores it).
+	Duplicates []Duplicate
+	// Unnamed lists tensors of an indexed checkpoint's shards that its
+	// index does not name.
+	Unnamed []string
+}
+
+// Duplicate is a tensor name that several shards hold.
+type Duplicate struct {
+	Name   string   `json:"name"`
+	Shards []string `json:"shards"`
 }
 
 // Open resolves path to a checkpoint and reads every shard's header.
@@ -98,16 +126,22 @@ func Open(path string) (*Checkpoint, error) {
 	var names []string
 	switch {
 	case st.IsDir():
-		if _, err := os.Stat(filepath.Join(abs, safetensors.IndexFileName)); err == nil {
-			if _, err := openIndexed(ck, filepath.Join(abs, safetensors.IndexFileName)); err != nil {
-				return nil, err
-			}
-			ck.Unindexed = ck.unindexed()
-			return ck, nil
-		}
 		ents, err := os.ReadDir(abs)
 		if err != nil {
 			return nil, err
+		}
+		index, others, err := folderIndex(abs, ents)
+		if err != nil {
+			return nil, err
+		}
+		ck.Left = append(others, subfolders(abs, ents)...)
+		if index != "" {
+			if _, err := openIndexed(ck, filepath.Join(abs, index)); err != nil {
+				return nil, err
+			}
+			ck.Unindexed = ck.unindexed()
+			ck.note()
+			return ck, nil
 		}
 		for _, e := range ents {
 			if !strings.HasSuffix(e.Name(), ".safetensors") || e.IsDir() {
@@ -127,17 +161,112 @@ func Open(path string) (*Checkpoint, error) {
 			}
 		}
 		if len(names) == 0 {
+			if len(ck.Left) > 0 {
+				return nil, fmt.Errorf("%s: %w in the folder itself; it holds %s (compress each by its path)", abs, ErrNoShards, strings.Join(ck.Left, ", "))
+			}
 			return nil, fmt.Errorf("%s: %w", abs, ErrNoShards)
 		}
 	case strings.HasSuffix(abs, ".json"):
 		ck.Root = filepath.Dir(abs)
-		return openIndexed(ck, abs)
+		if _, err := openIndexed(ck, abs); err != nil {
+			return nil, err
+		}
+		ck.note()
+		return ck, nil
 	default:
 		ck.Root = filepath.Dir(abs)
 		names = []string{filepath.Base(abs)}
 	}
 	sort.Strings(names)
-	return ck, ck.readShards(names)
+	if err := ck.readShards(names); err != nil {
+		return nil, err
+	}
+	ck.note()
+	return ck, nil
+}
+
+// folderIndex picks the index of the folder abs, whose entries are ents:
+// model.safetensors.index.json if there is one, else the only file
+// named *.safetensors.index.json ("" if none). others are the indexes
+// left out, described for Left. Several and none conventional is
+// ErrIndexes.
+func folderIndex(abs string, ents []os.DirEntry) (index string, others []string, err error) {
+	var all []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), indexSuffix) && !e.IsDir() {
+			all = append(all, e.Name())
+		}
+	}
+	switch {
+	case slices.Contains(all, safetensors.IndexFileName):
+		index = safetensors.IndexFileName
+	case len(all) == 1:
+		index = all[0]
+	case len(all) > 1:
+		return "", nil, fmt.Errorf("%s: %w (%s): name the one to compress by its path", abs, ErrIndexes, strings.Join(all, ", "))
+	}
+	for _, n := range all {
+		if n != index {
+			others = append(others, n+" (another index: compress it by its path)")
+		}
+	}
+	return index, others, nil
+}
+
+// maxWalk bounds the entries subfolders looks at.
+const maxWalk = 10000
+
+// subfolders describes the subfolders of abs (entries ents) below which
+// .safetensors files lie, hidden ones (.git, .cache) apart.
+func subfolders(abs string, ents []os.DirEntry) []string {
+	seen := 0
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		n := 0
+		filepath.WalkDir(filepath.Join(abs, e.Name()), func(p string, d fs.DirEntry, err error) error {
+			if seen++; seen > maxWalk {
+				return fs.SkipAll
+			}
+			switch {
+			case err != nil:
+				return nil
+			case d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != filepath.Join(abs, e.Name()):
+				return fs.SkipDir
+			case !d.IsDir() && strings.HasSuffix(d.Name(), ".safetensors"):
+				n++
+			}
+			return nil
+		})
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s/ (%d .safetensors %s)", e.Name(), n, map[bool]string{true: "file", false: "files"}[n == 1]))
+		}
+	}
+	return out
+}
+
+// note finds the tensor names that several shards hold and, for an
+// indexed checkpoint, the tensors its index does not name.
+func (ck *Checkpoint) note() {
+	where := map[string][]string{}
+	for _, s := range ck.Shards {
+		for _, t := range s.Header.Tensors {
+			where[t.Name] = append(where[t.Name], s.Name)
+			if ck.Index != nil {
+				if _, ok := ck.Index.WeightMap[t.Name]; !ok {
+					ck.Unnamed = append(ck.Unnamed, s.Name+": "+t.Name)
+				}
+			}
+		}
+	}
+	for name, shards := range where {
+		if len(shards) > 1 {
+			ck.Duplicates = append(ck.Duplicates, Duplicate{Name: name, Shards: shards})
+		}
+	}
+	slices.SortFunc(ck.Duplicates, func(a, b Duplicate) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // unindexed returns the .safetensors files in Root that are not shards

@@ -116,6 +116,16 @@ type CompressResult struct {
 	// Unindexed names the .safetensors files beside the checkpoint's
 	// index that it does not name, and so were not compressed.
 	Unindexed []string `json:"unindexed,omitempty"`
+	// Left names what the folder compressed holds that is not part of the
+	// checkpoint (other indexes, subfolders with .safetensors files).
+	Left []string `json:"left_out,omitempty"`
+	// Duplicates are tensor names more than one shard holds: the cache
+	// keeps and restores them, but a load, which serves tensors by name,
+	// refuses the checkpoint.
+	Duplicates []checkpoint.Duplicate `json:"duplicate_names,omitempty"`
+	// Unnamed are the tensors ("shard: name") of an indexed checkpoint's
+	// shards that its index does not name (compressed all the same).
+	Unnamed []string `json:"unnamed_by_index,omitempty"`
 	// StrayFiles are files in the cache's objects/ and tmp/ that its index
 	// does not name (a killed run's objects; gc removes them), StrayBytes
 	// their bytes.
@@ -223,7 +233,8 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 		w.SetPackMax(uint64(opts.PackMax))
 	}
 
-	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards), Unindexed: ck.Unindexed}
+	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards), Unindexed: ck.Unindexed,
+		Left: ck.Left, Duplicates: ck.Duplicates, Unnamed: ck.Unnamed}
 	for _, s := range ck.Shards {
 		for _, d := range s.Header.Deviations {
 			res.Warnings = append(res.Warnings, s.Path+": "+d)

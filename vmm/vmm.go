@@ -34,6 +34,10 @@ const DefaultMapChunk = 64 << 20
 // ErrUnknown reports a binding the arena does not hold.
 var ErrUnknown = errors.New("no such binding")
 
+// ErrDuplicateName reports specs of which two share a name (a checkpoint
+// whose shards both hold a tensor of it): an arena serves tensors by name.
+var ErrDuplicateName = errors.New("two tensors of one name, which a load serves by name")
+
 // Spec describes a tensor to bind.
 type Spec struct {
 	Name   string
@@ -149,8 +153,8 @@ func New(mem Memory, specs []Spec, mapChunk uint64) (*Arena, error) {
 		off = (off + Align - 1) &^ (Align - 1)
 		b := &Binding{Spec: s, Index: i}
 		a.bindings = append(a.bindings, b)
-		if _, dup := a.byName[s.Name]; dup {
-			return nil, fmt.Errorf("vmm: two tensors named %q", s.Name)
+		if prev, dup := a.byName[s.Name]; dup {
+			return nil, fmt.Errorf("%w: %q in %s and in %s", ErrDuplicateName, s.Name, prev.Shard, s.Shard)
 		}
 		a.byName[s.Name] = b
 		b.Addr = Ptr(off) // relative until the range is reserved

@@ -419,3 +419,32 @@ func TestDamagedIndexHint(t *testing.T) {
 		t.Errorf("verify of the rebuilt cache: exit %d, %q %q", code, out, e)
 	}
 }
+
+// TestDuplicateNames: a folder of two files that hold the same tensor
+// names compresses with a warning, round-trips, and a load refuses it as
+// an input error naming the tensor and both files (it was exit 70).
+func TestDuplicateNames(t *testing.T) {
+	dir := t.TempDir()
+	gen, two, cache := filepath.Join(dir, "gen"), filepath.Join(dir, "two"), filepath.Join(dir, "cache")
+	if code, _, e := splitzip(t, "gen", gen, "--size", "256KiB", "--shards", "1"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	b, err := os.ReadFile(filepath.Join(gen, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(two, 0o755)
+	os.WriteFile(filepath.Join(two, "a.safetensors"), b, 0o644)
+	os.WriteFile(filepath.Join(two, "b.safetensors"), b, 0o644)
+	code, _, e := splitzip(t, "compress", two, "-o", cache, "--no-sync")
+	if code != 0 || !strings.Contains(e, "warning: ") || !strings.Contains(e, "a.safetensors and b.safetensors") {
+		t.Fatalf("compress of two files of the same names: exit %d, %q", code, e)
+	}
+	if code, out, e := splitzip(t, "verify", cache); code != 0 {
+		t.Errorf("verify: exit %d, %q %q", code, out, e)
+	}
+	code, _, e = splitzip(t, "load", cache, "--device", "cpu")
+	if code != exitInput || !strings.Contains(e, "a.safetensors and in ") || !strings.Contains(e, "b.safetensors") {
+		t.Errorf("load of two tensors of one name: exit %d, %q", code, e)
+	}
+}

@@ -33,7 +33,11 @@ func newCompressCommand(g *globals) *cobra.Command {
 		Use:   "compress SOURCE -o CACHE",
 		Short: "Compress a safetensors checkpoint into a cache",
 		Long: `Compress a checkpoint (a .safetensors file, a directory of shards, or a
-model.safetensors.index.json) into a cache directory. With --codec fixed (the
+model.safetensors.index.json) into a cache directory. A directory's index is
+model.safetensors.index.json, else its only *.safetensors.index.json
+(diffusers'); with several, name one. Subfolders are not entered: compress
+says which hold .safetensors files (each is a checkpoint of its own), and
+warns of tensor names that several shards hold. With --codec fixed (the
 default) BF16 tensors become fixed-codec payloads (12 bits a value, decoded in
 place on the GPU at load time); with --codec entropy every float tensor (BF16,
 F16, F32, F8_E4M3, F8_E5M2) becomes an entropy payload (its exponents
@@ -185,6 +189,18 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if len(res.Unindexed) > 0 {
 		fmt.Fprintf(g.stderr, "note: %s in %s not named by its index (%s): not compressed (compress a file by its path to keep it too)\n",
 			count(len(res.Unindexed), ".safetensors file"), res.Source, strings.Join(res.Unindexed, ", "))
+	}
+	if len(res.Left) > 0 {
+		fmt.Fprintf(g.stderr, "note: %s also holds %s: not part of this checkpoint, not compressed\n", res.Source, strings.Join(res.Left, ", "))
+	}
+	if n := len(res.Duplicates); n > 0 {
+		d := res.Duplicates[0]
+		fmt.Fprintf(g.stderr, "warning: %s %s in more than one shard (first: %q in %s): the cache keeps and restores them, but a load, which serves tensors by name, refuses this checkpoint\n",
+			count(n, "tensor name"), map[bool]string{true: "is", false: "are"}[n == 1], d.Name, strings.Join(d.Shards, " and "))
+	}
+	if n := len(res.Unnamed); n > 0 {
+		fmt.Fprintf(g.stderr, "note: %s of the shards %s not named by the index (first: %s): compressed all the same\n",
+			count(n, "tensor"), map[bool]string{true: "is", false: "are"}[n == 1], res.Unnamed[0])
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(g.stderr, "warning: %s (the reference safetensors loader refuses this)\n", w)

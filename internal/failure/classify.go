@@ -19,6 +19,7 @@ import (
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
 )
 
 // rule is one row of the classification: errors matching any of the
@@ -39,10 +40,11 @@ var rules = []rule{
 	{Usage, []error{
 		pipeline.ErrOutputInSource, pipeline.ErrOption, pipeline.ErrOutputExists, transport.ErrOption, distplan.ErrPlan,
 		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded, shardcache.ErrOccupied, shardcache.ErrNotSelfContained,
-		s3store.ErrURL, s3store.ErrOptions, oci.ErrReference,
+		s3store.ErrURL, s3store.ErrOptions, oci.ErrReference, checkpoint.ErrIndexes,
 	}},
 	{Input, []error{
 		shardcache.ErrSourceChanged, shardcache.ErrSourceMissing, shardcache.ErrHostDecode, transport.ErrShortRead,
+		vmm.ErrDuplicateName,
 	}},
 	{Integrity, []error{
 		codec.ErrCorrupt, codec.ErrChecksum, codec.ErrSize,
