@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,6 +194,39 @@ func TestCorruptCache(t *testing.T) {
 		t.Errorf("verify of a flipped payload: %+v", v.Problems)
 	}
 	restore()
+	// A flipped byte of a pack's padding, which no member covers: the
+	// pack's hash is not its key.
+	var pack shardcache.Key
+	covered := map[shardcache.Key][]bool{}
+	for _, o := range c.Index().Objects {
+		if o.Pack != "" {
+			if covered[o.Pack] == nil {
+				covered[o.Pack] = make([]bool, c.Index().Objects[o.Pack].Size)
+			}
+			for i := o.Offset; i < o.Offset+o.Size; i++ {
+				covered[o.Pack][i] = true
+			}
+		}
+	}
+	pad := int64(-1)
+	for k, cov := range covered {
+		if i := slices.Index(cov, false); i >= 0 {
+			pack, pad = k, int64(i)
+			break
+		}
+	}
+	if pad < 0 {
+		t.Fatal("no pack with padding in the fixture")
+	}
+	restore = cachetest.Flip(t, c, pack, pad, 0x01)
+	packPath, _ := c.FilePath(pack)
+	if v := mustVerify(t, cache); len(v.Problems) != 1 || v.Problems[0].File != packPath || !errors.Is(v.Problems[0].Err, shardcache.ErrObjectCorrupt) {
+		t.Errorf("verify of a flipped pack padding byte: %+v", v.Problems)
+	}
+	restore()
+	if v := mustVerify(t, cache); !v.OK() {
+		t.Errorf("verify after the padding was restored: %+v", v.Problems)
+	}
 	// A flipped byte in the index's statistics: a problem verify reports
 	// and inspect fails on, both naming the index file; decompress, which
 	// reads what loads read, is served.

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -143,8 +145,55 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 			}
 		}
 	}
+	// Packs whole: bytes no member's check reads (the padding between
+	// members) must match their keys too. A pack already named by a
+	// member's problem is not named again.
+	for _, k := range packsOf(c, sources) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		err := c.CheckPack(k)
+		if err == nil {
+			continue
+		}
+		path, _ := c.FilePath(k)
+		if !slices.ContainsFunc(res.Problems, func(pr Problem) bool { return strings.HasPrefix(pr.Object, path) || pr.File == path }) {
+			fail(path, "", &objectError{object: path, err: err})
+		}
+	}
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// packsOf returns the packs that hold objects of sources, each once.
+func packsOf(c *shardcache.Cache, sources []shardcache.Source) []shardcache.Key {
+	seen := map[shardcache.Key]bool{}
+	var packs []shardcache.Key
+	add := func(k shardcache.Key) {
+		if o, err := c.Lookup(k); err == nil && o.Pack != "" && !seen[o.Pack] {
+			seen[o.Pack] = true
+			packs = append(packs, o.Pack)
+		}
+	}
+	for si := range sources {
+		s := &sources[si]
+		if s.Index != nil {
+			add(s.Index.Key)
+		}
+		for hi := range s.Shards {
+			sh := &s.Shards[hi]
+			add(sh.Header.Key)
+			for _, g := range sh.Gaps {
+				add(g.Key)
+			}
+			for _, t := range sh.Tensors {
+				if t.InCache() {
+					add(t.Key)
+				}
+			}
+		}
+	}
+	return packs
 }
 
 // openCache opens a cache for verify or decompress and defaults the

@@ -154,6 +154,30 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: loc.Name()}, o, nil
 }
 
+// CheckPack hashes the whole pack with key, the padding between its
+// members included, against its key: damage no member's own check sees
+// (in the padding, or in bytes no member covers) is ErrObjectCorrupt,
+// naming the pack's file. Its members' bytes are each checked on their
+// own as well (their content keys, their payloads' checksums).
+func (c *Cache) CheckPack(key Key) error {
+	r, o, err := c.OpenObject(key)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if o.Kind != KindPack {
+		return fmt.Errorf("%s: object %s is no pack (%s)", r.Path(), key, o.Kind)
+	}
+	h := newPackHasher()
+	if _, err := io.Copy(h, r); err != nil {
+		return fmt.Errorf("%s: %w", r.Path(), err)
+	}
+	if got := KeyFromSum([32]byte(h.Sum(nil))); got != key {
+		return fmt.Errorf("%s: %w: its hash is %s, not its key (bytes between or in its members changed)", r.Path(), ErrObjectCorrupt, got)
+	}
+	return nil
+}
+
 // SetPackMax sets the stored size at or below which committed objects go
 // into packs (0: none are packed; at most MaxPackMax). The default is
 // DefaultPackMax.
