@@ -30,6 +30,26 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 // over a tensor that fits in it), the encoder's stage and output buffers.
 const compressCost = 4 * segmentBytes
 
+// reuse records t as the object o stored by an earlier tensor or
+// checkpoint: a tensor has one form in a cache, so a payload an earlier
+// run stored in another codec than this run's is kept, and counted in
+// *kept.
+func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor, o *shardcache.Object, kept *bool) {
+	tc.opts.Progress.Add(t.Size())
+	switch o.Kind {
+	case shardcache.KindFixed:
+		rec.Stored, rec.CopyStored = shardcache.StoredFixed, true
+	case shardcache.KindEntropy:
+		rec.Stored, rec.CopyStored = shardcache.StoredEntropy, true
+	default:
+		rec.Reason = "stored raw before"
+		rec.CopyStored = true
+	}
+	if rec.Payload() && !codecStores(tc.opts.Codec, t.DType, o.Kind) && tc.w.Earlier(rec.Key) {
+		*kept = true
+	}
+}
+
 // compress records one tensor: with the fixed codec, BF16 tensors that
 // pass the gate become fixed-codec payloads; with entropy, float tensors of
 // every dtype entropy payloads; with auto, BF16 tensors fixed-codec payloads
@@ -88,6 +108,14 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 		return err
 	}
 	rec.Key = shardcache.KeyFromSum([32]byte(sha.Sum(nil)))
+	if hintOnly {
+		// A payload an earlier run stored (--codec entropy or auto) is
+		// kept, as below, rather than aliased raw.
+		if o, ok := tc.w.Has(rec.Key); ok && (o.Kind == shardcache.KindFixed || o.Kind == shardcache.KindEntropy) {
+			tc.reuse(t, rec, o, kept)
+			return nil
+		}
+	}
 	if !fixed && (len(fields) == 0 || hintOnly) {
 		rec.Reason = "dtype " + t.DType
 		if hintOnly {
@@ -102,22 +130,7 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 		return tc.storeRaw(r, t, rec)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
-		// Stored by an earlier tensor or checkpoint: a tensor has one form
-		// in a cache, so a payload an earlier run stored in another codec
-		// than this run's is kept, and counted.
-		tc.opts.Progress.Add(t.Size())
-		switch o.Kind {
-		case shardcache.KindFixed:
-			rec.Stored, rec.CopyStored = shardcache.StoredFixed, true
-		case shardcache.KindEntropy:
-			rec.Stored, rec.CopyStored = shardcache.StoredEntropy, true
-		default:
-			rec.Reason = "stored raw before"
-			rec.CopyStored = true
-		}
-		if rec.Payload() && !codecStores(codecName, t.DType, o.Kind) && tc.w.Earlier(rec.Key) {
-			*kept = true
-		}
+		tc.reuse(t, rec, o, kept)
 		return nil
 	}
 	if codecName == CodecCost {

@@ -454,6 +454,24 @@ func TestKeptPayloads(t *testing.T) {
 	if again := compress(t, src, out, false); again.Totals.KeptTensors != 0 || again.StrayFiles != 0 {
 		t.Errorf("fixed over fixed: %d kept, %d stray files", again.Totals.KeptTensors, again.StrayFiles)
 	}
+	// Entropy payloads of another dtype (F32) stored by an entropy run
+	// are kept by a fixed run too, not aliased raw (which left them to
+	// gc and hinted at a codec the cache had used).
+	f32, f32out := filepath.Join(dir, "f32"), filepath.Join(dir, "f32cache")
+	if _, err := synth.Write(context.Background(), f32, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 4, DType: "F32"}); err != nil {
+		t.Fatal(err)
+	}
+	ent, err := Compress(context.Background(), f32, CompressOptions{Output: f32out, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true, Codec: CodecEntropy})
+	if err != nil || ent.Totals.EntropyTensors == 0 {
+		t.Fatalf("entropy run over F32: %v, %+v", err, ent)
+	}
+	fix, err := Compress(context.Background(), f32, CompressOptions{Output: f32out, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true})
+	if err != nil || fix.Totals.EntropyTensors != ent.Totals.EntropyTensors || fix.Totals.KeptTensors != ent.Totals.EntropyTensors {
+		t.Errorf("fixed run over the F32 entropy payloads: %v; %d entropy, %d kept; want the %d kept", err, fix.Totals.EntropyTensors, fix.Totals.KeptTensors, ent.Totals.EntropyTensors)
+	}
+	if dry, err := shardcache.DryRunGC(f32out, shardcache.GCOptions{}); err != nil || dry.Objects != 0 {
+		t.Errorf("gc after the fixed run would remove %d objects (%v): the entropy payloads were dropped", dry.Objects, err)
+	}
 	// A file a killed run moved into objects/ is counted, not removed,
 	// where the run left a temporary file (of a process that is gone).
 	stray := filepath.Join(out, "objects", "zz", "stray")
