@@ -164,7 +164,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	}
 	if s.Index != nil {
 		path := filepath.Join(out, s.Index.Name)
-		tmp, err := writeTemp(path, filepath.Join(opts.Output, s.Index.Name), func(w *bufio.Writer) error {
+		tmp, err := writeTemp(ctx, path, filepath.Join(opts.Output, s.Index.Name), func(w *bufio.Writer) error {
 			obj, _, err := c.OpenObject(s.Index.Key)
 			if err != nil {
 				return objectFault(c, s.Index.Key, "", err)
@@ -189,12 +189,16 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		if err := makeDirs(filepath.Dir(path), &made); err != nil {
 			return nil, outputError(err, filepath.Dir(filepath.Join(opts.Output, sh.Name)))
 		}
-		tmp, err := writeTemp(path, filepath.Join(opts.Output, sh.Name), func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
+		tmp, err := writeTemp(ctx, path, filepath.Join(opts.Output, sh.Name), func(w *bufio.Writer) error { return restoreShard(c, s, sh, opts.Decoder, w, p, buf) })
 		if err != nil {
 			return nil, err
 		}
 		done = append(done, written{tmp, path})
 		res.Bytes += sh.Size
+	}
+	// The last moment to stop: after it the files are in place.
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	for k, w := range done {
 		rel, _ := filepath.Rel(out, w.path)
@@ -381,7 +385,7 @@ func restorePayload(c *shardcache.Cache, t *shardcache.Tensor, dec Decoder, w *b
 // full disk) is that file's, never a tensor's or a temporary name's; one
 // of fill that names what it read (a *TensorError) keeps that name, and
 // says final was being restored; any other, a *TensorError naming final.
-func writeTemp(path, final string, fill func(*bufio.Writer) error) (string, error) {
+func writeTemp(ctx context.Context, path, final string, fill func(*bufio.Writer) error) (string, error) {
 	f, err := atomicfile.CreateTemp(filepath.Dir(path), filepath.Base(path))
 	if err != nil {
 		return "", outputError(err, final)
@@ -393,7 +397,7 @@ func writeTemp(path, final string, fill func(*bufio.Writer) error) (string, erro
 			os.Remove(f.Name())
 		}
 	}()
-	fw := &fileWriter{f: f}
+	fw := &fileWriter{ctx: ctx, f: f}
 	w := bufio.NewWriterSize(fw, writeBuffer)
 	if err := fill(w); err != nil {
 		if fw.err != nil {
@@ -412,6 +416,9 @@ func writeTemp(path, final string, fill func(*bufio.Writer) error) (string, erro
 	if err := f.Sync(); err != nil {
 		return "", outputError(err, final)
 	}
+	if err := ctx.Err(); err != nil { // stopped while the disk caught up
+		return "", err
+	}
 	if err := f.Close(); err != nil {
 		return "", outputError(err, final)
 	}
@@ -422,11 +429,18 @@ func writeTemp(path, final string, fill func(*bufio.Writer) error) (string, erro
 // fileWriter writes to a file and keeps the first write error, so that a
 // write that fails deep in a decode is reported as the file's.
 type fileWriter struct {
+	ctx context.Context // a stopped run writes no more
 	f   *os.File
 	err error
 }
 
 func (w *fileWriter) Write(b []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		if w.err == nil {
+			w.err = err
+		}
+		return 0, err
+	}
 	n, err := w.f.Write(b)
 	if err != nil && w.err == nil {
 		w.err = err

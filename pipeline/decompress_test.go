@@ -306,3 +306,54 @@ func TestVerifySourceGoneChecksPayloads(t *testing.T) {
 		t.Errorf("verify with the shard gone and %s damaged: %+v", tn.Name, res.Problems)
 	}
 }
+
+// cancelAt cancels a run once its progress passes at bytes.
+type cancelAt struct {
+	nopProgress
+	at, n  uint64
+	cancel context.CancelFunc
+}
+
+func (c *cancelAt) Add(n uint64) {
+	if c.n += n; c.n >= c.at {
+		c.cancel()
+	}
+}
+
+// TestDecompressStopped: a decompress stopped at any point before its
+// files are in place (here: while the last shard is written, and once
+// every byte is written) returns context.Canceled and leaves no output
+// folder and no temporary file. It ran on to exit 0 when stopped late.
+func TestDecompressStopped(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 2, 3)
+	compress(t, src, cache, false)
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for _, sh := range c.Index().Sources[0].Shards {
+		total += sh.Size
+	}
+	c.Close()
+	for _, at := range []uint64{total - 1, total} {
+		out := filepath.Join(dir, fmt.Sprint("out", at))
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := Decompress(ctx, cache, DecompressOptions{Output: out, Progress: &cancelAt{at: at, cancel: cancel}})
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("stopped at byte %d of %d: %v, want context.Canceled", at, total, err)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("stopped at byte %d: the output folder is there (%v)", at, err)
+		}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), atomicfile.TempPrefix) || strings.HasPrefix(e.Name(), ".") {
+				t.Errorf("stopped at byte %d: %s left behind", at, e.Name())
+			}
+		}
+	}
+}
