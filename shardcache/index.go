@@ -281,6 +281,10 @@ func unmarshalIndex(b []byte, name string) (*Index, error) {
 		}
 		return ix, nil
 	}
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		// Neither form: a damaged magic (or another file in its place).
+		return nil, &IndexError{name, 0, fmt.Sprintf("bad magic %q: neither a binary index (%q) nor a JSON one", b[:min(len(b), len(indexMagic))], indexMagic)}
+	}
 	var env envelope
 	if err := json.Unmarshal(b, &env); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", name, ErrIndexCorrupt, err)
