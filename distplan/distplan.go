@@ -91,10 +91,17 @@ func ParseRules(s string) ([]Rule, error) {
 	return rules, nil
 }
 
-// place returns the placement of the first rule matching name.
-func place(rules []Rule, name string) Placement {
+// place returns the placement of the first rule matching name, a tensor
+// of dims dimensions. A wildcard rule (*, ?, [...]) that shards along a
+// dimension the tensor lacks (a scalar under "*=shard:0") does not match
+// it, so that the next rule, or replication, places it; a rule naming
+// the tensor outright does, and New refuses the plan.
+func place(rules []Rule, name string, dims int) Placement {
 	for _, r := range rules {
 		if ok, _ := path.Match(r.Pattern, name); ok {
+			if r.Shard && r.Dim >= dims && strings.ContainsAny(r.Pattern, "*?[") {
+				continue
+			}
 			return r.Placement
 		}
 	}
@@ -179,7 +186,7 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 	for _, sh := range src.Shards {
 		for _, t := range sh.Tensors {
 			tp := Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Stored: t.Stored, Size: t.Size, Object: t.Size,
-				Placement: place(rules, t.Name)}
+				Placement: place(rules, t.Name, len(t.Shape))}
 			id := fmt.Sprintf("slice %s@%d", sh.Name, t.Offset)
 			if t.Stored == shardcache.StoredFixed || t.Stored == shardcache.StoredEntropy {
 				o, err := c.Lookup(t.Key)

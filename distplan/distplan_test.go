@@ -118,7 +118,9 @@ func TestShardOtherDim(t *testing.T) {
 
 func TestPlanErrors(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 1, Seed: 32}, pipeline.CompressOptions{})
-	for _, rules := range []string{"*=shard:3", "*=shard:0"} {
+	// A rule naming a tensor outright that lacks the dimension is refused.
+	named := s.Shards[0].Tensors[0].Name + "=shard:3"
+	for _, rules := range []string{named, "*=shard:0"} {
 		rs, err := ParseRules(rules)
 		if err != nil {
 			t.Fatal(err)
@@ -130,6 +132,26 @@ func TestPlanErrors(t *testing.T) {
 		if _, err := New(c, s, ranks, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "model.") {
 			t.Errorf("%s on %d ranks: %v, want ErrPlan naming the tensor", rules, ranks, err)
 		}
+	}
+	// A wildcard rule passes over the tensors without its dimension (a
+	// scalar under "*=shard:0"): the next rule places them, else they are
+	// replicated.
+	rs, _ := ParseRules("*=shard:1,*norm*=replicate")
+	p, err := New(c, s, 2, rs)
+	if err != nil {
+		t.Fatalf("*=shard:1 over tensors of one dimension: %v", err)
+	}
+	one := 0
+	for _, tp := range p.Tensors {
+		if want := len(tp.Shape) > 1; tp.Placement.Shard != want {
+			t.Errorf("%s of %d dimensions under *=shard:1: sharded %v", tp.Name, len(tp.Shape), tp.Placement.Shard)
+		}
+		if len(tp.Shape) <= 1 {
+			one++
+		}
+	}
+	if one == 0 {
+		t.Fatal("no tensor of one dimension in the fixture")
 	}
 	for _, bad := range []string{"x", "=shard:0", "*=shard:x", "*=shard:-1", "*=copy", "[=replicate"} {
 		if _, err := ParseRules(bad); !errors.Is(err, ErrPlan) {
