@@ -97,7 +97,7 @@ func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.
 	}
 	dir, err := costmodel.Dir()
 	if err != nil {
-		return nil, "", err
+		return p, "", err
 	}
 	file, err := costmodel.Save(dir, p)
 	return p, file, err
@@ -116,11 +116,11 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 		return costmodel.Default(), nil
 	default:
 		p, err := costmodel.Read(env)
-		if errors.Is(err, costmodel.ErrProfile) {
+		if err != nil {
 			// The file the variable names cannot be used: the user's input.
 			return nil, failure.Mark(failure.Input, fmt.Errorf("%s=%s: %w (run splitzip calibrate to measure one, or set %s=default)", costmodel.EnvProfile, env, err, costmodel.EnvProfile))
 		}
-		return p, err
+		return p, nil
 	}
 	dir, err := costmodel.Dir()
 	if err != nil {
@@ -146,9 +146,15 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 		}
 	}
 	p, err := costmodel.Lookup(dir, costmodel.Fingerprint(name))
+	// A cache folder that cannot be read (not a folder, no access) keeps
+	// no profile: one is measured as where none is kept.
+	var pe *fs.PathError
+	unreadable := errors.As(err, &pe) && !errors.Is(err, fs.ErrNotExist)
 	switch {
-	case err == nil || !errors.Is(err, fs.ErrNotExist):
-		return p, err
+	case err == nil:
+		return p, nil
+	case !errors.Is(err, fs.ErrNotExist) && !(measure && unreadable):
+		return nil, err
 	case !measure && errors.Is(err, costmodel.ErrStale):
 		return nil, fmt.Errorf("this host's cost model for %s (in %s) was measured with an older build's decoders: run splitzip calibrate --device %s again (or set %s=default): %w",
 			name, dir, device, costmodel.EnvProfile, err)
@@ -158,6 +164,12 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 	}
 	fmt.Fprintf(g.stderr, "measuring this host's cost model once (splitzip calibrate; SPLITZIP_PROFILE=default skips it)\n")
 	p, _, err = measureProfile(ctx, g, device)
+	if p != nil && err != nil {
+		// Measured but not kept (a read-only cache folder): this run uses
+		// it, and the next measures it again.
+		fmt.Fprintf(g.stderr, "note: the cost model measured now could not be kept, so this run alone uses it: %v\n", err)
+		return p, nil
+	}
 	return p, err
 }
 

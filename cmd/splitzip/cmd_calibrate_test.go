@@ -152,3 +152,29 @@ func byPath(t *testing.T, out string) int {
 	}
 	return n
 }
+
+// TestCostProfileNotKept: a profile measured where it cannot be kept (the
+// cache folder is a file here; read-only for others) serves the run that
+// measured it, with a note, rather than failing it; SPLITZIP_PROFILE
+// naming no file is an input error that names the variable.
+func TestCostProfileNotKept(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	os.WriteFile(home, nil, 0o644)
+	t.Setenv("XDG_CACHE_HOME", home)
+	t.Setenv(costmodel.EnvProfile, "")
+	t.Setenv(envCalibrateQuick, "1")
+	ck := filepath.Join(dir, "ck")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "256KiB", "--shards", "1"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c"), "--codec", "cost", "--no-sync")
+	if code != 0 || !strings.Contains(e, "could not be kept, so this run alone uses it") {
+		t.Errorf("compress --codec cost with nowhere to keep the profile: exit %d, %q", code, e)
+	}
+	t.Setenv(costmodel.EnvProfile, filepath.Join(dir, "none.json"))
+	code, _, e = splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c2"), "--codec", "cost", "--no-sync")
+	if code != exitInput || !strings.Contains(e, costmodel.EnvProfile+"=") {
+		t.Errorf("%s naming no file: exit %d, %q", costmodel.EnvProfile, code, e)
+	}
+}
