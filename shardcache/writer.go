@@ -186,7 +186,13 @@ func makeMarked(dir string) error {
 		return nil // made meanwhile by another writer
 	}
 	if err != nil {
-		return fmt.Errorf("%s: making the cache folder: %w", dir, err)
+		// The error is of dir: its temporary name is no concern of the user.
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			err = &fs.PathError{Op: pe.Op, Path: dir, Err: pe.Err}
+		} else if le, ok := errors.AsType[*os.LinkError](err); ok {
+			err = &fs.PathError{Op: le.Op, Path: dir, Err: le.Err}
+		}
+		return fmt.Errorf("making the cache folder: %w", err)
 	}
 	return nil
 }

@@ -81,3 +81,15 @@ func TestCreateOnAFile(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateErrorNamesTheCache: a cache folder that cannot be made is
+// named in the error as the user gave it, not by the temporary name it
+// is built under (a name one byte too long for that, here).
+func TestCreateErrorNamesTheCache(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("c", 240))
+	_, err := Create(dir)
+	pe, ok := errors.AsType[*fs.PathError](err)
+	if !ok || pe.Path != dir || strings.Contains(err.Error(), "splitzip-new") {
+		t.Fatalf("Create of a folder whose temporary name is too long: %v", err)
+	}
+}
