@@ -28,11 +28,14 @@ type DecompressOptions struct {
 
 // DecompressResult reports a Decompress run.
 type DecompressResult struct {
-	Source   string        `json:"source"`
-	Output   string        `json:"output"`
-	Files    []string      `json:"files"`
-	Bytes    uint64        `json:"bytes"`
-	Duration time.Duration `json:"duration_ns"`
+	Source string `json:"source"` // the checkpoint's recorded root
+	// Checkpoint is its path (Source.Path: its index, or its one file,
+	// else its root): which of the checkpoints of one folder it was.
+	Checkpoint string        `json:"checkpoint"`
+	Output     string        `json:"output"`
+	Files      []string      `json:"files"`
+	Bytes      uint64        `json:"bytes"`
+	Duration   time.Duration `json:"duration_ns"`
 	// StaleTemps counts the temporary files killed runs had left in the
 	// output folders, which this run removed.
 	StaleTemps int `json:"stale_temp_files_removed"`
@@ -71,7 +74,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	if checkpoint.Contains(s.Root, opts.Output) {
 		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
 	}
-	res = &DecompressResult{Source: s.Root, Output: opts.Output}
+	res = &DecompressResult{Source: s.Root, Checkpoint: s.Path(), Output: opts.Output}
 	var names []string
 	if s.Index != nil {
 		names = append(names, s.Index.Name)

@@ -53,6 +53,6 @@ func runDecompress(ctx context.Context, g *globals, o decompressOptions, dir str
 	if res.StaleTemps > 0 {
 		fmt.Fprintf(g.stderr, "note: removed %s that a killed run had left in %s\n", count(res.StaleTemps, "temporary file"), res.Output)
 	}
-	fmt.Fprintf(g.stdout, "restored %s (%s) of %s into %s in %.2fs\n", count(len(res.Files), "file"), human(res.Bytes), res.Source, res.Output, res.Duration.Seconds())
+	fmt.Fprintf(g.stdout, "restored %s (%s) of %s into %s in %.2fs\n", count(len(res.Files), "file"), human(res.Bytes), res.Checkpoint, res.Output, res.Duration.Seconds())
 	return nil
 }
