@@ -57,8 +57,11 @@ type VerifyResult struct {
 	Problems        []Problem `json:"problems"`
 	// Absent lists source shards that are not there: their tensors were
 	// checked against their content keys alone (a self-contained cache).
-	Absent   []string      `json:"absent_sources,omitempty"`
-	Duration time.Duration `json:"duration_ns"`
+	Absent []string `json:"absent_sources,omitempty"`
+	// Unchecked counts the tensors that could not be checked: those only
+	// in a source shard that is absent (a problem of the shard's).
+	Unchecked int           `json:"unchecked_tensors,omitempty"`
+	Duration  time.Duration `json:"duration_ns"`
 }
 
 // OK reports whether every check passed.
@@ -280,6 +283,9 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 				if src == nil && !t.InCache() {
 					release() // in the absent source only: the shard's problem
 					p.Add(t.Size)
+					mu.Lock()
+					res.Unchecked++
+					mu.Unlock()
 					continue
 				}
 				payload, err := verifyTensor(c, src, t, opts.Decoder, work)

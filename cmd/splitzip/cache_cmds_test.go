@@ -363,8 +363,13 @@ func TestMovedSourceHint(t *testing.T) {
 		{"decompress", cache, "-o", filepath.Join(dir, "out")},
 		{"verify", cache},
 	} {
-		if code, _, e := splitzip(t, args...); code != exitInput || !strings.Contains(e, "pass --source DIR") || !strings.Contains(e, "splitzip relocate") {
+		code, out, e := splitzip(t, args...)
+		if code != exitInput || !strings.Contains(e, "pass --source DIR") || !strings.Contains(e, "splitzip relocate") {
 			t.Errorf("%v with the source moved: exit %d, %q", args, code, e)
+		}
+		// verify counts what it could not check apart from what it did.
+		if args[0] == "verify" && !strings.Contains(out, "not checked: only in an absent source") {
+			t.Errorf("verify with the source moved: %q", out)
 		}
 	}
 }

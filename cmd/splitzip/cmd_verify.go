@@ -126,8 +126,12 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		if res.EntropyPayloads > 0 {
 			where += fmt.Sprintf("; %d of them entropy payloads", res.EntropyPayloads)
 		}
-		fmt.Fprintf(g.stdout, "verify %s: %s, %s decoded (%s) and compared, %s in %.2fs\n",
-			status, count(res.Tensors, "tensor"), count(res.Payloads, "payload"), where, human(res.Bytes), res.Duration.Seconds())
+		unchecked := ""
+		if res.Unchecked > 0 {
+			unchecked = fmt.Sprintf(" (and %d not checked: only in an absent source)", res.Unchecked)
+		}
+		fmt.Fprintf(g.stdout, "verify %s: %s%s, %s decoded (%s) and compared, %s in %.2fs\n",
+			status, count(res.Tensors, "tensor"), unchecked, count(res.Payloads, "payload"), where, human(res.Bytes), res.Duration.Seconds())
 	}
 	if !res.OK() {
 		return failure.Mark(problemsKind(res.Problems), errFailed)
