@@ -95,9 +95,10 @@ func runGC(g *globals, o gcOptions, dir string) error {
 	}
 	repacked := ""
 	if res.Repacked > 0 {
-		repacked = fmt.Sprintf("; %s %s with the members still in use", map[bool]string{false: "rewrote", true: "would rewrite"}[o.DryRun], count(res.Repacked, "pack"))
+		repacked = fmt.Sprintf(" and %s %s with the members still in use", map[bool]string{false: "rewrote", true: "would rewrite"}[o.DryRun], count(res.Repacked, "pack"))
 	}
-	fmt.Fprintf(g.stdout, "gc: %s %s and %s, %s%s\n", verb, count(res.Objects, "object"), count(res.Files, "stray file"), human(res.Bytes), repacked)
+	fmt.Fprintf(g.stdout, "gc: %s %s and %s%s: %s %s\n", verb, count(res.Objects, "object"), count(res.Files, "stray file"), repacked,
+		human(res.Bytes), map[bool]string{false: "freed", true: "to free"}[o.DryRun])
 	for _, p := range res.Dropped {
 		fmt.Fprintf(g.stdout, "gc: %s what an unfinished pull fetched (%s): %s\n", map[bool]string{false: "let go of", true: "would let go of"}[o.DryRun], p.Name, p.Note)
 	}
