@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"unicode"
 
@@ -37,9 +38,10 @@ on-disk name "splitzip" for a fixed-codec payload ("fixed" in the table).
 
 Columns of --tensors: stored (fixed, entropy or raw), bits/value (stored
 bits a value), bound (the bits a value with the exponents stored by an
-ideal coder, the rest as it is), coverage (the share of values whose
-exponent is one of the tensor's 16 coded exponents), escapes (the share
-that is not), exp-entropy (the entropy of the exponents alone, bits a
+ideal coder, the rest as it is: an entropy payload stores less where the
+other bits are constant over a chunk), coverage (the share of values whose
+exponent is one of the tensor's 16 coded exponents; "-" for entropy
+payloads, which code every exponent), escapes (the share that is not), exp-entropy (the entropy of the exponents alone, bits a
 value), why raw (why a tensor was left raw). The summary gives, per
 dtype, tensor counts (all, fixed, entropy) and sizes (raw, stored).`,
 		Args: localCache(args(cobra.ExactArgs(1))),
@@ -80,8 +82,12 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tbound\tcoverage\tescapes\texp-entropy\twhy raw")
 		for _, r := range res.Tensors {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%.5f\t%.2e\t%.3f\t%s\n", cell(r.Name), r.DType, r.Values, storedName(r.Stored),
-				r.BitsPerValue, bound(r.BoundBits), r.Coverage, r.EscapeRate, r.ExponentEntropy, r.Reason)
+			cov, esc := fmt.Sprintf("%.5f", r.Coverage), fmt.Sprintf("%.2e", r.EscapeRate)
+			if r.Stored == shardcache.StoredEntropy || r.Coverage == 0 && r.EscapeRate == 0 {
+				cov, esc = "-", "-" // every exponent coded, or never measured
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%s\t%s\t%.3f\t%s\n", cell(r.Name), r.DType, r.Values, storedName(r.Stored),
+				r.BitsPerValue, bound(r.BoundBits), cov, esc, r.ExponentEntropy, r.Reason)
 		}
 		tw.Flush()
 	}
@@ -198,8 +204,12 @@ func bound(bits float64) string {
 
 // cell is a name as a table cell: quoted (Go syntax) where it holds
 // characters that would break the table's rows or columns (a newline, a
-// tab, other control characters), else as it is.
+// tab, other control characters), is empty, begins or ends with a space
+// or holds a quote, else as it is.
 func cell(name string) string {
+	if name == "" || strings.TrimSpace(name) != name || strings.ContainsRune(name, '"') {
+		return strconv.Quote(name) // blank, or with spaces at an end
+	}
 	for _, r := range name {
 		if !unicode.IsPrint(r) {
 			return strconv.Quote(name)

@@ -44,7 +44,7 @@ func TestBarEndsFull(t *testing.T) {
 // TestCell: a tensor name that would break a table row or column is
 // quoted; others are kept as they are (non-ASCII letters too).
 func TestCell(t *testing.T) {
-	for in, want := range map[string]string{"a.b": "a.b", "ü.w": "ü.w", "evil\nname": `"evil\nname"`, "tab\tname": `"tab\tname"`, "x\x1b[2J": `"x\x1b[2J"`} {
+	for in, want := range map[string]string{"a.b": "a.b", "ü.w": "ü.w", "evil\nname": `"evil\nname"`, "tab\tname": `"tab\tname"`, "x\x1b[2J": `"x\x1b[2J"`, "": `""`, " ": `" "`, " lead": `" lead"`, `say "hi"`: `"say \"hi\""`, "mid space": "mid space"} {
 		if got := cell(in); got != want {
 			t.Errorf("cell(%q) = %s, want %s", in, got, want)
 		}
@@ -75,5 +75,28 @@ func TestZeroValuesNoBits(t *testing.T) {
 	code, out, e = splitzip(t, "inspect", cache)
 	if code != 0 || strings.Contains(out, "16.000") || strings.Contains(out, "0.000") {
 		t.Fatalf("inspect: exit %d, %q %q", code, out, e)
+	}
+}
+
+// TestInspectEntropyColumns: an entropy payload's row shows no coverage
+// or escapes (it codes every exponent; they read 0 before).
+func TestInspectEntropyColumns(t *testing.T) {
+	_, cache := compressedWith(t, t.TempDir(), nil, "--codec", "entropy")
+	code, out, e := splitzip(t, "inspect", cache, "--tensors")
+	if code != 0 {
+		t.Fatalf("inspect: %d %s", code, e)
+	}
+	rows := 0
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) >= 9 && f[3] == "entropy" && f[0] != "dtype" {
+			rows++
+			if f[6] != "-" || f[7] != "-" {
+				t.Errorf("entropy row with coverage %s, escapes %s: %q", f[6], f[7], line)
+			}
+		}
+	}
+	if rows == 0 {
+		t.Fatalf("no entropy row in %q", out)
 	}
 }
