@@ -119,12 +119,14 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 	if !fixed && (len(fields) == 0 || hintOnly) {
 		rec.Reason = "dtype " + t.DType
 		if hintOnly {
-			rec.Reason += " (--codec entropy or auto codes it)"
 			est, err := tc.entropyEstimate(t, counts)
 			if err != nil {
 				return err
 			}
 			*auto = est
+			if est < t.Size() {
+				rec.Reason += " (--codec entropy or auto codes it)"
+			}
 		}
 		tc.opts.Progress.Add(t.Size())
 		return tc.storeRaw(r, t, rec)

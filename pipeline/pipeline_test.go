@@ -440,6 +440,17 @@ func TestKeptPayloads(t *testing.T) {
 	if first.Totals.KeptTensors != 0 {
 		t.Errorf("first run: %d kept", first.Totals.KeptTensors)
 	}
+	// A float tensor of another dtype too small for an entropy payload to
+	// save anything is not said to be one --codec entropy would code.
+	rep, err := Inspect(out, InspectOptions{Tensors: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Tensors {
+		if r.Name == "model.rotary_emb.inv_freq" && r.Reason != "dtype F32" {
+			t.Errorf("a 2-value F32 tensor left raw because %q", r.Reason)
+		}
+	}
 	res, err := Compress(context.Background(), src, CompressOptions{Output: out, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true, Codec: CodecEntropy})
 	if err != nil {
 		t.Fatal(err)
