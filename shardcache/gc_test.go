@@ -164,14 +164,7 @@ func TestDryRunGC(t *testing.T) {
 	w, dir := newWriter(t)
 	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
 	b, _ := packedSource(t, w, "/b", 2, 400, 500)
-	big := bytes.Repeat([]byte{9}, DefaultPackMax+1) // an object file of its own
-	bk, err := w.PutBytes(big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Shards[0].Gaps = []Region{{Offset: a.Shards[0].Size, Size: uint64(len(big)), Key: bk}}
-	a.Shards[0].Size += uint64(len(big))
-	a.Shards[0].Fingerprint = Fingerprint(&a.Shards[0])
+	withGap(t, w, &a, 9)
 	w.SetSource(a)
 	w.SetSource(b)
 	if err := w.Commit(); err != nil {
@@ -199,7 +192,7 @@ func TestDryRunGC(t *testing.T) {
 		}
 	}
 	dry, _ := DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
-	w, err = Create(dir)
+	w, err := Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,14 +363,7 @@ func TestGCWaitsForReaders(t *testing.T) {
 func TestGCBytesOnDisk(t *testing.T) {
 	w, dir := newWriter(t)
 	a, _ := packedSource(t, w, "/a", 1, 100)
-	big := bytes.Repeat([]byte{7}, DefaultPackMax+1)
-	bk, err := w.PutBytes(big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Shards[0].Gaps = []Region{{Offset: a.Shards[0].Size, Size: uint64(len(big)), Key: bk}}
-	a.Shards[0].Size += uint64(len(big))
-	a.Shards[0].Fingerprint = Fingerprint(&a.Shards[0])
+	bk, size := withGap(t, w, &a, 7)
 	w.SetSource(a)
 	if err := w.Commit(); err != nil {
 		t.Fatal(err)
@@ -386,8 +372,8 @@ func TestGCBytesOnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	dry, err := w.GC(GCOptions{DryRun: true})
-	if err != nil || dry.Bytes < uint64(len(big)) {
-		t.Fatalf("dry run with the object's file in place: %+v, %v; want its %d bytes counted", dry, err, len(big))
+	if err != nil || dry.Bytes < size {
+		t.Fatalf("dry run with the object's file in place: %+v, %v; want its %d bytes counted", dry, err, size)
 	}
 	p, err := objectPath(dir, bk)
 	if err != nil {
@@ -397,7 +383,24 @@ func TestGCBytesOnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := w.GC(GCOptions{})
-	if err != nil || res.Objects != dry.Objects || res.Bytes != dry.Bytes-uint64(len(big)) {
-		t.Errorf("gc with the object's file gone: %+v, %v; want %d objects, %d bytes", res, err, dry.Objects, dry.Bytes-uint64(len(big)))
+	if err != nil || res.Objects != dry.Objects || res.Bytes != dry.Bytes-size {
+		t.Errorf("gc with the object's file gone: %+v, %v; want %d objects, %d bytes", res, err, dry.Objects, dry.Bytes-size)
 	}
+}
+
+// withGap gives the first shard of a a gap after its end: an object of
+// its own (above the packing threshold), of bytes fill, stored by w. It
+// returns the gap's key and size.
+func withGap(t *testing.T, w *Writer, a *Source, fill byte) (Key, uint64) {
+	t.Helper()
+	big := bytes.Repeat([]byte{fill}, DefaultPackMax+1)
+	k, err := w.PutBytes(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &a.Shards[0]
+	sh.Gaps = []Region{{Offset: sh.Size, Size: uint64(len(big)), Key: k}}
+	sh.Size += uint64(len(big))
+	sh.Fingerprint = Fingerprint(sh)
+	return k, uint64(len(big))
 }
