@@ -134,24 +134,34 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 		at := remoteAt{c.remote, loc.Path}
 		return &ObjectReader{SectionReader: io.NewSectionReader(at, int64(loc.Offset), int64(o.Size)), name: loc.Name()}, o, nil
 	}
-	f, err := os.Open(loc.Path)
+	f, err := openSized(loc.Path, key, want)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: loc.Name()}, o, nil
+}
+
+// openSized opens the file at path that holds the object of key (its
+// own, or its pack's) and checks that it has want bytes: one that is
+// missing or of another size is ErrObjectCorrupt (the index names it).
+func openSized(path string, key Key, want uint64) (*os.File, error) {
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		// The index names it: a cache that lost a file is damaged.
-		return nil, nil, fmt.Errorf("%s: object %s: %w: %w", loc.Path, key, ErrObjectCorrupt, fs.ErrNotExist)
+		return nil, fmt.Errorf("%s: object %s: %w: %w", path, key, ErrObjectCorrupt, fs.ErrNotExist)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: object %s: %w", c.dir, key, err)
+		return nil, fmt.Errorf("object %s: %w", key, err) // the error names path
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	if uint64(st.Size()) != want {
 		f.Close()
-		return nil, nil, fmt.Errorf("%s: %w: %d bytes, index says %d", loc.Path, ErrObjectCorrupt, st.Size(), want)
+		return nil, fmt.Errorf("%s: %w: %d bytes, index says %d", path, ErrObjectCorrupt, st.Size(), want)
 	}
-	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: loc.Name()}, o, nil
+	return f, nil
 }
 
 // CheckPack hashes the whole pack with key, the padding between its

@@ -6,12 +6,9 @@ package shardcache
 // as stored.
 
 import (
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"io/fs"
-	"os"
 	"slices"
 	"strings"
 )
@@ -82,21 +79,11 @@ func (w *Writer) checkEarlier(key Key, o *Object) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(p)
+	f, err := openSized(p, key, want)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s: object %s: %w: %w", p, key, ErrObjectCorrupt, fs.ErrNotExist)
-		}
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if uint64(st.Size()) != want {
-		return fmt.Errorf("%s: %w: %d bytes, index says %d", p, ErrObjectCorrupt, st.Size(), want)
-	}
 	name := p
 	if o.Pack != "" {
 		name = fmt.Sprintf("%s[%d:+%d]", p, o.Offset, o.Size)
