@@ -157,6 +157,56 @@ func fit(s1 counts, t1 float64, s2 counts, t2 float64) costmodel.Cost {
 	return costmodel.Cost{Tensor: t1 / f1, Rate: c2 / t2}
 }
 
+// measureCodec compresses src into out with the codec of k and records
+// in s its tensors and the fastest of runs loads of it (and, for the
+// fixed cache, of the raw path, which reads the same source).
+func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k costmodel.Kind, smallBytes int64, runs int, s *set) error {
+	codec := map[costmodel.Kind]string{costmodel.Fixed: pipeline.CodecFixed, costmodel.Entropy: pipeline.CodecEntropy}[k]
+	if _, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{Output: out, Codec: codec, NoSync: true}); err != nil {
+		return err
+	}
+	c, err := shardcache.Open(out)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	from, err := c.PickSource("")
+	if err != nil {
+		return err
+	}
+	var all, coded, small counts
+	for _, sh := range from.Shards {
+		for _, t := range sh.Tensors {
+			all.add(t.Size)
+			if t.Payload() {
+				coded.add(t.Size)
+				if int64(t.Size) <= smallBytes {
+					small.add(t.Size)
+				}
+			}
+		}
+	}
+	if coded.n == 0 {
+		return fmt.Errorf("%s: no tensor stored as a %s payload", out, k)
+	}
+	s.all, s.coded[k] = all, coded
+	if k == costmodel.Entropy {
+		s.smallCoded = small
+	}
+	kinds := []costmodel.Kind{k}
+	if k == costmodel.Fixed {
+		kinds = append(kinds, costmodel.Raw)
+	}
+	for _, kind := range kinds {
+		w, err := fastest(ctx, eng, c, from, kind == costmodel.Raw, runs)
+		if err != nil {
+			return fmt.Errorf("%s load: %w", kind, err)
+		}
+		s.wall[kind] = w
+	}
+	return nil
+}
+
 // measureSet writes the checkpoint cfg in dir, compresses it with each
 // codec, and returns the fastest of runs loads of each kind.
 func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Config, smallBytes int64, runs int) (*set, error) {
@@ -166,49 +216,8 @@ func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Co
 	}
 	s := &set{coded: map[costmodel.Kind]counts{}, wall: map[costmodel.Kind]float64{}}
 	for _, k := range []costmodel.Kind{costmodel.Fixed, costmodel.Entropy} {
-		out := filepath.Join(dir, k.String())
-		codec := map[costmodel.Kind]string{costmodel.Fixed: pipeline.CodecFixed, costmodel.Entropy: pipeline.CodecEntropy}[k]
-		if _, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{Output: out, Codec: codec, NoSync: true}); err != nil {
+		if err := measureCodec(ctx, eng, src, filepath.Join(dir, k.String()), k, smallBytes, runs, s); err != nil {
 			return nil, err
-		}
-		c, err := shardcache.Open(out)
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		from, err := c.PickSource("")
-		if err != nil {
-			return nil, err
-		}
-		var all, coded, small counts
-		for _, sh := range from.Shards {
-			for _, t := range sh.Tensors {
-				all.add(t.Size)
-				if t.Payload() {
-					coded.add(t.Size)
-					if int64(t.Size) <= smallBytes {
-						small.add(t.Size)
-					}
-				}
-			}
-		}
-		if coded.n == 0 {
-			return nil, fmt.Errorf("%s: no tensor stored as a %s payload", out, k)
-		}
-		s.all, s.coded[k] = all, coded
-		if k == costmodel.Entropy {
-			s.smallCoded = small
-		}
-		kinds := []costmodel.Kind{k}
-		if k == costmodel.Fixed {
-			kinds = append(kinds, costmodel.Raw) // raw loads read the same source
-		}
-		for _, kind := range kinds {
-			w, err := fastest(ctx, eng, c, from, kind == costmodel.Raw, runs)
-			if err != nil {
-				return nil, fmt.Errorf("%s load: %w", kind, err)
-			}
-			s.wall[kind] = w
 		}
 	}
 	return s, nil
