@@ -11,6 +11,7 @@ package atomicfile
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -140,4 +141,18 @@ func RemoveStale(dir string) (files int, bytes uint64, err error) {
 		bytes += b
 	}
 	return files, bytes, nil
+}
+
+// Named is err, an error of making, writing or placing a file or folder
+// under a temporary name, with name (the one the user knows) in place of
+// that temporary one: a *fs.PathError or *os.LinkError becomes a
+// *fs.PathError of name; any other error is prefixed with name.
+func Named(err error, name string) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return &fs.PathError{Op: pe.Op, Path: name, Err: pe.Err}
+	}
+	if le, ok := errors.AsType[*os.LinkError](err); ok {
+		return &fs.PathError{Op: le.Op, Path: name, Err: le.Err}
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }

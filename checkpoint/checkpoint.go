@@ -20,10 +20,10 @@ import (
 // ErrNoShards reports a path that holds no safetensors files.
 var ErrNoShards = errors.New("no safetensors files found")
 
-// ErrIndexes reports a folder with several indexes (variants of one
+// ErrSeveralIndexes reports a folder with several indexes (variants of one
 // model, say) and none named model.safetensors.index.json: which one is
 // the checkpoint is for the caller to say, by its path.
-var ErrIndexes = errors.New("the folder holds several safetensors indexes")
+var ErrSeveralIndexes = errors.New("the folder holds several safetensors indexes")
 
 // indexSuffix ends the name of any safetensors index: the conventional
 // model.safetensors.index.json, diffusers' diffusion_pytorch_model
@@ -72,11 +72,11 @@ type Checkpoint struct {
 	// its index that the index does not name (not part of the
 	// checkpoint: a consolidated copy, another model's file).
 	Unindexed []string
-	// Left names what a folder holds beside the checkpoint that is not
+	// LeftOut names what a folder holds beside the checkpoint that is not
 	// part of it: other indexes, and subfolders with .safetensors files
 	// (diffusers' unet/, text_encoder/), which are checkpoints of their
 	// own.
-	Left []string
+	LeftOut []string
 	// Duplicates lists the tensor names that more than one shard holds:
 	// a checkpoint a loader cannot serve by name (decompress restores it).
 	Duplicates []Duplicate
@@ -134,7 +134,7 @@ func Open(path string) (*Checkpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		ck.Left = append(others, subfolders(abs, ents)...)
+		ck.LeftOut = append(others, subfolders(abs, ents)...)
 		if index != "" {
 			if _, err := openIndexed(ck, filepath.Join(abs, index)); err != nil {
 				return nil, err
@@ -161,8 +161,8 @@ func Open(path string) (*Checkpoint, error) {
 			}
 		}
 		if len(names) == 0 {
-			if len(ck.Left) > 0 {
-				return nil, fmt.Errorf("%s: %w in the folder itself; it holds %s (compress each by its path)", abs, ErrNoShards, strings.Join(ck.Left, ", "))
+			if len(ck.LeftOut) > 0 {
+				return nil, fmt.Errorf("%s: %w in the folder itself; it holds %s (compress each by its path)", abs, ErrNoShards, strings.Join(ck.LeftOut, ", "))
 			}
 			return nil, fmt.Errorf("%s: %w", abs, ErrNoShards)
 		}
@@ -189,7 +189,7 @@ func Open(path string) (*Checkpoint, error) {
 // model.safetensors.index.json if there is one, else the only file
 // named *.safetensors.index.json ("" if none). others are the indexes
 // left out, described for Left. Several and none conventional is
-// ErrIndexes.
+// ErrSeveralIndexes.
 func folderIndex(abs string, ents []os.DirEntry) (index string, others []string, err error) {
 	var all []string
 	for _, e := range ents {
@@ -203,7 +203,7 @@ func folderIndex(abs string, ents []os.DirEntry) (index string, others []string,
 	case len(all) == 1:
 		index = all[0]
 	case len(all) > 1:
-		return "", nil, fmt.Errorf("%s: %w (%s): name the one to compress by its path", abs, ErrIndexes, strings.Join(all, ", "))
+		return "", nil, fmt.Errorf("%s: %w (%s): name one by its path", abs, ErrSeveralIndexes, strings.Join(all, ", "))
 	}
 	for _, n := range all {
 		if n != index {
@@ -213,27 +213,29 @@ func folderIndex(abs string, ents []os.DirEntry) (index string, others []string,
 	return index, others, nil
 }
 
-// maxWalk bounds the entries subfolders looks at.
+// maxWalk bounds the entries subfolders looks at below each subfolder.
 const maxWalk = 10000
 
 // subfolders describes the subfolders of abs (entries ents) below which
-// .safetensors files lie, hidden ones (.git, .cache) apart.
+// .safetensors files lie, hidden ones (.git, .cache) apart. Each is
+// searched up to maxWalk entries: a count that stopped there says "at
+// least".
 func subfolders(abs string, ents []os.DirEntry) []string {
-	seen := 0
 	var out []string
 	for _, e := range ents {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		n := 0
-		filepath.WalkDir(filepath.Join(abs, e.Name()), func(p string, d fs.DirEntry, err error) error {
+		top := filepath.Join(abs, e.Name())
+		n, seen := 0, 0
+		filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 			if seen++; seen > maxWalk {
 				return fs.SkipAll
 			}
 			switch {
 			case err != nil:
 				return nil
-			case d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != filepath.Join(abs, e.Name()):
+			case d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != top:
 				return fs.SkipDir
 			case !d.IsDir() && strings.HasSuffix(d.Name(), ".safetensors"):
 				n++
@@ -241,7 +243,11 @@ func subfolders(abs string, ents []os.DirEntry) []string {
 			return nil
 		})
 		if n > 0 {
-			out = append(out, fmt.Sprintf("%s/ (%d .safetensors %s)", e.Name(), n, map[bool]string{true: "file", false: "files"}[n == 1]))
+			least := ""
+			if seen > maxWalk {
+				least = "at least "
+			}
+			out = append(out, fmt.Sprintf("%s/ (%s%d .safetensors %s)", e.Name(), least, n, map[bool]string{true: "file", false: "files"}[n == 1]))
 		}
 	}
 	return out

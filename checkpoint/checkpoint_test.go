@@ -163,54 +163,64 @@ func TestFolderLayouts(t *testing.T) {
 	if _, err := synth.Write(context.Background(), dir, synth.Config{Bytes: 1 << 20, Shards: 2, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	ix, _ := os.ReadFile(filepath.Join(dir, safetensors.IndexFileName))
-	os.Remove(filepath.Join(dir, safetensors.IndexFileName))
+	ix, err := os.ReadFile(filepath.Join(dir, safetensors.IndexFileName))
+	must(t, err)
+	must(t, os.Remove(filepath.Join(dir, safetensors.IndexFileName)))
 	diff := filepath.Join(dir, "diffusion_pytorch_model.safetensors.index.json")
-	os.WriteFile(diff, ix, 0o644)
+	must(t, os.WriteFile(diff, ix, 0o644))
 	ck, err := Open(dir)
-	if err != nil || ck.IndexName != filepath.Base(diff) || len(ck.Shards) != 2 || len(ck.Left) != 0 || len(ck.Duplicates) != 0 || len(ck.Unnamed) != 0 {
+	if err != nil || ck.IndexName != filepath.Base(diff) || len(ck.Shards) != 2 || len(ck.LeftOut) != 0 || len(ck.Duplicates) != 0 || len(ck.Unnamed) != 0 {
 		t.Fatalf("a folder with diffusers' index: %v, %+v", err, ck)
 	}
 	variant := filepath.Join(dir, "diffusion_pytorch_model.fp16.safetensors.index.json")
-	os.WriteFile(variant, ix, 0o644)
-	if _, err := Open(dir); !errors.Is(err, ErrIndexes) || !strings.Contains(err.Error(), filepath.Base(variant)) || !strings.Contains(err.Error(), filepath.Base(diff)) {
+	must(t, os.WriteFile(variant, ix, 0o644))
+	if _, err := Open(dir); !errors.Is(err, ErrSeveralIndexes) || !strings.Contains(err.Error(), filepath.Base(variant)) || !strings.Contains(err.Error(), filepath.Base(diff)) {
 		t.Errorf("a folder with two indexes: %v", err)
 	}
 	if ck, err := Open(variant); err != nil || ck.IndexName != filepath.Base(variant) {
 		t.Errorf("one of them by its path: %v", err)
 	}
-	os.WriteFile(filepath.Join(dir, safetensors.IndexFileName), ix, 0o644)
+	must(t, os.WriteFile(filepath.Join(dir, safetensors.IndexFileName), ix, 0o644))
 	sub := filepath.Join(dir, "unet", "deeper")
-	os.MkdirAll(sub, 0o755)
-	b, _ := os.ReadFile(filepath.Join(dir, "model-00001-of-00002.safetensors"))
-	os.WriteFile(filepath.Join(sub, "x.safetensors"), b, 0o644)
-	os.MkdirAll(filepath.Join(dir, ".cache", "y"), 0o755)
-	os.WriteFile(filepath.Join(dir, ".cache", "y", "z.safetensors"), b, 0o644)
+	must(t, os.MkdirAll(sub, 0o755))
+	b, err := os.ReadFile(filepath.Join(dir, "model-00001-of-00002.safetensors"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(sub, "x.safetensors"), b, 0o644))
+	must(t, os.MkdirAll(filepath.Join(dir, ".cache", "y"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, ".cache", "y", "z.safetensors"), b, 0o644))
 	ck, err = Open(dir)
-	if err != nil || ck.IndexName != safetensors.IndexFileName || len(ck.Left) != 3 || !strings.HasPrefix(ck.Left[2], "unet/ (1 .safetensors file)") {
-		t.Errorf("a folder with the conventional index, two others and a subfolder: %v, %q", err, ck.Left)
+	if err != nil || ck.IndexName != safetensors.IndexFileName || len(ck.LeftOut) != 3 || !strings.HasPrefix(ck.LeftOut[2], "unet/ (1 .safetensors file)") {
+		t.Errorf("a folder with the conventional index, two others and a subfolder: %v, %q", err, ck.LeftOut)
 	}
 	// No shard of its own but a subfolder with some: refused, naming it.
 	only := t.TempDir()
-	os.MkdirAll(filepath.Join(only, "text_encoder"), 0o755)
-	os.WriteFile(filepath.Join(only, "text_encoder", "model.safetensors"), b, 0o644)
+	must(t, os.MkdirAll(filepath.Join(only, "text_encoder"), 0o755))
+	must(t, os.WriteFile(filepath.Join(only, "text_encoder", "model.safetensors"), b, 0o644))
 	if _, err := Open(only); !errors.Is(err, ErrNoShards) || !strings.Contains(err.Error(), "text_encoder/") {
 		t.Errorf("a folder whose shards are in a subfolder: %v", err)
 	}
 	// The same tensors in two files of one folder (no index).
 	two := t.TempDir()
-	os.WriteFile(filepath.Join(two, "a.safetensors"), b, 0o644)
-	os.WriteFile(filepath.Join(two, "b.safetensors"), b, 0o644)
+	must(t, os.WriteFile(filepath.Join(two, "a.safetensors"), b, 0o644))
+	must(t, os.WriteFile(filepath.Join(two, "b.safetensors"), b, 0o644))
 	ck, err = Open(two)
 	if err != nil || len(ck.Duplicates) == 0 || len(ck.Duplicates) != len(ck.Shards[0].Header.Tensors) || fmt.Sprint(ck.Duplicates[0].Shards) != "[a.safetensors b.safetensors]" {
 		t.Errorf("two files of the same tensors: %v, %+v", err, ck.Duplicates)
 	}
 	// An index naming only some of a shard's tensors.
 	one := t.TempDir()
-	os.WriteFile(filepath.Join(one, "a.safetensors"), b, 0o644)
+	must(t, os.WriteFile(filepath.Join(one, "a.safetensors"), b, 0o644))
 	name := ck.Shards[0].Header.Tensors[0].Name
-	os.WriteFile(filepath.Join(one, safetensors.IndexFileName), fmt.Appendf(nil, `{"weight_map":{%q:"a.safetensors"}}`, name), 0o644)
+	must(t, os.WriteFile(filepath.Join(one, safetensors.IndexFileName), fmt.Appendf(nil, `{"weight_map":{%q:"a.safetensors"}}`, name), 0o644))
 	if ck, err := Open(one); err != nil || len(ck.Unnamed) != len(ck.Shards[0].Header.Tensors)-1 {
 		t.Errorf("an index naming one of the shard's tensors: %v, %d unnamed", err, len(ck.Unnamed))
+	}
+}
+
+// must fails the test at a set-up step's error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

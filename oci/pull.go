@@ -90,9 +90,6 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		// the index or not (a pull killed before its first commit leaves
 		// such files, which its pin kept from gc).
 		same, bad := sameBlob(have, k, layers[k])
-		if bad != nil {
-			damaged[k] = bad
-		}
 		if same {
 			if err := w.Adopt(ix, k, members[k]); err != nil {
 				return PullResult{}, err
@@ -107,6 +104,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		}
 		// Absent, or a copy here that is not the blob (damaged): fetched,
 		// and the copy replaced.
+		if bad != nil {
+			damaged[k] = bad
+		}
 		todo = append(todo, k)
 		res.Fetched++
 		res.FetchedBytes += ix.Objects[k].Size

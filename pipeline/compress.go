@@ -116,9 +116,9 @@ type CompressResult struct {
 	// Unindexed names the .safetensors files beside the checkpoint's
 	// index that it does not name, and so were not compressed.
 	Unindexed []string `json:"unindexed,omitempty"`
-	// Left names what the folder compressed holds that is not part of the
+	// LeftOut names what the folder compressed holds that is not part of the
 	// checkpoint (other indexes, subfolders with .safetensors files).
-	Left []string `json:"left_out,omitempty"`
+	LeftOut []string `json:"left_out,omitempty"`
 	// Duplicates are tensor names more than one shard holds: the cache
 	// keeps and restores them, but a load, which serves tensors by name,
 	// refuses the checkpoint.
@@ -234,7 +234,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	}
 
 	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards), Unindexed: ck.Unindexed,
-		Left: ck.Left, Duplicates: ck.Duplicates, Unnamed: ck.Unnamed}
+		LeftOut: ck.LeftOut, Duplicates: ck.Duplicates, Unnamed: ck.Unnamed}
 	for _, s := range ck.Shards {
 		for _, d := range s.Header.Deviations {
 			res.Warnings = append(res.Warnings, s.Path+": "+d)

@@ -113,6 +113,7 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 		// kept, as below, rather than aliased raw.
 		if o, ok := tc.w.Has(rec.Key); ok && (o.Kind == shardcache.KindFixed || o.Kind == shardcache.KindEntropy) {
 			tc.reuse(t, rec, o, kept)
+			*auto = o.Size // what auto stores of it: this payload
 			return nil
 		}
 	}

@@ -453,14 +453,4 @@ func (w *fileWriter) Write(b []byte) (int, error) {
 
 // outputError is err, an error writing or placing a restored file, with
 // the file's final name in place of a temporary one.
-func outputError(err error, final string) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return &fs.PathError{Op: pe.Op, Path: final, Err: pe.Err}
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return &fs.PathError{Op: le.Op, Path: final, Err: le.Err}
-	}
-	return fmt.Errorf("%s: %w", final, err)
-}
+func outputError(err error, final string) error { return atomicfile.Named(err, final) }

@@ -220,7 +220,8 @@ func TestCorruptCache(t *testing.T) {
 	}
 	restore = cachetest.Flip(t, c, pack, pad, 0x01)
 	packPath, _ := c.FilePath(pack)
-	if v := mustVerify(t, cache); len(v.Problems) != 1 || v.Problems[0].File != packPath || !errors.Is(v.Problems[0].Err, shardcache.ErrObjectCorrupt) {
+	if v := mustVerify(t, cache); len(v.Problems) != 1 || v.Problems[0].File != packPath || !errors.Is(v.Problems[0].Err, shardcache.ErrObjectCorrupt) ||
+		strings.Contains(v.Problems[0].Error, packPath) || !strings.Contains(v.Problems[0].Error, "not its key") {
 		t.Errorf("verify of a flipped pack padding byte: %+v", v.Problems)
 	}
 	restore()
@@ -441,15 +442,23 @@ func TestKeptPayloads(t *testing.T) {
 		t.Errorf("first run: %d kept", first.Totals.KeptTensors)
 	}
 	// A float tensor of another dtype too small for an entropy payload to
-	// save anything is not said to be one --codec entropy would code.
+	// save anything (synth's F32 inv_freq, hidden/32 values) is not said
+	// to be one --codec entropy would code.
 	rep, err := Inspect(out, InspectOptions{Tensors: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	found := 0
 	for _, r := range rep.Tensors {
-		if r.Name == "model.rotary_emb.inv_freq" && r.Reason != "dtype F32" {
-			t.Errorf("a 2-value F32 tensor left raw because %q", r.Reason)
+		if r.Name == "model.rotary_emb.inv_freq" {
+			found++
+			if r.Reason != "dtype F32" {
+				t.Errorf("a %d-value F32 tensor left raw because %q", r.Values, r.Reason)
+			}
 		}
+	}
+	if found != 1 {
+		t.Fatalf("%d tensors named model.rotary_emb.inv_freq in the fixture, want 1", found)
 	}
 	res, err := Compress(context.Background(), src, CompressOptions{Output: out, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true, Codec: CodecEntropy})
 	if err != nil {

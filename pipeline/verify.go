@@ -149,21 +149,23 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 		}
 	}
 	// Packs whole: bytes no member's check reads (the padding between
-	// members) must match their keys too (but for packs with bytes no
-	// member covers, which gc rewrites). A pack already named by a
+	// members) must match their keys too. A pack already named by a
 	// member's problem is not named again.
-	for _, k := range packsOf(c, sources) {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		_, err := c.CheckPack(k)
+	packs := packsOf(c, sources)
+	for i, err := range c.CheckPacks(ctx, packs, opts.Jobs) {
 		if err == nil {
 			continue
 		}
-		path, _ := c.FilePath(k)
+		path, _ := c.FilePath(packs[i])
+		if rest, ok := strings.CutPrefix(err.Error(), path+": "); ok {
+			err = reworded{rest, err} // the problem names the file
+		}
 		if !slices.ContainsFunc(res.Problems, func(pr Problem) bool { return strings.HasPrefix(pr.Object, path) || pr.File == path }) {
 			fail(path, "", &objectError{object: path, err: err})
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	res.Duration = time.Since(start)
 	return res, nil

@@ -5,6 +5,7 @@ package shardcache
 // files, each read with one open and one read (index version 2).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash"
@@ -13,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/splitzip/splitzip/atomicfile"
 
@@ -164,40 +167,54 @@ func openSized(path string, key Key, want uint64) (*os.File, error) {
 	return f, nil
 }
 
-// CheckPack hashes the whole pack with key, the padding between its
-// members included, against its key: damage no member's own check sees
-// (in the padding) is ErrObjectCorrupt, naming the pack's file. Its
-// members' bytes are each checked on their own as well (their content
-// keys, their payloads' checksums). A pack with bytes no member covers
-// (one whose damaged member a later run stored anew elsewhere, until gc
-// rewrites it) no longer hashes to its key: it is not hashed, and
-// checked is false.
-func (c *Cache) CheckPack(key Key) (checked bool, err error) {
-	var covered uint64
-	for _, o := range c.ix.Objects {
-		if o.Pack == key {
-			covered += alignPack(o.Size)
-		}
+// CheckPacks hashes each pack of keys whole, the padding between its
+// members included, against its key, jobs at a time: damage no member's
+// own check sees (in the padding) is ErrObjectCorrupt. errs[i] is that of
+// keys[i] (nil: whole, or not hashed). Members' bytes are each checked on
+// their own elsewhere (content keys, payload checksums). A pack with bytes
+// no member covers (one whose damaged member a later run stored anew
+// elsewhere, until gc rewrites it) no longer hashes to its key, and is
+// not hashed. The errors do not name the pack's file: FilePath does.
+func (c *Cache) CheckPacks(ctx context.Context, keys []Key, jobs int) []error {
+	dead := c.ix.deadBytes()
+	errs := make([]error, len(keys))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(1, min(jobs, len(keys))) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(keys) || ctx.Err() != nil {
+					return
+				}
+				if dead[keys[i]] == 0 {
+					errs[i] = c.checkPack(keys[i])
+				}
+			}
+		})
 	}
+	wg.Wait()
+	return errs
+}
+
+// checkPack hashes the pack of key whole against key.
+func (c *Cache) checkPack(key Key) error {
 	r, o, err := c.OpenObject(key)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer r.Close()
 	if o.Kind != KindPack {
-		return false, fmt.Errorf("%s: object %s is no pack (%s)", r.Path(), key, o.Kind)
-	}
-	if covered < o.Size {
-		return false, nil
+		return fmt.Errorf("object %s is no pack (%s)", key, o.Kind)
 	}
 	h := newPackHasher()
 	if _, err := io.Copy(h, r); err != nil {
-		return false, fmt.Errorf("%s: %w", r.Path(), err)
+		return err
 	}
 	if got := KeyFromSum([32]byte(h.Sum(nil))); got != key {
-		return true, fmt.Errorf("%s: %w: its hash is %s, not its key (bytes between or in its members changed)", r.Path(), ErrObjectCorrupt, got)
+		return fmt.Errorf("%w: its hash is %s, not its key (bytes between or in its members changed)", ErrObjectCorrupt, got)
 	}
-	return true, nil
+	return nil
 }
 
 // SetPackMax sets the stored size at or below which committed objects go
@@ -404,7 +421,6 @@ type PackStats struct {
 // Packs counts the index's packs and their members.
 func (ix *Index) Packs() PackStats {
 	var s PackStats
-	members := map[Key][]*Object{}
 	for _, o := range ix.Objects {
 		switch {
 		case o.Kind == KindPack:
@@ -412,27 +428,43 @@ func (ix *Index) Packs() PackStats {
 			s.PackBytes += o.Size
 		case o.Pack != "":
 			s.Members++
+		}
+	}
+	for _, d := range ix.deadBytes() {
+		s.DeadBytes += d
+	}
+	return s
+}
+
+// deadBytes returns the bytes of each pack that no recorded member covers
+// (0 for a pack its members cover whole).
+func (ix *Index) deadBytes() map[Key]uint64 {
+	members := map[Key][]*Object{}
+	for _, o := range ix.Objects {
+		if o.Pack != "" {
 			members[o.Pack] = append(members[o.Pack], o)
 		}
 	}
+	dead := map[Key]uint64{}
 	for k, o := range ix.Objects {
 		if o.Kind != KindPack {
 			continue
 		}
 		ms := members[k]
 		sort.Slice(ms, func(i, j int) bool { return ms[i].Offset < ms[j].Offset })
-		pos := uint64(0) // end of the last live member, aligned
+		pos, d := uint64(0), uint64(0) // end of the last live member, aligned
 		for _, m := range ms {
 			if m.Offset > pos {
-				s.DeadBytes += m.Offset - pos
+				d += m.Offset - pos
 			}
 			pos = max(pos, alignPack(m.Offset+m.Size))
 		}
 		if o.Size > pos {
-			s.DeadBytes += o.Size - pos
+			d += o.Size - pos
 		}
+		dead[k] = d
 	}
-	return s
+	return dead
 }
 
 func alignPack(n uint64) uint64 { return (n + PackAlign - 1) &^ (PackAlign - 1) }

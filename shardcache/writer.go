@@ -187,12 +187,7 @@ func makeMarked(dir string) error {
 	}
 	if err != nil {
 		// The error is of dir: its temporary name is no concern of the user.
-		if pe, ok := errors.AsType[*fs.PathError](err); ok {
-			err = &fs.PathError{Op: pe.Op, Path: dir, Err: pe.Err}
-		} else if le, ok := errors.AsType[*os.LinkError](err); ok {
-			err = &fs.PathError{Op: le.Op, Path: dir, Err: le.Err}
-		}
-		return fmt.Errorf("making the cache folder: %w", err)
+		return fmt.Errorf("making the cache folder: %w", atomicfile.Named(err, dir))
 	}
 	return nil
 }

@@ -84,7 +84,8 @@ func TestCreateOnAFile(t *testing.T) {
 
 // TestCreateErrorNamesTheCache: a cache folder that cannot be made is
 // named in the error as the user gave it, not by the temporary name it
-// is built under (a name one byte too long for that, here).
+// is built under (240 bytes: a name that fits, but whose temporary name,
+// some 30 bytes longer, does not fit NAME_MAX, 255 bytes).
 func TestCreateErrorNamesTheCache(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), strings.Repeat("c", 240))
 	_, err := Create(dir)

@@ -36,7 +36,7 @@ var ErrUnknown = errors.New("no such binding")
 
 // ErrDuplicateName reports specs of which two share a name (a checkpoint
 // whose shards both hold a tensor of it): an arena serves tensors by name.
-var ErrDuplicateName = errors.New("two tensors of one name, which a load serves by name")
+var ErrDuplicateName = errors.New("duplicate tensor name")
 
 // Spec describes a tensor to bind.
 type Spec struct {

@@ -74,7 +74,9 @@ func defaultDevice() string {
 }
 
 // measureProfile calibrates on device ("" for defaultDevice) and keeps
-// the profile in the user's cache folder; it returns where.
+// the profile in the user's cache folder; it returns where. A profile
+// measured but not kept (no cache folder, a read-only one) comes back
+// with the error of keeping it: a caller may use it for its run.
 func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.Profile, string, error) {
 	if device == "" {
 		device = defaultDevice()

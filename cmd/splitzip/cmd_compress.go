@@ -190,8 +190,8 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		fmt.Fprintf(g.stderr, "note: %s in %s not named by its index (%s): not compressed (compress a file by its path to keep it too)\n",
 			count(len(res.Unindexed), ".safetensors file"), res.Source, strings.Join(res.Unindexed, ", "))
 	}
-	if len(res.Left) > 0 {
-		fmt.Fprintf(g.stderr, "note: %s also holds %s: not part of this checkpoint, not compressed\n", res.Source, strings.Join(res.Left, ", "))
+	if len(res.LeftOut) > 0 {
+		fmt.Fprintf(g.stderr, "note: %s also holds %s: not part of this checkpoint, not compressed\n", res.Source, strings.Join(res.LeftOut, ", "))
 	}
 	if n := len(res.Duplicates); n > 0 {
 		d := res.Duplicates[0]

@@ -41,9 +41,10 @@ bits a value), bound (the bits a value with the exponents stored by an
 ideal coder, the rest as it is: an entropy payload stores less where the
 other bits are constant over a chunk), coverage (the share of values whose
 exponent is one of the tensor's 16 coded exponents; "-" for entropy
-payloads, which code every exponent), escapes (the share that is not), exp-entropy (the entropy of the exponents alone, bits a
-value), why raw (why a tensor was left raw). The summary gives, per
-dtype, tensor counts (all, fixed, entropy) and sizes (raw, stored).`,
+payloads, which code every exponent), escapes (the share that is not),
+exp-entropy (the entropy of the exponents alone, bits a value), why raw
+(why a tensor was left raw). The summary gives, per dtype, tensor counts
+(all, fixed, entropy) and sizes (raw, stored).`,
 		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runInspect(cmd.Context(), g, o, a[0])

@@ -32,9 +32,10 @@ object (or raw tensor slice) is read from disk by one rank, the largest first to
 the rank that has read least, and its bytes go to the ranks that need them under
 --tp rules (PATTERN=replicate or PATTERN=shard:DIM, comma separated, the first
 match wins, replicate by default; a wildcard pattern's shard:DIM passes over a
-tensor without dimension DIM, such as a scalar): a replicated tensor to every rank whole, a
-tensor sharded along dimension 0 as the payload chunks covering each rank's
-values, along another dimension as the whole payload, each rank keeping its part.
+tensor without dimension DIM, such as a scalar): a replicated tensor to every
+rank whole, a tensor sharded along dimension 0 as the payload chunks covering
+each rank's values, along another dimension as the whole payload, each rank
+keeping its part.
 Prints per rank the bytes read, received, sent and kept; --json the whole plan.
 With --cost, this host's cost model (splitzip calibrate) predicts each rank's
 reads from the page cache by the path each tensor takes (raw, fixed, entropy),

@@ -91,7 +91,7 @@ func plainDetail(err error) error {
 		if jerr != nil {
 			continue
 		}
-		msg = strings.Replace(msg, fmt.Sprintf("; %v", d.Detail), " "+string(j), 1)
+		msg = strings.Replace(msg, d.String(), fmt.Sprintf("%s: %s %s", d.Code, d.Message, j), 1)
 	}
 	if msg == err.Error() {
 		return err

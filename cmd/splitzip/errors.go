@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +57,18 @@ func relocateHint(cache string) string {
 // indexHint is what to do about a damaged index.
 const indexHint = "to rebuild it, move the cache's " + shardcache.IndexName + " aside and compress each checkpoint into the cache again, or pull it again: the objects stay, and each is checked before it is used again"
 
+// localIndex reports whether err names a local cache's index file (not
+// a registry's or bucket's artifact index, which a pull reads: there the
+// local cache is intact).
+func localIndex(err error) bool {
+	file, _ := failure.Locate(err)
+	if filepath.Base(file) != shardcache.IndexName {
+		return false
+	}
+	_, serr := os.Stat(file)
+	return serr == nil
+}
+
 // exitCodes is the table of exit codes the root command's help prints
 // (README.md has the same; a test checks both).
 func exitCodes() string {
@@ -89,7 +103,7 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	if errors.Is(err, shardcache.ErrSourceMissing) {
 		msg += " (" + movedHint("CACHE") + ")"
 	}
-	if errors.Is(err, shardcache.ErrIndexCorrupt) {
+	if errors.Is(err, shardcache.ErrIndexCorrupt) && localIndex(err) {
 		msg += " (" + indexHint + ")"
 	}
 	switch kind {
