@@ -69,6 +69,9 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
                 pat, what = r.split("=")
                 if fnmatch.fnmatchcase(name, pat):
                     dim = int(what.split(":")[1]) if what.startswith("shard:") else None
+                    if dim is not None and dim >= len(shape) and any(c in pat for c in "*?["):
+                        dim = None  # a wildcard's shard passes over a tensor without the dimension
+                        continue
                     break
             if t is not None and dim is not None:
                 t = torch.chunk(t, world, dim=dim)[rank].contiguous()
@@ -174,9 +177,14 @@ class TestDistributed(unittest.TestCase):
         self.assertTrue(got[0].startswith("error:") and "another rank failed to decode tensor" in got[0], got)
 
     def test_bad_rules(self):
-        got = self.run_ranks(2, "*=shard:7")
+        """A rule naming a tensor outright that lacks its dimension fails
+        every rank; a wildcard one passes over such tensors (a scalar
+        under "*=shard:0"), which are then replicated."""
+        got = self.run_ranks(2, "model.norm.weight=shard:7")
         for r in got:
             self.assertTrue(r.startswith("error:") and "cannot plan" in r, got)
+        got = self.run_ranks(2, "*=shard:7")
+        self.assertEqual(got, ["ok", "ok"], got)
 
 
 def _gpus() -> int:
