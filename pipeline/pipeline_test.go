@@ -546,3 +546,43 @@ func TestConcurrentFirstCompress(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyUnreadableSource: a source shard that cannot be opened (a
+// link loop here; permission denied for other users) is the shard's
+// problem, and the tensors stored in the cache are still checked against
+// their content keys: a damaged payload is found, as with the shard
+// absent. (They went unchecked, and the damage unreported.)
+func TestVerifyUnreadableSource(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 1, 7)
+	compress(t, src, cache, false)
+	p := filepath.Join(src, "model.safetensors")
+	os.Remove(p)
+	if err := os.Symlink(p, p); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key shardcache.Key
+	for k, o := range c.Index().Objects {
+		if o.Kind == shardcache.KindFixed {
+			key = k
+			break
+		}
+	}
+	restore := cachetest.Flip(t, c, key, -1, 0x10)
+	defer restore()
+	c.Close()
+	v := mustVerify(t, cache)
+	var shard, payload bool
+	for _, pr := range v.Problems {
+		shard = shard || pr.File == p && pr.Tensor == ""
+		payload = payload || pr.Tensor != "" && errors.Is(pr.Err, codec.ErrChecksum)
+	}
+	if !shard || !payload || v.Payloads == 0 || v.Unchecked == 0 {
+		t.Errorf("verify with an unreadable shard and a damaged payload: %d payloads checked, %d unchecked, problems %+v", v.Payloads, v.Unchecked, v.Problems)
+	}
+}

@@ -229,23 +229,17 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 		mu.Lock()
 		res.Absent = append(res.Absent, path)
 		mu.Unlock()
-	case errors.Is(err, fs.ErrNotExist):
-		// Its tensors only in the source cannot be checked: the shard's
-		// problem. The others, in the cache, are checked against their
-		// content keys, as for a self-contained cache (a damaged payload
-		// is the cache's problem, whatever became of the source).
+	case err != nil:
+		// Absent or unreadable (permission denied): its tensors only in
+		// the source cannot be checked, the shard's problem. The others,
+		// in the cache, are checked against their content keys, as for a
+		// self-contained cache (a damaged payload is the cache's problem,
+		// whatever became of the source).
 		if n := aliases(sh); n > 0 {
 			err = fmt.Errorf("%w (%d tensors are only in the source; compress --self-contained copies them into the cache; the others were checked against their content keys)", err, n)
 		}
 		fail(path, "", err)
 		f = nil
-	case err != nil:
-		fail(path, "", err)
-		// Its tensors are done with: the bar counts them.
-		for _, t := range sh.Tensors {
-			p.Add(t.Size)
-		}
-		return nil
 	default:
 		defer f.Close()
 		src = shardFile{f}
