@@ -20,6 +20,7 @@ import (
 	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -237,6 +238,33 @@ func TestPushPull(t *testing.T) {
 	if res, err = Pull(context.Background(), ref, out, opts()); err != nil || res.Fetched != 0 || len(res.Mended) != 0 {
 		t.Errorf("a pull into the mended cache: fetched %d, mended %+v, %v", res.Fetched, res.Mended, err)
 	}
+	// A byte of a pack member: one damaged pack, not the pack and its
+	// member counted apart.
+	c, err := shardcache.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var member *shardcache.Object
+	var memberKey shardcache.Key
+	for k, o := range c.Index().Objects {
+		// A payload member, which a pull without a payload check (as
+		// here) trusts as held: its pack was then never fetched again.
+		if o.Pack != "" && o.Kind != shardcache.KindRaw {
+			member, memberKey = o, k
+			break
+		}
+	}
+	if member == nil {
+		c.Close()
+		t.Fatal("no payload among the pulled cache's pack members")
+	}
+	cachetest.Flip(t, c, memberKey, int64(member.Size/2), 0x40) // the pull mends it
+	c.Close()
+	res, err = Pull(context.Background(), ref, out, opts())
+	if err != nil || res.Fetched != 1 || len(res.Mended) != 1 || res.Mended[0].Key != member.Pack {
+		t.Errorf("pull over a damaged pack member: fetched %d, mended %+v (want the pack %s alone), %v", res.Fetched, res.Mended, member.Pack, err)
+	}
+	sameCache(t, cache, out)
 }
 
 // TestDedupe: a checkpoint sharing most tensors with one pushed before

@@ -96,7 +96,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 			}
 			continue
 		}
-		if held(w, members[k]) {
+		if held(w, k, members[k]) {
 			// A pack whose members this cache holds already, in packs of
 			// its own (gc rewrote the pack, which held a member that
 			// another artifact brought too): nothing to fetch.
@@ -139,8 +139,18 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	if err := w.Commit(); err != nil {
 		return PullResult{}, err
 	}
+	// A member Has found damaged inside a pack file found damaged is the
+	// same damage: the pack is named, not each member again.
+	inDamaged := map[shardcache.Key]bool{}
+	for k := range damaged {
+		for _, m := range members[k] {
+			inDamaged[m] = true
+		}
+	}
 	for k, err := range w.Mended() {
-		damaged[k] = err
+		if !inDamaged[k] {
+			damaged[k] = err
+		}
 	}
 	res.Mended = shardcache.Mends(damaged)
 	// Its own pin, or an interrupted run's of the same artifact.
@@ -150,14 +160,16 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	return res, nil
 }
 
-// held reports whether w holds every one of members (none: false), each
-// checked as Writer.Has checks what an earlier run stored. It asks about
-// every one, so that those found damaged are known to Adopt, which
-// records the fetched pack's copies of them in their place.
-func held(w *shardcache.Writer, members []shardcache.Key) bool {
+// held reports whether w holds every one of members of the pack k (none:
+// false) in another file than k, each checked as Writer.Has checks what
+// an earlier run stored. It asks about every one, so that those found
+// damaged are known to Adopt, which records the fetched pack's copies of
+// them in their place. Members held in k itself are not held elsewhere:
+// k, not the blob (sameBlob said so), is fetched again.
+func held(w *shardcache.Writer, k shardcache.Key, members []shardcache.Key) bool {
 	all := len(members) > 0
 	for _, m := range members {
-		if _, ok := w.Has(m); !ok {
+		if o, ok := w.Has(m); !ok || o.Pack == k {
 			all = false
 		}
 	}
