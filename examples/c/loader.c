@@ -12,8 +12,9 @@
  *   sz_event_wait(h, ev);  // reports decode errors too
  *   sz_event_release(h, ev);
  *
- *   cc -o loader loader.c -I../../capi -L../../.dev -lsplitzip
- *   LD_LIBRARY_PATH=../../.dev ./loader CACHE
+ *   make capi    # in the repository root: python/splitzip/libsplitzip.so
+ *   cc -o loader loader.c -I../../capi -L../../python/splitzip -lsplitzip
+ *   LD_LIBRARY_PATH=../../python/splitzip ./loader CACHE
  */
 #include <inttypes.h>
 #include <stdio.h>

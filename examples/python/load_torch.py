@@ -32,7 +32,8 @@ def main():
 
     t0 = time.perf_counter()
     tensors = load_file(a.cache, device=a.device)
-    torch.cuda.synchronize()
+    if torch.device(a.device).type == "cuda":
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     # The first load in a process includes CUDA start-up and pinning the
@@ -49,7 +50,10 @@ def main():
     print(f"upload_into refilled {len(names)} caller-owned tensors")
 
     if a.source:
-        from safetensors.torch import load_file as st_load
+        try:
+            from safetensors.torch import load_file as st_load
+        except ImportError:
+            raise SystemExit("checking against SOURCE_DIR needs the safetensors package (pip install safetensors)")
         want = {}
         for f in sorted(os.listdir(a.source)):
             if f.endswith(".safetensors"):

@@ -113,3 +113,18 @@ class TestTorchMissing(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestExample(unittest.TestCase):
+    def test_load_torch_on_cpu(self):
+        """examples/python/load_torch.py runs as its docstring says with
+        --device cpu (it called torch.cuda.synchronize whatever the device)."""
+        script = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "load_torch.py")
+        with tempfile.TemporaryDirectory() as d:
+            _, cache = testenv.generated(d, size="1MiB")
+            # The script finds splitzip where this test does (the
+            # installed wheel, or the source tree testenv put on the path).
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+            r = subprocess.run([sys.executable, script, cache, "--device", "cpu"], capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("upload_into refilled 2", r.stdout)
