@@ -91,6 +91,10 @@ def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source:
     """Every tensor of the checkpoint on device, equal bit for bit to
     safetensors.torch.load_file(source, device=device)."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        # torch's own AssertionError ("not compiled with CUDA") is no
+        # splitzip.Error: say it as upload does.
+        raise error(6, f"torch {torch.__version__} finds no CUDA device for {device}")
     out, items = {}, []
     with Cache(cache, source) as c:
         for info in c.infos():

@@ -128,3 +128,17 @@ class TestExample(unittest.TestCase):
             r = subprocess.run([sys.executable, script, cache, "--device", "cpu"], capture_output=True, text=True, env=env)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("upload_into refilled 2", r.stdout)
+
+
+class TestNoGPU(unittest.TestCase):
+    @unittest.skipIf(torch.cuda.is_available(), "a GPU is here")
+    def test_cuda_device_without_gpu(self):
+        """load_file to a CUDA device where torch finds none raises
+        splitzip.DeviceError (a RuntimeError), not torch's AssertionError."""
+        import splitzip
+        from splitzip.torch import load_file
+        with tempfile.TemporaryDirectory() as d:
+            _, cache = testenv.generated(d, size="256KiB", shards=1)
+            with self.assertRaises(splitzip.DeviceError) as cm:
+                load_file(cache, device="cuda:0")
+            self.assertIsInstance(cm.exception, RuntimeError)
