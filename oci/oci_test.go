@@ -462,6 +462,10 @@ func TestPullCutAndThrottled(t *testing.T) {
 	if len(c.Index().Sources) != 0 {
 		t.Fatalf("a cut pull left a checkpoint in the cache: %v", c.Index().Sources)
 	}
+	// What verify and load then say: the pull is to be run again.
+	if err := c.RequireCheckpoint(); !errors.Is(err, shardcache.ErrNoCheckpoint) || !strings.Contains(err.Error(), "unfinished pull of") || !strings.Contains(err.Error(), "run the pull again") {
+		t.Errorf("a cache a cut pull left: %v", err)
+	}
 	kept, _ := c.Index().Files()
 	if len(kept) != 1 {
 		t.Errorf("the cut pull kept %d objects, want the 1 that arrived whole", len(kept))

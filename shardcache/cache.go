@@ -32,9 +32,20 @@ var ErrNoCheckpoint = errors.New("the cache holds no checkpoint; compress one in
 // load.
 func (c *Cache) RequireCheckpoint() error {
 	if len(c.ix.Sources) == 0 {
-		return fmt.Errorf("%s: %w", c.dir, ErrNoCheckpoint)
+		return c.noCheckpoint()
 	}
 	return nil
+}
+
+// noCheckpoint is ErrNoCheckpoint naming the cache and, in a local
+// cache, the unfinished pulls whose run again would bring a checkpoint.
+func (c *Cache) noCheckpoint() error {
+	if c.remote == nil {
+		if pins, err := readPins(c.dir); err == nil && len(pins) > 0 {
+			return fmt.Errorf("%s: %w (it holds %s: run the pull again to finish it)", c.dir, ErrNoCheckpoint, pins[0].Note)
+		}
+	}
+	return fmt.Errorf("%s: %w", c.dir, ErrNoCheckpoint)
 }
 
 // CheckOutside returns ErrInsideCache, naming both, when path is the cache

@@ -116,7 +116,7 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	if sel == "" {
 		switch len(srcs) {
 		case 0:
-			return nil, "", fmt.Errorf("%s: %w", c.Dir(), ErrNoCheckpoint)
+			return nil, "", c.noCheckpoint()
 		case 1:
 			return &srcs[0], srcs[0].Root, nil
 		}
