@@ -233,8 +233,12 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 	// A BF16 tensor's exponent statistics from the fixed codec, payload or
 	// not, bound what an ideal exponent coder stores (a tensor found
 	// stored raw before, or never measured, has none).
-	if r.DType == "BF16" && r.Field == "" && r.Coverage > 0 {
+	if r.DType == "BF16" && r.Field == "" && r.Coverage > 0 && r.Values > 0 {
 		r.BoundBits = 8 + r.ExponentEntropy
+	}
+	// A tensor left raw records its coverage alone: the rest escapes.
+	if t.Stored == shardcache.StoredRaw && r.Coverage > 0 {
+		r.EscapeRate = 1 - r.Coverage
 	}
 	if r.Values > 0 {
 		r.BitsPerValue = 8 * float64(r.StoredBytes) / float64(r.Values)

@@ -586,3 +586,30 @@ func TestVerifyUnreadableSource(t *testing.T) {
 		t.Errorf("verify with an unreadable shard and a damaged payload: %d payloads checked, %d unchecked, problems %+v", v.Payloads, v.Unchecked, v.Problems)
 	}
 }
+
+// TestInspectRawEscapes: a BF16 tensor left raw reports as escaping what
+// its coverage leaves (it said 0, whatever the coverage).
+func TestInspectRawEscapes(t *testing.T) {
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 1, 12)
+	if _, err := Compress(context.Background(), src, CompressOptions{Output: out, Jobs: 2, MinSaving: 0.5, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Inspect(out, InspectOptions{Tensors: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range rep.Tensors {
+		if r.Stored == shardcache.StoredRaw && r.DType == "BF16" && r.Coverage > 0 {
+			n++
+			if d := r.EscapeRate - (1 - r.Coverage); d > 1e-12 || d < -1e-12 {
+				t.Errorf("%s: coverage %g, escapes %g", r.Name, r.Coverage, r.EscapeRate)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no BF16 tensor left raw with a measured coverage")
+	}
+}
