@@ -207,6 +207,9 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 		return nil, err
 	}
 	ck, err := checkpoint.Open(src)
+	if errors.Is(err, checkpoint.ErrNoShards) && shardcache.IsCache(src) {
+		return nil, fmt.Errorf("%w: %s is a splitzip cache, not a checkpoint (decompress restores the checkpoints it holds)", checkpoint.ErrNoShards, src)
+	}
 	if err != nil {
 		return nil, err
 	}

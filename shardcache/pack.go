@@ -160,6 +160,10 @@ func openSized(path string, key Key, want uint64) (*os.File, error) {
 		f.Close()
 		return nil, err
 	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w: not a file (%s)", path, ErrObjectCorrupt, st.Mode().Type())
+	}
 	if uint64(st.Size()) != want {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w: %d bytes, index says %d", path, ErrObjectCorrupt, st.Size(), want)

@@ -453,3 +453,14 @@ func TestDuplicateNames(t *testing.T) {
 		t.Errorf("load of two tensors of one name: exit %d, %q", code, e)
 	}
 }
+
+// TestCompressACache: a cache given as compress's SOURCE is named as one
+// (it was "no safetensors files found" alone).
+func TestCompressACache(t *testing.T) {
+	dir := t.TempDir()
+	_, cache := compressed(t, dir)
+	code, _, e := splitzip(t, "compress", cache, "-o", filepath.Join(dir, "again"))
+	if code != exitInput || !strings.Contains(e, "is a splitzip cache, not a checkpoint") {
+		t.Errorf("compress of a cache: exit %d, %q", code, e)
+	}
+}
