@@ -110,7 +110,7 @@ func parseSize(s string) (uint64, error) {
 	}
 	f, err := strconv.ParseFloat(t, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("bad size %q (want a number of 0 to 4 EiB with an optional unit such as MiB, GiB, MB or M, which is MiB)", s)
+		return 0, fmt.Errorf("bad size %q (want a number that is not negative, at most 4 EiB, with an optional unit such as MiB, GiB, MB or M, which is MiB; each flag says its own range)", s)
 	}
 	return uint64(f * float64(mult)), nil
 }
