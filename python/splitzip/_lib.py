@@ -290,6 +290,8 @@ class Cache:
         self._index = None
         l = lib()
         path = os.fspath(path)
+        if not path:
+            raise error(1, "the cache path is empty")
         if not os.path.exists(path):
             raise error(8, f"{path}: no such file or directory", path)
         if source is not None:

@@ -115,6 +115,14 @@ class TestErrors(unittest.TestCase):
             with splitzip.Cache(cache, source=b) as c:
                 self.assertTrue(len(c) > 0)
 
+    def test_empty_path(self):
+        """An empty cache path is an invalid argument that says so (it was an
+        I/O error naming ''), and a ValueError as such errors are."""
+        with self.assertRaises(splitzip.InvalidArgumentError) as e:
+            splitzip.Cache("")
+        self.assertIsInstance(e.exception, ValueError)
+        self.assertIn("path is empty", str(e.exception))
+
     def test_closed(self):
         """Every method of a closed Cache raises ValueError; close() twice is no error."""
         c = splitzip.Cache(self.cache)
