@@ -69,7 +69,7 @@ func TestPushPullCommands(t *testing.T) {
 	decompressesTo(t, pulled, filepath.Join(dir, "restored"), ck+".gone")
 	// A cache that needs its source.
 	_, plain := compressed(t, filepath.Join(dir, "plain"))
-	if code, _, e := splitzip(t, "push", plain, ref, "--insecure"); code != exitUsage || !strings.Contains(e, "not self-contained") {
+	if code, _, e := splitzip(t, "push", plain, ref, "--insecure"); code != exitInput || !strings.Contains(e, "not self-contained") {
 		t.Errorf("push of a cache needing its source: exit %d, %s", code, e)
 	}
 	// A damaged object is not published: push verifies the cache first,

@@ -39,12 +39,12 @@ var rules = []rule{
 	{Device, []error{cuda.ErrNoDriver, cuda.ErrNoBatchCopy}},
 	{Usage, []error{
 		pipeline.ErrOutputInSource, pipeline.ErrOption, pipeline.ErrOutputExists, transport.ErrOption, distplan.ErrPlan,
-		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded, shardcache.ErrOccupied, shardcache.ErrNotSelfContained,
+		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded, shardcache.ErrOccupied,
 		s3store.ErrURL, s3store.ErrOptions, oci.ErrReference, checkpoint.ErrSeveralIndexes,
 	}},
 	{Input, []error{
 		shardcache.ErrSourceChanged, shardcache.ErrSourceMissing, shardcache.ErrHostDecode, transport.ErrShortRead,
-		vmm.ErrDuplicateName,
+		vmm.ErrDuplicateName, shardcache.ErrNotSelfContained,
 	}},
 	{Integrity, []error{
 		codec.ErrCorrupt, codec.ErrChecksum, codec.ErrSize,
