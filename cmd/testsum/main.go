@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -35,6 +36,9 @@ type summary struct {
 	passed, failed int
 	skips          map[string]int // reason -> tests
 	pkgFailed      bool
+	// pkgFailures names the packages that failed (a test's failure, or
+	// one of their own: a build error, a panic, an interrupt).
+	pkgFailures []string
 }
 
 // location is the "file.go:12: " a test's log line starts with.
@@ -61,6 +65,9 @@ func read(in io.Reader, out io.Writer) (*summary, error) {
 			}
 		case e.Test == "" && (e.Action == "fail" || e.Action == "build-fail"):
 			s.pkgFailed = true
+			if !slices.Contains(s.pkgFailures, e.Package) {
+				s.pkgFailures = append(s.pkgFailures, e.Package)
+			}
 		case e.Test == "":
 			// A package's start, pass or skip (no test files).
 		case e.Action == "output":
@@ -111,6 +118,15 @@ func (s *summary) String() string {
 		return rs[i] < rs[j]
 	})
 	line := fmt.Sprintf("go: %d tests and subtests passed, %d failed, %d skipped", s.passed, s.failed, n)
+	if len(s.pkgFailures) > 0 {
+		// A package can fail with no test failing (a build error, an
+		// interrupted run): the line says so rather than "0 failed" alone.
+		what := "packages"
+		if len(s.pkgFailures) == 1 {
+			what = "package"
+		}
+		line += fmt.Sprintf("; %d %s failed: %s", len(s.pkgFailures), what, strings.Join(s.pkgFailures, ", "))
+	}
 	if n == 0 {
 		return line
 	}

@@ -62,7 +62,7 @@ func TestReadFailures(t *testing.T) {
 			t.Errorf("output %q lacks %q", out.String(), w)
 		}
 	}
-	if s.failed != 1 || !s.pkgFailed {
-		t.Errorf("failed %d, package failed %v", s.failed, s.pkgFailed)
+	if s.failed != 1 || !s.pkgFailed || !strings.Contains(s.String(), "; 1 package failed: c") {
+		t.Errorf("failed %d, package failed %v: %q", s.failed, s.pkgFailed, s.String())
 	}
 }
