@@ -181,13 +181,7 @@ func TestCorruptCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var key shardcache.Key
-	for k, o := range c.Index().Objects {
-		if o.Kind == shardcache.KindFixed {
-			key = k
-			break
-		}
-	}
+	key := fixedKey(t, c)
 	o, _ := c.Lookup(key)
 	restore := cachetest.Flip(t, c, key, int64(o.Size/2), 0x10)
 	if v := mustVerify(t, cache); v.OK() || !strings.Contains(v.Problems[0].Error, "checksum") {
@@ -566,13 +560,7 @@ func TestVerifyUnreadableSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var key shardcache.Key
-	for k, o := range c.Index().Objects {
-		if o.Kind == shardcache.KindFixed {
-			key = k
-			break
-		}
-	}
+	key := fixedKey(t, c)
 	restore := cachetest.Flip(t, c, key, -1, 0x10)
 	defer restore()
 	c.Close()
@@ -612,4 +600,16 @@ func TestInspectRawEscapes(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no BF16 tensor left raw with a measured coverage")
 	}
+}
+
+// fixedKey is the key of a fixed-codec payload of c.
+func fixedKey(t *testing.T, c *shardcache.Cache) shardcache.Key {
+	t.Helper()
+	for k, o := range c.Index().Objects {
+		if o.Kind == shardcache.KindFixed {
+			return k
+		}
+	}
+	t.Fatal("no fixed payload in the cache")
+	return ""
 }
