@@ -188,7 +188,7 @@ func Open(path string) (*Checkpoint, error) {
 // folderIndex picks the index of the folder abs, whose entries are ents:
 // model.safetensors.index.json if there is one, else the only file
 // named *.safetensors.index.json ("" if none). others are the indexes
-// left out, described for Left. Several and none conventional is
+// left out, described for LeftOut. Several and none conventional is
 // ErrSeveralIndexes.
 func folderIndex(abs string, ents []os.DirEntry) (index string, others []string, err error) {
 	var all []string

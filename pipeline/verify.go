@@ -59,7 +59,8 @@ type VerifyResult struct {
 	// checked against their content keys alone (a self-contained cache).
 	Absent []string `json:"absent_sources,omitempty"`
 	// Unchecked counts the tensors that could not be checked: those only
-	// in a source shard that is absent (a problem of the shard's).
+	// in a source shard that is absent or cannot be read (a problem of
+	// the shard's).
 	Unchecked int           `json:"unchecked_tensors,omitempty"`
 	Duration  time.Duration `json:"duration_ns"`
 }

@@ -178,7 +178,8 @@ func openSized(path string, key Key, want uint64) (*os.File, error) {
 // their own elsewhere (content keys, payload checksums). A pack with bytes
 // no member covers (one whose damaged member a later run stored anew
 // elsewhere, until gc rewrites it) no longer hashes to its key, and is
-// not hashed. The errors do not name the pack's file: FilePath does.
+// not hashed. A mismatch's error does not name the pack's file (FilePath
+// does); errors of opening it do.
 func (c *Cache) CheckPacks(ctx context.Context, keys []Key, jobs int) []error {
 	dead := c.ix.deadBytes()
 	errs := make([]error, len(keys))
