@@ -121,7 +121,7 @@ func forgetIn(ix *Index, forget []string) (*Index, error) {
 // gcPins returns the pins of the cache in dir that GC keeps objects for,
 // and those it drops.
 func gcPins(dir string, drop bool) (kept, dropped []Pin, err error) {
-	pins, err := readPins(dir)
+	pins, err := readPinsAs(dir, drop) // a damaged pin is dropped too
 	if drop {
 		return nil, pins, err
 	}

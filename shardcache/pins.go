@@ -93,7 +93,12 @@ func checkPinName(name string) error {
 // readPins reads the pins of the cache in dir, by name. A pin file that
 // does not parse is an error naming it: gc keeps what it cannot read
 // rather than remove what it may pin.
-func readPins(dir string) ([]Pin, error) {
+func readPins(dir string) ([]Pin, error) { return readPinsAs(dir, false) }
+
+// readPinsAs is readPins; with anyway, a damaged pin is no error but a
+// Pin of its name whose note says what is wrong (gc --unfinished drops
+// it like any other).
+func readPinsAs(dir string, anyway bool) ([]Pin, error) {
 	ents, err := os.ReadDir(filepath.Join(dir, PinsDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -107,6 +112,9 @@ func readPins(dir string) ([]Pin, error) {
 			continue
 		}
 		p, err := readPin(filepath.Join(dir, PinsDir, e.Name()))
+		if err != nil && anyway {
+			p, err = Pin{Name: e.Name(), Note: "a damaged pin (" + err.Error() + ")"}, nil
+		}
 		if err != nil {
 			return nil, err
 		}

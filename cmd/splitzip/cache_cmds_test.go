@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -462,5 +463,35 @@ func TestCompressACache(t *testing.T) {
 	code, _, e := splitzip(t, "compress", cache, "-o", filepath.Join(dir, "again"))
 	if code != exitInput || !strings.Contains(e, "is a splitzip cache, not a checkpoint") {
 		t.Errorf("compress of a cache: exit %d, %q", code, e)
+	}
+}
+
+// TestGCJSONForgot: gc --json lists what it forgot as an array, empty when
+// nothing was (it was null).
+func TestGCJSONForgot(t *testing.T) {
+	_, cache := compressed(t, t.TempDir())
+	code, out, e := splitzip(t, "gc", cache, "--json")
+	if code != 0 || !strings.Contains(out, `"forgot": []`) {
+		t.Errorf("gc --json: exit %d, %s %s", code, out, e)
+	}
+}
+
+// TestVerifyJSONFailure: a failed verify's summary says its kind and exit
+// code, as an error document does.
+func TestVerifyJSONFailure(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressed(t, dir)
+	if err := os.Rename(ck, ck+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := splitzip(t, "verify", cache, "--json")
+	var doc struct {
+		Type     string `json:"message_type"`
+		OK       bool   `json:"ok"`
+		Kind     string `json:"kind"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitInput || doc.Type != "verify_summary" || doc.OK || doc.Kind != "input" || doc.ExitCode != code {
+		t.Errorf("verify --json of a cache whose source is gone: exit %d, %+v (%v)", code, doc, err)
 	}
 }

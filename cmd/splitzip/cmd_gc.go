@@ -80,7 +80,8 @@ func runGC(g *globals, o gcOptions, dir string) error {
 		return err
 	}
 	if g.JSON {
-		return printJSON(g.stdout, "gc_summary", map[string]any{"cache": dir, "dry_run": o.DryRun, "forgot": o.Forget, "result": res})
+		forgot := append([]string{}, o.Forget...) // [] rather than null
+		return printJSON(g.stdout, "gc_summary", map[string]any{"cache": dir, "dry_run": o.DryRun, "forgot": forgot, "result": res})
 	}
 	verb := "removed"
 	if o.DryRun {

@@ -87,7 +87,19 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		}
 	}
 	if g.JSON {
-		if err := printJSON(g.stdout, "verify_summary", res); err != nil {
+		// A failed verify's one document is its summary, which says, as an
+		// error document would, the kind and exit code of the failure.
+		doc := struct {
+			*pipeline.VerifyResult
+			OK       bool   `json:"ok"`
+			Kind     string `json:"kind,omitempty"`
+			ExitCode int    `json:"exit_code"`
+		}{VerifyResult: res, OK: res.OK()}
+		if !res.OK() {
+			k := problemsKind(res.Problems)
+			doc.Kind, doc.ExitCode = k.String(), k.ExitCode()
+		}
+		if err := printJSON(g.stdout, "verify_summary", doc); err != nil {
 			return err
 		}
 	} else {

@@ -51,7 +51,7 @@ func movedHint(cache string) string {
 // relocateHint says what to do about a source shard whose modification
 // time alone differs (shardcache.ErrSourceTime), for cache.
 func relocateHint(cache string) string {
-	return "only the modification time differs: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times"
+	return "its size is the recorded one but its modification time is not: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times (and refuses it if its bytes changed)"
 }
 
 // indexHint is what to do about a damaged index.
