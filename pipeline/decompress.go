@@ -350,7 +350,7 @@ func objectFault(c *shardcache.Cache, key shardcache.Key, name string, err error
 		err = reworded{rest, err} // the error named the file already
 	}
 	if loc.Packed {
-		err = fmt.Errorf("bytes [%d:+%d] of the pack: %w", loc.Offset, loc.Size, err)
+		err = fmt.Errorf("%s: %w", shardcache.PackSpan(loc.Offset, loc.Size), err)
 	}
 	return &TensorError{File: loc.Path, Tensor: name, Err: err}
 }

@@ -74,6 +74,12 @@ func (l Location) Name() string {
 	return fmt.Sprintf("%s[%d:+%d]", l.Path, l.Offset, l.Size)
 }
 
+// PackSpan says where a pack member's bytes lie in its pack, for errors
+// that name the pack's file: "bytes [offset:+size] of the pack".
+func PackSpan(offset, size uint64) string {
+	return fmt.Sprintf("bytes [%d:+%d] of the pack", offset, size)
+}
+
 // Locate returns where the object with key is stored, and its record.
 func (c *Cache) Locate(key Key) (Location, *Object, error) {
 	o, err := c.Lookup(key)

@@ -75,7 +75,7 @@ type smallItem struct {
 // err: its file, and for a pack member its bytes there.
 func (it *smallItem) payloadError(err error) error {
 	if it.pack != "" {
-		return fmt.Errorf("%s: bytes [%d:+%d] of the pack (payload %s): %w", it.file, it.off, it.stored, it.key, err)
+		return fmt.Errorf("%s: %s (payload %s): %w", it.file, shardcache.PackSpan(it.off, it.stored), it.key, err)
 	}
 	return fmt.Errorf("%s (payload %s): %w", it.file, it.key, err)
 }
