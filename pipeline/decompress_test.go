@@ -86,10 +86,7 @@ func TestDecompressRemovesStaleTemps(t *testing.T) {
 // TestDecompressFailureLeavesNoFolder: a decompress that fails removes the
 // folders it made and leaves folders that were there as they were.
 func TestDecompressFailureLeavesNoFolder(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 1<<20, 2, 4)
-	compress(t, src, cache, false)
+	dir, _, cache := compressedFixture(t, 1<<20, 2, 4)
 	if err := os.RemoveAll(filepath.Join(cache, "objects")); err != nil { // every read fails
 		t.Fatal(err)
 	}
@@ -131,10 +128,7 @@ func reachesTotal(t *testing.T, p *countingProgress, what string) {
 // TestProgressReachesTotal: decompress's and verify's progress bars end
 // at their totals, also when verify finds a source missing.
 func TestProgressReachesTotal(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 2<<20, 2, 5)
-	compress(t, src, cache, false)
+	dir, src, cache := compressedFixture(t, 2<<20, 2, 5)
 	p := &countingProgress{}
 	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "out"), Progress: p}); err != nil {
 		t.Fatal(err)
@@ -325,10 +319,7 @@ func (c *cancelAt) Add(n uint64) {
 // once every byte is) returns context.Canceled and leaves no output
 // folder and no temporary file. It ran on to exit 0 when stopped late.
 func TestDecompressStopped(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 2<<20, 2, 3)
-	compress(t, src, cache, false)
+	dir, _, cache := compressedFixture(t, 2<<20, 2, 3)
 	c, err := shardcache.Open(cache)
 	if err != nil {
 		t.Fatal(err)

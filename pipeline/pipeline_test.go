@@ -37,6 +37,18 @@ func compress(t *testing.T, src, out string, self bool) *CompressResult {
 	return res
 }
 
+// compressedFixture generates a checkpoint of size bytes in shards (seed
+// seed) and compresses it with the fixed codec: it returns the folder
+// holding both, the checkpoint and the cache.
+func compressedFixture(t *testing.T, size uint64, shards int, seed uint64) (dir, src, cache string) {
+	t.Helper()
+	dir = t.TempDir()
+	src, cache = filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	gen(t, src, size, shards, seed)
+	compress(t, src, cache, false)
+	return dir, src, cache
+}
+
 func mustVerify(t *testing.T, cache string) *VerifyResult {
 	t.Helper()
 	res, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2})
@@ -146,10 +158,7 @@ func TestDedupeAndSelfContained(t *testing.T) {
 }
 
 func TestSourceChanged(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 2<<20, 1, 2)
-	compress(t, src, cache, false)
+	dir, src, cache := compressedFixture(t, 2<<20, 1, 2)
 	p := filepath.Join(src, "model.safetensors")
 	b, _ := os.ReadFile(p)
 	b[len(b)-5] ^= 1 // a byte of the last tensor
@@ -172,10 +181,7 @@ func TestSourceChanged(t *testing.T) {
 }
 
 func TestCorruptCache(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 2<<20, 1, 3)
-	compress(t, src, cache, false)
+	dir, _, cache := compressedFixture(t, 2<<20, 1, 3)
 	// A flipped byte in a payload.
 	c, err := shardcache.Open(cache)
 	if err != nil {
@@ -547,10 +553,7 @@ func TestConcurrentFirstCompress(t *testing.T) {
 // their content keys: a damaged payload is found, as with the shard
 // absent. (They went unchecked, and the damage unreported.)
 func TestVerifyUnreadableSource(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 2<<20, 1, 7)
-	compress(t, src, cache, false)
+	_, src, cache := compressedFixture(t, 2<<20, 1, 7)
 	p := filepath.Join(src, "model.safetensors")
 	os.Remove(p)
 	if err := os.Symlink(p, p); err != nil {

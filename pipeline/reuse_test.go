@@ -125,10 +125,7 @@ func objectOf(c *shardcache.Cache, kind string, packed bool) (shardcache.Key, *s
 // TestCheckStoredPayloadKind: a payload of one codec recorded as the
 // other's is refused.
 func TestCheckStoredPayloadKind(t *testing.T) {
-	dir := t.TempDir()
-	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
-	gen(t, src, 1<<20, 1, 6)
-	compress(t, src, cache, false)
+	_, _, cache := compressedFixture(t, 1<<20, 1, 6)
 	c, err := shardcache.Open(cache)
 	if err != nil {
 		t.Fatal(err)
