@@ -143,7 +143,7 @@ func TestPullAfterRepack(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		res, err := w.GC(shardcache.GCOptions{})
+		res, err := w.GC(context.Background(), shardcache.GCOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

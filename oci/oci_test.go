@@ -375,12 +375,12 @@ func TestPullFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := w.GC(shardcache.GCOptions{})
+	g, err := w.GC(context.Background(), shardcache.GCOptions{})
 	w.Close()
 	if err != nil || g.Pinned != 2 || g.Objects != 0 || len(g.Pins) != 1 || !strings.Contains(g.Pins[0].Note, "/models/mix:v1") {
 		t.Fatalf("gc after an unfinished pull: %+v, %v; want its 2 objects kept by its pin", g, err)
 	}
-	if dry, err := shardcache.DryRunGC(out, shardcache.GCOptions{DropPins: true}); err != nil || dry.Objects != 2 || dry.Pinned != 0 || len(dry.Dropped) != 1 {
+	if dry, err := shardcache.DryRunGC(context.Background(), out, shardcache.GCOptions{DropPins: true}); err != nil || dry.Objects != 2 || dry.Pinned != 0 || len(dry.Dropped) != 1 {
 		t.Fatalf("dry run of gc --unfinished: %+v, %v; want the 2 objects", dry, err)
 	}
 	f.okN.Store(1)
@@ -618,7 +618,7 @@ func TestPullKilledBeforeCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.GC(shardcache.GCOptions{})
+	_, err = w.GC(context.Background(), shardcache.GCOptions{})
 	w.Close()
 	if !errors.Is(err, shardcache.ErrNotCache) || !strings.Contains(err.Error(), "an unfinished pull of") || !strings.Contains(err.Error(), "run the pull again") {
 		t.Fatalf("gc of a pull killed before its first commit: %v", err)

@@ -125,7 +125,7 @@ func TestEntropyCodecs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if g, err := w.GC(shardcache.GCOptions{}); err != nil || g.Objects != 0 || g.Files != 0 {
+			if g, err := w.GC(context.Background(), shardcache.GCOptions{}); err != nil || g.Objects != 0 || g.Files != 0 {
 				t.Errorf("gc of a cache in use: %+v, %v", g, err)
 			}
 			if err := w.Close(); err != nil {

@@ -415,7 +415,7 @@ func TestForgetAndGC(t *testing.T) {
 	if err := w.Forget(absA); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(shardcache.GCOptions{})
+	res, err := w.GC(context.Background(), shardcache.GCOptions{})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -489,7 +489,7 @@ func TestKeptPayloads(t *testing.T) {
 	if err != nil || fix.Totals.EntropyTensors != ent.Totals.EntropyTensors || fix.Totals.KeptTensors != ent.Totals.EntropyTensors {
 		t.Errorf("fixed run over the F32 entropy payloads: %v; %d entropy, %d kept; want the %d kept", err, fix.Totals.EntropyTensors, fix.Totals.KeptTensors, ent.Totals.EntropyTensors)
 	}
-	if dry, err := shardcache.DryRunGC(f32out, shardcache.GCOptions{}); err != nil || dry.Objects != 0 {
+	if dry, err := shardcache.DryRunGC(context.Background(), f32out, shardcache.GCOptions{}); err != nil || dry.Objects != 0 {
 		t.Errorf("gc after the fixed run would remove %d objects (%v): the entropy payloads were dropped", dry.Objects, err)
 	}
 	// A file a killed run moved into objects/ is counted, not removed,

@@ -84,7 +84,7 @@ func TestCompressMendsDamage(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						_, err = w.GC(shardcache.GCOptions{Check: CheckStoredPayload})
+						_, err = w.GC(context.Background(), shardcache.GCOptions{Check: CheckStoredPayload})
 						w.Close()
 						if err != nil {
 							t.Fatal(err)

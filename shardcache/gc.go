@@ -2,6 +2,7 @@ package shardcache
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -223,7 +224,7 @@ func onDisk(dir string, k Key) uint64 {
 // Objects a pin names are kept (GCResult.Pinned), unless o.DropPins. A
 // member of a pack it would rewrite that is damaged fails it, dry run or
 // not, and nothing is removed.
-func (w *Writer) GC(o GCOptions) (GCResult, error) {
+func (w *Writer) GC(ctx context.Context, o GCOptions) (GCResult, error) {
 	if err := refuseUncommitted(w.dir); err != nil {
 		return GCResult{}, err
 	}
@@ -251,7 +252,7 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 	res.Bytes += w.leftBytes
 	known := knownFiles(w.dir, w.ix, keptPins)
 	if o.DryRun {
-		err := checkRepack(w.dir, w.ix, pl, check)
+		err := checkRepack(ctx, w.dir, w.ix, pl, check)
 		w.mu.Unlock()
 		if err != nil {
 			return res, err
@@ -267,7 +268,7 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 		return res, err
 	}
 	defer rlock.Close()
-	if err := w.unpackLive(pl, check); err != nil {
+	if err := w.unpackLive(ctx, pl, check); err != nil {
 		w.mu.Unlock()
 		return res, err
 	}
@@ -276,7 +277,7 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 		delete(w.ix.Objects, k)
 	}
 	w.mu.Unlock()
-	if err := w.Commit(); err != nil {
+	if err := w.commit(ctx); err != nil {
 		return res, err
 	}
 	for _, p := range dropped {
@@ -292,6 +293,9 @@ func (w *Writer) GC(o GCOptions) (GCResult, error) {
 	keep := knownFiles(w.dir, w.ix, keptPins)
 	w.mu.Unlock()
 	err = walkStrays(w.dir, keep, func(p string, size int64) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: %w", ErrStraysLeft, err)
+		}
 		if !known[p] {
 			res.Files++
 			res.Bytes += uint64(size)
@@ -379,7 +383,7 @@ func countStrays(dir string, known map[string]bool) (files int, bytes uint64, er
 // members a repack would copy (raw ones by their keys, payloads with
 // o.Check where set), failing where GC with the same o would. A cache a
 // writer holds is ErrLocked, as for GC.
-func DryRunGC(dir string, o GCOptions) (GCResult, error) {
+func DryRunGC(ctx context.Context, dir string, o GCOptions) (GCResult, error) {
 	unlock, err := sharedLock(dir)
 	if err != nil {
 		return GCResult{}, err
@@ -409,7 +413,7 @@ func DryRunGC(dir string, o GCOptions) (GCResult, error) {
 	pl := planGC(dir, plan, keptPins)
 	res := pl.res
 	res.Dropped = dropped
-	if err := checkRepack(dir, plan, pl, o.Check); err != nil {
+	if err := checkRepack(ctx, dir, plan, pl, o.Check); err != nil {
 		return res, err
 	}
 	files, bytes, err := countStrays(dir, knownFiles(dir, ix, keptPins))
@@ -492,12 +496,15 @@ func knownFiles(dir string, ix *Index, pins []Pin) map[string]bool {
 // into tmp/ as pending objects, so that Commit writes them into new packs
 // (w.mu held). Their records leave the index until then; the old pack
 // file stays until the new index is committed.
-func (w *Writer) unpackLive(pl gcPlan, check PayloadCheck) error {
+func (w *Writer) unpackLive(ctx context.Context, pl gcPlan, check PayloadCheck) error {
 	files := packFiles{dir: w.dir, open: map[Key]*os.File{}}
 	defer files.close()
 	for k, o := range w.ix.Objects {
 		if !repacked(k, o, pl.used, pl.live, pl.dead) || w.pending[k].path != "" {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		b, err := files.member(k, o, check)
 		if err != nil {
@@ -534,11 +541,14 @@ func repacked(k Key, o *Object, used, live, dead map[Key]bool) bool {
 // checkRepack reads and checks every member of ix that GC would copy into
 // a new pack (pl), as GC does, changing nothing: a dry run fails where GC
 // would.
-func checkRepack(dir string, ix *Index, pl gcPlan, check PayloadCheck) error {
+func checkRepack(ctx context.Context, dir string, ix *Index, pl gcPlan, check PayloadCheck) error {
 	files := packFiles{dir: dir, open: map[Key]*os.File{}}
 	defer files.close()
 	for k, o := range ix.Objects {
 		if repacked(k, o, pl.used, pl.live, pl.dead) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if _, err := files.member(k, o, check); err != nil {
 				return err
 			}

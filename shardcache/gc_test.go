@@ -2,12 +2,16 @@ package shardcache
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,14 +60,14 @@ func TestGCStrays(t *testing.T) {
 	gc := func(dry bool) (GCResult, error) {
 		os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
 		if dry {
-			return DryRunGC(dir, GCOptions{})
+			return DryRunGC(context.Background(), dir, GCOptions{})
 		}
 		w, err := Create(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		return w.GC(GCOptions{})
+		return w.GC(context.Background(), GCOptions{})
 	}
 	stray := filepath.Join(dir, "objects", "ab", strings.Repeat("ab", 32))
 	os.MkdirAll(filepath.Dir(stray), 0o755)
@@ -179,7 +183,7 @@ func TestDryRunGC(t *testing.T) {
 	os.Remove(filepath.Join(dir, LockName)) // a dry run must not make one
 	for _, forget := range [][]string{nil, {"/a"}} {
 		before := snapshot(t, dir)
-		dry, err := DryRunGC(dir, GCOptions{Forget: forget})
+		dry, err := DryRunGC(context.Background(), dir, GCOptions{Forget: forget})
 		if err != nil {
 			t.Fatalf("forget %v: %v", forget, err)
 		}
@@ -191,18 +195,18 @@ func TestDryRunGC(t *testing.T) {
 			t.Errorf("dry run with every source live would remove %d objects", dry.Objects)
 		}
 	}
-	dry, _ := DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
+	dry, _ := DryRunGC(context.Background(), dir, GCOptions{Forget: []string{"/a"}})
 	w, err := Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := DryRunGC(dir, GCOptions{}); !errors.Is(err, ErrLocked) {
+	if _, err := DryRunGC(context.Background(), dir, GCOptions{}); !errors.Is(err, ErrLocked) {
 		t.Errorf("dry run while a writer holds the cache: %v, want ErrLocked", err)
 	}
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(GCOptions{})
+	res, err := w.GC(context.Background(), GCOptions{})
 	w.Close()
 	if err != nil || !reflect.DeepEqual(res, dry) {
 		t.Errorf("gc after the dry run: %+v, %v; the dry run predicted %+v", res, err, dry)
@@ -223,12 +227,12 @@ func TestDryRunGCUncommitted(t *testing.T) {
 	w.Close()
 	os.WriteFile(filepath.Join(dir, "tmp", "object-x"), make([]byte, 500), 0o644)
 	before := snapshot(t, dir)
-	res, err := DryRunGC(dir, GCOptions{})
+	res, err := DryRunGC(context.Background(), dir, GCOptions{})
 	if err != nil || !reflect.DeepEqual(res, GCResult{Files: 1, Bytes: 500}) {
 		t.Errorf("dry run: %+v, %v; want 1 file of 500 bytes", res, err)
 	}
 	sameSnapshot(t, "gc --dry-run", before, snapshot(t, dir))
-	if _, err := DryRunGC(t.TempDir(), GCOptions{}); !errors.Is(err, ErrNotCache) {
+	if _, err := DryRunGC(context.Background(), t.TempDir(), GCOptions{}); !errors.Is(err, ErrNotCache) {
 		t.Errorf("dry run of an empty folder: %v, want ErrNotCache", err)
 	}
 }
@@ -317,7 +321,7 @@ func TestGCWaitsForReaders(t *testing.T) {
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.GC(GCOptions{}); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), dir) {
+	if _, err := w.GC(context.Background(), GCOptions{}); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("gc while a reader has the cache open: %v, want ErrInUse", err)
 	}
 	if n := countFiles(t, filepath.Join(dir, "objects")); n != before || n == 0 {
@@ -350,7 +354,7 @@ func TestGCWaitsForReaders(t *testing.T) {
 	if err := <-opened; err != nil {
 		t.Fatalf("Open after gc let go: %v", err)
 	}
-	res, err := w.GC(GCOptions{})
+	res, err := w.GC(context.Background(), GCOptions{})
 	w.Close()
 	if err != nil || res.Objects == 0 {
 		t.Fatalf("gc with no reader: %+v, %v", res, err)
@@ -371,7 +375,7 @@ func TestGCBytesOnDisk(t *testing.T) {
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
-	dry, err := w.GC(GCOptions{DryRun: true})
+	dry, err := w.GC(context.Background(), GCOptions{DryRun: true})
 	if err != nil || dry.Bytes < size {
 		t.Fatalf("dry run with the object's file in place: %+v, %v; want its %d bytes counted", dry, err, size)
 	}
@@ -382,7 +386,7 @@ func TestGCBytesOnDisk(t *testing.T) {
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(GCOptions{})
+	res, err := w.GC(context.Background(), GCOptions{})
 	if err != nil || res.Objects != dry.Objects || res.Bytes != dry.Bytes-size {
 		t.Errorf("gc with the object's file gone: %+v, %v; want %d objects, %d bytes", res, err, dry.Objects, dry.Bytes-size)
 	}
@@ -403,4 +407,115 @@ func withGap(t *testing.T, w *Writer, a *Source, fill byte) (Key, uint64) {
 	sh.Size += uint64(len(big))
 	sh.Fingerprint = Fingerprint(sh)
 	return k, uint64(len(big))
+}
+
+// stopAfter is a context that ends after its first n checks of Err.
+type stopAfter struct {
+	context.Context
+	n atomic.Int64
+}
+
+func (c *stopAfter) Err() error {
+	if c.n.Add(-1) < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestGCInterrupted: a gc whose context ends at any of its checks
+// returns its error and leaves a cache whose index names only objects it
+// holds, each whole; a gc run again then leaves what one uninterrupted
+// run does.
+func TestGCInterrupted(t *testing.T) {
+	setUp := func() string {
+		w, dir := newWriter(t)
+		a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
+		b, _ := packedSource(t, w, "/b", 2, 400, 500)
+		withGap(t, w, &a, 9)
+		w.SetSource(a)
+		w.SetSource(b)
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		return dir
+	}
+	gc := func(ctx context.Context, dir string) error {
+		w, err := Create(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		// A gc stopped after its commit has forgotten it already.
+		if err := w.Forget("/a"); err != nil && !errors.Is(err, ErrNotFound) {
+			t.Fatal(err)
+		}
+		_, err = w.GC(ctx, GCOptions{})
+		return err
+	}
+	// objects returns what the cache in dir names, each checked.
+	objects := func(what, dir string) []Key {
+		c, err := Open(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		defer c.Close()
+		keys := slices.Sorted(maps.Keys(c.Index().Objects))
+		var packs []Key
+		for _, k := range keys {
+			if _, o, err := c.ReadObject(k); err != nil {
+				t.Errorf("%s: object %s: %v", what, k, err)
+			} else if o.Kind == KindPack {
+				packs = append(packs, k)
+			}
+		}
+		for _, err := range c.CheckPacks(context.Background(), packs, 2) {
+			if err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		}
+		return keys
+	}
+	dir := setUp()
+	before := objects("before gc", dir)
+	if err := gc(context.Background(), dir); err != nil {
+		t.Fatal(err)
+	}
+	want := objects("gc", dir)
+	if len(want) >= len(before) {
+		t.Fatalf("gc removed nothing: %d objects before, %d after", len(before), len(want))
+	}
+	for n := int64(0); ; n++ {
+		dir := setUp()
+		ctx := &stopAfter{Context: context.Background()}
+		ctx.n.Store(n)
+		err := gc(ctx, dir)
+		if err == nil {
+			if n == 0 {
+				t.Fatal("gc checks its context nowhere")
+			}
+			break
+		}
+		what := fmt.Sprintf("gc stopped after %d checks", n)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: %v, want context.Canceled", what, err)
+		}
+		objects(what, dir)
+		// Before its commit the cache is as it was; after it, only files
+		// no index names are left, and the error says so.
+		c, oerr := Open(dir)
+		if oerr != nil {
+			t.Fatal(oerr)
+		}
+		if committed := len(c.Index().Sources) == 1; committed != errors.Is(err, ErrStraysLeft) {
+			t.Errorf("%s: %d checkpoints recorded, error %v", what, len(c.Index().Sources), err)
+		}
+		c.Close()
+		if err := gc(context.Background(), dir); err != nil {
+			t.Fatalf("%s, then run again: %v", what, err)
+		}
+		if got := objects(what+", then run again", dir); !slices.Equal(got, want) {
+			t.Errorf("%s, then run again: the cache names %d objects, an uninterrupted gc's %d", what, len(got), len(want))
+		}
+	}
 }

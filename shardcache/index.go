@@ -72,6 +72,10 @@ var (
 	// their bytes only in their source (compress --self-contained copies
 	// them in).
 	ErrNotSelfContained = errors.New("the cache is not self-contained")
+	// ErrStraysLeft says a gc stopped after it committed the cache's new
+	// index: what it forgot is gone, the files no index names that it had
+	// not removed yet are left for the next gc.
+	ErrStraysLeft = errors.New("gc committed the cache's new index, and left the files it had not removed yet for the next gc")
 )
 
 // Key is a content key: "blake3:" and the hex BLAKE3-256 hash of the raw

@@ -2,6 +2,7 @@ package shardcache
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -387,7 +388,7 @@ func TestLoadStats(t *testing.T) {
 	if err := w.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.GC(GCOptions{}); err != nil {
+	if _, err := w.GC(context.Background(), GCOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()

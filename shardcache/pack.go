@@ -293,7 +293,7 @@ func fileOrder(sh *Shard) []Region {
 
 // packPending writes the pending objects into packs, moves the packs into
 // place and records them and their members (w.mu held).
-func (w *Writer) packPending() error {
+func (w *Writer) packPending(ctx context.Context) error {
 	if len(w.pending) == 0 {
 		return nil
 	}
@@ -308,6 +308,12 @@ func (w *Writer) packPending() error {
 		return err
 	}
 	for _, k := range order {
+		if err := ctx.Err(); err != nil {
+			if pw != nil {
+				pw.abort()
+			}
+			return err
+		}
 		p := w.pending[k]
 		if pw != nil && pw.size+PackAlign+p.meta.Size > packTarget {
 			if err := finish(); err != nil {

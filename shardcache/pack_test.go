@@ -2,6 +2,7 @@ package shardcache
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -144,11 +145,11 @@ func TestGCRepacks(t *testing.T) {
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
 	}
-	dry, err := w.GC(GCOptions{DryRun: true})
+	dry, err := w.GC(context.Background(), GCOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(GCOptions{})
+	res, err := w.GC(context.Background(), GCOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,14 +290,14 @@ func TestGCRefusesDamagedMember(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	_, err = DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
+	_, err = DryRunGC(context.Background(), dir, GCOptions{Forget: []string{"/a"}})
 	refused("a dry run of gc of a pack with a damaged member in use", err)
 	w, err = Create(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	_, err = w.GC(GCOptions{Forget: []string{"/a"}})
+	_, err = w.GC(context.Background(), GCOptions{Forget: []string{"/a"}})
 	refused("gc of a pack with a damaged member in use", err)
 	w.Close()
 	after := snapshot(t, dir)
@@ -310,12 +311,12 @@ func TestGCRefusesDamagedMember(t *testing.T) {
 	if err := os.Truncate(loc.Path, int64(loc.Offset)+3); err != nil {
 		t.Fatal(err)
 	}
-	_, err = DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
+	_, err = DryRunGC(context.Background(), dir, GCOptions{Forget: []string{"/a"}})
 	refused("gc of a pack cut short", err)
 	if err := os.Remove(loc.Path); err != nil {
 		t.Fatal(err)
 	}
-	_, err = DryRunGC(dir, GCOptions{Forget: []string{"/a"}})
+	_, err = DryRunGC(context.Background(), dir, GCOptions{Forget: []string{"/a"}})
 	refused("gc of a pack that is gone", err)
 }
 

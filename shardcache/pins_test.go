@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func TestPins(t *testing.T) {
 	if err := w.Pin("pull-1", "an unfinished pull of r", append(keys[:2:2], loose)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(GCOptions{})
+	res, err := w.GC(context.Background(), GCOptions{})
 	if err != nil || res.Objects != 1 || res.Files != 0 || res.Pinned != 2 || len(res.Pins) != 1 || res.Pins[0].Name != "pull-1" || res.Pins[0].Note != "an unfinished pull of r" {
 		t.Fatalf("gc with a pin of 2 of 3 unreferenced objects and a file no index names: %+v, %v", res, err)
 	}
@@ -49,14 +50,14 @@ func TestPins(t *testing.T) {
 	}
 	bad := filepath.Join(dir, PinsDir, "junk")
 	os.WriteFile(bad, []byte("# a note\nnot a key\n"), 0o644)
-	if _, err := w.GC(GCOptions{}); !errors.Is(err, ErrPinCorrupt) || !strings.Contains(err.Error(), bad) {
+	if _, err := w.GC(context.Background(), GCOptions{}); !errors.Is(err, ErrPinCorrupt) || !strings.Contains(err.Error(), bad) {
 		t.Fatalf("gc with a malformed pin: %v", err)
 	}
-	if _, err := DryRunGC(dir, GCOptions{}); err == nil {
+	if _, err := DryRunGC(context.Background(), dir, GCOptions{}); err == nil {
 		t.Fatal("dry run with a malformed pin")
 	}
 	// DropPins drops the malformed pin too (it had to be removed by hand).
-	res, err = w.GC(GCOptions{DropPins: true})
+	res, err = w.GC(context.Background(), GCOptions{DropPins: true})
 	if err != nil || res.Objects != 2 || res.Files != 1 || res.Pinned != 0 || len(res.Pins) != 0 || len(res.Dropped) != 2 {
 		t.Fatalf("gc after DropPins: %+v, %v", res, err)
 	}
@@ -78,11 +79,11 @@ func TestPins(t *testing.T) {
 func TestGCDryRunForgetsNothing(t *testing.T) {
 	w, dir, _, _ := sharedPack(t)
 	defer w.Close()
-	res, err := w.GC(GCOptions{DryRun: true, Forget: []string{"/a"}})
+	res, err := w.GC(context.Background(), GCOptions{DryRun: true, Forget: []string{"/a"}})
 	if err != nil || res.Objects == 0 {
 		t.Fatalf("dry run forgetting /a: %+v, %v", res, err)
 	}
-	if _, err := w.GC(GCOptions{Forget: []string{"/a", "/nowhere"}}); err == nil {
+	if _, err := w.GC(context.Background(), GCOptions{Forget: []string{"/a", "/nowhere"}}); err == nil {
 		t.Fatal("gc forgetting a checkpoint the cache does not hold")
 	}
 	if err := w.Commit(); err != nil {

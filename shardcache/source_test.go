@@ -77,7 +77,7 @@ func TestSingleFilesShareAFolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.GC(shardcache.GCOptions{})
+	res, err := w.GC(context.Background(), shardcache.GCOptions{})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -533,14 +534,21 @@ func (w *Writer) SetSource(s Source) {
 // renames it over the old one. Where Has could not check an object an
 // earlier run stored (not a damaged one: an error reading it) it commits
 // nothing and returns that error.
-func (w *Writer) Commit() (err error) {
+func (w *Writer) Commit() error { return w.commit(context.Background()) }
+
+// commit is Commit, given up when ctx ends before the index is written
+// (the packs it wrote by then are strays that the next writer removes).
+func (w *Writer) commit(ctx context.Context) (err error) {
 	defer func() { err = w.cacheError(err) }()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.checkErr != nil {
 		return w.checkErr
 	}
-	if err := w.packPending(); err != nil {
+	if err := w.packPending(ctx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := w.ix.check(); err != nil {

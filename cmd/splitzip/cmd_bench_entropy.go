@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -46,7 +47,7 @@ Memory: the largest tensor, a few times over.`,
 			if err := cmd.Context().Err(); err != nil {
 				return err
 			}
-			return runBenchEntropy(g, o, a)
+			return runBenchEntropy(cmd.Context(), g, o, a)
 		},
 	}
 	cmd.Flags().BoolVar(&o.Synthetic, "synthetic", false, "study a 64 MiB N(0, 0.02) BF16 tensor and its casts")
@@ -54,7 +55,7 @@ Memory: the largest tensor, a few times over.`,
 	return cmd
 }
 
-func runBenchEntropy(g *globals, o entropyOptions, sources []string) error {
+func runBenchEntropy(ctx context.Context, g *globals, o entropyOptions, sources []string) error {
 	st := entstudy.New()
 	if o.Synthetic {
 		raw := synth.Normal(rand.New(rand.NewPCG(20261201, 12)), 32<<20, 0.02)
@@ -71,7 +72,7 @@ func runBenchEntropy(g *globals, o entropyOptions, sources []string) error {
 			return err
 		}
 		for _, sh := range ck.Shards {
-			if err := studyShard(st, sh, o.Cast); err != nil {
+			if err := studyShard(ctx, st, sh, o.Cast); err != nil {
 				return err
 			}
 		}
@@ -94,8 +95,9 @@ func runBenchEntropy(g *globals, o entropyOptions, sources []string) error {
 	return tw.Flush()
 }
 
-// studyShard adds every float tensor of a shard, read one at a time.
-func studyShard(st *entstudy.Study, sh *checkpoint.Shard, cast bool) error {
+// studyShard adds every float tensor of a shard, read one at a time,
+// until ctx ends.
+func studyShard(ctx context.Context, st *entstudy.Study, sh *checkpoint.Shard, cast bool) error {
 	f, err := os.Open(sh.Path)
 	if err != nil {
 		return err
@@ -106,6 +108,9 @@ func studyShard(st *entstudy.Study, sh *checkpoint.Shard, cast bool) error {
 		case "BF16", "F16", "F32", "F8_E4M3", "F8_E5M2":
 		default:
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		raw := make([]byte, t.Size())
 		if _, err := f.ReadAt(raw, int64(t.Begin)); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -39,7 +40,7 @@ opening the cache to closing it), and a pack it would rewrite whose
 members still in use are damaged.
 --dry-run changes nothing, and works on a read-only cache.`,
 		Args: localCache(args(cobra.ExactArgs(1))),
-		RunE: func(cmd *cobra.Command, a []string) error { return runGC(g, o, a[0]) },
+		RunE: func(cmd *cobra.Command, a []string) error { return runGC(cmd.Context(), g, o, a[0]) },
 	}
 	cmd.Flags().BoolVarP(&o.DryRun, "dry-run", "n", false, "only report what would be removed")
 	cmd.Flags().StringArrayVar(&o.Forget, "forget", nil, "drop the record of the checkpoint compressed from this path first (repeatable)")
@@ -47,7 +48,7 @@ members still in use are damaged.
 	return cmd
 }
 
-func runGC(g *globals, o gcOptions, dir string) error {
+func runGC(ctx context.Context, g *globals, o gcOptions, dir string) error {
 	for _, f := range o.Forget {
 		if strings.HasPrefix(f, "-") {
 			// "--forget --json" takes --json for the path: say so.
@@ -75,7 +76,10 @@ func runGC(g *globals, o gcOptions, dir string) error {
 			o.Forget = once
 		}
 	}
-	res, err := gc(o, dir)
+	res, err := gc(ctx, o, dir)
+	if errors.Is(err, shardcache.ErrStraysLeft) {
+		fmt.Fprintf(g.stderr, "note: %v\n", shardcache.ErrStraysLeft) // the error itself says it was interrupted
+	}
 	if err != nil {
 		return err
 	}
@@ -111,11 +115,11 @@ func runGC(g *globals, o gcOptions, dir string) error {
 }
 
 // gc runs gc, or its dry run, which opens nothing for writing.
-func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
+func gc(ctx context.Context, o gcOptions, dir string) (shardcache.GCResult, error) {
 	// Payload members a repack copies are checked as loads check them.
 	opts := shardcache.GCOptions{DryRun: o.DryRun, Forget: o.Forget, DropPins: o.Unfinished, Check: pipeline.CheckStoredPayload}
 	if o.DryRun {
-		return shardcache.DryRunGC(dir, opts)
+		return shardcache.DryRunGC(ctx, dir, opts)
 	}
 	if !shardcache.IsCache(dir) {
 		// Open says why: missing, not a directory, or not a cache.
@@ -130,7 +134,7 @@ func gc(o gcOptions, dir string) (shardcache.GCResult, error) {
 		return shardcache.GCResult{}, err
 	}
 	defer w.Close()
-	return w.GC(opts)
+	return w.GC(ctx, opts)
 }
 
 // pinNotes says what pins keep objects for, one after another.
