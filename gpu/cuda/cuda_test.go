@@ -3,6 +3,8 @@ package cuda
 import (
 	"bytes"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -24,10 +26,33 @@ func requireGPU(t *testing.T) *Context {
 	return c
 }
 
+// TestNoDriver: a library that is not there is ErrNoDriver, and the
+// message keeps the loader's reason every time, with other goroutines
+// busy (dlerror's message is per thread: read on another, it was empty
+// about one time in eight).
 func TestNoDriver(t *testing.T) {
-	_, err := Open(WithLibraryPath("/nonexistent/libcuda.so.1"))
-	if !errors.Is(err, ErrNoDriver) {
-		t.Fatalf("missing library: %v", err)
+	stop := make(chan struct{})
+	defer close(stop)
+	for range runtime.GOMAXPROCS(0) * 2 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	for range 200 {
+		_, err := Open(WithLibraryPath("/nonexistent/libcuda.so.1"))
+		if !errors.Is(err, ErrNoDriver) {
+			t.Fatalf("missing library: %v", err)
+		}
+		if !strings.Contains(err.Error(), "No such file") {
+			t.Fatalf("missing library: %q, want the loader's reason", err)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -135,10 +136,17 @@ func Open(opts ...Option) (*Library, error) {
 	if l, ok := libCache[o.path]; ok {
 		return l, nil
 	}
+	// dlerror's message is the calling thread's: read on another, it is
+	// empty.
+	runtime.LockOSThread()
 	h, err := purego.Dlopen(o.path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	runtime.UnlockOSThread()
 	if err != nil {
 		// dlerror names the file it could not open; say it once.
 		msg := err.Error()
+		if strings.TrimSpace(msg) == "" {
+			msg = "the dynamic loader gave no reason"
+		}
 		if !strings.HasPrefix(msg, o.path) {
 			msg = "loading " + o.path + ": " + msg
 		}
