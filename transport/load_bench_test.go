@@ -16,7 +16,7 @@ import (
 
 // benchCache generates the checkpoint cfg describes and compresses it with
 // opts into a temporary cache.
-func benchCache(b *testing.B, cfg synth.Config, opts pipeline.CompressOptions) (*shardcache.Cache, *shardcache.Source) {
+func benchCache(b testing.TB, cfg synth.Config, opts pipeline.CompressOptions) (*shardcache.Cache, *shardcache.Source) {
 	b.Helper()
 	dir := b.TempDir()
 	src := filepath.Join(dir, "ck")

@@ -211,12 +211,15 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 				out[i] = errFence{&Error{Tensor: b.Name, Err: err}}
 				continue
 			case fromPayload && int64(b.Size) <= z.opts.SmallBytes:
-				small = append(small, z.hostItem(i, b, hit))
+				path := PathEntropyPacked
 				if z.opts.HostEntropy {
-					ps.add(PathEntropyHost, b)
-				} else {
-					ps.add(PathEntropyPacked, b)
+					path = PathEntropyHost
 				}
+				small = append(small, z.hostItem(i, b, hit))
+				if present {
+					z.throughSource(pr, &small[len(small)-1], path)
+				}
+				ps.add(path, b)
 				continue
 			case fromPayload:
 				targets = append(targets, target{i, b, hit, true})
@@ -254,7 +257,10 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 			zs = append(zs, t) // planned into regions together, below
 			continue
 		}
-		small, targets = z.placeFixed(t, small, targets)
+		n := len(small)
+		if small, targets = z.placeFixed(t, small, targets); len(small) > n && present {
+			z.throughSource(pr, &small[n], PathFixed)
+		}
 	}
 	// With resident packs, small payloads and streamed ones alike go
 	// into regions; those of whole regions are uploaded a region at a
@@ -274,6 +280,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	}
 	if len(packs) == 0 && len(others) == 0 && len(targets) == 0 {
 		z.pack.upload(ctx, small, out) // a batch of small tensors only
+		ps.through(small)
 		return out
 	}
 	var wg sync.WaitGroup
@@ -313,7 +320,21 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 	}
 	close(work)
 	wg.Wait()
+	ps.through(small)
 	return out
+}
+
+// throughSource gives it, a small payload's item, its tensor's source
+// slice as pr reads it, so that the packer may read it raw from there
+// where its neighbours' reads pass over it (readThrough). Not where
+// payloads stay resident: those keep what they stage for later faults.
+func (z *Payloads) throughSource(pr PackReader, it *smallItem, from Path) {
+	if pr == nil || it.file == "" || z.opts.Resident || z.opts.DeviceResident {
+		return
+	}
+	if src := pr.PackSource(it.b); src.File != "" {
+		it.src, it.srcOff, it.from = src.File, src.Offset, from
+	}
 }
 
 // placeFixed adds a fixed payload to a batch: a small one to the packer's

@@ -91,6 +91,18 @@ func (ps *paths) add(p Path, b *vmm.Binding) {
 	ps[p].Bytes += b.Size
 }
 
+// through moves the items the packer read through (readThrough) from
+// their payload's path to the raw one.
+func (ps *paths) through(items []smallItem) {
+	for k := range items {
+		if it := &items[k]; it.through {
+			ps[it.from].Tensors--
+			ps[it.from].Bytes -= it.b.Size
+			ps.add(PathRaw, it.b)
+		}
+	}
+}
+
 // addTo adds ps to s (its owner's lock held).
 func (ps *paths) addTo(s *Stats) {
 	for k := range ps {

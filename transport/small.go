@@ -69,6 +69,14 @@ type smallItem struct {
 	// fill, for an item not read from a file, writes the stored bytes
 	// into dst and, for a payload, returns its checked header.
 	fill func(dst []byte) (*codec.Header, error)
+	// src and srcOff, for a payload whose source is present, are its
+	// tensor's raw bytes there; from is the payload's path. The packer
+	// reads such an item raw from its source (through set) where its
+	// staged reads pass over those bytes anyway (readThrough).
+	src     string
+	srcOff  uint64
+	from    Path
+	through bool
 }
 
 // payloadError says where the payload of it lies whose check failed with
@@ -309,6 +317,81 @@ func planPacks(items []smallItem) []*plan {
 	return append(plans, pl)
 }
 
+// readThrough changes each payload item with a source (smallItem.src)
+// whose raw bytes a staged read of plans passes over anyway (a gap of at
+// most maxGap between its raw neighbours in a shard), or lie next to one
+// (no more than maxGap bytes of tensor and gap before its start or past
+// its end: less than a read of its own costs), into that raw item, read
+// through: its payload's read, check and decode are not paid. It returns
+// how many it changed; plans, laid out before, no longer fit them. A
+// shard's neighbours mirrored in staging keep their 16-byte places (an
+// item that would break them is left a payload); a bounced read takes
+// any, up to bounceBytes.
+func readThrough(items []smallItem, plans []*plan) int {
+	if !slices.ContainsFunc(items, func(it smallItem) bool { return it.src != "" }) {
+		return 0
+	}
+	// The staged reads of source files, in file order (as planned),
+	// widened as items join them.
+	var reads []stagedRead
+	for _, pl := range plans {
+		for _, r := range pl.reads {
+			if !r.cached {
+				reads = append(reads, r)
+			}
+		}
+	}
+	n := 0
+	// Until a pass changes nothing: an item that joined a read's edge
+	// brings the next one within reach.
+	for changed := true; changed; {
+		changed = false
+		for k := range items {
+			it := &items[k]
+			if it.src == "" || it.file == "" {
+				continue
+			}
+			// The last read of its source starting at or before it, and
+			// the one after.
+			j, _ := slices.BinarySearchFunc(reads, it, func(r stagedRead, it *smallItem) int {
+				return cmp.Or(strings.Compare(r.file, it.src), cmp.Compare(r.off, it.srcOff+1))
+			})
+			if !(j > 0 && reads[j-1].take(it) || j < len(reads) && reads[j].take(it)) {
+				continue
+			}
+			*it = smallItem{i: it.i, b: it.b, stored: it.b.Size, file: it.src, off: it.srcOff, from: it.from, through: true}
+			n++
+			changed = true
+		}
+	}
+	return n
+}
+
+// take says whether a read planned of r's file would take it's source
+// bytes along (readThrough): within r, or next to it; r is widened to
+// them.
+func (r *stagedRead) take(it *smallItem) bool {
+	lo, hi, end := it.srcOff, it.srcOff+it.b.Size, r.off+r.n
+	if r.file != it.src {
+		return false
+	}
+	switch {
+	case r.bounce && max(hi, end)-min(lo, r.off) > bounceBytes:
+		return false
+	case !r.bounce && (max(lo, r.off)-min(lo, r.off))%16 != 0:
+		return false // its slot or the read's would lose its 16-byte place
+	case lo >= r.off && hi <= end:
+		return true
+	case lo >= end && hi-end <= maxGap:
+		r.n = hi - r.off
+		return true
+	case hi <= r.off && r.off-lo <= maxGap:
+		r.off, r.n = lo, end-lo
+		return true
+	}
+	return false
+}
+
 // fileOrder orders items by file (those with none last), then offset.
 func fileOrder(a, b *smallItem) int {
 	switch {
@@ -372,13 +455,45 @@ func sortItems(items []smallItem) {
 		next[j]++
 	}
 	for _, j := range order {
-		g := grouped[start[j] : start[j]+counts[j]]
-		if files[j] != "" && !slices.IsSortedFunc(g, func(a, b smallItem) int { return cmp.Compare(a.off, b.off) }) {
-			slices.SortStableFunc(g, func(a, b smallItem) int { return cmp.Compare(a.off, b.off) })
+		if files[j] != "" {
+			sortOffsets(grouped[start[j]:start[j]+counts[j]], items[start[j]:start[j]+counts[j]])
 		}
 	}
 	copy(items, grouped)
 	putItems(tmp, grouped)
+}
+
+// byOffset orders items of one file by offset.
+func byOffset(a, b smallItem) int { return cmp.Compare(a.off, b.off) }
+
+// sortOffsets sorts g, the items of one file, by offset, stably, with
+// spare (as long) to merge in: a group is most often sorted already, or
+// two sorted runs (items read through, readThrough, after the shard's
+// own), merged in one pass.
+func sortOffsets(g, spare []smallItem) {
+	d := 1
+	for d < len(g) && g[d-1].off <= g[d].off {
+		d++
+	}
+	switch {
+	case d >= len(g):
+		return
+	case !slices.IsSortedFunc(g[d:], byOffset):
+		slices.SortStableFunc(g, byOffset)
+		return
+	}
+	a, b, k := 0, d, 0
+	for a < d && b < len(g) {
+		if g[b].off < g[a].off {
+			spare[k], b = g[b], b+1
+		} else {
+			spare[k], a = g[a], a+1
+		}
+		k++
+	}
+	k += copy(spare[k:], g[a:d])
+	copy(spare[k:], g[b:])
+	copy(g, spare)
 }
 
 // upload packs items and sets their fences in out.
@@ -396,6 +511,9 @@ func (p *packer) upload(ctx context.Context, items []smallItem, out []Fence) {
 	// are packs (a layer's small tensors often make one, sent from this
 	// goroutine).
 	plans := planPacks(items)
+	if readThrough(items, plans) > 0 {
+		plans = planPacks(items)
+	}
 	send := func(pl *plan) {
 		if err := ctx.Err(); err != nil {
 			for _, it := range pl.items {
@@ -680,7 +798,8 @@ func (p *packer) stage(pl *plan, buf []byte, base uint64) *staged {
 			}
 		})
 	}
-	for k, it := range pl.items {
+	for k := range pl.items {
+		it := &pl.items[k] // not a copy: one a goroutine keeps is allocated
 		if it.file != "" {
 			continue
 		}
@@ -720,10 +839,11 @@ func (p *packer) send(ctx context.Context, pl *plan, out []Fence) {
 	st := p.stage(pl, s.buf, base)
 	defer st.put()
 	its, ents := st.its, st.ents
-	for k, it := range pl.items {
+	for k := range pl.items {
+		it := &pl.items[k]
 		switch {
 		case st.errs[k] == errFallback && p.fallback != nil:
-			falls = append(falls, &pl.items[k])
+			falls = append(falls, it)
 		case st.errs[k] != nil:
 			out[it.i] = errFence{&Error{Tensor: it.b.Name, Err: st.errs[k]}}
 		case st.ent[k] != nil:
@@ -754,7 +874,8 @@ func (p *packer) send(ctx context.Context, pl *plan, out []Fence) {
 	// One fence an item naming it, allocated together.
 	fs := make([]wrapFence, n)
 	j := 0
-	for k, it := range pl.items {
+	for k := range pl.items {
+		it := &pl.items[k]
 		switch {
 		case st.errs[k] != nil:
 		case err != nil:

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -438,8 +439,13 @@ func TestSortItems(t *testing.T) {
 				items[k].file = fmt.Sprintf("f%02d", f)
 			}
 			items[k].off = uint64(rng.IntN(50))
-			if r%2 == 0 {
+			switch r % 3 {
+			case 0:
 				items[k].off = uint64(k) // in offset order within each file
+			case 1:
+				// Two runs in offset order (items read through after a
+				// shard's own), equal offsets in both.
+				items[k].off = uint64(k % (n/2 + 1))
 			}
 			items[k].i = k
 		}
@@ -451,6 +457,69 @@ func TestSortItems(t *testing.T) {
 				t.Fatalf("run %d (%d files, %d items): item %d is %d, want %d", r, nf, n, k, items[k].i, want[k].i)
 			}
 		}
+	}
+}
+
+// TestReadThrough: a payload item whose tensor's source bytes lie within
+// a staged read of its shard, or next to one, becomes that raw item,
+// joining the read (a mirrored one where it keeps 16-byte places, a
+// bounced one anyway); one farther than maxGap, or misaligned in a
+// mirrored read, stays a payload; the reads of the plans laid out again
+// are the shard's, widened, and the pack's without the items read
+// through.
+func TestReadThrough(t *testing.T) {
+	raw := func(off, n uint64) smallItem {
+		return smallItem{b: &vmm.Binding{Spec: vmm.Spec{Size: n}}, stored: n, file: "s", off: off}
+	}
+	payload := func(pack, stored, src, size uint64) smallItem {
+		return smallItem{b: &vmm.Binding{Spec: vmm.Spec{Size: size}}, stored: stored, file: "p", off: pack, cached: true, check: &Payloads{}, src: "s", srcOff: src, from: PathFixed}
+	}
+	items := []smallItem{
+		raw(0, 48), raw(96, 32), // a mirrored read s@0+128
+		raw(40000, 16), raw(40032, 16), // a mirrored read s@40000+48
+		raw(80000, 8), raw(80012, 4), // a bounced read s@80000+16
+		payload(0, 36, 48, 48),      // within s@0+128, aligned: read through
+		payload(48, 12, 128, 16),    // just past its end: read through
+		payload(64, 6, 40020, 8),    // within s@40000+48, misaligned: a payload
+		payload(80, 4, 80008, 4),    // within the bounced read: read through
+		payload(96, 10, 39984, 16),  // just before s@40000+48: read through
+		payload(112, 10, 20000, 16), // farther than maxGap from either: a payload
+	}
+	reads := func(pls []*plan) []string {
+		var got []string
+		for _, pl := range pls {
+			for _, r := range pl.reads {
+				got = append(got, fmt.Sprintf("%s@%d+%d", r.file, r.off, r.n))
+			}
+		}
+		return got
+	}
+	if n := readThrough(items, planPacks(items)); n != 4 {
+		t.Errorf("%d items read through, want 4", n)
+	}
+	through := map[uint64]bool{}
+	for _, it := range items {
+		if it.through {
+			through[it.off] = true
+			if it.file != "s" || it.stored != it.b.Size || it.check != nil || it.cached || it.from != PathFixed {
+				t.Errorf("item read through: %+v", it)
+			}
+		}
+	}
+	if !through[48] || !through[128] || !through[80008] || !through[39984] {
+		t.Errorf("read through: %v, want s@48, s@128, s@80008 and s@39984", through)
+	}
+	got := reads(planPacks(items))
+	want := []string{"p@64+58", "s@0+144", "s@39984+64", "s@80000+16"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("reads %v, want %v", got, want)
+	}
+	// Nothing with a source: nothing changes.
+	items = []smallItem{raw(0, 48), payload(0, 36, 48, 48)}
+	items[1].src = ""
+	if n := readThrough(items, planPacks(items)); n != 0 {
+		t.Errorf("%d items without a source read through", n)
 	}
 }
 
@@ -615,5 +684,52 @@ func TestReadStagedParts(t *testing.T) {
 	err := p.readStaged(stagedRead{file: path, off: splitReadBytes, n: 3 * splitReadBytes}, make([]byte, 3*splitReadBytes))
 	if !errors.Is(err, ErrShortRead) {
 		t.Errorf("a read past the end: %v, want ErrShortRead", err)
+	}
+}
+
+// TestReadThroughLoads: loads of checkpoints of tiny tensors, payloads
+// (fixed; entropy) between raw ones in a shard, land every tensor bit for
+// bit; payloads whose bytes the shard's reads pass over come raw from the
+// source (counted as raw); with the payloads kept resident, none is read
+// through.
+func TestReadThroughLoads(t *testing.T) {
+	for _, codec := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
+		t.Run(cmp.Or(codec, "fixed"), func(t *testing.T) {
+			c, src := benchCache(t, synth.Config{Tiny: 600, Shards: 1, Seed: 21}, pipeline.CompressOptions{Codec: codec})
+			stored := map[string]int{}
+			for _, tn := range src.Shards[0].Tensors {
+				stored[tn.Stored]++
+			}
+			if stored[shardcache.StoredRaw] == 0 || stored[shardcache.StoredRaw] == len(src.Shards[0].Tensors) {
+				t.Fatalf("fixture: %v, want payloads and raw tensors", stored)
+			}
+			for _, resident := range []bool{false, true} {
+				eng := hostengine.New(2)
+				t.Cleanup(func() { eng.Close() })
+				a, tr, st := stack(t, eng, c, mustSpecs(t, c, src), RawOptions{Readers: 3}, &PayloadOptions{Readers: 3, Resident: resident})
+				for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
+					if err != nil {
+						t.Fatalf("resident %v: %s: %v", resident, a.Bindings()[i].Name, err)
+					}
+				}
+				if err := CheckArena(eng, a.Bindings(), src); err != nil {
+					t.Fatalf("resident %v: %v", resident, err)
+				}
+				paths := tr.(*Payloads).Stats().Paths
+				var n uint64
+				for _, p := range paths {
+					n += p.Tensors
+				}
+				through := int(paths[PathRaw].Tensors) - stored[shardcache.StoredRaw]
+				switch {
+				case n != uint64(len(a.Bindings())):
+					t.Errorf("resident %v: paths %+v count %d tensors of %d", resident, paths, n, len(a.Bindings()))
+				case resident && through != 0:
+					t.Errorf("resident %v: %d payloads read through", resident, through)
+				case !resident && through < len(a.Bindings())/10:
+					t.Errorf("%d payloads of %d read through, want most", through, len(a.Bindings())-stored[shardcache.StoredRaw])
+				}
+			}
+		})
 	}
 }
