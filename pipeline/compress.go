@@ -419,10 +419,29 @@ func compressTensors(ctx context.Context, w *shardcache.Writer, shards []*shardJ
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
+	if len(errs) > 0 {
+		return firstOf(errs)
 	}
 	return ctx.Err()
+}
+
+// firstOf returns the first of jobs' errors, saying how many more jobs
+// failed (a full disk fails every job writing at the time); errors of
+// jobs stopped by the first one's failure are not counted.
+func firstOf(errs []error) error {
+	more := 0
+	for _, err := range errs[1:] {
+		if !errors.Is(err, context.Canceled) {
+			more++
+		}
+	}
+	if more == 0 {
+		return errs[0]
+	}
+	if more == 1 {
+		return fmt.Errorf("%w (and 1 more tensor failed too)", errs[0])
+	}
+	return fmt.Errorf("%w (and %d more tensors failed too)", errs[0], more)
 }
 
 // finish checks that the shard did not change while it was read, and

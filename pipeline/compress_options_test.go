@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/splitzip/splitzip/shardcache"
@@ -204,4 +205,26 @@ func TestCompressProgressSums(t *testing.T) {
 		}
 	}
 	t.Logf("%d configurations", n)
+}
+
+// TestFirstOf: jobs' errors are reported as the first, with how many more
+// jobs failed, not counting those the first one's failure stopped.
+func TestFirstOf(t *testing.T) {
+	full := &TensorError{File: "a.safetensors", Tensor: "w", Err: syscall.ENOSPC}
+	stopped := &TensorError{File: "b.safetensors", Tensor: "x", Err: context.Canceled}
+	other := &TensorError{File: "b.safetensors", Tensor: "y", Err: syscall.ENOSPC}
+	for _, c := range []struct {
+		errs []error
+		want string
+	}{
+		{[]error{full}, full.Error()},
+		{[]error{full, stopped}, full.Error()},
+		{[]error{full, stopped, other}, full.Error() + " (and 1 more tensor failed too)"},
+		{[]error{full, other, other}, full.Error() + " (and 2 more tensors failed too)"},
+	} {
+		err := firstOf(c.errs)
+		if err.Error() != c.want || !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("%v: %q, want %q", c.errs, err, c.want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -307,4 +308,26 @@ func FuzzConformance(f *testing.F) {
 			t.Fatalf("error %v is not a format error", err)
 		}
 	})
+}
+
+// TestNotSafetensors: a file of another kind (text, random bytes, too
+// short for a length) is a FormatError that says it is not a safetensors
+// file; a safetensors file whose header length alone is wrong is not
+// called another kind.
+func TestNotSafetensors(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		b     []byte
+		other bool
+	}{
+		{"text", []byte("# A README\n\nsplitzip makes model weights smaller.\n"), true},
+		{"short", []byte("hello\n"), true},
+		{"eight", []byte("12345678"), true},
+		{"length-past-end", append(binary.LittleEndian.AppendUint64(nil, 1000), []byte(`{"a":1}`)...), false},
+	} {
+		_, err := Read(bytes.NewReader(c.b), int64(len(c.b)), c.name)
+		if !errors.Is(err, ErrFormat) || strings.Contains(err.Error(), "not a safetensors file") != c.other {
+			t.Errorf("%s: %v (another kind of file: %v)", c.name, err, c.other)
+		}
+	}
 }

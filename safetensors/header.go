@@ -126,18 +126,25 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		return &FormatError{File: name, Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
 	}
 	if size < 8 {
-		return nil, bad("", "%d bytes, too short for the 8-byte header length", size)
+		return nil, bad("", "not a safetensors file: %d bytes, too short for the 8-byte header length", size)
 	}
-	var lb [8]byte
-	if _, err := r.ReadAt(lb[:], 0); err != nil {
+	var lb [9]byte
+	n, err := r.ReadAt(lb[:min(size, 9)], 0)
+	if n < min(int(size), 9) {
 		return nil, fmt.Errorf("%s: reading header length: %w", name, err)
 	}
-	hlen := binary.LittleEndian.Uint64(lb[:])
+	hlen := binary.LittleEndian.Uint64(lb[:8])
+	// A file of another kind (a text, a pickle) gives a length that
+	// makes no sense: say what it is, then why.
+	what := ""
+	if size == 8 || lb[8] != '{' {
+		what = "not a safetensors file (no JSON header after its first 8 bytes): "
+	}
 	if hlen > MaxHeaderSize {
-		return nil, bad("", "header length %d exceeds the limit of %d", hlen, MaxHeaderSize)
+		return nil, bad("", "%sheader length %d exceeds the limit of %d", what, hlen, MaxHeaderSize)
 	}
 	if 8+hlen > uint64(size) {
-		return nil, bad("", "header length %d runs past the end of the %d-byte file", hlen, size)
+		return nil, bad("", "%sheader length %d runs past the end of the %d-byte file", what, hlen, size)
 	}
 	head := make([]byte, 8+hlen)
 	if _, err := r.ReadAt(head, 0); err != nil {

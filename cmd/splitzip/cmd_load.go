@@ -114,7 +114,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Streams, "streams", load.DefaultStreams, "upload streams")
 	f.IntVar(&o.Ahead, "ahead", load.DefaultAhead, "layer groups faulted in at once (a loader prefetching layers)")
 	f.BoolVar(&o.Times, "device-times", false, "time copies and decodes on the device with CUDA events (two events per operation; on the H200 this costs up to a quarter of a many-tensor load's rate)")
-	f.StringVar(&o.Pinned, "pinned-limit", fmt.Sprintf("%dMiB", transport.DefaultPinnedLimit>>20), fmt.Sprintf("cap on pinned staging memory (not resident bytes; %dMiB for a remote cache streamed); 0 for none", load.RemotePinnedLimit>>20))
+	f.StringVar(&o.Pinned, "pinned-limit", fmt.Sprintf("%dMiB", transport.DefaultPinnedLimit>>20), fmt.Sprintf("cap on pinned staging memory (not resident bytes; %dMiB for a remote cache streamed); 0 for none; at least the smallest staging the other settings need (40 MiB with the defaults)", load.RemotePinnedLimit>>20))
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes for loads from local files that keep no copy resident, else 256 KiB; -1: never; entropy payloads by their tensors' size, packed and decoded by one launch a pack)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
@@ -225,6 +225,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	}
 	if o.Small > transport.MaxSmallBytes {
 		return usageError{fmt.Errorf("--small-bytes is at most %d (a pack holds two tensors or more)", transport.MaxSmallBytes)}
+	}
+	if o.DeviceResident && (o.Raw || o.Resident) {
+		return usageError{errors.New("--device-resident keeps payloads compressed in device memory: not with --raw or --resident")}
 	}
 	if o.Share {
 		if o.Raw || o.Compare > 0 || o.DeviceResident || o.residentOff {
@@ -399,8 +402,8 @@ func packing(n int64) string {
 
 func printLoad(g *globals, r *load.Report) {
 	for i, run := range r.Runs {
-		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %d tensors, %s in %v = %.1f GB/s, %.1f µs a tensor; first layer ready after %v\n",
-			r.Mode, r.Device, i+1, r.Tensors, human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,
+		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %s, %s in %v = %.1f GB/s, %.1f µs a tensor; first layer ready after %v\n",
+			r.Mode, r.Device, i+1, count(int(r.Tensors), "tensor"), human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,
 			float64(run.PerTensor)/1e3, run.FirstLayer.Round(time.Microsecond))
 		if d := run.Device; d != (engine.DeviceTimes{}) {
 			fmt.Fprintf(g.stdout, "  device busy: copies %v, decodes and scatters %v (%v of it with no copy running)\n",

@@ -106,6 +106,9 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	if errors.Is(err, shardcache.ErrIndexCorrupt) && localIndex(err) {
 		msg += " (" + indexHint + ")"
 	}
+	if errors.Is(err, shardcache.ErrLocked) {
+		msg += " (another splitzip command is writing to it: run this one when that ends; a killed run's lock ends with its process)"
+	}
 	switch kind {
 	case failure.Usage:
 		name := "splitzip"

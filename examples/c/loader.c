@@ -1,7 +1,8 @@
 /*
  * A loader in C: opens a splitzip cache, looks every tensor up by name,
  * reads its original bytes into host memory and prints a line per tensor
- * (name, dtype, bytes, FNV-1a 64 of the bytes). With a CUDA device, a
+ * (name, dtype, bytes, FNV-1a 64 of the bytes, and 1 where the cache holds
+ * it compressed, else 0). With a CUDA device, a
  * loader uploads into device memory it owns instead, all tensors at once:
  *
  *   uint64_t idx[N], dst[N], cap[N];  // tensor indices, device pointers, sizes

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ._lib import Cache, Error
+from ._lib import Cache, Error, error
 
 # MAX_BATCH is the most rows of input one launch multiplies.
 MAX_BATCH = 16
@@ -112,6 +112,10 @@ class FixedLinear(torch.nn.Module):
         """The layer of weight name, a 2-D BF16 tensor the cache stores as
         a fixed payload (compress's default codec for BF16 weights), read
         and checked whole, then copied to device."""
+        if not torch.cuda.is_available():
+            # torch's own AssertionError ("not compiled with CUDA") is no
+            # splitzip.Error: say it as splitzip.torch.load_file does.
+            raise error(6, f"torch {torch.__version__} finds no CUDA device for cuda:{device}")
         info = cache.info(name)
         if info.dtype != "BF16" or len(info.shape) != 2:
             raise ValueError(f"{name}: a {info.dtype} tensor of shape {info.shape}, want a 2-D BF16 weight")

@@ -68,8 +68,9 @@ from typing import Dict, List, Optional, Union
 
 try:
     import torch
+    import transformers  # noqa: F401 - splitzip.transformers builds the models
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("splitzip.offload needs PyTorch") from e
+    raise ImportError("splitzip.offload needs torch and transformers (pip install transformers)") from e
 
 from ._lib import Cache, Error, error
 from ._packs import ENTRY, owner

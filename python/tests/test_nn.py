@@ -50,6 +50,23 @@ class TestOp(unittest.TestCase):
                 nn._gemv_op()
 
 
+class TestNoGPU(unittest.TestCase):
+    @unittest.skipIf(torch.cuda.is_available(), "torch finds a CUDA device")
+    def test_device_error(self):
+        """Without a CUDA device a layer, or replacing a model's linears,
+        raises DeviceError (a splitzip.Error), as load_file does, not
+        torch's AssertionError."""
+        with tempfile.TemporaryDirectory() as tmp:
+            cache, _ = checkpoint(tmp, 64, 128)
+            with splitzip.Cache(cache) as c:
+                with self.assertRaisesRegex(splitzip.DeviceError, "no CUDA device"):
+                    nn.FixedLinear.from_cache(c, "proj.weight")
+                model = torch.nn.Module()
+                model.proj = torch.nn.Linear(128, 64, bias=False)
+                with self.assertRaises(splitzip.DeviceError):
+                    nn.replace_linears(model, c)
+
+
 @unittest.skipIf(gpu_missing("for splitzip.nn"), gpu_missing("for splitzip.nn") or "")
 class TestFixedLinear(unittest.TestCase):
     def test_matches_linear(self):
