@@ -31,6 +31,9 @@ var (
 	// ErrChanged: a conditional write found the object changed (or, with
 	// IfAbsent, present) since it was read.
 	ErrChanged = errors.New("object changed since it was read")
+	// ErrDenied reports a request the server refused (403): wrong or
+	// missing credentials, or a policy that does not allow it.
+	ErrDenied = errors.New("access denied: check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials) and what the bucket's policy allows")
 	// ErrOptions: an option is out of range.
 	ErrOptions = errors.New("invalid s3 store options")
 )
@@ -322,6 +325,8 @@ func (s *Store) fail(name string, err error) error {
 			}
 		case http.StatusPreconditionFailed, http.StatusConflict:
 			return fmt.Errorf("%s: %w", s.where(name), ErrChanged)
+		case http.StatusForbidden:
+			return fmt.Errorf("%s: %w: %w", s.where(name), ErrDenied, err)
 		}
 	}
 	return fmt.Errorf("%s: %w", s.where(name), err)

@@ -175,6 +175,21 @@ func TestStore(t *testing.T) {
 	}
 }
 
+// TestStoreDenied: a request with the wrong secret, refused by the real
+// server, is ErrDenied, naming the object.
+func TestStoreDenied(t *testing.T) {
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t, "denied-test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+	s, err := New(context.Background(), URL{bucket, "denied"}, Options{Endpoint: srv.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Stat(context.Background(), "index.json"); !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "denied/index.json") {
+		t.Fatalf("Stat with the wrong secret: %v, want ErrDenied naming the object", err)
+	}
+}
+
 // TestStoreFaults: bodies cut mid-part are resumed from the byte they
 // stopped at, 503 and 429 answers are retried, and a part that keeps
 // failing fails the read with an error naming the object.
