@@ -367,9 +367,8 @@ func readThrough(items []smallItem, plans []*plan) int {
 	return n
 }
 
-// take says whether a read planned of r's file would take it's source
-// bytes along (readThrough): within r, or next to it; r is widened to
-// them.
+// take says whether a read planned as r would take the source bytes of
+// it along (readThrough): within r, or next to it; r is widened to them.
 func (r *stagedRead) take(it *smallItem) bool {
 	lo, hi, end := it.srcOff, it.srcOff+it.b.Size, r.off+r.n
 	if r.file != it.src {
