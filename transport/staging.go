@@ -28,7 +28,11 @@ func capStaging(s Staging, limit uint64, raw bool) (Staging, error) {
 		k := uint64(s.PackSlots-2) * packBytes
 		switch {
 		case r == 0 && p == 0 && k == 0:
-			return s, badOption("PinnedLimit", fmt.Sprintf("%.1f MiB", float64(limit)/(1<<20)),
+			given := fmt.Sprintf("%d bytes", limit)
+			if limit%(1<<20) == 0 {
+				given = fmt.Sprintf("%d MiB", limit>>20) // as the flag was most likely given
+			}
+			return s, badOption("PinnedLimit", given,
 				fmt.Sprintf("at least %.1f MiB (%d bytes), the smallest staging these settings need", float64(s.PinnedBytes())/(1<<20), s.PinnedBytes()))
 		case r >= p && r >= k:
 			s.RawSlots--

@@ -84,7 +84,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("load --device cpu: %d %q %q", code, out, e)
 	}
 	// An option the load refuses names its flag, not the field behind it.
-	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--pinned-limit", "1KiB"); code != exitUsage || !strings.Contains(e, "--pinned-limit is 1024") || strings.Contains(e, "PinnedLimit") {
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--pinned-limit", "1KiB"); code != exitUsage || !strings.Contains(e, "--pinned-limit is 1024 bytes") || strings.Contains(e, "PinnedLimit") {
 		t.Errorf("load with too small a pinned limit: %d %q", code, e)
 	}
 	if code, out, e := splitzip(t, "bench", "load", cache, "--device", "cpu", "--rounds", "1", "--json"); code != 0 || !strings.Contains(out, `"load_compare"`) {
