@@ -109,6 +109,9 @@ type Settings struct {
 	// CostModel: tensors the host's cost model predicted to load faster
 	// raw were read raw from their source where it was there (Options.Cost).
 	CostModel bool `json:"cost_model,omitempty"`
+	// ReadPayloads: every payload was read and checked, none read through
+	// (Options.ReadPayloads).
+	ReadPayloads bool `json:"read_payloads,omitempty"`
 }
 
 // Load is a checkpoint laid out in a weight arena on an engine, with the
@@ -150,7 +153,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 	l := &Load{eng: eng, src: src, opts: opts, arena: arena, ts: ts, store: transport.NewStore(eng, ts.Transport())}
 	l.rep = Report{Device: eng.Name(), Mode: ts.Mode(), ArenaBytes: arena.Size(), Shared: ts.Shared(),
 		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
-			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource, CostModel: opts.Cost != nil}}
+			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource, CostModel: opts.Cost != nil, ReadPayloads: opts.ReadPayloads}}
 	for _, b := range arena.Bindings() {
 		if opts.only == nil || opts.only(b) {
 			l.bs = append(l.bs, b)

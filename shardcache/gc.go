@@ -223,7 +223,9 @@ func onDisk(dir string, k Key) uint64 {
 // cache open for reading (Open) it is ErrInUse and removes nothing.
 // Objects a pin names are kept (GCResult.Pinned), unless o.DropPins. A
 // member of a pack it would rewrite that is damaged fails it, dry run or
-// not, and nothing is removed.
+// not, and nothing is removed. When ctx ends before the commit GC returns
+// its error and changes nothing; after it, the error also matches
+// ErrStraysLeft (the files it had not removed are left for the next gc).
 func (w *Writer) GC(ctx context.Context, o GCOptions) (GCResult, error) {
 	if err := refuseUncommitted(w.dir); err != nil {
 		return GCResult{}, err
@@ -382,7 +384,8 @@ func countStrays(dir string, known map[string]bool) (files int, bytes uint64, er
 // writing, so it works on a read-only cache. It reads and checks the
 // members a repack would copy (raw ones by their keys, payloads with
 // o.Check where set), failing where GC with the same o would. A cache a
-// writer holds is ErrLocked, as for GC.
+// writer holds is ErrLocked, as for GC. It stops with ctx's error when
+// ctx ends.
 func DryRunGC(ctx context.Context, dir string, o GCOptions) (GCResult, error) {
 	unlock, err := sharedLock(dir)
 	if err != nil {

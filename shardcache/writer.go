@@ -537,7 +537,8 @@ func (w *Writer) SetSource(s Source) {
 func (w *Writer) Commit() error { return w.commit(context.Background()) }
 
 // commit is Commit, given up when ctx ends before the index is written
-// (the packs it wrote by then are strays that the next writer removes).
+// (the packs it wrote by then are this writer's additions, which Close
+// removes).
 func (w *Writer) commit(ctx context.Context) (err error) {
 	defer func() { err = w.cacheError(err) }()
 	w.mu.Lock()

@@ -63,7 +63,7 @@ type PayloadOptions struct {
 	// when the source is there, rather than decoding its payload: no
 	// faster from the page cache (issue 34 measured about 1.0x raw either
 	// way), and a corrupt payload then goes unnoticed until the source is
-	// gone. Off by default, so every load checks the payloads it stores.
+	// gone. Off by default, so a load checks the payloads it reads.
 	EntropyFromSource bool
 	// Cost, when set, reads a tensor raw from its source slice, where the
 	// source is there, when the cost model predicts that loads faster
@@ -71,6 +71,12 @@ type PayloadOptions struct {
 	// saved do not repay. Off (nil) by default, for the reason
 	// EntropyFromSource is.
 	Cost *costmodel.Profile
+	// ReadPayloads reads, checks and decodes every payload, even a small
+	// one whose tensor's source bytes the reads of its raw neighbours
+	// take along, which is otherwise read through: taken raw from the
+	// source, its payload not read, so damage to it goes unnoticed until
+	// verify, or a load without the source, reads it (readThrough).
+	ReadPayloads bool
 }
 
 // rawCheaper reports whether Cost predicts a tensor of size bytes loads
@@ -203,7 +209,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 		if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
 			// Decoded from its payload, so a corrupt one is caught; with
 			// EntropyFromSource read raw from its source when that is
-			// there.
+			// there (or, small, read through with its raw neighbours).
 			present, err := memo.sourcePresent(hit, b.Shard)
 			fromPayload := !present || !z.opts.EntropyFromSource && !z.rawCheaper(b.Size, costmodel.Entropy)
 			switch {
@@ -329,7 +335,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 // where its neighbours' reads pass over it (readThrough). Not where
 // payloads stay resident: those keep what they stage for later faults.
 func (z *Payloads) throughSource(pr PackReader, it *smallItem, from Path) {
-	if pr == nil || it.file == "" || z.opts.Resident || z.opts.DeviceResident {
+	if pr == nil || it.file == "" || z.opts.Resident || z.opts.DeviceResident || z.opts.ReadPayloads {
 		return
 	}
 	if src := pr.PackSource(it.b); src.File != "" {

@@ -690,44 +690,52 @@ func TestReadStagedParts(t *testing.T) {
 // TestReadThroughLoads: loads of checkpoints of tiny tensors, payloads
 // (fixed; entropy) between raw ones in a shard, land every tensor bit for
 // bit; payloads whose bytes the shard's reads pass over come raw from the
-// source (counted as raw); with the payloads kept resident, none is read
-// through.
+// source (counted as raw), so one damaged in the cache still loads right;
+// with ReadPayloads, or with the payloads kept resident, none is read
+// through, and the damaged one fails its tensor.
 func TestReadThroughLoads(t *testing.T) {
-	for _, codec := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
-		t.Run(cmp.Or(codec, "fixed"), func(t *testing.T) {
-			c, src := benchCache(t, synth.Config{Tiny: 600, Shards: 1, Seed: 21}, pipeline.CompressOptions{Codec: codec})
+	for _, name := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
+		t.Run(cmp.Or(name, "fixed"), func(t *testing.T) {
+			c, src := benchCache(t, synth.Config{Tiny: 600, Shards: 1, Seed: 21}, pipeline.CompressOptions{Codec: name})
 			stored := map[string]int{}
+			var damaged shardcache.Key
 			for _, tn := range src.Shards[0].Tensors {
 				stored[tn.Stored]++
+				if tn.Payload() && damaged == "" {
+					damaged = tn.Key
+				}
 			}
 			if stored[shardcache.StoredRaw] == 0 || stored[shardcache.StoredRaw] == len(src.Shards[0].Tensors) {
 				t.Fatalf("fixture: %v, want payloads and raw tensors", stored)
 			}
-			for _, resident := range []bool{false, true} {
+			defer cachetest.Flip(t, c, damaged, -1, 0xff)()
+			for _, o := range []PayloadOptions{{}, {ReadPayloads: true}, {Resident: true}} {
+				what := fmt.Sprintf("%+v", o)
+				o.Readers = 3
 				eng := hostengine.New(2)
 				t.Cleanup(func() { eng.Close() })
-				a, tr, st := stack(t, eng, c, mustSpecs(t, c, src), RawOptions{Readers: 3}, &PayloadOptions{Readers: 3, Resident: resident})
+				a, tr, st := stack(t, eng, c, mustSpecs(t, c, src), RawOptions{Readers: 3}, &o)
+				failed := 0
 				for i, err := range waitAll(st.FaultIn(context.Background(), a.Bindings())) {
-					if err != nil {
-						t.Fatalf("resident %v: %s: %v", resident, a.Bindings()[i].Name, err)
+					switch {
+					case err == nil:
+					case errors.Is(err, codec.ErrChecksum) || errors.Is(err, codec.ErrCorrupt):
+						failed++
+					default:
+						t.Fatalf("%s: %s: %v", what, a.Bindings()[i].Name, err)
 					}
 				}
-				if err := CheckArena(eng, a.Bindings(), src); err != nil {
-					t.Fatalf("resident %v: %v", resident, err)
-				}
-				paths := tr.(*Payloads).Stats().Paths
-				var n uint64
-				for _, p := range paths {
-					n += p.Tensors
-				}
-				through := int(paths[PathRaw].Tensors) - stored[shardcache.StoredRaw]
+				through := int(tr.(*Payloads).Stats().Paths[PathRaw].Tensors) - stored[shardcache.StoredRaw]
 				switch {
-				case n != uint64(len(a.Bindings())):
-					t.Errorf("resident %v: paths %+v count %d tensors of %d", resident, paths, n, len(a.Bindings()))
-				case resident && through != 0:
-					t.Errorf("resident %v: %d payloads read through", resident, through)
-				case !resident && through < len(a.Bindings())/10:
-					t.Errorf("%d payloads of %d read through, want most", through, len(a.Bindings())-stored[shardcache.StoredRaw])
+				case o == (PayloadOptions{Readers: 3}) && (through < len(a.Bindings())/10 || failed != 0):
+					t.Errorf("%s: %d payloads of %d read through, %d tensors failed; want most read through, the damaged one among them", what, through, len(a.Bindings())-stored[shardcache.StoredRaw], failed)
+				case o != (PayloadOptions{Readers: 3}) && (through != 0 || failed != 1):
+					t.Errorf("%s: %d payloads read through, %d tensors failed; want none, and the damaged one", what, through, failed)
+				}
+				if failed == 0 {
+					if err := CheckArena(eng, a.Bindings(), src); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
 				}
 			}
 		})

@@ -45,7 +45,7 @@ func TestNoDriver(t *testing.T) {
 			}
 		}()
 	}
-	for range 200 {
+	for range 2000 {
 		_, err := Open(WithLibraryPath("/nonexistent/libcuda.so.1"))
 		if !errors.Is(err, ErrNoDriver) {
 			t.Fatalf("missing library: %v", err)
