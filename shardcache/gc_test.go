@@ -165,16 +165,7 @@ func sameSnapshot(t *testing.T, what string, before, after map[string]fileState)
 // predicts what gc then removes, and reports a cache a writer holds as
 // locked.
 func TestDryRunGC(t *testing.T) {
-	w, dir := newWriter(t)
-	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
-	b, _ := packedSource(t, w, "/b", 2, 400, 500)
-	withGap(t, w, &a, 9)
-	w.SetSource(a)
-	w.SetSource(b)
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	dir := twoPacked(t)
 	// Leftovers of a killed writer: a stray object and a temporary file.
 	stray := filepath.Join(dir, "objects", "ab", strings.Repeat("ab", 32))
 	os.MkdirAll(filepath.Dir(stray), 0o755)
@@ -214,6 +205,24 @@ func TestDryRunGC(t *testing.T) {
 	if dry.Objects != 5 { // a's header, three tensors, the gap
 		t.Errorf("dry run would remove %d objects, want 5", dry.Objects)
 	}
+}
+
+// twoPacked commits a cache of two checkpoints, /a (three small tensors
+// in a pack, and a gap of its own) and /b (two), and returns its folder:
+// forgetting /a leaves a pack to rewrite and objects to remove.
+func twoPacked(t *testing.T) string {
+	t.Helper()
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
+	b, _ := packedSource(t, w, "/b", 2, 400, 500)
+	withGap(t, w, &a, 9)
+	w.SetSource(a)
+	w.SetSource(b)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	return dir
 }
 
 // TestDryRunGCUncommitted: a dry run over a cache whose first writer never
@@ -427,19 +436,6 @@ func (c *stopAfter) Err() error {
 // holds, each whole; a gc run again then leaves what one uninterrupted
 // run does.
 func TestGCInterrupted(t *testing.T) {
-	setUp := func() string {
-		w, dir := newWriter(t)
-		a, _ := packedSource(t, w, "/a", 1, 100, 200, 300)
-		b, _ := packedSource(t, w, "/b", 2, 400, 500)
-		withGap(t, w, &a, 9)
-		w.SetSource(a)
-		w.SetSource(b)
-		if err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
-		return dir
-	}
 	gc := func(ctx context.Context, dir string) error {
 		w, err := Create(dir)
 		if err != nil {
@@ -476,7 +472,7 @@ func TestGCInterrupted(t *testing.T) {
 		}
 		return keys
 	}
-	dir := setUp()
+	dir := twoPacked(t)
 	before := objects("before gc", dir)
 	if err := gc(context.Background(), dir); err != nil {
 		t.Fatal(err)
@@ -486,7 +482,7 @@ func TestGCInterrupted(t *testing.T) {
 		t.Fatalf("gc removed nothing: %d objects before, %d after", len(before), len(want))
 	}
 	for n := int64(0); ; n++ {
-		dir := setUp()
+		dir := twoPacked(t)
 		ctx := &stopAfter{Context: context.Background()}
 		ctx.n.Store(n)
 		err := gc(ctx, dir)
