@@ -328,7 +328,11 @@ func planPacks(items []smallItem) []*plan {
 // item that would break them is left a payload); a bounced read takes
 // any, up to bounceBytes.
 func readThrough(items []smallItem, plans []*plan) int {
-	if !slices.ContainsFunc(items, func(it smallItem) bool { return it.src != "" }) {
+	some := false
+	for k := range items {
+		some = some || items[k].src != ""
+	}
+	if !some {
 		return 0
 	}
 	// The staged reads of source files, in file order (as planned),
