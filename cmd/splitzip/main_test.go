@@ -502,7 +502,7 @@ func TestLoadEntropyReport(t *testing.T) {
 			t.Errorf("--raw %s: %d %q", f, code, e)
 		}
 	}
-	for _, args := range [][]string{{"--cost", "--entropy-on-host"}, {"--entropy-on-host", "--entropy-from-source"}, {"--raw", "--compare", "1"}} {
+	for _, args := range [][]string{{"--cost", "--entropy-on-host"}, {"--entropy-on-host", "--entropy-from-source"}, {"--raw", "--compare", "1"}, {"--device-resident", "--raw"}, {"--device-resident", "--resident"}} {
 		if code, _, e := splitzip(t, append([]string{"load", cache, "--device", "cpu"}, args...)...); code != exitUsage || !strings.Contains(e, args[0]) {
 			t.Errorf("%v: %d %q", args, code, e)
 		}
