@@ -102,13 +102,13 @@ func TestPredicted(t *testing.T) {
 			t.Fatalf("%s: predicted %+v, want %g s", what, pr, want)
 		}
 	}
-	// Every payload read (none read through with its raw neighbours): the
-	// paths are the tensors' forms, priced by the model tensor by tensor.
-	rep := run(Options{Profile: p, ReadPayloads: true})
+	// Every payload read: the paths are the tensors' forms, priced by the
+	// model tensor by tensor.
+	rep := run(Options{Profile: p})
 	check("as stored", rep, asStored, map[string]uint64{"fixed": uint64(fixed), "raw": uint64(rep.Tensors - fixed)})
-	// By default small payloads read through go the raw path, and are
+	// Small payloads read through (ReadThrough) go the raw path, and are
 	// priced so.
-	rep = run(Options{Profile: p})
+	rep = run(Options{Profile: p, ReadThrough: true})
 	through := uint64(fixed) - rep.Paths["fixed"].Tensors
 	if through == 0 || through >= uint64(fixed) {
 		t.Fatalf("read through: %d of %d fixed payloads loaded as such, want some and not all", rep.Paths["fixed"].Tensors, fixed)

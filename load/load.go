@@ -109,9 +109,9 @@ type Settings struct {
 	// CostModel: tensors the host's cost model predicted to load faster
 	// raw were read raw from their source where it was there (Options.Cost).
 	CostModel bool `json:"cost_model,omitempty"`
-	// ReadPayloads: every payload was read and checked, none read through
-	// (Options.ReadPayloads).
-	ReadPayloads bool `json:"read_payloads,omitempty"`
+	// ReadThrough: small payloads' tensors were read through from their
+	// source with their raw neighbours (Options.ReadThrough).
+	ReadThrough bool `json:"read_through,omitempty"`
 }
 
 // Load is a checkpoint laid out in a weight arena on an engine, with the
@@ -153,7 +153,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 	l := &Load{eng: eng, src: src, opts: opts, arena: arena, ts: ts, store: transport.NewStore(eng, ts.Transport())}
 	l.rep = Report{Device: eng.Name(), Mode: ts.Mode(), ArenaBytes: arena.Size(), Shared: ts.Shared(),
 		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
-			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource, CostModel: opts.Cost != nil, ReadPayloads: opts.ReadPayloads}}
+			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource, CostModel: opts.Cost != nil, ReadThrough: opts.ReadThrough}}
 	for _, b := range arena.Bindings() {
 		if opts.only == nil || opts.only(b) {
 			l.bs = append(l.bs, b)

@@ -104,10 +104,10 @@ type Options struct {
 	// the cost model predicts that loads faster than its payload
 	// (transport.PayloadOptions.Cost); nil: never.
 	Cost *costmodel.Profile
-	// ReadPayloads reads and checks every payload, small ones whose
-	// source bytes are read anyway included
-	// (transport.PayloadOptions.ReadPayloads).
-	ReadPayloads bool
+	// ReadThrough takes small payloads' tensors raw from their source
+	// where the reads of their raw neighbours take their bytes along
+	// (transport.PayloadOptions.ReadThrough).
+	ReadThrough bool
 	// Profile, when set, predicts what the load takes by the paths its
 	// tensors took (Report.Predicted); it changes nothing of the load.
 	// With Cost, that profile is used.

@@ -86,7 +86,7 @@ func newTransports(eng engine.Engine, c *shardcache.Cache, stage transport.Stagi
 		po := transport.PayloadOptions{Resident: o.Resident, ResidentPacks: o.ResidentPacks,
 			Readers: o.Readers, SmallBytes: small, RingPieces: stage.Pieces, PieceBytes: stage.PieceBytes, PackSlots: stage.PackSlots, ResidentBytes: resident,
 			DeviceResident: o.DeviceResident, DeviceBytes: stage.Device, HostEntropy: o.EntropyOnHost,
-			EntropyFromSource: o.EntropyFromSource, Cost: o.Cost, ReadPayloads: o.ReadPayloads}
+			EntropyFromSource: o.EntropyFromSource, Cost: o.Cost, ReadThrough: o.ReadThrough}
 		if o.Share && stage.Shared != nil {
 			po.ResidentBytes = 0 // the payloads' copies are the shared ones
 		}

@@ -26,7 +26,8 @@ var _ engine.Engine = nullEngine{}
 // BenchmarkHostCost faults every tensor of a checkpoint of 100,000 tiny
 // tensors (32 bytes to 4 KiB) in, a layer of 100 at a time, and evicts
 // them, through the payload
-// transport over a raw one (compressed) and through the raw one alone,
+// transport over a raw one (compressed; and with small payloads read
+// through, PayloadOptions.ReadThrough) and through the raw one alone,
 // on an engine that does no device work: the host's cost a tensor
 // (ns/tensor of wall time, cpu-ns/tensor of the process's CPU time,
 // allocs/tensor), which issue 34 wants under 0.5 us.
@@ -36,12 +37,14 @@ func BenchmarkHostCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, raw := range []bool{false, true} {
-		name := map[bool]string{false: "compressed", true: "raw"}[raw]
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		po   *PayloadOptions // nil: the raw transport alone
+	}{{"compressed", &PayloadOptions{}}, {"compressed-read-through", &PayloadOptions{ReadThrough: true}}, {"raw", nil}} {
+		b.Run(c.name, func(b *testing.B) {
 			eng := nullEngine{hostengine.New(2)}
 			b.Cleanup(func() { eng.Close() }) // after what benchStore made (cleanups run last first)
-			st, bs := benchStore(b, eng, cache, specs, raw, 0)
+			st, bs := benchStoreWith(b, eng, cache, specs, c.po)
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			cpu0 := cpuTime()

@@ -41,7 +41,21 @@ func benchStore(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs 
 	b.Helper()
 	var po *PayloadOptions
 	if !raw {
-		po = &PayloadOptions{Readers: 4, SmallBytes: small}
+		po = &PayloadOptions{SmallBytes: small}
+	}
+	return benchStoreWith(b, eng, cache, specs, po)
+}
+
+// benchStoreWith is benchStore with the payload transport's options po
+// (nil: the raw transport alone), its packing threshold the raw one's and
+// its readers 4.
+func benchStoreWith(b *testing.B, eng engine.Engine, cache *shardcache.Cache, specs []vmm.Spec, po *PayloadOptions) (*Store, []*vmm.Binding) {
+	b.Helper()
+	var small int64
+	if po != nil {
+		q := *po
+		q.Readers, small = 4, q.SmallBytes
+		po = &q
 	}
 	a, tr, st := stack(b, eng, cache, specs, RawOptions{Readers: 4, SmallBytes: small}, po)
 	if err := tr.(interface{ Prepare() error }).Prepare(); err != nil {

@@ -71,12 +71,15 @@ type PayloadOptions struct {
 	// saved do not repay. Off (nil) by default, for the reason
 	// EntropyFromSource is.
 	Cost *costmodel.Profile
-	// ReadPayloads reads, checks and decodes every payload, even a small
-	// one whose tensor's source bytes the reads of its raw neighbours
-	// take along, which is otherwise read through: taken raw from the
-	// source, its payload not read, so damage to it goes unnoticed until
-	// verify, or a load without the source, reads it (readThrough).
-	ReadPayloads bool
+	// ReadThrough takes a small payload's tensor raw from its source,
+	// where that is there, when the reads of its raw neighbours take its
+	// bytes along (readThrough): its payload is not read, so damage to it
+	// goes unnoticed until verify, or a load without the source, reads it.
+	// Off by default: it saves pack reads and checks (a quarter of the
+	// host's time a tensor on 100,000 tiny ones), but the planning twice
+	// made real weights' first loads on an H100 slower, not faster
+	// (docs/perf/LOG.md, 2026-12-07, stop 63).
+	ReadThrough bool
 }
 
 // rawCheaper reports whether Cost predicts a tensor of size bytes loads
@@ -209,7 +212,8 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 		if err == nil && hit.Tensor.Stored == shardcache.StoredEntropy {
 			// Decoded from its payload, so a corrupt one is caught; with
 			// EntropyFromSource read raw from its source when that is
-			// there (or, small, read through with its raw neighbours).
+			// there (or, small, with ReadThrough, read through with its raw
+			// neighbours).
 			present, err := memo.sourcePresent(hit, b.Shard)
 			fromPayload := !present || !z.opts.EntropyFromSource && !z.rawCheaper(b.Size, costmodel.Entropy)
 			switch {
@@ -335,7 +339,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 // where its neighbours' reads pass over it (readThrough). Not where
 // payloads stay resident: those keep what they stage for later faults.
 func (z *Payloads) throughSource(pr PackReader, it *smallItem, from Path) {
-	if pr == nil || it.file == "" || z.opts.Resident || z.opts.DeviceResident || z.opts.ReadPayloads {
+	if !z.opts.ReadThrough || pr == nil || it.file == "" || z.opts.Resident || z.opts.DeviceResident {
 		return
 	}
 	if src := pr.PackSource(it.b); src.File != "" {

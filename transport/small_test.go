@@ -719,10 +719,10 @@ func TestReadStagedParts(t *testing.T) {
 
 // TestReadThroughLoads: loads of checkpoints of tiny tensors, payloads
 // (fixed; entropy) between raw ones in a shard, land every tensor bit for
-// bit; payloads whose bytes the shard's reads pass over come raw from the
-// source (counted as raw), so one damaged in the cache still loads right;
-// with ReadPayloads, or with the payloads kept resident, none is read
-// through, and the damaged one fails its tensor.
+// bit; with ReadThrough, payloads whose bytes the shard's reads pass over
+// come raw from the source (counted as raw), so one damaged in the cache
+// still loads right; by default, or with the payloads kept resident, none
+// is read through, and the damaged one fails its tensor.
 func TestReadThroughLoads(t *testing.T) {
 	for _, name := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
 		t.Run(cmp.Or(name, "fixed"), func(t *testing.T) {
@@ -740,7 +740,7 @@ func TestReadThroughLoads(t *testing.T) {
 			}
 			defer cachetest.Flip(t, c, damaged, -1, 0xff)()
 			payloads := len(src.Shards[0].Tensors) - stored[shardcache.StoredRaw]
-			for _, o := range []PayloadOptions{{}, {HostEntropy: true}, {ReadPayloads: true}, {Resident: true}} {
+			for _, o := range []PayloadOptions{{ReadThrough: true}, {ReadThrough: true, HostEntropy: true}, {}, {ReadThrough: true, Resident: true}} {
 				what := fmt.Sprintf("%+v", o)
 				o.Readers = 3
 				eng := hostengine.New(2)
@@ -758,9 +758,9 @@ func TestReadThroughLoads(t *testing.T) {
 				}
 				through := int(tr.(*Payloads).Stats().Paths[PathRaw].Tensors) - stored[shardcache.StoredRaw]
 				switch {
-				case !o.ReadPayloads && !o.Resident && (through < payloads*9/10 || failed != 0):
+				case o.ReadThrough && !o.Resident && (through < payloads*9/10 || failed != 0):
 					t.Errorf("%s: %d payloads of %d read through, %d tensors failed; want nearly all read through, the damaged one among them", what, through, payloads, failed)
-				case (o.ReadPayloads || o.Resident) && (through != 0 || failed != 1):
+				case (!o.ReadThrough || o.Resident) && (through != 0 || failed != 1):
 					t.Errorf("%s: %d payloads read through, %d tensors failed; want none, and the damaged one", what, through, failed)
 				}
 				if failed == 0 {

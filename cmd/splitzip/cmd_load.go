@@ -57,7 +57,7 @@ type loadOptions struct {
 
 	EntropyOnHost bool
 	FromSource    bool
-	ReadPayloads  bool
+	ReadThrough   bool
 	Cost          bool
 	// Devices and Peer: load onto several devices (cmd_load_devices.go).
 	Devices string
@@ -119,7 +119,7 @@ func (o *loadOptions) addRuntimeFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.Small, "small-bytes", 0, "pack tensors stored in at most this many bytes several to a copy (0: 2 MiB less 64 bytes for loads from local files that keep no copy resident, else 256 KiB; -1: never; entropy payloads by their tensors' size, packed and decoded by one launch a pack)")
 	f.BoolVar(&o.EntropyOnHost, "entropy-on-host", false, "decode entropy payloads on the host, not on the device after their upload")
 	f.BoolVar(&o.FromSource, "entropy-from-source", false, "read entropy-coded tensors raw from their source where it is there, not from their payloads (a corrupt payload then goes unnoticed)")
-	f.BoolVar(&o.ReadPayloads, "read-payloads", false, "read, check and decode every payload, even a small one whose tensor's source bytes the load reads anyway with its raw neighbours (by default taken from the source, its payload left to verify)")
+	f.BoolVar(&o.ReadThrough, "read-through", false, "take a small payload's tensor raw from its source, where that is there, when the load reads its bytes anyway with its raw neighbours (its payload then not read or checked)")
 	f.BoolVar(&o.Cost, "cost", false, "read tensors raw from their source, where it is there, when this host's cost model (splitzip calibrate) predicts that loads faster than their payloads (small tensors; a corrupt payload of theirs then goes unnoticed)")
 	atLeast(f, "readers", 1, "")
 	atLeast(f, "streams", 1, "")
@@ -213,7 +213,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		for _, f := range []struct {
 			on   bool
 			name string
-		}{{o.EntropyOnHost, "--entropy-on-host"}, {o.FromSource, "--entropy-from-source"}, {o.Cost, "--cost"}, {o.ReadPayloads, "--read-payloads"}, {o.Compare > 0, "--compare"}} {
+		}{{o.EntropyOnHost, "--entropy-on-host"}, {o.FromSource, "--entropy-from-source"}, {o.Cost, "--cost"}, {o.ReadThrough, "--read-through"}, {o.Compare > 0, "--compare"}} {
 			if f.on {
 				return usageError{fmt.Errorf("%s chooses how payloads load (--compare: alternates raw and compressed loads): not with --raw", f.name)}
 			}
@@ -291,7 +291,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		// load without one predicts nothing (calibrate makes it).
 		predictor, _ = hostProfile(ctx, g, o.Device, false)
 	}
-	lo := load.Options{Profile: predictor, Raw: o.Raw, Resident: o.Resident, Share: o.Share, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, ReadPayloads: o.ReadPayloads, Cost: prof,
+	lo := load.Options{Profile: predictor, Raw: o.Raw, Resident: o.Resident, Share: o.Share, ResidentPacks: o.ResidentPacks && o.Resident, DeviceResident: o.DeviceResident, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times, EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, ReadThrough: o.ReadThrough, Cost: prof,
 		Progress: p.Add, PinnedLimit: pinnedLimit}
 	total := sourceBytes(src) * uint64(o.Repeat)
 	var held *load.SharedReport

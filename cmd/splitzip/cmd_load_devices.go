@@ -51,7 +51,7 @@ func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcach
 	}
 	p.Start("loading onto "+o.Devices, total)
 	lo := load.Options{Raw: o.Raw, Check: o.Check, Readers: o.Readers, SmallBytes: o.Small, Ahead: o.Ahead, DeviceTimes: o.Times,
-		EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, ReadPayloads: o.ReadPayloads, Progress: p.Add, PinnedLimit: pinnedLimit}
+		EntropyOnHost: o.EntropyOnHost, EntropyFromSource: o.FromSource, ReadThrough: o.ReadThrough, Progress: p.Add, PinnedLimit: pinnedLimit}
 	rep, err := load.Devices(ctx, engs, c, src, lo, o.Peer)
 	p.Finish()
 	if err != nil {

@@ -494,10 +494,10 @@ func TestLoadEntropyReport(t *testing.T) {
 	if l := line("--entropy-from-source"); count(l, "read raw from their source") != streamed+packed {
 		t.Errorf("--entropy-from-source: %q", l)
 	}
-	if l := line("--read-payloads"); count(l, "packed and decoded by the host engine") != streamed+packed {
-		t.Errorf("--read-payloads: %q", l)
+	if l := line("--read-through"); count(l, "packed and decoded by the host engine") != streamed+packed {
+		t.Errorf("--read-through (no tensor of the mix small enough): %q", l)
 	}
-	for _, f := range []string{"--entropy-on-host", "--entropy-from-source", "--cost", "--read-payloads"} {
+	for _, f := range []string{"--entropy-on-host", "--entropy-from-source", "--cost", "--read-through"} {
 		if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--raw", f); code != exitUsage || !strings.Contains(e, f+" chooses") {
 			t.Errorf("--raw %s: %d %q", f, code, e)
 		}
