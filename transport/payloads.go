@@ -76,9 +76,9 @@ type PayloadOptions struct {
 	// bytes along (readThrough): its payload is not read, so damage to it
 	// goes unnoticed until verify, or a load without the source, reads it.
 	// Off by default: it saves pack reads and checks (a quarter of the
-	// host's time a tensor on 100,000 tiny ones), but the planning twice
-	// made real weights' first loads on an H100 slower, not faster
-	// (docs/perf/LOG.md, 2026-12-07, stop 63).
+	// host's time a tensor on 100,000 tiny ones), yet real weights' first
+	// loads on an H100 ran 3-25% slower with it (why is not measured; it
+	// lays each batch out twice) (docs/perf/LOG.md, 2026-12-07, stop 63).
 	ReadThrough bool
 }
 
