@@ -126,7 +126,8 @@ func reachesTotal(t *testing.T, p *countingProgress, what string) {
 }
 
 // TestProgressReachesTotal: decompress's and verify's progress bars end
-// at their totals, also when verify finds a source missing.
+// at their totals, also when verify finds a source missing; verify's
+// hashing of the packs whole is a phase of its own.
 func TestProgressReachesTotal(t *testing.T) {
 	dir, src, cache := compressedFixture(t, 2<<20, 2, 5)
 	p := &countingProgress{}
@@ -139,6 +140,9 @@ func TestProgressReachesTotal(t *testing.T) {
 		t.Fatal(err)
 	}
 	reachesTotal(t, p, "verify")
+	if !slices.ContainsFunc(p.phases, func(ph progressPhase) bool { return ph.label == "verify packs" && ph.total > 0 }) {
+		t.Errorf("verify of a cache with packs: phases %+v, want one hashing them", p.phases)
+	}
 	os.Remove(filepath.Join(src, "model-00001-of-00002.safetensors"))
 	p = &countingProgress{}
 	res, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2, Progress: p})

@@ -153,7 +153,16 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	// members) must match their keys too. A pack already named by a
 	// member's problem is not named again.
 	packs := packsOf(c, sources)
-	for i, err := range c.CheckPacks(ctx, packs, opts.Jobs) {
+	if len(packs) > 0 {
+		var size uint64
+		for _, k := range packs {
+			if o, err := c.Lookup(k); err == nil {
+				size += o.Size
+			}
+		}
+		p.Start("verify packs", size) // the shards' phase ends
+	}
+	for i, err := range c.CheckPacks(ctx, packs, opts.Jobs, p.Add) {
 		if err == nil {
 			continue
 		}

@@ -465,7 +465,7 @@ func TestGCInterrupted(t *testing.T) {
 				packs = append(packs, k)
 			}
 		}
-		for _, err := range c.CheckPacks(context.Background(), packs, 2) {
+		for _, err := range c.CheckPacks(context.Background(), packs, 2, nil) {
 			if err != nil {
 				t.Errorf("%s: %v", what, err)
 			}

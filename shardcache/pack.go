@@ -185,8 +185,10 @@ func openSized(path string, key Key, want uint64) (*os.File, error) {
 // no member covers (one whose damaged member a later run stored anew
 // elsewhere, until gc rewrites it) no longer hashes to its key, and is
 // not hashed. A mismatch's error does not name the pack's file (FilePath
-// does); errors of opening it do.
-func (c *Cache) CheckPacks(ctx context.Context, keys []Key, jobs int) []error {
+// does); errors of opening it do. done, where not nil, is called with
+// each pack's size once it is hashed or passed over, from the goroutine
+// that did (for a progress bar).
+func (c *Cache) CheckPacks(ctx context.Context, keys []Key, jobs int, done func(size uint64)) []error {
 	dead := c.ix.deadBytes()
 	errs := make([]error, len(keys))
 	var next atomic.Int64
@@ -200,6 +202,9 @@ func (c *Cache) CheckPacks(ctx context.Context, keys []Key, jobs int) []error {
 				}
 				if dead[keys[i]] == 0 {
 					errs[i] = c.checkPack(keys[i])
+				}
+				if o := c.ix.Objects[keys[i]]; done != nil && o != nil {
+					done(o.Size)
 				}
 			}
 		})
