@@ -34,9 +34,11 @@ type Problem struct {
 	File   string `json:"file"`
 	Tensor string `json:"tensor,omitempty"`
 	// Object is the cache object a tensor's problem lies in (its file,
-	// and its range of a pack), where the stored bytes are at fault.
-	Object string `json:"object,omitempty"`
-	Error  string `json:"error"`
+	// and its range of a pack), where the stored bytes are at fault;
+	// ObjectAt is the same as a location, for callers that word it.
+	Object   string               `json:"object,omitempty"`
+	ObjectAt *shardcache.Location `json:"-"`
+	Error    string               `json:"error"`
 	// Kind is the failure kind of Err (the exit code's row), set by the
 	// caller that classifies it.
 	Kind string `json:"kind,omitempty"`
@@ -96,7 +98,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 		mu.Lock()
 		pr := Problem{File: file, Tensor: tensor, Error: err.Error(), Err: err}
 		if oe, ok := errors.AsType[*objectError](err); ok {
-			pr.Object = oe.object
+			pr.Object, pr.ObjectAt = oe.at.Name(), &oe.at
 		}
 		res.Problems = append(res.Problems, pr)
 		mu.Unlock()
@@ -171,7 +173,7 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 			err = reworded{rest, err} // the problem names the file
 		}
 		if !slices.ContainsFunc(res.Problems, func(pr Problem) bool { return strings.HasPrefix(pr.Object, path) || pr.File == path }) {
-			fail(path, "", &objectError{object: path, err: err})
+			fail(path, "", &objectError{at: shardcache.Location{Path: path}, err: err})
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -327,8 +329,8 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 
 // objectError is a tensor's problem that lies in its cache object.
 type objectError struct {
-	object string // Location.Name: the file, and a pack member's range
-	err    error
+	at  shardcache.Location // the file, and a pack member's range
+	err error
 }
 
 func (e *objectError) Error() string { return e.err.Error() }
@@ -345,7 +347,7 @@ func inObject(c *shardcache.Cache, t *shardcache.Tensor, err error) error {
 	if lerr != nil {
 		return err
 	}
-	return &objectError{loc.Name(), err}
+	return &objectError{loc, err}
 }
 
 // regionInObject marks err, the problem of a region stored whole (a
@@ -359,7 +361,7 @@ func regionInObject(c *shardcache.Cache, key shardcache.Key, err error) error {
 	if lerr != nil {
 		return err
 	}
-	return &objectError{loc.Name(), err}
+	return &objectError{loc, err}
 }
 
 // shardFile reads a source shard for verify: a read that ends at the

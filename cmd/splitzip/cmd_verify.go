@@ -156,16 +156,12 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 // in where the message does not name it (a pack member's range always).
 func failLine(p pipeline.Problem) string {
 	where := ""
-	if p.Object != "" {
-		file, span := p.Object, ""
-		if i := strings.LastIndex(file, "["); i > 0 && strings.HasSuffix(file, "]") && strings.Contains(file[i:], ":+") {
-			file, span = file[:i], file[i+1:]
-		}
+	if at := p.ObjectAt; at != nil {
 		switch {
-		case !strings.Contains(p.Error, file):
-			where = " (cache object " + p.Object + ")"
-		case span != "":
-			where = " (bytes [" + span + " of that pack)"
+		case !strings.Contains(p.Error, at.Path):
+			where = " (cache object " + at.Name() + ")"
+		case at.Packed:
+			where = " (" + shardcache.PackSpan(at.Offset, at.Size) + ")"
 		}
 	}
 	if p.Tensor != "" {
