@@ -11,9 +11,10 @@
 //
 // The reduction order is fixed, and a reference kernel here computes the
 // same order from the decoded BF16 matrix, so the two agree bit for bit:
-//   - block b computes rows 16b .. 16b + 15 (a tile); its 8 warps split
-//     the columns: the tile's 64-column steps are dealt out in 8
-//     contiguous runs, warp w taking run w;
+//   - block b computes rows 16b .. 16b + 15 (a tile); its W warps (8, or
+//     4 in the _w4 kernels) split the columns: the tile's
+//     64-column steps are dealt out in W contiguous runs, warp w taking
+//     run w;
 //   - in a step, lane l = 4g + t holds the 16 columns 64s + 16t .. + 15
 //     of rows g and g + 8 of the tile, and the warp issues 4 mma
 //     (k = 16 each) per 8 vectors of the batch: mma j takes the lane's
@@ -21,7 +22,8 @@
 //     the mma's n (vector g, and g + 8 for a batch over 8), with the
 //     matching columns of x;
 //   - each warp's fp32 sums go through shared memory and are added warp
-//     0 to 7 in order, then rounded to BF16 (to nearest, ties to even).
+//     0 to W - 1 in order, then rounded to BF16 (to nearest, ties to
+//     even).
 // The fused kernel takes a warp's steps in spans: runs of steps in which
 // both rows of every lane stay in one coded chunk, so that a step there
 // is loads, decoding and mma with pointers advanced, and no index or
@@ -44,7 +46,7 @@
 #define GZ_RAW 0xFFFFu
 #define GZ_HEADER 64
 #define GZ_FIRST_GROUP 64
-#define GZ_WARPS 8  // warps a block, splitting the tile's columns
+#define GZ_WARPS 8  // warps a block, splitting the tile's columns (the most; see GZ_KERNELS_W)
 #define GZ_TILE 16  // rows a block
 #define GZ_THREADS (GZ_WARPS * 32)
 #define GZ_GROUP 16 // columns a lane holds in a step
@@ -257,9 +259,9 @@ __device__ __forceinline__ void gz_step(float (&acc)[NT][4], const uint32_t (&wa
 // gz_store adds the warps' sums in warp order through red and stores the
 // tile's rows of y, rounded to BF16; thread i adds (row i / 16, vector
 // i % 16).
-template <int NT>
-__device__ __forceinline__ void gz_store(const float (&acc)[NT][4], float (&red)[GZ_WARPS][GZ_TILE][16],
-                                         const GemvParams &p, uint64_t row0) {
+template <int NT, int W>
+__device__ __forceinline__ void gz_store(const float (&acc)[NT][4], float (&red)[W][GZ_TILE][16], const GemvParams &p,
+                                         uint64_t row0) {
     const uint32_t tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -269,14 +271,16 @@ __device__ __forceinline__ void gz_store(const float (&acc)[NT][4], float (&red)
         red[warp][g + 8][8 * nt + 2 * t + 1] = acc[nt][3];
     }
     __syncthreads();
-    const uint32_t r = tid >> 4, v = tid & 15;
-    if (v < p.batch && row0 + r < p.rows) {
-        float sum = red[0][r][v];
+    for (uint32_t i = tid; i < GZ_TILE * 16; i += 32 * W) {
+        const uint32_t r = i >> 4, v = i & 15;
+        if (v < p.batch && row0 + r < p.rows) {
+            float sum = red[0][r][v];
 #pragma unroll
-        for (int w = 1; w < GZ_WARPS; w++) {
-            sum += red[w][r][v];
+            for (int w = 1; w < W; w++) {
+                sum += red[w][r][v];
+            }
+            ((uint16_t *)p.y)[(uint64_t)v * p.rows + row0 + r] = gz_bf16(sum);
         }
-        ((uint16_t *)p.y)[(uint64_t)v * p.rows + row0 + r] = gz_bf16(sum);
     }
 }
 
@@ -341,18 +345,20 @@ __device__ __forceinline__ uint32_t gz_span(Chunk &ch, uint32_t &pos, uint64_t r
 // batch the kernel is built for: vectors past the launch's batch repeat
 // its last (their sums are never stored), so no load branches on the
 // batch.
-template <int B>
+template <int B, int W>
 __device__ __forceinline__ void gemv_fused(const GemvParams &p) {
     constexpr int NT = B > 8 ? 2 : 1; // mma columns of 8 vectors
     __shared__ uint32_t lut[256];
-    __shared__ float red[GZ_WARPS][GZ_TILE][16];
+    __shared__ float red[W][GZ_TILE][16];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    gz_lut(lut, p, tid);
+    for (uint32_t i = tid; i < 256; i += 32 * W) {
+        gz_lut(lut, p, i);
+    }
     __syncthreads();
     uint32_t *err = (uint32_t *)p.err;
     const uint64_t row0 = (uint64_t)blockIdx.x * GZ_TILE, ra = row0 + g, rb = row0 + g + 8;
     const uint64_t groups = p.cols / GZ_GROUP, steps = (groups + 3) / 4;
-    const uint64_t lo = warp * steps / GZ_WARPS, hi = (warp + 1) * steps / GZ_WARPS;
+    const uint64_t lo = warp * steps / W, hi = (warp + 1) * steps / W;
     // Steps before whole have every lane's group within the columns; only
     // a tile of rows all in the matrix takes spans.
     const uint64_t whole = p.cols / (4 * GZ_GROUP);
@@ -439,19 +445,19 @@ __device__ __forceinline__ void gemv_fused(const GemvParams &p) {
         }
         s += span;
     }
-    gz_store<NT>(acc, red, p, row0);
+    gz_store<NT, W>(acc, red, p, row0);
 }
 
 // gemv_ref: the same products in the same order from W in BF16, GZ_ROUND
 // steps' loads in flight.
-template <int B>
+template <int B, int W>
 __device__ __forceinline__ void gemv_ref(const GemvParams &p) {
     constexpr int NT = B > 8 ? 2 : 1;
-    __shared__ float red[GZ_WARPS][GZ_TILE][16];
+    __shared__ float red[W][GZ_TILE][16];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const uint64_t row0 = (uint64_t)blockIdx.x * GZ_TILE, ra = row0 + g, rb = row0 + g + 8;
     const uint64_t groups = p.cols / GZ_GROUP, steps = (groups + 3) / 4;
-    const uint64_t lo = warp * steps / GZ_WARPS, hi = (warp + 1) * steps / GZ_WARPS;
+    const uint64_t lo = warp * steps / W, hi = (warp + 1) * steps / W;
     const uint16_t *x = (const uint16_t *)p.x, *w = (const uint16_t *)p.w;
     uint64_t xrow[NT];
 #pragma unroll
@@ -494,16 +500,32 @@ __device__ __forceinline__ void gemv_ref(const GemvParams &p) {
             }
         }
     }
-    gz_store<NT>(acc, red, p, row0);
+    gz_store<NT, W>(acc, red, p, row0);
 }
 
-#define GZ_KERNELS(B)                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(GZ_THREADS, GZ_MINB) splitzip_gemv_fixed_b##B(const GemvParams p) {         \
-        gemv_fused<B>(p);                                                                                               \
+// The kernels of each batch size B: splitzip_gemv_fixed_bB and
+// splitzip_gemv_ref_bB split a tile's columns among GZ_WARPS warps;
+// splitzip_gemv_fixed_bB_w4 and splitzip_gemv_ref_bB_w4 among 4 (a block
+// of 128 threads), for matrices with tiles enough to fill the GPU so: a
+// warp then takes twice the steps for the same start-up work (finding its
+// chunks, the sums through shared memory). Both keep 128 registers a
+// thread, as many warps an SM. The reduction order is the one above with
+// W in place of 8 warps, so a fixed kernel and the reference of the same
+// W give the same bits. (Splits among 2 and 1 warps measured slower on
+// the largest shapes, docs/perf/LOG.md.)
+#define GZ_KERNELS_W(B, W, NAME)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * W, GZ_MINB *GZ_WARPS / W) splitzip_gemv_fixed_b##B##NAME(        \
+        const GemvParams p) {                                                                                           \
+        gemv_fused<B, W>(p);                                                                                            \
     }                                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(GZ_THREADS, GZ_MINB) splitzip_gemv_ref_b##B(const GemvParams p) {           \
-        gemv_ref<B>(p);                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * W, GZ_MINB *GZ_WARPS / W) splitzip_gemv_ref_b##B##NAME(          \
+        const GemvParams p) {                                                                                           \
+        gemv_ref<B, W>(p);                                                                                              \
     }
+
+#define GZ_KERNELS(B)                                                                                                   \
+    GZ_KERNELS_W(B, GZ_WARPS, )                                                                                         \
+    GZ_KERNELS_W(B, 4, _w4)
 
 GZ_KERNELS(1)
 GZ_KERNELS(2)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
+	"strconv"
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
@@ -22,11 +24,29 @@ var gemvFatbin []byte
 const MaxGemvBatch = 16
 
 // gemvTile is GZ_TILE, the rows of W a block computes, and gemvWarps is
-// GZ_WARPS, the warps that split its columns.
+// GZ_WARPS, the most warps that split its columns.
 const (
 	gemvTile  = 16
 	gemvWarps = 8
 )
+
+// gemvSplits are the warps a tile's columns may be split among, most
+// first, and the suffixes of their kernels' names (gemv.cu's
+// GZ_KERNELS_W); gemvSplit chooses.
+var gemvSplits = [...]struct {
+	warps  int
+	suffix string
+}{{gemvWarps, ""}, {4, "_w4"}}
+
+// gemvSMWarps is how many warps of these kernels an SM runs at once (128
+// registers a thread).
+const gemvSMWarps = 16
+
+// GemvWarpsEnv names the environment variable that, set to 4 or 8, makes
+// every launch split a tile's columns among that many warps (for
+// measuring; the reduction order follows it, so Fixed and Reference still
+// agree bit for bit).
+const GemvWarpsEnv = "SPLITZIP_GEMV_WARPS"
 
 // GemvColumns is what the columns of a matrix must be a multiple of: a
 // lane multiplies 16 columns at a time.
@@ -51,7 +71,9 @@ type gemvParams struct {
 type Gemv struct {
 	ctx        *cuda.Context
 	mod        cuda.Module
-	fixed, ref [len(gemvBatches)]cuda.Function
+	fixed, ref [len(gemvSplits)][len(gemvBatches)]cuda.Function
+	sms        int            // the device's SMs
+	force      int            // the index in gemvSplits GemvWarpsEnv names, or -1
 	err        cuda.DevicePtr // uint32 error bits
 }
 
@@ -68,16 +90,24 @@ func NewGemv(ctx *cuda.Context) (*Gemv, error) {
 		return nil, err
 	}
 	g := &Gemv{ctx: ctx}
+	if g.force, err = gemvForce(os.Getenv(GemvWarpsEnv)); err != nil {
+		return nil, err
+	}
+	if g.sms, err = ctx.Attribute(cuda.AttrMultiprocessorCount); err != nil {
+		return nil, err
+	}
 	if g.mod, err = ctx.LoadModule(img); err != nil {
 		return nil, err
 	}
-	for i, b := range gemvBatches {
-		if g.fixed[i], err = ctx.Function(g.mod, fmt.Sprintf("splitzip_gemv_fixed_b%d", b)); err == nil {
-			g.ref[i], err = ctx.Function(g.mod, fmt.Sprintf("splitzip_gemv_ref_b%d", b))
-		}
-		if err != nil {
-			ctx.UnloadModule(g.mod)
-			return nil, err
+	for w, sp := range gemvSplits {
+		for i, b := range gemvBatches {
+			if g.fixed[w][i], err = ctx.Function(g.mod, fmt.Sprintf("splitzip_gemv_fixed_b%d%s", b, sp.suffix)); err == nil {
+				g.ref[w][i], err = ctx.Function(g.mod, fmt.Sprintf("splitzip_gemv_ref_b%d%s", b, sp.suffix))
+			}
+			if err != nil {
+				ctx.UnloadModule(g.mod)
+				return nil, err
+			}
 		}
 	}
 	if g.err, err = ctx.Alloc(4); err == nil {
@@ -135,7 +165,7 @@ func (g *Gemv) Reference(w cuda.DevicePtr, rows, cols uint64, x, y cuda.DevicePt
 	return g.launch(&g.ref, gemvParams{W: uint64(w)}, rows, cols, x, y, batch, s)
 }
 
-func (g *Gemv) launch(fns *[len(gemvBatches)]cuda.Function, p gemvParams, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
+func (g *Gemv) launch(fns *[len(gemvSplits)][len(gemvBatches)]cuda.Function, p gemvParams, rows, cols uint64, x, y cuda.DevicePtr, batch int, s cuda.Stream) error {
 	if err := operandsFit(p.W, uint64(x), uint64(y), rows, cols, batch); err != nil {
 		return err
 	}
@@ -144,8 +174,42 @@ func (g *Gemv) launch(fns *[len(gemvBatches)]cuda.Function, p gemvParams, rows, 
 		i++
 	}
 	p.X, p.Y, p.Err, p.Rows, p.Cols, p.Batch = uint64(x), uint64(y), uint64(g.err), rows, cols, uint32(batch)
-	grid := cuda.Dim3{X: uint32((rows + gemvTile - 1) / gemvTile)}
-	return g.ctx.Launch(fns[i], grid, cuda.Dim3{X: 32 * gemvWarps}, 0, s, unsafe.Pointer(&p))
+	tiles := (rows + gemvTile - 1) / gemvTile
+	w := g.force
+	if w < 0 {
+		w = gemvSplit(tiles, g.sms)
+	}
+	block := cuda.Dim3{X: uint32(32 * gemvSplits[w].warps)}
+	return g.ctx.Launch(fns[w][i], cuda.Dim3{X: uint32(tiles)}, block, 0, s, unsafe.Pointer(&p))
+}
+
+// gemvForce returns the index in gemvSplits of the warps v (GemvWarpsEnv's
+// value) names, or -1 for none.
+func gemvForce(v string) (int, error) {
+	if v == "" {
+		return -1, nil
+	}
+	for i, sp := range gemvSplits {
+		if v == strconv.Itoa(sp.warps) {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("gpu: %s=%q: want 4 or 8", GemvWarpsEnv, v)
+}
+
+// gemvSplit returns the index in gemvSplits of the warps a tile of a
+// matrix of so many tiles takes on sms SMs: 4 where that still fills
+// every SM with warps, so that a warp's start-up work (finding its
+// chunks, the sums through shared memory) is spread over twice the steps;
+// else 8, where fewer warps would leave the GPU waiting on memory. On an
+// H100 4 was 5-7% faster on the 14336 x 4096 and 128256 x 4096 shapes
+// (896 and 8,016 tiles) and 3-28% slower on those of 256 and 64 tiles
+// (docs/perf/LOG.md).
+func gemvSplit(tiles uint64, sms int) int {
+	if tiles*4 >= uint64(gemvSMWarps)*uint64(max(sms, 1)) {
+		return 1
+	}
+	return 0
 }
 
 // operandsFit reports whether a launch's shape and pointers are what the

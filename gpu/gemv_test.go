@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/splitzip/splitzip/codec"
@@ -344,6 +345,49 @@ func TestGemvOperands(t *testing.T) {
 	} {
 		if !errors.Is(err, ErrShape) {
 			t.Errorf("%s: %v, want ErrShape", name, err)
+		}
+	}
+}
+
+// TestGemvSplit: how many warps split a tile's columns, without a GPU:
+// 4 where that fills every SM with 16 warps, else 8, and what
+// GemvWarpsEnv may force.
+func TestGemvSplit(t *testing.T) {
+	for _, c := range []struct {
+		tiles uint64
+		sms   int
+		warps int
+	}{
+		{64, 132, 8},   // 1024 rows on an H100
+		{256, 132, 8},  // 4096 rows: 1,024 warps of 4 for 2,112 places
+		{527, 132, 8},  // 2,108
+		{528, 132, 4},  // 2,112
+		{896, 132, 4},  // 14336 rows
+		{8016, 132, 4}, // 128256 rows
+		{4, 0, 4},      // no SM count: taken as 1
+		{3, 1, 8},
+		{1 << 31, 132, 4},
+	} {
+		if got := gemvSplits[gemvSplit(c.tiles, c.sms)].warps; got != c.warps {
+			t.Errorf("%d tiles on %d SMs: %d warps a tile, want %d", c.tiles, c.sms, got, c.warps)
+		}
+	}
+	for v, want := range map[string]int{"": 0, "4": 4, "8": 8} {
+		i, err := gemvForce(v)
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		got := 0
+		if i >= 0 {
+			got = gemvSplits[i].warps
+		}
+		if got != want {
+			t.Errorf("%q forces %d warps (0: none), want %d", v, got, want)
+		}
+	}
+	for _, v := range []string{"1", "2", "3", "16", "0", "x", " 8"} {
+		if _, err := gemvForce(v); err == nil || !strings.Contains(err.Error(), GemvWarpsEnv) {
+			t.Errorf("%q: %v, want an error naming %s", v, err, GemvWarpsEnv)
 		}
 	}
 }
