@@ -297,8 +297,9 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 			Index: i, Addr: vmm.Ptr(dsts[k])}
 	}
 	for sh, path := range shards {
-		// An absent source is no error for payloads.
-		if _, err := shardcache.SourceState(sh, path); err != nil {
+		// An absent source is no error for payloads, nor a changed one
+		// whose tensors are all in the cache.
+		if _, err := l.c.SourcePresent(sh, path); err != nil {
 			return 0, err
 		}
 	}

@@ -385,6 +385,94 @@ func TestUploadBatchEntropyWithoutSource(t *testing.T) {
 	}
 }
 
+// TestChangedSelfContainedSource: a self-contained cache whose source
+// shards were edited in place since (other bytes, the same size, a new
+// time) needs nothing of them: every tensor reads on the host as it was
+// compressed, bit for bit, from fixed and entropy caches. A cache that is
+// not self-contained refuses the same files (TestUploadBatchChecksFirst).
+func TestChangedSelfContainedSource(t *testing.T) {
+	for _, codec := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
+		t.Run(codec, func(t *testing.T) {
+			l, want := changedSelfContained(t, codec)
+			for i, tn := range l.Tensors() {
+				got := make([]byte, tn.Size)
+				if err := l.ReadHost(tn.Index, got); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want[i]) {
+					t.Fatalf("%s read on the host differs from what was compressed", tn.Name)
+				}
+			}
+		})
+	}
+}
+
+// TestUploadChangedSelfContainedSource: the same caches upload in one
+// batch as they were compressed, bit for bit. It needs a GPU.
+func TestUploadChangedSelfContainedSource(t *testing.T) {
+	for _, codec := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
+		t.Run(codec, func(t *testing.T) {
+			ctx, stream := gpuStream(t)
+			l, want := changedSelfContained(t, codec)
+			got, err := uploadAll(ctx, l, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, tn := range l.Tensors() {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Errorf("%s differs on the device", tn.Name)
+				}
+			}
+		})
+	}
+}
+
+// changedSelfContained opens a self-contained cache of codec, edits its
+// source in place and returns the loader and each tensor's bytes as they
+// were compressed.
+func changedSelfContained(t *testing.T, codec string) (*Loader, [][]byte) {
+	t.Helper()
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 12}, pipeline.CompressOptions{SelfContained: true, Codec: codec})
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ts := l.Tensors()
+	want := make([][]byte, len(ts))
+	for i, tn := range ts {
+		want[i] = source(t, &tn)
+	}
+	editInPlace(t, s.Root)
+	return l, want
+}
+
+// editInPlace gives every safetensors file under root other bytes past its
+// first quarter, keeping its size, and a modification time an hour later.
+func editInPlace(t *testing.T, root string) {
+	t.Helper()
+	later := time.Now().Add(time.Hour)
+	ps, err := filepath.Glob(filepath.Join(root, "*.safetensors"))
+	if err != nil || len(ps) == 0 {
+		t.Fatalf("no shards under %s: %v", root, err)
+	}
+	for _, p := range ps {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := len(b) / 4; i < len(b); i += 97 {
+			b[i] ^= 0x5A
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestSetResident: residency is taken before the first upload.
 func TestSetResident(t *testing.T) {
 	l, _ := openFixture(t)

@@ -31,6 +31,18 @@ func SourceState(sh *Shard, path string) (present bool, err error) {
 // or as a raw copy (compress --self-contained).
 func (t *Tensor) InCache() bool { return t.Payload() || t.CopyStored }
 
+// AllInCache reports whether the cache holds the bytes of every tensor of
+// a shard (compress --self-contained, or every tensor a payload): the
+// cache then needs nothing of the shard's file.
+func (sh *Shard) AllInCache() bool {
+	for i := range sh.Tensors {
+		if !sh.Tensors[i].InCache() {
+			return false
+		}
+	}
+	return true
+}
+
 // Payload reports whether a tensor is stored as a payload that decodes to
 // it (fixed codec or entropy), not as raw bytes.
 func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == StoredEntropy }
@@ -38,7 +50,8 @@ func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == 
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file
 // is at path now) are read from: the source slice when the shard is there
 // (and unchanged), else the tensor's raw copy in the cache (its own file,
-// or its range of a pack).
+// or its range of a pack), also when the shard's file has changed and
+// the cache holds all its tensors (SourcePresent).
 // A tensor whose bytes are only in an absent source is ErrSourceMissing;
 // an entropy payload's tensor with its source absent, ErrHostDecode.
 func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
@@ -60,11 +73,19 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 // SourcePresent is SourceState for the cache's own sources: a remote
 // cache's (OpenRemote) are another machine's files, never read here, so
 // that a file of the same path on this one is not taken for its source.
+// A shard whose file has changed since it was compressed (its size or
+// mtime), but whose every tensor the cache holds (AllInCache), is served
+// from the cache as an absent one is: the file is no longer its source,
+// and the cache needs nothing of it.
 func (c *Cache) SourcePresent(sh *Shard, path string) (bool, error) {
 	if c.remote != nil {
 		return false, nil
 	}
-	return SourceState(sh, path)
+	present, err := SourceState(sh, path)
+	if errors.Is(err, ErrSourceChanged) && sh.AllInCache() {
+		return false, nil
+	}
+	return present, err
 }
 
 // CheckAbsent checks that every tensor of a shard whose source file is

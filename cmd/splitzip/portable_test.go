@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPortableCaches: a cache moves freely; a moved source is used with
@@ -73,6 +74,29 @@ func TestPortableCaches(t *testing.T) {
 		t.Fatalf("decompress of a self-contained cache without its source: %s", e)
 	}
 	sameFiles(t, keep, filepath.Join(dir, "out2"))
+	// A file at the source's place that is not the source any more (other
+	// bytes of the same size, a new time): the self-contained cache needs
+	// nothing of it, so it verifies, loads and restores what was
+	// compressed, saying so.
+	changedSource(t, keep, newSrc)
+	code, o, e = splitzip(t, "verify", self)
+	if code != 0 || !strings.Contains(e, "has changed since it was compressed; the cache holds all its tensors") {
+		t.Errorf("verify of a self-contained cache whose source changed: %d %s %s", code, o, e)
+	}
+	if code, o, e := splitzip(t, "load", self, "--device", "cpu", "--check"); code != 0 || !strings.Contains(o, "matches") {
+		t.Errorf("load --check of a self-contained cache whose source changed: %d %s %s", code, o, e)
+	}
+	if code, _, e := splitzip(t, "decompress", self, "-o", filepath.Join(dir, "out3")); code != 0 {
+		t.Fatalf("decompress of a self-contained cache whose source changed: %s", e)
+	}
+	sameFiles(t, keep, filepath.Join(dir, "out3"))
+	// The same file beside a cache that is not self-contained is refused.
+	if code, _, e := splitzip(t, "load", moved, "--device", "cpu"); code != exitInput || !strings.Contains(e, "source shard changed") {
+		t.Errorf("load of a cache whose source changed: %d %s", code, e)
+	}
+	if err := os.RemoveAll(newSrc); err != nil {
+		t.Fatal(err)
+	}
 	// A corrupted object is still found without the source.
 	var obj string
 	filepath.Walk(filepath.Join(self, "objects"), func(p string, info os.FileInfo, err error) error {
@@ -90,5 +114,39 @@ func TestPortableCaches(t *testing.T) {
 	// A cache that is not self-contained names what is missing.
 	if code, _, e := splitzip(t, "load", moved, "--device", "cpu"); code != exitInput || !strings.Contains(e, "only in it") {
 		t.Errorf("load of a cache whose source is gone: %d %s", code, e)
+	}
+}
+
+// changedSource writes at to hold the files of from, each safetensors
+// file with other bytes of the same size past its first quarter and a
+// modification time an hour later: what a source edited in place looks
+// like.
+func changedSource(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	es, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	for _, e := range es {
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			for i := len(b) / 4; i < len(b); i += 97 {
+				b[i] ^= 0x5A
+			}
+		}
+		p := filepath.Join(to, e.Name())
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, later, later); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
