@@ -297,8 +297,8 @@ func (l *Loader) UploadBatch(idx []int, d int, dsts, caps []uint64, stream uintp
 			Index: i, Addr: vmm.Ptr(dsts[k])}
 	}
 	for sh, path := range shards {
-		// An absent source is no error for payloads, nor a changed one
-		// whose tensors are all in the cache.
+		// An absent source is no error for payloads; a remote cache's
+		// sources are never read here.
 		if _, err := l.c.SourcePresent(sh, path); err != nil {
 			return 0, err
 		}

@@ -60,11 +60,6 @@ type VerifyResult struct {
 	// Absent lists source shards that are not there: their tensors were
 	// checked against their content keys alone (a self-contained cache).
 	Absent []string `json:"absent_sources,omitempty"`
-	// Changed lists source shards whose files have changed since they were
-	// compressed (size or mtime) but whose every tensor is in the cache:
-	// their tensors were checked against their content keys alone, as an
-	// absent shard's, and the file is no problem of the cache's.
-	Changed []string `json:"changed_sources,omitempty"`
 	// Unchecked counts the tensors that could not be checked: those only
 	// in a source shard that is absent or cannot be read (a problem of
 	// the shard's).
@@ -260,17 +255,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 	default:
 		defer f.Close()
 		src = shardFile{f}
-		err := shardcache.CheckStat(sh, path)
-		switch {
-		case errors.Is(err, shardcache.ErrSourceChanged) && sh.AllInCache():
-			// The file is not this shard any more, and the cache needs
-			// nothing of it (loads serve it from the cache): check the
-			// cache against the content keys.
-			src = nil
-			mu.Lock()
-			res.Changed = append(res.Changed, path)
-			mu.Unlock()
-		case err != nil:
+		if err := shardcache.CheckStat(sh, path); err != nil {
 			// Go on: the tensors' checks say which of them changed.
 			fail(path, "", err)
 		}

@@ -382,6 +382,9 @@ func Fingerprint(sh *Shard) string {
 // modification time differs from the recorded ones: a cheap check before
 // serving slices of it. Content changes that keep both are caught by the
 // content keys when the bytes are read.
+//
+// For a shard whose every tensor the cache holds (AllInCache) the error
+// says so: with the file moved away, the cache serves what was compressed.
 func CheckStat(sh *Shard, path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -392,8 +395,15 @@ func CheckStat(sh *Shard, path string) error {
 		if uint64(st.Size()) == sh.Size {
 			sentinel = ErrSourceTime
 		}
-		return &FileError{File: path, Err: fmt.Errorf("%w (size %d, mtime %s; compressed from size %d, mtime %s)",
-			sentinel, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))}
+		err := fmt.Errorf("%w (size %d, mtime %s; compressed from size %d, mtime %s)",
+			sentinel, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))
+		if sh.AllInCache() {
+			// A present file is the source, and it stops a load rather
+			// than let a cache that tracks it serve stale tensors; but
+			// this cache would serve all of them without it.
+			err = fmt.Errorf("%w; %s", err, allInCacheHint)
+		}
+		return &FileError{File: path, Err: err}
 	}
 	return nil
 }

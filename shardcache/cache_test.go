@@ -183,13 +183,25 @@ func TestCheckStat(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(p, []byte("abc"), 0o644)
 	st, _ := os.Stat(p)
-	sh := &Shard{Size: 3, ModTime: st.ModTime()}
+	sh := &Shard{Size: 3, ModTime: st.ModTime(), Tensors: []Tensor{{Name: "p", Stored: StoredFixed}, {Name: "r", Stored: StoredRaw}}}
 	if err := CheckStat(sh, p); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(p, []byte("abcd"), 0o644)
-	if err := CheckStat(sh, p); !errors.Is(err, ErrSourceChanged) {
+	if sh.AllInCache() {
+		t.Fatal("a tensor only in the file: all in the cache")
+	}
+	if err := CheckStat(sh, p); !errors.Is(err, ErrSourceChanged) || strings.Contains(err.Error(), allInCacheHint) {
 		t.Errorf("grown file: %v", err)
+	}
+	// A shard whose tensors are all in the cache (a payload, a raw copy)
+	// is still refused, saying the file is not needed.
+	sh.Tensors[1].CopyStored = true
+	if !sh.AllInCache() {
+		t.Fatal("a payload and a raw copy: not all in the cache")
+	}
+	if err := CheckStat(sh, p); !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), allInCacheHint) || !strings.HasPrefix(err.Error(), p+": ") {
+		t.Errorf("grown file of a shard all in the cache: %v", err)
 	}
 }
 

@@ -11,6 +11,10 @@ import (
 // for, for a tensor whose bytes are only in it (not copied into the cache).
 var ErrSourceMissing = errors.New("source shard missing, and the tensor's bytes are only in it")
 
+// allInCacheHint is what CheckStat adds for a changed file of a shard
+// whose every tensor the cache holds.
+const allInCacheHint = "the cache holds every tensor of this shard: with this file moved away (an absent source is no error for it), loads and decompress serve what was compressed, and verify checks it against its content keys"
+
 // ErrHostDecode reports, from RawSlice, a tensor whose source shard is
 // absent and that the cache holds as an entropy payload: no raw bytes are
 // anywhere, and whoever reads it decodes the payload on the host.
@@ -33,7 +37,8 @@ func (t *Tensor) InCache() bool { return t.Payload() || t.CopyStored }
 
 // AllInCache reports whether the cache holds the bytes of every tensor of
 // a shard (compress --self-contained, or every tensor a payload): the
-// cache then needs nothing of the shard's file.
+// cache then needs nothing of the shard's file, and serves the shard
+// when the file is absent.
 func (sh *Shard) AllInCache() bool {
 	for i := range sh.Tensors {
 		if !sh.Tensors[i].InCache() {
@@ -50,8 +55,7 @@ func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == 
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file
 // is at path now) are read from: the source slice when the shard is there
 // (and unchanged), else the tensor's raw copy in the cache (its own file,
-// or its range of a pack), also when the shard's file has changed and
-// the cache holds all its tensors (SourcePresent).
+// or its range of a pack).
 // A tensor whose bytes are only in an absent source is ErrSourceMissing;
 // an entropy payload's tensor with its source absent, ErrHostDecode.
 func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
@@ -73,19 +77,11 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 // SourcePresent is SourceState for the cache's own sources: a remote
 // cache's (OpenRemote) are another machine's files, never read here, so
 // that a file of the same path on this one is not taken for its source.
-// A shard whose file has changed since it was compressed (its size or
-// mtime), but whose every tensor the cache holds (AllInCache), is served
-// from the cache as an absent one is: the file is no longer its source,
-// and the cache needs nothing of it.
 func (c *Cache) SourcePresent(sh *Shard, path string) (bool, error) {
 	if c.remote != nil {
 		return false, nil
 	}
-	present, err := SourceState(sh, path)
-	if errors.Is(err, ErrSourceChanged) && sh.AllInCache() {
-		return false, nil
-	}
-	return present, err
+	return SourceState(sh, path)
 }
 
 // CheckAbsent checks that every tensor of a shard whose source file is

@@ -22,9 +22,7 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 	files := map[string]*os.File{}
 	defer func() {
 		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
+			f.Close()
 		}
 	}()
 	for _, b := range bs {
@@ -55,25 +53,18 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 		if !ok {
 			var err error
 			f, err = os.Open(b.Shard)
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
+			if errors.Is(err, fs.ErrNotExist) {
 				// An absent source (or a remote cache's file): the key
 				// is the check.
-			case err != nil:
+				if !keyed {
+					return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they do not match the content key", ErrMismatch)}
+				}
+				continue
+			}
+			if err != nil {
 				return err
-			case hit != nil && hit.Shard.AllInCache() && errors.Is(shardcache.CheckStat(hit.Shard, b.Shard), shardcache.ErrSourceChanged):
-				// A changed file whose shard the cache holds whole: the
-				// load served it from the cache, so the key is the check.
-				f.Close()
-				f = nil
 			}
 			files[b.Shard] = f
-		}
-		if f == nil {
-			if !keyed {
-				return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they do not match the content key", ErrMismatch)}
-			}
-			continue
 		}
 		src := make([]byte, b.Size)
 		if _, err := f.ReadAt(src, int64(b.Offset)); err != nil {

@@ -109,9 +109,6 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		for _, a := range res.Absent {
 			fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
 		}
-		for _, a := range res.Changed {
-			fmt.Fprintf(g.stderr, "note: %s has changed since it was compressed; the cache holds all its tensors, checked against their content keys (loads take them from the cache)\n", a)
-		}
 		// Shards whose one problem is a new modification time (their
 		// tensors matched): a copy of the same bytes, which relocate
 		// records. A shard with changed bytes as well gets no such hint.
