@@ -1,8 +1,10 @@
 package gpu
 
 import (
+	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"unsafe"
@@ -112,8 +114,29 @@ func TestKernelConstants(t *testing.T) {
 			t.Errorf("gemv.cu: %s is %d, the launcher's %d", c.name, got, c.want)
 		}
 	}
-	if gz["GZ_THREADS"] != "(GZ_WARPS * 32)" {
-		t.Errorf("gemv.cu: GZ_THREADS %q, the launcher's %d threads a block", gz["GZ_THREADS"], 32*gemvWarps)
+	// The splits the launcher takes are the kernels gemv.cu builds, and
+	// each fits the warps an SM the launcher counts on.
+	src, err := os.ReadFile("gemv.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var splits []string
+	for _, m := range regexp.MustCompile(`(?m)^\s+GZ_KERNELS_W\(B, (\w+), (\w*)\)`).FindAllStringSubmatch(string(src), -1) {
+		w := m[1]
+		if w == "GZ_WARPS" {
+			w = gz["GZ_WARPS"]
+		}
+		splits = append(splits, w+":"+m[2])
+	}
+	var want []string
+	for _, sp := range gemvSplits {
+		want = append(want, fmt.Sprintf("%d:%s", sp.warps, sp.suffix))
+	}
+	if !slices.Equal(splits, want) {
+		t.Errorf("gemv.cu builds the splits %q, the launcher takes %q", splits, want)
+	}
+	if got := num(gz, "GZ_MINB") * gemvWarps; got != gemvSMWarps {
+		t.Errorf("gemv.cu: GZ_MINB x GZ_WARPS is %d warps an SM, the launcher's gemvSMWarps %d", got, gemvSMWarps)
 	}
 	if sz["SZ_BUF"] != "(2 * SZ_CHUNK)" || stageBytes != 2*codec.ChunkValues {
 		t.Errorf("decode.cu: SZ_BUF %q, the launcher's stage of %d bytes", sz["SZ_BUF"], stageBytes)

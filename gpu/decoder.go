@@ -45,6 +45,9 @@ var (
 	// has, columns not a multiple of GemvColumns, a batch out of range, a
 	// pointer out of alignment.
 	ErrShape = errors.New("gpu: operands do not fit the product")
+	// ErrOption reports a setting the kernels do not take (GemvWarpsEnv
+	// naming a split there is no kernel for).
+	ErrOption = errors.New("gpu: not a setting the kernels take")
 )
 
 // params mirrors struct Params in decode.cu.

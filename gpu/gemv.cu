@@ -48,7 +48,6 @@
 #define GZ_FIRST_GROUP 64
 #define GZ_WARPS 8  // warps a block, splitting the tile's columns (the most; see GZ_KERNELS_W)
 #define GZ_TILE 16  // rows a block
-#define GZ_THREADS (GZ_WARPS * 32)
 #define GZ_GROUP 16 // columns a lane holds in a step
 #ifndef GZ_ROUND
 #define GZ_ROUND 2 // steps whose loads a lane keeps in flight
@@ -257,8 +256,8 @@ __device__ __forceinline__ void gz_step(float (&acc)[NT][4], const uint32_t (&wa
 }
 
 // gz_store adds the warps' sums in warp order through red and stores the
-// tile's rows of y, rounded to BF16; thread i adds (row i / 16, vector
-// i % 16).
+// tile's rows of y, rounded to BF16: sum i (row i / 16, vector i % 16) is
+// added by thread i mod 32 W.
 template <int NT, int W>
 __device__ __forceinline__ void gz_store(const float (&acc)[NT][4], float (&red)[W][GZ_TILE][16], const GemvParams &p,
                                          uint64_t row0) {
@@ -347,6 +346,7 @@ __device__ __forceinline__ uint32_t gz_span(Chunk &ch, uint32_t &pos, uint64_t r
 // batch.
 template <int B, int W>
 __device__ __forceinline__ void gemv_fused(const GemvParams &p) {
+    static_assert(W >= 1 && W <= GZ_WARPS && GZ_WARPS % W == 0, "a split of GZ_WARPS warps");
     constexpr int NT = B > 8 ? 2 : 1; // mma columns of 8 vectors
     __shared__ uint32_t lut[256];
     __shared__ float red[W][GZ_TILE][16];
@@ -452,6 +452,7 @@ __device__ __forceinline__ void gemv_fused(const GemvParams &p) {
 // steps' loads in flight.
 template <int B, int W>
 __device__ __forceinline__ void gemv_ref(const GemvParams &p) {
+    static_assert(W >= 1 && W <= GZ_WARPS && GZ_WARPS % W == 0, "a split of GZ_WARPS warps");
     constexpr int NT = B > 8 ? 2 : 1;
     __shared__ float red[W][GZ_TILE][16];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -511,14 +512,17 @@ __device__ __forceinline__ void gemv_ref(const GemvParams &p) {
 // chunks, the sums through shared memory). Both keep 128 registers a
 // thread, as many warps an SM. The reduction order is the one above with
 // W in place of 8 warps, so a fixed kernel and the reference of the same
-// W give the same bits. (Splits among 2 and 1 warps measured slower on
-// the largest shapes, docs/perf/LOG.md.)
+// W give the same bits. (Splits among 2 and 1 warps were measured too:
+// 2 was 2% faster than 4 on 14336 x 4096 and slower on the other shapes,
+// 1 slower on all; docs/perf/LOG.md.) gpu.gemvSplits lists these kernels
+// and GZ_MINB * GZ_WARPS is its gemvSMWarps (TestKernelConstants).
+// __launch_bounds__ keeps 128 registers a thread for every split.
 #define GZ_KERNELS_W(B, W, NAME)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(32 * W, GZ_MINB *GZ_WARPS / W) splitzip_gemv_fixed_b##B##NAME(        \
+    extern "C" __global__ void __launch_bounds__(32 * (W), GZ_MINB *GZ_WARPS / (W)) splitzip_gemv_fixed_b##B##NAME(    \
         const GemvParams p) {                                                                                           \
         gemv_fused<B, W>(p);                                                                                            \
     }                                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * W, GZ_MINB *GZ_WARPS / W) splitzip_gemv_ref_b##B##NAME(          \
+    extern "C" __global__ void __launch_bounds__(32 * (W), GZ_MINB *GZ_WARPS / (W)) splitzip_gemv_ref_b##B##NAME(      \
         const GemvParams p) {                                                                                           \
         gemv_ref<B, W>(p);                                                                                              \
     }

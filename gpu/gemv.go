@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"os"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/splitzip/splitzip/codec"
@@ -194,7 +195,11 @@ func gemvForce(v string) (int, error) {
 			return i, nil
 		}
 	}
-	return -1, fmt.Errorf("gpu: %s=%q: want 4 or 8", GemvWarpsEnv, v)
+	var want []string
+	for _, sp := range gemvSplits {
+		want = append(want, strconv.Itoa(sp.warps))
+	}
+	return -1, fmt.Errorf("%w: %s=%q: want one of %s", ErrOption, GemvWarpsEnv, v, strings.Join(want, ", "))
 }
 
 // gemvSplit returns the index in gemvSplits of the warps a tile of a
@@ -203,8 +208,8 @@ func gemvForce(v string) (int, error) {
 // chunks, the sums through shared memory) is spread over twice the steps;
 // else 8, where fewer warps would leave the GPU waiting on memory. On an
 // H100 4 was 5-7% faster on the 14336 x 4096 and 128256 x 4096 shapes
-// (896 and 8,016 tiles) and 3-28% slower on those of 256 and 64 tiles
-// (docs/perf/LOG.md).
+// (896 and 8,016 tiles) and 2-30% slower on those of 256 and 64 tiles
+// (docs/perf/LOG.md, 2026-12-07).
 func gemvSplit(tiles uint64, sms int) int {
 	if tiles*4 >= uint64(gemvSMWarps)*uint64(max(sms, 1)) {
 		return 1

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -143,7 +144,8 @@ func checkProduct(t *testing.T, w []byte, rows, cols uint64, x []byte, batch int
 // from the payload equals the reference kernel's from the BF16 matrix bit
 // for bit, and both are W x within rounding: normal weights, row-scaled,
 // escape-heavy ones with raw chunks, and every BF16 bit pattern (NaNs,
-// infinities, subnormals).
+// infinities, subnormals); with a tile's columns split among 8 warps and
+// among 4 (each fused kernel against the reference of its split).
 func TestGemvMatchesReference(t *testing.T) {
 	ctx, g := requireGemv(t)
 	rng := seeded(t)
@@ -187,27 +189,31 @@ func TestGemvMatchesReference(t *testing.T) {
 	for _, m := range mats {
 		w := make([]byte, 2*m.rows*m.cols)
 		m.fill(w)
-		for _, batch := range []int{1, 2, 3, 8, 12, 16} {
-			x := make([]byte, 2*m.cols*uint64(batch))
-			synth.FillNormal(rng, x, 1, 0, 0)
-			r := newGemvRun(t, ctx, w, m.rows, m.cols, x, batch)
-			fused, err := r.run(t, g, false)
-			if err != nil {
-				t.Fatalf("%s, batch %d: %v", m.name, batch, err)
-			}
-			ref, err := r.run(t, g, true)
-			if err != nil {
-				t.Fatalf("%s, batch %d, reference: %v", m.name, batch, err)
-			}
-			if !bytes.Equal(fused, ref) {
-				i := 0
-				for fused[i] == ref[i] {
-					i++
+		for split := range gemvSplits {
+			g.force = split
+			warps := gemvSplits[split].warps
+			for _, batch := range []int{1, 2, 3, 8, 12, 16} {
+				x := make([]byte, 2*m.cols*uint64(batch))
+				synth.FillNormal(rng, x, 1, 0, 0)
+				r := newGemvRun(t, ctx, w, m.rows, m.cols, x, batch)
+				fused, err := r.run(t, g, false)
+				if err != nil {
+					t.Fatalf("%s, batch %d, %d warps a tile: %v", m.name, batch, warps, err)
 				}
-				t.Fatalf("%s, batch %d: the fused product differs from the reference first at output %d", m.name, batch, i/2)
-			}
-			if m.name[:5] != "every" {
-				checkProduct(t, w, m.rows, m.cols, x, batch, ref)
+				ref, err := r.run(t, g, true)
+				if err != nil {
+					t.Fatalf("%s, batch %d, %d warps a tile, reference: %v", m.name, batch, warps, err)
+				}
+				if !bytes.Equal(fused, ref) {
+					i := 0
+					for fused[i] == ref[i] {
+						i++
+					}
+					t.Fatalf("%s, batch %d, %d warps a tile: the fused product differs from the reference first at output %d", m.name, batch, warps, i/2)
+				}
+				if m.name[:5] != "every" {
+					checkProduct(t, w, m.rows, m.cols, x, batch, ref)
+				}
 			}
 		}
 	}
@@ -216,9 +222,18 @@ func TestGemvMatchesReference(t *testing.T) {
 // TestGemvCorruptPayloads: a payload with damaged tables or escapes is
 // reported (never a read outside it: compute-sanitizer checks that on the
 // GPU machine) and y's guards hold; random damage to chunk data gives
-// garbage or an error, never a fault.
+// garbage or an error, never a fault; with a tile's columns split among
+// 8 warps and among 4.
 func TestGemvCorruptPayloads(t *testing.T) {
 	ctx, g := requireGemv(t)
+	for split := range gemvSplits {
+		g.force = split
+		t.Run(fmt.Sprintf("%d warps a tile", gemvSplits[split].warps), func(t *testing.T) { corruptPayloads(t, ctx, g) })
+	}
+}
+
+// corruptPayloads is TestGemvCorruptPayloads with g's split.
+func corruptPayloads(t *testing.T, ctx *cuda.Context, g *Gemv) {
 	rng := seeded(t)
 	const rows, cols = 40, 14336
 	w := make([]byte, 2*rows*cols)
@@ -386,8 +401,8 @@ func TestGemvSplit(t *testing.T) {
 		}
 	}
 	for _, v := range []string{"1", "2", "3", "16", "0", "x", " 8"} {
-		if _, err := gemvForce(v); err == nil || !strings.Contains(err.Error(), GemvWarpsEnv) {
-			t.Errorf("%q: %v, want an error naming %s", v, err, GemvWarpsEnv)
+		if _, err := gemvForce(v); !errors.Is(err, ErrOption) || !strings.Contains(err.Error(), GemvWarpsEnv) || !strings.Contains(err.Error(), "8, 4") {
+			t.Errorf("%q: %v, want ErrOption naming %s and the splits", v, err, GemvWarpsEnv)
 		}
 	}
 }

@@ -9,7 +9,7 @@ const (
 	decodeFatbinSHA256  = "443412a14c7a218f20cb010476449d86a37c631e231af35b0c7f6b19bc5b463b"
 	entropySourceSHA256 = "34dd3361229d19d4fe3c95af53d41f2340c423d171768d7127a5c1c8417011a3"
 	entropyFatbinSHA256 = "2cc223777ed0ef8fc79ca850091a3a5b167a16288633ed785ac9bc2df54e0ada"
-	gemvSourceSHA256    = "61a44f2314fd12cf9b1afea2a3978ca219913bc9a391440441ab11fbe1cafdfb"
+	gemvSourceSHA256    = "8cedd60b0dd0e83ad2e8b51c4562c5b3c41100321e3a230fd94e9775de48ebb8"
 	gemvFatbinSHA256    = "719dbfdaf6f8cce83362a0cee0725dcadc54967cdcc93ae22f0199e645bf71f0"
 	kernelsNVCCVersion  = "13.0"
 )

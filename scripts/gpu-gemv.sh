@@ -13,7 +13,7 @@
 # and carry .dev/gemv (D names another folder). NCU=1 adds ncu's speed of
 # light and stalls; NCU_SOURCE=1 each SASS instruction's executed count
 # ($OUT/ncu-sass.csv) and the executed totals (NCU_VARIANT=name: of that
-# variant's build). SHAPES, BATCHES, RUNS as
+# variant's build). SPLITS and VARIANTS: below. SHAPES, BATCHES, RUNS as
 # bench gemv's flags; logs to $OUT. To land the kernel afterwards: copy
 # $OUT/k/gemv.fatbin and $OUT/k/kernels_gen.go into gpu/ (go test ./gpu
 # -run KernelStamp checks them).
@@ -67,6 +67,17 @@ for x in r["results"]:
     print(f"{x['rows']:6d} x {x['cols']:<6d} batch {x['batch']:2d}  fused {f['median_us']:8.1f} us ({f['gb_per_s']:5.0f} GB/s of weights, {x['payload_gb_per_s']:5.0f} of payload)  reference {ref['median_us']:8.1f} us ({ref['gb_per_s']:5.0f})  {x['speedup']:.2f}x")
 PY
 fi
+# SPLITS="4 8" times the build again with every launch's split forced to
+# each (SPLITZIP_GEMV_WARPS; the tests run every split themselves).
+for w in ${SPLITS:-}; do
+	echo "=== split $w $(date +%T)"
+	SPLITZIP_GEMV_WARPS=$w "$B/splitzip" bench gemv --shape "${SHAPES:-4096x4096,14336x4096,4096x14336,128256x4096}" --batch "${BATCHES:-1,8,16}" --runs "${RUNS:-30}" --json >"$OUT/bench-w$w.json" 2>"$OUT/bench-w$w.err"
+	python3 - "$OUT/bench-w$w.json" <<'PY' || tail -3 "$OUT/bench-w$w.err"
+import json, sys
+for x in json.load(open(sys.argv[1]))["results"]:
+    print(f"{x['rows']:6d} x {x['cols']:<6d} batch {x['batch']:2d}  fused {x['fused']['median_us']:8.1f} us ({x['payload_gb_per_s']:5.0f} GB/s of payload)  reference {x['reference']['median_us']:8.1f} us")
+PY
+done
 # VARIANTS="name:-DGZ_ROUND=2 ...;name2:..." builds gemv.cu again with
 # each set of nvcc flags and times each the same way (kernel experiments);
 # VTEST=1 also runs each variant's Gemv tests, VTEST=2 memcheck as well.
