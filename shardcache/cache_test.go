@@ -312,3 +312,30 @@ func createMarked(t *testing.T, dir, what string) {
 		t.Errorf("%s: no marker: %v", what, err)
 	}
 }
+
+// TestIndexKeepsMode: a writer under a narrower umask replaces the index
+// with the mode the index had, so the cache's other users can still read
+// it; the first index takes the umask's.
+func TestIndexKeepsMode(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "c")
+	for i, mask := range []int{0o022, 0o077, 0o002} {
+		syscall.Umask(mask)
+		w, err := Create(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.PutBytes([]byte(fmt.Sprint("object ", i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		st, err := os.Stat(filepath.Join(dir, IndexName))
+		if err != nil || st.Mode().Perm() != 0o644 {
+			t.Fatalf("index after a commit under umask %03o: %v, mode %v, want 0644", mask, err, st.Mode())
+		}
+	}
+}

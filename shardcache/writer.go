@@ -583,6 +583,13 @@ func (w *Writer) commit(ctx context.Context) (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	// A new index keeps the mode of the one it replaces: a writer with a
+	// narrower umask must not lock the cache's other users out.
+	if st, err := os.Stat(filepath.Join(w.dir, IndexName)); err == nil {
+		if err := os.Chmod(f.Name(), st.Mode().Perm()); err != nil {
+			return err
+		}
+	}
 	// A cache with an index has readers, and their lock (a cache of an
 	// older build gets it here), before the index that lets them in.
 	if err := makeReaders(w.dir); err != nil {
