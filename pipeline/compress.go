@@ -89,6 +89,11 @@ type Totals struct {
 	// change it). KeptBytes is their raw bytes.
 	KeptTensors int    `json:"kept_tensors,omitempty"`
 	KeptBytes   uint64 `json:"kept_bytes,omitempty"`
+	// KeptCopies are the tensors left raw whose copies an earlier run
+	// (--self-contained) stored, kept by a run without --self-contained
+	// (tensorCompressor.storeRaw); KeptCopyBytes their bytes.
+	KeptCopies    int    `json:"kept_copies,omitempty"`
+	KeptCopyBytes uint64 `json:"kept_copy_bytes,omitempty"`
 }
 
 // costRaw counts a tensor the cost model kept raw (by its reason).
@@ -277,7 +282,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	}
 	dtypes := map[string]*DTypeTotals{}
 	for _, j := range shards {
-		if err := j.finish(w, &res.Totals, dtypes, opts.Codec); err != nil {
+		if err := j.finish(w, &res.Totals, dtypes, opts.Codec, opts.SelfContained); err != nil {
 			return nil, err
 		}
 		src1.Shards = append(src1.Shards, *j.rec)
@@ -446,7 +451,7 @@ func firstOf(errs []error) error {
 
 // finish checks that the shard did not change while it was read, and
 // fingerprints and sums it, into tot and per dtype into dtypes.
-func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*DTypeTotals, codecName string) error {
+func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*DTypeTotals, codecName string, selfContained bool) error {
 	sh := j.rec
 	if err := shardcache.CheckStat(sh, j.s.Path); err != nil {
 		return err
@@ -470,6 +475,9 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*
 				tot.KeptTensors++
 				tot.KeptBytes += t.Size
 			}
+		} else if t.CopyStored && !selfContained {
+			tot.KeptCopies++
+			tot.KeptCopyBytes += t.Size
 		}
 		tot.StoredBytes += stored
 		tot.costRaw(t.Reason, t.Size)

@@ -157,6 +157,62 @@ func TestDedupeAndSelfContained(t *testing.T) {
 	}
 }
 
+// TestSelfContainedKept: a checkpoint compressed --self-contained, then
+// again without into the same cache, keeps its raw copies (and says how
+// many): a gc after removes none of them, and the cache still restores
+// and verifies with the source gone.
+func TestSelfContainedKept(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "src"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 2, 9)
+	first := compress(t, src, cache, true)
+	if first.Totals.KeptCopies != 0 {
+		t.Fatalf("a first run kept %d copies", first.Totals.KeptCopies)
+	}
+	again := compress(t, src, cache, false)
+	raw := again.Totals.Tensors - again.Totals.CompressedTensors
+	if raw == 0 || again.Totals.KeptCopies != raw || again.Totals.KeptCopyBytes == 0 {
+		t.Fatalf("the run without --self-contained kept %d copies (%d bytes), want all %d raw tensors'", again.Totals.KeptCopies, again.Totals.KeptCopyBytes, raw)
+	}
+	w, err := shardcache.Create(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.GC(context.Background(), shardcache.GCOptions{})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Objects != 0 {
+		t.Errorf("gc removed %d objects, want none: %+v", res.Objects, res)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckSelfContained(); err != nil {
+		t.Errorf("no longer self-contained: %v", err)
+	}
+	keep := filepath.Join(dir, "kept")
+	if err := os.Rename(src, keep); err != nil {
+		t.Fatal(err)
+	}
+	if v := mustVerify(t, cache); !v.OK() || len(v.Absent) == 0 {
+		t.Fatalf("verify without the source: %+v, absent %v", v.Problems, v.Absent)
+	}
+	out := filepath.Join(dir, "out")
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: out, Source: src}); err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, keep, out)
+	// A plain cache gains no copies from a run without --self-contained.
+	plain := filepath.Join(dir, "plain")
+	compress(t, keep, plain, false)
+	if r := compress(t, keep, plain, false); r.Totals.KeptCopies != 0 {
+		t.Errorf("a plain cache's second run kept %d copies", r.Totals.KeptCopies)
+	}
+}
+
 func TestSourceChanged(t *testing.T) {
 	dir, src, cache := compressedFixture(t, 2<<20, 1, 2)
 	p := filepath.Join(src, "model.safetensors")

@@ -324,13 +324,22 @@ func codecHint(dtypes []pipeline.DTypeTotals) string {
 }
 
 // keptNote returns the line that says how many tensors kept the payloads
-// an earlier run into the same cache stored in another codec, or "".
+// an earlier run into the same cache stored in another codec, and how
+// many the raw copies an earlier --self-contained run stored, or "".
 func keptNote(t pipeline.Totals) string {
-	if t.KeptTensors == 0 {
+	var parts []string
+	if t.KeptTensors > 0 {
+		parts = append(parts, fmt.Sprintf("%s (%s) kept the payloads an earlier run stored in another codec: a tensor has one form in a cache; compress into a new cache to store them with this --codec",
+			count(t.KeptTensors, "tensor"), human(t.KeptBytes)))
+	}
+	if t.KeptCopies > 0 {
+		parts = append(parts, fmt.Sprintf("%s left raw (%s) kept the copies an earlier --self-contained run stored: the cache still holds them, as it did",
+			count(t.KeptCopies, "tensor"), human(t.KeptCopyBytes)))
+	}
+	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("note: %s (%s) kept the payloads an earlier run stored in another codec: a tensor has one form in a cache; compress into a new cache to store them with this --codec",
-		count(t.KeptTensors, "tensor"), human(t.KeptBytes))
+	return "note: " + strings.Join(parts, "; ")
 }
 
 func ratio(a, b uint64) float64 {
