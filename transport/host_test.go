@@ -512,9 +512,10 @@ func poke(t *testing.T, eng *hostengine.Engine, b *vmm.Binding) {
 }
 
 // TestCheckArenaDamagedCopy: with the source absent, a raw tensor comes
-// from its copy in the cache; a damaged copy fails CheckArena as a
-// corrupt cache object naming the copy's file, not as a changed source;
-// an intact copy whose loaded bytes differ is the load's mismatch.
+// from its copy in the cache. A damaged copy fails the load itself (the
+// copy's CRC-32C), as a corrupt cache object naming the copy's file, not
+// as a changed source. Damaged after a load, it fails CheckArena so; an
+// intact copy whose loaded bytes differ is the load's mismatch.
 func TestCheckArenaDamagedCopy(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: 14}, pipeline.CompressOptions{SelfContained: true})
 	raw := fixture.RawCopy(t, s)
@@ -526,22 +527,48 @@ func TestCheckArenaDamagedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore := cachetest.Flip(t, c, raw.Key, int64(raw.Size)/2, 0x04)
+	corrupt := func(what string, err error) {
+		t.Helper()
+		var te *Error
+		if !errors.Is(err, shardcache.ErrObjectCorrupt) || errors.Is(err, shardcache.ErrSourceChanged) || !errors.As(err, &te) || te.Tensor != raw.Name || !strings.Contains(err.Error(), loc.Path) {
+			t.Fatalf("%s: %v, want a corrupt object naming %s in %s", what, err, raw.Name, loc.Path)
+		}
+	}
 	eng, a, st, _ := setup(t, c, s, hostengine.Hooks{}, false)
 	bs := a.Bindings()
+	restore := cachetest.Flip(t, c, raw.Key, int64(raw.Size)/2, 0x04)
+	failed := 0
+	for i, f := range st.FaultIn(context.Background(), bs) {
+		err := f.Wait()
+		switch {
+		case bs[i].Name == raw.Name:
+			corrupt("a load from a damaged raw copy", err)
+			failed++
+		case err != nil:
+			t.Fatalf("%s, beside the damaged copy: %v", bs[i].Name, err)
+		}
+	}
+	restore()
+	if failed != 1 {
+		t.Fatalf("%d loads of %s", failed, raw.Name)
+	}
 	for _, f := range st.FaultIn(context.Background(), bs) {
 		if err := f.Wait(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Damaged after the load, with the arena's bytes wrong too.
+	b, err := a.Lookup(raw.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poke(t, eng, b)
+	restore = cachetest.Flip(t, c, raw.Key, int64(raw.Size)/2, 0x04)
 	err = CheckArena(eng, bs, s)
 	restore()
-	var te *Error
-	if !errors.Is(err, shardcache.ErrObjectCorrupt) || errors.Is(err, shardcache.ErrSourceChanged) || !errors.As(err, &te) || te.Tensor != raw.Name || !strings.Contains(err.Error(), loc.Path) {
-		t.Fatalf("a damaged raw copy: %v, want a corrupt object naming %s in %s", err, raw.Name, loc.Path)
-	}
-	// The copy mended, the arena still holds what the damaged copy gave:
-	// the load's mismatch, not the cache's damage.
+	corrupt("CheckArena of a damaged raw copy", err)
+	// The copy mended, the arena still holds wrong bytes: the load's
+	// mismatch, not the cache's damage.
 	err = CheckArena(eng, bs, s)
 	if !errors.Is(err, ErrMismatch) || errors.Is(err, shardcache.ErrObjectCorrupt) {
 		t.Fatalf("an intact raw copy, loaded wrong: %v, want ErrMismatch", err)

@@ -413,15 +413,37 @@ func (z *Payloads) checkStaged(it *smallItem, b []byte, k int, st *staged) error
 // cache's copy of the tensor (found: hit is its record), a source that is
 // absent, the packer reads them through the cache's objects, so that its
 // pack is checked against the index and a file cut short is a corrupt
-// cache, not a changed source.
+// cache, not a changed source, and checks them against the copy's
+// CRC-32C where the index records one (rawCopy).
 func (z *Payloads) rawItem(i int, b *vmm.Binding, hit shardcache.SliceHit, found bool, src PackSource) smallItem {
 	it := rawPackItem(i, b, src)
 	if found && hit.Tensor.CopyStored && it.file != "" {
-		if loc, _, err := z.cache.LocateHit(hit); err == nil && loc.Path == it.file && loc.Offset == it.off {
+		if loc, o, err := z.cache.LocateHit(hit); err == nil && loc.Path == it.file && loc.Offset == it.off {
 			it.cached, it.pack = true, loc.Pack
+			if o != nil && o.Checksum != 0 {
+				it.check, it.sum = rawCopy{}, o.Checksum
+			}
 		}
 	}
 	return it
+}
+
+// rawCopy checks a small raw tensor read from its copy in the cache
+// against the CRC-32C the index records for the copy (smallItem.sum), as
+// the C ABI's host reads do: a damaged copy is a corrupt cache, not
+// bytes loaded. (Larger raw tensors, read in pieces, are checked by load
+// --check and verify.)
+type rawCopy struct{}
+
+func (rawCopy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error {
+	if sum := codec.UpdateChecksum(0, b); sum != it.sum {
+		where := it.file
+		if it.pack != "" {
+			where += ": " + shardcache.PackSpan(it.off, it.stored)
+		}
+		return fmt.Errorf("%s: %w: the raw copy's CRC-32C is %08x, the index records %08x", where, shardcache.ErrObjectCorrupt, sum, it.sum)
+	}
+	return nil
 }
 
 // Prepare sets up the pinned staging ring and, when the cache holds
