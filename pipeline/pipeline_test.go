@@ -17,6 +17,7 @@ import (
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/synth"
+	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
 
@@ -210,6 +211,40 @@ func TestSelfContainedKept(t *testing.T) {
 	compress(t, keep, plain, false)
 	if r := compress(t, keep, plain, false); r.Totals.KeptCopies != 0 {
 		t.Errorf("a plain cache's second run kept %d copies", r.Totals.KeptCopies)
+	}
+}
+
+// TestIndexFileAbsentOrChanged: a checkpoint's index file is always in
+// the cache, so verify checks the copy when the file is gone (a note, no
+// problem), also for a cache that is not self-contained; an edited one
+// is a changed source worded as an index file, not a shard.
+func TestIndexFileAbsentOrChanged(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "src"), filepath.Join(dir, "cache")
+	gen(t, src, 2<<20, 2, 4)
+	compress(t, src, cache, false)
+	p := filepath.Join(src, safetensors.IndexFileName)
+	orig, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if v := mustVerify(t, cache); !v.OK() || !slices.Contains(v.Absent, p) {
+		t.Fatalf("verify without the index file: %+v, absent %v", v.Problems, v.Absent)
+	}
+	edited := bytes.Clone(orig)
+	edited[len(edited)/2] ^= 1
+	if err := os.WriteFile(p, edited, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := mustVerify(t, cache)
+	if v.OK() || len(v.Problems) != 1 {
+		t.Fatalf("verify with an edited index file: %+v", v.Problems)
+	}
+	if pr := v.Problems[0]; pr.File != p || !errors.Is(pr.Err, shardcache.ErrSourceChanged) || !strings.Contains(pr.Error, "index file changed") || strings.Contains(pr.Error, "shard") {
+		t.Errorf("an edited index file: %+v", pr)
 	}
 }
 

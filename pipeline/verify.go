@@ -57,8 +57,9 @@ type VerifyResult struct {
 	EntropyPayloads int       `json:"entropy_payloads"`
 	Bytes           uint64    `json:"bytes"` // source bytes compared
 	Problems        []Problem `json:"problems"`
-	// Absent lists source shards that are not there: their tensors were
-	// checked against their content keys alone (a self-contained cache).
+	// Absent lists source files that are not there: shards whose tensors
+	// are all in the cache (checked against their content keys alone),
+	// and index files (the cache always holds a copy, checked so).
 	Absent []string `json:"absent_sources,omitempty"`
 	// Unchecked counts the tensors that could not be checked: those only
 	// in a source shard that is absent or cannot be read (a problem of
@@ -133,10 +134,17 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	for si := range sources {
 		s := &sources[si]
 		if s.Index != nil {
+			// The checkpoint's index file is always stored in the cache:
+			// an absent one is checked against its key, as an absent shard
+			// whose tensors are all in the cache is.
 			path := filepath.Join(s.Root, s.Index.Name)
 			err := compareFile(c, s.Index.Key, path, s.Index.Size)
-			if errors.Is(err, fs.ErrNotExist) && selfContained(s) {
+			if errors.Is(err, fs.ErrNotExist) {
+				res.Absent = append(res.Absent, path)
 				err = compareRegion(c, nil, shardcache.Region{Size: s.Index.Size, Key: s.Index.Key}, newPieces())
+			}
+			if errors.Is(err, shardcache.ErrSourceChanged) {
+				err = &indexChanged{err}
 			}
 			if err != nil {
 				fail(path, "", regionInObject(c, s.Index.Key, err))
@@ -550,17 +558,6 @@ func rawCRCError(name string, recorded, got uint32) error {
 	return fmt.Errorf("%s: %w: its bytes match its content key, but the index records a CRC-32C of %08x for them, not %08x", name, shardcache.ErrObjectCorrupt, recorded, got)
 }
 
-// selfContained reports whether every byte of a source is in the cache:
-// no tensor is an alias of its source slice.
-func selfContained(s *shardcache.Source) bool {
-	for i := range s.Shards {
-		if aliases(&s.Shards[i]) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // aliases counts a shard's tensors whose bytes are only in the source.
 func aliases(sh *shardcache.Shard) int {
 	n := 0
@@ -602,6 +599,20 @@ func compareRegion(c *shardcache.Cache, f io.ReaderAt, r shardcache.Region, p *p
 
 // compareFile checks that a file stored whole (a checkpoint's index)
 // equals the stored copy.
+// indexChanged is ErrSourceChanged for a checkpoint's index file, worded
+// as one: it is not a shard.
+type indexChanged struct{ err error }
+
+func (e *indexChanged) Error() string {
+	msg := e.err.Error()
+	if _, detail, ok := strings.Cut(msg, shardcache.ErrSourceChanged.Error()+": "); ok {
+		msg = detail
+	}
+	return "the checkpoint's index file changed since it was compressed: " + msg
+}
+
+func (e *indexChanged) Unwrap() error { return e.err }
+
 func compareFile(c *shardcache.Cache, key shardcache.Key, path string, size uint64) error {
 	f, err := os.Open(path)
 	if err != nil {

@@ -107,7 +107,11 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			fmt.Fprintln(g.stderr, failLine(p))
 		}
 		for _, a := range res.Absent {
-			fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
+			if strings.HasSuffix(a, ".safetensors") {
+				fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
+			} else {
+				fmt.Fprintf(g.stderr, "note: %s is absent; the cache's copy of it was checked against its content key\n", a)
+			}
 		}
 		// Shards whose one problem is a new modification time (their
 		// tensors matched): a copy of the same bytes, which relocate
