@@ -97,7 +97,11 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 		}
 		msg += " (pass --" + flag + " PATH, one of the paths above)"
 	}
-	if errors.Is(err, shardcache.ErrSourceTime) {
+	switch {
+	case errors.Is(err, shardcache.ErrSourceChanged) && cmd != nil && cmd.Name() == "compress":
+		// Not a cache's source that moved: the file compress was reading.
+		msg += " (the file changed while compress read it: run compress again once nothing writes to it)"
+	case errors.Is(err, shardcache.ErrSourceTime):
 		msg += " (" + relocateHint("CACHE") + ")"
 	}
 	if errors.Is(err, shardcache.ErrSourceMissing) {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/splitzip/splitzip/internal/failure"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // internals are fragments of Go's insides no message may show.
@@ -404,6 +405,33 @@ func TestInputErrorsNotInternal(t *testing.T) {
 		for _, e := range c.env {
 			k, _, _ := strings.Cut(e, "=")
 			os.Unsetenv(k)
+		}
+	}
+}
+
+// TestSourceTimeHints: a source of the same size and another time is
+// met with relocate's hint where a cache's source is read, and with
+// compress's own where compress found its file changing under it.
+func TestSourceTimeHints(t *testing.T) {
+	var stderr strings.Builder
+	g := &globals{stdout: io.Discard, stderr: &stderr}
+	root := newRootCommand(g)
+	err := &shardcache.FileError{File: "/m/model.safetensors", Err: fmt.Errorf("%w (size 10, mtime ...)", shardcache.ErrSourceTime)}
+	for name, want := range map[string]string{
+		"compress": "changed while compress read it: run compress again",
+		"load":     "'splitzip relocate CACHE DIR' re-hashes it",
+		"verify":   "'splitzip relocate CACHE DIR' re-hashes it",
+	} {
+		cmd, _, ferr := root.Find([]string{name})
+		if ferr != nil || cmd.Name() != name {
+			t.Fatalf("%s: %v", name, ferr)
+		}
+		stderr.Reset()
+		if code := g.report(cmd, err); code != exitInput || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: exit %d, %q; want %q", name, code, stderr.String(), want)
+		}
+		if name == "compress" && strings.Contains(stderr.String(), "relocate") {
+			t.Errorf("compress suggests relocate: %q", stderr.String())
 		}
 	}
 }
