@@ -381,7 +381,8 @@ func Fingerprint(sh *Shard) string {
 // CheckStat reports ErrSourceChanged when a shard file's size or
 // modification time differs from the recorded ones: a cheap check before
 // serving slices of it. Content changes that keep both are caught by the
-// content keys when the bytes are read.
+// content keys where the bytes are hashed (verify, load --check,
+// decompress), not by a load, which reads raw slices unhashed.
 //
 // For a shard whose every tensor the cache holds (AllInCache) the error
 // says so: with the file moved away, the cache serves what was compressed.
