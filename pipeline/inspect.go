@@ -100,7 +100,11 @@ type SourceReport struct {
 	// it): its index file, its one shard, or its folder (Source.Path).
 	Checkpoint string `json:"checkpoint"`
 	Shards     int    `json:"shards"`
-	Totals     Totals `json:"totals"`
+	// SelfContained says the cache holds every byte of the checkpoint
+	// (its tensors as payloads or raw copies; headers, gaps and index
+	// files always): it verifies, restores and loads without its source.
+	SelfContained bool   `json:"self_contained"`
+	Totals        Totals `json:"totals"`
 }
 
 // InspectResult is what inspect reports; docs/DESIGN.md documents it as
@@ -157,8 +161,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	dtypes := map[string]*DTypeReport{}
 	explained := map[shardcache.Key]entropy.Breakdown{}
 	for _, s := range ix.Sources {
-		sr := SourceReport{Root: s.Root, Checkpoint: s.Path(), Shards: len(s.Shards)}
+		sr := SourceReport{Root: s.Root, Checkpoint: s.Path(), Shards: len(s.Shards), SelfContained: true}
 		for _, sh := range s.Shards {
+			sr.SelfContained = sr.SelfContained && sh.AllInCache()
 			for _, t := range sh.Tensors {
 				r := report(ix, &s, &sh, &t)
 				d := dtypes[r.DType]

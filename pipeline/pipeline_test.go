@@ -194,6 +194,9 @@ func TestSelfContainedKept(t *testing.T) {
 	if err := c.CheckSelfContained(); err != nil {
 		t.Errorf("no longer self-contained: %v", err)
 	}
+	if ins, err := Inspect(cache, InspectOptions{}); err != nil || len(ins.Sources) != 1 || !ins.Sources[0].SelfContained {
+		t.Errorf("inspect: %v, %+v, want one self-contained source", err, ins)
+	}
 	keep := filepath.Join(dir, "kept")
 	if err := os.Rename(src, keep); err != nil {
 		t.Fatal(err)
@@ -209,6 +212,9 @@ func TestSelfContainedKept(t *testing.T) {
 	// A plain cache gains no copies from a run without --self-contained.
 	plain := filepath.Join(dir, "plain")
 	compress(t, keep, plain, false)
+	if ins, err := Inspect(plain, InspectOptions{}); err != nil || len(ins.Sources) != 1 || ins.Sources[0].SelfContained {
+		t.Errorf("inspect of a plain cache: %v, %+v, want one source not self-contained", err, ins)
+	}
 	if r := compress(t, keep, plain, false); r.Totals.KeptCopies != 0 {
 		t.Errorf("a plain cache's second run kept %d copies", r.Totals.KeptCopies)
 	}

@@ -75,8 +75,12 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	w := g.stdout
 	for _, s := range res.Sources {
 		t := s.Totals
-		fmt.Fprintf(w, "source %s: %s, %s (%s), %s -> %s\n",
-			s.Checkpoint, count(s.Shards, "shard"), count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes))
+		self := ""
+		if s.SelfContained {
+			self = ", self-contained"
+		}
+		fmt.Fprintf(w, "source %s: %s, %s (%s), %s -> %s%s\n",
+			s.Checkpoint, count(s.Shards, "shard"), count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes), self)
 	}
 	t := res.Totals
 	if o.Tensors {
