@@ -302,7 +302,12 @@ func restoreShard(c *shardcache.Cache, s *shardcache.Source, sh *shardcache.Shar
 			// A raw alias: the bytes are in the source only.
 			path := filepath.Join(s.Root, sh.Name)
 			if src == nil {
-				if err = shardcache.CheckStat(sh, path); err == nil {
+				if err = shardcache.CheckStat(sh, path); errors.Is(err, shardcache.ErrSourceChanged) {
+					// The shard's, not this tensor's (the first read from
+					// it): the error names the file.
+					return err
+				}
+				if err == nil {
 					src, err = os.Open(path)
 				}
 				if pe, ok := errors.AsType[*fs.PathError](err); ok && errors.Is(err, fs.ErrNotExist) {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/codec"
@@ -251,6 +252,23 @@ func TestIndexFileAbsentOrChanged(t *testing.T) {
 	}
 	if pr := v.Problems[0]; pr.File != p || !errors.Is(pr.Err, shardcache.ErrSourceChanged) || !strings.Contains(pr.Error, "index file changed") || strings.Contains(pr.Error, "shard") {
 		t.Errorf("an edited index file: %+v", pr)
+	}
+}
+
+// TestDecompressTouchedSource: a shard with tensors only in its file,
+// whose time changed, stops a decompress as the shard's problem: the
+// error names the file once and no tensor (it named the first raw one,
+// which may be unchanged).
+func TestDecompressTouchedSource(t *testing.T) {
+	dir, src, cache := compressedFixture(t, 2<<20, 1, 3)
+	p := filepath.Join(src, "model.safetensors")
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(p, later, later); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "out")})
+	if !errors.Is(err, shardcache.ErrSourceChanged) || strings.Contains(err.Error(), `tensor "`) || strings.Count(err.Error(), p) != 1 {
+		t.Fatalf("decompress beside a touched source: %v; want ErrSourceChanged naming %s once and no tensor", err, p)
 	}
 }
 
