@@ -134,6 +134,9 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		if touched > 0 {
 			fmt.Fprintf(g.stderr, "note: %s: %s\n", count(touched, "shard"), relocateHint(dir))
 		}
+		if slices.ContainsFunc(res.Problems, func(p pipeline.Problem) bool { return errors.Is(p.Err, shardcache.ErrObjectCorrupt) }) {
+			fmt.Fprintf(g.stderr, "note: %s\n", mendHint)
+		}
 		status := "ok"
 		if !res.OK() {
 			status = fmt.Sprintf("FAILED (%s)", count(len(res.Problems), "problem"))

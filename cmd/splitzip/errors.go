@@ -54,6 +54,9 @@ func relocateHint(cache string) string {
 	return "its size is the recorded one but its modification time is not: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times (and refuses it if its bytes changed)"
 }
 
+// mendHint is what to do about a damaged cache object.
+const mendHint = "compressing the checkpoint into the cache again, or pulling it again, replaces damaged objects: those an earlier run stored are checked before they are reused"
+
 // indexHint is what to do about a damaged index.
 const indexHint = "to rebuild it, move the cache's " + shardcache.IndexName + " aside and compress each checkpoint into the cache again, or pull it again: the objects stay, and each is checked before it is used again"
 
@@ -109,6 +112,8 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	}
 	if errors.Is(err, shardcache.ErrIndexCorrupt) && localIndex(err) {
 		msg += " (" + indexHint + ")"
+	} else if errors.Is(err, shardcache.ErrObjectCorrupt) {
+		msg += " (" + mendHint + ")"
 	}
 	if errors.Is(err, shardcache.ErrLocked) {
 		msg += " (another splitzip command is writing to it: run this one when that ends; a killed run's lock ends with its process)"

@@ -337,8 +337,8 @@ func TestTruncatedObjectIsIntegrity(t *testing.T) {
 	}
 	for _, args := range [][]string{{"verify", cache}, {"decompress", cache, "-o", filepath.Join(dir, "out")}, {"load", cache, "--device", "cpu"}} {
 		code, _, e := splitzip(t, args...)
-		if code != exitFailure || !strings.Contains(e, "corrupt") || strings.Contains(e, "source file") {
-			t.Errorf("%s with an object cut short: exit %d, %q", args[0], code, e)
+		if code != exitFailure || !strings.Contains(e, "corrupt") || strings.Contains(e, "source file") || !strings.Contains(e, mendHint) {
+			t.Errorf("%s with an object cut short: exit %d, %q; want a corrupt object and how to mend it", args[0], code, e)
 		}
 	}
 }
