@@ -136,19 +136,7 @@ func TestPullAfterRepack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gc := func() shardcache.GCResult {
-		t.Helper()
-		w, err := shardcache.Create(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		res, err := w.GC(context.Background(), shardcache.GCOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	gc := func() shardcache.GCResult { return cachetest.GC(t, out) }
 	first := gc()
 	if first.Repacked == 0 {
 		t.Fatal("gc rewrote no pack after the fine-tune's pull: the case this test is for did not arise")

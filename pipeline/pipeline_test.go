@@ -176,16 +176,7 @@ func TestSelfContainedKept(t *testing.T) {
 	if raw == 0 || again.Totals.KeptCopies != raw || again.Totals.KeptCopyBytes == 0 {
 		t.Fatalf("the run without --self-contained kept %d copies (%d bytes), want all %d raw tensors'", again.Totals.KeptCopies, again.Totals.KeptCopyBytes, raw)
 	}
-	w, err := shardcache.Create(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := w.GC(context.Background(), shardcache.GCOptions{})
-	w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Objects != 0 {
+	if res := cachetest.GC(t, cache); res.Objects != 0 {
 		t.Errorf("gc removed %d objects, want none: %+v", res.Objects, res)
 	}
 	c, err := shardcache.Open(cache)

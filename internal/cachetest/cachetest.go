@@ -1,9 +1,11 @@
 // Package cachetest damages cache objects for tests, wherever they are
-// stored: in a file of their own or in a pack.
+// stored (in a file of their own or in a pack), and collects a cache's
+// garbage.
 package cachetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"os"
 	"testing"
@@ -103,4 +105,20 @@ func Forge(t testing.TB, c *shardcache.Cache, key shardcache.Key, at int64, mask
 		t.Fatal(err)
 	}
 	return func() { writeAt(t, loc.Path, orig, int64(loc.Offset)) }
+}
+
+// GC collects the garbage of the cache in dir (a writer of its own, no
+// options) and returns what it removed.
+func GC(t testing.TB, dir string) shardcache.GCResult {
+	t.Helper()
+	w, err := shardcache.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	res, err := w.GC(context.Background(), shardcache.GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
