@@ -574,3 +574,46 @@ func TestCheckArenaDamagedCopy(t *testing.T) {
 		t.Fatalf("an intact raw copy, loaded wrong: %v, want ErrMismatch", err)
 	}
 }
+
+// TestLargeRawCopyChecked: with the source absent, raw tensors larger than
+// the packing threshold (F16, which the fixed codec leaves raw) stream
+// from their copies in the cache checked against each copy's CRC-32C: a
+// damaged copy fails its tensor as a corrupt object naming the copy, the
+// others load; mended, all load bit for bit.
+func TestLargeRawCopyChecked(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 8 << 20, Shards: 1, Seed: 15, DType: "F16"}, pipeline.CompressOptions{SelfContained: true})
+	var big *shardcache.Tensor
+	for i := range s.Shards[0].Tensors {
+		tn := &s.Shards[0].Tensors[i]
+		if tn.Stored == shardcache.StoredRaw && tn.CopyStored && int64(tn.Size) > DefaultSmallBytes && (big == nil || tn.Size > big.Size) {
+			big = tn
+		}
+	}
+	if big == nil {
+		t.Fatal("no raw copy above the packing threshold")
+	}
+	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(s.Root+".gone", s.Root)
+	loc, _, err := c.Locate(big.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, a, st, _ := setupWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3})
+	bs := a.Bindings()
+	restore := cachetest.Flip(t, c, big.Key, int64(big.Size)*2/3, 0x10)
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		var te *Error
+		switch {
+		case bs[i].Name != big.Name:
+			if err != nil {
+				t.Errorf("%s, beside the damaged copy: %v", bs[i].Name, err)
+			}
+		case !errors.Is(err, shardcache.ErrObjectCorrupt) || !errors.As(err, &te) || te.Tensor != big.Name || !strings.Contains(err.Error(), loc.Path) || !strings.Contains(err.Error(), "CRC-32C"):
+			t.Errorf("%s from a damaged copy: %v, want a corrupt object naming it and %s", big.Name, err, loc.Path)
+		}
+	}
+	restore()
+	loadAllWith(t, c, s, hostengine.Hooks{}, PayloadOptions{Readers: 3})
+}

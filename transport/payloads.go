@@ -180,6 +180,7 @@ type target struct {
 	b    *vmm.Binding
 	hit  shardcache.SliceHit
 	host bool
+	copy bool // a raw tensor from its copy in the cache (streamCopy)
 }
 
 // UploadBatch implements Transport. Mixed batches are split: bindings
@@ -232,7 +233,7 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 				ps.add(path, b)
 				continue
 			case fromPayload:
-				targets = append(targets, target{i, b, hit, true})
+				targets = append(targets, target{i: i, b: b, hit: hit, host: true})
 				if z.opts.HostEntropy {
 					ps.add(PathEntropyHost, b)
 				} else {
@@ -257,11 +258,16 @@ func (z *Payloads) UploadBatch(ctx context.Context, bs []*vmm.Binding) []Fence {
 				ps.add(PathRaw, b)
 				continue
 			}
+			if err == nil && !fixed && z.checksCopy(b, hit) {
+				targets = append(targets, target{i: i, b: b, hit: hit, copy: true})
+				ps.add(PathRaw, b)
+				continue
+			}
 			others = append(others, b)
 			otherIdx = append(otherIdx, i)
 			continue
 		}
-		t := target{i, b, hit, false}
+		t := target{i: i, b: b, hit: hit}
 		ps.add(PathFixed, b)
 		if z.opts.ResidentPacks {
 			zs = append(zs, t) // planned into regions together, below
@@ -431,8 +437,7 @@ func (z *Payloads) rawItem(i int, b *vmm.Binding, hit shardcache.SliceHit, found
 // rawCopy checks a small raw tensor read from its copy in the cache
 // against the CRC-32C the index records for the copy (smallItem.sum), as
 // the C ABI's host reads do: a damaged copy is a corrupt cache, not
-// bytes loaded. (Larger raw tensors, read in pieces, are checked by load
-// --check and verify.)
+// bytes loaded. (Larger ones stream checked: streamCopy.)
 type rawCopy struct{}
 
 func (rawCopy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error {
@@ -540,6 +545,9 @@ func (z *Payloads) upload(ctx context.Context, t target) (Fence, error) {
 	}
 	if t.host && z.opts.HostEntropy {
 		return z.hostDecode(ctx, t)
+	}
+	if t.copy {
+		return z.streamCopy(ctx, t)
 	}
 	switch {
 	case z.tier != nil && !t.host:

@@ -230,6 +230,49 @@ func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 // openPayload readies the staging ring and opens the object of key where
 // it lies (its range of a pack, kept open, or its own file); the caller
 // closes it.
+// checksCopy reports whether binding b, a raw tensor of record hit, is
+// read from its copy in the cache (its source absent) and the index
+// records the copy's CRC-32C, on a streamed load (no resident copies, no
+// device tier): streamCopy then uploads it, checked. Other raw tensors
+// go to the wrapped transport, which reads them unchecked.
+func (z *Payloads) checksCopy(b *vmm.Binding, hit shardcache.SliceHit) bool {
+	if !hit.Tensor.CopyStored || z.opts.Resident || z.opts.ResidentPacks || z.tier != nil {
+		return false
+	}
+	loc, o, err := z.cache.LocateHit(hit)
+	return err == nil && o.Kind == shardcache.KindRaw && o.Checksum != 0 && o.Size == b.Size && loc.Path == b.Shard && loc.Offset == b.Offset
+}
+
+// streamCopy uploads a raw tensor from its copy in the cache piece by
+// piece, as a payload is streamed, and checks the pieces' CRC-32C,
+// combined, against the one the index records for the copy: a damaged
+// copy fails the tensor, as the C ABI's host reads do, rather than being
+// loaded (docs/FORMAT.md 5.10).
+func (z *Payloads) streamCopy(ctx context.Context, t target) (Fence, error) {
+	loc, o, f, err := z.openPayload(t.hit.Tensor.Key)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// The pieces' sums are a payload's, which take bytes 56-59 (a
+	// payload's checksum field) as zero: the first piece, which holds
+	// them, is summed again whole for a raw copy's plain CRC-32C.
+	var first uint32
+	evs, sums, err := z.copyPieces(ctx, f, loc.Name(), o.Size, z.streams.pick(z.eng), t.b.Addr, func(off uint64, q []byte) {
+		if off == 0 {
+			first = codec.UpdateChecksum(0, q)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	sums.Set(0, first)
+	if sum := sums.Sum(); sum != o.Checksum {
+		return nil, fmt.Errorf("%s: %w: the raw copy's CRC-32C is %08x, the index records %08x", loc.Name(), shardcache.ErrObjectCorrupt, sum, o.Checksum)
+	}
+	return allFence(evs), nil
+}
+
 func (z *Payloads) openPayload(key shardcache.Key) (shardcache.Location, *shardcache.Object, *shardcache.ObjectBytes, error) {
 	if err := z.ensureRing(); err != nil {
 		return shardcache.Location{}, nil, nil, err
