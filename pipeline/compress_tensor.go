@@ -185,16 +185,12 @@ func codecStores(codecName, dtype, kind string) bool {
 // storeRaw copies a raw tensor into the cache when the cache is to be
 // self-contained; otherwise the record is an alias of the source slice,
 // or, where an earlier run (--self-contained) stored a copy of the same
-// bytes, of that copy too: a run without --self-contained does not make
-// a self-contained checkpoint need its source again, nor let gc delete
-// the copy a user may count on (Totals.KeptCopies).
+// bytes, of that copy too (stored again from the source where it is
+// found damaged): a run without --self-contained does not make a
+// self-contained checkpoint need its source again, nor let gc delete the
+// copy a user may count on (Totals.KeptCopies).
 func (tc *tensorCompressor) storeRaw(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor) error {
-	if !tc.opts.SelfContained {
-		if tc.w.Earlier(rec.Key) {
-			if o, ok := tc.w.Has(rec.Key); ok && o.Kind == shardcache.KindRaw {
-				rec.CopyStored = true
-			}
-		}
+	if !tc.opts.SelfContained && tc.w.EarlierKind(rec.Key) != shardcache.KindRaw {
 		return nil
 	}
 	rec.CopyStored = true

@@ -171,7 +171,30 @@ func TestSelfContainedKept(t *testing.T) {
 	if first.Totals.KeptCopies != 0 {
 		t.Fatalf("a first run kept %d copies", first.Totals.KeptCopies)
 	}
+	// One copy damaged meanwhile: the run stores it again from the source.
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src0, err := c.PickSource("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var damaged *shardcache.Tensor
+	for i := range src0.Shards[0].Tensors {
+		if tn := &src0.Shards[0].Tensors[i]; tn.Stored == shardcache.StoredRaw && tn.CopyStored && tn.Size > 16 {
+			damaged = tn
+		}
+	}
+	if damaged == nil {
+		t.Fatal("no raw copy")
+	}
+	cachetest.Flip(t, c, damaged.Key, int64(damaged.Size)/2, 0x20)
+	c.Close() // a reader: gc waits for none
 	again := compress(t, src, cache, false)
+	if !slices.ContainsFunc(again.Mended, func(m shardcache.Mend) bool { return m.Key == damaged.Key }) {
+		t.Errorf("the damaged copy of %s was not stored again: mended %+v", damaged.Name, again.Mended)
+	}
 	raw := again.Totals.Tensors - again.Totals.CompressedTensors
 	if raw == 0 || again.Totals.KeptCopies != raw || again.Totals.KeptCopyBytes == 0 {
 		t.Fatalf("the run without --self-contained kept %d copies (%d bytes), want all %d raw tensors'", again.Totals.KeptCopies, again.Totals.KeptCopyBytes, raw)
@@ -179,10 +202,10 @@ func TestSelfContainedKept(t *testing.T) {
 	if res := cachetest.GC(t, cache); res.Objects != 0 {
 		t.Errorf("gc removed %d objects, want none: %+v", res.Objects, res)
 	}
-	c, err := shardcache.Open(cache)
-	if err != nil {
+	if c, err = shardcache.Open(cache); err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	if err := c.CheckSelfContained(); err != nil {
 		t.Errorf("no longer self-contained: %v", err)
 	}
@@ -243,6 +266,25 @@ func TestIndexFileAbsentOrChanged(t *testing.T) {
 	}
 	if pr := v.Problems[0]; pr.File != p || !errors.Is(pr.Err, shardcache.ErrSourceChanged) || !strings.Contains(pr.Error, "index file changed") || strings.Contains(pr.Error, "shard") {
 		t.Errorf("an edited index file: %+v", pr)
+	}
+	// The file there, the cache's copy of it lost: the cache's problem,
+	// not an absent file.
+	if err := os.WriteFile(p, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src0, err := c.PickSource("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cachetest.Remove(t, c, src0.Index.Key)
+	c.Close()
+	v = mustVerify(t, cache)
+	if v.OK() || len(v.Absent) != 0 || !errors.Is(v.Problems[0].Err, shardcache.ErrObjectCorrupt) {
+		t.Errorf("the index file's copy lost: %+v, absent %v", v.Problems, v.Absent)
 	}
 }
 

@@ -138,10 +138,12 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 			// an absent one is checked against its key, as an absent shard
 			// whose tensors are all in the cache is.
 			path := filepath.Join(s.Root, s.Index.Name)
-			err := compareFile(c, s.Index.Key, path, s.Index.Size)
-			if errors.Is(err, fs.ErrNotExist) {
+			var err error
+			if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) {
 				res.Absent = append(res.Absent, path)
 				err = compareRegion(c, nil, shardcache.Region{Size: s.Index.Size, Key: s.Index.Key}, newPieces())
+			} else {
+				err = compareFile(c, s.Index.Key, path, s.Index.Size)
 			}
 			if errors.Is(err, shardcache.ErrSourceChanged) {
 				err = &indexChanged{err}
@@ -263,7 +265,7 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 	default:
 		defer f.Close()
 		src = shardFile{f}
-		if err := shardcache.CheckStat(sh, path); err != nil {
+		if err := shardcache.CheckSource(sh, path); err != nil {
 			// Go on: the tensors' checks say which of them changed.
 			fail(path, "", err)
 		}

@@ -383,9 +383,6 @@ func Fingerprint(sh *Shard) string {
 // serving slices of it. Content changes that keep both are caught by the
 // content keys where the bytes are hashed (verify, load --check,
 // decompress), not by a load, which reads raw slices unhashed.
-//
-// For a shard whose every tensor the cache holds (AllInCache) the error
-// says so: with the file moved away, the cache serves what was compressed.
 func CheckStat(sh *Shard, path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -396,15 +393,8 @@ func CheckStat(sh *Shard, path string) error {
 		if uint64(st.Size()) == sh.Size {
 			sentinel = ErrSourceTime
 		}
-		err := fmt.Errorf("%w (size %d, mtime %s; compressed from size %d, mtime %s)",
-			sentinel, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))
-		if sh.AllInCache() {
-			// A present file is the source, and it stops a load rather
-			// than let a cache that tracks it serve stale tensors; but
-			// this cache would serve all of them without it.
-			err = fmt.Errorf("%w; %s", err, allInCacheHint)
-		}
-		return &FileError{File: path, Err: err}
+		return &FileError{File: path, Err: fmt.Errorf("%w (size %d, mtime %s; compressed from size %d, mtime %s)",
+			sentinel, st.Size(), st.ModTime().UTC().Format("2006-01-02T15:04:05.000000000Z"), sh.Size, sh.ModTime.UTC().Format("2006-01-02T15:04:05.000000000Z"))}
 	}
 	return nil
 }

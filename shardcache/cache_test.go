@@ -200,8 +200,13 @@ func TestCheckStat(t *testing.T) {
 	if !sh.AllInCache() {
 		t.Fatal("a payload and a raw copy: not all in the cache")
 	}
-	if err := CheckStat(sh, p); !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), allInCacheHint) || !strings.HasPrefix(err.Error(), p+": ") {
+	if err := CheckSource(sh, p); !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), allInCacheHint) || !strings.HasPrefix(err.Error(), p+": ") {
 		t.Errorf("grown file of a shard all in the cache: %v", err)
+	}
+	// CheckStat, compress's check of the file it reads, says nothing of
+	// the cache.
+	if err := CheckStat(sh, p); !errors.Is(err, ErrSourceChanged) || strings.Contains(err.Error(), allInCacheHint) {
+		t.Errorf("CheckStat of a grown file of a shard all in the cache: %v", err)
 	}
 }
 

@@ -28,7 +28,22 @@ func SourceState(sh *Shard, path string) (present bool, err error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	return true, CheckStat(sh, path)
+	return true, CheckSource(sh, path)
+}
+
+// CheckSource is CheckStat for a cache's source file about to be served
+// or verified: for a shard whose every tensor the cache holds
+// (AllInCache) the error says so, and that with the file moved away the
+// cache serves what was compressed. (A present file is the source, and
+// a changed one stops a load rather than let a cache that tracks it
+// serve stale tensors.)
+func CheckSource(sh *Shard, path string) error {
+	err := CheckStat(sh, path)
+	var fe *FileError
+	if err != nil && sh.AllInCache() && errors.As(err, &fe) {
+		return &FileError{File: fe.File, Err: fmt.Errorf("%w; %s", fe.Err, allInCacheHint)}
+	}
+	return err
 }
 
 // InCache reports whether the cache holds a tensor's bytes: as a payload,

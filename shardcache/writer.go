@@ -241,6 +241,20 @@ func (w *Writer) Earlier(key Key) bool {
 	return ok && !w.added[key]
 }
 
+// EarlierKind returns the kind the index records for the object of key an
+// earlier run stored (Earlier), unchecked, or "" for none.
+func (w *Writer) EarlierKind(key Key) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.pending[key]; ok || w.added[key] {
+		return ""
+	}
+	if o, ok := w.ix.Objects[key]; ok {
+		return o.Kind
+	}
+	return ""
+}
+
 // Has reports whether the object with key is stored, so it need not be
 // written again. An object an earlier run stored (Earlier) is checked
 // once before it is trusted (Writer.checkEarlier): one that is missing,

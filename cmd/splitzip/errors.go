@@ -112,8 +112,8 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	}
 	if errors.Is(err, shardcache.ErrIndexCorrupt) && localIndex(err) {
 		msg += " (" + indexHint + ")"
-	} else if errors.Is(err, shardcache.ErrObjectCorrupt) {
-		msg += " (" + mendHint + ")"
+	} else if errors.Is(err, shardcache.ErrObjectCorrupt) && (cmd == nil || cmd.Name() != "gc") {
+		msg += " (" + mendHint + ")" // gc's refusal says its own
 	}
 	if errors.Is(err, shardcache.ErrLocked) {
 		msg += " (another splitzip command is writing to it: run this one when that ends; a killed run's lock ends with its process)"
