@@ -11,7 +11,7 @@ import (
 // for, for a tensor whose bytes are only in it (not copied into the cache).
 var ErrSourceMissing = errors.New("source shard missing, and the tensor's bytes are only in it")
 
-// allInCacheHint is what CheckStat adds for a changed file of a shard
+// allInCacheHint is what CheckSource adds for a changed file of a shard
 // whose every tensor the cache holds.
 const allInCacheHint = "the cache holds every tensor of this shard: with this file moved away (an absent source is no error for it), loads and decompress serve what was compressed, and verify checks it against its content keys"
 

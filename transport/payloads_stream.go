@@ -227,9 +227,6 @@ func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 	return ev, nil
 }
 
-// openPayload readies the staging ring and opens the object of key where
-// it lies (its range of a pack, kept open, or its own file); the caller
-// closes it.
 // checksCopy reports whether binding b, a raw tensor of record hit, is
 // read from its copy in the cache (its source absent) and the index
 // records the copy's CRC-32C, on a streamed load (no resident copies, no
@@ -273,6 +270,9 @@ func (z *Payloads) streamCopy(ctx context.Context, t target) (Fence, error) {
 	return allFence(evs), nil
 }
 
+// openPayload readies the staging ring and opens the object of key where
+// it lies (its range of a pack, kept open, or its own file); the caller
+// closes it.
 func (z *Payloads) openPayload(key shardcache.Key) (shardcache.Location, *shardcache.Object, *shardcache.ObjectBytes, error) {
 	if err := z.ensureRing(); err != nil {
 		return shardcache.Location{}, nil, nil, err
