@@ -46,6 +46,12 @@ func Rehash(ctx context.Context, sh *Shard, path string) (time.Time, error) {
 			return time.Time{}, fmt.Errorf("%s: %w", path, err)
 		}
 		if KeyFromSum([32]byte(h.Sum(nil))) != r.Key {
+			if r.tensor != "" {
+				// A tensor's: the error carries its name as a field too
+				// (relocate --json's tensor).
+				return time.Time{}, &TensorError{Tensor: r.tensor, File: path, Named: true,
+					Err: fmt.Errorf("%s: %w: bytes %d to %d differ from what was compressed", path, ErrSourceChanged, r.Offset, r.Offset+r.Size)}
+			}
 			return time.Time{}, fmt.Errorf("%s: %w: %s (bytes %d to %d) differs from what was compressed", path, ErrSourceChanged, r.what, r.Offset, r.Offset+r.Size)
 		}
 	}
@@ -68,18 +74,19 @@ func Rehash(ctx context.Context, sh *Shard, path string) (time.Time, error) {
 // region is a byte range of a shard with its content key, named.
 type region struct {
 	Region
-	what string
+	what   string
+	tensor string // the tensor's name, for a tensor's region
 }
 
 // tiling returns sh's regions (header, tensors, gaps) in file order,
 // checked to cover its size exactly, each byte once.
 func tiling(sh *Shard) ([]region, error) {
-	rs := []region{{sh.Header, "the header"}}
+	rs := []region{{Region: sh.Header, what: "the header"}}
 	for _, t := range sh.Tensors {
-		rs = append(rs, region{Region{Offset: t.Offset, Size: t.Size, Key: t.Key}, fmt.Sprintf("tensor %q", t.Name)})
+		rs = append(rs, region{Region{Offset: t.Offset, Size: t.Size, Key: t.Key}, fmt.Sprintf("tensor %q", t.Name), t.Name})
 	}
 	for _, g := range sh.Gaps {
-		rs = append(rs, region{g, "a gap between tensors"})
+		rs = append(rs, region{Region: g, what: "a gap between tensors"})
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Offset < rs[j].Offset })
 	var at uint64

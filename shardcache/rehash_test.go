@@ -33,8 +33,10 @@ func TestRehash(t *testing.T) {
 	changed := append([]byte(nil), data...)
 	changed[25] ^= 1
 	os.WriteFile(path, changed, 0o644)
-	if _, err := Rehash(context.Background(), sh, path); !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), `tensor "b"`) {
-		t.Errorf("a byte of b changed: %v", err)
+	_, err := Rehash(context.Background(), sh, path)
+	var te *TensorError
+	if !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), `tensor "b"`) || !errors.As(err, &te) || te.Tensor != "b" || te.File != path || strings.Count(err.Error(), path) != 1 || strings.Count(err.Error(), `"b"`) != 1 {
+		t.Errorf("a byte of b changed: %v; want ErrSourceChanged naming tensor b (a field too) and the file once", err)
 	}
 	sh.Gaps = nil
 	if _, err := Rehash(context.Background(), sh, path); !errors.Is(err, ErrIndexCorrupt) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -222,8 +223,12 @@ func TestRelocateCopy(t *testing.T) {
 	os.WriteFile(shard, b, 0o644)
 	index := filepath.Join(cache, shardcache.IndexName)
 	before, _ := os.ReadFile(index)
-	if code, _, e := splitzip(t, "relocate", cache, bad); code != exitInput || !strings.Contains(e, "differs from what was compressed") || !strings.Contains(e, "tensor ") {
+	if code, _, e := splitzip(t, "relocate", cache, bad); code != exitInput || !strings.Contains(e, "from what was compressed") || !strings.Contains(e, "tensor ") {
 		t.Errorf("relocate to a changed copy: exit %d, %q", code, e)
+	}
+	// --json's error names the tensor as a field, as the text does.
+	if code, out, _ := splitzip(t, "relocate", cache, bad, "--json"); code != exitInput || !regexp.MustCompile(`"tensor": "[^"]+"`).MatchString(out) {
+		t.Errorf("relocate --json to a changed copy: exit %d, %q", code, out)
 	}
 	if after, _ := os.ReadFile(index); !bytes.Equal(before, after) {
 		t.Error("a refused relocate rewrote the index")
