@@ -77,9 +77,8 @@ func runGC(ctx context.Context, g *globals, o gcOptions, dir string) error {
 		}
 	}
 	res, err := gc(ctx, o, dir)
-	if errors.Is(err, shardcache.ErrStraysLeft) {
-		fmt.Fprintf(g.stderr, "note: %v\n", shardcache.ErrStraysLeft) // the error itself says it was interrupted
-	}
+	// (Stopped after its commit, gc's error is reported as interrupted
+	// with shardcache.ErrStraysLeft's sentence: main.)
 	if err != nil {
 		return err
 	}

@@ -435,3 +435,16 @@ func TestSourceTimeHints(t *testing.T) {
 		}
 	}
 }
+
+// TestInterrupted: a run ended by Ctrl-C is "interrupted" (exit 130);
+// a gc stopped after its commit also says the commit stands.
+func TestInterrupted(t *testing.T) {
+	plain := interrupted(context.Canceled)
+	if plain.Error() != "interrupted" || failure.ExitCode(plain) != exitInterrupted {
+		t.Errorf("interrupted: %q, exit %d", plain, failure.ExitCode(plain))
+	}
+	committed := interrupted(fmt.Errorf("%w: %w", shardcache.ErrStraysLeft, context.Canceled))
+	if !strings.Contains(committed.Error(), shardcache.ErrStraysLeft.Error()) || failure.ExitCode(committed) != exitInterrupted {
+		t.Errorf("interrupted after gc's commit: %q, exit %d", committed, failure.ExitCode(committed))
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitzip/splitzip/internal/failure"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // abiVersion is SPLITZIP_ABI_VERSION of capi/splitzip.h (a test checks).
@@ -224,11 +225,22 @@ func execute(ctx context.Context, argv []string, stdout, stderr io.Writer) (code
 		}
 		return exitFailure, g
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		err = failure.Mark(failure.Interrupted, errors.New("interrupted"))
+		err = interrupted(err)
 	case !g.started && failure.KindOf(err) == failure.Internal:
 		// cobra's own errors (an unknown command, a wrong number of
 		// arguments) come before the command starts.
 		err = usageError{err}
 	}
 	return g.report(cmd, err), g
+}
+
+// interrupted is the error of a run Ctrl-C or SIGTERM ended with err:
+// "interrupted", and what the run had done that stays, where it says
+// (gc stopped after its commit: its forget took effect, for --json too).
+func interrupted(err error) error {
+	msg := "interrupted"
+	if errors.Is(err, shardcache.ErrStraysLeft) {
+		msg += ": " + shardcache.ErrStraysLeft.Error()
+	}
+	return failure.Mark(failure.Interrupted, errors.New(msg))
 }
