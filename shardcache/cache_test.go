@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -343,4 +344,59 @@ func TestIndexKeepsMode(t *testing.T) {
 			t.Fatalf("index after a commit under umask %03o: %v, mode %v, want 0644", mask, err, st.Mode())
 		}
 	}
+}
+
+// TestCloseDropsUncommitted: Close removes the objects a writer stored
+// since its last Commit, and the objects/xx folders that leaves empty,
+// not those holding committed objects.
+func TestCloseDropsUncommitted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c")
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Above the packing threshold, so that each is a file of its own.
+	big := func(s string) []byte { return append(bytes.Repeat([]byte{'x'}, 300<<10), s...) }
+	kept, err := w.PutBytes(big("committed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var dropped []Key
+	for i := range 40 {
+		k, err := w.PutBytes(big(fmt.Sprint("uncommitted ", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped = append(dropped, k)
+	}
+	for _, k := range dropped {
+		if p, _ := objectPath(dir, k); !fileExists(p) {
+			t.Fatalf("object %s is not in a file of its own before Close", k)
+		}
+	}
+	w.Close()
+	keptPath, _ := objectPath(dir, kept)
+	if _, err := os.Stat(keptPath); err != nil {
+		t.Fatalf("the committed object: %v", err)
+	}
+	for _, k := range dropped {
+		p, _ := objectPath(dir, k)
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("an uncommitted object after Close: %v", err)
+		}
+		if filepath.Dir(p) == filepath.Dir(keptPath) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Dir(p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s, emptied, after Close: %v", filepath.Dir(p), err)
+		}
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

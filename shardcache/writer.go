@@ -645,7 +645,11 @@ func (w *Writer) dropUncommitted() {
 	w.mu.Lock()
 	for k := range w.added {
 		if p, err := objectPath(w.dir, k); err == nil {
-			os.Remove(p) // nothing for a pack member
+			if os.Remove(p) == nil { // nothing for a pack member
+				// Its folder (objects/xx) too, where nothing else is in
+				// it: an interrupted run left dozens of empty ones.
+				os.Remove(filepath.Dir(p))
+			}
 		}
 		delete(w.ix.Objects, k)
 	}
