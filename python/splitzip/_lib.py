@@ -43,6 +43,18 @@ class Error(Exception):
     def __str__(self) -> str:
         return self._text  # KeyError and OSError would quote or prefix it
 
+    def __reduce__(self):
+        # Its class and the library's words, so that an error raised in a
+        # worker process reaches the parent as itself (multiprocessing
+        # pickles it; the default would call __init__ with the text alone).
+        return (_rebuild, (type(self), self.status, self.message, self.filename))
+
+
+def _rebuild(cls, status: int, message: str, filename: Optional[str]) -> "Error":
+    e = cls.__new__(cls)
+    Error.__init__(e, status, message, filename)
+    return e
+
 
 class InvalidArgumentError(Error, ValueError):
     """An argument the library refuses: an index out of range, a null or
@@ -163,6 +175,22 @@ class TensorInfo:
 
 _lib = None
 _lib_lock = threading.Lock()
+# Set in a child forked after the library was loaded: the Go runtime
+# inside it does not survive fork (its threads are not copied), and a
+# call would hang.
+_forked = False
+
+
+def _after_fork() -> None:
+    global _forked
+    _forked = True
+
+
+def _not_forked() -> None:
+    if _forked:
+        raise RuntimeError("splitzip: this process was forked after it loaded libsplitzip.so, whose Go runtime does "
+                           "not survive fork: use multiprocessing's 'spawn' or 'forkserver' start method (or open "
+                           "caches only in the workers), and exec for other children")
 
 
 def _candidates() -> List[str]:
@@ -179,6 +207,8 @@ def lib():
     global _lib
     loaded = _lib  # set last, once declared: no lock on the hot path (every call into the library)
     if loaded is not None:
+        if _forked:
+            _not_forked()
         return loaded
     with _lib_lock:
         if _lib is not None:
@@ -235,6 +265,7 @@ def lib():
             f.argtypes, f.restype = args, res
         if l.sz_abi_version() != ABI_VERSION:
             raise OSError(f"libsplitzip.so has ABI {l.sz_abi_version()}, this package needs {ABI_VERSION}")
+        os.register_at_fork(after_in_child=_after_fork)
         _lib = l
         return l
 
@@ -292,6 +323,9 @@ class Cache:
         path = os.fspath(path)
         if not path:
             raise error(1, "the cache path is empty")
+        # Opened by its absolute path: the library reads the cache's files
+        # by path as it goes, so a later os.chdir must not move it.
+        path = os.path.abspath(path)
         if not os.path.exists(path):
             raise error(8, f"{path}: no such file or directory", path)
         if source is not None:
@@ -338,8 +372,18 @@ class Cache:
         any other call on a closed cache raises ValueError."""
         h, self._hv = self._hv, 0
         self._index = None
-        if h:
+        if h and not _forked:  # a forked child's copy of the handle is its parent's to close
             lib().sz_close(h)
+
+    def __reduce__(self):
+        raise TypeError("a splitzip.Cache cannot be pickled or copied: it is a handle of this process's library; "
+                        "open the cache (splitzip.Cache(path)) in each process that reads it")
+
+    def __copy__(self):
+        self.__reduce__()
+
+    def __deepcopy__(self, memo):
+        self.__reduce__()
 
     def __enter__(self):
         self._h  # ValueError when closed, as for files
@@ -421,7 +465,7 @@ class Cache:
     def _index_arg(self, index: int) -> int:
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"tensor index must be an int, not {type(index).__name__}")
-        if index < 0:
+        if index < 0 or index >= 1 << 63:
             raise error(1, f"tensor index {index}: want 0 to {len(self) - 1}")
         return index
 

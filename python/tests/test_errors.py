@@ -294,3 +294,85 @@ class TestErrors(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestProcesses(unittest.TestCase):
+    """What crosses a process boundary: errors pickle as themselves (a pool
+    worker's reach the parent), a Cache does not (its handle is this
+    process's), a forked child is refused rather than left hanging, and a
+    cache opened by a relative path stays open across os.chdir."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.src, cls.cache = testenv.generated(cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_errors_pickle(self):
+        import pickle
+        for status, msg, filename in [(1, "bad argument", None), (2, "no tensor x", None), (3, "checksum", "/c/objects/ab/x"),
+                                      (4, "source shard changed", "/s/m.safetensors"), (5, "too small", None),
+                                      (8, "open /x: no such file or directory", "/x"), (9, "internal", None)]:
+            e = splitzip._lib.error(status, msg, filename)
+            back = pickle.loads(pickle.dumps(e))
+            self.assertIs(type(back), type(e))
+            self.assertEqual((str(back), back.status, back.message, back.filename), (str(e), e.status, e.message, e.filename))
+
+    def test_cache_not_picklable(self):
+        import copy
+        import pickle
+        with splitzip.Cache(self.cache) as c:
+            for what, f in [("pickle", pickle.dumps), ("copy", copy.copy), ("deepcopy", copy.deepcopy)]:
+                with self.assertRaises(TypeError, msg=what) as e:
+                    f(c)
+                self.assertIn("cannot be pickled or copied", str(e.exception))
+            self.assertGreater(len(c), 0)  # the original still works
+
+    def test_index_past_64_bits(self):
+        with splitzip.Cache(self.cache) as c:
+            with self.assertRaises(splitzip.InvalidArgumentError):
+                c.info_at(2**64 + 5)
+
+    def test_relative_path_after_chdir(self):
+        here = os.getcwd()
+        try:
+            os.chdir(os.path.dirname(self.cache))
+            c = splitzip.Cache(os.path.basename(self.cache))
+            os.chdir(self.tmp.name + "/..")
+            with c:
+                for i in range(len(c)):
+                    info = c.info_at(i)
+                    buf = bytearray(info.nbytes)
+                    c.read_into(info.name, buf)
+        finally:
+            os.chdir(here)
+
+    def test_forked_child_refused(self):
+        import time
+        c = splitzip.Cache(self.cache)
+        self.addCleanup(c.close)
+        pid = os.fork()
+        if pid == 0:  # the child: never back into unittest
+            code = 2
+            try:
+                c.names()
+            except RuntimeError as e:
+                code = 0 if "forked" in str(e) else 3
+            except BaseException:
+                code = 4
+            os._exit(code)
+        deadline = time.monotonic() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                self.fail("a forked child's call hung")
+            time.sleep(0.05)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertGreater(len(c.names()), 0)  # the parent's cache still works
