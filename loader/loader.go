@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -264,6 +265,11 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	if _, err := f.ReadAt(dst, int64(off)); err != nil {
+		if path != t.Shard && errors.Is(err, io.EOF) {
+			// The copy's file ends before the bytes the index places
+			// there: a damaged cache, as a payload cut short is.
+			err = fmt.Errorf("%w: the file ends before the raw copy's %d bytes at %d", shardcache.ErrObjectCorrupt, len(dst), off)
+		}
 		return fileError(t, path, path, err)
 	}
 	if path == t.Shard {

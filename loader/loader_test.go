@@ -691,3 +691,41 @@ func TestIdleEngine(t *testing.T) {
 		t.Fatalf("%d idle engines after ReleaseIdle", n)
 	}
 }
+
+// TestReadHostCopyCutShort: with its source gone, a raw tensor whose copy
+// lies past the end of its pack cut short is a damaged cache object
+// (IntegrityError in Python), as a payload there is, not a read error.
+func TestReadHostCopyCutShort(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Small: 200, Shards: 1, Seed: 16}, pipeline.CompressOptions{SelfContained: true, MinSaving: 0.99})
+	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var last *Tensor
+	var pack string
+	var end uint64
+	for i := range l.Tensors() {
+		tn := &l.Tensors()[i]
+		loc, _, err := c.Locate(tn.Key)
+		if err != nil || loc.Pack == "" || tn.Compressed {
+			continue
+		}
+		if loc.Offset+tn.Size > end {
+			last, pack, end = tn, loc.Path, loc.Offset+tn.Size
+		}
+	}
+	if last == nil {
+		t.Fatal("no raw copy in a pack")
+	}
+	if err := os.Truncate(pack, int64(end-last.Size/2)); err != nil {
+		t.Fatal(err)
+	}
+	err = l.ReadHost(last.Index, make([]byte, last.Size))
+	if !errors.Is(err, shardcache.ErrObjectCorrupt) || !strings.Contains(err.Error(), pack) {
+		t.Fatalf("a raw copy past its pack's end: %v, want a corrupt object naming %s", err, pack)
+	}
+}

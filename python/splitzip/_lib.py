@@ -329,9 +329,9 @@ class Cache:
         if not os.path.exists(path):
             raise error(8, f"{path}: no such file or directory", path)
         if source is not None:
+            # Not checked for here: a recorded checkpoint's path names it
+            # even where its folder is gone (a self-contained cache).
             source = os.fspath(source)
-            if not os.path.exists(source):
-                raise error(8, f"source={source}: no such file or directory", source)
         h = ctypes.c_size_t()
         err = ctypes.create_string_buffer(4096)
         src = os.fsencode(source) if source is not None else None
@@ -339,6 +339,8 @@ class Cache:
         if status:
             msg = err.value.decode(errors="replace")
             if status == 2 and source is not None:  # source= names none of the cache's checkpoints
+                if not os.path.exists(source):
+                    raise error(8, f"source={source}: no such file or directory", source)
                 status = 1
             # sz_open has no handle to ask sz_last_error_file with: a
             # damaged index is named by the message's start.

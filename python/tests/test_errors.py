@@ -376,3 +376,30 @@ class TestProcesses(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(os.waitstatus_to_exitcode(status), 0)
         self.assertGreater(len(c.names()), 0)  # the parent's cache still works
+
+
+class TestGoneSource(unittest.TestCase):
+    def test_recorded_source_gone(self):
+        """source= naming a checkpoint the cache records opens it, even with
+        its folder gone (a self-contained cache of several checkpoints); a
+        path that is neither recorded nor there is a FileNotFoundError."""
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b, cache = os.path.join(tmp, "a"), os.path.join(tmp, "b"), os.path.join(tmp, "cache")
+            run("gen", a, "--size", "1MiB", "--shards", "1", "--seed", "3")
+            run("gen", b, "--size", "1MiB", "--shards", "1", "--seed", "4")
+            run("compress", a, "-o", cache, "--self-contained", "--no-sync")
+            run("compress", b, "-o", cache, "--self-contained", "--no-sync")
+            want = {}
+            with splitzip.Cache(cache, source=a) as c:
+                for name in c.names():
+                    buf = bytearray(c.info(name).nbytes)
+                    c.read_into(name, buf)
+                    want[name] = bytes(buf)
+            os.rename(a, a + ".gone")
+            with splitzip.Cache(cache, source=a) as c:
+                for name, data in want.items():
+                    buf = bytearray(len(data))
+                    c.read_into(name, buf)
+                    self.assertEqual(bytes(buf), data, name)
+            with self.assertRaises(FileNotFoundError):
+                splitzip.Cache(cache, source=os.path.join(tmp, "nowhere"))
