@@ -47,7 +47,9 @@ def flip(cache, payload, at, mask=0x40):
     raise AssertionError(f"payload of {len(payload)} bytes not found under {cache}/objects")
 
 
-class TestErrors(unittest.TestCase):
+class Generated(unittest.TestCase):
+    """A generated checkpoint and its cache, shared by a class's tests."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
@@ -56,6 +58,9 @@ class TestErrors(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
+
+
+class TestErrors(Generated):
 
     def test_kinds(self):
         """Each failure is an Error and the builtin exception Python code expects."""
@@ -296,20 +301,11 @@ if __name__ == "__main__":
     unittest.main()
 
 
-class TestProcesses(unittest.TestCase):
+class TestProcesses(Generated):
     """What crosses a process boundary: errors pickle as themselves (a pool
     worker's reach the parent), a Cache does not (its handle is this
     process's), a forked child is refused rather than left hanging, and a
     cache opened by a relative path stays open across os.chdir."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.src, cls.cache = testenv.generated(cls.tmp.name)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def test_errors_pickle(self):
         import pickle
