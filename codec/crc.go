@@ -22,6 +22,17 @@ func UpdateChecksum(crc uint32, p []byte) uint32 { return crc32c.Update(crc, p) 
 // checked without a second pass.
 func CombineChecksums(crcA, crcB uint32, lenB uint64) uint32 { return crc32c.Combine(crcA, crcB, lenB) }
 
+// PlainChecksum turns sum, the checksum of size bytes folded from their
+// pieces as a payload's (PieceChecksum: the bytes where a payload's
+// checksum field lies taken as zero), into their plain CRC-32C, from head,
+// their first bytes (at least to the field's end, or all of them). The
+// CRC is linear, so only the field's bytes need summing again: a raw
+// object streamed as a payload's pieces is checked without a second pass.
+func PlainChecksum(sum uint32, head []byte, size uint64) uint32 {
+	h := head[:min(uint64(len(head)), offChecksum+4, size)]
+	return sum ^ CombineChecksums(PieceChecksum(h, 0)^UpdateChecksum(0, h), 0, size-uint64(len(h)))
+}
+
 // PieceChecksum returns the CRC-32C of piece p, which starts at offset off
 // of a payload, taking the header's checksum field as zero as Checksum does.
 // Folding the pieces in order with CombineChecksums gives Checksum.

@@ -355,22 +355,32 @@ func TestReadHostEntropyWithoutSource(t *testing.T) {
 	}
 }
 
+// openWithSource opens a loader of cache c, closed when t ends, and
+// returns it with each tensor's bytes read from its source (by index in
+// Tensors), while the source is there.
+func openWithSource(t *testing.T, c *shardcache.Cache) (*Loader, [][]byte) {
+	t.Helper()
+	l, err := Open(c.Dir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ts := l.Tensors()
+	want := make([][]byte, len(ts))
+	for i, tn := range ts {
+		want[i] = source(t, &tn)
+	}
+	return l, want
+}
+
 // TestUploadBatchEntropyWithoutSource uploads every tensor of a cache of
 // entropy payloads, its source gone, into device memory in one batch:
 // the payloads are decoded there, bit for bit. It needs a GPU.
 func TestUploadBatchEntropyWithoutSource(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 6 << 20, Shards: 2, Seed: 9}, pipeline.CompressOptions{SelfContained: true, Codec: pipeline.CodecEntropy})
 	ctx, stream := gpuStream(t)
-	l, err := Open(c.Dir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, want := openWithSource(t, c)
 	ts := l.Tensors()
-	want := make([][]byte, len(ts))
-	for i, tn := range ts {
-		want[i] = source(t, &tn)
-	}
 	if err := os.Rename(s.Root, s.Root+".gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -391,16 +401,10 @@ func TestUploadBatchEntropyWithoutSource(t *testing.T) {
 // file; with the file gone, every tensor reads as it was compressed.
 func TestChangedSelfContainedSource(t *testing.T) {
 	c, s := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 12}, pipeline.CompressOptions{SelfContained: true})
-	l, err := Open(c.Dir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, want := openWithSource(t, c)
 	ts := l.Tensors()
-	want := make([][]byte, len(ts))
 	raw := -1
 	for i, tn := range ts {
-		want[i] = source(t, &tn)
 		if !tn.Compressed {
 			raw = i
 		}
@@ -425,7 +429,7 @@ func TestChangedSelfContainedSource(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = l.ReadHost(ts[raw].Index, make([]byte, ts[raw].Size))
+	err := l.ReadHost(ts[raw].Index, make([]byte, ts[raw].Size))
 	if !errors.Is(err, shardcache.ErrSourceChanged) || !strings.Contains(err.Error(), "the cache holds every tensor of this shard") {
 		t.Fatalf("raw tensor beside a changed source: %v", err)
 	}

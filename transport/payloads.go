@@ -446,9 +446,15 @@ func (rawCopy) checkStaged(it *smallItem, b []byte, _ int, _ *staged) error {
 		if it.pack != "" {
 			where += ": " + shardcache.PackSpan(it.off, it.stored)
 		}
-		return fmt.Errorf("%s: %w: the raw copy's CRC-32C is %08x, the index records %08x", where, shardcache.ErrObjectCorrupt, sum, it.sum)
+		return copyCRCError(where, sum, it.sum)
 	}
 	return nil
+}
+
+// copyCRCError is the error of a raw copy at where whose bytes sum to got
+// where the index records recorded: a damaged cache object.
+func copyCRCError(where string, got, recorded uint32) error {
+	return fmt.Errorf("%s: %w: the raw copy's CRC-32C is %08x, the index records %08x", where, shardcache.ErrObjectCorrupt, got, recorded)
 }
 
 // Prepare sets up the pinned staging ring and, when the cache holds

@@ -251,21 +251,19 @@ func (z *Payloads) streamCopy(ctx context.Context, t target) (Fence, error) {
 		return nil, err
 	}
 	defer f.Close()
-	// The pieces' sums are a payload's, which take bytes 56-59 (a
-	// payload's checksum field) as zero: the first piece, which holds
-	// them, is summed again whole for a raw copy's plain CRC-32C.
-	var first uint32
+	// The pieces' sums are a payload's (a payload's checksum field taken
+	// as zero): the copy's first bytes make them its plain CRC-32C.
+	var head [codec.HeaderSize]byte
 	evs, sums, err := z.copyPieces(ctx, f, loc.Name(), o.Size, z.streams.pick(z.eng), t.b.Addr, func(off uint64, q []byte) {
 		if off == 0 {
-			first = codec.UpdateChecksum(0, q)
+			copy(head[:], q)
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	sums.Set(0, first)
-	if sum := sums.Sum(); sum != o.Checksum {
-		return nil, fmt.Errorf("%s: %w: the raw copy's CRC-32C is %08x, the index records %08x", loc.Name(), shardcache.ErrObjectCorrupt, sum, o.Checksum)
+	if sum := codec.PlainChecksum(sums.Sum(), head[:], o.Size); sum != o.Checksum {
+		return nil, copyCRCError(loc.Name(), sum, o.Checksum)
 	}
 	return allFence(evs), nil
 }
