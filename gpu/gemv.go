@@ -211,8 +211,9 @@ func gemvForce(v string) (int, error) {
 // (896 and 8,016 tiles) and 2-30% slower on those of 256 and 64 tiles
 // (docs/perf/LOG.md, 2026-12-07).
 func gemvSplit(tiles uint64, sms int) int {
-	if tiles*4 >= uint64(gemvSMWarps)*uint64(max(sms, 1)) {
-		return 1
+	const fewer = 1 // gemvSplits' 4 warps
+	if tiles*uint64(gemvSplits[fewer].warps) >= uint64(gemvSMWarps)*uint64(max(sms, 1)) {
+		return fewer
 	}
 	return 0
 }
