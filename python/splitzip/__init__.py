@@ -23,6 +23,12 @@ from ._lib import (Cache, DeviceError, Error, Event, FileError, FilePermissionEr
                    release_idle)
 from ._version import __version__
 
+# Tracebacks and reprs name the classes where users import them from.
+for _c in (Cache, Error, TensorInfo, Event, InvalidArgumentError, NotFoundError, IntegrityError, SourceChangedError,
+           FileError, MissingFileError, FilePermissionError, DeviceError, InternalError):
+    _c.__module__ = __name__
+del _c
+
 __all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__", "release_idle",
            "InvalidArgumentError", "NotFoundError", "IntegrityError", "SourceChangedError", "FileError",
            "MissingFileError", "FilePermissionError", "DeviceError", "InternalError"]

@@ -10,7 +10,7 @@ from typing import Dict, Optional
 import torch
 
 from ._lib import Cache, TensorInfo
-from .torch import DTYPES
+from .torch import torch_dtype
 
 _SPREAD = {"auto", "balanced", "balanced_low_0", "sequential"}
 
@@ -42,10 +42,7 @@ def single_device(device_map) -> Optional["torch.device"]:
 
 
 def dtype_of(info: TensorInfo) -> "torch.dtype":
-    dt = DTYPES.get(info.dtype)
-    if dt is None:
-        raise ValueError(f"{info.name}: dtype {info.dtype} has no equivalent in torch {torch.__version__}")
-    return dt
+    return torch_dtype(info.name, info.dtype)
 
 
 class Lazy:

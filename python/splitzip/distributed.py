@@ -21,7 +21,9 @@ r). A rank that fails to read a tensor tells the others
 before the bytes would be sent, so every rank raises an error naming the
 tensor and none waits; a rank that fails to decode (a part damaged on
 the wire) is known to all at the batch's end, and every rank raises an
-error naming the tensor; a rank that dies is the process group's
+error naming the tensor. The other ranks' error is of the failing rank's
+class (an IntegrityError for a damaged payload; RuntimeError where its
+error was not splitzip's). A rank that dies is the process group's
 timeout.
 
 With the NCCL backend the bytes travel in CUDA memory (the current device).
@@ -45,9 +47,9 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("splitzip.distributed needs PyTorch") from e
 
-from ._lib import Cache, Error, PackInfo
+from ._lib import Cache, Error, PackInfo, error
 from ._packs import ENTRY, owner
-from .torch import DTYPES
+from .torch import torch_dtype
 
 
 def load(cache: str, rules: str = "", group=None, device=None, source: Optional[str] = None,
@@ -77,8 +79,8 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
             c.gpu_prepare(comm.index)
         try:
             plan = c.plan(world, rules)
-        except Exception as e:
-            raise ValueError(f"splitzip: cannot plan {cache} onto {world} ranks: {e}") from e
+        except Error as e:  # the library's class, with what could not be planned
+            raise error(e.status, f"cannot plan {cache} onto {world} ranks: {e.message}", e.filename) from e
         # (tensor plan, index, info, stored size), in batches per reader.
         batches = []
         for reader in range(world):
@@ -117,6 +119,26 @@ def _byte_range(t: dict, info, r: int):
     return v0 * size, v1 * size
 
 
+# Where a batch's status starts its part sizes (after failed, pack bytes,
+# pack units, pack sum, the failure's status).
+_PARTS = 5
+# Above every sz_status code: a failed item and its status share a word.
+_CODES = 64
+
+
+def _status(e: BaseException) -> int:
+    """The sz_status of a failure, told to the other ranks (0 for an error
+    not of the library)."""
+    return e.status if isinstance(e, Error) and 0 < e.status < _CODES else 0
+
+
+def _peer(status: int, what: str) -> Exception:
+    """The error a rank raises for another rank's failure: of the class
+    that rank raised (an IntegrityError for a damaged payload), or
+    RuntimeError when that was not the library's."""
+    return error(status, what) if status else RuntimeError(f"splitzip: {what}")
+
+
 # Placeholder destination of a pack's entries until a rank writes its own
 # (non-null and 16-byte aligned, as the pack's table wants).
 _PLACEHOLDER = 16
@@ -135,8 +157,8 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
     rows = [k for k, (t, _, info, _) in enumerate(items) if _rows(t, info)]
     whole = [k for k in range(len(items)) if k not in set(rows)]
     packed = gpu and bool(whole)
-    # failed, pack bytes, pack units, pack sum, part sizes
-    status = torch.zeros(4 + world * len(rows), dtype=torch.int64)
+    # failed, pack bytes, pack units, pack sum, the failure's status, part sizes
+    status = torch.zeros(_PARTS + world * len(rows), dtype=torch.int64)
     stored, parts, failure, wire = {}, [[] for _ in range(world)], None, None
     if rank == reader and packed:
         try:
@@ -145,7 +167,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
             wire = pack[:info.staged].to(comm)
             status[1], status[2], status[3] = info.staged, info.units, _sum(wire)
         except Exception as e:  # told to every rank, then raised
-            failure, status[0] = e, 1 + whole[_unreadable(c, [items[k] for k in whole])]
+            failure, status[0], status[4] = e, 1 + whole[_unreadable(c, [items[k] for k in whole])], _status(e)
     if rank == reader and failure is None:
         j = 0
         for k, (t, index, info, n) in enumerate(items):
@@ -163,10 +185,10 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                         pb = torch.empty(c.part_bound(n, info.nbytes), dtype=torch.uint8)
                         m = c.part_into_ptr(index, b.data_ptr(), n, lo, hi, pb.data_ptr(), pb.numel())
                         parts[r].append(pb[:m])
-                        status[4 + r * len(rows) + j] = m
+                        status[_PARTS + r * len(rows) + j] = m
                     j += 1
             except Exception as e:  # told to every rank, then raised
-                failure, status[0] = e, k + 1
+                failure, status[0], status[4] = e, k + 1, _status(e)
                 break
     status = status.to(comm)
     dist.broadcast(status, src=reader, group=group)
@@ -175,7 +197,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
     if bad:
         if failure is not None:
             raise failure
-        raise RuntimeError(f"splitzip: rank {reader} failed to read tensor {items[bad - 1][0]['name']}")
+        raise _peer(int(status[4]), f"rank {reader} failed to read tensor {items[bad - 1][0]['name']}")
     # The collectives first, every rank in the same order; then decoding,
     # and one all-reduce that makes every rank raise when one failed.
     buf, recv, sizes = None, None, None
@@ -202,7 +224,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
             if rank != reader:
                 st["received_bytes"] += total
     if rows:
-        sizes = status[4:].view(world, len(rows))
+        sizes = status[_PARTS:].view(world, len(rows))
         width = int(sizes.sum(1).max())
         recv = torch.empty(width, dtype=torch.uint8)
         if width:
@@ -220,7 +242,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
             recv = got.cpu()
             if rank != reader:
                 st["received_bytes"] += int(sizes[rank].sum())
-    failed, error = 0, None
+    failed, failure = 0, None
     try:
         if packed:
             failed = whole[0] + 1
@@ -228,11 +250,11 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                                comm, out)
             if k is not None and k >= 0:
                 failed = whole[k] + 1
-                raise RuntimeError(f"splitzip: tensor {items[whole[k]][0]['name']}: its bytes arrived damaged "
-                                   f"(they differ from this rank's copy of the cache)")
+                raise error(3, f"tensor {items[whole[k]][0]['name']}: its bytes arrived damaged "
+                               f"(they differ from this rank's copy of the cache)")
             if k is not None:
-                raise RuntimeError(f"splitzip: the pack of {len(whole)} tensors from {items[whole[0]][0]['name']} "
-                                   f"failed on the device, and equals this rank's copy of the cache")
+                raise error(7, f"the pack of {len(whole)} tensors from {items[whole[0]][0]['name']} "
+                               f"failed on the device, and equals this rank's copy of the cache")
         for k, o in zip(whole, offs):  # none when packed
             failed = k + 1
             _keep_whole(c, items[k], buf.data_ptr() + o, rank, world, device, out)
@@ -248,21 +270,20 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
             out[t["name"]] = raw.view(_dtype(t, info)).reshape(shape).to(device)
         failed = 0
     except Exception as e:  # agreed on with the other ranks, then raised
-        error = e
-    flag = torch.tensor([failed], dtype=torch.int64).to(comm)
+        failure = e
+    # The failed item and its status in one word, so that the maximum
+    # keeps them together.
+    flag = torch.tensor([failed * _CODES + (_status(failure) if failed else 0)], dtype=torch.int64).to(comm)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    bad = int(flag.cpu()[0])
+    bad, code = divmod(int(flag.cpu()[0]), _CODES)
     if bad:
-        if error is not None:
-            raise error
-        raise RuntimeError(f"splitzip: another rank failed to decode tensor {items[bad - 1][0]['name']}")
+        if failure is not None:
+            raise failure
+        raise _peer(code, f"another rank failed to decode tensor {items[bad - 1][0]['name']}")
 
 
 def _dtype(t: dict, info) -> "torch.dtype":
-    dt = DTYPES.get(info.dtype)
-    if dt is None:
-        raise ValueError(f"{t['name']}: dtype {info.dtype} has no torch equivalent")
-    return dt
+    return torch_dtype(t["name"], info.dtype)
 
 
 def _keep_whole(c: Cache, item: tuple, src: int, rank: int, world: int, device, out: dict) -> None:

@@ -33,6 +33,20 @@ if hasattr(torch, "float8_e4m3fn"):
     DTYPES["F8_E4M3"] = torch.float8_e4m3fn
     DTYPES["F8_E5M2"] = torch.float8_e5m2
 
+# The hint for a dtype that this torch lacks: the release that has it.
+_NEEDS = {**dict.fromkeys(("U16", "U32", "U64"), " (U16, U32 and U64 need torch 2.3 or later)"),
+          **dict.fromkeys(("F8_E4M3", "F8_E5M2"), " (FP8 dtypes need torch 2.1 or later)")}
+
+
+def torch_dtype(name: str, dtype: str) -> "torch.dtype":
+    """The torch dtype of a cache's tensor (name, safetensors dtype), or
+    splitzip.InvalidArgumentError (a ValueError) naming the tensor and the
+    torch release that has the dtype, where this one lacks it."""
+    dt = DTYPES.get(dtype)
+    if dt is None:
+        raise error(1, f"{name}: dtype {dtype} has no equivalent in torch {torch.__version__}" + _NEEDS.get(dtype, ""))
+    return dt
+
 
 def check_tensor(info: TensorInfo, t: torch.Tensor) -> None:
     """Check that t can take the bytes of the cache's tensor info: a
@@ -44,9 +58,7 @@ def check_tensor(info: TensorInfo, t: torch.Tensor) -> None:
         return error(1, f"tensor {info.name!r}: {what}")
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"tensor {info.name!r}: want a torch.Tensor, found {type(t).__name__}")
-    want = DTYPES.get(info.dtype)
-    if want is None:
-        raise bad(f"dtype {info.dtype} has no equivalent in torch {torch.__version__}")
+    want = torch_dtype(f"tensor {info.name!r}", info.dtype)
     if t.dtype != want:
         raise bad(f"dtype {t.dtype} given, the cache has {info.dtype} ({want})")
     if tuple(t.shape) != tuple(info.shape):
@@ -98,11 +110,7 @@ def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source:
     out, items = {}, []
     with Cache(cache, source) as c:
         for info in c.infos():
-            dt = DTYPES.get(info.dtype)
-            if dt is None:
-                raise error(1, f"{info.name}: dtype {info.dtype} has no torch equivalent in torch {torch.__version__} "
-                               "(FP8 dtypes need torch 2.1 or later)")
-            t = torch.empty(info.shape, dtype=dt, device=device)
+            t = torch.empty(info.shape, dtype=torch_dtype(info.name, info.dtype), device=device)
             items.append((info, t))
             out[info.name] = t
         _finish(_fill(c, items))

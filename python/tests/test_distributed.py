@@ -54,7 +54,7 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
             got = load(cache, rules=rules, batch_bytes=batch, stats=stats)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             with open(f"{result}.{rank}", "w") as f:
-                f.write(f"error: {e}")
+                f.write(f"error: {type(e).__module__}.{type(e).__name__}: {e}")
             return
         want = {}
         for name in sorted(os.listdir(src_dir)):
@@ -165,16 +165,18 @@ class TestDistributed(unittest.TestCase):
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0x40]))
         got = self.run_ranks(2, "", cache=bad)
-        for r in got:
-            self.assertTrue(r.startswith("error:") and "tensor" in r, got)
+        for r in got:  # the reading rank's error, and the same class on the other
+            self.assertTrue(r.startswith("error: splitzip.IntegrityError: ") and "tensor" in r, got)
 
     def test_damaged_part(self):
         """A part damaged on the wire on one rank: every rank raises an
         error naming a tensor, none waits."""
         rules = "*embed*=replicate,*lm_head*=replicate,*norm*=replicate,*.weight=shard:0"
         got = self.run_ranks(2, rules, cache=self.big, src=self.big_src, corrupt_rank=1)
-        self.assertTrue(got[1].startswith("error:") and "tensor" in got[1] and "checksum" in got[1], got)
-        self.assertTrue(got[0].startswith("error:") and "another rank failed to decode tensor" in got[0], got)
+        self.assertTrue(got[1].startswith("error: splitzip.IntegrityError: ") and "tensor" in got[1]
+                        and "checksum" in got[1], got)
+        self.assertTrue(got[0].startswith("error: splitzip.IntegrityError: ")
+                        and "another rank failed to decode tensor" in got[0], got)
 
     def test_bad_rules(self):
         """A rule naming a tensor outright that lacks its dimension fails
@@ -182,7 +184,8 @@ class TestDistributed(unittest.TestCase):
         under "*=shard:0"), which are then replicated."""
         got = self.run_ranks(2, "model.norm.weight=shard:7")
         for r in got:
-            self.assertTrue(r.startswith("error:") and "cannot plan" in r, got)
+            self.assertTrue(r.startswith("error: splitzip.InvalidArgumentError: splitzip: ") and "cannot plan" in r
+                            and r.count("splitzip:") == 1, got)
         got = self.run_ranks(2, "*=shard:7")
         self.assertEqual(got, ["ok", "ok"], got)
 
@@ -227,7 +230,7 @@ class TestDistributedNCCL(TestDistributed):
         """A pack damaged on the wire (after the broadcast, before the
         scatter): the rank raises an error naming the tensor."""
         got = self.run_ranks(2, "", cache=self.big, src=self.big_src, corrupt_rank=1)
-        self.assertTrue(got[-1].startswith("error:") and "arrived damaged" in got[-1], got)
+        self.assertTrue(got[-1].startswith("error: splitzip.IntegrityError: ") and "arrived damaged" in got[-1], got)
 
 
 if __name__ == "__main__":

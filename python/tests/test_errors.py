@@ -104,6 +104,21 @@ class TestErrors(Generated):
         self.assertIn("not a splitzip cache", str(e.exception))
         self.assertNotIn("invalid argument: invalid argument", str(e.exception))
 
+    def test_traceback_names_the_package(self):
+        """A traceback names an error by the package users import it from
+        (splitzip.NotFoundError), not by the binding's private module."""
+        import traceback
+        with splitzip.Cache(self.cache) as c:
+            try:
+                c.info("no.such.tensor")
+            except splitzip.Error as e:
+                last = traceback.format_exception_only(type(e), e)[-1]
+        self.assertTrue(last.startswith("splitzip.NotFoundError: "), last)
+        for name in splitzip.__all__:
+            obj = getattr(splitzip, name)
+            if isinstance(obj, type):
+                self.assertEqual(obj.__module__, "splitzip", name)
+
     def test_several_sources_say_source_argument(self):
         """A cache of two checkpoints opened without source= names the Python argument, not the CLI flag."""
         with tempfile.TemporaryDirectory() as d:

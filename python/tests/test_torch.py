@@ -40,6 +40,25 @@ class TestTorch(unittest.TestCase):
                 self.assertEqual(t.dtype, DTYPES[dt])
                 self.assertEqual(t.contiguous().view(torch.uint8).numpy().tobytes(), b, dt)
 
+    def test_missing_dtype_hint(self):
+        """A dtype this torch lacks is refused naming the torch release
+        that has it (U16 came in 2.3, FP8 in 2.1); torch's table is
+        narrowed here so that the test runs on every release."""
+        import splitzip
+        from unittest import mock
+        from splitzip.torch import DTYPES, load_file
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "src"))
+            path, cache = os.path.join(d, "src", "m.safetensors"), os.path.join(d, "c")
+            stfile.write(path, [("t", "U16", (4,), bytes(8))])
+            subprocess.run([BIN, "compress", path, "-o", cache, "--no-sync", "-q"], check=True, stdout=subprocess.DEVNULL)
+            narrowed = {k: v for k, v in DTYPES.items() if k != "U16"}
+            with mock.patch.dict(DTYPES, narrowed, clear=True):
+                with self.assertRaises(splitzip.InvalidArgumentError) as e:
+                    load_file(cache)
+            self.assertIn("t: dtype U16 has no equivalent in torch", str(e.exception))
+            self.assertIn("need torch 2.3 or later", str(e.exception))
+
 
 class TestUploadInto(unittest.TestCase):
     """upload_into on the CPU: caller-owned tensors filled bit for bit, and
