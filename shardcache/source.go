@@ -3,6 +3,7 @@ package shardcache
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,31 +167,29 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	return nil, "", fmt.Errorf("%s: %w: %s holds the shards of %d of them (%s); name one by its recorded path", c.Dir(), ErrAmbiguousSource, sel, len(found), strings.Join(paths, ", "))
 }
 
-// holdsShards reports whether dir has every shard of s with its recorded
-// size (and the index file, if s has one).
+// holdsShards reports whether dir has the shards of s that a moved copy
+// must have: at least one, and every shard with a tensor the cache does
+// not hold, each with its recorded size (shardsIn).
 func holdsShards(dir string, s *Source) bool {
 	held, lacks := shardsIn(dir, s)
 	return held > 0 && len(lacks) == 0
 }
 
 // shardsIn counts the shards of s that dir has with their recorded
-// size, and says what is wrong with each of the rest (and with the index
-// file, if s has one and dir lacks it).
+// size, and says what is wrong with each of the rest. A shard whose every
+// tensor the cache holds (AllInCache) may be absent, as at the recorded
+// root, and so may the index file, which the cache holds whole.
 func shardsIn(dir string, s *Source) (held int, lacks []string) {
 	for _, sh := range s.Shards {
 		st, err := os.Stat(filepath.Join(dir, sh.Name))
 		switch {
+		case errors.Is(err, fs.ErrNotExist) && sh.AllInCache():
 		case err != nil:
 			lacks = append(lacks, sh.Name+" is missing")
 		case uint64(st.Size()) != sh.Size:
 			lacks = append(lacks, fmt.Sprintf("%s has %d bytes, the recorded shard %d", sh.Name, st.Size(), sh.Size))
 		default:
 			held++
-		}
-	}
-	if s.Index != nil {
-		if _, err := os.Stat(filepath.Join(dir, s.Index.Name)); err != nil {
-			lacks = append(lacks, s.Index.Name+" is missing")
 		}
 	}
 	return held, lacks

@@ -241,6 +241,47 @@ func TestRelocateCopy(t *testing.T) {
 	}
 }
 
+// TestRelocateCopyWithoutHeldShard: a copy that lacks a shard whose every
+// tensor the cache holds (and the checkpoint's index file) is still the
+// source's copy, as the recorded root without them is: relocate records
+// it and verify accepts it. A copy with such a shard changed is refused,
+// saying that with that file moved away the rest can be recorded.
+func TestRelocateCopyWithoutHeldShard(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressedWith(t, dir, []string{"--shards", "2"}, "--self-contained")
+	cp := filepath.Join(dir, "copy")
+	os.MkdirAll(cp, 0o755)
+	ents, _ := os.ReadDir(ck)
+	var shards []string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".safetensors") {
+			continue // the index file stays behind
+		}
+		shards = append(shards, e.Name())
+		b, _ := os.ReadFile(filepath.Join(ck, e.Name()))
+		os.WriteFile(filepath.Join(cp, e.Name()), b, 0o644)
+	}
+	if len(shards) != 2 {
+		t.Fatalf("want 2 shards, found %v", shards)
+	}
+	changed := filepath.Join(cp, shards[1])
+	b, _ := os.ReadFile(changed)
+	b[len(b)-3] ^= 1
+	os.WriteFile(changed, b, 0o644)
+	if code, _, e := splitzip(t, "relocate", cache, cp); code != exitInput || !strings.Contains(e, "with this file moved out of "+cp) {
+		t.Errorf("relocate to a copy with a held shard changed: exit %d, %q", code, e)
+	}
+	os.Remove(changed)
+	code, out, e := splitzip(t, "relocate", cache, cp, "--json")
+	if code != 0 || !strings.Contains(out, `"rehashed_shards": 1`) {
+		t.Fatalf("relocate to a copy without a held shard: exit %d, %q %q", code, out, e)
+	}
+	os.RemoveAll(ck)
+	if code, _, e := splitzip(t, "verify", cache); code != 0 {
+		t.Errorf("verify after relocating to a copy without a held shard: exit %d, %q", code, e)
+	}
+}
+
 // TestEmptyCacheSaysSo: verify, inspect and decompress of a cache
 // whose only checkpoint was forgotten say that it holds no checkpoint
 // (not that a choice among several is needed, nor "ok" for nothing

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,8 +28,9 @@ func newRelocateCommand(g *globals) *cobra.Command {
 		Short: "Record that a compressed checkpoint's source moved to DIR",
 		Long: `Record in the cache's index that the source checkpoint now lives in DIR
 (moved, copied to another machine, mounted elsewhere). The source is found
-by its shards in DIR (names and sizes), or named by its recorded root with
---source. DIR must be outside the cache. Shards whose modification time
+by its shards in DIR (names and sizes; a shard whose every tensor the
+cache holds may be absent, as may the checkpoint's index file), or named
+by its recorded root with --source. DIR must be outside the cache. Shards whose modification time
 differs from the one recorded (a copy that did not keep it: scp, rsync
 without -t, a download) are read whole and hashed against the index: when
 every byte is the same their new times are recorded, else relocate refuses
@@ -132,6 +134,9 @@ func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir s
 	for i := range rec.Shards {
 		sh := &rec.Shards[i]
 		st, err := os.Stat(filepath.Join(dir, sh.Name))
+		if errors.Is(err, fs.ErrNotExist) && sh.AllInCache() {
+			continue // the cache serves it without its file, as at the recorded root
+		}
 		if err != nil {
 			return nil, 0, err
 		}
@@ -162,6 +167,9 @@ func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir s
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				if errors.Is(err, shardcache.ErrSourceChanged) && sh.AllInCache() {
+					err = fmt.Errorf("%w (the cache holds every tensor of this shard: with this file moved out of %s, relocate records the other shards and the cache serves this one from what was compressed)", err, dir)
+				}
 				errs = append(errs, err)
 				return
 			}
