@@ -475,7 +475,9 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*
 				tot.KeptTensors++
 				tot.KeptBytes += t.Size
 			}
-		} else if t.CopyStored && !selfContained {
+		} else if t.CopyStored && !selfContained && j.kept[i] {
+			// A copy an earlier run stored, not one of this run's gaps
+			// of the same bytes.
 			tot.KeptCopies++
 			tot.KeptCopyBytes += t.Size
 		}

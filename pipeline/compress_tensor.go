@@ -19,6 +19,9 @@ type tensorCompressor struct {
 	w    *shardcache.Writer
 	opts *CompressOptions
 	sha  hash.Hash // the content key's hasher
+	// kept is the tensor being compressed's flag (compress's kept), set
+	// where it keeps an earlier run's payload or raw copy.
+	kept *bool
 }
 
 func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCompressor {
@@ -33,7 +36,7 @@ const compressCost = 4 * segmentBytes
 // reuse records t as the object o stored by an earlier tensor or
 // checkpoint: a tensor has one form in a cache, so a payload an earlier
 // run stored in another codec than this run's is kept, and counted in
-// *kept.
+// *kept, as is a raw copy an earlier run stored.
 func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor, o *shardcache.Object, kept *bool) {
 	tc.opts.Progress.Add(t.Size())
 	switch o.Kind {
@@ -43,6 +46,12 @@ func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor,
 		rec.Stored, rec.CopyStored = shardcache.StoredEntropy, true
 	default:
 		rec.Reason = "stored raw before"
+		if tc.w.Earlier(rec.Key) {
+			*kept = true // an earlier run's copy (Totals.KeptCopies)
+		} else {
+			// This run's: a gap or another tensor of the same bytes.
+			rec.Reason = "the same bytes as another region stored raw"
+		}
 		rec.CopyStored = true
 	}
 	if rec.Payload() && !codecStores(tc.opts.Codec, t.DType, o.Kind) && tc.w.Earlier(rec.Key) {
@@ -63,6 +72,7 @@ func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor,
 // earlier run stored the tensor as a payload of another codec, which it
 // keeps.
 func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64, kept *bool) error {
+	tc.kept = kept
 	*rec = shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	codecName := tc.opts.Codec
 	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
@@ -164,7 +174,28 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 		reason = "fixed: " + rec.Reason + "; entropy: " + reason
 	}
 	rec.Reason = reason
+	if !fixed && t.DType == "BF16" {
+		bf16Stats(rec, counts)
+	}
 	return tc.storeRaw(r, t, rec)
+}
+
+// bf16Stats records, for a BF16 tensor left raw that the fixed codec did
+// not measure (--codec entropy), the coverage and exponent entropy that
+// codec would have found, from the first pass's counts of the BF16
+// exponent field: so inspect explains it, and bounds it, as it does
+// under any codec.
+func bf16Stats(rec *shardcache.Tensor, counts []*entropy.Counts) {
+	for _, c := range counts {
+		if f := entropy.Fields[c.Field()]; f.DType != "BF16" || f.Bits != 8 || c.Values() == 0 {
+			continue
+		}
+		var hist codec.Histogram
+		copy(hist[:], c.Freq())
+		cb := codec.NewCodebook(&hist)
+		rec.Coverage, rec.Entropy = cb.Coverage(&hist), hist.Entropy()
+		return
+	}
 }
 
 // codecStores reports whether codecName may store a tensor of dtype as a
@@ -192,6 +223,9 @@ func codecStores(codecName, dtype, kind string) bool {
 func (tc *tensorCompressor) storeRaw(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor) error {
 	if !tc.opts.SelfContained && tc.w.EarlierKind(rec.Key) != shardcache.KindRaw {
 		return nil
+	}
+	if !tc.opts.SelfContained {
+		*tc.kept = true // an earlier run's copy, found damaged or missing
 	}
 	rec.CopyStored = true
 	if _, ok := tc.w.Has(rec.Key); ok {

@@ -11,20 +11,22 @@ import (
 
 // TensorReport describes one tensor for inspect.
 type TensorReport struct {
-	Source          string   `json:"source"`
-	Shard           string   `json:"shard"`
-	Name            string   `json:"name"`
-	DType           string   `json:"dtype"`
-	Shape           []uint64 `json:"shape"`
-	Values          uint64   `json:"values"`
-	Stored          string   `json:"stored"`
-	Reason          string   `json:"reason,omitempty"`
-	RawBytes        uint64   `json:"raw_bytes"`
-	StoredBytes     uint64   `json:"stored_bytes"`
-	BitsPerValue    float64  `json:"bits_per_value"`
-	Coverage        float64  `json:"codebook_coverage"`
-	EscapeRate      float64  `json:"escape_rate"`
-	ExponentEntropy float64  `json:"exponent_entropy"`
+	Source       string   `json:"source"`
+	Shard        string   `json:"shard"`
+	Name         string   `json:"name"`
+	DType        string   `json:"dtype"`
+	Shape        []uint64 `json:"shape"`
+	Values       uint64   `json:"values"`
+	Stored       string   `json:"stored"`
+	Reason       string   `json:"reason,omitempty"`
+	RawBytes     uint64   `json:"raw_bytes"`
+	StoredBytes  uint64   `json:"stored_bytes"`
+	BitsPerValue float64  `json:"bits_per_value"`
+	Coverage     float64  `json:"codebook_coverage"`
+	EscapeRate   float64  `json:"escape_rate"`
+	// ExponentEntropy is nil where the cache records no statistics of
+	// the tensor (a dtype no codec measures, a tensor stored raw before).
+	ExponentEntropy *float64 `json:"exponent_entropy,omitempty"`
 	RawChunks       uint64   `json:"raw_chunks"`
 	Codebook        []int    `json:"codebook,omitempty"`
 	// Field is what an entropy payload codes ("BF16 exponent", "F8_E4M3
@@ -122,9 +124,9 @@ type InspectResult struct {
 	// BF16BoundBits is the bits per value an ideal coder of each BF16
 	// tensor's exponents would store (8 for sign and mantissa, plus the
 	// exponents' entropy), over the BF16 tensors whose exponent statistics
-	// the cache records (all but those found stored raw before); zero
+	// the cache records (all but those found stored raw before); absent
 	// when there are none.
-	BF16BoundBits float64 `json:"bf16_entropy_bound_bits"`
+	BF16BoundBits float64 `json:"bf16_entropy_bound_bits,omitempty"`
 	// DTypes sums each dtype, the largest first.
 	DTypes    []DTypeReport  `json:"dtypes"`
 	Tensors   []TensorReport `json:"tensors,omitempty"`
@@ -222,24 +224,29 @@ func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t 
 	for _, d := range t.Shape {
 		r.Values *= d
 	}
-	r.Coverage, r.ExponentEntropy = t.Coverage, t.Entropy
+	// A tensor left raw has statistics where compress measured it (a
+	// BF16 tensor's coverage is then above zero).
+	r.Coverage = t.Coverage
+	if t.Coverage > 0 {
+		r.ExponentEntropy = &t.Entropy
+	}
 	o := ix.Objects[t.Key]
 	switch {
 	case t.Stored == shardcache.StoredFixed && o != nil:
 		r.StoredBytes = o.Size
-		r.Coverage, r.EscapeRate, r.ExponentEntropy = o.Coverage, o.EscapeRate, o.Entropy
+		r.Coverage, r.EscapeRate, r.ExponentEntropy = o.Coverage, o.EscapeRate, &o.Entropy
 		r.RawChunks, r.Codebook = o.RawChunks, o.Codebook
 	case t.Stored == shardcache.StoredEntropy && o != nil:
-		r.StoredBytes, r.Field, r.ExponentEntropy, r.InPlace = o.Size, o.Field, o.Entropy, o.InPlace
+		r.StoredBytes, r.Field, r.ExponentEntropy, r.InPlace = o.Size, o.Field, &o.Entropy, o.InPlace
 		if f, ok := entropy.FieldNamed(o.Field); ok {
 			r.BoundBits = float64(f.Other()) + o.Entropy
 		}
 	}
-	// A BF16 tensor's exponent statistics from the fixed codec, payload or
-	// not, bound what an ideal exponent coder stores (a tensor found
-	// stored raw before, or never measured, has none).
-	if r.DType == "BF16" && r.Field == "" && r.Coverage > 0 && r.Values > 0 {
-		r.BoundBits = 8 + r.ExponentEntropy
+	// A BF16 tensor's exponent statistics, payload or not, bound what an
+	// ideal exponent coder stores (a tensor found stored raw before, or
+	// never measured, has none).
+	if r.DType == "BF16" && r.Field == "" && r.Coverage > 0 && r.Values > 0 && r.ExponentEntropy != nil {
+		r.BoundBits = 8 + *r.ExponentEntropy
 	}
 	// A tensor left raw records its coverage alone: the rest escapes.
 	if t.Stored == shardcache.StoredRaw && r.Coverage > 0 {

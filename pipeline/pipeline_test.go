@@ -3,8 +3,10 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,6 +51,15 @@ func compressedFixture(t *testing.T, size uint64, shards int, seed uint64) (dir,
 	gen(t, src, size, shards, seed)
 	compress(t, src, cache, false)
 	return dir, src, cache
+}
+
+// entropyOf is a tensor report's exponent entropy, -1 where the cache
+// records none.
+func entropyOf(r TensorReport) float64 {
+	if r.ExponentEntropy == nil {
+		return -1
+	}
+	return *r.ExponentEntropy
 }
 
 func mustVerify(t *testing.T, cache string) *VerifyResult {
@@ -97,11 +108,11 @@ func TestRoundTrip(t *testing.T) {
 	// Every BF16 tensor, compressed or left raw, has its exponent statistics.
 	var bits, values float64
 	for _, r := range ins.Tensors {
-		if r.DType == "BF16" && r.Values > 0 && (r.Coverage <= 0 || r.ExponentEntropy <= 0) {
-			t.Errorf("%s (%s, %s): coverage %g, entropy %g", r.Name, r.Stored, r.Reason, r.Coverage, r.ExponentEntropy)
+		if r.DType == "BF16" && r.Values > 0 && (r.Coverage <= 0 || entropyOf(r) <= 0) {
+			t.Errorf("%s (%s, %s): coverage %g, entropy %g", r.Name, r.Stored, r.Reason, r.Coverage, entropyOf(r))
 		}
 		if r.DType == "BF16" {
-			bits += float64(r.Values) * (8 + r.ExponentEntropy)
+			bits += float64(r.Values) * (8 + entropyOf(r))
 			values += float64(r.Values)
 		}
 	}
@@ -549,8 +560,8 @@ func TestForgetAndGC(t *testing.T) {
 	statsKept := func(when string, ins *InspectResult) {
 		t.Helper()
 		for _, r := range ins.Tensors {
-			if r.DType == "BF16" && r.Values > 0 && (r.Coverage <= 0 || r.ExponentEntropy <= 0) {
-				t.Errorf("%s: %s %s (%s): coverage %g, entropy %g", when, r.Source, r.Name, r.Stored, r.Coverage, r.ExponentEntropy)
+			if r.DType == "BF16" && r.Values > 0 && (r.Coverage <= 0 || entropyOf(r) <= 0) {
+				t.Errorf("%s: %s %s (%s): coverage %g, entropy %g", when, r.Source, r.Name, r.Stored, r.Coverage, entropyOf(r))
 			}
 		}
 	}
@@ -763,4 +774,87 @@ func fixedKey(t *testing.T, c *shardcache.Cache) shardcache.Key {
 	}
 	t.Fatal("no fixed payload in the cache")
 	return ""
+}
+
+// TestStatsUnderEveryCodec: a checkpoint's BF16 statistics (each tensor's
+// coverage and exponent entropy, the BF16 bound) are the same whichever
+// codec compressed it, a BF16 tensor that no codec stores included (its
+// exponents all distinct: 256 values of every exponent); tensors of a
+// dtype no codec measured report no exponent entropy, rather than zero.
+func TestStatsUnderEveryCodec(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "ck", "model.safetensors")
+	var data []byte
+	// w: real-looking BF16, stored as a payload by every codec.
+	w := make([]byte, 2*65536)
+	for i := 0; i < len(w)/2; i++ {
+		e := 120 + i%5 + i%3
+		binary.LittleEndian.PutUint16(w[2*i:], uint16(e<<7|i*37%128|(i%2)<<15))
+	}
+	// u: every exponent equally often, left raw by every codec.
+	u := make([]byte, 2*65536)
+	for i := 0; i < len(u)/2; i++ {
+		binary.LittleEndian.PutUint16(u[2*i:], uint16(i*40503))
+	}
+	ints := make([]byte, 4096)
+	data = append(append(append(data, w...), u...), ints...)
+	header := fmt.Sprintf(`{"w":{"dtype":"BF16","shape":[%d],"data_offsets":[0,%d]},"u":{"dtype":"BF16","shape":[%d],"data_offsets":[%d,%d]},"i":{"dtype":"I32","shape":[1024],"data_offsets":[%d,%d]}}`,
+		len(w)/2, len(w), len(u)/2, len(w), len(w)+len(u), len(w)+len(u), len(data))
+	writeRaw(t, src, header, data)
+	type stat struct {
+		stored  string
+		cov, ex float64
+	}
+	var bound float64
+	var first map[string]stat
+	for _, codecName := range []string{CodecFixed, CodecEntropy, CodecAuto, CodecCost} {
+		cache := filepath.Join(dir, codecName)
+		if _, err := Compress(context.Background(), src, CompressOptions{Output: cache, Codec: codecName, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true}); err != nil {
+			t.Fatal(err)
+		}
+		ins, err := Inspect(cache, InspectOptions{Tensors: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]stat{}
+		for _, r := range ins.Tensors {
+			got[r.Name] = stat{r.Stored, r.Coverage, entropyOf(r)}
+		}
+		if got["u"].stored != shardcache.StoredRaw || got["w"].stored == shardcache.StoredRaw {
+			t.Fatalf("%s: stored %+v", codecName, got)
+		}
+		if got["i"].ex != -1 {
+			t.Errorf("%s: an I32 tensor reports exponent entropy %g", codecName, got["i"].ex)
+		}
+		if got["u"].cov <= 0 || got["u"].ex < 7.9 {
+			t.Errorf("%s: the raw BF16 tensor's statistics %+v", codecName, got["u"])
+		}
+		if first == nil {
+			first, bound = got, ins.BF16BoundBits
+			continue
+		}
+		if math.Abs(got["u"].ex-first["u"].ex) > 1e-9 || math.Abs(got["u"].cov-first["u"].cov) > 1e-9 || math.Abs(got["w"].ex-first["w"].ex) > 1e-9 {
+			t.Errorf("%s: statistics %+v, the fixed codec's %+v", codecName, got, first)
+		}
+		if math.Abs(ins.BF16BoundBits-bound) > 1e-9 {
+			t.Errorf("%s: BF16 bound %.6f, the fixed codec's %.6f", codecName, ins.BF16BoundBits, bound)
+		}
+	}
+}
+
+// TestGapNotTakenForKeptCopy: in a fresh cache, a tensor left raw whose
+// bytes equal a gap's (a hole the run stores) aliases that object, and is
+// no copy an earlier --self-contained run kept.
+func TestGapNotTakenForKeptCopy(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "ck", "model.safetensors")
+	writeRaw(t, src, `{"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}}`,
+		[]byte{1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3})
+	res, err := Compress(context.Background(), src, CompressOptions{Output: filepath.Join(dir, "cache"), Jobs: 1, MinSaving: DefaultMinSaving, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Totals.KeptCopies != 0 || res.Totals.KeptCopyBytes != 0 {
+		t.Errorf("a fresh cache kept %d copies (%d bytes)", res.Totals.KeptCopies, res.Totals.KeptCopyBytes)
+	}
 }

@@ -91,8 +91,12 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 			if r.Stored == shardcache.StoredEntropy || r.Coverage == 0 && r.EscapeRate == 0 {
 				cov, esc = "-", "-" // every exponent coded, or never measured
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%s\t%s\t%.3f\t%s\n", cell(r.Name), r.DType, r.Values, storedName(r.Stored),
-				r.BitsPerValue, bound(r.BoundBits), cov, esc, r.ExponentEntropy, r.Reason)
+			ent := "-" // never measured
+			if r.ExponentEntropy != nil {
+				ent = fmt.Sprintf("%.3f", *r.ExponentEntropy)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\n", cell(r.Name), r.DType, r.Values, storedName(r.Stored),
+				r.BitsPerValue, bound(r.BoundBits), cov, esc, ent, r.Reason)
 		}
 		tw.Flush()
 	}
