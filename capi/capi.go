@@ -248,6 +248,33 @@ func sz_info(h C.uintptr_t, index C.uint64_t, info *C.sz_tensor, name *C.char, c
 	})
 }
 
+// sz_name copies tensor index's name, its every byte (NUL characters
+// included) and a terminating NUL, into buf, with its length in *size;
+// a buf too small is SZ_ERR_TOO_SMALL and receives "" (capacity > 0),
+// never a name cut short.
+//
+//export sz_name
+func sz_name(h C.uintptr_t, index C.uint64_t, buf *C.char, capacity C.size_t, size *C.size_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		t, err := l.Tensor(int(index))
+		if err != nil {
+			return err
+		}
+		if size != nil {
+			*size = C.size_t(len(t.Name))
+		}
+		if buf == nil && size != nil && capacity == 0 {
+			return nil // the length alone
+		}
+		if uint64(len(t.Name)) >= uint64(capacity) {
+			copyString("", buf, capacity)
+			return fmt.Errorf("tensor %d: %w: its name needs %d bytes, the buffer has %d", t.Index, loader.ErrTooSmall, len(t.Name)+1, capacity)
+		}
+		copyString(t.Name, buf, capacity)
+		return nil
+	})
+}
+
 //export sz_shape
 func sz_shape(h C.uintptr_t, index C.uint64_t, shape *C.uint64_t, capacity C.size_t, ndim *C.uint32_t) C.sz_status {
 	return call(h, func(l *loader.Loader) error {
@@ -304,6 +331,19 @@ func sz_find_name(h C.uintptr_t, name *C.char, index *C.uint64_t) C.sz_status {
 			return 0, err
 		}
 		return l.FindName(s)
+	})
+}
+
+// sz_find_name_len is sz_find_name for a name of len bytes, which may
+// hold NUL characters.
+//
+//export sz_find_name_len
+func sz_find_name_len(h C.uintptr_t, name *C.char, length C.size_t, index *C.uint64_t) C.sz_status {
+	return find(h, index, func(l *loader.Loader) (int, error) {
+		if name == nil && length > 0 {
+			return 0, fmt.Errorf("%w: NULL name of %d bytes", loader.ErrInvalid, length)
+		}
+		return l.FindName(C.GoStringN(name, C.int(min(length, 1<<30))))
 	})
 }
 

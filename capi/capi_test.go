@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,5 +228,61 @@ func TestLastErrorFile(t *testing.T) {
 func TestShareDirEnv(t *testing.T) {
 	if shareDirEnvName != nodeshare.DirEnv {
 		t.Fatalf("sz_set_shared reads %s, nodeshare %s", shareDirEnvName, nodeshare.DirEnv)
+	}
+}
+
+// TestNamesWithNUL: a tensor name holding a NUL character (safetensors
+// allows it) is read whole by sz_name, with its length, and found by
+// sz_find_name_len, apart from the tensor whose name is its first part;
+// a buffer too small is SZ_ERR_TOO_SMALL with the length.
+func TestNamesWithNUL(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "nul.c")
+	os.WriteFile(prog, []byte(`#include <stdio.h>
+#include <string.h>
+#include "splitzip.h"
+int main(int argc, char **argv) {
+    char err[256] = {0}, name[64], small[3];
+    uintptr_t h = 0;
+    uint64_t n = 0, i, j;
+    size_t len = 0;
+    (void)argc;
+    if (sz_open(argv[1], NULL, &h, err, sizeof err) != SZ_OK || sz_count(h, &n) != SZ_OK) return 1;
+    for (i = 0; i < n; i++) {
+        if (sz_name(h, i, NULL, 0, &len) != SZ_OK) return 2;
+        if (sz_name(h, i, name, sizeof name, &len) != SZ_OK) return 3;
+        if (sz_find_name_len(h, name, len, &j) != SZ_OK || j != i) return 4;
+        printf("%llu:", (unsigned long long)i);
+        for (size_t k = 0; k < len; k++) printf("%02x", (unsigned char)name[k]);
+        printf("\n");
+        if (len >= sizeof small && (sz_name(h, i, small, sizeof small, &len) != SZ_ERR_TOO_SMALL || small[0] != 0)) return 5;
+    }
+    if (sz_find_name_len(h, "a\0c", 3, &j) != SZ_ERR_NOT_FOUND) return 6;
+    if (sz_find_name_len(h, NULL, 1, &j) != SZ_ERR_INVALID) return 7;
+    return sz_close(h) == SZ_OK ? 0 : 8;
+}
+`), 0o644)
+	exe := build(t, dir, prog)
+	src := filepath.Join(dir, "ck", "model.safetensors")
+	os.MkdirAll(filepath.Dir(src), 0o755)
+	header := `{"a\u0000b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"a":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}}`
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	b = append(append(b, header...), 1, 2, 3, 4, 5, 6, 7, 8)
+	if err := os.WriteFile(src, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, Jobs: 1, MinSaving: 0.03, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(run(t, exe, dir, cache))
+	slices.Sort(got)
+	// Names in hex: "a" (61) and "a\x00b" (610062), each at its own index.
+	names := map[string]bool{}
+	for _, g := range got {
+		names[g[strings.Index(g, ":")+1:]] = true
+	}
+	if len(got) != 2 || !names["61"] || !names["610062"] {
+		t.Errorf("names read: %q, want 61 and 610062", got)
 	}
 }

@@ -1,5 +1,5 @@
 /*
- * splitzip.h - C ABI of libsplitzip.so, version 11.
+ * splitzip.h - C ABI of libsplitzip.so, version 12.
  *
  * Build: make capi  (go build -buildmode=c-shared -o libsplitzip.so ./capi)
  *
@@ -52,7 +52,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 11
+#define SPLITZIP_ABI_VERSION 12
 
 typedef enum {
     SZ_OK = 0,
@@ -121,7 +121,9 @@ sz_status sz_open(const char *cache_dir, const char *source, uintptr_t *handle, 
 sz_status sz_close(uintptr_t handle);
 
 /* sz_last_error copies the message of the calling thread's last failed
- * call on the handle ("" if none). */
+ * call on the handle ("" if none), NUL-terminated; a message longer than
+ * cap - 1 bytes is cut short there (it is for people to read: the status
+ * and sz_last_error_file are what code acts on). */
 sz_status sz_last_error(uintptr_t handle, char *buf, size_t cap);
 
 /* sz_last_error_file (ABI 11) copies, NUL-terminated, the path of the
@@ -145,16 +147,27 @@ sz_status sz_count(uintptr_t handle, uint64_t *count);
  * NUL-terminated, when not NULL. A name that does not fit in cap bytes,
  * or a dtype of more than 15 bytes, is SZ_ERR_TOO_SMALL, never a silent
  * truncation. A tensor of more than 8 dimensions has its true rank in
- * ndim and its first 8 dims in shape: read them all with sz_shape. */
+ * ndim and its first 8 dims in shape: read them all with sz_shape.
+ * safetensors allows NUL characters in names: such a name reads shorter
+ * as a C string; sz_name gives its length. */
 sz_status sz_info(uintptr_t handle, uint64_t index, sz_tensor *info, char *name, size_t cap);
+
+/* sz_name (ABI 12) copies tensor index's name, every byte of it (NUL
+ * characters included) and a terminating NUL, into buf, and its length
+ * in bytes (without the terminating NUL) into *size when not NULL. With
+ * buf NULL and cap 0 it gives the length alone; a buffer of cap <= the
+ * length is SZ_ERR_TOO_SMALL and receives "" (cap > 0). */
+sz_status sz_name(uintptr_t handle, uint64_t index, char *buf, size_t cap, size_t *size);
 
 /* sz_shape writes tensor index's rank into *ndim and its dims into
  * shape[0 .. ndim-1]; when cap < ndim it writes none and returns
  * SZ_ERR_TOO_SMALL with *ndim set, so the caller can retry. (ABI 3) */
 sz_status sz_shape(uintptr_t handle, uint64_t index, uint64_t *shape, size_t cap, uint32_t *ndim);
 
-/* Lookups return the tensor's index. */
+/* Lookups return the tensor's index. sz_find_name_len (ABI 12) takes a
+ * name of len bytes, which may hold NUL characters. */
 sz_status sz_find_name(uintptr_t handle, const char *name, uint64_t *index);
+sz_status sz_find_name_len(uintptr_t handle, const char *name, size_t len, uint64_t *index);
 sz_status sz_find_slice(uintptr_t handle, const char *shard, uint64_t offset, uint64_t size, uint64_t *index);
 sz_status sz_find_key(uintptr_t handle, const char *key, uint64_t *index);
 
@@ -162,7 +175,10 @@ sz_status sz_find_key(uintptr_t handle, const char *key, uint64_t *index);
  * nbytes), decoding on the CPU. A payload (fixed-rate or entropy) is
  * decoded from the cache and checked, even when its source shard is
  * there: a corrupt one is SZ_ERR_CORRUPT. Tensors stored raw are read
- * from their source shard (or the cache's copy of it). */
+ * from their source shard (or the cache's copy of it); the shard is
+ * checked unchanged by its size and modification time, not hashed, so a
+ * shard edited in place that keeps both serves the edited bytes:
+ * `splitzip verify` (or `splitzip load --check`) finds such an edit. */
 sz_status sz_read_host(uintptr_t handle, uint64_t index, void *dst, uint64_t cap);
 
 /* sz_upload_batch enqueues on stream (a CUstream/cudaStream_t of device

@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 11)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 12)."""
 
 import concurrent.futures
 import ctypes
@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-ABI_VERSION = 11
+ABI_VERSION = 12
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -233,7 +233,9 @@ def lib():
             "sz_count": ([up, P(u64)], st),
             "sz_info": ([up, u64, P(_Tensor), ctypes.c_char_p, ctypes.c_size_t], st),
             "sz_shape": ([up, u64, P(u64), ctypes.c_size_t, P(ctypes.c_uint32)], st),
+            "sz_name": ([up, u64, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
             "sz_find_name": ([up, cp, P(u64)], st),
+            "sz_find_name_len": ([up, cp, ctypes.c_size_t, P(u64)], st),
             "sz_find_slice": ([up, cp, u64, u64, P(u64)], st),
             "sz_find_key": ([up, cp, P(u64)], st),
             "sz_read_host": ([up, u64, ctypes.c_void_p, u64], st),
@@ -426,17 +428,13 @@ class Cache:
         """What the cache knows of tensor index (0 <= index < len(cache))."""
         index = self._index_arg(index)
         t = _Tensor()
-        size = 4096
-        while True:
-            # Filled with 0xFF, which UTF-8 never holds, so that the name's
-            # end is found even when it holds NUL characters.
-            name = ctypes.create_string_buffer(b"\xff" * size, size)
-            status = lib().sz_info(self._h, index, ctypes.byref(t), name, len(name))
-            if status != 5 or size >= 1 << 24:  # 5: the name is longer than the buffer
-                self._check(status)
-                break
-            size *= 16
-        raw = name.raw.rstrip(b"\xff")[:-1]  # the name, without its terminating NUL
+        self._check(lib().sz_info(self._h, index, ctypes.byref(t), None, 0))
+        # The name's every byte (it may hold NUL characters), by its length.
+        n = ctypes.c_size_t()
+        self._check(lib().sz_name(self._h, index, None, 0, ctypes.byref(n)))
+        name = ctypes.create_string_buffer(n.value + 1)
+        self._check(lib().sz_name(self._h, index, name, len(name), ctypes.byref(n)))
+        raw = name.raw[:n.value]
         payload = "fixed" if t.compressed else "raw"
         if not t.compressed and t.nbytes > 0 and self.stored_size(index) < t.nbytes:
             payload = "entropy"  # the only other payload: smaller than its tensor, as compress keeps them
@@ -482,14 +480,8 @@ class Cache:
         except UnicodeEncodeError:
             # A lone surrogate: no safetensors file can name a tensor so.
             raise error(2, f"tensor {name!r}: not in the cache (the name is not valid UTF-8)") from None
-        if b"\0" in b:
-            # A C string ends at NUL: looked up here instead.
-            for t in self.infos():
-                if t.name == name:
-                    return t.index
-            raise error(2, f"tensor {name!r}: not in the cache")
         i = ctypes.c_uint64()
-        self._check(lib().sz_find_name(self._h, b, ctypes.byref(i)))
+        self._check(lib().sz_find_name_len(self._h, b, len(b), ctypes.byref(i)))
         return i.value
 
     def find_slice(self, shard: str, offset: int, size: int) -> int:
