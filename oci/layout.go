@@ -137,6 +137,10 @@ func (o Options) layout(ctx context.Context, ref string) (*layout, error) {
 
 func (l *layout) String() string { return l.ref.String() }
 
+func (l *layout) mend() string {
+	return "delete that blob's object (" + l.ref.url.String() + "/blobs/sha256/HEX) and push again"
+}
+
 func blobName(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
 
 // index reads the layout's index.json and its ETag; a layout without one

@@ -632,3 +632,38 @@ func TestPullKilledBeforeCommit(t *testing.T) {
 	}
 	sameCache(t, cache, out)
 }
+
+// TestPullReplacesSamePath: a pulled checkpoint recorded at the path of
+// another one the cache records (two machines compressing from
+// /data/model) replaces it, and the pull says so; pulling the same
+// checkpoint again replaces nothing.
+func TestPullReplacesSamePath(t *testing.T) {
+	_, host := serve(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "ck")
+	mine, theirs := filepath.Join(dir, "mine"), filepath.Join(dir, "theirs")
+	for _, c := range []struct {
+		seed  uint64
+		cache string
+	}{{1, theirs}, {2, mine}} {
+		os.RemoveAll(src)
+		if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: c.seed}); err != nil {
+			t.Fatal(err)
+		}
+		compressTo(t, src, c.cache)
+	}
+	ref := host + "/models/theirs:v1"
+	if _, err := Push(context.Background(), theirs, ref, opts()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Pull(context.Background(), ref, mine, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Replaced) != 1 || res.Replaced[0] != res.Sources[0] {
+		t.Errorf("pull over another checkpoint of the same path: replaced %q, sources %q", res.Replaced, res.Sources)
+	}
+	if res, err = Pull(context.Background(), ref, mine, opts()); err != nil || len(res.Replaced) != 0 {
+		t.Errorf("the same pull again: replaced %q, %v", res.Replaced, err)
+	}
+}

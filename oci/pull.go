@@ -46,6 +46,10 @@ type PullResult struct {
 	Fetched      int      `json:"fetched_blobs"`
 	FetchedBytes uint64   `json:"fetched_bytes"`
 	Sources      []string `json:"sources"`
+	// Replaced lists the sources the cache recorded, at the same paths,
+	// as other checkpoints: the pulled ones replace them (a cache knows
+	// one checkpoint a path), and gc frees what only they used.
+	Replaced []string `json:"replaced,omitempty"`
 	// Mended lists the files and pack members the cache held that were
 	// cut short or damaged, fetched again and replaced.
 	Mended []shardcache.Mend `json:"mended,omitempty"`
@@ -127,6 +131,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	p.Start("pull", res.FetchedBytes)
 	err = fetchAll(ctx, src, w, ix, todo, members, layers, o.jobs(), p)
 	p.Finish()
+	if errors.Is(err, ErrBlob) {
+		err = fmt.Errorf("pull %s: %w (where a pull again fails the same way, the store's copy is damaged, which a push does not mend: it does not read again the blobs a store has; %s)", src, err, src.mend())
+	}
 	if err != nil {
 		// What arrived whole is kept for the next pull (recorded without
 		// the artifact's sources).
@@ -134,6 +141,11 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 			return PullResult{}, errors.Join(err, cerr)
 		}
 		return PullResult{}, err
+	}
+	for i := range ix.Sources {
+		if w.Replaces(&ix.Sources[i]) {
+			res.Replaced = append(res.Replaced, ix.Sources[i].Path())
+		}
 	}
 	w.AddSources(ix)
 	if err := w.Commit(); err != nil {
@@ -384,6 +396,9 @@ type source interface {
 	get(ctx context.Context, d v1.Descriptor, off, n int64) (io.ReadCloser, error)
 	// String names the reference in errors and results.
 	String() string
+	// mend says how to replace a blob of the store that does not match
+	// its digest (a push skips blobs the store has, unread).
+	mend() string
 }
 
 // source returns the source ref names: an s3:// layout or a registry,
@@ -475,6 +490,10 @@ type repository struct {
 }
 
 func (b *repository) String() string { return b.r.String() }
+
+func (b *repository) mend() string {
+	return "delete that blob from the registry (DELETE /v2/" + b.r.Context().RepositoryStr() + "/blobs/DIGEST where deletes are enabled, or from its storage, then its garbage collection) and push again"
+}
 
 func (b *repository) manifest() ([]byte, v1.Hash, error) {
 	desc, err := b.pl.Get(b.ctx, b.r)

@@ -210,8 +210,13 @@ func TestS3PullFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = filepath.Join(dir, "damaged")
-	if _, err := Pull(ctx, ref, out, s3Options(srv)); !errors.Is(err, ErrBlob) {
+	_, err = Pull(ctx, ref, out, s3Options(srv))
+	if !errors.Is(err, ErrBlob) {
 		t.Fatalf("pull of a damaged blob: %v, want ErrBlob", err)
+	}
+	// It names the reference and how to replace the store's copy.
+	if msg := err.Error(); !strings.HasPrefix(msg, "pull "+ref+": ") || !strings.Contains(msg, "/models/faults/blobs/sha256/HEX) and push again") {
+		t.Errorf("pull of a damaged blob: %q", msg)
 	}
 	noSources(t, out)
 	if err := os.WriteFile(victim, good, 0o644); err != nil {

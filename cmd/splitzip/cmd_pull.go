@@ -39,6 +39,9 @@ func runPull(ctx context.Context, g *globals, o registryOptions, ref, cache stri
 		return printJSON(g.stdout, "pull_summary", res)
 	}
 	mendedNote(g, res.Mended, "fetched")
+	for _, p := range res.Replaced {
+		fmt.Fprintf(g.stderr, "note: the cache recorded another checkpoint at %s: the pulled one replaced it (a cache knows one checkpoint a path); gc frees the objects only the replaced one used\n", p)
+	}
 	pulled := res.Ref // a reference by digest names it already
 	if !strings.HasSuffix(pulled, "@"+res.Digest) {
 		pulled += "@" + res.Digest
