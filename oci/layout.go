@@ -68,7 +68,7 @@ func parseLayoutRef(s string) (layoutRef, error) {
 		}
 	}
 	if strings.ContainsAny(base[len(s3store.Scheme):], ":@") {
-		return r, fmt.Errorf("%s: a reference is s3://bucket/prefix[:tag|@sha256:HEX]", s)
+		return r, fmt.Errorf("%w: %s: a reference is s3://bucket/prefix[:tag|@sha256:HEX]", s3store.ErrURL, s)
 	}
 	u, err := s3store.ParseURL(base)
 	if err != nil {
@@ -81,13 +81,13 @@ func parseLayoutRef(s string) (layoutRef, error) {
 	case rest[0] == '@':
 		h, err := v1.NewHash(rest[1:])
 		if err != nil || h.Algorithm != "sha256" {
-			return r, fmt.Errorf("%s: a digest is sha256:HEX", s)
+			return r, fmt.Errorf("%w: %s: a digest is sha256:HEX (64 hexadecimal digits)", s3store.ErrURL, s)
 		}
 		r.digest = h
 	default:
 		r.tag = rest[1:]
 		if !validTag(r.tag) {
-			return r, fmt.Errorf("%s: a tag has 1 to 128 letters, digits, '_', '.' and '-', not first '.' or '-'", s)
+			return r, fmt.Errorf("%w: %s: a tag has 1 to 128 letters, digits, '_', '.' and '-', not first '.' or '-'", s3store.ErrURL, s)
 		}
 	}
 	if u.Prefix == "" {
@@ -219,23 +219,40 @@ func (l *layout) push(a *artifact, jobs int, sent *atomic.Uint64, opened *atomic
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, len(layers))
+	var mu sync.Mutex
+	var first error // the first blob's failure; the rest start no more
+	more := 0       // blobs that failed too (most often the same way)
 	for range min(jobs, len(layers)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(layers) || l.ctx.Err() != nil {
+				mu.Lock()
+				stop := first != nil
+				mu.Unlock()
+				if i >= len(layers) || stop || l.ctx.Err() != nil {
 					return
 				}
-				if errs[i] = l.putFile(layers[i], sent, opened, p); errs[i] != nil {
+				if err := l.putFile(layers[i], sent, opened, p); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					} else {
+						more++
+					}
+					mu.Unlock()
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(append(errs, l.ctx.Err())...); err != nil {
-		return v1.Hash{}, err
+	switch {
+	case first != nil && more > 0:
+		return v1.Hash{}, fmt.Errorf("%w (and %d more blobs failed, uploaded at the same time)", first, more)
+	case first != nil:
+		return v1.Hash{}, first
+	case l.ctx.Err() != nil:
+		return v1.Hash{}, l.ctx.Err()
 	}
 	cd, err := blobDescriptor(a.config)
 	if err != nil {
@@ -331,7 +348,10 @@ func (l *layout) tag(md v1.Descriptor) error {
 		case <-t.C:
 		}
 	}
-	return fmt.Errorf("%s/%s: changed by other writers %d times in a row", l.ref.url, layoutIndex, tagTries)
+	// The store's answer each time: its precondition failed (another
+	// writer, or a store that answers so for an object removed behind
+	// its metadata's back).
+	return fmt.Errorf("%s/%s: %w: %d conditional writes in a row refused (another writer's pushes, or a store whose metadata is out of step with its objects)", l.ref.url, layoutIndex, s3store.ErrChanged, tagTries)
 }
 
 // blobDescriptor is the size and sha256 digest of b.

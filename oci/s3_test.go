@@ -35,11 +35,15 @@ func TestParseLayoutRef(t *testing.T) {
 		{"s3://models/llama:", ""},
 		{"s3://models/llama@sha256:12", ""},
 		{"s3://models/llama@md5:" + strings.Repeat("ab", 16), ""},
+		{"s3://models/a:b/c:d", ""},
+		{"s3://models/llama:a b", ""},
 	} {
 		r, err := parseLayoutRef(c.in)
 		switch {
 		case c.want == "" && err == nil:
 			t.Errorf("%s: parsed as %s", c.in, r)
+		case c.want == "" && !errors.Is(err, s3store.ErrURL):
+			t.Errorf("%s: %v, want s3store.ErrURL (a usage error)", c.in, err)
 		case c.want != "" && (err != nil || r.String() != c.want):
 			t.Errorf("%s: %s, %v; want %s", c.in, r, err, c.want)
 		}

@@ -31,6 +31,9 @@ artifact's checkpoints only at the end: run it again to fetch the rest.
 }
 
 func runPull(ctx context.Context, g *globals, o registryOptions, ref, cache string) error {
+	if err := o.check(ref); err != nil {
+		return err
+	}
 	res, err := oci.Pull(ctx, ref, cache, o.oci(g))
 	if err != nil {
 		return registryError(err)

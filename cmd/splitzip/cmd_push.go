@@ -33,6 +33,19 @@ func (o *registryOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Endpoint, "endpoint-url", "", "an S3-compatible store's URL for s3:// references (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
 }
 
+// check refuses the flags that would do nothing for ref: --insecure for
+// an s3:// one, --endpoint-url for a registry's.
+func (o registryOptions) check(ref string) error {
+	s3 := s3store.IsURL(ref)
+	switch {
+	case o.Insecure && s3:
+		return usageError{fmt.Errorf("--insecure is for a registry reference, not %s", ref)}
+	case o.Endpoint != "" && !s3:
+		return usageError{fmt.Errorf("--endpoint-url is for an s3:// reference, not %s", ref)}
+	}
+	return nil
+}
+
 func (o registryOptions) oci(g *globals) oci.Options {
 	return oci.Options{Insecure: o.Insecure, Jobs: o.Jobs, Progress: g.progress(), NoSync: o.NoSync, S3: s3store.Options{Endpoint: o.Endpoint},
 		Check: pipeline.CheckStoredPayload}
@@ -82,7 +95,11 @@ func plainDetail(err error) error {
 	if !errors.As(err, &te) {
 		return err
 	}
-	msg := err.Error()
+	// Advice to the client library's users, not to ours.
+	msg := strings.Replace(err.Error(), " (HEAD responses have no body, use GET for details)", "", 1)
+	if te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden {
+		msg += " (check the registry's credentials: docker login REGISTRY writes them to the Docker configuration, $DOCKER_CONFIG/config.json or ~/.docker/config.json, which push and pull read)"
+	}
 	for _, d := range te.Errors {
 		if d.Detail == nil {
 			continue
@@ -135,6 +152,9 @@ is not pushed (exit 1).
 func runPush(ctx context.Context, g *globals, o registryOptions, cache, ref string) error {
 	// The reference's form first: a mistyped one is refused before the
 	// cache is verified.
+	if err := o.check(ref); err != nil {
+		return err
+	}
 	if err := o.oci(g).CheckRef(ref); err != nil {
 		return registryError(err)
 	}

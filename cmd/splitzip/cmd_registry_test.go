@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,13 @@ func TestRegistryErrorKinds(t *testing.T) {
 	err := registryError(fmt.Errorf("pull x:v1: %w", unknown))
 	if want := `pull x:v1: MANIFEST_UNKNOWN: manifest unknown {"Tag":"v1"}`; err.Error() != want || failure.KindOf(err) != failure.Input || !errors.Is(err, unknown) {
 		t.Errorf("refusal with details: %q (kind %v), want %q", err, failure.KindOf(err), want)
+	}
+	// An unauthorized answer says where credentials come from, without
+	// the client library's advice to its own users.
+	head := &transport.Error{StatusCode: http.StatusUnauthorized, Request: &http.Request{Method: http.MethodHead, URL: &url.URL{Scheme: "http", Host: "r:5000", Path: "/v2/m/x/manifests/v1"}}}
+	err = registryError(fmt.Errorf("push r:5000/m/x:v1: %w", head))
+	if msg := err.Error(); !strings.Contains(msg, "docker login REGISTRY") || strings.Contains(msg, "use GET for details") || failure.KindOf(err) != failure.Input {
+		t.Errorf("unauthorized: %q (kind %v)", msg, failure.KindOf(err))
 	}
 	// A reference that names no repository is the command line's mistake,
 	// not a bug of splitzip's.
@@ -309,5 +317,22 @@ func TestCompressOntoForeignTag(t *testing.T) {
 	}
 	if d, err := remote.Head(r); err != nil || d.Digest != want {
 		t.Errorf("the tag names %v (%v), want the image %s", d, err, want)
+	}
+}
+
+// TestRegistryFlagsThatDoNothing: push and pull refuse --insecure with an
+// s3:// reference and --endpoint-url with a registry's, as verify and
+// load refuse them for caches they do not apply to.
+func TestRegistryFlagsThatDoNothing(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"pull", "s3://bkt/m:v1", dir, "--insecure"},
+		{"push", dir, "s3://bkt/m:v1", "--insecure"},
+		{"pull", "127.0.0.1:1/m/x:v1", dir, "--endpoint-url", "http://127.0.0.1:1"},
+		{"push", dir, "oci://127.0.0.1:1/m/x:v1", "--endpoint-url", "http://127.0.0.1:1"},
+	} {
+		if code, _, e := splitzip(t, args...); code != exitUsage || !strings.Contains(e, " is for a") {
+			t.Errorf("%v: exit %d, %q", args, code, e)
+		}
 	}
 }
