@@ -257,12 +257,12 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	if isRemote(dir) && o.Raw && o.LocalCache == "" {
 		return usageError{fmt.Errorf("--raw reads the checkpoint's files: not with a remote cache streamed (pull it, or give --local-cache)")}
 	}
-	c, done, err := o.open(ctx, g, dir)
+	c, sources, done, err := o.open(ctx, g, dir)
 	if err != nil {
 		return err
 	}
 	defer done()
-	src, err := c.PickSource(o.Source)
+	src, err := c.PickSource(sourceOf(o.Source, sources))
 	if err != nil {
 		return err
 	}

@@ -97,4 +97,21 @@ func TestS3Commands(t *testing.T) {
 	if code, _, e := splitzip(t, "pull", "s3://Models/small", pulled); code != exitUsage {
 		t.Errorf("pull of a bad bucket name: exit %d, %s", code, e)
 	}
+	// A --local-cache folder that holds another checkpoint too: verify
+	// and load of the reference work on its checkpoint alone.
+	other := filepath.Join(dir, "other")
+	if code, _, e := splitzip(t, "gen", other, "--size", "1MiB", "--seed", "5"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", other, "-o", local, "--no-sync", "-q"); code != 0 {
+		t.Fatalf("compress into the local cache: %d %s", code, e)
+	}
+	os.RemoveAll(other) // its raw tensors' bytes are gone: a verify of the folder fails
+	code, out, e = splitzip(t, "verify", ref, "--local-cache", local, "--json")
+	if code != 0 || !strings.Contains(out, `"ok": true`) {
+		t.Errorf("verify %s --local-cache holding another checkpoint: %d %s %s", ref, code, out, e)
+	}
+	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 {
+		t.Errorf("load %s --local-cache holding another checkpoint: %d %s %s", ref, code, out, e)
+	}
 }

@@ -62,12 +62,12 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	if err != nil {
 		return err
 	}
-	dir, done, err := o.pull(ctx, g, dir)
+	dir, sources, done, err := o.pull(ctx, g, dir)
 	if err != nil {
 		return err
 	}
 	defer done()
-	opts := pipeline.VerifyOptions{Source: o.Source, Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
+	opts := pipeline.VerifyOptions{Source: sourceOf(o.Source, sources), Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
 	if o.GPU {
 		d, closeGPU, err := gpuDecoder(o.Device)
 		if err != nil {

@@ -85,30 +85,43 @@ func (o remoteOptions) local(what string) (dir string, done func(), err error) {
 	return filepath.Join(tmp, "cache"), func() { os.RemoveAll(tmp) }, nil
 }
 
-// pull brings a remote cache into a local folder and returns it; a local
-// one is returned as it is. done removes a temporary folder.
-func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir string, done func(), err error) {
+// pull brings a remote cache into a local folder and returns it, with
+// the checkpoints the remote cache holds (a --local-cache folder may hold
+// others too); a local one is returned as it is, with none. done removes
+// a temporary folder.
+func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir string, sources []string, done func(), err error) {
 	if err := o.check(cache); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	if !isRemote(cache) {
-		return cache, func() {}, nil
+		return cache, nil, func() {}, nil
 	}
 	dir, done, err = o.local("pull")
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	oo := o.oci(g)
 	oo.NoSync = o.LocalCache == "" // a temporary copy need not outlive a power loss
 	res, err := oci.Pull(ctx, remoteRef(cache), dir, oo)
 	if err != nil {
 		done()
-		return "", nil, registryError(err)
+		return "", nil, nil, registryError(err)
 	}
 	fmt.Fprintf(g.stderr, "pulled %s@%s into %s: fetched %s, %s of %s\n", res.Ref, res.Digest, dir,
 		count(res.Fetched, "blob"), human(res.FetchedBytes), human(res.Bytes))
 	mendedNote(g, res.Mended, "fetched")
-	return dir, done, nil
+	return dir, res.Sources, done, nil
+}
+
+// sourceOf is the checkpoint a command on a pulled remote cache works on:
+// the one named (--source), else the remote cache's own when it holds
+// one, not the others a --local-cache folder may hold ("" lets the cache
+// choose, as for a local one).
+func sourceOf(named string, remote []string) string {
+	if named == "" && len(remote) == 1 {
+		return remote[0]
+	}
+	return named
 }
 
 // base pulls what a remote cache's tag holds into dir, the local folder
@@ -139,26 +152,26 @@ func (o remoteOptions) base(ctx context.Context, g *globals, cache, dir string, 
 // open opens the cache a load reads: a local folder; a remote cache
 // pulled into --local-cache; or, without it, the remote cache read in
 // place (oci.Open: ranged GETs as the load reads, no local copy).
-func (o remoteOptions) open(ctx context.Context, g *globals, cache string) (*shardcache.Cache, func(), error) {
+func (o remoteOptions) open(ctx context.Context, g *globals, cache string) (*shardcache.Cache, []string, func(), error) {
 	if err := o.check(cache); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if isRemote(cache) && o.LocalCache == "" {
 		c, err := oci.Open(ctx, remoteRef(cache), o.oci(g))
 		if err != nil {
-			return nil, nil, registryError(err)
+			return nil, nil, nil, registryError(err)
 		}
 		fmt.Fprintf(g.stderr, "streaming %s: no local copy\n", cache)
-		return c, func() {}, nil
+		return c, nil, func() {}, nil
 	}
-	dir, done, err := o.pull(ctx, g, cache)
+	dir, sources, done, err := o.pull(ctx, g, cache)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	c, err := shardcache.Open(dir)
 	if err != nil {
 		done()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return c, func() { c.Close(); done() }, nil
+	return c, sources, func() { c.Close(); done() }, nil
 }
