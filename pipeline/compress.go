@@ -497,8 +497,9 @@ func (j *shardJob) finish(w *shardcache.Writer, tot *Totals, dtypes map[string]*
 		d.Tensors++
 		d.RawBytes += t.Size
 		d.StoredBytes += stored
-		if codecName == CodecFixed && t.DType != "BF16" && len(entropyFields(t.DType, 0)) > 0 {
+		if codecName == CodecFixed && t.DType != "BF16" && len(entropyFields(t.DType, 0)) > 0 && !t.Payload() {
 			d.AutoBytes += j.auto[i]
+			d.AutoRawBytes += t.Size
 		}
 	}
 	return nil
@@ -516,10 +517,12 @@ type DTypeTotals struct {
 	// BitsPerValue is what the cache stores of a value on average, of
 	// Bits: Bits for a dtype left raw.
 	BitsPerValue float64 `json:"bits_per_value"`
-	// AutoBytes, where the fixed codec left a float dtype other than BF16
-	// raw, is about what --codec auto would store of its tensors (their
-	// raw size for those it would leave raw too).
-	AutoBytes uint64 `json:"auto_bytes,omitempty"`
+	// AutoBytes, where the fixed codec left tensors of a float dtype
+	// other than BF16 raw (AutoRawBytes of them; not those that kept an
+	// earlier run's payloads), is about what --codec auto would store of
+	// them (their raw size for those it would leave raw too).
+	AutoBytes    uint64 `json:"auto_bytes,omitempty"`
+	AutoRawBytes uint64 `json:"auto_raw_bytes,omitempty"`
 }
 
 // sortDTypes returns the totals of dtypes, the dtype of the most bytes

@@ -58,5 +58,16 @@ func TestCompressDTypeTotals(t *testing.T) {
 		if d := float64(fixed.AutoBytes) - float64(auto.StoredBytes); d > 0.02*float64(auto.StoredBytes) || d < -0.02*float64(auto.StoredBytes) {
 			t.Errorf("%s: auto estimated at %d bytes, stores %d", dtype, fixed.AutoBytes, auto.StoredBytes)
 		}
+		// The fixed codec into the auto cache: the tensors keep their
+		// payloads: what is left raw, auto leaves raw too (no hint).
+		res, err := Compress(context.Background(), src, CompressOptions{Output: filepath.Join(dir, dtype+"-"+CodecAuto), MinSaving: DefaultMinSaving, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range res.DTypes {
+			if d.DType == dtype && (d.AutoBytes < d.AutoRawBytes || res.Totals.KeptTensors == 0) {
+				t.Errorf("%s, the fixed codec over auto's payloads: %+v, kept %d", dtype, d, res.Totals.KeptTensors)
+			}
+		}
 	}
 }

@@ -309,11 +309,11 @@ func codecHint(dtypes []pipeline.DTypeTotals) string {
 	var names []string
 	var raw, auto uint64
 	for _, d := range dtypes {
-		if d.AutoBytes == 0 || d.AutoBytes >= d.RawBytes {
+		if d.AutoBytes == 0 || d.AutoBytes >= d.AutoRawBytes {
 			continue
 		}
 		names = append(names, d.DType)
-		raw += d.RawBytes
+		raw += d.AutoRawBytes
 		auto += d.AutoBytes
 	}
 	if saving := 1 - ratio(auto, raw); len(names) == 0 || saving < 0.01 {
