@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -158,6 +159,9 @@ type Plan struct {
 	Tensors []Tensor `json:"tensors"`
 	PerRank []Rank   `json:"per_rank"`
 	Read    uint64   `json:"read_bytes"` // stored bytes the node reads, each object once
+	// Unmatched are the rules' patterns that match no tensor's name (a
+	// mistyped rule places nothing).
+	Unmatched []string `json:"unmatched_rules,omitempty"`
 	// Predicted is a cost model's prediction of the reads (Predict).
 	Predicted *Prediction `json:"predicted,omitempty"`
 }
@@ -204,6 +208,11 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 			u.tensors = append(u.tensors, len(p.Tensors))
 			tp.unit = u.n
 			p.Tensors = append(p.Tensors, tp)
+		}
+	}
+	for _, r := range rules {
+		if !slices.ContainsFunc(p.Tensors, func(t Tensor) bool { ok, _ := path.Match(r.Pattern, t.Name); return ok }) {
+			p.Unmatched = append(p.Unmatched, r.Pattern)
 		}
 	}
 	// Readers: the largest unit first, to the rank that has read least.

@@ -77,6 +77,9 @@ func runPlan(ctx context.Context, g *globals, o planOptions, dir string) error {
 	if err != nil {
 		return err
 	}
+	for _, r := range p.Unmatched {
+		fmt.Fprintf(g.stderr, "warning: rule %q matches no tensor of %s\n", r, src.Path())
+	}
 	if o.Cost {
 		prof, err := hostProfile(ctx, g, "", false)
 		if err != nil {

@@ -390,8 +390,16 @@ func TestPlan(t *testing.T) {
 		t.Errorf("plan --ranks 100000: exit %d, %q", code, e)
 	}
 	code, out, e := splitzip(t, "plan", cache, "--ranks", "4", "--tp", tp)
-	if code != 0 || !strings.Contains(out, "onto 4 ranks") || strings.Count(out, "\n") != 6 {
+	if code != 0 || !strings.Contains(out, "onto 4 ranks") || strings.Count(out, "\n") != 6 || e != "" {
 		t.Fatalf("plan: exit %d, %q %q", code, out, e)
+	}
+	// A rule that matches nothing (mistyped) is named, and in --json.
+	code, out, e = splitzip(t, "plan", cache, "--ranks", "2", "--tp", tp+",model.nosuch.weight=shard:1")
+	if code != 0 || !strings.Contains(e, `warning: rule "model.nosuch.weight" matches no tensor`) || strings.Contains(e, `"*.weight"`) {
+		t.Errorf("plan with a rule matching nothing: exit %d, %q %q", code, out, e)
+	}
+	if code, out, _ = splitzip(t, "plan", cache, "--ranks", "2", "--tp", "typo*=shard:0", "--json"); code != 0 || !strings.Contains(out, `"unmatched_rules": [`) {
+		t.Errorf("plan --json with a rule matching nothing: exit %d, %q", code, out)
 	}
 	code, out, _ = splitzip(t, "plan", cache, "--ranks", "4", "--tp", tp, "--json")
 	var doc struct {
