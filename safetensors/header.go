@@ -152,7 +152,8 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 	}
 	f := &File{Name: name, Size: uint64(size), Header: head, DataStart: 8 + hlen}
 	if !utf8.Valid(head[8:]) {
-		return nil, bad("", "header is not valid UTF-8")
+		// A length too large takes tensor bytes for header text.
+		return nil, bad("", "header is not valid UTF-8 (is its 8-byte length, %d, right? the header's JSON should end there)", hlen)
 	}
 	if off, esc, ok := loneSurrogate(head[8:]); !ok {
 		return nil, bad("", "header has %s at byte %d, half of a UTF-16 surrogate pair without the other half (a string the reference implementation refuses)", esc, 8+off)
@@ -166,7 +167,7 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 			return bad(t.Name, "data_offsets [%d, %d] are reversed", b, end)
 		}
 		if end > dataLen {
-			return bad(t.Name, "data_offsets [%d, %d] run past the end of the file (%d data bytes)", b, end, dataLen)
+			return bad(t.Name, "data_offsets [%d, %d] (from the data section's start, file byte %d) run past the end of the file (%d data bytes)", b, end, f.DataStart, dataLen)
 		}
 		t.Begin, t.End = f.DataStart+b, f.DataStart+end
 		n, known, err := TensorBytes(t.DType, t.Shape)
@@ -218,7 +219,7 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		t := &f.Tensors[i]
 		switch {
 		case t.Begin < pos:
-			return nil, bad(t.Name, "bytes [%d, %d) overlap tensor %q", t.Begin, t.End, f.Tensors[i-1].Name)
+			return nil, bad(t.Name, "file bytes [%d, %d) overlap tensor %q", t.Begin, t.End, f.Tensors[i-1].Name)
 		case t.Begin > pos:
 			f.Deviations = append(f.Deviations, fmt.Sprintf("bytes [%d, %d) before tensor %q belong to no tensor; kept", pos, t.Begin, t.Name))
 		}

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -146,5 +149,24 @@ func TestNamesRoundTrip(t *testing.T) {
 			t.Errorf("%q written and read back: %v", c.want, err)
 			continue
 		}
+	}
+}
+
+// TestLengthTooLarge: a header length that takes tensor bytes for header
+// text is refused saying that the length may be wrong; offsets in errors
+// say what they count from.
+func TestLengthTooLarge(t *testing.T) {
+	header := `{"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}`
+	data := binary.LittleEndian.AppendUint64(nil, uint64(len(header)+3))
+	data = append(append(data, header...), 0xff, 0xfe, 0xfd, 0xfc)
+	_, err := Read(bytes.NewReader(data), int64(len(data)), "x.safetensors")
+	if err == nil || !strings.Contains(err.Error(), "is its 8-byte length, "+strconv.Itoa(len(header)+3)+", right?") {
+		t.Errorf("a length 3 bytes too large: %v", err)
+	}
+	past := `{"a":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}}`
+	data = binary.LittleEndian.AppendUint64(nil, uint64(len(past)))
+	data = append(append(data, past...), 1, 2, 3, 4)
+	if _, err := Read(bytes.NewReader(data), int64(len(data)), "x.safetensors"); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("from the data section's start, file byte %d", 8+len(past))) {
+		t.Errorf("offsets past the end: %v", err)
 	}
 }

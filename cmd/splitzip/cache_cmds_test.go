@@ -541,3 +541,18 @@ func TestVerifyJSONFailure(t *testing.T) {
 		t.Errorf("verify --json of a cache whose source is gone: exit %d, %+v (%v)", code, doc, err)
 	}
 }
+
+// TestRawLoadWithoutSource: load --raw of a self-contained cache whose
+// source is gone says that --raw reads the source, which a load without
+// it does not need.
+func TestRawLoadWithoutSource(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressedWith(t, dir, []string{"--shards", "1"}, "--self-contained")
+	os.RemoveAll(ck)
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--raw"); code != exitInput || !strings.Contains(e, "--raw reads every tensor from the source checkpoint") {
+		t.Errorf("load --raw without the source: exit %d, %q", code, e)
+	}
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu"); code != 0 {
+		t.Errorf("load without the source: exit %d, %q", code, e)
+	}
+}

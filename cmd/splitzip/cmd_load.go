@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"runtime"
 	"strconv"
 	"strings"
@@ -313,6 +314,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		p.Start("loading", total)
 		rep, err := loadbench.Repeat(ctx, eng, c, src, lo, o.Repeat)
 		p.Finish()
+		if err != nil && o.Raw && errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w (--raw reads every tensor from the source checkpoint, as a plain safetensors load would: it needs the source's files, where a load without --raw serves what the cache holds)", err)
+		}
 		if err != nil {
 			return err
 		}
@@ -404,9 +408,13 @@ func packing(n int64) string {
 
 func printLoad(g *globals, r *load.Report) {
 	for i, run := range r.Runs {
-		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %s, %s in %v = %.1f GB/s, %.1f µs a tensor; first layer ready after %v\n",
+		per := "" // none for a checkpoint of no tensors
+		if r.Tensors > 0 {
+			per = fmt.Sprintf(", %.1f µs a tensor", float64(run.PerTensor)/1e3)
+		}
+		fmt.Fprintf(g.stdout, "load %-18s %s run %d: %s, %s in %v = %.1f GB/s%s; first layer ready after %v\n",
 			r.Mode, r.Device, i+1, count(int(r.Tensors), "tensor"), human(r.RawBytes), run.Wall.Round(time.Microsecond), run.GBps,
-			float64(run.PerTensor)/1e3, run.FirstLayer.Round(time.Microsecond))
+			per, run.FirstLayer.Round(time.Microsecond))
 		if d := run.Device; d != (engine.DeviceTimes{}) {
 			fmt.Fprintf(g.stdout, "  device busy: copies %v, decodes and scatters %v (%v of it with no copy running)\n",
 				d.Copy.Round(time.Microsecond), d.Decode.Round(time.Microsecond), d.DecodeAlone.Round(time.Microsecond))
