@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -102,6 +103,8 @@ func pullDiskFullChild() error {
 		return fmt.Errorf("the pull failed, but not for the write: %w", err)
 	case !errors.As(err, &pe) || pe.Path != out:
 		return fmt.Errorf("the error does not name the cache %s: %w", out, err)
+	case !strings.Contains(err.Error(), "splitzip gc --unfinished "+out):
+		return fmt.Errorf("the error does not say what was kept and how to free it: %w", err)
 	}
 	fmt.Println("pull:", err)
 	return nil
