@@ -14,8 +14,8 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
