@@ -106,9 +106,12 @@ func (t *Totals) costRaw(reason string, size uint64) {
 
 // CompressResult reports a Compress run.
 type CompressResult struct {
-	Source string `json:"source"`
-	Output string `json:"output"`
-	Shards int    `json:"shards"`
+	Source string `json:"source"` // the checkpoint's folder
+	// Checkpoint is the path that names the checkpoint, as inspect's
+	// (its index file, its one shard, or its folder: Source.Path).
+	Checkpoint string `json:"checkpoint"`
+	Output     string `json:"output"`
+	Shards     int    `json:"shards"`
 	// Jobs is how many tensors were compressed at once: --jobs, bounded
 	// by the memory budget and the tensor count.
 	Jobs   int    `json:"jobs"`
@@ -289,6 +292,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	}
 	res.DTypes = sortDTypes(dtypes)
 	w.SetSource(src1)
+	res.Checkpoint = src1.Path()
 	// The flush to disk can take as long as the compression: say so.
 	opts.Progress.Start("flushing to disk", 0)
 	if err := w.Commit(); err != nil {

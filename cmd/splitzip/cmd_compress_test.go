@@ -76,8 +76,9 @@ func TestCompressJobsAndDTypes(t *testing.T) {
 			t.Fatalf("compress --json: %s", e)
 		}
 		var doc struct {
-			Jobs   int `json:"jobs"`
-			DTypes []struct {
+			Jobs       int    `json:"jobs"`
+			Checkpoint string `json:"checkpoint"`
+			DTypes     []struct {
 				DType        string  `json:"dtype"`
 				Bits         uint64  `json:"bits"`
 				BitsPerValue float64 `json:"bits_per_value"`
@@ -87,6 +88,10 @@ func TestCompressJobsAndDTypes(t *testing.T) {
 		}
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("compress --json: %v in %q", err, out)
+		}
+		// Named as inspect names it: here, its index file.
+		if doc.Checkpoint != filepath.Join(ck, "model.safetensors.index.json") && doc.Checkpoint != filepath.Join(ck, "model.safetensors") {
+			t.Errorf("compress --json: checkpoint %q", doc.Checkpoint)
 		}
 		if doc.Jobs < 1 || doc.Jobs > 8 {
 			t.Errorf("--memory 32MiB --jobs 1000000: %d jobs, want 1 to 8", doc.Jobs)
