@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/splitzip/splitzip/loader"
+	"github.com/splitzip/splitzip/safetensors"
 )
 
 func main() {}
@@ -260,10 +261,13 @@ func sz_name(h C.uintptr_t, index C.uint64_t, buf *C.char, capacity C.size_t, si
 		if err != nil {
 			return err
 		}
-		if size != nil {
+		switch {
+		case buf == nil && (size == nil || capacity > 0):
+			return fmt.Errorf("%w: NULL name buffer (of %d bytes)", loader.ErrInvalid, capacity)
+		case size != nil:
 			*size = C.size_t(len(t.Name))
 		}
-		if buf == nil && size != nil && capacity == 0 {
+		if buf == nil {
 			return nil // the length alone
 		}
 		if uint64(len(t.Name)) >= uint64(capacity) {
@@ -340,10 +344,14 @@ func sz_find_name(h C.uintptr_t, name *C.char, index *C.uint64_t) C.sz_status {
 //export sz_find_name_len
 func sz_find_name_len(h C.uintptr_t, name *C.char, length C.size_t, index *C.uint64_t) C.sz_status {
 	return find(h, index, func(l *loader.Loader) (int, error) {
-		if name == nil && length > 0 {
+		switch {
+		case name == nil && length > 0:
 			return 0, fmt.Errorf("%w: NULL name of %d bytes", loader.ErrInvalid, length)
+		case uint64(length) > safetensors.MaxHeaderSize:
+			// Longer than any header, so than any name.
+			return 0, fmt.Errorf("%w: a name of %d bytes", loader.ErrInvalid, length)
 		}
-		return l.FindName(C.GoStringN(name, C.int(min(length, 1<<30))))
+		return l.FindName(C.GoStringN(name, C.int(length)))
 	})
 }
 

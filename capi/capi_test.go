@@ -259,6 +259,8 @@ int main(int argc, char **argv) {
     }
     if (sz_find_name_len(h, "a\0c", 3, &j) != SZ_ERR_NOT_FOUND) return 6;
     if (sz_find_name_len(h, NULL, 1, &j) != SZ_ERR_INVALID) return 7;
+    if (sz_find_name_len(h, "a", (size_t)1 << 40, &j) != SZ_ERR_INVALID) return 9;
+    if (sz_name(h, 0, NULL, 8, &len) != SZ_ERR_INVALID || sz_name(h, 0, NULL, 0, NULL) != SZ_ERR_INVALID) return 10;
     return sz_close(h) == SZ_OK ? 0 : 8;
 }
 `), 0o644)

@@ -155,8 +155,9 @@ sz_status sz_info(uintptr_t handle, uint64_t index, sz_tensor *info, char *name,
 /* sz_name (ABI 12) copies tensor index's name, every byte of it (NUL
  * characters included) and a terminating NUL, into buf, and its length
  * in bytes (without the terminating NUL) into *size when not NULL. With
- * buf NULL and cap 0 it gives the length alone; a buffer of cap <= the
- * length is SZ_ERR_TOO_SMALL and receives "" (cap > 0). */
+ * buf NULL and cap 0 it gives the length alone (size must then not be
+ * NULL; a NULL buf with cap > 0 is SZ_ERR_INVALID); a buffer of cap <=
+ * the length is SZ_ERR_TOO_SMALL and receives "" (cap > 0). */
 sz_status sz_name(uintptr_t handle, uint64_t index, char *buf, size_t cap, size_t *size);
 
 /* sz_shape writes tensor index's rank into *ndim and its dims into

@@ -68,7 +68,7 @@ func parseLayoutRef(s string) (layoutRef, error) {
 		}
 	}
 	if strings.ContainsAny(base[len(s3store.Scheme):], ":@") {
-		return r, fmt.Errorf("%w: %s: a reference is s3://bucket/prefix[:tag|@sha256:HEX]", s3store.ErrURL, s)
+		return r, fmt.Errorf("%s: a ':' or '@' before the tag or digest: %w", s, ErrLayoutRef)
 	}
 	u, err := s3store.ParseURL(base)
 	if err != nil {
@@ -81,13 +81,13 @@ func parseLayoutRef(s string) (layoutRef, error) {
 	case rest[0] == '@':
 		h, err := v1.NewHash(rest[1:])
 		if err != nil || h.Algorithm != "sha256" {
-			return r, fmt.Errorf("%w: %s: a digest is sha256:HEX (64 hexadecimal digits)", s3store.ErrURL, s)
+			return r, fmt.Errorf("%s: a digest is sha256: and 64 hexadecimal digits: %w", s, ErrLayoutRef)
 		}
 		r.digest = h
 	default:
 		r.tag = rest[1:]
 		if !validTag(r.tag) {
-			return r, fmt.Errorf("%w: %s: a tag has 1 to 128 letters, digits, '_', '.' and '-', not first '.' or '-'", s3store.ErrURL, s)
+			return r, fmt.Errorf("%s: a tag has 1 to 128 letters, digits, '_', '.' and '-', not first '.' or '-': %w", s, ErrLayoutRef)
 		}
 	}
 	if u.Prefix == "" {
@@ -247,12 +247,12 @@ func (l *layout) push(a *artifact, jobs int, sent *atomic.Uint64, opened *atomic
 	}
 	wg.Wait()
 	switch {
+	case l.ctx.Err() != nil:
+		return v1.Hash{}, l.ctx.Err() // the uploads' errors are its
 	case first != nil && more > 0:
 		return v1.Hash{}, fmt.Errorf("%w (and %d more blobs failed, uploaded at the same time)", first, more)
 	case first != nil:
 		return v1.Hash{}, first
-	case l.ctx.Err() != nil:
-		return v1.Hash{}, l.ctx.Err()
 	}
 	cd, err := blobDescriptor(a.config)
 	if err != nil {

@@ -45,6 +45,9 @@ var (
 	// ErrReference: a reference that names no repository and tag or
 	// digest (a command-line mistake).
 	ErrReference = errors.New("not a registry reference")
+	// ErrLayoutRef: an s3:// reference whose tag or digest is malformed
+	// (a command-line mistake).
+	ErrLayoutRef = errors.New("want s3://bucket/prefix[:tag|@sha256:HEX]")
 )
 
 // manifest is an OCI image manifest with the artifactType field of

@@ -133,7 +133,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	err = fetchAll(ctx, src, w, ix, todo, members, layers, o.jobs(), p)
 	p.Finish()
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
-		err = fmt.Errorf("pull %s: %w (the artifact is %d bytes, of which %d were to fetch; what arrived whole is kept, so a pull run again with more room fetches only the rest; `splitzip gc --unfinished %s` frees it)", src, err, res.Bytes, res.FetchedBytes, dir)
+		err = fmt.Errorf("pull %s: %w (the artifact holds %d bytes, %d of them to fetch; what arrived whole is kept, so a pull run again with more room fetches only the rest, and `splitzip gc --unfinished %s` removes what this pull kept)", src, err, res.Bytes, res.FetchedBytes, dir)
 	}
 	if errors.Is(err, ErrBlob) {
 		err = fmt.Errorf("pull %s: %w (where a pull again fails the same way, the store's copy is damaged, which a push does not mend: it does not read again the blobs a store has; %s)", src, err, src.mend())

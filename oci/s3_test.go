@@ -42,8 +42,8 @@ func TestParseLayoutRef(t *testing.T) {
 		switch {
 		case c.want == "" && err == nil:
 			t.Errorf("%s: parsed as %s", c.in, r)
-		case c.want == "" && !errors.Is(err, s3store.ErrURL):
-			t.Errorf("%s: %v, want s3store.ErrURL (a usage error)", c.in, err)
+		case c.want == "" && !errors.Is(err, s3store.ErrURL) && !errors.Is(err, ErrLayoutRef):
+			t.Errorf("%s: %v, want s3store.ErrURL or ErrLayoutRef (a usage error)", c.in, err)
 		case c.want != "" && (err != nil || r.String() != c.want):
 			t.Errorf("%s: %s, %v; want %s", c.in, r, err, c.want)
 		}

@@ -525,7 +525,8 @@ type DTypeTotals struct {
 	// other than BF16 raw (AutoRawBytes of them; not those that kept an
 	// earlier run's payloads), is about what --codec auto would store of
 	// them (their raw size for those it would leave raw too).
-	AutoBytes    uint64 `json:"auto_bytes,omitempty"`
+	AutoBytes uint64 `json:"auto_bytes,omitempty"`
+	// AutoRawBytes is the raw size of the tensors AutoBytes counts.
 	AutoRawBytes uint64 `json:"auto_raw_bytes,omitempty"`
 }
 

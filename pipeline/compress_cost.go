@@ -16,7 +16,7 @@ import (
 // gate (fixed: a BF16 tensor; entropy: one with entropy fields, counts).
 // A payload that fails the gate once written leaves the tensor raw, with
 // the reason.
-func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, counts []*entropy.Counts, crc1 uint32, fixed bool) error {
+func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, counts []*entropy.Counts, crc1 uint32, fixed bool, kept *bool) error {
 	gate := (1 - tc.opts.MinSaving) * float64(t.Size())
 	fixedOK := false
 	if fixed {
@@ -56,5 +56,5 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 		tc.opts.Progress.Add(t.Size())
 		rec.Reason = ch.Reason()
 	}
-	return tc.storeRaw(r, t, rec)
+	return tc.storeRaw(r, t, rec, kept)
 }

@@ -65,9 +65,26 @@ func TestCompressDTypeTotals(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range res.DTypes {
-			if d.DType == dtype && (d.AutoBytes < d.AutoRawBytes || res.Totals.KeptTensors == 0) {
+			if d.DType == dtype && (d.AutoBytes != d.AutoRawBytes || d.AutoRawBytes != rawBytes(t, filepath.Join(dir, dtype+"-"+CodecAuto), dtype) || res.Totals.KeptTensors == 0) {
 				t.Errorf("%s, the fixed codec over auto's payloads: %+v, kept %d", dtype, d, res.Totals.KeptTensors)
 			}
 		}
 	}
+}
+
+// rawBytes is the raw size of the tensors of dtype the cache in dir
+// stores raw.
+func rawBytes(t *testing.T, dir, dtype string) uint64 {
+	t.Helper()
+	ins, err := Inspect(dir, InspectOptions{Tensors: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, r := range ins.Tensors {
+		if r.DType == dtype && r.Stored == "raw" {
+			n += r.RawBytes
+		}
+	}
+	return n
 }

@@ -19,9 +19,6 @@ type tensorCompressor struct {
 	w    *shardcache.Writer
 	opts *CompressOptions
 	sha  hash.Hash // the content key's hasher
-	// kept is the tensor being compressed's flag (compress's kept), set
-	// where it keeps an earlier run's payload or raw copy.
-	kept *bool
 }
 
 func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCompressor {
@@ -72,7 +69,6 @@ func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor,
 // earlier run stored the tensor as a payload of another codec, which it
 // keeps.
 func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64, kept *bool) error {
-	tc.kept = kept
 	*rec = shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	codecName := tc.opts.Codec
 	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy
@@ -140,14 +136,14 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 			}
 		}
 		tc.opts.Progress.Add(t.Size())
-		return tc.storeRaw(r, t, rec)
+		return tc.storeRaw(r, t, rec, kept)
 	}
 	if o, ok := tc.w.Has(rec.Key); ok {
 		tc.reuse(t, rec, o, kept)
 		return nil
 	}
 	if codecName == CodecCost {
-		return tc.compressByCost(r, t, rec, &hist, counts, crc1, fixed)
+		return tc.compressByCost(r, t, rec, &hist, counts, crc1, fixed, kept)
 	}
 	progress := true // no second pass has counted the tensor yet
 	if fixed {
@@ -160,7 +156,7 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 			if !read {
 				tc.opts.Progress.Add(t.Size())
 			}
-			return tc.storeRaw(r, t, rec)
+			return tc.storeRaw(r, t, rec, kept)
 		}
 		// auto: the entropy payload may pass where the fixed one did not.
 		progress = !read
@@ -177,7 +173,7 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 	if !fixed && t.DType == "BF16" {
 		bf16Stats(rec, counts)
 	}
-	return tc.storeRaw(r, t, rec)
+	return tc.storeRaw(r, t, rec, kept)
 }
 
 // bf16Stats records, for a BF16 tensor left raw that the fixed codec did
@@ -219,13 +215,13 @@ func codecStores(codecName, dtype, kind string) bool {
 // bytes, of that copy too (stored again from the source where it is
 // found damaged): a run without --self-contained does not make a
 // self-contained checkpoint need its source again, nor let gc delete the
-// copy a user may count on (Totals.KeptCopies).
-func (tc *tensorCompressor) storeRaw(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor) error {
+// copy a user may count on (Totals.KeptCopies; *kept is set).
+func (tc *tensorCompressor) storeRaw(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, kept *bool) error {
 	if !tc.opts.SelfContained && tc.w.EarlierKind(rec.Key) != shardcache.KindRaw {
 		return nil
 	}
 	if !tc.opts.SelfContained {
-		*tc.kept = true // an earlier run's copy, found damaged or missing
+		*kept = true // an earlier run's copy (stored again if found damaged)
 	}
 	rec.CopyStored = true
 	if _, ok := tc.w.Has(rec.Key); ok {

@@ -858,3 +858,26 @@ func TestGapNotTakenForKeptCopy(t *testing.T) {
 		t.Errorf("a fresh cache kept %d copies (%d bytes)", res.Totals.KeptCopies, res.Totals.KeptCopyBytes)
 	}
 }
+
+// TestVerifyOnly: VerifyOptions.Only checks the sources it names and no
+// other (a remote cache's, in a folder holding more); a path the cache
+// does not record is an error.
+func TestVerifyOnly(t *testing.T) {
+	dir := t.TempDir()
+	a, b, cache := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "cache")
+	gen(t, a, 1<<20, 1, 31)
+	gen(t, b, 1<<20, 1, 32)
+	ra := compress(t, a, cache, false)
+	compress(t, b, cache, false)
+	os.RemoveAll(b) // b's raw tensors are only there: a whole verify fails
+	if v := mustVerify(t, cache); v.OK() {
+		t.Fatal("verify of every source passed without b's source")
+	}
+	v, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2, Only: []string{ra.Checkpoint}})
+	if err != nil || !v.OK() || v.Tensors != ra.Totals.Tensors {
+		t.Fatalf("verify of a alone: %v, %+v", err, v)
+	}
+	if _, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2, Only: []string{filepath.Join(dir, "c")}}); err == nil {
+		t.Error("verify of a source the cache does not record passed")
+	}
+}

@@ -21,8 +21,13 @@ import (
 // VerifyOptions configures Verify.
 type VerifyOptions struct {
 	// Source selects one source (Cache.PickSource): a recorded root, or the
-	// directory a moved source is in now. Empty means every source.
-	Source   string
+	// directory a moved source is in now. Empty means every source, or
+	// those Only names.
+	Source string
+	// Only, without Source, names the sources to check by their paths
+	// (Source.Path): a remote cache's, pulled into a folder that may hold
+	// others. A path the cache does not record is an error.
+	Only     []string
 	Jobs     int     // tensors checked at once; 0 means GOMAXPROCS
 	Memory   uint64  // memory budget in bytes; 0 means DefaultMemory
 	Decoder  Decoder // nil means CPUDecoder
@@ -114,12 +119,22 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 		fail(filepath.Join(dir, shardcache.IndexName), "", err)
 	}
 	sources := c.Index().Sources
-	if opts.Source != "" {
+	switch {
+	case opts.Source != "":
 		s, err := c.PickSource(opts.Source)
 		if err != nil {
 			return nil, err
 		}
 		sources = []shardcache.Source{*s}
+	case len(opts.Only) > 0:
+		sources = nil
+		for _, p := range opts.Only {
+			s, err := c.PickSource(p)
+			if err != nil {
+				return nil, err
+			}
+			sources = append(sources, *s)
+		}
 	}
 	var total uint64
 	for _, s := range sources {

@@ -108,10 +108,11 @@ func (c *Cache) PickSource(sel string) (*Source, error) {
 // its shards are in now:
 //   - sel empty: the only source, at its recorded root;
 //   - sel a source's Path or a recorded root (Index.SourceFor);
-//   - sel another directory (or file): the one source whose every shard is there
-//     with its recorded size (a checkpoint moved, copied or mounted
-//     elsewhere), and sel. The index is not changed (Writer.Relocate
-//     records the new place).
+//   - sel another directory (or file): the one source whose shards are
+//     there as holdsShards wants them (a checkpoint moved, copied or
+//     mounted elsewhere: every shard with a tensor the cache does not
+//     hold, with its recorded size), and sel. The index is not changed
+//     (Writer.Relocate records the new place).
 func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	srcs := c.Index().Sources
 	if sel == "" {
@@ -186,6 +187,8 @@ func shardsIn(dir string, s *Source) (held int, lacks []string) {
 		case errors.Is(err, fs.ErrNotExist) && sh.AllInCache():
 		case err != nil:
 			lacks = append(lacks, sh.Name+" is missing")
+		case uint64(st.Size()) != sh.Size && sh.AllInCache():
+			lacks = append(lacks, fmt.Sprintf("%s has %d bytes, the recorded shard %d (the cache holds its every tensor: a copy without this file is one)", sh.Name, st.Size(), sh.Size))
 		case uint64(st.Size()) != sh.Size:
 			lacks = append(lacks, fmt.Sprintf("%s has %d bytes, the recorded shard %d", sh.Name, st.Size(), sh.Size))
 		default:

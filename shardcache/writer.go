@@ -526,36 +526,6 @@ func (w *Writer) PutFrom(r io.ReaderAt, off, n uint64, buf []byte) (Key, error) 
 	return key, o.Commit(key, &Object{Kind: KindRaw, Size: n, RawSize: n})
 }
 
-// Replaces reports whether recording s would replace a different
-// checkpoint the cache records at the same path (other shards, or
-// shards of other bytes, by their fingerprints): the cache knows one
-// checkpoint a path.
-func (w *Writer) Replaces(s *Source) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := range w.ix.Sources {
-		if r := &w.ix.Sources[i]; r.Path() == s.Path() {
-			return !sameShards(r, s)
-		}
-	}
-	return false
-}
-
-// sameShards reports whether two records of a checkpoint name the same
-// shards with the same bytes.
-func sameShards(a, b *Source) bool {
-	if len(a.Shards) != len(b.Shards) {
-		return false
-	}
-	for i := range a.Shards {
-		x, y := &a.Shards[i], &b.Shards[i]
-		if x.Name != y.Name || x.Size != y.Size || x.Fingerprint != y.Fingerprint {
-			return false
-		}
-	}
-	return true
-}
-
 // SetSource records a compressed checkpoint, replacing the earlier record
 // of the same checkpoint (the same Source.Path) and no other: several
 // checkpoints may share a root, as single files of one folder do. It

@@ -280,6 +280,17 @@ func TestRelocateCopyWithoutHeldShard(t *testing.T) {
 	if code, _, e := splitzip(t, "verify", cache); code != 0 {
 		t.Errorf("verify after relocating to a copy without a held shard: exit %d, %q", code, e)
 	}
+	// One shard, changed: no other shard to record; the cache needs none.
+	dir1 := t.TempDir()
+	ck1, cache1 := compressedWith(t, dir1, []string{"--shards", "1"}, "--self-contained")
+	one := filepath.Join(ck1, "model.safetensors")
+	b, _ = os.ReadFile(one)
+	b[len(b)-3] ^= 1
+	os.WriteFile(one, b, 0o644)
+	os.Chtimes(one, time.Now().Add(time.Hour), time.Now().Add(time.Hour))
+	if code, _, e := splitzip(t, "relocate", cache1, ck1); code != exitInput || !strings.Contains(e, "nothing to relocate") {
+		t.Errorf("relocate to a one-shard copy changed: exit %d, %q", code, e)
+	}
 }
 
 // TestEmptyCacheSaysSo: verify, inspect and decompress of a cache

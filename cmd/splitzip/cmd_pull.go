@@ -30,6 +30,14 @@ artifact's checkpoints only at the end: run it again to fetch the rest.
 	return cmd
 }
 
+// pullNotes says what a pull mended and which checkpoints it replaced.
+func pullNotes(g *globals, res oci.PullResult) {
+	mendedNote(g, res.Mended, "fetched")
+	for _, p := range res.Replaced {
+		fmt.Fprintf(g.stderr, "note: the cache recorded another checkpoint at %s: the pulled one replaced it (a cache knows one checkpoint a path); gc frees the objects only the replaced one used\n", p)
+	}
+}
+
 func runPull(ctx context.Context, g *globals, o registryOptions, ref, cache string) error {
 	if err := o.check(ref); err != nil {
 		return err
@@ -41,10 +49,7 @@ func runPull(ctx context.Context, g *globals, o registryOptions, ref, cache stri
 	if g.JSON {
 		return printJSON(g.stdout, "pull_summary", res)
 	}
-	mendedNote(g, res.Mended, "fetched")
-	for _, p := range res.Replaced {
-		fmt.Fprintf(g.stderr, "note: the cache recorded another checkpoint at %s: the pulled one replaced it (a cache knows one checkpoint a path); gc frees the objects only the replaced one used\n", p)
-	}
+	pullNotes(g, res)
 	pulled := res.Ref // a reference by digest names it already
 	if !strings.HasSuffix(pulled, "@"+res.Digest) {
 		pulled += "@" + res.Digest

@@ -30,11 +30,11 @@ func newRelocateCommand(g *globals) *cobra.Command {
 (moved, copied to another machine, mounted elsewhere). The source is found
 by its shards in DIR (names and sizes; a shard whose every tensor the
 cache holds may be absent, as may the checkpoint's index file), or named
-by its recorded root with --source. DIR must be outside the cache. Shards whose modification time
-differs from the one recorded (a copy that did not keep it: scp, rsync
-without -t, a download) are read whole and hashed against the index: when
-every byte is the same their new times are recorded, else relocate refuses
-and names what differs. The folder the source is recorded at, with its
+by its recorded root with --source. DIR must be outside the cache.
+Shards whose modification time differs from the one recorded (a copy
+that did not keep it: scp, rsync without -t, a download) are read whole
+and hashed against the index: when every byte is the same their new
+times are recorded, else relocate refuses and names what differs. The folder the source is recorded at, with its
 times unchanged, changes nothing. verify, decompress and load also take
 --source DIR to use a moved source without changing the index.`,
 		Args: localCache(args(cobra.ExactArgs(2))),
@@ -124,6 +124,16 @@ func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir 
 	return nil
 }
 
+// heldShardHint says what to do with a changed file of a shard whose
+// every tensor the cache holds, in a copy at dir of present shards.
+func heldShardHint(dir string, present int) string {
+	if present > 1 {
+		return "the cache holds every tensor of this shard: with this file moved out of " + dir + ", relocate records the other shards and the cache serves this one from what was compressed"
+	}
+	// No other shard here: every other one is held too, absent.
+	return "the cache holds every tensor of this shard, and of the checkpoint's others absent here: it needs no source, so there is nothing to relocate; with this file moved away, verify, load and decompress serve what was compressed"
+}
+
 // rehashCopies hashes the shards of rec found in dir whose modification
 // times differ from the recorded ones (shardcache.Rehash), several at
 // once, and returns their new times by name (with the fingerprints they
@@ -131,6 +141,7 @@ func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir 
 func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir string) (map[string]shardcache.Stamp, uint64, error) {
 	var todo []*shardcache.Shard
 	var total uint64
+	present := 0
 	for i := range rec.Shards {
 		sh := &rec.Shards[i]
 		st, err := os.Stat(filepath.Join(dir, sh.Name))
@@ -143,6 +154,7 @@ func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir s
 		if uint64(st.Size()) != sh.Size {
 			return nil, 0, fmt.Errorf("%s: %w (size %d; compressed from size %d)", filepath.Join(dir, sh.Name), shardcache.ErrSourceChanged, st.Size(), sh.Size)
 		}
+		present++
 		if !st.ModTime().Equal(sh.ModTime) {
 			todo = append(todo, sh)
 			total += sh.Size
@@ -168,7 +180,7 @@ func rehashCopies(ctx context.Context, g *globals, rec *shardcache.Source, dir s
 			defer mu.Unlock()
 			if err != nil {
 				if errors.Is(err, shardcache.ErrSourceChanged) && sh.AllInCache() {
-					err = fmt.Errorf("%w (the cache holds every tensor of this shard: with this file moved out of %s, relocate records the other shards and the cache serves this one from what was compressed)", err, dir)
+					err = fmt.Errorf("%w (%s)", err, heldShardHint(dir, present))
 				}
 				errs = append(errs, err)
 				return

@@ -67,7 +67,10 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		return err
 	}
 	defer done()
-	opts := pipeline.VerifyOptions{Source: sourceOf(o.Source, sources), Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
+	opts := pipeline.VerifyOptions{Source: o.Source, Jobs: o.Jobs, Memory: mem, Progress: g.progress()}
+	if o.Source == "" {
+		opts.Only = sources // a remote cache's checkpoints, not the rest of --local-cache
+	}
 	if o.GPU {
 		d, closeGPU, err := gpuDecoder(o.Device)
 		if err != nil {

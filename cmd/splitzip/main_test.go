@@ -70,6 +70,11 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("inspect --json lacks totals.%s", k)
 		}
 	}
+	// The largest tensor: a BF16 one, measured (exponent_entropy is
+	// absent where nothing was).
+	if ins.Tensors[0]["dtype"] != "BF16" {
+		t.Fatalf("inspect --json: the largest tensor is %v", ins.Tensors[0])
+	}
 	for _, k := range []string{"dtype", "values", "codebook_coverage", "escape_rate", "exponent_entropy", "stored_bytes", "bits_per_value"} {
 		if _, ok := ins.Tensors[0][k]; !ok {
 			t.Errorf("inspect --json tensors lack %s", k)

@@ -109,14 +109,15 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	}
 	fmt.Fprintf(g.stderr, "pulled %s@%s into %s: fetched %s, %s of %s\n", res.Ref, res.Digest, dir,
 		count(res.Fetched, "blob"), human(res.FetchedBytes), human(res.Bytes))
-	mendedNote(g, res.Mended, "fetched")
+	pullNotes(g, res)
 	return dir, res.Sources, done, nil
 }
 
-// sourceOf is the checkpoint a command on a pulled remote cache works on:
-// the one named (--source), else the remote cache's own when it holds
-// one, not the others a --local-cache folder may hold ("" lets the cache
-// choose, as for a local one).
+// sourceOf is the checkpoint a load of a pulled remote cache reads: the
+// one named (--source), else the remote cache's own when it holds one,
+// not the others a --local-cache folder may hold ("" lets the cache
+// choose, as for a local one: a remote cache of several checkpoints
+// needs --source, as a local one does).
 func sourceOf(named string, remote []string) string {
 	if named == "" && len(remote) == 1 {
 		return remote[0]
@@ -150,8 +151,9 @@ func (o remoteOptions) base(ctx context.Context, g *globals, cache, dir string, 
 }
 
 // open opens the cache a load reads: a local folder; a remote cache
-// pulled into --local-cache; or, without it, the remote cache read in
-// place (oci.Open: ranged GETs as the load reads, no local copy).
+// pulled into --local-cache, with its checkpoints (as pull gives them);
+// or, without it, the remote cache read in place (oci.Open: ranged GETs
+// as the load reads, no local copy).
 func (o remoteOptions) open(ctx context.Context, g *globals, cache string) (*shardcache.Cache, []string, func(), error) {
 	if err := o.check(cache); err != nil {
 		return nil, nil, nil, err

@@ -40,7 +40,7 @@ var rules = []rule{
 	{Usage, []error{
 		pipeline.ErrOutputInSource, pipeline.ErrOption, pipeline.ErrOutputExists, transport.ErrOption, distplan.ErrPlan,
 		shardcache.ErrAmbiguousSource, shardcache.ErrInsideCache, shardcache.ErrSourceRecorded, shardcache.ErrOccupied,
-		s3store.ErrURL, s3store.ErrOptions, oci.ErrReference, checkpoint.ErrSeveralIndexes, gpu.ErrOption,
+		s3store.ErrURL, s3store.ErrOptions, oci.ErrReference, oci.ErrLayoutRef, checkpoint.ErrSeveralIndexes, gpu.ErrOption,
 	}},
 	{Input, []error{
 		shardcache.ErrSourceChanged, shardcache.ErrSourceMissing, shardcache.ErrHostDecode, transport.ErrShortRead,

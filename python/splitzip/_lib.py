@@ -429,11 +429,15 @@ class Cache:
         index = self._index_arg(index)
         t = _Tensor()
         self._check(lib().sz_info(self._h, index, ctypes.byref(t), None, 0))
-        # The name's every byte (it may hold NUL characters), by its length.
+        # The name's every byte (it may hold NUL characters), by its length;
+        # a second call where it is longer than the first buffer.
         n = ctypes.c_size_t()
-        self._check(lib().sz_name(self._h, index, None, 0, ctypes.byref(n)))
-        name = ctypes.create_string_buffer(n.value + 1)
-        self._check(lib().sz_name(self._h, index, name, len(name), ctypes.byref(n)))
+        name = ctypes.create_string_buffer(256)
+        status = lib().sz_name(self._h, index, name, len(name), ctypes.byref(n))
+        if status == 5:  # too small, with the length
+            name = ctypes.create_string_buffer(n.value + 1)
+            status = lib().sz_name(self._h, index, name, len(name), ctypes.byref(n))
+        self._check(status)
         raw = name.raw[:n.value]
         payload = "fixed" if t.compressed else "raw"
         if not t.compressed and t.nbytes > 0 and self.stored_size(index) < t.nbytes:

@@ -22,9 +22,10 @@ before the bytes would be sent, so every rank raises an error naming the
 tensor and none waits; a rank that fails to decode (a part damaged on
 the wire) is known to all at the batch's end, and every rank raises an
 error naming the tensor. The other ranks' error is of the failing rank's
-class (an IntegrityError for a damaged payload; RuntimeError where its
-error was not splitzip's). A rank that dies is the process group's
-timeout.
+kind, the class its sz_status names (an IntegrityError for a damaged
+payload, a FileError for a file that could not be read; RuntimeError
+where its error was not splitzip's). A rank that dies is the process
+group's timeout.
 
 With the NCCL backend the bytes travel in CUDA memory (the current device).
 Tensors sent whole then go as one pack a batch (the stored bytes behind a
