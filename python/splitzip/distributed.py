@@ -40,6 +40,7 @@ backend on the CPU, several processes, and with NCCL at world size 1 on
 one GPU (python/tests/test_distributed.py).
 """
 
+import warnings
 from typing import Dict, Optional
 
 try:
@@ -82,6 +83,9 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
             plan = c.plan(world, rules)
         except Error as e:  # the library's class, with what could not be planned
             raise error(e.status, f"cannot plan {cache} onto {world} ranks: {e.message}", e.filename) from e
+        if rank == 0:  # a mistyped rule places nothing: said once
+            for r in plan.get("unmatched_rules") or []:
+                warnings.warn(f"splitzip: rule {r!r} matches no tensor of {cache}", stacklevel=2)
         # (tensor plan, index, info, stored size), in batches per reader.
         batches = []
         for reader in range(world):

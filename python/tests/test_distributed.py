@@ -50,12 +50,17 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
                 return decode(self, index, part, partlen, lo, hi, dst, capacity)
             Cache.decode_part_ptr = damaged
         stats = {}
+        import warnings
         try:
-            got = load(cache, rules=rules, batch_bytes=batch, stats=stats)
+            with warnings.catch_warnings(record=True) as ws:
+                warnings.simplefilter("always")
+                got = load(cache, rules=rules, batch_bytes=batch, stats=stats)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             with open(f"{result}.{rank}", "w") as f:
                 f.write(f"error: {type(e).__module__}.{type(e).__name__}: {e}")
             return
+        with open(f"{result}.{rank}.warnings", "w") as f:
+            f.write("\n".join(str(w.message) for w in ws))
         want = {}
         for name in sorted(os.listdir(src_dir)):
             if name.endswith(".safetensors"):
@@ -117,7 +122,11 @@ class TestDistributed(unittest.TestCase):
                  nprocs=world, join=True)
         out = []
         self.received = 0
+        self.warned = []
         for r in range(world):
+            if os.path.exists(f"{result}.{r}.warnings"):
+                with open(f"{result}.{r}.warnings") as f:
+                    self.warned += [line for line in f.read().split("\n") if line]
             with open(f"{result}.{r}") as f:
                 out.append(f.read())
             if os.path.exists(f"{result}.{r}.received"):
@@ -188,6 +197,12 @@ class TestDistributed(unittest.TestCase):
                             and r.count("splitzip:") == 1, got)
         got = self.run_ranks(2, "*=shard:7")
         self.assertEqual(got, ["ok", "ok"], got)
+        self.assertEqual(self.warned, [], self.warned)
+        # A rule that matches no tensor (mistyped) is said once, by rank 0.
+        got = self.run_ranks(2, "nosuch*=shard:0")
+        self.assertEqual(got, ["ok", "ok"], got)
+        self.assertEqual(len(self.warned), 1, self.warned)
+        self.assertIn("rule 'nosuch*' matches no tensor", self.warned[0])
 
 
 def _gpus() -> int:
