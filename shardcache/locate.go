@@ -80,6 +80,15 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 		return "", 0, err
 	case present:
 		return path, t.Offset, nil
+	}
+	return c.CopySlice(sh, path, t)
+}
+
+// CopySlice is RawSlice for a shard whose source is absent (the caller
+// checked once for the shard rather than a stat a tensor): the tensor's
+// raw copy in the cache.
+func (c *Cache) CopySlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
+	switch {
 	case t.Stored == StoredRaw && t.CopyStored:
 		loc, _, err := c.Locate(t.Key)
 		return loc.Path, loc.Offset, err
@@ -104,6 +113,7 @@ func (c *Cache) SourcePresent(sh *Shard, path string) (bool, error) {
 // recorded sizes, so that sizes from the index are bounded by files
 // before anything is allocated for them.
 func (c *Cache) CheckAbsent(sh *Shard, path string) error {
+	seen := map[string]bool{} // files checked: a pack holds many tensors
 	for i := range sh.Tensors {
 		t := &sh.Tensors[i]
 		if !t.InCache() {
@@ -117,9 +127,10 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 		if o.Pack != "" {
 			size = c.ix.Objects[o.Pack].Size
 		}
-		if c.remote != nil {
-			continue // its files' sizes were checked when it was opened
+		if c.remote != nil || seen[loc.Path] {
+			continue // a remote's sizes were checked when it was opened
 		}
+		seen[loc.Path] = true
 		st, err := os.Stat(loc.Path)
 		if errors.Is(err, fs.ErrNotExist) {
 			// The index names it: a cache that lost a file is damaged.

@@ -79,3 +79,29 @@ func BenchmarkHostCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSpecs is a load's set-up a tensor before its first fault: the
+// arena specs of the 100,000-tensor checkpoint of BenchmarkHostCost, with
+// its source present (one stat a shard) and moved away (each raw tensor's
+// copy found in the cache).
+func BenchmarkSpecs(b *testing.B) {
+	cache, src := benchCache(b, synth.Config{Tiny: 100000, Shards: 4, Seed: 11}, pipeline.CompressOptions{SelfContained: true})
+	for _, c := range []struct {
+		name string
+		root string
+	}{{"present", src.Root}, {"absent", b.TempDir()}} {
+		b.Run(c.name, func(b *testing.B) {
+			moved := *src
+			moved.Root = c.root
+			n := 0
+			for b.Loop() {
+				specs, err := Specs(cache, &moved)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(specs)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/tensor")
+		})
+	}
+}

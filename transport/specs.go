@@ -20,7 +20,12 @@ import (
 // are read, the source slice or, for an absent source, its copy in the
 // cache.
 func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
-	var out []vmm.Spec
+	n := 0
+	for si := range src.Shards {
+		n += len(src.Shards[si].Tensors)
+	}
+	out := make([]vmm.Spec, 0, n)
+	hits := make([]shardcache.SliceHit, n) // one allocation, not one a tensor
 	for si := range src.Shards {
 		sh := &src.Shards[si]
 		path := filepath.Join(src.Root, sh.Name)
@@ -36,17 +41,18 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 		for ti := range sh.Tensors {
 			t := &sh.Tensors[ti]
 			file, off := path, t.Offset
-			if t.Stored != shardcache.StoredFixed {
+			if t.Stored != shardcache.StoredFixed && !present {
 				// An entropy payload without its source keeps its source
 				// slice: the payload transport finds it by it and
 				// decodes it on the host.
-				if file, off, err = c.RawSlice(sh, path, t); errors.Is(err, shardcache.ErrHostDecode) {
+				if file, off, err = c.CopySlice(sh, path, t); errors.Is(err, shardcache.ErrHostDecode) {
 					file, off = path, t.Offset
 				} else if err != nil {
 					return nil, err
 				}
 			}
-			hit := &shardcache.SliceHit{Source: src, Shard: sh, Tensor: t}
+			hit := &hits[len(out)]
+			*hit = shardcache.SliceHit{Source: src, Shard: sh, Tensor: t}
 			if t.Stored != shardcache.StoredRaw || t.CopyStored {
 				c.Resolve(hit) // its object, found once here rather than at every fault
 			}
