@@ -49,6 +49,10 @@ type Report struct {
 	// them), summed over goroutines.
 	HostDecode time.Duration `json:"host_decode_ns"`
 	Submit     time.Duration `json:"submit_ns"` // enqueueing copies and decodes
+	// Prepare is Open's time before the first run: the tensors' specs,
+	// the staging plan, the arena's reservation and the staging buffers
+	// (pinned on a GPU). Opening the cache's index comes before it.
+	Prepare time.Duration `json:"prepare_ns"`
 	Checked    bool          `json:"checked"`
 	// EntropyTensors counts the tensors stored as entropy payloads: read
 	// raw from their source, or without it decoded from their payloads
@@ -134,6 +138,7 @@ type Load struct {
 // builds the transports that fault them in, with their staging set up
 // (nothing is read yet). Close frees them.
 func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options) (*Load, error) {
+	t0 := time.Now()
 	specs, stage, small, err := plan(c, src, &opts)
 	if err != nil {
 		return nil, err
@@ -169,6 +174,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 		}
 	}
 	l.groups, l.first = layerGroups(l.bs, opts.FirstGroup)
+	l.rep.Prepare = time.Since(t0)
 	return l, nil
 }
 

@@ -80,7 +80,7 @@ func loadBothPaths(t *testing.T, c *shardcache.Cache, src *shardcache.Source, ne
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
 		}
-		if !rep.Checked || len(rep.Runs) != o.Repeat || rep.RawBytes == 0 {
+		if !rep.Checked || len(rep.Runs) != o.Repeat || rep.RawBytes == 0 || rep.Prepare <= 0 {
 			t.Fatalf("%+v: report %+v", o, rep)
 		}
 		for i, r := range rep.Runs {

@@ -442,7 +442,8 @@ func printLoad(g *globals, r *load.Report) {
 	if len(r.Runs) > 1 {
 		runs = fmt.Sprintf(" in %d runs", len(r.Runs))
 	}
-	fmt.Fprintf(g.stdout, "  moved %s to %s%s; %s %s%s, arena %s%s\n", human(r.MovedBytes), to, runs, pinned, human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
+	fmt.Fprintf(g.stdout, "  prepared in %v (arena, staging); moved %s to %s%s; %s %s%s, arena %s%s\n",
+		r.Prepare.Round(time.Microsecond), human(r.MovedBytes), to, runs, pinned, human(r.PinnedBytes), tier, human(r.ArenaBytes), check)
 	if s := r.Shared; s != nil {
 		how := fmt.Sprintf("attached to another process's in %v", s.Open.Round(time.Millisecond))
 		if s.Made {
