@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -211,8 +210,25 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 		}
 	}
 	for _, r := range rules {
-		if !slices.ContainsFunc(p.Tensors, func(t Tensor) bool { ok, _ := path.Match(r.Pattern, t.Name); return ok }) {
+		matched, most := 0, -1 // tensors the pattern matches, the most dimensions among them
+		var widest *Tensor
+		for i := range p.Tensors {
+			if ok, _ := path.Match(r.Pattern, p.Tensors[i].Name); ok {
+				matched++
+				if len(p.Tensors[i].Shape) > most {
+					most, widest = len(p.Tensors[i].Shape), &p.Tensors[i]
+				}
+			}
+		}
+		switch {
+		case matched == 0:
 			p.Unmatched = append(p.Unmatched, r.Pattern)
+		case r.Shard && r.Dim >= most:
+			// A wildcard rule skips a tensor that lacks its dimension; one
+			// that every tensor it matches lacks shards nothing, a mistyped
+			// dimension most likely, that would replicate them all.
+			return nil, fmt.Errorf("%w: rule %s=%s: none of the %d tensors it matches has dimension %d (dimensions count from 0; %s has shape %v)",
+				ErrPlan, r.Pattern, r.Placement, matched, r.Dim, widest.Name, widest.Shape)
 		}
 	}
 	// Readers: the largest unit first, to the rank that has read least.

@@ -153,6 +153,12 @@ func TestPlanErrors(t *testing.T) {
 	if one == 0 {
 		t.Fatal("no tensor of one dimension in the fixture")
 	}
+	// A wildcard rule whose dimension no tensor it matches has shards
+	// nothing: a mistyped dimension, refused rather than replicating them.
+	rs, _ = ParseRules("*.weight=shard:5")
+	if _, err := New(c, s, 2, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "none of the") || !strings.Contains(err.Error(), "dimension 5") {
+		t.Errorf("*.weight=shard:5: %v, want ErrPlan saying no tensor has dimension 5", err)
+	}
 	for _, bad := range []string{"x", "=shard:0", "*=shard:x", "*=shard:-1", "*=copy", "[=replicate"} {
 		if _, err := ParseRules(bad); !errors.Is(err, ErrPlan) {
 			t.Errorf("rules %q: %v, want ErrPlan", bad, err)

@@ -6,7 +6,13 @@ group, each stored object read from disk once per node.
     dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
     tensors = load("llama.sz", rules="*.q_proj.weight=shard:0,*.o_proj.weight=shard:1")
 
-Every rank calls load with the same arguments. The plan (splitzip plan,
+Every rank calls load with the same arguments, on a cache of the same
+contents (its own copy, or the node's shared folder): before any bytes
+travel, one all-reduce checks that every rank opened the cache and
+planned the load alike, so that ranks that disagree (other rules, a
+cache compressed with another codec) or a rank that cannot open its
+cache make every rank raise, rather than their collectives mismatching.
+The plan (splitzip plan,
 docs/DESIGN.md section 6) gives each tensor a reader rank, which reads
 its stored bytes (a payload, checked whole, or the raw bytes). A tensor
 sharded along its first dimension is a byte range a rank: the reader
@@ -16,15 +22,18 @@ which has no chunk records, whole) and scatters the parts, so each rank
 receives about 1/N of the tensor; every other tensor goes whole,
 compressed, to every rank in one broadcast a batch. Every rank decodes
 on its host and keeps its part: the whole tensor when replicated, its
-equal part along the dimension when sharded (what torch.chunk gives rank
-r). A rank that fails to read a tensor tells the others
+equal part along the dimension when sharded (torch.chunk's part for rank
+r; a sharded dimension must divide evenly among the ranks, and a rule
+whose dimension no tensor it matches has is refused). A rank that fails
+to read a tensor tells the others
 before the bytes would be sent, so every rank raises an error naming the
 tensor and none waits; a rank that fails to decode (a part damaged on
 the wire) is known to all at the batch's end, and every rank raises an
 error naming the tensor. The other ranks' error is of the failing rank's
 kind, the class its sz_status names (an IntegrityError for a damaged
 payload, a FileError for a file that could not be read; RuntimeError
-where its error was not splitzip's). A rank that dies is the process
+where its error was not splitzip's), with its words and the file it
+named (filename). A rank that dies is the process
 group's timeout.
 
 With the NCCL backend the bytes travel in CUDA memory (the current device).
@@ -40,6 +49,8 @@ backend on the CPU, several processes, and with NCCL at world size 1 on
 one GPU (python/tests/test_distributed.py).
 """
 
+import hashlib
+import json
 import warnings
 from typing import Dict, Optional
 
@@ -76,13 +87,8 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     gpu = comm.type == "cuda" and device == comm
-    with Cache(cache, source) as c:
-        if gpu:
-            c.gpu_prepare(comm.index)
-        try:
-            plan = c.plan(world, rules)
-        except Error as e:  # the library's class, with what could not be planned
-            raise error(e.status, f"cannot plan {cache} onto {world} ranks: {e.message}", e.filename) from e
+    c, plan = _open(cache, source, rules, batch_bytes, gpu, rank, world, group, comm)
+    with c:
         if rank == 0:  # a mistyped rule places nothing: said once
             for r in plan.get("unmatched_rules") or []:
                 warnings.warn(f"splitzip: rule {r!r} matches no tensor of {cache}", stacklevel=2)
@@ -105,6 +111,66 @@ def load(cache: str, rules: str = "", group=None, device=None, source: Optional[
         for reader, items in batches:
             _batch(c, reader, items, rank, world, group, comm, device, out, st, gpu)
     return out
+
+
+def _open(cache: str, source: Optional[str], rules: str, batch_bytes: int, gpu: bool, rank: int, world: int,
+          group, comm):
+    """The cache and its plan onto world ranks, once every rank has opened
+    and planned it alike (_agree): a rank that cannot makes every rank
+    raise, none waits."""
+    c, plan, failure = None, None, None
+    try:
+        c = Cache(cache, source)
+        if gpu:
+            c.gpu_prepare(comm.index)
+        plan = c.plan(world, rules)
+    except Error as e:  # the library's class, with what failed
+        what = f"cannot plan {cache} onto {world} ranks" if c is not None else f"cannot open {cache}"
+        failure = error(e.status, f"{what}: {e.message}", e.filename)
+        failure.__cause__ = e
+    try:
+        _agree(plan, failure, batch_bytes, gpu, cache, rules, rank, world, group, comm)
+    except BaseException:
+        if c is not None:
+            c.close()
+        raise
+    return c, plan
+
+
+def _fingerprint(plan: dict, batch_bytes: int, gpu: bool) -> list:
+    """Two 63-bit words of a hash of what every rank must agree on before
+    the first collective: the plan (the tensors, their stored kinds and
+    sizes, readers and placements), the batch size and whether packs
+    travel in CUDA memory."""
+    text = json.dumps([plan, batch_bytes, gpu], sort_keys=True).encode()
+    h = hashlib.blake2b(text, digest_size=16).digest()
+    return [int.from_bytes(h[:8], "little") >> 1, int.from_bytes(h[8:], "little") >> 1]
+
+
+def _agree(plan: Optional[dict], failure: Optional[Exception], batch_bytes: int, gpu: bool, cache: str, rules: str,
+           rank: int, world: int, group, comm) -> None:
+    """One all-reduce that makes every rank raise when one could not plan
+    the load or the ranks' plans differ (other rules, a cache of other
+    contents or codec, another batch size), rather than their collectives
+    mismatching later (which aborts a gloo process or waits out the
+    process group's timeout)."""
+    fp = _fingerprint(plan, batch_bytes, gpu) if failure is None else [0, 0]
+    # The maximum and (negated) minimum of each word, and who failed.
+    word = torch.tensor(fp + [-fp[0], -fp[1], (_status(failure) + 1) * world + rank if failure else 0],
+                        dtype=torch.int64).to(comm)
+    dist.all_reduce(word, op=dist.ReduceOp.MAX, group=group)
+    hi0, hi1, lo0, lo1, failed = (int(x) for x in word.cpu())
+    if failed:
+        code, who = divmod(failed, world)
+        words, filename = _tell(failure if rank == who else None, who, rank, group, comm)
+        if failure is not None:
+            raise failure
+        raise _peer(code - 1, f"rank {who} could not open or plan its cache: {words}", filename)
+    if (hi0, hi1) != (-lo0, -lo1):
+        raise error(1, f"the ranks' plans of {cache} differ: every rank must call load with the same rules, "
+                       f"batch_bytes and device kind, on a cache of the same contents (the same checkpoint "
+                       f"compressed the same way); this rank {rank} of {world} has rules={rules!r}, "
+                       f"batch_bytes={batch_bytes}")
 
 
 def _rows(t: dict, info) -> bool:
@@ -137,11 +203,31 @@ def _status(e: BaseException) -> int:
     return e.status if isinstance(e, Error) and 0 < e.status < _CODES else 0
 
 
-def _peer(status: int, what: str) -> Exception:
+def _peer(status: int, what: str, filename: Optional[str] = None) -> Exception:
     """The error a rank raises for another rank's failure: of the class
-    that rank raised (an IntegrityError for a damaged payload), or
-    RuntimeError when that was not the library's."""
-    return error(status, what) if status else RuntimeError(f"splitzip: {what}")
+    that rank raised (an IntegrityError for a damaged payload), with the
+    file it named, or RuntimeError when that was not the library's."""
+    return error(status, what, filename) if status else RuntimeError(f"splitzip: {what}")
+
+
+def _tell(failure: Optional[BaseException], src: int, rank: int, group, comm):
+    """Rank src's failure, told to every rank (all call it alike): its
+    words (the library's message, else the exception's text) and the file
+    it named, if any."""
+    if rank == src:
+        words = failure.message if isinstance(failure, Error) else f"{type(failure).__name__}: {failure}"
+        data = json.dumps([words, getattr(failure, "filename", None)]).encode()
+        n = torch.tensor([len(data)], dtype=torch.int64).to(comm)
+    else:
+        n = torch.zeros(1, dtype=torch.int64).to(comm)
+    dist.broadcast(n, src=src, group=group)
+    buf = torch.zeros(int(n.cpu()[0]), dtype=torch.uint8)
+    if rank == src:
+        buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    wire = buf.to(comm)
+    dist.broadcast(wire, src=src, group=group)
+    words, filename = json.loads(bytes(wire.cpu().numpy()).decode())
+    return words, filename
 
 
 # Placeholder destination of a pack's entries until a rank writes its own
@@ -200,9 +286,11 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
     status = status.cpu()
     bad = int(status[0])
     if bad:
+        words, filename = _tell(failure, reader, rank, group, comm)
         if failure is not None:
             raise failure
-        raise _peer(int(status[4]), f"rank {reader} failed to read tensor {items[bad - 1][0]['name']}")
+        raise _peer(int(status[4]), f"rank {reader} failed to read tensor {items[bad - 1][0]['name']}: {words}",
+                    filename)
     # The collectives first, every rank in the same order; then decoding,
     # and one all-reduce that makes every rank raise when one failed.
     buf, recv, sizes = None, None, None
@@ -276,15 +364,18 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
         failed = 0
     except Exception as e:  # agreed on with the other ranks, then raised
         failure = e
-    # The failed item and its status in one word, so that the maximum
-    # keeps them together.
-    flag = torch.tensor([failed * _CODES + (_status(failure) if failed else 0)], dtype=torch.int64).to(comm)
+    # The failed item, its status and the rank in one word, so that the
+    # maximum keeps them together.
+    flag = torch.tensor([((failed * _CODES + _status(failure)) * world + rank) if failed else 0],
+                        dtype=torch.int64).to(comm)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    bad, code = divmod(int(flag.cpu()[0]), _CODES)
+    word, who = divmod(int(flag.cpu()[0]), world)
+    bad, code = divmod(word, _CODES)
     if bad:
+        words, filename = _tell(failure if rank == who else None, who, rank, group, comm)
         if failure is not None:
             raise failure
-        raise _peer(code, f"another rank failed to decode tensor {items[bad - 1][0]['name']}")
+        raise _peer(code, f"rank {who} failed to decode tensor {items[bad - 1][0]['name']}: {words}", filename)
 
 
 def _dtype(t: dict, info) -> "torch.dtype":

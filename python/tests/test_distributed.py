@@ -28,6 +28,10 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
     if backend == "nccl":
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=f"file://{pg}", rank=rank, world_size=world)
+    if isinstance(rules, (list, tuple)):  # each rank its own (ranks that disagree)
+        rules = rules[rank]
+    if isinstance(cache, (list, tuple)):
+        cache = cache[rank]
     try:
         import splitzip.distributed as sd
         from splitzip.distributed import load
@@ -57,7 +61,7 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
                 got = load(cache, rules=rules, batch_bytes=batch, stats=stats)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             with open(f"{result}.{rank}", "w") as f:
-                f.write(f"error: {type(e).__module__}.{type(e).__name__}: {e}")
+                f.write(f"error: {type(e).__module__}.{type(e).__name__}: {e} [filename={getattr(e, 'filename', None)}]")
             return
         with open(f"{result}.{rank}.warnings", "w") as f:
             f.write("\n".join(str(w.message) for w in ws))
@@ -174,8 +178,9 @@ class TestDistributed(unittest.TestCase):
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0x40]))
         got = self.run_ranks(2, "", cache=bad)
-        for r in got:  # the reading rank's error, and the same class on the other
-            self.assertTrue(r.startswith("error: splitzip.IntegrityError: ") and "tensor" in r, got)
+        for r in got:  # the reading rank's error, and the same class, words and file on the other
+            self.assertTrue(r.startswith("error: splitzip.IntegrityError: ") and "tensor" in r
+                            and "checksum" in r and f"[filename={victim}]" in r, got)
 
     def test_damaged_part(self):
         """A part damaged on the wire on one rank: every rank raises an
@@ -185,7 +190,7 @@ class TestDistributed(unittest.TestCase):
         self.assertTrue(got[1].startswith("error: splitzip.IntegrityError: ") and "tensor" in got[1]
                         and "checksum" in got[1], got)
         self.assertTrue(got[0].startswith("error: splitzip.IntegrityError: ")
-                        and "another rank failed to decode tensor" in got[0], got)
+                        and "rank 1 failed to decode tensor" in got[0] and "checksum" in got[0], got)
 
     def test_bad_rules(self):
         """A rule naming a tensor outright that lacks its dimension fails
@@ -195,14 +200,38 @@ class TestDistributed(unittest.TestCase):
         for r in got:
             self.assertTrue(r.startswith("error: splitzip.InvalidArgumentError: splitzip: ") and "cannot plan" in r
                             and r.count("splitzip:") == 1, got)
-        got = self.run_ranks(2, "*=shard:7")
+        got = self.run_ranks(2, "*=shard:1")
         self.assertEqual(got, ["ok", "ok"], got)
         self.assertEqual(self.warned, [], self.warned)
+        # A wildcard rule whose dimension no tensor it matches has (a
+        # mistyped dimension) fails every rank rather than replicating.
+        got = self.run_ranks(2, "*.weight=shard:7")
+        for r in got:
+            self.assertTrue(r.startswith("error: splitzip.InvalidArgumentError: ") and "none of the" in r
+                            and "dimension 7" in r, got)
         # A rule that matches no tensor (mistyped) is said once, by rank 0.
         got = self.run_ranks(2, "nosuch*=shard:0")
         self.assertEqual(got, ["ok", "ok"], got)
         self.assertEqual(len(self.warned), 1, self.warned)
         self.assertIn("rule 'nosuch*' matches no tensor", self.warned[0])
+
+
+    def test_ranks_disagree(self):
+        """Ranks that would plan differently (other rules, a cache of
+        other contents) or that cannot open the cache raise on every rank
+        before any collective could mismatch; none aborts or waits."""
+        got = self.run_ranks(2, ("*_proj.weight=shard:0", ""), cache=self.big, src=self.big_src)
+        for r in got:
+            self.assertTrue(r.startswith("error: splitzip.InvalidArgumentError: ") and "plans of" in r
+                            and "differ" in r, got)
+        got = self.run_ranks(2, "", cache=(self.big, self.big_entropy), src=self.big_src)
+        for r in got:
+            self.assertTrue(r.startswith("error: splitzip.InvalidArgumentError: ") and "differ" in r, got)
+        gone = os.path.join(self.tmp.name, "no-such-cache")
+        got = self.run_ranks(2, "", cache=(self.cache, gone))
+        self.assertTrue(got[1].startswith("error: splitzip.") and "cannot open" in got[1], got)
+        kind = got[1].split(":")[1]
+        self.assertTrue(got[0].startswith("error:" + kind + ":") and "rank 1 could not open or plan" in got[0] and "no-such-cache" in got[0], got)
 
 
 def _gpus() -> int:
