@@ -3,6 +3,7 @@
 import concurrent.futures
 import ctypes
 import errno
+import operator
 import os
 import threading
 from dataclasses import dataclass
@@ -321,6 +322,7 @@ class Cache:
     def __init__(self, path: str, source: Optional[str] = None, resident: bool = False, shared: bool = False):
         self._hv = 0
         self._index = None
+        self.path, self.source = None, None
         l = lib()
         path = os.fspath(path)
         if not path:
@@ -349,6 +351,7 @@ class Cache:
             index = os.path.join(path, "splitzip.json")
             raise error(status, msg, index if status == 3 and msg.startswith(index + ":") else path)
         self._hv = h.value
+        self.path, self.source = path, source
         if resident or shared:
             try:
                 if shared:
@@ -424,6 +427,25 @@ class Cache:
         self._check(lib().sz_count(self._h, ctypes.byref(n)))
         return n.value
 
+    def __contains__(self, name) -> bool:
+        """Whether the checkpoint has a tensor called name."""
+        if not isinstance(name, str):
+            return False
+        try:
+            self.find(name)
+        except NotFoundError:
+            return False
+        return True
+
+    def __iter__(self):
+        """The tensors' names, in index order (as names())."""
+        return iter(self.names())
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self)} tensors"
+        source = f", source={self.source!r}" if self.source is not None else ""
+        return f"<splitzip.Cache {self.path!r}{source}: {state}>"
+
     def info_at(self, index: int) -> TensorInfo:
         """What the cache knows of tensor index (0 <= index < len(cache))."""
         index = self._index_arg(index)
@@ -467,8 +489,12 @@ class Cache:
         return [t.name for t in self.infos()]
 
     def _index_arg(self, index: int) -> int:
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"tensor index must be an int, not {type(index).__name__}")
+        if isinstance(index, bool):
+            raise TypeError("tensor index must be an int, not bool")
+        try:
+            index = operator.index(index)  # numpy and torch integers too
+        except TypeError:
+            raise TypeError(f"tensor index must be an int, not {type(index).__name__}") from None
         if index < 0 or index >= 1 << 63:
             raise error(1, f"tensor index {index}: want 0 to {len(self) - 1}")
         return index

@@ -23,6 +23,15 @@ DTYPES = {
 }
 
 
+def _empty(t) -> np.ndarray:
+    """An array to hold tensor t (a TensorInfo) bit for bit."""
+    dt = DTYPES.get(t.dtype)
+    a = np.empty(t.nbytes, dtype=np.uint8) if dt is None else np.empty(t.shape, dtype=dt)
+    if a.nbytes != t.nbytes:
+        raise ValueError(f"{t.name}: shape {t.shape} of {t.dtype} is {a.nbytes} bytes, tensor has {t.nbytes}")
+    return a
+
+
 def load_file(cache: str, source: Optional[str] = None) -> Dict[str, np.ndarray]:
     """Every tensor of the checkpoint, bit for bit, as numpy arrays.
     BF16 and FP8 come back as unsigned integers of their width, with their
@@ -30,14 +39,18 @@ def load_file(cache: str, source: Optional[str] = None) -> Dict[str, np.ndarray]
     out, items = {}, []
     with Cache(cache, source) as c:
         for t in c.infos():
-            dt = DTYPES.get(t.dtype)
-            if dt is None:
-                a = np.empty(t.nbytes, dtype=np.uint8)
-            else:
-                a = np.empty(t.shape, dtype=dt)
-            if a.nbytes != t.nbytes:
-                raise ValueError(f"{t.name}: shape {t.shape} of {t.dtype} is {a.nbytes} bytes, tensor has {t.nbytes}")
+            a = _empty(t)
             items.append((t.index, a.ctypes.data, a.nbytes))
             out[t.name] = a
         c.read_many(items)
     return out
+
+
+def get_tensor(cache: Cache, name: str) -> np.ndarray:
+    """One tensor of an open Cache, bit for bit, as load_file gives it
+    (safetensors' get_tensor); NotFoundError (a KeyError) when the
+    checkpoint has no tensor called name."""
+    t = cache.info(name)
+    a = _empty(t)
+    cache.read_into_ptr(t.index, a.ctypes.data, a.nbytes)
+    return a

@@ -99,14 +99,23 @@ def _finish(events: list) -> None:
         e.release()
 
 
-def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source: Optional[str] = None) -> Dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint on device, equal bit for bit to
-    safetensors.torch.load_file(source, device=device)."""
+def _device(device) -> torch.device:
+    """The device argument of load_file and get_tensor, checked before
+    any tensor is made."""
     device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    if device.type not in ("cpu", "cuda"):
+        raise error(1, f"device={device}: want the CPU or a CUDA device")
     if device.type == "cuda" and not torch.cuda.is_available():
         # torch's own AssertionError ("not compiled with CUDA") is no
         # splitzip.Error: say it as upload does.
         raise error(6, f"torch {torch.__version__} finds no CUDA device for {device}")
+    return device
+
+
+def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source: Optional[str] = None) -> Dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint on device, equal bit for bit to
+    safetensors.torch.load_file(source, device=device)."""
+    device = _device(device)
     out, items = {}, []
     with Cache(cache, source) as c:
         for info in c.infos():
@@ -115,6 +124,17 @@ def load_file(cache: str, device: Union[str, int, torch.device] = "cpu", source:
             out[info.name] = t
         _finish(_fill(c, items))
     return out
+
+
+def get_tensor(cache: Cache, name: str, device: Union[str, int, torch.device] = "cpu") -> torch.Tensor:
+    """One tensor of an open Cache on device, bit for bit, as load_file
+    gives it (safetensors' get_tensor); NotFoundError (a KeyError) when
+    the checkpoint has no tensor called name."""
+    device = _device(device)
+    info = cache.info(name)
+    t = torch.empty(info.shape, dtype=torch_dtype(info.name, info.dtype), device=device)
+    _finish(_fill(cache, [(info, t)]))
+    return t
 
 
 def upload_into(cache: Cache, tensors: Dict[str, torch.Tensor], wait: bool = True) -> list:

@@ -195,6 +195,41 @@ class TestNumpy(unittest.TestCase):
         with self.assertRaises(splitzip.Error):
             splitzip.Cache(os.path.join(self.tmp.name, "nope"))
 
+    def test_container(self):
+        """A Cache answers `in` and iterates its names, takes numpy
+        integers as indices, and says its path in its repr."""
+        import numpy as np
+        import splitzip
+        c = splitzip.Cache(self.cache)
+        with c:
+            names = c.names()
+            self.assertEqual(list(c), names)
+            self.assertIn(names[0], c)
+            self.assertNotIn("no.such.tensor", c)
+            self.assertNotIn(3, c)
+            self.assertEqual(c.info_at(np.int64(1)), c.info_at(1))
+            with self.assertRaises(TypeError):
+                c.info_at(True)
+            with self.assertRaises(TypeError):
+                c.info_at(1.0)
+            self.assertIn(os.path.abspath(self.cache), repr(c))
+            self.assertIn(f"{len(names)} tensors", repr(c))
+        self.assertIn("closed", repr(c))
+
+    def test_get_tensor(self):
+        """get_tensor gives one tensor as load_file gives it."""
+        import numpy as np
+        import splitzip
+        from splitzip.numpy import get_tensor, load_file
+        every = load_file(self.cache)
+        with splitzip.Cache(self.cache) as c:
+            for name in c.names()[:5]:
+                a = get_tensor(c, name)
+                self.assertEqual((a.dtype, a.shape), (every[name].dtype, every[name].shape))
+                self.assertTrue(np.array_equal(a.view(np.uint8), every[name].view(np.uint8)), name)
+            with self.assertRaises(KeyError):
+                get_tensor(c, "no.such.tensor")
+
     def test_upload_batch_checks_arguments_first(self):
         # Checked before any device is touched, so these run without a GPU.
         import splitzip

@@ -161,3 +161,23 @@ class TestNoGPU(unittest.TestCase):
             with self.assertRaises(splitzip.DeviceError) as cm:
                 load_file(cache, device="cuda:0")
             self.assertIsInstance(cm.exception, RuntimeError)
+
+    def test_other_device_named(self):
+        """load_file to a device neither the CPU nor CUDA (meta) names
+        the argument, before any tensor is made."""
+        import splitzip
+        from splitzip.torch import load_file
+        with tempfile.TemporaryDirectory() as d:
+            _, cache = testenv.generated(d, size="256KiB", shards=1)
+            with self.assertRaises(splitzip.InvalidArgumentError) as cm:
+                load_file(cache, device="meta")
+            self.assertIn("device=meta", str(cm.exception))
+            self.assertNotIn("tensor", str(cm.exception))
+            from splitzip.torch import get_tensor
+            every = load_file(cache)
+            with splitzip.Cache(cache) as c:
+                name = c.names()[0]
+                got = get_tensor(c, name)
+                self.assertTrue(torch.equal(got.view(torch.uint8), every[name].view(torch.uint8)))
+                with self.assertRaises(splitzip.InvalidArgumentError):
+                    get_tensor(c, name, device="meta")
