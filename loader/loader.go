@@ -258,8 +258,9 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	}
 	f, err := l.file(path)
 	if err != nil && path != t.Shard && errors.Is(err, fs.ErrNotExist) {
-		// The index names the copy: a cache that lost a file is damaged.
-		return fileError(t, path, path, fmt.Errorf("%w: %w", shardcache.ErrObjectCorrupt, fs.ErrNotExist))
+		// The index names the copy: a cache that lost a file is damaged
+		// (unless the whole cache went).
+		return &shardcache.TensorError{Tensor: t.Name, File: path, Err: shardcache.MissingObject(path), Named: true}
 	}
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)

@@ -51,6 +51,10 @@ var (
 	ErrNotFound = errors.New("not in the cache")
 	// ErrObjectCorrupt reports an object whose size or hash is wrong.
 	ErrObjectCorrupt = errors.New("cache object is corrupt")
+	// ErrCacheGone reports an object file missing because the cache's
+	// whole folder (its index or its objects folder) is, not the file
+	// alone: a cache removed or moved while it was open.
+	ErrCacheGone = errors.New("the cache's folder was removed or moved while it was open")
 	// ErrSourceChanged reports a source shard that differs from the one compressed.
 	ErrSourceChanged = errors.New("source shard changed")
 	// ErrSourceTime is ErrSourceChanged for a shard of the same size

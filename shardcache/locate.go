@@ -133,8 +133,9 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 		seen[loc.Path] = true
 		st, err := os.Stat(loc.Path)
 		if errors.Is(err, fs.ErrNotExist) {
-			// The index names it: a cache that lost a file is damaged.
-			return &TensorError{Tensor: t.Name, File: loc.Path, Err: fmt.Errorf("%w: %w", ErrObjectCorrupt, fs.ErrNotExist)}
+			// The index names it: a cache that lost a file is damaged
+			// (unless the whole cache went).
+			return &TensorError{Tensor: t.Name, File: loc.Path, Err: MissingObject(loc.Path), Named: true}
 		}
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)

@@ -88,8 +88,9 @@ func (fs *ObjectFiles) open(loc Location) (ObjectBytes, error) {
 		case err == unix.EINTR:
 			continue
 		case err == unix.ENOENT:
-			// The index names it: a cache that lost a file is damaged.
-			return ObjectBytes{}, fmt.Errorf("%s: %w: %w", loc.Path, ErrObjectCorrupt, iofs.ErrNotExist)
+			// The index names it: a cache that lost a file is damaged
+			// (unless the whole cache went).
+			return ObjectBytes{}, MissingObject(loc.Path)
 		case err != nil:
 			return ObjectBytes{}, &os.PathError{Op: "open", Path: loc.Path, Err: err}
 		}
@@ -143,7 +144,7 @@ func (c *Cache) openPack(key Key, path string) (*os.File, error) {
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w: %w", path, ErrObjectCorrupt, iofs.ErrNotExist) // a lost pack
+		return nil, MissingObject(path) // a lost pack
 	}
 	if err != nil {
 		return nil, err // it names path

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -369,5 +370,33 @@ func TestHasChecksEarlierRaw(t *testing.T) {
 	defer c.Close()
 	if got, _, err := c.ReadObject(key); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("after putting it again: %v", err)
+	}
+}
+
+// TestMissingObject: a file the index names that is missing is a damaged
+// cache, unless the cache's index or objects folder went with it (the
+// cache removed or moved while open): a missing file, not corruption.
+func TestMissingObject(t *testing.T) {
+	dir := t.TempDir()
+	obj := filepath.Join(dir, "objects", "ab", "abcd")
+	if err := os.MkdirAll(filepath.Dir(obj), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, IndexName), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := MissingObject(obj)
+	if !errors.Is(err, ErrObjectCorrupt) || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCacheGone) || !strings.HasPrefix(err.Error(), obj) {
+		t.Errorf("object gone: %v, want ErrObjectCorrupt naming it", err)
+	}
+	for _, gone := range []string{filepath.Join(dir, "objects"), filepath.Join(dir, IndexName)} {
+		if err := os.RemoveAll(gone); err != nil {
+			t.Fatal(err)
+		}
+		err := MissingObject(obj)
+		if !errors.Is(err, ErrCacheGone) || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrObjectCorrupt) ||
+			!strings.HasPrefix(err.Error(), obj) || !strings.Contains(err.Error(), "no such file or directory") {
+			t.Errorf("%s gone: %v, want ErrCacheGone, a missing file", gone, err)
+		}
 	}
 }

@@ -34,8 +34,9 @@ func (c *fileCache) get(path string) (*os.File, error) {
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) && c.cache.Holds(path) {
-		// A raw copy the index names, gone: the cache is damaged.
-		return nil, fmt.Errorf("%s: %w: %w", path, shardcache.ErrObjectCorrupt, fs.ErrNotExist)
+		// A raw copy the index names, gone: the cache is damaged (or
+		// went as a whole).
+		return nil, shardcache.MissingObject(path)
 	}
 	if err != nil {
 		return nil, err

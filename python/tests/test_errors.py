@@ -7,6 +7,7 @@ for byte. Needs neither numpy nor torch."""
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -230,6 +231,24 @@ class TestErrors(Generated):
                 with self.assertRaises(splitzip.IntegrityError) as e:
                     c.read_into(t.name, bytearray(t.nbytes))
                 self.assertEqual(e.exception.filename, path)
+
+    def test_cache_removed_while_open(self):
+        """A cache removed or moved while a Cache holds it open is a
+        MissingFileError (a FileNotFoundError) saying so, not an
+        IntegrityError that would tell code to delete a damaged object."""
+        for how in ("rmtree", "rename"):
+            with tempfile.TemporaryDirectory() as d:
+                src, cache = testenv.generated(d)
+                with splitzip.Cache(cache) as c:
+                    t = next(t for t in c.infos() if t.payload == "fixed")
+                    if how == "rmtree":
+                        shutil.rmtree(cache)
+                    else:
+                        os.rename(cache, cache + ".moved")
+                    with self.assertRaises(splitzip.MissingFileError, msg=how) as e:
+                        c.read_into(t.name, bytearray(t.nbytes))
+                    self.assertIsInstance(e.exception, FileNotFoundError)
+                    self.assertIn("removed or moved while it was open", str(e.exception))
 
     def test_damaged_index_names_its_file(self):
         """A cache whose index is damaged: IntegrityError naming the index
