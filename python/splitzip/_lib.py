@@ -121,6 +121,9 @@ def error(status: int, message: str, filename: Optional[str] = None) -> Error:
     said = _STATUS.get(status, "") + ": "
     if message.startswith(said):  # the library's own words for the status, said once
         message = message[len(said):]
+    if status == 4 and "source shard missing" in message and "relocate" not in message:
+        message += (" (if the source moved, open the cache with source= the folder it is in now, or record its "
+                    "new place with 'splitzip relocate CACHE DIR')")
     cls = _CLASSES.get(status, Error)
     if cls is FileError:
         low = message.lower()

@@ -284,6 +284,7 @@ class TestErrors(Generated):
                     except splitzip.SourceChangedError as e:
                         self.assertIsInstance(e, OSError)
                         self.assertEqual(e.filename, shard, t.name)
+                        self.assertIn("source= the folder it is in now", str(e), t.name)
                         failed += 1
             self.assertTrue(failed, f"no raw tensor of {shard}")
 
