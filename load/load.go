@@ -53,7 +53,7 @@ type Report struct {
 	// the staging plan, the arena's reservation and the staging buffers
 	// (pinned on a GPU). Opening the cache's index comes before it.
 	Prepare time.Duration `json:"prepare_ns"`
-	Checked    bool          `json:"checked"`
+	Checked bool          `json:"checked"`
 	// EntropyTensors counts the tensors stored as entropy payloads: read
 	// raw from their source, or without it decoded from their payloads
 	// (on the device, or on the host: see transport.PayloadOptions).
