@@ -260,7 +260,7 @@ func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	if err != nil && path != t.Shard && errors.Is(err, fs.ErrNotExist) {
 		// The index names the copy: a cache that lost a file is damaged
 		// (unless the whole cache went).
-		return &shardcache.TensorError{Tensor: t.Name, File: path, Err: shardcache.MissingObject(path), Named: true}
+		return fileError(t, path, path, shardcache.MissingObject(path))
 	}
 	if err != nil {
 		return fmt.Errorf("tensor %q: %w", t.Name, err)

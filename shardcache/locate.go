@@ -135,7 +135,7 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			// The index names it: a cache that lost a file is damaged
 			// (unless the whole cache went).
-			return &TensorError{Tensor: t.Name, File: loc.Path, Err: MissingObject(loc.Path), Named: true}
+			return &TensorError{Tensor: t.Name, File: loc.Path, Err: MissingObject(loc.Path)}
 		}
 		if err != nil {
 			return fmt.Errorf("tensor %q: %w", t.Name, err)

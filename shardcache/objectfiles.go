@@ -90,7 +90,7 @@ func (fs *ObjectFiles) open(loc Location) (ObjectBytes, error) {
 		case err == unix.ENOENT:
 			// The index names it: a cache that lost a file is damaged
 			// (unless the whole cache went).
-			return ObjectBytes{}, MissingObject(loc.Path)
+			return ObjectBytes{}, fmt.Errorf("%s: %w", loc.Path, MissingObject(loc.Path))
 		case err != nil:
 			return ObjectBytes{}, &os.PathError{Op: "open", Path: loc.Path, Err: err}
 		}
@@ -144,7 +144,7 @@ func (c *Cache) openPack(key Key, path string) (*os.File, error) {
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, MissingObject(path) // a lost pack
+		return nil, fmt.Errorf("%s: %w", path, MissingObject(path)) // a lost pack
 	}
 	if err != nil {
 		return nil, err // it names path

@@ -151,22 +151,22 @@ func (c *Cache) OpenObject(key Key) (*ObjectReader, *Object, error) {
 	return &ObjectReader{SectionReader: io.NewSectionReader(f, int64(loc.Offset), int64(o.Size)), f: f, name: loc.Name()}, o, nil
 }
 
-// MissingObject is the error of a file of the cache (an object, a pack,
-// a raw copy) that the index names and that is not at path: the cache is
-// damaged (ErrObjectCorrupt), unless the cache's index or objects folder
-// is gone too, when the cache was removed or moved while it was open
+// MissingObject is why a file of the cache (an object, a pack, a raw
+// copy) that the index names is not at path: the cache is damaged
+// (ErrObjectCorrupt), unless the cache's index or objects folder is gone
+// too, when the cache was removed or moved while it was open
 // (ErrCacheGone, a missing file: nothing of it is damaged). Either wraps
-// fs.ErrNotExist; the text begins with path.
+// fs.ErrNotExist; the text does not name path (the caller's does).
 func MissingObject(path string) error {
 	objects := filepath.Dir(filepath.Dir(path)) // objects/xx/file
 	if filepath.Base(objects) == "objects" {
 		_, errObjects := os.Stat(objects)
 		_, errIndex := os.Stat(filepath.Join(filepath.Dir(objects), IndexName))
 		if errors.Is(errObjects, fs.ErrNotExist) || errors.Is(errIndex, fs.ErrNotExist) {
-			return fmt.Errorf("%s: %w (%s): %w", path, ErrCacheGone, filepath.Dir(objects), syscall.ENOENT)
+			return fmt.Errorf("%w (%s): %w", ErrCacheGone, filepath.Dir(objects), syscall.ENOENT)
 		}
 	}
-	return fmt.Errorf("%s: %w: %w", path, ErrObjectCorrupt, fs.ErrNotExist)
+	return fmt.Errorf("%w: %w", ErrObjectCorrupt, fs.ErrNotExist)
 }
 
 // openSized opens the file at path that holds the object of key (its
@@ -175,7 +175,7 @@ func MissingObject(path string) error {
 func openSized(path string, key Key, want uint64) (*os.File, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("object %s: %w", key, MissingObject(path))
+		return nil, fmt.Errorf("%s: object %s: %w", path, key, MissingObject(path))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("object %s: %w", key, err) // the error names path

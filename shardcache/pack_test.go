@@ -386,8 +386,8 @@ func TestMissingObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := MissingObject(obj)
-	if !errors.Is(err, ErrObjectCorrupt) || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCacheGone) || !strings.HasPrefix(err.Error(), obj) {
-		t.Errorf("object gone: %v, want ErrObjectCorrupt naming it", err)
+	if !errors.Is(err, ErrObjectCorrupt) || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCacheGone) {
+		t.Errorf("object gone: %v, want ErrObjectCorrupt", err)
 	}
 	for _, gone := range []string{filepath.Join(dir, "objects"), filepath.Join(dir, IndexName)} {
 		if err := os.RemoveAll(gone); err != nil {
@@ -395,7 +395,7 @@ func TestMissingObject(t *testing.T) {
 		}
 		err := MissingObject(obj)
 		if !errors.Is(err, ErrCacheGone) || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrObjectCorrupt) ||
-			!strings.HasPrefix(err.Error(), obj) || !strings.Contains(err.Error(), "no such file or directory") {
+			!strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "no such file or directory") {
 			t.Errorf("%s gone: %v, want ErrCacheGone, a missing file", gone, err)
 		}
 	}

@@ -36,7 +36,7 @@ func (c *fileCache) get(path string) (*os.File, error) {
 	if errors.Is(err, fs.ErrNotExist) && c.cache.Holds(path) {
 		// A raw copy the index names, gone: the cache is damaged (or
 		// went as a whole).
-		return nil, shardcache.MissingObject(path)
+		return nil, fmt.Errorf("%s: %w", path, shardcache.MissingObject(path))
 	}
 	if err != nil {
 		return nil, err
