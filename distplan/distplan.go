@@ -131,16 +131,19 @@ type Part struct {
 
 // Tensor is one tensor's plan.
 type Tensor struct {
-	Name      string    `json:"name"`
-	DType     string    `json:"dtype"`
-	Shape     []uint64  `json:"shape"`
-	Stored    string    `json:"stored"` // shardcache.Stored*
-	Size      uint64    `json:"size"`   // raw bytes
-	Object    uint64    `json:"object_bytes"`
-	Reader    int       `json:"reader"`
-	Placement Placement `json:"placement"`
-	Parts     []Part    `json:"parts"`
-	unit      int       // the read it is part of (Predict counts each once)
+	Name string `json:"name"`
+	// Key is the tensor's content key (its raw bytes' BLAKE3), so that
+	// plans of checkpoints whose tensors differ differ too.
+	Key       shardcache.Key `json:"key,omitempty"`
+	DType     string         `json:"dtype"`
+	Shape     []uint64       `json:"shape"`
+	Stored    string         `json:"stored"` // shardcache.Stored*
+	Size      uint64         `json:"size"`   // raw bytes
+	Object    uint64         `json:"object_bytes"`
+	Reader    int            `json:"reader"`
+	Placement Placement      `json:"placement"`
+	Parts     []Part         `json:"parts"`
+	unit      int            // the read it is part of (Predict counts each once)
 }
 
 // Rank sums what one rank does.
@@ -188,7 +191,7 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 	var order []string
 	for _, sh := range src.Shards {
 		for _, t := range sh.Tensors {
-			tp := Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Stored: t.Stored, Size: t.Size, Object: t.Size,
+			tp := Tensor{Name: t.Name, Key: t.Key, DType: t.DType, Shape: t.Shape, Stored: t.Stored, Size: t.Size, Object: t.Size,
 				Placement: place(rules, t.Name, len(t.Shape))}
 			id := fmt.Sprintf("slice %s@%d", sh.Name, t.Offset)
 			if t.Stored == shardcache.StoredFixed || t.Stored == shardcache.StoredEntropy {
@@ -209,27 +212,8 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 			p.Tensors = append(p.Tensors, tp)
 		}
 	}
-	for _, r := range rules {
-		matched, most := 0, -1 // tensors the pattern matches, the most dimensions among them
-		var widest *Tensor
-		for i := range p.Tensors {
-			if ok, _ := path.Match(r.Pattern, p.Tensors[i].Name); ok {
-				matched++
-				if len(p.Tensors[i].Shape) > most {
-					most, widest = len(p.Tensors[i].Shape), &p.Tensors[i]
-				}
-			}
-		}
-		switch {
-		case matched == 0:
-			p.Unmatched = append(p.Unmatched, r.Pattern)
-		case r.Shard && r.Dim >= most:
-			// A wildcard rule skips a tensor that lacks its dimension; one
-			// that every tensor it matches lacks shards nothing, a mistyped
-			// dimension most likely, that would replicate them all.
-			return nil, fmt.Errorf("%w: rule %s=%s: none of the %d tensors it matches has dimension %d (dimensions count from 0; %s has shape %v)",
-				ErrPlan, r.Pattern, r.Placement, matched, r.Dim, widest.Name, widest.Shape)
-		}
+	if err := p.checkRules(rules); err != nil {
+		return nil, err
 	}
 	// Readers: the largest unit first, to the rank that has read least.
 	sort.SliceStable(order, func(i, j int) bool { return units[order[i]].bytes > units[order[j]].bytes })
@@ -260,6 +244,45 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 		}
 	}
 	return p, nil
+}
+
+// checkRules records the rules' patterns that match no tensor's name
+// (Unmatched) and refuses a wildcard rule that shards along a dimension
+// none of the tensors left to it (matched by no earlier rule) has: it
+// shards nothing, a mistyped dimension most likely, that would replicate
+// them all. (A rule naming a tensor outright is refused for that tensor,
+// by parts.)
+func (p *Plan) checkRules(rules []Rule) error {
+	taken := make([]bool, len(p.Tensors)) // placed by an earlier rule
+	for _, r := range rules {
+		matched, left, most := 0, 0, -1 // most: the most dimensions among those left
+		var widest *Tensor
+		for i := range p.Tensors {
+			t := &p.Tensors[i]
+			if ok, _ := path.Match(r.Pattern, t.Name); !ok {
+				continue
+			}
+			matched++
+			if taken[i] {
+				continue
+			}
+			left++
+			if len(t.Shape) > most {
+				most, widest = len(t.Shape), t
+			}
+			if !r.Shard || r.Dim < len(t.Shape) {
+				taken[i] = true // this rule places it
+			}
+		}
+		switch {
+		case matched == 0:
+			p.Unmatched = append(p.Unmatched, r.Pattern)
+		case r.Shard && left > 0 && r.Dim >= most && strings.ContainsAny(r.Pattern, "*?["):
+			return fmt.Errorf("%w: rule %s=%s shards nothing: none of the %d tensors left to it has dimension %d (dimensions count from 0; %s has shape %v)",
+				ErrPlan, r.Pattern, r.Placement, left, r.Dim, widest.Name, widest.Shape)
+		}
+	}
+	return nil
 }
 
 // parts fills t.Parts from its placement.

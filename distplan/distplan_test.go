@@ -129,7 +129,7 @@ func TestPlanErrors(t *testing.T) {
 		if rules == "*=shard:0" {
 			ranks = 7 // no dimension of the fixture splits into 7
 		}
-		if _, err := New(c, s, ranks, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "model.") {
+		if _, err := New(c, s, ranks, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "model.") || strings.Contains(err.Error(), "shards nothing") {
 			t.Errorf("%s on %d ranks: %v, want ErrPlan naming the tensor", rules, ranks, err)
 		}
 	}
@@ -155,9 +155,17 @@ func TestPlanErrors(t *testing.T) {
 	}
 	// A wildcard rule whose dimension no tensor it matches has shards
 	// nothing: a mistyped dimension, refused rather than replicating them.
-	rs, _ = ParseRules("*.weight=shard:5")
-	if _, err := New(c, s, 2, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "none of the") || !strings.Contains(err.Error(), "dimension 5") {
-		t.Errorf("*.weight=shard:5: %v, want ErrPlan saying no tensor has dimension 5", err)
+	// Tensors an earlier rule places are not its to shard.
+	for _, rules := range []string{"*.weight=shard:5", "*proj*=replicate,*embed*=replicate,*lm_head*=replicate,*.weight=shard:1"} {
+		rs, _ = ParseRules(rules)
+		if _, err := New(c, s, 2, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "shards nothing") {
+			t.Errorf("%s: %v, want ErrPlan saying the last rule shards nothing", rules, err)
+		}
+	}
+	// A rule an earlier one shadows whole is no error.
+	rs, _ = ParseRules("*=replicate,*.weight=shard:5")
+	if _, err := New(c, s, 2, rs); err != nil {
+		t.Errorf("a shadowed rule: %v", err)
 	}
 	for _, bad := range []string{"x", "=shard:0", "*=shard:x", "*=shard:-1", "*=copy", "[=replicate"} {
 		if _, err := ParseRules(bad); !errors.Is(err, ErrPlan) {

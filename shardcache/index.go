@@ -53,7 +53,9 @@ var (
 	ErrObjectCorrupt = errors.New("cache object is corrupt")
 	// ErrCacheGone reports an object file missing because the cache's
 	// whole folder (its index or its objects folder) is, not the file
-	// alone: a cache removed or moved while it was open.
+	// alone: a cache removed or moved while it was open. A read that
+	// overlaps a removal still under way (objects gone, the folders not
+	// yet) reports ErrObjectCorrupt.
 	ErrCacheGone = errors.New("the cache's folder was removed or moved while it was open")
 	// ErrSourceChanged reports a source shard that differs from the one compressed.
 	ErrSourceChanged = errors.New("source shard changed")

@@ -128,7 +128,7 @@ func (c *Cache) CheckAbsent(sh *Shard, path string) error {
 			size = c.ix.Objects[o.Pack].Size
 		}
 		if c.remote != nil || seen[loc.Path] {
-			continue // a remote's sizes were checked when it was opened
+			continue // a remote's sizes were checked when it was opened; a file seen, for an earlier tensor
 		}
 		seen[loc.Path] = true
 		st, err := os.Stat(loc.Path)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 )
@@ -32,7 +33,7 @@ var _ engine.Engine = nullEngine{}
 // (ns/tensor of wall time, cpu-ns/tensor of the process's CPU time,
 // allocs/tensor), which issue 34 wants under 0.5 us.
 func BenchmarkHostCost(b *testing.B) {
-	cache, src := benchCache(b, synth.Config{Tiny: 100000, Shards: 4, Seed: 11}, pipeline.CompressOptions{})
+	cache, src := fixture.Compressed(b, synth.Config{Tiny: 100000, Shards: 4, Seed: 11}, pipeline.CompressOptions{})
 	specs, err := Specs(cache, src)
 	if err != nil {
 		b.Fatal(err)
@@ -85,7 +86,7 @@ func BenchmarkHostCost(b *testing.B) {
 // its source present (one stat a shard) and moved away (each raw tensor's
 // copy found in the cache).
 func BenchmarkSpecs(b *testing.B) {
-	cache, src := benchCache(b, synth.Config{Tiny: 100000, Shards: 4, Seed: 11}, pipeline.CompressOptions{SelfContained: true})
+	cache, src := fixture.Compressed(b, synth.Config{Tiny: 100000, Shards: 4, Seed: 11}, pipeline.CompressOptions{SelfContained: true})
 	for _, c := range []struct {
 		name string
 		root string
@@ -93,6 +94,7 @@ func BenchmarkSpecs(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			moved := *src
 			moved.Root = c.root
+			b.ReportAllocs()
 			n := 0
 			for b.Loop() {
 				specs, err := Specs(cache, &moved)

@@ -3,36 +3,16 @@ package transport
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/engine/hostengine"
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/vmm"
 )
-
-// benchCache generates the checkpoint cfg describes and compresses it with
-// opts into a temporary cache.
-func benchCache(b testing.TB, cfg synth.Config, opts pipeline.CompressOptions) (*shardcache.Cache, *shardcache.Source) {
-	b.Helper()
-	dir := b.TempDir()
-	src := filepath.Join(dir, "ck")
-	if _, err := synth.Write(context.Background(), src, cfg); err != nil {
-		b.Fatal(err)
-	}
-	opts.Output, opts.Jobs, opts.MinSaving, opts.NoSync = filepath.Join(dir, "cache"), 2, max(opts.MinSaving, pipeline.DefaultMinSaving), true
-	if _, err := pipeline.Compress(context.Background(), src, opts); err != nil {
-		b.Fatal(err)
-	}
-	c, err := shardcache.Open(opts.Output)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c, &c.Index().Sources[0]
-}
 
 // benchStore is stack with 4 readers (raw: the raw transport alone) and
 // packing threshold small (0: the transports' default), its staging set
@@ -85,7 +65,7 @@ func BenchmarkHostLoad(b *testing.B) {
 		{"rawcopies", synth.Config{Small: 2000, Shards: 2, Seed: 3}, pipeline.CompressOptions{SelfContained: true, MinSaving: 0.99}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cache, src := benchCache(b, c.cfg, c.opts)
+			cache, src := fixture.Compressed(b, c.cfg, c.opts)
 			if c.gone {
 				if err := os.Rename(src.Root, src.Root+".gone"); err != nil {
 					b.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/splitzip/splitzip/internal/fixture"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -20,7 +21,7 @@ func BenchmarkCacheReads(b *testing.B) {
 		name    string
 		packMax int64
 	}{{"packed", 0}, {"own", -1}} {
-		cache, src := benchCache(b, synth.Config{Small: 2000, Shards: 2, Seed: 5}, pipeline.CompressOptions{PackMax: c.packMax})
+		cache, src := fixture.Compressed(b, synth.Config{Small: 2000, Shards: 2, Seed: 5}, pipeline.CompressOptions{PackMax: c.packMax})
 		var locs []shardcache.Location
 		for _, sh := range src.Shards {
 			for _, t := range sh.Tensors {

@@ -726,7 +726,7 @@ func TestReadStagedParts(t *testing.T) {
 func TestReadThroughLoads(t *testing.T) {
 	for _, name := range []string{pipeline.CodecFixed, pipeline.CodecEntropy} {
 		t.Run(cmp.Or(name, "fixed"), func(t *testing.T) {
-			c, src := benchCache(t, synth.Config{Tiny: 600, Shards: 1, Seed: 21}, pipeline.CompressOptions{Codec: name})
+			c, src := fixture.Compressed(t, synth.Config{Tiny: 600, Shards: 1, Seed: 21}, pipeline.CompressOptions{Codec: name})
 			stored := map[string]int{}
 			var damaged shardcache.Key
 			for _, tn := range src.Shards[0].Tensors {

@@ -32,8 +32,8 @@ object (or raw tensor slice) is read from disk by one rank, the largest first to
 the rank that has read least, and its bytes go to the ranks that need them under
 --tp rules (PATTERN=replicate or PATTERN=shard:DIM, comma separated, the first
 match wins, replicate by default; a wildcard pattern's shard:DIM passes over a
-tensor without dimension DIM, such as a scalar, but one that every tensor it
-matches lacks is refused as a mistyped dimension): a replicated tensor to every
+tensor without dimension DIM, such as a scalar, but one that every tensor left
+to it lacks is refused as a mistyped dimension): a replicated tensor to every
 rank whole, a tensor sharded along dimension 0 as the payload chunks covering
 each rank's values, along another dimension as the whole payload, each rank
 keeping its part.

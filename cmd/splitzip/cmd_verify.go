@@ -131,7 +131,8 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			}
 		}
 		if slices.ContainsFunc(res.Problems, func(p pipeline.Problem) bool {
-			return errors.Is(p.Err, fs.ErrNotExist) && !errors.Is(p.Err, shardcache.ErrObjectCorrupt) // a source file, not a cache object
+			// A source file, not a cache object (nor the cache, gone).
+			return errors.Is(p.Err, fs.ErrNotExist) && !errors.Is(p.Err, shardcache.ErrObjectCorrupt) && !errors.Is(p.Err, shardcache.ErrCacheGone)
 		}) {
 			fmt.Fprintf(g.stderr, "note: %s\n", movedHint(dir))
 		}

@@ -445,7 +445,9 @@ class Cache:
         return iter(self.names())
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self)} tensors"
+        # No library call in a forked child, where it would hang (and a
+        # traceback's repr must not).
+        state = "closed" if self.closed else "a forked copy" if _forked else f"{len(self)} tensors"
         source = f", source={self.source!r}" if self.source is not None else ""
         return f"<splitzip.Cache {self.path!r}{source}: {state}>"
 
@@ -492,8 +494,8 @@ class Cache:
         return [t.name for t in self.infos()]
 
     def _index_arg(self, index: int) -> int:
-        if isinstance(index, bool):
-            raise TypeError("tensor index must be an int, not bool")
+        if isinstance(index, bool) or str(getattr(index, "dtype", "")) in ("bool", "torch.bool"):
+            raise TypeError("tensor index must be an int, not a bool")
         try:
             index = operator.index(index)  # numpy and torch integers too
         except TypeError:

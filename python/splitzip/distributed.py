@@ -9,11 +9,12 @@ group, each stored object read from disk once per node.
 Every rank calls load with the same arguments, on a cache of the same
 contents (its own copy, or the node's shared folder): before any bytes
 travel, one all-reduce checks that every rank opened the cache and
-planned the load alike, so that ranks that disagree (other rules, a
-cache compressed with another codec) or a rank that cannot open its
-cache make every rank raise, rather than their collectives mismatching.
-The plan (splitzip plan,
-docs/DESIGN.md section 6) gives each tensor a reader rank, which reads
+planned the load alike (the plan names each tensor's content key), so
+that ranks that disagree (other rules, another checkpoint, a cache
+compressed with another codec) or a rank that cannot open its cache
+make every rank raise, rather than their collectives mismatching. The
+plan (splitzip plan, docs/DESIGN.md section 6) gives each tensor a
+reader rank, which reads
 its stored bytes (a payload, checked whole, or the raw bytes). A tensor
 sharded along its first dimension is a byte range a rank: the reader
 cuts each rank's part (the payload chunks covering its range, with a
@@ -51,6 +52,7 @@ one GPU (python/tests/test_distributed.py).
 
 import hashlib
 import json
+import os
 import warnings
 from typing import Dict, Optional
 
@@ -118,16 +120,20 @@ def _open(cache: str, source: Optional[str], rules: str, batch_bytes: int, gpu: 
     """The cache and its plan onto world ranks, once every rank has opened
     and planned it alike (_agree): a rank that cannot makes every rank
     raise, none waits."""
-    c, plan, failure = None, None, None
+    c, plan, failure, what = None, None, None, f"cannot open {cache}"
     try:
         c = Cache(cache, source)
         if gpu:
+            what = f"cannot prepare GPU {comm.index} for {cache}"
             c.gpu_prepare(comm.index)
+        what = f"cannot plan {cache} onto {world} ranks"
         plan = c.plan(world, rules)
     except Error as e:  # the library's class, with what failed
-        what = f"cannot plan {cache} onto {world} ranks" if c is not None else f"cannot open {cache}"
-        failure = error(e.status, f"{what}: {e.message}", e.filename)
+        message = e.message if e.message.startswith(cache) else f"{what}: {e.message}"
+        failure = error(e.status, message, e.filename)
         failure.__cause__ = e
+    except Exception as e:  # noqa: BLE001 - told to every rank (as a RuntimeError), then raised
+        failure = e
     try:
         _agree(plan, failure, batch_bytes, gpu, cache, rules, rank, world, group, comm)
     except BaseException:
@@ -156,16 +162,10 @@ def _agree(plan: Optional[dict], failure: Optional[Exception], batch_bytes: int,
     process group's timeout)."""
     fp = _fingerprint(plan, batch_bytes, gpu) if failure is None else [0, 0]
     # The maximum and (negated) minimum of each word, and who failed.
-    word = torch.tensor(fp + [-fp[0], -fp[1], (_status(failure) + 1) * world + rank if failure else 0],
-                        dtype=torch.int64).to(comm)
+    word = torch.tensor(fp + [-fp[0], -fp[1], _failed(1, failure, rank, world)], dtype=torch.int64).to(comm)
     dist.all_reduce(word, op=dist.ReduceOp.MAX, group=group)
     hi0, hi1, lo0, lo1, failed = (int(x) for x in word.cpu())
-    if failed:
-        code, who = divmod(failed, world)
-        words, filename = _tell(failure if rank == who else None, who, rank, group, comm)
-        if failure is not None:
-            raise failure
-        raise _peer(code - 1, f"rank {who} could not open or plan its cache: {words}", filename)
+    _raise_agreed(failed, failure, rank, world, group, comm, lambda item, who: f"rank {who} could not open or plan its cache")
     if (hi0, hi1) != (-lo0, -lo1):
         raise error(1, f"the ranks' plans of {cache} differ: every rank must call load with the same rules, "
                        f"batch_bytes and device kind, on a cache of the same contents (the same checkpoint "
@@ -210,22 +210,55 @@ def _peer(status: int, what: str, filename: Optional[str] = None) -> Exception:
     return error(status, what, filename) if status else RuntimeError(f"splitzip: {what}")
 
 
+def _failed(item: int, failure: Optional[BaseException], rank: int, world: int) -> int:
+    """This rank's word for _raise_agreed: 0, or the failed item (from 1),
+    the failure's status and the rank in one number, so that the maximum
+    over the ranks keeps them together."""
+    return (item * _CODES + _status(failure)) * world + rank if failure is not None else 0
+
+
+def _raise_agreed(failed: int, failure: Optional[BaseException], rank: int, world: int, group, comm, what) -> None:
+    """Raise, on every rank alike, once the maximum of the ranks' _failed
+    words (failed) says one failed: the failing rank it names tells the
+    others its words and file (_tell), then each raises its own failure,
+    or one of the failing rank's class whose text is what(item, rank)
+    and that rank's words."""
+    if not failed:
+        return
+    word, who = divmod(failed, world)
+    item, code = divmod(word, _CODES)
+    words, filename = _tell(failure if rank == who else None, who, rank, group, comm)
+    if failure is not None:
+        raise failure
+    raise _peer(code, f"{what(item, who)}: {words}", filename)
+
+
+def _global(group, r: int) -> int:
+    """The global rank of rank r of group, which collectives' src takes."""
+    return r if group is None else dist.get_global_rank(group, r)
+
+
 def _tell(failure: Optional[BaseException], src: int, rank: int, group, comm):
     """Rank src's failure, told to every rank (all call it alike): its
     words (the library's message, else the exception's text) and the file
     it named, if any."""
     if rank == src:
-        words = failure.message if isinstance(failure, Error) else f"{type(failure).__name__}: {failure}"
-        data = json.dumps([words, getattr(failure, "filename", None)]).encode()
+        try:  # nothing here may keep the others waiting
+            words = failure.message if isinstance(failure, Error) else f"{type(failure).__name__}: {failure}"
+            filename = getattr(failure, "filename", None)
+            filename = os.fsdecode(filename) if isinstance(filename, (str, bytes)) else None
+            data = json.dumps([str(words), filename]).encode()
+        except Exception:  # noqa: BLE001 - the words are lost, not the agreement
+            data = json.dumps([type(failure).__name__, None]).encode()
         n = torch.tensor([len(data)], dtype=torch.int64).to(comm)
     else:
         n = torch.zeros(1, dtype=torch.int64).to(comm)
-    dist.broadcast(n, src=src, group=group)
+    dist.broadcast(n, src=_global(group, src), group=group)
     buf = torch.zeros(int(n.cpu()[0]), dtype=torch.uint8)
     if rank == src:
         buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     wire = buf.to(comm)
-    dist.broadcast(wire, src=src, group=group)
+    dist.broadcast(wire, src=_global(group, src), group=group)
     words, filename = json.loads(bytes(wire.cpu().numpy()).decode())
     return words, filename
 
@@ -282,7 +315,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                 failure, status[0], status[4] = e, k + 1, _status(e)
                 break
     status = status.to(comm)
-    dist.broadcast(status, src=reader, group=group)
+    dist.broadcast(status, src=_global(group, reader), group=group)
     status = status.cpu()
     bad = int(status[0])
     if bad:
@@ -298,7 +331,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
     if packed:
         staged = int(status[1])
         buf = wire if rank == reader else torch.empty(staged, dtype=torch.uint8, device=comm)
-        dist.broadcast(buf, src=reader, group=group)
+        dist.broadcast(buf, src=_global(group, reader), group=group)
         if rank != reader:
             st["received_bytes"] += staged
     elif whole:
@@ -312,7 +345,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                 buf[o:o + items[k][3]] = stored[k]
         if total:
             wire = buf.to(comm)
-            dist.broadcast(wire, src=reader, group=group)
+            dist.broadcast(wire, src=_global(group, reader), group=group)
             buf = wire.cpu()
             if rank != reader:
                 st["received_bytes"] += total
@@ -331,7 +364,7 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
                         cat = torch.cat(parts[r])
                         b[:cat.numel()] = cat
                     send.append(b.to(comm))
-            dist.scatter(got, send, src=reader, group=group)
+            dist.scatter(got, send, src=_global(group, reader), group=group)
             recv = got.cpu()
             if rank != reader:
                 st["received_bytes"] += int(sizes[rank].sum())
@@ -364,18 +397,10 @@ def _batch(c: Cache, reader: int, items: list, rank: int, world: int, group, com
         failed = 0
     except Exception as e:  # agreed on with the other ranks, then raised
         failure = e
-    # The failed item, its status and the rank in one word, so that the
-    # maximum keeps them together.
-    flag = torch.tensor([((failed * _CODES + _status(failure)) * world + rank) if failed else 0],
-                        dtype=torch.int64).to(comm)
+    flag = torch.tensor([_failed(failed, failure, rank, world)], dtype=torch.int64).to(comm)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    word, who = divmod(int(flag.cpu()[0]), world)
-    bad, code = divmod(word, _CODES)
-    if bad:
-        words, filename = _tell(failure if rank == who else None, who, rank, group, comm)
-        if failure is not None:
-            raise failure
-        raise _peer(code, f"rank {who} failed to decode tensor {items[bad - 1][0]['name']}: {words}", filename)
+    _raise_agreed(int(flag.cpu()[0]), failure, rank, world, group, comm,
+                  lambda item, who: f"rank {who} failed to decode tensor {items[item - 1][0]['name']}")
 
 
 def _dtype(t: dict, info) -> "torch.dtype":

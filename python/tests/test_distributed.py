@@ -24,10 +24,26 @@ import torch.multiprocessing as mp
 DT = {"BF16": "bfloat16", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32"}
 
 
-def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=-1, backend="gloo"):
+def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=-1, backend="gloo", members=None,
+            fault=None):
     if backend == "nccl":
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=f"file://{pg}", rank=rank, world_size=world)
+    group = None
+    if members is not None:  # a load in a group of these global ranks; the others only make the group
+        group = dist.new_group(members)
+        if rank not in members:
+            with open(f"{result}.{rank}", "w") as f:
+                f.write("not a member")
+            dist.destroy_process_group()
+            return
+        world = len(members)
+    if fault == "plan-memoryerror" and rank == 1:  # an error not splitzip's while planning, on rank 1
+        from splitzip._lib import Cache
+
+        def plan(self, ranks, rules=""):
+            raise MemoryError("no memory for the plan")
+        Cache.plan = plan
     if isinstance(rules, (list, tuple)):  # each rank its own (ranks that disagree)
         rules = rules[rank]
     if isinstance(cache, (list, tuple)):
@@ -58,7 +74,7 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
         try:
             with warnings.catch_warnings(record=True) as ws:
                 warnings.simplefilter("always")
-                got = load(cache, rules=rules, batch_bytes=batch, stats=stats)
+                got = load(cache, rules=rules, batch_bytes=batch, stats=stats, group=group)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             with open(f"{result}.{rank}", "w") as f:
                 f.write(f"error: {type(e).__module__}.{type(e).__name__}: {e} [filename={getattr(e, 'filename', None)}]")
@@ -83,7 +99,7 @@ def _worker(rank, world, pg, cache, rules, src_dir, result, batch, corrupt_rank=
                         continue
                     break
             if t is not None and dim is not None:
-                t = torch.chunk(t, world, dim=dim)[rank].contiguous()
+                t = torch.chunk(t, world, dim=dim)[dist.get_rank(group)].contiguous()
             g = got.get(name)
             if g is not None and backend == "nccl":
                 if g.device.type != "cuda":
@@ -118,11 +134,11 @@ class TestDistributed(unittest.TestCase):
 
     backend = "gloo"
 
-    def run_ranks(self, world, rules, cache=None, batch=64 << 20, src=None, corrupt_rank=-1):
+    def run_ranks(self, world, rules, cache=None, batch=64 << 20, src=None, corrupt_rank=-1, members=None, fault=None):
         d = tempfile.mkdtemp(dir=self.tmp.name)
         result = os.path.join(d, "result")
         mp.spawn(_worker, args=(world, os.path.join(d, "pg"), cache or self.cache, rules, src or self.src, result, batch,
-                                corrupt_rank, self.backend),
+                                corrupt_rank, self.backend, members, fault),
                  nprocs=world, join=True)
         out = []
         self.received = 0
@@ -227,11 +243,33 @@ class TestDistributed(unittest.TestCase):
         got = self.run_ranks(2, "", cache=(self.big, self.big_entropy), src=self.big_src)
         for r in got:
             self.assertTrue(r.startswith("error: splitzip.InvalidArgumentError: ") and "differ" in r, got)
+        # Two checkpoints of the same shapes, stored raw (F32 under the
+        # fixed codec): plans alike but for the tensors' content keys.
+        f32 = []
+        for seed in ("1", "2"):
+            d = os.path.join(self.tmp.name, "f32-" + seed)
+            subprocess.run([BIN, "gen", d + "/ck", "--size", "1MiB", "--dtype", "F32", "--seed", seed, "-q"],
+                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([BIN, "compress", d + "/ck", "-o", d + "/cache", "--no-sync", "-q"], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            f32.append(d + "/cache")
+        got = self.run_ranks(2, "", cache=tuple(f32), src=os.path.dirname(f32[0]) + "/ck")
+        for r in got:
+            self.assertTrue(r.startswith("error: splitzip.InvalidArgumentError: ") and "differ" in r, got)
         gone = os.path.join(self.tmp.name, "no-such-cache")
         got = self.run_ranks(2, "", cache=(self.cache, gone))
-        self.assertTrue(got[1].startswith("error: splitzip.") and "cannot open" in got[1], got)
-        kind = got[1].split(":")[1]
-        self.assertTrue(got[0].startswith("error:" + kind + ":") and "rank 1 could not open or plan" in got[0] and "no-such-cache" in got[0], got)
+        self.assertTrue(got[1].startswith("error: splitzip.MissingFileError: ") and f"[filename={gone}]" in got[1], got)
+        self.assertTrue(got[0].startswith("error: splitzip.MissingFileError: ") and "rank 1 could not open or plan" in got[0]
+                        and f"[filename={gone}]" in got[0], got)
+        # An error not splitzip's on one rank: a RuntimeError with its words on the others, no wait.
+        got = self.run_ranks(2, "", fault="plan-memoryerror")
+        self.assertTrue(got[1].startswith("error: builtins.MemoryError: no memory for the plan"), got)
+        self.assertTrue(got[0].startswith("error: builtins.RuntimeError: ") and "MemoryError: no memory" in got[0], got)
+
+    def test_subgroup(self):
+        """A load in a group that leaves out global rank 0: collectives
+        name their source by its global rank."""
+        self.assertEqual(self.run_ranks(3, "*_proj.weight=shard:0", members=[1, 2]), ["not a member", "ok", "ok"])
 
 
 def _gpus() -> int:
@@ -252,6 +290,16 @@ class TestDistributedNCCL(TestDistributed):
     are GPUs, up to the world each test asks for): tensors sent whole
     travel as a pack and are decoded on the GPU by one scatter a batch."""
     backend = "nccl"
+
+    def test_ranks_disagree(self):
+        if _gpus() < 2:
+            self.skipTest("ranks that disagree need two GPUs")
+        super().test_ranks_disagree()
+
+    def test_subgroup(self):
+        if _gpus() < 3:
+            self.skipTest("a group leaving out rank 0 needs three GPUs")
+        super().test_subgroup()
 
     def run_ranks(self, world, rules, **kw):
         world = min(world, _gpus())

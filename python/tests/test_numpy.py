@@ -208,8 +208,9 @@ class TestNumpy(unittest.TestCase):
             self.assertNotIn("no.such.tensor", c)
             self.assertNotIn(3, c)
             self.assertEqual(c.info_at(np.int64(1)), c.info_at(1))
-            with self.assertRaises(TypeError):
-                c.info_at(True)
+            for b in (True, np.True_):
+                with self.assertRaises(TypeError):
+                    c.info_at(b)
             with self.assertRaises(TypeError):
                 c.info_at(1.0)
             self.assertIn(os.path.abspath(self.cache), repr(c))
