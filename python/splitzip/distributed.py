@@ -145,9 +145,9 @@ def _open(cache: str, source: Optional[str], rules: str, batch_bytes: int, gpu: 
 
 def _fingerprint(plan: dict, batch_bytes: int, gpu: bool) -> list:
     """Two 63-bit words of a hash of what every rank must agree on before
-    the first collective: the plan (the tensors, their stored kinds and
-    sizes, readers and placements), the batch size and whether packs
-    travel in CUDA memory."""
+    the first collective: the plan (the tensors, their content keys,
+    stored kinds and sizes, readers and placements), the batch size and
+    whether packs travel in CUDA memory."""
     text = json.dumps([plan, batch_bytes, gpu], sort_keys=True).encode()
     h = hashlib.blake2b(text, digest_size=16).digest()
     return [int.from_bytes(h[:8], "little") >> 1, int.from_bytes(h[8:], "little") >> 1]
