@@ -100,9 +100,9 @@ func (c *Cache) PreferCopy(t *Tensor) bool {
 	return err == nil && o.Kind == KindRaw && o.Checksum != 0
 }
 
-// CopySlice is RawSlice where the tensor is not read from its source
-// (the shard absent, which the caller checked once for the shard rather
-// than a stat a tensor, or PreferCopy): its raw copy in the cache.
+// CopySlice is RawSlice for a shard whose source is absent (the caller
+// checked once for the shard rather than a stat a tensor): the tensor's
+// raw copy in the cache.
 func (c *Cache) CopySlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
 	switch {
 	case t.Stored == StoredRaw && t.CopyStored:
