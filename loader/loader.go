@@ -241,10 +241,10 @@ func (l *Loader) ReadHost(i int, dst []byte) error {
 	return l.readSource(t, dst)
 }
 
-// readSource reads a raw tensor from its copy in the cache, checked
-// (checkCopy), where shardcache.RawSlice says so (a copy with a CRC-32C,
-// or the shard absent), else from its shard, which must not have changed
-// since compression. Payloads never come here (ReadHost decodes them).
+// readSource reads a raw tensor from its shard, which must not have
+// changed since compression, or, when the shard is absent, from its copy
+// in the cache, checked (checkCopy). Payloads never come here (ReadHost
+// decodes them).
 func (l *Loader) readSource(t *Tensor, dst []byte) error {
 	path, off, err := l.rawSlice(t)
 	if err != nil {

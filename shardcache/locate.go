@@ -68,10 +68,9 @@ func (sh *Shard) AllInCache() bool {
 func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == StoredEntropy }
 
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file
-// is at path now) are read from: its raw copy in the cache (its own file,
-// or its range of a pack) where the cache keeps one with a CRC-32C
-// (PreferCopy), else the source slice when the shard is there (and
-// unchanged), else the copy.
+// is at path now) are read from: the source slice when the shard is there
+// (and unchanged), else the tensor's raw copy in the cache (its own file,
+// or its range of a pack).
 // A tensor whose bytes are only in an absent source is ErrSourceMissing;
 // an entropy payload's tensor with its source absent, ErrHostDecode.
 func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, error) {
@@ -79,25 +78,10 @@ func (c *Cache) RawSlice(sh *Shard, path string, t *Tensor) (string, uint64, err
 	switch {
 	case err != nil:
 		return "", 0, err
-	case present && !c.PreferCopy(t):
+	case present:
 		return path, t.Offset, nil
 	}
 	return c.CopySlice(sh, path, t)
-}
-
-// PreferCopy reports whether tensor t, stored raw, is read from its copy
-// in the cache even where its source is there (a self-contained cache):
-// the copy is checked on every read (its CRC-32C), the source only by
-// its size and time, so a source edited in place that keeps both would
-// otherwise be served unnoticed. Copies of caches written before their
-// CRC was recorded (2026-12-07) would need a content hash a read; they
-// are read from the source as before.
-func (c *Cache) PreferCopy(t *Tensor) bool {
-	if t.Stored != StoredRaw || !t.CopyStored || c.remote != nil {
-		return false
-	}
-	o, err := c.Lookup(t.Key)
-	return err == nil && o.Kind == KindRaw && o.Checksum != 0
 }
 
 // CopySlice is RawSlice for a shard whose source is absent (the caller

@@ -17,9 +17,8 @@ import (
 // so every size from the index is bounded by a file before the arena is
 // sized from it. A payload's spec names its source slice (the payload
 // transport finds the payload by it); a raw tensor's names where its bytes
-// are read: its copy in the cache where the cache prefers it
-// (shardcache.Cache.PreferCopy) or the source is absent, else the source
-// slice.
+// are read, the source slice or, for an absent source, its copy in the
+// cache.
 func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 	n := 0
 	for si := range src.Shards {
@@ -42,7 +41,7 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 		for ti := range sh.Tensors {
 			t := &sh.Tensors[ti]
 			file, off := path, t.Offset
-			if t.Stored != shardcache.StoredFixed && (!present || c.PreferCopy(t)) {
+			if t.Stored != shardcache.StoredFixed && !present {
 				// An entropy payload without its source keeps its source
 				// slice: the payload transport finds it by it and
 				// decodes it on the host.
