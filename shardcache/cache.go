@@ -385,6 +385,11 @@ func Fingerprint(sh *Shard) string {
 // decompress), not by a load, which reads raw slices unhashed.
 func CheckStat(sh *Shard, path string) error {
 	st, err := os.Stat(path)
+	return checkInfo(sh, path, st, err)
+}
+
+// checkInfo is CheckStat of what a stat of path returned.
+func checkInfo(sh *Shard, path string, st fs.FileInfo, err error) error {
 	if err != nil {
 		return fmt.Errorf("source shard: %w", err) // the error names path
 	}

@@ -25,10 +25,11 @@ var ErrHostDecode = errors.New("source shard missing; the tensor is an entropy p
 // absent shard is no error: tensors whose bytes the cache holds are served
 // from the cache.
 func SourceState(sh *Shard, path string) (present bool, err error) {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+	st, err := os.Stat(path) // once: a load's host reads ask this a tensor
+	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	return true, CheckSource(sh, path)
+	return true, sourceError(sh, checkInfo(sh, path, st, err))
 }
 
 // CheckSource is CheckStat for a cache's source file about to be served
@@ -38,7 +39,11 @@ func SourceState(sh *Shard, path string) (present bool, err error) {
 // a changed one stops a load rather than let a cache that tracks it
 // serve stale tensors.)
 func CheckSource(sh *Shard, path string) error {
-	err := CheckStat(sh, path)
+	return sourceError(sh, CheckStat(sh, path))
+}
+
+// sourceError is CheckSource's error of CheckStat's err.
+func sourceError(sh *Shard, err error) error {
 	var fe *FileError
 	if err != nil && sh.AllInCache() && errors.As(err, &fe) {
 		return &FileError{File: fe.File, Err: fmt.Errorf("%w; %s", fe.Err, allInCacheHint)}
