@@ -52,5 +52,6 @@ def get_tensor(cache: Cache, name: str) -> np.ndarray:
     checkpoint has no tensor called name."""
     t = cache.info(name)
     a = _empty(t)
-    cache.read_into_ptr(t.index, a.ctypes.data, a.nbytes)
+    if a.nbytes:
+        cache.read_into_ptr(t.index, a.ctypes.data, a.nbytes)
     return a
