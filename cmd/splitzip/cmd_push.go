@@ -37,13 +37,10 @@ func (o *registryOptions) addFlags(cmd *cobra.Command) {
 // an s3:// one, --endpoint-url for a registry's.
 func (o registryOptions) check(ref string) error {
 	s3 := s3store.IsURL(ref)
-	switch {
-	case o.Insecure && s3:
-		return usageError{fmt.Errorf("--insecure is for a registry reference, not %s", ref)}
-	case o.Endpoint != "" && !s3:
-		return usageError{fmt.Errorf("--endpoint-url is for an s3:// reference, not %s", ref)}
-	}
-	return nil
+	return refuseFlags(ref, []flagUse{
+		{o.Insecure, !s3, "--insecure", "a registry reference"},
+		{o.Endpoint != "", s3, "--endpoint-url", "an s3:// reference"},
+	})
 }
 
 func (o registryOptions) oci(g *globals) oci.Options {

@@ -53,16 +53,26 @@ func (o *remoteOptions) addFlags(cmd *cobra.Command) {
 // oci:// one.
 func (o remoteOptions) check(cache string) error {
 	s3, reg := s3store.IsURL(cache), strings.HasPrefix(cache, ociScheme)
-	for _, f := range []struct {
-		set, applies bool
-		name, what   string
-	}{
+	return refuseFlags(cache, []flagUse{
 		{o.LocalCache != "", s3 || reg, "--local-cache", "a remote cache (s3:// or oci://)"},
 		{o.Insecure, reg, "--insecure", "an oci:// cache"},
 		{o.Endpoint != "", s3, "--endpoint-url", "an s3:// cache"},
-	} {
+	})
+}
+
+// flagUse is a flag, whether it is set, and whether it does anything for
+// the reference at hand (what says for what it does).
+type flagUse struct {
+	set, applies bool
+	name, what   string
+}
+
+// refuseFlags is a usage error naming the first flag set that does
+// nothing for ref, or nil.
+func refuseFlags(ref string, flags []flagUse) error {
+	for _, f := range flags {
 		if f.set && !f.applies {
-			return usageError{fmt.Errorf("%s is for %s, not %s", f.name, f.what, cache)}
+			return usageError{fmt.Errorf("%s is for %s, not %s", f.name, f.what, ref)}
 		}
 	}
 	return nil
