@@ -118,17 +118,13 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	if err := c.Index().LoadStats(); err != nil {
 		fail(filepath.Join(dir, shardcache.IndexName), "", err)
 	}
-	sources := c.Index().Sources
-	switch {
-	case opts.Source != "":
-		s, err := c.PickSource(opts.Source)
-		if err != nil {
-			return nil, err
-		}
-		sources = []shardcache.Source{*s}
-	case len(opts.Only) > 0:
+	sources, picks := c.Index().Sources, opts.Only
+	if opts.Source != "" {
+		picks = []string{opts.Source}
+	}
+	if len(picks) > 0 {
 		sources = nil
-		for _, p := range opts.Only {
+		for _, p := range picks {
 			s, err := c.PickSource(p)
 			if err != nil {
 				return nil, err
