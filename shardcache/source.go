@@ -187,10 +187,12 @@ func shardsIn(dir string, s *Source) (held int, lacks []string) {
 		case errors.Is(err, fs.ErrNotExist) && sh.AllInCache():
 		case err != nil:
 			lacks = append(lacks, sh.Name+" is missing")
-		case uint64(st.Size()) != sh.Size && sh.AllInCache():
-			lacks = append(lacks, fmt.Sprintf("%s has %d bytes, the recorded shard %d (the cache holds its every tensor: a copy without this file is one)", sh.Name, st.Size(), sh.Size))
 		case uint64(st.Size()) != sh.Size:
-			lacks = append(lacks, fmt.Sprintf("%s has %d bytes, the recorded shard %d", sh.Name, st.Size(), sh.Size))
+			why := fmt.Sprintf("%s has %d bytes, the recorded shard %d", sh.Name, st.Size(), sh.Size)
+			if sh.AllInCache() {
+				why += " (the cache holds its every tensor: a copy without this file is one)"
+			}
+			lacks = append(lacks, why)
 		default:
 			held++
 		}
