@@ -27,8 +27,10 @@ func newTensorCompressor(w *shardcache.Writer, opts *CompressOptions) *tensorCom
 
 // compressCost is what one compress job holds besides its tables: the
 // segment buffer its source reader reads into (kept between the passes
-// over a tensor that fits in it), the encoder's stage and output buffers.
-const compressCost = 4 * segmentBytes
+// over a tensor that fits in it), the encoder's stage and output buffers,
+// and a small object's bytes, held in memory until it is committed
+// (shardcache.BufferedObjectBytes).
+const compressCost = 4*segmentBytes + shardcache.BufferedObjectBytes
 
 // reuse records t as the object o stored by an earlier tensor or
 // checkpoint: a tensor has one form in a cache, so a payload an earlier

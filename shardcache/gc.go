@@ -10,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/splitzip/splitzip/atomicfile"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -496,14 +494,14 @@ func knownFiles(dir string, ix *Index, pins []Pin) map[string]bool {
 }
 
 // unpackLive copies the used members of packs that also have unused ones
-// into tmp/ as pending objects, so that Commit writes them into new packs
+// into the spill file as pending objects, so that Commit writes them into new packs
 // (w.mu held). Their records leave the index until then; the old pack
 // file stays until the new index is committed.
 func (w *Writer) unpackLive(ctx context.Context, pl gcPlan, check PayloadCheck) error {
 	files := packFiles{dir: w.dir, open: map[Key]*os.File{}}
 	defer files.close()
 	for k, o := range w.ix.Objects {
-		if !repacked(k, o, pl.used, pl.live, pl.dead) || w.pending[k].path != "" {
+		if !repacked(k, o, pl.used, pl.live, pl.dead) || w.pending[k].meta != nil {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -513,22 +511,13 @@ func (w *Writer) unpackLive(ctx context.Context, pl gcPlan, check PayloadCheck) 
 		if err != nil {
 			return err
 		}
-		tmp, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
+		off, err := w.spill.put(w.dir, b)
 		if err != nil {
-			return w.cacheError(err)
-		}
-		_, err = tmp.Write(b)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(tmp.Name())
 			return w.cacheError(err)
 		}
 		m := *o
 		m.Pack, m.Offset = "", 0
-		w.pending[k] = pendingObject{path: tmp.Name(), meta: &m}
-		w.pendingOrder = append(w.pendingOrder, k)
+		w.addPending(k, pendingObject{off: off, meta: &m})
 		delete(w.ix.Objects, k)
 	}
 	return nil

@@ -294,6 +294,7 @@ func TestCreateRemovesLeftovers(t *testing.T) {
 			t.Errorf("%s is still there after Create", p)
 		}
 	}
+	w.SetPackMax(0) // an object in a temporary file from the start
 	o, err := w.NewObject()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -262,10 +263,12 @@ func (w *Writer) SetPackMax(n uint64) {
 	w.mu.Unlock()
 }
 
-// pendingObject is a small object written to tmp/ and waiting for Commit
-// to put it into a pack.
+// pendingObject is a small object waiting for Commit to put it into a
+// pack: a file in tmp/ (path), or meta.Size bytes at off in the writer's
+// spill file.
 type pendingObject struct {
 	path string
+	off  int64
 	meta *Object
 }
 
@@ -350,7 +353,7 @@ func (w *Writer) packPending(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := pw.add(k, p); err != nil {
+		if err := pw.add(k, p, w.spill.f); err != nil {
 			pw.abort()
 			return err
 		}
@@ -359,8 +362,11 @@ func (w *Writer) packPending(ctx context.Context) error {
 		return err
 	}
 	for _, p := range w.pending {
-		os.Remove(p.path)
+		if p.path != "" {
+			os.Remove(p.path)
+		}
 	}
+	w.spill.drop()
 	clear(w.pending)
 	w.pendingOrder = w.pendingOrder[:0]
 	return nil
@@ -384,17 +390,29 @@ func newPackWriter(dir string) (*packWriter, error) {
 	return &packWriter{f: f, h: newPackHasher()}, nil
 }
 
-// add appends a pending object at the next aligned offset.
-func (pw *packWriter) add(k Key, p pendingObject) error {
+// add appends a pending object at the next aligned offset, reading it
+// from its file or from spill.
+func (pw *packWriter) add(k Key, p pendingObject, spill *os.File) error {
 	pad := alignPack(pw.size) - pw.size
-	b, err := os.ReadFile(p.path)
+	n := int(pad + p.meta.Size)
+	pw.buf = slices.Grow(pw.buf[:0], n)[:n]
+	clear(pw.buf[:pad])
+	b := pw.buf[pad:]
+	var err error
+	if p.path != "" {
+		var got []byte
+		if got, err = os.ReadFile(p.path); err == nil && len(got) != len(b) {
+			err = fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", k, len(got), p.meta.Size)
+		}
+		copy(b, got)
+	} else if spill == nil {
+		err = fmt.Errorf("shardcache: object %s: no spill file", k)
+	} else {
+		_, err = spill.ReadAt(b, p.off)
+	}
 	if err != nil {
 		return err
 	}
-	if uint64(len(b)) != p.meta.Size {
-		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", k, len(b), p.meta.Size)
-	}
-	pw.buf = append(append(pw.buf[:0], make([]byte, pad)...), b...)
 	if _, err := pw.f.Write(pw.buf); err != nil {
 		return err
 	}

@@ -95,25 +95,27 @@ func TestRawObjectCRC(t *testing.T) {
 		}, false},
 		{"Truncate", func(o *ObjectFile) { o.Write(data); o.Write(data[:7]); o.Truncate(int64(len(data))) }, false},
 	} {
-		w, _ := newWriter(t)
-		w.SetPackMax(0)
-		o, err := w.NewObject()
-		if err != nil {
-			t.Fatal(err)
+		for _, packMax := range []uint64{0, DefaultPackMax} { // in a file, in memory
+			w, _ := newWriter(t)
+			w.SetPackMax(packMax)
+			o, err := w.NewObject()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.write(o)
+			key := KeyOf(data)
+			meta := &Object{Kind: KindRaw, Size: uint64(len(data)), RawSize: uint64(len(data))}
+			if err := o.Commit(key, meta); err != nil {
+				t.Fatalf("%s, pack max %d: %v", c.name, packMax, err)
+			}
+			want := uint32(0)
+			if c.ordered {
+				want = crc32.Checksum(data, castagnoli)
+			}
+			if meta.Checksum != want {
+				t.Errorf("%s, pack max %d: recorded CRC-32C %08x, want %08x", c.name, packMax, meta.Checksum, want)
+			}
+			w.Close()
 		}
-		c.write(o)
-		key := KeyOf(data)
-		meta := &Object{Kind: KindRaw, Size: uint64(len(data)), RawSize: uint64(len(data))}
-		if err := o.Commit(key, meta); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		want := uint32(0)
-		if c.ordered {
-			want = crc32.Checksum(data, castagnoli)
-		}
-		if meta.Checksum != want {
-			t.Errorf("%s: recorded CRC-32C %08x, want %08x", c.name, meta.Checksum, want)
-		}
-		w.Close()
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -31,10 +30,11 @@ type Writer struct {
 	// behind that gc would have to find.
 	added map[Key]bool
 	// packMax is the stored size at or below which an object waits in
-	// pending (a file in tmp/) for Commit to write it into a pack.
+	// pending (in tmp/) for Commit to write it into a pack.
 	packMax      uint64
 	pending      map[Key]pendingObject
 	pendingOrder []Key
+	spill        spill // the pending objects that have no file of their own
 	// leftFiles and leftBytes count the files killed writers left in
 	// tmp/, which Create removed (GC reports them).
 	leftFiles int
@@ -299,185 +299,6 @@ func (w *Writer) Has(key Key) (*Object, bool) {
 	return o, true
 }
 
-// ObjectFile is an object being written: a temporary file until Commit.
-type ObjectFile struct {
-	*os.File
-	w       *Writer
-	pending bool // Commit left the file in tmp/ for a pack
-	// written counts the bytes Write wrote; hinted, those of them whose
-	// writeback startWriteback has asked for.
-	written, hinted int64
-	// crc is the CRC-32C of what Write wrote, in order; scattered says
-	// WriteAt wrote too, so crc is not the file's.
-	crc       uint32
-	scattered bool
-}
-
-// castagnoli is the CRC-32C table: raw objects' checksums are CRC-32C, as
-// payloads' are (package codec).
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// writebackStep is how many bytes Write lets pile up in the page cache
-// before it asks the kernel to start writing them to disk (WriteAt, the
-// fixed codec's, does not: its objects are hinted whole at Commit).
-const writebackStep = 8 << 20
-
-// NewObject starts a new object in a temporary file.
-func (w *Writer) NewObject() (*ObjectFile, error) {
-	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "object")
-	if err != nil {
-		return nil, w.cacheError(err)
-	}
-	return &ObjectFile{File: f, w: w}, nil
-}
-
-// Write writes to the object; an error names the cache, not the
-// temporary file.
-func (o *ObjectFile) Write(b []byte) (int, error) {
-	n, err := o.File.Write(b)
-	o.crc = crc32.Update(o.crc, castagnoli, b[:n])
-	o.written += int64(n)
-	if !o.w.noSync && o.written-o.hinted >= writebackStep {
-		startWriteback(o.File, o.hinted, o.written-o.hinted)
-		o.hinted = o.written
-	}
-	return n, o.w.cacheError(err)
-}
-
-// ReadFrom writes what r reads through Write (not around it, as
-// *os.File's would), so that the CRC-32C and the writeback hints see it.
-func (o *ObjectFile) ReadFrom(r io.Reader) (int64, error) {
-	bp := readFromBufs.Get().(*[]byte)
-	defer readFromBufs.Put(bp)
-	return io.CopyBuffer(struct{ io.Writer }{o}, r, *bp)
-}
-
-// readFromBufs hold ReadFrom's buffers: 1 MiB, for few write calls.
-var readFromBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
-
-// WriteString is Write of s.
-func (o *ObjectFile) WriteString(s string) (int, error) { return o.Write([]byte(s)) }
-
-// Seek moves the file's offset: what Write writes next is no longer the
-// object's bytes in order, so no CRC-32C is recorded for it.
-func (o *ObjectFile) Seek(off int64, whence int) (int64, error) {
-	o.scattered = true
-	return o.File.Seek(off, whence)
-}
-
-// Truncate changes the file's size; no CRC-32C is recorded for it then.
-func (o *ObjectFile) Truncate(size int64) error {
-	o.scattered = true
-	return o.File.Truncate(size)
-}
-
-// WriteAt writes to the object at off; an error names the cache, not the
-// temporary file.
-func (o *ObjectFile) WriteAt(b []byte, off int64) (int, error) {
-	n, err := o.File.WriteAt(b, off)
-	o.scattered = true
-	return n, o.w.cacheError(err)
-}
-
-// cacheError is err, from writing into the cache, naming the cache folder
-// in place of a temporary file (whose name means nothing to a user); other
-// errors it returns as they are.
-func (w *Writer) cacheError(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) && atomicfile.IsTemp(filepath.Base(pe.Path)) {
-		return &fs.PathError{Op: pe.Op, Path: w.dir, Err: pe.Err}
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) && atomicfile.IsTemp(filepath.Base(le.Old)) {
-		return &fs.PathError{Op: le.Op, Path: w.dir, Err: le.Err}
-	}
-	return err
-}
-
-// Commit moves the object into place under key and records it; an object
-// of at most the pack size (SetPackMax) waits in tmp/ for the writer's
-// Commit to put it into a pack. The file's size must equal meta.Size. A
-// raw object written in order (Write) gets its CRC-32C recorded
-// (Object.Checksum), for loads to check its bytes by.
-func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
-	defer func() { err = o.w.cacheError(err) }()
-	st, err := o.Stat()
-	if err != nil {
-		o.Abort()
-		return err
-	}
-	if uint64(st.Size()) != meta.Size {
-		o.Abort()
-		return fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", key, st.Size(), meta.Size)
-	}
-	if meta.Kind == KindRaw && !o.scattered && o.written == st.Size() {
-		if meta.Checksum != 0 && meta.Checksum != o.crc {
-			o.Abort()
-			return fmt.Errorf("shardcache: raw object %s: %w: its bytes' CRC-32C is %08x, its record says %08x", key, ErrObjectCorrupt, o.crc, meta.Checksum)
-		}
-		meta.Checksum = o.crc
-	}
-	w := o.w
-	w.mu.Lock()
-	packed := meta.Size <= w.packMax && meta.Kind != KindPack
-	w.mu.Unlock()
-	// An object bound for a pack is copied into it and removed: only
-	// the others are worth writing back now.
-	if !w.noSync && !packed {
-		startWriteback(o.File, 0, 0)
-	}
-	if err := o.Close(); err != nil {
-		o.Abort()
-		return err
-	}
-	w.mu.Lock()
-	if packed {
-		defer w.mu.Unlock()
-		if _, ok := w.pending[key]; ok {
-			os.Remove(o.Name()) // put twice by concurrent writers
-			return nil
-		}
-		w.pending[key] = pendingObject{path: o.Name(), meta: meta}
-		w.pendingOrder = append(w.pendingOrder, key)
-		o.pending = true
-		return nil
-	}
-	w.mu.Unlock()
-	defer o.Abort()
-	p, err := objectPath(o.w.dir, key)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(p), atomicfile.DirPerm); err != nil {
-		return err
-	}
-	if err := os.Rename(o.Name(), p); err != nil {
-		return err
-	}
-	w.mu.Lock()
-	w.record(key, meta)
-	w.mu.Unlock()
-	return nil
-}
-
-// startWriteback asks the kernel to start writing n bytes of f's dirty
-// pages from off (n 0: to the end) to disk now, without waiting for them,
-// so that Commit's flush (syncfs) finds most of a run's objects written
-// already: writeback overlaps the rest of the run instead of following
-// it. Only a hint; Commit's flush is what makes objects durable, so an
-// error (a filesystem without it) is ignored.
-func startWriteback(f *os.File, off, n int64) {
-	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
-}
-
-// Abort discards an object not committed; after Commit it does nothing.
-func (o *ObjectFile) Abort() {
-	o.Close()
-	if !o.pending {
-		os.Remove(o.Name())
-	}
-}
-
 // PutBytes stores b as a raw object, unless it is stored already, and
 // returns its key.
 func (w *Writer) PutBytes(b []byte) (Key, error) {
@@ -656,6 +477,7 @@ func (w *Writer) dropUncommitted() {
 	clear(w.added)
 	clear(w.pending) // their files were in tmp/
 	w.pendingOrder = nil
+	w.spill.drop()
 	w.mu.Unlock()
 }
 

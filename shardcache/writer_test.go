@@ -16,8 +16,8 @@ import (
 )
 
 // TestWriteErrorsNameCache: a write into the cache that fails (an object,
-// a pack at Commit) is the error of the cache folder, never of a
-// temporary file's name, and keeps its cause for errors.Is.
+// the spill file of pending objects) is the error of the cache folder,
+// never of a temporary file's name, and keeps its cause for errors.Is.
 func TestWriteErrorsNameCache(t *testing.T) {
 	w, dir := newWriter(t)
 	defer w.Close()
@@ -25,11 +25,13 @@ func TestWriteErrorsNameCache(t *testing.T) {
 	if !fsizelimit.Run(t, 64<<10, func() {
 		_, errs[0] = w.PutBytes(bytes.Repeat([]byte{1}, DefaultPackMax+1)) // an object file of its own
 		for i := range 4 {                                                 // pending, for one pack
-			if _, err := w.PutBytes(bytes.Repeat([]byte{byte(i + 2)}, 40<<10)); err != nil {
-				t.Errorf("pending object: %v", err)
+			if _, errs[1] = w.PutBytes(bytes.Repeat([]byte{byte(i + 2)}, 40<<10)); errs[1] != nil {
+				break // the spill file past the limit
 			}
 		}
-		errs[1] = w.Commit()
+		if errs[1] == nil {
+			errs[1] = w.Commit()
+		}
 	}) {
 		return // the child process ran it and checked what follows
 	}

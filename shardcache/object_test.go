@@ -1,0 +1,197 @@
+package shardcache
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// tmpFiles lists the files in the cache's tmp/.
+func tmpFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestObjectInMemory: an object small enough for a pack is written in
+// memory, whatever the mix of Write, WriteAt, Seek and Truncate, and
+// reads back as written; one that grows past the memory limit (in any of
+// those ways) moves into a temporary file with the bytes so far; either
+// way the committed object holds exactly the bytes written, packed or in
+// a file of its own, and the pending ones cost one spill file, not one
+// file each.
+func TestObjectInMemory(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	const limit = 64 << 10
+	type step func(o *ObjectFile, want *[]byte) error
+	writeAt := func(off int, n int) step {
+		return func(o *ObjectFile, want *[]byte) error {
+			b := random(n)
+			if end := off + n; end > len(*want) {
+				*want = append(*want, make([]byte, end-len(*want))...)
+			}
+			copy((*want)[off:], b)
+			_, err := o.WriteAt(b, int64(off))
+			return err
+		}
+	}
+	write := func(n int) step {
+		return func(o *ObjectFile, want *[]byte) error {
+			pos, err := o.Seek(0, io.SeekCurrent)
+			if err != nil {
+				return err
+			}
+			b := random(n)
+			if end := int(pos) + n; end > len(*want) {
+				*want = append(*want, make([]byte, end-len(*want))...)
+			}
+			copy((*want)[pos:], b)
+			_, err = o.Write(b)
+			return err
+		}
+	}
+	seek := func(off int) step {
+		return func(o *ObjectFile, _ *[]byte) error { _, err := o.Seek(int64(off), io.SeekStart); return err }
+	}
+	truncate := func(n int) step {
+		return func(o *ObjectFile, want *[]byte) error {
+			if n < len(*want) {
+				*want = (*want)[:n]
+			} else {
+				*want = append(*want, make([]byte, n-len(*want))...)
+			}
+			return o.Truncate(int64(n))
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		steps []step
+		inMem bool // still in memory at Commit
+	}{
+		{"writes", []step{write(100), write(4000), write(1)}, true},
+		{"write to the limit", []step{write(limit - 1), write(1)}, true},
+		{"write past the limit", []step{write(limit - 10), write(20), write(5)}, false},
+		{"holes and overwrites", []step{writeAt(5000, 10), writeAt(0, 7), writeAt(4990, 30), seek(3), write(2)}, true},
+		{"write at past the limit", []step{write(10), writeAt(limit, 1), writeAt(2, 3)}, false},
+		{"truncate", []step{write(3000), truncate(1000), truncate(2000), write(10)}, true},
+		{"truncate past the limit", []step{write(10), truncate(limit + 1), writeAt(limit-2, 2)}, false},
+		{"seek past the end", []step{write(10), seek(100), write(5)}, true},
+		{"seek past the limit", []step{write(10), seek(limit), write(5)}, false},
+		{"empty", nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, dir := newWriter(t)
+			defer w.Close()
+			w.SetPackMax(limit)
+			o, err := w.NewObject()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []byte
+			for i, s := range c.steps {
+				if err := s(o, &want); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+			}
+			if got := o.Name() == ""; got != c.inMem {
+				t.Errorf("in memory %v, want %v", got, c.inMem)
+			}
+			got := make([]byte, len(want)+1)
+			if n, err := o.ReadAt(got, 0); n != len(want) || err != io.EOF || !bytes.Equal(got[:n], want) {
+				t.Errorf("read back %d bytes, %v: not what was written", n, err)
+			}
+			if c.inMem && len(tmpFiles(t, dir)) != 0 {
+				t.Errorf("an object in memory made files in tmp/: %v", tmpFiles(t, dir))
+			}
+			key := KeyOf(want)
+			if err := o.Commit(key, &Object{Kind: KindRaw, Size: uint64(len(want)), RawSize: uint64(len(want))}); err != nil {
+				t.Fatal(err)
+			}
+			o.Abort() // after Commit: nothing
+			pc := commitAndOpen(t, w, dir)
+			if b, _, err := pc.ReadObject(key); err != nil || !bytes.Equal(b, want) {
+				t.Errorf("committed object: %v, or not the bytes written", err)
+			}
+			if _, o, _ := pc.Locate(key); (o.Pack == "") != (len(want) > limit) {
+				t.Errorf("object of %d bytes in pack %q (pack limit %d)", len(want), o.Pack, limit)
+			}
+		})
+	}
+}
+
+// TestPendingSpill: many small objects committed from memory leave one
+// spill file in tmp/ until the writer's Commit packs them, and nothing
+// after it or after a Close without Commit; an aborted object leaves
+// nothing either.
+func TestPendingSpill(t *testing.T) {
+	w, dir := newWriter(t)
+	var data [][]byte
+	for i := range 300 {
+		b := bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 1+i*7)
+		o, err := w.NewObject()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Write(b)
+		if err := o.Commit(KeyOf(b), &Object{Kind: KindRaw, Size: uint64(len(b)), RawSize: uint64(len(b))}); err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, b)
+	}
+	o, err := w.NewObject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Write([]byte("aborted"))
+	o.Abort()
+	if names := tmpFiles(t, dir); len(names) != 1 {
+		t.Errorf("tmp/ holds %v, want one spill file", names)
+	}
+	c := commitAndOpen(t, w, dir)
+	if names := tmpFiles(t, dir); len(names) != 0 {
+		t.Errorf("tmp/ holds %v after Commit", names)
+	}
+	for i, b := range data {
+		if got, _, err := c.ReadObject(KeyOf(b)); err != nil || !bytes.Equal(got, b) {
+			t.Errorf("object %d: %v, or not its bytes", i, err)
+		}
+	}
+	if st := c.Index().Packs(); st.Members != len(data) {
+		t.Errorf("%d members packed, want %d", st.Members, len(data))
+	}
+
+	// A writer closed without Commit: its spill file goes with it.
+	w, err = Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err = w.NewObject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Write([]byte("never committed"))
+	if err := o.Commit(KeyOf([]byte("never committed")), &Object{Kind: KindRaw, Size: 15, RawSize: 15}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if names := tmpFiles(t, dir); len(names) != 0 {
+		t.Errorf("tmp/ holds %v after Close", names)
+	}
+}
