@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/splitzip/splitzip/atomicfile"
@@ -136,8 +137,11 @@ func (o *ObjectFile) freeMem() {
 // hole before it.
 func (o *ObjectFile) writeMem(b []byte, off int64) {
 	m := *o.mem
-	if end := off + int64(len(b)); end > int64(len(m)) {
-		m = append(m, make([]byte, end-int64(len(m)))...)
+	if end, n := off+int64(len(b)), int64(len(m)); end > n {
+		m = slices.Grow(m, int(end-n))[:end]
+		if off > n {
+			clear(m[n:off]) // a pooled buffer's old bytes
+		}
 	}
 	copy(m[off:], b)
 	*o.mem = m

@@ -100,6 +100,14 @@ func TestObjectInMemory(t *testing.T) {
 			w, dir := newWriter(t)
 			defer w.Close()
 			w.SetPackMax(limit)
+			// A buffer full of other bytes, back in the pool: holes must
+			// read as zeros all the same.
+			dirty, err := w.NewObject()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dirty.Write(bytes.Repeat([]byte{0xff}, limit))
+			dirty.Abort()
 			o, err := w.NewObject()
 			if err != nil {
 				t.Fatal(err)
