@@ -1,10 +1,13 @@
 package entropy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	stdbits "math/bits"
+	"slices"
+	"sync"
 )
 
 // MaxSymbols is the alphabet size: symbols are bytes.
@@ -19,18 +22,28 @@ var ErrCode = errors.New("invalid code lengths")
 // symbol frequencies freq (package-merge): the shortest total code length
 // any prefix code within the limit achieves. Symbols of frequency zero get
 // length zero (no code); a single used symbol gets length 1.
+//
+// Each level's items are the leaves (symbols by weight, then symbol) and
+// the packages of pairs of the level below, merged by weight (a leaf
+// first on ties); the lightest 2n-2 items of the top level, packages
+// unfolded, count how often each leaf occurs: its length. Packages are
+// made of consecutive pairs from the lightest, so the items taken at each
+// level are a prefix of it, whose leaves are the lightest ones: a level
+// only needs to know which of its items are leaves. It allocates only
+// its result.
 func Lengths(freq []uint64, maxLen int) ([]uint8, error) {
 	if len(freq) > MaxSymbols || maxLen < 1 || maxLen > 24 {
 		return nil, fmt.Errorf("%w: %d symbols, limit %d", ErrCode, len(freq), maxLen)
 	}
 	type leaf struct {
-		sym int
 		w   uint64
+		sym int
 	}
-	var leaves []leaf
+	var leafBuf [MaxSymbols]leaf
+	leaves := leafBuf[:0]
 	for s, f := range freq {
 		if f > 0 {
-			leaves = append(leaves, leaf{s, f})
+			leaves = append(leaves, leaf{f, s})
 		}
 	}
 	out := make([]uint8, len(freq))
@@ -43,58 +56,54 @@ func Lengths(freq []uint64, maxLen int) ([]uint8, error) {
 	case n > 1<<maxLen:
 		return nil, fmt.Errorf("%w: %d symbols do not fit codes of %d bits", ErrCode, n, maxLen)
 	}
-	sort.Slice(leaves, func(i, j int) bool {
-		if leaves[i].w != leaves[j].w {
-			return leaves[i].w < leaves[j].w
-		}
-		return leaves[i].sym < leaves[j].sym
-	})
-	// An item is a leaf or a package of two items of the level below
-	// (indices into that level's items).
-	type item struct {
-		w    uint64
-		leaf int // index into leaves, or -1 for a package
-		a, b int
-	}
+	slices.SortFunc(leaves, func(a, b leaf) int { return cmp.Or(cmp.Compare(a.w, b.w), cmp.Compare(a.sym, b.sym)) })
 	n := len(leaves)
-	merge := func(prev []item) []item {
-		cur := make([]item, 0, n+len(prev)/2)
+	// A level has fewer than 2n items: its n leaves and fewer than n
+	// packages. Bit k of isLeaf[l] says whether item k of level l is a
+	// leaf; prev and cur hold the weights of the level below and this one.
+	var isLeaf [24][2 * MaxSymbols / 64]uint64
+	var count [24]int
+	s := levelsPool.Get().(*[2][2 * MaxSymbols]uint64)
+	defer levelsPool.Put(s)
+	prev, cur := s[0][:0], s[1][:0]
+	for l := range maxLen {
+		cur = cur[:0]
 		i, j := 0, 0
 		for i < n || j+1 < len(prev) {
-			if j+1 >= len(prev) || i < n && leaves[i].w <= prev[j].w+prev[j+1].w {
-				cur = append(cur, item{w: leaves[i].w, leaf: i})
+			if j+1 >= len(prev) || i < n && leaves[i].w <= prev[j]+prev[j+1] {
+				isLeaf[l][len(cur)/64] |= 1 << (len(cur) % 64)
+				cur = append(cur, leaves[i].w)
 				i++
 			} else {
-				cur = append(cur, item{w: prev[j].w + prev[j+1].w, leaf: -1, a: j, b: j + 1})
+				cur = append(cur, prev[j]+prev[j+1])
 				j += 2
 			}
 		}
-		return cur
+		count[l] = len(cur)
+		prev, cur = cur, prev
 	}
-	// levels[0] is the deepest (leaves only); each level above merges the
-	// leaves with the packages of pairs of the level below.
-	levels := make([][]item, maxLen)
-	levels[0] = merge(nil)
-	for l := 1; l < maxLen; l++ {
-		levels[l] = merge(levels[l-1])
-	}
-	// The 2n-2 lightest items of the top level; a leaf's code length is how
-	// often it occurs in them, packages unfolded.
-	var visit func(l, k int)
-	visit = func(l, k int) {
-		it := levels[l][k]
-		if it.leaf >= 0 {
-			out[leaves[it.leaf].sym]++
-			return
+	// Top down: the prefix taken at a level holds some leaves (each
+	// gains a bit) and some packages, which take twice as many items of
+	// the level below.
+	take := 2*n - 2
+	for l := maxLen - 1; l >= 0 && take > 0; l-- {
+		leavesIn, k := 0, min(take, count[l])
+		for w, bits := range isLeaf[l][:(k+63)/64] {
+			if rest := k - 64*w; rest < 64 {
+				bits &= 1<<rest - 1
+			}
+			leavesIn += stdbits.OnesCount64(bits)
 		}
-		visit(l-1, it.a)
-		visit(l-1, it.b)
-	}
-	for k := range 2*n - 2 {
-		visit(maxLen-1, k)
+		for k := range leavesIn {
+			out[leaves[k].sym]++
+		}
+		take = 2 * (take - leavesIn)
 	}
 	return out, nil
 }
+
+// levelsPool holds Lengths' two levels of weights.
+var levelsPool = sync.Pool{New: func() any { return new([2][2 * MaxSymbols]uint64) }}
 
 // Code is a canonical prefix code: symbols ordered by (length, symbol)
 // get consecutive codes, shorter ones first.

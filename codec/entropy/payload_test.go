@@ -647,3 +647,52 @@ func TestCheckRefusesBadCode(t *testing.T) {
 		}
 	}
 }
+
+// TestUncountedPairs: an encoder of pairs refuses values holding a pair
+// its counts did not: one of counted fields in another combination, one
+// with a field below or above the counted ones, an odd last field paired
+// with itself that was not counted so.
+func TestUncountedPairs(t *testing.T) {
+	bf16 := func(exps ...uint16) []byte {
+		b := make([]byte, 2*len(exps))
+		for i, e := range exps {
+			binary.LittleEndian.PutUint16(b[2*i:], e<<7)
+		}
+		return b
+	}
+	counted := bf16(126, 127, 127, 126, 126, 127, 127, 126)
+	for _, c := range []struct {
+		name string
+		vals []byte
+		ok   bool
+	}{
+		{"as counted", counted, true},
+		{"counted fields, other pairs", bf16(126, 126, 127, 127, 126, 127, 127, 126), false},
+		{"a field below", bf16(125, 127, 127, 126, 126, 127, 127, 126), false},
+		{"a field above", bf16(126, 127, 128, 126, 126, 127, 127, 126), false},
+		{"a field far above", bf16(126, 127, 127, 126, 126, 127, 127, 255), false},
+	} {
+		cs, err := NewCounts(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Add(counted); err != nil {
+			t.Fatal(err)
+		}
+		var w memWriterAt
+		e, err := NewEncoder(&w, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pc, _ := newPayloadCode(cs); pc.pairs == nil {
+			t.Fatal("the counts do not code pairs")
+		}
+		err = e.Write(c.vals)
+		if err == nil {
+			_, err = e.Close()
+		}
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrPayload) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

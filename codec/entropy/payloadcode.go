@@ -25,10 +25,13 @@ type payloadCode struct {
 	records   uint64 // where the records start
 	bits      uint64 // of the code words of every value
 	// Version 3: pairs[s] is symbol s's fields (first | second<<8), and
-	// symbol[a|b<<bits] one more than the symbol of fields a, b (0: no
-	// symbol); nil in version 2.
-	pairs  []uint16
-	symbol []uint16
+	// symbol[(a-fieldLo) + (b-fieldLo)*fieldSpan] one more than the
+	// symbol of fields a, b (0: no symbol), over the fields the pairs
+	// hold (fieldLo to fieldLo+fieldSpan-1: a table of 81 entries for 9
+	// exponents, not 65,536 for any pair of bytes); nil in version 2.
+	pairs              []uint16
+	symbol             []uint16
+	fieldLo, fieldSpan uint
 }
 
 // newPayloadCode returns the code of the values counted, of single fields
@@ -73,9 +76,14 @@ func buildPayloadCode(c *Counts) (*payloadCode, error) {
 	if 8*pp.records+pp.bits >= 8*pc.records+pc.bits {
 		return pc, nil
 	}
-	pp.symbol = make([]uint16, 1<<(2*bits))
+	lo, hi := uint(255), uint(0)
+	for _, p := range pairs {
+		lo, hi = min(lo, uint(p&0xff), uint(p>>8)), max(hi, uint(p&0xff), uint(p>>8))
+	}
+	pp.fieldLo, pp.fieldSpan = lo, hi-lo+1
+	pp.symbol = make([]uint16, pp.fieldSpan*pp.fieldSpan)
 	for s, p := range pairs {
-		pp.symbol[uint(p&0xff)|uint(p>>8)<<bits] = uint16(s) + 1
+		pp.symbol[uint(p&0xff)-lo+(uint(p>>8)-lo)*pp.fieldSpan] = uint16(s) + 1
 	}
 	return pp, nil
 }
@@ -166,15 +174,17 @@ func (pc *payloadCode) toSymbols(fields []byte) ([]byte, error) {
 	if pc.pairs == nil {
 		return fields, nil
 	}
-	bits := uint(Fields[pc.fi].Bits) & 63 // masked: the shift needs no check
 	n := len(fields)
-	sym := pc.symbol
-	mask := uint(len(sym) - 1)
+	sym, lo, span := pc.symbol, pc.fieldLo, pc.fieldSpan
 	// Symbol j is written after its fields 2j and 2j+1 (or the odd last,
 	// twice) are read, and before any later symbol's fields.
 	j := 0
 	for ; 2*j < n; j++ {
-		s := sym[(uint(fields[2*j])|uint(fields[min(2*j+1, n-1)])<<bits)&mask]
+		a, b := uint(fields[2*j])-lo, uint(fields[min(2*j+1, n-1)])-lo
+		if a >= span || b >= span {
+			return nil, errUncounted // a field no counted pair holds
+		}
+		s := sym[a+b*span]
 		if s == 0 {
 			return nil, errUncounted
 		}
