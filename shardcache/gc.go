@@ -511,13 +511,13 @@ func (w *Writer) unpackLive(ctx context.Context, pl gcPlan, check PayloadCheck) 
 		if err != nil {
 			return err
 		}
-		off, err := w.spill.put(w.dir, b)
+		seg, off, err := w.spill.put(w.dir, b)
 		if err != nil {
 			return w.cacheError(err)
 		}
 		m := *o
 		m.Pack, m.Offset = "", 0
-		w.addPending(k, pendingObject{off: off, meta: &m})
+		w.addPending(k, pendingObject{seg: seg, off: off, meta: &m})
 		delete(w.ix.Objects, k)
 	}
 	return nil

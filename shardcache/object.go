@@ -321,11 +321,11 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 		if _, ok := w.pending[key]; ok {
 			return nil // put twice by concurrent writers
 		}
-		off, err := w.spill.put(w.dir, *o.mem)
+		seg, off, err := w.spill.put(w.dir, *o.mem)
 		if err != nil {
 			return err
 		}
-		w.addPending(key, pendingObject{off: off, meta: meta})
+		w.addPending(key, pendingObject{seg: seg, off: off, meta: meta})
 		return nil
 	}
 	w.mu.Unlock()
@@ -402,39 +402,106 @@ func (w *Writer) addPending(key Key, p pendingObject) {
 	w.pendingOrder = append(w.pendingOrder, key)
 }
 
-// spill is the file in tmp/ that holds the pending objects written in
-// memory, one after another, from their Commit to the writer's, which
-// copies them into packs: one write and one read an object, where a
-// temporary file of its own costs a creation, a close, an open and a
-// removal. Guarded by the writer's lock.
+// spill holds the pending objects written in memory, from their Commit
+// to the writer's, which copies them into packs: one write and one read
+// an object, where a temporary file of its own costs a creation, a close,
+// an open and a removal. Its bytes go into files in tmp/ of at most
+// spillBytes each (unless one object is larger), so that no file there
+// outgrows a pack (a limit on file sizes, RLIMIT_FSIZE or a filesystem's,
+// is met as before), and each file goes once its objects are all packed.
+// Guarded by the writer's lock.
 type spill struct {
-	f    *os.File
-	size int64
+	files []spillFile
+	w     *os.File // the last of files, being appended to; nil once full or gone
+	size  int64    // its bytes
+	r     *os.File // the file read last, files[rseg]
+	rseg  int
 }
 
-// put appends b to the spill file in dir's tmp/, made on first use, and
-// returns its offset.
-func (s *spill) put(dir string, b []byte) (int64, error) {
-	if s.f == nil {
+// spillFile is one file of a spill: its name ("" once removed) and how
+// many of its objects are not packed yet.
+type spillFile struct {
+	name string
+	left int
+}
+
+// spillBytes is the most bytes of a spill file: a pack's.
+const spillBytes = packTarget
+
+// put appends b to the spill, in a new file in dir's tmp/ where the last
+// is full or there is none, and returns where it lies.
+func (s *spill) put(dir string, b []byte) (seg int, off int64, err error) {
+	if s.w != nil && s.size > 0 && s.size+int64(len(b)) > spillBytes {
+		s.w.Close()
+		s.w = nil
+	}
+	if s.w == nil {
 		f, err := atomicfile.CreateTemp(filepath.Join(dir, "tmp"), "pending")
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		s.f, s.size = f, 0
+		s.files = append(s.files, spillFile{name: f.Name()})
+		s.w, s.size = f, 0
 	}
-	if _, err := s.f.WriteAt(b, s.size); err != nil {
-		return 0, err
+	if _, err := s.w.WriteAt(b, s.size); err != nil {
+		return 0, 0, err
 	}
-	off := s.size
+	seg, off = len(s.files)-1, s.size
 	s.size += int64(len(b))
-	return off, nil
+	s.files[seg].left++
+	return seg, off, nil
 }
 
-// drop closes and removes the spill file: nothing pending is in it.
-func (s *spill) drop() {
-	if s.f != nil {
-		s.f.Close()
-		os.Remove(s.f.Name())
-		s.f, s.size = nil, 0
+// read reads len(b) bytes at off of spill file seg.
+func (s *spill) read(b []byte, seg int, off int64) error {
+	if seg < 0 || seg >= len(s.files) || s.files[seg].name == "" {
+		return fmt.Errorf("shardcache: pending object in spill file %d, which is gone", seg)
 	}
+	if s.r == nil || s.rseg != seg {
+		if s.r != nil {
+			s.r.Close()
+		}
+		f, err := os.Open(s.files[seg].name)
+		if err != nil {
+			s.r = nil
+			return err
+		}
+		s.r, s.rseg = f, seg
+	}
+	_, err := s.r.ReadAt(b, off)
+	return err
+}
+
+// packed counts one object of spill file seg as packed, and removes the
+// file once none of its objects is left.
+func (s *spill) packed(seg int) {
+	f := &s.files[seg]
+	if f.left--; f.left > 0 || f.name == "" {
+		return
+	}
+	if s.r != nil && s.rseg == seg {
+		s.r.Close()
+		s.r = nil
+	}
+	if s.w != nil && seg == len(s.files)-1 {
+		s.w.Close()
+		s.w = nil
+	}
+	os.Remove(f.name)
+	f.name = ""
+}
+
+// drop closes and removes the spill's files: nothing pending is in them.
+func (s *spill) drop() {
+	for _, f := range []*os.File{s.w, s.r} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	for _, f := range s.files {
+		if f.name != "" {
+			os.Remove(f.name)
+		}
+	}
+	*s = spill{}
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/splitzip/splitzip/internal/fsizelimit"
 )
 
 // tmpFiles lists the files in the cache's tmp/.
@@ -201,5 +203,62 @@ func TestPendingSpill(t *testing.T) {
 	w.Close()
 	if names := tmpFiles(t, dir); len(names) != 0 {
 		t.Errorf("tmp/ holds %v after Close", names)
+	}
+}
+
+// TestSpillFiles: the spill keeps its files to a pack's size, so a limit
+// on file sizes a little over a pack (RLIMIT_FSIZE here) does not fail a
+// run whose pending objects add up to several times it, and after Commit
+// every object reads back and tmp/ is empty.
+func TestSpillFiles(t *testing.T) {
+	w, dir := newWriter(t)
+	defer w.Close()
+	rng := rand.New(rand.NewPCG(7, 8))
+	var data [][]byte
+	for range 120 { // 120 x 200 KiB: 23 MiB pending, about 3 spill files
+		b := make([]byte, 200<<10)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		data = append(data, b)
+	}
+	var errs []error
+	var most int64
+	if !fsizelimit.Run(t, spillBytes+1<<20, func() {
+		for _, b := range data {
+			if _, err := w.PutBytes(b); err != nil {
+				errs = append(errs, err)
+				return
+			}
+		}
+		for _, name := range tmpFiles(t, dir) {
+			if st, err := os.Stat(filepath.Join(dir, "tmp", name)); err == nil {
+				most = max(most, st.Size())
+			}
+		}
+		if err := w.Commit(); err != nil {
+			errs = append(errs, err)
+		}
+	}) {
+		return // the child process ran it and checked what follows
+	}
+	if len(errs) > 0 {
+		t.Fatalf("under a limit of a pack and 1 MiB: %v", errs)
+	}
+	if most > spillBytes {
+		t.Errorf("a file in tmp/ of %d bytes, more than a pack's %d", most, spillBytes)
+	}
+	if names := tmpFiles(t, dir); len(names) != 0 {
+		t.Errorf("tmp/ holds %v after Commit", names)
+	}
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i, b := range data {
+		if got, _, err := c.ReadObject(KeyOf(b)); err != nil || !bytes.Equal(got, b) {
+			t.Errorf("object %d: %v, or not its bytes", i, err)
+		}
 	}
 }

@@ -265,9 +265,10 @@ func (w *Writer) SetPackMax(n uint64) {
 
 // pendingObject is a small object waiting for Commit to put it into a
 // pack: a file in tmp/ (path), or meta.Size bytes at off in the writer's
-// spill file.
+// spill file seg.
 type pendingObject struct {
 	path string
+	seg  int
 	off  int64
 	meta *Object
 }
@@ -319,7 +320,11 @@ func fileOrder(sh *Shard) []Region {
 }
 
 // packPending writes the pending objects into packs, moves the packs into
-// place and records them and their members (w.mu held).
+// place and records them and their members (w.mu held). The bytes of a
+// pack's members are let go once it is in place (their files in tmp/,
+// their spill files once every member of those is packed), so the run
+// needs about one pack of disk beyond its pending bytes, not twice them;
+// after an error the members still pending are those not yet packed.
 func (w *Writer) packPending(ctx context.Context) error {
 	if len(w.pending) == 0 {
 		return nil
@@ -331,6 +336,11 @@ func (w *Writer) packPending(ctx context.Context) error {
 			return nil
 		}
 		err := pw.finish(w)
+		if err == nil {
+			for _, k := range pw.members {
+				w.dropPending(k)
+			}
+		}
 		pw = nil
 		return err
 	}
@@ -353,7 +363,7 @@ func (w *Writer) packPending(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := pw.add(k, p, w.spill.f); err != nil {
+		if err := pw.add(k, p, &w.spill); err != nil {
 			pw.abort()
 			return err
 		}
@@ -361,15 +371,24 @@ func (w *Writer) packPending(ctx context.Context) error {
 	if err := finish(); err != nil {
 		return err
 	}
-	for _, p := range w.pending {
-		if p.path != "" {
-			os.Remove(p.path)
-		}
-	}
 	w.spill.drop()
-	clear(w.pending)
 	w.pendingOrder = w.pendingOrder[:0]
 	return nil
+}
+
+// dropPending forgets the pending object k, now packed, and lets its
+// bytes go (w.mu held).
+func (w *Writer) dropPending(k Key) {
+	p, ok := w.pending[k]
+	if !ok {
+		return
+	}
+	delete(w.pending, k)
+	if p.path != "" {
+		os.Remove(p.path)
+	} else {
+		w.spill.packed(p.seg)
+	}
 }
 
 // packWriter builds one pack in a temporary file.
@@ -391,8 +410,8 @@ func newPackWriter(dir string) (*packWriter, error) {
 }
 
 // add appends a pending object at the next aligned offset, reading it
-// from its file or from spill.
-func (pw *packWriter) add(k Key, p pendingObject, spill *os.File) error {
+// from its file or from sp.
+func (pw *packWriter) add(k Key, p pendingObject, sp *spill) error {
 	pad := alignPack(pw.size) - pw.size
 	n := int(pad + p.meta.Size)
 	pw.buf = slices.Grow(pw.buf[:0], n)[:n]
@@ -405,10 +424,8 @@ func (pw *packWriter) add(k Key, p pendingObject, spill *os.File) error {
 			err = fmt.Errorf("shardcache: object %s is %d bytes, meta says %d", k, len(got), p.meta.Size)
 		}
 		copy(b, got)
-	} else if spill == nil {
-		err = fmt.Errorf("shardcache: object %s: no spill file", k)
 	} else {
-		_, err = spill.ReadAt(b, p.off)
+		err = sp.read(b, p.seg, p.off)
 	}
 	if err != nil {
 		return err
