@@ -2,6 +2,7 @@ package shardcache
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -494,16 +496,29 @@ func knownFiles(dir string, ix *Index, pins []Pin) map[string]bool {
 }
 
 // unpackLive copies the used members of packs that also have unused ones
-// into the spill file as pending objects, so that Commit writes them into
+// into the spill as pending objects, so that Commit writes them into
 // new packs (w.mu held). Their records leave the index until then; the old pack
 // file stays until the new index is committed.
 func (w *Writer) unpackLive(ctx context.Context, pl gcPlan, check PayloadCheck) error {
 	files := packFiles{dir: w.dir, open: map[Key]*os.File{}}
 	defer files.close()
+	// In the order Commit packs them (sources' file order, the rest by
+	// their place in the old packs), so that each spill file is let go
+	// soon after it is written.
+	move := map[Key]bool{}
+	var rest []Key
 	for k, o := range w.ix.Objects {
-		if !repacked(k, o, pl.used, pl.live, pl.dead) || w.pending[k].meta != nil {
-			continue
+		if repacked(k, o, pl.used, pl.live, pl.dead) && w.pending[k].meta == nil {
+			move[k] = true
+			rest = append(rest, k)
 		}
+	}
+	slices.SortFunc(rest, func(a, b Key) int {
+		oa, ob := w.ix.Objects[a], w.ix.Objects[b]
+		return cmp.Or(cmp.Compare(oa.Pack, ob.Pack), cmp.Compare(oa.Offset, ob.Offset))
+	})
+	for _, k := range w.sourceOrder(func(k Key) bool { return move[k] }, rest) {
+		o := w.ix.Objects[k]
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -303,7 +303,7 @@ func TestCreateRemovesLeftovers(t *testing.T) {
 	if _, err := Create(dir); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second writer: %v, want ErrLocked", err)
 	}
-	if _, err := os.Stat(o.Name()); err != nil {
+	if _, err := os.Stat(o.name()); err != nil {
 		t.Errorf("a refused writer removed the live writer's temporary file: %v", err)
 	}
 }

@@ -1,17 +1,14 @@
 package shardcache
 
-// Objects being written (ObjectFile) and the pending objects they leave
-// for Commit's packs (spill).
+// Objects being written: in memory while small enough for a pack, else in
+// a temporary file in tmp/.
 
 import (
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/splitzip/splitzip/atomicfile"
@@ -29,7 +26,9 @@ const BufferedObjectBytes = 1 << 20
 
 // ObjectFile is an object being written: in memory while it is small
 // enough to go into a pack (BufferedObjectBytes), else a temporary file
-// in tmp/, until Commit.
+// in tmp/, until Commit. Its methods behave as a file's would, in either
+// place; after Commit or Abort they return os.ErrClosed. One goroutine
+// uses it.
 type ObjectFile struct {
 	w *Writer
 	// f is the temporary file, nil while the bytes are in mem; pos is
@@ -39,9 +38,8 @@ type ObjectFile struct {
 	mem *[]byte
 	pos int64
 	max int64
-	// pending says Commit left the object for a pack; done, that Commit
-	// finished with it (Abort then does nothing).
-	pending, done bool
+	// done says Commit or Abort finished with the object.
+	done bool
 	// written counts the bytes Write wrote; hinted, those of them whose
 	// writeback startWriteback has asked for.
 	written, hinted int64
@@ -81,8 +79,8 @@ func (w *Writer) NewObject() (*ObjectFile, error) {
 	return o, nil
 }
 
-// Name is the object's temporary file, or "" while it is in memory.
-func (o *ObjectFile) Name() string {
+// name is the object's temporary file, or "" while it is in memory.
+func (o *ObjectFile) name() string {
 	if o.f == nil {
 		return ""
 	}
@@ -112,13 +110,15 @@ func (o *ObjectFile) toFile() error {
 	return nil
 }
 
-// fits reports whether bytes up to end stay in memory, moving the object
-// into a file when they do not.
-func (o *ObjectFile) fits(end int64) (bool, error) {
-	if o.f != nil {
+// fits reports whether n bytes at off stay in memory, moving the object
+// into a file when they do not; os.ErrClosed after Commit or Abort.
+func (o *ObjectFile) fits(off, n int64) (bool, error) {
+	switch {
+	case o.done:
+		return false, os.ErrClosed
+	case o.f != nil:
 		return false, nil
-	}
-	if end <= o.max {
+	case off <= o.max && n <= o.max-off: // off+n, without overflowing
 		return true, nil
 	}
 	return false, o.toFile()
@@ -133,24 +133,42 @@ func (o *ObjectFile) freeMem() {
 	}
 }
 
-// writeMem writes b at off into memory (which fits it), zero-filling any
-// hole before it.
-func (o *ObjectFile) writeMem(b []byte, off int64) {
+// resize makes the object in memory size bytes long (at most o.max),
+// zero-filling what it adds: a pooled buffer holds old bytes. It grows
+// the buffer's capacity no further than o.max, what the writer's memory
+// budget counts.
+func (o *ObjectFile) resize(size int64) {
 	m := *o.mem
-	if end, n := off+int64(len(b)), int64(len(m)); end > n {
-		m = slices.Grow(m, int(end-n))[:end]
-		if off > n {
-			clear(m[n:off]) // a pooled buffer's old bytes
-		}
+	n := int64(len(m))
+	switch {
+	case size <= n:
+		*o.mem = m[:size]
+		return
+	case size > int64(cap(m)):
+		grown := make([]byte, n, min(max(size, 2*int64(cap(m))), o.max))
+		copy(grown, m)
+		m = grown
 	}
-	copy(m[off:], b)
+	m = m[:size]
+	clear(m[n:])
 	*o.mem = m
+}
+
+// writeMem writes b at off into memory, which fits it.
+func (o *ObjectFile) writeMem(b []byte, off int64) {
+	if len(b) == 0 {
+		return // as a file: an empty write extends nothing
+	}
+	if end := off + int64(len(b)); end > int64(len(*o.mem)) {
+		o.resize(end)
+	}
+	copy((*o.mem)[off:], b)
 }
 
 // Write writes to the object; an error names the cache, not the
 // temporary file.
 func (o *ObjectFile) Write(b []byte) (int, error) {
-	in, err := o.fits(o.pos + int64(len(b)))
+	in, err := o.fits(o.pos, int64(len(b)))
 	if err != nil {
 		return 0, err
 	}
@@ -188,14 +206,20 @@ func (o *ObjectFile) WriteString(s string) (int, error) { return o.Write([]byte(
 // object's bytes in order, so no CRC-32C is recorded for it.
 func (o *ObjectFile) Seek(off int64, whence int) (int64, error) {
 	o.scattered = true
-	if o.f != nil {
+	switch {
+	case o.done:
+		return 0, os.ErrClosed
+	case o.f != nil:
 		return o.f.Seek(off, whence)
 	}
 	switch whence {
+	case io.SeekStart:
 	case io.SeekCurrent:
 		off += o.pos
 	case io.SeekEnd:
 		off += int64(len(*o.mem))
+	default:
+		return o.pos, fmt.Errorf("shardcache: seek: invalid whence %d", whence)
 	}
 	if off < 0 {
 		return o.pos, fmt.Errorf("shardcache: seek to %d: negative offset", off)
@@ -207,19 +231,17 @@ func (o *ObjectFile) Seek(off int64, whence int) (int64, error) {
 // Truncate changes the object's size; no CRC-32C is recorded for it then.
 func (o *ObjectFile) Truncate(size int64) error {
 	o.scattered = true
-	in, err := o.fits(size)
+	if size < 0 {
+		return fmt.Errorf("shardcache: truncate to %d: negative size", size)
+	}
+	in, err := o.fits(0, size)
 	switch {
 	case err != nil:
 		return err
 	case !in:
 		return o.w.cacheError(o.f.Truncate(size))
-	case size < 0:
-		return fmt.Errorf("shardcache: truncate to %d: negative size", size)
-	case size <= int64(len(*o.mem)):
-		*o.mem = (*o.mem)[:size]
-	default:
-		o.writeMem(nil, size)
 	}
+	o.resize(size)
 	return nil
 }
 
@@ -230,7 +252,7 @@ func (o *ObjectFile) WriteAt(b []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("shardcache: write at %d: negative offset", off)
 	}
-	in, err := o.fits(off + int64(len(b)))
+	in, err := o.fits(off, int64(len(b)))
 	if err != nil {
 		return 0, err
 	}
@@ -244,10 +266,12 @@ func (o *ObjectFile) WriteAt(b []byte, off int64) (int, error) {
 
 // ReadAt reads what the object holds at off.
 func (o *ObjectFile) ReadAt(b []byte, off int64) (int, error) {
-	if o.f != nil {
+	switch {
+	case o.done:
+		return 0, os.ErrClosed
+	case o.f != nil:
 		return o.f.ReadAt(b, off)
-	}
-	if off < 0 {
+	case off < 0:
 		return 0, fmt.Errorf("shardcache: read at %d: negative offset", off)
 	}
 	m := *o.mem
@@ -263,7 +287,10 @@ func (o *ObjectFile) ReadAt(b []byte, off int64) (int, error) {
 
 // size is the object's size so far.
 func (o *ObjectFile) size() (int64, error) {
-	if o.f == nil {
+	switch {
+	case o.done:
+		return 0, os.ErrClosed
+	case o.f == nil:
 		return int64(len(*o.mem)), nil
 	}
 	st, err := o.f.Stat()
@@ -273,25 +300,11 @@ func (o *ObjectFile) size() (int64, error) {
 	return st.Size(), nil
 }
 
-// cacheError is err, from writing into the cache, naming the cache folder
-// in place of a temporary file (whose name means nothing to a user); other
-// errors it returns as they are.
-func (w *Writer) cacheError(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) && atomicfile.IsTemp(filepath.Base(pe.Path)) {
-		return &fs.PathError{Op: pe.Op, Path: w.dir, Err: pe.Err}
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) && atomicfile.IsTemp(filepath.Base(le.Old)) {
-		return &fs.PathError{Op: le.Op, Path: w.dir, Err: le.Err}
-	}
-	return err
-}
-
 // Commit moves the object into place under key and records it with meta,
-// or, when it is small enough for a pack (SetPackMax), leaves it pending
-// for Writer.Commit to write into one. A raw object written in order gets
-// its bytes' CRC-32C as its checksum: a meta that names another fails.
+// whose Size must be the object's, or, when it is small enough for a pack
+// (SetPackMax), leaves it pending for Writer.Commit to write into one. A
+// raw object written in order gets its bytes' CRC-32C as its checksum: a
+// meta that names another fails. A failed Commit discards the object.
 func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	defer func() { err = o.w.cacheError(err) }()
 	size, err := o.size()
@@ -314,8 +327,8 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	w.mu.Lock()
 	packed := meta.Size <= w.packMax && meta.Kind != KindPack
 	if packed && o.f == nil {
-		// Into the spill file, under the writer's lock, so that Commit's
-		// packs never miss bytes a pending record names.
+		// Into the spill, under the writer's lock, so that Commit's packs
+		// never miss bytes a pending record names.
 		defer w.mu.Unlock()
 		defer o.Abort()
 		if _, ok := w.pending[key]; ok {
@@ -331,6 +344,7 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	w.mu.Unlock()
 	if o.f == nil {
 		if err := o.toFile(); err != nil {
+			o.Abort()
 			return err
 		}
 	}
@@ -343,20 +357,17 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 		o.Abort()
 		return err
 	}
-	w.mu.Lock()
+	defer o.Abort() // the file's name is gone or pending by then
 	if packed {
+		w.mu.Lock()
 		defer w.mu.Unlock()
 		if _, ok := w.pending[key]; ok {
-			os.Remove(o.f.Name()) // put twice by concurrent writers
-			o.done = true
-			return nil
+			return nil // put twice by concurrent writers: Abort removes it
 		}
 		w.addPending(key, pendingObject{path: o.f.Name(), meta: meta})
-		o.pending, o.done = true, true
+		o.done = true
 		return nil
 	}
-	w.mu.Unlock()
-	defer o.Abort()
 	p, err := objectPath(o.w.dir, key)
 	if err != nil {
 		return err
@@ -387,121 +398,12 @@ func startWriteback(f *os.File, off, n int64) {
 // Abort discards an object not committed; after Commit it does nothing.
 func (o *ObjectFile) Abort() {
 	o.freeMem()
-	if o.f == nil || o.done && o.pending {
+	if o.done {
 		return
 	}
-	o.f.Close()
-	if !o.done {
+	o.done = true
+	if o.f != nil {
+		o.f.Close()
 		os.Remove(o.f.Name())
 	}
-}
-
-// addPending records a pending object (w.mu held).
-func (w *Writer) addPending(key Key, p pendingObject) {
-	w.pending[key] = p
-	w.pendingOrder = append(w.pendingOrder, key)
-}
-
-// spill holds the pending objects written in memory, from their Commit
-// to the writer's, which copies them into packs: one write and one read
-// an object, where a temporary file of its own costs a creation, a close,
-// an open and a removal. Its bytes go into files in tmp/ of at most
-// spillBytes each (unless one object is larger), so that no file there
-// outgrows a pack (a limit on file sizes, RLIMIT_FSIZE or a filesystem's,
-// is met as before), and each file goes once its objects are all packed.
-// Guarded by the writer's lock.
-type spill struct {
-	files []spillFile
-	w     *os.File // the last of files, being appended to; nil once full or gone
-	size  int64    // its bytes
-	r     *os.File // the file read last, files[rseg]
-	rseg  int
-}
-
-// spillFile is one file of a spill: its name ("" once removed) and how
-// many of its objects are not packed yet.
-type spillFile struct {
-	name string
-	left int
-}
-
-// spillBytes is the most bytes of a spill file: a pack's.
-const spillBytes = packTarget
-
-// put appends b to the spill, in a new file in dir's tmp/ where the last
-// is full or there is none, and returns where it lies.
-func (s *spill) put(dir string, b []byte) (seg int, off int64, err error) {
-	if s.w != nil && s.size > 0 && s.size+int64(len(b)) > spillBytes {
-		s.w.Close()
-		s.w = nil
-	}
-	if s.w == nil {
-		f, err := atomicfile.CreateTemp(filepath.Join(dir, "tmp"), "pending")
-		if err != nil {
-			return 0, 0, err
-		}
-		s.files = append(s.files, spillFile{name: f.Name()})
-		s.w, s.size = f, 0
-	}
-	if _, err := s.w.WriteAt(b, s.size); err != nil {
-		return 0, 0, err
-	}
-	seg, off = len(s.files)-1, s.size
-	s.size += int64(len(b))
-	s.files[seg].left++
-	return seg, off, nil
-}
-
-// read reads len(b) bytes at off of spill file seg.
-func (s *spill) read(b []byte, seg int, off int64) error {
-	if seg < 0 || seg >= len(s.files) || s.files[seg].name == "" {
-		return fmt.Errorf("shardcache: pending object in spill file %d, which is gone", seg)
-	}
-	if s.r == nil || s.rseg != seg {
-		if s.r != nil {
-			s.r.Close()
-		}
-		f, err := os.Open(s.files[seg].name)
-		if err != nil {
-			s.r = nil
-			return err
-		}
-		s.r, s.rseg = f, seg
-	}
-	_, err := s.r.ReadAt(b, off)
-	return err
-}
-
-// packed counts one object of spill file seg as packed, and removes the
-// file once none of its objects is left.
-func (s *spill) packed(seg int) {
-	f := &s.files[seg]
-	if f.left--; f.left > 0 || f.name == "" {
-		return
-	}
-	if s.r != nil && s.rseg == seg {
-		s.r.Close()
-		s.r = nil
-	}
-	if s.w != nil && seg == len(s.files)-1 {
-		s.w.Close()
-		s.w = nil
-	}
-	os.Remove(f.name)
-	f.name = ""
-}
-
-// drop closes and removes the spill's files: nothing pending is in them.
-func (s *spill) drop() {
-	for _, f := range []*os.File{s.w, s.r} {
-		if f != nil {
-			f.Close()
-		}
-	}
-	for _, f := range s.files {
-		if f.name != "" {
-			os.Remove(f.name)
-		}
-	}
-	*s = spill{}
 }

@@ -277,10 +277,16 @@ type pendingObject struct {
 // them (w.mu held): the sources' bytes in file order, so a layer's small
 // tensors lie side by side, then the rest in the order they were put.
 func (w *Writer) packOrder() []Key {
+	return w.sourceOrder(func(k Key) bool { _, ok := w.pending[k]; return ok }, w.pendingOrder)
+}
+
+// sourceOrder returns the keys that has accepts in the sources' file
+// order, then those of rest not among them, in rest's order (w.mu held).
+func (w *Writer) sourceOrder(has func(Key) bool, rest []Key) []Key {
 	var order []Key
 	seen := map[Key]bool{}
 	add := func(k Key) {
-		if _, ok := w.pending[k]; ok && !seen[k] {
+		if has(k) && !seen[k] {
 			seen[k] = true
 			order = append(order, k)
 		}
@@ -295,7 +301,7 @@ func (w *Writer) packOrder() []Key {
 			}
 		}
 	}
-	for _, k := range w.pendingOrder {
+	for _, k := range rest {
 		add(k)
 	}
 	return order
@@ -327,6 +333,7 @@ func fileOrder(sh *Shard) []Region {
 // after an error the members still pending are those not yet packed.
 func (w *Writer) packPending(ctx context.Context) error {
 	if len(w.pending) == 0 {
+		w.spill.drop() // a file whose write failed, if any
 		return nil
 	}
 	order := w.packOrder()
@@ -425,7 +432,7 @@ func (pw *packWriter) add(k Key, p pendingObject, sp *spill) error {
 		}
 		copy(b, got)
 	} else {
-		err = sp.read(b, p.seg, p.off)
+		err = sp.read(k, b, p.seg, p.off)
 	}
 	if err != nil {
 		return err

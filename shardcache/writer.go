@@ -527,3 +527,18 @@ func IsCache(dir string) bool {
 	}
 	return false
 }
+
+// cacheError is err, from writing into the cache, naming the cache folder
+// in place of a temporary file (whose name means nothing to a user); other
+// errors it returns as they are.
+func (w *Writer) cacheError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && atomicfile.IsTemp(filepath.Base(pe.Path)) {
+		return &fs.PathError{Op: pe.Op, Path: w.dir, Err: pe.Err}
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) && atomicfile.IsTemp(filepath.Base(le.Old)) {
+		return &fs.PathError{Op: le.Op, Path: w.dir, Err: le.Err}
+	}
+	return err
+}

@@ -16,30 +16,56 @@ import (
 )
 
 // TestWriteErrorsNameCache: a write into the cache that fails (an object,
-// the spill file of pending objects) is the error of the cache folder,
-// never of a temporary file's name, and keeps its cause for errors.Is.
+// a spill file of pending objects, a pack at Commit) is the error of the
+// cache folder, never of a temporary file's name, and keeps its cause for
+// errors.Is; a spill file whose first write failed is gone after a Commit
+// that then succeeds (one with nothing pending).
 func TestWriteErrorsNameCache(t *testing.T) {
 	w, dir := newWriter(t)
 	defer w.Close()
-	var errs [2]error
-	if !fsizelimit.Run(t, 64<<10, func() {
-		_, errs[0] = w.PutBytes(bytes.Repeat([]byte{1}, DefaultPackMax+1)) // an object file of its own
-		for i := range 4 {                                                 // pending, for one pack
-			if _, errs[1] = w.PutBytes(bytes.Repeat([]byte{byte(i + 2)}, 40<<10)); errs[1] != nil {
-				break // the spill file past the limit
+	w2, dir2 := newWriter(t)
+	defer w2.Close()
+	w2.SetPackMax(MaxPackMax)
+	w3, dir3 := newWriter(t)
+	defer w3.Close()
+	w3.SetPackMax(MaxPackMax)
+	var errs [3]error
+	var left []string
+	if !fsizelimit.Run(t, 2<<20, func() {
+		_, errs[0] = w.PutBytes(bytes.Repeat([]byte{1}, 3<<20)) // an object file of its own
+		// An object held in memory (the limit's 1 MiB) for a first
+		// spill file that cannot take it: the limit is lowered for it.
+		var lim syscall.Rlimit
+		syscall.Getrlimit(syscall.RLIMIT_FSIZE, &lim)
+		low := lim
+		low.Cur = 512 << 10
+		syscall.Setrlimit(syscall.RLIMIT_FSIZE, &low)
+		_, errs[1] = w3.PutBytes(bytes.Repeat([]byte{2}, 1<<20))
+		syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim)
+		if err := w3.Commit(); err != nil {
+			t.Errorf("commit of nothing pending: %v", err)
+		}
+		left = tmpFiles(t, dir3)
+		// Two objects of 1.5 MiB, each in a file of its own (past the
+		// memory limit), pending for one pack of 3 MiB.
+		for i := range 2 {
+			if _, err := w2.PutBytes(bytes.Repeat([]byte{byte(i + 3)}, 3<<19)); err != nil {
+				t.Errorf("pending object: %v", err)
 			}
 		}
-		if errs[1] == nil {
-			errs[1] = w.Commit()
-		}
+		errs[2] = w2.Commit()
 	}) {
 		return // the child process ran it and checked what follows
 	}
 	for i, err := range errs {
 		var pe *fs.PathError
-		if !errors.Is(err, syscall.EFBIG) || !errors.As(err, &pe) || pe.Path != dir || strings.Contains(err.Error(), atomicfile.TempPrefix) {
-			t.Errorf("write %d past the limit: %v; want an error of %s", i, err, dir)
+		want := []string{dir, dir3, dir2}[i]
+		if !errors.Is(err, syscall.EFBIG) || !errors.As(err, &pe) || pe.Path != want || strings.Contains(err.Error(), atomicfile.TempPrefix) {
+			t.Errorf("write %d past the limit: %v; want an error of %s", i, err, want)
 		}
+	}
+	if len(left) != 0 {
+		t.Errorf("tmp/ holds %v after a failed spill write and a Commit", left)
 	}
 }
 

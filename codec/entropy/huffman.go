@@ -13,6 +13,9 @@ import (
 // MaxSymbols is the alphabet size: symbols are bytes.
 const MaxSymbols = 256
 
+// maxLimit is the longest code length limit Lengths and NewCode take.
+const maxLimit = 24
+
 // ErrCode reports code lengths that do not form a complete prefix code
 // within the limit (over-subscribed, or incomplete with more than one
 // symbol), or a limit too small for the alphabet.
@@ -32,7 +35,7 @@ var ErrCode = errors.New("invalid code lengths")
 // only needs to know which of its items are leaves. It allocates only
 // its result.
 func Lengths(freq []uint64, maxLen int) ([]uint8, error) {
-	if len(freq) > MaxSymbols || maxLen < 1 || maxLen > 24 {
+	if len(freq) > MaxSymbols || maxLen < 1 || maxLen > maxLimit {
 		return nil, fmt.Errorf("%w: %d symbols, limit %d", ErrCode, len(freq), maxLen)
 	}
 	type leaf struct {
@@ -61,8 +64,7 @@ func Lengths(freq []uint64, maxLen int) ([]uint8, error) {
 	// A level has fewer than 2n items: its n leaves and fewer than n
 	// packages. Bit k of isLeaf[l] says whether item k of level l is a
 	// leaf; prev and cur hold the weights of the level below and this one.
-	var isLeaf [24][2 * MaxSymbols / 64]uint64
-	var count [24]int
+	var isLeaf [maxLimit][2 * MaxSymbols / 64]uint64
 	s := levelsPool.Get().(*[2][2 * MaxSymbols]uint64)
 	defer levelsPool.Put(s)
 	prev, cur := s[0][:0], s[1][:0]
@@ -79,17 +81,18 @@ func Lengths(freq []uint64, maxLen int) ([]uint8, error) {
 				j += 2
 			}
 		}
-		count[l] = len(cur)
 		prev, cur = cur, prev
 	}
 	// Top down: the prefix taken at a level holds some leaves (each
 	// gains a bit) and some packages, which take twice as many items of
-	// the level below.
+	// the level below. A level holds what is taken of it: the top one
+	// at least 2n-2 items (n <= 2^maxLen), each one below at least two
+	// for each package above.
 	take := 2*n - 2
 	for l := maxLen - 1; l >= 0 && take > 0; l-- {
-		leavesIn, k := 0, min(take, count[l])
-		for w, bits := range isLeaf[l][:(k+63)/64] {
-			if rest := k - 64*w; rest < 64 {
+		leavesIn := 0
+		for w, bits := range isLeaf[l][:(take+63)/64] {
+			if rest := take - 64*w; rest < 64 {
 				bits &= 1<<rest - 1
 			}
 			leavesIn += stdbits.OnesCount64(bits)
@@ -143,7 +146,7 @@ func NewCode(lengths []uint8, maxLen int) (*Code, error) {
 // code (a payload's head checked before a device decodes it), and
 // returns how many symbols have each length.
 func checkLengths(lengths []uint8, first, maxLen int) (count [25]uint32, err error) {
-	if first+len(lengths) > MaxSymbols || maxLen < 1 || maxLen > 24 {
+	if first+len(lengths) > MaxSymbols || maxLen < 1 || maxLen > maxLimit {
 		return count, fmt.Errorf("%w: %d lengths, limit %d", ErrCode, first+len(lengths), maxLen)
 	}
 	for s, l := range lengths {

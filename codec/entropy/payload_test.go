@@ -660,23 +660,26 @@ func TestUncountedPairs(t *testing.T) {
 		}
 		return b
 	}
-	counted := bf16(126, 127, 127, 126, 126, 127, 127, 126)
+	even := bf16(126, 127, 127, 126, 126, 127, 127, 126)
+	odd := bf16(126, 127, 127, 126, 126, 127, 127, 126, 126) // the last paired with itself
 	for _, c := range []struct {
-		name string
-		vals []byte
-		ok   bool
+		name          string
+		counted, vals []byte
+		ok            bool
 	}{
-		{"as counted", counted, true},
-		{"counted fields, other pairs", bf16(126, 126, 127, 127, 126, 127, 127, 126), false},
-		{"a field below", bf16(125, 127, 127, 126, 126, 127, 127, 126), false},
-		{"a field above", bf16(126, 127, 128, 126, 126, 127, 127, 126), false},
-		{"a field far above", bf16(126, 127, 127, 126, 126, 127, 127, 255), false},
+		{"as counted", even, even, true},
+		{"counted fields, other pairs", even, bf16(126, 126, 127, 127, 126, 127, 127, 126), false},
+		{"a field below", even, bf16(125, 127, 127, 126, 126, 127, 127, 126), false},
+		{"a field above", even, bf16(126, 127, 128, 126, 126, 127, 127, 126), false},
+		{"a field far above", even, bf16(126, 127, 127, 126, 126, 127, 127, 255), false},
+		{"an odd last field as counted", odd, odd, true},
+		{"an odd last field, another", odd, bf16(126, 127, 127, 126, 126, 127, 127, 126, 127), false},
 	} {
 		cs, err := NewCounts(0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := cs.Add(counted); err != nil {
+		if err := cs.Add(c.counted); err != nil {
 			t.Fatal(err)
 		}
 		var w memWriterAt

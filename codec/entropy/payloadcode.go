@@ -28,7 +28,8 @@ type payloadCode struct {
 	// symbol[(a-fieldLo) + (b-fieldLo)*fieldSpan] one more than the
 	// symbol of fields a, b (0: no symbol), over the fields the pairs
 	// hold (fieldLo to fieldLo+fieldSpan-1: a table of 81 entries for 9
-	// exponents, not 65,536 for any pair of bytes); nil in version 2.
+	// neighbouring exponents, not 65,536 for any pair of bytes); nil in
+	// version 2.
 	pairs              []uint16
 	symbol             []uint16
 	fieldLo, fieldSpan uint
