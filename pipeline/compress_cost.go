@@ -4,6 +4,9 @@ package pipeline
 // cost model, after the first pass.
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
 	"github.com/splitzip/splitzip/costmodel"
@@ -18,6 +21,9 @@ import (
 // the reason.
 func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, hist *codec.Histogram, counts []*entropy.Counts, crc1 uint32, fixed bool, kept *bool) error {
 	gate := (1 - tc.opts.MinSaving) * float64(t.Size())
+	// Why no payload was weighed, where none passed its gate: in the
+	// words of the codecs' own gates, not the model's (it chose nothing).
+	var gated []string
 	fixedOK := false
 	if fixed {
 		// A BF16 tensor's coverage statistics, for inspect, whatever it
@@ -25,7 +31,9 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 		cb := codec.NewCodebook(hist)
 		rec.Coverage, rec.Entropy = cb.Coverage(hist), hist.Entropy()
 		n := t.Size() / 2
-		fixedOK = n > 0 && fixedEstimate(hist, cb, n) <= gate
+		est := fixedEstimate(hist, cb, n)
+		fixedOK = n > 0 && est <= gate
+		gated = append(gated, fmt.Sprintf("a fixed payload of about %.0f bytes saves at most %.1f%%", est, 100*(1-est/float64(max(t.Size(), 1)))))
 	}
 	entropyOK := false
 	if len(counts) > 0 {
@@ -33,7 +41,8 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 		if err != nil {
 			return err
 		}
-		entropyOK = est < t.Size()
+		entropyOK = est < t.Size() && float64(est) <= gate
+		gated = append(gated, fmt.Sprintf("an entropy payload of about %d bytes saves %.1f%%", est, 100*(1-float64(est)/float64(max(t.Size(), 1)))))
 	}
 	ch := tc.opts.Cost.Choose(t.Size(), fixedOK, entropyOK)
 	switch ch.Kind {
@@ -55,6 +64,9 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 	default:
 		tc.opts.Progress.Add(t.Size())
 		rec.Reason = ch.Reason()
+		if !fixedOK && !entropyOK && len(gated) > 0 {
+			rec.Reason = fmt.Sprintf("no payload passes the gate (%.1f%% saved): %s", 100*tc.opts.MinSaving, strings.Join(gated, "; "))
+		}
 	}
 	return tc.storeRaw(r, t, rec, kept)
 }

@@ -101,3 +101,40 @@ func TestCostCodec(t *testing.T) {
 		t.Fatalf("a bad profile: %v", err)
 	}
 }
+
+// TestCostCodecGate: where no payload passes the gate (--min-saving),
+// --codec cost keeps a float tensor raw with the gates' reason, naming
+// each payload's estimate, and does not count it as the model's choice.
+func TestCostCodecGate(t *testing.T) {
+	p := costmodel.Default()
+	p.Fixed.Tensor, p.Entropy.Tensor, p.EntropySmall.Tensor = 0, 0, 0 // coding would win wherever allowed
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	floatCheckpoint(t, filepath.Join(src, "model.safetensors"))
+	res, err := Compress(context.Background(), src, CompressOptions{Output: cache, Jobs: 2, MinSaving: 0.9, NoSync: true, Codec: CodecCost, Cost: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Totals.CostRawTensors != 0 {
+		t.Errorf("%d tensors counted as kept raw by the model, none was weighed", res.Totals.CostRawTensors)
+	}
+	ca, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	if err := ca.Index().LoadStats(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range ca.Index().Sources[0].Shards[0].Tensors {
+		if tn.DType == "I64" || tn.Size == 0 {
+			continue
+		}
+		if tn.Stored != shardcache.StoredRaw || !strings.HasPrefix(tn.Reason, "no payload passes the gate (90.0% saved): ") || !strings.Contains(tn.Reason, "entropy payload of about") {
+			t.Errorf("%s (%s) stored %s for %q", tn.Name, tn.DType, tn.Stored, tn.Reason)
+		}
+		if tn.DType == "BF16" && !strings.Contains(tn.Reason, "fixed payload of about") {
+			t.Errorf("%s: %q names no fixed payload", tn.Name, tn.Reason)
+		}
+	}
+}

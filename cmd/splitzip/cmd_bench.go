@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ type benchOptions struct {
 	Device int
 	Codec  string // decode: fixed or entropy
 	DTypes string // decode --codec entropy: dtypes, comma separated
+	dtypes bool   // --dtype was given
 	Layer  bool   // decode: a decoder layer's payloads from one device buffer
 	Shapes string // gemv: ROWSxCOLS, comma separated
 	Batch  string // gemv: batch sizes, comma separated
@@ -54,7 +56,10 @@ offload runtime's GPU-memory tier: decoded out of place into their
 destinations by one scatter launch from a table in device memory, and by one
 decode launch per tensor.`,
 		Args: args(cobra.NoArgs),
-		RunE: func(*cobra.Command, []string) error { return runBenchDecode(g, d) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d.dtypes = cmd.Flags().Changed("dtype")
+			return runBenchDecode(g, d)
+		},
 	}
 	dec.Flags().StringVar(&d.Sizes, "size", "512MiB", "tensor sizes, comma separated")
 	dec.Flags().IntVar(&d.Runs, "runs", 30, "timed launches per configuration (at least 20)")
@@ -174,6 +179,9 @@ func runBenchDecode(g *globals, o benchOptions) error {
 	var dtypes []string
 	switch o.Codec {
 	case "fixed":
+		if o.dtypes {
+			return usageError{errors.New("--dtype picks the entropy benchmark's dtypes: with --codec entropy only (the fixed codec codes BF16)")}
+		}
 	case "entropy":
 		for _, dt := range strings.Split(o.DTypes, ",") {
 			if !slices.Contains(gpubench.EntropyDTypes, dt) {

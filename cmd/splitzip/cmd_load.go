@@ -212,11 +212,13 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	}
 	if o.Raw {
 		for _, f := range []struct {
-			on   bool
-			name string
-		}{{o.EntropyOnHost, "--entropy-on-host"}, {o.FromSource, "--entropy-from-source"}, {o.Cost, "--cost"}, {o.ReadThrough, "--read-through"}, {o.Compare > 0, "--compare"}} {
+			on         bool
+			name, does string
+		}{{o.EntropyOnHost, "--entropy-on-host", "chooses how payloads load"}, {o.FromSource, "--entropy-from-source", "chooses how payloads load"},
+			{o.Cost, "--cost", "chooses how payloads load"}, {o.ReadThrough, "--read-through", "chooses how payloads load"},
+			{o.Compare > 0, "--compare", "alternates raw and compressed loads"}} {
 			if f.on {
-				return usageError{fmt.Errorf("%s chooses how payloads load (--compare: alternates raw and compressed loads): not with --raw", f.name)}
+				return usageError{fmt.Errorf("%s %s: not with --raw", f.name, f.does)}
 			}
 		}
 	}

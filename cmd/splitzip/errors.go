@@ -192,5 +192,9 @@ func (g *globals) flagError(err error) error {
 	if errors.Is(err, strconv.ErrRange) {
 		return usageError{fmt.Errorf("--%s: %q is out of range (want %s)", f.Name, v, want)}
 	}
+	if f.Name == "device" && strings.EqualFold(v, "cpu") {
+		// The commands whose --device is a GPU ordinal time GPU work alone.
+		return usageError{fmt.Errorf("--device: %q: this command measures a GPU and has no CPU form; give a GPU ordinal (bench load and load take --device cpu)", v)}
+	}
 	return usageError{fmt.Errorf("--%s: %q is not %s", f.Name, v, want)}
 }

@@ -148,6 +148,9 @@ func TestJSONEveryPath(t *testing.T) {
 		{"help verify", []string{"help", "verify"}, 0, "help"},
 		{"no command", nil, 0, "help"},
 		{"group with no subcommand", []string{"bench"}, 0, "help"},
+		{"a GPU bench on the CPU", []string{"bench", "decode", "--device", "cpu"}, exitUsage, "error"},
+		{"--dtype with the fixed codec", []string{"bench", "decode", "--dtype", "F16"}, exitUsage, "error"},
+		{"a bad --dtype, no GPU opened", []string{"bench", "decode", "--codec", "entropy", "--dtype", "BOGUS"}, exitUsage, "error"},
 	} {
 		for _, where := range []string{"last", "first"} {
 			args := append(append([]string{}, c.args...), "--json")
@@ -446,5 +449,29 @@ func TestInterrupted(t *testing.T) {
 	committed := interrupted(fmt.Errorf("%w: %w", shardcache.ErrStraysLeft, context.Canceled))
 	if !strings.Contains(committed.Error(), shardcache.ErrStraysLeft.Error()) || failure.ExitCode(committed) != exitInterrupted {
 		t.Errorf("interrupted after gc's commit: %q, exit %d", committed, failure.ExitCode(committed))
+	}
+}
+
+// TestLoadRawConflicts: each option that chooses how payloads load, and
+// --compare, refused beside --raw in words about that option alone.
+func TestLoadRawConflicts(t *testing.T) {
+	for flag, says := range map[string]string{"--cost": "--cost chooses how payloads load: not with --raw",
+		"--read-through": "--read-through chooses how payloads load: not with --raw", "--entropy-on-host": "--entropy-on-host chooses how payloads load: not with --raw",
+		"--compare=2": "--compare alternates raw and compressed loads: not with --raw"} {
+		code, _, e := splitzip(t, "load", t.TempDir(), "--raw", flag, "--device", "cpu")
+		if code != exitUsage || !strings.Contains(e, says) {
+			t.Errorf("load --raw %s: exit %d, %q; want %q", flag, code, e, says)
+		}
+	}
+}
+
+// TestBenchDeviceCPU: a GPU benchmark given --device cpu says it has no
+// CPU form, not that "cpu" is not a number.
+func TestBenchDeviceCPU(t *testing.T) {
+	for _, sub := range []string{"decode", "h2d", "gemv"} {
+		code, _, e := splitzip(t, "bench", sub, "--device", "cpu")
+		if code != exitUsage || !strings.Contains(e, "has no CPU form") {
+			t.Errorf("bench %s --device cpu: exit %d, %q", sub, code, e)
+		}
 	}
 }

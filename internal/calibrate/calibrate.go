@@ -5,8 +5,8 @@
 // from the page cache raw, fixed and entropy on the engine given, fitting
 // every kind's cost a tensor and rate from the fastest of several runs:
 // raw and fixed from the small and large sets (the sizes where the choice
-// is made, and where the rate shows), small entropy payloads (decoded on
-// the host) from the tiny and small ones. A codec's loads count its
+// is made, and where the rate shows), small entropy payloads (packed, and
+// decoded by one launch a pack) from the tiny and small ones. A codec's loads count its
 // cache's raw tensors (those that failed the gate) at the raw fit. It takes seconds and runs once
 // per host (splitzip compress --codec cost on first use, or splitzip
 // calibrate).
