@@ -9,7 +9,9 @@
 // the way to the device, decode included, which dominates for large
 // ones). Entropy payloads of at most SmallBytes are packed, and decoded
 // by one batch launch a pack (on the host where loads say so), with their
-// own pair. A Profile holds the pairs of one host: measured on
+// own pair; so are raw tensors of at most SmallBytes, whose neighbours
+// share reads (a linear fit over small and large tensors charged a tiny
+// one three to five times what it costs). A Profile holds the pairs of one host: measured on
 // it (internal/calibrate) or, failing that, Default's H200 numbers.
 package costmodel
 
@@ -59,11 +61,12 @@ type Profile struct {
 	Host         string `json:"host"`          // Fingerprint of the host it was measured on
 	Device       string `json:"device"`        // the engine the loads used: the GPU's name, or "cpu"
 	Measured     string `json:"measured"`      // RFC 3339, or "default"
-	Raw          Cost   `json:"raw"`           // raw tensors (from the source or the cache)
+	Raw          Cost   `json:"raw"`           // raw tensors above SmallBytes (from the source or the cache)
+	RawSmall     Cost   `json:"raw_small"`     // raw tensors of at most SmallBytes (Raw in profiles written before it)
 	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads
 	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
 	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
-	SmallBytes   uint64 `json:"small_bytes"`   // the largest entropy payload with the small cost (transport.DefaultSmallBytes)
+	SmallBytes   uint64 `json:"small_bytes"`   // the largest tensor with the small costs (transport.DefaultSmallBytes)
 	// Decoders is the revision of the decoders the costs were measured
 	// with (Decoders when measured by this build).
 	Decoders int `json:"decoders"`
@@ -74,7 +77,9 @@ const Version = 1
 
 // Decoders is the revision of this build's decoders, raised whenever a
 // change moves what a kind of tensor costs to load: a profile measured
-// with another revision is measured again (Lookup). 3: small entropy
+// with another revision is measured again (Lookup). 4: raw tensors of at
+// most SmallBytes have a pair of their own (2026-12-07; profiles of
+// revision 3 priced them as large ones). 3: small entropy
 // payloads are packed and decoded on the device, one batch launch a pack
 // (2026-12-06), not on the host; 2: local loads pack
 // tensors stored in up to 2 MiB (load.DefaultSmallBytes, 2026-12-06:
@@ -82,7 +87,7 @@ const Version = 1
 // payloads decoded in place in the packer's staging, with tables built
 // only for the chunks that use them (2026-12-06: their host decode two
 // to ten times faster); 0: profiles written before this field.
-const Decoders = 3
+const Decoders = 4
 
 // ErrProfile is returned for a profile that cannot be used.
 var ErrProfile = errors.New("costmodel: bad profile")
@@ -98,11 +103,12 @@ var ErrStale = errors.New("costmodel: profile measured with other decoders")
 // from about 94 KB, and small entropy payloads, then decoded on the host,
 // never do. Its small entropy cost predates Decoders 1 and 3 (it
 // overstates what they cost now); the H200 was not lent to measure it
-// again.
+// again; neither was its small raw cost, which is its raw cost here.
 func Default() *Profile {
 	return &Profile{
 		Version: Version, Host: "default", Device: "NVIDIA H200", Measured: "default", Decoders: Decoders,
 		Raw:          Cost{Tensor: 0.88e-6, Rate: 36.0e9},
+		RawSmall:     Cost{Tensor: 0.88e-6, Rate: 36.0e9},
 		Fixed:        Cost{Tensor: 1.20e-6, Rate: 41.0e9},
 		Entropy:      Cost{Tensor: 1.20e-6, Rate: 42.9e9},
 		EntropySmall: Cost{Tensor: 7.8e-6, Rate: 3.1e9},
@@ -123,7 +129,7 @@ func (p *Profile) Check() error {
 	for _, c := range []struct {
 		name string
 		c    Cost
-	}{{"raw", p.Raw}, {"fixed", p.Fixed}, {"entropy", p.Entropy}, {"entropy_small", p.EntropySmall}} {
+	}{{"raw", p.Raw}, {"raw_small", p.RawSmall}, {"fixed", p.Fixed}, {"entropy", p.Entropy}, {"entropy_small", p.EntropySmall}} {
 		if !(c.c.Tensor >= 0) || math.IsInf(c.c.Tensor, 0) || !(c.c.Rate > 0) || math.IsInf(c.c.Rate, 0) {
 			return fmt.Errorf("%w: %s cost %g s a tensor at %g bytes/s", ErrProfile, c.name, c.c.Tensor, c.c.Rate)
 		}
@@ -142,6 +148,9 @@ func (p *Profile) Time(k Kind, size uint64) float64 {
 			return p.EntropySmall.Time(size)
 		}
 		return p.Entropy.Time(size)
+	}
+	if size <= p.SmallBytes {
+		return p.RawSmall.Time(size)
 	}
 	return p.Raw.Time(size)
 }

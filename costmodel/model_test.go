@@ -1,6 +1,7 @@
 package costmodel
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"math"
@@ -62,6 +63,7 @@ func TestCheck(t *testing.T) {
 	for _, bad := range []func(p *Profile){
 		func(p *Profile) { p.Version = 0 },
 		func(p *Profile) { p.Raw.Rate = 0 },
+		func(p *Profile) { p.RawSmall.Tensor = -1 },
 		func(p *Profile) { p.Fixed.Tensor = -1 },
 		func(p *Profile) { p.Entropy.Rate = math.Inf(1) },
 		func(p *Profile) { p.EntropySmall.Tensor = math.NaN() },
@@ -128,5 +130,39 @@ func TestStore(t *testing.T) {
 	}
 	if !strings.Contains(Fingerprint("cpu"), "cores/cpu") {
 		t.Fatal(Fingerprint("cpu"))
+	}
+}
+
+// TestRawSmall: a raw tensor of at most SmallBytes is priced at RawSmall,
+// a larger one at Raw; a profile file written before raw_small prices
+// them alike.
+func TestRawSmall(t *testing.T) {
+	p := Default()
+	p.RawSmall = Cost{Tensor: 0.1e-6, Rate: 10e9}
+	if got, want := p.Time(Raw, p.SmallBytes), p.RawSmall.Time(p.SmallBytes); got != want {
+		t.Errorf("raw of SmallBytes: %g s, want %g", got, want)
+	}
+	if got, want := p.Time(Raw, p.SmallBytes+1), p.Raw.Time(p.SmallBytes+1); got != want {
+		t.Errorf("raw past SmallBytes: %g s, want %g", got, want)
+	}
+	if c := p.Choose(4096, false, false); c.Times[Raw] != p.RawSmall.Time(4096) {
+		t.Errorf("Choose priced a small raw tensor at %g s", c.Times[Raw])
+	}
+	old := Default()
+	b, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	delete(m, "raw_small")
+	b, _ = json.Marshal(m)
+	file := filepath.Join(t.TempDir(), "old.json")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(file)
+	if err != nil || got.RawSmall != got.Raw {
+		t.Fatalf("a profile without raw_small: %v, raw small %+v, raw %+v", err, got.RawSmall, got.Raw)
 	}
 }

@@ -80,6 +80,9 @@ func Read(file string) (*Profile, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", file, ErrProfile, err)
 	}
+	if p.RawSmall == (Cost{}) {
+		p.RawSmall = p.Raw // written before raw_small: all raw tensors alike
+	}
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}

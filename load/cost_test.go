@@ -26,7 +26,7 @@ func TestCostReadsRawFromSource(t *testing.T) {
 	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 5}, pipeline.CompressOptions{})
 	dear, cheap := costmodel.Default(), costmodel.Default()
 	dear.Fixed.Tensor, dear.Entropy.Tensor = 1, 1
-	cheap.Raw.Tensor = 1
+	cheap.Raw.Tensor, cheap.RawSmall.Tensor = 1, 1
 	run := func(p *costmodel.Profile) (*Report, error) {
 		eng := hostengine.New(2)
 		defer eng.Close()
@@ -53,11 +53,13 @@ func TestCostReadsRawFromSource(t *testing.T) {
 
 // TestPredicted: a load counts its tensors by the path each took, and
 // with a cost model predicts a run as the sum of each tensor's predicted
-// time by that path; with the model's Cost choice every tensor goes raw
-// and the prediction follows; without a model there is none.
+// time by that path (a raw one by its size: small ones at RawSmall); with
+// the model's Cost choice every tensor goes raw and the prediction
+// follows; without a model there is none.
 func TestPredicted(t *testing.T) {
 	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 7}, pipeline.CompressOptions{})
 	p := costmodel.Default()
+	p.RawSmall = costmodel.Cost{Tensor: 0.1e-6, Rate: 10e9}
 	run := func(o Options) *Report {
 		t.Helper()
 		eng := hostengine.New(2)
@@ -77,7 +79,7 @@ func TestPredicted(t *testing.T) {
 				asStored += p.Fixed.Time(n)
 				fixed++
 			} else {
-				asStored += p.Raw.Time(n)
+				asStored += p.Time(costmodel.Raw, n)
 			}
 		}
 	}
@@ -107,7 +109,8 @@ func TestPredicted(t *testing.T) {
 	rep := run(Options{Profile: p})
 	check("as stored", rep, asStored, map[string]uint64{"fixed": uint64(fixed), "raw": uint64(rep.Tensors - fixed)})
 	// Small payloads read through (ReadThrough) go the raw path, and are
-	// priced so.
+	// priced so (raw tensors alike, the report not saying which are small).
+	p.RawSmall = p.Raw
 	rep = run(Options{Profile: p, ReadThrough: true})
 	through := uint64(fixed) - rep.Paths["fixed"].Tensors
 	if through == 0 || through >= uint64(fixed) {
@@ -123,11 +126,18 @@ func TestPredicted(t *testing.T) {
 	check("read through", rep, byPaths, map[string]uint64{"fixed": uint64(fixed) - through, "raw": uint64(rep.Tensors-fixed) + through})
 	dear := costmodel.Default()
 	dear.Fixed.Tensor, dear.Entropy.Tensor = 1, 1
-	allRawDear := 0.0
+	dear.RawSmall = costmodel.Cost{Tensor: 0.2e-6, Rate: 5e9}
+	allRawDear, small := 0.0, 0
 	for _, sh := range src.Shards {
 		for _, tn := range sh.Tensors {
-			allRawDear += dear.Raw.Time(tn.Size)
+			allRawDear += dear.Time(costmodel.Raw, tn.Size)
+			if tn.Size <= dear.SmallBytes {
+				small++
+			}
 		}
+	}
+	if small == 0 {
+		t.Fatal("the fixture has no raw tensor of at most SmallBytes")
 	}
 	rep = run(Options{Cost: dear})
 	check("cost model, payloads dearer", rep, allRawDear, map[string]uint64{"raw": uint64(rep.Tensors)})

@@ -21,6 +21,7 @@ func TestCostCodec(t *testing.T) {
 	cheap := func(fixed, entropy float64) *costmodel.Profile {
 		p := costmodel.Default()
 		p.Raw = costmodel.Cost{Tensor: 1e-6, Rate: 1e9}
+		p.RawSmall = p.Raw
 		p.Fixed = costmodel.Cost{Rate: fixed}
 		p.Entropy, p.EntropySmall = costmodel.Cost{Rate: entropy}, costmodel.Cost{Rate: entropy}
 		return p

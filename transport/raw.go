@@ -40,6 +40,9 @@ type Stats struct {
 	Submit     time.Duration // enqueueing copies and decodes
 	Bytes      uint64        // bytes moved to the device (payload bytes for Payloads)
 	Paths      [NumPaths]PathCount
+	// RawSmall is the part of Paths[PathRaw] of at most DefaultSmallBytes
+	// each: a cost model prices them apart (costmodel.Profile.RawSmall).
+	RawSmall PathCount
 }
 
 // Path is how a tensor was uploaded: the kinds a cost model predicts.
@@ -80,15 +83,26 @@ func (s Stats) add(o Stats) Stats {
 		s.Paths[k].Tensors += o.Paths[k].Tensors
 		s.Paths[k].Bytes += o.Paths[k].Bytes
 	}
+	s.RawSmall.Tensors += o.RawSmall.Tensors
+	s.RawSmall.Bytes += o.RawSmall.Bytes
 	return s
 }
 
-// paths counts a batch's tensors by path, to add to Stats at once.
-type paths [NumPaths]PathCount
+// paths counts a batch's tensors by path, to add to Stats at once, and
+// in its last place the raw ones of at most DefaultSmallBytes
+// (Stats.RawSmall).
+type paths [NumPaths + 1]PathCount
+
+// rawSmall is the place in paths of Stats.RawSmall.
+const rawSmall = NumPaths
 
 func (ps *paths) add(p Path, b *vmm.Binding) {
 	ps[p].Tensors++
 	ps[p].Bytes += b.Size
+	if p == PathRaw && b.Size <= DefaultSmallBytes {
+		ps[rawSmall].Tensors++
+		ps[rawSmall].Bytes += b.Size
+	}
 }
 
 // through moves the items the packer read through (readThrough) from
@@ -105,10 +119,12 @@ func (ps *paths) through(items []smallItem) {
 
 // addTo adds ps to s (its owner's lock held).
 func (ps *paths) addTo(s *Stats) {
-	for k := range ps {
+	for k := range s.Paths {
 		s.Paths[k].Tensors += ps[k].Tensors
 		s.Paths[k].Bytes += ps[k].Bytes
 	}
+	s.RawSmall.Tensors += ps[rawSmall].Tensors
+	s.RawSmall.Bytes += ps[rawSmall].Bytes
 }
 
 // MaxSmallBytes is the largest packing threshold: a pack must hold at

@@ -4,12 +4,14 @@
 // compresses each with the fixed and the entropy codec, and loads each
 // from the page cache raw, fixed and entropy on the engine given, fitting
 // every kind's cost a tensor and rate from the fastest of several runs:
-// raw and fixed from the small and large sets (the sizes where the choice
-// is made, and where the rate shows), small entropy payloads (packed, and
-// decoded by one launch a pack) from the tiny and small ones. A codec's loads count its
-// cache's raw tensors (those that failed the gate) at the raw fit. It takes seconds and runs once
-// per host (splitzip compress --codec cost on first use, or splitzip
-// calibrate).
+// raw tensors of at most SmallBytes from the tiny and small sets (whose
+// tensors all are), larger raw ones and fixed payloads from the small and
+// large sets (the sizes where the choice is made, and where the rate
+// shows), small entropy payloads (packed, and decoded by one launch a
+// pack) from the tiny and small ones. A codec's loads count its cache's
+// raw tensors (those that failed the gate) at the raw fits. It takes
+// seconds and runs once per host (splitzip compress --codec cost on first
+// use, or splitzip calibrate).
 package calibrate
 
 import (
@@ -51,6 +53,9 @@ func (c counts) minus(d counts) counts { return counts{c.n - d.n, c.bytes - d.by
 
 // time is what c costs at cost k.
 func (c counts) time(k costmodel.Cost) float64 {
+	if c.n == 0 {
+		return 0
+	}
 	return float64(c.n)*k.Tensor + float64(c.bytes)/k.Rate
 }
 
@@ -63,6 +68,17 @@ type set struct {
 	coded      map[costmodel.Kind]counts
 	smallCoded counts
 	wall       map[costmodel.Kind]float64
+	// allSmall and codedSmall count those of all and of coded of at
+	// most SmallBytes: a cache's raw tensors are priced by their size.
+	allSmall   counts
+	codedSmall map[costmodel.Kind]counts
+}
+
+// rawTime is what the tensors of s that the cache of k keeps raw cost at
+// p's raw pairs.
+func (s *set) rawTime(p *costmodel.Profile, k costmodel.Kind) float64 {
+	small := s.allSmall.minus(s.codedSmall[k])
+	return small.time(p.RawSmall) + s.all.minus(s.coded[k]).minus(small).time(p.Raw)
 }
 
 // Measure returns the profile of this host with eng (whose name, with
@@ -110,12 +126,13 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	}
 	tiny, small, large := sets[0], sets[1], sets[2]
 	p.Raw = fit(small.all, small.wall[costmodel.Raw], large.all, large.wall[costmodel.Raw])
+	p.RawSmall = fit(tiny.all, tiny.wall[costmodel.Raw], small.all, small.wall[costmodel.Raw])
 	// A codec's loads, less what its cache's raw tensors cost at the raw
 	// fit, are its payloads' loads.
 	// Where noise leaves too little for that, their share of the bytes.
 	coded := func(s *set, k costmodel.Kind) float64 {
 		w, c := s.wall[k], s.coded[k]
-		if t := w - s.all.minus(c).time(p.Raw); t > w/10 {
+		if t := w - s.rawTime(p, k); t > w/10 {
 			return t
 		}
 		return w * float64(c.bytes) / float64(s.all.bytes)
@@ -145,16 +162,25 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 }
 
 // fit solves t = n*Tensor + b/Rate for two sets (s1 in t1 seconds, s2 in
-// t2); where the two do not give a positive pair (noise), the first set's
-// time a tensor and the second's rate.
+// t2). Where noise leaves no positive pair: a time a tensor below zero
+// (the bytes explain it all) is zero, at the rate of both sets' bytes
+// together; a rate below zero is the second set's (the one of larger
+// tensors), with what it leaves of the first set's time as its time a
+// tensor. (The first set's whole time a tensor, as this once took, put a
+// fixed payload's cost at 5.4 µs in one calibration of three and 0.2 in
+// the others.)
 func fit(s1 counts, t1 float64, s2 counts, t2 float64) costmodel.Cost {
 	f1, f2, c1, c2 := float64(s1.n), float64(s2.n), float64(s1.bytes), float64(s2.bytes)
 	inv := (t2*f1 - t1*f2) / (c2*f1 - c1*f2) // 1/Rate
 	tensor := (t1 - c1*inv) / f1
-	if inv > 0 && tensor >= 0 {
+	switch {
+	case inv > 0 && tensor >= 0:
 		return costmodel.Cost{Tensor: tensor, Rate: 1 / inv}
+	case inv > 0:
+		return costmodel.Cost{Tensor: 0, Rate: (c1 + c2) / (t1 + t2)}
 	}
-	return costmodel.Cost{Tensor: t1 / f1, Rate: c2 / t2}
+	rate := c2 / t2
+	return costmodel.Cost{Tensor: max(0, (t1-c1/rate)/f1), Rate: rate}
 }
 
 // measureCodec compresses src into out with the codec of k and records
@@ -174,10 +200,13 @@ func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k cos
 	if err != nil {
 		return err
 	}
-	var all, coded, small counts
+	var all, allSmall, coded, small counts
 	for _, sh := range from.Shards {
 		for _, t := range sh.Tensors {
 			all.add(t.Size)
+			if int64(t.Size) <= smallBytes {
+				allSmall.add(t.Size)
+			}
 			if t.Payload() {
 				coded.add(t.Size)
 				if int64(t.Size) <= smallBytes {
@@ -189,7 +218,7 @@ func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k cos
 	if coded.n == 0 {
 		return fmt.Errorf("%s: no tensor stored as a %s payload", out, k)
 	}
-	s.all, s.coded[k] = all, coded
+	s.all, s.allSmall, s.coded[k], s.codedSmall[k] = all, allSmall, coded, small
 	if k == costmodel.Entropy {
 		s.smallCoded = small
 	}
@@ -214,7 +243,7 @@ func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Co
 	if _, err := synth.Write(ctx, src, cfg); err != nil {
 		return nil, err
 	}
-	s := &set{coded: map[costmodel.Kind]counts{}, wall: map[costmodel.Kind]float64{}}
+	s := &set{coded: map[costmodel.Kind]counts{}, codedSmall: map[costmodel.Kind]counts{}, wall: map[costmodel.Kind]float64{}}
 	for _, k := range []costmodel.Kind{costmodel.Fixed, costmodel.Entropy} {
 		if err := measureCodec(ctx, eng, src, filepath.Join(dir, k.String()), k, smallBytes, runs, s); err != nil {
 			return nil, err
@@ -223,23 +252,33 @@ func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Co
 	return s, nil
 }
 
-// fastest is the shortest wall seconds of runs loads of src (after one
-// that warms the page cache and the staging up).
+// fastest is the shortest wall seconds of loads of src (after one that
+// warms the page cache and the staging up): runs of them, and more, up
+// to maxRuns, until they add up to minLoads: the fastest of five loads
+// of a millisecond moved by a factor of three between calibrations.
 func fastest(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, raw bool, runs int) (float64, error) {
 	l, err := load.Open(eng, c, src, load.Options{Raw: raw})
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
-	best := math.Inf(1)
-	for i := 0; i <= runs; i++ {
+	best, spent := math.Inf(1), 0.0
+	for i := 0; i <= runs || spent < minLoads && i <= maxRuns; i++ {
 		r, err := l.Run(ctx)
 		if err != nil {
 			return 0, err
 		}
 		if i > 0 {
 			best = math.Min(best, r.Wall.Seconds())
+			spent += r.Wall.Seconds()
 		}
 	}
 	return best, nil
 }
+
+// minLoads and maxRuns bound the loads fastest times: at least a quarter
+// of a second of them, at most 100.
+const (
+	minLoads = 0.25
+	maxRuns  = 100
+)

@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/splitzip/splitzip/costmodel"
@@ -39,10 +40,17 @@ func TestFit(t *testing.T) {
 	if d := got.Rate/10e9 - 1; d > 1e-6 || d < -1e-6 {
 		t.Fatalf("rate %g", got.Rate)
 	}
-	// Noise that makes the solve negative (the large set faster per
-	// tensor than the tiny one): the simple estimates.
+	// Noise that makes the rate negative (the large set faster per
+	// byte than the small one can be): the large set's rate, the rest of
+	// the small set's time a tensor.
 	got = fit(counts{1000, 1e6}, 1, counts{10, 1e9}, 0.005)
-	if got.Tensor != 1e-3 || got.Rate != 2e11 {
-		t.Fatalf("fallback %+v", got)
+	if got.Rate != 2e11 || math.Abs(got.Tensor-(1-1e6/2e11)/1000) > 1e-15 {
+		t.Fatalf("fallback for a negative rate %+v", got)
+	}
+	// Noise that makes the time a tensor negative (bytes explain more
+	// than all): none, at both sets' rate.
+	got = fit(counts{1000, 1e6}, 1e6/10e9*0.5, counts{10, 1e9}, 1e9/10e9)
+	if got.Tensor != 0 || math.Abs(got.Rate/((1e6+1e9)/(1e6/10e9*0.5+1e9/10e9))-1) > 1e-12 {
+		t.Fatalf("fallback for a negative time a tensor %+v", got)
 	}
 }
