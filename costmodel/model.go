@@ -9,9 +9,10 @@
 // the way to the device, decode included, which dominates for large
 // ones). Entropy payloads of at most SmallBytes are packed, and decoded
 // by one batch launch a pack (on the host where loads say so), with their
-// own pair; so are raw tensors of at most SmallBytes, whose neighbours
-// share reads (a linear fit over small and large tensors charged a tiny
-// one three to five times what it costs). A Profile holds the pairs of one host: measured on
+// own pair; so do raw tensors and fixed payloads of at most SmallBytes,
+// whose neighbours share reads and staging (a linear fit over small and
+// large tensors charged a tiny raw one three to five times what it costs,
+// and a tiny fixed one a sixth). A Profile holds the pairs of one host: measured on
 // it (internal/calibrate) or, failing that, Default's H200 numbers.
 package costmodel
 
@@ -63,7 +64,8 @@ type Profile struct {
 	Measured     string `json:"measured"`      // RFC 3339, or "default"
 	Raw          Cost   `json:"raw"`           // raw tensors above SmallBytes (from the source or the cache)
 	RawSmall     Cost   `json:"raw_small"`     // raw tensors of at most SmallBytes (Raw in profiles written before it)
-	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads
+	Fixed        Cost   `json:"fixed"`         // fixed-codec payloads above SmallBytes
+	FixedSmall   Cost   `json:"fixed_small"`   // fixed-codec payloads of at most SmallBytes (Fixed in profiles written before it)
 	Entropy      Cost   `json:"entropy"`       // entropy payloads above SmallBytes
 	EntropySmall Cost   `json:"entropy_small"` // entropy payloads of at most SmallBytes
 	SmallBytes   uint64 `json:"small_bytes"`   // the largest tensor with the small costs (transport.DefaultSmallBytes)
@@ -77,9 +79,9 @@ const Version = 1
 
 // Decoders is the revision of this build's decoders, raised whenever a
 // change moves what a kind of tensor costs to load: a profile measured
-// with another revision is measured again (Lookup). 4: raw tensors of at
-// most SmallBytes have a pair of their own (2026-12-07; profiles of
-// revision 3 priced them as large ones). 3: small entropy
+// with another revision is measured again (Lookup). 4: raw tensors and
+// fixed payloads of at most SmallBytes have pairs of their own
+// (2026-12-07; profiles of revision 3 priced them as large ones). 3: small entropy
 // payloads are packed and decoded on the device, one batch launch a pack
 // (2026-12-06), not on the host; 2: local loads pack
 // tensors stored in up to 2 MiB (load.DefaultSmallBytes, 2026-12-06:
@@ -103,13 +105,15 @@ var ErrStale = errors.New("costmodel: profile measured with other decoders")
 // from about 94 KB, and small entropy payloads, then decoded on the host,
 // never do. Its small entropy cost predates Decoders 1 and 3 (it
 // overstates what they cost now); the H200 was not lent to measure it
-// again; neither was its small raw cost, which is its raw cost here.
+// again; neither were its small raw and fixed costs, which are its raw
+// and fixed costs here.
 func Default() *Profile {
 	return &Profile{
 		Version: Version, Host: "default", Device: "NVIDIA H200", Measured: "default", Decoders: Decoders,
 		Raw:          Cost{Tensor: 0.88e-6, Rate: 36.0e9},
 		RawSmall:     Cost{Tensor: 0.88e-6, Rate: 36.0e9},
 		Fixed:        Cost{Tensor: 1.20e-6, Rate: 41.0e9},
+		FixedSmall:   Cost{Tensor: 1.20e-6, Rate: 41.0e9},
 		Entropy:      Cost{Tensor: 1.20e-6, Rate: 42.9e9},
 		EntropySmall: Cost{Tensor: 7.8e-6, Rate: 3.1e9},
 		SmallBytes:   256 << 10,
@@ -129,7 +133,7 @@ func (p *Profile) Check() error {
 	for _, c := range []struct {
 		name string
 		c    Cost
-	}{{"raw", p.Raw}, {"raw_small", p.RawSmall}, {"fixed", p.Fixed}, {"entropy", p.Entropy}, {"entropy_small", p.EntropySmall}} {
+	}{{"raw", p.Raw}, {"raw_small", p.RawSmall}, {"fixed", p.Fixed}, {"fixed_small", p.FixedSmall}, {"entropy", p.Entropy}, {"entropy_small", p.EntropySmall}} {
 		if !(c.c.Tensor >= 0) || math.IsInf(c.c.Tensor, 0) || !(c.c.Rate > 0) || math.IsInf(c.c.Rate, 0) {
 			return fmt.Errorf("%w: %s cost %g s a tensor at %g bytes/s", ErrProfile, c.name, c.c.Tensor, c.c.Rate)
 		}
@@ -142,6 +146,9 @@ func (p *Profile) Check() error {
 func (p *Profile) Time(k Kind, size uint64) float64 {
 	switch k {
 	case Fixed:
+		if size <= p.SmallBytes {
+			return p.FixedSmall.Time(size)
+		}
 		return p.Fixed.Time(size)
 	case Entropy:
 		if size <= p.SmallBytes {

@@ -65,6 +65,7 @@ func TestCheck(t *testing.T) {
 		func(p *Profile) { p.Raw.Rate = 0 },
 		func(p *Profile) { p.RawSmall.Tensor = -1 },
 		func(p *Profile) { p.Fixed.Tensor = -1 },
+		func(p *Profile) { p.FixedSmall.Rate = math.NaN() },
 		func(p *Profile) { p.Entropy.Rate = math.Inf(1) },
 		func(p *Profile) { p.EntropySmall.Tensor = math.NaN() },
 		func(p *Profile) { p.SmallBytes = 0 },
@@ -133,12 +134,19 @@ func TestStore(t *testing.T) {
 	}
 }
 
-// TestRawSmall: a raw tensor of at most SmallBytes is priced at RawSmall,
-// a larger one at Raw; a profile file written before raw_small prices
-// them alike.
-func TestRawSmall(t *testing.T) {
+// TestSmallPairs: a raw tensor or fixed payload of at most SmallBytes is
+// priced at its small pair, a larger one at its other; a profile file
+// written before the small pairs prices them alike.
+func TestSmallPairs(t *testing.T) {
 	p := Default()
 	p.RawSmall = Cost{Tensor: 0.1e-6, Rate: 10e9}
+	p.FixedSmall = Cost{Tensor: 0.3e-6, Rate: 8e9}
+	if got, want := p.Time(Fixed, p.SmallBytes), p.FixedSmall.Time(p.SmallBytes); got != want {
+		t.Errorf("fixed of SmallBytes: %g s, want %g", got, want)
+	}
+	if got, want := p.Time(Fixed, p.SmallBytes+1), p.Fixed.Time(p.SmallBytes+1); got != want {
+		t.Errorf("fixed past SmallBytes: %g s, want %g", got, want)
+	}
 	if got, want := p.Time(Raw, p.SmallBytes), p.RawSmall.Time(p.SmallBytes); got != want {
 		t.Errorf("raw of SmallBytes: %g s, want %g", got, want)
 	}
@@ -156,13 +164,14 @@ func TestRawSmall(t *testing.T) {
 	var m map[string]any
 	json.Unmarshal(b, &m)
 	delete(m, "raw_small")
+	delete(m, "fixed_small")
 	b, _ = json.Marshal(m)
 	file := filepath.Join(t.TempDir(), "old.json")
 	if err := os.WriteFile(file, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Read(file)
-	if err != nil || got.RawSmall != got.Raw {
-		t.Fatalf("a profile without raw_small: %v, raw small %+v, raw %+v", err, got.RawSmall, got.Raw)
+	if err != nil || got.RawSmall != got.Raw || got.FixedSmall != got.Fixed {
+		t.Fatalf("a profile without the small pairs: %v, %+v", err, got)
 	}
 }

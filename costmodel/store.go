@@ -80,8 +80,12 @@ func Read(file string) (*Profile, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", file, ErrProfile, err)
 	}
+	// Written before the small pairs: small tensors priced as large ones.
 	if p.RawSmall == (Cost{}) {
-		p.RawSmall = p.Raw // written before raw_small: all raw tensors alike
+		p.RawSmall = p.Raw
+	}
+	if p.FixedSmall == (Cost{}) {
+		p.FixedSmall = p.Fixed
 	}
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)

@@ -25,7 +25,7 @@ import (
 func TestCostReadsRawFromSource(t *testing.T) {
 	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 5}, pipeline.CompressOptions{})
 	dear, cheap := costmodel.Default(), costmodel.Default()
-	dear.Fixed.Tensor, dear.Entropy.Tensor = 1, 1
+	dear.Fixed.Tensor, dear.FixedSmall.Tensor, dear.Entropy.Tensor = 1, 1, 1
 	cheap.Raw.Tensor, cheap.RawSmall.Tensor = 1, 1
 	run := func(p *costmodel.Profile) (*Report, error) {
 		eng := hostengine.New(2)
@@ -60,6 +60,7 @@ func TestPredicted(t *testing.T) {
 	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 7}, pipeline.CompressOptions{})
 	p := costmodel.Default()
 	p.RawSmall = costmodel.Cost{Tensor: 0.1e-6, Rate: 10e9}
+	p.FixedSmall = costmodel.Cost{Tensor: 0.3e-6, Rate: 8e9}
 	run := func(o Options) *Report {
 		t.Helper()
 		eng := hostengine.New(2)
@@ -76,7 +77,7 @@ func TestPredicted(t *testing.T) {
 		for _, tn := range sh.Tensors {
 			n := tn.Size
 			if tn.Stored == shardcache.StoredFixed {
-				asStored += p.Fixed.Time(n)
+				asStored += p.Time(costmodel.Fixed, n)
 				fixed++
 			} else {
 				asStored += p.Time(costmodel.Raw, n)
@@ -110,7 +111,7 @@ func TestPredicted(t *testing.T) {
 	check("as stored", rep, asStored, map[string]uint64{"fixed": uint64(fixed), "raw": uint64(rep.Tensors - fixed)})
 	// Small payloads read through (ReadThrough) go the raw path, and are
 	// priced so (raw tensors alike, the report not saying which are small).
-	p.RawSmall = p.Raw
+	p.RawSmall, p.FixedSmall = p.Raw, p.Fixed
 	rep = run(Options{Profile: p, ReadThrough: true})
 	through := uint64(fixed) - rep.Paths["fixed"].Tensors
 	if through == 0 || through >= uint64(fixed) {
@@ -125,7 +126,7 @@ func TestPredicted(t *testing.T) {
 	}
 	check("read through", rep, byPaths, map[string]uint64{"fixed": uint64(fixed) - through, "raw": uint64(rep.Tensors-fixed) + through})
 	dear := costmodel.Default()
-	dear.Fixed.Tensor, dear.Entropy.Tensor = 1, 1
+	dear.Fixed.Tensor, dear.FixedSmall.Tensor, dear.Entropy.Tensor = 1, 1, 1
 	dear.RawSmall = costmodel.Cost{Tensor: 0.2e-6, Rate: 5e9}
 	allRawDear, small := 0.0, 0
 	for _, sh := range src.Shards {

@@ -80,24 +80,27 @@ type Predicted struct {
 	Ratio float64 `json:"measured_over_predicted"`
 }
 
-// predict is profile p's time for one run whose tensors took paths, the
-// raw ones of at most transport.DefaultSmallBytes counted in rawSmall too
-// (all summed over runs runs): each path's cost is a time a tensor plus
-// its bytes at a rate, so counts and bytes suffice.
-func predict(p *costmodel.Profile, paths [transport.NumPaths]transport.PathCount, rawSmall transport.PathCount, runs int) float64 {
-	// PathEntropyHost is not priced (Report.Unpredicted).
-	costs := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, {}, p.EntropySmall}
+// predict is profile p's time for one run whose tensors took paths, of
+// which those of at most transport.DefaultSmallBytes took small (all
+// summed over runs runs): each path's cost is a time a tensor plus its
+// bytes at a rate, a small tensor's at the small pair, so counts and
+// bytes suffice.
+func predict(p *costmodel.Profile, paths, small [transport.NumPaths]transport.PathCount, runs int) float64 {
+	// PathEntropyHost is not priced (Report.Unpredicted). Entropy
+	// payloads of at most SmallBytes are packed: PathEntropyPacked.
+	large := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, {}, p.EntropySmall}
+	smallCosts := [transport.NumPaths]costmodel.Cost{p.RawSmall, p.FixedSmall, p.Entropy, {}, p.EntropySmall}
 	price := func(c transport.PathCount, k costmodel.Cost) float64 {
 		if c.Tensors == 0 {
 			return 0
 		}
 		return float64(c.Tensors)*k.Tensor + float64(c.Bytes)/k.Rate
 	}
-	s := price(rawSmall, p.RawSmall)
-	paths[transport.PathRaw].Tensors -= rawSmall.Tensors
-	paths[transport.PathRaw].Bytes -= rawSmall.Bytes
+	var s float64
 	for k, c := range paths {
-		s += price(c, costs[k])
+		c.Tensors -= small[k].Tensors
+		c.Bytes -= small[k].Bytes
+		s += price(c, large[k]) + price(small[k], smallCosts[k])
 	}
 	return s / float64(max(runs, 1))
 }
@@ -293,7 +296,7 @@ func (l *Load) Report() *Report {
 		// calibrate measures entropy payloads decoded on the device only.
 		r.Unpredicted = "the cost model does not price entropy payloads decoded on the host"
 	} else if p != nil && len(r.Runs) > 0 {
-		pr := &Predicted{Host: p.Host, Seconds: predict(p, s.Paths, s.RawSmall, len(r.Runs)), Measured: r.Runs[0].Wall.Seconds()}
+		pr := &Predicted{Host: p.Host, Seconds: predict(p, s.Paths, s.Small, len(r.Runs)), Measured: r.Runs[0].Wall.Seconds()}
 		if pr.Seconds > 0 {
 			pr.Ratio = pr.Measured / pr.Seconds
 		}

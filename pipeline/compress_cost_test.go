@@ -23,11 +23,12 @@ func TestCostCodec(t *testing.T) {
 		p.Raw = costmodel.Cost{Tensor: 1e-6, Rate: 1e9}
 		p.RawSmall = p.Raw
 		p.Fixed = costmodel.Cost{Rate: fixed}
+		p.FixedSmall = p.Fixed
 		p.Entropy, p.EntropySmall = costmodel.Cost{Rate: entropy}, costmodel.Cost{Rate: entropy}
 		return p
 	}
 	dear := costmodel.Default()
-	dear.Fixed.Tensor, dear.Entropy.Tensor, dear.EntropySmall.Tensor = 1e-3, 1e-3, 1e-3
+	dear.Fixed.Tensor, dear.FixedSmall.Tensor, dear.Entropy.Tensor, dear.EntropySmall.Tensor = 1e-3, 1e-3, 1e-3, 1e-3
 	floats := []string{"w.F16", "w.F32", "w.F8_E4M3", "w.F8_E5M2"}
 	for _, c := range []struct {
 		name    string
@@ -108,7 +109,7 @@ func TestCostCodec(t *testing.T) {
 // each payload's estimate, and does not count it as the model's choice.
 func TestCostCodecGate(t *testing.T) {
 	p := costmodel.Default()
-	p.Fixed.Tensor, p.Entropy.Tensor, p.EntropySmall.Tensor = 0, 0, 0 // coding would win wherever allowed
+	p.Fixed.Tensor, p.FixedSmall.Tensor, p.Entropy.Tensor, p.EntropySmall.Tensor = 0, 0, 0, 0 // coding would win wherever allowed
 	dir := t.TempDir()
 	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
 	floatCheckpoint(t, filepath.Join(src, "model.safetensors"))

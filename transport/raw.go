@@ -40,9 +40,10 @@ type Stats struct {
 	Submit     time.Duration // enqueueing copies and decodes
 	Bytes      uint64        // bytes moved to the device (payload bytes for Payloads)
 	Paths      [NumPaths]PathCount
-	// RawSmall is the part of Paths[PathRaw] of at most DefaultSmallBytes
-	// each: a cost model prices them apart (costmodel.Profile.RawSmall).
-	RawSmall PathCount
+	// Small is the part of each of Paths of tensors of at most
+	// DefaultSmallBytes: a cost model prices them apart
+	// (costmodel.Profile's small pairs).
+	Small [NumPaths]PathCount
 }
 
 // Path is how a tensor was uploaded: the kinds a cost model predicts.
@@ -83,25 +84,26 @@ func (s Stats) add(o Stats) Stats {
 		s.Paths[k].Tensors += o.Paths[k].Tensors
 		s.Paths[k].Bytes += o.Paths[k].Bytes
 	}
-	s.RawSmall.Tensors += o.RawSmall.Tensors
-	s.RawSmall.Bytes += o.RawSmall.Bytes
+	for k := range s.Small {
+		s.Small[k].Tensors += o.Small[k].Tensors
+		s.Small[k].Bytes += o.Small[k].Bytes
+	}
 	return s
 }
 
-// paths counts a batch's tensors by path, to add to Stats at once, and
-// in its last place the raw ones of at most DefaultSmallBytes
-// (Stats.RawSmall).
-type paths [NumPaths + 1]PathCount
+// paths counts a batch's tensors by path, to add to Stats at once: all,
+// and those of at most DefaultSmallBytes (Stats.Small).
+type paths struct{ all, small [NumPaths]PathCount }
 
-// rawSmall is the place in paths of Stats.RawSmall.
-const rawSmall = NumPaths
+func (ps *paths) add(p Path, b *vmm.Binding) { ps.move(p, b, 1) }
 
-func (ps *paths) add(p Path, b *vmm.Binding) {
-	ps[p].Tensors++
-	ps[p].Bytes += b.Size
-	if p == PathRaw && b.Size <= DefaultSmallBytes {
-		ps[rawSmall].Tensors++
-		ps[rawSmall].Bytes += b.Size
+// move counts b on path p (n 1) or takes it off (n -1).
+func (ps *paths) move(p Path, b *vmm.Binding, n int64) {
+	ps.all[p].Tensors += uint64(n)
+	ps.all[p].Bytes += uint64(n * int64(b.Size))
+	if b.Size <= DefaultSmallBytes {
+		ps.small[p].Tensors += uint64(n)
+		ps.small[p].Bytes += uint64(n * int64(b.Size))
 	}
 }
 
@@ -110,8 +112,7 @@ func (ps *paths) add(p Path, b *vmm.Binding) {
 func (ps *paths) through(items []smallItem) {
 	for k := range items {
 		if it := &items[k]; it.through {
-			ps[it.from].Tensors--
-			ps[it.from].Bytes -= it.b.Size
+			ps.move(it.from, it.b, -1)
 			ps.add(PathRaw, it.b)
 		}
 	}
@@ -120,11 +121,11 @@ func (ps *paths) through(items []smallItem) {
 // addTo adds ps to s (its owner's lock held).
 func (ps *paths) addTo(s *Stats) {
 	for k := range s.Paths {
-		s.Paths[k].Tensors += ps[k].Tensors
-		s.Paths[k].Bytes += ps[k].Bytes
+		s.Paths[k].Tensors += ps.all[k].Tensors
+		s.Paths[k].Bytes += ps.all[k].Bytes
+		s.Small[k].Tensors += ps.small[k].Tensors
+		s.Small[k].Bytes += ps.small[k].Bytes
 	}
-	s.RawSmall.Tensors += ps[rawSmall].Tensors
-	s.RawSmall.Bytes += ps[rawSmall].Bytes
 }
 
 // MaxSmallBytes is the largest packing threshold: a pack must hold at

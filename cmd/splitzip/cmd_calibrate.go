@@ -186,7 +186,8 @@ func printProfile(g *globals, p *costmodel.Profile, file string) {
 	for _, r := range []struct {
 		name string
 		c    costmodel.Cost
-	}{{fmt.Sprintf("raw <= %s", human(p.SmallBytes)), p.RawSmall}, {"raw", p.Raw}, {"fixed", p.Fixed}, {"entropy", p.Entropy},
+	}{{fmt.Sprintf("raw <= %s", human(p.SmallBytes)), p.RawSmall}, {"raw", p.Raw},
+		{fmt.Sprintf("fixed <= %s", human(p.SmallBytes)), p.FixedSmall}, {"fixed", p.Fixed}, {"entropy", p.Entropy},
 		{fmt.Sprintf("entropy <= %s", human(p.SmallBytes)), p.EntropySmall}} {
 		fmt.Fprintf(g.stdout, "%-22s %12.2f %12.2f\n", r.name, r.c.Tensor*1e6, r.c.Rate/1e9)
 	}

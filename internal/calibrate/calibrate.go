@@ -4,11 +4,10 @@
 // compresses each with the fixed and the entropy codec, and loads each
 // from the page cache raw, fixed and entropy on the engine given, fitting
 // every kind's cost a tensor and rate from the fastest of several runs:
-// raw tensors of at most SmallBytes from the tiny and small sets (whose
-// tensors all are), larger raw ones and fixed payloads from the small and
-// large sets (the sizes where the choice is made, and where the rate
-// shows), small entropy payloads (packed, and decoded by one launch a
-// pack) from the tiny and small ones. A codec's loads count its cache's
+// raw tensors, fixed and entropy payloads (packed, and decoded by one
+// launch a pack) of at most SmallBytes from the tiny and small sets
+// (whose tensors all are), larger raw ones and fixed payloads from the
+// small and large sets (the sizes where the rate shows). A codec's loads count its cache's
 // raw tensors (those that failed the gate) at the raw fits. It takes
 // seconds and runs once per host (splitzip compress --codec cost on first
 // use, or splitzip calibrate).
@@ -138,6 +137,7 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 		return w * float64(c.bytes) / float64(s.all.bytes)
 	}
 	p.Fixed = fit(small.coded[costmodel.Fixed], coded(small, costmodel.Fixed), large.coded[costmodel.Fixed], coded(large, costmodel.Fixed))
+	p.FixedSmall = fit(tiny.coded[costmodel.Fixed], coded(tiny, costmodel.Fixed), small.coded[costmodel.Fixed], coded(small, costmodel.Fixed))
 	// The tiny and small sets' entropy payloads are all packed.
 	p.EntropySmall = fit(tiny.coded[costmodel.Entropy], coded(tiny, costmodel.Entropy), small.coded[costmodel.Entropy], coded(small, costmodel.Entropy))
 	// The large set's entropy loads, less its small payloads at that fit,

@@ -28,7 +28,7 @@ func TestMeasure(t *testing.T) {
 	if p.SmallBytes != 256<<10 {
 		t.Errorf("small bytes %d, want the transport's packing threshold", p.SmallBytes)
 	}
-	t.Logf("raw %+v fixed %+v entropy %+v entropy small %+v", p.Raw, p.Fixed, p.Entropy, p.EntropySmall)
+	t.Logf("raw %+v raw small %+v fixed %+v fixed small %+v entropy %+v entropy small %+v", p.Raw, p.RawSmall, p.Fixed, p.FixedSmall, p.Entropy, p.EntropySmall)
 }
 
 func TestFit(t *testing.T) {
