@@ -7,10 +7,10 @@
 // raw tensors, fixed and entropy payloads (packed, and decoded by one
 // launch a pack) of at most SmallBytes from the tiny and small sets
 // (whose tensors all are), larger raw ones and fixed payloads from the
-// small and large sets (the sizes where the rate shows). A codec's loads count its cache's
-// raw tensors (those that failed the gate) at the raw fits. It takes
-// seconds and runs once per host (splitzip compress --codec cost on first
-// use, or splitzip calibrate).
+// small and large sets (the sizes where the rate shows). A codec's loads
+// count its cache's raw tensors (those that failed the gate) at the raw
+// fits. It takes seconds and runs once per host (splitzip compress
+// --codec cost on first use, or splitzip calibrate).
 package calibrate
 
 import (
