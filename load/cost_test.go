@@ -145,6 +145,29 @@ func TestPredicted(t *testing.T) {
 	if rep := run(Options{}); rep.Predicted != nil {
 		t.Errorf("no cost model: predicted %+v", rep.Predicted)
 	}
+	// The fastest run after the first, beside the first: none with one
+	// run, the least of the later ones with three.
+	if pr := run(Options{Profile: p}).Predicted; pr.Fastest != 0 || pr.FastestRatio != 0 {
+		t.Errorf("one run: fastest %+v", pr)
+	}
+	eng := hostengine.New(2)
+	defer eng.Close()
+	l, err := Open(eng, c, src, Options{Profile: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for range 3 {
+		if _, err := l.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep = l.Report()
+	pr := rep.Predicted
+	least := min(rep.Runs[1].Wall, rep.Runs[2].Wall).Seconds()
+	if len(rep.Runs) != 3 || pr.Fastest != least || pr.FastestRatio != least/pr.Seconds {
+		t.Errorf("three runs %v: fastest %+v, want %g s", rep.Runs, pr, least)
+	}
 }
 
 // TestPredictedEntropyHost: entropy payloads decoded on the device are

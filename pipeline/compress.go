@@ -84,9 +84,10 @@ type Totals struct {
 	CostRawTensors int    `json:"cost_raw_tensors,omitempty"`
 	CostRawBytes   uint64 `json:"cost_raw_bytes,omitempty"`
 	// KeptTensors are the tensors an earlier run into the same cache
-	// stored as payloads of another codec than this run's: a tensor has
-	// one form in a cache, so they keep it (compress into a new cache to
-	// change it). KeptBytes is their raw bytes.
+	// stored as payloads this run's codec would not store (another
+	// codec's, or under --codec cost ones its model keeps raw): a tensor
+	// has one form in a cache, so they keep it (compress into a new cache
+	// to change it). KeptBytes is their raw bytes.
 	KeptTensors int    `json:"kept_tensors,omitempty"`
 	KeptBytes   uint64 `json:"kept_bytes,omitempty"`
 	// KeptCopies are the tensors left raw whose copies an earlier run

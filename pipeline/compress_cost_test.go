@@ -140,3 +140,40 @@ func TestCostCodecGate(t *testing.T) {
 		}
 	}
 }
+
+// TestCostCodecKept: --codec cost into a cache whose payloads an earlier
+// run stored keeps them, and counts as kept those its model would keep
+// raw (none where the model codes them).
+func TestCostCodecKept(t *testing.T) {
+	dear := costmodel.Default()
+	dear.Fixed.Tensor, dear.FixedSmall.Tensor, dear.Entropy.Tensor, dear.EntropySmall.Tensor = 1e-3, 1e-3, 1e-3, 1e-3
+	cheap := costmodel.Default()
+	free := costmodel.Cost{Rate: 1e15}
+	cheap.Fixed, cheap.FixedSmall, cheap.Entropy, cheap.EntropySmall = free, free, free, free
+	for _, c := range []struct {
+		name string
+		p    *costmodel.Profile
+		kept bool
+	}{{"model keeps raw", dear, true}, {"model codes", cheap, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+			floatCheckpoint(t, filepath.Join(src, "model.safetensors"))
+			first, err := Compress(context.Background(), src, CompressOptions{Output: cache, NoSync: true, Codec: CodecEntropy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Compress(context.Background(), src, CompressOptions{Output: cache, NoSync: true, Codec: CodecCost, Cost: c.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			payloads := first.Totals.CompressedTensors
+			if payloads == 0 {
+				t.Fatal("the first run stored no payload")
+			}
+			if want := map[bool]int{true: payloads, false: 0}[c.kept]; res.Totals.KeptTensors != want {
+				t.Errorf("%d tensors counted as kept, want %d of %d payloads", res.Totals.KeptTensors, want, payloads)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/codec/entropy"
+	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -53,7 +54,7 @@ func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor,
 		}
 		rec.CopyStored = true
 	}
-	if rec.Payload() && !codecStores(tc.opts.Codec, t.DType, o.Kind) && tc.w.Earlier(rec.Key) {
+	if rec.Payload() && !tc.stores(t, o.Kind) && tc.w.Earlier(rec.Key) {
 		*kept = true
 	}
 }
@@ -196,12 +197,22 @@ func bf16Stats(rec *shardcache.Tensor, counts []*entropy.Counts) {
 	}
 }
 
-// codecStores reports whether codecName may store a tensor of dtype as a
-// payload of kind (cost measures, so any kind is its own).
+// stores reports whether this run's codec may store t as a payload of
+// kind: for cost, whether the model would store it so rather than raw (it
+// weighs that kind alone: an earlier run's payload is kept without the
+// first pass that estimates the others).
+func (tc *tensorCompressor) stores(t *safetensors.Tensor, kind string) bool {
+	if tc.opts.Codec == CodecCost {
+		fixed, entropy := kind == shardcache.KindFixed, kind == shardcache.KindEntropy
+		return tc.opts.Cost.Choose(t.Size(), fixed, entropy).Kind != costmodel.Raw
+	}
+	return codecStores(tc.opts.Codec, t.DType, kind)
+}
+
+// codecStores reports whether codecName, other than cost, may store a
+// tensor of dtype as a payload of kind.
 func codecStores(codecName, dtype, kind string) bool {
 	switch codecName {
-	case CodecCost:
-		return true
 	case CodecFixed:
 		return kind == shardcache.KindFixed && dtype == "BF16"
 	case CodecAuto:

@@ -329,7 +329,7 @@ func codecHint(dtypes []pipeline.DTypeTotals) string {
 func keptNote(t pipeline.Totals) string {
 	var parts []string
 	if t.KeptTensors > 0 {
-		parts = append(parts, fmt.Sprintf("%s (%s) kept the payloads an earlier run stored in another codec: a tensor has one form in a cache; compress into a new cache to store them with this --codec",
+		parts = append(parts, fmt.Sprintf("%s (%s) kept the payloads an earlier run stored, which this --codec would not have (another codec's, or under --codec cost ones the model keeps raw): a tensor has one form in a cache; compress into a new cache to store them with this --codec",
 			count(t.KeptTensors, "tensor"), human(t.KeptBytes)))
 	}
 	if t.KeptCopies > 0 {

@@ -482,8 +482,13 @@ func printLoad(g *globals, r *load.Report) {
 				by = append(by, fmt.Sprintf("%s %d", k[1], n))
 			}
 		}
-		fmt.Fprintf(g.stdout, "  cost model (%s) predicted %v a run from the page cache; run 1 took %.2fx that (tensors by path: %s)\n",
-			p.Host, time.Duration(p.Seconds*1e9).Round(time.Microsecond), p.Ratio, strings.Join(by, ", "))
+		fastest := ""
+		if p.Fastest > 0 {
+			// What calibrate fits the model to: warm runs, the fastest.
+			fastest = fmt.Sprintf(", the fastest later run %.2fx", p.FastestRatio)
+		}
+		fmt.Fprintf(g.stdout, "  cost model (%s) predicted %v a run from the page cache; run 1 took %.2fx that%s (tensors by path: %s)\n",
+			p.Host, time.Duration(p.Seconds*1e9).Round(time.Microsecond), p.Ratio, fastest, strings.Join(by, ", "))
 	}
 }
 
