@@ -114,8 +114,15 @@ func TestStore(t *testing.T) {
 	if err := os.WriteFile(file, []byte("{\"version\": 1, \"host\""), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Lookup(dir, p.Host); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("corrupt: %v", err)
+	if _, err := Lookup(dir, p.Host); !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, ErrProfile) || strings.Contains(err.Error(), fs.ErrNotExist.Error()) {
+		t.Fatalf("corrupt: %v (want ErrProfile and fs.ErrNotExist, the text not saying the file is missing)", err)
+	}
+	other := *p
+	other.Version = Version + 1
+	b, _ := json.Marshal(other)
+	os.WriteFile(file, b, 0o644)
+	if _, err := Lookup(dir, p.Host); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "cannot use") || strings.Contains(err.Error(), fs.ErrNotExist.Error()) {
+		t.Fatalf("a profile of another layout: %v", err)
 	}
 	if _, err := Read(file); !errors.Is(err, ErrProfile) || !strings.Contains(err.Error(), file) {
 		t.Fatalf("corrupt: %v", err)

@@ -100,7 +100,7 @@ func Lookup(dir, host string) (*Profile, error) {
 	p, err := Read(path(dir, host))
 	switch {
 	case err != nil && errors.Is(err, ErrProfile):
-		return nil, fmt.Errorf("%w (%v)", fs.ErrNotExist, err)
+		return nil, unusableError{err}
 	case err != nil:
 		return nil, err
 	case p.Host != host:
@@ -110,6 +110,19 @@ func Lookup(dir, host string) (*Profile, error) {
 	}
 	return p, nil
 }
+
+// unusableError is Lookup's error for a profile file it cannot use (of
+// another layout, or damaged): fs.ErrNotExist to callers that measure a
+// missing profile, without its "file does not exist" in the text.
+type unusableError struct{ err error }
+
+func (e unusableError) Error() string {
+	return "a profile this build cannot use: " + e.err.Error()
+}
+
+func (e unusableError) Is(target error) bool { return target == fs.ErrNotExist }
+
+func (e unusableError) Unwrap() error { return e.err }
 
 // staleError is Lookup's error for a profile of other decoders: ErrStale,
 // and fs.ErrNotExist to callers that measure a missing profile, without
@@ -128,28 +141,34 @@ func (e staleError) Is(target error) bool { return target == ErrStale || target 
 // Save writes p into dir (made if need be) as the profile of p.Host, and
 // returns the file's path.
 func Save(dir string, p *Profile) (string, error) {
-	if err := p.Check(); err != nil {
-		return "", err
-	}
 	if err := os.MkdirAll(dir, atomicfile.DirPerm); err != nil {
 		return "", err
 	}
+	file := path(dir, p.Host)
+	return file, SaveFile(file, p)
+}
+
+// SaveFile writes p to file (through a temporary file beside it, renamed
+// over it): where SPLITZIP_PROFILE names one.
+func SaveFile(file string, p *Profile) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
 	b, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
-		return "", err
+		return err
 	}
-	f, err := atomicfile.CreateTemp(dir, "costmodel")
+	f, err := atomicfile.CreateTemp(filepath.Dir(file), "costmodel")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.Remove(f.Name()) // after the rename, nothing
 	if _, err := f.Write(append(b, '\n')); err != nil {
 		f.Close()
-		return "", err
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return "", err
+		return err
 	}
-	file := path(dir, p.Host)
-	return file, os.Rename(f.Name(), file)
+	return os.Rename(f.Name(), file)
 }

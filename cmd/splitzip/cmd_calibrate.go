@@ -35,11 +35,19 @@ tensor and rate are fitted to the fastest loads. It takes seconds. The
 profile is kept in the user's cache folder (splitzip/ in XDG_CACHE_HOME or
 ~/.cache) under this host's fingerprint (CPU model, core count, device), and
 compress --codec cost uses it; on a host without one, compress measures it
-first. SPLITZIP_PROFILE names a profile file to use instead, or "default"
-for the built-in one (measured on an H200).`,
+first. SPLITZIP_PROFILE names a profile file to use instead (calibrate then
+writes it), or "default" for the built-in one (measured on an H200).`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			p, file, err := measureProfile(cmd.Context(), g, o.Device)
+			if p != nil && err != nil {
+				// Measured, not kept: shown all the same, then the error
+				// of the output that could not be written.
+				if !g.JSON {
+					printProfile(g, p, "")
+				}
+				return failure.Mark(failure.Resource, fmt.Errorf("the profile measured could not be kept: %w", err))
+			}
 			if err != nil {
 				return err
 			}
@@ -96,6 +104,10 @@ func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.
 	pr.Finish()
 	if err != nil {
 		return nil, "", err
+	}
+	if env := os.Getenv(costmodel.EnvProfile); env != "" && env != "default" {
+		// The file the variable names, which every command reads.
+		return p, env, costmodel.SaveFile(env, p)
 	}
 	dir, err := costmodel.Dir()
 	if err != nil {

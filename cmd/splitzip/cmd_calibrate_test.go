@@ -172,9 +172,27 @@ func TestCostProfileNotKept(t *testing.T) {
 	if code != 0 || !strings.Contains(e, "could not be kept, so this run alone uses it") {
 		t.Errorf("compress --codec cost with nowhere to keep the profile: exit %d, %q", code, e)
 	}
-	t.Setenv(costmodel.EnvProfile, filepath.Join(dir, "none.json"))
+	// calibrate itself: the table all the same, then exit 4 (an output
+	// that cannot be written).
+	code, out, e := splitzip(t, "calibrate")
+	if code != exitResource || !strings.Contains(out, "raw <= ") || !strings.Contains(e, "could not be kept") {
+		t.Errorf("calibrate with nowhere to keep the profile: exit %d, %q, %q", code, out, e)
+	}
+	none := filepath.Join(dir, "none.json")
+	t.Setenv(costmodel.EnvProfile, none)
 	code, _, e = splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c2"), "--codec", "cost", "--no-sync")
 	if code != exitInput || !strings.Contains(e, costmodel.EnvProfile+"=") {
 		t.Errorf("%s naming no file: exit %d, %q", costmodel.EnvProfile, code, e)
+	}
+	// calibrate writes the file the variable names, as its error says,
+	// and compress then uses it.
+	if code, _, e := splitzip(t, "calibrate"); code != 0 {
+		t.Fatalf("calibrate with %s=%s: exit %d, %q", costmodel.EnvProfile, none, code, e)
+	}
+	if _, err := costmodel.Read(none); err != nil {
+		t.Fatalf("the profile calibrate wrote: %v", err)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c3"), "--codec", "cost", "--no-sync"); code != 0 || strings.Contains(e, "measuring") {
+		t.Errorf("compress with the profile calibrate wrote: exit %d, %q", code, e)
 	}
 }
