@@ -42,6 +42,15 @@ type Placement struct {
 	Dim   int  `json:"dim,omitempty"`
 }
 
+// MarshalJSON writes "dim" for every sharded placement, dimension 0
+// included (omitempty alone dropped it), and none for a replicated one.
+func (p Placement) MarshalJSON() ([]byte, error) {
+	if !p.Shard {
+		return []byte(`{"shard":false}`), nil
+	}
+	return []byte(`{"shard":true,"dim":` + strconv.Itoa(p.Dim) + `}`), nil
+}
+
 // String is "replicate" or "shard:D".
 func (p Placement) String() string {
 	if !p.Shard {

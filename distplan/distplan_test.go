@@ -1,6 +1,7 @@
 package distplan
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -174,5 +175,23 @@ func TestPlanErrors(t *testing.T) {
 	}
 	if _, err := New(c, s, 0, nil); !errors.Is(err, ErrPlan) {
 		t.Errorf("0 ranks: %v", err)
+	}
+}
+
+// TestPlacementJSON: a sharded placement names its dimension, 0 too; a
+// replicated one none; both read back as written.
+func TestPlacementJSON(t *testing.T) {
+	for _, c := range []struct {
+		p    Placement
+		want string
+	}{{Placement{}, `{"shard":false}`}, {Placement{Shard: true}, `{"shard":true,"dim":0}`}, {Placement{Shard: true, Dim: 2}, `{"shard":true,"dim":2}`}} {
+		b, err := json.Marshal(c.p)
+		if err != nil || string(b) != c.want {
+			t.Errorf("%+v: %s, %v; want %s", c.p, b, err, c.want)
+		}
+		var back Placement
+		if err := json.Unmarshal(b, &back); err != nil || back != c.p {
+			t.Errorf("%s read back as %+v, %v", b, back, err)
+		}
 	}
 }
