@@ -86,6 +86,9 @@ func TestCostCodec(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := ins.Predicted
+			if len(ins.Sources) != 1 || ins.Sources[0].Predicted == nil || *ins.Sources[0].Predicted != *p {
+				t.Errorf("the one checkpoint's prediction %+v, the cache's %+v", ins.Sources, p)
+			}
 			switch {
 			case p == nil || p.Raw <= 0:
 				t.Fatalf("predicted %+v", p)

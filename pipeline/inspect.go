@@ -81,8 +81,9 @@ type InspectOptions struct {
 	// Bits reads every entropy payload's head, chunk index and chunk
 	// headers to say where its bits go (DTypeReport.EntropyBits).
 	Bits bool
-	// Cost, when set, predicts a first load of every source from the
-	// page cache by this cost model (InspectResult.Predicted).
+	// Cost, when set, predicts a first load of each source from the page
+	// cache by this cost model (SourceReport.Predicted; their sum,
+	// InspectResult.Predicted).
 	Cost *costmodel.Profile
 }
 
@@ -107,6 +108,9 @@ type SourceReport struct {
 	// files always): it verifies, restores and loads without its source.
 	SelfContained bool   `json:"self_contained"`
 	Totals        Totals `json:"totals"`
+	// Predicted is a first load of this checkpoint by the cost model
+	// (InspectOptions.Cost): a load is of one checkpoint.
+	Predicted *Predicted `json:"predicted,omitempty"`
 }
 
 // InspectResult is what inspect reports; docs/DESIGN.md documents it as
@@ -164,6 +168,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	explained := map[shardcache.Key]entropy.Breakdown{}
 	for _, s := range ix.Sources {
 		sr := SourceReport{Root: s.Root, Checkpoint: s.Path(), Shards: len(s.Shards), SelfContained: true}
+		if opt.Cost != nil {
+			sr.Predicted = &Predicted{Host: opt.Cost.Host}
+		}
 		for _, sh := range s.Shards {
 			sr.SelfContained = sr.SelfContained && sh.AllInCache()
 			for _, t := range sh.Tensors {
@@ -183,8 +190,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 				add(&res.Totals, &r)
 				if p := res.Predicted; p != nil {
 					kind := map[string]costmodel.Kind{shardcache.StoredFixed: costmodel.Fixed, shardcache.StoredEntropy: costmodel.Entropy}[r.Stored]
-					p.Stored += opt.Cost.Time(kind, r.RawBytes)
-					p.Raw += opt.Cost.Time(costmodel.Raw, r.RawBytes)
+					stored, raw := opt.Cost.Time(kind, r.RawBytes), opt.Cost.Time(costmodel.Raw, r.RawBytes)
+					p.Stored, p.Raw = p.Stored+stored, p.Raw+raw
+					sr.Predicted.Stored, sr.Predicted.Raw = sr.Predicted.Stored+stored, sr.Predicted.Raw+raw
 				}
 				if opt.Tensors {
 					res.Tensors = append(res.Tensors, r)

@@ -117,9 +117,16 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	if ent > 0 {
 		fmt.Fprintf(w, "entropy payloads: %d of %d decodable in place (a GPU decodes those where they land; the others on the host)\n", inPlace, ent)
 	}
-	if p := res.Predicted; p != nil && p.Stored > 0 {
-		fmt.Fprintf(w, "predicted first load from the page cache (cost model of %s): %.2f ms as stored, %.2f ms all raw (%.3fx)\n",
-			p.Host, p.Stored*1e3, p.Raw*1e3, p.Raw/p.Stored)
+	// A load is of one checkpoint: a prediction each.
+	for _, sr := range res.Sources {
+		if p := sr.Predicted; p != nil && p.Stored > 0 {
+			of := ""
+			if len(res.Sources) > 1 {
+				of = " of " + sr.Checkpoint
+			}
+			fmt.Fprintf(w, "predicted first load%s from the page cache (cost model of %s): %.2f ms as stored, %.2f ms all raw (raw ÷ stored %.3fx)\n",
+				of, p.Host, p.Stored*1e3, p.Raw*1e3, p.Raw/p.Stored)
+		}
 	}
 	bf16 := "" // the dtype table gives every dtype's bits in its own width
 	if t.BF16RawBytes > 0 {
