@@ -53,6 +53,11 @@ type DTypeReport struct {
 	StoredBytes    uint64  `json:"stored_bytes"`
 	BitsPerValue   float64 `json:"bits_per_value"`
 	BoundBits      float64 `json:"entropy_bound_bits,omitempty"`
+	// BoundShare is the share of Values the bound covers, where not all
+	// (tensors left raw without statistics: under --codec cost, or found
+	// stored raw before); a bound over a few norms says little of the
+	// dtype.
+	BoundShare float64 `json:"entropy_bound_share,omitempty"`
 	// EntropyBits is where the bits of the dtype's entropy payloads go
 	// (InspectOptions.Bits).
 	EntropyBits *EntropyBits `json:"entropy_bits,omitempty"`
@@ -208,6 +213,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 		}
 		if d.boundValues > 0 {
 			d.BoundBits = d.boundBits / d.boundValues
+			if d.boundValues < float64(d.Values) {
+				d.BoundShare = d.boundValues / float64(d.Values)
+			}
 		}
 		if e := d.EntropyBits; e != nil && e.Values > 0 {
 			e.BoundBits, e.OtherBits = e.bound/float64(e.Values), e.other/float64(e.Values)

@@ -196,3 +196,37 @@ func TestCostProfileNotKept(t *testing.T) {
 		t.Errorf("compress with the profile calibrate wrote: exit %d, %q", code, e)
 	}
 }
+
+// TestInspectBoundShare: under --codec cost a dtype whose tensors mostly
+// stay raw (no statistics) has its entropy bound over the payloads alone,
+// and inspect says what share of its values that is.
+func TestInspectBoundShare(t *testing.T) {
+	t.Setenv(costmodel.EnvProfile, "default")
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", ck, "--dtype", "F8_E5M2", "--size", "16MiB"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--codec", "cost", "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	code, out, _ := splitzip(t, "inspect", cache, "--json")
+	var ins struct {
+		DTypes []struct {
+			DType string
+			Bound float64 `json:"entropy_bound_bits"`
+			Share float64 `json:"entropy_bound_share"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &ins); err != nil || code != 0 {
+		t.Fatalf("inspect: %v %s", err, out)
+	}
+	for _, d := range ins.DTypes {
+		if d.DType == "F8_E5M2" && !(d.Bound > 0 && d.Share > 0 && d.Share < 1) {
+			t.Errorf("F8_E5M2: bound %g over a share %g of its values, want a part", d.Bound, d.Share)
+		}
+	}
+	if code, out, _ := splitzip(t, "inspect", cache); code != 0 || !strings.Contains(out, "% of values)") {
+		t.Errorf("inspect's table does not give the share: %s", out)
+	}
+}

@@ -107,7 +107,11 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 		if d.RawBytes > 0 {
 			bits = fmt.Sprintf("%.3f", d.BitsPerValue)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", d.DType, d.Tensors, d.Fixed, d.Entropy, human(d.RawBytes), human(d.StoredBytes), bits, bound(d.BoundBits))
+		b := bound(d.BoundBits)
+		if d.BoundShare > 0 {
+			b += fmt.Sprintf(" (of %.1f%% of values)", 100*d.BoundShare)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", d.DType, d.Tensors, d.Fixed, d.Entropy, human(d.RawBytes), human(d.StoredBytes), bits, b)
 	}
 	tw.Flush()
 	var ent, inPlace int
