@@ -116,7 +116,10 @@ type CompressResult struct {
 	// Jobs is how many tensors were compressed at once: --jobs, bounded
 	// by the memory budget and the tensor count.
 	Jobs   int    `json:"jobs"`
-	Totals Totals `json:"totals"`
+	// CostModel names the profile --codec cost chose by: its host
+	// fingerprint and when it was measured ("default": the built-in one).
+	CostModel string `json:"cost_model,omitempty"`
+	Totals    Totals `json:"totals"`
 	// DTypes sums the tensors per dtype, the dtype of the most bytes first.
 	DTypes []DTypeTotals `json:"dtypes"`
 	// Warnings lists what the sources have that the reference
@@ -247,6 +250,9 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 
 	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards), Unindexed: ck.Unindexed,
 		LeftOut: ck.LeftOut, Duplicates: ck.Duplicates, Unnamed: ck.Unnamed}
+	if opts.Codec == CodecCost {
+		res.CostModel = opts.Cost.Host + ", measured " + opts.Cost.Measured
+	}
 	for _, s := range ck.Shards {
 		for _, d := range s.Header.Deviations {
 			res.Warnings = append(res.Warnings, s.Path+": "+d)

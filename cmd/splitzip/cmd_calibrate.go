@@ -134,6 +134,11 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 			// The file the variable names cannot be used: the user's input.
 			return nil, failure.Mark(failure.Input, fmt.Errorf("%s=%s: %w (run splitzip calibrate to measure one, or set %s=default)", costmodel.EnvProfile, env, err, costmodel.EnvProfile))
 		}
+		if p.Decoders != costmodel.Decoders {
+			// Used as asked, but said: a kept profile would be measured again.
+			fmt.Fprintf(g.stderr, "note: %s=%s was measured with decoders %d, this build's are %d: its costs may be stale (splitzip calibrate writes it again)\n",
+				costmodel.EnvProfile, env, p.Decoders, costmodel.Decoders)
+		}
 		return p, nil
 	}
 	dir, err := costmodel.Dir()

@@ -83,7 +83,8 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	// The built-in profile: small tensors raw, the largest coded.
 	t.Setenv(costmodel.EnvProfile, "default")
 	cache = filepath.Join(dir, "c3")
-	if code, out, e := splitzip(t, "compress", ck, "-o", cache, "--codec", "cost", "--no-sync"); code != 0 || !strings.Contains(out, "kept raw by the cost model") {
+	if code, out, e := splitzip(t, "compress", ck, "-o", cache, "--codec", "cost", "--no-sync"); code != 0 || !strings.Contains(out, "kept raw by the cost model") ||
+		!strings.Contains(e, "chose by the cost model of default, measured default") {
 		t.Fatalf("compress, default profile: %d %q %q", code, out, e)
 	}
 	// A load reports what the model predicts by the paths its tensors
@@ -130,6 +131,17 @@ func TestCalibrateAndCostCodec(t *testing.T) {
 	}
 	if code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c5"), "--codec", "cheap"); code != 2 || !strings.Contains(e, "cost") {
 		t.Fatalf("bad codec: %d %q", code, e)
+	}
+	// A file of other decoders: used as asked, with a note.
+	stale := costmodel.Default()
+	stale.Decoders = costmodel.Decoders - 1
+	file := filepath.Join(dir, "stale.json")
+	if err := costmodel.SaveFile(file, stale); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(costmodel.EnvProfile, file)
+	if code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c6"), "--codec", "cost", "--no-sync"); code != 0 || !strings.Contains(e, "measured with decoders") {
+		t.Fatalf("a profile file of other decoders: %d %q", code, e)
 	}
 }
 

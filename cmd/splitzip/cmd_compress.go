@@ -213,6 +213,9 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if h := codecHint(res.DTypes); h != "" {
 		fmt.Fprintln(g.stderr, h)
 	}
+	if res.CostModel != "" {
+		fmt.Fprintf(g.stderr, "note: --codec cost chose by the cost model of %s\n", res.CostModel)
+	}
 	if n := keptNote(res.Totals); n != "" {
 		fmt.Fprintln(g.stderr, n)
 	}
