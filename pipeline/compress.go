@@ -115,7 +115,7 @@ type CompressResult struct {
 	Shards     int    `json:"shards"`
 	// Jobs is how many tensors were compressed at once: --jobs, bounded
 	// by the memory budget and the tensor count.
-	Jobs   int    `json:"jobs"`
+	Jobs int `json:"jobs"`
 	// CostModel names the profile --codec cost chose by: its host
 	// fingerprint and when it was measured ("default": the built-in one).
 	CostModel string `json:"cost_model,omitempty"`
