@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -22,8 +23,11 @@ type TensorReport struct {
 	RawBytes     uint64   `json:"raw_bytes"`
 	StoredBytes  uint64   `json:"stored_bytes"`
 	BitsPerValue float64  `json:"bits_per_value"`
-	Coverage     float64  `json:"codebook_coverage"`
-	EscapeRate   float64  `json:"escape_rate"`
+	// Coverage and EscapeRate are the fixed codec's codebook's, for a
+	// fixed payload or a BF16 tensor left raw that compress measured
+	// (CodebookMeasured); the JSON leaves them out elsewhere.
+	Coverage   float64 `json:"codebook_coverage"`
+	EscapeRate float64 `json:"escape_rate"`
 	// ExponentEntropy is nil where the cache records no statistics of
 	// the tensor (a dtype no codec measures, a tensor stored raw before).
 	ExponentEntropy *float64 `json:"exponent_entropy,omitempty"`
@@ -231,6 +235,29 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	})
 	sort.SliceStable(res.Tensors, func(i, j int) bool { return res.Tensors[i].RawBytes > res.Tensors[j].RawBytes })
 	return res, nil
+}
+
+// CodebookMeasured says r's Coverage and EscapeRate mean something: a
+// fixed payload's, or a BF16 tensor's left raw that compress measured;
+// not an entropy payload's (every exponent coded) or a tensor's never
+// measured (other dtypes left raw, one found stored raw before).
+func (r *TensorReport) CodebookMeasured() bool {
+	return r.Stored == shardcache.StoredFixed || r.Stored == shardcache.StoredRaw && r.Coverage > 0
+}
+
+// MarshalJSON leaves out codebook_coverage and escape_rate where they
+// mean nothing (CodebookMeasured): a 0 there read as no value covered.
+func (r TensorReport) MarshalJSON() ([]byte, error) {
+	type plain TensorReport // without this method
+	out := struct {
+		plain
+		Coverage   *float64 `json:"codebook_coverage,omitempty"`
+		EscapeRate *float64 `json:"escape_rate,omitempty"`
+	}{plain: plain(r)}
+	if r.CodebookMeasured() {
+		out.Coverage, out.EscapeRate = &r.Coverage, &r.EscapeRate
+	}
+	return json.Marshal(out)
 }
 
 func report(ix *shardcache.Index, s *shardcache.Source, sh *shardcache.Shard, t *shardcache.Tensor) TensorReport {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -879,5 +880,32 @@ func TestVerifyOnly(t *testing.T) {
 	}
 	if _, err := Verify(context.Background(), cache, VerifyOptions{Jobs: 2, Only: []string{filepath.Join(dir, "c")}}); err == nil {
 		t.Error("verify of a source the cache does not record passed")
+	}
+}
+
+// TestTensorReportJSON: codebook_coverage and escape_rate appear where
+// they were measured (a fixed payload, a BF16 tensor left raw with
+// statistics), zeros included, and nowhere else.
+func TestTensorReportJSON(t *testing.T) {
+	for _, c := range []struct {
+		r    TensorReport
+		want bool
+	}{
+		{TensorReport{Stored: shardcache.StoredFixed, Coverage: 1}, true},
+		{TensorReport{Stored: shardcache.StoredRaw, DType: "BF16", Coverage: 0.9, EscapeRate: 0.1}, true},
+		{TensorReport{Stored: shardcache.StoredEntropy}, false},
+		{TensorReport{Stored: shardcache.StoredRaw, DType: "F32"}, false},
+	} {
+		b, err := json.Marshal(c.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		_, cov := m["codebook_coverage"]
+		_, esc := m["escape_rate"]
+		if cov != c.want || esc != c.want || m["stored"] != c.r.Stored {
+			t.Errorf("%s %s: %s", c.r.Stored, c.r.DType, b)
+		}
 	}
 }

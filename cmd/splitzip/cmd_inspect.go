@@ -88,7 +88,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tbound\tcoverage\tescapes\texp-entropy\twhy raw")
 		for _, r := range res.Tensors {
 			cov, esc := fmt.Sprintf("%.5f", r.Coverage), fmt.Sprintf("%.2e", r.EscapeRate)
-			if r.Stored == shardcache.StoredEntropy || r.Coverage == 0 && r.EscapeRate == 0 {
+			if !r.CodebookMeasured() {
 				cov, esc = "-", "-" // every exponent coded, or never measured
 			}
 			ent := "-" // never measured
