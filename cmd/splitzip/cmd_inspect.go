@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -164,24 +165,23 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 // the kept bits above the format's, the code words (and raw and constant
 // chunks) above the coded field's entropy, and the rest.
 func printEntropyBits(w io.Writer, dtypes []pipeline.DTypeReport) {
+	if !slices.ContainsFunc(dtypes, func(d pipeline.DTypeReport) bool { return d.EntropyBits != nil && d.EntropyBits.Values > 0 }) {
+		fmt.Fprintln(w, "where entropy payloads' bits go: the cache holds no entropy payloads")
+		return
+	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "where entropy payloads' bits go, in bits a value:")
 	fmt.Fprintln(tw, "dtype\tpayloads (pairs)\tvalues\tstored\tkept\tcodes\traw/constant\tlane tables\tchunk index\theads\tpadding\tbound\tgap\tcodes above entropy\t")
-	any := false
 	for _, d := range dtypes {
 		e := d.EntropyBits
 		if e == nil || e.Values == 0 {
 			continue
 		}
-		any = true
 		v := float64(e.Values)
 		per := func(bits uint64) string { return fmt.Sprintf("%.4f", float64(bits)/v) }
 		excess := float64(e.Codes+e.Plain)/v - (e.BoundBits - e.OtherBits)
 		fmt.Fprintf(tw, "%s\t%d (%d)\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t\n", d.DType, e.Payloads, e.PairPayloads, e.Values, per(e.Bits), per(e.Kept), per(e.Codes),
 			per(e.Plain), per(e.Lanes), per(e.Index), per(e.Head), per(e.Padding), e.BoundBits, float64(e.Bits)/v-e.BoundBits, excess)
-	}
-	if !any {
-		fmt.Fprintln(tw, "(no entropy payloads)\t")
 	}
 	tw.Flush()
 }

@@ -373,7 +373,7 @@ func TestInspectBits(t *testing.T) {
 			t.Errorf("BF16: %+v", d.Bits)
 		}
 	}
-	if code, out, _ := splitzip(t, "inspect", fixed, "--bits"); code != 0 || !strings.Contains(out, "(no entropy payloads)") {
+	if code, out, _ := splitzip(t, "inspect", fixed, "--bits"); code != 0 || !strings.Contains(out, "the cache holds no entropy payloads") || strings.Contains(out, "codes above entropy") {
 		t.Errorf("inspect --bits of a fixed-rate cache: exit %d, %q", code, out)
 	}
 }
