@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/splitzip/splitzip/atomicfile"
@@ -209,6 +210,9 @@ func Write(ctx context.Context, dir string, cfg Config) ([]string, error) {
 		groups[s] = append(groups[s], i)
 		acc += t.Size
 	}
+	// Fewer tensors than shards, or a large one spanning several shares,
+	// leave groups empty: the files are named for those written.
+	groups = slices.DeleteFunc(groups, func(g []int) bool { return len(g) == 0 })
 	// Every file is written under a temporary name and renamed into
 	// place once all are written: a failed or interrupted run leaves no
 	// file a reader would take for a checkpoint, and removes its own.
@@ -224,12 +228,9 @@ func Write(ctx context.Context, dir string, cfg Config) ([]string, error) {
 	weightMap := map[string]string{}
 	var written uint64
 	for s, g := range groups {
-		if len(g) == 0 {
-			continue
-		}
 		name := "model.safetensors"
 		if cfg.Shards > 1 {
-			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", s+1, cfg.Shards)
+			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", s+1, len(groups))
 		}
 		specs := make([]safetensors.TensorSpec, len(g))
 		for k, i := range g {

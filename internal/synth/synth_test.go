@@ -3,6 +3,7 @@ package synth
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -205,5 +206,23 @@ func TestWriteLeavesNothing(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("a failed Write left %v", names)
+	}
+}
+
+// TestShardNames: more shards asked for than there are tensors to fill
+// them: the files are named for those written, with no gaps.
+func TestShardNames(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := Write(context.Background(), dir, Config{Tiny: 10, Shards: 100, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 11 {
+		t.Fatalf("%d files: %v", len(paths), paths)
+	}
+	for i, p := range paths[:10] {
+		if want := filepath.Join(dir, fmt.Sprintf("model-%05d-of-00010.safetensors", i+1)); p != want {
+			t.Errorf("file %d is %s, want %s", i, p, want)
+		}
 	}
 }
