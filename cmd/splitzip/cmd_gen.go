@@ -83,6 +83,9 @@ func runGen(ctx context.Context, g *globals, o genOptions, dir string) error {
 	if o.layersSet && o.MoE == 0 {
 		return usageError{fmt.Errorf("--layers applies to --moe only (the Llama-like checkpoint's layers follow --size)")}
 	}
+	if o.Hidden > 0 && o.Small+o.Tiny+o.Mix > 0 {
+		return usageError{fmt.Errorf("--hidden applies to the Llama-like checkpoint and --moe: --small, --tiny and --mix set their own shapes")}
+	}
 	if o.Hidden > 0 && (o.Hidden%32 != 0 || o.Hidden < 64 || o.Hidden > 1<<16) {
 		return usageError{fmt.Errorf("--hidden must be a multiple of 32 from 64 to 65536, got %d", o.Hidden)}
 	}

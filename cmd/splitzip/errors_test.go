@@ -475,3 +475,14 @@ func TestBenchDeviceCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestGenShapeFlags: a flag of another shape than the one chosen is a
+// usage error naming it, not ignored.
+func TestGenShapeFlags(t *testing.T) {
+	for _, args := range [][]string{{"--tiny", "10", "--hidden", "128"}, {"--mix", "10", "--hidden", "128"}, {"--tiny", "10", "--layers", "2"}, {"--tiny", "10", "--size", "1MiB"}} {
+		code, _, e := splitzip(t, append([]string{"gen", filepath.Join(t.TempDir(), "g")}, args...)...)
+		if code != exitUsage || !strings.Contains(e, args[2]) {
+			t.Errorf("gen %v: exit %d, %q", args, code, e)
+		}
+	}
+}
