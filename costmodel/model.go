@@ -121,8 +121,10 @@ func Default() *Profile {
 }
 
 // Check returns ErrProfile unless p is of this Version, every cost a
-// tensor finite and at least 0, every rate finite and positive, and
-// SmallBytes positive.
+// tensor from 0 to a minute, every rate from a byte to an exabyte a
+// second (what no host measures is a damaged or hand-made file: a time a
+// tensor of 1e300 s printed as a 300-digit prediction), and SmallBytes
+// positive.
 func (p *Profile) Check() error {
 	if p.Version != Version {
 		return fmt.Errorf("%w: version %d, want %d", ErrProfile, p.Version, Version)
@@ -134,12 +136,18 @@ func (p *Profile) Check() error {
 		name string
 		c    Cost
 	}{{"raw", p.Raw}, {"raw_small", p.RawSmall}, {"fixed", p.Fixed}, {"fixed_small", p.FixedSmall}, {"entropy", p.Entropy}, {"entropy_small", p.EntropySmall}} {
-		if !(c.c.Tensor >= 0) || math.IsInf(c.c.Tensor, 0) || !(c.c.Rate > 0) || math.IsInf(c.c.Rate, 0) {
+		if !(c.c.Tensor >= 0 && c.c.Tensor <= MaxTensorCost) || !(c.c.Rate >= 1 && c.c.Rate <= MaxRate) {
 			return fmt.Errorf("%w: %s cost %g s a tensor at %g bytes/s", ErrProfile, c.name, c.c.Tensor, c.c.Rate)
 		}
 	}
 	return nil
 }
+
+// MaxTensorCost and MaxRate bound a profile's costs (Check).
+const (
+	MaxTensorCost = 60   // seconds a tensor
+	MaxRate       = 1e18 // bytes a second
+)
 
 // Time is the predicted seconds to load a tensor of size raw bytes stored
 // as kind.

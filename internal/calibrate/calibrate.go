@@ -170,6 +170,15 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 // fixed payload's cost at 5.4 µs in one calibration of three and 0.2 in
 // the others.)
 func fit(s1 counts, t1 float64, s2 counts, t2 float64) costmodel.Cost {
+	c := solve(s1, t1, s2, t2)
+	// Within what a profile may hold (a rate past it: bytes cost nothing
+	// the timer sees).
+	c.Tensor, c.Rate = min(c.Tensor, costmodel.MaxTensorCost), min(c.Rate, costmodel.MaxRate)
+	return c
+}
+
+// solve is fit's solution before its bounds.
+func solve(s1 counts, t1 float64, s2 counts, t2 float64) costmodel.Cost {
 	f1, f2, c1, c2 := float64(s1.n), float64(s2.n), float64(s1.bytes), float64(s2.bytes)
 	inv := (t2*f1 - t1*f2) / (c2*f1 - c1*f2) // 1/Rate
 	tensor := (t1 - c1*inv) / f1

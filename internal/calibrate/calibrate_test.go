@@ -40,6 +40,10 @@ func TestFit(t *testing.T) {
 	if d := got.Rate/10e9 - 1; d > 1e-6 || d < -1e-6 {
 		t.Fatalf("rate %g", got.Rate)
 	}
+	// Bytes that cost the timer nothing: a rate within a profile's bound.
+	if got := fit(counts{1000, 1e6}, 1e-3, counts{10, 1e9}, 1.0000001e-5); got.Rate != costmodel.MaxRate {
+		t.Fatalf("a rate past the bound: %+v", got)
+	}
 	// Noise that makes the rate negative (the large set faster per
 	// byte than the small one can be): the large set's rate, the rest of
 	// the small set's time a tensor.
