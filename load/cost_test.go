@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,16 @@ func TestPredicted(t *testing.T) {
 	if rep := run(Options{}); rep.Predicted != nil {
 		t.Errorf("no cost model: predicted %+v", rep.Predicted)
 	}
+	// No prediction where the small split cannot hold: a profile of
+	// another small threshold, a load that packs nothing.
+	other := *p
+	other.SmallBytes *= 2
+	if rep := run(Options{Profile: &other}); rep.Predicted != nil || !strings.Contains(rep.Unpredicted, "small tensors are those of at most") {
+		t.Errorf("a profile of another small threshold: %+v, %q", rep.Predicted, rep.Unpredicted)
+	}
+	if rep := run(Options{Profile: p, SmallBytes: -1}); rep.Predicted != nil || !strings.Contains(rep.Unpredicted, "packs none") {
+		t.Errorf("no packing: %+v, %q", rep.Predicted, rep.Unpredicted)
+	}
 	// The fastest run after the first, beside the first: none with one
 	// run, the least of the later ones with three.
 	if pr := run(Options{Profile: p}).Predicted; pr.Fastest != 0 || pr.FastestRatio != 0 {
@@ -164,8 +175,11 @@ func TestPredicted(t *testing.T) {
 	}
 	rep = l.Report()
 	pr := rep.Predicted
+	if len(rep.Runs) != 3 || pr == nil {
+		t.Fatalf("three runs: %d, predicted %+v", len(rep.Runs), pr)
+	}
 	least := min(rep.Runs[1].Wall, rep.Runs[2].Wall).Seconds()
-	if len(rep.Runs) != 3 || pr.Fastest != least || pr.FastestRatio != least/pr.Seconds {
+	if pr.Fastest != least || pr.FastestRatio != least/pr.Seconds {
 		t.Errorf("three runs %v: fastest %+v, want %g s", rep.Runs, pr, least)
 	}
 }

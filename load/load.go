@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -298,10 +299,19 @@ func (l *Load) Report() *Report {
 			r.Paths[transport.Path(k).String()] = c
 		}
 	}
-	if p := l.opts.profile(); p != nil && s.Paths[transport.PathEntropyHost].Tensors > 0 {
+	p := l.opts.profile()
+	switch {
+	case p == nil:
+	case s.Paths[transport.PathEntropyHost].Tensors > 0:
 		// calibrate measures entropy payloads decoded on the device only.
 		r.Unpredicted = "the cost model does not price entropy payloads decoded on the host"
-	} else if p != nil && len(r.Runs) > 0 {
+	case p.SmallBytes != transport.DefaultSmallBytes:
+		// The load counts small tensors at this build's threshold.
+		r.Unpredicted = fmt.Sprintf("the cost model's small tensors are those of at most %d bytes, this build's %d", p.SmallBytes, transport.DefaultSmallBytes)
+	case r.Settings.SmallBytes < 0:
+		// Its small pairs are of packed tensors.
+		r.Unpredicted = "the cost model prices small tensors as packed, and this load packs none (--small-bytes)"
+	case len(r.Runs) > 0:
 		pr := &Predicted{Host: p.Host, Seconds: predict(p, s.Paths, s.Small, len(r.Runs)), Measured: r.Runs[0].Wall.Seconds()}
 		for _, run := range r.Runs[1:] {
 			if w := run.Wall.Seconds(); pr.Fastest == 0 || w < pr.Fastest {

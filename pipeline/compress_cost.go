@@ -37,12 +37,14 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 	}
 	entropyOK := false
 	if len(counts) > 0 {
-		est, err := tc.entropyEstimate(t, counts)
+		est, ok, err := smallestEstimate(counts)
 		if err != nil {
 			return err
 		}
-		entropyOK = est < t.Size() && float64(est) <= gate
-		gated = append(gated, fmt.Sprintf("an entropy payload of about %d bytes saves %.1f%%", est, 100*(1-float64(est)/float64(max(t.Size(), 1)))))
+		entropyOK = ok && est < t.Size() && float64(est) <= gate
+		if ok {
+			gated = append(gated, fmt.Sprintf("an entropy payload of about %d bytes saves %.1f%%", est, 100*(1-float64(est)/float64(max(t.Size(), 1)))))
+		}
 	}
 	ch := tc.opts.Cost.Choose(t.Size(), fixedOK, entropyOK)
 	switch ch.Kind {
@@ -64,7 +66,11 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 	default:
 		tc.opts.Progress.Add(t.Size())
 		rec.Reason = ch.Reason()
-		if !fixedOK && !entropyOK && len(gated) > 0 {
+		switch {
+		case fixedOK || entropyOK:
+		case t.Size() == 0:
+			rec.Reason = "no values to code"
+		case len(gated) > 0:
 			rec.Reason = fmt.Sprintf("no payload passes the gate (%.1f%% saved): %s", 100*tc.opts.MinSaving, strings.Join(gated, "; "))
 		}
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,7 +113,8 @@ func TestCostCodec(t *testing.T) {
 // each payload's estimate, and does not count it as the model's choice.
 func TestCostCodecGate(t *testing.T) {
 	p := costmodel.Default()
-	p.Fixed.Tensor, p.FixedSmall.Tensor, p.Entropy.Tensor, p.EntropySmall.Tensor = 0, 0, 0, 0 // coding would win wherever allowed
+	free := costmodel.Cost{Rate: 1e15} // coding would win wherever allowed
+	p.Fixed, p.FixedSmall, p.Entropy, p.EntropySmall = free, free, free, free
 	dir := t.TempDir()
 	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
 	floatCheckpoint(t, filepath.Join(src, "model.safetensors"))
@@ -135,7 +137,8 @@ func TestCostCodecGate(t *testing.T) {
 		if tn.DType == "I64" || tn.Size == 0 {
 			continue
 		}
-		if tn.Stored != shardcache.StoredRaw || !strings.HasPrefix(tn.Reason, "no payload passes the gate (90.0% saved): ") || !strings.Contains(tn.Reason, "entropy payload of about") {
+		if tn.Stored != shardcache.StoredRaw || !strings.HasPrefix(tn.Reason, "no payload passes the gate (90.0% saved): ") || !strings.Contains(tn.Reason, "entropy payload of about") ||
+			strings.Contains(tn.Reason, fmt.Sprintf("about %d bytes saves 0.0%%", tn.Size)) {
 			t.Errorf("%s (%s) stored %s for %q", tn.Name, tn.DType, tn.Stored, tn.Reason)
 		}
 		if tn.DType == "BF16" && !strings.Contains(tn.Reason, "fixed payload of about") {

@@ -31,17 +31,29 @@ func entropyFields(dtype string, size uint64) []int {
 // tensor from its first pass's counts: the smallest estimate, or the
 // tensor's size when that would not pass the gate.
 func (tc *tensorCompressor) entropyEstimate(t *safetensors.Tensor, counts []*entropy.Counts) (uint64, error) {
-	best := t.Size()
+	best, ok, err := smallestEstimate(counts)
+	if err != nil || !ok || float64(best) > (1-tc.opts.MinSaving)*float64(t.Size()) {
+		return t.Size(), err
+	}
+	return min(best, t.Size()), nil
+}
+
+// smallestEstimate is the smallest entropy payload estimated from the
+// counts of a tensor's candidate fields that hold values, gate or no
+// gate, and whether there is one.
+func smallestEstimate(counts []*entropy.Counts) (uint64, bool, error) {
+	var best uint64
+	ok := false
 	for _, c := range counts {
 		est, err := c.Estimate()
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		if c.Values() > 0 && float64(est) <= (1-tc.opts.MinSaving)*float64(t.Size()) {
-			best = min(best, est)
+		if c.Values() > 0 && (!ok || est < best) {
+			best, ok = est, true
 		}
 	}
-	return best, nil
+	return best, ok, nil
 }
 
 // entropyPayload writes the entropy payload of a float tensor in the

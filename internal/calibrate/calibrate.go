@@ -6,10 +6,10 @@
 // every kind's cost a tensor and rate from the fastest of several runs:
 // raw tensors, fixed and entropy payloads (packed, and decoded by one
 // launch a pack) of at most SmallBytes from the tiny and small sets
-// (whose tensors all are), larger raw ones and fixed payloads from the
-// small and large sets (the sizes where the rate shows). A codec's loads
-// count its cache's raw tensors (those that failed the gate) at the raw
-// fits. It takes seconds and runs once per host (splitzip compress
+// (whose tensors all are), larger ones from the large set's tensors above
+// SmallBytes, at the small pair's time a tensor (their bytes give the
+// rate). A codec's loads count its cache's raw tensors (those that failed
+// the gate) at the raw pairs. It takes seconds and runs once per host (splitzip compress
 // --codec cost on first use, or splitzip calibrate).
 package calibrate
 
@@ -124,10 +124,17 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 		sets = append(sets, s)
 	}
 	tiny, small, large := sets[0], sets[1], sets[2]
-	p.Raw = fit(small.all, small.wall[costmodel.Raw], large.all, large.wall[costmodel.Raw])
+	// Tensors of at most SmallBytes: the tiny and small sets, all of
+	// whose tensors are. Larger ones: the large set's, less its small
+	// ones at the small pair (a large tensor costs the host what a small
+	// one does; its bytes give the rate).
 	p.RawSmall = fit(tiny.all, tiny.wall[costmodel.Raw], small.all, small.wall[costmodel.Raw])
+	big := large.all.minus(large.allSmall)
+	if p.Raw, err = above(big, large.wall[costmodel.Raw], large.allSmall.time(p.RawSmall), p.RawSmall.Tensor, large.all.bytes); err != nil {
+		return nil, fmt.Errorf("calibrate: raw: %w", err)
+	}
 	// A codec's loads, less what its cache's raw tensors cost at the raw
-	// fit, are its payloads' loads.
+	// pairs, are its payloads' loads.
 	// Where noise leaves too little for that, their share of the bytes.
 	coded := func(s *set, k costmodel.Kind) float64 {
 		w, c := s.wall[k], s.coded[k]
@@ -136,29 +143,42 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 		}
 		return w * float64(c.bytes) / float64(s.all.bytes)
 	}
-	p.Fixed = fit(small.coded[costmodel.Fixed], coded(small, costmodel.Fixed), large.coded[costmodel.Fixed], coded(large, costmodel.Fixed))
 	p.FixedSmall = fit(tiny.coded[costmodel.Fixed], coded(tiny, costmodel.Fixed), small.coded[costmodel.Fixed], coded(small, costmodel.Fixed))
-	// The tiny and small sets' entropy payloads are all packed.
+	fx := large.coded[costmodel.Fixed]
+	if p.Fixed, err = above(fx.minus(large.codedSmall[costmodel.Fixed]), coded(large, costmodel.Fixed),
+		large.codedSmall[costmodel.Fixed].time(p.FixedSmall), p.FixedSmall.Tensor, fx.bytes); err != nil {
+		return nil, fmt.Errorf("calibrate: fixed: %w", err)
+	}
+	// The tiny and small sets' entropy payloads are all packed; a large
+	// one costs the host what a fixed payload does (the same lookup,
+	// read, check and launch).
 	p.EntropySmall = fit(tiny.coded[costmodel.Entropy], coded(tiny, costmodel.Entropy), small.coded[costmodel.Entropy], coded(small, costmodel.Entropy))
-	// The large set's entropy loads, less its small payloads at that fit,
-	// give the large payloads' rate; a tensor costs the host what a fixed
-	// payload does (the same lookup, read, check and launch).
-	// Where noise leaves too little for that, their share of the bytes.
-	big := large.coded[costmodel.Entropy].minus(large.smallCoded)
-	if big.bytes == 0 {
-		return nil, fmt.Errorf("calibrate: %w: no entropy payload above %d bytes to fit", costmodel.ErrProfile, p.SmallBytes)
+	en := large.coded[costmodel.Entropy]
+	if p.Entropy, err = above(en.minus(large.smallCoded), coded(large, costmodel.Entropy),
+		large.smallCoded.time(p.EntropySmall), p.Fixed.Tensor, en.bytes); err != nil {
+		return nil, fmt.Errorf("calibrate: entropy: %w", err)
 	}
-	all := coded(large, costmodel.Entropy)
-	rest := all - large.smallCoded.time(p.EntropySmall) - float64(big.n)*p.Fixed.Tensor
-	if rest <= all/10 {
-		rest = all * float64(big.bytes) / float64(large.coded[costmodel.Entropy].bytes)
-	}
-	p.Entropy = costmodel.Cost{Tensor: p.Fixed.Tensor, Rate: float64(big.bytes) / rest}
 	p.Measured = time.Now().UTC().Format(time.RFC3339)
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
 	}
 	return p, nil
+}
+
+// above is the pair of a kind's tensors above SmallBytes in one set:
+// its load of w seconds less what its other tensors cost (other) leaves
+// the big ones' n at tensor seconds each plus their bytes at the rate;
+// where noise leaves too little for that, their share (of allBytes) of
+// the load.
+func above(big counts, w, other, tensor float64, allBytes uint64) (costmodel.Cost, error) {
+	if big.bytes == 0 {
+		return costmodel.Cost{}, fmt.Errorf("%w: no tensor above %d bytes to fit", costmodel.ErrProfile, transport.DefaultSmallBytes)
+	}
+	rest := w - other - float64(big.n)*tensor
+	if rest <= w/10 {
+		rest = w * float64(big.bytes) / float64(allBytes)
+	}
+	return costmodel.Cost{Tensor: min(tensor, costmodel.MaxTensorCost), Rate: min(float64(big.bytes)/rest, costmodel.MaxRate)}, nil
 }
 
 // fit solves t = n*Tensor + b/Rate for two sets (s1 in t1 seconds, s2 in
