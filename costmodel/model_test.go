@@ -167,6 +167,7 @@ func TestSmallPairs(t *testing.T) {
 		t.Errorf("Choose priced a small raw tensor at %g s", c.Times[Raw])
 	}
 	old := Default()
+	old.Decoders = 3
 	b, err := json.Marshal(old)
 	if err != nil {
 		t.Fatal(err)
@@ -183,5 +184,12 @@ func TestSmallPairs(t *testing.T) {
 	got, err := Read(file)
 	if err != nil || got.RawSmall != got.Raw || got.FixedSmall != got.Fixed {
 		t.Fatalf("a profile without the small pairs: %v, %+v", err, got)
+	}
+	// One of this build's without them is damaged.
+	m["decoders"] = Decoders
+	b, _ = json.Marshal(m)
+	os.WriteFile(file, b, 0o644)
+	if _, err := Read(file); !errors.Is(err, ErrProfile) {
+		t.Fatalf("a profile of decoders %d without the small pairs: %v", Decoders, err)
 	}
 }

@@ -80,12 +80,11 @@ func Read(file string) (*Profile, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", file, ErrProfile, err)
 	}
-	// Written before the small pairs: small tensors priced as large ones.
-	if p.RawSmall == (Cost{}) {
-		p.RawSmall = p.Raw
-	}
-	if p.FixedSmall == (Cost{}) {
-		p.FixedSmall = p.Fixed
+	// Written before the small pairs (decoders 3 and earlier): small
+	// tensors priced as large ones. A later profile without them is
+	// damaged, and Check refuses it.
+	if p.Decoders < 4 && p.RawSmall == (Cost{}) && p.FixedSmall == (Cost{}) {
+		p.RawSmall, p.FixedSmall = p.Raw, p.Fixed
 	}
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)

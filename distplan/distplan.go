@@ -62,8 +62,8 @@ func (p Placement) String() string {
 // Rule places the tensors whose names match Pattern (path.Match syntax,
 // `*` matching within a dot-separated name too).
 type Rule struct {
-	Pattern string
-	Placement
+	Pattern   string
+	Placement Placement
 }
 
 // ParseRules parses "PATTERN=replicate|shard:D,..." (the first matching
@@ -91,7 +91,7 @@ func ParseRules(s string) ([]Rule, error) {
 			if err != nil || d < 0 {
 				return nil, fmt.Errorf("%w: rule %q: dimension %q", ErrPlan, f, strings.TrimPrefix(what, "shard:"))
 			}
-			r.Shard, r.Dim = true, d
+			r.Placement.Shard, r.Placement.Dim = true, d
 		default:
 			return nil, fmt.Errorf("%w: rule %q: %q is neither replicate nor shard:DIM", ErrPlan, f, what)
 		}
@@ -108,7 +108,7 @@ func ParseRules(s string) ([]Rule, error) {
 func place(rules []Rule, name string, dims int) Placement {
 	for _, r := range rules {
 		if ok, _ := path.Match(r.Pattern, name); ok {
-			if r.Shard && r.Dim >= dims && strings.ContainsAny(r.Pattern, "*?[") {
+			if r.Placement.Shard && r.Placement.Dim >= dims && strings.ContainsAny(r.Pattern, "*?[") {
 				continue
 			}
 			return r.Placement
@@ -279,16 +279,16 @@ func (p *Plan) checkRules(rules []Rule) error {
 			if len(t.Shape) > most {
 				most, widest = len(t.Shape), t
 			}
-			if !r.Shard || r.Dim < len(t.Shape) {
+			if !r.Placement.Shard || r.Placement.Dim < len(t.Shape) {
 				taken[i] = true // this rule places it
 			}
 		}
 		switch {
 		case matched == 0:
 			p.Unmatched = append(p.Unmatched, r.Pattern)
-		case r.Shard && left > 0 && r.Dim >= most && strings.ContainsAny(r.Pattern, "*?["):
+		case r.Placement.Shard && left > 0 && r.Placement.Dim >= most && strings.ContainsAny(r.Pattern, "*?["):
 			return fmt.Errorf("%w: rule %s=%s shards nothing: none of the %d tensors left to it has dimension %d (dimensions count from 0; %s has shape %v)",
-				ErrPlan, r.Pattern, r.Placement, left, r.Dim, widest.Name, widest.Shape)
+				ErrPlan, r.Pattern, r.Placement, left, r.Placement.Dim, widest.Name, widest.Shape)
 		}
 	}
 	return nil
