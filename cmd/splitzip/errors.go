@@ -193,8 +193,10 @@ func (g *globals) flagError(err error) error {
 		return usageError{fmt.Errorf("--%s: %q is out of range (want %s)", f.Name, v, want)}
 	}
 	if f.Name == "device" && strings.EqualFold(v, "cpu") {
-		// The commands whose --device is a GPU ordinal time GPU work alone.
-		return usageError{fmt.Errorf("--device: %q: this command measures a GPU and has no CPU form; give a GPU ordinal (bench load and load take --device cpu)", v)}
+		// The commands whose --device is a GPU ordinal: the GPU
+		// benchmarks, and verify's --gpu (without which it runs on the
+		// CPU).
+		return usageError{fmt.Errorf("--device: %q: a GPU ordinal (this command's --device picks a GPU; verify runs on the CPU without --gpu, and load, bench load and calibrate take --device cpu)", v)}
 	}
 	return usageError{fmt.Errorf("--%s: %q is not %s", f.Name, v, want)}
 }

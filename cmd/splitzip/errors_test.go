@@ -465,13 +465,13 @@ func TestLoadRawConflicts(t *testing.T) {
 	}
 }
 
-// TestBenchDeviceCPU: a GPU benchmark given --device cpu says it has no
-// CPU form, not that "cpu" is not a number.
+// TestBenchDeviceCPU: a command whose --device is a GPU ordinal, given
+// cpu, says so and where cpu is taken, not that "cpu" is not a number.
 func TestBenchDeviceCPU(t *testing.T) {
-	for _, sub := range []string{"decode", "h2d", "gemv"} {
-		code, _, e := splitzip(t, "bench", sub, "--device", "cpu")
-		if code != exitUsage || !strings.Contains(e, "has no CPU form") {
-			t.Errorf("bench %s --device cpu: exit %d, %q", sub, code, e)
+	for _, args := range [][]string{{"bench", "decode"}, {"bench", "h2d"}, {"bench", "gemv"}, {"verify", t.TempDir(), "--gpu"}} {
+		code, _, e := splitzip(t, append(args, "--device", "cpu")...)
+		if code != exitUsage || !strings.Contains(e, "a GPU ordinal") || !strings.Contains(e, "take --device cpu") {
+			t.Errorf("%v --device cpu: exit %d, %q", args, code, e)
 		}
 	}
 }
