@@ -140,6 +140,9 @@ func (e staleError) Is(target error) bool { return target == ErrStale || target 
 // Save writes p into dir (made if need be) as the profile of p.Host, and
 // returns the file's path.
 func Save(dir string, p *Profile) (string, error) {
+	if err := p.Check(); err != nil {
+		return "", err
+	}
 	if err := os.MkdirAll(dir, atomicfile.DirPerm); err != nil {
 		return "", err
 	}

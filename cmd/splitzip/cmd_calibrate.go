@@ -27,11 +27,11 @@ func newCalibrateCommand(g *globals) *cobra.Command {
 		Use:   "calibrate",
 		Short: "Measure this host's cost model (what --codec cost chooses by)",
 		Long: `Measure what loading a tensor costs on this host, by how it is stored (raw,
-a fixed-codec payload, an entropy payload; small entropy payloads, packed
-and decoded by one launch a pack, have costs of their own): generated checkpoints of tiny, small and large tensors are
-compressed with each codec and loaded from the page cache on --device (by
-default GPU 0 where there is one, else the CPU), and each kind's cost a
-tensor and rate are fitted to the fastest loads. It takes seconds. The
+a fixed-codec payload, an entropy payload; tensors of at most 256 KiB, packed,
+have costs of their own): generated checkpoints of tiny, small and large
+tensors are compressed with each codec and loaded from the page cache on
+--device (by default GPU 0 where there is one, else the CPU), and each
+kind's cost a tensor and rate are fitted to the fastest loads. It takes seconds. The
 profile is kept in the user's cache folder (splitzip/ in XDG_CACHE_HOME or
 ~/.cache) under this host's fingerprint (CPU model, core count, device), and
 compress --codec cost uses it; on a host without one, compress measures it
