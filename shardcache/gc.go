@@ -497,8 +497,8 @@ func knownFiles(dir string, ix *Index, pins []Pin) map[string]bool {
 
 // unpackLive copies the used members of packs that also have unused ones
 // into the spill as pending objects, so that Commit writes them into
-// new packs (w.mu held). Their records leave the index until then; the old pack
-// file stays until the new index is committed.
+// new packs (w.mu held). Their records leave the index until then; the
+// old pack file stays until the new index is committed.
 func (w *Writer) unpackLive(ctx context.Context, pl gcPlan, check PayloadCheck) error {
 	files := packFiles{dir: w.dir, open: map[Key]*os.File{}}
 	defer files.close()
