@@ -95,15 +95,22 @@ func (s Stats) add(o Stats) Stats {
 // and those of at most DefaultSmallBytes (Stats.Small).
 type paths struct{ all, small [NumPaths]PathCount }
 
-func (ps *paths) add(p Path, b *vmm.Binding) { ps.move(p, b, 1) }
-
-// move counts b on path p (n 1) or takes it off (n -1).
-func (ps *paths) move(p Path, b *vmm.Binding, n int64) {
-	ps.all[p].Tensors += uint64(n)
-	ps.all[p].Bytes += uint64(n * int64(b.Size))
+func (ps *paths) add(p Path, b *vmm.Binding) {
+	ps.all[p].Tensors++
+	ps.all[p].Bytes += b.Size
 	if b.Size <= DefaultSmallBytes {
-		ps.small[p].Tensors += uint64(n)
-		ps.small[p].Bytes += uint64(n * int64(b.Size))
+		ps.small[p].Tensors++
+		ps.small[p].Bytes += b.Size
+	}
+}
+
+// remove takes b off path p (what add counted).
+func (ps *paths) remove(p Path, b *vmm.Binding) {
+	ps.all[p].Tensors--
+	ps.all[p].Bytes -= b.Size
+	if b.Size <= DefaultSmallBytes {
+		ps.small[p].Tensors--
+		ps.small[p].Bytes -= b.Size
 	}
 }
 
@@ -112,7 +119,7 @@ func (ps *paths) move(p Path, b *vmm.Binding, n int64) {
 func (ps *paths) through(items []smallItem) {
 	for k := range items {
 		if it := &items[k]; it.through {
-			ps.move(it.from, it.b, -1)
+			ps.remove(it.from, it.b)
 			ps.add(PathRaw, it.b)
 		}
 	}
