@@ -152,22 +152,25 @@ const (
 // Time is the predicted seconds to load a tensor of size raw bytes stored
 // as kind.
 func (p *Profile) Time(k Kind, size uint64) float64 {
-	switch k {
-	case Fixed:
-		if size <= p.SmallBytes {
-			return p.FixedSmall.Time(size)
-		}
-		return p.Fixed.Time(size)
-	case Entropy:
-		if size <= p.SmallBytes {
-			return p.EntropySmall.Time(size)
-		}
-		return p.Entropy.Time(size)
+	return p.Pair(k, size <= p.SmallBytes).Time(size)
+}
+
+// Pair is the cost of kind k for tensors of at most SmallBytes (small)
+// or larger ones.
+func (p *Profile) Pair(k Kind, small bool) Cost {
+	switch {
+	case k == Fixed && small:
+		return p.FixedSmall
+	case k == Fixed:
+		return p.Fixed
+	case k == Entropy && small:
+		return p.EntropySmall
+	case k == Entropy:
+		return p.Entropy
+	case small:
+		return p.RawSmall
 	}
-	if size <= p.SmallBytes {
-		return p.RawSmall.Time(size)
-	}
-	return p.Raw.Time(size)
+	return p.Raw
 }
 
 // Choice is what Choose picked and why: the predicted seconds of each

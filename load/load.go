@@ -93,10 +93,9 @@ type Predicted struct {
 // bytes at a rate, a small tensor's at the small pair, so counts and
 // bytes suffice.
 func predict(p *costmodel.Profile, paths, small [transport.NumPaths]transport.PathCount, runs int) float64 {
-	// PathEntropyHost is not priced (Report.Unpredicted). Entropy
-	// payloads of at most SmallBytes are packed: PathEntropyPacked.
-	large := [transport.NumPaths]costmodel.Cost{p.Raw, p.Fixed, p.Entropy, {}, p.EntropySmall}
-	smallCosts := [transport.NumPaths]costmodel.Cost{p.RawSmall, p.FixedSmall, p.Entropy, {}, p.EntropySmall}
+	// PathEntropyHost is not priced (Report.Unpredicted); packed entropy
+	// payloads are all small ones.
+	kinds := [transport.NumPaths]costmodel.Kind{costmodel.Raw, costmodel.Fixed, costmodel.Entropy, costmodel.Entropy, costmodel.Entropy}
 	price := func(c transport.PathCount, k costmodel.Cost) float64 {
 		if c.Tensors == 0 {
 			return 0
@@ -107,7 +106,8 @@ func predict(p *costmodel.Profile, paths, small [transport.NumPaths]transport.Pa
 	for k, c := range paths {
 		c.Tensors -= small[k].Tensors
 		c.Bytes -= small[k].Bytes
-		s += price(c, large[k]) + price(small[k], smallCosts[k])
+		large := transport.Path(k) != transport.PathEntropyPacked
+		s += price(c, p.Pair(kinds[k], !large)) + price(small[k], p.Pair(kinds[k], true))
 	}
 	return s / float64(max(runs, 1))
 }

@@ -37,12 +37,12 @@ func (tc *tensorCompressor) compressByCost(r *sourceReader, t *safetensors.Tenso
 	}
 	entropyOK := false
 	if len(counts) > 0 {
-		est, ok, err := smallestEstimate(counts)
+		k, est, err := smallestEstimate(counts)
 		if err != nil {
 			return err
 		}
-		entropyOK = ok && est < t.Size() && float64(est) <= gate
-		if ok {
+		entropyOK = k >= 0 && est < t.Size() && float64(est) <= gate
+		if k >= 0 {
 			gated = append(gated, fmt.Sprintf("an entropy payload of about %d bytes saves %.1f%%", est, 100*(1-float64(est)/float64(max(t.Size(), 1)))))
 		}
 	}

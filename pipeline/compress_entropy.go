@@ -31,29 +31,28 @@ func entropyFields(dtype string, size uint64) []int {
 // tensor from its first pass's counts: the smallest estimate, or the
 // tensor's size when that would not pass the gate.
 func (tc *tensorCompressor) entropyEstimate(t *safetensors.Tensor, counts []*entropy.Counts) (uint64, error) {
-	best, ok, err := smallestEstimate(counts)
-	if err != nil || !ok || float64(best) > (1-tc.opts.MinSaving)*float64(t.Size()) {
+	k, best, err := smallestEstimate(counts)
+	if err != nil || k < 0 || float64(best) > (1-tc.opts.MinSaving)*float64(t.Size()) {
 		return t.Size(), err
 	}
 	return min(best, t.Size()), nil
 }
 
-// smallestEstimate is the smallest entropy payload estimated from the
-// counts of a tensor's candidate fields that hold values, gate or no
-// gate, and whether there is one.
-func smallestEstimate(counts []*entropy.Counts) (uint64, bool, error) {
-	var best uint64
-	ok := false
-	for _, c := range counts {
+// smallestEstimate returns which of the counts of a tensor's candidate
+// fields codes smallest and its estimated payload, gate or no gate, or
+// -1 where none holds values.
+func smallestEstimate(counts []*entropy.Counts) (int, uint64, error) {
+	best, bestEst := -1, uint64(0)
+	for k, c := range counts {
 		est, err := c.Estimate()
 		if err != nil {
-			return 0, false, err
+			return -1, 0, err
 		}
-		if c.Values() > 0 && (!ok || est < best) {
-			best, ok = est, true
+		if c.Values() > 0 && (best < 0 || est < bestEst) {
+			best, bestEst = k, est
 		}
 	}
-	return best, ok, nil
+	return best, bestEst, nil
 }
 
 // entropyPayload writes the entropy payload of a float tensor in the
@@ -62,28 +61,22 @@ func smallestEstimate(counts []*entropy.Counts) (uint64, bool, error) {
 // the gate. progress says whether its second pass counts the tensor in
 // the progress (it does not when a fixed payload's pass already did).
 func (tc *tensorCompressor) entropyPayload(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, counts []*entropy.Counts, crc1 uint32, progress bool) (bool, string, error) {
-	best, bestEst := -1, uint64(0)
-	for k, c := range counts {
-		est, err := c.Estimate()
-		if err != nil {
-			return false, "", err
-		}
-		if best < 0 || est < bestEst {
-			best, bestEst = k, est
-		}
+	best, bestEst, err := smallestEstimate(counts)
+	if err != nil {
+		return false, "", err
 	}
-	cs := counts[best]
-	fi, n := cs.Field(), cs.Values()
-	if n == 0 || float64(bestEst) > (1-tc.opts.MinSaving)*float64(t.Size()) {
+	if best < 0 || float64(bestEst) > (1-tc.opts.MinSaving)*float64(t.Size()) {
 		if progress {
 			tc.opts.Progress.Add(t.Size())
 		}
-		if n == 0 {
+		if best < 0 {
 			return false, "no values to code", nil
 		}
 		return false, fmt.Sprintf("entropy payload of about %d bytes saves %.1f%%, below %.1f%%",
 			bestEst, 100*(1-float64(bestEst)/float64(max(t.Size(), 1))), 100*tc.opts.MinSaving), nil
 	}
+	cs := counts[best]
+	fi, n := cs.Field(), cs.Values()
 	obj, err := tc.w.NewObject()
 	if err != nil {
 		return false, "", err
