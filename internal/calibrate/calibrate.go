@@ -9,8 +9,8 @@
 // (whose tensors all are), larger ones from the large set's tensors above
 // SmallBytes, at the small pair's time a tensor (their bytes give the
 // rate). A codec's loads count its cache's raw tensors (those that failed
-// the gate) at the raw pairs. It takes seconds and runs once per host (splitzip compress
-// --codec cost on first use, or splitzip calibrate).
+// the gate) at the raw pairs. It takes seconds and runs once per host
+// (splitzip compress --codec cost on first use, or splitzip calibrate).
 package calibrate
 
 import (
@@ -60,17 +60,12 @@ func (c counts) time(k costmodel.Cost) float64 {
 
 // set is one generated checkpoint and what its loads measured: its
 // tensors, those each codec's cache stores as payloads (the others, which
-// failed the gate, load raw), the entropy payloads of at most SmallBytes
-// (packed), and the fastest load of each kind.
+// failed the gate, load raw), of each those of at most SmallBytes (small
+// ones have their own pairs), and the fastest load of each kind.
 type set struct {
-	all        counts
-	coded      map[costmodel.Kind]counts
-	smallCoded counts
-	wall       map[costmodel.Kind]float64
-	// allSmall and codedSmall count those of all and of coded of at
-	// most SmallBytes: a cache's raw tensors are priced by their size.
-	allSmall   counts
-	codedSmall map[costmodel.Kind]counts
+	all, allSmall     counts
+	coded, codedSmall map[costmodel.Kind]counts
+	wall              map[costmodel.Kind]float64
 }
 
 // rawTime is what the tensors of s that the cache of k keeps raw cost at
@@ -154,8 +149,9 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	// read, check and launch).
 	p.EntropySmall = fit(tiny.coded[costmodel.Entropy], coded(tiny, costmodel.Entropy), small.coded[costmodel.Entropy], coded(small, costmodel.Entropy))
 	en := large.coded[costmodel.Entropy]
-	if p.Entropy, err = above(en.minus(large.smallCoded), coded(large, costmodel.Entropy),
-		large.smallCoded.time(p.EntropySmall), p.Fixed.Tensor, en.bytes); err != nil {
+	enSmall := large.codedSmall[costmodel.Entropy]
+	if p.Entropy, err = above(en.minus(enSmall), coded(large, costmodel.Entropy),
+		enSmall.time(p.EntropySmall), p.Fixed.Tensor, en.bytes); err != nil {
 		return nil, fmt.Errorf("calibrate: entropy: %w", err)
 	}
 	p.Measured = time.Now().UTC().Format(time.RFC3339)
@@ -248,9 +244,6 @@ func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k cos
 		return fmt.Errorf("%s: no tensor stored as a %s payload", out, k)
 	}
 	s.all, s.allSmall, s.coded[k], s.codedSmall[k] = all, allSmall, coded, small
-	if k == costmodel.Entropy {
-		s.smallCoded = small
-	}
 	kinds := []costmodel.Kind{k}
 	if k == costmodel.Fixed {
 		kinds = append(kinds, costmodel.Raw)
