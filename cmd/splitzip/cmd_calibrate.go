@@ -40,22 +40,33 @@ writes it), or "default" for the built-in one (measured on an H200).`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			p, file, err := measureProfile(cmd.Context(), g, o.Device)
-			if p != nil && err != nil {
-				// Measured, not kept: shown all the same, then the error
-				// of the output that could not be written.
-				if !g.JSON {
-					printProfile(g, p, "")
-				}
-				return failure.Mark(failure.Resource, fmt.Errorf("the profile measured could not be kept: %w", err))
-			}
-			if err != nil {
+			if p == nil {
 				return err
 			}
+			if err != nil {
+				// Measured, not kept: shown all the same, with the error
+				// of the output that could not be written, and exit 4.
+				err = failure.Mark(failure.Resource, fmt.Errorf("the profile measured could not be kept: %w", err))
+				if !g.JSON {
+					printProfile(g, p, "")
+					return err
+				}
+			}
 			if g.JSON {
-				return printJSON(g.stdout, "profile", struct {
+				doc := struct {
 					*costmodel.Profile
-					File string `json:"file"`
-				}{p, file})
+					File  string `json:"file"`
+					Error string `json:"error,omitempty"`
+				}{Profile: p, File: file}
+				if err == nil {
+					return printJSON(g.stdout, "profile", doc)
+				}
+				// One document: the profile, and why it was not kept.
+				doc.File, doc.Error = "", err.Error()
+				if perr := printJSON(g.stdout, "profile", doc); perr != nil {
+					return perr
+				}
+				return failure.Mark(failure.Resource, errFailed)
 			}
 			printProfile(g, p, file)
 			return nil
