@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -109,7 +110,7 @@ func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.
 	pr.Start("calibrating the cost model on "+eng.Name(), 0)
 	var co calibrate.Options
 	if os.Getenv(envCalibrateQuick) != "" {
-		co = calibrate.Options{Tiny: 300, Small: 40, Large: 4 << 20, Runs: 2}
+		co = calibrate.Options{Tiny: 300, Small: 40, Large: 4 << 20, Runs: 2, Least: 20 * time.Millisecond}
 	}
 	p, err := calibrate.Measure(ctx, eng, co)
 	pr.Finish()

@@ -36,6 +36,9 @@ type Options struct {
 	Small int    // tensors of 1 to 64 KiB (default 2000)
 	Large uint64 // bytes of the Llama-like checkpoint (default 256 MiB)
 	Runs  int    // loads of each, the fastest counts (default 5)
+	// Least is the least time each kind's timed loads add up to, in more
+	// runs where Runs take less, up to maxRuns (default 250 ms).
+	Least time.Duration
 	Dir   string // where to write the checkpoints (default the system's temporary folder)
 }
 
@@ -90,6 +93,9 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	if opts.Runs == 0 {
 		opts.Runs = 5
 	}
+	if opts.Least == 0 {
+		opts.Least = 250 * time.Millisecond
+	}
 	tmp, err := os.MkdirTemp(opts.Dir, "splitzip-calibrate-")
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	}
 	var sets []*set
 	for _, c := range cfgs {
-		s, err := measureSet(ctx, eng, filepath.Join(tmp, c.name), c.cfg, int64(p.SmallBytes), opts.Runs)
+		s, err := measureSet(ctx, eng, filepath.Join(tmp, c.name), c.cfg, int64(p.SmallBytes), opts)
 		if err != nil {
 			return nil, fmt.Errorf("calibrate %s: %w", c.name, err)
 		}
@@ -209,9 +215,9 @@ func solve(s1 counts, t1 float64, s2 counts, t2 float64) costmodel.Cost {
 }
 
 // measureCodec compresses src into out with the codec of k and records
-// in s its tensors and the fastest of runs loads of it (and, for the
+// in s its tensors and the fastest of opts.Runs loads of it (and, for the
 // fixed cache, of the raw path, which reads the same source).
-func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k costmodel.Kind, smallBytes int64, runs int, s *set) error {
+func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k costmodel.Kind, smallBytes int64, opts Options, s *set) error {
 	codec := map[costmodel.Kind]string{costmodel.Fixed: pipeline.CodecFixed, costmodel.Entropy: pipeline.CodecEntropy}[k]
 	if _, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{Output: out, Codec: codec, NoSync: true}); err != nil {
 		return err
@@ -249,7 +255,7 @@ func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k cos
 		kinds = append(kinds, costmodel.Raw)
 	}
 	for _, kind := range kinds {
-		w, err := fastest(ctx, eng, c, from, kind == costmodel.Raw, runs)
+		w, err := fastest(ctx, eng, c, from, kind == costmodel.Raw, opts)
 		if err != nil {
 			return fmt.Errorf("%s load: %w", kind, err)
 		}
@@ -259,15 +265,15 @@ func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k cos
 }
 
 // measureSet writes the checkpoint cfg in dir, compresses it with each
-// codec, and returns the fastest of runs loads of each kind.
-func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Config, smallBytes int64, runs int) (*set, error) {
+// codec, and returns the fastest of opts.Runs loads of each kind.
+func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Config, smallBytes int64, opts Options) (*set, error) {
 	src := filepath.Join(dir, "model")
 	if _, err := synth.Write(ctx, src, cfg); err != nil {
 		return nil, err
 	}
 	s := &set{coded: map[costmodel.Kind]counts{}, codedSmall: map[costmodel.Kind]counts{}, wall: map[costmodel.Kind]float64{}}
 	for _, k := range []costmodel.Kind{costmodel.Fixed, costmodel.Entropy} {
-		if err := measureCodec(ctx, eng, src, filepath.Join(dir, k.String()), k, smallBytes, runs, s); err != nil {
+		if err := measureCodec(ctx, eng, src, filepath.Join(dir, k.String()), k, smallBytes, opts, s); err != nil {
 			return nil, err
 		}
 	}
@@ -275,17 +281,17 @@ func measureSet(ctx context.Context, eng engine.Engine, dir string, cfg synth.Co
 }
 
 // fastest is the shortest wall seconds of loads of src (after one that
-// warms the page cache and the staging up): runs of them, and more, up
-// to maxRuns, until they add up to minLoads: the fastest of five loads
-// of a millisecond moved by a factor of three between calibrations.
-func fastest(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, raw bool, runs int) (float64, error) {
+// warms the page cache and the staging up): opts.Runs of them, and more,
+// up to maxRuns, until they add up to opts.Least: the fastest of five
+// loads of a millisecond moved by a factor of three between calibrations.
+func fastest(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, raw bool, opts Options) (float64, error) {
 	l, err := load.Open(eng, c, src, load.Options{Raw: raw})
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	best, spent := math.Inf(1), 0.0
-	for i := 0; i <= runs || spent < minLoads && i <= maxRuns; i++ {
+	for i := 0; i <= opts.Runs || spent < opts.Least.Seconds() && i <= maxRuns; i++ {
 		r, err := l.Run(ctx)
 		if err != nil {
 			return 0, err
@@ -298,9 +304,5 @@ func fastest(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *s
 	return best, nil
 }
 
-// minLoads and maxRuns bound the loads fastest times: at least a quarter
-// of a second of them, at most 100.
-const (
-	minLoads = 0.25
-	maxRuns  = 100
-)
+// maxRuns bounds the loads fastest times.
+const maxRuns = 100
