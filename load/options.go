@@ -186,6 +186,13 @@ func (o *Options) resolve(c *shardcache.Cache) (int64, error) {
 	return small, nil
 }
 
+// streamed says the load keeps nothing resident, in host or device
+// memory: it streams every tensor it reads from the cache through the
+// staging rings (transport.PlanStaging).
+func (o *Options) streamed() bool {
+	return !o.Raw && !o.Resident && !o.ResidentPacks && !o.DeviceResident
+}
+
 // badOption returns a transport.ErrOption naming the option and its value.
 func badOption(name string, v any, want string) error {
 	return fmt.Errorf("%w: %s is %v, want %s", transport.ErrOption, name, v, want)

@@ -21,7 +21,7 @@ func Staging(c *shardcache.Cache, specs []vmm.Spec, o Options) (transport.Stagin
 	if err != nil {
 		return transport.Staging{}, err
 	}
-	s, err := transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.PinnedLimit)
+	s, err := transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.streamed(), o.PinnedLimit)
 	return withShared(s, c, specs, o), err
 }
 
@@ -233,7 +233,7 @@ func plan(c *shardcache.Cache, src *shardcache.Source, o *Options) ([]vmm.Spec, 
 	if err != nil {
 		return nil, transport.Staging{}, 0, err
 	}
-	stage, err := transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.PinnedLimit)
+	stage, err := transport.PlanStaging(c, specs, o.Readers, small, o.Raw, o.streamed(), o.PinnedLimit)
 	if err != nil {
 		return nil, transport.Staging{}, 0, err
 	}

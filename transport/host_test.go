@@ -259,7 +259,7 @@ func TestEntropyVersion1WithoutSource(t *testing.T) {
 func TestDeviceResident(t *testing.T) {
 	c, s := llama(t)
 	specs := mustSpecs(t, c, s)
-	stage, err := PlanStaging(c, specs, 2, 0, false, 0)
+	stage, err := PlanStaging(c, specs, 2, 0, false, true, 0)
 	if err != nil || stage.Device == 0 {
 		t.Fatalf("staging %+v, %v", stage, err)
 	}

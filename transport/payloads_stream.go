@@ -233,11 +233,23 @@ func (z *Payloads) streamOne(ctx context.Context, t target, f io.ReaderAt, name 
 // device tier): streamCopy then uploads it, checked. Other raw tensors
 // go to the wrapped transport, which reads them unchecked.
 func (z *Payloads) checksCopy(b *vmm.Binding, hit shardcache.SliceHit) bool {
-	if !hit.Tensor.CopyStored || z.opts.Resident || z.opts.ResidentPacks || z.tier != nil {
+	if z.opts.Resident || z.opts.ResidentPacks || z.tier != nil {
 		return false
 	}
-	loc, o, err := z.cache.LocateHit(hit)
-	return err == nil && o.Kind == shardcache.KindRaw && o.Checksum != 0 && o.Size == b.Size && loc.Path == b.Shard && loc.Offset == b.Offset
+	return streamsCopy(z.cache, hit, b.Shard, b.Offset, b.Size)
+}
+
+// streamsCopy reports whether the tensor of hit, at offset of shard and
+// of size bytes, is read from its copy in c (its source absent: the load
+// names the copy) and c records the copy's CRC-32C: a streamed load
+// uploads it through the payload ring, checked (checksCopy), and stages
+// it there (stagingNeed).
+func streamsCopy(c *shardcache.Cache, hit shardcache.SliceHit, shard string, offset, size uint64) bool {
+	if !hit.Tensor.CopyStored {
+		return false
+	}
+	loc, o, err := c.LocateHit(hit)
+	return err == nil && o.Kind == shardcache.KindRaw && o.Checksum != 0 && o.Size == size && loc.Path == shard && loc.Offset == offset
 }
 
 // streamCopy uploads a raw tensor from its copy in the cache piece by

@@ -76,7 +76,7 @@ func (n need) packSlots() int { return int((n.small+packBytes-1)/packBytes) + 2 
 
 // stagingNeed sums what a load of specs stages: through the raw path
 // only with raw, else payloads through the payload path.
-func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) need {
+func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw, streamed bool) need {
 	var n need
 	seen := map[shardcache.Key]bool{}
 	for _, s := range specs {
@@ -89,6 +89,11 @@ func stagingNeed(c *shardcache.Cache, specs []vmm.Spec, small int64, raw bool) n
 				// on the host into payload pieces: staged by either ring.
 				n.payload += size
 			}
+			// A raw tensor read from its copy: in pieces of the payload
+			// ring on a streamed load (a remote cache's raw tensors all
+			// are; sized as raw, they took two pieces and loaded at a
+			// fifth of the rate).
+			payload = err == nil && streamed && hit.Tensor.Stored == shardcache.StoredRaw && streamsCopy(c, hit, s.Shard, s.Offset, s.Size)
 			if err == nil && hit.Tensor.Stored == shardcache.StoredFixed {
 				if o, err := c.Lookup(hit.Tensor.Key); err == nil {
 					size, payload = o.Size, true
@@ -181,11 +186,14 @@ func (s Staging) piece() uint64 {
 // payload pieces), and
 // all of them together fit limit (0: DefaultPinnedLimit; negative: no
 // cap), the largest ring shrunk first. small is the packing threshold
-// (SmallBytes, resolved); raw plans a load through the raw path only. A
-// limit below the smallest staging is an ErrOption.
-func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64, raw bool, limit int64) (Staging, error) {
+// (SmallBytes, resolved); raw plans a load through the raw path only;
+// streamed a load that keeps nothing resident (no Resident, ResidentPacks
+// or DeviceResident), whose raw tensors read from their copies in the
+// cache stream through the payload ring, checked (streamsCopy). A limit
+// below the smallest staging is an ErrOption.
+func PlanStaging(c *shardcache.Cache, specs []vmm.Spec, readers int, small int64, raw, streamed bool, limit int64) (Staging, error) {
 	readers = max(readers, 1)
-	n := stagingNeed(c, specs, small, raw)
+	n := stagingNeed(c, specs, small, raw, streamed)
 	piece := pieceBytes(c)
 	s := Staging{RawSlots: min(2*readers, n.rawSlots()), Pieces: min(piecesPerReader*readers+2, n.payloadPieces(piece)), PieceBytes: piece, PackSlots: min(2*readers+2, n.packSlots()),
 		Resident: n.resident, ResidentItems: n.residentItems, Device: n.device, SmallResident: n.smallResident}

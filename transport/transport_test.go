@@ -455,7 +455,7 @@ func TestRemotePieces(t *testing.T) {
 		c     *shardcache.Cache
 		piece uint64
 	}{{c, readPiece}, {rc, remotePiece}} {
-		s, err := PlanStaging(tc.c, specs, 2, 0, false, -1)
+		s, err := PlanStaging(tc.c, specs, 2, 0, false, true, -1)
 		if err != nil || s.PieceBytes != tc.piece || s.PinnedBytes() != uint64(s.RawSlots)*rawSlotBytes+uint64(s.Pieces)*tc.piece+uint64(s.PackSlots)*packBytes {
 			t.Fatalf("remote %v: staging %+v (%d pinned bytes), %v; want pieces of %d", tc.c.Remote(), s, s.PinnedBytes(), err, tc.piece)
 		}
@@ -466,7 +466,7 @@ func TestRemotePieces(t *testing.T) {
 	if got, err := capStaging(full, rawSlotBytes+4*remotePiece+2*packBytes, false); err != nil || got.Pieces != 4 || got.RawSlots != 1 || got.PackSlots != 2 {
 		t.Errorf("capped to %+v, %v; want 4 pieces", got, err)
 	}
-	stage, err := PlanStaging(rc, specs, 3, 0, false, 0)
+	stage, err := PlanStaging(rc, specs, 3, 0, false, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,6 +491,40 @@ func TestRemotePieces(t *testing.T) {
 	}
 	if whole == 0 {
 		t.Errorf("no payload read in a whole %d-byte piece (%d reads)", remotePiece, len(files.Reads()))
+	}
+}
+
+// TestStagingCopies: a streamed load of a remote cache whose tensors are
+// all stored raw stages their copies in payload pieces, as many as its
+// payloads would get (it had two: a streamed raw cache loaded at a fifth
+// of a payload cache's rate on an H100); a resident load's copies go
+// through the raw ring, as before.
+func TestStagingCopies(t *testing.T) {
+	c, _ := fixture.Compressed(t, synth.Config{Bytes: 96 << 20, Hidden: 2048, Shards: 1, Seed: 5}, pipeline.CompressOptions{SelfContained: true, MinSaving: 0.99})
+	rc, _ := fixture.Remote(c)
+	rsrc, err := rc.PickSource("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := mustSpecs(t, rc, rsrc)
+	const readers = 4
+	streamed, err := PlanStaging(rc, specs, readers, 0, false, true, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes uint64
+	for _, s := range specs {
+		bytes += s.Size
+	}
+	if want := min(piecesPerReader*readers+2, int((bytes+remotePiece-1)/remotePiece)+2); streamed.Pieces != want || want <= 2 {
+		t.Errorf("streamed: %d payload pieces, want %d (%+v)", streamed.Pieces, want, streamed)
+	}
+	resident, err := PlanStaging(rc, specs, readers, 0, false, false, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := min(2*readers, int((bytes+rawSlotBytes-1)/rawSlotBytes)+1); resident.Pieces != 2 || resident.RawSlots != want {
+		t.Errorf("resident: %d payload pieces and %d raw slots, want 2 and %d (%+v)", resident.Pieces, resident.RawSlots, want, resident)
 	}
 }
 
