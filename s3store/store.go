@@ -36,6 +36,9 @@ var (
 	ErrDenied = errors.New("access denied: check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials) and what the bucket's policy allows")
 	// ErrOptions: an option is out of range.
 	ErrOptions = errors.New("invalid s3 store options")
+	// ErrNoCredentials: no credentials were found where the AWS CLI
+	// looks for them, for a request that needs them.
+	ErrNoCredentials = errors.New("no S3 credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or write ~/.aws/credentials")
 )
 
 // URL is a bucket and a prefix of object names in it.
@@ -140,6 +143,9 @@ func New(ctx context.Context, u URL, o Options) (*Store, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, lo...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: AWS configuration: %w", u, err)
+	}
+	if cfg.Credentials != nil {
+		cfg.Credentials = credentials{cfg.Credentials}
 	}
 	c := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if o.HTTPClient != nil {
@@ -308,6 +314,19 @@ func (s *Store) Put(ctx context.Context, name string, b []byte, cond Cond) error
 func (s *Store) Delete(ctx context.Context, name string) error {
 	_, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.url.Bucket, Key: aws.String(s.key(name))})
 	return s.fail(name, err)
+}
+
+// credentials is the configured provider whose failure is
+// ErrNoCredentials (the SDK's error says where it looked last, the
+// instance metadata service).
+type credentials struct{ aws.CredentialsProvider }
+
+func (c credentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	cr, err := c.CredentialsProvider.Retrieve(ctx)
+	if err != nil && ctx.Err() == nil {
+		return cr, fmt.Errorf("%w (%w)", ErrNoCredentials, err)
+	}
+	return cr, err
 }
 
 // fail names the object in err and maps S3's answers to the sentinels.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -187,6 +188,28 @@ func TestStoreDenied(t *testing.T) {
 	}
 	if _, _, err := s.Stat(context.Background(), "index.json"); !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "denied/index.json") {
 		t.Fatalf("Stat with the wrong secret: %v, want ErrDenied naming the object", err)
+	}
+}
+
+// TestStoreNoCredentials: a request with no credentials anywhere the AWS
+// CLI looks (the environment, the files; the instance metadata service
+// off) is ErrNoCredentials, before it reaches the real server.
+func TestStoreNoCredentials(t *testing.T) {
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t, "nocreds-test")
+	dir := t.TempDir()
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "none"))
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	s, err := New(context.Background(), URL{bucket, "x"}, Options{Endpoint: srv.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Stat(context.Background(), "index.json"); !errors.Is(err, ErrNoCredentials) {
+		t.Fatalf("Stat without credentials: %v, want ErrNoCredentials", err)
 	}
 }
 

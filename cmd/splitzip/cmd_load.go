@@ -265,6 +265,11 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		return err
 	}
 	defer done()
+	if isRemote(dir) {
+		// A streamed load reads from the server all along: its network
+		// failures are a resource, not a defect.
+		defer func() { err = registryError(err) }()
+	}
 	src, err := c.PickSource(sourceOf(o.Source, sources))
 	if err != nil {
 		return err

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/spf13/cobra"
@@ -69,7 +71,9 @@ func registryError(err error) error {
 		return failure.Mark(failure.Resource, err)
 	case errors.As(err, &se) && se.HTTPStatusCode() >= 400:
 		return failure.Mark(failure.Input, err)
-	case errors.As(err, &ne):
+	case errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT):
+		// A connection cut mid-body surfaces as a short read.
 		return failure.Mark(failure.Resource, err)
 	}
 	return err

@@ -27,6 +27,7 @@ import (
 	"github.com/splitzip/splitzip/internal/regtest"
 	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/oci"
+	"github.com/splitzip/splitzip/s3store"
 )
 
 // TestPushPullCommands: a self-contained cache pushed to a registry and
@@ -102,6 +103,10 @@ func TestRegistryErrorKinds(t *testing.T) {
 		{&transport.Error{StatusCode: http.StatusServiceUnavailable}, failure.Resource},
 		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, failure.Resource},
 		{fmt.Errorf("blob: %w", oci.ErrBlob), failure.KindOf(oci.ErrBlob)},
+		// A body cut short, a connection reset: the retries ran out.
+		{fmt.Errorf("blob sha256:74ce: %w", io.ErrUnexpectedEOF), failure.Resource},
+		{fmt.Errorf("read: %w", syscall.ECONNRESET), failure.Resource},
+		{fmt.Errorf("s3: %w", s3store.ErrNoCredentials), failure.Input},
 	} {
 		if got := failure.KindOf(registryError(c.err)); got != c.want {
 			t.Errorf("%v: kind %v, want %v", c.err, got, c.want)
