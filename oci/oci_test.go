@@ -92,7 +92,11 @@ func (f *faults) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // cutBody answers r as h would, with a Content-Length of the whole blob,
 // and closes the connection after half of it.
-func cutBody(h http.Handler, w http.ResponseWriter, r *http.Request) {
+func cutBody(h http.Handler, w http.ResponseWriter, r *http.Request) { cutBodyAt(h, w, r, -1) }
+
+// cutBodyAt is cutBody cutting after n bytes (-1: half); a body of n
+// bytes or fewer is sent whole.
+func cutBodyAt(h http.Handler, w http.ResponseWriter, r *http.Request, n int) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	b := rec.Body.Bytes()
@@ -101,7 +105,14 @@ func cutBody(h http.Handler, w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(rec.Code)
-	w.Write(b[:len(b)/2])
+	if n < 0 {
+		n = len(b) / 2
+	}
+	if n >= len(b) {
+		w.Write(b)
+		return
+	}
+	w.Write(b[:n])
 	w.(http.Flusher).Flush()
 	if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 		conn.Close()
@@ -416,10 +427,15 @@ func TestPullCutAndThrottled(t *testing.T) {
 	var gets, ranged atomic.Int64
 	var cutPath atomic.Value
 	var cutAll atomic.Bool
+	var chunk atomic.Int64 // where set, every blob GET is cut after so many bytes
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
 			if r.Header.Get("Range") != "" {
 				ranged.Add(1)
+			}
+			if n := chunk.Load(); n > 0 {
+				cutBodyAt(f.reg, w, r, int(n))
+				return
 			}
 			if gets.Add(1) == 3 {
 				cutPath.Store(r.URL.Path)
@@ -443,6 +459,20 @@ func TestPullCutAndThrottled(t *testing.T) {
 		t.Errorf("%d range requests, want the 1 that resumes the cut blob", ranged.Load())
 	}
 	sameCache(t, cache, filepath.Join(dir, "resumed"))
+
+	// A link that drops every 64 KiB: each body brings bytes before it
+	// breaks, so the pull goes on however many times its largest blob
+	// is resumed (a count of resumes in all failed it).
+	chunk.Store(64 << 10)
+	ranged.Store(0)
+	if _, err := Pull(context.Background(), ref, filepath.Join(dir, "dropping"), o); err != nil {
+		t.Fatalf("a pull over a link that drops every 64 KiB: %v", err)
+	}
+	if ranged.Load() <= resumeTries {
+		t.Errorf("%d range requests: the blobs are too small to test resuming more than %d times", ranged.Load(), resumeTries)
+	}
+	chunk.Store(0)
+	sameCache(t, cache, filepath.Join(dir, "dropping"))
 
 	out := filepath.Join(dir, "pulled")
 	gets.Store(0)

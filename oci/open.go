@@ -82,7 +82,7 @@ func (r *remoteFiles) ReadFileStretches(key shardcache.Key, p []byte, off int64,
 }
 
 // readRange reads len(p) bytes of blob d at off by one ranged GET, asking
-// again from where a body broke off, up to resumeTries times, and tells
+// again from where a body broke off (resumeTries), and tells
 // rangeCost what an unbroken one cost (the time its spans took not
 // counted); stretches, if set, is told of the bytes as one stretch, the
 // GETs that resume it included.
@@ -98,7 +98,7 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 		span = stretches(off)
 	}
 	var got int
-	for try := 0; ; try++ {
+	for try, fails := 0, 0; ; try++ {
 		t0 := time.Now()
 		body, err := r.src.get(ctx, d, off+int64(got), int64(len(p)-got))
 		if err != nil {
@@ -111,10 +111,13 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 			r.cost.observe(t1.Sub(t0), int64(n), time.Since(t1)-spent)
 		}
 		got += n
+		if fails++; n > 0 {
+			fails = 0
+		}
 		switch {
 		case err == nil:
 			return nil
-		case ctx.Err() != nil || try == resumeTries:
+		case ctx.Err() != nil || fails > resumeTries:
 			return fmt.Errorf("%s: blob %s: %d of %d bytes at %d: %w", r.src, d.Digest, got, len(p), off, err)
 		}
 	}

@@ -381,9 +381,11 @@ type writeError struct{ error }
 
 func (e writeError) Unwrap() error { return e.error }
 
-// resumeTries is how many times a pull asks again for the rest of a blob
-// whose body broke off (a connection cut, a proxy that gave up), each
-// time from the bytes that arrived.
+// resumeTries is how many times in a row a pull asks again for the rest
+// of a blob whose body broke off (a connection cut, a proxy that gave up)
+// with no byte arriving, each time from the bytes that arrived; a body
+// that brought bytes before it broke starts the count again, so a link
+// that drops every few megabytes still delivers a blob of gigabytes.
 const resumeTries = 3
 
 // source is where a pull reads an artifact: a registry's repository or
@@ -440,8 +442,8 @@ func (o Options) source(ctx context.Context, ref string, forPush bool) (source, 
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // fetch streams blob d into dst, checking its size and sha256 digest as
-// it goes. A body that breaks off is resumed from where it stopped, up to
-// resumeTries times.
+// it goes. A body that breaks off is resumed from where it stopped
+// (resumeTries).
 func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) error {
 	if d.Digest.Algorithm != "sha256" {
 		return fmt.Errorf("%w: blob %s: digest algorithm %q", ErrBlob, d.Digest, d.Digest.Algorithm)
@@ -454,15 +456,18 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 	buf := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(buf)
 	var n int64
-	for try := 0; ; try++ {
+	for fails := 0; ; {
 		m, err := io.CopyBuffer(io.MultiWriter(dst, h), io.LimitReader(body, d.Size+1-n), *buf)
 		body.Close()
 		n += m
 		if err == nil {
 			break
 		}
+		if fails++; m > 0 {
+			fails = 0
+		}
 		var we writeError
-		if errors.As(err, &we) || ctx.Err() != nil || try == resumeTries || n >= d.Size {
+		if errors.As(err, &we) || ctx.Err() != nil || fails > resumeTries || n >= d.Size {
 			return fmt.Errorf("blob %s: %w", d.Digest, err)
 		}
 		if body, err = src.open(d, n); err != nil {
