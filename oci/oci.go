@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/splitzip/splitzip/internal/netidle"
 	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -74,6 +76,11 @@ type Options struct {
 	// Transport, if set, carries the requests (tests use it to inject
 	// faults); Insecure still decides the reference's scheme.
 	Transport http.RoundTripper
+	// Idle is how long a registry's connection may send nothing, awaiting
+	// an answer or mid-blob, before its request fails, to be retried or
+	// resumed (0: netidle.Timeout); not with Transport. (S3.Idle is the
+	// S3 client's.)
+	Idle time.Duration
 	// NoSync makes a pull commit its cache without flushing it to disk
 	// (faster; a power loss may then lose what it fetched, which the
 	// next pull fetches again).
@@ -152,25 +159,23 @@ func (o Options) parse(ref string) (name.Reference, error) {
 func (o Options) remote(ctx context.Context) []remote.Option {
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(o.keychain()), remote.WithJobs(o.jobs()),
 		remote.WithRetryStatusCodes(retryStatusCodes...)}
-	if t := o.transport(); t != nil {
-		opts = append(opts, remote.WithTransport(t))
-	}
-	return opts
+	return append(opts, remote.WithTransport(o.transport()))
 }
 
-// transport is the transport requests go through: Options.Transport, one
-// that skips TLS verification with Insecure, or nil for the client's
-// default.
+// transport is the transport requests go through: Options.Transport, or
+// the client's default whose connections give up after Idle of silence
+// (a registry that accepted and never answered held a pull forever),
+// skipping TLS verification with Insecure.
 func (o Options) transport() http.RoundTripper {
-	switch {
-	case o.Transport != nil:
+	if o.Transport != nil {
 		return o.Transport
-	case o.Insecure:
-		t := remote.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with --insecure
-		return t
 	}
-	return nil
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = netidle.Dial(t.DialContext, o.Idle)
+	if o.Insecure {
+		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for with --insecure
+	}
+	return t
 }
 
 func (o Options) keychain() authn.Keychain {

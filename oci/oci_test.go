@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -696,4 +698,34 @@ func TestPullReplacesSamePath(t *testing.T) {
 	if res, err = Pull(context.Background(), ref, mine, opts()); err != nil || len(res.Replaced) != 0 {
 		t.Errorf("the same pull again: replaced %q, %v", res.Replaced, err)
 	}
+}
+
+// TestPullSilentRegistry: a registry that accepts connections and never
+// answers fails a pull once the retries have each waited Options.Idle,
+// with an error that times out (a resource, exit 4, for the CLI), where
+// the pull waited forever.
+func TestPullSilentRegistry(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	o := opts()
+	o.Idle = 200 * time.Millisecond
+	start := time.Now()
+	_, err = Pull(context.Background(), ln.Addr().String()+"/models/silent:v1", filepath.Join(t.TempDir(), "c"), o)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("a pull from a silent registry: %v after %v, want a timeout", err, time.Since(start))
+	}
+	t.Logf("gave up after %v: %v", time.Since(start), err)
 }

@@ -530,9 +530,6 @@ func (b *repository) get(ctx context.Context, d v1.Descriptor, off, n int64) (io
 			return
 		}
 		base := b.o.transport()
-		if base == nil {
-			base = remote.DefaultTransport
-		}
 		// Retried as the client's own requests are (remote.WithRetryStatusCodes).
 		base = transport.NewRetry(base, transport.WithRetryStatusCodes(retryStatusCodes...))
 		b.rt, b.err = transport.NewWithContext(b.ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PullScope)})

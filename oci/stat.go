@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/splitzip/splitzip/s3store"
@@ -86,9 +85,6 @@ func (o Options) pushScope(ctx context.Context, repo name.Repository) (http.Roun
 		return nil, err
 	}
 	base := o.transport()
-	if base == nil {
-		base = remote.DefaultTransport
-	}
 	base = transport.NewRetry(base, transport.WithRetryStatusCodes(retryStatusCodes...))
 	// A transport.Wrapper: the client uses it as it is, with its scope.
 	return transport.NewWithContext(ctx, repo.Registry, auth, base, []string{repo.Scope(transport.PushScope)})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -98,6 +99,10 @@ type Options struct {
 	MaxAttempts int
 	// HTTPClient, if set, carries the requests (tests inject faults).
 	HTTPClient *http.Client
+	// Idle is how long a connection may send nothing, awaiting an answer
+	// or mid-body, before the request fails and is retried (0:
+	// DefaultIdle); not with HTTPClient.
+	Idle time.Duration
 }
 
 // Defaults and bounds of Options.
@@ -110,6 +115,9 @@ const (
 	// MinPartSize is S3's smallest part of a multipart upload (but the
 	// last).
 	MinPartSize = 5 << 20
+	// DefaultIdle: a server silent for a minute is taken for gone (a
+	// server that accepted and never answered held a pull forever).
+	DefaultIdle = time.Minute
 	// DefaultAhead: 2 parts in flight an object (a pull of 8 objects at
 	// once holds at most 128 MiB in flight).
 	DefaultAhead = 2
@@ -133,7 +141,7 @@ func New(ctx context.Context, u URL, o Options) (*Store, error) {
 	switch {
 	case o.PartSize != 0 && o.PartSize < MinPartSize:
 		return nil, fmt.Errorf("%w: part size %d is under S3's %d", ErrOptions, o.PartSize, MinPartSize)
-	case o.Ahead < 0 || o.MaxAttempts < 0:
+	case o.Ahead < 0 || o.MaxAttempts < 0 || o.Idle < 0:
 		return nil, fmt.Errorf("%w: ahead %d, attempts %d", ErrOptions, o.Ahead, o.MaxAttempts)
 	}
 	var lo []func(*config.LoadOptions) error
@@ -150,6 +158,12 @@ func New(ctx context.Context, u URL, o Options) (*Store, error) {
 	c := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if o.HTTPClient != nil {
 			so.HTTPClient = o.HTTPClient
+		} else {
+			idle := o.Idle
+			if idle == 0 {
+				idle = DefaultIdle
+			}
+			so.HTTPClient = awshttp.NewBuildableClient().WithReadTimeout(idle)
 		}
 		// Objects are checked by their digests; a server that sends no
 		// checksum of its own is no news.

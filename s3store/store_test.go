@@ -6,11 +6,13 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/splitzip/splitzip/internal/s3test"
 )
@@ -210,6 +212,41 @@ func TestStoreNoCredentials(t *testing.T) {
 	}
 	if _, _, err := s.Stat(context.Background(), "index.json"); !errors.Is(err, ErrNoCredentials) {
 		t.Fatalf("Stat without credentials: %v, want ErrNoCredentials", err)
+	}
+}
+
+// TestStoreSilentServer: a server that accepts connections and never
+// answers fails a request once its retries have each waited Idle, with
+// an error that times out, rather than holding it forever.
+func TestStoreSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	s, err := New(context.Background(), URL{"silent", "x"}, Options{Endpoint: "http://" + ln.Addr().String(), Idle: 200 * time.Millisecond, MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, _, err = s.Stat(context.Background(), "index.json")
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Stat from a silent server: %v after %v, want a timeout", err, time.Since(start))
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Stat from a silent server took %v", d)
 	}
 }
 
