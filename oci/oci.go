@@ -96,6 +96,11 @@ type Options struct {
 	// already before it counts them as held (shardcache.PayloadCheck;
 	// raw objects are checked against their keys regardless).
 	Check shardcache.PayloadCheck
+	// KeepRoots makes Pull record the artifact's checkpoints at the
+	// folders they were compressed from, on the machine that compressed
+	// them (for a cache pushed again: compress -o's), not under the
+	// cache's own checkpoints/ folder (PulledRoot).
+	KeepRoots bool
 }
 
 // Progress follows the bytes a push or pull moves.

@@ -665,24 +665,44 @@ func TestPullKilledBeforeCommit(t *testing.T) {
 	sameCache(t, cache, out)
 }
 
-// TestPullReplacesSamePath: a pulled checkpoint recorded at the path of
-// another one the cache records (two machines compressing from
-// /data/model) replaces it, and the pull says so; pulling the same
-// checkpoint again replaces nothing.
-func TestPullReplacesSamePath(t *testing.T) {
+// TestPulledRoots: a pull records a checkpoint under the cache's own
+// checkpoints/ folder (PulledRoot), whatever lies at the folder it was
+// compressed from on the pushing machine: a file there of the recorded
+// size and time but other bytes is not read in the cache's stead, and
+// the cache verifies; a cache's own checkpoint of that path stays beside
+// it. A pull of another version of it replaces it, and says so; the
+// same pull again replaces nothing. With KeepRoots the checkpoint keeps
+// its folder and replaces the cache's own of that path (two machines
+// compressing from /data/model), as compress -o onto a tag needs.
+func TestPulledRoots(t *testing.T) {
 	_, host := serve(t)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "ck")
-	mine, theirs := filepath.Join(dir, "mine"), filepath.Join(dir, "theirs")
+	mine, theirs, theirs2 := filepath.Join(dir, "mine"), filepath.Join(dir, "theirs"), filepath.Join(dir, "theirs2")
+	var shard string
+	var mtime time.Time
 	for _, c := range []struct {
 		seed  uint64
 		cache string
-	}{{1, theirs}, {2, mine}} {
+	}{{1, theirs}, {3, theirs2}, {2, mine}} {
 		os.RemoveAll(src)
 		if _, err := synth.Write(context.Background(), src, synth.Config{Bytes: 1 << 20, Shards: 1, Seed: c.seed}); err != nil {
 			t.Fatal(err)
 		}
+		if c.seed == 1 {
+			shard = filepath.Join(src, "model.safetensors")
+			st, err := os.Stat(shard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mtime = st.ModTime()
+		}
 		compressTo(t, src, c.cache)
+	}
+	// Another checkpoint of the same size lies where theirs was
+	// compressed, with its time.
+	if err := os.Chtimes(shard, mtime, mtime); err != nil {
+		t.Fatal(err)
 	}
 	ref := host + "/models/theirs:v1"
 	if _, err := Push(context.Background(), theirs, ref, opts()); err != nil {
@@ -692,11 +712,52 @@ func TestPullReplacesSamePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Replaced) != 1 || res.Replaced[0] != res.Sources[0] {
-		t.Errorf("pull over another checkpoint of the same path: replaced %q, sources %q", res.Replaced, res.Sources)
+	abs, _ := filepath.Abs(mine)
+	root := PulledRoot(abs, src)
+	if len(res.Replaced) != 0 || len(res.Sources) != 1 || filepath.Dir(res.Sources[0]) != root {
+		t.Fatalf("pull beside a checkpoint of the folder it was compressed from: replaced %q, sources %q, want one under %s", res.Replaced, res.Sources, root)
+	}
+	c, err := shardcache.Open(mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.Index().Sources); n != 2 {
+		t.Errorf("%d checkpoints, want the cache's own and the pulled one", n)
+	}
+	pulled, err := c.PickSource(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &pulled.Shards[0]
+	if present, err := c.SourcePresent(sh, filepath.Join(pulled.Root, sh.Name)); present || err != nil {
+		t.Errorf("the pulled checkpoint's source: present %v, %v; want absent", present, err)
+	}
+	c.Close()
+	vr, err := pipeline.Verify(context.Background(), mine, pipeline.VerifyOptions{Source: root, Jobs: 2})
+	if err != nil || !vr.OK() {
+		t.Fatalf("verify of the pulled checkpoint: %v, %+v", err, vr)
 	}
 	if res, err = Pull(context.Background(), ref, mine, opts()); err != nil || len(res.Replaced) != 0 {
 		t.Errorf("the same pull again: replaced %q, %v", res.Replaced, err)
+	}
+	ref2 := host + "/models/theirs:v2"
+	if _, err := Push(context.Background(), theirs2, ref2, opts()); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = Pull(context.Background(), ref2, mine, opts()); err != nil || len(res.Replaced) != 1 || res.Replaced[0] != res.Sources[0] {
+		t.Errorf("a pull of another version: replaced %q, sources %q, %v", res.Replaced, res.Sources, err)
+	}
+
+	kept := filepath.Join(dir, "kept")
+	compressTo(t, src, kept) // the cache's own checkpoint of src
+	o := opts()
+	o.KeepRoots = true
+	res, err = Pull(context.Background(), ref, kept, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Replaced) != 1 || res.Replaced[0] != res.Sources[0] || filepath.Dir(res.Sources[0]) != src {
+		t.Errorf("a pull keeping roots over a checkpoint of the same path: replaced %q, sources %q", res.Replaced, res.Sources)
 	}
 }
 
@@ -728,4 +789,20 @@ func TestPullSilentRegistry(t *testing.T) {
 		t.Fatalf("a pull from a silent registry: %v after %v, want a timeout", err, time.Since(start))
 	}
 	t.Logf("gave up after %v: %v", time.Since(start), err)
+}
+
+// TestPulledRootName: a checkpoint's name under checkpoints/ is its
+// folder's, once, however many pulls and pushes it went through.
+func TestPulledRootName(t *testing.T) {
+	a := PulledRoot("/c1", "/data/llama")
+	b := PulledRoot("/c2", a)
+	if filepath.Dir(a) != "/c1/checkpoints" || !strings.HasPrefix(filepath.Base(a), "llama-") || len(filepath.Base(a)) != len("llama-")+8 {
+		t.Errorf("PulledRoot of /data/llama: %s", a)
+	}
+	if filepath.Dir(b) != "/c2/checkpoints" || !strings.HasPrefix(filepath.Base(b), "llama-") || len(filepath.Base(b)) != len("llama-")+8 || b == PulledRoot("/c2", "/data/llama") {
+		t.Errorf("PulledRoot of %s: %s", a, b)
+	}
+	if r := PulledRoot("/c", "/"); filepath.Base(filepath.Dir(r)) != "checkpoints" || !strings.HasPrefix(filepath.Base(r), "checkpoint-") {
+		t.Errorf("PulledRoot of /: %s", r)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +28,35 @@ import (
 	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
 )
+
+// PulledRoot is where a pull into the cache at dir (absolute) records a
+// checkpoint compressed from the folder root on the machine that pushed
+// it: dir/checkpoints/NAME-HASH (root's last element and the start of its
+// SHA-256). No file lies there (decompress and relocate refuse folders
+// inside a cache), so loads and verify serve the checkpoint from the
+// cache, which holds every tensor of a pushed one, whatever lies at root
+// on this machine: a file there of the recorded size and time was read
+// in the cache's stead, and any other file failed the loads as a source
+// changed. relocate attaches the checkpoint to a copy of its files.
+func PulledRoot(dir, root string) string {
+	name := filepath.Base(root)
+	switch {
+	case name == "/" || name == "." || name == "":
+		name = "checkpoint"
+	case filepath.Base(filepath.Dir(root)) == pulledFolder && pulledName.MatchString(name):
+		// Pulled before, then pushed: its name once, not a hash a hop.
+		name = name[:len(name)-9]
+	}
+	sum := sha256.Sum256([]byte(root))
+	return filepath.Join(dir, pulledFolder, fmt.Sprintf("%s-%x", name, sum[:4]))
+}
+
+// pulledName matches the last element of a PulledRoot.
+var pulledName = regexp.MustCompile(`.-[0-9a-f]{8}$`)
+
+// pulledFolder is the folder of a cache under which pulls record
+// checkpoints (PulledRoot).
+const pulledFolder = "checkpoints"
 
 // maxIndexBytes bounds the index blob a pull reads into memory, as Open
 // bounds an index file.
@@ -59,8 +90,9 @@ type PullResult struct {
 // Pull adds the cache artifact at ref to the cache in dir (made if dir is
 // absent or empty): the files the cache lacks are downloaded, each
 // checked against the manifest's size and digest as it streams, and the
-// artifact's sources are recorded last. An interrupted pull leaves a
-// cache without them; pulling again fetches only what is still missing.
+// artifact's sources are recorded last, at their PulledRoot unless
+// o.KeepRoots. An interrupted pull leaves a cache without them; pulling
+// again fetches only what is still missing.
 func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	src, err := o.source(ctx, ref, false)
 	if err != nil {
@@ -71,6 +103,15 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		return PullResult{}, err
 	}
 	ix, files, members, layers := art.ix, art.files, art.members, art.layers
+	if !o.KeepRoots {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return PullResult{}, err
+		}
+		for i := range ix.Sources {
+			ix.Sources[i].Root = PulledRoot(abs, ix.Sources[i].Root)
+		}
+	}
 	res := PullResult{Ref: src.String(), Digest: art.digest.String(), Cache: dir, Blobs: len(files)}
 	for _, k := range files {
 		res.Bytes += ix.Objects[k].Size

@@ -246,8 +246,20 @@ func compressOntoTag(t *testing.T, ref string, flags []string) {
 		t.Errorf("second push uploaded %d of %d blobs: want only the new checkpoint's", p.Uploaded, p.Blobs)
 	}
 	pulled := filepath.Join(dir, "pulled")
-	if got := sources(pulled); len(got) != 2 {
+	got := sources(pulled)
+	if len(got) != 2 {
 		t.Fatalf("the tag holds %q after two checkpoints", got)
+	}
+	// Pulled, each is recorded under the cache's checkpoints/ folder,
+	// named for the folder it was compressed from.
+	pulledRoot := func(ck string) string {
+		for _, g := range got {
+			if r := filepath.Dir(g); filepath.Dir(r) == filepath.Join(pulled, "checkpoints") && strings.HasPrefix(filepath.Base(r), filepath.Base(ck)+"-") {
+				return r
+			}
+		}
+		t.Fatalf("no checkpoint of %s among %q", ck, got)
+		return ""
 	}
 	for _, ck := range cks {
 		if err := os.Rename(ck, ck+".gone"); err != nil {
@@ -259,7 +271,7 @@ func compressOntoTag(t *testing.T, ref string, flags []string) {
 	}
 	for i, ck := range cks {
 		restored := filepath.Join(dir, fmt.Sprint("restored", i))
-		if code, _, e := splitzip(t, "decompress", pulled, "-o", restored, "--source", ck); code != 0 {
+		if code, _, e := splitzip(t, "decompress", pulled, "-o", restored, "--source", pulledRoot(ck)); code != 0 {
 			t.Fatalf("decompress --source %s: %d %s", ck, code, e)
 		}
 		ents, _ := os.ReadDir(ck + ".gone")

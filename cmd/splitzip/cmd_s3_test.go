@@ -41,7 +41,6 @@ func TestS3Commands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &summary); err != nil || summary.Type != "compress_summary" || summary.Push.Ref != ref || summary.Push.Uploaded == 0 {
 		t.Fatalf("compress --json to S3 (%v): %s", err, out)
 	}
-	push := summary.Push
 	if err := os.Rename(ck, ck+".gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -82,12 +81,15 @@ func TestS3Commands(t *testing.T) {
 	if code, _, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 || !strings.Contains(e, "fetched 0 blobs") {
 		t.Fatalf("second load into the kept local cache: %d %s", code, e)
 	}
+	// The pulled cache pushed again moves no object file: only its index
+	// differs (its checkpoint recorded under the local cache's
+	// checkpoints/ folder, oci.PulledRoot).
 	code, out, e = splitzip(t, "push", local, "s3://models/small:v2", "--endpoint-url", srv.Endpoint)
-	if code != 0 || !strings.Contains(out, "uploaded 0 blobs") || !strings.Contains(out, push.Digest) {
+	if code != 0 || !strings.Contains(out, "uploaded 0 blobs") {
 		t.Fatalf("push of the same cache as v2: %d %s %s", code, out, e)
 	}
 	pulled := filepath.Join(dir, "pulled")
-	if code, out, e := splitzip(t, "pull", "s3://models/small:v2", pulled); code != 0 || !strings.Contains(out, push.Digest) {
+	if code, out, e := splitzip(t, "pull", "s3://models/small:v2", pulled); code != 0 || !strings.Contains(out, "checkpoints/ck-") {
 		t.Fatalf("pull: %d %s %s", code, out, e)
 	}
 	decompressesTo(t, pulled, filepath.Join(dir, "restored"), ck+".gone")

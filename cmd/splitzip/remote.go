@@ -152,6 +152,7 @@ func (o remoteOptions) base(ctx context.Context, g *globals, cache, dir string, 
 		return nil, registryError(err)
 	}
 	oo.NoSync = noSync
+	oo.KeepRoots = true // pushed again: the checkpoints' own folders
 	// By digest: what Stat found, though the tag moves meanwhile.
 	res, err := oci.Pull(ctx, art.ByDigest, dir, oo)
 	if err != nil {
