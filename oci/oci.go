@@ -101,6 +101,9 @@ type Options struct {
 	// them (for a cache pushed again: compress -o's), not under the
 	// cache's own checkpoints/ folder (PulledRoot).
 	KeepRoots bool
+	// Temporary says the cache a pull fills is a folder removed after
+	// the run: its errors do not advise running the pull again into it.
+	Temporary bool
 }
 
 // Progress follows the bytes a push or pull moves.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -174,7 +175,13 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	err = fetchAll(ctx, src, w, ix, todo, members, layers, o.jobs(), p)
 	p.Finish()
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
-		err = fmt.Errorf("pull %s: %w (the artifact holds %d bytes, %d of them to fetch; what arrived whole is kept, so a pull run again with more room fetches only the rest, and `splitzip gc --unfinished %s` removes what this pull kept)", src, err, res.Bytes, res.FetchedBytes, dir)
+		if o.Temporary {
+			err = fmt.Errorf("pull %s into a temporary folder (%s): %w (the artifact holds %d bytes, %d of them to fetch; --local-cache DIR on a disk with room keeps what a pull fetched, and a run again fetches only the rest)", src, filepath.Dir(dir), err, res.Bytes, res.FetchedBytes)
+		} else {
+			err = fmt.Errorf("pull %s: %w (the artifact holds %d bytes, %d of them to fetch; what arrived whole is kept, so a pull run again with more room fetches only the rest, and `splitzip gc --unfinished %s` removes what this pull kept)", src, err, res.Bytes, res.FetchedBytes, dir)
+		}
+	} else if err != nil && errors.As(err, new(net.Error)) && !o.Temporary {
+		err = fmt.Errorf("%w (what arrived whole is kept: the pull run again fetches only the rest)", err)
 	}
 	if errors.Is(err, ErrBlob) {
 		err = fmt.Errorf("pull %s: %w (where a pull again fails the same way, the store's copy is damaged, which a push does not mend: it does not read again the blobs a store has; %s)", src, err, src.mend())

@@ -184,7 +184,7 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 			// The lines the text output gives on stderr.
 			Hint string `json:"hint,omitempty"`
 			Note string `json:"note,omitempty"`
-		}{res, existing, pushed, strings.TrimPrefix(codecHint(res.DTypes), "hint: "), strings.TrimPrefix(keptNote(res.Totals), "note: ")})
+		}{res, existing, pushed, strings.TrimPrefix(codecHint(res.DTypes), "hint: "), strings.TrimPrefix(keptNote(res.Totals, isRemote(o.Output)), "note: ")})
 	}
 	if len(res.Unindexed) > 0 {
 		fmt.Fprintf(g.stderr, "note: %s in %s not named by its index (%s): not compressed (compress a file by its path to keep it too)\n",
@@ -216,7 +216,7 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if res.CostModel != "" {
 		fmt.Fprintf(g.stderr, "note: --codec cost chose by the cost model of %s\n", res.CostModel)
 	}
-	if n := keptNote(res.Totals); n != "" {
+	if n := keptNote(res.Totals, isRemote(o.Output)); n != "" {
 		fmt.Fprintln(g.stderr, n)
 	}
 	mendedNote(g, res.Mended, "stored")
@@ -327,13 +327,18 @@ func codecHint(dtypes []pipeline.DTypeTotals) string {
 }
 
 // keptNote returns the line that says how many tensors kept the payloads
-// an earlier run into the same cache stored in another codec, and how
-// many the raw copies an earlier --self-contained run stored, or "".
-func keptNote(t pipeline.Totals) string {
+// an earlier run into the same cache (remote: the tag) stored in another
+// codec, and how many the raw copies an earlier --self-contained run
+// stored, or "".
+func keptNote(t pipeline.Totals, remote bool) string {
 	var parts []string
 	if t.KeptTensors > 0 {
-		parts = append(parts, fmt.Sprintf("%s (%s) kept the payloads an earlier run stored, which this --codec would not have (another codec's, or under --codec cost ones the model keeps raw): a tensor has one form in a cache; compress into a new cache to store them with this --codec",
-			count(t.KeptTensors, "tensor"), human(t.KeptBytes)))
+		into := "compress into a new cache"
+		if remote {
+			into = "compress -o onto a new tag (this one's checkpoints share the tensors)"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s) kept the payloads an earlier run stored, which this --codec would not have (another codec's, or under --codec cost ones the model keeps raw): a tensor has one form in a cache; %s to store them with this --codec",
+			count(t.KeptTensors, "tensor"), human(t.KeptBytes), into))
 	}
 	if t.KeptCopies > 0 {
 		parts = append(parts, fmt.Sprintf("%s left raw (%s) kept the copies an earlier --self-contained run stored: the cache still holds them, as it did",

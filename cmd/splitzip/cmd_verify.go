@@ -62,6 +62,7 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	if err != nil {
 		return err
 	}
+	arg := dir
 	dir, sources, done, err := o.pull(ctx, g, dir)
 	if err != nil {
 		return err
@@ -82,6 +83,9 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 	res, err := pipeline.Verify(ctx, dir, opts)
 	if err != nil {
 		return err
+	}
+	if isRemote(arg) && o.LocalCache == "" {
+		res.Cache = arg // not the temporary folder, gone when this returns
 	}
 	for i := range res.Problems {
 		if p := &res.Problems[i]; p.Err != nil {

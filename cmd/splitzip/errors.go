@@ -57,6 +57,10 @@ func relocateHint(cache string) string {
 // mendHint is what to do about a damaged cache object.
 const mendHint = "compressing the checkpoint into the cache again, or pulling it again, replaces damaged objects: those an earlier run stored are checked before they are reused"
 
+// storeMendHint is what to do about a damaged object of a registry's or
+// bucket's cache, read in place: pulling fetches the same bytes.
+const storeMendHint = "the store's copy is damaged, and a pull fetches the same bytes: push the checkpoint again from a cache that verifies, after deleting the damaged blob from the store (pull names it)"
+
 // indexHint is what to do about a damaged index.
 const indexHint = "to rebuild it, move the cache's " + shardcache.IndexName + " aside and compress each checkpoint into the cache again, or pull it again: the objects stay, and each is checked before it is used again"
 
@@ -113,7 +117,11 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	if errors.Is(err, shardcache.ErrIndexCorrupt) && localIndex(err) {
 		msg += " (" + indexHint + ")"
 	} else if errors.Is(err, shardcache.ErrObjectCorrupt) && (cmd == nil || cmd.Name() != "gc") {
-		msg += " (" + mendHint + ")" // gc's refusal says its own
+		if file, _ := failure.Locate(err); strings.Contains(file, "://") {
+			msg += " (" + storeMendHint + ")" // a remote cache read in place
+		} else {
+			msg += " (" + mendHint + ")" // gc's refusal says its own
+		}
 	}
 	if errors.Is(err, shardcache.ErrLocked) {
 		msg += " (another splitzip command is writing to it: run this one when that ends; a killed run's lock ends with its process)"

@@ -35,11 +35,12 @@ func printJSON(w io.Writer, messageType string, v any) error {
 	return err
 }
 
-// progress returns a progress bar on stderr when it is a terminal and
-// output is for humans, else a display that shows nothing.
+// progress returns a progress bar on stderr when it is a terminal (with
+// --json too: stdout keeps its one document), else a display that shows
+// nothing.
 func (g *globals) progress() pipeline.Progress {
 	f, ok := g.stderr.(*os.File)
-	if g.Quiet || g.JSON || !ok || !term.IsTerminal(int(f.Fd())) {
+	if g.Quiet || !ok || !term.IsTerminal(int(f.Fd())) {
 		return nopBar{}
 	}
 	return &bar{w: g.stderr}

@@ -112,6 +112,7 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	}
 	oo := o.oci(g)
 	oo.NoSync = o.LocalCache == "" // a temporary copy need not outlive a power loss
+	oo.Temporary = o.LocalCache == ""
 	res, err := oci.Pull(ctx, remoteRef(cache), dir, oo)
 	if err != nil {
 		done()
