@@ -162,14 +162,38 @@ func runPush(ctx context.Context, g *globals, o registryOptions, cache, ref stri
 	if err := checkBeforePush(ctx, g, cache); err != nil {
 		return err
 	}
+	// What the tag holds now: another cache is replaced, with a note (it
+	// stays pullable by digest); anything else is not replaced, as
+	// compress -o refuses it.
+	before, err := oci.Stat(ctx, ref, o.oci(g))
+	switch {
+	case errors.Is(err, oci.ErrNotFound):
+		before = oci.Artifact{}
+	case errors.Is(err, oci.ErrNotArtifact):
+		return fmt.Errorf("%w; push replaces a splitzip cache's tag and nothing else: name another tag", err)
+	case err != nil:
+		return registryError(err)
+	}
 	res, err := oci.Push(ctx, cache, ref, o.oci(g))
 	if err != nil {
 		return registryError(err)
 	}
+	var replaced *oci.Artifact
+	if before.Digest != "" && before.Digest != res.Digest {
+		replaced = &before
+	}
 	if g.JSON {
-		return printJSON(g.stdout, "push_summary", res)
+		return printJSON(g.stdout, "push_summary", struct {
+			oci.PushResult
+			// Replaced is what the tag held before, another cache.
+			Replaced *oci.Artifact `json:"replaced,omitempty"`
+		}{res, replaced})
 	}
 	printPushed(g, cache, res)
+	if replaced != nil {
+		fmt.Fprintf(g.stderr, "note: %s held another cache (%s: %s); it now names this one, and the other stays pullable as %s\n",
+			ref, replaced.Digest, strings.Join(replaced.Sources, ", "), replaced.ByDigest)
+	}
 	return nil
 }
 

@@ -335,6 +335,41 @@ func TestCompressOntoForeignTag(t *testing.T) {
 	if d, err := remote.Head(r); err != nil || d.Digest != want {
 		t.Errorf("the tag names %v (%v), want the image %s", d, err, want)
 	}
+	// push refuses it too; onto another cache's tag it replaces that
+	// cache, and says so.
+	cache := filepath.Join(t.TempDir(), "c")
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--self-contained", "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	code, _, e = splitzip(t, "push", cache, ref, "--insecure")
+	if code != exitInput || !strings.Contains(e, "not a splitzip cache artifact") || !strings.Contains(e, "name another tag") {
+		t.Errorf("push onto an image's tag: exit %d, %s", code, e)
+	}
+	if d, err := remote.Head(r); err != nil || d.Digest != want {
+		t.Errorf("after push, the tag names %v (%v), want the image %s", d, err, want)
+	}
+	other := strings.TrimSuffix(ref, "image:v1") + "cache:v1"
+	if code, _, e := splitzip(t, "push", cache, other, "--insecure"); code != 0 || strings.Contains(e, "held another cache") {
+		t.Fatalf("push onto a new tag: %d %s", code, e)
+	}
+	ck2 := filepath.Join(t.TempDir(), "ck2")
+	cache2 := filepath.Join(t.TempDir(), "c2")
+	if code, _, e := splitzip(t, "gen", ck2, "--size", "1MiB", "--seed", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck2, "-o", cache2, "--self-contained", "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	code, out, _ := splitzip(t, "push", cache2, other, "--insecure", "--json")
+	var doc struct {
+		Replaced *struct {
+			Digest   string
+			ByDigest string `json:"by_digest"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc.Replaced == nil || !strings.Contains(doc.Replaced.ByDigest, doc.Replaced.Digest) {
+		t.Errorf("push over another cache's tag: exit %d, %v, %s", code, err, out)
+	}
 }
 
 // TestRegistryFlagsThatDoNothing: push and pull refuse --insecure with an
