@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -804,5 +805,17 @@ func TestPulledRootName(t *testing.T) {
 	}
 	if r := PulledRoot("/c", "/"); filepath.Base(filepath.Dir(r)) != "checkpoints" || !strings.HasPrefix(filepath.Base(r), "checkpoint-") {
 		t.Errorf("PulledRoot of /: %s", r)
+	}
+}
+
+// TestRoomFor: a pull that needs more than the file system has free
+// fails before it fetches, as a full disk (ENOSPC); one that fits goes.
+func TestRoomFor(t *testing.T) {
+	dir := t.TempDir()
+	if err := roomFor(dir, 1<<62); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "nothing was fetched") {
+		t.Errorf("4 EiB to fetch: %v, want ENOSPC", err)
+	}
+	if err := roomFor(dir, 1<<10); err != nil {
+		t.Errorf("1 KiB to fetch: %v", err)
 	}
 }

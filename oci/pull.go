@@ -25,6 +25,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"golang.org/x/sys/unix"
 
 	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
@@ -169,6 +170,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		if err := w.Pin(pin, fmt.Sprintf("an unfinished pull of %s (%s)", src, art.digest), keys); err != nil {
 			return PullResult{}, err
 		}
+	}
+	if err := roomFor(dir, res.FetchedBytes); err != nil {
+		return PullResult{}, fmt.Errorf("pull %s: %w", src, err)
 	}
 	p := o.progress()
 	p.Start("pull", res.FetchedBytes)
@@ -421,6 +425,22 @@ func (pw progressWriter) Write(b []byte) (int, error) {
 		err = writeError{err}
 	}
 	return n, err
+}
+
+// roomFor returns an error wrapping syscall.ENOSPC when the file system of
+// dir reports less room free for its user than n bytes, before a pull
+// fetches them (it would fail on the way; a file system that reports no
+// room at all, as some network ones do, is given the benefit of the doubt).
+func roomFor(dir string, n uint64) error {
+	var st unix.Statfs_t
+	if n == 0 || unix.Statfs(dir, &st) != nil {
+		return nil
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	if free == 0 || free >= n {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: %d bytes to fetch, %d free (nothing was fetched)", dir, syscall.ENOSPC, n, free)
 }
 
 // writeError is an error writing a blob into the cache, which resuming
