@@ -99,7 +99,7 @@ type Options struct {
 	// KeepRoots makes Pull record the artifact's checkpoints at the
 	// folders they were compressed from, on the machine that compressed
 	// them (for a cache pushed again: compress -o's), not under the
-	// cache's own checkpoints/ folder (PulledRoot).
+	// cache's own checkpoints/ folder (shardcache.PulledRoot).
 	KeepRoots bool
 	// Temporary says the cache a pull fills is a folder removed after
 	// the run: its errors do not advise running the pull again into it.

@@ -474,6 +474,16 @@ func TestPullCutAndThrottled(t *testing.T) {
 	if ranged.Load() <= resumeTries {
 		t.Errorf("%d range requests: the blobs are too small to test resuming more than %d times", ranged.Load(), resumeTries)
 	}
+	// One that drops after a few bytes fails the pull after a few
+	// requests a blob, rather than asking a byte at a time.
+	chunk.Store(100)
+	ranged.Store(0)
+	if _, err := Pull(context.Background(), ref, filepath.Join(dir, "trickle"), o); err == nil {
+		t.Error("a pull over a link that drops every 100 bytes succeeded")
+	}
+	if n := ranged.Load(); n > 2*resumeTries*int64(o.Jobs+1) {
+		t.Errorf("%d range requests over a link that drops every 100 bytes", n)
+	}
 	chunk.Store(0)
 	sameCache(t, cache, filepath.Join(dir, "dropping"))
 
@@ -714,7 +724,7 @@ func TestPulledRoots(t *testing.T) {
 		t.Fatal(err)
 	}
 	abs, _ := filepath.Abs(mine)
-	root := PulledRoot(abs, src)
+	root := shardcache.PulledRoot(abs, src)
 	if len(res.Replaced) != 0 || len(res.Sources) != 1 || filepath.Dir(res.Sources[0]) != root {
 		t.Fatalf("pull beside a checkpoint of the folder it was compressed from: replaced %q, sources %q, want one under %s", res.Replaced, res.Sources, root)
 	}
@@ -738,6 +748,25 @@ func TestPulledRoots(t *testing.T) {
 	if err != nil || !vr.OK() {
 		t.Fatalf("verify of the pulled checkpoint: %v, %+v", err, vr)
 	}
+	// Named by the folder it was compressed from, where other files lie
+	// now, in a cache of it alone: its record, not those files taken for
+	// a moved copy.
+	fresh := filepath.Join(dir, "fresh")
+	if _, err := Pull(context.Background(), ref, fresh, opts()); err != nil {
+		t.Fatal(err)
+	}
+	c, err = shardcache.Open(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freshAbs, _ := filepath.Abs(fresh)
+	if s, err := c.PickSource(src); err != nil || s.Root != shardcache.PulledRoot(freshAbs, src) {
+		t.Errorf("PickSource(%s) of a pulled cache: %v; want its record under checkpoints/", src, err)
+		if err == nil {
+			t.Logf("root %s", s.Root)
+		}
+	}
+	c.Close()
 	if res, err = Pull(context.Background(), ref, mine, opts()); err != nil || len(res.Replaced) != 0 {
 		t.Errorf("the same pull again: replaced %q, %v", res.Replaced, err)
 	}
@@ -759,6 +788,24 @@ func TestPulledRoots(t *testing.T) {
 	}
 	if len(res.Replaced) != 1 || res.Replaced[0] != res.Sources[0] || filepath.Dir(res.Sources[0]) != src {
 		t.Errorf("a pull keeping roots over a checkpoint of the same path: replaced %q, sources %q", res.Replaced, res.Sources)
+	}
+	// One record a checkpoint, whichever form pulls left it in: a pull
+	// after one that kept the roots (as pulls did before PulledRoot), and
+	// one keeping them after a plain pull (load --local-cache D, then
+	// compress -o onto the tag through D).
+	for _, keep := range []bool{false, true} {
+		o.KeepRoots = keep
+		if _, err := Pull(context.Background(), ref, kept, o); err != nil {
+			t.Fatal(err)
+		}
+		c, err := shardcache.Open(kept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(c.Index().Sources); n != 1 {
+			t.Errorf("keep roots %v: %d checkpoints recorded, want 1: %v", keep, n, c.Index().Sources)
+		}
+		c.Close()
 	}
 }
 
@@ -790,22 +837,6 @@ func TestPullSilentRegistry(t *testing.T) {
 		t.Fatalf("a pull from a silent registry: %v after %v, want a timeout", err, time.Since(start))
 	}
 	t.Logf("gave up after %v: %v", time.Since(start), err)
-}
-
-// TestPulledRootName: a checkpoint's name under checkpoints/ is its
-// folder's, once, however many pulls and pushes it went through.
-func TestPulledRootName(t *testing.T) {
-	a := PulledRoot("/c1", "/data/llama")
-	b := PulledRoot("/c2", a)
-	if filepath.Dir(a) != "/c1/checkpoints" || !strings.HasPrefix(filepath.Base(a), "llama-") || len(filepath.Base(a)) != len("llama-")+8 {
-		t.Errorf("PulledRoot of /data/llama: %s", a)
-	}
-	if filepath.Dir(b) != "/c2/checkpoints" || !strings.HasPrefix(filepath.Base(b), "llama-") || len(filepath.Base(b)) != len("llama-")+8 || b == PulledRoot("/c2", "/data/llama") {
-		t.Errorf("PulledRoot of %s: %s", a, b)
-	}
-	if r := PulledRoot("/c", "/"); filepath.Base(filepath.Dir(r)) != "checkpoints" || !strings.HasPrefix(filepath.Base(r), "checkpoint-") {
-		t.Errorf("PulledRoot of /: %s", r)
-	}
 }
 
 // TestRoomFor: a pull that needs more than the file system has free

@@ -111,7 +111,7 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 			r.cost.observe(t1.Sub(t0), int64(n), time.Since(t1)-spent)
 		}
 		got += n
-		if fails++; n > 0 {
+		if fails++; n >= resumeProgress {
 			fails = 0
 		}
 		switch {

@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,35 +29,6 @@ import (
 	"github.com/splitzip/splitzip/s3store"
 	"github.com/splitzip/splitzip/shardcache"
 )
-
-// PulledRoot is where a pull into the cache at dir (absolute) records a
-// checkpoint compressed from the folder root on the machine that pushed
-// it: dir/checkpoints/NAME-HASH (root's last element and the start of its
-// SHA-256). No file lies there (decompress and relocate refuse folders
-// inside a cache), so loads and verify serve the checkpoint from the
-// cache, which holds every tensor of a pushed one, whatever lies at root
-// on this machine: a file there of the recorded size and time was read
-// in the cache's stead, and any other file failed the loads as a source
-// changed. relocate attaches the checkpoint to a copy of its files.
-func PulledRoot(dir, root string) string {
-	name := filepath.Base(root)
-	switch {
-	case name == "/" || name == "." || name == "":
-		name = "checkpoint"
-	case filepath.Base(filepath.Dir(root)) == pulledFolder && pulledName.MatchString(name):
-		// Pulled before, then pushed: its name once, not a hash a hop.
-		name = name[:len(name)-9]
-	}
-	sum := sha256.Sum256([]byte(root))
-	return filepath.Join(dir, pulledFolder, fmt.Sprintf("%s-%x", name, sum[:4]))
-}
-
-// pulledName matches the last element of a PulledRoot.
-var pulledName = regexp.MustCompile(`.-[0-9a-f]{8}$`)
-
-// pulledFolder is the folder of a cache under which pulls record
-// checkpoints (PulledRoot).
-const pulledFolder = "checkpoints"
 
 // maxIndexBytes bounds the index blob a pull reads into memory, as Open
 // bounds an index file.
@@ -105,13 +75,20 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		return PullResult{}, err
 	}
 	ix, files, members, layers := art.ix, art.files, art.members, art.layers
-	if !o.KeepRoots {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return PullResult{}, err
-		}
-		for i := range ix.Sources {
-			ix.Sources[i].Root = PulledRoot(abs, ix.Sources[i].Root)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return PullResult{}, err
+	}
+	// other is where the cache may record each checkpoint already, in the
+	// other form (the pusher's root, or PulledRoot): that record goes.
+	other := make([]string, len(ix.Sources))
+	for i := range ix.Sources {
+		s := &ix.Sources[i]
+		pulled := shardcache.PulledRoot(abs, s.Root)
+		if o.KeepRoots {
+			other[i] = pulled
+		} else {
+			other[i], s.Root = s.Root, pulled
 		}
 	}
 	res := PullResult{Ref: src.String(), Digest: art.digest.String(), Cache: dir, Blobs: len(files)}
@@ -184,7 +161,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		} else {
 			err = fmt.Errorf("pull %s: %w (the artifact holds %d bytes, %d of them to fetch; what arrived whole is kept, so a pull run again with more room fetches only the rest, and `splitzip gc --unfinished %s` removes what this pull kept)", src, err, res.Bytes, res.FetchedBytes, dir)
 		}
-	} else if err != nil && errors.As(err, new(net.Error)) && !o.Temporary {
+	} else if cut(err) && !o.Temporary {
 		err = fmt.Errorf("%w (what arrived whole is kept: the pull run again fetches only the rest)", err)
 	}
 	if errors.Is(err, ErrBlob) {
@@ -202,6 +179,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		if w.Replaces(&ix.Sources[i]) {
 			res.Replaced = append(res.Replaced, ix.Sources[i].Path())
 		}
+		w.ForgetCopy(other[i], &ix.Sources[i])
 	}
 	w.AddSources(ix)
 	if err := w.Commit(); err != nil {
@@ -427,6 +405,15 @@ func (pw progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// cut reports whether err is a transfer the network broke off or left
+// waiting (not a refusal, a name that does not resolve or a certificate
+// that does not verify), which a run again may get past.
+func cut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // roomFor returns an error wrapping syscall.ENOSPC when the file system of
 // dir reports less room free for its user than n bytes, before a pull
 // fetches them (it would fail on the way; a file system that reports no
@@ -451,10 +438,14 @@ func (e writeError) Unwrap() error { return e.error }
 
 // resumeTries is how many times in a row a pull asks again for the rest
 // of a blob whose body broke off (a connection cut, a proxy that gave up)
-// with no byte arriving, each time from the bytes that arrived; a body
-// that brought bytes before it broke starts the count again, so a link
-// that drops every few megabytes still delivers a blob of gigabytes.
-const resumeTries = 3
+// before it brought resumeProgress bytes, each time from the bytes that
+// arrived; a body that brought as many starts the count again, so a link
+// that drops every few megabytes still delivers a blob of gigabytes,
+// and one that drops after a few bytes fails it after a few requests.
+const (
+	resumeTries    = 3
+	resumeProgress = 64 << 10
+)
 
 // source is where a pull reads an artifact: a registry's repository or
 // an OCI image layout in an S3 bucket.
@@ -531,7 +522,7 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 		if err == nil {
 			break
 		}
-		if fails++; m > 0 {
+		if fails++; m >= resumeProgress {
 			fails = 0
 		}
 		var we writeError

@@ -8,9 +8,14 @@ import (
 	"sync"
 )
 
-// resumeTries is how many times Open asks again for the rest of a part
-// whose body broke off, each time from the bytes that arrived.
-const resumeTries = 3
+// resumeTries is how many times in a row Open asks again for the rest of
+// a part whose body broke off before it brought resumeProgress bytes, each
+// time from the bytes that arrived (one that brought as many starts the
+// count again).
+const (
+	resumeTries    = 3
+	resumeProgress = 64 << 10
+)
 
 // Open streams object name's bytes from off to size (the object's size,
 // known to the caller) as ranged GETs of the part size, up to Ahead of
@@ -111,7 +116,7 @@ func (r *reader) get(p *part, off, n int64) {
 		p.buf = make([]byte, n)
 	}
 	var got int64
-	for try := 0; ; try++ {
+	for fails := 0; ; {
 		body, err := r.s.Range(r.ctx, r.name, off+got, n-got)
 		if err != nil {
 			p.err = err
@@ -120,13 +125,16 @@ func (r *reader) get(p *part, off, n int64) {
 		m, err := io.ReadFull(body, p.buf[got:])
 		body.Close()
 		got += int64(m)
+		if fails++; m >= resumeProgress {
+			fails = 0
+		}
 		switch {
 		case err == nil:
 			return
 		case r.ctx.Err() != nil:
 			p.err = r.ctx.Err()
 			return
-		case try == resumeTries:
+		case fails > resumeTries:
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%d of %d bytes at %d: %w", got, n, off, io.ErrUnexpectedEOF)
 			}

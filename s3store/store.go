@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+
+	"github.com/splitzip/splitzip/internal/netidle"
 )
 
 // Scheme starts a store's URL: s3://bucket/prefix.
@@ -37,9 +40,10 @@ var (
 	ErrDenied = errors.New("access denied: check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials) and what the bucket's policy allows")
 	// ErrOptions: an option is out of range.
 	ErrOptions = errors.New("invalid s3 store options")
-	// ErrNoCredentials: no credentials were found where the AWS CLI
-	// looks for them, for a request that needs them.
-	ErrNoCredentials = errors.New("no S3 credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or write ~/.aws/credentials")
+	// ErrNoCredentials: the credentials a request needs could not be
+	// had where the AWS CLI looks for them (none there, or an SSO
+	// session or role that did not give them).
+	ErrNoCredentials = errors.New("no S3 credentials could be had: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (an SSO profile may need `aws sso login`), or write ~/.aws/credentials")
 )
 
 // URL is a bucket and a prefix of object names in it.
@@ -163,7 +167,12 @@ func New(ctx context.Context, u URL, o Options) (*Store, error) {
 			if idle == 0 {
 				idle = DefaultIdle
 			}
-			so.HTTPClient = awshttp.NewBuildableClient().WithReadTimeout(idle)
+			// Not the SDK's WithReadTimeout: its deadline does not move
+			// while a request's body is sent, so an upload longer than
+			// idle failed.
+			so.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+				tr.DialContext = netidle.Dial(tr.DialContext, idle)
+			})
 		}
 		// Objects are checked by their digests; a server that sends no
 		// checksum of its own is no news.
@@ -337,10 +346,14 @@ type credentials struct{ aws.CredentialsProvider }
 
 func (c credentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
 	cr, err := c.CredentialsProvider.Retrieve(ctx)
-	if err != nil && ctx.Err() == nil {
-		return cr, fmt.Errorf("%w (%w)", ErrNoCredentials, err)
+	var ne net.Error
+	if err == nil || ctx.Err() != nil || errors.As(err, &ne) && !strings.Contains(err.Error(), "IMDS") {
+		// A network failure reaching a credentials service (STS, SSO) is
+		// the network's; the instance metadata service that none answers
+		// is where the search ends when nothing else gave any.
+		return cr, err
 	}
-	return cr, err
+	return cr, fmt.Errorf("%w (%w)", ErrNoCredentials, err)
 }
 
 // fail names the object in err and maps S3's answers to the sentinels.

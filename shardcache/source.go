@@ -108,6 +108,8 @@ func (c *Cache) PickSource(sel string) (*Source, error) {
 // its shards are in now:
 //   - sel empty: the only source, at its recorded root;
 //   - sel a source's Path or a recorded root (Index.SourceFor);
+//   - sel the folder a pulled checkpoint was compressed from, or a file
+//     of it (PulledRoot);
 //   - sel another directory (or file): the one source whose shards are
 //     there as holdsShards wants them (a checkpoint moved, copied or
 //     mounted elsewhere: every shard with a tensor the cache does not
@@ -134,6 +136,12 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 		return &srcs[i], srcs[i].Root, nil
 	case !errors.Is(err, ErrNotFound):
 		return nil, "", fmt.Errorf("%s: %w", c.Dir(), err)
+	}
+	if i := pulledAt(srcs, sel); i >= 0 {
+		// The folder a pulled checkpoint was compressed from, on the
+		// machine that pushed it: the cache's record, never the files
+		// that lie there on this one.
+		return &srcs[i], srcs[i].Root, nil
 	}
 	abs, err := filepath.Abs(sel)
 	if err != nil {

@@ -136,6 +136,32 @@ func (w *Writer) Replaces(s *Source) bool {
 	return false
 }
 
+// ForgetCopy forgets the checkpoint recorded at root whose shards are s's
+// (the same checkpoint, recorded at another folder than s's: a pull of it
+// before pulls recorded their checkpoints at PulledRoot, or a pull
+// keeping its roots into a cache a pull recorded it in) and reports
+// whether there was one. It takes effect with Commit.
+func (w *Writer) ForgetCopy(root string, s *Source) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.ix.Sources {
+		if r := &w.ix.Sources[i]; r.Root == root && r.Root != s.Root && sameIndex(r, s) && sameShards(r, s) {
+			w.ix.Sources = append(w.ix.Sources[:i], w.ix.Sources[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// sameIndex reports whether two records of a checkpoint have the same
+// index file (or none).
+func sameIndex(a, b *Source) bool {
+	if a.Index == nil || b.Index == nil {
+		return a.Index == nil && b.Index == nil
+	}
+	return *a.Index == *b.Index
+}
+
 // sameShards reports whether two records of a checkpoint name the same
 // shards with the same bytes.
 func sameShards(a, b *Source) bool {

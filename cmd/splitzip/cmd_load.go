@@ -265,7 +265,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		return err
 	}
 	defer done()
-	if isRemote(dir) {
+	if isRemote(dir) && o.LocalCache == "" {
 		// A streamed load reads from the server all along: its network
 		// failures are a resource, not a defect.
 		defer func() { err = registryError(err) }()

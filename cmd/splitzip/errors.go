@@ -57,6 +57,16 @@ func relocateHint(cache string) string {
 // mendHint is what to do about a damaged cache object.
 const mendHint = "compressing the checkpoint into the cache again, or pulling it again, replaces damaged objects: those an earlier run stored are checked before they are reused"
 
+// streamedArg reports whether cmd reads a remote cache in place: its
+// first argument a registry's or bucket's, without --local-cache.
+func streamedArg(cmd *cobra.Command) bool {
+	if cmd == nil || len(cmd.Flags().Args()) == 0 || !isRemote(cmd.Flags().Args()[0]) {
+		return false
+	}
+	lc := cmd.Flags().Lookup("local-cache")
+	return lc == nil || lc.Value.String() == ""
+}
+
 // storeMendHint is what to do about a damaged object of a registry's or
 // bucket's cache, read in place: pulling fetches the same bytes.
 const storeMendHint = "the store's copy is damaged, and a pull fetches the same bytes: push the checkpoint again from a cache that verifies, after deleting the damaged blob from the store (pull names it)"
@@ -117,7 +127,7 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	if errors.Is(err, shardcache.ErrIndexCorrupt) && localIndex(err) {
 		msg += " (" + indexHint + ")"
 	} else if errors.Is(err, shardcache.ErrObjectCorrupt) && (cmd == nil || cmd.Name() != "gc") {
-		if file, _ := failure.Locate(err); strings.Contains(file, "://") {
+		if streamedArg(cmd) {
 			msg += " (" + storeMendHint + ")" // a remote cache read in place
 		} else {
 			msg += " (" + mendHint + ")" // gc's refusal says its own

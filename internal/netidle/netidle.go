@@ -1,8 +1,11 @@
 // Package netidle ends connections that go silent: a dialer whose
-// connections fail a read that waits longer than a limit for its first
-// byte, so that a server that accepts and never answers, or stops
-// mid-body, is an error (a net.Error that times out) where an HTTP client
-// without its own timeouts would wait forever.
+// connections fail a read that waits longer than a limit for a byte, or a
+// write that waits as long to send one, so that a server that accepts
+// and never answers, stops mid-body or stops taking an upload is an error
+// (a net.Error that times out) where an HTTP client without its own
+// timeouts would wait forever. Writing counts as activity for reads: an
+// HTTP client reads for the answer from the moment it sends, and a server
+// answers an upload only once it has it all.
 package netidle
 
 import (
@@ -47,10 +50,42 @@ func (c *conn) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	n, err := c.Conn.Read(p)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = &Error{Addr: c.Conn.RemoteAddr().String(), Idle: c.idle}
+	return n, c.timedOut(err)
+}
+
+// Write sends p, failing once the peer takes no byte for idle, and moves
+// the deadline of a read waiting meanwhile (the answer to what is being
+// sent) past idle from now.
+func (c *conn) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		// A piece a deadline: a slow link that takes each piece in time
+		// is no silence, however long all of p takes.
+		d := time.Now().Add(c.idle)
+		if err := c.Conn.SetWriteDeadline(d); err != nil {
+			return n, err
+		}
+		if err := c.Conn.SetReadDeadline(d); err != nil {
+			return n, err
+		}
+		k, err := c.Conn.Write(p[n:min(len(p), n+writePiece)])
+		n += k
+		if err != nil {
+			return n, c.timedOut(err)
+		}
 	}
-	return n, err
+	return n, nil
+}
+
+// writePiece is the most bytes Write sends under one deadline.
+const writePiece = 64 << 10
+
+// timedOut is err, an Error where a deadline ended it.
+func (c *conn) timedOut(err error) error {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return &Error{Addr: c.Conn.RemoteAddr().String(), Idle: c.idle}
+	}
+	return err
 }
 
 // Error is a read that waited Idle for a byte from Addr.

@@ -67,3 +67,75 @@ func TestSilentServer(t *testing.T) {
 		t.Fatalf("a server that answers: %q, %v", b, err)
 	}
 }
+
+// TestSlowUpload: a client that sends for several times the idle time,
+// each piece within it, is not cut off while the server says nothing
+// until it has it all; a server that stops taking bytes fails the write
+// after the idle time.
+func TestSlowUpload(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const idle = 200 * time.Millisecond
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 1)
+				if _, err := io.ReadFull(c, b); err != nil {
+					return
+				}
+				if b[0] == 'w' { // a server that takes no more
+					time.Sleep(10 * idle)
+					return
+				}
+				// Read the upload (until 'e'), then answer.
+				for b[0] != 'e' {
+					if _, err := io.ReadFull(c, b); err != nil {
+						return
+					}
+				}
+				c.Write([]byte("done"))
+			}()
+		}
+	}()
+	dial := Dial((&net.Dialer{}).DialContext, idle)
+	c, err := dial(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	answer := make(chan error, 1)
+	go func() { // reading for the answer from the start, as an HTTP client does
+		b := make([]byte, 4)
+		_, err := io.ReadFull(c, b)
+		answer <- err
+	}()
+	for range 9 { // 9 x idle/3: three times the idle time
+		if _, err := c.Write([]byte("u")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(idle / 3)
+	}
+	c.Write([]byte("e"))
+	if err := <-answer; err != nil {
+		t.Fatalf("the answer after a slow upload: %v", err)
+	}
+
+	c2, err := dial(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_, err = c2.Write(append([]byte("w"), make([]byte, 64<<20)...))
+	var ie *Error
+	if !errors.As(err, &ie) {
+		t.Fatalf("a write the server does not take: %v, want a timeout", err)
+	}
+}
