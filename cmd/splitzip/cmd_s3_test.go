@@ -47,6 +47,12 @@ func TestS3Commands(t *testing.T) {
 	if code, out, e := splitzip(t, "verify", ref); code != 0 || !strings.Contains(out, "verify ok") || !strings.Contains(e, "pulled "+ref) {
 		t.Fatalf("verify %s: %d %s %s", ref, code, out, e)
 	}
+	// Its summary names the remote cache, not the temporary folder gone
+	// when verify ends.
+	var vs struct{ Cache string }
+	if code, out, _ := splitzip(t, "verify", ref, "--json"); code != 0 || json.Unmarshal([]byte(out), &vs) != nil || vs.Cache != ref {
+		t.Errorf("verify %s --json: exit %d, cache %q: %s", ref, code, vs.Cache, out)
+	}
 	// Streamed: no local copy, every tensor checked against its key.
 	code, out, e = splitzip(t, "load", ref, "--device", "cpu", "--check", "--json")
 	if code != 0 || !strings.Contains(e, "streaming "+ref) || !strings.Contains(out, `"checked": true`) {
