@@ -22,6 +22,7 @@ import (
 
 	"github.com/splitzip/splitzip/internal/cachetest"
 	"github.com/splitzip/splitzip/internal/s3test"
+	"github.com/splitzip/splitzip/internal/silent"
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/pipeline"
 	"github.com/splitzip/splitzip/shardcache"
@@ -814,24 +815,11 @@ func TestPulledRoots(t *testing.T) {
 // with an error that times out (a resource, exit 4, for the CLI), where
 // the pull waited forever.
 func TestPullSilentRegistry(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	addr := silent.Start(t)
 	o := opts()
 	o.Idle = 200 * time.Millisecond
 	start := time.Now()
-	_, err = Pull(context.Background(), ln.Addr().String()+"/models/silent:v1", filepath.Join(t.TempDir(), "c"), o)
+	_, err := Pull(context.Background(), addr+"/models/silent:v1", filepath.Join(t.TempDir(), "c"), o)
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("a pull from a silent registry: %v after %v, want a timeout", err, time.Since(start))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/splitzip/splitzip/internal/s3test"
+	"github.com/splitzip/splitzip/internal/silent"
 )
 
 func TestParseURL(t *testing.T) {
@@ -217,23 +218,10 @@ func TestStoreNoCredentials(t *testing.T) {
 // answers fails a request once its retries have each waited Idle, with
 // an error that times out, rather than holding it forever.
 func TestStoreSilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	addr := silent.Start(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", "k")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
-	s, err := New(context.Background(), URL{"silent", "x"}, Options{Endpoint: "http://" + ln.Addr().String(), Idle: 200 * time.Millisecond, MaxAttempts: 2})
+	s, err := New(context.Background(), URL{"silent", "x"}, Options{Endpoint: "http://" + addr, Idle: 200 * time.Millisecond, MaxAttempts: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

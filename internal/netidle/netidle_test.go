@@ -7,42 +7,16 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/splitzip/splitzip/internal/silent"
 )
 
 // TestSilentServer: a read from a server that accepted and sends nothing
 // fails after the idle time with a net.Error that timed out; one that
 // sends within it reads its bytes.
 func TestSilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b := make([]byte, 1)
-				if _, err := c.Read(b); err != nil {
-					return
-				}
-				if b[0] != 'x' {
-					io.Copy(io.Discard, c) // silent: until the client gives up
-					return
-				}
-				time.Sleep(50 * time.Millisecond)
-				c.Write([]byte("hello"))
-				io.Copy(io.Discard, c)
-			}()
-		}
-	}()
 	dial := Dial((&net.Dialer{}).DialContext, 300*time.Millisecond)
-
-	c, err := dial(context.Background(), "tcp", ln.Addr().String())
+	c, err := dial(context.Background(), "tcp", silent.Start(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,12 +30,16 @@ func TestSilentServer(t *testing.T) {
 		t.Fatalf("a silent server: %v after %v, want a timeout after 300ms", err, time.Since(start))
 	}
 
-	c2, err := dial(context.Background(), "tcp", ln.Addr().String())
+	addr := silent.Serve(t, func(c net.Conn) {
+		time.Sleep(50 * time.Millisecond)
+		c.Write([]byte("hello"))
+		io.Copy(io.Discard, c)
+	})
+	c2, err := dial(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	c2.Write([]byte("x"))
 	b := make([]byte, 5)
 	if _, err := io.ReadFull(c2, b); err != nil || string(b) != "hello" {
 		t.Fatalf("a server that answers: %q, %v", b, err)
@@ -73,40 +51,26 @@ func TestSilentServer(t *testing.T) {
 // until it has it all; a server that stops taking bytes fails the write
 // after the idle time.
 func TestSlowUpload(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	const idle = 200 * time.Millisecond
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	addr := silent.Serve(t, func(c net.Conn) {
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return
+		}
+		if b[0] == 'w' { // a server that takes no more
+			time.Sleep(10 * idle)
+			return
+		}
+		// Read the upload (until 'e'), then answer.
+		for b[0] != 'e' {
+			if _, err := io.ReadFull(c, b); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				b := make([]byte, 1)
-				if _, err := io.ReadFull(c, b); err != nil {
-					return
-				}
-				if b[0] == 'w' { // a server that takes no more
-					time.Sleep(10 * idle)
-					return
-				}
-				// Read the upload (until 'e'), then answer.
-				for b[0] != 'e' {
-					if _, err := io.ReadFull(c, b); err != nil {
-						return
-					}
-				}
-				c.Write([]byte("done"))
-			}()
 		}
-	}()
+		c.Write([]byte("done"))
+	})
 	dial := Dial((&net.Dialer{}).DialContext, idle)
-	c, err := dial(context.Background(), "tcp", ln.Addr().String())
+	c, err := dial(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +92,7 @@ func TestSlowUpload(t *testing.T) {
 		t.Fatalf("the answer after a slow upload: %v", err)
 	}
 
-	c2, err := dial(context.Background(), "tcp", ln.Addr().String())
+	c2, err := dial(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
