@@ -32,8 +32,8 @@ func TestPulledAt(t *testing.T) {
 		{Root: PulledRoot("/moved/cache", "/data/one"), Shards: []Shard{{Name: "a.safetensors"}}},
 	}
 	for sel, want := range map[string]int{
-		"/data/llama":                              1,
-		"/data/llama/":                             1,
+		"/data/llama":  1,
+		"/data/llama/": 1,
 		"/data/llama/model.safetensors.index.json": 1,
 		"/data/one/a.safetensors":                  2,
 		"/data/one":                                2,
