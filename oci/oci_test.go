@@ -838,3 +838,56 @@ func TestRoomFor(t *testing.T) {
 		t.Errorf("1 KiB to fetch: %v", err)
 	}
 }
+
+// TestPulledAlready: a cache a pull filled holds its artifact whole, as a
+// pull into a cache it may not write checks; one whose object is gone,
+// or whose checkpoint is not recorded as the artifact records it, does
+// not.
+func TestPulledAlready(t *testing.T) {
+	_, host := serve(t)
+	dir := t.TempDir()
+	cache := compress(t, dir, synth.Config{Mix: 30, Shards: 1, Seed: 4})
+	ref := host + "/models/ro:v1"
+	if _, err := Push(context.Background(), cache, ref, opts()); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "pulled")
+	if _, err := Pull(context.Background(), ref, out, opts()); err != nil {
+		t.Fatal(err)
+	}
+	o := opts()
+	src, err := o.source(context.Background(), ref, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	art, err := readArtifact(context.Background(), src, "pull")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(out)
+	for i := range art.ix.Sources {
+		art.ix.Sources[i].Root = shardcache.PulledRoot(abs, art.ix.Sources[i].Root)
+	}
+	if !pulledAlready(out, art.ix, art.files, art.layers) {
+		t.Fatal("a cache a pull filled does not hold its artifact")
+	}
+	root := art.ix.Sources[0].Root
+	art.ix.Sources[0].Root = shardcache.PulledRoot(abs, "/elsewhere")
+	if pulledAlready(out, art.ix, art.files, art.layers) {
+		t.Error("a checkpoint recorded elsewhere counted as held")
+	}
+	art.ix.Sources[0].Root = root
+	c, err := shardcache.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := c.FilePath(art.files[0])
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path)
+	if pulledAlready(out, art.ix, art.files, art.layers) {
+		t.Error("a cache missing an object counted as holding the artifact")
+	}
+}

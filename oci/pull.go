@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -101,6 +102,10 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 	w, err := shardcache.Create(dir)
 	if err != nil {
+		if (errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)) && pulledAlready(dir, ix, files, layers) {
+			// Nothing to write: the artifact is here whole already.
+			return res, nil
+		}
 		return PullResult{}, err
 	}
 	defer w.Close()
@@ -253,6 +258,29 @@ func sameBlob(c *shardcache.Cache, k shardcache.Key, d v1.Descriptor) (same bool
 		return false, fmt.Errorf("%s: %w: sha256:%s, the artifact's blob %s", path, shardcache.ErrObjectCorrupt, got, d.Digest)
 	}
 	return true, nil
+}
+
+// pulledAlready reports whether the cache at dir, which this process may
+// not write, holds the artifact of ix whole: each of its files with the
+// bytes of its blob, and each of its checkpoints recorded as ix records
+// it (a pull done before, to be done again where nothing may be written).
+func pulledAlready(dir string, ix *shardcache.Index, files []shardcache.Key, layers map[shardcache.Key]v1.Descriptor) bool {
+	c, err := shardcache.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	for _, k := range files {
+		if same, _ := sameBlob(c, k, layers[k]); !same {
+			return false
+		}
+	}
+	for i := range ix.Sources {
+		if !c.Records(&ix.Sources[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // artifactOf is a cache artifact's manifest digest, index and layers,

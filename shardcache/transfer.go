@@ -153,6 +153,18 @@ func (w *Writer) ForgetCopy(root string, s *Source) bool {
 	return false
 }
 
+// Records reports whether the cache records s as it is: at its path,
+// with the same index file and shards.
+func (c *Cache) Records(s *Source) bool {
+	srcs := c.Index().Sources
+	for i := range srcs {
+		if r := &srcs[i]; r.Root == s.Root && r.Path() == s.Path() {
+			return sameIndex(r, s) && sameShards(r, s)
+		}
+	}
+	return false
+}
+
 // sameIndex reports whether two records of a checkpoint have the same
 // index file (or none).
 func sameIndex(a, b *Source) bool {
