@@ -141,6 +141,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		res.Fetched++
 		res.FetchedBytes += ix.Objects[k].Size
 	}
+	if err := roomFor(dir, res.FetchedBytes); err != nil {
+		return PullResult{}, fmt.Errorf("pull %s: %w", src, err)
+	}
 	// Until the sources are recorded, no checkpoint uses what arrives: a
 	// pin keeps it from gc for a pull run again to resume from.
 	pin := "pull-" + strings.ReplaceAll(art.digest.String(), ":", "-")
@@ -152,9 +155,6 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		if err := w.Pin(pin, fmt.Sprintf("an unfinished pull of %s (%s)", src, art.digest), keys); err != nil {
 			return PullResult{}, err
 		}
-	}
-	if err := roomFor(dir, res.FetchedBytes); err != nil {
-		return PullResult{}, fmt.Errorf("pull %s: %w", src, err)
 	}
 	p := o.progress()
 	p.Start("pull", res.FetchedBytes)
