@@ -146,7 +146,7 @@ func New(ctx context.Context, u URL, o Options) (*Store, error) {
 	case o.PartSize != 0 && o.PartSize < MinPartSize:
 		return nil, fmt.Errorf("%w: part size %d is under S3's %d", ErrOptions, o.PartSize, MinPartSize)
 	case o.Ahead < 0 || o.MaxAttempts < 0 || o.Idle < 0:
-		return nil, fmt.Errorf("%w: ahead %d, attempts %d", ErrOptions, o.Ahead, o.MaxAttempts)
+		return nil, fmt.Errorf("%w: ahead %d, attempts %d, idle %v", ErrOptions, o.Ahead, o.MaxAttempts, o.Idle)
 	}
 	var lo []func(*config.LoadOptions) error
 	if o.MaxAttempts > 0 {
