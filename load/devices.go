@@ -190,7 +190,7 @@ func loadPart(ctx context.Context, e engine.Engine, d int, c *shardcache.Cache, 
 	}
 	if opts.Check {
 		if peer {
-			if err := transport.CheckArena(e, l.Arena().Bindings(), src); err != nil {
+			if err := transport.CheckArenaOf(e, c, l.Arena().Bindings(), src); err != nil {
 				return nil, err
 			}
 		} else if err := l.Check(); err != nil {

@@ -140,6 +140,7 @@ type Settings struct {
 // after the first evict everything first, so a benchmark can repeat them.
 type Load struct {
 	eng    engine.Engine
+	c      *shardcache.Cache
 	src    *shardcache.Source
 	opts   Options
 	arena  *vmm.Arena
@@ -172,7 +173,7 @@ func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts O
 		arena.Close()
 		return nil, err
 	}
-	l := &Load{eng: eng, src: src, opts: opts, arena: arena, ts: ts, store: transport.NewStore(eng, ts.Transport())}
+	l := &Load{eng: eng, c: c, src: src, opts: opts, arena: arena, ts: ts, store: transport.NewStore(eng, ts.Transport())}
 	l.rep = Report{Device: eng.Name(), Mode: ts.Mode(), ArenaBytes: arena.Size(), Shared: ts.Shared(),
 		Settings: Settings{Readers: opts.Readers, Ahead: opts.Ahead, SmallBytes: small, PinnedLimit: opts.PinnedLimit,
 			EntropyOnHost: opts.EntropyOnHost, EntropyFromSource: opts.EntropyFromSource, CostModel: opts.Cost != nil, ReadThrough: opts.ReadThrough}}
@@ -275,7 +276,7 @@ func (l *Load) Run(ctx context.Context) (RunReport, error) {
 // Check reads the run's tensors back from the arena and compares them
 // with the source.
 func (l *Load) Check() error {
-	if err := transport.CheckArena(l.eng, l.bs, l.src); err != nil {
+	if err := transport.CheckArenaOf(l.eng, l.c, l.bs, l.src); err != nil {
 		return err
 	}
 	l.rep.Checked = true

@@ -18,7 +18,15 @@ import (
 // the source is there, with its source slice; the first difference is an
 // *Error naming the tensor.
 func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) error {
+	return CheckArenaOf(eng, nil, bs, src)
+}
+
+// CheckArenaOf is CheckArena for bs loaded from c: a source is there
+// where c takes it for there (Cache.SourcePresent: never a remote cache's,
+// whose files are another machine's, whatever lies at their paths here).
+func CheckArenaOf(eng engine.Engine, c *shardcache.Cache, bs []*vmm.Binding, src *shardcache.Source) error {
 	keys := keysOf(src)
+	absent := map[string]bool{} // by shard path, where c says
 	files := map[string]*os.File{}
 	defer func() {
 		for _, f := range files {
@@ -48,6 +56,20 @@ func CheckArena(eng engine.Engine, bs []*vmm.Binding, src *shardcache.Source) er
 				return copyMismatch(b, want)
 			}
 			continue
+		}
+		if c != nil && hit != nil {
+			gone, seen := absent[b.Shard]
+			if !seen {
+				present, err := c.SourcePresent(hit.Shard, b.Shard)
+				gone = err == nil && !present
+				absent[b.Shard] = gone
+			}
+			if gone {
+				if !keyed {
+					return &Error{Tensor: b.Name, Err: fmt.Errorf("%w: they do not match the content key", ErrMismatch)}
+				}
+				continue
+			}
 		}
 		f, ok := files[b.Shard]
 		if !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -525,6 +526,48 @@ func TestStagingCopies(t *testing.T) {
 	}
 	if want := min(2*readers, int((bytes+rawSlotBytes-1)/rawSlotBytes)+1); resident.Pieces != 2 || resident.RawSlots != want {
 		t.Errorf("resident: %d payload pieces and %d raw slots, want 2 and %d (%+v)", resident.Pieces, resident.RawSlots, want, resident)
+	}
+}
+
+// TestCheckRemoteArena: a load of a remote cache is checked against the
+// content keys alone, whatever lies at its sources' paths on this machine
+// (another checkpoint of the same size here); CheckArena, which takes a
+// file there for the source, finds it differs.
+func TestCheckRemoteArena(t *testing.T) {
+	c, src := fixture.Compressed(t, synth.Config{Bytes: 8 << 20, Shards: 1, Seed: 6}, pipeline.CompressOptions{SelfContained: true})
+	rc, _ := fixture.Remote(c)
+	rsrc, err := rc.PickSource("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := mustSpecs(t, rc, rsrc)
+	eng := hostengine.New(2)
+	t.Cleanup(func() { eng.Close() })
+	a, _, st := stack(t, eng, rc, specs, RawOptions{Readers: 2, Cache: rc}, &PayloadOptions{Readers: 2})
+	bs := a.Bindings()
+	for i, err := range waitAll(st.FaultIn(context.Background(), bs)) {
+		if err != nil {
+			t.Fatalf("%s: %v", bs[i].Name, err)
+		}
+	}
+	// Another checkpoint of the same size where the source was.
+	shard := filepath.Join(src.Root, src.Shards[0].Name)
+	other := filepath.Join(t.TempDir(), "other")
+	if _, err := synth.Write(context.Background(), other, synth.Config{Bytes: 8 << 20, Shards: 1, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(other, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckArenaOf(eng, rc, bs, rsrc); err != nil {
+		t.Errorf("a remote cache's arena, another file at its source's path: %v", err)
+	}
+	if err := CheckArena(eng, bs, rsrc); err == nil {
+		t.Error("CheckArena took the other file for the source and found it the same")
 	}
 }
 
