@@ -431,11 +431,18 @@ func TestPullCutAndThrottled(t *testing.T) {
 	var gets, ranged atomic.Int64
 	var cutPath atomic.Value
 	var cutAll atomic.Bool
-	var chunk atomic.Int64 // where set, every blob GET is cut after so many bytes
+	var chunk atomic.Int64  // where set, every blob GET is cut after so many bytes
+	var refuse atomic.Int64 // so many ranged GETs are closed unanswered (a server gone for a moment)
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
 			if r.Header.Get("Range") != "" {
 				ranged.Add(1)
+				if refuse.Add(-1) >= 0 {
+					if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+						conn.Close()
+					}
+					return
+				}
 			}
 			if n := chunk.Load(); n > 0 {
 				cutBodyAt(f.reg, w, r, int(n))
@@ -455,13 +462,16 @@ func TestPullCutAndThrottled(t *testing.T) {
 	ref := strings.TrimPrefix(s.URL, "http://") + "/models/cut:v1"
 	o := opts()
 	o.Jobs = 1
+	// The resume finds the server gone twice, then back.
+	refuse.Store(2)
 	pr, err := Pull(context.Background(), ref, filepath.Join(dir, "resumed"), o)
 	if err != nil {
-		t.Fatalf("a pull with one blob cut half way: %v", err)
+		t.Fatalf("a pull with one blob cut half way, then the server gone for two requests: %v", err)
 	}
-	if ranged.Load() != 1 {
-		t.Errorf("%d range requests, want the 1 that resumes the cut blob", ranged.Load())
+	if ranged.Load() != 3 {
+		t.Errorf("%d range requests, want the 3 that resume the cut blob", ranged.Load())
 	}
+	refuse.Store(0)
 	sameCache(t, cache, filepath.Join(dir, "resumed"))
 
 	// A link that drops every 64 KiB: each body brings bytes before it

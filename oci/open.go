@@ -102,7 +102,14 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 		t0 := time.Now()
 		body, err := r.src.get(ctx, d, off+int64(got), int64(len(p)-got))
 		if err != nil {
-			return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
+			// A request that fails (a server gone for a moment) is a try.
+			if fails++; ctx.Err() != nil || fails > resumeTries {
+				return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
+			}
+			if err := pause(ctx, fails); err != nil {
+				return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
+			}
+			continue
 		}
 		t1 := time.Now()
 		n, spent, err := readSpans(body, p[got:], span)
@@ -119,6 +126,9 @@ func (r *remoteFiles) readRange(ctx context.Context, d v1.Descriptor, p []byte, 
 			return nil
 		case ctx.Err() != nil || fails > resumeTries:
 			return fmt.Errorf("%s: blob %s: %d of %d bytes at %d: %w", r.src, d.Digest, got, len(p), off, err)
+		}
+		if err := pause(ctx, fails); err != nil {
+			return fmt.Errorf("%s: blob %s: %w", r.src, d.Digest, err)
 		}
 	}
 }

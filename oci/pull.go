@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -142,6 +143,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		res.FetchedBytes += ix.Objects[k].Size
 	}
 	if err := roomFor(dir, res.FetchedBytes); err != nil {
+		if o.Temporary {
+			return PullResult{}, fmt.Errorf("pull %s into a temporary folder (%s): %w (--local-cache DIR on a disk with room keeps what a pull fetched)", src, filepath.Dir(dir), err)
+		}
 		return PullResult{}, fmt.Errorf("pull %s: %w", src, err)
 	}
 	// Until the sources are recorded, no checkpoint uses what arrives: a
@@ -475,6 +479,23 @@ const (
 	resumeProgress = 64 << 10
 )
 
+// pause waits before the try after fails failed ones in a row: none
+// after a try that brought bytes (0), else 0.25 s, doubling to 2 s (a
+// server gone for a few seconds is waited for), or until ctx ends.
+func pause(ctx context.Context, fails int) error {
+	if fails == 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(min(250*time.Millisecond<<(fails-1), 2*time.Second))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // source is where a pull reads an artifact: a registry's repository or
 // an OCI image layout in an S3 bucket.
 type source interface {
@@ -557,8 +578,17 @@ func fetch(ctx context.Context, src source, d v1.Descriptor, dst io.Writer) erro
 		if errors.As(err, &we) || ctx.Err() != nil || fails > resumeTries || n >= d.Size {
 			return fmt.Errorf("blob %s: %w", d.Digest, err)
 		}
-		if body, err = src.open(d, n); err != nil {
-			return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
+		// The rest, after a pause; a request that fails (a server gone
+		// for a moment) is a try too.
+		for body = nil; body == nil; {
+			if err := pause(ctx, fails); err != nil {
+				return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
+			}
+			if body, err = src.open(d, n); err != nil {
+				if fails++; fails > resumeTries {
+					return fmt.Errorf("blob %s: resuming at byte %d: %w", d.Digest, n, err)
+				}
+			}
 		}
 	}
 	switch {

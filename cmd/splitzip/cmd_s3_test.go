@@ -122,4 +122,25 @@ func TestS3Commands(t *testing.T) {
 	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 {
 		t.Errorf("load %s --local-cache holding another checkpoint: %d %s %s", ref, code, out, e)
 	}
+	// A blob damaged in the store: a streamed load fails, and its advice
+	// is the store's (a pull would fetch the same bytes).
+	var largest string
+	var size int64
+	filepath.Walk(filepath.Join(srv.Root, "models"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && strings.Contains(p, "blobs") && fi.Size() > size {
+			largest, size = p, fi.Size()
+		}
+		return nil
+	})
+	b, err := os.ReadFile(largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(largest, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, e := splitzip(t, "load", ref, "--device", "cpu"); code != exitFailure || !strings.Contains(e, "the store's copy is damaged") {
+		t.Errorf("load %s of a damaged blob: exit %d, %s", ref, code, e)
+	}
 }

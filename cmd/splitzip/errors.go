@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/internal/failure"
 	"github.com/splitzip/splitzip/shardcache"
 )
@@ -126,12 +127,10 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 	}
 	if errors.Is(err, shardcache.ErrIndexCorrupt) && localIndex(err) {
 		msg += " (" + indexHint + ")"
+	} else if streamedArg(cmd) && (errors.Is(err, shardcache.ErrObjectCorrupt) || errors.Is(err, codec.ErrChecksum) || errors.Is(err, codec.ErrCorrupt)) {
+		msg += " (" + storeMendHint + ")" // a remote cache read in place
 	} else if errors.Is(err, shardcache.ErrObjectCorrupt) && (cmd == nil || cmd.Name() != "gc") {
-		if streamedArg(cmd) {
-			msg += " (" + storeMendHint + ")" // a remote cache read in place
-		} else {
-			msg += " (" + mendHint + ")" // gc's refusal says its own
-		}
+		msg += " (" + mendHint + ")" // gc's refusal says its own
 	}
 	if errors.Is(err, shardcache.ErrLocked) {
 		msg += " (another splitzip command is writing to it: run this one when that ends; a killed run's lock ends with its process)"
