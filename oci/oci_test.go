@@ -759,6 +759,9 @@ func TestPulledRoots(t *testing.T) {
 	if err != nil || !vr.OK() {
 		t.Fatalf("verify of the pulled checkpoint: %v, %+v", err, vr)
 	}
+	if len(vr.Absent) != 0 {
+		t.Errorf("verify lists a pulled checkpoint's files as absent: %q", vr.Absent)
+	}
 	// Named by the folder it was compressed from, where other files lie
 	// now, in a cache of it alone: its record, not those files taken for
 	// a moved copy.

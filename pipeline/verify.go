@@ -64,7 +64,8 @@ type VerifyResult struct {
 	Problems        []Problem `json:"problems"`
 	// Absent lists source files that are not there: shards whose tensors
 	// are all in the cache (checked against their content keys alone),
-	// and index files (the cache always holds a copy, checked so).
+	// and index files (the cache always holds a copy, checked so); not a
+	// pulled checkpoint's (shardcache.PulledRoot), which never are.
 	Absent []string `json:"absent_sources,omitempty"`
 	// Unchecked counts the tensors that could not be checked: those only
 	// in a source shard that is absent or cannot be read (a problem of
@@ -151,7 +152,9 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 			path := filepath.Join(s.Root, s.Index.Name)
 			var err error
 			if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) {
-				res.Absent = append(res.Absent, path)
+				if !shardcache.IsPulledRoot(s.Root) { // a pulled one never is: no news
+					res.Absent = append(res.Absent, path)
+				}
 				err = compareRegion(c, nil, shardcache.Region{Size: s.Index.Size, Key: s.Index.Key}, newPieces())
 			} else {
 				err = compareFile(c, s.Index.Key, path, s.Index.Size)
@@ -259,9 +262,11 @@ func verifyShard(ctx context.Context, c *shardcache.Cache, s *shardcache.Source,
 	case errors.Is(err, fs.ErrNotExist) && sh.AllInCache():
 		// Every byte is in the cache: check it against the content keys.
 		f = nil
-		mu.Lock()
-		res.Absent = append(res.Absent, path)
-		mu.Unlock()
+		if !shardcache.IsPulledRoot(s.Root) { // a pulled one never is: no news
+			mu.Lock()
+			res.Absent = append(res.Absent, path)
+			mu.Unlock()
+		}
 	case err != nil:
 		// Absent or unreadable (permission denied): its tensors only in
 		// the source cannot be checked, the shard's problem. The others,

@@ -33,15 +33,16 @@ func pulledName(root string) string {
 	switch {
 	case name == "/" || name == "." || name == "":
 		name = "checkpoint"
-	case isPulledRoot(root):
+	case IsPulledRoot(root):
 		name = name[:len(name)-9]
 	}
 	sum := sha256.Sum256([]byte(root))
 	return fmt.Sprintf("%s-%x", name, sum[:4])
 }
 
-// isPulledRoot reports whether root has PulledRoot's form.
-func isPulledRoot(root string) bool {
+// IsPulledRoot reports whether root has PulledRoot's form: a checkpoint
+// a pull recorded, whose files are never read.
+func IsPulledRoot(root string) bool {
 	return filepath.Base(filepath.Dir(root)) == PulledFolder && pulledSuffix.MatchString(filepath.Base(root))
 }
 
@@ -63,7 +64,7 @@ func pulledAt(srcs []Source, sel string) int {
 		name := pulledName(f.root)
 		for i := range srcs {
 			s := &srcs[i]
-			if !isPulledRoot(s.Root) || filepath.Base(s.Root) != name || f.file != "" && filepath.Base(s.Path()) != f.file {
+			if !IsPulledRoot(s.Root) || filepath.Base(s.Root) != name || f.file != "" && filepath.Base(s.Path()) != f.file {
 				continue
 			}
 			if at >= 0 && at != i {
