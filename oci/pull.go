@@ -310,7 +310,12 @@ func readArtifact(ctx context.Context, src source, op string) (*artifactOf, erro
 		return nil, fmt.Errorf("%s %s: %w: %v", op, src, ErrNotArtifact, err)
 	}
 	if m.Config.MediaType != IndexMediaType {
-		return nil, fmt.Errorf("%s %s: %w: config media type %q", op, src, ErrNotArtifact, m.Config.MediaType)
+		what := fmt.Sprintf("config media type %q", m.Config.MediaType)
+		if m.Config.MediaType == "" {
+			// An image index or a manifest list: no config at all.
+			what = fmt.Sprintf("a manifest of media type %q, without a config", m.MediaType)
+		}
+		return nil, fmt.Errorf("%s %s: %w: %s", op, src, ErrNotArtifact, what)
 	}
 	if m.Config.Size < 0 || m.Config.Size > maxIndexBytes {
 		return nil, fmt.Errorf("%s %s: %w: an index of %d bytes", op, src, ErrBlob, m.Config.Size)
