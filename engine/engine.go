@@ -58,6 +58,15 @@ type Engine interface {
 	Close() error
 }
 
+// Stager is implemented by engines whose loads stage best under a lower
+// cap than the transports' default, where a load leaves its cap to them:
+// StagingLimit is that cap for a load of readers reader goroutines
+// (hostengine: its staging is plain memory, which deep rings push out of
+// the caches the copies after them read).
+type Stager interface {
+	StagingLimit(readers int) int64
+}
+
 // DecodeErrorer is implemented by engines whose device reports decode
 // errors per decoder rather than per event (cudaengine: the kernel sets
 // an error flag). For them, an event after a corrupt payload's decode

@@ -157,6 +157,14 @@ type Load struct {
 // (nothing is read yet). Close frees them.
 func Open(eng engine.Engine, c *shardcache.Cache, src *shardcache.Source, opts Options) (*Load, error) {
 	t0 := time.Now()
+	if st, ok := eng.(engine.Stager); ok && opts.PinnedLimit == 0 && !c.Remote() {
+		// The engine's own default cap (a remote cache's wants depth).
+		readers := opts.Readers
+		if readers == 0 {
+			readers = DefaultReaders()
+		}
+		opts.PinnedLimit = st.StagingLimit(readers)
+	}
 	specs, stage, small, err := plan(c, src, &opts)
 	if err != nil {
 		return nil, err

@@ -337,9 +337,10 @@ func TestDeviceResidentSmallOnly(t *testing.T) {
 }
 
 // TestRemoteDefaults: a load of a remote cache defaults to RemoteReaders
-// and RemotePinnedLimit (a local one to DefaultReaders and the transport's
-// default cap); options set explicitly are kept either way; the load is
-// bit for bit.
+// and RemotePinnedLimit (a local one to DefaultReaders and the engine's
+// own cap where it has one, the host engine's here, else the transport's
+// default); options set explicitly are kept either way; the load is bit
+// for bit.
 func TestRemoteDefaults(t *testing.T) {
 	c, src := fixture.Compressed(t, synth.Config{Bytes: 3 << 20, Shards: 2, Seed: 11}, pipeline.CompressOptions{SelfContained: true})
 	rc, _ := fixture.Remote(c)
@@ -347,6 +348,8 @@ func TestRemoteDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	host := hostengine.New(1)
+	defer host.Close()
 	for _, tc := range []struct {
 		c               *shardcache.Cache
 		src             *shardcache.Source
@@ -354,7 +357,8 @@ func TestRemoteDefaults(t *testing.T) {
 		readers, pinned int64
 		small           int64
 	}{
-		{c, src, Options{}, int64(DefaultReaders()), transport.DefaultPinnedLimit, DefaultSmallBytes},
+		{c, src, Options{}, int64(DefaultReaders()), host.StagingLimit(DefaultReaders()), DefaultSmallBytes},
+		{c, src, Options{PinnedLimit: transport.DefaultPinnedLimit}, int64(DefaultReaders()), transport.DefaultPinnedLimit, DefaultSmallBytes},
 		{rc, rsrc, Options{}, RemoteReaders, RemotePinnedLimit, transport.DefaultSmallBytes},
 		{rc, rsrc, Options{Readers: 3, PinnedLimit: 64 << 20, SmallBytes: 1000}, 3, 64 << 20, 1000},
 	} {
