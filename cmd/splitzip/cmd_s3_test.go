@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/splitzip/splitzip/internal/s3test"
 	"github.com/splitzip/splitzip/load"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // TestS3Commands runs the commands that take a cache in S3 against a real
@@ -121,6 +123,17 @@ func TestS3Commands(t *testing.T) {
 	}
 	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 {
 		t.Errorf("load %s --local-cache holding another checkpoint: %d %s %s", ref, code, out, e)
+	}
+	// Another command writing to the folder: the load waits for it.
+	w, err := shardcache.Create(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := time.AfterFunc(500*time.Millisecond, func() { w.Close() })
+	defer release.Stop()
+	start := time.Now()
+	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 || !strings.Contains(e, "waiting for another splitzip command") || time.Since(start) < 400*time.Millisecond {
+		t.Errorf("load %s --local-cache while another command writes to it: %d after %v, %s %s", ref, code, time.Since(start), out, e)
 	}
 	// A blob damaged in the store: a streamed load fails, and its advice
 	// is the store's (a pull would fetch the same bytes).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -114,6 +115,22 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	oo.NoSync = o.LocalCache == "" // a temporary copy need not outlive a power loss
 	oo.Temporary = o.LocalCache == ""
 	res, err := oci.Pull(ctx, remoteRef(cache), dir, oo)
+	for waited := false; errors.Is(err, shardcache.ErrLocked) && o.LocalCache != ""; {
+		// Another command writes to --local-cache (often a load pulling
+		// the same reference): wait for it, as its pull may leave this
+		// one nothing to fetch.
+		if !waited {
+			fmt.Fprintf(g.stderr, "waiting for another splitzip command writing to %s\n", dir)
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			done()
+			return "", nil, nil, ctx.Err()
+		case <-time.After(lockPoll):
+		}
+		res, err = oci.Pull(ctx, remoteRef(cache), dir, oo)
+	}
 	if err != nil {
 		done()
 		return "", nil, nil, registryError(err)
@@ -123,6 +140,10 @@ func (o remoteOptions) pull(ctx context.Context, g *globals, cache string) (dir 
 	pullNotes(g, res)
 	return dir, res.Sources, done, nil
 }
+
+// lockPoll is how often a pull into a --local-cache folder another
+// command writes to tries again.
+const lockPoll = 200 * time.Millisecond
 
 // sourceOf is the checkpoint a load of a pulled remote cache reads: the
 // one named (--source), else the remote cache's own when it holds one,
