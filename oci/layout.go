@@ -340,12 +340,8 @@ func (l *layout) tag(md v1.Descriptor) error {
 		// Another writer won the round: wait a random while, up to
 		// tagBackoff more each round, so that writers racing for the
 		// index spread out instead of colliding again.
-		t := time.NewTimer(rand.N(time.Duration(try+1) * tagBackoff))
-		select {
-		case <-l.ctx.Done():
-			t.Stop()
-			return l.ctx.Err()
-		case <-t.C:
+		if err := sleep(l.ctx, rand.N(time.Duration(try+1)*tagBackoff)); err != nil {
+			return err
 		}
 	}
 	// The store's answer each time: its precondition failed (another

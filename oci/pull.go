@@ -491,7 +491,12 @@ func pause(ctx context.Context, fails int) error {
 	if fails == 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(min(250*time.Millisecond<<(fails-1), 2*time.Second))
+	return sleep(ctx, min(250*time.Millisecond<<(fails-1), 2*time.Second))
+}
+
+// sleep waits d, or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

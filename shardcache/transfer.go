@@ -139,18 +139,17 @@ func (w *Writer) Replaces(s *Source) bool {
 // ForgetCopy forgets the checkpoint recorded at root whose shards are s's
 // (the same checkpoint, recorded at another folder than s's: a pull of it
 // before pulls recorded their checkpoints at PulledRoot, or a pull
-// keeping its roots into a cache a pull recorded it in) and reports
-// whether there was one. It takes effect with Commit.
-func (w *Writer) ForgetCopy(root string, s *Source) bool {
+// keeping its roots into a cache a pull recorded it in), if there is one.
+// It takes effect with Commit.
+func (w *Writer) ForgetCopy(root string, s *Source) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := range w.ix.Sources {
 		if r := &w.ix.Sources[i]; r.Root == root && r.Root != s.Root && sameIndex(r, s) && sameShards(r, s) {
 			w.ix.Sources = append(w.ix.Sources[:i], w.ix.Sources[i+1:]...)
-			return true
+			return
 		}
 	}
-	return false
 }
 
 // Records reports whether the cache records s as it is: at its path,
