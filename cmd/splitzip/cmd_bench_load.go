@@ -10,7 +10,9 @@ func newBenchLoadCommand(g *globals) *cobra.Command {
 		Use:   "load CACHE",
 		Short: "Alternate raw and compressed loads of a cache and print the ratio",
 		Long: `Alternate raw and compressed loads of the same cache in one process and print
-the median rates and their ratio: first loads (from files), and with
+the median rates and their ratio (after one uncounted load of each kind;
+each kind goes first in every other round, the heap collected before each
+load): first loads (from files), and with
 --resident --repeat N, re-faults from pinned-resident bytes; with
 --device-resident, compressed re-faults from payloads kept in device memory
 beside raw re-faults from pinned memory.`,

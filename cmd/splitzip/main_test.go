@@ -95,6 +95,13 @@ func TestEndToEnd(t *testing.T) {
 	if code, out, e := splitzip(t, "bench", "load", cache, "--device", "cpu", "--rounds", "1", "--json"); code != 0 || !strings.Contains(out, `"load_compare"`) {
 		t.Fatalf("bench load: %d %q %q", code, out, e)
 	}
+	// Rounds count both kinds once each; the uncounted warm-up loads
+	// (the checked ones) are in no report.
+	code, out, e = splitzip(t, "load", cache, "--device", "cpu", "--compare", "3", "--check", "--json")
+	var cmp struct{ Raw, Splitzip []struct{ Checked bool } }
+	if code != 0 || json.Unmarshal([]byte(out), &cmp) != nil || len(cmp.Raw) != 3 || len(cmp.Splitzip) != 3 || cmp.Raw[0].Checked || cmp.Splitzip[0].Checked {
+		t.Fatalf("load --compare 3: %d %q %q", code, out, e)
+	}
 	// Resident re-faults: packs (raw: runs) unless turned off, checked.
 	for _, c := range []struct{ args, mode string }{
 		{"", "splitzip+resident-packs"}, {"--raw", "raw+resident-packs"},

@@ -40,6 +40,17 @@ func Repeat(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *sh
 	return l.Report(), nil
 }
 
+// Order is which kind of load goes first in round r of a comparison
+// (raw when true): raw first in even rounds, compressed first in odd ones,
+// so that whatever a load leaves warm for the next (or a round's first
+// load pays) falls on each kind in turn.
+func Order(r int) [2]bool {
+	if r%2 == 0 {
+		return [2]bool{true, false}
+	}
+	return [2]bool{false, true}
+}
+
 // Comparison sums up alternating raw and compressed loads by their
 // medians: first runs (cold: files read, payloads checked) and later runs
 // (repeats) apart.

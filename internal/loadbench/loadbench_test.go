@@ -57,3 +57,24 @@ func TestCompare(t *testing.T) {
 		t.Errorf("no repeats: %+v", c)
 	}
 }
+
+// TestOrder: each round loads both kinds, and each kind goes first in
+// every other round.
+func TestOrder(t *testing.T) {
+	first := 0
+	for r := range 6 {
+		o := Order(r)
+		if o[0] == o[1] {
+			t.Fatalf("round %d: %v", r, o)
+		}
+		if o[0] {
+			first++
+		}
+		if r > 0 && o[0] == Order(r - 1)[0] {
+			t.Errorf("rounds %d and %d start with the same kind", r-1, r)
+		}
+	}
+	if first != 3 {
+		t.Errorf("raw first in %d of 6 rounds", first)
+	}
+}
