@@ -46,12 +46,16 @@ func cpuModel() string {
 	return "unknown"
 }
 
+// ErrNoDir is Dir's error where the environment names no user cache
+// folder.
+var ErrNoDir = errors.New("costmodel: no folder to keep cost models in: neither $XDG_CACHE_HOME nor $HOME is set")
+
 // Dir is the folder profiles are kept in: splitzip/ in the user's cache
 // folder (XDG_CACHE_HOME, or ~/.cache).
 func Dir() (string, error) {
 	d, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		return "", ErrNoDir
 	}
 	return filepath.Join(d, "splitzip"), nil
 }
@@ -143,15 +147,13 @@ func Save(dir string, p *Profile) (string, error) {
 	if err := p.Check(); err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, atomicfile.DirPerm); err != nil {
-		return "", err
-	}
 	file := path(dir, p.Host)
 	return file, SaveFile(file, p)
 }
 
 // SaveFile writes p to file (through a temporary file beside it, renamed
-// over it): where SPLITZIP_PROFILE names one.
+// over it), making its folder where there is none: where SPLITZIP_PROFILE
+// names one. Errors name the file or the folder, never the temporary file.
 func SaveFile(file string, p *Profile) error {
 	if err := p.Check(); err != nil {
 		return err
@@ -160,9 +162,13 @@ func SaveFile(file string, p *Profile) error {
 	if err != nil {
 		return err
 	}
-	f, err := atomicfile.CreateTemp(filepath.Dir(file), "costmodel")
+	dir := filepath.Dir(file)
+	if err := os.MkdirAll(dir, atomicfile.DirPerm); err != nil {
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: errnoOf(err)}
+	}
+	f, err := atomicfile.CreateTemp(dir, "costmodel")
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: file, Err: errnoOf(err)}
 	}
 	defer os.Remove(f.Name()) // after the rename, nothing
 	if _, err := f.Write(append(b, '\n')); err != nil {
@@ -173,4 +179,12 @@ func SaveFile(file string, p *Profile) error {
 		return err
 	}
 	return os.Rename(f.Name(), file)
+}
+
+// errnoOf is what a path error says went wrong, without its path.
+func errnoOf(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }

@@ -63,7 +63,7 @@ writes it), or "default" for the built-in one (measured on an H200).`,
 					return printJSON(g.stdout, "profile", doc)
 				}
 				// One document: the profile, and why it was not kept.
-				doc.File, doc.Error = "", err.Error()
+				doc.File, doc.Error = "", failure.Message(err)
 				if perr := printJSON(g.stdout, "profile", doc); perr != nil {
 					return perr
 				}
@@ -153,12 +153,18 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 		}
 		return p, nil
 	}
-	dir, err := costmodel.Dir()
-	if err != nil {
-		return nil, err
-	}
 	if device == "" {
 		device = defaultDevice()
+	}
+	dir, err := costmodel.Dir()
+	if err != nil {
+		// No folder keeps profiles (no HOME, as in some services): one
+		// is measured for this run, as where the folder is read-only.
+		if !measure {
+			return nil, failure.Mark(failure.Input, fmt.Errorf("no cost model is kept on this host: %w (set one and run splitzip calibrate --device %s, or set %s to a profile's file or to default)",
+				err, device, costmodel.EnvProfile))
+		}
+		return measureUnkept(ctx, g, device)
 	}
 	name := "cpu"
 	if device != "cpu" {
@@ -192,12 +198,21 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 	case !measure:
 		return nil, fmt.Errorf("no cost model measured on this host for %s (looked in %s): run splitzip calibrate --device %s (or set %s=default): %w",
 			name, dir, device, costmodel.EnvProfile, err)
+	case unreadable || errors.Is(err, costmodel.ErrStale) || errors.Is(err, costmodel.ErrProfile):
+		// Said, not silently replaced.
+		fmt.Fprintf(g.stderr, "note: the cost model kept for this host cannot be used (%v): it is measured again\n", err)
 	}
+	return measureUnkept(ctx, g, device)
+}
+
+// measureUnkept measures this host's profile for a run that found none:
+// kept where the profiles are, or, where it cannot be (a read-only cache
+// folder, none at all), used by this run alone.
+func measureUnkept(ctx context.Context, g *globals, device string) (*costmodel.Profile, error) {
 	fmt.Fprintf(g.stderr, "measuring this host's cost model once (splitzip calibrate; SPLITZIP_PROFILE=default skips it)\n")
-	p, _, err = measureProfile(ctx, g, device)
+	p, _, err := measureProfile(ctx, g, device)
 	if p != nil && err != nil {
-		// Measured but not kept (a read-only cache folder): this run uses
-		// it, and the next measures it again.
+		// Measured but not kept: the next run measures it again.
 		fmt.Fprintf(g.stderr, "note: the cost model measured now could not be kept, so this run alone uses it: %v\n", err)
 		return p, nil
 	}
@@ -216,8 +231,8 @@ func printProfile(g *globals, p *costmodel.Profile, file string) {
 		name string
 		c    costmodel.Cost
 	}{{fmt.Sprintf("raw <= %s", human(p.SmallBytes)), p.RawSmall}, {"raw", p.Raw},
-		{fmt.Sprintf("fixed <= %s", human(p.SmallBytes)), p.FixedSmall}, {"fixed", p.Fixed}, {"entropy", p.Entropy},
-		{fmt.Sprintf("entropy <= %s", human(p.SmallBytes)), p.EntropySmall}} {
+		{fmt.Sprintf("fixed <= %s", human(p.SmallBytes)), p.FixedSmall}, {"fixed", p.Fixed},
+		{fmt.Sprintf("entropy <= %s", human(p.SmallBytes)), p.EntropySmall}, {"entropy", p.Entropy}} {
 		fmt.Fprintf(g.stdout, "%-22s %12.2f %12.2f\n", r.name, r.c.Tensor*1e6, r.c.Rate/1e9)
 	}
 }

@@ -253,3 +253,59 @@ func TestInspectBoundShare(t *testing.T) {
 		t.Errorf("inspect's table does not give the share: %s", out)
 	}
 }
+
+// TestCostNoHome: with neither XDG_CACHE_HOME nor HOME (some services),
+// compress --codec cost measures a profile for its run, as where the
+// folder is read-only, and commands that only read one fail as input
+// errors naming both variables, not as internal errors.
+func TestCostNoHome(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "")
+	t.Setenv(costmodel.EnvProfile, "")
+	t.Setenv(envCalibrateQuick, "1")
+	ck, c := filepath.Join(dir, "ck"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "256KiB", "--shards", "1"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", c, "--codec", "cost", "--no-sync"); code != 0 || !strings.Contains(e, "could not be kept, so this run alone uses it") {
+		t.Fatalf("compress --codec cost without HOME: exit %d, %q", code, e)
+	}
+	for _, args := range [][]string{{"inspect", c, "--cost"}, {"load", c, "--device", "cpu", "--cost"}} {
+		if code, _, e := splitzip(t, args...); code != exitInput || !strings.Contains(e, "$XDG_CACHE_HOME nor $HOME") {
+			t.Errorf("%s without HOME: exit %d, %q", args[0], code, e)
+		}
+	}
+}
+
+// TestCostProfileReplaced: compress --codec cost says why it measures
+// again where the kept profile cannot be used (damaged here), rather than
+// replacing it silently.
+func TestCostProfileReplaced(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	t.Setenv("XDG_CACHE_HOME", home)
+	t.Setenv(costmodel.EnvProfile, "")
+	t.Setenv(envCalibrateQuick, "1")
+	if code, _, e := splitzip(t, "calibrate", "--device", "cpu"); code != 0 {
+		t.Fatalf("calibrate: %d %s", code, e)
+	}
+	kept, _ := filepath.Glob(filepath.Join(home, "splitzip", "costmodel-*.json"))
+	if len(kept) != 1 {
+		t.Fatalf("profiles kept: %v", kept)
+	}
+	if err := os.WriteFile(kept[0], []byte("{\"host\": 7"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(dir, "ck")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "256KiB", "--shards", "1"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c"), "--codec", "cost", "--no-sync")
+	if code != 0 || !strings.Contains(e, "cannot be used") || !strings.Contains(e, kept[0]) {
+		t.Errorf("compress --codec cost over a damaged profile: exit %d, %q", code, e)
+	}
+	if _, err := costmodel.Read(kept[0]); err != nil {
+		t.Errorf("the profile measured again: %v", err)
+	}
+}
