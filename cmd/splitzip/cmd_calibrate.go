@@ -32,7 +32,9 @@ a fixed-codec payload, an entropy payload; tensors of at most 256 KiB, packed,
 have costs of their own): generated checkpoints of tiny, small and large
 tensors are compressed with each codec and loaded from the page cache on
 --device (by default GPU 0 where there is one, else the CPU), and each
-kind's cost a tensor and rate are fitted to the fastest loads. It takes seconds. The
+kind's cost a tensor and rate are fitted to the fastest loads. It takes seconds,
+and up to about 0.6 GB of the temporary folder (TMPDIR) while it runs,
+removed when it ends (or by the next calibration, if it was killed). The
 profile is kept in the user's cache folder (splitzip/ in XDG_CACHE_HOME or
 ~/.cache) under this host's fingerprint (CPU model, core count, device), and
 compress --codec cost uses it; on a host without one, compress measures it

@@ -19,8 +19,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/engine"
 	"github.com/splitzip/splitzip/internal/synth"
@@ -78,6 +80,26 @@ func (s *set) rawTime(p *costmodel.Profile, k costmodel.Kind) float64 {
 	return small.time(p.RawSmall) + s.all.minus(s.coded[k]).minus(small).time(p.Raw)
 }
 
+// tempLabel ends the name of the folder a calibration writes its
+// checkpoints and caches in (atomicfile.MkdirTemp names it with the
+// process id).
+const tempLabel = "calibrate"
+
+// removeStale removes the calibration folders in dir of processes that
+// are gone (killed mid-way: a calibration that ends, or is interrupted,
+// removes its own), each up to a few hundred MB.
+func removeStale(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasSuffix(e.Name(), "-"+tempLabel) && atomicfile.Stale(e.Name()) {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
 // Measure returns the profile of this host with eng (whose name, with
 // the CPU's, is the profile's fingerprint).
 func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.Profile, error) {
@@ -96,7 +118,12 @@ func Measure(ctx context.Context, eng engine.Engine, opts Options) (*costmodel.P
 	if opts.Least == 0 {
 		opts.Least = 250 * time.Millisecond
 	}
-	tmp, err := os.MkdirTemp(opts.Dir, "splitzip-calibrate-")
+	dir := opts.Dir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	removeStale(dir)
+	tmp, err := atomicfile.MkdirTemp(dir, tempLabel)
 	if err != nil {
 		return nil, err
 	}

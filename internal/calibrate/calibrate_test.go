@@ -3,8 +3,11 @@ package calibrate
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/costmodel"
 	"github.com/splitzip/splitzip/engine/hostengine"
 )
@@ -15,9 +18,19 @@ import (
 func TestMeasure(t *testing.T) {
 	eng := hostengine.New(2)
 	defer eng.Close()
-	p, err := Measure(context.Background(), eng, Options{Tiny: 400, Small: 60, Large: 8 << 20, Runs: 2, Dir: t.TempDir()})
+	// A folder a killed calibration left (its process id runs no more)
+	// is removed; the calibration's own is too, when it ends.
+	dir := t.TempDir()
+	left := filepath.Join(dir, atomicfile.TempPrefix+"9999999-x1-"+tempLabel)
+	if err := os.MkdirAll(filepath.Join(left, "large"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Measure(context.Background(), eng, Options{Tiny: 400, Small: 60, Large: 8 << 20, Runs: 2, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left in the calibration's folder: %v", ents)
 	}
 	if err := p.Check(); err != nil {
 		t.Fatal(err)
