@@ -210,6 +210,17 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	return res, err
 }
 
+// sourceHolding is what an output must stay out of when compressing ck,
+// opened from src: a checkpoint of one file named by its path is that
+// file (a cache may sit beside it in its folder), any other its folder,
+// which holds its shards and index.
+func sourceHolding(src string, ck *checkpoint.Checkpoint) string {
+	if st, err := os.Stat(src); err == nil && st.Mode().IsRegular() && ck.IndexName == "" && len(ck.Shards) == 1 {
+		return ck.Shards[0].Path
+	}
+	return ck.Root
+}
+
 // compressInto is Compress after its options are checked.
 // With discard, a failed run discards what it wrote (Writer.Discard).
 func compressInto(ctx context.Context, src string, opts CompressOptions, discard bool) (_ *CompressResult, err error) {
@@ -225,8 +236,8 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	if err != nil {
 		return nil, err
 	}
-	if checkpoint.Contains(ck.Root, opts.Output) {
-		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, ck.Root)
+	if in := sourceHolding(src, ck); checkpoint.Contains(in, opts.Output) {
+		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, in)
 	}
 	w, err := shardcache.Create(opts.Output)
 	if err != nil {

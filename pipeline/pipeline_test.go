@@ -424,6 +424,23 @@ func TestBadOutputs(t *testing.T) {
 			t.Errorf("output %s: %v", out, err)
 		}
 	}
+	// A checkpoint of one file named by its path is that file: a cache
+	// beside it in its folder is fine (then verified and restored), the
+	// file itself is not an output.
+	shards, _ := filepath.Glob(filepath.Join(src, "*.safetensors"))
+	if _, err := Compress(context.Background(), shards[0], CompressOptions{Output: shards[0]}); !errors.Is(err, ErrOutputInSource) {
+		t.Errorf("output the source file: %v", err)
+	}
+	beside := filepath.Join(src, "one.sz")
+	if _, err := Compress(context.Background(), shards[0], CompressOptions{Output: beside}); err != nil {
+		t.Fatalf("output beside the source file: %v", err)
+	}
+	if _, err := Verify(context.Background(), beside, VerifyOptions{}); err != nil {
+		t.Errorf("verify of the cache beside its source file: %v", err)
+	}
+	if _, err := Compress(context.Background(), src, CompressOptions{Output: filepath.Join(dir, "c1")}); err != nil {
+		t.Errorf("the folder, holding a cache: %v", err)
+	}
 	other := filepath.Join(dir, "other")
 	os.MkdirAll(other, 0o755)
 	os.WriteFile(filepath.Join(other, "precious.txt"), []byte("x"), 0o644)
