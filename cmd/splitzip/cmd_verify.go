@@ -111,9 +111,7 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			return err
 		}
 	} else {
-		for _, p := range res.Problems {
-			fmt.Fprintln(g.stderr, failLine(p))
-		}
+		printProblems(g, res.Problems)
 		for _, a := range res.Absent {
 			if strings.HasSuffix(a, ".safetensors") {
 				fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
@@ -172,6 +170,33 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		return failure.Mark(problemsKind(res.Problems), errFailed)
 	}
 	return nil
+}
+
+// shownChanged is how many tensors of a changed source shard verify
+// names one by one (--json names them all).
+const shownChanged = 3
+
+// printProblems prints a FAIL line a problem, but of the tensors a
+// changed source shard fails for that reason (one truncated shard fails
+// each tensor past its new end) only the first shownChanged, then how
+// many more.
+func printProblems(g *globals, ps []pipeline.Problem) {
+	changed := map[string]int{}
+	for _, p := range ps {
+		if p.Tensor != "" && errors.Is(p.Err, shardcache.ErrSourceChanged) {
+			changed[p.File]++
+			if changed[p.File] > shownChanged {
+				continue
+			}
+		}
+		fmt.Fprintln(g.stderr, failLine(p))
+	}
+	for _, p := range ps { // in the problems' order, once a file
+		if n := changed[p.File]; n > shownChanged {
+			fmt.Fprintf(g.stderr, "FAIL %s: %s, for the same reason (--json lists every one)\n", p.File, count(n-shownChanged, "more tensor"))
+			changed[p.File] = 0
+		}
+	}
 }
 
 // failLine is a problem's FAIL line: its file, tensor and message (the

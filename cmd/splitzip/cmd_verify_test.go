@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/splitzip/splitzip/pipeline"
@@ -30,5 +34,33 @@ func TestFailLine(t *testing.T) {
 		if got := failLine(c.p); got != c.want {
 			t.Errorf("failLine:\n got %s\nwant %s", got, c.want)
 		}
+	}
+}
+
+// TestVerifyTruncatedShard: a source shard cut short fails verify with a
+// line for the shard and a few of the tensors past its end, then how many
+// more; --json lists every tensor.
+func TestVerifyTruncatedShard(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "8MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	shards, _ := filepath.Glob(filepath.Join(ck, "*.safetensors"))
+	if err := os.Truncate(shards[0], 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	code, _, e := splitzip(t, "verify", cache)
+	lines := strings.Count(e, "FAIL "+shards[0])
+	if code != exitInput || lines != 1+shownChanged+1 || !strings.Contains(e, "more tensors, for the same reason") {
+		t.Errorf("verify of a truncated shard: exit %d, %d FAIL lines of it:\n%s", code, lines, e)
+	}
+	_, out, _ := splitzip(t, "verify", cache, "--json")
+	var doc struct{ Problems []pipeline.Problem }
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Problems) < 1+shownChanged+2 {
+		t.Errorf("verify --json of a truncated shard: %v, %d problems", err, len(doc.Problems))
 	}
 }
