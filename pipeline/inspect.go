@@ -90,14 +90,15 @@ type InspectOptions struct {
 	// Bits reads every entropy payload's head, chunk index and chunk
 	// headers to say where its bits go (DTypeReport.EntropyBits).
 	Bits bool
-	// Cost, when set, predicts a first load of each source from the page
-	// cache by this cost model (SourceReport.Predicted; their sum,
+	// Cost, when set, predicts a load of each source from the page cache
+	// in a warm process by this cost model (SourceReport.Predicted; their sum,
 	// InspectResult.Predicted).
 	Cost *costmodel.Profile
 }
 
-// Predicted is what a cost model predicts a first load of a cache's
-// sources from the page cache takes: as stored, and with every tensor
+// Predicted is what a cost model predicts a load of a cache's sources
+// from the page cache takes in a process that has loaded before (the
+// fastest of repeated loads, which calibrate fits): as stored, and with every tensor
 // raw, in seconds.
 type Predicted struct {
 	Host   string  `json:"host"` // the profile's fingerprint

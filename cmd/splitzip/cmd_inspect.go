@@ -32,8 +32,9 @@ func newInspectCommand(g *globals) *cobra.Command {
 payloads, as entropy payloads and raw, the bytes and bits a value stored
 against the exponents' entropy bound; with --tensors every tensor, with
 --bits where entropy payloads' bits go; with --cost what this host's cost
-model (splitzip calibrate) predicts a first load from the page cache takes,
-as stored and all raw. In --json the count of fixed-codec payloads keeps the
+model (splitzip calibrate) predicts a load from the page cache takes in a
+warm process (the fastest of repeated loads, which calibrate fits; a new
+process adds its start-up), as stored and all raw. In --json the count of fixed-codec payloads keeps the
 key "splitzip_tensors" of earlier releases, and a tensor's "stored" the
 on-disk name "splitzip" for a fixed-codec payload ("fixed" in the table).
 
@@ -52,7 +53,7 @@ exp-entropy (the entropy of the exponents alone, bits a value), why raw
 		},
 	}
 	cmd.Flags().BoolVar(&o.Tensors, "tensors", false, "list every tensor, largest first")
-	cmd.Flags().BoolVar(&o.Cost, "cost", false, "predict a first load from the page cache by this host's cost model (splitzip calibrate makes it)")
+	cmd.Flags().BoolVar(&o.Cost, "cost", false, "predict a load from the page cache in a warm process by this host's cost model (splitzip calibrate makes it)")
 	cmd.Flags().BoolVar(&o.Bits, "bits", false, "say where entropy payloads' bits go (reads each one's head, chunk index and chunk headers)")
 	return cmd
 }
@@ -129,7 +130,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 			if len(res.Sources) > 1 {
 				of = " of " + sr.Checkpoint
 			}
-			fmt.Fprintf(w, "predicted first load%s from the page cache (cost model of %s): %.2f ms as stored, %.2f ms all raw (raw ÷ stored %.3fx)\n",
+			fmt.Fprintf(w, "predicted load%s from the page cache, warm process (cost model of %s): %.2f ms as stored, %.2f ms all raw (raw ÷ stored %.3fx)\n",
 				of, p.Host, p.Stored*1e3, p.Raw*1e3, p.Raw/p.Stored)
 		}
 	}

@@ -514,7 +514,7 @@ func printLoad(g *globals, r *load.Report) {
 			// What calibrate fits the model to: warm runs, the fastest.
 			fastest = fmt.Sprintf(", the fastest later run %.2fx", p.FastestRatio)
 		}
-		fmt.Fprintf(g.stdout, "  cost model (%s) predicted %v a run from the page cache; run 1 took %.2fx that%s (tensors by path: %s)\n",
+		fmt.Fprintf(g.stdout, "  cost model (%s) predicted %v a run from the page cache in a warm process; run 1 took %.2fx that%s (tensors by path: %s)\n",
 			p.Host, time.Duration(p.Seconds*1e9).Round(time.Microsecond), p.Ratio, fastest, strings.Join(by, ", "))
 	}
 }
