@@ -190,6 +190,9 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		}
 	} else {
 		fields, err := objectFields(head[8:], false)
+		if dup, ok := errors.AsType[duplicateKey](err); ok && string(dup) != "__metadata__" {
+			return nil, bad(string(dup), "the header names this tensor twice")
+		}
 		if err != nil {
 			return nil, bad("", "header is not a JSON object: %v", err)
 		}
@@ -426,7 +429,7 @@ func objectFields(b []byte, dups bool) ([]field, error) {
 			return nil, fmt.Errorf("key %v is not a string", tok)
 		}
 		if seen[key] && !dups {
-			return nil, fmt.Errorf("duplicate key %q", key)
+			return nil, duplicateKey(key)
 		}
 		seen[key] = true
 		var v json.RawMessage
@@ -445,3 +448,8 @@ func objectFields(b []byte, dups bool) ([]field, error) {
 	}
 	return out, nil
 }
+
+// duplicateKey is objectFields' error for a key an object has twice.
+type duplicateKey string
+
+func (k duplicateKey) Error() string { return fmt.Sprintf("duplicate key %q", string(k)) }

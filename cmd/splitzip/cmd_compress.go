@@ -214,7 +214,11 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		fmt.Fprintln(g.stderr, h)
 	}
 	if res.CostModel != "" {
-		fmt.Fprintf(g.stderr, "note: --codec cost chose by the cost model of %s\n", res.CostModel)
+		from := ""
+		if env := os.Getenv(costmodel.EnvProfile); env != "" && env != "default" {
+			from = " in " + env + " (" + costmodel.EnvProfile + ")"
+		}
+		fmt.Fprintf(g.stderr, "note: --codec cost chose by the cost model%s of %s\n", from, res.CostModel)
 	}
 	if n := keptNote(res.Totals, isRemote(o.Output)); n != "" {
 		fmt.Fprintln(g.stderr, n)

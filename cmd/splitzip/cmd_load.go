@@ -167,7 +167,7 @@ func (o loadOptions) engineFor(flag, dev string) (engine.Engine, error) {
 	ctx, err := openGPU(n) // for its clear error when there is no GPU
 	if err != nil {
 		if failure.KindOf(err) == failure.Device {
-			return nil, fmt.Errorf("%w (%s cpu loads through the host implementation)", err, flag)
+			return nil, fmt.Errorf("%w (%s cpu runs on the host implementation)", err, flag)
 		}
 		return nil, err
 	}
