@@ -210,6 +210,17 @@ func Compress(ctx context.Context, src string, opts CompressOptions) (*CompressR
 	return res, err
 }
 
+// OpenSource opens the checkpoint src names for compressing, as Compress
+// does first (a caller that has work to do before compressing checks the
+// source with it first).
+func OpenSource(src string) (*checkpoint.Checkpoint, error) {
+	ck, err := checkpoint.Open(src)
+	if errors.Is(err, checkpoint.ErrNoShards) && shardcache.IsCache(src) {
+		return nil, fmt.Errorf("%w: %s is a splitzip cache, not a checkpoint (decompress restores the checkpoints it holds)", checkpoint.ErrNoShards, src)
+	}
+	return ck, err
+}
+
 // sourceHolding is what an output must stay out of when compressing ck,
 // opened from src: a checkpoint of one file named by its path is that
 // file (a cache may sit beside it in its folder), any other its folder,
@@ -229,10 +240,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	if err != nil {
 		return nil, err
 	}
-	ck, err := checkpoint.Open(src)
-	if errors.Is(err, checkpoint.ErrNoShards) && shardcache.IsCache(src) {
-		return nil, fmt.Errorf("%w: %s is a splitzip cache, not a checkpoint (decompress restores the checkpoints it holds)", checkpoint.ErrNoShards, src)
-	}
+	ck, err := OpenSource(src)
 	if err != nil {
 		return nil, err
 	}

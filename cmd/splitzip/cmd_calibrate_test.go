@@ -309,3 +309,17 @@ func TestCostProfileReplaced(t *testing.T) {
 		t.Errorf("the profile measured again: %v", err)
 	}
 }
+
+// TestCostBadSourceFirst: compress --codec cost refuses a bad source
+// before it measures a profile it has none of.
+func TestCostBadSourceFirst(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "home"))
+	t.Setenv(costmodel.EnvProfile, "")
+	bad := filepath.Join(dir, "bad.safetensors")
+	os.WriteFile(bad, []byte("not a checkpoint"), 0o644)
+	code, _, e := splitzip(t, "compress", bad, "-o", filepath.Join(dir, "c"), "--codec", "cost")
+	if code != exitInput || strings.Contains(e, "measuring") || !strings.Contains(e, bad) {
+		t.Errorf("compress --codec cost of a bad source: exit %d, %q", code, e)
+	}
+}

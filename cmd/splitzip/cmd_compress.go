@@ -122,6 +122,10 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	var prof *costmodel.Profile
 	if o.Codec == pipeline.CodecCost {
+		// The source first: a bad one fails before a calibration.
+		if _, err := pipeline.OpenSource(src); err != nil {
+			return err
+		}
 		if prof, err = hostProfile(ctx, g, "", true); err != nil {
 			return err
 		}
