@@ -5,6 +5,7 @@ package shardcache
 // files, each read with one open and one read (index version 2).
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -398,9 +399,18 @@ func (w *Writer) dropPending(k Key) {
 	}
 }
 
+// packWriteBytes is the size of a pack writer's buffer. The members are
+// small, and a file written a member at a time is cached by the kernel
+// in pages as small as the writes: read back from the page cache (every
+// load of packed tensors), a pack written in 2 KiB writes copied at 27-30
+// GB/s on dev where one written in writes of 64 KiB or more copied at
+// 44-48.
+const packWriteBytes = 1 << 20
+
 // packWriter builds one pack in a temporary file.
 type packWriter struct {
 	f       *os.File
+	w       *bufio.Writer // over f
 	h       hash.Hash
 	size    uint64
 	members []Key
@@ -413,7 +423,7 @@ func newPackWriter(dir string) (*packWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &packWriter{f: f, h: newPackHasher()}, nil
+	return &packWriter{f: f, w: bufio.NewWriterSize(f, packWriteBytes), h: newPackHasher()}, nil
 }
 
 // add appends a pending object at the next aligned offset, reading it
@@ -437,7 +447,7 @@ func (pw *packWriter) add(k Key, p pendingObject, sp *spill) error {
 	if err != nil {
 		return err
 	}
-	if _, err := pw.f.Write(pw.buf); err != nil {
+	if _, err := pw.w.Write(pw.buf); err != nil {
 		return err
 	}
 	pw.h.Write(pw.buf)
@@ -453,6 +463,9 @@ func (pw *packWriter) add(k Key, p pendingObject, sp *spill) error {
 // and its members.
 func (pw *packWriter) finish(w *Writer) error {
 	defer pw.abort()
+	if err := pw.w.Flush(); err != nil {
+		return err
+	}
 	if err := pw.f.Close(); err != nil {
 		return err
 	}
