@@ -21,8 +21,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/splitzip/splitzip/loader"
 	"github.com/splitzip/splitzip/safetensors"
 )
@@ -34,14 +32,8 @@ type handle struct {
 	l      *loader.Loader
 	mu     sync.Mutex
 	last   map[int]lastError // last error per calling thread
+	prune  int               // how many errors last may hold before setError prunes it
 	closed bool
-}
-
-// lastError is what sz_last_error and sz_last_error_file report of a
-// thread's last failed call: its message and the file it is about ("" for
-// none), located when the call failed, while the error chain is at hand.
-type lastError struct {
-	msg, file string
 }
 
 // handles tracks live handles so that a stale or forged value is
@@ -98,14 +90,6 @@ func call(h C.uintptr_t, fn func(l *loader.Loader) error) (st C.sz_status) {
 		hd.setError(lastError{msg: err.Error(), file: loader.FileOf(err)})
 	}
 	return status(err)
-}
-
-// setError records the calling thread's last error (a C caller's thread:
-// cgo runs an exported function on the thread that called it).
-func (h *handle) setError(e lastError) {
-	h.mu.Lock()
-	h.last[unix.Gettid()] = e
-	h.mu.Unlock()
 }
 
 // copyString writes s into buf (cap bytes), NUL-terminated and truncated.
@@ -171,7 +155,7 @@ func sz_last_error(h C.uintptr_t, buf *C.char, capacity C.size_t) C.sz_status {
 	}
 	hd.mu.Lock()
 	defer hd.mu.Unlock()
-	copyString(hd.last[unix.Gettid()].msg, buf, capacity)
+	copyString(hd.lastOf().msg, buf, capacity)
 	return C.SZ_OK
 }
 
@@ -189,7 +173,7 @@ func sz_last_error_file(h C.uintptr_t, buf *C.char, capacity C.size_t, size *C.s
 		return st
 	}
 	hd.mu.Lock()
-	file := hd.last[unix.Gettid()].file
+	file := hd.lastOf().file
 	hd.mu.Unlock()
 	if size != nil {
 		*size = C.size_t(len(file) + 1)

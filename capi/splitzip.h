@@ -18,7 +18,9 @@
  * the calling thread's last failed call on a handle is returned by
  * sz_last_error, and the file it is about (a damaged cache object, a
  * source shard that changed or is missing), if any, by
- * sz_last_error_file (threads do not see each other's). sz_open writes
+ * sz_last_error_file (threads do not see each other's; the error of a
+ * thread that has ended is let go, and never shown to a later thread
+ * given its id). sz_open writes
  * its message into the caller's buffer. A Go panic never crosses this
  * boundary: it is reported as SZ_ERR_INTERNAL.
  *
