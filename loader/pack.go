@@ -163,7 +163,7 @@ func (l *Loader) Pack(idx []int, dsts, caps []uint64, buf []byte, flags PackFlag
 		return PackInfo{}, err
 	}
 	if uint64(len(buf)) < bound {
-		return PackInfo{}, fmt.Errorf("%w: a pack of up to %d bytes in a buffer of %d (PackSize gives its size)", ErrTooSmall, bound, len(buf))
+		return PackInfo{}, fmt.Errorf("%w: a pack of up to %d bytes in a buffer of %d (sz_pack_size, pack_size() in Python, gives its size)", ErrTooSmall, bound, len(buf))
 	}
 	items := make([]scatter.Item, len(idx))
 	heads := make([]codec.Header, len(idx))

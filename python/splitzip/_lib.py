@@ -193,8 +193,9 @@ def _after_fork() -> None:
 def _not_forked() -> None:
     if _forked:
         raise RuntimeError("splitzip: this process was forked after it loaded libsplitzip.so, whose Go runtime does "
-                           "not survive fork: use multiprocessing's 'spawn' or 'forkserver' start method (or open "
-                           "caches only in the workers), and exec for other children")
+                           "not survive fork: use multiprocessing's 'spawn' or 'forkserver' start method (for torch "
+                           "DataLoader workers, multiprocessing_context='spawn'), and exec for other children; "
+                           "a forked child can use splitzip only if its parent never loaded the library")
 
 
 def _candidates() -> List[str]:
@@ -291,6 +292,26 @@ class Event:
             self.handle = 0
 
 
+
+def _ints(**args) -> None:
+    """Raise TypeError naming the first of args (name=value) that is not
+    an integer (numpy and torch integers are; bools are not), where
+    ctypes would raise its own ArgumentError."""
+    for name, v in args.items():
+        if isinstance(v, bool):
+            raise TypeError(f"{name} must be an int, not a bool")
+        try:
+            operator.index(v)
+        except TypeError:
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+
+
+def _strs(**args) -> None:
+    """Raise TypeError naming the first of args that is not a str."""
+    for name, v in args.items():
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a str, not {type(v).__name__}")
+
 class Cache:
     """An open splitzip cache. Safe to use from several threads. With
     resident, uploads keep what they read in pinned host memory (per
@@ -349,10 +370,11 @@ class Cache:
                 if not os.path.exists(source):
                     raise error(8, f"source={source}: no such file or directory", source)
                 status = 1
-            # sz_open has no handle to ask sz_last_error_file with: a
-            # damaged index is named by the message's start.
+            # sz_open has no handle to ask sz_last_error_file with: an
+            # index that is damaged or cannot be read is named in the
+            # message.
             index = os.path.join(path, "splitzip.json")
-            raise error(status, msg, index if status == 3 and msg.startswith(index + ":") else path)
+            raise error(status, msg, index if index + ":" in msg else path)
         self._hv = h.value
         self.path, self.source = path, source
         if resident or shared:
@@ -520,11 +542,19 @@ class Cache:
         return i.value
 
     def find_slice(self, shard: str, offset: int, size: int) -> int:
+        """The index of the tensor stored at bytes [offset, offset + size)
+        of the source shard file shard (a path or its base name);
+        NotFoundError (a KeyError) when none is."""
+        _strs(shard=shard)
+        _ints(offset=offset, size=size)
         i = ctypes.c_uint64()
         self._check(lib().sz_find_slice(self._h, shard.encode(), offset, size, ctypes.byref(i)))
         return i.value
 
     def find_key(self, key: str) -> int:
+        """The index of a tensor whose content key (hex, as inspect and
+        plan print it) is key; NotFoundError (a KeyError) when none is."""
+        _strs(key=key)
         i = ctypes.c_uint64()
         self._check(lib().sz_find_key(self._h, key.encode(), ctypes.byref(i)))
         return i.value
@@ -534,11 +564,14 @@ class Cache:
 
     def read_into_ptr(self, index: int, ptr: int, capacity: int) -> None:
         """Write tensor index's bytes to host memory at ptr (capacity bytes)."""
+        index = self._index_arg(index)
+        _ints(ptr=ptr, capacity=capacity)
         self._check(lib().sz_read_host(self._h, index, ctypes.c_void_p(ptr), capacity))
 
     def stored_size(self, index: int) -> int:
         """The bytes read_stored_into_ptr writes for tensor index: its
         payload's, or its raw size."""
+        index = self._index_arg(index)
         n = ctypes.c_uint64()
         self._check(lib().sz_stored_size(self._h, index, ctypes.byref(n)))
         return n.value
@@ -546,6 +579,8 @@ class Cache:
     def read_stored_into_ptr(self, index: int, ptr: int, capacity: int) -> int:
         """Write tensor index's stored bytes (a payload, checked whole, or
         the raw bytes) to host memory at ptr; returns their number."""
+        index = self._index_arg(index)
+        _ints(ptr=ptr, capacity=capacity)
         n = ctypes.c_uint64()
         self._check(lib().sz_read_stored(self._h, index, ctypes.c_void_p(ptr), capacity, ctypes.byref(n)))
         return n.value
@@ -554,6 +589,8 @@ class Cache:
         """Decode srclen stored bytes of tensor index at src (as
         read_stored_into_ptr gives them, perhaps on another rank) into
         host memory at dst (capacity >= nbytes), checking them."""
+        index = self._index_arg(index)
+        _ints(src=src, srclen=srclen, dst=dst, capacity=capacity)
         self._check(lib().sz_decode_host(self._h, index, ctypes.c_void_p(src), srclen, ctypes.c_void_p(dst), capacity))
 
     @staticmethod
@@ -568,6 +605,8 @@ class Cache:
         [lo, hi) into host memory at dst; returns its size. A payload's
         part is the chunks covering the range, checksummed (a version 1
         entropy payload's, the payload); a raw tensor's, the bytes."""
+        index = self._index_arg(index)
+        _ints(src=src, srclen=srclen, lo=lo, hi=hi, dst=dst, capacity=capacity)
         n = ctypes.c_uint64()
         self._check(lib().sz_part(self._h, index, ctypes.c_void_p(src), srclen, lo, hi, ctypes.c_void_p(dst), capacity,
                                   ctypes.byref(n)))
@@ -576,6 +615,8 @@ class Cache:
     def decode_part_ptr(self, index: int, part: int, partlen: int, lo: int, hi: int, dst: int, capacity: int) -> None:
         """Write tensor index's bytes [lo, hi) into host memory at dst from
         a part (part_into_ptr, perhaps on another rank), checking it."""
+        index = self._index_arg(index)
+        _ints(part=part, partlen=partlen, lo=lo, hi=hi, dst=dst, capacity=capacity)
         self._check(lib().sz_decode_part(self._h, index, ctypes.c_void_p(part), partlen, lo, hi, ctypes.c_void_p(dst),
                                          capacity))
 
@@ -584,6 +625,8 @@ class Cache:
         ("PATTERN=replicate|shard:DIM,..."): each tensor's reader and
         parts, each rank's sums (docs/DESIGN.md, section 6)."""
         import json
+        _ints(ranks=ranks)
+        _strs(rules=rules)
         n = ctypes.c_size_t()
         rb = rules.encode()
         status = lib().sz_plan(self._h, ranks, rb, None, 0, ctypes.byref(n))

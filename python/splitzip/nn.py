@@ -18,6 +18,7 @@ order bit for bit and is within 2 BF16 ulps (plus the fp32 accumulation)
 of ``x @ W.T``, before the bias is added.
 """
 
+import operator
 import threading
 from typing import Dict, List, Optional
 
@@ -112,6 +113,11 @@ class FixedLinear(torch.nn.Module):
         """The layer of weight name, a 2-D BF16 tensor the cache stores as
         a fixed payload (compress's default codec for BF16 weights), read
         and checked whole, then copied to device."""
+        try:
+            device = operator.index(device)
+        except TypeError:
+            raise TypeError(f"device must be a CUDA device's ordinal (an int), not {device!r}: the fused "
+                            "product runs on a GPU only") from None
         if not torch.cuda.is_available():
             # torch's own AssertionError ("not compiled with CUDA") is no
             # splitzip.Error: say it as splitzip.torch.load_file does.

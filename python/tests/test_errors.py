@@ -266,6 +266,13 @@ class TestErrors(Generated):
             with self.assertRaises(splitzip.IntegrityError) as e:
                 splitzip.Cache(cache)
             self.assertEqual(e.exception.filename, index)
+            # An index that cannot be read (a folder here; no permission
+            # for others) is a FileError naming it too.
+            os.remove(index)
+            os.mkdir(index)
+            with self.assertRaises(splitzip.FileError) as e:
+                splitzip.Cache(cache)
+            self.assertEqual(e.exception.filename, index)
 
     def test_missing_source_names_its_file(self):
         """A raw tensor whose source shard is gone is a SourceChangedError (an OSError) whose filename is the
@@ -361,6 +368,24 @@ class TestProcesses(Generated):
                     f(c)
                 self.assertIn("cannot be pickled or copied", str(e.exception))
             self.assertGreater(len(c), 0)  # the original still works
+
+    def test_argument_types(self):
+        # Wrong types are TypeErrors naming the argument, not ctypes'
+        # ArgumentError or an AttributeError from inside.
+        with splitzip.Cache(self.cache) as c:
+            for what, call, name in [
+                ("read_into_ptr", lambda: c.read_into_ptr(0, "0x10", 4), "ptr"),
+                ("stored_size", lambda: c.stored_size("0"), "index"),
+                ("plan", lambda: c.plan("2"), "ranks"),
+                ("plan rules", lambda: c.plan(2, 5), "rules"),
+                ("find_slice", lambda: c.find_slice(b"m.safetensors", 0, 4), "shard"),
+                ("find_slice size", lambda: c.find_slice("m.safetensors", 0, 4.0), "size"),
+                ("find_key", lambda: c.find_key(7), "key"),
+                ("decode_host_ptr", lambda: c.decode_host_ptr(0, 0, None, 0, 4), "srclen"),
+            ]:
+                with self.assertRaises(TypeError, msg=what) as e:
+                    call()
+                self.assertIn(name, str(e.exception), what)
 
     def test_index_past_64_bits(self):
         with splitzip.Cache(self.cache) as c:
