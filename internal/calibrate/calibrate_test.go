@@ -71,3 +71,37 @@ func TestFit(t *testing.T) {
 		t.Fatalf("fallback for a negative time a tensor %+v", got)
 	}
 }
+
+// TestPairsRate: a small pair whose fit is faster than its kind's large
+// pair takes the large one's rate, its time a tensor fitted again at that
+// rate, and the large pair is fitted again with it; one at or below it
+// stays as fitted.
+func TestPairsRate(t *testing.T) {
+	s1, s2 := counts{1000, 1e6}, counts{100, 1e8}
+	at := func(tensor, rate float64, c counts) float64 { return float64(c.n)*tensor + float64(c.bytes)/rate }
+	calls := 0
+	large := func(k costmodel.Cost) func() (costmodel.Cost, error) {
+		return func() (costmodel.Cost, error) { calls++; return k, nil }
+	}
+	// Fitted at 400 GB/s, 2 µs a tensor; the large pair's 40 GB/s.
+	var small costmodel.Cost
+	got, err := pairs(&small, s1, at(2e-6, 400e9, s1), s2, at(2e-6, 400e9, s2), large(costmodel.Cost{Tensor: 1e-6, Rate: 40e9}))
+	if err != nil || got.Rate != 40e9 || small.Rate != 40e9 || small.Tensor < 0 || calls != 2 {
+		t.Fatalf("capped: small %+v, large %+v, %d fits of the large pair, %v", small, got, calls, err)
+	}
+	// The time a tensor at 40 GB/s that fits both sets best.
+	want := atRate(40e9, s1, at(2e-6, 400e9, s1), s2, at(2e-6, 400e9, s2))
+	if small != want {
+		t.Errorf("small %+v, want %+v", small, want)
+	}
+	// At 4 GB/s, below the large pair's: as fitted.
+	calls = 0
+	got, err = pairs(&small, s1, at(2e-6, 4e9, s1), s2, at(2e-6, 4e9, s2), large(costmodel.Cost{Tensor: 1e-6, Rate: 40e9}))
+	if err != nil || math.Abs(small.Rate/4e9-1) > 1e-9 || math.Abs(small.Tensor/2e-6-1) > 1e-9 || calls != 1 || got.Rate != 40e9 {
+		t.Fatalf("not capped: small %+v, large %+v, %d fits, %v", small, got, calls, err)
+	}
+	// atRate recovers the time a tensor at the true rate.
+	if k := atRate(4e9, s1, at(2e-6, 4e9, s1), s2, at(2e-6, 4e9, s2)); math.Abs(k.Tensor/2e-6-1) > 1e-9 || k.Rate != 4e9 {
+		t.Errorf("atRate at the true rate: %+v", k)
+	}
+}
