@@ -14,6 +14,9 @@ import (
 // that a later thread took again is not that thread's.
 func TestLastErrorThreads(t *testing.T) {
 	h := &handle{last: map[int]lastError{}}
+	// This goroutine's thread is the same one from here on.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	h.setError(lastError{msg: "mine"})
 	var wg sync.WaitGroup
 	for i := range 2000 {
@@ -31,21 +34,20 @@ func TestLastErrorThreads(t *testing.T) {
 	wg.Wait()
 	h.mu.Lock()
 	n := len(h.last)
+	mine := h.lastOf().msg // recorded before the 2000 threads, kept
 	h.mu.Unlock()
 	if n > 4*pruneErrors {
 		t.Errorf("%d errors kept after 2000 threads that ended", n)
 	}
-	// This goroutine may have moved to another thread: lock it to one and
-	// record again.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	h.setError(lastError{msg: "mine"})
 	h.mu.Lock()
-	mine := h.lastOf().msg
-	h.last[unix.Gettid()] = lastError{msg: "an ended thread's", start: 1}
+	h.last[unix.Gettid()] = lastError{msg: "an ended thread's", start: 1, known: true}
 	reused := h.lastOf().msg
+	// One whose thread's start could not be read when it failed (no file
+	// descriptor left) is shown, not taken for an ended thread's.
+	h.last[unix.Gettid()] = lastError{msg: "start unknown"}
+	unknown := h.lastOf().msg
 	h.mu.Unlock()
-	if mine != "mine" || reused != "" {
-		t.Errorf("this thread's error %q; under its id, an ended thread's shows as %q", mine, reused)
+	if mine != "mine" || reused != "" || unknown != "start unknown" {
+		t.Errorf("this thread's error %q; under its id, an ended thread's shows as %q, one of an unknown start as %q", mine, reused, unknown)
 	}
 }

@@ -99,6 +99,10 @@ var ErrProfile = errors.New("costmodel: bad profile")
 // one. Lookup's error wraps it beside fs.ErrNotExist.
 var ErrStale = errors.New("costmodel: profile measured with other decoders")
 
+// ErrNoDir is Dir's error where the environment names no user cache
+// folder (neither XDG_CACHE_HOME nor HOME set, or a relative one).
+var ErrNoDir = errors.New("costmodel: no folder to keep cost models in")
+
 // Default is the model `splitzip calibrate` measured on the lent H200
 // (16 host cores, the CUDA engine) on 2026-12-04, rounded: what
 // SPLITZIP_PROFILE=default uses. There a fixed payload pays for itself

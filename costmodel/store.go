@@ -46,16 +46,13 @@ func cpuModel() string {
 	return "unknown"
 }
 
-// ErrNoDir is Dir's error where the environment names no user cache
-// folder.
-var ErrNoDir = errors.New("costmodel: no folder to keep cost models in: neither $XDG_CACHE_HOME nor $HOME is set")
-
 // Dir is the folder profiles are kept in: splitzip/ in the user's cache
 // folder (XDG_CACHE_HOME, or ~/.cache).
 func Dir() (string, error) {
 	d, err := os.UserCacheDir()
 	if err != nil {
-		return "", ErrNoDir
+		// Neither variable set, or XDG_CACHE_HOME relative: os says which.
+		return "", fmt.Errorf("%w: %v", ErrNoDir, err)
 	}
 	return filepath.Join(d, "splitzip"), nil
 }
@@ -173,18 +170,25 @@ func SaveFile(file string, p *Profile) error {
 	defer os.Remove(f.Name()) // after the rename, nothing
 	if _, err := f.Write(append(b, '\n')); err != nil {
 		f.Close()
-		return err
+		return &fs.PathError{Op: "write", Path: file, Err: errnoOf(err)}
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return &fs.PathError{Op: "write", Path: file, Err: errnoOf(err)}
 	}
-	return os.Rename(f.Name(), file)
+	if err := os.Rename(f.Name(), file); err != nil {
+		return &fs.PathError{Op: "rename", Path: file, Err: errnoOf(err)}
+	}
+	return nil
 }
 
-// errnoOf is what a path error says went wrong, without its path.
+// errnoOf is what a path or link error says went wrong, without its
+// paths.
 func errnoOf(err error) error {
 	if pe, ok := errors.AsType[*fs.PathError](err); ok {
 		return pe.Err
+	}
+	if le, ok := errors.AsType[*os.LinkError](err); ok {
+		return le.Err
 	}
 	return err
 }

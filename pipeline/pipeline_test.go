@@ -425,7 +425,7 @@ func TestBadOutputs(t *testing.T) {
 		}
 	}
 	// A checkpoint of one file named by its path is that file: a cache
-	// beside it in its folder is fine (then verified and restored), the
+	// beside it in its folder is fine (then verified), the
 	// file itself is not an output.
 	shards, _ := filepath.Glob(filepath.Join(src, "*.safetensors"))
 	if _, err := Compress(context.Background(), shards[0], CompressOptions{Output: shards[0]}); !errors.Is(err, ErrOutputInSource) {

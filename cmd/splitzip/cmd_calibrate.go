@@ -34,7 +34,7 @@ tensors are compressed with each codec and loaded from the page cache on
 --device (by default GPU 0 where there is one, else the CPU), and each
 kind's cost a tensor and rate are fitted to the fastest loads. It takes seconds,
 and up to about 0.6 GB of the temporary folder (TMPDIR) while it runs,
-removed when it ends (or by the next calibration, if it was killed). The
+removed when it ends (or, if it was killed, by a calibration an hour later). The
 profile is kept in the user's cache folder (splitzip/ in XDG_CACHE_HOME or
 ~/.cache) under this host's fingerprint (CPU model, core count, device), and
 compress --codec cost uses it; on a host without one, compress measures it
@@ -119,9 +119,9 @@ func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.
 	if err != nil {
 		return nil, "", err
 	}
-	if env := os.Getenv(costmodel.EnvProfile); env != "" && env != "default" {
+	if file := profileFile(); file != "" {
 		// The file the variable names, which every command reads.
-		return p, env, costmodel.SaveFile(env, p)
+		return p, file, costmodel.SaveFile(file, p)
 	}
 	dir, err := costmodel.Dir()
 	if err != nil {
@@ -129,6 +129,15 @@ func measureProfile(ctx context.Context, g *globals, device string) (*costmodel.
 	}
 	file, err := costmodel.Save(dir, p)
 	return p, file, err
+}
+
+// profileFile is the profile file SPLITZIP_PROFILE names, "" where it
+// names none (unset, or "default" for the built-in profile).
+func profileFile() string {
+	if env := os.Getenv(costmodel.EnvProfile); env != "default" {
+		return env
+	}
+	return ""
 }
 
 // hostProfile is the cost model of this host with device (a GPU ordinal
@@ -163,7 +172,7 @@ func hostProfile(ctx context.Context, g *globals, device string, measure bool) (
 		// No folder keeps profiles (no HOME, as in some services): one
 		// is measured for this run, as where the folder is read-only.
 		if !measure {
-			return nil, failure.Mark(failure.Input, fmt.Errorf("no cost model is kept on this host: %w (set one and run splitzip calibrate --device %s, or set %s to a profile's file or to default)",
+			return nil, failure.Mark(failure.Input, fmt.Errorf("no cost model is kept on this host: %w (set $XDG_CACHE_HOME to an absolute folder, or $HOME, and run splitzip calibrate --device %s; or set %s to a profile's file or to default)",
 				err, device, costmodel.EnvProfile))
 		}
 		return measureUnkept(ctx, g, device)

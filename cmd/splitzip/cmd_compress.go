@@ -219,8 +219,8 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	}
 	if res.CostModel != "" {
 		from := ""
-		if env := os.Getenv(costmodel.EnvProfile); env != "" && env != "default" {
-			from = " in " + env + " (" + costmodel.EnvProfile + ")"
+		if file := profileFile(); file != "" {
+			from = " in " + file + " (" + costmodel.EnvProfile + ")"
 		}
 		fmt.Fprintf(g.stderr, "note: --codec cost chose by the cost model%s of %s\n", from, res.CostModel)
 	}

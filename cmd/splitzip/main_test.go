@@ -98,9 +98,27 @@ func TestEndToEnd(t *testing.T) {
 	// Rounds count both kinds once each; the uncounted warm-up loads
 	// (the checked ones) are in no report.
 	code, out, e = splitzip(t, "load", cache, "--device", "cpu", "--compare", "3", "--check", "--json")
-	var cmp struct{ Raw, Splitzip []struct{ Checked bool } }
-	if code != 0 || json.Unmarshal([]byte(out), &cmp) != nil || len(cmp.Raw) != 3 || len(cmp.Splitzip) != 3 || cmp.Raw[0].Checked || cmp.Splitzip[0].Checked {
+	var cmp struct {
+		Raw, Splitzip []struct{ Checked bool }
+		Checked       bool
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &cmp) != nil || len(cmp.Raw) != 3 || len(cmp.Splitzip) != 3 || cmp.Raw[0].Checked || cmp.Splitzip[0].Checked || !cmp.Checked {
 		t.Fatalf("load --compare 3: %d %q %q", code, out, e)
+	}
+	// The warm-up loads come first, one of each kind, then the rounds,
+	// each kind first in turn.
+	code, out, e = splitzip(t, "load", cache, "--device", "cpu", "--compare", "2", "--check")
+	if !strings.Contains(out, "warm-up loads (not counted): the raw and compressed arenas match") || code != 0 {
+		t.Fatalf("load --compare 2 --check: %d %q %q", code, out, e)
+	}
+	var modes []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "load" {
+			modes = append(modes, f[1])
+		}
+	}
+	if strings.Join(modes, " ") != "raw splitzip splitzip raw" {
+		t.Errorf("load --compare 2 printed loads %v, want raw first in the first round and compressed first in the second", modes)
 	}
 	// Resident re-faults: packs (raw: runs) unless turned off, checked.
 	for _, c := range []struct{ args, mode string }{

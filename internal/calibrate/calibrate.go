@@ -16,6 +16,7 @@ package calibrate
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -85,19 +86,54 @@ func (s *set) rawTime(p *costmodel.Profile, k costmodel.Kind) float64 {
 // process id).
 const tempLabel = "calibrate"
 
+// staleAge is how long ago a calibration folder must have been changed
+// last for removeStale to take it: a temporary folder shared with other
+// PID namespaces (containers, hosts) holds live calibrations whose process
+// ids this one cannot see, and a calibration takes seconds to minutes.
+const staleAge = time.Hour
+
 // removeStale removes the calibration folders in dir of processes that
 // are gone (killed mid-way: a calibration that ends, or is interrupted,
-// removes its own), each up to a few hundred MB.
+// removes its own), each up to about 0.6 GB, and those of builds before
+// 2026-12-07 ("splitzip-calibrate-*", which name no process), where
+// nothing in them changed for staleAge.
 func removeStale(dir string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		if e.IsDir() && strings.HasSuffix(e.Name(), "-"+tempLabel) && atomicfile.Stale(e.Name()) {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+		name := e.Name()
+		if !e.IsDir() || !(strings.HasSuffix(name, "-"+tempLabel) && atomicfile.Stale(name) || strings.HasPrefix(name, "splitzip-calibrate-")) {
+			continue
 		}
+		p := filepath.Join(dir, name)
+		if changedSince(p, time.Now().Add(-staleAge)) {
+			continue
+		}
+		os.RemoveAll(p)
 	}
+}
+
+// changedSince reports whether the folder p, or a file or folder in it,
+// was changed after t (or cannot be looked at).
+func changedSince(p string, t time.Time) bool {
+	changed := false
+	err := filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.ModTime().After(t) {
+			changed = true
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return changed || err != nil
 }
 
 // Measure returns the profile of this host with eng (whose name, with

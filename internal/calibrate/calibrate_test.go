@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/splitzip/splitzip/atomicfile"
 	"github.com/splitzip/splitzip/costmodel"
@@ -18,19 +19,30 @@ import (
 func TestMeasure(t *testing.T) {
 	eng := hostengine.New(2)
 	defer eng.Close()
-	// A folder a killed calibration left (its process id runs no more)
-	// is removed; the calibration's own is too, when it ends.
+	// Folders a killed calibration left (its process id runs no more),
+	// and an older build's, unchanged for an hour, are removed; one of a
+	// process id this one does not see that changed lately (another PID
+	// namespace's, live) is kept; the calibration's own goes when it ends.
 	dir := t.TempDir()
-	left := filepath.Join(dir, atomicfile.TempPrefix+"9999999-x1-"+tempLabel)
-	if err := os.MkdirAll(filepath.Join(left, "large"), 0o755); err != nil {
-		t.Fatal(err)
+	old := time.Now().Add(-2 * staleAge)
+	folder := func(name string, at time.Time) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Join(p, "large"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(filepath.Join(p, "large"), at, at)
+		os.Chtimes(p, at, at)
+		return p
 	}
+	folder(atomicfile.TempPrefix+"9999999-x1-"+tempLabel, old)
+	folder("splitzip-calibrate-12345", old)
+	live := folder(atomicfile.TempPrefix+"9999998-x2-"+tempLabel, time.Now())
 	p, err := Measure(context.Background(), eng, Options{Tiny: 400, Small: 60, Large: 8 << 20, Runs: 2, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Errorf("left in the calibration's folder: %v", ents)
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != filepath.Base(live) {
+		t.Errorf("left in the calibration's folder: %v, want only %s", ents, filepath.Base(live))
 	}
 	if err := p.Check(); err != nil {
 		t.Fatal(err)

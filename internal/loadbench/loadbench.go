@@ -40,10 +40,10 @@ func Repeat(ctx context.Context, eng engine.Engine, c *shardcache.Cache, src *sh
 	return l.Report(), nil
 }
 
-// Order is which kind of load goes first in round r of a comparison
-// (raw when true): raw first in even rounds, compressed first in odd ones,
-// so that whatever a load leaves warm for the next (or a round's first
-// load pays) falls on each kind in turn.
+// Order is the kinds of load of round r of a comparison (counted from 0),
+// in turn (raw when true): the first round starts with raw, and the kinds
+// take turns starting, so that whatever a load leaves warm for the next
+// (or a round's first load pays) falls on each kind in turn.
 func Order(r int) [2]bool {
 	if r%2 == 0 {
 		return [2]bool{true, false}

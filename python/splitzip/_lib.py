@@ -292,18 +292,23 @@ class Event:
             self.handle = 0
 
 
-
-def _ints(**args) -> None:
-    """Raise TypeError naming the first of args (name=value) that is not
-    an integer (numpy and torch integers are; bools are not), where
-    ctypes would raise its own ArgumentError."""
+def _ints(**args):
+    """The values of args (name=value) as ints (numpy and torch integers
+    too), in order; TypeError naming the first that is not an integer (a
+    bool is not), InvalidArgumentError (a ValueError) the first outside 0
+    to 2**64 - 1 (sizes and addresses: ctypes would take -1 as 2**64 - 1)."""
+    out = []
     for name, v in args.items():
-        if isinstance(v, bool):
+        if isinstance(v, bool) or str(getattr(v, "dtype", "")) in ("bool", "torch.bool"):
             raise TypeError(f"{name} must be an int, not a bool")
         try:
-            operator.index(v)
+            v = operator.index(v)
         except TypeError:
             raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
+        if not 0 <= v < 1 << 64:
+            raise error(1, f"{name} is {v}: want 0 to 2**64 - 1")
+        out.append(v)
+    return out
 
 
 def _strs(**args) -> None:
@@ -311,6 +316,7 @@ def _strs(**args) -> None:
     for name, v in args.items():
         if not isinstance(v, str):
             raise TypeError(f"{name} must be a str, not {type(v).__name__}")
+
 
 class Cache:
     """An open splitzip cache. Safe to use from several threads. With
@@ -545,8 +551,10 @@ class Cache:
         """The index of the tensor stored at bytes [offset, offset + size)
         of the source shard file shard (a path or its base name);
         NotFoundError (a KeyError) when none is."""
+        if isinstance(shard, os.PathLike):
+            shard = os.fspath(shard)
         _strs(shard=shard)
-        _ints(offset=offset, size=size)
+        offset, size = _ints(offset=offset, size=size)
         i = ctypes.c_uint64()
         self._check(lib().sz_find_slice(self._h, shard.encode(), offset, size, ctypes.byref(i)))
         return i.value
@@ -565,7 +573,7 @@ class Cache:
     def read_into_ptr(self, index: int, ptr: int, capacity: int) -> None:
         """Write tensor index's bytes to host memory at ptr (capacity bytes)."""
         index = self._index_arg(index)
-        _ints(ptr=ptr, capacity=capacity)
+        ptr, capacity = _ints(ptr=ptr, capacity=capacity)
         self._check(lib().sz_read_host(self._h, index, ctypes.c_void_p(ptr), capacity))
 
     def stored_size(self, index: int) -> int:
@@ -580,7 +588,7 @@ class Cache:
         """Write tensor index's stored bytes (a payload, checked whole, or
         the raw bytes) to host memory at ptr; returns their number."""
         index = self._index_arg(index)
-        _ints(ptr=ptr, capacity=capacity)
+        ptr, capacity = _ints(ptr=ptr, capacity=capacity)
         n = ctypes.c_uint64()
         self._check(lib().sz_read_stored(self._h, index, ctypes.c_void_p(ptr), capacity, ctypes.byref(n)))
         return n.value
@@ -590,7 +598,7 @@ class Cache:
         read_stored_into_ptr gives them, perhaps on another rank) into
         host memory at dst (capacity >= nbytes), checking them."""
         index = self._index_arg(index)
-        _ints(src=src, srclen=srclen, dst=dst, capacity=capacity)
+        src, srclen, dst, capacity = _ints(src=src, srclen=srclen, dst=dst, capacity=capacity)
         self._check(lib().sz_decode_host(self._h, index, ctypes.c_void_p(src), srclen, ctypes.c_void_p(dst), capacity))
 
     @staticmethod
@@ -606,7 +614,7 @@ class Cache:
         part is the chunks covering the range, checksummed (a version 1
         entropy payload's, the payload); a raw tensor's, the bytes."""
         index = self._index_arg(index)
-        _ints(src=src, srclen=srclen, lo=lo, hi=hi, dst=dst, capacity=capacity)
+        src, srclen, lo, hi, dst, capacity = _ints(src=src, srclen=srclen, lo=lo, hi=hi, dst=dst, capacity=capacity)
         n = ctypes.c_uint64()
         self._check(lib().sz_part(self._h, index, ctypes.c_void_p(src), srclen, lo, hi, ctypes.c_void_p(dst), capacity,
                                   ctypes.byref(n)))
@@ -616,7 +624,8 @@ class Cache:
         """Write tensor index's bytes [lo, hi) into host memory at dst from
         a part (part_into_ptr, perhaps on another rank), checking it."""
         index = self._index_arg(index)
-        _ints(part=part, partlen=partlen, lo=lo, hi=hi, dst=dst, capacity=capacity)
+        part, partlen, lo, hi, dst, capacity = _ints(part=part, partlen=partlen, lo=lo, hi=hi, dst=dst,
+                                                     capacity=capacity)
         self._check(lib().sz_decode_part(self._h, index, ctypes.c_void_p(part), partlen, lo, hi, ctypes.c_void_p(dst),
                                          capacity))
 
@@ -625,7 +634,7 @@ class Cache:
         ("PATTERN=replicate|shard:DIM,..."): each tensor's reader and
         parts, each rank's sums (docs/DESIGN.md, section 6)."""
         import json
-        _ints(ranks=ranks)
+        ranks, = _ints(ranks=ranks)
         _strs(rules=rules)
         n = ctypes.c_size_t()
         rb = rules.encode()

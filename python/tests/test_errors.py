@@ -386,6 +386,19 @@ class TestProcesses(Generated):
                 with self.assertRaises(TypeError, msg=what) as e:
                     call()
                 self.assertIn(name, str(e.exception), what)
+            # Integers of numpy (and torch) are integers, addresses too; a
+            # negative size is refused, not taken as 2**64 - 1.
+            import numpy as np
+            i = next(k for k in range(len(c)) if c.info_at(k).nbytes > 0)
+            n = c.info_at(i).nbytes
+            buf, want = np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
+            c.read_into_ptr(i, want.ctypes.data, n)
+            c.read_into_ptr(np.int64(i), np.uint64(buf.ctypes.data), np.int32(n))
+            self.assertTrue(np.array_equal(buf, want))
+            self.assertEqual(c.stored_size(np.int64(i)), c.stored_size(i))
+            with self.assertRaises(splitzip.InvalidArgumentError) as e:
+                c.read_into_ptr(i, buf.ctypes.data, -1)
+            self.assertIn("capacity", str(e.exception))
 
     def test_index_past_64_bits(self):
         with splitzip.Cache(self.cache) as c:
