@@ -145,8 +145,8 @@ sz_status sz_last_error_file(uintptr_t handle, char *buf, size_t cap, size_t *si
 /* sz_count returns the number of tensors of the checkpoint. */
 sz_status sz_count(uintptr_t handle, uint64_t *count);
 
-/* sz_info describes tensor index; name (cap bytes) receives its name,
- * NUL-terminated, when not NULL. A name that does not fit in cap bytes,
+/* sz_info describes tensor index in *info, when not NULL; name (cap
+ * bytes) receives its name, NUL-terminated, when not NULL. A name that does not fit in cap bytes,
  * or a dtype of more than 15 bytes, is SZ_ERR_TOO_SMALL, never a silent
  * truncation. A tensor of more than 8 dimensions has its true rank in
  * ndim and its first 8 dims in shape: read them all with sz_shape.
