@@ -256,7 +256,7 @@ func sz_name(h C.uintptr_t, index C.uint64_t, buf *C.char, capacity C.size_t, si
 		}
 		if uint64(len(t.Name)) >= uint64(capacity) {
 			copyString("", buf, capacity)
-			return fmt.Errorf("tensor %d: %w: its name needs %d bytes, the buffer has %d", t.Index, loader.ErrTooSmall, len(t.Name)+1, capacity)
+			return fmt.Errorf("tensor %q (index %d): %w: its name needs %d bytes, the buffer has %d", t.Name, t.Index, loader.ErrTooSmall, len(t.Name)+1, capacity)
 		}
 		copyString(t.Name, buf, capacity)
 		return nil

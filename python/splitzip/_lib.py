@@ -382,7 +382,8 @@ class Cache:
             index = os.path.join(path, "splitzip.json")
             raise error(status, msg, index if index + ":" in msg else path)
         self._hv = h.value
-        self.path, self.source = path, source
+        # As absolute as path: what the library resolved at open.
+        self.path, self.source = path, os.path.abspath(source) if source is not None else None
         if resident or shared:
             try:
                 if shared:
