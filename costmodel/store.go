@@ -165,7 +165,7 @@ func SaveFile(file string, p *Profile) error {
 	}
 	f, err := atomicfile.CreateTemp(dir, "costmodel")
 	if err != nil {
-		return &fs.PathError{Op: "open", Path: file, Err: errnoOf(err)}
+		return &fs.PathError{Op: "create", Path: file, Err: errnoOf(err)}
 	}
 	defer os.Remove(f.Name()) // after the rename, nothing
 	if _, err := f.Write(append(b, '\n')); err != nil {
