@@ -30,7 +30,8 @@ const pruneErrors = 64
 // after boot: field 22 of its /proc stat), 0 when it is not running; ok is
 // false where that could not be learned (no /proc, or no file descriptor
 // left: often why a call failed). A thread id is given again once its
-// thread ends; its start is not.
+// thread ends; its start, in ticks of 10 ms, is another unless the new
+// thread started within the same tick.
 func threadStart(tid int) (start uint64, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/stat", tid))
 	if errors.Is(err, fs.ErrNotExist) {

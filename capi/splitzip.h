@@ -19,8 +19,9 @@
  * sz_last_error, and the file it is about (a damaged cache object, a
  * source shard that changed or is missing), if any, by
  * sz_last_error_file (threads do not see each other's; the error of a
- * thread that has ended is let go, and never shown to a later thread
- * given its id). sz_open writes
+ * thread that has ended is let go, and not shown to a later thread given
+ * its id, unless that one started within the same 10 ms, the resolution
+ * of the threads' start times in /proc). sz_open writes
  * its message into the caller's buffer. A Go panic never crosses this
  * boundary: it is reported as SZ_ERR_INTERNAL.
  *
