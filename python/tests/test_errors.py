@@ -400,6 +400,25 @@ class TestProcesses(Generated):
                 c.read_into_ptr(i, buf.ctypes.data, -1)
             self.assertIn("capacity", str(e.exception))
 
+    def test_read_many_runs(self):
+        # read_many takes small items in runs a thread: every item of a
+        # mix is read (each its own bytes), and an item that fails (its
+        # buffer too small) raises, whichever run it is in.
+        import numpy as np
+        with splitzip.Cache(self.cache) as c:
+            infos = [c.info_at(k) for k in range(len(c)) if c.info_at(k).nbytes > 0]
+            bufs = [np.zeros(t.nbytes, dtype=np.uint8) for t in infos] * 3
+            items = [(t.index, b.ctypes.data, b.nbytes) for t, b in zip(infos * 3, bufs)]
+            c.read_many(items, threads=3)
+            for t, b in zip(infos * 3, bufs):
+                want = np.zeros(t.nbytes, dtype=np.uint8)
+                c.read_into_ptr(t.index, want.ctypes.data, t.nbytes)
+                self.assertTrue(np.array_equal(b, want), t.name)
+            bad = list(items)
+            bad[len(bad) // 2] = (bad[len(bad) // 2][0], bad[len(bad) // 2][1], 0)
+            with self.assertRaises(splitzip.Error):
+                c.read_many(bad, threads=3)
+
     def test_index_past_64_bits(self):
         with splitzip.Cache(self.cache) as c:
             with self.assertRaises(splitzip.InvalidArgumentError):
