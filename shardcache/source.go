@@ -163,6 +163,19 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 			found = append(found, &srcs[i])
 		}
 	}
+	if len(found) > 1 {
+		// A fine-tune's shards have its base's names and sizes: the
+		// modification times a move keeps tell them apart.
+		var same []*Source
+		for _, s := range found {
+			if sameTimes(dir, s) {
+				same = append(same, s)
+			}
+		}
+		if len(same) == 1 {
+			found = same
+		}
+	}
 	switch len(found) {
 	case 0:
 		return nil, "", fmt.Errorf("%s: %s is no recorded source root and holds the shards of none of the cache's sources: %w%s", c.Dir(), sel, ErrNotFound, nearest(dir, name, srcs))
@@ -173,8 +186,28 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	for i, s := range found {
 		paths[i] = s.Path()
 	}
-	return nil, "", fmt.Errorf("%s: %w: %s holds the shards of %d of them (%s); name one by its recorded path", c.Dir(), ErrAmbiguousSource, sel, len(found), strings.Join(paths, ", "))
+	return nil, "", fmt.Errorf("%s: %w: %s holds the shards of %d of them by name and size (%s), and their modification times do not tell which; name one by its recorded path, or, if this folder is one of them moved, record its place with 'splitzip relocate %s %s --source RECORDED-PATH' (which checks its bytes)",
+		c.Dir(), ErrAmbiguousSource, sel, len(found), strings.Join(paths, ", "), c.Dir(), sel)
 }
+
+// sameTimes reports whether every shard of s that dir has has its
+// recorded modification time.
+func sameTimes(dir string, s *Source) bool {
+	for _, sh := range s.Shards {
+		st, err := os.Stat(filepath.Join(dir, sh.Name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a shard the cache holds whole (holdsShards checked)
+		}
+		if err != nil || !st.ModTime().Equal(sh.ModTime) {
+			return false
+		}
+	}
+	return true
+}
+
+// HoldsShards reports whether dir holds the shards of s with their
+// recorded sizes (those the cache holds every tensor of may be absent).
+func HoldsShards(dir string, s *Source) bool { return holdsShards(dir, s) }
 
 // holdsShards reports whether dir has the shards of s that a moved copy
 // must have: at least one, and every shard with a tensor the cache does

@@ -567,3 +567,49 @@ func TestRawLoadWithoutSource(t *testing.T) {
 		t.Errorf("load without the source: exit %d, %q", code, e)
 	}
 }
+
+// TestMovedFineTune: a fine-tune's shards have its base's names and sizes.
+// Moved (its files' times kept), --source finds it by those times; copied
+// without them, --source is ambiguous and says to relocate, and relocate
+// --source naming its record moves it (it was refused: "does not hold the
+// shards", asked of every record at once).
+func TestMovedFineTune(t *testing.T) {
+	dir := t.TempDir()
+	base, tune, cache := filepath.Join(dir, "base"), filepath.Join(dir, "tune"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", base, "--size", "1MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	copyTree(t, base, tune)
+	shards, _ := filepath.Glob(filepath.Join(tune, "*.safetensors"))
+	b, _ := os.ReadFile(shards[0])
+	b[len(b)-3] ^= 0x40 // a weight's byte: same names and sizes, other bytes
+	os.WriteFile(shards[0], b, 0o644)
+	for _, ck := range []string{base, tune} {
+		if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync"); code != 0 {
+			t.Fatalf("compress %s: %d %s", ck, code, e)
+		}
+	}
+	moved := filepath.Join(dir, "moved")
+	if err := os.Rename(tune, moved); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, e := splitzip(t, "verify", cache, "--source", moved); code != 0 {
+		t.Errorf("verify --source of the moved fine-tune: %d %s", code, e)
+	}
+	copied := filepath.Join(dir, "copied")
+	copyTree(t, moved, copied)
+	future := time.Now().Add(time.Hour)
+	for _, f := range shards {
+		os.Chtimes(filepath.Join(copied, filepath.Base(f)), future, future)
+	}
+	code, _, e := splitzip(t, "verify", cache, "--source", copied)
+	if code != exitUsage || !strings.Contains(e, "splitzip relocate") {
+		t.Errorf("verify --source of a copy without its times: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "relocate", cache, copied, "--source", tune); code != 0 {
+		t.Fatalf("relocate --source naming the fine-tune's record: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "verify", cache, "--source", copied); code != 0 {
+		t.Errorf("verify --source after relocate: %d %s", code, e)
+	}
+}

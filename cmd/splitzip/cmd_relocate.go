@@ -73,10 +73,10 @@ func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir 
 		return err
 	}
 	old := rec.Root
-	if o.Source != "" && old != abs {
-		if at, _, err := c.FindSource(abs); err != nil || at != rec {
-			return failure.Mark(failure.Input, fmt.Errorf("%s does not hold the shards of source %s", abs, rec.Path()))
-		}
+	if o.Source != "" && old != abs && !shardcache.HoldsShards(abs, rec) {
+		// Asked of rec alone: a fine-tune's folder holds its base's
+		// shards by name and size too, which FindSource cannot tell apart.
+		return failure.Mark(failure.Input, fmt.Errorf("%s does not hold the shards of source %s", abs, rec.Path()))
 	}
 	// Shards whose modification time differs (a copy that did not keep
 	// it) are read whole and hashed against the index; if every byte is
