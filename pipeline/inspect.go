@@ -126,11 +126,14 @@ type SourceReport struct {
 // InspectResult is what inspect reports; docs/DESIGN.md documents it as
 // the --json schema.
 type InspectResult struct {
-	Cache       string         `json:"cache"`
-	Sources     []SourceReport `json:"sources"`
-	Totals      Totals         `json:"totals"`
-	Objects     int            `json:"objects"`      // stored objects, packed or not (packs are not counted)
-	ObjectBytes uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
+	Cache string `json:"cache"`
+	// IndexDamaged is the error of the cache's index where the cache was
+	// read from the index's backup (shardcache.BackupName).
+	IndexDamaged string         `json:"index_damaged,omitempty"`
+	Sources      []SourceReport `json:"sources"`
+	Totals       Totals         `json:"totals"`
+	Objects      int            `json:"objects"`      // stored objects, packed or not (packs are not counted)
+	ObjectBytes  uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
 	// Files is how many object files the cache has: packs, and objects
 	// stored in a file of their own.
 	Files int                  `json:"object_files"`
@@ -162,6 +165,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 		return nil, err
 	}
 	res := &InspectResult{Cache: dir, Sources: []SourceReport{}, Packs: ix.Packs()}
+	if err := c.Damaged(); err != nil {
+		res.IndexDamaged = err.Error()
+	}
 	if opt.Cost != nil {
 		res.Predicted = &Predicted{Host: opt.Cost.Host}
 	}

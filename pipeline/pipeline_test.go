@@ -407,11 +407,18 @@ func TestCorruptCache(t *testing.T) {
 		t.Errorf("decompress with flipped statistics: %v", err)
 	}
 	// A flipped byte in the index's body (after its 64-byte header).
+	// With the backup a commit writes, the cache is read from it and
+	// verify reports the index; without it, verify fails.
 	ix = orig
 	ix[64+8] ^= 1
 	os.WriteFile(ip, ix, 0o644)
+	v, err = Verify(context.Background(), cache, VerifyOptions{})
+	if err != nil || len(v.Problems) != 1 || v.Problems[0].File != ip || !errors.Is(v.Problems[0].Err, shardcache.ErrIndexCorrupt) {
+		t.Errorf("verify of a flipped index, its backup whole: %+v, %v", v, err)
+	}
+	os.Remove(filepath.Join(cache, shardcache.BackupName))
 	if _, err := Verify(context.Background(), cache, VerifyOptions{}); !errors.Is(err, shardcache.ErrIndexCorrupt) {
-		t.Errorf("verify of a flipped index: %v", err)
+		t.Errorf("verify of a flipped index without its backup: %v", err)
 	}
 }
 

@@ -119,6 +119,10 @@ func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult,
 	if err := c.Index().LoadStats(); err != nil {
 		fail(filepath.Join(dir, shardcache.IndexName), "", err)
 	}
+	if err := c.Damaged(); err != nil {
+		// Read from the backup: the rest is checked as it says.
+		fail(filepath.Join(dir, shardcache.IndexName), "", fmt.Errorf("%w; the cache was read from the index's backup (%s): compress, gc or relocate writes the index again from it", err, shardcache.BackupName))
+	}
 	sources, picks := c.Index().Sources, opts.Only
 	if opts.Source != "" {
 		picks = []string{opts.Source}

@@ -81,6 +81,9 @@ type Cache struct {
 	byName map[string][]SliceHit
 	// rlock holds the readers lock of a local cache from Open to Close.
 	rlock *os.File
+	// damaged is the index's error where the cache was read from the
+	// index's backup (BackupName) instead.
+	damaged error
 }
 
 type sliceKey struct {
@@ -168,16 +171,28 @@ func Open(dir string) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Size() > maxIndexSize {
-		return nil, fmt.Errorf("%s: %w: %d bytes", path, ErrIndexCorrupt, st.Size())
-	}
 	// The lock before the index: a gc that ran between reading the
 	// index and locking could have removed what it names.
 	lock, err := readLock(dir)
 	if err != nil {
 		return nil, err
 	}
-	ix, err := readIndex(path)
+	var ix *Index
+	if st.Size() > maxIndexSize {
+		err = fmt.Errorf("%s: %w: %d bytes", path, ErrIndexCorrupt, st.Size())
+	} else {
+		ix, err = readIndex(path)
+	}
+	var damaged error
+	if errors.Is(err, ErrIndexCorrupt) {
+		// The backup of the last commit, where it reads whole.
+		backup := filepath.Join(dir, BackupName)
+		if bst, berr := os.Stat(backup); berr == nil && bst.Size() <= maxIndexSize {
+			if bix, berr := readIndex(backup); berr == nil {
+				ix, damaged, err = bix, err, nil
+			}
+		}
+	}
 	if err != nil {
 		if lock != nil {
 			lock.Close()
@@ -185,9 +200,15 @@ func Open(dir string) (*Cache, error) {
 		return nil, err
 	}
 	c := newCache(dir, ix)
-	c.rlock = lock
+	c.rlock, c.damaged = lock, damaged
 	return c, nil
 }
+
+// Damaged is the error of the cache's index where Open read the cache
+// from the index's backup instead (nil where the index was whole): the
+// next commit of a Writer (compress, gc, relocate) writes the index
+// again from what it read.
+func (c *Cache) Damaged() error { return c.damaged }
 
 // readIndex reads and checks the index file at path.
 func readIndex(path string) (*Index, error) {

@@ -20,11 +20,12 @@ import (
 // Writer adds checkpoints to a cache. It holds the cache's lock until Close.
 // Its methods are safe for concurrent use.
 type Writer struct {
-	dir    string
-	lock   *os.File
-	mu     sync.Mutex
-	ix     *Index
-	noSync bool
+	dir         string
+	lock        *os.File
+	mu          sync.Mutex
+	ix          *Index
+	noSync      bool
+	indexMended error // the damaged index's error, where Create wrote it again from its backup
 	// added holds the objects moved into place since the last Commit; Close
 	// removes them when no Commit followed, so a failed run leaves nothing
 	// behind that gc would have to find.
@@ -126,12 +127,14 @@ func Create(dir string) (*Writer, error) {
 		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
 	}
 	ix := &Index{Objects: map[Key]*Object{}}
+	var damaged error
 	if _, err := os.Stat(filepath.Join(dir, IndexName)); err == nil {
 		c, err := Open(dir)
 		if err != nil {
 			lock.Close()
 			return nil, err
 		}
+		damaged = c.damaged
 		c.Close() // a writer only adds files: readers may come and go
 		// The statistics before anything changes the index, which
 		// Commit writes with them.
@@ -143,8 +146,25 @@ func Create(dir string) (*Writer, error) {
 	}
 	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, checked: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
 	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
+	if damaged != nil {
+		// Read from the backup: the index is mended from it now, under
+		// this writer's lock, whatever the writer goes on to do.
+		b, err := os.ReadFile(filepath.Join(dir, BackupName))
+		if err == nil {
+			err = w.placeFile(IndexName, "index", b, func() error { return nil })
+		}
+		if err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("%s: mending the damaged index from its backup: %w (the index: %v)", dir, err, damaged)
+		}
+		w.indexMended = damaged
+	}
 	return w, nil
 }
+
+// IndexMended is the error of the index that Create found damaged and wrote
+// again from its backup (nil where it was whole).
+func (w *Writer) IndexMended() error { return w.indexMended }
 
 // fileAbove returns the path of dir itself or of the folder above it
 // that is a file (what makes reading dir ENOTDIR), or dir when none is.
@@ -400,7 +420,43 @@ func (w *Writer) commit(ctx context.Context) (err error) {
 			return fmt.Errorf("%s: flushing the cache to disk: %w", w.dir, err)
 		}
 	}
-	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), "index")
+	// A cache with an index has readers, and their lock (a cache of an
+	// older build gets it here), before the index that lets them in.
+	if err := w.placeFile(IndexName, "index", b, func() error { return makeReaders(w.dir) }); err != nil {
+		return err
+	}
+	clear(w.added)
+	if !w.noSync {
+		d, err := os.Open(w.dir)
+		if err != nil {
+			return err
+		}
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return err
+		}
+	}
+	// The backup after the index: at any moment one of the two is this
+	// commit's or the last one's, whole. A backup that cannot be written
+	// is removed rather than left behind the index (the commit stands).
+	if err := w.writeBackup(b); err != nil {
+		os.Remove(filepath.Join(w.dir, BackupName))
+	}
+	return nil
+}
+
+// writeBackup writes b, the index just committed, to BackupName.
+func (w *Writer) writeBackup(b []byte) error {
+	return w.placeFile(BackupName, "backup", b, func() error { return nil })
+}
+
+// placeFile writes b to the cache's file name through a temporary file
+// in tmp/ (labelled label; synced first unless noSync) renamed over it,
+// after before. The file keeps the mode of the index it replaces: a
+// writer with a narrower umask must not lock the cache's other users out.
+func (w *Writer) placeFile(name, label string, b []byte, before func() error) error {
+	f, err := atomicfile.CreateTemp(filepath.Join(w.dir, "tmp"), label)
 	if err != nil {
 		return err
 	}
@@ -418,31 +474,15 @@ func (w *Writer) commit(ctx context.Context) (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	// A new index keeps the mode of the one it replaces: a writer with a
-	// narrower umask must not lock the cache's other users out.
 	if st, err := os.Stat(filepath.Join(w.dir, IndexName)); err == nil {
 		if err := os.Chmod(f.Name(), st.Mode().Perm()); err != nil {
 			return err
 		}
 	}
-	// A cache with an index has readers, and their lock (a cache of an
-	// older build gets it here), before the index that lets them in.
-	if err := makeReaders(w.dir); err != nil {
+	if err := before(); err != nil {
 		return err
 	}
-	if err := os.Rename(f.Name(), filepath.Join(w.dir, IndexName)); err != nil {
-		return err
-	}
-	clear(w.added)
-	if w.noSync {
-		return nil
-	}
-	d, err := os.Open(w.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return os.Rename(f.Name(), filepath.Join(w.dir, name))
 }
 
 // Cache returns a read view of what the writer has recorded.

@@ -467,6 +467,9 @@ func TestDamagedIndexHint(t *testing.T) {
 	}
 	b[len(b)/2] ^= 1
 	os.WriteFile(ix, b, 0o644)
+	// Without the backup a commit writes beside it (a cache of an older
+	// build, or both damaged; TestIndexBackup has the backup's part).
+	os.Remove(filepath.Join(cache, shardcache.BackupName))
 	for _, cmd := range []string{"verify", "inspect"} {
 		if code, _, e := splitzip(t, cmd, cache); code != exitFailure || !strings.Contains(e, "move the cache's "+shardcache.IndexName+" aside") {
 			t.Errorf("%s with a damaged index: exit %d, %q", cmd, code, e)
@@ -611,5 +614,58 @@ func TestMovedFineTune(t *testing.T) {
 	}
 	if code, _, e := splitzip(t, "verify", cache, "--source", copied); code != 0 {
 		t.Errorf("verify --source after relocate: %d %s", code, e)
+	}
+}
+
+// TestIndexBackup: a commit writes a backup of the index; with the index
+// damaged the cache reads from the backup (loads and decompress work,
+// verify reports the index), the next writer (gc here) mends the index,
+// and with both damaged the cache is refused as before.
+func TestIndexBackup(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "--self-contained"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	index, backup := filepath.Join(cache, shardcache.IndexName), filepath.Join(cache, shardcache.BackupName)
+	a, _ := os.ReadFile(index)
+	if b, err := os.ReadFile(backup); err != nil || !bytes.Equal(a, b) {
+		t.Fatalf("the backup after a commit: %v (equal %v)", err, bytes.Equal(a, b))
+	}
+	flip := func(path string) {
+		b, _ := os.ReadFile(path)
+		b[len(b)/2] ^= 1
+		os.WriteFile(path, b, 0o644)
+	}
+	flip(index)
+	code, _, e := splitzip(t, "verify", cache)
+	if code != exitFailure || !strings.Contains(e, "read from the index's backup") {
+		t.Errorf("verify with the index damaged: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "decompress", cache, "-o", filepath.Join(dir, "out")); code != 0 {
+		t.Errorf("decompress with the index damaged: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "inspect", cache); code != 0 || !strings.Contains(e, "read from the index's backup") {
+		t.Errorf("inspect with the index damaged: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "load", cache, "--device", "cpu", "--check"); code != 0 {
+		t.Errorf("load with the index damaged: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "gc", cache); code != 0 {
+		t.Fatalf("gc with the index damaged: %d %s", code, e)
+	}
+	if b, _ := os.ReadFile(index); !bytes.Equal(a, b) {
+		t.Errorf("gc did not mend the index from its backup")
+	}
+	if code, _, e := splitzip(t, "verify", cache); code != 0 {
+		t.Errorf("verify after gc: %d %s", code, e)
+	}
+	flip(index)
+	flip(backup)
+	if code, _, e := splitzip(t, "verify", cache); code != exitFailure || !strings.Contains(e, "corrupt") {
+		t.Errorf("verify with both damaged: %d %s", code, e)
 	}
 }

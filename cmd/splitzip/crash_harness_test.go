@@ -433,7 +433,7 @@ func crashStrays(t *testing.T, cache string) []string {
 	} else if _, serr := os.Stat(filepath.Join(cache, shardcache.IndexName)); serr == nil {
 		t.Logf("strays: %v", err) // a damaged index: every object is a stray
 	}
-	known := map[string]bool{shardcache.MarkerName: true, shardcache.IndexName: true, "lock": true, shardcache.ReadersName: true, shardcache.PinsDir: true, "objects": true, "tmp": true}
+	known := map[string]bool{shardcache.MarkerName: true, shardcache.IndexName: true, shardcache.BackupName: true, "lock": true, shardcache.ReadersName: true, shardcache.PinsDir: true, "objects": true, "tmp": true}
 	var out []string
 	err := filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
