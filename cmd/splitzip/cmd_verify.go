@@ -147,7 +147,9 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 		objects, _ := filepath.Abs(filepath.Join(res.Cache, "objects"))
 		if slices.ContainsFunc(res.Problems, func(p pipeline.Problem) bool {
 			file, _ := filepath.Abs(p.File)
-			return errors.Is(p.Err, shardcache.ErrObjectCorrupt) && !strings.HasPrefix(file, objects+string(filepath.Separator))
+			// ObjectAt: the stored bytes are at fault (a payload whose
+			// checksum fails, too).
+			return p.ObjectAt != nil || errors.Is(p.Err, shardcache.ErrObjectCorrupt) && !strings.HasPrefix(file, objects+string(filepath.Separator))
 		}) {
 			fmt.Fprintf(g.stderr, "note: %s\n", mendHint)
 		}

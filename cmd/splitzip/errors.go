@@ -129,8 +129,10 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 		msg += " (" + indexHint + ")"
 	} else if streamedArg(cmd) && (errors.Is(err, shardcache.ErrObjectCorrupt) || errors.Is(err, codec.ErrChecksum) || errors.Is(err, codec.ErrCorrupt)) {
 		msg += " (" + storeMendHint + ")" // a remote cache read in place
-	} else if errors.Is(err, shardcache.ErrObjectCorrupt) && (cmd == nil || cmd.Name() != "gc") {
-		msg += " (" + mendHint + ")" // gc's refusal says its own
+	} else if (errors.Is(err, shardcache.ErrObjectCorrupt) || errors.Is(err, codec.ErrChecksum) || errors.Is(err, codec.ErrCorrupt)) && (cmd == nil || cmd.Name() != "gc") {
+		// A payload whose checksum fails is a damaged object too: its
+		// bytes come from the cache (gc's refusal says its own).
+		msg += " (" + mendHint + ")"
 	}
 	if errors.Is(err, shardcache.ErrLocked) {
 		msg += " (another splitzip command is writing to it: run this one when that ends; a killed run's lock ends with its process)"

@@ -486,3 +486,22 @@ func TestGenShapeFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestFlippedObjectMendHint: a flipped byte inside a stored payload (its
+// checksum fails) says how to mend it, as an object cut short does.
+func TestFlippedObjectMendHint(t *testing.T) {
+	dir := t.TempDir()
+	_, cache := compressed(t, dir)
+	obj, size := largestObject(cache)
+	b, err := os.ReadFile(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[size/2] ^= 1
+	os.WriteFile(obj, b, 0o644)
+	for _, args := range [][]string{{"verify", cache}, {"decompress", cache, "-o", filepath.Join(dir, "out")}, {"load", cache, "--device", "cpu"}} {
+		if code, _, e := splitzip(t, args...); code != exitFailure || !strings.Contains(e, mendHint) {
+			t.Errorf("%s with a flipped byte in an object: exit %d, %q; want how to mend it", args[0], code, e)
+		}
+	}
+}
