@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/splitzip/splitzip/atomicfile"
 
@@ -115,7 +116,7 @@ func Create(dir string) (*Writer, error) {
 	if err != nil {
 		return nil, atomicfile.Created(err)
 	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flockSoon(lock); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
 	}
@@ -165,6 +166,24 @@ func Create(dir string) (*Writer, error) {
 // IndexMended is the error of the index that Create found damaged and wrote
 // again from its backup (nil where it was whole).
 func (w *Writer) IndexMended() error { return w.indexMended }
+
+// lockWait is how long Create tries for the writer lock before
+// ErrLocked: a writer killed a moment ago may still hold it (a new writer
+// found it held 2 times in 3 straight after kill -9 of the last, free a
+// second later).
+const lockWait = time.Second
+
+// flockSoon takes the exclusive lock on f, trying for up to lockWait.
+func flockSoon(f *os.File) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
 
 // fileAbove returns the path of dir itself or of the folder above it
 // that is a file (what makes reading dir ENOTDIR), or dir when none is.
