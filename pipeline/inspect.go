@@ -129,11 +129,16 @@ type InspectResult struct {
 	Cache string `json:"cache"`
 	// IndexDamaged is the error of the cache's index where the cache was
 	// read from the index's backup (shardcache.BackupName).
-	IndexDamaged string         `json:"index_damaged,omitempty"`
-	Sources      []SourceReport `json:"sources"`
-	Totals       Totals         `json:"totals"`
-	Objects      int            `json:"objects"`      // stored objects, packed or not (packs are not counted)
-	ObjectBytes  uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
+	IndexDamaged string `json:"index_damaged,omitempty"`
+	// StrayFiles and StrayBytes are the files of objects/ and tmp/ that
+	// no checkpoint or pin uses (killed runs', or an uncommitted
+	// writer's), which gc removes.
+	StrayFiles  int            `json:"stray_files"`
+	StrayBytes  uint64         `json:"stray_bytes"`
+	Sources     []SourceReport `json:"sources"`
+	Totals      Totals         `json:"totals"`
+	Objects     int            `json:"objects"`      // stored objects, packed or not (packs are not counted)
+	ObjectBytes uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
 	// Files is how many object files the cache has: packs, and objects
 	// stored in a file of their own.
 	Files int                  `json:"object_files"`
@@ -167,6 +172,9 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	res := &InspectResult{Cache: dir, Sources: []SourceReport{}, Packs: ix.Packs()}
 	if err := c.Damaged(); err != nil {
 		res.IndexDamaged = err.Error()
+	}
+	if res.StrayFiles, res.StrayBytes, err = c.Strays(); err != nil {
+		return nil, err
 	}
 	if opt.Cost != nil {
 		res.Predicted = &Predicted{Host: opt.Cost.Host}

@@ -369,6 +369,21 @@ func refuseUncommitted(dir string) error {
 		dir, ErrNotCache, files, noun, bytes, IndexName)
 }
 
+// Strays counts the files in a local cache's objects/ and tmp/ that
+// neither its index nor a pin names, and their bytes: what killed runs
+// left (or a writer running now has not committed yet), which gc removes.
+// A remote cache has none.
+func (c *Cache) Strays() (files int, bytes uint64, err error) {
+	if c.remote != nil {
+		return 0, 0, nil
+	}
+	pins, err := readPins(c.dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	return countStrays(c.dir, knownFiles(c.dir, c.ix, pins))
+}
+
 // countStrays counts the files walkStrays finds and their bytes.
 func countStrays(dir string, known map[string]bool) (files int, bytes uint64, err error) {
 	err = walkStrays(dir, known, func(_ string, size int64) error {

@@ -669,3 +669,28 @@ func TestIndexBackup(t *testing.T) {
 		t.Errorf("verify with both damaged: %d %s", code, e)
 	}
 }
+
+// TestInspectStrays: inspect counts the files no checkpoint uses (what a
+// killed run leaves), which gc then removes; it had said nothing of them.
+func TestInspectStrays(t *testing.T) {
+	_, cache := compressed(t, t.TempDir())
+	stray := filepath.Join(cache, "objects", "ab", "left")
+	os.MkdirAll(filepath.Dir(stray), 0o755)
+	if err := os.WriteFile(stray, make([]byte, 5000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, e := splitzip(t, "inspect", cache)
+	if code != 0 || !strings.Contains(out, "1 file (") || !strings.Contains(out, "no checkpoint uses") {
+		t.Errorf("inspect with a stray file: %d %q %q", code, out, e)
+	}
+	if code, _, e := splitzip(t, "gc", cache); code != 0 {
+		t.Fatalf("gc: %d %s", code, e)
+	}
+	_, out, _ = splitzip(t, "inspect", cache, "--json")
+	var doc struct {
+		StrayFiles int `json:"stray_files"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.StrayFiles != 0 {
+		t.Errorf("inspect after gc: %v, %d stray files", err, doc.StrayFiles)
+	}
+}
