@@ -76,6 +76,10 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 		return PushResult{}, err
 	}
 	defer c.Close()
+	if err := c.Damaged(); err != nil {
+		// Read from its backup: the file pushed would be the damaged one.
+		return PushResult{}, fmt.Errorf("%w (the cache was read from its backup, %s: run splitzip gc %s, which writes the index again from it, then push)", err, shardcache.BackupName, dir)
+	}
 	if err := c.CheckSelfContained(); err != nil {
 		return PushResult{}, fmt.Errorf("%s: %w (compress it with --self-contained to push it)", dir, err)
 	}

@@ -1,6 +1,7 @@
 package shardcache
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -185,12 +186,8 @@ func Open(dir string) (*Cache, error) {
 	}
 	var damaged error
 	if errors.Is(err, ErrIndexCorrupt) {
-		// The backup of the last commit, where it reads whole.
-		backup := filepath.Join(dir, BackupName)
-		if bst, berr := os.Stat(backup); berr == nil && bst.Size() <= maxIndexSize {
-			if bix, berr := readIndex(backup); berr == nil {
-				ix, damaged, err = bix, err, nil
-			}
+		if bix, berr := readBackup(dir, path); berr == nil {
+			ix, damaged, err = bix, err, nil
 		}
 	}
 	if err != nil {
@@ -209,6 +206,51 @@ func Open(dir string) (*Cache, error) {
 // next commit of a Writer (compress, gc, relocate) writes the index
 // again from what it read.
 func (c *Cache) Damaged() error { return c.damaged }
+
+// readBackup reads and checks the index's backup in dir, where it is of
+// the same commit as the index at path: its 64-byte header (magic,
+// version, flags, the body's length and BLAKE3) is the index's, byte for
+// byte, so the damage lies past the header and the backup holds the body
+// the index was written with. A backup of another commit (one killed
+// before it wrote its backup, or an older build's, which writes none)
+// names another set of objects, and a gc by it would remove a later
+// commit's; one whose header differs is not read. Its statistics must be
+// whole too (loads never read them; writers and inspect do).
+func readBackup(dir, path string) (*Index, error) {
+	backup := filepath.Join(dir, BackupName)
+	head := func(p string) ([]byte, error) {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		b := make([]byte, indexHeaderSize)
+		_, err = io.ReadFull(f, b)
+		return b, err
+	}
+	a, err := head(path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := head(backup)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasPrefix(a, []byte(indexMagic)) || !bytes.Equal(a, b) {
+		return nil, fmt.Errorf("%s: %w: not the backup of the index's commit", backup, ErrIndexCorrupt)
+	}
+	if st, err := os.Stat(backup); err != nil || st.Size() > maxIndexSize {
+		return nil, fmt.Errorf("%s: %w: too large", backup, ErrIndexCorrupt)
+	}
+	ix, err := readIndex(backup)
+	if err != nil {
+		return nil, err
+	}
+	if err := ix.LoadStats(); err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
 
 // readIndex reads and checks the index file at path.
 func readIndex(path string) (*Index, error) {

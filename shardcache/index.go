@@ -18,10 +18,11 @@ const (
 	// IndexName is the index file in a cache directory.
 	IndexName = "splitzip.json"
 	// BackupName is the copy of the index each commit writes after it
-	// (since 2026-12-07, stop 69): where the index is damaged, the cache
-	// is read from it, and the next writer's commit mends the index. A
-	// damaged index had lost every checkpoint of a self-contained cache
-	// whose sources were gone.
+	// (since 2026-12-07, stop 69): where the index is damaged past its
+	// header and the backup is of the same commit (readBackup), the cache
+	// is read from it, and the next writer mends the index. A damaged
+	// index had lost every checkpoint of a self-contained cache whose
+	// sources were gone.
 	BackupName = "splitzip.json.backup"
 	// FormatName identifies a splitzip cache index.
 	FormatName = "splitzip-cache"

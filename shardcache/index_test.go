@@ -425,6 +425,20 @@ func TestLoadStats(t *testing.T) {
 	if _, err := marshalIndex(ix); !errors.Is(err, ErrIndexCorrupt) {
 		t.Errorf("an index whose statistics are corrupt written: %v", err)
 	}
+	// A writer mends the section from the backup of the same commit
+	// (its header the index's); without one it refuses the cache.
+	backup := filepath.Join(dir, BackupName)
+	os.WriteFile(backup, good, 0o644)
+	if w, err := Create(dir); err != nil || !errors.Is(w.IndexMended(), ErrIndexCorrupt) {
+		t.Errorf("a writer with the backup of a cache whose statistics are corrupt: %v", err)
+	} else {
+		w.Close()
+		if b, _ := os.ReadFile(path); !bytes.Equal(b, good) {
+			t.Errorf("the index was not mended from its backup")
+		}
+	}
+	os.WriteFile(path, bad, 0o644)
+	os.Remove(backup)
 	if w, err := Create(dir); !errors.Is(err, ErrIndexCorrupt) {
 		if err == nil {
 			w.Close()

@@ -137,13 +137,22 @@ func Create(dir string) (*Writer, error) {
 		}
 		damaged = c.damaged
 		c.Close() // a writer only adds files: readers may come and go
-		// The statistics before anything changes the index, which
-		// Commit writes with them.
-		if err := c.ix.LoadStats(); err != nil {
-			lock.Close()
-			return nil, err
-		}
 		ix = c.ix
+		// The statistics before anything changes the index, which
+		// Commit writes with them. Damaged there (which readers never
+		// read), the index is mended from its backup as a damaged body is.
+		if err := ix.LoadStats(); err != nil {
+			var bix *Index
+			berr := err
+			if damaged == nil && errors.Is(err, ErrIndexCorrupt) {
+				bix, berr = readBackup(dir, filepath.Join(dir, IndexName))
+			}
+			if berr != nil || bix == nil {
+				lock.Close()
+				return nil, err
+			}
+			ix, damaged = bix, err
+		}
 	}
 	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, checked: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
 	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
@@ -461,6 +470,15 @@ func (w *Writer) commit(ctx context.Context) (err error) {
 	// is removed rather than left behind the index (the commit stands).
 	if err := w.writeBackup(b); err != nil {
 		os.Remove(filepath.Join(w.dir, BackupName))
+		return nil
+	}
+	if !w.noSync {
+		// The backup's rename reaches the disk too: one a power loss
+		// undid would be older than the index, and not read.
+		if d, err := os.Open(w.dir); err == nil {
+			d.Sync()
+			d.Close()
+		}
 	}
 	return nil
 }

@@ -668,6 +668,26 @@ func TestIndexBackup(t *testing.T) {
 	if code, _, e := splitzip(t, "verify", cache); code != exitFailure || !strings.Contains(e, "corrupt") {
 		t.Errorf("verify with both damaged: %d %s", code, e)
 	}
+	// A backup of an earlier commit (one killed before it wrote its
+	// backup, or an older build's) is not read: a gc by it would remove
+	// the later commit's objects.
+	os.WriteFile(index, a, 0o644)
+	os.WriteFile(backup, a, 0o644)
+	other := filepath.Join(dir, "other")
+	if code, _, e := splitzip(t, "gen", other, "--size", "1MiB", "--seed", "9"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", other, "-o", cache, "--no-sync", "--self-contained"); code != 0 {
+		t.Fatalf("compress another: %d %s", code, e)
+	}
+	os.WriteFile(backup, a, 0o644) // the first commit's
+	flip(index)
+	if code, _, e := splitzip(t, "gc", cache); code != exitFailure || !strings.Contains(e, "corrupt") {
+		t.Errorf("gc with the index damaged and a stale backup: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "verify", cache); code != exitFailure || !strings.Contains(e, "corrupt") {
+		t.Errorf("verify with the index damaged and a stale backup: %d %s", code, e)
+	}
 }
 
 // TestInspectStrays: inspect counts the files no checkpoint uses (what a

@@ -129,10 +129,11 @@ func TestS3Commands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := time.AfterFunc(500*time.Millisecond, func() { w.Close() })
+	// Held past the second a writer tries for the lock before "locked".
+	release := time.AfterFunc(1500*time.Millisecond, func() { w.Close() })
 	defer release.Stop()
 	start := time.Now()
-	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 || !strings.Contains(e, "waiting for another splitzip command") || time.Since(start) < 400*time.Millisecond {
+	if code, out, e := splitzip(t, "load", ref, "--device", "cpu", "--local-cache", local); code != 0 || !strings.Contains(e, "waiting for another splitzip command") || time.Since(start) < 1400*time.Millisecond {
 		t.Errorf("load %s --local-cache while another command writes to it: %d after %v, %s %s", ref, code, time.Since(start), out, e)
 	}
 	// A blob damaged in the store: a streamed load fails, and its advice

@@ -73,7 +73,7 @@ func streamedArg(cmd *cobra.Command) bool {
 const storeMendHint = "the store's copy is damaged, and a pull fetches the same bytes: push the checkpoint again from a cache that verifies, after deleting the damaged blob from the store (pull names it)"
 
 // indexHint is what to do about a damaged index.
-const indexHint = "its backup (" + shardcache.BackupName + ", which a cache written since 2026-12-07 keeps) is damaged or absent too; to rebuild it, move the cache's " + shardcache.IndexName + " aside and compress each checkpoint into the cache again, or pull it again: the objects stay, and each is checked before it is used again"
+const indexHint = "its backup (" + shardcache.BackupName + ", which a cache written since 2026-12-07 keeps) is damaged, absent or of another commit; to rebuild it, move the cache's " + shardcache.IndexName + " aside and compress each checkpoint into the cache again, or pull it again: the objects stay, and each is checked before it is used again"
 
 // localIndex reports whether err names a local cache's index file (not
 // a registry's or bucket's artifact index, which a pull reads: there the
