@@ -173,8 +173,10 @@ func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
 	if err := c.Damaged(); err != nil {
 		res.IndexDamaged = err.Error()
 	}
-	if res.StrayFiles, res.StrayBytes, err = c.Strays(); err != nil {
-		return nil, err
+	// A count it cannot make (a damaged pin, a folder it may not read)
+	// is left out, not the inspection: gc says what stops it.
+	if files, bytes, err := c.Strays(); err == nil {
+		res.StrayFiles, res.StrayBytes = files, bytes
 	}
 	if opt.Cost != nil {
 		res.Predicted = &Predicted{Host: opt.Cost.Host}
