@@ -304,7 +304,27 @@ func (w *Writer) GC(ctx context.Context, o GCOptions) (GCResult, error) {
 		}
 		return os.Remove(p)
 	})
+	if err == nil {
+		removeEmptyFolders(filepath.Join(w.dir, "objects"))
+	}
 	return res, err
+}
+
+// removeEmptyFolders removes the folders of objects/ (the fan-out by a
+// key's first two hex digits) that removing objects left empty: a gc that
+// emptied a cache left 92 of them (trial 69c). GC holds the writer and
+// readers locks, so nothing adds a file meanwhile; a folder that holds one
+// is not removed (os.Remove refuses it).
+func removeEmptyFolders(objects string) {
+	ents, err := os.ReadDir(objects)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			os.Remove(filepath.Join(objects, e.Name()))
+		}
+	}
 }
 
 // Strays counts the files under objects/ and tmp/ that the index does not

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -87,7 +88,9 @@ func TestGCStrays(t *testing.T) {
 			t.Errorf("gc dry-run=%v, no index, temporary files: %+v, %v; want 1 file, 500 bytes", dry, res, err)
 		}
 	}
-	// Committed: the object file is a stray.
+	// Committed: the object file is a stray (its folder, left empty by
+	// the gc before, made again).
+	os.MkdirAll(filepath.Dir(stray), 0o755)
 	os.WriteFile(stray, make([]byte, 1000), 0o644)
 	for _, dry := range []bool{true, false} {
 		if res, err := gc(dry); err != nil || res.Files != 2 || res.Bytes != 1500 {
@@ -96,6 +99,10 @@ func TestGCStrays(t *testing.T) {
 	}
 	if n := countFiles(t, filepath.Join(dir, "objects")); n != 0 {
 		t.Errorf("%d files left under objects/", n)
+	}
+	// Nor the folders their removal left empty.
+	if _, err := os.Stat(filepath.Dir(stray)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the emptied folder %s: %v", filepath.Dir(stray), err)
 	}
 }
 
