@@ -71,7 +71,7 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 		}
 		target = r.String()
 	}
-	c, err := shardcache.Open(dir)
+	c, err := shardcache.OpenContext(ctx, dir)
 	if err != nil {
 		return PushResult{}, err
 	}

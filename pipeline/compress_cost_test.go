@@ -82,7 +82,7 @@ func TestCostCodec(t *testing.T) {
 			}
 			// inspect's prediction by the same model: as stored is all raw
 			// where the model kept everything raw, and faster where it coded.
-			ins, err := Inspect(cache, InspectOptions{Cost: c.p})
+			ins, err := Inspect(context.Background(), cache, InspectOptions{Cost: c.p})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -76,7 +76,7 @@ func TestCompressDTypeTotals(t *testing.T) {
 // stores raw.
 func rawBytes(t *testing.T, dir, dtype string) uint64 {
 	t.Helper()
-	ins, err := Inspect(dir, InspectOptions{Tensors: true})
+	ins, err := Inspect(context.Background(), dir, InspectOptions{Tensors: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ type DecompressResult struct {
 // Temporary files that killed runs left are removed (StaleTemps).
 func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *DecompressResult, err error) {
 	start := time.Now()
-	c, err := openCache(dir, &opts.Decoder)
+	c, err := openCache(ctx, dir, &opts.Decoder)
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,7 @@ func TestEntropyCodecs(t *testing.T) {
 			if v := mustVerify(t, cache); !v.OK() || v.Payloads != len(c.entropy)+len(c.fixed) || v.EntropyPayloads != len(c.entropy) {
 				t.Fatalf("verify: %d payloads, %d entropy, %+v", v.Payloads, v.EntropyPayloads, v.Problems)
 			}
-			ins, err := Inspect(cache, InspectOptions{Bits: true, Tensors: true})
+			ins, err := Inspect(context.Background(), cache, InspectOptions{Bits: true, Tensors: true})
 			if err != nil {
 				t.Fatal(err)
 			}

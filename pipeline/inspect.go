@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -155,9 +156,10 @@ type InspectResult struct {
 	Predicted *Predicted     `json:"predicted,omitempty"` // with InspectOptions.Cost
 }
 
-// Inspect summarizes a cache, and reports what opt asks for.
-func Inspect(dir string, opt InspectOptions) (*InspectResult, error) {
-	c, err := shardcache.Open(dir)
+// Inspect summarizes a cache, and reports what opt asks for; its wait
+// for a gc that holds the cache ends with ctx.
+func Inspect(ctx context.Context, dir string, opt InspectOptions) (*InspectResult, error) {
+	c, err := shardcache.OpenContext(ctx, dir)
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,7 @@ func TestRoundTrip(t *testing.T) {
 	if v := mustVerify(t, cache); !v.OK() || v.Payloads != tot.CompressedTensors {
 		t.Fatalf("verify: %+v", v)
 	}
-	ins, err := Inspect(cache, InspectOptions{Tensors: true})
+	ins, err := Inspect(context.Background(), cache, InspectOptions{Tensors: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestDedupeAndSelfContained(t *testing.T) {
 	gen(t, b, 2<<20, 2, 5) // same tensors, other sharding
 	r1 := compress(t, a, cache, true)
 	r2 := compress(t, b, cache, true)
-	ins, err := Inspect(cache, InspectOptions{})
+	ins, err := Inspect(context.Background(), cache, InspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestSelfContainedKept(t *testing.T) {
 	if err := c.CheckSelfContained(); err != nil {
 		t.Errorf("no longer self-contained: %v", err)
 	}
-	if ins, err := Inspect(cache, InspectOptions{}); err != nil || len(ins.Sources) != 1 || !ins.Sources[0].SelfContained {
+	if ins, err := Inspect(context.Background(), cache, InspectOptions{}); err != nil || len(ins.Sources) != 1 || !ins.Sources[0].SelfContained {
 		t.Errorf("inspect: %v, %+v, want one self-contained source", err, ins)
 	}
 	keep := filepath.Join(dir, "kept")
@@ -239,7 +239,7 @@ func TestSelfContainedKept(t *testing.T) {
 	// A plain cache gains no copies from a run without --self-contained.
 	plain := filepath.Join(dir, "plain")
 	compress(t, keep, plain, false)
-	if ins, err := Inspect(plain, InspectOptions{}); err != nil || len(ins.Sources) != 1 || ins.Sources[0].SelfContained {
+	if ins, err := Inspect(context.Background(), plain, InspectOptions{}); err != nil || len(ins.Sources) != 1 || ins.Sources[0].SelfContained {
 		t.Errorf("inspect of a plain cache: %v, %+v, want one source not self-contained", err, ins)
 	}
 	if r := compress(t, keep, plain, false); r.Totals.KeptCopies != 0 {
@@ -400,7 +400,7 @@ func TestCorruptCache(t *testing.T) {
 	if err != nil || v.OK() || v.Problems[0].File != ip || !errors.Is(v.Problems[0].Err, shardcache.ErrIndexCorrupt) || !strings.Contains(v.Problems[0].Error, ip) {
 		t.Errorf("verify of flipped statistics: %+v, %v", v, err)
 	}
-	if _, err := Inspect(cache, InspectOptions{}); !errors.Is(err, shardcache.ErrIndexCorrupt) || !strings.Contains(err.Error(), ip) {
+	if _, err := Inspect(context.Background(), cache, InspectOptions{}); !errors.Is(err, shardcache.ErrIndexCorrupt) || !strings.Contains(err.Error(), ip) {
 		t.Errorf("inspect of flipped statistics: %v", err)
 	}
 	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(dir, "out")}); err != nil {
@@ -579,7 +579,7 @@ func TestForgetAndGC(t *testing.T) {
 	gen(t, b, 2<<20, 1, 22) // different weights
 	compress(t, a, cache, false)
 	compress(t, b, cache, false)
-	before, _ := Inspect(cache, InspectOptions{Tensors: true})
+	before, _ := Inspect(context.Background(), cache, InspectOptions{Tensors: true})
 	// The second compress rewrote the index with the first one's
 	// statistics, and gc keeps them too.
 	statsKept := func(when string, ins *InspectResult) {
@@ -604,7 +604,7 @@ func TestForgetAndGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := Inspect(cache, InspectOptions{Tensors: true})
+	after, _ := Inspect(context.Background(), cache, InspectOptions{Tensors: true})
 	statsKept("after gc", after)
 	if len(after.Sources) != 1 || res.Objects == 0 || after.ObjectBytes >= before.ObjectBytes {
 		t.Fatalf("gc removed %+v; objects %d -> %d bytes", res, before.ObjectBytes, after.ObjectBytes)
@@ -628,7 +628,7 @@ func TestKeptPayloads(t *testing.T) {
 	// A float tensor of another dtype too small for an entropy payload to
 	// save anything (synth's F32 inv_freq, hidden/32 values) is not said
 	// to be one --codec entropy would code.
-	rep, err := Inspect(out, InspectOptions{Tensors: true})
+	rep, err := Inspect(context.Background(), out, InspectOptions{Tensors: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -771,7 +771,7 @@ func TestInspectRawEscapes(t *testing.T) {
 	if _, err := Compress(context.Background(), src, CompressOptions{Output: out, Jobs: 2, MinSaving: 0.5, NoSync: true}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Inspect(out, InspectOptions{Tensors: true})
+	rep, err := Inspect(context.Background(), out, InspectOptions{Tensors: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -837,7 +837,7 @@ func TestStatsUnderEveryCodec(t *testing.T) {
 		if _, err := Compress(context.Background(), src, CompressOptions{Output: cache, Codec: codecName, Jobs: 2, MinSaving: DefaultMinSaving, NoSync: true}); err != nil {
 			t.Fatal(err)
 		}
-		ins, err := Inspect(cache, InspectOptions{Tensors: true})
+		ins, err := Inspect(context.Background(), cache, InspectOptions{Tensors: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -83,7 +83,7 @@ func (r *VerifyResult) OK() bool { return len(r.Problems) == 0 }
 // for failures to run at all.
 func Verify(ctx context.Context, dir string, opts VerifyOptions) (*VerifyResult, error) {
 	start := time.Now()
-	c, err := openCache(dir, &opts.Decoder)
+	c, err := openCache(ctx, dir, &opts.Decoder)
 	if err != nil {
 		return nil, err
 	}
@@ -243,12 +243,12 @@ func packsOf(c *shardcache.Cache, sources []shardcache.Source) []shardcache.Key 
 }
 
 // openCache opens a cache for verify or decompress and defaults the
-// decoder to the CPU reference.
-func openCache(dir string, dec *Decoder) (*shardcache.Cache, error) {
+// decoder to the CPU reference; its wait for a gc ends with ctx.
+func openCache(ctx context.Context, dir string, dec *Decoder) (*shardcache.Cache, error) {
 	if *dec == nil {
 		*dec = CPUDecoder{}
 	}
-	return shardcache.Open(dir)
+	return shardcache.OpenContext(ctx, dir)
 }
 
 // verifyShard checks one shard's regions and tensors with opts.Jobs

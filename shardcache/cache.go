@@ -2,6 +2,7 @@ package shardcache
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -152,6 +153,11 @@ func (c *Cache) LookupSpec(ref any, shard string, offset, size uint64) (SliceHit
 // meanwhile; while a gc runs it waits for it to finish (up to two
 // minutes, then ErrLocked).
 func Open(dir string) (*Cache, error) {
+	return OpenContext(context.Background(), dir)
+}
+
+// OpenContext is Open, giving up its wait for a gc when ctx ends.
+func OpenContext(ctx context.Context, dir string) (*Cache, error) {
 	path := filepath.Join(dir, IndexName)
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -174,7 +180,7 @@ func Open(dir string) (*Cache, error) {
 	}
 	// The lock before the index: a gc that ran between reading the
 	// index and locking could have removed what it names.
-	lock, err := readLock(dir)
+	lock, err := readLock(ctx, dir)
 	if err != nil {
 		return nil, err
 	}

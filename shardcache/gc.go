@@ -422,7 +422,7 @@ func countStrays(dir string, known map[string]bool) (files int, bytes uint64, er
 // writer holds is ErrLocked, as for GC. It stops with ctx's error when
 // ctx ends.
 func DryRunGC(ctx context.Context, dir string, o GCOptions) (GCResult, error) {
-	unlock, err := sharedLock(dir)
+	unlock, err := sharedLock(ctx, dir)
 	if err != nil {
 		return GCResult{}, err
 	}
@@ -461,9 +461,10 @@ func DryRunGC(ctx context.Context, dir string, o GCOptions) (GCResult, error) {
 }
 
 // sharedLock takes the cache's lock shared, if it has a lock file, so
-// that no writer works while the caller reads; it opens the file for
+// that no writer works while the caller reads, waiting for a writer as
+// long as Open waits for a gc (or until ctx ends); it opens the file for
 // reading only. The caller calls the function it returns to let go.
-func sharedLock(dir string) (func(), error) {
+func sharedLock(ctx context.Context, dir string) (func(), error) {
 	f, err := os.Open(filepath.Join(dir, LockName))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 		// No writer ever opened the cache, or the caller may not read
@@ -474,9 +475,15 @@ func sharedLock(dir string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+	if err := flockWait(ctx, f, unix.LOCK_SH, readWait); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w: a writer has held it for %v", dir, ErrLocked, readWait)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: waiting for a writer to finish: %w", dir, err)
+		}
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	return func() { f.Close() }, nil
 }

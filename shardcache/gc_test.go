@@ -198,8 +198,13 @@ func TestDryRunGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := DryRunGC(context.Background(), dir, GCOptions{}); !errors.Is(err, ErrLocked) {
-		t.Errorf("dry run while a writer holds the cache: %v, want ErrLocked", err)
+	// A dry run waits for the writer (trial 69c: it gave up at once),
+	// until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*readPoll)
+	_, err = DryRunGC(ctx, dir, GCOptions{})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for a writer") {
+		t.Errorf("dry run while a writer holds the cache, until its context ends: %v, want a wait that ended with the context", err)
 	}
 	if err := w.Forget("/a"); err != nil {
 		t.Fatal(err)
@@ -353,6 +358,12 @@ func TestGCWaitsForReaders(t *testing.T) {
 	lock, err := gcLock(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// ... until its context ends (Ctrl-C: trial 69c).
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(3*readPoll, cancel)
+	if _, err := OpenContext(ctx, dir); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "waiting for a gc") {
+		t.Fatalf("Open while gc holds the cache, cancelled: %v, want context.Canceled", err)
 	}
 	opened := make(chan error, 1)
 	go func() {

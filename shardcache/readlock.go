@@ -8,6 +8,7 @@ package shardcache
 // committed.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -32,10 +33,11 @@ const (
 )
 
 // readLock takes the readers lock of the cache in dir shared, waiting up
-// to readWait for a gc that holds it, and returns the file that holds it
-// (nil where the cache has no readers file, as one made before it was
-// introduced, or the caller may not open it: such a reader takes no part).
-func readLock(dir string) (*os.File, error) {
+// to readWait for a gc that holds it (or until ctx ends), and returns the
+// file that holds it (nil where the cache has no readers file, as one
+// made before it was introduced, or the caller may not open it: such a
+// reader takes no part).
+func readLock(ctx context.Context, dir string) (*os.File, error) {
 	f, err := os.Open(filepath.Join(dir, ReadersName))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 		return nil, nil
@@ -43,19 +45,35 @@ func readLock(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	for deadline := time.Now().Add(readWait); ; {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
+	err = flockWait(ctx, f, unix.LOCK_SH, readWait)
+	if err == nil {
+		return f, nil
+	}
+	f.Close()
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return nil, fmt.Errorf("%s: %w: gc has held it for %v", dir, ErrLocked, readWait)
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%s: waiting for a gc to finish: %w", dir, err)
+	}
+	return nil, fmt.Errorf("%s: %w", f.Name(), err)
+}
+
+// flockWait takes the flock how (unix.LOCK_SH or LOCK_EX) on f, trying
+// every readPoll for up to wait: unix.EWOULDBLOCK when it is still held
+// then, ctx's error when ctx ends first.
+func flockWait(ctx context.Context, f *os.File, how int, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, fmt.Errorf("%s: %w: gc has held it for %v", dir, ErrLocked, readWait)
-			}
-			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+			return err
 		}
-		time.Sleep(readPoll)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(readPoll):
+		}
 	}
 }
 

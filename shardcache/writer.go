@@ -116,7 +116,7 @@ func Create(dir string) (*Writer, error) {
 	if err != nil {
 		return nil, atomicfile.Created(err)
 	}
-	if err := flockSoon(lock); err != nil {
+	if err := flockWait(context.Background(), lock, unix.LOCK_EX, lockWait); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
 	}
@@ -181,18 +181,6 @@ func (w *Writer) IndexMended() error { return w.indexMended }
 // found it held 2 times in 3 straight after kill -9 of the last, free a
 // second later).
 const lockWait = time.Second
-
-// flockSoon takes the exclusive lock on f, trying for up to lockWait.
-func flockSoon(f *os.File) error {
-	deadline := time.Now().Add(lockWait)
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // fileAbove returns the path of dir itself or of the folder above it
 // that is a file (what makes reading dir ENOTDIR), or dir when none is.

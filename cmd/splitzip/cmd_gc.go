@@ -38,7 +38,8 @@ so, unless --unfinished lets them go. gc refuses a cache that a load,
 verify, decompress or push has open, or a Python or C loader (from
 opening the cache to closing it), and a pack it would rewrite whose
 members still in use are damaged.
---dry-run changes nothing, and works on a read-only cache.`,
+--dry-run changes nothing, works on a read-only cache, and waits for a
+compress or pull that is writing the cache to finish (up to two minutes).`,
 		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error { return runGC(cmd.Context(), g, o, a[0]) },
 	}
@@ -122,7 +123,7 @@ func gc(ctx context.Context, o gcOptions, dir string) (shardcache.GCResult, erro
 	}
 	if !shardcache.IsCache(dir) {
 		// Open says why: missing, not a directory, or not a cache.
-		c, err := shardcache.Open(dir)
+		c, err := shardcache.OpenContext(ctx, dir)
 		if err != nil {
 			return shardcache.GCResult{}, err
 		}

@@ -67,7 +67,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 		}
 		opts.Cost = p
 	}
-	res, err := pipeline.Inspect(dir, opts)
+	res, err := pipeline.Inspect(ctx, dir, opts)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func runPlan(ctx context.Context, g *globals, o planOptions, dir string) error {
 	if err != nil {
 		return usageError{err}
 	}
-	c, err := shardcache.Open(dir)
+	c, err := shardcache.OpenContext(ctx, dir)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ times unchanged, changes nothing. verify, decompress and load also take
 }
 
 func runRelocate(ctx context.Context, g *globals, o relocateOptions, cache, dir string) error {
-	c, err := shardcache.Open(cache)
+	c, err := shardcache.OpenContext(ctx, cache)
 	if err != nil {
 		return err
 	}

@@ -203,7 +203,7 @@ func (o remoteOptions) open(ctx context.Context, g *globals, cache string) (*sha
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := shardcache.Open(dir)
+	c, err := shardcache.OpenContext(ctx, dir)
 	if err != nil {
 		done()
 		return nil, nil, nil, err
