@@ -113,7 +113,10 @@ func (c *Cache) PickSource(sel string) (*Source, error) {
 //   - sel another directory (or file): the one source whose shards are
 //     there as holdsShards wants them (a checkpoint moved, copied or
 //     mounted elsewhere: every shard with a tensor the cache does not
-//     hold, with its recorded size), and sel. The index is not changed
+//     hold, with its recorded size), and sel. Where several are (a
+//     fine-tune beside its base: the same names and sizes), the bytes
+//     of the smallest piece their keys differ in pick one (byContent),
+//     then the shards' modification times. The index is not changed
 //     (Writer.Relocate records the new place).
 func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	srcs := c.Index().Sources
@@ -165,7 +168,13 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	}
 	if len(found) > 1 {
 		// A fine-tune's shards have its base's names and sizes: the
-		// modification times a move keeps tell them apart.
+		// bytes of a piece whose keys differ tell them apart.
+		found = byContent(dir, found)
+	}
+	if len(found) > 1 {
+		// Sources with the same bytes where dir has them (or whose
+		// piece could not be read): the modification times a move
+		// keeps tell them apart.
 		var same []*Source
 		for _, s := range found {
 			if sameTimes(dir, s) {
@@ -186,8 +195,72 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	for i, s := range found {
 		paths[i] = s.Path()
 	}
-	return nil, "", fmt.Errorf("%s: %w: %s holds the shards of %d of them by name and size (%s), and their modification times do not tell which; name one by its recorded path, or, if this folder is one of them moved, record its place with 'splitzip relocate %s %s --source RECORDED-PATH' (which checks its bytes)",
+	return nil, "", fmt.Errorf("%s: %w: %s holds the shards of %d of them by name and size (%s), and neither their bytes nor their modification times tell which; name one by its recorded path, or, if this folder is one of them moved, record its place with 'splitzip relocate %s %s --source RECORDED-PATH' (which checks its bytes)",
 		c.Dir(), ErrAmbiguousSource, sel, len(found), strings.Join(paths, ", "), c.Dir(), sel)
+}
+
+// maxContentRead is the most bytes byContent reads to tell sources apart.
+const maxContentRead = 256 << 20
+
+// byContent keeps the sources of found whose bytes dir holds: it finds
+// the smallest piece (a shard's header or a tensor) at the same place in
+// every source's shard of the same name whose recorded keys are not all
+// the same, reads it from dir and keeps the sources whose key for it
+// matches. found is returned as is where no such piece exists (the
+// sources record the same bytes wherever dir has their shards), it is
+// larger than maxContentRead or it cannot be read.
+func byContent(dir string, found []*Source) []*Source {
+	type place struct {
+		shard        string
+		offset, size uint64
+	}
+	keys := map[place][]Key{} // a key per source, in found's order
+	for i, s := range found {
+		for _, sh := range s.Shards {
+			add := func(off, size uint64, k Key) {
+				p := place{sh.Name, off, size}
+				if len(keys[p]) == i {
+					keys[p] = append(keys[p], k)
+				}
+			}
+			add(sh.Header.Offset, sh.Header.Size, sh.Header.Key)
+			for _, t := range sh.Tensors {
+				add(t.Offset, t.Size, t.Key)
+			}
+		}
+	}
+	var best place
+	for p, ks := range keys {
+		if len(ks) != len(found) || p.size > maxContentRead || (best.shard != "" && p.size >= best.size) {
+			continue
+		}
+		for _, k := range ks[1:] {
+			if k != ks[0] {
+				best = p
+				break
+			}
+		}
+	}
+	if best.shard == "" {
+		return found
+	}
+	f, err := os.Open(filepath.Join(dir, best.shard))
+	if err != nil {
+		return found
+	}
+	defer f.Close()
+	b := make([]byte, best.size)
+	if _, err := f.ReadAt(b, int64(best.offset)); err != nil {
+		return found
+	}
+	got := KeyOf(b)
+	var same []*Source
+	for i, s := range found {
+		if keys[best][i] == got {
+			same = append(same, s)
+		}
+	}
+	return same
 }
 
 // sameTimes reports whether every shard of s that dir has has its

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -572,10 +573,14 @@ func TestRawLoadWithoutSource(t *testing.T) {
 }
 
 // TestMovedFineTune: a fine-tune's shards have its base's names and sizes.
-// Moved (its files' times kept), --source finds it by those times; copied
-// without them, --source is ambiguous and says to relocate, and relocate
-// --source naming its record moves it (it was refused: "does not hold the
-// shards", asked of every record at once).
+// Moved (its files' times kept), --source finds it. Copied without its
+// times, the bytes of a tensor that differs tell which record it is (it
+// was ambiguous): verify says to relocate, as for any copy without its
+// times, and relocate finds the record alone (relocate --source was
+// refused: "does not hold the shards", asked of every record at once).
+// The base's times on the fine-tune's bytes do not make it the base. Two
+// records of the same bytes are told apart by times; where times do not
+// tell either, --source says to relocate naming the record.
 func TestMovedFineTune(t *testing.T) {
 	dir := t.TempDir()
 	base, tune, cache := filepath.Join(dir, "base"), filepath.Join(dir, "tune"), filepath.Join(dir, "c")
@@ -599,21 +604,65 @@ func TestMovedFineTune(t *testing.T) {
 	if code, _, e := splitzip(t, "verify", cache, "--source", moved); code != 0 {
 		t.Errorf("verify --source of the moved fine-tune: %d %s", code, e)
 	}
+	// retime gives folder's shards like's times (an hour ahead: none).
+	retime := func(folder, like string) {
+		for _, f := range shards {
+			when := time.Now().Add(time.Hour)
+			if like != "" {
+				st, err := os.Stat(filepath.Join(like, filepath.Base(f)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				when = st.ModTime()
+			}
+			os.Chtimes(filepath.Join(folder, filepath.Base(f)), when, when)
+		}
+	}
+	roots := func() []string {
+		_, out, _ := splitzip(t, "inspect", cache, "--json")
+		var r struct {
+			Sources []struct {
+				Root string `json:"root"`
+			} `json:"sources"`
+		}
+		json.Unmarshal([]byte(out), &r)
+		var rs []string
+		for _, s := range r.Sources {
+			rs = append(rs, s.Root)
+		}
+		return rs
+	}
 	copied := filepath.Join(dir, "copied")
 	copyTree(t, moved, copied)
-	future := time.Now().Add(time.Hour)
-	for _, f := range shards {
-		os.Chtimes(filepath.Join(copied, filepath.Base(f)), future, future)
-	}
+	retime(copied, base) // the base's times on the fine-tune's bytes
 	code, _, e := splitzip(t, "verify", cache, "--source", copied)
-	if code != exitUsage || !strings.Contains(e, "splitzip relocate") {
-		t.Errorf("verify --source of a copy without its times: %d %s", code, e)
+	if code != exitInput || !strings.Contains(e, "relocate") || strings.Contains(e, "tell which") || strings.Contains(e, "differ") {
+		t.Errorf("verify --source of a copy of the fine-tune with the base's times: %d %s", code, e)
 	}
-	if code, _, e := splitzip(t, "relocate", cache, copied, "--source", tune); code != 0 {
-		t.Fatalf("relocate --source naming the fine-tune's record: %d %s", code, e)
+	if code, _, e := splitzip(t, "relocate", cache, copied); code != 0 {
+		t.Fatalf("relocate of the copy: %d %s", code, e)
+	}
+	if got := roots(); !slices.Contains(got, base) || !slices.Contains(got, copied) {
+		t.Errorf("the records after relocate: %v, want %s and %s", got, base, copied)
 	}
 	if code, _, e := splitzip(t, "verify", cache, "--source", copied); code != 0 {
 		t.Errorf("verify --source after relocate: %d %s", code, e)
+	}
+	// The base recorded twice (its folder and a copy): the same bytes.
+	baseCopy, third := filepath.Join(dir, "base-copy"), filepath.Join(dir, "third")
+	copyTree(t, base, baseCopy)
+	if code, _, e := splitzip(t, "compress", baseCopy, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress the base's copy: %d %s", code, e)
+	}
+	copyTree(t, base, third)
+	retime(third, "")
+	code, _, e = splitzip(t, "verify", cache, "--source", third)
+	if code != exitUsage || !strings.Contains(e, "tell which") || !strings.Contains(e, "--source RECORDED-PATH") {
+		t.Errorf("verify --source of a third copy of the base without its times: %d %s", code, e)
+	}
+	retime(third, baseCopy)
+	if code, _, e := splitzip(t, "verify", cache, "--source", third); code != 0 {
+		t.Errorf("verify --source of a third copy with the copy's times: %d %s", code, e)
 	}
 }
 
