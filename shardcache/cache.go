@@ -156,6 +156,19 @@ func Open(dir string) (*Cache, error) {
 	return OpenContext(context.Background(), dir)
 }
 
+// lostIndex is ErrNotCache, saying how to restore the index, where the
+// cache in dir has no index but has the backup a commit writes after it
+// (the index moved aside or deleted by hand: no run leaves a backup
+// without its index); nil where it has no backup.
+func lostIndex(dir string) error {
+	backup := filepath.Join(dir, BackupName)
+	if st, err := os.Stat(backup); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: no %s, but its backup %s is there (a commit writes it after the index): if the index was moved or deleted, 'cp %s %s' restores the last commit's, then 'splitzip verify %s' checks it; to start the cache anew, remove the folder",
+		dir, ErrNotCache, IndexName, BackupName, backup, filepath.Join(dir, IndexName), dir)
+}
+
 // OpenContext is Open, giving up its wait for a gc when ctx ends.
 func OpenContext(ctx context.Context, dir string) (*Cache, error) {
 	path := filepath.Join(dir, IndexName)
@@ -163,6 +176,9 @@ func OpenContext(ctx context.Context, dir string) (*Cache, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return nil, derr
+		}
+		if err := lostIndex(dir); err != nil {
+			return nil, err
 		}
 		if _, merr := os.Stat(filepath.Join(dir, MarkerName)); merr == nil {
 			return nil, fmt.Errorf("%s: %w: no committed index (was compress or pull interrupted? run it again)", dir, ErrNotCache)

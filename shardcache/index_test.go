@@ -676,3 +676,42 @@ func BenchmarkIndex(b *testing.B) {
 		}
 	}
 }
+
+// TestLostIndex: a cache whose index was moved aside or deleted, its
+// backup beside it, is refused by readers and writers alike with the way
+// to restore it; a writer used to start an empty index and replace the
+// backup, the last copy of the cache's records (trial 69c).
+func TestLostIndex(t *testing.T) {
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100, 200)
+	w.SetSource(a)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	index, backup := filepath.Join(dir, IndexName), filepath.Join(dir, BackupName)
+	if err := os.Rename(index, index+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(backup)
+	if _, err := Open(dir); !errors.Is(err, ErrNotCache) || !strings.Contains(err.Error(), "'cp "+backup+" "+index+"'") {
+		t.Errorf("Open without the index, its backup there: %v", err)
+	}
+	if w, err := Create(dir); !errors.Is(err, ErrNotCache) || !strings.Contains(err.Error(), BackupName) {
+		if err == nil {
+			w.Close()
+		}
+		t.Errorf("Create without the index, its backup there: %v", err)
+	}
+	if b, _ := os.ReadFile(backup); !bytes.Equal(b, want) {
+		t.Fatal("the backup changed")
+	}
+	if err := os.Rename(backup, index); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(dir)
+	if err != nil || len(c.Index().Sources) != 1 {
+		t.Fatalf("Open after the backup was restored: %v", err)
+	}
+	c.Close()
+}

@@ -129,7 +129,13 @@ func Create(dir string) (*Writer, error) {
 	}
 	ix := &Index{Objects: map[Key]*Object{}}
 	var damaged error
-	if _, err := os.Stat(filepath.Join(dir, IndexName)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, IndexName)); errors.Is(err, fs.ErrNotExist) {
+		// A new index would replace the backup of the lost one.
+		if err := lostIndex(dir); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	} else if err == nil {
 		c, err := Open(dir)
 		if err != nil {
 			lock.Close()
