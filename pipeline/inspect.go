@@ -140,6 +140,12 @@ type InspectResult struct {
 	Totals      Totals         `json:"totals"`
 	Objects     int            `json:"objects"`      // stored objects, packed or not (packs are not counted)
 	ObjectBytes uint64         `json:"object_bytes"` // what the cache holds on disk, shared objects once
+	// SharedTensors and SharedBytes are the tensors, and their stored
+	// bytes, whose object another tensor before them (of the same
+	// checkpoint or another: a fine-tune and its base) has too: the
+	// totals count those bytes again, the cache holds them once.
+	SharedTensors int    `json:"shared_tensors"`
+	SharedBytes   uint64 `json:"shared_bytes"`
 	// Files is how many object files the cache has: packs, and objects
 	// stored in a file of their own.
 	Files int                  `json:"object_files"`
@@ -194,6 +200,7 @@ func Inspect(ctx context.Context, dir string, opt InspectOptions) (*InspectResul
 	}
 	dtypes := map[string]*DTypeReport{}
 	explained := map[shardcache.Key]entropy.Breakdown{}
+	seen := map[shardcache.Key]bool{}
 	for _, s := range ix.Sources {
 		sr := SourceReport{Root: s.Root, Checkpoint: s.Path(), Shards: len(s.Shards), SelfContained: true}
 		if opt.Cost != nil {
@@ -216,6 +223,13 @@ func Inspect(ctx context.Context, dir string, opt InspectOptions) (*InspectResul
 				}
 				add(&sr.Totals, &r)
 				add(&res.Totals, &r)
+				if o := ix.Objects[t.Key]; o != nil {
+					if seen[t.Key] {
+						res.SharedTensors++
+						res.SharedBytes += o.Size
+					}
+					seen[t.Key] = true
+				}
 				if p := res.Predicted; p != nil {
 					kind := map[string]costmodel.Kind{shardcache.StoredFixed: costmodel.Fixed, shardcache.StoredEntropy: costmodel.Entropy}[r.Stored]
 					stored, raw := opt.Cost.Time(kind, r.RawBytes), opt.Cost.Time(costmodel.Raw, r.RawBytes)

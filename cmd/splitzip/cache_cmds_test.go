@@ -763,3 +763,49 @@ func TestInspectStrays(t *testing.T) {
 		t.Errorf("inspect after gc: %v, %d stray files", err, doc.StrayFiles)
 	}
 }
+
+// TestInspectShared: the sums of a cache of a checkpoint and its copy add
+// each tensor on its own; inspect says how much of that the cache holds
+// once (trial 69c).
+func TestInspectShared(t *testing.T) {
+	dir := t.TempDir()
+	a, b, cache := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", a, "--size", "1MiB"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	type result struct {
+		ObjectBytes   uint64 `json:"object_bytes"`
+		SharedTensors int    `json:"shared_tensors"`
+		SharedBytes   uint64 `json:"shared_bytes"`
+		Totals        struct {
+			StoredBytes uint64 `json:"stored_bytes"`
+		} `json:"totals"`
+	}
+	inspect := func() (result, string) {
+		_, out, _ := splitzip(t, "inspect", cache, "--json")
+		var r result
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("inspect --json: %v: %s", err, out)
+		}
+		_, text, _ := splitzip(t, "inspect", cache)
+		return r, text
+	}
+	if code, _, e := splitzip(t, "compress", a, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	one, text := inspect()
+	if one.SharedTensors != 0 || one.SharedBytes != 0 || strings.Contains(text, "shared:") {
+		t.Errorf("one checkpoint: %+v\n%s", one, text)
+	}
+	copyTree(t, a, b)
+	if code, _, e := splitzip(t, "compress", b, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress the copy: %d %s", code, e)
+	}
+	two, text := inspect()
+	// The copy's tensors are a's: those a keeps in objects are shared
+	// (the rest are read from each checkpoint's own files).
+	if two.Totals.StoredBytes != 2*one.Totals.StoredBytes || two.ObjectBytes != one.ObjectBytes || two.SharedTensors == 0 || two.SharedBytes > one.ObjectBytes || two.SharedBytes == 0 ||
+		!strings.Contains(text, "shared: "+human(two.SharedBytes)) {
+		t.Errorf("a checkpoint and its copy: %+v (one: %+v)\n%s", two, one, text)
+	}
+}

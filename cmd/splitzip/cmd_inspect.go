@@ -144,6 +144,11 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	fmt.Fprintf(w, "total: %s (%s), %s -> %s (%.1f%% saved)%s; cache holds %s, %s in %s\n",
 		count(t.Tensors, "tensor"), payloadKinds(t), human(t.RawBytes), human(t.StoredBytes), 100*(1-ratio(t.StoredBytes, t.RawBytes)),
 		bf16, count(res.Objects, "object"), human(res.ObjectBytes), count(res.Files, "file"))
+	if res.SharedTensors > 0 {
+		// The sums above add each tensor on its own (trial 69c).
+		fmt.Fprintf(w, "shared: %s stored in the cache once for several tensors with the same bytes (%s), counted again in the sums above\n",
+			human(res.SharedBytes), count(res.SharedTensors, "tensor"))
+	}
 	if res.StrayFiles > 0 {
 		fmt.Fprintf(w, "and %s (%s) that no checkpoint uses: killed runs leave them (or a writer running now has not committed them yet); splitzip gc %s removes them\n",
 			count(res.StrayFiles, "file"), human(res.StrayBytes), dir)
