@@ -39,12 +39,21 @@ const compressCost = 4*segmentBytes + shardcache.BufferedObjectBytes
 // *kept, as is a raw copy an earlier run stored.
 func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor, o *shardcache.Object, kept *bool) {
 	tc.opts.Progress.Add(t.Size())
+	tc.adopt(rec, o, kept)
+	if rec.Payload() && !tc.stores(t, o.Kind) && tc.w.Earlier(rec.Key) {
+		*kept = true
+	}
+}
+
+// adopt records rec as the object o of its key (reuse, settle).
+func (tc *tensorCompressor) adopt(rec *shardcache.Tensor, o *shardcache.Object, kept *bool) {
 	switch o.Kind {
 	case shardcache.KindFixed:
-		rec.Stored, rec.CopyStored = shardcache.StoredFixed, true
+		rec.Stored, rec.CopyStored, rec.Reason = shardcache.StoredFixed, true, ""
 	case shardcache.KindEntropy:
-		rec.Stored, rec.CopyStored = shardcache.StoredEntropy, true
+		rec.Stored, rec.CopyStored, rec.Reason = shardcache.StoredEntropy, true, ""
 	default:
+		rec.Stored = shardcache.StoredRaw
 		rec.Reason = "stored raw before"
 		if tc.w.Earlier(rec.Key) {
 			*kept = true // an earlier run's copy (Totals.KeptCopies)
@@ -53,9 +62,6 @@ func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor,
 			rec.Reason = "the same bytes as another region stored raw"
 		}
 		rec.CopyStored = true
-	}
-	if rec.Payload() && !tc.stores(t, o.Kind) && tc.w.Earlier(rec.Key) {
-		*kept = true
 	}
 }
 
@@ -72,6 +78,40 @@ func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor,
 // earlier run stored the tensor as a payload of another codec, which it
 // keeps.
 func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64, kept *bool) error {
+	if err := tc.compressOne(r, t, rec, auto, kept); err != nil {
+		return err
+	}
+	tc.settle(rec, kept)
+	return nil
+}
+
+// settle gives rec the form of the object the cache holds for its key
+// where it names another: a tensor has one form in a cache, that of the
+// first object stored for its bytes. Tensors of two dtypes with the same
+// bytes (a zero BF16 bias and a zero BOOL mask of one size) would each
+// be stored in its own form, a payload and a raw copy of one key, and
+// the second is dropped (shardcache's ObjectFile.Commit), from another
+// job at the same time or from this one before; its record must then
+// name the first's form.
+func (tc *tensorCompressor) settle(rec *shardcache.Tensor, kept *bool) {
+	var kind string
+	switch {
+	case rec.Stored == shardcache.StoredFixed:
+		kind = shardcache.KindFixed
+	case rec.Stored == shardcache.StoredEntropy:
+		kind = shardcache.KindEntropy
+	case rec.CopyStored:
+		kind = shardcache.KindRaw
+	default:
+		return // read from the source: no object
+	}
+	if o, ok := tc.w.Has(rec.Key); ok && o.Kind != kind {
+		tc.adopt(rec, o, kept)
+	}
+}
+
+// compressOne is compress less settle.
+func (tc *tensorCompressor) compressOne(r *sourceReader, t *safetensors.Tensor, rec *shardcache.Tensor, auto *uint64, kept *bool) error {
 	*rec = shardcache.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Offset: t.Begin, Size: t.Size(), Stored: shardcache.StoredRaw}
 	codecName := tc.opts.Codec
 	fixed := t.DType == "BF16" && t.Size()%2 == 0 && codecName != CodecEntropy

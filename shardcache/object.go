@@ -331,8 +331,8 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 		// never miss bytes a pending record names.
 		defer w.mu.Unlock()
 		defer o.Abort()
-		if _, ok := w.pending[key]; ok {
-			return nil // put twice by concurrent writers
+		if w.putBefore(key) {
+			return nil // put twice by concurrent writers: the first stays
 		}
 		seg, off, err := w.spill.put(w.dir, *o.mem)
 		if err != nil {
@@ -361,7 +361,7 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	if packed {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if _, ok := w.pending[key]; ok {
+		if w.putBefore(key) {
 			return nil // put twice by concurrent writers: Abort removes it
 		}
 		w.addPending(key, pendingObject{path: o.f.Name(), meta: meta})
@@ -375,14 +375,30 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	if err := os.MkdirAll(filepath.Dir(p), atomicfile.DirPerm); err != nil {
 		return err
 	}
+	// Under the lock from the check to the record, so that of two
+	// writers of one key the first's file and record stay.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.putBefore(key) {
+		return nil // put twice by concurrent writers: Abort removes it
+	}
 	if err := os.Rename(o.f.Name(), p); err != nil {
 		return err
 	}
 	o.done = true
-	w.mu.Lock()
 	w.record(key, meta)
-	w.mu.Unlock()
 	return nil
+}
+
+// putBefore reports whether this writer stored key already (pending for a
+// pack or recorded): a second object of the same bytes, perhaps in
+// another form (a payload and a raw copy of one key: tensors of two dtypes
+// with the same bytes), is dropped, and its tensor takes the first's form
+// (Writer.Has). An object of an earlier run is replaced (Has found it
+// damaged). Called with w.mu held.
+func (w *Writer) putBefore(key Key) bool {
+	_, ok := w.pending[key]
+	return ok || w.added[key]
 }
 
 // startWriteback asks the kernel to start writing n bytes of f's dirty
