@@ -665,8 +665,10 @@ func TestPullKilledBeforeCommit(t *testing.T) {
 	}
 	f.fail.Store(0)
 	// What a kill before the commit leaves: the files, the pin, no index.
-	if err := os.Remove(filepath.Join(out, shardcache.IndexName)); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{shardcache.IndexName, shardcache.BackupName} {
+		if err := os.Remove(filepath.Join(out, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w, err := shardcache.Create(out)
 	if err != nil {
@@ -881,12 +883,12 @@ func TestPulledAlready(t *testing.T) {
 	for i := range art.ix.Sources {
 		art.ix.Sources[i].Root = shardcache.PulledRoot(abs, art.ix.Sources[i].Root)
 	}
-	if !pulledAlready(out, art.ix, art.files, art.layers) {
+	if !pulledAlready(context.Background(), out, art.ix, art.files, art.layers) {
 		t.Fatal("a cache a pull filled does not hold its artifact")
 	}
 	root := art.ix.Sources[0].Root
 	art.ix.Sources[0].Root = shardcache.PulledRoot(abs, "/elsewhere")
-	if pulledAlready(out, art.ix, art.files, art.layers) {
+	if pulledAlready(context.Background(), out, art.ix, art.files, art.layers) {
 		t.Error("a checkpoint recorded elsewhere counted as held")
 	}
 	art.ix.Sources[0].Root = root
@@ -900,7 +902,7 @@ func TestPulledAlready(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Remove(path)
-	if pulledAlready(out, art.ix, art.files, art.layers) {
+	if pulledAlready(context.Background(), out, art.ix, art.files, art.layers) {
 		t.Error("a cache missing an object counted as holding the artifact")
 	}
 }

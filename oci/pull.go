@@ -103,7 +103,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 	w, err := shardcache.Create(dir)
 	if err != nil {
-		if (errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)) && pulledAlready(dir, ix, files, layers) {
+		if (errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)) && pulledAlready(ctx, dir, ix, files, layers) {
 			// Nothing to write: the artifact is here whole already.
 			return res, nil
 		}
@@ -268,8 +268,8 @@ func sameBlob(c *shardcache.Cache, k shardcache.Key, d v1.Descriptor) (same bool
 // not write, holds the artifact of ix whole: each of its files with the
 // bytes of its blob, and each of its checkpoints recorded as ix records
 // it (a pull done before, to be done again where nothing may be written).
-func pulledAlready(dir string, ix *shardcache.Index, files []shardcache.Key, layers map[shardcache.Key]v1.Descriptor) bool {
-	c, err := shardcache.Open(dir)
+func pulledAlready(ctx context.Context, dir string, ix *shardcache.Index, files []shardcache.Key, layers map[shardcache.Key]v1.Descriptor) bool {
+	c, err := shardcache.OpenContext(ctx, dir)
 	if err != nil {
 		return false
 	}

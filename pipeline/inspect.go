@@ -223,7 +223,9 @@ func Inspect(ctx context.Context, dir string, opt InspectOptions) (*InspectResul
 				}
 				add(&sr.Totals, &r)
 				add(&res.Totals, &r)
-				if o := ix.Objects[t.Key]; o != nil {
+				// A raw tensor not copied is read from its own files,
+				// whatever object another tensor has.
+				if o := ix.Objects[t.Key]; o != nil && (t.Stored != shardcache.StoredRaw || t.CopyStored) {
 					if seen[t.Key] {
 						res.SharedTensors++
 						res.SharedBytes += o.Size

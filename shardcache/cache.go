@@ -156,19 +156,6 @@ func Open(dir string) (*Cache, error) {
 	return OpenContext(context.Background(), dir)
 }
 
-// lostIndex is ErrNotCache, saying how to restore the index, where the
-// cache in dir has no index but has the backup a commit writes after it
-// (the index moved aside or deleted by hand: no run leaves a backup
-// without its index); nil where it has no backup.
-func lostIndex(dir string) error {
-	backup := filepath.Join(dir, BackupName)
-	if st, err := os.Stat(backup); err != nil || !st.Mode().IsRegular() {
-		return nil
-	}
-	return fmt.Errorf("%s: %w: no %s, but its backup %s is there (a commit writes it after the index): if the index was moved or deleted, 'cp %s %s' restores the last commit's, then 'splitzip verify %s' checks it; to start the cache anew, remove the folder",
-		dir, ErrNotCache, IndexName, BackupName, backup, filepath.Join(dir, IndexName), dir)
-}
-
 // OpenContext is Open, giving up its wait for a gc when ctx ends.
 func OpenContext(ctx context.Context, dir string) (*Cache, error) {
 	path := filepath.Join(dir, IndexName)
@@ -221,6 +208,26 @@ func OpenContext(ctx context.Context, dir string) (*Cache, error) {
 	c := newCache(dir, ix)
 	c.rlock, c.damaged = lock, damaged
 	return c, nil
+}
+
+// lostIndex is ErrIndexLost, saying how to restore the index, where the
+// cache in dir has no index but has the backup a commit writes after it;
+// nil where it has no backup.
+func lostIndex(dir string) error {
+	backup := filepath.Join(dir, BackupName)
+	if st, err := os.Stat(backup); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("%s: %w (a commit writes it after the index): if %s was moved or deleted, cp %s %s restores the last commit's, then splitzip verify %s checks it; to start the cache anew, remove the folder",
+		dir, ErrIndexLost, IndexName, shellQuote(backup), shellQuote(filepath.Join(dir, IndexName)), shellQuote(dir))
+}
+
+// shellQuote is s as one word of a POSIX shell command line.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // Damaged is the error of the cache's index where Open read the cache

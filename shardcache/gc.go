@@ -418,9 +418,9 @@ func countStrays(dir string, known map[string]bool) (files int, bytes uint64, er
 // (after forgetting o.Forget), and changes nothing: it opens no file for
 // writing, so it works on a read-only cache. It reads and checks the
 // members a repack would copy (raw ones by their keys, payloads with
-// o.Check where set), failing where GC with the same o would. A cache a
-// writer holds is ErrLocked, as for GC. It stops with ctx's error when
-// ctx ends.
+// o.Check where set), failing where GC with the same o would. It waits
+// for a writer that holds the cache as Open waits for a gc (up to two
+// minutes, then ErrLocked). It stops with ctx's error when ctx ends.
 func DryRunGC(ctx context.Context, dir string, o GCOptions) (GCResult, error) {
 	unlock, err := sharedLock(ctx, dir)
 	if err != nil {
@@ -428,7 +428,7 @@ func DryRunGC(ctx context.Context, dir string, o GCOptions) (GCResult, error) {
 	}
 	defer unlock()
 	var ix *Index
-	switch c, err := Open(dir); {
+	switch c, err := OpenContext(ctx, dir); {
 	case err == nil:
 		c.Close() // the writer lock, held shared, keeps the index as it is
 		ix = c.ix

@@ -54,6 +54,11 @@ var (
 	ErrNotCache = errors.New("not a splitzip cache")
 	// ErrIndexCorrupt reports an index whose checksum or content is invalid.
 	ErrIndexCorrupt = errors.New("splitzip cache index is corrupt")
+	// ErrIndexLost reports a cache whose index is gone but whose backup
+	// (BackupName) is there: moved aside or deleted by hand, as no run
+	// leaves it; readers and writers refuse it until the index is
+	// restored.
+	ErrIndexLost = errors.New("the cache's index is missing, its backup is there")
 	// ErrNotFound reports a key or slice the cache does not hold.
 	ErrNotFound = errors.New("not in the cache")
 	// ErrObjectCorrupt reports an object whose size or hash is wrong.

@@ -694,15 +694,30 @@ func TestLostIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := os.ReadFile(backup)
-	if _, err := Open(dir); !errors.Is(err, ErrNotCache) || !strings.Contains(err.Error(), "'cp "+backup+" "+index+"'") {
+	if _, err := Open(dir); !errors.Is(err, ErrIndexLost) || !strings.Contains(err.Error(), "cp "+backup+" "+index) {
 		t.Errorf("Open without the index, its backup there: %v", err)
 	}
-	if w, err := Create(dir); !errors.Is(err, ErrNotCache) || !strings.Contains(err.Error(), BackupName) {
+	if _, err := DryRunGC(context.Background(), dir, GCOptions{}); !errors.Is(err, ErrIndexLost) {
+		t.Errorf("a dry run of gc without the index, its backup there: %v", err)
+	}
+	if w, err := Create(dir); !errors.Is(err, ErrIndexLost) {
 		if err == nil {
 			w.Close()
 		}
 		t.Errorf("Create without the index, its backup there: %v", err)
 	}
+	// An index that cannot be looked at (a loop of links here) is not
+	// a missing one: no empty index may go over it and its backup.
+	if err := os.Symlink(index, index); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := Create(dir); err == nil || errors.Is(err, ErrIndexLost) {
+		if err == nil {
+			w.Close()
+		}
+		t.Errorf("Create with an index that loops: %v", err)
+	}
+	os.Remove(index)
 	if b, _ := os.ReadFile(backup); !bytes.Equal(b, want) {
 		t.Fatal("the backup changed")
 	}

@@ -56,6 +56,15 @@ func TestPins(t *testing.T) {
 	if _, err := w.GC(context.Background(), GCOptions{DryRun: true}); !errors.Is(err, ErrPinCorrupt) {
 		t.Fatalf("dry run with a malformed pin: %v", err)
 	}
+	w.Close() // DryRunGC (gc -n) waits for a writer
+	if _, err := DryRunGC(context.Background(), dir, GCOptions{}); !errors.Is(err, ErrPinCorrupt) {
+		t.Fatalf("DryRunGC with a malformed pin: %v", err)
+	}
+	w, err = Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
 	// DropPins drops the malformed pin too (it had to be removed by hand).
 	res, err = w.GC(context.Background(), GCOptions{DropPins: true})
 	if err != nil || res.Objects != 2 || res.Files != 1 || res.Pinned != 0 || len(res.Pins) != 0 || len(res.Dropped) != 2 {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -202,23 +203,57 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 // maxContentRead is the most bytes byContent reads to tell sources apart.
 const maxContentRead = 256 << 20
 
-// byContent keeps the sources of found whose bytes dir holds: it finds
-// the smallest piece (a shard's header or a tensor) at the same place in
-// every source's shard of the same name whose recorded keys are not all
-// the same, reads it from dir and keeps the sources whose key for it
-// matches. found is returned as is where no such piece exists (the
-// sources record the same bytes wherever dir has their shards), it is
-// larger than maxContentRead or it cannot be read.
+// byContent keeps the sources of found whose bytes dir holds. It finds the
+// smallest piece (a shard's header or a tensor; the first by shard name
+// and offset among equals) at the same place in every source's shard of
+// the same name, a shard dir has with its recorded size, whose recorded
+// keys are not all the same; reads it from dir and keeps the sources whose
+// key for it matches; and goes on while several are left and a piece
+// tells them apart. found is returned as is where no piece does (the
+// sources record the same bytes wherever dir has their shards), the piece
+// is larger than maxContentRead or cannot be read, or dir's bytes match
+// none of the sources (the one verify then checks names what differs).
 func byContent(dir string, found []*Source) []*Source {
-	type place struct {
-		shard        string
-		offset, size uint64
+	for len(found) > 1 {
+		p, keys, ok := differingPiece(dir, found)
+		if !ok {
+			return found
+		}
+		got, err := pieceKey(filepath.Join(dir, p.shard), p.offset, p.size)
+		if err != nil {
+			return found
+		}
+		var same []*Source
+		for i, s := range found {
+			if keys[i] == got {
+				same = append(same, s)
+			}
+		}
+		if len(same) == 0 {
+			return found
+		}
+		found = same
 	}
-	keys := map[place][]Key{} // a key per source, in found's order
+	return found
+}
+
+// piece is a byte range of a shard.
+type piece struct {
+	shard        string
+	offset, size uint64
+}
+
+// differingPiece is byContent's choice of a piece to read, with each
+// source's key for it (in found's order).
+func differingPiece(dir string, found []*Source) (piece, []Key, bool) {
+	keys := map[piece][]Key{}
 	for i, s := range found {
 		for _, sh := range s.Shards {
+			if st, err := os.Stat(filepath.Join(dir, sh.Name)); err != nil || uint64(st.Size()) != sh.Size {
+				continue
+			}
 			add := func(off, size uint64, k Key) {
-				p := place{sh.Name, off, size}
+				p := piece{sh.Name, off, size}
 				if len(keys[p]) == i {
 					keys[p] = append(keys[p], k)
 				}
@@ -229,38 +264,32 @@ func byContent(dir string, found []*Source) []*Source {
 			}
 		}
 	}
-	var best place
+	var best piece
+	ok := false
 	for p, ks := range keys {
-		if len(ks) != len(found) || p.size > maxContentRead || (best.shard != "" && p.size >= best.size) {
+		if len(ks) != len(found) || p.size > maxContentRead || !slices.ContainsFunc(ks, func(k Key) bool { return k != ks[0] }) {
 			continue
 		}
-		for _, k := range ks[1:] {
-			if k != ks[0] {
-				best = p
-				break
-			}
+		if !ok || p.size < best.size || p.size == best.size && (p.shard < best.shard || p.shard == best.shard && p.offset < best.offset) {
+			best, ok = p, true
 		}
 	}
-	if best.shard == "" {
-		return found
-	}
-	f, err := os.Open(filepath.Join(dir, best.shard))
+	return best, keys[best], ok
+}
+
+// pieceKey is the content key of size bytes of the file at path from
+// offset.
+func pieceKey(path string, offset, size uint64) (Key, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return found
+		return "", err
 	}
 	defer f.Close()
-	b := make([]byte, best.size)
-	if _, err := f.ReadAt(b, int64(best.offset)); err != nil {
-		return found
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, int64(offset)); err != nil {
+		return "", err
 	}
-	got := KeyOf(b)
-	var same []*Source
-	for i, s := range found {
-		if keys[best][i] == got {
-			same = append(same, s)
-		}
-	}
-	return same
+	return KeyOf(b), nil
 }
 
 // sameTimes reports whether every shard of s that dir has has its

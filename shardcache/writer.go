@@ -135,7 +135,12 @@ func Create(dir string) (*Writer, error) {
 			lock.Close()
 			return nil, err
 		}
-	} else if err == nil {
+	} else if err != nil {
+		// Not a missing index (a loop of links, an I/O error): no empty
+		// index may be committed over it and its backup.
+		lock.Close()
+		return nil, err
+	} else {
 		c, err := Open(dir)
 		if err != nil {
 			lock.Close()

@@ -615,7 +615,9 @@ func TestMovedFineTune(t *testing.T) {
 				}
 				when = st.ModTime()
 			}
-			os.Chtimes(filepath.Join(folder, filepath.Base(f)), when, when)
+			if err := os.Chtimes(filepath.Join(folder, filepath.Base(f)), when, when); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	roots := func() []string {
@@ -625,7 +627,9 @@ func TestMovedFineTune(t *testing.T) {
 				Root string `json:"root"`
 			} `json:"sources"`
 		}
-		json.Unmarshal([]byte(out), &r)
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("inspect --json: %v: %s", err, out)
+		}
 		var rs []string
 		for _, s := range r.Sources {
 			rs = append(rs, s.Root)
@@ -807,5 +811,60 @@ func TestInspectShared(t *testing.T) {
 	if two.Totals.StoredBytes != 2*one.Totals.StoredBytes || two.ObjectBytes != one.ObjectBytes || two.SharedTensors == 0 || two.SharedBytes > one.ObjectBytes || two.SharedBytes == 0 ||
 		!strings.Contains(text, "shared: "+human(two.SharedBytes)) {
 		t.Errorf("a checkpoint and its copy: %+v (one: %+v)\n%s", two, one, text)
+	}
+}
+
+// TestSourceByContent: --source reads only shards the folder has (a
+// self-contained cache's copy may lack some), and a folder whose bytes
+// match none of the records it could be is left to the checks that name
+// what differs, not called a folder of none (review 70).
+func TestSourceByContent(t *testing.T) {
+	dir := t.TempDir()
+	base, tune, other, cache := filepath.Join(dir, "base"), filepath.Join(dir, "tune"), filepath.Join(dir, "other"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", base, "--size", "1MiB", "--shards", "2"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	first := "model-00001-of-00002.safetensors"
+	flip := func(folder string, at int) {
+		p := filepath.Join(folder, first)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-at] ^= 0x40
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyTree(t, base, tune)
+	flip(tune, 3)
+	for _, ck := range []string{base, tune} {
+		if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync", "--self-contained"); code != 0 {
+			t.Fatalf("compress %s: %d %s", ck, code, e)
+		}
+	}
+	// The fine-tune's first shard alone, with the base's time.
+	alone := filepath.Join(dir, "alone")
+	if err := os.MkdirAll(alone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(tune, first))
+	os.WriteFile(filepath.Join(alone, first), b, 0o644)
+	st, err := os.Stat(filepath.Join(base, first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(filepath.Join(alone, first), st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	code, _, e := splitzip(t, "verify", cache, "--source", alone)
+	if code != exitInput || !strings.Contains(e, "relocate") || strings.Contains(e, "differ") {
+		t.Errorf("verify --source of the fine-tune's first shard with the base's time: %d %s", code, e)
+	}
+	// A second fine-tune, compressed nowhere: its bytes match neither.
+	copyTree(t, base, other)
+	flip(other, 5)
+	if code, _, e := splitzip(t, "verify", cache, "--source", other); code == 0 || strings.Contains(e, "holds the shards of none") {
+		t.Errorf("verify --source of a folder whose bytes match neither record: %d %s", code, e)
 	}
 }

@@ -161,7 +161,7 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		return err
 	}
 	if existing != nil {
-		existing.split(out, src)
+		existing.split(ctx, out, src)
 	}
 	if isRemote(o.Output) {
 		// Where the cache goes: the local folder is a temporary one, gone
@@ -253,9 +253,9 @@ type tagBase struct {
 
 // split sorts the tag's checkpoints into kept and replaced by the path
 // that identifies the checkpoint src compressed into the cache dir.
-func (b *tagBase) split(dir, src string) {
+func (b *tagBase) split(ctx context.Context, dir, src string) {
 	var path string
-	if c, err := shardcache.Open(dir); err == nil {
+	if c, err := shardcache.OpenContext(ctx, dir); err == nil {
 		if i, err := c.Index().SourceFor(src); err == nil {
 			path = c.Index().Sources[i].Path()
 		}

@@ -62,7 +62,7 @@ func runGC(ctx context.Context, g *globals, o gcOptions, dir string) error {
 	// One checkpoint named twice (its folder and its index, say) is
 	// forgotten once.
 	if len(o.Forget) > 1 {
-		if c, err := shardcache.Open(dir); err == nil {
+		if c, err := shardcache.OpenContext(ctx, dir); err == nil {
 			c.Close() // its index is all this reads; gc takes the cache from readers
 			seen := map[int]bool{}
 			var once []string

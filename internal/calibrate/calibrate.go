@@ -329,7 +329,7 @@ func measureCodec(ctx context.Context, eng engine.Engine, src, out string, k cos
 	if _, err := pipeline.Compress(ctx, src, pipeline.CompressOptions{Output: out, Codec: codec, NoSync: true}); err != nil {
 		return err
 	}
-	c, err := shardcache.Open(out)
+	c, err := shardcache.OpenContext(ctx, out)
 	if err != nil {
 		return err
 	}

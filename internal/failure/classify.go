@@ -49,7 +49,7 @@ var rules = []rule{
 	{Integrity, []error{
 		codec.ErrCorrupt, codec.ErrChecksum, codec.ErrSize,
 		entropy.ErrStream, entropy.ErrCode, entropy.ErrPayload,
-		shardcache.ErrIndexCorrupt, shardcache.ErrObjectCorrupt, shardcache.ErrPinCorrupt,
+		shardcache.ErrIndexCorrupt, shardcache.ErrIndexLost, shardcache.ErrObjectCorrupt, shardcache.ErrPinCorrupt,
 		pipeline.ErrMismatch, transport.ErrMismatch, gpu.ErrKernel, oci.ErrBlob,
 	}},
 	{Input, []error{
