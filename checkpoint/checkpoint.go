@@ -77,6 +77,10 @@ type Checkpoint struct {
 	// (diffusers' unet/, text_encoder/), which are checkpoints of their
 	// own.
 	LeftOut []string
+	// Others names the other files of a folder compressed whole (not
+	// .safetensors, not an index, not hidden: config.json, a tokenizer,
+	// a README), which a cache does not hold.
+	Others []string
 	// Duplicates lists the tensor names that more than one shard holds:
 	// a checkpoint a loader cannot serve by name (decompress restores it).
 	Duplicates []Duplicate
@@ -135,6 +139,7 @@ func Open(path string) (*Checkpoint, error) {
 			return nil, err
 		}
 		ck.LeftOut = append(others, subfolders(abs, ents)...)
+		ck.Others = otherFiles(ents)
 		if index != "" {
 			if _, err := openIndexed(ck, filepath.Join(abs, index)); err != nil {
 				return nil, err
@@ -215,6 +220,20 @@ func folderIndex(abs string, ents []os.DirEntry) (index string, others []string,
 
 // maxWalk bounds the entries subfolders looks at below each subfolder.
 const maxWalk = 10000
+
+// otherFiles names the entries of ents that are files but neither
+// .safetensors files nor indexes nor hidden (Checkpoint.Others).
+func otherFiles(ents []os.DirEntry) []string {
+	var out []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, indexSuffix) {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
 
 // subfolders describes the subfolders of abs (entries ents) below which
 // .safetensors files lie, hidden ones (.git, .cache) apart. Each is

@@ -131,6 +131,9 @@ type CompressResult struct {
 	// LeftOut names what the folder compressed holds that is not part of the
 	// checkpoint (other indexes, subfolders with .safetensors files).
 	LeftOut []string `json:"left_out,omitempty"`
+	// OtherFiles names the other files of the folder compressed
+	// (config.json, a tokenizer), which the cache does not hold.
+	OtherFiles []string `json:"other_files,omitempty"`
 	// Duplicates are tensor names more than one shard holds: the cache
 	// keeps and restores them, but a load, which serves tensors by name,
 	// refuses the checkpoint.
@@ -268,7 +271,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	}
 
 	res := &CompressResult{Source: ck.Root, Output: opts.Output, Shards: len(ck.Shards), Unindexed: ck.Unindexed,
-		LeftOut: ck.LeftOut, Duplicates: ck.Duplicates, Unnamed: ck.Unnamed}
+		LeftOut: ck.LeftOut, OtherFiles: ck.Others, Duplicates: ck.Duplicates, Unnamed: ck.Unnamed}
 	if opts.Codec == CodecCost {
 		res.CostModel = opts.Cost.Host + ", measured " + opts.Cost.Measured
 	}

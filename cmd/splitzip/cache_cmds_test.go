@@ -868,3 +868,28 @@ func TestSourceByContent(t *testing.T) {
 		t.Errorf("verify --source of a folder whose bytes match neither record: %d %s", code, e)
 	}
 }
+
+// TestCompressNotesOtherFiles: the files a checkpoint folder holds beside
+// its shards (config.json, a tokenizer) are not in the cache; compress
+// says so, in text and JSON, rather than let them go with the source
+// (trial 70).
+func TestCompressNotesOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	for _, f := range []string{"config.json", "tokenizer.json", ".hidden"} {
+		if err := os.WriteFile(filepath.Join(ck, f), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c"), "--no-sync", "--self-contained")
+	if code != 0 || !strings.Contains(e, "2 other files (config.json, tokenizer.json)") || !strings.Contains(e, "do not come back") {
+		t.Errorf("compress of a folder with other files: %d %s", code, e)
+	}
+	code, out, _ := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c2"), "--no-sync", "--json")
+	if code != 0 || !strings.Contains(out, `"other_files": [`) {
+		t.Errorf("compress --json of a folder with other files: %d %s", code, out)
+	}
+}

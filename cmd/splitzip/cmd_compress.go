@@ -197,6 +197,15 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 	if len(res.LeftOut) > 0 {
 		fmt.Fprintf(g.stderr, "note: %s also holds %s: not part of this checkpoint, not compressed\n", res.Source, strings.Join(res.LeftOut, ", "))
 	}
+	if n := len(res.OtherFiles); n > 0 {
+		// Not lost with the source unnoticed (trial 70).
+		names := res.OtherFiles
+		if n > 5 {
+			names = append(names[:5:5], fmt.Sprintf("and %d more", n-5))
+		}
+		fmt.Fprintf(g.stderr, "note: %s also holds %s (%s): the cache holds only the safetensors files and their index, so keep these beside it%s\n",
+			res.Source, count(n, "other file"), strings.Join(names, ", "), map[bool]string{true: " (decompress and load work without the source; these do not come back with it)"}[o.SelfContained])
+	}
 	if n := len(res.Duplicates); n > 0 {
 		d := res.Duplicates[0]
 		fmt.Fprintf(g.stderr, "warning: %s %s in more than one shard (first: %q in %s): the cache keeps and restores them, but a load, which serves tensors by name, refuses this checkpoint\n",
