@@ -71,7 +71,9 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	if err := shardcache.CheckOutside(dir, opts.Output, "the output folder"); err != nil {
 		return nil, err
 	}
-	if checkpoint.Contains(s.Root, opts.Output) {
+	if checkpoint.Contains(s.Root, opts.Output) && sourcePresent(s) {
+		// Where the source is gone (a self-contained cache), its old
+		// place is where a user restores it (trial 70).
 		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
 	}
 	res = &DecompressResult{Source: s.Root, Checkpoint: s.Path(), Output: opts.Output}
@@ -459,3 +461,21 @@ func (w *fileWriter) Write(b []byte) (int, error) {
 // outputError is err, an error writing or placing a restored file, with
 // the file's final name in place of a temporary one.
 func outputError(err error, final string) error { return atomicfile.Named(err, final) }
+
+// sourcePresent reports whether any file of s (a shard, its index) is at
+// its recorded root.
+func sourcePresent(s *shardcache.Source) bool {
+	names := make([]string, 0, len(s.Shards)+1)
+	for _, sh := range s.Shards {
+		names = append(names, sh.Name)
+	}
+	if s.Index != nil {
+		names = append(names, s.Index.Name)
+	}
+	for _, n := range names {
+		if _, err := os.Lstat(filepath.Join(s.Root, n)); err == nil {
+			return true
+		}
+	}
+	return false
+}

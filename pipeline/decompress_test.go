@@ -356,3 +356,26 @@ func TestDecompressStopped(t *testing.T) {
 		}
 	}
 }
+
+// TestDecompressIntoSourcePlace: decompress refuses an output in the
+// source checkpoint's folder while the source is there, and restores a
+// self-contained cache into that folder once the source is gone (the
+// place a user restores it to; trial 70).
+func TestDecompressIntoSourcePlace(t *testing.T) {
+	dir := t.TempDir()
+	src, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "cache")
+	keep := filepath.Join(dir, "keep")
+	gen(t, src, 1<<20, 2, 5)
+	gen(t, keep, 1<<20, 2, 5) // the same bytes
+	compress(t, src, cache, true)
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: filepath.Join(src, "sub")}); !errors.Is(err, ErrOutputInSource) {
+		t.Fatalf("decompress into the source while it is there: %v", err)
+	}
+	if err := os.RemoveAll(src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decompress(context.Background(), cache, DecompressOptions{Output: src}); err != nil {
+		t.Fatalf("decompress into the source's place, the source gone: %v", err)
+	}
+	sameFiles(t, keep, src)
+}
