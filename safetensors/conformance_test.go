@@ -47,7 +47,7 @@ func TestConformance(t *testing.T) {
 		{"header not an object", `[1,2]`, 0, false, "not a JSON object"},
 		{"header a string", `"x"`, 0, false, "not a JSON object"},
 		{"header null", `null`, 0, false, "not a JSON object"},
-		{"empty header", ``, 0, false, "not a JSON object"},
+		{"empty header", ``, 0, false, "the header is empty"},
 		{"padded with spaces", `{"a":` + e("U8", "[1]", 0, 1) + `}    `, 1, true, ""},
 		{"followed by newline", "{}\n", 0, true, ""},
 		{"followed by tab, CR, LF", "{} \t\r\n", 0, true, ""},

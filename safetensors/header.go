@@ -151,6 +151,9 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		return nil, fmt.Errorf("%s: reading header: %w", name, err)
 	}
 	f := &File{Name: name, Size: uint64(size), Header: head, DataStart: 8 + hlen}
+	if len(bytes.TrimSpace(head[8:])) == 0 {
+		return nil, bad("", "the header is empty (its 8-byte length is %d and it holds no JSON object)", hlen)
+	}
 	if !utf8.Valid(head[8:]) {
 		// A length too large takes tensor bytes for header text.
 		return nil, bad("", "header is not valid UTF-8 (is its 8-byte length, %d, right? the header's JSON should end there)", hlen)

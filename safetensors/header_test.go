@@ -64,6 +64,10 @@ func TestReadIndex(t *testing.T) {
 			t.Errorf("index %s: %v", bad, err)
 		}
 	}
+	os.WriteFile(p, []byte("\xef\xbb\xbf"+`{"weight_map":{"a":"s1.safetensors"}}`), 0o644)
+	if _, err := ReadIndex(p); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "byte-order mark") {
+		t.Errorf("an index that starts with a byte-order mark: %v", err)
+	}
 }
 
 func FuzzRead(f *testing.F) {

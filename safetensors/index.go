@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -51,6 +52,9 @@ func ReadIndex(path string) (*Index, error) {
 	}
 	var doc struct {
 		WeightMap map[string]string `json:"weight_map"`
+	}
+	if bytes.HasPrefix(raw, []byte("\xef\xbb\xbf")) {
+		return nil, &FormatError{File: path, Reason: "not a JSON index: it starts with a UTF-8 byte-order mark, which JSON does not allow (save it without one)"}
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, &FormatError{File: path, Reason: fmt.Sprintf("not a JSON index: %v", err)}

@@ -110,12 +110,12 @@ func TestMessage(t *testing.T) {
 	}{
 		{fmt.Errorf("--jobs: %w", numErr), []string{`--jobs: "abc" is not a number`}, []string{"strconv", "ParseInt", "invalid syntax"}},
 		{rangeErr, []string{"out of range"}, []string{"strconv"}},
-		{fmt.Errorf("index.json: %w", typeErr), []string{`index.json: field "Size" holds a string where a whole number of 0 or more belongs`}, []string{"Go struct", "uint64", "json: cannot"}},
+		{fmt.Errorf("index.json: %w", typeErr), []string{`index.json: field "Size" holds a string where a whole number from 0 to 18446744073709551615 belongs`}, []string{"Go struct", "uint64", "json: cannot"}},
 		{fmt.Errorf("cache: %w", openErr), []string{"cache: ", "nope: no such file or directory"}, []string{"open "}},
 		{&fs.PathError{Op: "mkdir", Path: "/ro/c", Err: syscall.EROFS}, []string{"cannot create the folder /ro/c: read-only file system"}, nil},
 		{&os.LinkError{Op: "rename", Old: "a", New: "b", Err: syscall.EXDEV}, []string{"cannot rename a to b"}, nil},
 		{fmt.Errorf("x: %w", os.NewSyscallError("mmap", syscall.ENOMEM)), []string{"x: cannot map the file into memory: cannot allocate memory"}, []string{"mmap"}},
-		{fmt.Errorf("index.json: %v", typeErr), []string{`index.json: field "Size" holds a string where a whole number of 0 or more belongs`}, []string{"Go struct", "uint64", "json: cannot"}},
+		{fmt.Errorf("index.json: %v", typeErr), []string{`index.json: field "Size" holds a string where a whole number from 0 to 18446744073709551615 belongs`}, []string{"Go struct", "uint64", "json: cannot"}},
 		{fmt.Errorf("--jobs: %v", numErr), []string{`--jobs: "abc" is not a number`}, []string{"strconv", "invalid syntax"}},
 		{errors.Join(errors.New("first"), &fs.PathError{Op: "lstat", Path: "/p", Err: syscall.ENOENT}), []string{"first", "/p: no such file"}, []string{"lstat"}},
 	} {

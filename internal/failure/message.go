@@ -76,7 +76,11 @@ func goTypeKind(name string) string {
 	case strings.HasPrefix(name, "int"):
 		return "a whole number"
 	case strings.HasPrefix(name, "uint"):
-		return "a whole number of 0 or more"
+		bits := map[string]int{"uint8": 8, "uint16": 16, "uint32": 32}[name]
+		if bits == 0 {
+			bits = 64
+		}
+		return unsignedWords(bits)
 	case strings.HasPrefix(name, "float"):
 		return "a number"
 	case name == "string":
@@ -147,6 +151,12 @@ func article(v string) string {
 	return "a " + v
 }
 
+// unsignedWords names an unsigned integer of bits bits in JSON words: its
+// range, not just its sign, since 2^64 does not fit either (trial 70).
+func unsignedWords(bits int) string {
+	return "a whole number from 0 to " + strconv.FormatUint(1<<bits-1, 10)
+}
+
 // jsonKind names what a Go type holds in JSON words.
 func jsonKind(t reflect.Type) string {
 	if t == nil {
@@ -156,7 +166,7 @@ func jsonKind(t reflect.Type) string {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return "a whole number"
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a whole number of 0 or more"
+		return unsignedWords(t.Bits())
 	case reflect.Float32, reflect.Float64:
 		return "a number"
 	case reflect.String:
