@@ -4,7 +4,7 @@ BIN     ?= .dev/splitzip
 DEMO    ?= demo
 SHELL   := /bin/bash
 
-.PHONY: help build test lint demo fuzz bench clean kernels gpu-build capi wheel python-test real-weights real-weights-test
+.PHONY: help build test lint demo fuzz bench clean kernels gpu-build gpu-bundle capi wheel python-test real-weights real-weights-test
 
 help:
 	@echo "make demo   - generate a small checkpoint, compress, verify, inspect, restore"
@@ -17,6 +17,7 @@ help:
 	@echo "make wheel  - build dist/splitzip-*.whl (the Python package with libsplitzip.so)"
 	@echo "make kernels - compile gpu/decode.cu and gpu/entropy.cu into the committed fatbins (needs nvcc)"
 	@echo "make gpu-build - build the binaries scripts/gpu-check.sh runs on a GPU machine"
+	@echo "make gpu-bundle - .dev/gpu.txz: stripped binaries, test binaries and the C library for scripts/gpu-first-call.sh"
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/splitzip
@@ -130,3 +131,14 @@ gpu-build: build
 	CGO_ENABLED=0 $(GO) test -c -o .dev/load.test ./load
 	CGO_ENABLED=0 $(GO) test -c -o .dev/loader.test ./loader
 	CGO_ENABLED=0 $(GO) test -c -o .dev/entropy.test ./codec/entropy
+
+# One file under the carry limit for scripts/gpu-first-call.sh and
+# scripts/gpu-suites.sh (D=.dev/gpu): stripped splitzip and GPU test
+# binaries, and python/splitzip/libsplitzip.so.
+GPU_TESTS = gpu:./gpu cuda:./gpu/cuda cudaengine:./engine/cudaengine transport:./transport load:./load loader:./loader
+gpu-bundle: capi
+	mkdir -p .dev/gpu
+	CGO_ENABLED=0 $(GO) build -ldflags='-s -w' -o .dev/gpu/splitzip ./cmd/splitzip
+	for t in $(GPU_TESTS); do CGO_ENABLED=0 $(GO) test -c -ldflags='-s -w' -o .dev/gpu/$${t%%:*}.test $${t#*:} || exit 1; done
+	tar cf - .dev/gpu python/splitzip/libsplitzip.so | xz -T0 -6 > .dev/gpu.txz
+	@ls -l .dev/gpu.txz
