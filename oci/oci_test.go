@@ -3,8 +3,11 @@ package oci
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -904,5 +907,67 @@ func TestPulledAlready(t *testing.T) {
 	os.Remove(path)
 	if pulledAlready(context.Background(), out, art.ix, art.files, art.layers) {
 		t.Error("a cache missing an object counted as holding the artifact")
+	}
+}
+
+// TestPullOtherForm: a cache that holds the bytes of a pulled artifact's
+// tensor in another form (a zero BF16 bias's fixed payload where the
+// artifact has a zero BOOL mask's raw copy; a BF16 tensor's fixed payload
+// where the artifact has its entropy payload), in a file of its own or a
+// pack, keeps its object, and the pulled checkpoint takes its form: the
+// pull took the cache's file for damaged and replaced it, and the cache's
+// own records then named a form its object no longer had (review 70b).
+func TestPullOtherForm(t *testing.T) {
+	_, host := serve(t)
+	n := 1 << 20
+	bf16 := synth.Normal(rand.New(rand.NewPCG(3, 4)), n/2, 0.02)
+	for i, c := range []struct {
+		name          string
+		local, remote string // dtype:codec
+		data          []byte
+		packMax       int64
+	}{
+		{"zeros", "BF16:fixed", "BOOL:fixed", make([]byte, n), -1},
+		{"zeros-packed", "BF16:fixed", "BOOL:fixed", make([]byte, n), 2 << 20},
+		{"codecs", "BF16:fixed", "BF16:entropy", bf16, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			local, remote := filepath.Join(dir, "local"), filepath.Join(dir, "remote")
+			for _, side := range []struct{ spec, src, out string }{{c.local, "a", local}, {c.remote, "b", remote}} {
+				dtype, codecName, _ := strings.Cut(side.spec, ":")
+				values := n / 2
+				if dtype == "BOOL" {
+					values = n
+				}
+				header := fmt.Sprintf(`{"t":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}`, dtype, values, n)
+				header += strings.Repeat(" ", -len(header)&7)
+				b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+				src := filepath.Join(dir, side.src)
+				os.MkdirAll(src, 0o755)
+				if err := os.WriteFile(filepath.Join(src, "model.safetensors"), append(append(b, header...), c.data...), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				o := pipeline.CompressOptions{Output: side.out, Codec: codecName, SelfContained: true, NoSync: true, PackMax: c.packMax}
+				if _, err := pipeline.Compress(context.Background(), src, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ref := fmt.Sprintf("%s/models/other%d:v1", host, i)
+			if _, err := Push(context.Background(), remote, ref, opts()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Pull(context.Background(), ref, local, opts()); err != nil {
+				t.Fatalf("pull: %v", err)
+			}
+			v, err := pipeline.Verify(context.Background(), local, pipeline.VerifyOptions{})
+			if err != nil || !v.OK() || v.Tensors != 2 {
+				t.Fatalf("the cache after the pull: %v %+v", err, v)
+			}
+			out := filepath.Join(dir, "out")
+			if _, err := pipeline.Decompress(context.Background(), local, pipeline.DecompressOptions{Output: out, Source: shardcache.PulledRoot(local, filepath.Join(dir, "b"))}); err != nil {
+				t.Fatalf("decompress of the pulled checkpoint: %v", err)
+			}
+		})
 	}
 }

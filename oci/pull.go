@@ -115,6 +115,9 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 	w.SetPayloadCheck(o.Check)
 	var todo []shardcache.Key
 	have := w.Cache()
+	if files, err = otherForms(have.Index(), ix, files); err != nil {
+		return PullResult{}, fmt.Errorf("pull %s into %s: %w", src, dir, err)
+	}
 	damaged := map[shardcache.Key]error{}
 	for _, k := range files {
 		// A file in place whose bytes are the blob is kept, recorded in
@@ -213,6 +216,76 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 		return PullResult{}, err
 	}
 	return res, nil
+}
+
+// otherForms reconciles the artifact's index ix with the cache's index
+// have where the cache holds the bytes of one of ix's objects in another
+// form (another kind, or a payload of another size: a fixed payload here
+// and an entropy one there, a raw copy and a payload of tensors of two
+// dtypes). A key names one object in a cache, and the cache's stays: the
+// artifact's tensors of those bytes take its form, and such a file of
+// ix's own is not fetched (it would replace the cache's, whose records
+// then name another form; the pull did that before). A shard header, gap
+// or index file of those bytes must be raw: where the cache's object is a
+// payload the pull is refused. It returns files less those not fetched.
+func otherForms(have, ix *shardcache.Index, files []shardcache.Key) ([]shardcache.Key, error) {
+	other := map[shardcache.Key]*shardcache.Object{}
+	for k, o := range ix.Objects {
+		if lo, ok := have.Objects[k]; ok && o.Kind != shardcache.KindPack && (lo.Kind != o.Kind || lo.Size != o.Size) {
+			other[k] = lo
+		}
+	}
+	if len(other) == 0 {
+		return files, nil
+	}
+	raw := func(k shardcache.Key, what string) error {
+		if lo, ok := other[k]; ok && lo.Kind != shardcache.KindRaw {
+			return fmt.Errorf("%w: the bytes of %s (%s) are a %s payload here, where they must be raw, and a key names one object in a cache; pull into another cache", ErrOtherForm, what, k, lo.Kind)
+		}
+		return nil
+	}
+	for i := range ix.Sources {
+		s := &ix.Sources[i]
+		if s.Index != nil {
+			if err := raw(s.Index.Key, "the checkpoint's index file "+s.Index.Name); err != nil {
+				return nil, err
+			}
+		}
+		for j := range s.Shards {
+			sh := &s.Shards[j]
+			if err := raw(sh.Header.Key, "the header of "+sh.Name); err != nil {
+				return nil, err
+			}
+			for _, g := range sh.Gaps {
+				if err := raw(g.Key, "a gap of "+sh.Name); err != nil {
+					return nil, err
+				}
+			}
+			for t := range sh.Tensors {
+				tn := &sh.Tensors[t]
+				lo, ok := other[tn.Key]
+				if !ok {
+					continue
+				}
+				switch lo.Kind {
+				case shardcache.KindFixed:
+					tn.Stored = shardcache.StoredFixed
+				case shardcache.KindEntropy:
+					tn.Stored = shardcache.StoredEntropy
+				default:
+					tn.Stored = shardcache.StoredRaw
+				}
+				tn.CopyStored = true
+			}
+		}
+	}
+	var keep []shardcache.Key
+	for _, k := range files {
+		if _, ok := other[k]; !ok {
+			keep = append(keep, k)
+		}
+	}
+	return keep, nil
 }
 
 // held reports whether w holds every one of members of the pack k (none:
