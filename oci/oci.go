@@ -50,10 +50,6 @@ var (
 	// ErrLayoutRef: an s3:// reference whose tag or digest is malformed
 	// (a command-line mistake).
 	ErrLayoutRef = errors.New("want s3://bucket/prefix[:tag|@sha256:HEX]")
-	// ErrOtherForm: the cache pulled into holds the bytes of an
-	// artifact's shard header, gap or index file as a payload (a key
-	// names one object in a cache: Pull's otherForms).
-	ErrOtherForm = errors.New("the cache holds these bytes in another form")
 )
 
 // manifest is an OCI image manifest with the artifactType field of

@@ -240,7 +240,7 @@ func otherForms(have, ix *shardcache.Index, files []shardcache.Key) ([]shardcach
 	}
 	raw := func(k shardcache.Key, what string) error {
 		if lo, ok := other[k]; ok && lo.Kind != shardcache.KindRaw {
-			return fmt.Errorf("%w: the bytes of %s (%s) are a %s payload here, where they must be raw, and a key names one object in a cache; pull into another cache", ErrOtherForm, what, k, lo.Kind)
+			return fmt.Errorf("%w: the bytes of %s (%s) are a %s payload here, where they must be raw, and a key names one object in a cache; pull into another cache", shardcache.ErrOtherForm, what, k, lo.Kind)
 		}
 		return nil
 	}

@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/splitzip/splitzip/shardcache"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -159,5 +161,34 @@ func TestSameBytesOtherDTypes(t *testing.T) {
 				sameFiles(t, src, out)
 			}
 		}
+	}
+}
+
+// TestGapOtherForm: a gap with the bytes of a tensor an earlier run
+// stored as a payload cannot share its object (a gap is read raw): the
+// compress is refused with ErrOtherForm, not an internal error, and the
+// cache stays as it was (review 70b).
+func TestGapOtherForm(t *testing.T) {
+	dir := t.TempDir()
+	n := 1 << 16
+	a, b, cache := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "cache")
+	writeRaw(t, filepath.Join(a, "model.safetensors"), fmt.Sprintf(`{"z":{"dtype":"BF16","shape":[%d],"data_offsets":[0,%d]}}`, n/2, n)+"    ", make([]byte, n))
+	one := synth.Normal(rand.New(rand.NewPCG(1, 1)), 8, 0.02)
+	header := fmt.Sprintf(`{"w":{"dtype":"BF16","shape":[8],"data_offsets":[%d,%d]}}`, n, n+16)
+	header += strings.Repeat(" ", -len(header)&7)
+	writeRaw(t, filepath.Join(b, "model.safetensors"), header, append(make([]byte, n), one...)) // a hole of n zeros first
+	if res := compress(t, a, cache, false); res.Totals.CompressedTensors != 1 {
+		t.Fatalf("compress a: %+v", res.Totals)
+	}
+	before, _ := os.ReadFile(filepath.Join(cache, shardcache.IndexName))
+	_, err := Compress(context.Background(), b, CompressOptions{Output: cache, NoSync: true})
+	if !errors.Is(err, shardcache.ErrOtherForm) {
+		t.Fatalf("compress of a gap with the bytes of a payload: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(cache, shardcache.IndexName)); !bytes.Equal(before, after) {
+		t.Error("the refused compress changed the index")
+	}
+	if v := mustVerify(t, cache); !v.OK() {
+		t.Fatalf("verify after the refused compress: %+v", v.Problems)
 	}
 }

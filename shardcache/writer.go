@@ -351,7 +351,7 @@ func (w *Writer) Has(key Key) (*Object, bool) {
 func (w *Writer) PutBytes(b []byte) (Key, error) {
 	key := KeyOf(b)
 	if _, ok := w.Has(key); ok {
-		return key, nil
+		return w.rawKey(key)
 	}
 	o, err := w.NewObject()
 	if err != nil {
@@ -361,7 +361,21 @@ func (w *Writer) PutBytes(b []byte) (Key, error) {
 		o.Abort()
 		return "", err
 	}
-	return key, o.Commit(key, &Object{Kind: KindRaw, Size: uint64(len(b)), RawSize: uint64(len(b))})
+	if err := o.Commit(key, &Object{Kind: KindRaw, Size: uint64(len(b)), RawSize: uint64(len(b))}); err != nil {
+		return "", err
+	}
+	return w.rawKey(key)
+}
+
+// rawKey returns key, stored, unless the cache holds its bytes as a
+// payload (a tensor's of the same bytes, stored first): a shard header,
+// gap or index file is read raw, and a key names one object in a cache,
+// so that is ErrOtherForm.
+func (w *Writer) rawKey(key Key) (Key, error) {
+	if o, ok := w.Has(key); ok && o.Kind != KindRaw {
+		return "", fmt.Errorf("%w: bytes the cache holds as a %s payload (%s), which a shard header or gap must hold raw; compress this checkpoint into another cache", ErrOtherForm, o.Kind, key)
+	}
+	return key, nil
 }
 
 // PutFrom stores bytes [off, off+n) of r as a raw object, unless it is
@@ -389,9 +403,12 @@ func (w *Writer) PutFrom(r io.ReaderAt, off, n uint64, buf []byte) (Key, error) 
 	}
 	key := KeyFromSum([32]byte(h.Sum(nil)))
 	if _, ok := w.Has(key); ok {
-		return key, nil
+		return w.rawKey(key)
 	}
-	return key, o.Commit(key, &Object{Kind: KindRaw, Size: n, RawSize: n})
+	if err := o.Commit(key, &Object{Kind: KindRaw, Size: n, RawSize: n}); err != nil {
+		return "", err
+	}
+	return w.rawKey(key)
 }
 
 // SetSource records a compressed checkpoint, replacing the earlier record

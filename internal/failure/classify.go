@@ -55,7 +55,7 @@ var rules = []rule{
 	{Input, []error{
 		shardcache.ErrNotCache, shardcache.ErrVersion, shardcache.ErrNotFound, shardcache.ErrNoCheckpoint,
 		codec.ErrVersion, codec.ErrTooLarge,
-		safetensors.ErrFormat, checkpoint.ErrNoShards, oci.ErrNotArtifact, oci.ErrOtherForm, oci.ErrNoTag, oci.ErrNotFound, s3store.ErrNotFound, s3store.ErrDenied, s3store.ErrNoCredentials,
+		safetensors.ErrFormat, checkpoint.ErrNoShards, oci.ErrNotArtifact, shardcache.ErrOtherForm, oci.ErrNoTag, oci.ErrNotFound, s3store.ErrNotFound, s3store.ErrDenied, s3store.ErrNoCredentials,
 		fs.ErrNotExist, syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EIO,
 	}},
 	{Resource, []error{
