@@ -105,7 +105,7 @@ func (tc *tensorCompressor) settle(rec *shardcache.Tensor, kept *bool) {
 	default:
 		return // read from the source: no object
 	}
-	if o, ok := tc.w.Has(rec.Key); ok && o.Kind != kind {
+	if o, ok := tc.w.Recorded(rec.Key); ok && o.Kind != kind {
 		tc.adopt(rec, o, kept)
 	}
 }

@@ -192,3 +192,50 @@ func TestGapOtherForm(t *testing.T) {
 		t.Fatalf("verify after the refused compress: %+v", v.Problems)
 	}
 }
+
+// TestMendOtherForm: an earlier run's payload found damaged is replaced
+// only by an object of its own form (the index's other records name that
+// form): a tensor of another dtype with its bytes takes the recorded form
+// and leaves the damage for verify to report, and a run that stores the
+// same form mends it (review 70b: compress stopped with an inconsistent
+// index).
+func TestMendOtherForm(t *testing.T) {
+	dir := t.TempDir()
+	n := 1 << 19
+	a, b, cache := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "cache")
+	writeRaw(t, filepath.Join(a, "model.safetensors"), fmt.Sprintf(`{"z":{"dtype":"BF16","shape":[%d],"data_offsets":[0,%d]}}`, n/2, n)+"    ", make([]byte, n))
+	writeRaw(t, filepath.Join(b, "model.safetensors"), fmt.Sprintf(`{"m":{"dtype":"BOOL","shape":[%d],"data_offsets":[0,%d]}}`, n, n)+"    ", make([]byte, n))
+	opts := func() CompressOptions {
+		return CompressOptions{Output: cache, NoSync: true, SelfContained: true, PackMax: -1, Jobs: 2}
+	}
+	if res, err := Compress(context.Background(), a, opts()); err != nil || res.Totals.CompressedTensors != 1 {
+		t.Fatalf("compress a: %v", err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := c.Index().Sources[0].Shards[0].Tensors[0].Key
+	path, err := c.FilePath(key)
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _ := os.ReadFile(path)
+	obj[len(obj)/2] ^= 1
+	if err := os.WriteFile(path, obj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Compress(context.Background(), b, opts()); err != nil {
+		t.Fatalf("compress b, its tensor's bytes a damaged payload of a: %v", err)
+	}
+	if v := mustVerify(t, cache); v.OK() {
+		t.Fatal("verify passed a damaged payload")
+	}
+	if _, err := Compress(context.Background(), a, opts()); err != nil {
+		t.Fatalf("compress a again: %v", err)
+	}
+	if v := mustVerify(t, cache); !v.OK() || v.Tensors != 2 {
+		t.Fatalf("verify after a mended its payload: %+v", v)
+	}
+}

@@ -331,7 +331,7 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 		// never miss bytes a pending record names.
 		defer w.mu.Unlock()
 		defer o.Abort()
-		if w.putBefore(key) {
+		if w.putBefore(key, meta) {
 			return nil // put twice by concurrent writers: the first stays
 		}
 		seg, off, err := w.spill.put(w.dir, *o.mem)
@@ -361,7 +361,7 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	if packed {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if w.putBefore(key) {
+		if w.putBefore(key, meta) {
 			return nil // put twice by concurrent writers: Abort removes it
 		}
 		w.addPending(key, pendingObject{path: o.f.Name(), meta: meta})
@@ -379,7 +379,7 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 	// writers of one key the first's file and record stay.
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.putBefore(key) {
+	if w.putBefore(key, meta) {
 		return nil // put twice by concurrent writers: Abort removes it
 	}
 	if err := os.Rename(o.f.Name(), p); err != nil {
@@ -391,14 +391,20 @@ func (o *ObjectFile) Commit(key Key, meta *Object) (err error) {
 }
 
 // putBefore reports whether this writer stored key already (pending for a
-// pack or recorded): a second object of the same bytes, perhaps in
-// another form (a payload and a raw copy of one key: tensors of two dtypes
-// with the same bytes), is dropped, and its tensor takes the first's form
-// (Writer.Has). An object of an earlier run is replaced (Has found it
-// damaged). Called with w.mu held.
-func (w *Writer) putBefore(key Key) bool {
-	_, ok := w.pending[key]
-	return ok || w.added[key]
+// pack or recorded) or the index records it in another form than meta's:
+// a second object of the same bytes, perhaps in another form (a payload
+// and a raw copy of one key: tensors of two dtypes with the same bytes),
+// is dropped, and its tensor takes the first's form (Writer.Has). An
+// object of an earlier run that Has found damaged is replaced by one of
+// its own form only: the index's other records name that form (review
+// 70b); one of another form leaves it damaged, for verify to report.
+// Called with w.mu held.
+func (w *Writer) putBefore(key Key, meta *Object) bool {
+	if _, ok := w.pending[key]; ok || w.added[key] {
+		return true
+	}
+	o, ok := w.ix.Objects[key]
+	return ok && o.Kind != meta.Kind
 }
 
 // startWriteback asks the kernel to start writing n bytes of f's dirty

@@ -288,6 +288,19 @@ func (w *Writer) Earlier(key Key) bool {
 	return ok && !w.added[key]
 }
 
+// Recorded returns the object this writer's index records for key, or
+// the one pending for a pack, without checking it (Has checks): what form
+// a tensor of those bytes takes in the cache, damaged or not.
+func (w *Writer) Recorded(key Key) (*Object, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.pending[key]; ok {
+		return p.meta, true
+	}
+	o, ok := w.ix.Objects[key]
+	return o, ok
+}
+
 // EarlierKind returns the kind the index records for the object of key an
 // earlier run stored (Earlier), unchecked, or "" for none.
 func (w *Writer) EarlierKind(key Key) string {
