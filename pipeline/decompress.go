@@ -199,6 +199,15 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 			return nil, err
 		}
 		done = append(done, written{tmp, path})
+		// The time compress recorded, so that the restored folder is
+		// the source as the cache knows it (verify and loads check
+		// size and time; restored into its old folder, nothing needs
+		// relocating: review 70b).
+		if !sh.ModTime.IsZero() {
+			if err := os.Chtimes(tmp, sh.ModTime, sh.ModTime); err != nil {
+				return nil, outputError(err, filepath.Join(opts.Output, sh.Name))
+			}
+		}
 		res.Bytes += sh.Size
 	}
 	// The last moment to stop: after it the files are in place.

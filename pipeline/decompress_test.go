@@ -378,4 +378,9 @@ func TestDecompressIntoSourcePlace(t *testing.T) {
 		t.Fatalf("decompress into the source's place, the source gone: %v", err)
 	}
 	sameFiles(t, keep, src)
+	// With the times compress recorded: the source again, as the cache
+	// knows it.
+	if v := mustVerify(t, cache); !v.OK() {
+		t.Fatalf("verify with the restored source: %+v", v.Problems)
+	}
 }

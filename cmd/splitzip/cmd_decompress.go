@@ -22,8 +22,14 @@ func newDecompressCommand(g *globals) *cobra.Command {
 		Use:   "decompress CACHE -o DIR",
 		Short: "Rebuild the original safetensors files byte for byte",
 		Long: `Rebuild the original safetensors files (and index.json) of a cached
-checkpoint. Tensors left raw are read from the source unless the cache was
-made with --self-contained.`,
+checkpoint, with the modification times compress recorded (so the folder
+serves as the checkpoint's source again). Tensors left raw are read from
+the source unless the cache was made with --self-contained. The output may
+be any folder outside the cache, but not inside the source checkpoint's
+folder while the source is there; once it is gone (a self-contained
+cache), its old folder is where it is restored. Files of those names
+already in the output are not overwritten. The checkpoint folder's other
+files (config.json, a tokenizer) are not in the cache.`,
 		Args: localCache(args(cobra.ExactArgs(1))),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return runDecompress(cmd.Context(), g, o, a[0])
