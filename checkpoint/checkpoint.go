@@ -139,7 +139,7 @@ func Open(path string) (*Checkpoint, error) {
 			return nil, err
 		}
 		ck.LeftOut = append(others, subfolders(abs, ents)...)
-		ck.Others = otherFiles(ents)
+		ck.Others = otherFiles(abs, ents, ck.LeftOut)
 		if index != "" {
 			if _, err := openIndexed(ck, filepath.Join(abs, index)); err != nil {
 				return nil, err
@@ -175,6 +175,9 @@ func Open(path string) (*Checkpoint, error) {
 		ck.Root = filepath.Dir(abs)
 		if _, err := openIndexed(ck, abs); err != nil {
 			return nil, err
+		}
+		if ents, err := os.ReadDir(ck.Root); err == nil {
+			ck.Others = otherFiles(ck.Root, ents, subfolders(ck.Root, ents))
 		}
 		ck.note()
 		return ck, nil
@@ -221,16 +224,31 @@ func folderIndex(abs string, ents []os.DirEntry) (index string, others []string,
 // maxWalk bounds the entries subfolders looks at below each subfolder.
 const maxWalk = 10000
 
-// otherFiles names the entries of ents that are files but neither
-// .safetensors files nor indexes nor hidden (Checkpoint.Others).
-func otherFiles(ents []os.DirEntry) []string {
+// otherFiles names what the folder abs (entries ents) holds besides the
+// checkpoint and what LeftOut names (Checkpoint.Others): files that are
+// neither .safetensors files nor indexes, and subfolders without
+// .safetensors files below them (Llama's original/), as "name/"; hidden
+// entries apart. A link is named as what it points to.
+func otherFiles(abs string, ents []os.DirEntry, leftOut []string) []string {
 	var out []string
 	for _, e := range ents {
 		n := e.Name()
-		if e.IsDir() || strings.HasPrefix(n, ".") || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, indexSuffix) {
+		if strings.HasPrefix(n, ".") || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, indexSuffix) {
 			continue
 		}
-		out = append(out, n)
+		dir := e.IsDir()
+		if e.Type()&fs.ModeSymlink != 0 {
+			if st, err := os.Stat(filepath.Join(abs, n)); err == nil {
+				dir = st.IsDir()
+			}
+		}
+		if !dir {
+			out = append(out, n)
+			continue
+		}
+		if !slices.ContainsFunc(leftOut, func(l string) bool { return strings.HasPrefix(l, n+"/") }) {
+			out = append(out, n+"/")
+		}
 	}
 	return out
 }

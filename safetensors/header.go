@@ -151,7 +151,7 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		return nil, fmt.Errorf("%s: reading header: %w", name, err)
 	}
 	f := &File{Name: name, Size: uint64(size), Header: head, DataStart: 8 + hlen}
-	if len(bytes.TrimSpace(head[8:])) == 0 {
+	if len(bytes.Trim(head[8:], " \t\n\r")) == 0 { // JSON's whitespace
 		return nil, bad("", "the header is empty (its 8-byte length is %d and it holds no JSON object)", hlen)
 	}
 	if !utf8.Valid(head[8:]) {

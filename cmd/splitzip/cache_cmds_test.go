@@ -884,8 +884,16 @@ func TestCompressNotesOtherFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Llama's original/ (no .safetensors in it), and a link to a folder.
+	if err := os.MkdirAll(filepath.Join(ck, "original"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ck, "original", "consolidated.00.pth"), []byte("x"), 0o644)
+	if err := os.Symlink(filepath.Join(ck, "original"), filepath.Join(ck, "weights")); err != nil {
+		t.Fatal(err)
+	}
 	code, _, e := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c"), "--no-sync", "--self-contained")
-	if code != 0 || !strings.Contains(e, "2 other files (config.json, tokenizer.json)") || !strings.Contains(e, "do not come back") {
+	if code != 0 || !strings.Contains(e, "also holds config.json, original/, tokenizer.json, weights/: ") || !strings.Contains(e, "do not come back") {
 		t.Errorf("compress of a folder with other files: %d %s", code, e)
 	}
 	code, out, _ := splitzip(t, "compress", ck, "-o", filepath.Join(dir, "c2"), "--no-sync", "--json")

@@ -203,8 +203,8 @@ func runCompress(ctx context.Context, g *globals, o compressOptions, src string)
 		if n > 5 {
 			names = append(names[:5:5], fmt.Sprintf("and %d more", n-5))
 		}
-		fmt.Fprintf(g.stderr, "note: %s also holds %s (%s): the cache holds only the safetensors files and their index, so keep these beside it%s\n",
-			res.Source, count(n, "other file"), strings.Join(names, ", "), map[bool]string{true: " (decompress and load work without the source; these do not come back with it)"}[o.SelfContained])
+		fmt.Fprintf(g.stderr, "note: %s also holds %s: the cache holds only the safetensors files and their index, so keep these beside it%s\n",
+			res.Source, strings.Join(names, ", "), map[bool]string{true: " (decompress and load work without the source; these do not come back with it)"}[o.SelfContained])
 	}
 	if n := len(res.Duplicates); n > 0 {
 		d := res.Duplicates[0]
