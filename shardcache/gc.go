@@ -477,13 +477,7 @@ func sharedLock(ctx context.Context, dir string) (func(), error) {
 	}
 	if err := flockWait(ctx, f, unix.LOCK_SH, readWait); err != nil {
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w: a writer has held it for %v", dir, ErrLocked, readWait)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s: waiting for a writer to finish: %w", dir, err)
-		}
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		return nil, waitError(dir, f, "a writer", err)
 	}
 	return func() { f.Close() }, nil
 }

@@ -45,18 +45,23 @@ func readLock(ctx context.Context, dir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = flockWait(ctx, f, unix.LOCK_SH, readWait)
-	if err == nil {
-		return f, nil
+	if err := flockWait(ctx, f, unix.LOCK_SH, readWait); err != nil {
+		f.Close()
+		return nil, waitError(dir, f, "a gc", err)
 	}
-	f.Close()
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return nil, fmt.Errorf("%s: %w: gc has held it for %v", dir, ErrLocked, readWait)
+	return f, nil
+}
+
+// waitError is flockWait's error err on f, the lock of the cache in dir
+// that holder ("a gc", "a writer") held, in words.
+func waitError(dir string, f *os.File, holder string, err error) error {
+	switch {
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return fmt.Errorf("%s: %w: %s has held it for %v", dir, ErrLocked, holder, readWait)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: waiting for %s to finish: %w", dir, holder, err)
 	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%s: waiting for a gc to finish: %w", dir, err)
-	}
-	return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	return fmt.Errorf("%s: %w", f.Name(), err)
 }
 
 // flockWait takes the flock how (unix.LOCK_SH or LOCK_EX) on f, trying
