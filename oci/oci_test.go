@@ -971,3 +971,72 @@ func TestPullOtherForm(t *testing.T) {
 		})
 	}
 }
+
+// TestPullOtherFormRefusedOrDamaged: an artifact whose gap has bytes the
+// cache holds as a payload is refused (ErrOtherForm) and changes nothing;
+// a cache whose payload of an artifact's bytes is damaged keeps its form
+// and its damage, for verify to report, where the pull stopped with an
+// inconsistent index (review 70c).
+func TestPullOtherFormRefusedOrDamaged(t *testing.T) {
+	_, host := serve(t)
+	n := 1 << 16
+	write := func(dir, header string, data []byte) {
+		header += strings.Repeat(" ", -len(header)&7)
+		b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+		os.MkdirAll(dir, 0o755)
+		if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), append(append(b, header...), data...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cacheOf := func(dir, src, out string) {
+		if _, err := pipeline.Compress(context.Background(), filepath.Join(dir, src), pipeline.CompressOptions{Output: filepath.Join(dir, out), SelfContained: true, NoSync: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write(filepath.Join(dir, "a"), fmt.Sprintf(`{"z":{"dtype":"BF16","shape":[%d],"data_offsets":[0,%d]}}`, n/2, n), make([]byte, n))
+	write(filepath.Join(dir, "g"), fmt.Sprintf(`{"w":{"dtype":"U8","shape":[8],"data_offsets":[%d,%d]}}`, n, n+8), make([]byte, n+8)) // a gap of n zeros
+	write(filepath.Join(dir, "m"), fmt.Sprintf(`{"m":{"dtype":"BOOL","shape":[%d],"data_offsets":[0,%d]}}`, n, n), make([]byte, n))
+	cacheOf(dir, "a", "local")
+	cacheOf(dir, "g", "gap")
+	cacheOf(dir, "m", "mask")
+	local := filepath.Join(dir, "local")
+	before, _ := os.ReadFile(filepath.Join(local, shardcache.IndexName))
+	ref := host + "/models/gap:v1"
+	if _, err := Push(context.Background(), filepath.Join(dir, "gap"), ref, opts()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Pull(context.Background(), ref, local, opts()); !errors.Is(err, shardcache.ErrOtherForm) || !strings.Contains(err.Error(), "a gap of model.safetensors") {
+		t.Fatalf("pull of a gap the cache holds as a payload: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(local, shardcache.IndexName)); !bytes.Equal(before, after) {
+		t.Fatal("the refused pull changed the index")
+	}
+	// The fixed payload of a damaged (it lies in a pack), then the mask's
+	// raw copy pulled.
+	c, err := shardcache.Open(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zo := c.Index().Objects[c.Index().Sources[0].Shards[0].Tensors[0].Key]
+	p, err := c.FilePath(zo.Pack)
+	c.Close()
+	if err != nil || zo.Kind != shardcache.KindFixed {
+		t.Fatalf("the payload's pack: %v (%+v)", err, zo)
+	}
+	b, _ := os.ReadFile(p)
+	b[len(b)/2] ^= 1
+	os.WriteFile(p, b, 0o644)
+	ref = host + "/models/mask:v1"
+	if _, err := Push(context.Background(), filepath.Join(dir, "mask"), ref, opts()); err != nil {
+		t.Fatal(err)
+	}
+	o := opts()
+	o.Check = pipeline.CheckStoredPayload
+	if _, err := Pull(context.Background(), ref, local, o); err != nil {
+		t.Fatalf("pull into a cache whose payload of its bytes is damaged: %v", err)
+	}
+	if v, err := pipeline.Verify(context.Background(), local, pipeline.VerifyOptions{}); err != nil || v.OK() {
+		t.Fatalf("verify after the pull: %v, problems %v (want the damage reported)", err, v)
+	}
+}

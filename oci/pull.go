@@ -220,7 +220,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 
 // otherForms reconciles the artifact's index ix with the cache's index
 // have where the cache holds the bytes of one of ix's objects in another
-// form (another kind, or a payload of another size: a fixed payload here
+// form (another kind, or a payload of other bytes: a fixed payload here
 // and an entropy one there, a raw copy and a payload of tensors of two
 // dtypes). A key names one object in a cache, and the cache's stays: the
 // artifact's tensors of those bytes take its form, and such a file of
@@ -231,7 +231,7 @@ func Pull(ctx context.Context, ref, dir string, o Options) (PullResult, error) {
 func otherForms(have, ix *shardcache.Index, files []shardcache.Key) ([]shardcache.Key, error) {
 	other := map[shardcache.Key]*shardcache.Object{}
 	for k, o := range ix.Objects {
-		if lo, ok := have.Objects[k]; ok && o.Kind != shardcache.KindPack && (lo.Kind != o.Kind || lo.Size != o.Size) {
+		if lo, ok := have.Objects[k]; ok && o.Kind != shardcache.KindPack && (lo.Kind != o.Kind || lo.Size != o.Size || lo.Checksum != o.Checksum) {
 			other[k] = lo
 		}
 	}
@@ -240,7 +240,7 @@ func otherForms(have, ix *shardcache.Index, files []shardcache.Key) ([]shardcach
 	}
 	raw := func(k shardcache.Key, what string) error {
 		if lo, ok := other[k]; ok && lo.Kind != shardcache.KindRaw {
-			return fmt.Errorf("%w: the bytes of %s (%s) are a %s payload here, where they must be raw, and a key names one object in a cache; pull into another cache", shardcache.ErrOtherForm, what, k, lo.Kind)
+			return fmt.Errorf("%w: the bytes of %s (%s) are %s here, where they must be raw, and a key names one object in a cache; use another cache", shardcache.ErrOtherForm, what, k, shardcache.KindWords(lo.Kind))
 		}
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -284,7 +285,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 	if ck.Index != nil {
 		key, err := w.PutBytes(ck.Index.Raw)
 		if err != nil {
-			return nil, err
+			return nil, &TensorError{File: filepath.Join(ck.Root, ck.IndexName), Err: err}
 		}
 		src1.Index = &shardcache.File{Name: ck.IndexName, Size: uint64(len(ck.Index.Raw)), Key: key}
 	}
@@ -369,7 +370,7 @@ func openShardJob(w *shardcache.Writer, s *checkpoint.Shard, buf []byte) (*shard
 	hkey, err := w.PutBytes(head.Header)
 	if err != nil {
 		j.close()
-		return nil, err
+		return nil, &TensorError{File: s.Path, Err: fmt.Errorf("its header: %w", err)}
 	}
 	j.rec = &shardcache.Shard{Name: s.Name, Size: s.Size, ModTime: s.ModTime,
 		Header:  shardcache.Region{Offset: 0, Size: uint64(len(head.Header)), Key: hkey},
@@ -386,7 +387,7 @@ func openShardJob(w *shardcache.Writer, s *checkpoint.Shard, buf []byte) (*shard
 		}
 		key, err := w.PutFrom(f, pos, end-pos, buf)
 		if err != nil {
-			return &TensorError{File: s.Path, Err: err}
+			return &TensorError{File: s.Path, Err: fmt.Errorf("bytes [%d, %d) outside any tensor: %w", pos, end, err)}
 		}
 		j.rec.Gaps = append(j.rec.Gaps, shardcache.Region{Offset: pos, Size: end - pos, Key: key})
 		return nil

@@ -204,7 +204,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		// size and time; restored into its old folder, nothing needs
 		// relocating: review 70b).
 		if !sh.ModTime.IsZero() {
-			if err := os.Chtimes(tmp, sh.ModTime, sh.ModTime); err != nil {
+			if err := os.Chtimes(tmp, time.Time{}, sh.ModTime); err != nil {
 				return nil, outputError(err, filepath.Join(opts.Output, sh.Name))
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/splitzip/splitzip/shardcache"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/splitzip/splitzip/internal/synth"
 	"github.com/splitzip/splitzip/safetensors"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // writeRaw writes a safetensors file from a JSON header and data bytes.

@@ -58,7 +58,7 @@ var (
 	// header, a gap, an index file) which the cache holds as a payload,
 	// another tensor's of the same bytes: a key names one object in a
 	// cache.
-	ErrOtherForm = errors.New("the cache holds these bytes in another form")
+	ErrOtherForm = errors.New("the cache holds bytes of this checkpoint in another form")
 	// ErrIndexLost reports a cache whose index is gone but whose backup
 	// (BackupName) is there: moved aside or deleted by hand, as no run
 	// leaves it; readers and writers refuse it until the index is

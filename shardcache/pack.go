@@ -499,6 +499,8 @@ func (pw *packWriter) abort() {
 func (w *Writer) record(key Key, meta *Object) {
 	if _, ok := w.ix.Objects[key]; !ok {
 		w.added[key] = true
+	} else {
+		w.replaced[key] = true
 	}
 	w.ix.Objects[key] = meta
 	w.checked[key] = true // written by this writer: a damaged one replaced

@@ -48,15 +48,19 @@ func (w *Writer) SetPayloadCheck(fn PayloadCheck) {
 }
 
 // Mended returns the objects of earlier runs that Has found missing, cut
-// short or damaged (ErrObjectCorrupt), and what was wrong with each: Has
-// reported them not stored, so a caller that stores them (as compress
-// does) replaces them at Commit.
+// short or damaged (ErrObjectCorrupt), and what was wrong with each, that
+// this writer has stored again: Has reported them not stored, so a caller
+// that stores them (as compress does) replaces them. One stored again in
+// another form is not (ObjectFile.Commit keeps the form the index's
+// records name), and not reported: it stays damaged, for verify to say.
 func (w *Writer) Mended() map[Key]error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	m := make(map[Key]error, len(w.damaged))
 	for k, err := range w.damaged {
-		m[k] = err
+		if w.replaced[k] {
+			m[k] = err
+		}
 	}
 	return m
 }

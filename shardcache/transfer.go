@@ -97,8 +97,13 @@ func (w *Writer) Adopt(ix *Index, key Key, members []Key) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// A record of this cache is kept unless Has found its object
-	// damaged: then the adopted copy replaces it.
-	if _, ok := w.ix.Objects[key]; !ok || w.damaged[key] != nil {
+	// damaged: then the adopted copy replaces it, if it has its form (the
+	// cache's other records name that form: review 70c).
+	replaces := func(k Key, o *Object) bool {
+		lo, ok := w.ix.Objects[k]
+		return !ok || w.damaged[k] != nil && lo.Kind == o.Kind
+	}
+	if replaces(key, o) {
 		w.record(key, o)
 	}
 	for _, m := range members {
@@ -106,7 +111,7 @@ func (w *Writer) Adopt(ix *Index, key Key, members []Key) error {
 		if !ok || mo.Pack != key {
 			return fmt.Errorf("shardcache: object %s is not a member of pack %s", m, key)
 		}
-		if _, ok := w.ix.Objects[m]; !ok || w.damaged[m] != nil {
+		if replaces(m, mo) {
 			w.record(m, mo)
 		}
 	}

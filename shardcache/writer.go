@@ -46,7 +46,10 @@ type Writer struct {
 	// caller to store again), with what was wrong; check, the check of
 	// payloads' bytes (SetPayloadCheck).
 	checked map[Key]bool
-	damaged map[Key]error
+	// replaced holds the keys of earlier objects this writer recorded
+	// anew (a damaged one mended): what Mended reports.
+	replaced map[Key]bool
+	damaged  map[Key]error
 	// checkErr is the first error of a check that could not read an
 	// object (not a damaged one): Commit returns it.
 	checkErr error
@@ -165,7 +168,7 @@ func Create(dir string) (*Writer, error) {
 			ix, damaged = bix, err
 		}
 	}
-	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, checked: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
+	w := &Writer{dir: dir, lock: lock, ix: ix, added: map[Key]bool{}, replaced: map[Key]bool{}, checked: map[Key]bool{}, packMax: DefaultPackMax, pending: map[Key]pendingObject{}}
 	w.leftFiles, w.leftBytes = removeTemps(filepath.Join(dir, "tmp"))
 	if damaged != nil {
 		// Read from the backup: the index is mended from it now, under
@@ -385,10 +388,25 @@ func (w *Writer) PutBytes(b []byte) (Key, error) {
 // gap or index file is read raw, and a key names one object in a cache,
 // so that is ErrOtherForm.
 func (w *Writer) rawKey(key Key) (Key, error) {
-	if o, ok := w.Has(key); ok && o.Kind != KindRaw {
-		return "", fmt.Errorf("%w: bytes the cache holds as a %s payload (%s), which a shard header or gap must hold raw; compress this checkpoint into another cache", ErrOtherForm, o.Kind, key)
+	// Recorded, not Has: a payload found damaged is the form still.
+	if o, ok := w.Recorded(key); ok && o.Kind != KindRaw {
+		return "", fmt.Errorf("%w: %s as %s, where a shard header, gap or index file must be raw (%s); compress this checkpoint into another cache", ErrOtherForm, "it holds these bytes", KindWords(o.Kind), key)
 	}
 	return key, nil
+}
+
+// KindWords names an object kind for a message: "a fixed payload", "an
+// entropy payload", "a raw copy".
+func KindWords(kind string) string {
+	switch kind {
+	case KindFixed:
+		return "a fixed payload"
+	case KindEntropy:
+		return "an entropy payload"
+	case KindRaw:
+		return "a raw copy"
+	}
+	return "a " + kind
 }
 
 // PutFrom stores bytes [off, off+n) of r as a raw object, unless it is
