@@ -968,6 +968,22 @@ func TestPullOtherForm(t *testing.T) {
 			if _, err := pipeline.Decompress(context.Background(), local, pipeline.DecompressOptions{Output: out, Source: shardcache.PulledRoot(local, filepath.Join(dir, "b"))}); err != nil {
 				t.Fatalf("decompress of the pulled checkpoint: %v", err)
 			}
+			// What a pull into it, read-only, asks (review 70c).
+			o := opts()
+			src, err := o.source(context.Background(), ref, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			art, err := readArtifact(context.Background(), src, "pull")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range art.ix.Sources {
+				art.ix.Sources[i].Root = shardcache.PulledRoot(local, art.ix.Sources[i].Root)
+			}
+			if !pulledAlready(context.Background(), local, art.ix, art.files, art.layers) {
+				t.Error("the cache the pull filled does not hold its artifact")
+			}
 		})
 	}
 }

@@ -347,6 +347,11 @@ func pulledAlready(ctx context.Context, dir string, ix *shardcache.Index, files 
 		return false
 	}
 	defer c.Close()
+	// Files the cache holds in another form are its own (Pull's
+	// otherForms; review 70c: a read-only cache so pulled never counted).
+	if files, err = otherForms(c.Index(), ix, files); err != nil {
+		return false
+	}
 	for _, k := range files {
 		if same, _ := sameBlob(c, k, layers[k]); !same {
 			return false
