@@ -460,6 +460,18 @@ func DryRunGC(ctx context.Context, dir string, o GCOptions) (GCResult, error) {
 	return res, err
 }
 
+// WriterBusy reports whether a writer (compress, pull, gc) holds the
+// cache in dir now, which DryRunGC then waits for: for a caller to say
+// why it waits. A moment later it may be otherwise.
+func WriterBusy(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, LockName))
+	if err != nil {
+		return false
+	}
+	defer f.Close() // lets go of the lock too
+	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB), unix.EWOULDBLOCK)
+}
+
 // sharedLock takes the cache's lock shared, if it has a lock file, so
 // that no writer works while the caller reads, waiting for a writer as
 // long as Open waits for a gc (or until ctx ends); it opens the file for

@@ -901,3 +901,30 @@ func TestCompressNotesOtherFiles(t *testing.T) {
 		t.Errorf("compress --json of a folder with other files: %d %s", code, out)
 	}
 }
+
+// TestGCDryRunWaitsForWriter: gc --dry-run waits for a writer that holds
+// the cache, and says so (it gave up at once; then it waited without a
+// word: reviews 70 and 70c).
+func TestGCDryRunWaitsForWriter(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := filepath.Join(dir, "ck"), filepath.Join(dir, "c")
+	if code, _, e := splitzip(t, "gen", ck, "--size", "1MiB"); code != 0 {
+		t.Fatalf("gen: %d %s", code, e)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", cache, "--no-sync"); code != 0 {
+		t.Fatalf("compress: %d %s", code, e)
+	}
+	w, err := shardcache.Create(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, func() { w.Close() })
+	start := time.Now()
+	code, _, e := splitzip(t, "gc", cache, "-n")
+	if code != 0 || !strings.Contains(e, "waiting for another splitzip command writing to "+cache) || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("gc -n while a writer holds the cache: %d %q after %v", code, e, time.Since(start))
+	}
+	if code, _, e := splitzip(t, "gc", cache, "-n"); code != 0 || strings.Contains(e, "waiting") {
+		t.Errorf("gc -n with no writer: %d %q", code, e)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -77,7 +78,7 @@ func runGC(ctx context.Context, g *globals, o gcOptions, dir string) error {
 			o.Forget = once
 		}
 	}
-	res, err := gc(ctx, o, dir)
+	res, err := gc(ctx, o, dir, g.stderr)
 	// (Stopped after its commit, gc's error is reported as interrupted
 	// with shardcache.ErrStraysLeft's sentence: main.)
 	if err != nil {
@@ -114,11 +115,15 @@ func runGC(ctx context.Context, g *globals, o gcOptions, dir string) error {
 	return nil
 }
 
-// gc runs gc, or its dry run, which opens nothing for writing.
-func gc(ctx context.Context, o gcOptions, dir string) (shardcache.GCResult, error) {
+// gc runs gc, or its dry run, which opens nothing for writing and says
+// on stderr when it waits for a writer.
+func gc(ctx context.Context, o gcOptions, dir string, stderr io.Writer) (shardcache.GCResult, error) {
 	// Payload members a repack copies are checked as loads check them.
 	opts := shardcache.GCOptions{DryRun: o.DryRun, Forget: o.Forget, DropPins: o.Unfinished, Check: pipeline.CheckStoredPayload}
 	if o.DryRun {
+		if shardcache.WriterBusy(dir) {
+			fmt.Fprintf(stderr, "waiting for another splitzip command writing to %s (compress, pull or gc; up to 2 minutes)\n", dir)
+		}
 		return shardcache.DryRunGC(ctx, dir, opts)
 	}
 	if !shardcache.IsCache(dir) {
