@@ -873,19 +873,8 @@ func TestPulledAlready(t *testing.T) {
 	if _, err := Pull(context.Background(), ref, out, opts()); err != nil {
 		t.Fatal(err)
 	}
-	o := opts()
-	src, err := o.source(context.Background(), ref, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	art, err := readArtifact(context.Background(), src, "pull")
-	if err != nil {
-		t.Fatal(err)
-	}
+	art := pulledArtifact(t, ref, out)
 	abs, _ := filepath.Abs(out)
-	for i := range art.ix.Sources {
-		art.ix.Sources[i].Root = shardcache.PulledRoot(abs, art.ix.Sources[i].Root)
-	}
 	if !pulledAlready(context.Background(), out, art.ix, art.files, art.layers) {
 		t.Fatal("a cache a pull filled does not hold its artifact")
 	}
@@ -969,18 +958,7 @@ func TestPullOtherForm(t *testing.T) {
 				t.Fatalf("decompress of the pulled checkpoint: %v", err)
 			}
 			// What a pull into it, read-only, asks (review 70c).
-			o := opts()
-			src, err := o.source(context.Background(), ref, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			art, err := readArtifact(context.Background(), src, "pull")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range art.ix.Sources {
-				art.ix.Sources[i].Root = shardcache.PulledRoot(local, art.ix.Sources[i].Root)
-			}
+			art := pulledArtifact(t, ref, local)
 			if !pulledAlready(context.Background(), local, art.ix, art.files, art.layers) {
 				t.Error("the cache the pull filled does not hold its artifact")
 			}
@@ -1055,4 +1033,24 @@ func TestPullOtherFormRefusedOrDamaged(t *testing.T) {
 	if v, err := pipeline.Verify(context.Background(), local, pipeline.VerifyOptions{}); err != nil || v.OK() {
 		t.Fatalf("verify after the pull: %v, problems %v (want the damage reported)", err, v)
 	}
+}
+
+// pulledArtifact reads the artifact at ref as a pull into dir sees it:
+// its checkpoints recorded at their PulledRoot there.
+func pulledArtifact(t *testing.T, ref, dir string) *artifactOf {
+	t.Helper()
+	o := opts()
+	src, err := o.source(context.Background(), ref, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	art, err := readArtifact(context.Background(), src, "pull")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(dir)
+	for i := range art.ix.Sources {
+		art.ix.Sources[i].Root = shardcache.PulledRoot(abs, art.ix.Sources[i].Root)
+	}
+	return art
 }

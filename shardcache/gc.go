@@ -477,21 +477,18 @@ func WriterBusy(dir string) bool {
 // long as Open waits for a gc (or until ctx ends); it opens the file for
 // reading only. The caller calls the function it returns to let go.
 func sharedLock(ctx context.Context, dir string) (func(), error) {
-	f, err := os.Open(filepath.Join(dir, LockName))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-		// No writer ever opened the cache, or the caller may not read
-		// the lock: counting without it can only count a live writer's
-		// files too.
-		return func() {}, nil
-	}
+	// Without a lock file (no writer ever opened the cache, or the
+	// caller may not read it), counting can only count a live writer's
+	// files too.
+	f, err := lockShared(ctx, dir, LockName, "a writer")
 	if err != nil {
 		return nil, err
 	}
-	if err := flockWait(ctx, f, unix.LOCK_SH, readWait); err != nil {
-		f.Close()
-		return nil, waitError(dir, f, "a writer", err)
-	}
-	return func() { f.Close() }, nil
+	return func() {
+		if f != nil {
+			f.Close()
+		}
+	}, nil
 }
 
 // walkStrays calls fn with the path and size of every file under dir's

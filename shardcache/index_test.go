@@ -682,13 +682,7 @@ func BenchmarkIndex(b *testing.B) {
 // to restore it; a writer used to start an empty index and replace the
 // backup, the last copy of the cache's records (trial 69c).
 func TestLostIndex(t *testing.T) {
-	w, dir := newWriter(t)
-	a, _ := packedSource(t, w, "/a", 1, 100, 200)
-	w.SetSource(a)
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	dir := committedCache(t)
 	index, backup := filepath.Join(dir, IndexName), filepath.Join(dir, BackupName)
 	if err := os.Rename(index, index+".aside"); err != nil {
 		t.Fatal(err)

@@ -203,6 +203,20 @@ func newWriter(t *testing.T) (*Writer, string) {
 	return w, dir
 }
 
+// committedCache makes a cache of one checkpoint, /a, of two packed
+// tensors, committed and closed, and returns its folder.
+func committedCache(t *testing.T) string {
+	t.Helper()
+	w, dir := newWriter(t)
+	a, _ := packedSource(t, w, "/a", 1, 100, 200)
+	w.SetSource(a)
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	return dir
+}
+
 // commitAndOpen commits and closes w and opens the cache it wrote.
 func commitAndOpen(t *testing.T, w *Writer, dir string) *Cache {
 	t.Helper()

@@ -38,7 +38,17 @@ const (
 // made before it was introduced, or the caller may not open it: such a
 // reader takes no part).
 func readLock(ctx context.Context, dir string) (*os.File, error) {
-	f, err := os.Open(filepath.Join(dir, ReadersName))
+	return lockShared(ctx, dir, ReadersName, "a gc")
+}
+
+// lockShared takes the lock file name of the cache in dir shared, waiting
+// up to readWait for holder ("a gc", "a writer"), which holds it
+// exclusively, or until ctx ends, and returns the file that holds it: nil
+// where the file is absent or the caller may not open it (a cache made
+// before it was, a cache no writer opened, a read-only user), which the
+// caller then goes without.
+func lockShared(ctx context.Context, dir, name, holder string) (*os.File, error) {
+	f, err := os.Open(filepath.Join(dir, name))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 		return nil, nil
 	}
@@ -47,7 +57,7 @@ func readLock(ctx context.Context, dir string) (*os.File, error) {
 	}
 	if err := flockWait(ctx, f, unix.LOCK_SH, readWait); err != nil {
 		f.Close()
-		return nil, waitError(dir, f, "a gc", err)
+		return nil, waitError(dir, f, holder, err)
 	}
 	return f, nil
 }
