@@ -89,8 +89,8 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	}
 	t := res.Totals
 	if o.Tensors {
-		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "tensor\tdtype\tvalues\tstored\tbits/value\tbound\tcoverage\tescapes\texp-entropy\twhy raw")
+		var tc columns
+		tc.add("tensor", "dtype", "values", "stored", "bits/value", "bound", "coverage", "escapes", "exp-entropy", "why raw")
 		for _, r := range res.Tensors {
 			cov, esc := fmt.Sprintf("%.5f", r.Coverage), fmt.Sprintf("%.2e", r.EscapeRate)
 			if !r.CodebookMeasured() {
@@ -100,10 +100,12 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 			if r.ExponentEntropy != nil {
 				ent = fmt.Sprintf("%.3f", *r.ExponentEntropy)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\n", cell(r.Name), r.DType, r.Values, storedName(r.Stored),
-				r.BitsPerValue, bound(r.BoundBits), cov, esc, ent, r.Reason)
+			tc.add(cell(r.Name), r.DType, strconv.FormatUint(r.Values, 10), storedName(r.Stored),
+				fmt.Sprintf("%.3f", r.BitsPerValue), bound(r.BoundBits), cov, esc, ent, r.Reason)
 		}
-		tw.Flush()
+		if err := tc.write(w); err != nil {
+			return err
+		}
 	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "dtype\ttensors\tfixed\tentropy\traw size\tstored size\tbits/value\tentropy bound")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rivo/uniseg"
+
 	"github.com/splitzip/splitzip/safetensors"
 )
 
@@ -98,5 +100,38 @@ func TestInspectEntropyColumns(t *testing.T) {
 	}
 	if rows == 0 {
 		t.Fatalf("no entropy row in %q", out)
+	}
+}
+
+// TestColumnsWide: a column after a name in wide (CJK) or combining
+// characters starts where it starts after an ASCII name, as a terminal
+// shows them (tabwriter counted runes and pushed it out of line).
+func TestColumnsWide(t *testing.T) {
+	var c columns
+	c.add("tensor", "dtype", "why raw")
+	for _, name := range []string{"層.0.重み", "e\u0301cole.w", "model.layers.0.mlp.w", "全"} {
+		c.add(name, "BF16", "")
+	}
+	var w bytes.Buffer
+	if err := c.write(&w); err != nil {
+		t.Fatal(err)
+	}
+	at := -1
+	for line := range strings.Lines(w.String()) {
+		line = strings.TrimSuffix(line, "\n")
+		if strings.HasSuffix(line, " ") {
+			t.Errorf("spaces at the end of %q", line)
+		}
+		i := strings.Index(line, "BF16")
+		if i < 0 {
+			i = strings.Index(line, "dtype")
+		}
+		col := uniseg.StringWidth(line[:i])
+		if at < 0 {
+			at = col
+		}
+		if col != at || col != uniseg.StringWidth("model.layers.0.mlp.w")+2 {
+			t.Errorf("second column at %d in %q, want %d", col, line, at)
+		}
 	}
 }
