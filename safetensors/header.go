@@ -225,9 +225,12 @@ func Read(r io.ReaderAt, size int64, name string) (*File, error) {
 		t := &f.Tensors[i]
 		switch {
 		case t.Begin < pos:
-			return nil, bad(t.Name, "file bytes [%d, %d) overlap tensor %q", t.Begin, t.End, f.Tensors[i-1].Name)
+			o := f.Tensors[i-1]
+			return nil, bad(t.Name, "data_offsets [%d, %d] overlap tensor %q's [%d, %d] (file bytes [%d, %d) and [%d, %d))",
+				t.Begin-f.DataStart, t.End-f.DataStart, o.Name, o.Begin-f.DataStart, o.End-f.DataStart, t.Begin, t.End, o.Begin, o.End)
 		case t.Begin > pos:
-			f.Deviations = append(f.Deviations, fmt.Sprintf("bytes [%d, %d) before tensor %q belong to no tensor; kept", pos, t.Begin, t.Name))
+			f.Deviations = append(f.Deviations, fmt.Sprintf("data bytes [%d, %d) before tensor %q (file bytes [%d, %d)) belong to no tensor; kept",
+				pos-f.DataStart, t.Begin-f.DataStart, t.Name, pos, t.Begin))
 		}
 		pos = t.End
 	}
