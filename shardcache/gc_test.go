@@ -534,3 +534,27 @@ func TestGCInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitErrorNamesHolder: a reader that waited out a gc is told a gc
+// held the cache, not "another writer" (stop 70's review), and a writer
+// held by a writer is told so; both are ErrLocked.
+func TestWaitErrorNamesHolder(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), ReadersName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = waitError("/c", f, "a gc", syscall.EWOULDBLOCK)
+	if !errors.Is(err, ErrLocked) || strings.Contains(err.Error(), "writer") || !strings.Contains(err.Error(), "a gc has held it") {
+		t.Errorf("reader behind a gc: %v", err)
+	}
+	dir := t.TempDir()
+	w, err := Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Discard()
+	if _, err := Create(dir); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "locked by another writer") {
+		t.Errorf("second writer: %v", err)
+	}
+}

@@ -80,8 +80,9 @@ var (
 	// whose modification time differs: perhaps a copy of the same bytes
 	// (Rehash tells).
 	ErrSourceTime = fmt.Errorf("%w", ErrSourceChanged)
-	// ErrLocked reports a cache another writer holds.
-	ErrLocked = errors.New("cache is locked by another writer")
+	// ErrLocked reports a cache another command holds: a writer, for a
+	// writer; a gc, for a reader that waited for it.
+	ErrLocked = errors.New("cache is locked")
 	// ErrInUse reports a gc refused because a reader has the cache open
 	// (Open, until Close): removing files then could fail it midway.
 	ErrInUse = errors.New("the cache is open in a process that reads it; gc removes nothing while one does")

@@ -121,14 +121,14 @@ func Create(dir string) (*Writer, error) {
 	}
 	if err := flockWait(context.Background(), lock, unix.LOCK_EX, lockWait); err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+		return nil, fmt.Errorf("%s: %w by another writer", dir, ErrLocked)
 	}
 	// A lock file a Discard removed after this one opened it is no lock
 	// (a writer that opens the path now makes a new one): locked by the
 	// writer that removed it, as far as this one can tell.
 	if !sameFile(lock, filepath.Join(dir, LockName)) {
 		lock.Close()
-		return nil, fmt.Errorf("%s: %w", dir, ErrLocked)
+		return nil, fmt.Errorf("%s: %w by another writer", dir, ErrLocked)
 	}
 	ix := &Index{Objects: map[Key]*Object{}}
 	var damaged error

@@ -135,7 +135,7 @@ func (g *globals) report(cmd *cobra.Command, err error) int {
 		msg += " (" + mendHint + ")"
 	}
 	if errors.Is(err, shardcache.ErrLocked) {
-		msg += " (another splitzip command is writing to it: run this one when that ends; a killed run's lock ends with its process)"
+		msg += " (run this command again when the other one ends; a killed run's lock ends with its process)"
 	}
 	switch kind {
 	case failure.Usage:

@@ -10,7 +10,7 @@
 //	integrity       1  stored data is wrong: a corrupt cache or payload, a checksum mismatch,
 //	                   a tensor that does not round-trip (verify's failure)
 //	resource        4  the machine refused: disk full, quota, a read-only or unwritable
-//	                   output, memory, a cache locked by another writer, a network or
+//	                   output, memory, a cache locked by another command, a network or
 //	                   registry that fails or throttles after retries
 //	device          5  no GPU or driver, or a CUDA call failed
 //	internal       70  a bug: an error no other kind describes

@@ -35,7 +35,7 @@ var kindInfo = [...]struct {
 	Usage:       {"usage", 2, "the command line is wrong (a flag, a value, an argument, an output that already exists)"},
 	Input:       {"input", 3, "an input is missing, unreadable, not what was expected, or changed since it was compressed"},
 	Integrity:   {"integrity", 1, "stored data is wrong: a corrupt cache or payload, a checksum or verify mismatch"},
-	Resource:    {"resource", 4, "disk full, quota, an unwritable output, memory, a cache locked by another writer (or, for gc, open in a reader), or a network or registry that fails or throttles after retries"},
+	Resource:    {"resource", 4, "disk full, quota, an unwritable output, memory, a cache locked by another command (or, for gc, open in a reader), or a network or registry that fails or throttles after retries"},
 	Device:      {"device", 5, "no GPU or driver, or a CUDA call failed"},
 	Internal:    {"internal", 70, "a bug in splitzip (please report it)"},
 	Interrupted: {"interrupted", 130, "Ctrl-C or SIGTERM ended the run"},
