@@ -245,3 +245,44 @@ func TestMendOtherForm(t *testing.T) {
 		t.Fatalf("verify after a mended its payload: %+v", v)
 	}
 }
+
+// TestKeptOtherDType: a tensor of another dtype that takes the fixed
+// payload an earlier run stored for a BF16 tensor of the same bytes is
+// not counted as keeping another codec's payload (the note said so of
+// F16 tensors under --codec fixed; review 70b); one that takes an
+// earlier run's entropy payload under --codec fixed is.
+func TestKeptOtherDType(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(9, 10))
+	vals := make([]byte, 1<<16)
+	for i := 0; i < len(vals); i += 2 {
+		binary.LittleEndian.PutUint16(vals[i:], synth.BF16(float32(rng.NormFloat64()*0.02)))
+	}
+	n := len(vals)
+	one := func(name, dtype string) string {
+		d := filepath.Join(dir, name)
+		h := fmt.Sprintf(`{"w":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}`, dtype, n/2, n)
+		writeRaw(t, filepath.Join(d, "model.safetensors"), h+strings.Repeat(" ", -len(h)&7), vals)
+		return d
+	}
+	a, b := one("a", "BF16"), one("b", "F16")
+	for _, c := range []struct {
+		first string
+		kept  int
+	}{{CodecFixed, 0}, {CodecEntropy, 1}} {
+		cache := filepath.Join(dir, "cache-"+c.first)
+		if _, err := Compress(context.Background(), a, CompressOptions{Output: cache, Codec: c.first, NoSync: true}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Compress(context.Background(), b, CompressOptions{Output: cache, Codec: CodecFixed, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Totals.KeptTensors != c.kept {
+			t.Errorf("F16 after a BF16 %s payload, --codec fixed: %d tensors kept, want %d", c.first, res.Totals.KeptTensors, c.kept)
+		}
+		if v := mustVerify(t, cache); !v.OK() {
+			t.Fatalf("verify: %+v", v.Problems)
+		}
+	}
+}
