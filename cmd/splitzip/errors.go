@@ -55,8 +55,11 @@ func relocateHint(cache string) string {
 	return "its size is the recorded one but its modification time is not: if the source is a copy of the same bytes, 'splitzip relocate " + cache + " DIR' re-hashes it and records its new times (and refuses it if its bytes changed)"
 }
 
-// mendHint is what to do about a damaged cache object.
-const mendHint = "compressing the checkpoint into the cache again, or pulling it again, replaces damaged objects: those an earlier run stored are checked before they are reused"
+// mendHint is what to do about a damaged cache object. Only the
+// checkpoint (or artifact) that stored an object can store it again in its
+// form: another checkpoint with the same bytes in another dtype or codec
+// takes the damaged one's form and leaves it (review 70c).
+const mendHint = "compressing again the checkpoint that stored a damaged object, or pulling again the artifact that brought it, replaces it: objects an earlier run stored are checked before they are reused"
 
 // streamedArg reports whether cmd reads a remote cache in place: its
 // first argument a registry's or bucket's, without --local-cache.
