@@ -135,6 +135,13 @@ func TestIndexBounds(t *testing.T) {
 		"values disagree":            func(ix *Index) { ix.Objects[pk].Values = 1 << 62 },
 		"header of another size":     func(ix *Index) { ix.Sources[0].Shards[0].Header.Size = 1 << 62 },
 		"raw object grows":           func(ix *Index) { ix.Objects[hk].RawSize = 1 << 62 },
+		"raw copy names a payload": func(ix *Index) {
+			// A payload of the copy's size: only its kind is wrong.
+			qk := KeyOf([]byte("q"))
+			ix.Objects[qk] = &Object{Kind: KindFixed, Size: 40, RawSize: 64, ObjectStats: ObjectStats{Values: 32}}
+			sh := &ix.Sources[0].Shards[0]
+			sh.Tensors = append(sh.Tensors, Tensor{Name: "c", Offset: 8, Size: 40, Key: qk, Stored: StoredRaw, CopyStored: true})
+		},
 	})
 }
 

@@ -421,7 +421,7 @@ func (ix *Index) check() error {
 	within := func(off, n, size uint64) bool { return off <= size && n <= size-off }
 	for _, s := range ix.Sources {
 		if s.Index != nil {
-			if o := obj(s.Index.Key); o == nil || o.Size != s.Index.Size {
+			if o := obj(s.Index.Key); o == nil || o.Kind != KindRaw || o.Size != s.Index.Size {
 				return fmt.Errorf("source %s: index object %s missing or not %d bytes", s.Root, s.Index.Key, s.Index.Size)
 			}
 		}
@@ -453,7 +453,7 @@ func (ix *Index) check() error {
 					return fmt.Errorf("shard %s: tensor %q: entropy payload %s missing", sh.Name, t.Name, t.Key)
 				case t.Stored == StoredEntropy && o.RawSize != t.Size:
 					return fmt.Errorf("shard %s: tensor %q: entropy payload %s decodes to %d bytes, the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, t.Size)
-				case t.Stored == StoredRaw && t.CopyStored && (o == nil || o.Size != t.Size):
+				case t.Stored == StoredRaw && t.CopyStored && (o == nil || o.Kind != KindRaw || o.Size != t.Size):
 					return fmt.Errorf("shard %s: tensor %q: raw object %s missing or not %d bytes", sh.Name, t.Name, t.Key, t.Size)
 				case t.Stored != StoredFixed && t.Stored != StoredEntropy && t.Stored != StoredRaw:
 					return fmt.Errorf("shard %s: tensor %q: stored as %q", sh.Name, t.Name, t.Stored)
