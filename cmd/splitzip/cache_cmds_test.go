@@ -928,3 +928,35 @@ func TestGCDryRunWaitsForWriter(t *testing.T) {
 		t.Errorf("gc -n with no writer: %d %q", code, e)
 	}
 }
+
+// TestUnknownScheme: a cache, output or reference with a URL scheme
+// other than s3:// and oci:// is a usage error before any work: compress
+// -o http://host/repo wrote a cache into a folder called "http:", push
+// took "http" for a registry (trial 71). ./http:/... still names a folder.
+func TestUnknownScheme(t *testing.T) {
+	dir := t.TempDir()
+	ck, cache := compressedWith(t, dir, nil)
+	t.Chdir(dir)
+	for _, args := range [][]string{
+		{"compress", ck, "-o", "http://host/repo"},
+		{"compress", ck, "-o", "bad://x"},
+		{"compress", "file://" + ck, "-o", "c2"},
+		{"verify", "bad://x"},
+		{"load", "http://host/repo:tag", "--device", "cpu"},
+		{"push", cache, "http://x/y"},
+		{"pull", "https://x/y:t", "c3"},
+		{"decompress", cache, "-o", "ftp://x"},
+		{"load", cache, "--device", "cpu", "--source", "S3://b/p"},
+	} {
+		code, out, e := splitzip(t, append(args, "--json")...)
+		if code != 2 || !strings.Contains(out, `"kind": "usage"`) || !strings.Contains(e, "no scheme splitzip reads") {
+			t.Errorf("%v: exit %d, %s %s", args, code, out, e)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("the refusals left files: %v", ents)
+	}
+	if code, _, e := splitzip(t, "compress", ck, "-o", "./http:/host/repo", "-q", "--no-sync"); code != 0 {
+		t.Errorf("./http:/host/repo: exit %d, %s", code, e)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -61,4 +62,40 @@ func checkFlags(cmd *cobra.Command) error {
 		}
 	})
 	return err
+}
+
+// urlScheme matches the scheme of a URL (RFC 3986: a letter, then
+// letters, digits, "+", "-" or ".") and its "://".
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// pathFlags are the flags whose values name a cache, a checkpoint or a
+// folder, as positional arguments do.
+var pathFlags = []string{"output", "local-cache", "source"}
+
+// checkSchemes refuses, as a usage error, a positional argument or path
+// flag of cmd that starts with a URL scheme other than s3:// and oci://:
+// compress -o http://host/repo wrote a whole cache into a folder called
+// "http:", and push took "http" for a registry's host name (trial 71).
+// A folder of such a name is still reachable as ./http:/...
+func checkSchemes(cmd *cobra.Command, args []string) error {
+	check := func(what, v string) error {
+		m := urlScheme.FindString(v)
+		if m == "" || m == "s3://" || m == ociScheme {
+			return nil
+		}
+		return usageError{fmt.Errorf("%s %q: %s is no scheme splitzip reads: a remote cache is s3://BUCKET/PREFIX[:TAG] or oci://REGISTRY/REPOSITORY[:TAG]; a local folder of that name is ./%s", what, v, m, v)}
+	}
+	for _, a := range args {
+		if err := check("argument", a); err != nil {
+			return err
+		}
+	}
+	for _, name := range pathFlags {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			if err := check("--"+name, f.Value.String()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

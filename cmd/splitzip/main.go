@@ -89,8 +89,11 @@ known, "file" and "tensor". Numeric flags refuse values that mean nothing
 	_ = root.PersistentFlags().MarkHidden("cpuprofile")
 	root.PersistentFlags().StringVar(&g.Trace, "trace", "", "write an execution trace to this file")
 	_ = root.PersistentFlags().MarkHidden("trace")
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		if err := checkFlags(cmd); err != nil {
+			return err
+		}
+		if err := checkSchemes(cmd, args); err != nil {
 			return err
 		}
 		g.started = true
