@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,6 +78,7 @@ func ParseRules(s string) ([]Rule, error) {
 			continue
 		}
 		pat, what, ok := strings.Cut(f, "=")
+		pat, what = strings.TrimSpace(pat), strings.TrimSpace(what)
 		if !ok || pat == "" {
 			return nil, fmt.Errorf("%w: rule %q: want PATTERN=replicate or PATTERN=shard:DIM", ErrPlan, f)
 		}
@@ -89,7 +91,7 @@ func ParseRules(s string) ([]Rule, error) {
 		case strings.HasPrefix(what, "shard:"):
 			d, err := strconv.Atoi(strings.TrimPrefix(what, "shard:"))
 			if err != nil || d < 0 {
-				return nil, fmt.Errorf("%w: rule %q: dimension %q", ErrPlan, f, strings.TrimPrefix(what, "shard:"))
+				return nil, fmt.Errorf("%w: rule %q: dimension %q: want a whole number from 0 (shard:0 splits the first)", ErrPlan, f, strings.TrimPrefix(what, "shard:"))
 			}
 			r.Placement.Shard, r.Placement.Dim = true, d
 		default:
@@ -173,6 +175,10 @@ type Plan struct {
 	// Unmatched are the rules' patterns that match no tensor's name (a
 	// mistyped rule places nothing).
 	Unmatched []string `json:"unmatched_rules,omitempty"`
+	// Shadowed are the rules' patterns that match tensors, all of them
+	// placed by earlier rules (the first matching rule wins): such a
+	// rule places nothing either.
+	Shadowed []string `json:"shadowed_rules,omitempty"`
 	// Predicted is a cost model's prediction of the reads (Predict).
 	Predicted *Prediction `json:"predicted,omitempty"`
 }
@@ -195,7 +201,10 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 	if ranks < 1 || ranks > MaxRanks {
 		return nil, fmt.Errorf("%w: %d ranks (1 to %d: the GPUs of one node)", ErrPlan, ranks, MaxRanks)
 	}
-	p := &Plan{Ranks: ranks, PerRank: make([]Rank, ranks)}
+	if err := checkSources(c, src); err != nil {
+		return nil, err
+	}
+	p := &Plan{Ranks: ranks, PerRank: make([]Rank, ranks), Tensors: []Tensor{}}
 	units := map[string]*unit{}
 	var order []string
 	for _, sh := range src.Shards {
@@ -206,7 +215,7 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 			if t.Stored == shardcache.StoredFixed || t.Stored == shardcache.StoredEntropy {
 				o, err := c.Lookup(t.Key)
 				if err != nil {
-					return nil, fmt.Errorf("%s: %w", t.Name, err)
+					return nil, &shardcache.TensorError{Tensor: t.Name, Named: true, Err: err}
 				}
 				tp.Object, id = o.Size, "object "+string(t.Key)
 			}
@@ -286,6 +295,8 @@ func (p *Plan) checkRules(rules []Rule) error {
 		switch {
 		case matched == 0:
 			p.Unmatched = append(p.Unmatched, r.Pattern)
+		case left == 0:
+			p.Shadowed = append(p.Shadowed, r.Pattern)
 		case r.Placement.Shard && left > 0 && r.Placement.Dim >= most && strings.ContainsAny(r.Pattern, "*?["):
 			return fmt.Errorf("%w: rule %s=%s shards nothing: none of the %d tensors left to it has dimension %d (dimensions count from 0; %s has shape %v)",
 				ErrPlan, r.Pattern, r.Placement, left, r.Placement.Dim, widest.Name, widest.Shape)
@@ -312,10 +323,10 @@ func (p *Plan) parts(t *Tensor) error {
 	}
 	d := t.Placement.Dim
 	if d >= len(t.Shape) {
-		return fmt.Errorf("%w: %s: shard:%d of a tensor of %d dimensions", ErrPlan, t.Name, d, len(t.Shape))
+		return tensorError(t, fmt.Errorf("%w: shard:%d of a tensor of %d dimensions", ErrPlan, d, len(t.Shape)))
 	}
 	if t.Shape[d]%uint64(p.Ranks) != 0 {
-		return fmt.Errorf("%w: %s: dimension %d of %d does not split into %d parts", ErrPlan, t.Name, d, t.Shape[d], p.Ranks)
+		return tensorError(t, fmt.Errorf("%w: dimension %d of %d does not split into %d parts", ErrPlan, d, t.Shape[d], p.Ranks))
 	}
 	n := values(t)
 	per := t.Shape[d] / uint64(p.Ranks) // indices a rank along d
@@ -356,4 +367,29 @@ func values(t *Tensor) uint64 {
 		return t.Size * 8 / bits
 	}
 	return t.Size
+}
+
+// tensorError is err about t, naming it for callers that report the
+// tensor apart from the text (splitzip --json's "tensor").
+func tensorError(t *Tensor, err error) error {
+	return &shardcache.TensorError{Tensor: t.Name, Named: true, Err: err}
+}
+
+// checkSources refuses a plan the load it is for would fail: a source
+// shard that changed since it was compressed, or one that is gone while
+// some of its tensors' bytes are only in it (load refused such a
+// checkpoint; plan assigned readers to the missing bytes, trial 71).
+func checkSources(c *shardcache.Cache, src *shardcache.Source) error {
+	for i := range src.Shards {
+		sh := &src.Shards[i]
+		path := filepath.Join(src.Root, sh.Name)
+		present, err := c.SourcePresent(sh, path)
+		if err == nil && !present {
+			err = c.CheckAbsent(sh, path)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,8 +3,12 @@ package distplan
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/splitzip/splitzip/codec"
 	"github.com/splitzip/splitzip/internal/fixture"
@@ -130,8 +134,10 @@ func TestPlanErrors(t *testing.T) {
 		if rules == "*=shard:0" {
 			ranks = 7 // no dimension of the fixture splits into 7
 		}
-		if _, err := New(c, s, ranks, rs); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "model.") || strings.Contains(err.Error(), "shards nothing") {
-			t.Errorf("%s on %d ranks: %v, want ErrPlan naming the tensor", rules, ranks, err)
+		_, err = New(c, s, ranks, rs)
+		var te *shardcache.TensorError
+		if !errors.Is(err, ErrPlan) || !errors.As(err, &te) || !strings.HasPrefix(te.Tensor, "model.") || strings.Contains(err.Error(), "shards nothing") {
+			t.Errorf("%s on %d ranks: %v, want ErrPlan naming the tensor (a TensorError, for --json)", rules, ranks, err)
 		}
 	}
 	// A wildcard rule passes over the tensors without its dimension (a
@@ -163,10 +169,15 @@ func TestPlanErrors(t *testing.T) {
 			t.Errorf("%s: %v, want ErrPlan saying the last rule shards nothing", rules, err)
 		}
 	}
-	// A rule an earlier one shadows whole is no error.
-	rs, _ = ParseRules("*=replicate,*.weight=shard:5")
-	if _, err := New(c, s, 2, rs); err != nil {
-		t.Errorf("a shadowed rule: %v", err)
+	// A rule an earlier one shadows whole is no error, but it is said
+	// (trial 71: the user asked to shard q_proj and nothing was); spaces
+	// around "=" are the rule's.
+	rs, err = ParseRules("*=replicate, *.weight = shard:5 ,nomatch=replicate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := New(c, s, 2, rs); err != nil || !slices.Equal(p.Shadowed, []string{"*.weight"}) || !slices.Equal(p.Unmatched, []string{"nomatch"}) {
+		t.Errorf("a shadowed rule: %v, shadowed %q, unmatched %q", err, p.Shadowed, p.Unmatched)
 	}
 	for _, bad := range []string{"x", "=shard:0", "*=shard:x", "*=shard:-1", "*=copy", "[=replicate"} {
 		if _, err := ParseRules(bad); !errors.Is(err, ErrPlan) {
@@ -193,5 +204,37 @@ func TestPlacementJSON(t *testing.T) {
 		if err := json.Unmarshal(b, &back); err != nil || back != c.p {
 			t.Errorf("%s read back as %+v, %v", b, back, err)
 		}
+	}
+}
+
+// TestPlanSources: a plan of a checkpoint whose shard is gone, with
+// tensors whose bytes are only in it, is refused as a load of it is
+// (ErrSourceMissing), and so is one whose shard changed; one of no
+// tensors lists none, not null (trial 71).
+func TestPlanSources(t *testing.T) {
+	c, s := fixture.Compressed(t, synth.Config{Bytes: 2 << 20, Shards: 2, Seed: 33}, pipeline.CompressOptions{})
+	path := filepath.Join(s.Root, s.Shards[1].Name)
+	if err := os.Rename(path, path+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(c, s, 2, nil); !errors.Is(err, shardcache.ErrSourceMissing) {
+		t.Errorf("a shard gone: %v, want ErrSourceMissing", err)
+	}
+	if err := os.Rename(path+".moved", path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, time.Time{}, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(c, s, 2, nil); !errors.Is(err, shardcache.ErrSourceChanged) {
+		t.Errorf("a shard changed: %v, want ErrSourceChanged", err)
+	}
+	empty := &shardcache.Source{Root: t.TempDir()}
+	p, err := New(c, empty, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(p); !strings.Contains(string(b), `"tensors":[]`) {
+		t.Errorf("no tensors: %s", b)
 	}
 }

@@ -48,7 +48,7 @@ Nothing is moved: this is the plan the multi-GPU loaders carry out.`,
 	f := cmd.Flags()
 	f.IntVar(&o.Ranks, "ranks", 2, fmt.Sprintf("ranks (GPUs) of the node, 1 to %d", distplan.MaxRanks))
 	f.StringVar(&o.TP, "tp", "", `placement rules, e.g. "*embed*=replicate,*.q_proj.weight=shard:0,*.o_proj.weight=shard:1"`)
-	f.StringVar(&o.Source, "source", "", "source to plan: a recorded root, when the cache holds several")
+	f.StringVar(&o.Source, "source", "", "source to plan: a recorded root (when the cache holds several), or the directory a moved source is in now")
 	f.BoolVar(&o.Cost, "cost", false, "predict each rank's reads by this host's cost model (splitzip calibrate makes it)")
 	atLeast(f, "ranks", 1, "")
 	return cmd
@@ -80,6 +80,9 @@ func runPlan(ctx context.Context, g *globals, o planOptions, dir string) error {
 	}
 	for _, r := range p.Unmatched {
 		fmt.Fprintf(g.stderr, "warning: rule %q matches no tensor of %s\n", r, src.Path())
+	}
+	for _, r := range p.Shadowed {
+		fmt.Fprintf(g.stderr, "warning: rule %q places nothing: earlier rules place every tensor it matches (the first matching rule wins)\n", r)
 	}
 	if o.Cost {
 		prof, err := hostProfile(ctx, g, "", false)
