@@ -313,6 +313,10 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 			return flagError(err)
 		}
 		held = ts.Shared()
+		if err := ctx.Err(); err != nil {
+			ts.Close()
+			return err // interrupted before the hold began: no hold ended early
+		}
 		defer func() {
 			if err == nil {
 				holdShared(ctx, g, held, o.Hold)
@@ -328,6 +332,12 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 			return fmt.Errorf("%w (--raw reads every tensor from the source checkpoint, as a plain safetensors load would: it needs the source's files, where a load without --raw serves what the cache holds)", err)
 		}
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); held != nil && err != nil {
+			// Interrupted during the loads, which ended anyway: an
+			// interrupt ends a hold early only once it has begun
+			// (exit 0 then); before, it stops the run (trial 71).
 			return err
 		}
 		rep.Settings.Streams = o.Streams

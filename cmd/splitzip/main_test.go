@@ -152,6 +152,16 @@ func TestEndToEnd(t *testing.T) {
 		strings.Contains(out, "made by this process in 0s") || !strings.Contains(out, "released the shared host copy") {
 		t.Fatalf("load --share --hold: %q", out)
 	}
+	// An interrupt before the hold begins stops the run (130), with one
+	// error document; it ended a hold early (exit 0, "held": true) when it
+	// came during the loads (trial 71).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var hout, herr bytes.Buffer
+	if code := runContext(ctx, []string{"load", cache, "--device", "cpu", "--share", "--hold", "10s", "--json"}, &hout, &herr); code != 130 ||
+		strings.Count(hout.String(), "message_type") != 1 || !strings.Contains(hout.String(), `"kind": "interrupted"`) {
+		t.Errorf("load --share --hold interrupted before its hold: %d %q %q", code, hout.String(), herr.String())
+	}
 	for _, args := range [][]string{{"--share", "--raw"}, {"--share", "--compare", "1"}, {"--hold", "1s"}, {"--share", "--hold", "-1s"},
 		{"--share", "--hold", "0s"}, {"--hold", "0s"}, {"--share", "--resident=false"}, {"--peer=false"}} {
 		if code, _, e := splitzip(t, append([]string{"load", cache, "--device", "cpu"}, args...)...); code != exitUsage {
