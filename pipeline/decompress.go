@@ -39,6 +39,9 @@ type DecompressResult struct {
 	// StaleTemps counts the temporary files killed runs had left in the
 	// output folders, which this run removed.
 	StaleTemps int `json:"stale_temp_files_removed"`
+	// IndexDamaged is the error of the cache's index where the cache was
+	// read from the index's backup (as InspectResult's).
+	IndexDamaged string `json:"index_damaged,omitempty"`
 }
 
 // Decompress rebuilds the original safetensors files (and index) of one
@@ -77,6 +80,9 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
 	}
 	res = &DecompressResult{Source: s.Root, Checkpoint: s.Path(), Output: opts.Output}
+	if err := c.Damaged(); err != nil {
+		res.IndexDamaged = err.Error()
+	}
 	var names []string
 	if s.Index != nil {
 		names = append(names, s.Index.Name)

@@ -53,6 +53,7 @@ func runDecompress(ctx context.Context, g *globals, o decompressOptions, dir str
 	if err != nil {
 		return err
 	}
+	warnBackup(g, res.IndexDamaged)
 	if g.JSON {
 		return printJSON(g.stdout, "decompress_summary", res)
 	}

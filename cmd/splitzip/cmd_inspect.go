@@ -71,9 +71,7 @@ func runInspect(ctx context.Context, g *globals, o inspectOptions, dir string) e
 	if err != nil {
 		return err
 	}
-	if res.IndexDamaged != "" {
-		fmt.Fprintf(g.stderr, "warning: %s; read from the index's backup (%s): compress, gc or relocate writes the index again from it\n", res.IndexDamaged, shardcache.BackupName)
-	}
+	warnBackup(g, res.IndexDamaged)
 	if g.JSON {
 		return printJSON(g.stdout, "inspect", res)
 	}

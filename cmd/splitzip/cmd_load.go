@@ -268,6 +268,7 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		return err
 	}
 	defer done()
+	warnBackup(g, errText(c.Damaged()))
 	if isRemote(dir) && o.LocalCache == "" {
 		// A streamed load reads from the server all along: its network
 		// failures are a resource, not a defect.

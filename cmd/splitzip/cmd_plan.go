@@ -67,6 +67,7 @@ func runPlan(ctx context.Context, g *globals, o planOptions, dir string) error {
 		return err
 	}
 	defer c.Close()
+	warnBackup(g, errText(c.Damaged()))
 	src, err := c.PickSource(o.Source)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/splitzip/splitzip/pipeline"
+	"github.com/splitzip/splitzip/shardcache"
 )
 
 // printJSON writes v as indented JSON with a message_type field.
@@ -148,3 +149,21 @@ type nopBar struct{}
 func (nopBar) Start(string, uint64) {}
 func (nopBar) Add(uint64)           {}
 func (nopBar) Finish()              {}
+
+// warnBackup warns, for a cache read from its index's backup (damaged:
+// the index's error, "" where it was whole), that it was, and what writes
+// the index again: load, decompress and plan served such a cache without
+// a word (trial 71).
+func warnBackup(g *globals, damaged string) {
+	if damaged != "" {
+		fmt.Fprintf(g.stderr, "warning: %s; read from the index's backup (%s): compress, gc or relocate writes the index again from it\n", damaged, shardcache.BackupName)
+	}
+}
+
+// errText is err's text, or "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
