@@ -538,14 +538,18 @@ func TestGCJSONForgot(t *testing.T) {
 }
 
 // TestVerifyJSONFailure: a failed verify's summary says its kind and exit
-// code, as an error document does.
+// code, as an error document does, and its FAIL lines go to stderr, as
+// without --json (trial 71).
 func TestVerifyJSONFailure(t *testing.T) {
 	dir := t.TempDir()
 	ck, cache := compressed(t, dir)
 	if err := os.Rename(ck, ck+".gone"); err != nil {
 		t.Fatal(err)
 	}
-	code, out, _ := splitzip(t, "verify", cache, "--json")
+	code, out, e := splitzip(t, "verify", cache, "--json")
+	if !strings.Contains(e, "FAIL ") {
+		t.Errorf("verify --json: no FAIL line on stderr: %q", e)
+	}
 	var doc struct {
 		Type     string `json:"message_type"`
 		OK       bool   `json:"ok"`

@@ -64,8 +64,10 @@ writes it), or "default" for the built-in one (measured on an H200).`,
 				if err == nil {
 					return printJSON(g.stdout, "profile", doc)
 				}
-				// One document: the profile, and why it was not kept.
+				// One document: the profile, and why it was not kept
+				// (said on stderr too, as every error is).
 				doc.File, doc.Error = "", failure.Message(err)
+				fmt.Fprintf(g.stderr, "splitzip: %s\n", doc.Error)
 				if perr := printJSON(g.stdout, "profile", doc); perr != nil {
 					return perr
 				}

@@ -190,16 +190,17 @@ func TestCostProfileNotKept(t *testing.T) {
 	if code != exitResource || !strings.Contains(out, "raw <= ") || !strings.Contains(e, "could not be kept") {
 		t.Errorf("calibrate with nowhere to keep the profile: exit %d, %q, %q", code, out, e)
 	}
-	// With --json: one document, the profile and why it was not kept.
-	code, out, _ = splitzip(t, "calibrate", "--json")
+	// With --json: one document, the profile and why it was not kept,
+	// which stderr says too.
+	code, out, e = splitzip(t, "calibrate", "--json")
 	var doc struct {
 		MessageType string `json:"message_type"`
 		File, Error string
 		Decoders    int
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitResource || doc.MessageType != "profile" ||
-		doc.File != "" || !strings.Contains(doc.Error, "could not be kept") || doc.Decoders != costmodel.Decoders {
-		t.Errorf("calibrate --json with nowhere to keep the profile: exit %d, %v, %q", code, err, out)
+		doc.File != "" || !strings.Contains(doc.Error, "could not be kept") || doc.Decoders != costmodel.Decoders || !strings.Contains(e, "could not be kept") {
+		t.Errorf("calibrate --json with nowhere to keep the profile: exit %d, %v, %q, %q", code, err, out, e)
 	}
 	none := filepath.Join(dir, "none.json")
 	t.Setenv(costmodel.EnvProfile, none)

@@ -94,6 +94,9 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			p.Kind = failure.KindOf(p.Err).String()
 		}
 	}
+	// The FAIL lines go to stderr with --json too, for the person
+	// watching (README; they were missing there, trial 71).
+	printProblems(g, res.Problems)
 	if g.JSON {
 		// A failed verify's one document is its summary, which says, as an
 		// error document would, the kind and exit code of the failure.
@@ -111,7 +114,6 @@ func runVerify(ctx context.Context, g *globals, o verifyOptions, dir string) err
 			return err
 		}
 	} else {
-		printProblems(g, res.Problems)
 		for _, a := range res.Absent {
 			if strings.HasSuffix(a, ".safetensors") {
 				fmt.Fprintf(g.stderr, "note: %s is absent; its tensors were checked against their content keys\n", a)
