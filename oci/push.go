@@ -76,12 +76,8 @@ func Push(ctx context.Context, dir, ref string, o Options) (PushResult, error) {
 		return PushResult{}, err
 	}
 	defer c.Close()
-	if err := c.Damaged(); err != nil {
-		// Read from its backup: the file pushed would be the damaged one.
-		return PushResult{}, fmt.Errorf("%w (the cache was read from its backup, %s: run splitzip gc %s, which writes the index again from it, then push)", err, shardcache.BackupName, dir)
-	}
-	if err := c.CheckSelfContained(); err != nil {
-		return PushResult{}, fmt.Errorf("%s: %w (compress it with --self-contained to push it)", dir, err)
+	if err := pushable(c, dir); err != nil {
+		return PushResult{}, err
 	}
 	config, err := os.ReadFile(filepath.Join(dir, shardcache.IndexName))
 	if err != nil {
@@ -271,4 +267,30 @@ func (a *artifact) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
 		return l, nil
 	}
 	return nil, fmt.Errorf("%w: no layer %s", ErrBlob, h)
+}
+
+// CheckPushable opens the cache in dir and refuses what Push would refuse
+// of it before any request: an index read from its backup, or a cache
+// that is not self-contained. A caller checks it first so that a cache
+// push cannot take is not reported as the registry's failure while the
+// registry is unreachable (trial 71).
+func CheckPushable(ctx context.Context, dir string) error {
+	c, err := shardcache.OpenContext(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return pushable(c, dir)
+}
+
+// pushable is CheckPushable's check of the open cache c in dir.
+func pushable(c *shardcache.Cache, dir string) error {
+	if err := c.Damaged(); err != nil {
+		// Read from its backup: the file pushed would be the damaged one.
+		return fmt.Errorf("%w (the cache was read from its backup, %s: run splitzip gc %s, which writes the index again from it, then push)", err, shardcache.BackupName, dir)
+	}
+	if err := c.CheckSelfContained(); err != nil {
+		return fmt.Errorf("%s: %w (compress it with --self-contained to push it)", dir, err)
+	}
+	return nil
 }

@@ -51,7 +51,7 @@ func (c *Cache) FilePath(key Key) (string, error) {
 // whose bytes are only in their source is ErrNotSelfContained, counting
 // them and naming the first, whether or not that source is there.
 func (c *Cache) CheckSelfContained() error {
-	n, first := 0, ""
+	n, first, file := 0, "", ""
 	for si := range c.ix.Sources {
 		s := &c.ix.Sources[si]
 		for hi := range s.Shards {
@@ -59,7 +59,7 @@ func (c *Cache) CheckSelfContained() error {
 			for i := range sh.Tensors {
 				if t := &sh.Tensors[i]; !t.InCache() {
 					if n++; first == "" {
-						first = fmt.Sprintf("%q of %s", t.Name, filepath.Join(s.Root, sh.Name))
+						first, file = t.Name, filepath.Join(s.Root, sh.Name)
 					}
 				}
 			}
@@ -70,7 +70,9 @@ func (c *Cache) CheckSelfContained() error {
 		if n == 1 {
 			what = "the bytes of 1 tensor are"
 		}
-		return fmt.Errorf("%w: %s only in their source shards (the first: %s)", ErrNotSelfContained, what, first)
+		// The first named as a TensorError, for callers that report the
+		// tensor and file apart from the text (--json).
+		return &TensorError{Tensor: first, File: file, Err: fmt.Errorf("%w: %s only in their source shards (this one the first)", ErrNotSelfContained, what)}
 	}
 	for si := range c.ix.Sources {
 		s := &c.ix.Sources[si]

@@ -969,3 +969,19 @@ func TestUnknownScheme(t *testing.T) {
 		t.Errorf("./http:/host/repo: exit %d, %s", code, e)
 	}
 }
+
+// TestPushNotSelfContainedFirst: a cache push cannot take is refused as
+// such (input, naming its first tensor and file for --json) before the
+// registry is asked: with the registry unreachable it was reported as a
+// network failure (trial 71).
+func TestPushNotSelfContainedFirst(t *testing.T) {
+	_, cache := compressed(t, t.TempDir())
+	code, out, e := splitzip(t, "push", cache, "127.0.0.1:1/t/m:v1", "--json")
+	var doc struct {
+		Kind, File, Tensor, Error string
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitInput || doc.Kind != "input" || doc.File == "" || doc.Tensor == "" ||
+		!strings.Contains(doc.Error, "not self-contained") {
+		t.Errorf("push of a cache not self-contained, registry unreachable: exit %d, %+v (%v) %s", code, doc, err, e)
+	}
+}

@@ -159,6 +159,10 @@ func runPush(ctx context.Context, g *globals, o registryOptions, cache, ref stri
 	if err := o.oci(g).CheckRef(ref); err != nil {
 		return registryError(err)
 	}
+	// What push refuses of the cache, before the registry is asked.
+	if err := oci.CheckPushable(ctx, cache); err != nil {
+		return err
+	}
 	if err := checkBeforePush(ctx, g, cache); err != nil {
 		return err
 	}
