@@ -249,7 +249,7 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 		return nil, err
 	}
 	if in := sourceHolding(src, ck); checkpoint.Contains(in, opts.Output) {
-		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, in)
+		return nil, &TensorError{File: opts.Output, Err: fmt.Errorf("%w %s", ErrOutputInSource, in)}
 	}
 	w, err := shardcache.Create(opts.Output)
 	if err != nil {

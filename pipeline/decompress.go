@@ -77,7 +77,7 @@ func Decompress(ctx context.Context, dir string, opts DecompressOptions) (res *D
 	if checkpoint.Contains(s.Root, opts.Output) && sourcePresent(s) {
 		// Where the source is gone (a self-contained cache), its old
 		// place is where a user restores it (trial 70).
-		return nil, fmt.Errorf("%s: %w %s", opts.Output, ErrOutputInSource, s.Root)
+		return nil, &TensorError{File: opts.Output, Err: fmt.Errorf("%w %s", ErrOutputInSource, s.Root)}
 	}
 	res = &DecompressResult{Source: s.Root, Checkpoint: s.Path(), Output: opts.Output}
 	if err := c.Damaged(); err != nil {

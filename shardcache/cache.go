@@ -168,15 +168,15 @@ func OpenContext(ctx context.Context, dir string) (*Cache, error) {
 			return nil, err
 		}
 		if _, merr := os.Stat(filepath.Join(dir, MarkerName)); merr == nil {
-			return nil, fmt.Errorf("%s: %w: no committed index (was compress or pull interrupted? run it again)", dir, ErrNotCache)
+			return nil, &FileError{File: dir, Err: fmt.Errorf("%w: no committed index (was compress or pull interrupted? run it again)", ErrNotCache)}
 		}
 		if ents, rerr := os.ReadDir(dir); rerr == nil && len(ents) == 0 {
-			return nil, fmt.Errorf("%s: %w: the folder is empty", dir, ErrNotCache)
+			return nil, &FileError{File: dir, Err: fmt.Errorf("%w: the folder is empty", ErrNotCache)}
 		}
-		return nil, fmt.Errorf("%s: %w: no %s (the index a cache holds)", dir, ErrNotCache, IndexName)
+		return nil, &FileError{File: dir, Err: fmt.Errorf("%w: no %s (the index a cache holds)", ErrNotCache, IndexName)}
 	}
 	if ds, derr := os.Stat(dir); err != nil && derr == nil && !ds.IsDir() {
-		return nil, fmt.Errorf("%s: %w: a file, where a cache is a folder (splitzip compress makes one)", dir, ErrNotCache)
+		return nil, &FileError{File: dir, Err: fmt.Errorf("%w: a file, where a cache is a folder (splitzip compress makes one)", ErrNotCache)}
 	}
 	if err != nil {
 		return nil, err

@@ -38,6 +38,20 @@ var ErrUnknown = errors.New("no such binding")
 // whose shards both hold a tensor of it): an arena serves tensors by name.
 var ErrDuplicateName = errors.New("duplicate tensor name")
 
+// DuplicateError is ErrDuplicateName for one name: the tensor and the two
+// shards that hold it, apart from the text for callers that report them
+// (splitzip --json's "tensor" and "file").
+type DuplicateError struct {
+	Name, First, Second string
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("%v: %q in %s and in %s", ErrDuplicateName, e.Name, e.First, e.Second)
+}
+
+// Is reports ErrDuplicateName.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicateName }
+
 // Spec describes a tensor to bind.
 type Spec struct {
 	Name   string
@@ -154,7 +168,7 @@ func New(mem Memory, specs []Spec, mapChunk uint64) (*Arena, error) {
 		b := &Binding{Spec: s, Index: i}
 		a.bindings = append(a.bindings, b)
 		if prev, dup := a.byName[s.Name]; dup {
-			return nil, fmt.Errorf("%w: %q in %s and in %s", ErrDuplicateName, s.Name, prev.Shard, s.Shard)
+			return nil, &DuplicateError{Name: s.Name, First: prev.Shard, Second: s.Shard}
 		}
 		a.byName[s.Name] = b
 		b.Addr = Ptr(off) // relative until the range is reserved

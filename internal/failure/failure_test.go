@@ -20,6 +20,7 @@ import (
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
 )
 
 // TestKindOf: each kind's sentinels, wrapped as the packages wrap them,
@@ -147,6 +148,10 @@ func TestLocate(t *testing.T) {
 		{&safetensors.FormatError{File: "b.safetensors", Reason: "r"}, "b.safetensors", ""},
 		{&transport.Error{Tensor: "t", Err: &fs.PathError{Op: "read", Path: "c.safetensors", Err: syscall.EIO}}, "c.safetensors", "t"},
 		{&fs.PathError{Op: "open", Path: "/d", Err: syscall.ENOENT}, "/d", ""},
+		// Named apart from the text (trial 71): a duplicate name, a
+		// folder that is no cache (a relative one of letters alone).
+		{fmt.Errorf("load: %w", &vmm.DuplicateError{Name: "w", First: "a.safetensors", Second: "b.safetensors"}), "b.safetensors", "w"},
+		{&shardcache.FileError{File: "ck", Err: shardcache.ErrNotCache}, "ck", ""},
 		// Failing those, the path the text starts with, where it exists
 		// or is an absolute one in a folder that exists (a file found
 		// missing), or the one an error it wraps starts with, less a pack

@@ -16,6 +16,7 @@ import (
 	"github.com/splitzip/splitzip/safetensors"
 	"github.com/splitzip/splitzip/shardcache"
 	"github.com/splitzip/splitzip/transport"
+	"github.com/splitzip/splitzip/vmm"
 )
 
 // Message returns err's text for people: the text of each error of the
@@ -207,6 +208,8 @@ func Locate(err error) (file, tensor string) {
 			f, t = e.File, e.Tensor
 		case *transport.Error:
 			t = e.Tensor
+		case *vmm.DuplicateError:
+			f, t = e.Second, e.Name
 		case *fs.PathError:
 			f = e.Path
 		case *os.LinkError:
