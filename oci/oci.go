@@ -153,9 +153,14 @@ func (o Options) parse(ref string) (name.Reference, error) {
 		opts = append(opts, name.Insecure)
 	}
 	bare := strings.TrimPrefix(ref, "oci://")
-	r, err := name.ParseReference(bare, opts...)
-	if err == nil && (bare == "" || strings.HasPrefix(bare, "/")) {
-		err = errors.New("no registry named") // oci:///repo would be Docker Hub's "/repo"
+	var r name.Reference
+	var err error
+	if bare == "" || strings.HasPrefix(bare, "/") {
+		// oci:///repo would be Docker Hub's "/repo"; an empty one the
+		// parser's "could not parse reference: " of nothing.
+		err = errors.New("no registry named")
+	} else {
+		r, err = name.ParseReference(bare, opts...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v (want [oci://]REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST], a repository of lower-case letters, digits and separators, at least 2 characters)", ErrReference, ref, err)

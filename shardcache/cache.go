@@ -27,7 +27,7 @@ var ErrSourceRecorded = errors.New("another checkpoint of this path is recorded 
 
 // ErrNoCheckpoint reports a cache that holds no checkpoint: none was
 // compressed into it yet, or every one was forgotten.
-var ErrNoCheckpoint = errors.New("the cache holds no checkpoint; compress one into it first")
+var ErrNoCheckpoint = errors.New("the cache holds no checkpoint")
 
 // RequireCheckpoint returns ErrNoCheckpoint, naming the cache, when it
 // holds no checkpoint: there is nothing to verify, inspect, restore or
@@ -44,10 +44,11 @@ func (c *Cache) RequireCheckpoint() error {
 func (c *Cache) noCheckpoint() error {
 	if c.remote == nil {
 		if pins, err := readPins(c.dir); err == nil && len(pins) > 0 {
-			return fmt.Errorf("%s: %w (it holds %s: run the pull again to finish it)", c.dir, ErrNoCheckpoint, pins[0].Note)
+			// Not "compress one into it first": the pull is what to finish.
+			return fmt.Errorf("%s: %w yet, only %s: run the pull again to finish it", c.dir, ErrNoCheckpoint, pins[0].Note)
 		}
 	}
-	return fmt.Errorf("%s: %w", c.dir, ErrNoCheckpoint)
+	return fmt.Errorf("%s: %w; compress one into it first", c.dir, ErrNoCheckpoint)
 }
 
 // CheckOutside returns ErrInsideCache, naming both, when path is the cache

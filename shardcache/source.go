@@ -188,7 +188,7 @@ func (c *Cache) FindSource(sel string) (*Source, string, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, "", fmt.Errorf("%s: %s is no recorded source root and holds the shards of none of the cache's sources: %w%s", c.Dir(), sel, ErrNotFound, nearest(dir, name, srcs))
+		return nil, "", notFound(fmt.Sprintf("%s: %s is no recorded source root and holds the shards of none of the cache's sources%s", c.Dir(), sel, nearest(dir, name, srcs)))
 	case 1:
 		return found[0], dir, nil
 	}
@@ -365,3 +365,12 @@ func nearest(dir, name string, srcs []Source) string {
 	}
 	return fmt.Sprintf("; it holds %d of the %d shards of %s: %s%s", most, len(srcs[best].Shards), srcs[best].Path(), strings.Join(lacks, ", "), more)
 }
+
+// notFound is ErrNotFound in words of its own: msg says what was not
+// found, without the sentinel's "not in the cache" after it.
+type notFound string
+
+func (e notFound) Error() string { return string(e) }
+
+// Is reports ErrNotFound.
+func (e notFound) Is(target error) bool { return target == ErrNotFound }

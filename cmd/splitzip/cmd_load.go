@@ -200,7 +200,10 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		return usageError{fmt.Errorf("--repeat, --readers (when given), --streams and --ahead must be at least 1")}
 	}
 	if o.Readers > maxReaders || o.Streams > maxStreams {
-		return usageError{fmt.Errorf("--readers must be at most %d and --streams at most %d, got %d and %d", maxReaders, maxStreams, o.Readers, o.Streams)}
+		if o.Readers > maxReaders {
+			return usageError{fmt.Errorf("--readers must be at most %d, got %d", maxReaders, o.Readers)}
+		}
+		return usageError{fmt.Errorf("--streams must be at most %d, got %d", maxStreams, o.Streams)}
 	}
 	var pinnedLimit int64 // 0: the load's default
 	if !o.pinnedUnset {

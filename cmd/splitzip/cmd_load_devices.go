@@ -24,6 +24,8 @@ func runLoadDevices(ctx context.Context, g *globals, o loadOptions, c *shardcach
 		}
 	}
 	switch {
+	case o.Share:
+		return usageError{errors.New("--devices loads once into each device: it takes no --share (a shared copy is kept resident)")}
 	case o.Repeat > 1 || o.Compare > 0 || o.Resident || o.DeviceResident:
 		return usageError{errors.New("--devices loads once: it takes neither --repeat, --compare, --resident nor --device-resident")}
 	case o.Peer && cpus > 0 && cpus < len(names):
