@@ -55,7 +55,7 @@
 extern "C" {
 #endif
 
-#define SPLITZIP_ABI_VERSION 12
+#define SPLITZIP_ABI_VERSION 13
 
 typedef enum {
     SZ_OK = 0,
@@ -225,6 +225,13 @@ sz_status sz_stored_size(uintptr_t handle, uint64_t index, uint64_t *size);
 sz_status sz_read_stored(uintptr_t handle, uint64_t index, void *dst, uint64_t cap, uint64_t *size);
 sz_status sz_decode_host(uintptr_t handle, uint64_t index, const void *src, uint64_t srclen, void *dst, uint64_t cap);
 sz_status sz_plan(uintptr_t handle, int ranks, const char *rules, char *buf, size_t cap, size_t *size);
+
+/* sz_metadata (ABI 13) writes, NUL-terminated, a JSON array of the
+ * checkpoint's shards in its order, each {"shard": its file name,
+ * "metadata": its header's __metadata__ object of strings, or null}, read
+ * from the headers the cache holds (no source file is needed); *size
+ * receives the bytes it takes, also with SZ_ERR_TOO_SMALL. */
+sz_status sz_metadata(uintptr_t handle, char *buf, size_t cap, size_t *size);
 
 /* Row parts (ABI 5): a rank whose share of a tensor is its bytes [lo,
  * hi) (a shard along the first dimension) needs only the payload chunks

@@ -13,6 +13,7 @@ package main
 import "C"
 
 import (
+	"encoding/json"
 	"fmt"
 	"unsafe"
 
@@ -118,6 +119,28 @@ func sz_plan(h C.uintptr_t, ranks C.int, rules *C.char, buf *C.char, capacity C.
 		}
 		if buf == nil || uint64(capacity) < uint64(len(js))+1 {
 			return fmt.Errorf("%w: the plan takes %d bytes", loader.ErrTooSmall, len(js)+1)
+		}
+		copyString(string(js), buf, capacity)
+		return nil
+	})
+}
+
+//export sz_metadata
+func sz_metadata(h C.uintptr_t, buf *C.char, capacity C.size_t, size *C.size_t) C.sz_status {
+	return call(h, func(l *loader.Loader) error {
+		m, err := l.Metadata()
+		if err != nil {
+			return err
+		}
+		js, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if size != nil {
+			*size = C.size_t(len(js) + 1)
+		}
+		if buf == nil || uint64(capacity) < uint64(len(js))+1 {
+			return fmt.Errorf("%w: the metadata takes %d bytes", loader.ErrTooSmall, len(js)+1)
 		}
 		copyString(string(js), buf, capacity)
 		return nil

@@ -28,7 +28,7 @@ import (
 )
 
 // abiVersion is SPLITZIP_ABI_VERSION of capi/splitzip.h (a test checks).
-const abiVersion = 12
+const abiVersion = 13
 
 // version is the release; python/splitzip/_version.py says the same (a
 // test checks).

@@ -21,14 +21,15 @@ IntegrityError is corrupt data (a payload failing its checksum).
 from ._lib import (Cache, DeviceError, Error, Event, FileError, FilePermissionError, IntegrityError, InternalError,
                    InvalidArgumentError, MissingFileError, NotFoundError, SourceChangedError, TensorInfo,
                    release_idle)
+from ._safe_open import Slice, safe_open
 from ._version import __version__
 
 # Tracebacks and reprs name the classes where users import them from.
-for _c in (Cache, Error, TensorInfo, Event, InvalidArgumentError, NotFoundError, IntegrityError, SourceChangedError,
+for _c in (Cache, Error, TensorInfo, Event, safe_open, Slice, InvalidArgumentError, NotFoundError, IntegrityError, SourceChangedError,
            FileError, MissingFileError, FilePermissionError, DeviceError, InternalError):
     _c.__module__ = __name__
 del _c
 
-__all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__", "release_idle",
+__all__ = ["Cache", "Error", "TensorInfo", "Event", "__version__", "release_idle", "safe_open", "Slice",
            "InvalidArgumentError", "NotFoundError", "IntegrityError", "SourceChangedError", "FileError",
            "MissingFileError", "FilePermissionError", "DeviceError", "InternalError"]

@@ -7,9 +7,9 @@ import operator
 import os
 import threading
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-ABI_VERSION = 12
+ABI_VERSION = 13
 
 _STATUS = {
     0: "ok", 1: "invalid argument", 2: "not found", 3: "corrupt", 4: "source changed",
@@ -254,6 +254,7 @@ def lib():
             "sz_read_stored": ([up, u64, ctypes.c_void_p, u64, P(u64)], st),
             "sz_decode_host": ([up, u64, ctypes.c_void_p, u64, ctypes.c_void_p, u64], st),
             "sz_plan": ([up, ctypes.c_int, cp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
+            "sz_metadata": ([up, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)], st),
             "sz_part": ([up, u64, ctypes.c_void_p, u64, u64, u64, ctypes.c_void_p, u64, P(u64)], st),
             "sz_decode_part": ([up, u64, ctypes.c_void_p, u64, u64, u64, ctypes.c_void_p, u64], st),
             "sz_pack_size": ([up, u64, P(u64), u64, P(u64)], st),
@@ -649,6 +650,20 @@ class Cache:
         buf = ctypes.create_string_buffer(n.value)
         self._check(lib().sz_plan(self._h, ranks, rb, buf, len(buf), ctypes.byref(n)))
         return json.loads(buf.value.decode())
+
+    def shard_metadata(self) -> List[Tuple[str, Optional[Dict[str, str]]]]:
+        """Each source shard's file name and its header's __metadata__ (a
+        dict of strings, or None where the header has none), in the
+        checkpoint's order, read from the headers the cache holds: no
+        source file is needed."""
+        import json
+        n = ctypes.c_size_t()
+        status = lib().sz_metadata(self._h, None, 0, ctypes.byref(n))
+        if status not in (0, 5):  # 5: too small, with the size
+            self._check(status)
+        buf = ctypes.create_string_buffer(n.value)
+        self._check(lib().sz_metadata(self._h, buf, len(buf), ctypes.byref(n)))
+        return [(s["shard"], s["metadata"]) for s in json.loads(buf.value.decode())]
 
     def read_many(self, items, threads: Optional[int] = None) -> None:
         """read_into_ptr for many (index, ptr, capacity) items, on several

@@ -6,9 +6,12 @@ import os
 import struct
 
 
-def write(path, tensors):
-    """Write tensors, a list of (name, dtype, shape, bytes), back to back."""
+def write(path, tensors, metadata=None):
+    """Write tensors, a list of (name, dtype, shape, bytes), back to back,
+    with metadata (a dict of strings) as the header's __metadata__."""
     header, off = {}, 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
     for name, dtype, shape, b in tensors:
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(b)]}
         off += len(b)
