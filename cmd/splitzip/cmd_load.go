@@ -338,6 +338,9 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 		if err != nil {
 			return err
 		}
+		if testHookAfterLoads != nil {
+			testHookAfterLoads()
+		}
 		if err := ctx.Err(); held != nil && err != nil {
 			// Interrupted during the loads, which ended anyway: an
 			// interrupt ends a hold early only once it has begun
@@ -424,6 +427,10 @@ func runLoad(ctx context.Context, g *globals, o loadOptions, dir string) (err er
 	fmt.Fprintln(g.stdout)
 	return nil
 }
+
+// testHookAfterLoads, where a test sets it, runs when a load's runs have
+// ended, before their report (an interrupt at that moment, in tests).
+var testHookAfterLoads func()
 
 // holdShared keeps the shared host copy s held (by the caller) for d or
 // until ctx ends.
