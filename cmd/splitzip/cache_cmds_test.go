@@ -939,9 +939,12 @@ func TestGCDryRunWaitsForWriter(t *testing.T) {
 }
 
 // TestUnknownScheme: a cache, output or reference with a URL scheme
-// other than s3:// and oci:// is a usage error before any work: compress
-// -o http://host/repo wrote a cache into a folder called "http:", push
-// took "http" for a registry (trial 71). ./http:/... still names a folder.
+// other than s3:// and oci://, and a local path with any scheme, is a
+// usage error before any work: compress -o http://host/repo wrote a
+// cache into a folder called "http:", push took "http" for a registry
+// (trial 71), decompress -o s3://b/x wrote into ./s3:/b/x (review 71).
+// ./http:/... still names a folder, and shell completion of a line with
+// a URL in it still completes.
 func TestUnknownScheme(t *testing.T) {
 	dir := t.TempDir()
 	ck, cache := compressedWith(t, dir, nil)
@@ -956,11 +959,21 @@ func TestUnknownScheme(t *testing.T) {
 		{"pull", "https://x/y:t", "c3"},
 		{"decompress", cache, "-o", "ftp://x"},
 		{"load", cache, "--device", "cpu", "--source", "S3://b/p"},
+		{"decompress", cache, "-o", "s3://b/x"},
+		{"gen", "s3://bucket/x"},
+		{"relocate", cache, "oci://r/x"},
+		{"pull", "oci://r/x:t", "s3://b/y"},
+		{"push", "s3://b/c", "oci://r/x:t"},
+		{"compress", "s3://b/ck", "-o", "c4"},
+		{"verify", cache, "--local-cache", "oci://r/x"},
 	} {
 		code, out, e := splitzip(t, append(args, "--json")...)
-		if code != 2 || !strings.Contains(out, `"kind": "usage"`) || !strings.Contains(e, "no scheme splitzip reads") {
+		if code != 2 || !strings.Contains(out, `"kind": "usage"`) || !strings.Contains(e, "no scheme splitzip reads") && !strings.Contains(e, "a local path here, not a URL") {
 			t.Errorf("%v: exit %d, %s %s", args, code, out, e)
 		}
+	}
+	if code, out, e := splitzip(t, "__complete", "load", "s3://bucket/p", "--endpoint-url", "http://minio:9000", "--de"); code != 0 || !strings.Contains(out, "--device") {
+		t.Errorf("completion of a line with URLs: exit %d, %q %q", code, out, e)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
 		t.Errorf("the refusals left files: %v", ents)

@@ -86,6 +86,7 @@ runs onto one tag at once: the last push wins.`,
 	f.StringVar(&o.PackMax, "pack-max", "256KiB", fmt.Sprintf("store objects of at most this size together in pack files (0: one file per object; at most %d MiB)", shardcache.MaxPackMax>>20))
 	f.BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the index (faster; a power loss then needs a rebuild)")
 	o.remoteOptions.addFlags(cmd)
+	remoteFlag(cmd, "output")
 	return cmd
 }
 

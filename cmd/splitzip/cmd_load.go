@@ -108,6 +108,7 @@ loaded from there; the pull is not part of the times reported.`,
 	atLeast(f, "repeat", 1, "")
 	atLeast(f, "compare", 1, "omit --compare for a single load")
 	o.remoteOptions.addFlags(cmd)
+	remoteArg(cmd, 0)
 	return cmd
 }
 

@@ -27,6 +27,7 @@ artifact's checkpoints only at the end: run it again to fetch the rest.
 	}
 	o.addFlags(cmd)
 	cmd.Flags().BoolVar(&o.NoSync, "no-sync", false, "do not wait for the disk before committing the cache (faster; a power loss may then lose what was fetched, which the next pull fetches again)")
+	remoteArg(cmd, 0)
 	return cmd
 }
 

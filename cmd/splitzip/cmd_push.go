@@ -147,6 +147,7 @@ is not pushed (exit 1).
 		RunE: func(cmd *cobra.Command, a []string) error { return runPush(cmd.Context(), g, o, a[0], a[1]) },
 	}
 	o.addFlags(cmd)
+	remoteArg(cmd, 1)
 	return cmd
 }
 

@@ -54,6 +54,7 @@ and its kind in --json.
 	atLeast(cmd.Flags(), "jobs", 1, jobsHint)
 	atLeast(cmd.Flags(), "device", 0, "")
 	o.remoteOptions.addFlags(cmd)
+	remoteArg(cmd, 0)
 	return cmd
 }
 

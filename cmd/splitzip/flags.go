@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -72,27 +73,61 @@ var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
 // folder, as positional arguments do.
 var pathFlags = []string{"output", "local-cache", "source"}
 
+// remoteAnnotation marks, on a command, the positions of its arguments
+// that may name a remote cache or reference ("0", "1"), and, on a flag,
+// one whose value may (remoteArg, remoteFlag).
+const remoteAnnotation = "splitzip_remote"
+
+// remoteArg declares that argument pos of cmd may name a remote cache or
+// reference (s3://, oci://); every other argument is a local path.
+func remoteArg(cmd *cobra.Command, pos int) {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[remoteAnnotation] += strconv.Itoa(pos)
+}
+
+// remoteFlag declares that flag name of cmd may name a remote cache.
+func remoteFlag(cmd *cobra.Command, name string) {
+	if err := cmd.Flags().SetAnnotation(name, remoteAnnotation, []string{"yes"}); err != nil {
+		panic(err) // a flag name misspelled in this package
+	}
+}
+
 // checkSchemes refuses, as a usage error, a positional argument or path
-// flag of cmd that starts with a URL scheme other than s3:// and oci://:
-// compress -o http://host/repo wrote a whole cache into a folder called
-// "http:", and push took "http" for a registry's host name (trial 71).
-// A folder of such a name is still reachable as ./http:/...
+// flag of cmd that starts with a URL scheme where it names a local path,
+// and one with a scheme other than s3:// and oci:// where it may name a
+// remote cache: compress -o http://host/repo wrote a whole cache into a
+// folder called "http:", push took "http" for a registry's host name,
+// and decompress -o s3://b/x wrote into ./s3:/b/x (trial 71, review 71).
+// A folder of such a name is still reachable as ./http:/... Shell
+// completion (cobra's __complete, given the line being completed) is
+// left alone.
 func checkSchemes(cmd *cobra.Command, args []string) error {
-	check := func(what, v string) error {
+	if strings.HasPrefix(cmd.Name(), "__complete") {
+		return nil
+	}
+	check := func(what, v string, remote bool) error {
 		m := urlScheme.FindString(v)
-		if m == "" || m == "s3://" || m == ociScheme {
+		switch {
+		case m == "":
+			return nil
+		case !remote:
+			return usageError{fmt.Errorf("%s %q: a local path here, not a URL (a folder of that name is ./%s)", what, v, v)}
+		case m == "s3://" || m == ociScheme:
 			return nil
 		}
 		return usageError{fmt.Errorf("%s %q: %s is no scheme splitzip reads: a remote cache is s3://BUCKET/PREFIX[:TAG] or oci://REGISTRY/REPOSITORY[:TAG]; a local folder of that name is ./%s", what, v, m, v)}
 	}
-	for _, a := range args {
-		if err := check("argument", a); err != nil {
+	remoteArgs := cmd.Annotations[remoteAnnotation]
+	for i, a := range args {
+		if err := check("argument", a, strings.Contains(remoteArgs, strconv.Itoa(i))); err != nil {
 			return err
 		}
 	}
 	for _, name := range pathFlags {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
-			if err := check("--"+name, f.Value.String()); err != nil {
+			if err := check("--"+name, f.Value.String(), len(f.Annotations[remoteAnnotation]) > 0); err != nil {
 				return err
 			}
 		}
