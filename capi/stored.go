@@ -114,14 +114,7 @@ func sz_plan(h C.uintptr_t, ranks C.int, rules *C.char, buf *C.char, capacity C.
 		if err != nil {
 			return err
 		}
-		if size != nil {
-			*size = C.size_t(len(js) + 1)
-		}
-		if buf == nil || uint64(capacity) < uint64(len(js))+1 {
-			return fmt.Errorf("%w: the plan takes %d bytes", loader.ErrTooSmall, len(js)+1)
-		}
-		copyString(string(js), buf, capacity)
-		return nil
+		return putJSON(js, "plan", buf, capacity, size)
 	})
 }
 
@@ -136,13 +129,21 @@ func sz_metadata(h C.uintptr_t, buf *C.char, capacity C.size_t, size *C.size_t) 
 		if err != nil {
 			return err
 		}
-		if size != nil {
-			*size = C.size_t(len(js) + 1)
-		}
-		if buf == nil || uint64(capacity) < uint64(len(js))+1 {
-			return fmt.Errorf("%w: the metadata takes %d bytes", loader.ErrTooSmall, len(js)+1)
-		}
-		copyString(string(js), buf, capacity)
-		return nil
+		return putJSON(js, "metadata", buf, capacity, size)
 	})
+}
+
+// putJSON writes js, NUL-terminated, into buf (capacity bytes) and its
+// size with the NUL into *size (when not NULL), also when buf is too
+// small (ErrTooSmall naming what, "the plan"): a caller asks once with
+// no buffer, then again with one of that size.
+func putJSON(js []byte, what string, buf *C.char, capacity C.size_t, size *C.size_t) error {
+	if size != nil {
+		*size = C.size_t(len(js) + 1)
+	}
+	if buf == nil || uint64(capacity) < uint64(len(js))+1 {
+		return fmt.Errorf("%w: the %s takes %d bytes", loader.ErrTooSmall, what, len(js)+1)
+	}
+	copyString(string(js), buf, capacity)
+	return nil
 }

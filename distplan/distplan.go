@@ -215,7 +215,7 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 			if t.Stored == shardcache.StoredFixed || t.Stored == shardcache.StoredEntropy {
 				o, err := c.Lookup(t.Key)
 				if err != nil {
-					return nil, &shardcache.TensorError{Tensor: t.Name, Named: true, Err: err}
+					return nil, &shardcache.TensorError{Tensor: t.Name, Err: err}
 				}
 				tp.Object, id = o.Size, "object "+string(t.Key)
 			}
@@ -265,7 +265,8 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 }
 
 // checkRules records the rules' patterns that match no tensor's name
-// (Unmatched) and refuses a wildcard rule that shards along a dimension
+// (Unmatched), and those whose every tensor an earlier rule places
+// (Shadowed), and refuses a wildcard rule that shards along a dimension
 // none of the tensors left to it (matched by no earlier rule) has: it
 // shards nothing, a mistyped dimension most likely, that would replicate
 // them all. (A rule naming a tensor outright is refused for that tensor,
@@ -372,7 +373,7 @@ func values(t *Tensor) uint64 {
 // tensorError is err about t, naming it for callers that report the
 // tensor apart from the text (splitzip --json's "tensor").
 func tensorError(t *Tensor, err error) error {
-	return &shardcache.TensorError{Tensor: t.Name, Named: true, Err: err}
+	return &shardcache.TensorError{Tensor: t.Name, Err: err}
 }
 
 // checkSources refuses a plan the load it is for would fail: a source
@@ -382,12 +383,7 @@ func tensorError(t *Tensor, err error) error {
 func checkSources(c *shardcache.Cache, src *shardcache.Source) error {
 	for i := range src.Shards {
 		sh := &src.Shards[i]
-		path := filepath.Join(src.Root, sh.Name)
-		present, err := c.SourcePresent(sh, path)
-		if err == nil && !present {
-			err = c.CheckAbsent(sh, path)
-		}
-		if err != nil {
+		if _, err := c.CheckShard(sh, filepath.Join(src.Root, sh.Name)); err != nil {
 			return err
 		}
 	}

@@ -249,6 +249,8 @@ func compressInto(ctx context.Context, src string, opts CompressOptions, discard
 		return nil, err
 	}
 	if in := sourceHolding(src, ck); checkpoint.Contains(in, opts.Output) {
+		// A TensorError without a tensor: an error about a file, named
+		// apart from the text for --json.
 		return nil, &TensorError{File: opts.Output, Err: fmt.Errorf("%w %s", ErrOutputInSource, in)}
 	}
 	w, err := shardcache.Create(opts.Output)

@@ -40,16 +40,16 @@ const compressCost = 4*segmentBytes + shardcache.BufferedObjectBytes
 func (tc *tensorCompressor) reuse(t *safetensors.Tensor, rec *shardcache.Tensor, o *shardcache.Object, kept *bool) {
 	tc.opts.Progress.Add(t.Size())
 	tc.adopt(rec, o, kept)
-	if rec.Payload() && !tc.stores(t, o.Kind) && !tc.storedForBF16(t, o) && tc.w.Earlier(rec.Key) {
+	if rec.Payload() && !tc.stores(t, o.Kind) && !tc.thisCodecsBF16Form(t, o) && tc.w.Earlier(rec.Key) {
 		*kept = true
 	}
 }
 
-// storedForBF16 reports whether o, a payload of t's bytes, is the fixed
+// thisCodecsBF16Form reports whether o, a payload of t's bytes, is the fixed
 // payload this run's codec would give a BF16 tensor of them: a tensor of
 // another dtype takes it as this codec's form of its bytes, not as
 // another codec's kept from before (review 70b).
-func (tc *tensorCompressor) storedForBF16(t *safetensors.Tensor, o *shardcache.Object) bool {
+func (tc *tensorCompressor) thisCodecsBF16Form(t *safetensors.Tensor, o *shardcache.Object) bool {
 	if o.Kind != shardcache.KindFixed || t.DType == "BF16" {
 		return false
 	}

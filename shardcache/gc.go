@@ -662,5 +662,5 @@ func (pf packFiles) member(k Key, o *Object, check PayloadCheck) ([]byte, error)
 // refuseRepack says what GC does about a damaged member it would copy.
 func refuseRepack(err error) error {
 	return fmt.Errorf("%w; gc copies the members of this pack still in use into a new one, and refuses a damaged one: nothing was removed "+
-		"(compressing its checkpoint again, or pulling it again, stores it anew; then run gc)", err)
+		"(compressing again the checkpoint that stored it, or pulling again the artifact that brought it, stores it anew; then run gc)", err)
 }

@@ -422,7 +422,7 @@ func (ix *Index) check() error {
 	for _, s := range ix.Sources {
 		if s.Index != nil {
 			if o := obj(s.Index.Key); o == nil || o.Kind != KindRaw || o.Size != s.Index.Size {
-				return fmt.Errorf("source %s: index object %s missing or not %d bytes", s.Root, s.Index.Key, s.Index.Size)
+				return fmt.Errorf("source %s: index object %s missing, not a raw object, or not %d bytes", s.Root, s.Index.Key, s.Index.Size)
 			}
 		}
 		for _, sh := range s.Shards {
@@ -433,7 +433,7 @@ func (ix *Index) check() error {
 					what = fmt.Sprintf("gap at %d", r.Offset)
 				}
 				if o := obj(r.Key); o == nil || o.Kind != KindRaw || o.Size != r.Size {
-					return fmt.Errorf("shard %s: %s: raw object %s missing or not %d bytes", sh.Name, what, r.Key, r.Size)
+					return fmt.Errorf("shard %s: %s: raw object %s missing, not a raw object, or not %d bytes", sh.Name, what, r.Key, r.Size)
 				}
 				if !within(r.Offset, r.Size, sh.Size) {
 					return fmt.Errorf("shard %s: %s: bytes [%d, +%d) lie outside the %d-byte file", sh.Name, what, r.Offset, r.Size, sh.Size)
@@ -454,7 +454,7 @@ func (ix *Index) check() error {
 				case t.Stored == StoredEntropy && o.RawSize != t.Size:
 					return fmt.Errorf("shard %s: tensor %q: entropy payload %s decodes to %d bytes, the tensor has %d", sh.Name, t.Name, t.Key, o.RawSize, t.Size)
 				case t.Stored == StoredRaw && t.CopyStored && (o == nil || o.Kind != KindRaw || o.Size != t.Size):
-					return fmt.Errorf("shard %s: tensor %q: raw object %s missing or not %d bytes", sh.Name, t.Name, t.Key, t.Size)
+					return fmt.Errorf("shard %s: tensor %q: raw object %s missing, not a raw object, or not %d bytes", sh.Name, t.Name, t.Key, t.Size)
 				case t.Stored != StoredFixed && t.Stored != StoredEntropy && t.Stored != StoredRaw:
 					return fmt.Errorf("shard %s: tensor %q: stored as %q", sh.Name, t.Name, t.Stored)
 				}

@@ -113,6 +113,18 @@ func (c *Cache) SourcePresent(sh *Shard, path string) (bool, error) {
 	return SourceState(sh, path)
 }
 
+// CheckShard reports whether the source file of shard sh at path is
+// there (SourcePresent) and checks that a load can serve the shard: a
+// present file unchanged, an absent one's every tensor in the cache
+// (CheckAbsent). Loads and plans ask it of every shard first.
+func (c *Cache) CheckShard(sh *Shard, path string) (present bool, err error) {
+	present, err = c.SourcePresent(sh, path)
+	if err == nil && !present {
+		err = c.CheckAbsent(sh, path)
+	}
+	return present, err
+}
+
 // CheckAbsent checks that every tensor of a shard whose source file is
 // absent has its bytes in the cache, in object files (or packs) of the
 // recorded sizes, so that sizes from the index are bounded by files
@@ -168,7 +180,7 @@ type TensorError struct {
 // Error says the tensor, the file (or At) and what is wrong.
 func (e *TensorError) Error() string {
 	switch {
-	case e.Named:
+	case e.Named, e.File == "" && e.At == "":
 		return fmt.Sprintf("tensor %q: %v", e.Tensor, e.Err)
 	case e.At != "":
 		return fmt.Sprintf("tensor %q: %s: %v", e.Tensor, e.At, e.Err)
@@ -179,8 +191,9 @@ func (e *TensorError) Error() string {
 // Unwrap returns what is wrong.
 func (e *TensorError) Unwrap() error { return e.Err }
 
-// FileError is an error about a file (a source shard that changed): its
-// field names the file for callers that report it apart from the text.
+// FileError is an error about a file or folder (a source shard that
+// changed, a folder that is no cache): its field names it for callers
+// that report it apart from the text.
 type FileError struct {
 	File string
 	Err  error

@@ -29,14 +29,9 @@ func Specs(c *shardcache.Cache, src *shardcache.Source) ([]vmm.Spec, error) {
 	for si := range src.Shards {
 		sh := &src.Shards[si]
 		path := filepath.Join(src.Root, sh.Name)
-		present, err := c.SourcePresent(sh, path)
+		present, err := c.CheckShard(sh, path)
 		if err != nil {
 			return nil, err
-		}
-		if !present {
-			if err := c.CheckAbsent(sh, path); err != nil {
-				return nil, err
-			}
 		}
 		for ti := range sh.Tensors {
 			t := &sh.Tensors[ti]

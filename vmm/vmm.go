@@ -45,6 +45,7 @@ type DuplicateError struct {
 	Name, First, Second string
 }
 
+// Error says the name and the two shards.
 func (e *DuplicateError) Error() string {
 	return fmt.Sprintf("%v: %q in %s and in %s", ErrDuplicateName, e.Name, e.First, e.Second)
 }

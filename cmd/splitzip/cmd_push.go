@@ -224,8 +224,8 @@ func checkBeforePush(ctx context.Context, g *globals, cache string) error {
 		}
 	}
 	if bad > 0 {
-		return failure.Mark(failure.Integrity, fmt.Errorf("%s: the cache's stored bytes are damaged (%s): not pushed (verify %s says more; compressing the checkpoint again into this cache, or pulling it again, stores the damaged objects anew)",
-			cache, count(bad, "problem"), cache))
+		return failure.Mark(failure.Integrity, fmt.Errorf("%s: the cache's stored bytes are damaged (%s): not pushed (verify %s says more; %s)",
+			cache, count(bad, "problem"), cache, mendHint))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 12)."""
+"""ctypes binding of libsplitzip.so (capi/splitzip.h, ABI version 13)."""
 
 import concurrent.futures
 import ctypes
@@ -639,31 +639,28 @@ class Cache:
         """The plan of a load onto ranks ranks under placement rules
         ("PATTERN=replicate|shard:DIM,..."): each tensor's reader and
         parts, each rank's sums (docs/DESIGN.md, section 6)."""
-        import json
         ranks, = _ints(ranks=ranks)
         _strs(rules=rules)
-        n = ctypes.c_size_t()
-        rb = rules.encode()
-        status = lib().sz_plan(self._h, ranks, rb, None, 0, ctypes.byref(n))
-        if status not in (0, 5):  # 5: too small, with the size
-            self._check(status)
-        buf = ctypes.create_string_buffer(n.value)
-        self._check(lib().sz_plan(self._h, ranks, rb, buf, len(buf), ctypes.byref(n)))
-        return json.loads(buf.value.decode())
+        return self._json(lib().sz_plan, ranks, rules.encode())
 
     def shard_metadata(self) -> List[Tuple[str, Optional[Dict[str, str]]]]:
         """Each source shard's file name and its header's __metadata__ (a
         dict of strings, or None where the header has none), in the
         checkpoint's order, read from the headers the cache holds: no
         source file is needed."""
+        return [(s["shard"], s["metadata"]) for s in self._json(lib().sz_metadata)]
+
+    def _json(self, fn, *args):
+        """The JSON document fn (sz_plan, sz_metadata) writes after args:
+        asked once for its size, then into a buffer of it."""
         import json
         n = ctypes.c_size_t()
-        status = lib().sz_metadata(self._h, None, 0, ctypes.byref(n))
+        status = fn(self._h, *args, None, 0, ctypes.byref(n))
         if status not in (0, 5):  # 5: too small, with the size
             self._check(status)
         buf = ctypes.create_string_buffer(n.value)
-        self._check(lib().sz_metadata(self._h, buf, len(buf), ctypes.byref(n)))
-        return [(s["shard"], s["metadata"]) for s in json.loads(buf.value.decode())]
+        self._check(fn(self._h, *args, buf, len(buf), ctypes.byref(n)))
+        return json.loads(buf.value.decode())
 
     def read_many(self, items, threads: Optional[int] = None) -> None:
         """read_into_ptr for many (index, ptr, capacity) items, on several

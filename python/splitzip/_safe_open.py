@@ -12,10 +12,11 @@ A cache holds a whole checkpoint (every shard), so keys() lists every
 shard's tensors and metadata() is the first shard's (shard_metadata() has
 each one's). framework "pt" (or "torch") gives torch tensors, "np" (or
 "numpy") numpy arrays as splitzip.numpy does (BF16 as uint16 bits).
-get_slice reads a tensor's stored bytes once and decodes only the part an
-index asks for when it is a range of the first dimension (an int or a
-slice of step 1, the other dimensions whole); any other index decodes the
-tensor and indexes it.
+get_slice's first index of a range of the first dimension (an int or a
+slice of step 1, the other dimensions whole) reads the tensor's stored
+bytes (a payload, or a raw tensor's bytes), which the slice keeps for its
+later indexes, and decodes only the payload chunks that hold the range;
+any other index decodes the tensor and indexes it.
 """
 
 import operator
@@ -96,6 +97,7 @@ class Slice:
 
     def __init__(self, f: safe_open, info: TensorInfo):
         self._f, self._info = f, info
+        self._stored = None  # (buffer, size) once a range was read
 
     def get_shape(self) -> List[int]:
         return list(self._info.shape)
@@ -105,7 +107,9 @@ class Slice:
         return self._info.dtype
 
     def __len__(self) -> int:
-        return self._info.shape[0] if self._info.shape else 0
+        if not self._info.shape:
+            raise TypeError(f"len() of {self._info.name!r}, a tensor of no dimensions")
+        return self._info.shape[0]
 
     def __getitem__(self, index):
         rows = self._rows(index)
@@ -125,8 +129,10 @@ class Slice:
         if not shape or not idx or self._f._fw == "np" and self._info.dtype not in self._f._mod.DTYPES:
             return None  # (numpy gives a dtype it lacks as flat bytes)
         first, rest = idx[0], idx[1:]
-        if any(r is not Ellipsis and r != slice(None) for r in rest) or sum(r is Ellipsis for r in idx) > 1:
-            return None
+        whole = [r is Ellipsis or isinstance(r, slice) and r == slice(None) for r in rest]
+        dims = sum(r is not Ellipsis for r in idx)
+        if not all(whole) or sum(r is Ellipsis for r in idx) > 1 or dims > len(shape):
+            return None  # torch or numpy indexes the whole tensor (or says why not)
         n = shape[0]
         if isinstance(first, slice):
             if first.step not in (None, 1) or first == slice(None):
@@ -154,13 +160,14 @@ class Slice:
         out = self._empty(shape)
         if hi > lo:
             import ctypes
-            stored = c.stored_size(info.index)
-            src = (ctypes.c_uint8 * max(stored, 1))()
-            n = c.read_stored_into_ptr(info.index, ctypes.addressof(src), stored)
-            cap = Cache.part_bound(stored, info.nbytes)
+            if self._stored is None:
+                stored = c.stored_size(info.index)
+                src = (ctypes.c_uint8 * max(stored, 1))()
+                self._stored = src, c.read_stored_into_ptr(info.index, ctypes.addressof(src), stored)
+            src, n = self._stored
+            cap = Cache.part_bound(n, info.nbytes)
             part = (ctypes.c_uint8 * cap)()
             m = c.part_into_ptr(info.index, ctypes.addressof(src), n, lo, hi, ctypes.addressof(part), cap)
-            del src
             c.decode_part_ptr(info.index, ctypes.addressof(part), m, lo, hi, self._ptr(out), hi - lo)
         if self._f._fw == "pt" and self._f._device.type != "cpu":
             out = out.to(self._f._device)

@@ -104,6 +104,11 @@ class TestSafeOpen(unittest.TestCase):
                             self.assertTrue(torch.equal(bits(got), bits(want)))
                     with self.assertRaises(IndexError):
                         s[n]
+                    with self.assertRaises(IndexError):  # too many indices, as torch says
+                        s[(slice(2, 9),) + (slice(None),) * full.dim()]
+                    if full.dim() > 1:
+                        got = s[0, np.array([1, 2])]  # an advanced index: the whole tensor's path
+                        self.assertTrue(torch.equal(bits(got), bits(full[0, np.array([1, 2])])))
             with safe_open(cache, framework="np") as f:
                 got = f.get_slice("z.w")[10:250]
                 self.assertEqual(got.dtype, np.uint16)
