@@ -12,14 +12,11 @@ A cache holds a whole checkpoint (every shard), so keys() lists every
 shard's tensors and metadata() is the first shard's (shard_metadata() has
 each one's). framework "pt" (or "torch") gives torch tensors, "np" (or
 "numpy") numpy arrays as splitzip.numpy does (BF16 as uint16 bits).
-get_slice's first index of a range of the first dimension (an int or a
-slice of step 1, the other dimensions whole) reads the tensor's stored
-bytes (a payload, or a raw tensor's bytes), which the slice keeps for its
-later indexes, and decodes only the payload chunks that hold the range;
-any other index decodes the tensor and indexes it.
+get_slice(name)[index] reads and decodes the whole tensor, then copies out
+what the index takes, as torch (or numpy) indexes: a slice costs its
+tensor's read, not only its part's, and keeps no more than the part.
 """
 
-import operator
 from typing import Dict, List, Optional, Tuple
 
 from ._lib import Cache, TensorInfo, error
@@ -97,7 +94,6 @@ class Slice:
 
     def __init__(self, f: safe_open, info: TensorInfo):
         self._f, self._info = f, info
-        self._stored = None  # (buffer, size) once a range was read
 
     def get_shape(self) -> List[int]:
         return list(self._info.shape)
@@ -112,78 +108,24 @@ class Slice:
         return self._info.shape[0]
 
     def __getitem__(self, index):
-        rows = self._rows(index)
-        if rows is None:
-            t = self._f.get_tensor(self._info.name)
-            return t if index is Ellipsis or index == () else t[index]
-        r0, r1, squeeze = rows
-        t = self._part(r0, r1)
-        return t[0] if squeeze else t
-
-    def _rows(self, index) -> Optional[Tuple[int, int, bool]]:
-        """The rows [r0, r1) of the first dimension an index takes whole
-        rows of, and whether it drops that dimension (an int); None for
-        any other index (or none)."""
-        shape = self._info.shape
-        idx = index if isinstance(index, tuple) else (index,)
-        if not shape or not idx or self._f._fw == "np" and self._info.dtype not in self._f._mod.DTYPES:
-            return None  # (numpy gives a dtype it lacks as flat bytes)
-        first, rest = idx[0], idx[1:]
-        whole = [r is Ellipsis or isinstance(r, slice) and r == slice(None) for r in rest]
-        dims = sum(r is not Ellipsis for r in idx)
-        if not all(whole) or sum(r is Ellipsis for r in idx) > 1 or dims > len(shape):
-            return None  # torch or numpy indexes the whole tensor (or says why not)
-        n = shape[0]
-        if isinstance(first, slice):
-            if first.step not in (None, 1) or first == slice(None):
-                return None
-            r0, r1, _ = first.indices(n)
-            return r0, max(r0, r1), False
-        if isinstance(first, bool):
-            return None
-        try:
-            i = operator.index(first)
-        except TypeError:
-            return None
-        if i < -n or i >= n:
-            raise IndexError(f"index {i} is out of bounds for dimension 0 of {self._info.name!r} (size {n})")
-        i %= n
-        return i, i + 1, True
-
-    def _part(self, r0: int, r1: int):
-        """Rows [r0, r1) of the tensor, decoded from the part of its stored
-        bytes that holds them."""
-        info, c = self._info, self._f._cache
-        shape = (r1 - r0,) + tuple(info.shape[1:])
-        row = info.nbytes // info.shape[0] if info.shape[0] else 0
-        lo, hi = r0 * row, r1 * row
-        out = self._empty(shape)
-        if hi > lo:
-            import ctypes
-            if self._stored is None:
-                stored = c.stored_size(info.index)
-                src = (ctypes.c_uint8 * max(stored, 1))()
-                self._stored = src, c.read_stored_into_ptr(info.index, ctypes.addressof(src), stored)
-            src, n = self._stored
-            cap = Cache.part_bound(n, info.nbytes)
-            part = (ctypes.c_uint8 * cap)()
-            m = c.part_into_ptr(info.index, ctypes.addressof(src), n, lo, hi, ctypes.addressof(part), cap)
-            c.decode_part_ptr(info.index, ctypes.addressof(part), m, lo, hi, self._ptr(out), hi - lo)
-        if self._f._fw == "pt" and self._f._device.type != "cpu":
-            out = out.to(self._f._device)
-        return out
-
-    def _empty(self, shape):
-        """A host tensor or array of the tensor's dtype and shape."""
-        info = self._info
+        """The tensor indexed as torch (or numpy) indexes it, in memory of
+        its own: the whole tensor is read and decoded, the part copied
+        out, and the rest let go."""
+        t = self._f.get_tensor(self._info.name)
+        part = t[index]
+        # A view (basic indexing) keeps the whole tensor alive: copied, as
+        # safetensors' slices are tensors of their own, unless it is all of
+        # the tensor; advanced indexing and numpy's scalars copy already.
         if self._f._fw == "np":
-            import numpy as np
-            return np.empty(shape, dtype=self._f._mod.DTYPES[info.dtype])
-        import torch
-        return torch.empty(shape, dtype=self._f._mod.torch_dtype(info.name, info.dtype))
+            view = getattr(part, "base", None) is not None
+        else:
+            view = part._base is not None
+        if view and not (part.shape == t.shape and self._contiguous(part)):
+            return part.copy() if self._f._fw == "np" else part.clone()
+        return part
 
-    def _ptr(self, out) -> int:
-        return out.ctypes.data if self._f._fw == "np" else out.data_ptr()
+    def _contiguous(self, a) -> bool:
+        return a.flags["C_CONTIGUOUS"] if self._f._fw == "np" else a.is_contiguous()
 
     def __repr__(self) -> str:
         return f"splitzip.Slice({self._info.name!r}, {self._info.dtype}, {tuple(self._info.shape)})"

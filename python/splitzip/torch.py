@@ -102,7 +102,10 @@ def _finish(events: list) -> None:
 def _device(device) -> torch.device:
     """The device argument of load_file and get_tensor, checked before
     any tensor is made."""
-    device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    try:
+        device = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    except (RuntimeError, TypeError) as e:  # torch's words for a string that names no device
+        raise error(1, f"device={device!r}: {e}") from None
     if device.type not in ("cpu", "cuda"):
         raise error(1, f"device={device}: want the CPU or a CUDA device")
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -82,8 +82,8 @@ class TestSafeOpen(unittest.TestCase):
                     self.assertEqual(f.get_tensor(name).tobytes(), self.want[name][2], name)
 
     def test_slices(self):
-        """A range of rows comes from the part of the payload that holds it;
-        every other index from the whole tensor; all bit for bit."""
+        """Every index as torch and numpy take it, bit for bit, in a tensor
+        of its own."""
         from splitzip import safe_open
         for codec, cache in self.caches.items():
             with safe_open(cache, framework="pt") as f:
@@ -106,9 +106,23 @@ class TestSafeOpen(unittest.TestCase):
                         s[n]
                     with self.assertRaises(IndexError):  # too many indices, as torch says
                         s[(slice(2, 9),) + (slice(None),) * full.dim()]
+                    # Indices torch takes as tensors, not ints (trial 71b:
+                    # a 0-d bool read as row 1, a one-element index lost a
+                    # dimension).
+                    for index in (torch.tensor(True), torch.tensor(False), torch.tensor([2]), torch.tensor([0, 2]),
+                                  np.array([1, 2])):
+                        with self.subTest(codec=codec, name=name, index=index):
+                            got, want = s[index], full[index]
+                            self.assertEqual(tuple(got.shape), tuple(want.shape))
+                            self.assertTrue(torch.equal(bits(got), bits(want)))
                     if full.dim() > 1:
-                        got = s[0, np.array([1, 2])]  # an advanced index: the whole tensor's path
+                        got = s[0, np.array([1, 2])]
                         self.assertTrue(torch.equal(bits(got), bits(full[0, np.array([1, 2])])))
+                    # A part is a tensor of its own, not a view of the whole.
+                    part = s[1:3]
+                    self.assertIsNone(part._base)
+                    self.assertEqual(part.untyped_storage().nbytes() if hasattr(part, "untyped_storage") else
+                                     part.storage().nbytes(), part.numel() * part.element_size())
             with safe_open(cache, framework="np") as f:
                 got = f.get_slice("z.w")[10:250]
                 self.assertEqual(got.dtype, np.uint16)
@@ -133,6 +147,8 @@ class TestSafeOpen(unittest.TestCase):
             splitzip.safe_open(self.caches["fixed"], framework="tf")
         with self.assertRaises(ValueError):
             splitzip.safe_open(self.caches["fixed"], framework="np", device="cuda:0")
+        with self.assertRaises(splitzip.InvalidArgumentError):
+            splitzip.safe_open(self.caches["fixed"], framework="pt", device="bogus")
         with splitzip.safe_open(self.caches["fixed"]) as f, self.assertRaises(KeyError):
             f.get_slice("nope")
 
