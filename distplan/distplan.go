@@ -36,6 +36,11 @@ import (
 // evenly.
 var ErrPlan = errors.New("cannot plan")
 
+// ErrDuplicateName reports a checkpoint whose shards both hold a tensor
+// of one name: ranks place tensors by name, and a load of it is refused
+// (vmm.ErrDuplicateName) as this plan is.
+var ErrDuplicateName = errors.New("tensor name in two shards")
+
 // Placement is where a tensor's values go: every rank (Shard false), or
 // one part a rank along dimension Dim.
 type Placement struct {
@@ -207,8 +212,14 @@ func New(c *shardcache.Cache, src *shardcache.Source, ranks int, rules []Rule) (
 	p := &Plan{Ranks: ranks, PerRank: make([]Rank, ranks), Tensors: []Tensor{}}
 	units := map[string]*unit{}
 	var order []string
+	first := map[string]string{} // a tensor name's first shard
 	for _, sh := range src.Shards {
 		for _, t := range sh.Tensors {
+			if prev, dup := first[t.Name]; dup {
+				return nil, &shardcache.TensorError{Tensor: t.Name, File: filepath.Join(src.Root, sh.Name),
+					Err: fmt.Errorf("%w: also in %s (ranks, like a load, take tensors by name)", ErrDuplicateName, prev)}
+			}
+			first[t.Name] = filepath.Join(src.Root, sh.Name)
 			tp := Tensor{Name: t.Name, Key: t.Key, DType: t.DType, Shape: t.Shape, Stored: t.Stored, Size: t.Size, Object: t.Size,
 				Placement: place(rules, t.Name, len(t.Shape))}
 			id := fmt.Sprintf("slice %s@%d", sh.Name, t.Offset)

@@ -1,8 +1,11 @@
 package distplan
 
 import (
+	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -236,5 +239,44 @@ func TestPlanSources(t *testing.T) {
 	}
 	if b, _ := json.Marshal(p); !strings.Contains(string(b), `"tensors":[]`) {
 		t.Errorf("no tensors: %s", b)
+	}
+}
+
+// TestPlanDuplicateName: a checkpoint whose two shards hold a tensor of
+// one name is refused, naming it and its shards, as a load of it is
+// (trial 71: plan planned both).
+func TestPlanDuplicateName(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "ck")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"a.safetensors", "b.safetensors"} {
+		h := fmt.Sprintf(`{"w":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"x%d":{"dtype":"U8","shape":[8],"data_offsets":[8,16]}}`, i)
+		h += strings.Repeat(" ", -len(h)&7)
+		b := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+		b = append(append(b, h...), make([]byte, 16)...)
+		b[len(b)-1] = byte(i + 1)
+		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(dir, "cache")
+	if _, err := pipeline.Compress(context.Background(), src, pipeline.CompressOptions{Output: cache, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := shardcache.Open(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.PickSource("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(c, s, 2, nil)
+	var te *shardcache.TensorError
+	if !errors.Is(err, ErrDuplicateName) || !errors.As(err, &te) || te.Tensor != "w" || !strings.Contains(err.Error(), "a.safetensors") {
+		t.Errorf("a name in two shards: %v", err)
 	}
 }

@@ -44,7 +44,7 @@ var rules = []rule{
 	}},
 	{Input, []error{
 		shardcache.ErrSourceChanged, shardcache.ErrSourceMissing, shardcache.ErrHostDecode, transport.ErrShortRead,
-		vmm.ErrDuplicateName, shardcache.ErrNotSelfContained,
+		vmm.ErrDuplicateName, distplan.ErrDuplicateName, shardcache.ErrNotSelfContained,
 	}},
 	{Integrity, []error{
 		codec.ErrCorrupt, codec.ErrChecksum, codec.ErrSize,
