@@ -267,15 +267,7 @@ func otherForms(have, ix *shardcache.Index, files []shardcache.Key) ([]shardcach
 				if !ok {
 					continue
 				}
-				switch lo.Kind {
-				case shardcache.KindFixed:
-					tn.Stored = shardcache.StoredFixed
-				case shardcache.KindEntropy:
-					tn.Stored = shardcache.StoredEntropy
-				default:
-					tn.Stored = shardcache.StoredRaw
-				}
-				tn.CopyStored = true
+				tn.Stored, tn.CopyStored = shardcache.StoredAs(lo.Kind), true
 			}
 		}
 	}

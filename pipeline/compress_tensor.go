@@ -60,21 +60,15 @@ func (tc *tensorCompressor) thisCodecsBF16Form(t *safetensors.Tensor, o *shardca
 
 // adopt records rec as the object o of its key (reuse, settle).
 func (tc *tensorCompressor) adopt(rec *shardcache.Tensor, o *shardcache.Object, kept *bool) {
-	switch o.Kind {
-	case shardcache.KindFixed:
-		rec.Stored, rec.CopyStored, rec.Reason = shardcache.StoredFixed, true, ""
-	case shardcache.KindEntropy:
-		rec.Stored, rec.CopyStored, rec.Reason = shardcache.StoredEntropy, true, ""
-	default:
-		rec.Stored = shardcache.StoredRaw
+	rec.Stored, rec.CopyStored, rec.Reason = shardcache.StoredAs(o.Kind), true, ""
+	switch {
+	case rec.Payload():
+	case tc.w.Earlier(rec.Key):
 		rec.Reason = "stored raw before"
-		if tc.w.Earlier(rec.Key) {
-			*kept = true // an earlier run's copy (Totals.KeptCopies)
-		} else {
-			// This run's: a gap or another tensor of the same bytes.
-			rec.Reason = "the same bytes as another region stored raw"
-		}
-		rec.CopyStored = true
+		*kept = true // an earlier run's copy (Totals.KeptCopies)
+	default:
+		// This run's: a gap or another tensor of the same bytes.
+		rec.Reason = "the same bytes as another region stored raw"
 	}
 }
 
@@ -107,15 +101,8 @@ func (tc *tensorCompressor) compress(r *sourceReader, t *safetensors.Tensor, rec
 // job at the same time or from this one before; its record must then
 // name the first's form.
 func (tc *tensorCompressor) settle(rec *shardcache.Tensor, kept *bool) {
-	var kind string
-	switch {
-	case rec.Stored == shardcache.StoredFixed:
-		kind = shardcache.KindFixed
-	case rec.Stored == shardcache.StoredEntropy:
-		kind = shardcache.KindEntropy
-	case rec.CopyStored:
-		kind = shardcache.KindRaw
-	default:
+	kind := rec.ObjectKind()
+	if kind == "" {
 		return // read from the source: no object
 	}
 	if o, ok := tc.w.Recorded(rec.Key); ok && o.Kind != kind {

@@ -418,7 +418,7 @@ func payloadReader(c *shardcache.Cache, t *shardcache.Tensor) (*shardcache.Objec
 	if err != nil {
 		return nil, nil, err
 	}
-	if want := map[string]string{shardcache.StoredFixed: shardcache.KindFixed, shardcache.StoredEntropy: shardcache.KindEntropy}[t.Stored]; o.Kind != want {
+	if o.Kind != t.ObjectKind() {
 		obj.Close()
 		return nil, nil, fmt.Errorf("payload %s: a %s object, the tensor is stored as %s", t.Key, o.Kind, t.Stored)
 	}

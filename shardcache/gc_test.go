@@ -324,19 +324,14 @@ func TestCreateRemovesLeftovers(t *testing.T) {
 // (ErrInUse) and removes nothing; once the reader closes it, gc runs. A
 // reader that opens the cache while gc holds it waits for it to finish.
 func TestGCWaitsForReaders(t *testing.T) {
-	w, dir := newWriter(t)
-	a, _ := packedSource(t, w, "/a", 1, 100, 200)
-	w.SetSource(a)
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	dir := committedCache(t)
 	c, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	key := c.Index().Sources[0].Shards[0].Tensors[0].Key
 	before := countFiles(t, filepath.Join(dir, "objects"))
-	w, err = Create(dir) // writers and readers do not exclude each other
+	w, err := Create(dir) // writers and readers do not exclude each other
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +344,7 @@ func TestGCWaitsForReaders(t *testing.T) {
 	if n := countFiles(t, filepath.Join(dir, "objects")); n != before || n == 0 {
 		t.Fatalf("%d object files after the refused gc, %d before", n, before)
 	}
-	if _, _, err := c.ReadObject(a.Shards[0].Tensors[0].Key); err != nil {
+	if _, _, err := c.ReadObject(key); err != nil {
 		t.Fatalf("the reader after the refused gc: %v", err)
 	}
 	c.Close()

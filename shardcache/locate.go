@@ -72,6 +72,33 @@ func (sh *Shard) AllInCache() bool {
 // it (fixed codec or entropy), not as raw bytes.
 func (t *Tensor) Payload() bool { return t.Stored == StoredFixed || t.Stored == StoredEntropy }
 
+// ObjectKind returns the kind of the object t's record names: its
+// payload's, KindRaw for a raw copy, "" for a tensor read from its source
+// alone.
+func (t *Tensor) ObjectKind() string {
+	switch {
+	case t.Stored == StoredFixed:
+		return KindFixed
+	case t.Stored == StoredEntropy:
+		return KindEntropy
+	case t.CopyStored:
+		return KindRaw
+	}
+	return ""
+}
+
+// StoredAs returns the form (Tensor.Stored) of a tensor whose bytes the
+// cache holds as an object of kind: a payload's, else StoredRaw.
+func StoredAs(kind string) string {
+	switch kind {
+	case KindFixed:
+		return StoredFixed
+	case KindEntropy:
+		return StoredEntropy
+	}
+	return StoredRaw
+}
+
 // RawSlice returns where the raw bytes of tensor t of shard sh (whose file
 // is at path now) are read from: the source slice when the shard is there
 // (and unchanged), else the tensor's raw copy in the cache (its own file,
