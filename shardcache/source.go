@@ -1,8 +1,10 @@
 package shardcache
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -278,18 +280,18 @@ func differingPiece(dir string, found []*Source) (piece, []Key, bool) {
 }
 
 // pieceKey is the content key of size bytes of the file at path from
-// offset.
+// offset, hashed as they are read (a piece may be up to maxContentRead).
 func pieceKey(path string, offset, size uint64) (Key, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	b := make([]byte, size)
-	if _, err := f.ReadAt(b, int64(offset)); err != nil {
-		return "", err
+	h := NewHasher()
+	if n, err := io.Copy(h, io.NewSectionReader(f, int64(offset), int64(size))); err != nil || uint64(n) != size {
+		return "", fmt.Errorf("%s: read %d of %d bytes at %d: %w", path, n, size, offset, cmp.Or(err, io.ErrUnexpectedEOF))
 	}
-	return KeyOf(b), nil
+	return KeyFromSum([32]byte(h.Sum(nil))), nil
 }
 
 // sameTimes reports whether every shard of s that dir has has its
